@@ -1,0 +1,289 @@
+"""The IR's data structures: Var, Node, Graph, Prim, and how a prim is bound.
+
+`Prim.bind(*args, **params)` is the single entry point for every primitive op. With numpy
+arrays it validates the inputs with the prim's shape rule and runs the numpy reference
+implementation; with `Var`s (while a `GraphBuilder` is active) it appends a Node instead.
+"""
+import contextvars
+import itertools
+import os
+import sys
+
+from aotgrad.ir import dtypes as dt
+
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_USER_DIRS = tuple(os.path.join(_PKG_DIR, d) + os.sep for d in ("tests", "examples", "benchmarks"))
+
+
+class PrimError(ValueError):
+    """A primitive got inputs it cannot take; the message names the prim, shapes and user line."""
+
+
+class Aval:
+    """Abstract value: shape and dtype only."""
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype = tuple(int(s) for s in shape), dtype
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def __eq__(self, o):
+        return isinstance(o, Aval) and o.shape == self.shape and o.dtype is self.dtype
+
+    def __hash__(self):
+        return hash((self.shape, self.dtype))
+
+    def __repr__(self):
+        return type_str(self)
+
+
+def type_str(a):
+    return f"{a.dtype.short}[{','.join(map(str, a.shape))}]"
+
+
+def aval_of(x):
+    if isinstance(x, (Var, Aval)):
+        return x
+    return Aval(x.shape, dt.from_numpy(x.dtype))
+
+
+class Var(Aval):
+    """An SSA value of a Graph: a name, a shape and a dtype."""
+    __slots__ = ("name",)
+
+    def __init__(self, name, shape, dtype):
+        super().__init__(shape, dtype)
+        self.name = name
+
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
+    def __repr__(self):
+        return self.name
+
+
+class Provenance:
+    """Where a node came from: the user's file:line, source text, the user-level op, fw or bw."""
+    __slots__ = ("file", "line", "source", "op", "phase")
+
+    def __init__(self, file=None, line=None, source=None, op=None, phase="fw"):
+        self.file, self.line, self.source, self.op, self.phase = file, line, source, op, phase
+
+    def with_phase(self, phase):
+        return Provenance(self.file, self.line, self.source, self.op, phase)
+
+    def where(self):
+        return f"{os.path.basename(self.file)}:{self.line}" if self.file else "<unknown>"
+
+    def __repr__(self):
+        tag = " bw" if self.phase == "bw" else ""
+        return f"{self.where()} {self.op or ''}{tag}".strip()
+
+
+def is_internal_file(filename):
+    return filename.startswith(_PKG_DIR) and not filename.startswith(_USER_DIRS) or \
+        filename.startswith("<frozen") or os.sep + "numpy" + os.sep in filename or \
+        "contextlib.py" in filename or "functools.py" in filename
+
+
+def user_frame(depth=1):
+    """The innermost stack frame outside the aotgrad package (the user's code), or None."""
+    f = sys._getframe(depth)
+    while f is not None and is_internal_file(f.f_code.co_filename):
+        f = f.f_back
+    return f
+
+
+def user_location():
+    """(file, line, source text) of the user's call site."""
+    f = user_frame(2)
+    if f is None:
+        return None, None, None
+    import linecache
+    line = f.f_lineno
+    return f.f_code.co_filename, line, linecache.getline(f.f_code.co_filename, line).strip()
+
+
+# The user-level op currently executing (outermost wins) and the phase, set by the op layer
+# and the autograd engine; read when recording provenance and formatting errors.
+current_op = contextvars.ContextVar("aotgrad_current_op", default=None)
+current_provenance = contextvars.ContextVar("aotgrad_current_provenance", default=None)
+
+
+def make_provenance():
+    prov = current_provenance.get()
+    if prov is not None:  # inside a backward rule: the forward op's line, tagged bw
+        return prov
+    file, line, src = user_location()
+    return Provenance(file, line, src, current_op.get())
+
+
+def format_location():
+    file, line, src = user_location()
+    if file is None:
+        return ""
+    return f" (at {os.path.basename(file)}:{line}: `{src}`)"
+
+
+class Prim:
+    """A primitive op: a shape/dtype rule, a numpy reference implementation and tags.
+
+    >>> from aotgrad.ir import prims
+    >>> prims.add.bind(np.ones(2, np.float32), np.ones(2, np.float32))
+    array([2., 2.], dtype=float32)
+    """
+
+    def __init__(self, name, shape_rule, impl, tags=(), multiple_results=False):
+        self.name, self.shape_rule, self.impl = name, shape_rule, impl
+        self.tags = frozenset(tags)
+        self.multiple_results = multiple_results
+
+    def __repr__(self):
+        return f"prims.{self.name}"
+
+    def abstract_eval(self, *avals, **params):
+        """Output aval(s) for input avals; raises PrimError naming the prim, shapes and line."""
+        try:
+            return self.shape_rule(*avals, **params)
+        except PrimError as e:
+            shapes = ", ".join(type_str(a) if isinstance(a, Aval) else repr(a) for a in avals)
+            raise PrimError(f"prims.{self.name}({shapes}): {e}{format_location()}") from None
+
+    def bind(self, *args, **params):
+        builder = _builder.get()
+        if builder is not None and (not args or any(isinstance(a, Var) for a in args)):
+            return builder.emit(self, args, params)
+        self.abstract_eval(*[aval_of(a) for a in args], **params)
+        return self.impl(*args, **params)
+
+
+def check(cond, msg):
+    if not cond:
+        raise PrimError(msg)
+
+
+class Node:
+    """One primitive application in a Graph."""
+    __slots__ = ("prim", "inputs", "outputs", "params", "provenance")
+
+    def __init__(self, prim, inputs, outputs, params, provenance=None):
+        self.prim, self.inputs, self.outputs = prim, list(inputs), list(outputs)
+        self.params, self.provenance = dict(params), provenance
+
+    def __repr__(self):
+        from aotgrad.ir.printer import format_node
+        return format_node(self)
+
+
+class Graph:
+    """A function in SSA form: typed inputs, Nodes in topological order, outputs.
+
+    `str(graph)` is valid Python runnable with the numpy reference prims (see ir.printer).
+    """
+
+    def __init__(self, inputs=(), nodes=(), outputs=(), name="graph"):
+        self.inputs, self.nodes, self.outputs = list(inputs), list(nodes), list(outputs)
+        self.name = name
+
+    def __str__(self):
+        from aotgrad.ir.printer import format_graph
+        return format_graph(self)
+
+    def producers(self):
+        return {v: n for n in self.nodes for v in n.outputs}
+
+    def users(self):
+        out = {}
+        for n in self.nodes:
+            for v in n.inputs:
+                out.setdefault(v, []).append(n)
+        return out
+
+    def to_networkx(self):
+        """A DiGraph view: one vertex per Var and per Node (edges follow data flow)."""
+        import networkx as nx
+        g = nx.DiGraph()
+        for v in self.inputs:
+            g.add_node(v, kind="input")
+        for n in self.nodes:
+            g.add_node(n, kind="node")
+            for v in n.inputs:
+                g.add_edge(v, n)
+            for v in n.outputs:
+                g.add_node(v, kind="var")
+                g.add_edge(n, v)
+        return g
+
+    def run(self, *args):
+        """Evaluate with the numpy reference implementations."""
+        return evaluate(self, args)
+
+
+def evaluate(graph, args):
+    env = dict(zip(graph.inputs, args))
+    for n in graph.nodes:
+        outs = n.prim.impl(*[env[v] for v in n.inputs], **n.params)
+        if not n.prim.multiple_results:
+            outs = (outs,)
+        env.update(zip(n.outputs, outs))
+    return [env[v] for v in graph.outputs]
+
+
+_counter = itertools.count()
+
+
+class GraphBuilder:
+    """Records binds on Vars into a Graph. Active inside `with builder:`.
+
+    Non-Var array arguments are handed to `lift(array) -> Var`, which the tracer overrides
+    to turn closed-over values into graph inputs; by default it raises.
+    """
+
+    def __init__(self, name="graph"):
+        self.graph = Graph(name=name)
+        self._names = itertools.count()
+        self._token = None
+
+    def new_var(self, aval, prefix="t"):
+        return Var(f"{prefix}{next(self._names)}", aval.shape, aval.dtype)
+
+    def add_input(self, aval, name=None):
+        v = Var(name, aval.shape, aval.dtype) if name else self.new_var(aval, "a")
+        self.graph.inputs.append(v)
+        return v
+
+    def lift(self, value):
+        raise PrimError(f"a concrete array of shape {getattr(value, 'shape', '?')} reached a "
+                        f"traced prim; it must be an input of the graph")
+
+    def lift_object(self, obj):
+        """A concrete tensor-like object (with `_value`) used inside the trace."""
+        return self.lift(obj._value)
+
+    def emit(self, prim, args, params):
+        args = [a if isinstance(a, Var) else self.lift(a) for a in args]
+        out = prim.abstract_eval(*args, **params)
+        outs = out if prim.multiple_results else (out,)
+        out_vars = [self.new_var(a) for a in outs]
+        self.graph.nodes.append(Node(prim, args, out_vars, params, make_provenance()))
+        return out_vars if prim.multiple_results else out_vars[0]
+
+    def __enter__(self):
+        self._token = _builder.set(self)
+        return self
+
+    def __exit__(self, *exc):
+        _builder.reset(self._token)
+
+
+_builder = contextvars.ContextVar("aotgrad_graph_builder", default=None)
+
+
+def current_builder():
+    return _builder.get()
+
+
+Prim.__call__ = Prim.bind  # printed graphs call prims like functions

@@ -1,0 +1,405 @@
+"""The autograd engine: graph nodes (`grad_fn`), AccumulateGrad, saved tensors, and the
+topologically ordered backward pass shared by `Tensor.backward` and `autograd.grad`.
+
+A node's backward is written with tensor ops, so running it under grad mode
+(`create_graph=True`) records a differentiable graph of the backward itself, and running it
+on traced tensors records the backward into the IR.
+"""
+import heapq
+import itertools
+import traceback
+import warnings
+import weakref
+
+import numpy as np
+
+from aotgrad.ir.core import Aval, current_provenance
+from aotgrad.runtime import grad_mode, profiling
+from aotgrad.runtime.grad_mode import state as _mode
+
+_seq = itertools.count()
+
+
+class VersionCounter:
+    """Shared by a tensor, its views and detached aliases; bumped by every in-place op."""
+    __slots__ = ("v",)
+
+    def __init__(self):
+        self.v = 0
+
+
+class SavedTensor:
+    """A tensor saved for backward: its value, its version at save time, and how to rebuild it.
+    Outputs of the saving node are stored without their grad_fn to avoid a reference cycle."""
+    __slots__ = ("value", "counter", "version", "grad_fn", "output_nr", "requires_grad",
+                 "is_output", "leaf", "op_name", "hooks")
+
+    def __init__(self, t, is_output=False, op_name=None):
+        self.value, self.counter, self.version = t._value, t._version, t._version.v
+        self.requires_grad, self.is_output, self.op_name = t.requires_grad, is_output, op_name
+        self.grad_fn = None if is_output else t.grad_fn
+        self.output_nr = t._output_nr
+        self.leaf = t if (t.grad_fn is None and t.requires_grad) else None
+        self.hooks = None
+
+    def unpack(self, node):
+        from aotgrad.runtime.tensor import Tensor
+        if self.value is None:
+            raise RuntimeError(
+                "Trying to backward through the graph a second time (or directly access saved "
+                "tensors after they have already been freed). Saved intermediate values of the "
+                "graph are freed when you call .backward() or autograd.grad(). Specify "
+                "retain_graph=True if you need to backward through the graph a second time or "
+                "if you need to access saved tensors after calling backward.")
+        if self.counter.v != self.version:
+            shape = "x".join(map(str, getattr(self.value, "shape", ())))
+            dtype = self.value.dtype if hasattr(self.value, "dtype") else "?"
+            raise RuntimeError(
+                f"one of the variables needed for gradient computation has been modified by an "
+                f"inplace operation: [{getattr(dtype, 'name', dtype)} [{shape}]], which is "
+                f"output {self.output_nr} of {node.name()}, is at version {self.counter.v}; "
+                f"expected version {self.version} instead. Hint: enable anomaly detection to "
+                f"find the operation that failed to compute its gradient, with "
+                f"aotgrad.autograd.set_detect_anomaly(True).")
+        if self.leaf is not None:
+            return self.leaf
+        t = Tensor._make(self.value, self.requires_grad)
+        t.grad_fn = node if self.is_output else self.grad_fn
+        t._output_nr = self.output_nr
+        t._version = self.counter
+        if self.hooks is not None:
+            return self.hooks[1](self.hooks[2])
+        return t
+
+    def release(self):
+        self.value = None
+        self.leaf = None
+
+
+class Node:
+    """A node of the backward graph (a `grad_fn`). Calling it maps output grads to input grads.
+
+    >>> y = (x * 2).sum(); y.grad_fn.name()
+    'SumBackward0'
+    """
+    _name = "Node"
+
+    def __init__(self, next_functions, in_avals, out_avals):
+        self.next_functions = tuple(next_functions)
+        self._in_avals = in_avals        # shapes/dtypes of the forward inputs (grad outputs)
+        self._out_avals = out_avals      # shapes/dtypes of the forward outputs (grads in)
+        self._seq = next(_seq)
+        self._pre_hooks, self._hooks = [], []
+        self._tensor_pre_hooks = {}      # output_nr -> [hook(grad)] from Tensor.register_hook
+        self._retain_grad = {}           # output_nr -> weakref to the non-leaf tensor
+        self._stack = traceback.format_stack()[:-3] if _mode.anomaly else None
+        self.metadata = {}
+        from aotgrad.ir.core import make_provenance, current_builder
+        self._provenance = make_provenance() if current_builder() is not None else None
+
+    def name(self):
+        return self._name
+
+    def __repr__(self):
+        return f"<{self.name()} object at {hex(id(self))}>"
+
+    def _backward(self, grads):
+        raise NotImplementedError
+
+    def _release(self):
+        pass
+
+    def __call__(self, *grads):
+        grads = [g if g is not None else None for g in grads]
+        return tuple(self._backward(self._materialize(list(grads))))
+
+    def _materialize(self, grads):
+        from aotgrad.runtime import tprims
+        return [g if g is not None else tprims.zeros(a.shape, a.dtype)
+                for g, a in zip(grads, self._out_avals)]
+
+    def register_hook(self, fn):
+        """fn(grad_inputs, grad_outputs) after the node runs; may return new grad_inputs."""
+        self._hooks.append(fn)
+        return RemovableHandle(self._hooks, fn)
+
+    def register_prehook(self, fn):
+        """fn(grad_outputs) before the node runs; may return new grad_outputs."""
+        self._pre_hooks.append(fn)
+        return RemovableHandle(self._pre_hooks, fn)
+
+
+class RemovableHandle:
+    """Returned by every register_*hook; `handle.remove()` unregisters."""
+
+    def __init__(self, hooks, fn):
+        self._hooks, self._fn = hooks, fn
+
+    def remove(self):
+        if self._fn in self._hooks:
+            self._hooks.remove(self._fn)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
+
+
+class AccumulateGrad(Node):
+    """The sink node of a leaf tensor: adds the incoming gradient to `variable.grad`."""
+    _name = "AccumulateGrad"
+
+    def __init__(self, variable):
+        super().__init__((), [], [Aval(variable.shape, variable.dtype)])
+        self.variable = variable
+
+    def _backward(self, grads):
+        accumulate_grad(self.variable, grads[0], _mode.grad_enabled)
+        return []
+
+
+def accumulate_grad(var, g, create_graph):
+    from aotgrad.runtime.tensor import Tensor
+    if g is None:
+        return
+    if create_graph:
+        var._grad = g if var._grad is None else var._grad + g
+    elif var._grad is None:
+        value = g._value
+        if isinstance(value, np.ndarray):
+            value = np.array(value, copy=True, order="C")
+        var._grad = Tensor._make(value, False)
+    elif isinstance(var._grad._value, np.ndarray) and var._grad._value.flags.writeable \
+            and var._grad.grad_fn is None:
+        np.add(var._grad._value, g._value, out=var._grad._value)
+        var._grad._version.v += 1
+    else:
+        var._grad = Tensor._make((var._grad + g.detach())._value, False)
+    for hook in var._post_acc_hooks:
+        hook(var)
+
+
+def _node_of(t):
+    """(node, output_nr) a gradient for tensor t flows into."""
+    if t.grad_fn is not None:
+        return t.grad_fn, t._output_nr
+    if t.requires_grad:
+        return t._grad_accumulator(), 0
+    return None, 0
+
+
+def _check_grad(node, i, g, aval):
+    if g is None:
+        return None
+    if tuple(g.shape) != aval.shape:
+        if int(np.prod(g.shape)) == int(np.prod(aval.shape)) or (len(g.shape) <= len(aval.shape)):
+            try:  # a broadcastable grad (e.g. from a user hook) is reduced like PyTorch does
+                from aotgrad.runtime.ops import sum_to_shape
+                if np.broadcast_shapes(tuple(g.shape), aval.shape) == tuple(g.shape):
+                    return sum_to_shape(g, aval.shape)
+            except ValueError:
+                pass
+        raise RuntimeError(f"Function {node.name()} returned an invalid gradient at index {i} - "
+                           f"got {list(g.shape)} but expected shape compatible with "
+                           f"{list(aval.shape)}")
+    if g.dtype is not aval.dtype and aval.dtype.is_floating_point:
+        g = g.to(aval.dtype)
+    return g
+
+
+def _run_node(node, grads, create_graph):
+    """Run one node with its hooks, anomaly checks and profiling."""
+    for hook in node._pre_hooks:
+        r = hook(tuple(grads))
+        if r is not None:
+            grads = list(r)
+    if isinstance(node, AccumulateGrad):
+        grads_in = grads
+    else:
+        grads_in = node._materialize(grads) if getattr(node, "materialize_grads", True) else grads
+    prof = profiling.active()
+    token = current_provenance.set(node._provenance.with_phase("bw")) \
+        if node._provenance is not None else None
+    try:
+        if prof:
+            with profiling.record(node.name(), kind="backward"):
+                outs = node._backward(grads_in)
+        else:
+            outs = node._backward(grads_in)
+    except Exception as e:
+        if _mode.anomaly and node._stack is not None:
+            _report_anomaly(node, e)
+        raise
+    finally:
+        if token is not None:
+            current_provenance.reset(token)
+    outs = list(outs)
+    if not isinstance(node, AccumulateGrad):
+        if len(outs) != len(node.next_functions):
+            raise RuntimeError(f"Function {node.name()} returned an incorrect number of "
+                               f"gradients (expected {len(node.next_functions)}, got {len(outs)})")
+        outs = [_check_grad(node, i, g, a) if nf[0] is not None else None
+                for i, (g, a, nf) in enumerate(zip(outs, node._in_avals, node.next_functions))]
+        if _mode.anomaly and _mode.anomaly_check_nan:
+            for i, g in enumerate(outs):
+                if g is not None and isinstance(g._value, np.ndarray) and np.isnan(g._value).any():
+                    err = RuntimeError(f"Function '{node.name()}' returned nan values in its "
+                                       f"{i}th output.")
+                    if node._stack is not None:
+                        _report_anomaly(node, err)
+                    raise err
+    for hook in node._hooks:
+        r = hook(tuple(outs), tuple(grads))
+        if r is not None:
+            outs = list(r)
+    return outs
+
+
+def _report_anomaly(node, err):
+    stack = "".join(node._stack)
+    warnings.warn(f"Error detected in {node.name()}. Traceback of forward call that caused the "
+                  f"error:\n{stack}", stacklevel=3)
+    if hasattr(err, "add_note"):
+        err.add_note(f"Traceback of forward call that caused the error:\n{stack}")
+
+
+def run_backward(tensors, grad_tensors, retain_graph=False, create_graph=False, inputs=None,
+                 allow_unused=False, accumulate=True):
+    """The engine. With `inputs` and accumulate=False (autograd.grad) it returns their grads
+    and touches no `.grad`; otherwise it accumulates into leaves (Tensor.backward)."""
+    roots = []
+    for t, g in zip(tensors, grad_tensors):
+        node, nr = _node_of(t)
+        if node is None:
+            raise RuntimeError("element 0 of tensors does not require grad and does not have a "
+                               "grad_fn")
+        roots.append((node, nr, g))
+
+    capture = {}  # (node, output_nr) -> index into inputs
+    if inputs is not None:
+        for i, t in enumerate(inputs):
+            node, nr = _node_of(t)
+            if node is None:
+                raise RuntimeError(f"One of the differentiated Tensors (index {i}) does not "
+                                   f"require grad")
+            capture.setdefault((node, nr), []).append(i)
+
+    # Discover the graph and count dependencies; with `inputs`, keep only nodes on a path to one.
+    order, seen, stack = [], set(), [n for n, _, _ in roots]
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        order.append(n)
+        stack.extend(nf for nf, _ in n.next_functions if nf is not None and nf not in seen)
+    deps = dict.fromkeys(seen, 0)
+    for n in seen:
+        for nf, _ in n.next_functions:
+            if nf is not None:
+                deps[nf] += 1
+    if inputs is not None:
+        # keep only nodes on a path to a captured input (children before parents via Kahn)
+        indeg, topo = dict(deps), []
+        ready = [n for n in seen if indeg[n] == 0]
+        while ready:
+            n = ready.pop()
+            topo.append(n)
+            for nf, _ in n.next_functions:
+                if nf is not None:
+                    indeg[nf] -= 1
+                    if indeg[nf] == 0:
+                        ready.append(nf)
+        targets = {n for n, _ in capture}
+        needed = set()
+        for n in reversed(topo):
+            if n in targets or any(nf in needed for nf, _ in n.next_functions):
+                needed.add(n)
+        run = {n for n in needed if any(nf in needed for nf, _ in n.next_functions)
+               or (accumulate and isinstance(n, AccumulateGrad))}
+        deps = dict.fromkeys(needed, 0)
+        for n in run:
+            for nf, _ in n.next_functions:
+                if nf in deps:
+                    deps[nf] += 1
+    else:
+        run = seen
+
+    buffers = {}
+    results = [None] * (len(inputs) if inputs is not None else 0)
+
+    def add_grad(node, nr, g):
+        buf = buffers.setdefault(node, [None] * max(1, len(node._out_avals)))
+        buf[nr] = g if buf[nr] is None else buf[nr] + g
+
+    for node, nr, g in roots:
+        if node in deps or (node, nr) in capture:
+            add_grad(node, nr, g)
+    heap = [(-n._seq, n) for n in {n for n, _, _ in roots} if deps.get(n, 0) == 0]
+    # roots that are also inputs of other roots wait for their dependencies
+    heapq.heapify(heap)
+    with grad_mode.set_grad_enabled(create_graph):
+        while heap:
+            _, node = heapq.heappop(heap)
+            grads = buffers.pop(node, [None] * max(1, len(node._out_avals)))
+            grads = _tensor_pre_hooks(node, grads)
+            for nr, g in enumerate(grads):
+                for i in capture.get((node, nr), ()):
+                    results[i] = g
+            if node not in run:
+                continue
+            outs = _run_node(node, grads, create_graph)
+            if not retain_graph:
+                node._release()
+            for (nf, nr), g in zip(node.next_functions, outs):
+                if nf is None or nf not in deps:
+                    continue
+                if g is not None:
+                    add_grad(nf, nr, g)
+                deps[nf] -= 1
+                if deps[nf] == 0:
+                    heapq.heappush(heap, (-nf._seq, nf))
+    if inputs is not None:
+        for i, r in enumerate(results):
+            if r is None and not allow_unused:
+                raise RuntimeError("One of the differentiated Tensors appears to not have been "
+                                   "used in the graph. Set allow_unused=True if this is the "
+                                   "desired behavior.")
+        return results
+    return None
+
+
+def _tensor_pre_hooks(node, grads):
+    """Hooks registered with Tensor.register_hook, then retain_grad, per output slot."""
+    if isinstance(node, AccumulateGrad):
+        v = node.variable
+        if v._hooks and grads[0] is not None:
+            for h in list(v._hooks):
+                r = h(grads[0])
+                if r is not None:
+                    grads[0] = r
+        return grads
+    for nr, hooks in node._tensor_pre_hooks.items():
+        if grads[nr] is None:
+            continue
+        for h in list(hooks):
+            r = h(grads[nr])
+            if r is not None:
+                grads[nr] = r
+    for nr, ref in node._retain_grad.items():
+        t = ref()
+        if t is not None and grads[nr] is not None:
+            g = grads[nr]
+            if t._grad is None:
+                t._grad = g if _mode.grad_enabled else g.detach()
+                if not _mode.grad_enabled and isinstance(g._value, np.ndarray):
+                    from aotgrad.runtime.tensor import Tensor
+                    t._grad = Tensor._make(np.array(g._value, copy=True), False)
+            else:
+                t._grad = t._grad + g
+    return grads
+
+
+def weak(t):
+    return weakref.ref(t)

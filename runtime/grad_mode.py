@@ -1,0 +1,137 @@
+"""Global autograd switches: grad mode, inference mode and anomaly mode.
+
+Each is a context manager and a decorator, as in torch.autograd.grad_mode.
+"""
+import functools
+import threading
+
+
+class _State(threading.local):
+    def __init__(self):
+        self.grad_enabled = True
+        self.inference = False
+        self.anomaly = False
+        self.anomaly_check_nan = True
+
+
+state = _State()
+
+
+def is_grad_enabled():
+    return state.grad_enabled
+
+
+def is_inference_mode_enabled():
+    return state.inference
+
+
+def is_anomaly_enabled():
+    return state.anomaly
+
+
+class _Mode:
+    """Base: a context manager that is also a decorator (bare or called)."""
+
+    def __call__(self, fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with self.__class__(*self._args):
+                return fn(*args, **kwargs)
+        return wrapper
+
+    _args = ()
+
+
+class no_grad(_Mode):
+    """Disable gradient recording. `with no_grad(): ...` or `@no_grad()`."""
+
+    def __new__(cls, fn=None):
+        self = super().__new__(cls)
+        if callable(fn):  # bare @no_grad
+            return self(fn)
+        return self
+
+    def __init__(self, fn=None):
+        pass
+
+    def __enter__(self):
+        self.prev = state.grad_enabled
+        state.grad_enabled = False
+
+    def __exit__(self, *exc):
+        state.grad_enabled = self.prev
+
+
+class enable_grad(no_grad):
+    """Enable gradient recording inside a no_grad region."""
+
+    def __enter__(self):
+        self.prev = state.grad_enabled
+        state.grad_enabled = True
+
+
+class set_grad_enabled(_Mode):
+    """`set_grad_enabled(False)` works as a call, a context manager and a decorator."""
+
+    def __init__(self, mode):
+        self._args = (mode,)
+        self.prev = state.grad_enabled
+        state.grad_enabled = bool(mode)
+
+    def __enter__(self):
+        pass
+
+    def __exit__(self, *exc):
+        state.grad_enabled = self.prev
+
+
+class inference_mode(_Mode):
+    """Like no_grad; tensors made inside are inference tensors (`is_inference()`)."""
+
+    def __new__(cls, mode=True):
+        self = super().__new__(cls)
+        if callable(mode):
+            self._args = (True,)
+            return self(mode)
+        return self
+
+    def __init__(self, mode=True):
+        self._args = (mode,) if not callable(mode) else (True,)
+        self.mode = bool(self._args[0])
+
+    def __enter__(self):
+        self.prev = (state.grad_enabled, state.inference)
+        if self.mode:
+            state.grad_enabled, state.inference = False, True
+
+    def __exit__(self, *exc):
+        state.grad_enabled, state.inference = self.prev
+
+
+class detect_anomaly(_Mode):
+    """Record the forward stack of every node; report it when a backward fails, and raise
+    when a backward produces NaN (with check_nan=True)."""
+
+    def __init__(self, check_nan=True):
+        self._args = (check_nan,)
+        self.check_nan = check_nan
+
+    def __enter__(self):
+        self.prev = (state.anomaly, state.anomaly_check_nan)
+        state.anomaly, state.anomaly_check_nan = True, self.check_nan
+
+    def __exit__(self, *exc):
+        state.anomaly, state.anomaly_check_nan = self.prev
+
+
+class set_detect_anomaly(_Mode):
+    def __init__(self, mode, check_nan=True):
+        self._args = (mode, check_nan)
+        self.prev = (state.anomaly, state.anomaly_check_nan)
+        state.anomaly, state.anomaly_check_nan = bool(mode), check_nan
+
+    def __enter__(self):
+        pass
+
+    def __exit__(self, *exc):
+        state.anomaly, state.anomaly_check_nan = self.prev

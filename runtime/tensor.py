@@ -1,0 +1,304 @@
+"""Tensor: an n-d array on numpy with PyTorch's autograd surface.
+
+>>> x = aotgrad.tensor([1., 2.], requires_grad=True)
+>>> (x * x).sum().backward(); x.grad
+tensor([2., 4.])
+
+`_value` is a numpy array in eager mode, or an IR `Var` while tracing; every op goes
+through `runtime.dispatch.apply`, which binds the prim and records the autograd node.
+Operators and most methods are installed from runtime/ops.py.
+"""
+import weakref
+
+import numpy as np
+
+from aotgrad.ir import dtypes as dt
+from aotgrad.ir.core import Var
+from aotgrad.runtime.engine import AccumulateGrad, RemovableHandle, VersionCounter, run_backward
+from aotgrad.runtime.grad_mode import state as _mode
+
+
+class Tensor:
+    __slots__ = ("_value", "requires_grad", "grad_fn", "_grad", "_version", "_output_nr",
+                 "_hooks", "_post_acc_hooks", "_accumulator", "_base", "_retains_grad",
+                 "_is_param", "_inference", "_backward_hooks", "__weakref__", "__dict__")
+    __array_priority__ = 1000  # numpy defers `ndarray + tensor` to us
+
+    @classmethod
+    def _make(cls, value, requires_grad=False):
+        t = object.__new__(cls)
+        t._value = value
+        t.requires_grad = requires_grad
+        t.grad_fn = None
+        t._grad = None
+        t._version = VersionCounter()
+        t._output_nr = 0
+        t._hooks = []
+        t._post_acc_hooks = []
+        t._accumulator = None
+        t._base = None
+        t._retains_grad = False
+        t._inference = _mode.inference
+        return t
+
+    def __init__(self, data, dtype=None, requires_grad=False):
+        from aotgrad.runtime.factories import _to_array
+        self.__class__._init_from(self, _to_array(data, dtype), requires_grad)
+
+    @staticmethod
+    def _init_from(t, value, requires_grad):
+        new = Tensor._make(value, False)
+        for k in Tensor.__slots__[:-2]:
+            object.__setattr__(t, k, getattr(new, k))
+        t.requires_grad_(requires_grad)
+
+    # ---- metadata -----------------------------------------------------------------------
+    @property
+    def shape(self):
+        return Size(self._value.shape)
+
+    def size(self, dim=None):
+        return self.shape if dim is None else self._value.shape[dim]
+
+    @property
+    def dtype(self):
+        v = self._value
+        return v.dtype if isinstance(v, Var) else dt.from_numpy(v.dtype)
+
+    @property
+    def ndim(self):
+        return len(self._value.shape)
+
+    def dim(self):
+        return self.ndim
+
+    def numel(self):
+        return int(np.prod(self._value.shape, dtype=np.int64))
+
+    nelement = numel
+
+    def __len__(self):
+        if self.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self._value.shape[0]
+
+    @property
+    def is_leaf(self):
+        return self.grad_fn is None
+
+    @property
+    def output_nr(self):
+        return self._output_nr
+
+    @property
+    def device(self):
+        return "cpu"
+
+    def is_floating_point(self):
+        return self.dtype.is_floating_point
+
+    def is_inference(self):
+        return self._inference
+
+    def element_size(self):
+        return self.dtype.itemsize
+
+    @property
+    def data(self):
+        """A tensor sharing storage that autograd does not track (like PyTorch's .data)."""
+        return self.detach()
+
+    @data.setter
+    def data(self, other):
+        self._value = other._value if isinstance(other, Tensor) else np.asarray(other)
+
+    @property
+    def _is_traced(self):
+        return isinstance(self._value, Var)
+
+    # ---- autograd -----------------------------------------------------------------------
+    @property
+    def grad(self):
+        if self.grad_fn is not None and not self._retains_grad and self._grad is None:
+            import warnings
+            warnings.warn("The .grad attribute of a Tensor that is not a leaf Tensor is being "
+                          "accessed. Its .grad attribute won't be populated during "
+                          "autograd.backward(). If you indeed want the .grad field to be "
+                          "populated for a non-leaf Tensor, use .retain_grad() on the non-leaf "
+                          "Tensor.", UserWarning, stacklevel=2)
+        return self._grad
+
+    @grad.setter
+    def grad(self, g):
+        if g is not None:
+            if not isinstance(g, Tensor):
+                raise TypeError(f"assigned grad expected to be a Tensor or None but got "
+                                f"{type(g).__name__}")
+            if tuple(g.shape) != tuple(self.shape):
+                raise RuntimeError(f"assigned grad has data of a different size: got "
+                                   f"{list(g.shape)}, expected {list(self.shape)}")
+            if g.dtype is not self.dtype:
+                raise RuntimeError(f"assigned grad has data of a different type: got "
+                                   f"{g.dtype.name}, expected {self.dtype.name}")
+        self._grad = g
+
+    def requires_grad_(self, requires_grad=True):
+        if not self.is_leaf:
+            if not requires_grad:
+                raise RuntimeError("you can only change requires_grad flags of leaf variables. "
+                                   "If you want to use a computed variable in a subgraph that "
+                                   "doesn't require differentiation use var_no_grad = "
+                                   "var.detach().")
+            return self
+        if requires_grad and not self.dtype.is_floating_point:
+            raise RuntimeError(f"only Tensors of floating point dtype can require gradients "
+                               f"(got {self.dtype.name})")
+        self.requires_grad = bool(requires_grad)
+        return self
+
+    def _grad_accumulator(self):
+        node = self._accumulator() if self._accumulator is not None else None
+        if node is None:
+            node = AccumulateGrad(self)
+            self._accumulator = weakref.ref(node)
+        return node
+
+    def retain_grad(self):
+        if self.grad_fn is None:
+            if not self.requires_grad:
+                raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+            return
+        self.grad_fn._retain_grad[self._output_nr] = weakref.ref(self)
+        self._retains_grad = True
+
+    @property
+    def retains_grad(self):
+        return self._retains_grad
+
+    def register_hook(self, hook):
+        """hook(grad) -> Tensor or None, called when this tensor's gradient is computed.
+        Returns a handle with `remove()`."""
+        if not self.requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+        if self.grad_fn is None:
+            self._hooks.append(hook)
+            return RemovableHandle(self._hooks, hook)
+        hooks = self.grad_fn._tensor_pre_hooks.setdefault(self._output_nr, [])
+        hooks.append(hook)
+        return RemovableHandle(hooks, hook)
+
+    def register_post_accumulate_grad_hook(self, hook):
+        """hook(tensor) after the gradient was accumulated into this leaf's .grad."""
+        if self.grad_fn is not None:
+            raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf "
+                               "tensors")
+        self._post_acc_hooks.append(hook)
+        return RemovableHandle(self._post_acc_hooks, hook)
+
+    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+        """Compute the gradient of this tensor w.r.t. graph leaves, accumulated into `.grad`."""
+        from aotgrad.runtime.autograd_api import backward
+        backward(self, gradient, retain_graph, create_graph, inputs=inputs)
+
+    def detach(self):
+        """A new tensor sharing storage and version counter, outside the autograd graph."""
+        t = Tensor._make(self._value, False)
+        t._version = self._version
+        return t
+
+    def detach_(self):
+        if self._base is not None and self._base.requires_grad:
+            raise RuntimeError("Can't detach views in-place. Use detach() instead.")
+        self.grad_fn = None
+        self.requires_grad = False
+        return self
+
+    # ---- conversion ---------------------------------------------------------------------
+    def _concrete(self, what):
+        if isinstance(self._value, Var):
+            from aotgrad.runtime.dispatch import graph_break
+            graph_break(what, self)
+        return self._value
+
+    def numpy(self, *, force=False):
+        if self.requires_grad and not force:
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use "
+                               "tensor.detach().numpy() instead.")
+        return self._concrete("Tensor.numpy()")
+
+    def item(self):
+        v = self._concrete("Tensor.item()")
+        if v.size != 1:
+            raise RuntimeError(f"a Tensor with {v.size} elements cannot be converted to Scalar")
+        return v.reshape(()).item()
+
+    def tolist(self):
+        return self._concrete("Tensor.tolist()").tolist()
+
+    def __array__(self, dtype=None, copy=None):
+        v = self._concrete("np.asarray(Tensor)")
+        return v if dtype is None else v.astype(dtype)
+
+    def __bool__(self):
+        v = self._concrete("bool(Tensor) (Python control flow on a tensor value)")
+        if v.size != 1:
+            raise RuntimeError(f"Boolean value of Tensor with more than one value is ambiguous")
+        return bool(v.reshape(()))
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __index__(self):
+        if self.dtype.is_floating_point or self.dtype is dt.bool_:
+            raise TypeError("only integer tensors of a single element can be converted to an "
+                            "index")
+        return int(self.item())
+
+    def __hash__(self):
+        return id(self)
+
+    def __iter__(self):
+        if self.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self.shape[0]))
+
+    def __repr__(self):
+        from aotgrad.runtime.printing import tensor_repr
+        return tensor_repr(self)
+
+    __str__ = __repr__
+
+    def __reduce_ex__(self, proto):
+        return (_rebuild, (np.array(self._concrete("pickle")), self.requires_grad))
+
+    def __deepcopy__(self, memo):
+        if not self.is_leaf:
+            raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) "
+                               "support the deepcopy protocol at the moment")
+        t = type(self).__new__(type(self))
+        Tensor._init_from(t, np.array(self._value, copy=True), self.requires_grad)
+        if self._grad is not None:
+            t._grad = Tensor._make(np.array(self._grad._value, copy=True))
+        for k, v in self.__dict__.items():
+            t.__dict__[k] = v
+        memo[id(self)] = t
+        return t
+
+
+def _rebuild(value, requires_grad):
+    t = Tensor._make(value, False)
+    t.requires_grad_(requires_grad)
+    return t
+
+
+class Size(tuple):
+    """torch.Size: a tuple that prints as `aotgrad.Size([2, 3])`."""
+
+    def __repr__(self):
+        return f"aotgrad.Size({list(self)})"
+
+    def numel(self):
+        return int(np.prod(self, dtype=np.int64))
