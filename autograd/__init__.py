@@ -1,1 +1,7 @@
-"""placeholder"""
+"""`aotgrad.autograd`, laid out like `torch.autograd`: backward/grad, grad modes, Function,
+functional, gradcheck, anomaly mode and the profiler, all on the engine in runtime/."""
+from aotgrad.runtime.autograd_api import backward, grad
+from aotgrad.runtime.engine import Node
+from aotgrad.runtime.grad_mode import (detect_anomaly, enable_grad, inference_mode,
+                                       is_anomaly_enabled, is_grad_enabled, no_grad,
+                                       set_detect_anomaly, set_grad_enabled)

@@ -6,6 +6,7 @@ broadcasting and type promotion are the op layer's job (runtime/ops.py).
 
 Tags: pointwise, reduction, shape, contraction, random, index, creation.
 """
+import builtins
 import math
 
 import numpy as np
@@ -234,7 +235,7 @@ def _erf(x):
 def _pad(x, *, config, value=0.0):
     shape = _pad_rule(Aval(x.shape, dt.from_numpy(x.dtype)), config=config).shape
     out = np.full(shape, value, dtype=x.dtype)
-    idx = tuple(slice(lo, lo + (n - 1) * (it + 1) + 1 if n else lo, it + 1)
+    idx = tuple(builtins.slice(lo, lo + (n - 1) * (it + 1) + 1 if n else lo, it + 1)
                 for (lo, hi, it), n in zip(config, x.shape))
     out[idx] = x
     return out
@@ -242,7 +243,7 @@ def _pad(x, *, config, value=0.0):
 
 def _slice(x, *, start, limit, strides=None):
     strides = strides or (1,) * x.ndim
-    return x[tuple(slice(s, l, st) for s, l, st in zip(start, limit, strides))]
+    return x[tuple(builtins.slice(s, l, st) for s, l, st in zip(start, limit, strides))]
 
 
 def _dot_general(a, b, *, contract, batch=((), ())):

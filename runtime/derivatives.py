@@ -1,0 +1,377 @@
+"""One derivative (VJP) rule per primitive, written with tensor ops.
+
+The eager engine runs these on concrete tensors; the tracer runs the *same* rules on traced
+tensors to derive the backward graph ahead of time. A rule is `fn(ctx, g) -> grads`, one
+entry per prim input (None where not differentiable); `ctx.saved_tensors` holds what the
+rule declared with `save` (input positions, and "out" for the prim's output).
+"""
+import math
+
+from aotgrad.ir import dtypes as dt
+from aotgrad.runtime import tprims as tp
+from aotgrad.runtime.dispatch import VJP
+
+# prim -> PyTorch's grad_fn name for the op it implements
+_NAMES = {"logistic": "Sigmoid", "reduce_sum": "Sum", "reduce_max": "Amax", "reduce_min": "Amin",
+          "reduce_prod": "Prod", "dot_general": "Mm", "broadcast_in_dim": "Expand",
+          "reshape": "View", "transpose": "Permute", "convert_element_type": "ToCopy",
+          "concatenate": "Cat", "rev": "Flip", "pad": "ConstantPadNd", "atan2": "Atan2",
+          "scatter_add": "ScatterAdd", "logical_not": "LogicalNot"}
+
+
+class Rule:
+    __slots__ = ("fn", "save_inputs", "save_output", "node_name")
+
+    def __init__(self, prim, fn, save_inputs, save_output):
+        self.fn, self.save_inputs, self.save_output = fn, save_inputs, save_output
+        base = _NAMES.get(prim, "".join(w.capitalize() for w in prim.split("_")))
+        self.node_name = base + "Backward0"
+
+
+def defvjp(prim, save=()):
+    """Register the rule for `prim`; `save` lists input positions and/or "out"."""
+    def deco(fn):
+        VJP[prim] = Rule(prim, fn, tuple(i for i in save if i != "out"), "out" in save)
+        return fn
+    return deco
+
+
+def _zeros_like(t):
+    return tp.zeros(t.shape, t.dtype)
+
+
+def _c(v, like):
+    return tp.constant(v, like.dtype)
+
+
+def _bc(c, like):
+    return tp.broadcast_to(c, like.shape)
+
+
+# ---- unary pointwise -----------------------------------------------------------------------
+@defvjp("neg")
+def _(ctx, g):
+    return (tp.neg(g),)
+
+
+@defvjp("abs", save=(0,))
+def _(ctx, g):
+    x, = ctx.saved_tensors
+    return (tp.mul(g, tp.sign(x)),)
+
+
+@defvjp("exp", save=("out",))
+def _(ctx, g):
+    out, = ctx.saved_tensors
+    return (tp.mul(g, out),)
+
+
+@defvjp("log", save=(0,))
+def _(ctx, g):
+    x, = ctx.saved_tensors
+    return (tp.div(g, x),)
+
+
+@defvjp("log1p", save=(0,))
+def _(ctx, g):
+    x, = ctx.saved_tensors
+    return (tp.div(g, tp.add(x, _bc(_c(1, x), x))),)
+
+
+@defvjp("expm1", save=("out",))
+def _(ctx, g):
+    out, = ctx.saved_tensors
+    return (tp.mul(g, tp.add(out, _bc(_c(1, out), out))),)
+
+
+@defvjp("sqrt", save=("out",))
+def _(ctx, g):
+    out, = ctx.saved_tensors
+    return (tp.div(g, tp.mul(out, _bc(_c(2, out), out))),)
+
+
+@defvjp("rsqrt", save=("out",))
+def _(ctx, g):
+    out, = ctx.saved_tensors  # d/dx x^-1/2 = -1/2 x^-3/2 = -1/2 out^3
+    cube = tp.mul(tp.mul(out, out), out)
+    return (tp.mul(g, tp.mul(cube, _bc(_c(-0.5, out), out))),)
+
+
+@defvjp("sin", save=(0,))
+def _(ctx, g):
+    x, = ctx.saved_tensors
+    return (tp.mul(g, tp.cos(x)),)
+
+
+@defvjp("cos", save=(0,))
+def _(ctx, g):
+    x, = ctx.saved_tensors
+    return (tp.neg(tp.mul(g, tp.sin(x))),)
+
+
+@defvjp("tanh", save=("out",))
+def _(ctx, g):
+    out, = ctx.saved_tensors
+    return (tp.mul(g, tp.sub(_bc(_c(1, out), out), tp.mul(out, out))),)
+
+
+@defvjp("logistic", save=("out",))
+def _(ctx, g):
+    out, = ctx.saved_tensors
+    return (tp.mul(g, tp.mul(out, tp.sub(_bc(_c(1, out), out), out))),)
+
+
+@defvjp("erf", save=(0,))
+def _(ctx, g):
+    x, = ctx.saved_tensors
+    dens = tp.exp(tp.neg(tp.mul(x, x)))
+    return (tp.mul(g, tp.mul(dens, _bc(_c(2 / math.sqrt(math.pi), x), x))),)
+
+
+@defvjp("reciprocal", save=("out",))
+def _(ctx, g):
+    out, = ctx.saved_tensors
+    return (tp.neg(tp.mul(g, tp.mul(out, out))),)
+
+
+for _p in ("sign", "floor", "ceil"):  # piecewise constant: zero gradient, as in PyTorch
+    defvjp(_p)(lambda ctx, g: (_zeros_like(g),))
+
+
+# ---- binary pointwise ----------------------------------------------------------------------
+@defvjp("add")
+def _(ctx, g):
+    return g, g
+
+
+@defvjp("sub")
+def _(ctx, g):
+    return g, (tp.neg(g) if ctx.needs_input_grad[1] else None)
+
+
+@defvjp("mul", save=(0, 1))
+def _(ctx, g):
+    x, y = ctx.saved_tensors
+    return (tp.mul(g, y) if ctx.needs_input_grad[0] else None,
+            tp.mul(g, x) if ctx.needs_input_grad[1] else None)
+
+
+@defvjp("div", save=(0, 1))
+def _(ctx, g):
+    x, y = ctx.saved_tensors
+    gx = tp.div(g, y)
+    gy = tp.neg(tp.div(tp.mul(gx, x), y)) if ctx.needs_input_grad[1] else None
+    return (gx if ctx.needs_input_grad[0] else None), gy
+
+
+@defvjp("pow", save=(0, 1, "out"))
+def _(ctx, g):
+    x, y, out = ctx.saved_tensors
+    zero = _bc(_c(0, x), x)
+    gx = gy = None
+    if ctx.needs_input_grad[0]:  # y * x^(y-1), and 0 where y == 0 (PyTorch)
+        d = tp.mul(y, tp.pow(x, tp.sub(y, _bc(_c(1, y), y))))
+        gx = tp.where(tp.eq(y, zero), zero, tp.mul(g, d))
+    if ctx.needs_input_grad[1]:  # out * log(x), and 0 where x == 0 and y >= 0 (PyTorch)
+        d = tp.mul(g, tp.mul(out, tp.log(x)))
+        gy = tp.where(tp.logical_and(tp.eq(x, zero), tp.ge(y, zero)), zero, d)
+    return gx, gy
+
+
+def _minmax_vjp(ctx, g):
+    """PyTorch: the larger (smaller) input takes the gradient; ties split it in half."""
+    x, y = ctx.saved_tensors
+    zero, half = _bc(_c(0, g), g), _bc(_c(0.5, g), g)
+    tie = tp.eq(x, y)
+    x_wins = tp.gt(x, y) if ctx.prim.name == "maximum" else tp.lt(x, y)
+    gt = tp.where(tie, tp.mul(g, half), g)
+    gx = tp.where(tp.logical_or(x_wins, tie), gt, zero)
+    gy = tp.where(tp.logical_or(tp.logical_not(x_wins), tie), gt, zero)
+    return gx, gy
+
+
+defvjp("maximum", save=(0, 1))(_minmax_vjp)
+defvjp("minimum", save=(0, 1))(_minmax_vjp)
+
+
+@defvjp("atan2", save=(0, 1))
+def _(ctx, g):
+    y, x = ctx.saved_tensors
+    den = tp.add(tp.mul(x, x), tp.mul(y, y))
+    return tp.div(tp.mul(g, x), den), tp.neg(tp.div(tp.mul(g, y), den))
+
+
+@defvjp("where", save=(0,))
+def _(ctx, g):
+    pred, = ctx.saved_tensors
+    zero = _zeros_like(g)
+    return (None, tp.where(pred, g, zero) if ctx.needs_input_grad[1] else None,
+            tp.where(pred, zero, g) if ctx.needs_input_grad[2] else None)
+
+
+@defvjp("convert_element_type")
+def _(ctx, g):
+    src = ctx._in_avals[0].dtype
+    if not src.is_floating_point:
+        return (None,)
+    return (tp.convert_element_type(g, dtype=src),)
+
+
+# ---- shape ---------------------------------------------------------------------------------
+@defvjp("broadcast_in_dim")
+def _(ctx, g):
+    in_shape = ctx._in_avals[0].shape
+    dims = ctx.params["dims"]
+    summed = [d for d in range(g.ndim) if d not in dims] + \
+        [d for i, d in enumerate(dims) if in_shape[i] == 1 and g.shape[d] != 1]
+    r = tp.reduce_sum(g, dims=tuple(sorted(summed))) if summed else g
+    return (tp.reshape(r, shape=in_shape) if tuple(r.shape) != in_shape else r,)
+
+
+@defvjp("reshape")
+def _(ctx, g):
+    return (tp.reshape(g, shape=ctx._in_avals[0].shape),)
+
+
+@defvjp("transpose")
+def _(ctx, g):
+    perm = ctx.params["perm"]
+    inv = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inv[p] = i
+    return (tp.transpose(g, perm=tuple(inv)),)
+
+
+@defvjp("slice")
+def _(ctx, g):
+    shape, p = ctx._in_avals[0].shape, ctx.params
+    strides = p.get("strides") or (1,) * len(shape)
+    if 0 in g.shape:
+        return (tp.zeros(shape, g.dtype),)
+    config = tuple((s, n - (s + (m - 1) * st + 1), st - 1)
+                   for s, st, n, m in zip(p["start"], strides, shape, g.shape))
+    return (tp.pad(g, config=config, value=0.0),)
+
+
+@defvjp("pad")
+def _(ctx, g):
+    shape, config = ctx._in_avals[0].shape, ctx.params["config"]
+    return (tp.slice(g, start=tuple(lo for lo, _, _ in config),
+                     limit=tuple(g.shape[i] - hi for i, (_, hi, _) in enumerate(config)),
+                     strides=tuple(it + 1 for _, _, it in config)),)
+
+
+@defvjp("concatenate")
+def _(ctx, g):
+    dim, out, off = ctx.params["dim"], [], 0
+    for a in ctx._in_avals:
+        start = [0] * g.ndim
+        limit = list(g.shape)
+        start[dim], limit[dim] = off, off + a.shape[dim]
+        off += a.shape[dim]
+        out.append(tp.slice(g, start=tuple(start), limit=tuple(limit)))
+    return tuple(out)
+
+
+@defvjp("rev")
+def _(ctx, g):
+    return (tp.rev(g, dims=ctx.params["dims"]),)
+
+
+# ---- reductions ----------------------------------------------------------------------------
+def _unreduce(g, shape, dims):
+    kept = tuple(d for d in range(len(shape)) if d not in dims)
+    return tp.broadcast_in_dim(g, shape=tuple(shape), dims=kept)
+
+
+@defvjp("reduce_sum")
+def _(ctx, g):
+    return (_unreduce(g, ctx._in_avals[0].shape, ctx.params["dims"]),)
+
+
+def _amax_vjp(ctx, g):
+    """Gradient split evenly among the elements equal to the max (PyTorch's amax/amin)."""
+    x, out = ctx.saved_tensors
+    dims, shape = ctx.params["dims"], x.shape
+    mask = tp.convert_element_type(tp.eq(x, _unreduce(out, shape, dims)), dtype=g.dtype)
+    count = tp.reduce_sum(mask, dims=dims)
+    return (tp.mul(_unreduce(tp.div(g, count), shape, dims), mask),)
+
+
+defvjp("reduce_max", save=(0, "out"))(_amax_vjp)
+defvjp("reduce_min", save=(0, "out"))(_amax_vjp)
+
+
+@defvjp("reduce_prod", save=(0, "out"))
+def _(ctx, g):
+    """d prod / dx_i = prod of the others, computed without dividing by zero."""
+    x, out = ctx.saved_tensors
+    dims, shape = ctx.params["dims"], x.shape
+    zero, one = _bc(_c(0, x), x), _bc(_c(1, x), x)
+    is_zero = tp.eq(x, zero)
+    nzeros = tp.reduce_sum(tp.convert_element_type(is_zero, dtype=x.dtype), dims=dims)
+    prod_nonzero = tp.reduce_prod(tp.where(is_zero, one, x), dims=dims)
+    nz_b = _unreduce(nzeros, shape, dims)
+    no_zero = tp.div(_unreduce(out, shape, dims), tp.where(is_zero, one, x))
+    one_zero = tp.where(tp.logical_and(is_zero, tp.eq(nz_b, one)),
+                        _unreduce(prod_nonzero, shape, dims), zero)
+    d = tp.where(tp.eq(nz_b, zero), no_zero, one_zero)
+    return (tp.mul(_unreduce(g, shape, dims), d),)
+
+
+@defvjp("cumsum")
+def _(ctx, g):
+    d = ctx.params["dim"]
+    return (tp.rev(tp.cumsum(tp.rev(g, dims=(d,)), dim=d), dims=(d,)),)
+
+
+# ---- contraction and indexing --------------------------------------------------------------
+def _perm_to(order):
+    """perm such that transpose(result, perm) puts result dims (named by `order`) in 0..n."""
+    return tuple(order.index(i) for i in range(len(order)))
+
+
+@defvjp("dot_general", save=(0, 1))
+def _(ctx, g):
+    a, b = ctx.saved_tensors
+    (lc, rc), (lb, rb) = ctx.params["contract"], ctx.params.get("batch", ((), ()))
+    af = [i for i in range(a.ndim) if i not in lc and i not in lb]
+    bf = [i for i in range(b.ndim) if i not in rc and i not in rb]
+    nb = len(lb)
+    g_batch = tuple(range(nb))
+    g_af = tuple(range(nb, nb + len(af)))
+    g_bf = tuple(range(nb + len(af), g.ndim))
+    ga = gb = None
+    if ctx.needs_input_grad[0]:
+        r = tp.dot_general(g, b, contract=(g_bf, tuple(bf)), batch=(g_batch, tuple(rb)))
+        rest_b = sorted(rc)  # b's remaining dims, in b's order, map to a's contract dims
+        order = list(lb) + af + [lc[rc.index(j)] for j in rest_b]
+        perm = _perm_to(order)
+        ga = tp.transpose(r, perm=perm) if perm != tuple(range(len(perm))) else r
+    if ctx.needs_input_grad[1]:
+        r = tp.dot_general(g, a, contract=(g_af, tuple(af)), batch=(g_batch, tuple(lb)))
+        rest_a = sorted(lc)
+        order = list(rb) + bf + [rc[lc.index(i)] for i in rest_a]
+        perm = _perm_to(order)
+        gb = tp.transpose(r, perm=perm) if perm != tuple(range(len(perm))) else r
+    return ga, gb
+
+
+@defvjp("gather", save=(1,))
+def _(ctx, g):
+    idx, = ctx.saved_tensors
+    x = ctx._in_avals[0]
+    return tp.scatter_add(tp.zeros(x.shape, g.dtype), idx, g, dim=ctx.params["dim"]), None
+
+
+@defvjp("scatter_add", save=(1,))
+def _(ctx, g):
+    idx, = ctx.saved_tensors
+    gsrc = tp.gather(g, idx, dim=ctx.params["dim"]) if ctx.needs_input_grad[2] else None
+    return g, None, gsrc
+
+
+NON_DIFFERENTIABLE = frozenset({
+    "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_not", "argmax",
+    "argmin", "argsort", "iota", "full", "uniform", "normal"})
+del dt

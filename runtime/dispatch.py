@@ -1,0 +1,71 @@
+"""The one path from a tensor op to a prim: bind the values, record the autograd node.
+
+`apply(prim, *tensors, **params)` is used by every op in runtime/ops*.py. Eager values are
+numpy arrays; while a GraphBuilder is active they are IR Vars and the bind records a Node.
+"""
+from aotgrad.ir.core import Aval, aval_of, current_builder, Var
+from aotgrad.runtime import profiling
+from aotgrad.runtime.engine import Node, SavedTensor, _node_of
+from aotgrad.runtime.grad_mode import state as _mode
+from aotgrad.runtime.tensor import Tensor
+
+VJP = {}  # prim name -> Rule; filled by runtime/derivatives.py
+
+
+class GraphBreak(Exception):
+    """Raised while tracing when the code needs a concrete tensor value."""
+
+
+def graph_break(what, tensor):
+    raise GraphBreak(what)
+
+
+class PrimBackward(Node):
+    """The autograd node of one prim application; its backward is the prim's one rule."""
+
+    def __init__(self, prim, rule, params, inputs, out):
+        nexts = [_node_of(t) if t.requires_grad else (None, 0) for t in inputs]
+        super().__init__(nexts, [Aval(t._value.shape, t.dtype) for t in inputs],
+                         [aval_of(out._value)])
+        self._name, self.prim, self.rule, self.params = rule.node_name, prim, rule, params
+        self.needs_input_grad = tuple(t.requires_grad for t in inputs)
+        self._saved = [SavedTensor(inputs[i]) for i in rule.save_inputs]
+        if rule.save_output:
+            self._saved.append(SavedTensor(out, is_output=True))
+
+    @property
+    def saved_tensors(self):
+        return tuple(s.unpack(self) for s in self._saved)
+
+    def _backward(self, grads):
+        return self.rule.fn(self, grads[0])
+
+    def _release(self):
+        for s in self._saved:
+            s.release()
+
+
+def _lift(builder, t):
+    return t._value if isinstance(t._value, Var) else builder.lift_object(t)
+
+
+def apply(prim, *inputs, **params):
+    """Bind `prim` on the tensors' values and record its autograd node when needed."""
+    builder = current_builder()
+    if builder is None:
+        vals = [t._value for t in inputs]
+    else:
+        vals = [_lift(builder, t) for t in inputs]
+    if profiling._profilers:
+        with profiling.record(f"prims.{prim.name}", kind="prim"):
+            out_val = prim.bind(*vals, **params)
+    else:
+        out_val = prim.bind(*vals, **params)
+    out = Tensor._make(out_val, False)
+    if _mode.grad_enabled and inputs:
+        rule = VJP.get(prim.name)
+        if rule is not None and any(t.requires_grad for t in inputs) and \
+                out.dtype.is_floating_point:
+            out.requires_grad = True
+            out.grad_fn = PrimBackward(prim, rule, params, inputs, out)
+    return out

@@ -1,0 +1,256 @@
+"""Tensor factories and the global random generator (PyTorch names and defaults)."""
+import numpy as np
+
+from aotgrad.ir import dtypes as dt
+from aotgrad.runtime import tprims as tp
+from aotgrad.runtime.tensor import Tensor
+
+
+def _default_dtype(arr):
+    if arr.dtype.kind == "f":
+        return dt.float32 if arr.dtype != np.float64 or _from_python(arr) else dt.float64
+    if arr.dtype.kind in "iu":
+        return dt.int64
+    if arr.dtype.kind == "b":
+        return dt.bool_
+    raise TypeError(f"can't convert data of dtype {arr.dtype} to a tensor")
+
+
+def _from_python(arr):
+    return getattr(arr, "_from_python", False)
+
+
+def _to_array(data, dtype=None):
+    """Python data / numpy array / Tensor -> numpy array of the right dtype (a new copy)."""
+    if isinstance(data, Tensor):
+        arr = np.array(data._concrete("tensor(Tensor)"), copy=True)
+        return arr if dtype is None else arr.astype(dt.as_dtype(dtype).np)
+    if isinstance(data, (list, tuple)) and any(isinstance(d, Tensor) for d in _flat(data)):
+        data = _nested(data)
+    if isinstance(data, np.ndarray):
+        target = dt.as_dtype(dtype) if dtype is not None else dt.from_numpy(
+            data.dtype if data.dtype != np.uint8 else np.int64)
+        return np.array(data, dtype=target.np, copy=True)
+    arr = np.array(data)
+    if dtype is not None:
+        return arr.astype(dt.as_dtype(dtype).np)
+    if arr.dtype.kind == "f":
+        return arr.astype(np.float32)  # Python floats default to float32, like PyTorch
+    if arr.dtype.kind in "iu":
+        return arr.astype(np.int64)
+    if arr.dtype.kind == "b":
+        return arr
+    raise TypeError(f"Could not infer dtype of {type(data).__name__}")
+
+
+def _flat(data):
+    for d in data:
+        if isinstance(d, (list, tuple)):
+            yield from _flat(d)
+        else:
+            yield d
+
+
+def _nested(data):
+    return [(_nested(d) if isinstance(d, (list, tuple)) else
+             (d.item() if isinstance(d, Tensor) else d)) for d in data]
+
+
+def tensor(data, dtype=None, device=None, requires_grad=False):
+    """Copy `data` into a new leaf tensor. `tensor([1., 2.])` is float32."""
+    t = Tensor._make(_to_array(data, dtype), False)
+    return t.requires_grad_(requires_grad) if requires_grad else t
+
+
+def as_tensor(data, dtype=None, device=None):
+    if isinstance(data, Tensor):
+        return data if dtype is None or data.dtype is dt.as_dtype(dtype) else data.to(dtype)
+    if isinstance(data, np.ndarray) and (dtype is None or data.dtype == dt.as_dtype(dtype).np):
+        return from_numpy(data)
+    return tensor(data, dtype)
+
+
+def from_numpy(arr):
+    """A tensor sharing memory with the numpy array."""
+    dt.from_numpy(arr.dtype)
+    return Tensor._make(arr, False)
+
+
+def _size(size):
+    if len(size) == 1 and isinstance(size[0], (tuple, list)):
+        size = size[0]
+    return tuple(int(s) for s in size)
+
+
+def _fill(shape, value, dtype, requires_grad):
+    dtype = dt.as_dtype(dtype) if dtype is not None else dt.float32
+    t = tp.constant(value, dtype, shape)
+    return t.requires_grad_(requires_grad) if requires_grad else t
+
+
+def zeros(*size, dtype=None, device=None, requires_grad=False):
+    return _fill(_size(size), 0, dtype, requires_grad)
+
+
+def ones(*size, dtype=None, device=None, requires_grad=False):
+    return _fill(_size(size), 1, dtype, requires_grad)
+
+
+def empty(*size, dtype=None, device=None, requires_grad=False):
+    return zeros(*size, dtype=dtype, requires_grad=requires_grad)
+
+
+def full(size, fill_value, dtype=None, device=None, requires_grad=False):
+    if dtype is None:
+        from aotgrad.runtime.ops import scalar_dtype
+        dtype = scalar_dtype(fill_value)
+    return _fill(_size((size,)), fill_value, dtype, requires_grad)
+
+
+def zeros_like(x, dtype=None, requires_grad=False):
+    return zeros(tuple(x.shape), dtype=dtype or x.dtype, requires_grad=requires_grad)
+
+
+def ones_like(x, dtype=None, requires_grad=False):
+    return ones(tuple(x.shape), dtype=dtype or x.dtype, requires_grad=requires_grad)
+
+
+def empty_like(x, dtype=None, requires_grad=False):
+    return zeros_like(x, dtype, requires_grad)
+
+
+def full_like(x, fill_value, dtype=None, requires_grad=False):
+    return full(tuple(x.shape), fill_value, dtype=dtype or x.dtype, requires_grad=requires_grad)
+
+
+def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False):
+    if end is None:
+        start, end = 0, start
+    vals = (start, end, step)
+    if dtype is None:
+        dtype = dt.float32 if any(isinstance(v, float) for v in vals) else dt.int64
+    arr = np.arange(start, end, step, dtype=np.float64).astype(dt.as_dtype(dtype).np)
+    return tensor(arr, requires_grad=requires_grad)
+
+
+def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):
+    arr = np.linspace(start, end, steps, dtype=np.float64).astype(
+        dt.as_dtype(dtype or dt.float32).np)
+    return tensor(arr, requires_grad=requires_grad)
+
+
+def eye(n, m=None, dtype=None, device=None, requires_grad=False):
+    return tensor(np.eye(n, m, dtype=dt.as_dtype(dtype or dt.float32).np),
+                  requires_grad=requires_grad)
+
+
+# ---- randomness ----------------------------------------------------------------------------
+class _RNG:
+    """The global generator. Random ops draw a fresh int64 seed from it and hand the seed to a
+    stateless random prim, so a compiled program reproduces eager draws for the same seed."""
+
+    def __init__(self):
+        self.manual_seed(0)
+
+    def manual_seed(self, seed):
+        self.initial = int(seed)
+        self.gen = np.random.Generator(np.random.PCG64(int(seed)))
+
+    def next_seed(self):
+        t = Tensor._make(np.array(self.gen.integers(0, 2**62), dtype=np.int64), False)
+        t.__dict__["_rng_seed"] = True
+        return t
+
+
+default_generator = _RNG()
+
+
+def manual_seed(seed):
+    default_generator.manual_seed(seed)
+    return default_generator
+
+
+def seed():
+    s = int(np.random.SeedSequence().entropy % (2**62))
+    default_generator.manual_seed(s)
+    return s
+
+
+def initial_seed():
+    return default_generator.initial
+
+
+def get_rng_state():
+    return tensor(np.frombuffer(repr(default_generator.gen.bit_generator.state).encode(),
+                                dtype=np.uint8).astype(np.int64))
+
+
+def set_rng_state(state):
+    import ast
+    s = ast.literal_eval(bytes(state._value.astype(np.uint8)).decode())
+    default_generator.gen.bit_generator.state = s
+
+
+def rand(*size, dtype=None, device=None, requires_grad=False, generator=None):
+    dtype = dt.as_dtype(dtype or dt.float32)
+    t = tp.uniform((generator or default_generator).next_seed(), shape=_size(size), dtype=dtype)
+    return t.requires_grad_(requires_grad) if requires_grad else t
+
+
+def randn(*size, dtype=None, device=None, requires_grad=False, generator=None):
+    dtype = dt.as_dtype(dtype or dt.float32)
+    t = tp.normal((generator or default_generator).next_seed(), shape=_size(size), dtype=dtype)
+    return t.requires_grad_(requires_grad) if requires_grad else t
+
+
+def rand_like(x, dtype=None):
+    return rand(tuple(x.shape), dtype=dtype or x.dtype)
+
+
+def randn_like(x, dtype=None):
+    return randn(tuple(x.shape), dtype=dtype or x.dtype)
+
+
+def randint(low, high=None, size=None, dtype=None, device=None, generator=None):
+    if high is None:
+        low, high = 0, low
+    u = rand(_size((size,)), dtype=dt.float64, generator=generator)
+    from aotgrad.runtime.ops import floor, add, mul, cast
+    return cast(floor(add(mul(u, float(high - low)), float(low))), dt.as_dtype(dtype or dt.int64))
+
+
+def randperm(n, dtype=None, device=None, generator=None):
+    from aotgrad.runtime.shape_ops import argsort
+    idx = argsort(rand(n, generator=generator, dtype=dt.float64))
+    return idx if dtype is None else idx.to(dtype)
+
+
+def bernoulli(p, generator=None):
+    from aotgrad.runtime.ops import lt, cast
+    u = rand(tuple(p.shape), dtype=p.dtype, generator=generator)
+    return cast(lt(u, p), p.dtype)
+
+
+def normal(mean, std, size=None, generator=None):
+    from aotgrad.runtime.ops import add, mul
+    if size is not None:
+        return add(mul(randn(_size((size,)), generator=generator), std), mean)
+    shape = tuple(mean.shape) if isinstance(mean, Tensor) else tuple(std.shape)
+    return add(mul(randn(shape, generator=generator), std), mean)
+
+
+class Generator:
+    """A separate generator (`aotgrad.Generator().manual_seed(0)`)."""
+
+    def __init__(self, device="cpu"):
+        self._rng = _RNG()
+
+    def manual_seed(self, seed):
+        self._rng.manual_seed(seed)
+        return self
+
+    def next_seed(self):
+        return self._rng.next_seed()
+
+    def initial_seed(self):
+        return self._rng.initial

@@ -1,0 +1,647 @@
+"""Shape, joining, indexing, sorting and in-place ops, decomposed into prims.
+
+In eager mode, ops that numpy computes as views (reshape, transpose, slicing, expand)
+share storage and the version counter with their input, as PyTorch views do.
+"""
+import builtins
+import math
+
+import numpy as np
+
+from aotgrad.ir import dtypes as dt
+from aotgrad.runtime import tprims as tp
+from aotgrad.runtime.grad_mode import state as _mode
+from aotgrad.runtime.ops import (as_tensor_like, broadcast_shapes, cast, norm_dims, op, where,
+                                 eq, lt, add, mul, ge, logical_and)
+from aotgrad.runtime.tensor import Tensor
+
+
+def _view_of(out, base):
+    """Share the version counter with `base` when numpy made a view (eager only)."""
+    v = out._value
+    if isinstance(v, np.ndarray) and isinstance(base._value, np.ndarray) and \
+            np.may_share_memory(v, base._value):
+        out._version = base._version
+        out._base = base if base._base is None else base._base
+    return out
+
+
+def _dim(d, ndim):
+    return norm_dims(d, ndim)[0] if ndim else 0
+
+
+def _shape_arg(shape):
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = tuple(shape[0])
+    return tuple(int(s) for s in shape)
+
+
+def infer_shape(shape, numel):
+    shape = list(shape)
+    if shape.count(-1) > 1:
+        raise RuntimeError("only one dimension can be inferred")
+    if -1 in shape:
+        known = math.prod(s for s in shape if s != -1)
+        if known == 0 or numel % known:
+            raise RuntimeError(f"shape '{shape}' is invalid for input of size {numel}")
+        shape[shape.index(-1)] = numel // known
+    if math.prod(shape) != numel:
+        raise RuntimeError(f"shape '{shape}' is invalid for input of size {numel}")
+    return tuple(shape)
+
+
+@op("reshape", "ViewBackward0")
+def reshape(x, *shape):
+    shape = infer_shape(_shape_arg(shape), x.numel())
+    return _view_of(tp.reshape(x, shape=shape), x)
+
+
+def _alias(x):
+    """A same-shape view: reshape to the same shape (keeps autograd history, like view)."""
+    return _view_of(tp.reshape(x, shape=tuple(x.shape)), x)
+
+
+view = reshape
+
+
+def view_as(x, other):
+    return reshape(x, tuple(other.shape))
+
+
+def reshape_as(x, other):
+    return reshape(x, tuple(other.shape))
+
+
+def flatten(x, start_dim=0, end_dim=-1):
+    if x.ndim == 0:
+        return reshape(x, 1)
+    s, e = _dim(start_dim, x.ndim), _dim(end_dim, x.ndim)
+    shape = tuple(x.shape[:s]) + (math.prod(x.shape[s:e + 1]),) + tuple(x.shape[e + 1:])
+    return reshape(x, shape)
+
+
+def unflatten(x, dim, sizes):
+    d = _dim(dim, x.ndim)
+    sizes = infer_shape(sizes, x.shape[d])
+    return reshape(x, tuple(x.shape[:d]) + sizes + tuple(x.shape[d + 1:]))
+
+
+@op("permute", "PermuteBackward0")
+def permute(x, *dims):
+    dims = _shape_arg(dims)
+    if len(dims) != x.ndim:
+        raise RuntimeError(f"permute(sparse_coo): number of dimensions in the tensor input does "
+                           f"not match the length of the desired ordering of dimensions i.e. "
+                           f"input.dim() = {x.ndim} is not equal to len(dims) = {len(dims)}")
+    perm = tuple(_dim(d, x.ndim) for d in dims)
+    return _view_of(tp.transpose(x, perm=perm), x)
+
+
+@op("transpose", "TransposeBackward0")
+def transpose(x, dim0, dim1):
+    if x.ndim < 2 and x.ndim == 0:
+        return x
+    a, b = _dim(dim0, x.ndim), _dim(dim1, x.ndim)
+    perm = list(range(x.ndim))
+    perm[a], perm[b] = perm[b], perm[a]
+    return _view_of(tp.transpose(x, perm=tuple(perm)), x)
+
+
+swapaxes = swapdims = transpose
+
+
+def t(x):
+    if x.ndim > 2:
+        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {x.ndim}D")
+    return transpose(x, 0, 1) if x.ndim == 2 else x
+
+
+def movedim(x, source, destination):
+    src, dst = _dim(source, x.ndim), _dim(destination, x.ndim)
+    order = [d for d in range(x.ndim) if d != src]
+    order.insert(dst, src)
+    return permute(x, *order)
+
+
+@op("unsqueeze", "UnsqueezeBackward0")
+def unsqueeze(x, dim):
+    d = norm_dims(dim, x.ndim + 1)[0]
+    return reshape(x, tuple(x.shape[:d]) + (1,) + tuple(x.shape[d:]))
+
+
+@op("squeeze", "SqueezeBackward0")
+def squeeze(x, dim=None):
+    if dim is None:
+        dims = [i for i, n in enumerate(x.shape) if n == 1]
+    else:
+        dims = [d for d in norm_dims(dim, x.ndim) if x.shape[d] == 1] if x.ndim else []
+    return reshape(x, tuple(n for i, n in enumerate(x.shape) if i not in dims))
+
+
+@op("expand", "ExpandBackward0")
+def expand(x, *sizes):
+    sizes = _shape_arg(sizes)
+    if len(sizes) < x.ndim:
+        raise RuntimeError(f"expand: the number of sizes provided ({len(sizes)}) must be greater "
+                           f"or equal to the number of dimensions in the tensor ({x.ndim})")
+    lead = len(sizes) - x.ndim
+    shape = tuple(x.shape[i - lead] if s == -1 else s for i, s in enumerate(sizes))
+    for i, n in enumerate(x.shape):
+        if n != 1 and n != shape[lead + i]:
+            raise RuntimeError(f"The expanded size of the tensor ({shape[lead + i]}) must match "
+                               f"the existing size ({n}) at non-singleton dimension {lead + i}. "
+                               f" Target sizes: {list(sizes)}.  Tensor sizes: {list(x.shape)}")
+    return _view_of(tp.broadcast_to(x, shape), x)
+
+
+def expand_as(x, other):
+    return expand(x, tuple(other.shape))
+
+
+def broadcast_to(x, shape):
+    return expand(x, tuple(shape))
+
+
+def broadcast_tensors(*ts):
+    shape = broadcast_shapes(*[t.shape for t in ts])
+    return tuple(expand(t, shape) for t in ts)
+
+
+@op("repeat", "RepeatBackward0")
+def repeat(x, *reps):
+    reps = _shape_arg(reps)
+    if len(reps) < x.ndim:
+        raise RuntimeError("Number of dimensions of repeat dims can not be smaller than number "
+                           "of dimensions of tensor")
+    x = reshape(x, (1,) * (len(reps) - x.ndim) + tuple(x.shape))
+    # (r0, n0, r1, n1, ...) broadcast then merge
+    inter = []
+    for r, n in zip(reps, x.shape):
+        inter += [r, n]
+    y = tp.broadcast_in_dim(x, shape=tuple(inter), dims=tuple(range(1, 2 * x.ndim, 2)))
+    return tp.reshape(y, shape=tuple(r * n for r, n in zip(reps, x.shape)))
+
+
+def tile(x, *reps):
+    reps = _shape_arg(reps)
+    reps = (1,) * (x.ndim - len(reps)) + reps
+    return repeat(x, reps)
+
+
+@op("clone", "CloneBackward0")
+def clone(x, *, memory_format=None):
+    if isinstance(x._value, np.ndarray):
+        out = tp.reshape(x, shape=tuple(x.shape))
+        out._value = np.array(out._value, copy=True)
+        return out
+    return tp.reshape(x, shape=tuple(x.shape))
+
+
+def contiguous(x, memory_format=None):
+    return x
+
+
+@op("flip", "FlipBackward0")
+def flip(x, dims):
+    return tp.rev(x, dims=norm_dims(dims, x.ndim))
+
+
+@op("roll")
+def roll(x, shifts, dims=None):
+    if dims is None:
+        return reshape(roll(flatten(x), shifts, 0), tuple(x.shape))
+    shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
+    dims = (dims,) if isinstance(dims, int) else tuple(dims)
+    for s, d in zip(shifts, dims):
+        d = _dim(d, x.ndim)
+        n = x.shape[d]
+        s %= n
+        if s:
+            x = cat([narrow(x, d, n - s, s), narrow(x, d, 0, n - s)], d)
+    return x
+
+
+# ---- joining and splitting -----------------------------------------------------------------
+@op("cat", "CatBackward0")
+def cat(tensors, dim=0):
+    tensors = [as_tensor_like(t) for t in tensors]
+    if not tensors:
+        raise RuntimeError("cat(): expected a non-empty list of Tensors")
+    tensors = [t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)] or tensors[:1]
+    d = _dim(dim, tensors[0].ndim)
+    dtype = tensors[0].dtype
+    for t in tensors[1:]:
+        dtype = dt.promote(dtype, t.dtype)
+    tensors = [cast(t, dtype) for t in tensors]
+    for i, t in enumerate(tensors[1:], 1):
+        if t.ndim != tensors[0].ndim or any(a != b for j, (a, b) in
+                                            enumerate(zip(t.shape, tensors[0].shape)) if j != d):
+            raise RuntimeError(f"Sizes of tensors must match except in dimension {d}. Expected "
+                               f"size {tensors[0].shape[j] if t.ndim == tensors[0].ndim else '?'}"
+                               f" but got size {t.shape[j] if t.ndim == tensors[0].ndim else '?'}"
+                               f" for tensor number {i} in the list (shapes "
+                               f"{list(tensors[0].shape)} and {list(t.shape)}).")
+    if len(tensors) == 1:
+        return _alias(tensors[0])
+    return tp.concatenate(*tensors, dim=d)
+
+
+concat = concatenate = cat
+
+
+@op("stack", "StackBackward0")
+def stack(tensors, dim=0):
+    tensors = list(tensors)
+    if not tensors:
+        raise RuntimeError("stack expects a non-empty TensorList")
+    s0 = tuple(tensors[0].shape)
+    for i, t in enumerate(tensors):
+        if tuple(t.shape) != s0:
+            raise RuntimeError(f"stack expects each tensor to be equal size, but got {list(s0)} "
+                               f"at entry 0 and {list(t.shape)} at entry {i}")
+    d = norm_dims(dim, len(s0) + 1)[0]
+    return cat([unsqueeze(t, d) for t in tensors], d)
+
+
+def hstack(tensors):
+    return cat(tensors, 0 if tensors[0].ndim == 1 else 1)
+
+
+def vstack(tensors):
+    return cat([t if t.ndim > 1 else reshape(t, 1, -1) for t in tensors], 0)
+
+
+@op("narrow")
+def narrow(x, dim, start, length):
+    d = _dim(dim, x.ndim)
+    start = start + x.shape[d] if start < 0 else start
+    if not 0 <= start <= start + length <= x.shape[d]:
+        raise IndexError(f"start ({start}) + length ({length}) exceeds dimension size "
+                         f"({x.shape[d]}).")
+    lo, hi = [0] * x.ndim, list(x.shape)
+    lo[d], hi[d] = start, start + length
+    return _view_of(tp.slice(x, start=tuple(lo), limit=tuple(hi)), x)
+
+
+def split(x, split_size_or_sections, dim=0):
+    d = _dim(dim, x.ndim)
+    n = x.shape[d]
+    if isinstance(split_size_or_sections, int):
+        s = split_size_or_sections
+        sizes = [builtins.min(s, n - i) for i in range(0, n, s)] or [0]
+    else:
+        sizes = list(split_size_or_sections)
+        if builtins.sum(sizes) != n:
+            raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {n} "
+                               f"(input tensor's size at dimension {d}), but got split_sizes="
+                               f"{sizes}")
+    out, off = [], 0
+    for s in sizes:
+        out.append(narrow(x, d, off, s))
+        off += s
+    return tuple(out)
+
+
+def chunk(x, chunks, dim=0):
+    n = x.shape[_dim(dim, x.ndim)]
+    return split(x, -(-n // chunks) if n else 1, dim)
+
+
+def unbind(x, dim=0):
+    d = _dim(dim, x.ndim)
+    return tuple(select(x, d, i) for i in range(x.shape[d]))
+
+
+def select(x, dim, index):
+    d = _dim(dim, x.ndim)
+    n = x.shape[d]
+    if not -n <= index < n:
+        raise IndexError(f"index {index} is out of bounds for dimension {d} with size {n}")
+    index %= n
+    s = narrow(x, d, index, 1)
+    return _view_of(tp.reshape(s, shape=tuple(x.shape[:d]) + tuple(x.shape[d + 1:])), x)
+
+
+# ---- triangular, one_hot, sort -------------------------------------------------------------
+def _tri_mask(x, diagonal, upper):
+    r, c = x.shape[-2], x.shape[-1]
+    rows = tp.iota(shape=(r, c), dim=0, dtype=dt.int64)
+    cols = tp.iota(shape=(r, c), dim=1, dtype=dt.int64)
+    diff = tp.sub(cols, rows)
+    k = tp.broadcast_to(tp.constant(diagonal, dt.int64), (r, c))
+    m = tp.ge(diff, k) if upper else tp.le(diff, k)
+    return tp.broadcast_to(m, tuple(x.shape))
+
+
+@op("tril", "TrilBackward0")
+def tril(x, diagonal=0):
+    return where(_tri_mask(x, diagonal, False), x, tp.zeros(tuple(x.shape), x.dtype))
+
+
+@op("triu", "TriuBackward0")
+def triu(x, diagonal=0):
+    return where(_tri_mask(x, diagonal, True), x, tp.zeros(tuple(x.shape), x.dtype))
+
+
+@op("one_hot")
+def one_hot(x, num_classes=-1):
+    if x.dtype is not dt.int64 and x.dtype is not dt.int32:
+        raise RuntimeError("one_hot is only applicable to index tensor.")
+    if num_classes == -1:
+        num_classes = int(x._concrete("one_hot without num_classes").max()) + 1
+    shape = tuple(x.shape) + (num_classes,)
+    classes = tp.iota(shape=shape, dim=x.ndim, dtype=x.dtype)
+    xb = tp.broadcast_in_dim(x, shape=shape, dims=tuple(range(x.ndim)))
+    return tp.convert_element_type(tp.eq(xb, classes), dtype=dt.int64)
+
+
+@op("argsort")
+def argsort(x, dim=-1, descending=False, stable=False):
+    return tp.argsort(x, dim=_dim(dim, x.ndim), descending=descending)
+
+
+@op("sort", "SortBackward0")
+def sort(x, dim=-1, descending=False, stable=False):
+    from aotgrad.runtime.ops import _MinMax
+    idx = argsort(x, dim, descending)
+    return _MinMax(take_along_dim(x, idx, _dim(dim, x.ndim)), idx)
+
+
+@op("topk", "TopkBackward0")
+def topk(x, k, dim=-1, largest=True, sorted=True):
+    from aotgrad.runtime.ops import _MinMax
+    d = _dim(dim, x.ndim)
+    if not 0 <= k <= x.shape[d]:
+        raise RuntimeError(f"selected index k out of range (k={k}, size {x.shape[d]})")
+    idx = narrow(argsort(x, d, descending=largest), d, 0, k)
+    return _MinMax(take_along_dim(x, idx, d), idx)
+
+
+# ---- gather / index ------------------------------------------------------------------------
+@op("gather", "GatherBackward0")
+def gather(x, dim, index):
+    if index.dtype is not dt.int64:
+        raise RuntimeError(f"gather(): Expected dtype int64 for index, got {index.dtype.name}")
+    return tp.gather(x, _normalize_index(index, x.shape[_dim(dim, x.ndim)]),
+                     dim=_dim(dim, x.ndim))
+
+
+def take_along_dim(x, indices, dim):
+    d = _dim(dim, x.ndim)
+    shape = list(broadcast_shapes(tuple(n for i, n in enumerate(x.shape) if i != d),
+                                  tuple(n for i, n in enumerate(indices.shape) if i != d)))
+    ishape = shape[:d] + [indices.shape[d]] + shape[d:]
+    xshape = shape[:d] + [x.shape[d]] + shape[d:]
+    return tp.gather(expand(x, tuple(xshape)), expand(indices, tuple(ishape)), dim=d)
+
+
+@op("index_select", "IndexSelectBackward0")
+def index_select(x, dim, index):
+    if index.ndim > 1:
+        raise IndexError("index_select(): Index is supposed to be a vector")
+    d = _dim(dim, x.ndim)
+    index = _normalize_index(cast(reshape(index, -1), dt.int64), x.shape[d])
+    k = index.shape[0]
+    shape = tuple(x.shape[:d]) + (k,) + tuple(x.shape[d + 1:])
+    idx = tp.broadcast_in_dim(index, shape=shape, dims=(d,))
+    if k > x.shape[d]:  # gather needs index dims <= input dims outside `dim`: fine; inside: ok
+        pass
+    return tp.gather(x, idx, dim=d)
+
+
+@op("scatter_add", "ScatterAddBackward0")
+def scatter_add(x, dim, index, src):
+    return tp.scatter_add(x, index, src, dim=_dim(dim, x.ndim))
+
+
+@op("masked_fill", "MaskedFillBackward0")
+def masked_fill(x, mask, value):
+    return where(mask, cast(as_tensor_like(value, x.dtype), x.dtype), x)
+
+
+def _normalize_index(idx, n):
+    """Negative indices wrap; out-of-range indices raise (checked eagerly on concrete values)."""
+    if isinstance(idx._value, np.ndarray):
+        v = idx._value
+        if v.size and (v.min() < -n or v.max() >= n):
+            bad = v[(v < -n) | (v >= n)].flat[0]
+            raise IndexError(f"index {bad} is out of bounds for dimension with size {n}")
+        if v.size and v.min() < 0:
+            return as_tensor_like(np.where(v < 0, v + n, v))
+        return idx
+    zero = tp.zeros(tuple(idx.shape), idx.dtype)
+    return tp.where(tp.lt(idx, zero), tp.add(idx, tp.broadcast_to(tp.constant(n, idx.dtype),
+                                                                 tuple(idx.shape))), idx)
+
+
+# ---- __getitem__ / __setitem__ -------------------------------------------------------------
+def _expand_index(x, index):
+    if not isinstance(index, tuple):
+        index = (index,)
+    index = tuple(as_tensor_like(np.asarray(i)) if isinstance(i, (list, np.ndarray)) else i
+                  for i in index)
+    n_real = builtins.sum(1 if not (i is None or i is Ellipsis) else 0 for i in index)
+    n_real += builtins.sum(i.ndim - 1 for i in index if isinstance(i, Tensor)
+                           and i.dtype is dt.bool_)
+    if builtins.sum(1 for i in index if i is Ellipsis) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    if n_real > x.ndim:
+        raise IndexError(f"too many indices for tensor of dimension {x.ndim}")
+    out = []
+    for i in index:
+        if i is Ellipsis:
+            out += [slice(None)] * (x.ndim - n_real)
+        else:
+            out.append(i)
+    if not builtins.any(i is Ellipsis for i in index):
+        out += [slice(None)] * (x.ndim - n_real)
+    return out
+
+
+@op("getitem")
+def getitem(x, index):
+    idx = _expand_index(x, index)
+    # basic indexing first: slices, ints, None; remember advanced (tensor) positions
+    start, limit, strides, shape_after, adv = [], [], [], [], []
+    dim = 0
+    for i in idx:
+        if i is None:
+            shape_after.append(("new", None))
+            continue
+        if isinstance(i, Tensor) and i.dtype is dt.bool_:
+            if x._is_traced:
+                from aotgrad.runtime.dispatch import graph_break
+                graph_break("boolean mask indexing (data-dependent shape)", x)
+            nz = np.nonzero(i._value)
+            for k, arr in enumerate(nz):
+                n = x.shape[dim]
+                start.append(0), limit.append(n), strides.append(1)
+                shape_after.append(("adv", len(adv)))
+                adv.append((dim, as_tensor_like(arr.astype(np.int64))))
+                dim += 1
+            continue
+        n = x.shape[dim]
+        if isinstance(i, (bool, np.bool_)):
+            raise IndexError("bool scalar indexing is not supported")
+        if isinstance(i, (int, np.integer)) or (isinstance(i, Tensor) and i.ndim == 0 and
+                                                not i._is_traced and
+                                                i.dtype in (dt.int64, dt.int32)):
+            i = int(i)
+            if not -n <= i < n:
+                raise IndexError(f"index {i} is out of bounds for dimension {dim} with size {n}")
+            i %= n
+            start.append(i), limit.append(i + 1), strides.append(1)
+            shape_after.append(("drop", None))
+        elif isinstance(i, slice):
+            s, e, st = i.indices(n)
+            if st <= 0:
+                raise ValueError("step must be greater than zero")
+            e = builtins.max(e, s)
+            start.append(s), limit.append(e), strides.append(st)
+            shape_after.append(("keep", None))
+        elif isinstance(i, Tensor):
+            if i.dtype.is_floating_point:
+                raise IndexError("tensors used as indices must be long, int, byte or bool "
+                                 "tensors")
+            start.append(0), limit.append(n), strides.append(1)
+            shape_after.append(("adv", len(adv)))
+            adv.append((dim, i))
+        else:
+            raise TypeError(f"invalid index of type {type(i).__name__}")
+        dim += 1
+    y = x
+    if tuple(start) != (0,) * x.ndim or tuple(limit) != tuple(x.shape) or \
+            builtins.any(s != 1 for s in strides):
+        y = _view_of(tp.slice(x, start=tuple(start), limit=tuple(limit), strides=tuple(strides)),
+                     x)
+    # drop int dims, insert None dims; track where advanced dims are
+    new_shape, adv_pos, src = [], [], 0
+    for kind, k in shape_after:
+        if kind == "new":
+            new_shape.append(1)
+        elif kind == "drop":
+            src += 1
+        else:
+            if kind == "adv":
+                adv_pos.append(len(new_shape))
+            new_shape.append(y.shape[src])
+            src += 1
+    if tuple(new_shape) != tuple(y.shape):
+        y = _view_of(tp.reshape(y, shape=tuple(new_shape)), x)
+    if not adv:
+        return y if y is not x else _alias(x)
+    return _advanced(y, adv_pos, [t for _, t in adv])
+
+
+def _advanced(y, pos, idx):
+    """numpy advanced indexing of y at dims `pos` by integer tensors `idx` (broadcast)."""
+    bshape = broadcast_shapes(*[t.shape for t in idx])
+    rest = [d for d in range(y.ndim) if d not in pos]
+    yt = permute(y, *(pos + rest)) if pos + rest != list(range(y.ndim)) else y
+    sizes = [y.shape[d] for d in pos]
+    flat = None
+    stride = 1
+    for t, n in reversed(list(zip(idx, sizes))):
+        t = _normalize_index(cast(expand(t, bshape), dt.int64), n)
+        term = t if stride == 1 else mul(t, stride)
+        flat = term if flat is None else add(flat, term)
+        stride *= n
+    rest_shape = tuple(y.shape[d] for d in rest)
+    y2 = reshape(yt, (math.prod(sizes),) + rest_shape)
+    out = index_select(y2, 0, reshape(flat, -1))
+    out = reshape(out, tuple(bshape) + rest_shape)
+    contiguous_adv = pos == list(range(pos[0], pos[0] + len(pos)))
+    if contiguous_adv and pos[0] != 0:  # numpy puts the index dims where the indexed dims were
+        nb = len(bshape)
+        order = list(range(nb, nb + pos[0])) + list(range(nb)) + \
+            list(range(nb + pos[0], out.ndim))
+        out = permute(out, *order)
+    return out
+
+
+def _inplace_guard(x, opname):
+    if _mode.grad_enabled:
+        if x.grad_fn is None and x.requires_grad:
+            raise RuntimeError(f"a leaf Variable that requires grad is being used in an in-place "
+                               f"operation ({opname}).")
+        if x._base is not None and x._base.requires_grad:
+            raise RuntimeError(f"{opname}: in-place modification of a view of a tensor that "
+                               f"requires grad is not supported; use the out-of-place op or "
+                               f"modify the base tensor")
+
+
+def commit_inplace(x, new, opname):
+    """Make `new` (computed out of place) the value and history of `x`; bump its version."""
+    _inplace_guard(x, opname)
+    if new.dtype is not x.dtype:
+        if not x.dtype.is_floating_point and new.dtype.is_floating_point:
+            raise RuntimeError(f"result type {new.dtype.name} can't be cast to the desired "
+                               f"output type {x.dtype.name}")
+        new = cast(new, x.dtype)
+    if tuple(new.shape) != tuple(x.shape):
+        raise RuntimeError(f"output with shape {list(x.shape)} doesn't match the broadcast shape "
+                           f"{list(new.shape)}")
+    if isinstance(x._value, np.ndarray) and isinstance(new._value, np.ndarray):
+        if not x._value.flags.writeable:
+            raise RuntimeError(f"{opname}: unsupported operation: more than one element of the "
+                               f"written-to tensor refers to a single memory location (it is an "
+                               f"expanded view). Please clone() the tensor before performing "
+                               f"the operation.")
+        np.copyto(x._value, new._value)
+        if new.grad_fn is not None:  # the new node saved `new`'s own buffer, not x's
+            pass
+    else:
+        x._value = new._value
+    x._version.v += 1
+    if new.requires_grad and _mode.grad_enabled:
+        x.grad_fn, x._output_nr, x.requires_grad = new.grad_fn, new._output_nr, True
+        x._retains_grad = False
+    return x
+
+
+def snapshot(x):
+    """x, or (when its old value may be saved for backward by an in-place op) a copy of it
+    with the same autograd identity, so the in-place write cannot corrupt what was saved."""
+    if _mode.grad_enabled and x.requires_grad and isinstance(x._value, np.ndarray):
+        s = Tensor._make(np.array(x._value, copy=True), True)
+        s.grad_fn, s._output_nr = x.grad_fn, x._output_nr
+        if x.grad_fn is None:
+            return x
+        return s
+    return x
+
+
+@op("setitem", "CopySlices")
+def setitem(x, index, value):
+    value = as_tensor_like(value, x.dtype)
+    needs_grad = _mode.grad_enabled and (x.requires_grad or value.requires_grad)
+    if not needs_grad and not x._is_traced and not value._is_traced:
+        _inplace_guard(x, "setitem")
+        idx = index._value if isinstance(index, Tensor) else index
+        if isinstance(idx, tuple):
+            idx = tuple(i._value if isinstance(i, Tensor) else i for i in idx)
+        try:
+            x._value[idx] = value._value
+        except ValueError as e:
+            raise RuntimeError(f"setitem: {e} (destination shape {list(x.shape)}, value shape "
+                               f"{list(value.shape)})") from None
+        x._version.v += 1
+        return x
+    pos = getitem(tp.iota(shape=(x.numel(),), dim=0, dtype=dt.int64).reshape(tuple(x.shape)),
+                  index)
+    v = expand(cast(value, x.dtype), tuple(pos.shape))
+    pos_flat, v_flat = reshape(pos, -1), reshape(v, -1)
+    base = snapshot(x)
+    xf = reshape(base, -1)
+    zeros = tp.zeros((x.numel(),), x.dtype)
+    scattered = tp.scatter_add(zeros, pos_flat, v_flat, dim=0)
+    hit = tp.scatter_add(tp.zeros((x.numel(),), dt.int64), pos_flat,
+                         tp.broadcast_to(tp.constant(1, dt.int64), tuple(pos_flat.shape)), dim=0)
+    new = where(tp.gt(hit, tp.zeros((x.numel(),), dt.int64)), scattered, xf)
+    return commit_inplace(x, reshape(new, tuple(x.shape)), "setitem")
+
+
+def index_put_(x, indices, values, accumulate=False):
+    if accumulate:
+        raise NotImplementedError("index_put_ with accumulate=True is not supported")
+    return setitem(x, tuple(indices), values)

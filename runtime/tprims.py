@@ -1,0 +1,54 @@
+"""Prims as tensor functions: `tprims.add(a, b)` is `dispatch.apply(prims.add, a, b)`.
+
+Derivative rules and ops are written with these, so each call is both computed (eager)
+and recorded (tracing), and is itself differentiable.
+"""
+import numpy as np
+
+from aotgrad.ir import dtypes as dt
+from aotgrad.ir.prims import PRIMS
+from aotgrad.runtime.dispatch import apply
+
+
+def _make(prim):
+    def f(*tensors, **params):
+        return apply(prim, *tensors, **params)
+    f.__name__ = prim.name
+    f.__doc__ = f"Tensor-level `prims.{prim.name}`."
+    return f
+
+
+for _name, _prim in PRIMS.items():
+    globals()[_name] = _make(_prim)
+
+
+def constant(value, dtype, shape=()):
+    """A constant tensor of `dtype` (a `full` prim, so it is traced too)."""
+    return full(shape=tuple(shape), value=_py(value, dtype), dtype=dtype)  # noqa: F821
+
+
+def zeros(shape, dtype):
+    return constant(0, dtype, shape)
+
+
+def _py(value, dtype):
+    if dtype is dt.bool_:
+        return bool(value)
+    if dtype.is_floating_point:
+        return float(value)
+    return int(value)
+
+
+def broadcast_to(t, shape):
+    """Numpy-style broadcast of t to `shape` (right-aligned) with one broadcast_in_dim."""
+    shape = tuple(shape)
+    if tuple(t.shape) == shape:
+        return t
+    nd = len(shape)
+    if t.ndim > nd:
+        raise ValueError(f"cannot broadcast {list(t.shape)} to {list(shape)}")
+    return broadcast_in_dim(t, shape=shape, dims=tuple(range(nd - t.ndim, nd)))  # noqa: F821
+
+
+__all__ = list(PRIMS) + ["constant", "zeros", "broadcast_to"]
+del np

@@ -1,0 +1,22 @@
+"""Shared test settings: a per-session compile cache dir and the `torch` oracle fixture."""
+import os
+import tempfile
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("AOTGRAD_CACHE_DIR", os.path.join(tempfile.gettempdir(),
+                                                        "aotgrad-test-cache"))
+
+
+@pytest.fixture
+def torch():
+    """PyTorch as an oracle: the test skips where it is not installed."""
+    return pytest.importorskip("torch")
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    import aotgrad
+    aotgrad.manual_seed(0)
+    np.random.seed(0)
