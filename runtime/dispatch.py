@@ -3,6 +3,8 @@
 `apply(prim, *tensors, **params)` is used by every op in runtime/ops*.py. Eager values are
 numpy arrays; while a GraphBuilder is active they are IR Vars and the bind records a Node.
 """
+import numpy as _np
+
 from aotgrad.ir.core import Aval, aval_of, current_builder, Var
 from aotgrad.runtime import profiling
 from aotgrad.runtime.engine import Node, SavedTensor, _node_of
@@ -61,6 +63,8 @@ def apply(prim, *inputs, **params):
             out_val = prim.bind(*vals, **params)
     else:
         out_val = prim.bind(*vals, **params)
+    if not isinstance(out_val, (_np.ndarray, Var)):  # numpy returns scalars for 0-d results
+        out_val = _np.asarray(out_val)
     out = Tensor._make(out_val, False)
     if _mode.grad_enabled and inputs:
         rule = VJP.get(prim.name)

@@ -49,7 +49,8 @@ class Tensor:
     def _init_from(t, value, requires_grad):
         new = Tensor._make(value, False)
         for k in Tensor.__slots__[:-2]:
-            object.__setattr__(t, k, getattr(new, k))
+            if hasattr(new, k):  # slots that _make leaves unset stay unset
+                object.__setattr__(t, k, getattr(new, k))
         t.requires_grad_(requires_grad)
 
     # ---- metadata -----------------------------------------------------------------------
