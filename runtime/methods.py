@@ -30,11 +30,11 @@ def _inplace(fn, name):
 
 
 def _fill_(self, value):
-    from aotgrad.runtime.factories import full
-    v = value if isinstance(value, Tensor) else None
-    new = ops.add(ops.mul(self.detach(), 0), v if v is not None else value) \
-        if not isinstance(self._value, __import__("numpy").ndarray) or v is not None else \
-        full(tuple(self.shape), value, dtype=self.dtype)
+    if isinstance(value, Tensor):
+        new = shape_ops.expand(cast(value, self.dtype), tuple(self.shape))
+    else:
+        from aotgrad.runtime import tprims
+        new = tprims.constant(value, self.dtype, tuple(self.shape))
     return commit_inplace(self, new, "fill_")
 
 

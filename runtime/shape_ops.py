@@ -9,6 +9,7 @@ import math
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
+from aotgrad.ir.core import current_builder
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.ops import (as_tensor_like, broadcast_shapes, cast, norm_dims, op, where,
@@ -578,9 +579,17 @@ def commit_inplace(x, new, opname):
             raise RuntimeError(f"result type {new.dtype.name} can't be cast to the desired "
                                f"output type {x.dtype.name}")
         new = cast(new, x.dtype)
+    if x.requires_grad and not new.requires_grad and _mode.grad_enabled:
+        # the new value does not depend on x's old one: its history gets a zero gradient
+        keep = tp.constant(True, dt.bool_, tuple(x.shape))
+        new = tp.where(keep, new, snapshot(x))
     if tuple(new.shape) != tuple(x.shape):
         raise RuntimeError(f"output with shape {list(x.shape)} doesn't match the broadcast shape "
                            f"{list(new.shape)}")
+    if isinstance(x._value, np.ndarray) and not isinstance(new._value, np.ndarray):
+        # a real tensor written inside a trace: the tracer writes it back at run time
+        current_builder().record_mutation(x, new._value)
+        return x
     if isinstance(x._value, np.ndarray) and isinstance(new._value, np.ndarray):
         if not x._value.flags.writeable:
             raise RuntimeError(f"{opname}: unsupported operation: more than one element of the "
@@ -602,7 +611,8 @@ def commit_inplace(x, new, opname):
 def snapshot(x):
     """x, or (when its old value may be saved for backward by an in-place op) a copy of it
     with the same autograd identity, so the in-place write cannot corrupt what was saved."""
-    if _mode.grad_enabled and x.requires_grad and isinstance(x._value, np.ndarray):
+    if _mode.grad_enabled and x.requires_grad and isinstance(x._value, np.ndarray) and \
+            current_builder() is None:
         s = Tensor._make(np.array(x._value, copy=True), True)
         s.grad_fn, s._output_nr = x.grad_fn, x._output_nr
         if x.grad_fn is None:
@@ -615,7 +625,7 @@ def snapshot(x):
 def setitem(x, index, value):
     value = as_tensor_like(value, x.dtype)
     needs_grad = _mode.grad_enabled and (x.requires_grad or value.requires_grad)
-    if not needs_grad and not x._is_traced and not value._is_traced:
+    if not needs_grad and current_builder() is None:
         _inplace_guard(x, "setitem")
         idx = index._value if isinstance(index, Tensor) else index
         if isinstance(idx, tuple):
