@@ -46,3 +46,5 @@ float = float32  # noqa: A001  (aotgrad.float, like torch.float)
 double = float64
 long = int64
 int = int32  # noqa: A001
+from aotgrad.compiler import compile, explain  # noqa: E402,A001
+from aotgrad.tracer import GraphBreakError  # noqa: E402

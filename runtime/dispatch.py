@@ -18,8 +18,21 @@ class GraphBreak(Exception):
     """Raised while tracing when the code needs a concrete tensor value."""
 
 
+break_recorder = None  # a list while aotgrad.explain runs the function eagerly
+
+
 def graph_break(what, tensor):
     raise GraphBreak(what)
+
+
+def note_concrete(what):
+    """Called on every conversion to a concrete value; explain() records where it happens."""
+    if break_recorder is not None:
+        from aotgrad.ir.core import user_location
+        import os
+        file, line, src = user_location()
+        break_recorder.append(f"{os.path.basename(file) if file else '<unknown>'}:{line}: "
+                              f"{what}  [`{src}`]")
 
 
 class PrimBackward(Node):

@@ -216,9 +216,11 @@ class Tensor:
 
     # ---- conversion ---------------------------------------------------------------------
     def _concrete(self, what):
+        from aotgrad.runtime import dispatch
+        if dispatch.break_recorder is not None:
+            dispatch.note_concrete(what)
         if isinstance(self._value, Var):
-            from aotgrad.runtime.dispatch import graph_break
-            graph_break(what, self)
+            dispatch.graph_break(what, self)
         return self._value
 
     def numpy(self, *, force=False):

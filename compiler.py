@@ -1,0 +1,341 @@
+"""compile(): the one place that joins the tracer, the IR passes and partitioner, codegen and
+the runtime's executor.
+
+    @aotgrad.compile
+    def loss_fn(x, w):
+        return (x @ w).tanh().sum()
+
+    loss = loss_fn(x, w); loss.backward()     # compiled forward, compiled backward
+    print(loss_fn.ir(x, w))                    # forward / backward graphs, saved values, source
+"""
+import functools
+import os
+import warnings
+
+import numpy as np
+
+from aotgrad.ir import passes
+from aotgrad.ir.core import Aval
+from aotgrad.ir.partition import partition
+from aotgrad.ir.printer import HEADER, format_graph
+from aotgrad.runtime import dispatch
+from aotgrad.runtime.executor import CompiledBackward, write_back
+from aotgrad.runtime.factories import default_generator
+from aotgrad.runtime.grad_mode import state as _mode
+from aotgrad.runtime.tensor import Tensor
+from aotgrad.tracer.pytree import flatten, unflatten
+from aotgrad.tracer.trace import GraphBreakError, trace
+
+BACKENDS = ("numba", "interpret")
+
+
+def _runner(graph, backend, name):
+    if backend == "interpret":
+        from aotgrad.ir.core import evaluate
+        return (lambda args: evaluate(graph, args)), None
+    from aotgrad.codegen import compile_graph
+    prog = compile_graph(graph, name=name)
+    return (lambda args: prog(*args)), prog
+
+
+class Program:
+    """One compiled specialisation: the joint, forward and backward graphs, the partition,
+    and their runners. `str(program)` prints all of it."""
+
+    def __init__(self, tr, backend, memory_budget, name):
+        self.trace, self.name, self.backend = tr, name, backend
+        self.joint = passes.optimize(tr.graph)
+        self.n_fw_outputs = len(tr.out_is_tensor) - tr.out_is_tensor.count(False) + \
+            len(tr.mutations)
+        self.has_backward = bool(tr.diff_roles) and any(tr.grad_present)
+        n_primals = tr.n_primals
+        if self.has_backward:
+            self.partition = partition(self.joint, n_primals, self.n_fw_outputs, memory_budget)
+            self.forward, self.backward = self.partition.forward, self.partition.backward
+        else:
+            self.partition = None
+            self.forward, self.backward = None, None
+        self.inference = passes.dce(_restrict(self.joint, n_primals, self.n_fw_outputs))
+        self.inference.name = "inference"
+        self._runners = {}
+        self._kernels = {}
+
+    # ---- running ------------------------------------------------------------------------
+    def _run(self, which, args):
+        r = self._runners.get(which)
+        if r is None:
+            graph = getattr(self, which)
+            r, kern = _runner(graph, self.backend, f"{self.name}_{which}")
+            self._runners[which], self._kernels[which] = r, kern
+        return r(args)
+
+    def build(self):
+        for which in ("forward", "backward", "inference"):
+            if getattr(self, which) is not None:
+                self._run_prepare(which)
+        return self
+
+    def _run_prepare(self, which):
+        if which not in self._runners:
+            r, kern = _runner(getattr(self, which), self.backend, f"{self.name}_{which}")
+            self._runners[which], self._kernels[which] = r, kern
+
+    def run_backward(self, args):
+        return self._run("backward", args)
+
+    def scatter_grads(self, present):
+        """Grads of the backward graph -> one entry per differentiable input (None if unused)."""
+        it = iter(present)
+        return [next(it) if p else None for p in self.trace.grad_present]
+
+    @property
+    def saved(self):
+        return self.partition.saved if self.partition else []
+
+    @property
+    def source(self):
+        parts = []
+        for which in ("forward", "backward", "inference"):
+            k = self._kernels.get(which)
+            if k is not None and getattr(k, "source", None):
+                parts.append(f"# ---- {which} ----\n{k.source}")
+        return "\n".join(parts)
+
+    def __call__(self, leaves):
+        tr = self.trace
+        inputs = []
+        replay = []
+        for kind, x in tr.roles:
+            if kind == "arg":
+                t = leaves[x]
+            elif kind == "lifted":
+                t = x
+            else:
+                t = default_generator.next_seed()
+            inputs.append(t._value)
+            replay.append(t if kind != "seed" else t._value)
+        need_grad = self.has_backward and _mode.grad_enabled
+        if need_grad:
+            outs = self._run("forward", inputs)
+            fw, saved = outs[:self.n_fw_outputs], outs[self.n_fw_outputs:]
+        else:
+            fw, saved = self._run("inference", inputs), None
+        n_tensor_outs = self.n_fw_outputs - len(tr.mutations)
+        for (kind, x), value in zip(tr.mutations, fw[n_tensor_outs:]):
+            write_back(leaves[x] if kind == "arg" else x, value)
+        vals = iter(fw[:n_tensor_outs])
+        outs = [Tensor._make(next(vals)) if is_t else const
+                for is_t, const in zip(tr.out_is_tensor, tr.out_leaves)]
+        if need_grad and tr.diff_outs:
+            diff_inputs = [leaves[x] if kind == "arg" else x for kind, x in tr.diff_roles]
+            node = CompiledBackward(self, saved, diff_inputs,
+                                    [Aval(outs[k]._value.shape, outs[k].dtype)
+                                     for k in tr.diff_outs], replay)
+            for nr, k in enumerate(tr.diff_outs):
+                outs[k].requires_grad, outs[k].grad_fn, outs[k]._output_nr = True, node, nr
+        return unflatten(tr.out_tree, outs)
+
+    # ---- reading ------------------------------------------------------------------------
+    def __str__(self):
+        parts = []
+        if self.has_backward:
+            parts += [format_graph(self.forward), format_graph(self.backward),
+                      "# partition\n# " + self.partition.report().replace("\n", "\n# ")]
+        else:
+            parts.append(format_graph(self.inference))
+        if self.source:
+            parts.append(self.source)
+        return "\n".join(parts)
+
+    def dump(self, directory):
+        """Write forward.py, joint.py, backward.py, partition.txt and kernels.py."""
+        os.makedirs(directory, exist_ok=True)
+        files = {"joint.py": format_graph(self.joint, "joint"),
+                 "inference.py": format_graph(self.inference, "inference")}
+        if self.has_backward:
+            files["forward.py"] = format_graph(self.forward, "forward")
+            files["backward.py"] = format_graph(self.backward, "backward")
+            files["partition.txt"] = self.partition.report() + "\n"
+        else:
+            files["forward.py"] = format_graph(self.inference, "forward")
+        for name, text in files.items():
+            if name.endswith(".py"):
+                text = HEADER + text
+            with open(os.path.join(directory, name), "w") as f:
+                f.write(text)
+        if self.source:
+            with open(os.path.join(directory, "kernels.py"), "w") as f:
+                f.write(self.source)
+        return directory
+
+
+def _restrict(joint, n_primals, n_fw_outputs):
+    from aotgrad.ir.core import Graph
+    return Graph(joint.inputs[:n_primals], joint.nodes, joint.outputs[:n_fw_outputs], "inference")
+
+
+def _guard_key(leaves, module):
+    key = [_mode.grad_enabled]
+    for x in leaves:
+        if isinstance(x, Tensor):
+            key.append(("T", tuple(x.shape), x.dtype.name, x.requires_grad))
+        elif isinstance(x, (int, float, bool, str, type(None))):
+            key.append(("S", type(x).__name__, x))
+        else:
+            key.append(("O", type(x).__name__, id(x)))
+    if module is not None and hasattr(module, "modules"):
+        key.append(tuple(m.training for m in module.modules()))
+    return tuple(key)
+
+
+def _lifted_ok(prog):
+    """Lifted tensors are read at call time; their shapes/dtypes/requires_grad are guards."""
+    tr = prog.trace
+    diff = {id(t) for k, t in tr.diff_roles if k == "lifted"}
+    for (kind, t), v in zip(tr.roles, tr.graph.inputs):
+        if kind == "lifted":
+            if tuple(t._value.shape) != v.shape or t.dtype is not v.dtype:
+                return False
+            if _mode.grad_enabled and (t.requires_grad != (id(t) in diff)):
+                return False
+    return True
+
+
+class CompiledFunction:
+    """The callable `compile` returns. Caches one Program per guard key."""
+
+    def __init__(self, fn, fullgraph, backend, memory_budget, dump, cache_size_limit=8):
+        if backend not in BACKENDS:
+            raise ValueError(f"compile: unknown backend {backend!r}; choose one of {BACKENDS}")
+        self.fn, self.fullgraph, self.backend = fn, fullgraph, backend
+        self.memory_budget, self.dump_dir = memory_budget, dump or os.environ.get("AOTGRAD_DUMP")
+        self.cache_size_limit = cache_size_limit
+        self.module = fn if hasattr(fn, "named_parameters") else None
+        self.cache, self._warned, self.graph_breaks = {}, set(), []
+        self.name = getattr(fn, "__name__", type(fn).__name__)
+        functools.update_wrapper(self, fn if callable(fn) and hasattr(fn, "__name__") else
+                                 self.__call__, updated=())
+
+    def _names(self):
+        if self.module is None:
+            return {}
+        names = {id(p): n for n, p in self.module.named_parameters()}
+        if hasattr(self.module, "named_buffers"):
+            names.update({id(b): n for n, b in self.module.named_buffers()})
+        return names
+
+    def _warn_once(self, msg):
+        if msg not in self._warned:
+            self._warned.add(msg)
+            warnings.warn(msg, stacklevel=5)
+
+    def _build(self, args, kwargs, leaves):
+        try:
+            tr = trace(self.fn, args, kwargs, self._names(), want_grad=_mode.grad_enabled)
+        except dispatch.GraphBreak as e:
+            msg = f"aotgrad.compile({self.name}): graph break at {e}"
+            self.graph_breaks.append(str(e))
+            if self.fullgraph:
+                raise GraphBreakError(msg) from None
+            self._warn_once(msg + "; running this call eagerly")
+            return "eager"
+        except GraphBreakError as e:
+            if self.fullgraph:
+                raise
+            self._warn_once(f"aotgrad.compile({self.name}): {e}; running this call eagerly")
+            return "eager"
+        prog = Program(tr, self.backend, self.memory_budget, f"{self.name}_{len(self.cache)}")
+        if self.dump_dir:
+            prog.dump(os.path.join(self.dump_dir, prog.name))
+        return prog
+
+    def _lookup(self, args, kwargs):
+        leaves, _ = flatten((tuple(args), dict(kwargs)))
+        key = _guard_key(leaves, self.module)
+        prog = self.cache.get(key)
+        if prog is not None and prog != "eager" and not _lifted_ok(prog):
+            prog = None
+            self._warn_once(f"aotgrad.compile({self.name}): recompiling: a parameter or "
+                            f"closed-over tensor changed shape, dtype or requires_grad")
+        if prog is None:
+            if len(self.cache) >= self.cache_size_limit:
+                self._warn_once(f"aotgrad.compile({self.name}): cache_size_limit "
+                                f"({self.cache_size_limit}) reached; running eagerly from now "
+                                f"on (last guard miss: {key})")
+                return "eager", leaves
+            prog = self._build(args, kwargs, leaves)
+            self.cache[key] = prog
+        return prog, leaves
+
+    def __call__(self, *args, **kwargs):
+        prog, leaves = self._lookup(args, kwargs)
+        if prog == "eager":
+            return self.fn(*args, **kwargs)
+        return prog(leaves)
+
+    def ir(self, *args, **kwargs):
+        """The Program for these inputs, compiled but not run."""
+        prog, _ = self._lookup(args, kwargs)
+        if prog == "eager":
+            raise GraphBreakError(f"aotgrad.compile({self.name}) does not capture a graph for "
+                                  f"these inputs: {self.graph_breaks[-1]}")
+        return prog
+
+    def __get__(self, obj, objtype=None):  # decorating a method
+        return self if obj is None else functools.partial(self.__call__, obj)
+
+
+def compile(fn=None, *, fullgraph=False, backend="numba", memory_budget=None, dump=None):
+    """Trace `fn` into prims, derive its backward ahead of time, run both compiled.
+
+    >>> @aotgrad.compile
+    ... def f(x): return (x * x).sum()
+    >>> f(aotgrad.ones(3, requires_grad=True))
+    tensor(3., grad_fn=<CompiledFunctionBackward>)
+    """
+    def wrap(f):
+        return CompiledFunction(f, fullgraph, backend, memory_budget, dump)
+    return wrap if fn is None else wrap(fn)
+
+
+def explain(fn, *args, **kwargs):
+    """Report graphs, graph breaks (file:line and why), guards and op counts for fn(*args)."""
+    cf = fn if isinstance(fn, CompiledFunction) else CompiledFunction(fn, False, "interpret",
+                                                                      None, None)
+    leaves, _ = flatten((tuple(args), dict(kwargs)))
+    lines = [f"explain({cf.name})"]
+    breaks = []
+    prev, dispatch.break_recorder = dispatch.break_recorder, breaks
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            prog, _ = cf._lookup(args, kwargs)
+            if prog == "eager":  # run eagerly to find every break, not only the first
+                cf.fn(*args, **kwargs)
+    finally:
+        dispatch.break_recorder = prev
+    key = _guard_key(leaves, cf.module)
+    lines.append(f"guards: grad_mode={key[0]}; " + "; ".join(
+        f"arg{i}: " + (f"shape={k[1]} dtype={k[2]} requires_grad={k[3]}" if k[0] == "T" else
+                       f"{k[1]} == {k[2]!r}") for i, k in enumerate(key[1:]) if k[0] in "TS"))
+    all_breaks = list(dict.fromkeys(cf.graph_breaks + breaks))
+    lines.append(f"graph breaks: {len(all_breaks)}")
+    lines += [f"  {b}" for b in all_breaks]
+    if prog != "eager":
+        counts = {}
+        for n in prog.joint.nodes:
+            counts[n.prim.name] = counts.get(n.prim.name, 0) + 1
+        g = prog.forward if prog.has_backward else prog.inference
+        lines.append(f"graphs: 1; forward ops: {len(g.nodes)}; backward ops: "
+                     f"{len(prog.backward.nodes) if prog.backward else 0}")
+        lines.append("op counts (joint): " + ", ".join(f"{k}={v}" for k, v in
+                                                      sorted(counts.items())))
+        lines.append(str(prog))
+    return Explanation("\n".join(lines), all_breaks, prog)
+
+
+class Explanation(str):
+    def __new__(cls, text, breaks, program):
+        s = super().__new__(cls, text)
+        s.graph_breaks, s.program = breaks, (None if program == "eager" else program)
+        return s

@@ -1,0 +1,147 @@
+"""Split a joint graph into a forward and a backward graph with a min cut.
+
+The forward returns its outputs plus *saved* values; the backward takes the saved values
+plus output gradients. Which values to save is a minimum s-t cut (networkx) over the
+forward-region values, each weighted by its size in bytes: cheap pointwise and shape ops are
+recomputed in the backward when that saves memory; contractions, reductions, random and
+index ops are never recomputed (AOTAutograd's min-cut rematerialisation, simplified).
+"""
+import math
+
+import networkx as nx
+
+from aotgrad.ir.core import Graph
+
+RECOMPUTABLE_TAGS = {"pointwise", "shape", "creation"}
+
+
+def nbytes(v):
+    return math.prod(v.shape) * v.dtype.itemsize
+
+
+class Partition:
+    """forward, backward: Graphs; saved: Vars; report(): why each value is saved/recomputed."""
+
+    def __init__(self, forward, backward, saved, recomputed, reasons):
+        self.forward, self.backward, self.saved = forward, backward, saved
+        self.recomputed, self.reasons = recomputed, reasons
+
+    @property
+    def saved_bytes(self):
+        return sum(nbytes(v) for v in self.saved)
+
+    def report(self):
+        lines = [f"saved {len(self.saved)} values, {_fmt_bytes(self.saved_bytes)}; "
+                 f"recomputed {len(self.recomputed)} ops in the backward"]
+        for v in self.saved:
+            lines.append(f"  saved {v.name}: {v.dtype.short}[{','.join(map(str, v.shape))}] "
+                         f"{_fmt_bytes(nbytes(v))} - {self.reasons.get(v, '')}")
+        for n in self.recomputed:
+            where = f" at {n.provenance.where()}" if n.provenance is not None else ""
+            lines.append(f"  recomputed {n.outputs[0].name} = {n.prim.name}{where} "
+                         f"(cheap {sorted(n.prim.tags & RECOMPUTABLE_TAGS)[0]} op)")
+        return "\n".join(lines)
+
+
+def _fmt_bytes(b):
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if b < 1024 or unit == "GiB":
+            return f"{b:.0f} {unit}" if unit == "B" else f"{b:.1f} {unit}"
+        b /= 1024
+
+
+def partition(joint, n_primals, n_fw_outputs, memory_budget=None):
+    """joint: inputs = primals + tangents; outputs = forward outputs + grads."""
+    primals, tangents = joint.inputs[:n_primals], joint.inputs[n_primals:]
+    fw_outs, grads = joint.outputs[:n_fw_outputs], joint.outputs[n_fw_outputs:]
+    producer = joint.producers()
+    # tangent-dependent nodes are backward nodes; the rest is the forward region
+    bw_vals, bw_nodes = set(tangents), set()
+    for n in joint.nodes:
+        if any(v in bw_vals for v in n.inputs):
+            bw_nodes.add(n)
+            bw_vals.update(n.outputs)
+    needed_by_bw = _ancestors_nodes(joint, grads, producer)
+    fw_needed = _ancestors_nodes(joint, fw_outs, producer)
+
+    allow_reductions = memory_budget is not None
+    g = nx.DiGraph()
+    S, T = "__source__", "__sink__"
+    g.add_node(S)
+    g.add_node(T)
+    for v in primals:
+        g.add_edge(S, ("in", v))
+    for n in joint.nodes:
+        if n in bw_nodes:
+            continue
+        recomputable = bool(n.prim.tags & RECOMPUTABLE_TAGS) or \
+            (allow_reductions and "reduction" in n.prim.tags)
+        for v in n.outputs:
+            if not recomputable:
+                g.add_edge(S, ("in", v))
+            for u in n.inputs:
+                g.add_edge(("out", u), ("in", v))
+    fw_values = list(primals) + [v for n in joint.nodes if n not in bw_nodes for v in n.outputs]
+    for v in fw_values:
+        # saving v costs its bytes; a tiny bias prefers saving inputs over equal-size temps
+        g.add_edge(("in", v), ("out", v), capacity=nbytes(v) + (0 if v in primals else 1e-3))
+    for n in bw_nodes:
+        for u in n.inputs:
+            if u not in bw_vals:
+                g.add_edge(("out", u), T)
+    for v in grads:
+        if v not in bw_vals:  # a grad that does not depend on tangents (rare): save it
+            g.add_edge(("out", v), T)
+    saved = []
+    if g.has_node(T) and nx.has_path(g, S, T):
+        _, (reach, _) = nx.minimum_cut(g, S, T)
+        saved = [v for v in fw_values if ("in", v) in reach and ("out", v) not in reach]
+    saved_set = set(saved)
+
+    # forward graph: outputs + saved values
+    fwd = _subgraph(joint, primals, fw_outs + saved, producer, "forward", stop=set())
+    # backward graph: saved + tangents -> grads, recomputing what was not saved
+    bwd = _subgraph(joint, saved + list(tangents), grads, producer, "backward", stop=saved_set)
+    recomputed = [n for n in bwd.nodes if n not in bw_nodes]
+    reasons = {}
+    for v in saved:
+        p = producer.get(v)
+        if p is None:
+            reasons[v] = "graph input"
+        else:
+            kind = "contraction" if "contraction" in p.prim.tags else \
+                ("random" if "random" in p.prim.tags else
+                 ("reduction" if "reduction" in p.prim.tags else None))
+            where = f" at {p.provenance.where()}" if p.provenance is not None else ""
+            reasons[v] = f"output of {p.prim.name}{where}" + (
+                f" (never recomputed: {kind})" if kind else " (cheaper to save than recompute)")
+    del needed_by_bw, fw_needed
+    return Partition(fwd, bwd, saved, recomputed, reasons)
+
+
+def _ancestors_nodes(graph, outputs, producer):
+    seen, stack = set(), [producer[v] for v in outputs if v in producer]
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        stack.extend(producer[v] for v in n.inputs if v in producer and producer[v] not in seen)
+    return seen
+
+
+def _subgraph(joint, inputs, outputs, producer, name, stop):
+    """The nodes of `joint` needed to compute `outputs` from `inputs` (in joint order)."""
+    avail = set(inputs)
+    need, stack = set(), [v for v in outputs if v not in avail]
+    while stack:
+        v = stack.pop()
+        p = producer.get(v)
+        if p is None:
+            raise ValueError(f"partition: {v.name} is neither computed nor an input of {name}")
+        if p in need:
+            continue
+        need.add(p)
+        stack.extend(u for u in p.inputs if u not in avail and u not in stack)
+    nodes = [n for n in joint.nodes if n in need]
+    return Graph(list(inputs), nodes, list(outputs), name)

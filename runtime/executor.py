@@ -1,0 +1,75 @@
+"""Running compiled programs: the autograd node whose backward is a compiled backward graph,
+and an interpreter that runs a Graph with tensor ops (differentiable, for create_graph)."""
+import numpy as np
+
+from aotgrad.ir.core import Aval
+from aotgrad.runtime import profiling
+from aotgrad.runtime.dispatch import apply
+from aotgrad.runtime.engine import Node, SavedTensor, _node_of
+from aotgrad.runtime.grad_mode import state as _mode
+from aotgrad.runtime.tensor import Tensor
+
+
+def run_graph_with_tensors(graph, tensors):
+    """Evaluate `graph` node by node with tensor ops (so autograd records it)."""
+    env = dict(zip(graph.inputs, tensors))
+    for n in graph.nodes:
+        out = apply(n.prim, *[env[v] for v in n.inputs], **n.params)
+        env[n.outputs[0]] = out
+    return [env[v] for v in graph.outputs]
+
+
+class CompiledBackward(Node):
+    """grad_fn of a compiled function's outputs: runs the compiled backward program once.
+
+    With create_graph=True it instead replays the joint graph with tensor ops from the saved
+    inputs, so the gradient is itself differentiable (double backward through compile)."""
+    _name = "CompiledFunctionBackward"
+
+    def __init__(self, program, saved, diff_inputs, out_avals, replay_inputs):
+        super().__init__([_node_of(t) for t in diff_inputs],
+                         [Aval(t._value.shape, t.dtype) for t in diff_inputs], out_avals)
+        self.program = program
+        self._saved_arrays = saved
+        self._replay = [SavedTensor(t) if isinstance(t, Tensor) else t for t in replay_inputs]
+
+    def _backward(self, grads):
+        p = self.program
+        if _mode.grad_enabled:  # create_graph: differentiable replay of the joint graph
+            inputs = [s.unpack(self) if isinstance(s, SavedTensor) else Tensor._make(s)
+                      for s in self._replay]
+            outs = run_graph_with_tensors(p.joint, inputs + list(grads))
+            return p.scatter_grads(outs[p.n_fw_outputs:])
+        if self._saved_arrays is None:
+            raise RuntimeError(
+                "Trying to backward through the graph a second time (or directly access saved "
+                "tensors after they have already been freed). Saved intermediate values of the "
+                "graph are freed when you call .backward() or autograd.grad(). Specify "
+                "retain_graph=True if you need to backward through the graph a second time or "
+                "if you need to access saved tensors after calling backward.")
+        for s in self._replay:
+            if isinstance(s, SavedTensor) and s.counter.v != s.version:
+                s.unpack(self)  # raises the in-place modification error
+        args = list(self._saved_arrays) + [g._value for g in grads]
+        if profiling._profilers:
+            with profiling.record(f"{p.name}.backward", kind="kernel"):
+                outs = p.run_backward(args)
+        else:
+            outs = p.run_backward(args)
+        return p.scatter_grads([Tensor._make(o) for o in outs])
+
+    def _release(self):
+        self._saved_arrays = None
+        for s in self._replay:
+            if isinstance(s, SavedTensor):
+                s.release()
+
+
+def write_back(t, value):
+    """Functionalized in-place update of a real tensor by a compiled program."""
+    if isinstance(t._value, np.ndarray) and t._value.shape == value.shape and \
+            t._value.flags.writeable:
+        np.copyto(t._value, value)
+    else:
+        t._value = value
+    t._version.v += 1
