@@ -9,7 +9,12 @@ starting with `HEADER`) gives back a function over numpy arrays.
 """
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir import prims
-from aotgrad.ir.core import type_str
+from aotgrad.ir.core import type_str as _type_str
+
+
+def type_str(v):
+    """`f32[2,3]`; a 0-d value prints as `f32[()]` so the annotation stays valid Python."""
+    return _type_str(v) if v.shape else f"{v.dtype.short}[()]"
 
 HEADER = "import aotgrad\nfrom aotgrad.ir.printer import prims, f32, f64, i32, i64, b1\n\n"
 

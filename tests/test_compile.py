@@ -1,0 +1,271 @@
+"""compile(): traced + AOT backward against eager, on both backends."""
+import math
+import os
+import warnings
+
+import numpy as np
+import pytest
+
+import aotgrad as ag
+from aotgrad.ir.printer import load_graph_source
+from aotgrad.testing import compare_with_eager
+
+BACKENDS = ["interpret", "numba"]
+
+
+def _randn(*shape, rg=True, dtype=ag.float32):
+    return ag.randn(*shape, dtype=dtype, requires_grad=rg)
+
+
+def mlp(x, w1, b1, w2, b2):
+    return ag.relu(x @ w1 + b1) @ w2 + b2
+
+
+def layernorm_gelu(x, g, b):
+    mu = x.mean(-1, keepdim=True)
+    var = ((x - mu) ** 2).mean(-1, keepdim=True)
+    y = (x - mu) * ag.rsqrt(var + 1e-5) * g + b
+    return x + 0.5 * y * (1 + ag.tanh(math.sqrt(2 / math.pi) * (y + 0.044715 * y ** 3)))
+
+
+def softmax_xent(logits, target):
+    logp = ag.log_softmax(logits, -1)
+    return -logp.gather(1, target.unsqueeze(1)).mean()
+
+
+def attention_block(x, wq, wk, wv, wo):
+    T, d = x.shape[-2], x.shape[-1]
+    q, k, v = x @ wq, x @ wk, x @ wv
+    s = (q @ k.transpose(-2, -1)) / math.sqrt(d)
+    mask = ag.triu(ag.ones(T, T), 1) > 0
+    s = s.masked_fill(mask, float("-inf"))
+    return (ag.softmax(s, -1) @ v) @ wo + x
+
+
+CORPUS = {
+    "pointwise": (lambda x: (ag.tanh(1.5 * x + 0.5) * ag.sigmoid(x) + 0.1 * ag.exp(-x * x)).sum(),
+                  lambda: (_randn(64, 32),)),
+    "mlp": (mlp, lambda: (_randn(8, 16, rg=False), _randn(16, 32), _randn(32), _randn(32, 10),
+                          _randn(10))),
+    "layernorm_gelu": (layernorm_gelu, lambda: (_randn(16, 64), _randn(64), _randn(64))),
+    "softmax_xent": (softmax_xent, lambda: (_randn(32, 10), ag.randint(0, 10, (32,)))),
+    "attention": (attention_block, lambda: (_randn(2, 8, 16),) + tuple(_randn(16, 16)
+                                                                        for _ in range(4))),
+    "shapes": (lambda x: ag.cat([x[:2].t(), x.flip(0)[1:3].t()], 1).reshape(-1).cumsum(0),
+               lambda: (_randn(5, 4),)),
+    "reductions": (lambda x: (x.amax(1) + x.var(0).sum() + ag.logsumexp(x, 1) + x.norm()
+                              + x.prod(1)), lambda: (_randn(6, 5),)),
+    "multi_output": (lambda x, y: (x * y, (x - y).abs().max(), {"s": x.sum()}),
+                     lambda: (_randn(4, 3), _randn(4, 3))),
+    "float64": (lambda x: (x.sin() * x.cos()).sum(-1), lambda: (_randn(3, 7, dtype=ag.float64),)),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", list(CORPUS))
+def test_corpus_matches_eager(name, backend):
+    fn, make = CORPUS[name]
+    ag.manual_seed(0)
+    compare_with_eager(fn, *make(), backend=backend, rtol=2e-5, atol=2e-5)
+
+
+def test_closure_parameters_are_lifted_and_read_at_call_time():
+    w = _randn(3, 3)
+    cf = ag.compile(lambda x: (x @ w).sum(), backend="interpret")
+    x = _randn(2, 3, rg=False)
+    first = cf(x).item()
+    with ag.no_grad():
+        w.mul_(2)
+    assert cf(x).item() == pytest.approx(2 * first, rel=1e-5)
+    assert "p_c0" in str(cf.ir(x))  # a graph input, not a baked-in constant
+
+
+def test_backward_outside_accumulates_into_leaves_and_fires_hooks():
+    w = _randn(4, 2)
+    x = _randn(3, 4)
+    eager = ag.autograd.grad((x @ w).tanh().sum(), w)[0]
+    seen = []
+    w.register_hook(lambda g: seen.append(g.shape))
+    cf = ag.compile(lambda x: (x @ w).tanh().sum(), backend="interpret")
+    cf(x).backward()
+    cf(x).backward()
+    np.testing.assert_allclose(w.grad.numpy(), 2 * eager.numpy(), rtol=1e-5)
+    assert seen == [ag.Size([4, 2])] * 2
+
+
+def test_saved_values_freed_after_backward():
+    cf = ag.compile(lambda x: (x * x).exp().sum(), backend="interpret")
+    y = cf(_randn(3))
+    y.backward()
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        y.backward()
+    y = cf(_randn(3))
+    y.backward(retain_graph=True)
+    y.backward()
+
+
+def test_create_graph_through_compiled_function():
+    f = lambda x: (x ** 3).sum() + (x.sin() * x).sum()  # noqa: E731
+    x = _randn(5)
+    cf = ag.compile(f, backend="interpret")
+    g, = ag.autograd.grad(cf(x), x, create_graph=True)
+    h, = ag.autograd.grad(g.sum(), x)
+    ge, = ag.autograd.grad(f(x), x, create_graph=True)
+    he, = ag.autograd.grad(ge.sum(), x)
+    np.testing.assert_allclose(h.numpy(), he.numpy(), rtol=1e-5)
+    # closed form: d2/dx2 (x^3 + x sin x) = 6x + 2cos x - x sin x
+    xv = x.detach().numpy()
+    np.testing.assert_allclose(h.numpy(), 6 * xv + 2 * np.cos(xv) - xv * np.sin(xv), rtol=1e-4)
+
+
+def test_recompile_on_new_shape_and_guards():
+    cf = ag.compile(lambda x: (x * 2).sum(), backend="interpret")
+    cf(_randn(3))
+    cf(_randn(3))
+    assert len(cf.cache) == 1
+    cf(_randn(4))
+    assert len(cf.cache) == 2
+    cf(_randn(4, rg=False))  # requires_grad pattern is a guard
+    assert len(cf.cache) == 3
+    with ag.no_grad():
+        cf(_randn(4))
+    assert len(cf.cache) == 4
+
+
+def test_python_scalars_are_guards():
+    cf = ag.compile(lambda x, s: x * s, backend="interpret")
+    x = _randn(3, rg=False)
+    np.testing.assert_allclose(cf(x, 2.0).numpy(), 2 * x.numpy())
+    np.testing.assert_allclose(cf(x, 3.0).numpy(), 3 * x.numpy())
+
+
+def test_graph_break_warns_with_line_and_runs_eagerly():
+    def f(x):
+        if x.sum() > 0:  # data-dependent control flow
+            return x * 2
+        return x * 3
+    cf = ag.compile(f, backend="interpret")
+    x = ag.ones(3, requires_grad=True)
+    with pytest.warns(UserWarning, match=r"graph break at test_compile.py:\d+: bool\(Tensor\)"):
+        y = cf(x)
+    np.testing.assert_allclose(y.detach().numpy(), 2 * np.ones(3))
+    y.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), 2 * np.ones(3))
+
+
+def test_fullgraph_raises_naming_the_line():
+    def f(x):
+        return x * x.sum().item()
+    cf = ag.compile(f, fullgraph=True, backend="interpret")
+    with pytest.raises(ag.GraphBreakError, match=r"test_compile.py:\d+: Tensor.item\(\)"):
+        cf(_randn(3))
+
+
+def test_explain_lists_every_break_and_guards():
+    def f(x):
+        a = x.sum().item()
+        b = x.max().item()
+        return x * a * b
+    report = ag.explain(f, _randn(3))
+    assert len(report.graph_breaks) == 2
+    assert "Tensor.item()" in report and "guards:" in report and "shape=(3,)" in report
+    ok = ag.explain(lambda x: x.exp().sum(), _randn(3))
+    assert ok.graph_breaks == [] and "exp=1" in ok
+
+
+def test_dumped_graphs_execute_and_agree(tmp_path):
+    cf = ag.compile(layernorm_gelu, backend="interpret", dump=str(tmp_path))
+    x, g, b = _randn(4, 8), _randn(8), _randn(8)
+    prog = cf.ir(x, g, b)
+    d = tmp_path / prog.name
+    for name in ("forward.py", "backward.py", "joint.py", "partition.txt"):
+        assert (d / name).exists()
+    fwd = load_graph_source((d / "forward.py").read_text())
+    inputs = [x.detach().numpy(), g.detach().numpy(), b.detach().numpy()]
+    outs = fwd(*inputs)
+    np.testing.assert_allclose(outs[0], layernorm_gelu(x, g, b).detach().numpy(), rtol=1e-5,
+                               atol=1e-6)
+    bwd = load_graph_source((d / "backward.py").read_text())
+    cot = np.ones((4, 8), np.float32)
+    grads = bwd(*outs[1:], cot)
+    ex = ag.autograd.grad(layernorm_gelu(x, g, b), (x, g, b), ag.tensor(cot))
+    for a, e in zip(grads, ex):
+        np.testing.assert_allclose(a, e.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_environment_dump(tmp_path, monkeypatch):
+    monkeypatch.setenv("AOTGRAD_DUMP", str(tmp_path))
+    cf = ag.compile(lambda x: x.exp().sum(), backend="interpret")
+    cf(_randn(3))
+    assert any((p / "forward.py").exists() for p in tmp_path.iterdir())
+
+
+def test_layernorm_gelu_partition_saves_only_input_and_row_stats():
+    x, g, b = _randn(32, 64), _randn(64), _randn(64)
+    prog = ag.compile(layernorm_gelu, backend="interpret").ir(x, g, b)
+    row = 32 * 4
+    big = [v for v in prog.saved if math.prod(v.shape) > 64]
+    assert len(big) <= 1 and all(v.shape == (32, 64) for v in big), prog.partition.report()
+    assert prog.partition.saved_bytes <= 32 * 64 * 4 + 2 * 64 * 4 + 4 * row, \
+        prog.partition.report()
+    assert "recomputed" in prog.partition.report()
+
+
+def test_matmul_outputs_are_saved_not_recomputed():
+    prog = ag.compile(lambda x, w: (x @ w).tanh().sum(), backend="interpret").ir(
+        _randn(8, 4), _randn(4, 4))
+    assert not any(n.prim.name == "dot_general" for n in prog.partition.recomputed)
+
+
+def test_random_ops_match_eager_for_same_seed():
+    def f(x):
+        keep = ag.rand(*x.shape) > 0.5
+        return (x * keep * 2.0).sum()
+    x = _randn(64)
+    cf = ag.compile(f, backend="interpret")
+    ag.manual_seed(7)
+    e1, e2 = f(x).item(), f(x).item()
+    ag.manual_seed(7)
+    c1, c2 = cf(x).item(), cf(x).item()
+    assert (c1, c2) == pytest.approx((e1, e2), rel=1e-6) and e1 != e2
+
+
+def test_inplace_on_input_is_written_back():
+    def f(x, buf):
+        buf.add_(x.detach())
+        return (x * buf).sum()
+    x, buf = _randn(3), ag.zeros(3)
+    cf = ag.compile(f, backend="interpret")
+    v0 = buf._version.v
+    cf(x, buf)
+    np.testing.assert_allclose(buf.numpy(), x.detach().numpy())
+    assert buf._version.v > v0
+
+
+def test_hooks_and_no_grad_and_detach_inside_trace():
+    def f(x):
+        y = x * 2
+        y.register_hook(lambda g: g * 10)
+        with ag.no_grad():
+            c = (x * 3).sum()
+        return (y * y.detach()).sum() + c
+    compare_with_eager(f, _randn(4), backend="interpret")
+
+
+def test_compile_module_shares_parameters_and_train_eval():
+    nn = pytest.importorskip("aotgrad.nn")
+    m = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.5), nn.Linear(8, 2))
+    cm = ag.compile(m, backend="interpret")
+    x = ag.randn(3, 4)
+    m.eval()
+    np.testing.assert_allclose(cm(x).detach().numpy(), m(x).detach().numpy(), rtol=1e-5)
+    m.train()
+    cm(x)
+    assert len(cm.cache) == 2
+    cm(x).sum().backward()
+    assert m[0].weight.grad is not None
+
+
+def test_unknown_backend_is_rejected():
+    with pytest.raises(ValueError, match="unknown backend"):
+        ag.compile(lambda x: x, backend="cuda")
