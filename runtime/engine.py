@@ -92,7 +92,7 @@ class Node:
         self._pre_hooks, self._hooks = [], []
         self._tensor_pre_hooks = {}      # output_nr -> [hook(grad)] from Tensor.register_hook
         self._retain_grad = {}           # output_nr -> weakref to the non-leaf tensor
-        self._stack = traceback.format_stack()[:-3] if _mode.anomaly else None
+        self._stack = grad_mode.forward_stack() if _mode.anomaly else None
         self.metadata = {}
         from aotgrad.ir.core import make_provenance, current_builder
         self._provenance = make_provenance() if current_builder() is not None else None
@@ -374,7 +374,9 @@ def _tensor_pre_hooks(node, grads):
     """Hooks registered with Tensor.register_hook, then retain_grad, per output slot."""
     if isinstance(node, AccumulateGrad):
         v = node.variable
-        if v._hooks and grads[0] is not None:
+        # a real leaf reached while tracing: its hooks fire when the compiled backward runs
+        if v._hooks and grads[0] is not None and \
+                type(grads[0]._value) is type(v._value):
             for h in list(v._hooks):
                 r = h(grads[0])
                 if r is not None:
