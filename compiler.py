@@ -19,7 +19,7 @@ from aotgrad.ir.core import Aval
 from aotgrad.ir.partition import partition
 from aotgrad.ir.printer import HEADER, format_graph
 from aotgrad.runtime import dispatch
-from aotgrad.runtime.executor import CompiledBackward, write_back
+from aotgrad.runtime.executor import CompiledBackward, write_back, write_grad
 from aotgrad.runtime.factories import default_generator
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.tensor import Tensor
@@ -122,7 +122,12 @@ class Program:
             fw, saved = self._run("inference", inputs), None
         n_tensor_outs = self.n_fw_outputs - len(tr.mutations)
         for (kind, x), value in zip(tr.mutations, fw[n_tensor_outs:]):
-            write_back(leaves[x] if kind == "arg" else x, value)
+            if kind in ("grad", "arg_grad"):
+                write_grad(leaves[x] if kind == "arg_grad" else x, value)
+            else:
+                write_back(leaves[x] if kind == "arg" else x, value)
+        for kind, x in tr.grad_clears:
+            write_grad(leaves[x] if kind == "arg_grad" else x, None)
         vals = iter(fw[:n_tensor_outs])
         outs = [Tensor._make(next(vals)) if is_t else const
                 for is_t, const in zip(tr.out_is_tensor, tr.out_leaves)]
@@ -191,6 +196,9 @@ def _guard_key(leaves, module):
 def _lifted_ok(prog):
     """Lifted tensors are read at call time; their shapes/dtypes/requires_grad are guards."""
     tr = prog.trace
+    for t, init, read in tr.grad_guards:  # .grad state the program reads or writes
+        if (t._grad is None) != (init is None) or (read and t._grad is not init):
+            return False
     diff = {id(t) for k, t in tr.diff_roles if k == "lifted"}
     for (kind, t), v in zip(tr.roles, tr.graph.inputs):
         if kind == "lifted":
@@ -255,8 +263,9 @@ class CompiledFunction:
         prog = self.cache.get(key)
         if prog is not None and prog != "eager" and not _lifted_ok(prog):
             prog = None
-            self._warn_once(f"aotgrad.compile({self.name}): recompiling: a parameter or "
-                            f"closed-over tensor changed shape, dtype or requires_grad")
+            self._warn_once(f"aotgrad.compile({self.name}): recompiling: a guard on a parameter "
+                            f"or closed-over tensor failed (its shape, dtype, requires_grad or "
+                            f"whether its .grad is set changed since the trace)")
         if prog is None:
             if len(self.cache) >= self.cache_size_limit:
                 self._warn_once(f"aotgrad.compile({self.name}): cache_size_limit "

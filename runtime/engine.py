@@ -28,11 +28,15 @@ class VersionCounter:
         self.v = 0
 
 
+_LEGACY_TYPE = {"float32": "FloatTensor", "float64": "DoubleTensor", "int64": "LongTensor",
+                "int32": "IntTensor", "bool": "BoolTensor"}
+
+
 class SavedTensor:
     """A tensor saved for backward: its value, its version at save time, and how to rebuild it.
     Outputs of the saving node are stored without their grad_fn to avoid a reference cycle."""
     __slots__ = ("value", "counter", "version", "grad_fn", "output_nr", "requires_grad",
-                 "is_output", "leaf", "op_name", "hooks")
+                 "is_output", "leaf", "op_name", "hooks", "ref")
 
     def __init__(self, t, is_output=False, op_name=None):
         self.value, self.counter, self.version = t._value, t._version, t._version.v
@@ -41,6 +45,7 @@ class SavedTensor:
         self.output_nr = t._output_nr
         self.leaf = t if (t.grad_fn is None and t.requires_grad) else None
         self.hooks = None
+        self.ref = weakref.ref(t)  # to name its current grad_fn if it is modified in place
 
     def unpack(self, node):
         from aotgrad.runtime.tensor import Tensor
@@ -52,15 +57,7 @@ class SavedTensor:
                 "retain_graph=True if you need to backward through the graph a second time or "
                 "if you need to access saved tensors after calling backward.")
         if self.counter.v != self.version:
-            shape = "x".join(map(str, getattr(self.value, "shape", ())))
-            dtype = self.value.dtype if hasattr(self.value, "dtype") else "?"
-            raise RuntimeError(
-                f"one of the variables needed for gradient computation has been modified by an "
-                f"inplace operation: [{getattr(dtype, 'name', dtype)} [{shape}]], which is "
-                f"output {self.output_nr} of {node.name()}, is at version {self.counter.v}; "
-                f"expected version {self.version} instead. Hint: enable anomaly detection to "
-                f"find the operation that failed to compute its gradient, with "
-                f"aotgrad.autograd.set_detect_anomaly(True).")
+            self._raise_modified(node)
         if self.leaf is not None:
             return self.leaf
         t = Tensor._make(self.value, self.requires_grad)
@@ -70,6 +67,20 @@ class SavedTensor:
         if self.hooks is not None:
             return self.hooks[1](self.hooks[2])
         return t
+
+    def _raise_modified(self, node):
+        shape = "x".join(map(str, getattr(self.value, "shape", ())))
+        dtype = self.value.dtype
+        dtype = getattr(dtype, "name", None) or str(dtype)
+        t = self.ref()
+        fn = t.grad_fn if t is not None else (node if self.is_output else self.grad_fn)
+        which = f", which is output {self.output_nr} of {fn.name()}," if fn is not None else ""
+        raise RuntimeError(
+            f"one of the variables needed for gradient computation has been modified by an "
+            f"inplace operation: [aotgrad.{_LEGACY_TYPE.get(dtype, dtype)} [{shape}]]{which} "
+            f"is at version {self.counter.v}; expected version {self.version} instead. Hint: "
+            f"enable anomaly detection to find the operation that failed to compute its "
+            f"gradient, with aotgrad.autograd.set_detect_anomaly(True).")
 
     def release(self):
         self.value = None
@@ -163,6 +174,7 @@ def accumulate_grad(var, g, create_graph):
     from aotgrad.runtime.tensor import Tensor
     if g is None:
         return
+    note_grad_write(var)
     if create_graph:
         var._grad = g if var._grad is None else var._grad + g
     elif var._grad is None:
@@ -170,8 +182,8 @@ def accumulate_grad(var, g, create_graph):
         if isinstance(value, np.ndarray):
             value = np.array(value, copy=True, order="C")
         var._grad = Tensor._make(value, False)
-    elif isinstance(var._grad._value, np.ndarray) and var._grad._value.flags.writeable \
-            and var._grad.grad_fn is None:
+    elif isinstance(var._grad._value, np.ndarray) and isinstance(g._value, np.ndarray) and \
+            var._grad._value.flags.writeable and var._grad.grad_fn is None:
         np.add(var._grad._value, g._value, out=var._grad._value)
         var._grad._version.v += 1
     else:
@@ -343,7 +355,7 @@ def run_backward(tensors, grad_tensors, retain_graph=False, create_graph=False, 
         while heap:
             _, node = heapq.heappop(heap)
             grads = buffers.pop(node, [None] * max(1, len(node._out_avals)))
-            grads = _tensor_pre_hooks(node, grads)
+            grads = _tensor_pre_hooks(node, grads, accumulate)
             for nr, g in enumerate(grads):
                 for i in capture.get((node, nr), ()):
                     results[i] = g
@@ -370,13 +382,14 @@ def run_backward(tensors, grad_tensors, retain_graph=False, create_graph=False, 
     return None
 
 
-def _tensor_pre_hooks(node, grads):
+def _tensor_pre_hooks(node, grads, accumulate=True):
     """Hooks registered with Tensor.register_hook, then retain_grad, per output slot."""
     if isinstance(node, AccumulateGrad):
         v = node.variable
-        # a real leaf reached while tracing: its hooks fire when the compiled backward runs
+        # a real leaf reached while deriving a compiled backward (autograd.grad on traced
+        # tensors): its hooks fire when the compiled backward runs, not now
         if v._hooks and grads[0] is not None and \
-                type(grads[0]._value) is type(v._value):
+                (accumulate or type(grads[0]._value) is type(v._value)):
             for h in list(v._hooks):
                 r = h(grads[0])
                 if r is not None:
@@ -401,6 +414,14 @@ def _tensor_pre_hooks(node, grads):
             else:
                 t._grad = t._grad + g
     return grads
+
+
+def note_grad_write(t):
+    """Tell an active tracer that a real tensor's .grad is about to change."""
+    from aotgrad.ir.core import current_builder
+    b = current_builder()
+    if b is not None and hasattr(b, "note_grad_write"):
+        b.note_grad_write(t)
 
 
 def weak(t):

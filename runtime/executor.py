@@ -65,6 +65,19 @@ class CompiledBackward(Node):
                 s.release()
 
 
+def write_grad(t, value):
+    """A compiled program's new `.grad` for t (None clears it); keeps the grad tensor's
+    identity when it can, so later calls keep reading the same object."""
+    if value is None:
+        t._grad = None
+    elif t._grad is not None and isinstance(t._grad._value, np.ndarray) and \
+            t._grad._value.shape == value.shape and t._grad._value.flags.writeable:
+        np.copyto(t._grad._value, value)
+        t._grad._version.v += 1
+    else:
+        t._grad = Tensor._make(np.array(value, copy=True))
+
+
 def write_back(t, value):
     """Functionalized in-place update of a real tensor by a compiled program."""
     if isinstance(t._value, np.ndarray) and t._value.shape == value.shape and \

@@ -131,6 +131,8 @@ class Tensor:
 
     @grad.setter
     def grad(self, g):
+        from aotgrad.runtime.engine import note_grad_write
+        note_grad_write(self)
         if g is not None:
             if not isinstance(g, Tensor):
                 raise TypeError(f"assigned grad expected to be a Tensor or None but got "

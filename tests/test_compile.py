@@ -269,3 +269,39 @@ def test_compile_module_shares_parameters_and_train_eval():
 def test_unknown_backend_is_rejected():
     with pytest.raises(ValueError, match="unknown backend"):
         ag.compile(lambda x: x, backend="cuda")
+
+
+def test_backward_inside_compiled_function_writes_grads():
+    w = _randn(3, 4)
+    x = _randn(5, 3, rg=False)
+
+    def step(x):
+        loss = (x @ w).tanh().sum()
+        loss.backward()
+        return loss
+
+    expected = ag.autograd.grad((x @ w).tanh().sum(), w)[0].numpy()
+    cs = ag.compile(step, backend="interpret")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for k in range(1, 4):  # accumulates like eager .backward() does
+            loss = cs(x)
+            np.testing.assert_allclose(w.grad.numpy(), k * expected, rtol=1e-5)
+    assert loss.item() == pytest.approx((x @ w).tanh().sum().item(), rel=1e-6)
+
+
+def test_zero_grad_then_backward_inside_compiled_function():
+    w = _randn(3, 4)
+    x = _randn(5, 3, rg=False)
+
+    def step(x):
+        w.grad = None
+        (x @ w).square().mean().backward()
+
+    expected = ag.autograd.grad((x @ w).square().mean(), w)[0].numpy()
+    cs = ag.compile(step, backend="interpret")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(3):
+            cs(x)
+            np.testing.assert_allclose(w.grad.numpy(), expected, rtol=1e-5)

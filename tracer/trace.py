@@ -33,6 +33,11 @@ class TraceBuilder(GraphBuilder):
         self.lifted = []         # (tensor, Var, grad at lift time)
         self.mutated = {}        # id(tensor) -> (tensor, Var): real tensors written in place
         self.n_seeds = 0
+        self.grad_state = {}     # id(tensor) -> (tensor, .grad before the trace wrote it)
+
+    def note_grad_write(self, t):
+        if id(t) not in self.grad_state:
+            self.grad_state[id(t)] = (t, t._grad)
 
     def add_role_input(self, aval, name, role):
         v = self.add_input(aval, name)
@@ -123,6 +128,8 @@ def trace(fn, args, kwargs, names=None, want_grad=True):
                     diff_roles.append(("lifted", t))
             n_primals = len(builder.graph.inputs)
             grads = []
+            if builder.grad_state:  # the function ran backward() itself: no outer backward
+                diff_outs, diff_inputs, diff_roles = [], [], []
             if want_grad and diff_outs and diff_inputs:
                 tangents = []
                 for j, k in enumerate(diff_outs):
@@ -134,17 +141,30 @@ def trace(fn, args, kwargs, names=None, want_grad=True):
                 grads = [g._value if g is not None else None for g in grads]
                 grads = [builder.lift_object(Tensor._make(g)) if g is not None and
                          not isinstance(g, Var) else g for g in grads]
+            # .grad written inside the function (backward() inside compile) is state too
+            arg_of = {id(p): i for i, p in enumerate(proxies) if isinstance(p, Tensor)}
+            grad_writes, grad_guards = [], []
+            for t, init in builder.grad_state.values():
+                final = t._grad
+                role = ("arg_grad", arg_of[id(t)]) if id(t) in arg_of else ("grad", t)
+                if role[0] == "grad":
+                    grad_guards.append((t, init, init is not None and id(init) in builder.current))
+                if final is init:
+                    continue
+                if final is None:
+                    grad_writes.append((role, None))
+                else:
+                    v = final._value if isinstance(final._value, Var) else \
+                        builder.lift_object(final)
+                    grad_writes.append((role, v))
     finally:
         dispatch.graph_break = prev_handler
         _mode.grad_enabled = prev_grad
         default_generator.gen.bit_generator.state = rng
-        leaked = [t for t, _, g in builder.lifted if t._grad is not g]
-        for t, _, g in builder.lifted:
-            t._grad = g
-    if leaked:
-        raise GraphBreakError("backward()/.grad writes inside a compiled function are not "
-                              "supported yet: call loss.backward() and optimizer.step() outside "
-                              "the compiled function")
+        for t, init in builder.grad_state.values():
+            t._grad = init
+    mutations += [(r, v) for r, v in grad_writes if v is not None]
+    grad_clears = [r for r, v in grad_writes if v is None]
     graph = builder.graph
     graph.outputs = [v for v in out_vals if v is not None] + [v for _, v in mutations] + \
         [g for g in grads if g is not None]
@@ -154,7 +174,8 @@ def trace(fn, args, kwargs, names=None, want_grad=True):
         out_leaves=[None if isinstance(o, Tensor) else o for o in outs],
         out_is_tensor=[isinstance(o, Tensor) for o in outs], diff_outs=diff_outs,
         out_requires_grad=[isinstance(o, Tensor) and o.requires_grad for o in outs],
-        mutations=[r for r, _ in mutations], diff_roles=diff_roles,
+        mutations=[r for r, _ in mutations], diff_roles=diff_roles, grad_clears=grad_clears,
+        grad_guards=grad_guards,
         grad_present=[g is not None for g in grads], lifted=[t for t, _, _ in builder.lifted],
         n_seeds=builder.n_seeds, arg_requires_grad=arg_grad)
 
