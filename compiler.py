@@ -19,7 +19,8 @@ from aotgrad.ir.core import Aval
 from aotgrad.ir.partition import partition
 from aotgrad.ir.printer import HEADER, format_graph
 from aotgrad.runtime import dispatch
-from aotgrad.runtime.executor import CompiledBackward, write_back, write_grad
+from aotgrad.runtime import profiling
+from aotgrad.runtime.executor import CompiledBackward, check_nan, write_back, write_grad
 from aotgrad.runtime.factories import default_generator
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.tensor import Tensor
@@ -115,11 +116,15 @@ class Program:
             inputs.append(t._value)
             replay.append(t if kind != "seed" else t._value)
         need_grad = self.has_backward and _mode.grad_enabled
-        if need_grad:
-            outs = self._run("forward", inputs)
-            fw, saved = outs[:self.n_fw_outputs], outs[self.n_fw_outputs:]
+        which = "forward" if need_grad else "inference"
+        if profiling._profilers:
+            with profiling.record(f"{self.name}.{which}", kind="kernel"):
+                outs = self._run(which, inputs)
         else:
-            fw, saved = self._run("inference", inputs), None
+            outs = self._run(which, inputs)
+        if _mode.anomaly and _mode.anomaly_check_nan:
+            check_nan(getattr(self, which), inputs, outs, f"{self.name}.{which}")
+        fw, saved = outs[:self.n_fw_outputs], (outs[self.n_fw_outputs:] if need_grad else None)
         n_tensor_outs = self.n_fw_outputs - len(tr.mutations)
         for (kind, x), value in zip(tr.mutations, fw[n_tensor_outs:]):
             if kind in ("grad", "arg_grad"):

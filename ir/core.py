@@ -287,3 +287,23 @@ def current_builder():
 
 
 Prim.__call__ = Prim.bind  # printed graphs call prims like functions
+
+
+def first_nan_node(graph, args):
+    """Replay `graph` with the numpy reference prims; return the first Node whose output has a
+    NaN although its inputs have none (None if no node produces one)."""
+    import numpy as np
+    env = dict(zip(graph.inputs, args))
+    for n in graph.nodes:
+        ins = [env[v] for v in n.inputs]
+        outs = n.prim.impl(*ins, **n.params)
+        if not n.prim.multiple_results:
+            outs = (outs,)
+        env.update(zip(n.outputs, outs))
+
+        def has_nan(a):
+            a = np.asarray(a)
+            return a.dtype.kind == "f" and bool(np.isnan(a).any())
+        if any(has_nan(o) for o in outs) and not any(has_nan(i) for i in ins):
+            return n
+    return None

@@ -56,6 +56,8 @@ class CompiledBackward(Node):
                 outs = p.run_backward(args)
         else:
             outs = p.run_backward(args)
+        if _mode.anomaly and _mode.anomaly_check_nan:
+            check_nan(p.backward, args, outs, self.name())
         return p.scatter_grads([Tensor._make(o) for o in outs])
 
     def _release(self):
@@ -63,6 +65,27 @@ class CompiledBackward(Node):
         for s in self._replay:
             if isinstance(s, SavedTensor):
                 s.release()
+
+
+def check_nan(graph, args, outs, what):
+    """Anomaly mode for compiled code: on a NaN output, replay the graph with the reference
+    prims to find the node that produced it and report that node's user line."""
+    import numpy as np
+    from aotgrad.ir.core import first_nan_node
+    if not any(isinstance(o, np.ndarray) and o.dtype.kind == "f" and np.isnan(o).any()
+               for o in outs):
+        return
+    node = first_nan_node(graph, args)
+    where = ""
+    if node is not None:
+        prov = node.provenance
+        where = f" The first NaN comes from prims.{node.prim.name}"
+        if prov is not None:
+            phase = " (in the backward of" if prov.phase == "bw" else " (in"
+            where += f"{phase} {prov.op or 'an op'} at {prov.where()}"
+            where += f": `{prov.source}`)" if prov.source else ")"
+        where += "."
+    raise RuntimeError(f"Function '{what}' returned nan values in its output.{where}")
 
 
 def write_grad(t, value):

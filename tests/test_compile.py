@@ -305,3 +305,23 @@ def test_zero_grad_then_backward_inside_compiled_function():
         for _ in range(3):
             cs(x)
             np.testing.assert_allclose(w.grad.numpy(), expected, rtol=1e-5)
+
+
+def test_anomaly_mode_points_at_the_node_that_made_nan_in_compiled_backward():
+    def f(x):
+        y = x.sqrt()  # sqrt'(0) = inf; inf * 0 -> NaN in the backward
+        return (y * 0).sum()
+    cf = ag.compile(f, backend="interpret")
+    x = ag.zeros(3, requires_grad=True)
+    with ag.autograd.detect_anomaly():
+        out = cf(x)
+        with pytest.raises(RuntimeError, match=r"nan values.*prims\.\w+ \(in the backward of "
+                                               r"sqrt at test_compile.py:\d+: `y = x.sqrt\(\)"):
+            out.backward()
+
+
+def test_anomaly_mode_reports_forward_nan_line():
+    cf = ag.compile(lambda x: (x.log() * 0).sum(), backend="interpret")
+    with ag.autograd.detect_anomaly():
+        with pytest.raises(RuntimeError, match=r"prims.mul \(in mul at test_compile.py"):
+            cf(ag.tensor([-1.0, 1.0]))
