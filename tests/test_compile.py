@@ -323,5 +323,5 @@ def test_anomaly_mode_points_at_the_node_that_made_nan_in_compiled_backward():
 def test_anomaly_mode_reports_forward_nan_line():
     cf = ag.compile(lambda x: (x.log() * 0).sum(), backend="interpret")
     with ag.autograd.detect_anomaly():
-        with pytest.raises(RuntimeError, match=r"prims.mul \(in mul at test_compile.py"):
+        with pytest.raises(RuntimeError, match=r"prims.log \(in log at test_compile.py:\d+"):
             cf(ag.tensor([-1.0, 1.0]))
