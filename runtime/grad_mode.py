@@ -4,6 +4,8 @@ Each is a context manager and a decorator, as in torch.autograd.grad_mode.
 """
 import functools
 import threading
+import traceback
+import warnings
 
 
 class _State(threading.local):
@@ -27,6 +29,20 @@ def is_inference_mode_enabled():
 
 def is_anomaly_enabled():
     return state.anomaly
+
+
+def is_anomaly_check_nan_enabled():
+    return state.anomaly_check_nan
+
+
+def forward_stack():
+    """The formatted Python stack of the current call, without aotgrad's own frames at its
+    end: what anomaly mode stores on each node ("Traceback of forward call ...")."""
+    from aotgrad.ir.core import is_internal_file
+    frames = traceback.extract_stack()[:-1]
+    while frames and is_internal_file(frames[-1].filename):
+        frames.pop()
+    return traceback.format_list(frames)
 
 
 class _Mode:
@@ -78,6 +94,10 @@ class set_grad_enabled(_Mode):
         self.prev = state.grad_enabled
         state.grad_enabled = bool(mode)
 
+    def __call__(self, fn):
+        state.grad_enabled = self.prev  # used as a decorator: do not flip the mode now
+        return super().__call__(fn)
+
     def __enter__(self):
         pass
 
@@ -115,6 +135,8 @@ class detect_anomaly(_Mode):
     def __init__(self, check_nan=True):
         self._args = (check_nan,)
         self.check_nan = check_nan
+        warnings.warn("Anomaly Detection has been enabled. This mode will increase the runtime "
+                      "and should only be enabled for debugging.", stacklevel=2)
 
     def __enter__(self):
         self.prev = (state.anomaly, state.anomaly_check_nan)
@@ -125,6 +147,9 @@ class detect_anomaly(_Mode):
 
 
 class set_detect_anomaly(_Mode):
+    """`set_detect_anomaly(True)` turns anomaly mode on (as a call, a context manager or a
+    decorator); `check_nan=False` keeps the stacks but skips the NaN check."""
+
     def __init__(self, mode, check_nan=True):
         self._args = (mode, check_nan)
         self.prev = (state.anomaly, state.anomaly_check_nan)

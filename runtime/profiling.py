@@ -1,5 +1,13 @@
 """Profiler hooks used by the op layer, the engine and the executor. Cheap when no profiler
-is active (`active()` is a list truth test). The user-facing profiler is autograd.profiler."""
+is active (`active()` is a list truth test). The user-facing profiler is autograd.profiler.
+
+Event kinds: "op" (user-level ops, custom Functions), "prim" (prim binds), "backward"
+(engine nodes), "user" (record_function ranges), "kernel" (compiled kernels).
+
+The compiled executor reports a kernel either with `record(name, kind="kernel")` around the
+call, or, when it timed the call itself, with `add_event(name, "kernel", start_ns, end_ns)`;
+both only after checking `if profiling._profilers:` so they cost nothing otherwise.
+"""
 import contextlib
 import time
 
@@ -12,6 +20,7 @@ def active():
 
 @contextlib.contextmanager
 def record(name, kind="op"):
+    """Time the enclosed block as one event named `name` in every active profiler."""
     start = time.perf_counter_ns()
     for p in _profilers:
         p._push(name, kind, start)
@@ -21,3 +30,9 @@ def record(name, kind="op"):
         end = time.perf_counter_ns()
         for p in _profilers:
             p._pop(name, kind, end)
+
+
+def add_event(name, kind, start_ns, end_ns):
+    """Report an already timed event (perf_counter_ns clock), e.g. one compiled kernel."""
+    for p in _profilers:
+        p._add(name, kind, start_ns, end_ns)

@@ -1,0 +1,204 @@
+"""gradcheck and gradgradcheck: analytical Jacobians against central finite differences,
+as in `torch.autograd.gradcheck`.
+
+>>> x = aotgrad.randn(3, dtype=aotgrad.float64, requires_grad=True)
+>>> aotgrad.autograd.gradcheck(lambda x: (x * x).tanh(), (x,))
+True
+
+The numerical Jacobian perturbs each element of each input that requires grad by +-eps;
+the analytical one runs one backward per output element. Both are laid out like
+PyTorch's: one row per input element, one column per output element. A mismatch names the
+output index and the input's position in `inputs`, and shows both Jacobians.
+"""
+import warnings
+
+import numpy as np
+
+from aotgrad.runtime.autograd_api import grad as _grad
+from aotgrad.runtime.grad_mode import enable_grad, no_grad
+from aotgrad.runtime.tensor import Tensor
+
+__all__ = ["gradcheck", "gradgradcheck", "GradcheckError"]
+
+
+class GradcheckError(RuntimeError):
+    """Raised by gradcheck and gradgradcheck when a check fails."""
+
+
+def _as_tuple(x):
+    if isinstance(x, (tuple, list)):
+        return tuple(x)
+    return (x,)
+
+
+def _float_outputs(outs):
+    return [(j, o) for j, o in enumerate(outs)
+            if isinstance(o, Tensor) and o.dtype.is_floating_point]
+
+
+def _numerical(func, inputs, diff_idx, eps):
+    """{(output j, input i): (numel_in, numel_out) float64 array} by central differences."""
+    with no_grad():
+        outs = _as_tuple(func(*inputs))
+    float_outs = _float_outputs(outs)
+    jac = {}
+    for i in diff_idx:
+        x = inputs[i]
+        orig = x._value
+        work = np.array(orig, copy=True)
+        x._value = work
+        cols = {j: np.zeros((work.size, o.numel())) for j, o in float_outs}
+        try:
+            for k in range(work.size):
+                idx = np.unravel_index(k, work.shape)
+                v = work[idx]
+                work[idx] = v - eps
+                with no_grad():
+                    lo = _as_tuple(func(*inputs))
+                work[idx] = v + eps
+                with no_grad():
+                    hi = _as_tuple(func(*inputs))
+                work[idx] = v
+                for j, _ in float_outs:
+                    d = (np.asarray(hi[j]._value, np.float64) -
+                         np.asarray(lo[j]._value, np.float64)) / (2 * eps)
+                    cols[j][k] = d.reshape(-1)
+        finally:
+            x._value = orig
+        for j, _ in float_outs:
+            jac[(j, i)] = cols[j]
+    return outs, jac
+
+
+def _analytical(func, inputs, diff_idx, check_grad_dtypes):
+    """{(output j, input i): (numel_in, numel_out) array} by one backward per output element,
+    computed twice (the second for the reentrancy check)."""
+    from aotgrad.runtime.factories import tensor
+    with enable_grad():
+        outs = _as_tuple(func(*inputs))
+    diff_inputs = [inputs[i] for i in diff_idx]
+    jacs = ({}, {})
+    for j, o in _float_outputs(outs):
+        n_out = o.numel()
+        for rep in range(2):
+            for i in diff_idx:
+                jacs[rep][(j, i)] = np.zeros((inputs[i].numel(), n_out))
+            if not o.requires_grad:
+                continue
+            for k in range(n_out):
+                basis = np.zeros(n_out, dtype=o.dtype.np)
+                basis[k] = 1
+                gs = _grad(o, diff_inputs, tensor(basis.reshape(tuple(o.shape)), dtype=o.dtype),
+                           retain_graph=True, allow_unused=True)
+                for i, g in zip(diff_idx, gs):
+                    if g is None:
+                        continue
+                    if tuple(g.shape) != tuple(inputs[i].shape):
+                        raise GradcheckError("Analytical gradient has incorrect size")
+                    if check_grad_dtypes and g.dtype is not inputs[i].dtype:
+                        raise GradcheckError("Gradient has dtype mismatch")
+                    jacs[rep][(j, i)][:, k] = np.asarray(g._value, np.float64).reshape(-1)
+    return outs, jacs
+
+
+def _fmt(m):
+    from aotgrad.runtime.factories import tensor
+    return repr(tensor(m))
+
+
+def _fail(msg, raise_exception):
+    if raise_exception:
+        raise GradcheckError(msg)
+    return False
+
+
+def gradcheck(func, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=True,
+              nondet_tol=0.0, check_undefined_grad=True, check_grad_dtypes=False,
+              check_batched_grad=False, check_batched_forward_grad=False,
+              check_forward_ad=False, check_backward_ad=True, fast_mode=False, masked=None):
+    """Check the gradients of `func` at `inputs` (a Tensor or a tuple, of which the tensors
+    with requires_grad=True are checked) against finite differences, elementwise
+    |analytical - numerical| <= atol + rtol * |numerical|. Returns True, or raises a
+    GradcheckError (returns False with raise_exception=False). Use float64 inputs.
+
+    The batched, forward-AD, undefined-grad and fast-mode checks of PyTorch are accepted
+    and not run; `check_backward_ad=False` skips everything (returns True).
+    """
+    inputs = _as_tuple(inputs)
+    diff_idx = [i for i, x in enumerate(inputs) if isinstance(x, Tensor) and x.requires_grad]
+    if not diff_idx:
+        raise ValueError("gradcheck expects at least one input tensor to require gradient, but "
+                         "none of them have requires_grad=True.")
+    for i in diff_idx:
+        if inputs[i].dtype.name != "float64":
+            warnings.warn(f"Input #{i} requires gradient and is not a double precision floating "
+                          f"point or complex. This check will likely fail if all the inputs are "
+                          f"not of double precision floating point or complex. ", stacklevel=2)
+    if not check_backward_ad:
+        return True
+    _, numerical = _numerical(func, inputs, diff_idx, eps)
+    grad_outs, (analytical, again) = _analytical(func, inputs, diff_idx, check_grad_dtypes)
+    for j, o in _float_outputs(grad_outs):
+        if not o.requires_grad:
+            if any(np.any(numerical[(j, i)] != 0) for i in diff_idx):
+                return _fail("Numerical gradient for function expected to be zero",
+                             raise_exception)
+            continue
+        for i in diff_idx:
+            a, n = analytical[(j, i)], numerical[(j, i)]
+            if not np.allclose(a, n, rtol=rtol, atol=atol, equal_nan=False):
+                return _fail(f"Jacobian mismatch for output {j} with respect to input {i},\n"
+                             f"numerical:{_fmt(n)}\nanalytical:{_fmt(a)}\n", raise_exception)
+    for key, a in analytical.items():
+        if np.max(np.abs(a - again[key]), initial=0.0) > nondet_tol:
+            return _fail(f"Backward is not reentrant, i.e., running backward with same input and "
+                         f"grad_output multiple times gives different values, although "
+                         f"analytical gradient matches numerical gradient. The tolerance for "
+                         f"nondeterminism was {nondet_tol}.", raise_exception)
+    return True
+
+
+def gradgradcheck(func, inputs, grad_outputs=None, *, eps=1e-6, atol=1e-5, rtol=1e-3,
+                  gen_non_contig_grad_outputs=False, raise_exception=True, nondet_tol=0.0,
+                  check_undefined_grad=True, check_grad_dtypes=False, check_batched_grad=False,
+                  check_fwd_over_rev=False, check_rev_over_rev=True, fast_mode=False,
+                  masked=False):
+    """Check second derivatives: gradcheck of the function
+    (inputs, grad_outputs) -> autograd.grad(func(inputs), inputs, grad_outputs,
+    create_graph=True). Random float64 `grad_outputs` (requiring grad) are made when not
+    given.
+
+    >>> aotgrad.autograd.gradgradcheck(lambda x: x ** 3, (x,))
+    True
+    """
+    from aotgrad.runtime.factories import rand_like
+    inputs = _as_tuple(inputs)
+    diff_idx = [i for i, x in enumerate(inputs) if isinstance(x, Tensor) and x.requires_grad]
+    if grad_outputs is None:
+        with no_grad():
+            outs = _as_tuple(func(*inputs))
+        grad_outputs = tuple((rand_like(o) * 2 - 1).requires_grad_(True)
+                             for o in outs if isinstance(o, Tensor) and o.dtype.is_floating_point)
+    else:
+        grad_outputs = _as_tuple(grad_outputs)
+    n_in = len(inputs)
+
+    def first_derivative(*args):
+        xs, gos = args[:n_in], args[n_in:]
+        with enable_grad():
+            outs = _as_tuple(func(*xs))
+        pairs = [(o, g) for o, g in zip([o for o in outs if isinstance(o, Tensor) and
+                                         o.dtype.is_floating_point], gos) if o.requires_grad]
+        if not pairs:
+            return ()
+        diff = [xs[i] for i in diff_idx]
+        with enable_grad():
+            gs = _grad([o for o, _ in pairs], diff, [g for _, g in pairs], create_graph=True,
+                       allow_unused=True)
+        return tuple(g for g in gs if g is not None)
+
+    return gradcheck(first_derivative, inputs + tuple(grad_outputs), eps=eps, atol=atol,
+                     rtol=rtol, raise_exception=raise_exception, nondet_tol=nondet_tol,
+                     check_undefined_grad=check_undefined_grad,
+                     check_grad_dtypes=check_grad_dtypes, check_backward_ad=check_rev_over_rev,
+                     fast_mode=fast_mode)
