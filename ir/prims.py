@@ -288,8 +288,18 @@ def _argsort(x, *, dim, descending=False):
     return np.flip(idx, dim).copy() if descending else idx
 
 
+def _quiet(fn):
+    """numpy warns on log(-1), 1/0, exp overflow; PyTorch returns nan/inf silently."""
+    def impl(*args):
+        with np.errstate(all="ignore"):
+            return fn(*args)
+    impl.__name__ = getattr(fn, "__name__", "impl")
+    return impl
+
+
 # ---- the table ----------------------------------------------------------------------------
 P, R = ("pointwise",), ("reduction",)
+_QUIET = {"exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "reciprocal", "div", "pow"}
 for _name, _fn, _kind in [
     ("neg", np.negative, "numeric"), ("abs", np.abs, "numeric"), ("exp", np.exp, "float"),
     ("log", np.log, "float"), ("log1p", np.log1p, "float"), ("expm1", np.expm1, "float"),
@@ -299,7 +309,7 @@ for _name, _fn, _kind in [
     ("floor", np.floor, "float"), ("ceil", np.ceil, "float"),
     ("reciprocal", lambda x: _c(x, 1) / x, "float"), ("logical_not", np.logical_not, "bool"),
 ]:
-    register(_name, _unary_rule(_kind), _fn, P)
+    register(_name, _unary_rule(_kind), _quiet(_fn) if _name in _QUIET else _fn, P)
 
 for _name, _fn, _kind, _out in [
     ("add", np.add, "any", None), ("sub", np.subtract, "numeric", None),
@@ -311,7 +321,7 @@ for _name, _fn, _kind, _out in [
     ("gt", np.greater, "any", dt.bool_), ("ge", np.greater_equal, "any", dt.bool_),
     ("logical_and", np.logical_and, "bool", None), ("logical_or", np.logical_or, "bool", None),
 ]:
-    register(_name, _binary_rule(_kind, _out), _fn, P)
+    register(_name, _binary_rule(_kind, _out), _quiet(_fn) if _name in _QUIET else _fn, P)
 
 register("where", _where_rule, np.where, P)
 register("convert_element_type", _convert_rule, lambda x, *, dtype: x.astype(dtype.np), P)

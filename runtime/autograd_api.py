@@ -28,6 +28,11 @@ def _make_grads(outputs, grad_outputs):
             raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of "
                                f"{list(g.shape)} and output[{i}] has a shape of "
                                f"{list(o.shape)}.")
+        if g.dtype is not o.dtype:  # like PyTorch, a gradient of another dtype is cast
+            if not o.dtype.is_floating_point:
+                raise RuntimeError(f"grad_output[{i}] has dtype {g.dtype.name} but output[{i}] "
+                                   f"has non-floating dtype {o.dtype.name}")
+            g = g.to(o.dtype)
         out.append(g)
     return out
 

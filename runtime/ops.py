@@ -33,11 +33,55 @@ def op(name, grad_name=None):
                     out = fn(*args, **kwargs)
             finally:
                 current_op.reset(token)
-            if grad_name is not None and type(out) is Tensor and out.grad_fn is not None:
-                out.grad_fn._name = grad_name
+            if grad_name is not None:
+                t = out if type(out) is Tensor else \
+                    (out[0] if isinstance(out, ReturnType) else None)
+                if t is not None and t.grad_fn is not None:
+                    t.grad_fn._name = grad_name
             return out
         return wrapper
     return deco
+
+
+def _named(out, grad_name):
+    """Set the grad_fn name of an op whose PyTorch name depends on its arguments."""
+    if out.grad_fn is not None:
+        out.grad_fn._name = grad_name
+    return out
+
+
+class ReturnType(tuple):
+    """(values, indices) returned by max/min/sort/topk with a dim, like torch.return_types.
+
+    >>> aotgrad.tensor([[1., 3.]]).max(1)
+    aotgrad.return_types.max(
+    values=tensor([3.]),
+    indices=tensor([1]))
+    """
+    __slots__ = ()
+    _fields = ("values", "indices")
+
+    def __new__(cls, values, indices):
+        return tuple.__new__(cls, (values, indices))
+
+    values = property(lambda self: self[0])
+    indices = property(lambda self: self[1])
+
+    def __repr__(self):
+        return (f"aotgrad.return_types.{type(self).__name__}(\nvalues={self[0]!r},\n"
+                f"indices={self[1]!r})")
+
+    def __reduce__(self):
+        return (type(self), tuple(self))
+
+
+def _return_type(name):
+    return type(name, (ReturnType,), {"__slots__": (), "__module__": "aotgrad.return_types",
+                                      "__qualname__": name})
+
+
+return_types = {n: _return_type(n) for n in ("max", "min", "sort", "topk", "kthvalue", "mode")}
+_MinMax = ReturnType
 
 
 # ---- conversion helpers --------------------------------------------------------------------
@@ -158,16 +202,20 @@ def remainder(a, b):
     return sub(a2, mul(floor_divide(a2, b2), b2))
 
 
-@op("pow", "PowBackward0")
+@op("pow")
 def pow(a, b):
-    if isinstance(b, (int, float)) and not isinstance(b, bool) and isinstance(a, Tensor):
-        if b == 2:
-            return tp.mul(a, a) if a.dtype.is_floating_point else tp.mul(a, a)
-        if b == 1:
-            return a
-        if b == 0.5 and a.dtype.is_floating_point:
-            return tp.sqrt(a)
-    return _binary(tp.pow, float_result=True)(a, b)
+    """a ** b. grad_fn: PowBackward0 (tensor ** number), PowBackward1 (tensor ** tensor),
+    PowBackward2 (number ** tensor), as in PyTorch."""
+    if not isinstance(a, Tensor):
+        return _named(_binary(tp.pow, float_result=True)(a, b), "PowBackward2")
+    if not isinstance(b, Tensor):
+        if isinstance(b, (int, float)) and not isinstance(b, bool):
+            if b == 2:
+                return _named(tp.mul(a, a), "PowBackward0")
+            if b == 0.5 and a.dtype.is_floating_point:
+                return _named(tp.sqrt(a), "PowBackward0")
+        return _named(_binary(tp.pow, float_result=True)(a, b), "PowBackward0")
+    return _named(_binary(tp.pow, float_result=True)(a, b), "PowBackward1")
 
 
 @op("maximum", "MaximumBackward0")
@@ -450,7 +498,7 @@ def sum(x, dim=None, keepdim=False, *, dtype=None):
     return r
 
 
-@op("mean", "MeanBackward1")
+@op("mean")
 def mean(x, dim=None, keepdim=False, *, dtype=None):
     if dtype is not None:
         x = cast(x, dt.as_dtype(dtype))
@@ -461,14 +509,16 @@ def mean(x, dim=None, keepdim=False, *, dtype=None):
     n = math.prod(x.shape[d] for d in dims)
     r = tp.reduce_sum(x, dims=dims)
     r = tp.div(r, tp.broadcast_to(tp.constant(n, x.dtype), r.shape))
-    return _keep(r, x.shape, dims, keepdim)
+    return _named(_keep(r, x.shape, dims, keepdim), "MeanBackward0" if dim is None else
+                  "MeanBackward1")
 
 
-@op("prod", "ProdBackward1")
+@op("prod")
 def prod(x, dim=None, keepdim=False, *, dtype=None):
     x = _reduce_dtype(x, dtype)
     dims = norm_dims(dim, x.ndim)
-    return _keep(tp.reduce_prod(x, dims=dims), x.shape, dims, keepdim)
+    return _named(_keep(tp.reduce_prod(x, dims=dims), x.shape, dims, keepdim),
+                  "ProdBackward0" if dim is None else "ProdBackward1")
 
 
 @op("amax", "AmaxBackward0")
@@ -495,28 +545,30 @@ class _MinMax(tuple):
 
 def _minmax(x, dim, keepdim, other, amax_fn, arg_fn, pair_fn, name):
     if isinstance(dim, Tensor) and other is None:
-        return pair_fn(x, dim)
+        return _named(pair_fn(x, dim), "MaximumBackward0" if name == "max" else
+                      "MinimumBackward0")
     if dim is None:
         if x.numel() == 0:
             raise RuntimeError(f"{name}(): Expected reduction dim to be specified for "
                                f"input.numel() == 0. Specify the reduction dim with the 'dim' "
                                f"argument.")
-        return amax_fn(x)
+        return _named(amax_fn(x), "MaxBackward1" if name == "max" else "MinBackward1")
     d = norm_dims(dim, x.ndim)[0] if x.ndim else 0
     idx = arg_fn(x, d, keepdim=True)
     vals = take_along_dim(x, idx, d) if x.ndim else x
     if not keepdim and x.ndim:
         vals, idx = squeeze(vals, d), squeeze(idx, d)
-    return _MinMax(vals, idx)
+    _named(vals, "MaxBackward0" if name == "max" else "MinBackward0")
+    return return_types[name](vals, idx)
 
 
-@op("max", "MaxBackward0")
+@op("max")
 def max(x, dim=None, keepdim=False):
     """max(x) -> max value; max(x, dim) -> (values, indices); max(x, other) -> maximum."""
     return _minmax(x, dim, keepdim, None, amax, argmax, maximum, "max")
 
 
-@op("min", "MinBackward0")
+@op("min")
 def min(x, dim=None, keepdim=False):
     return _minmax(x, dim, keepdim, None, amin, argmin, minimum, "min")
 

@@ -114,7 +114,12 @@ swapaxes = swapdims = transpose
 def t(x):
     if x.ndim > 2:
         raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {x.ndim}D")
-    return transpose(x, 0, 1) if x.ndim == 2 else x
+    if x.ndim < 2:
+        return _alias(x)
+    out = transpose(x, 0, 1)
+    if out.grad_fn is not None:
+        out.grad_fn._name = "TBackward0"
+    return out
 
 
 def movedim(x, source, destination):
@@ -363,19 +368,19 @@ def argsort(x, dim=-1, descending=False, stable=False):
 
 @op("sort", "SortBackward0")
 def sort(x, dim=-1, descending=False, stable=False):
-    from aotgrad.runtime.ops import _MinMax
+    from aotgrad.runtime.ops import return_types
     idx = argsort(x, dim, descending)
-    return _MinMax(take_along_dim(x, idx, _dim(dim, x.ndim)), idx)
+    return return_types["sort"](take_along_dim(x, idx, _dim(dim, x.ndim)), idx)
 
 
 @op("topk", "TopkBackward0")
 def topk(x, k, dim=-1, largest=True, sorted=True):
-    from aotgrad.runtime.ops import _MinMax
+    from aotgrad.runtime.ops import return_types
     d = _dim(dim, x.ndim)
     if not 0 <= k <= x.shape[d]:
         raise RuntimeError(f"selected index k out of range (k={k}, size {x.shape[d]})")
     idx = narrow(argsort(x, d, descending=largest), d, 0, k)
-    return _MinMax(take_along_dim(x, idx, d), idx)
+    return return_types["topk"](take_along_dim(x, idx, d), idx)
 
 
 # ---- gather / index ------------------------------------------------------------------------
