@@ -25,6 +25,7 @@ class Partition:
     def __init__(self, forward, backward, saved, recomputed, reasons):
         self.forward, self.backward, self.saved = forward, backward, saved
         self.recomputed, self.reasons = recomputed, reasons
+        self.budget_note = None
 
     @property
     def saved_bytes(self):
@@ -33,13 +34,15 @@ class Partition:
     def report(self):
         lines = [f"saved {len(self.saved)} values, {_fmt_bytes(self.saved_bytes)}; "
                  f"recomputed {len(self.recomputed)} ops in the backward"]
+        if self.budget_note:
+            lines.append(self.budget_note)
         for v in self.saved:
             lines.append(f"  saved {v.name}: {v.dtype.short}[{','.join(map(str, v.shape))}] "
                          f"{_fmt_bytes(nbytes(v))} - {self.reasons.get(v, '')}")
         for n in self.recomputed:
             where = f" at {n.provenance.where()}" if n.provenance is not None else ""
             lines.append(f"  recomputed {n.outputs[0].name} = {n.prim.name}{where} "
-                         f"(cheap {sorted(n.prim.tags & RECOMPUTABLE_TAGS)[0]} op)")
+                         f"(recomputed: {sorted(n.prim.tags)[0]} op)")
         return "\n".join(lines)
 
 
@@ -51,7 +54,26 @@ def _fmt_bytes(b):
 
 
 def partition(joint, n_primals, n_fw_outputs, memory_budget=None):
-    """joint: inputs = primals + tangents; outputs = forward outputs + grads."""
+    """joint: inputs = primals + tangents; outputs = forward outputs + grads.
+
+    memory_budget: None (min cut over pointwise/shape recompute), a fraction in [0, 1] of
+    that partition's saved bytes, or a number of bytes. Over budget, reductions become
+    recomputable too; contractions and random ops never are (the report says if the budget
+    could not be met)."""
+    p = _partition(joint, n_primals, n_fw_outputs, allow_reductions=False)
+    if memory_budget is None:
+        return p
+    budget = memory_budget * p.saved_bytes if 0 <= memory_budget <= 1 else memory_budget
+    if p.saved_bytes > budget:
+        p = _partition(joint, n_primals, n_fw_outputs, allow_reductions=True)
+    p.budget_note = (f"memory_budget {_fmt_bytes(budget)}: "
+                     + ("met" if p.saved_bytes <= budget else
+                        f"not met ({_fmt_bytes(p.saved_bytes)} must be saved: contractions, "
+                        f"random ops and inputs are never recomputed)"))
+    return p
+
+
+def _partition(joint, n_primals, n_fw_outputs, allow_reductions):
     primals, tangents = joint.inputs[:n_primals], joint.inputs[n_primals:]
     fw_outs, grads = joint.outputs[:n_fw_outputs], joint.outputs[n_fw_outputs:]
     producer = joint.producers()
@@ -64,7 +86,6 @@ def partition(joint, n_primals, n_fw_outputs, memory_budget=None):
     needed_by_bw = _ancestors_nodes(joint, grads, producer)
     fw_needed = _ancestors_nodes(joint, fw_outs, producer)
 
-    allow_reductions = memory_budget is not None
     g = nx.DiGraph()
     S, T = "__source__", "__sink__"
     g.add_node(S)

@@ -325,3 +325,14 @@ def test_anomaly_mode_reports_forward_nan_line():
     with ag.autograd.detect_anomaly():
         with pytest.raises(RuntimeError, match=r"prims.log \(in log at test_compile.py:\d+"):
             cf(ag.tensor([-1.0, 1.0]))
+
+
+def test_memory_budget_trades_saved_bytes_for_recompute():
+    args = (_randn(32, 64), _randn(64), _randn(64))
+    default = ag.compile(layernorm_gelu, backend="interpret").ir(*args).partition
+    tight_cf = ag.compile(layernorm_gelu, backend="interpret", memory_budget=0.0)
+    tight = tight_cf.ir(*args).partition
+    assert tight.saved_bytes < default.saved_bytes
+    assert any(n.prim.name.startswith("reduce") for n in tight.recomputed)
+    assert "memory_budget" in tight.report()
+    compare_with_eager(layernorm_gelu, *args, compiled=tight_cf, rtol=2e-5, atol=2e-5)
