@@ -1,0 +1,215 @@
+"""Vectorisable float32 approximations of exp, log, tanh, logistic and erf.
+
+Numba lowers `np.exp`/`np.tanh`/`np.log` on scalars to libm calls, which LLVM cannot
+vectorise. The functions here are plain arithmetic (polynomials, one division, integer
+bit manipulation for the exponent), so a fused loop that calls them vectorises.
+
+They are kept as *source text* (`HELPERS`) because every generated module must be
+self-contained (numba's `cache=True` does not track helpers imported from other files).
+`helper_source(names)` returns the text for a set of helpers plus what they depend on.
+
+Error bounds (max relative error against float64 numpy, float32 inputs over the whole
+finite float32 range, normal results; measured by tests/test_codegen_approx.py):
+
+  exp_f32       <= 2e-7   (Cody-Waite reduction by ln2, degree-7 Taylor polynomial,
+                           2^n built from exponent bits in two halves so that overflow,
+                           underflow and denormals come out right; NaN/inf preserved)
+  log_f32       <= 2e-7   (x = m 2^e, m in [sqrt(1/2), sqrt(2)), log(m) = 2 atanh(s) series,
+                           s = (m-1)/(m+1); denormal inputs rescaled; x<0 -> nan, 0 -> -inf)
+  tanh_f32      <= 5e-7   (|x| < 0.625: odd least-squares polynomial fitted here, error 4e-9
+                           in exact arithmetic; else 1 - 2/(exp(2|x|)+1))
+  logistic_f32  <= 5e-7   (1/(1+exp(-x)); results below ~1e-38 (denormals) flush toward 0)
+  erf_f32       <= 5e-7   (|x| < 1: odd polynomial fitted here; 1 <= |x| < 4:
+                           1 - exp(-x^2) P(1/x) with P fitted to erfc(x)exp(x^2); else +-1)
+
+Float64 graphs do not use these: they call numpy/libm (exact, scalar).
+"""
+
+_FM = 'fastmath={"reassoc", "contract", "arcp"}, error_model="numpy"'
+
+PRELUDE = '''\
+import math
+import numpy as np
+import numba
+from numba import prange
+from numba.extending import intrinsic as _intrinsic
+from llvmlite import ir as _llir
+
+_jit = numba.njit(cache=True, %s)
+_pjit = numba.njit(cache=True, parallel=True, %s)
+NAN32 = np.float32(np.nan)
+INF32 = np.float32(np.inf)
+NAN64 = np.float64(np.nan)
+INF64 = np.float64(np.inf)
+''' % (_FM, _FM)
+
+# name -> (dependencies, source)
+HELPERS = {}
+
+
+def _helper(name, deps, src):
+    HELPERS[name] = (tuple(deps), src)
+
+
+_helper("bitcast", (), '''
+@_intrinsic
+def _i2f(typingctx, x):
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], _llir.FloatType())
+    return numba.float32(numba.int32), codegen
+
+
+@_intrinsic
+def _f2i(typingctx, x):
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], _llir.IntType(32))
+    return numba.int32(numba.float32), codegen
+''')
+
+_helper("minmax", (), '''
+def _mk_minmax(llname):
+    def impl(typingctx, a, b):
+        def codegen(context, builder, sig, args):
+            t = args[0].type
+            fn = builder.module.declare_intrinsic(llname, [t], _llir.FunctionType(t, [t, t]))
+            return builder.call(fn, args)
+        return a(a, b), codegen
+    return _intrinsic(impl)
+
+
+_maxnum = _mk_minmax("llvm.maxnum")  # NaN-ignoring max: vectorises in reductions
+_minnum = _mk_minmax("llvm.minnum")
+''')
+
+_helper("exp_f32", ("bitcast",), '''
+@_jit
+def exp_f32(x):
+    xc = x if x < np.float32(89.0) else np.float32(89.0)
+    xc = xc if xc > np.float32(-104.5) else np.float32(-104.5)
+    fn = np.floor(xc * np.float32(1.4426950408889634) + np.float32(0.5))
+    r = xc - fn * np.float32(0.693359375)
+    r = r - fn * np.float32(-2.12194440e-4)
+    p = np.float32(1.0 / 5040.0)
+    p = p * r + np.float32(1.0 / 720.0)
+    p = p * r + np.float32(1.0 / 120.0)
+    p = p * r + np.float32(1.0 / 24.0)
+    p = p * r + np.float32(1.0 / 6.0)
+    p = p * r + np.float32(0.5)
+    p = p * r + np.float32(1.0)
+    p = p * r + np.float32(1.0)
+    n = np.int32(fn)
+    n1 = n >> 1
+    n2 = n - n1
+    res = p * _i2f(np.int32((n1 + 127) << 23)) * _i2f(np.int32((n2 + 127) << 23))
+    return x if x != x else res
+''')
+
+_helper("log_f32", ("bitcast",), '''
+@_jit
+def log_f32(x):
+    tiny = x < np.float32(1.1754943508222875e-38)
+    xs = x * np.float32(8388608.0) if tiny else x
+    b = _f2i(xs)
+    e = ((b >> 23) & 255) - 127
+    e = e - 23 if tiny else e
+    m = _i2f(np.int32((b & 8388607) | 1065353216))
+    big = m > np.float32(1.4142135623730951)
+    m = m * np.float32(0.5) if big else m
+    e = e + 1 if big else e
+    f = m - np.float32(1.0)
+    s = f / (np.float32(2.0) + f)
+    z = s * s
+    p = np.float32(2.0 / 11.0)
+    p = p * z + np.float32(2.0 / 9.0)
+    p = p * z + np.float32(2.0 / 7.0)
+    p = p * z + np.float32(2.0 / 5.0)
+    p = p * z + np.float32(2.0 / 3.0)
+    ef = np.float32(e)
+    r = ef * np.float32(0.693359375) + (s * z * p + (ef * np.float32(-2.12194440e-4) + s + s))
+    r = NAN32 if x < np.float32(0.0) else r
+    r = -INF32 if x == np.float32(0.0) else r
+    return x if (x != x or x == INF32) else r
+''')
+
+_helper("tanh_f32", ("exp_f32",), '''
+@_jit
+def tanh_f32(x):
+    a = abs(x)
+    z = x * x
+    p = np.float32(-0.005652355260045331)
+    p = p * z + np.float32(0.020583488975110854)
+    p = p * z + np.float32(-0.053718484978778264)
+    p = p * z + np.float32(0.13331091126750527)
+    p = p * z + np.float32(-0.3333325872294498)
+    p = p * z + np.float32(0.9999999959311561)
+    small = x * p
+    ac = a if a < np.float32(20.0) else np.float32(20.0)
+    big = np.float32(1.0) - np.float32(2.0) / (exp_f32(ac + ac) + np.float32(1.0))
+    big = big if x >= np.float32(0.0) else -big
+    r = small if a < np.float32(0.625) else big
+    return x if x != x else r
+''')
+
+_helper("logistic_f32", ("exp_f32",), '''
+@_jit
+def logistic_f32(x):
+    return np.float32(1.0) / (np.float32(1.0) + exp_f32(-x))
+''')
+
+_helper("erf_f32", ("exp_f32",), '''
+@_jit
+def erf_f32(x):
+    a = abs(x)
+    z = x * x
+    p = np.float32(7.847259125890057e-05)
+    p = p * z + np.float32(-0.0008008189322920663)
+    p = p * z + np.float32(0.005188098889382647)
+    p = p * z + np.float32(-0.026853691099711037)
+    p = p * z + np.float32(0.11283582247992917)
+    p = p * z + np.float32(-0.37612625567399366)
+    p = p * z + np.float32(1.1283791656893232)
+    small = x * p
+    ac = a if a < np.float32(4.0) else np.float32(4.0)
+    ac = ac if ac > np.float32(1.0) else np.float32(1.0)
+    t = np.float32(1.0) / ac
+    q = np.float32(0.029677235921373318)
+    q = q * t + np.float32(-0.17400144139302975)
+    q = q * t + np.float32(0.4245884457549048)
+    q = q * t + np.float32(-0.5183950057065959)
+    q = q * t + np.float32(0.22255830181307829)
+    q = q * t + np.float32(0.23908537340328098)
+    q = q * t + np.float32(-0.3789607463914581)
+    q = q * t + np.float32(0.02122417237224886)
+    q = q * t + np.float32(0.5616814878354662)
+    q = q * t + np.float32(0.00012575778948768806)
+    big = np.float32(1.0) - exp_f32(-(ac * ac)) * q
+    big = big if x >= np.float32(0.0) else -big
+    r = small if a < np.float32(1.0) else big
+    return x if x != x else r
+''')
+
+_helper("erf_f64", (), '''
+@_jit
+def erf_f64(x):
+    return math.erf(x)
+''')
+
+
+def helper_source(names):
+    """Source text of the helpers `names` and their dependencies, in dependency order."""
+    order, seen = [], set()
+
+    def visit(n):
+        if n in seen:
+            return
+        seen.add(n)
+        for d in HELPERS[n][0]:
+            visit(d)
+        order.append(n)
+
+    for n in sorted(names):
+        visit(n)
+    return "".join(HELPERS[n][1] for n in order)
+
+
+APPROXIMATED = ("exp_f32", "log_f32", "tanh_f32", "logistic_f32", "erf_f32")

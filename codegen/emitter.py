@@ -1,0 +1,787 @@
+"""Emitter: Python/Numba source for the kernels of a Schedule, one self-contained module.
+
+A kernel is emitted as a function over C-contiguous arrays (inputs and outputs, reshaped by
+the executor to the kernel's *collapsed* domain: adjacent dims that every access treats
+alike are merged), runtime constants (`full` values, so a new value does not need new code)
+and runtime sizes (so a new batch size does not need new machine code). Index arithmetic
+replaces broadcast/transpose/slice/rev/unit reshape. Loops take 1-D row views (`xr = x[i]`)
+so the innermost loop is unit-stride and vectorises; blocks of a `prange` index through a
+slice of the block. Float32 sums accumulate in float32 within blocks of 4096 and in float64
+across blocks. Row max/min use LLVM's maxnum/minnum (vectorisable) and re-check for NaN.
+"""
+import hashlib
+import math
+
+import numpy as np
+
+from aotgrad.codegen import approx
+from aotgrad.codegen.scheduler import Kernel, identity, view_index
+from aotgrad.codegen.templates import TEMPLATES
+from aotgrad.ir import dtypes as dt
+
+PAR_MIN = 1 << 17        # elements of work before a kernel uses prange
+BLOCK = 4096             # elements per prange block and per float32 partial sum
+COL_CHUNK = 512          # kept-dim chunk of a column reduction run in parallel
+
+_NP = {dt.float32: "np.float32", dt.float64: "np.float64", dt.int32: "np.int32",
+       dt.int64: "np.int64", dt.bool_: "np.bool_"}
+_LITERALS = (0.0, 1.0, -1.0, 2.0, 0.5)
+
+
+def np_name(d):
+    return _NP[d]
+
+
+def const_expr(value, d):
+    if d is dt.bool_:
+        return "True" if value else "False"
+    if d.is_floating_point:
+        v = float(value)
+        s = "32" if d is dt.float32 else "64"
+        if v != v:
+            return f"NAN{s}"
+        if v in (math.inf, -math.inf):
+            return f"INF{s}" if v > 0 else f"(-INF{s})"
+        return f"np.float{s}({v!r})"
+    return f"{np_name(d)}({int(value)})"
+
+
+class ArgSpec:
+    """One kernel argument: kind in (in, out, const, size)."""
+    __slots__ = ("kind", "var", "shape", "value", "dtype")
+
+    def __init__(self, kind, var=None, shape=None, value=None, dtype=None):
+        self.kind, self.var, self.shape, self.value, self.dtype = kind, var, shape, value, dtype
+
+
+class KernelSpec:
+    def __init__(self, kernel, body, args, parallel):
+        self.kernel, self.body, self.args, self.parallel = kernel, body, args, parallel
+        self.name = None
+
+
+class _Scope:
+    def __init__(self, lines, indent):
+        self.lines, self.indent, self.memo = lines, indent, {}
+
+    def add(self, line):
+        self.lines.append(self.indent + line)
+
+
+class KernelEmitter:
+    def __init__(self, scheduler, kt, helpers):
+        self.S, self.kt, self.helpers = scheduler, kt, helpers
+        self.args = []            # ArgSpec
+        self.argnames = {}        # key -> name
+        self.tmp = 0
+        self.consts = {}
+
+    # -- small utilities --------------------------------------------------------------------
+    def fresh(self, p="t"):
+        self.tmp += 1
+        return f"{p}{self.tmp}"
+
+    def need(self, h):
+        self.helpers.add(h)
+
+    def const(self, value, d):
+        return const_expr(value, d)
+
+    def const_of(self, var):
+        n = self.S.prod.get(var)
+        if n is not None and n.prim.name == "full":
+            return n.params["value"]
+        if n is not None and n.prim.name == "broadcast_in_dim":
+            return self.const_of(n.inputs[0])
+        return None
+
+    def const_arg(self, value, d):
+        v = float(value) if d.is_floating_point else int(value)
+        if d is dt.bool_ or v in _LITERALS or (d.is_floating_point and
+                                                 (v != v or v in (math.inf, -math.inf))):
+            return const_expr(value, d)
+        key = ("const", v, d)
+        if key not in self.argnames:
+            name = f"c{len(self.consts)}"
+            self.consts[key] = name
+            self.argnames[key] = name
+            self.args.append(ArgSpec("const", value=v, dtype=d))
+        return self.argnames[key]
+
+    def arg(self, kind, var, shape):
+        key = (kind, var, tuple(shape))
+        if key not in self.argnames:
+            name = f"{'a' if kind == 'in' else 'o'}{sum(1 for k in self.argnames if k[0] == kind)}"
+            self.argnames[key] = name
+            self.args.append(ArgSpec(kind, var=var, shape=tuple(shape)))
+        return self.argnames[key]
+
+    # -- dim collapsing -----------------------------------------------------------------------
+    def collapse(self):
+        kt = self.kt
+        D = list(kt.domain) or [1]
+        nd = len(kt.domain)
+        if kt.ktype == "rows":
+            part = [0 if p < nd - kt.k else 1 for p in range(nd)]
+        elif kt.ktype == "cols":
+            part = [0 if p < kt.k else 1 for p in range(nd)]
+        else:
+            part = [0] * nd
+        if nd == 0:
+            part = [0]
+        blocked = set()
+        refs = []   # (key, shape, idx)
+        red_outs = {r.outputs[0] for r in kt.reds}
+        rowsh = kt.rowshape
+        self.iota_refs = []
+
+        def visit(kind, v, ix):
+            if kind == "leaf":
+                shape = rowsh if v in red_outs else v.shape
+                refs.append(((v, ix), list(shape), list(ix)))
+            elif self.S.prod[v].prim.name == "iota":
+                for t in ix:
+                    if t[0] == "d":
+                        blocked.add(t[1])
+        for v, ix in self.S._roots(kt):
+            if v in red_outs:
+                continue
+            own = set(kt.outputs)
+            self.S.walk(kt, v, ix, visit, lambda u, v=v: u is not v and self._is_leaf(u))
+        for v in kt.outputs:
+            ix = identity(nd) if v.shape == kt.domain else identity(len(v.shape))
+            refs.append((("out", v), list(v.shape), list(ix)))
+        for r in kt.reds:
+            refs.append((("red", r.outputs[0]), list(rowsh), list(identity(len(rowsh)))))
+        groups = [[p] for p in range(len(D))]
+        cur = list(D)
+        changed = True
+        while changed:
+            changed = False
+            for P in range(len(cur) - 1):
+                if part[groups[P][0]] != part[groups[P + 1][0]]:
+                    continue
+                if any(p in blocked for p in groups[P] + groups[P + 1]):
+                    continue
+                ok = True
+                for _, shape, ix in refs:
+                    qa = [q for q, t in enumerate(ix) if t[0] == "d" and t[1] == P]
+                    qb = [q for q, t in enumerate(ix) if t[0] == "d" and t[1] == P + 1]
+                    if not qa and not qb:
+                        continue
+                    if len(qa) != 1 or len(qb) != 1 or qb[0] != qa[0] + 1 or \
+                            ix[qa[0]][2:] != (1, 0) or ix[qb[0]][2:] != (1, 0) or \
+                            shape[qb[0]] != cur[P + 1] or shape[qa[0]] != cur[P]:
+                        ok = False
+                        break
+                if not ok:
+                    continue
+                for i, (key, shape, ix) in enumerate(refs):
+                    qa = [q for q, t in enumerate(ix) if t[0] == "d" and t[1] == P]
+                    if qa:
+                        q = qa[0]
+                        shape = shape[:q] + [shape[q] * shape[q + 1]] + shape[q + 2:]
+                        ix = ix[:q] + [("d", P, 1, 0)] + ix[q + 2:]
+                    ix = [("d", t[1] - 1, t[2], t[3]) if t[0] == "d" and t[1] > P + 1 else t
+                          for t in ix]
+                    refs[i] = (key, shape, ix)
+                groups[P] = groups[P] + groups[P + 1]
+                del groups[P + 1]
+                cur[P] = cur[P] * cur[P + 1]
+                del cur[P + 1]
+                changed = True
+                break
+        self.cdom = cur
+        self.cpart = [part[g[0]] for g in groups]
+        self.dimmap = {p: P for P, g in enumerate(groups) for p in g}
+        self.refmap = {key: (shape, ix) for key, shape, ix in refs}
+
+    def _is_leaf(self, u):
+        kt = self.kt
+        if u in {r.outputs[0] for r in kt.reds}:
+            return True
+        o = self.S.owner.get(u)
+        return u in self.S.g.inputs or (o is not None and o is not kt)
+
+    # -- expression emission ------------------------------------------------------------------
+    def level(self, cix):
+        lv = 0
+        for t in cix:
+            if t[0] == "d":
+                lv = max(lv, 2 if t[1] in self.inner else 1)
+        return lv
+
+    def term(self, t):
+        if t[0] == "c":
+            return str(t[1])
+        _, P, s, o = t
+        base = self.loopvar[P]
+        e = base if s == 1 else f"{s} * {base}"
+        return e if o == 0 else f"({e} + {o})"
+
+    def scope_for(self, lv):
+        if lv == 2:
+            return self.inner_scope
+        if lv == 1 and self.row_scope is not None:
+            return self.row_scope
+        return self.top_scope
+
+    def access(self, kind, var, shape, cix):
+        """Expression reading/writing var (viewed with collapsed shape) at collapsed index."""
+        name = self.arg(kind, var, shape if shape else [1])
+        if not cix:
+            return f"{name}[0]"
+        lv = self.level(cix)
+        last = cix[-1]
+        if lv == 2 and last[0] == "d" and last[1] == self.innermost and last[2:] == (1, 0) and \
+                not any(t[0] == "d" and t[1] == self.innermost for t in cix[:-1]):
+            key = ("view", name, tuple(cix[:-1]))
+            vs = self.view_scope
+            if key not in vs.memo:
+                vn = self.fresh("v")
+                pre = ", ".join(self.term(t) for t in cix[:-1])
+                if self.slice_mode:
+                    pre = (pre + ", " if pre else "") + "lo:hi"
+                    vs.add(f"{vn} = {name}[{pre}]")
+                elif pre:
+                    vs.add(f"{vn} = {name}[{pre}]")
+                else:
+                    vn = name
+                vs.memo[key] = vn
+            return f"{vs.memo[key]}[{self.jvar}]"
+        return f"{name}[{', '.join(self.term(t) for t in cix)}]"
+
+    def val(self, v, ix):
+        """Variable name holding value v at (original-domain) index ix."""
+        kt = self.kt
+        key = (v, ix)
+        red_outs = {r.outputs[0]: r for r in kt.reds}
+        if v in red_outs:
+            return self.red_vals[v]
+        if self._is_leaf(v) or self.S.prod.get(v) is None:
+            shape, cix = self.refmap[key]
+            lv = self.level(cix)
+            sc = self.scope_for(lv)
+            if key in sc.memo:
+                return sc.memo[key]
+            name = self.fresh()
+            sc.add(f"{name} = {self.access('in', v, shape, cix)}")
+            sc.memo[key] = name
+            return name
+        n = self.S.prod[v]
+        k = self.S.kind[n]
+        if k == "view":
+            return self.val(n.inputs[0], view_index(n, ix))
+        if k == "pwcopy":
+            return self.val(n.inputs[0], ix)
+        # pointwise: its level is that of its index
+        cix = [("d", self.dimmap[t[1]]) + t[2:] if t[0] == "d" else t for t in ix] \
+            if all(t[0] == "c" or t[1] in self.dimmap for t in ix) else ix
+        lv = max([self.level(cix)] + [0])
+        sc = self.scope_for(lv)
+        if key in sc.memo:
+            return sc.memo[key]
+        if n.prim.name == "iota":
+            t = ix[n.params["dim"]]
+            t = ("c", t[1]) if t[0] == "c" else ("d", self.dimmap[t[1]], t[2], t[3])
+            expr = f"{np_name(n.params['dtype'])}({self.term(t)})"
+        else:
+            args = [self.val(u, ix) for u in n.inputs]
+            expr = TEMPLATES[n.prim.name](self, n, args)
+        if n.prim.name == "full":
+            sc.memo[key] = expr
+            return expr
+        name = self.fresh()
+        sc.add(f"{name} = {expr}")
+        sc.memo[key] = name
+        return name
+
+    # -- reductions ---------------------------------------------------------------------------
+    def red_info(self, r):
+        name, d = r.prim.name, r.inputs[0].dtype
+        if name == "reduce_sum":
+            acc = dt.float64 if d.is_floating_point else dt.int64
+            return "sum", acc
+        if name == "reduce_prod":
+            return "prod", (dt.float64 if d.is_floating_point else dt.int64)
+        if name in ("reduce_max", "reduce_min"):
+            return name[7:], (d if d.is_floating_point else dt.int64)
+        return name, d  # argmax / argmin
+
+    def init_expr(self, r):
+        op, acc = self.red_info(r)
+        if op == "sum":
+            return const_expr(0, acc)
+        if op == "prod":
+            return const_expr(1, acc)
+        if op in ("max", "min", "argmax", "argmin"):
+            big = op in ("min", "argmin")
+            if acc.is_floating_point:
+                return const_expr(math.inf if big else -math.inf, acc)
+            info = np.iinfo(np.int64)
+            return const_expr(info.max if big else info.min, dt.int64)
+        raise AssertionError(op)
+
+    def combine(self, r, acc, v):
+        """Statement updating accumulator `acc` with value `v` (within one row)."""
+        op, ad = self.red_info(r)
+        d = r.inputs[0].dtype
+        if op == "sum":
+            if d is dt.bool_ or not d.is_floating_point:
+                return f"{acc} += np.int64({v})"
+            return f"{acc} += {v}"
+        if op == "prod":
+            return f"{acc} *= {v}"
+        if op in ("max", "min"):
+            if d.is_floating_point:
+                self.need("minmax")
+                return f"{acc} = _{op}num({acc}, {v})"
+            return f"{acc} = {op}({acc}, np.int64({v}))"
+        raise AssertionError(op)
+
+    # -- kernel layouts -------------------------------------------------------------------------
+    def build(self):
+        kt = self.kt
+        self.collapse()
+        m = len(self.cdom)
+        work = math.prod(kt.domain) if kt.domain else 1
+        self.parallel = work >= PAR_MIN
+        sizes = [f"n{P}" for P in range(m)]
+        for P in range(m):
+            self.args.append(ArgSpec("size", value=self.cdom[P]))
+        self.loopvar = {}
+        has_arg = any(r.prim.name in ("argmax", "argmin") for r in kt.reds)
+        if kt.ktype == "elementwise":
+            outer = list(range(m - 1))
+            inner = [m - 1]
+        else:
+            outer = [P for P in range(m) if self.cpart[P] == 0]
+            inner = [P for P in range(m) if self.cpart[P] == 1]
+        if kt.ktype == "rows" and not inner:
+            inner = []
+        self.outer, self.inner = outer, inner
+        self.innermost = inner[-1] if inner else None
+        body = []
+        self.top_scope = _Scope(body, "    ")
+        self.row_scope = None
+        self.red_vals = {}
+        if kt.ktype == "elementwise" and m == 1 or \
+                kt.ktype == "rows" and not outer and len(inner) == 1 and not has_arg:
+            self.blocked(body)
+        elif kt.ktype == "cols" and len(inner) == 1:
+            self.cols_chunked(body)
+        else:
+            self.nest(body)
+        argnames = [self.argnames[self._argkey(a)] if a.kind != "size" else None
+                    for a in self.args]
+        names, si = [], 0
+        for a, nm in zip(self.args, argnames):
+            if a.kind == "size":
+                names.append(f"n{si}")
+                si += 1
+            else:
+                names.append(nm)
+        sig = ", ".join(names)
+        text = [f"def KERNEL({sig}):"] + body + ["    return 0"]
+        return KernelSpec(kt, "\n".join(text) + "\n", self.args, self.parallel)
+
+    def _argkey(self, a):
+        if a.kind == "const":
+            return ("const", a.value, a.dtype)
+        return (a.kind, a.var, tuple(a.shape))
+
+    def rng(self, n):
+        return f"prange({n})" if self.parallel else f"range({n})"
+
+    def decode(self, scope, outer):
+        """Row index r -> loop vars of the outer dims."""
+        if not outer:
+            return
+        if len(outer) == 1:
+            self.loopvar[outer[0]] = "r"
+            return
+        rest = "r"
+        for i, P in enumerate(reversed(outer)):
+            nm = f"i{P}"
+            self.loopvar[P] = nm
+            if i == len(outer) - 1:
+                scope.add(f"{nm} = {rest}")
+            else:
+                scope.add(f"{nm} = {rest} % n{P}")
+                scope.add(f"q{P} = {rest} // n{P}")
+                rest = f"q{P}"
+
+    def out_targets(self, fulls):
+        kt = self.kt
+        nd = len(kt.domain)
+        res = []
+        for v in fulls:
+            shape, cix = self.refmap[("out", v)]
+            res.append((v, identity(nd), shape, cix))
+        return res
+
+    def phases(self):
+        """Assign reductions and full-domain outputs to column passes by dependency level."""
+        kt = self.kt
+        red_outs = {r.outputs[0]: r for r in kt.reds}
+        deps = {}
+
+        def red_deps(v, ix):
+            found = set()
+
+            def visit(kind, u, _):
+                if kind == "leaf" and u in red_outs:
+                    found.add(red_outs[u])
+            self.S.walk(kt, v, ix, visit, lambda u, v=v: u is not v and self._is_leaf(u))
+            return found
+        nd = len(kt.domain)
+        for r in kt.reds:
+            deps[r] = red_deps(r.inputs[0], identity(nd))
+        level = {}
+
+        def lvl(r):
+            if r not in level:
+                level[r] = 1 + max([lvl(d) for d in deps[r]] + [-1])
+            return level[r]
+        for r in kt.reds:
+            lvl(r)
+        fulls = [v for v in kt.outputs if v.shape == kt.domain and v not in red_outs]
+        out_lvl = {}
+        for v in fulls:
+            ds = red_deps(v, identity(nd))
+            out_lvl[v] = 1 + max([level[d] for d in ds] + [-1])
+        nph = 1 + max(list(level.values()) + list(out_lvl.values()) + [0])
+        return [([r for r in kt.reds if level[r] == p], [v for v in fulls if out_lvl[v] == p])
+                for p in range(nph)]
+
+    def inner_loop(self, lines, indent, reds, fulls, accs, slice_mode=False, jvar="j"):
+        """Emit the innermost loop(s) of one pass into `lines`; returns nothing.
+
+        accs: reduction -> accumulator variable (already initialised by the caller)."""
+        kt = self.kt
+        nd = len(kt.domain)
+        self.slice_mode, self.jvar = slice_mode, jvar
+        loop_lines = []
+        ind = indent
+        for P in self.inner[:-1]:
+            self.loopvar[P] = f"i{P}"
+            loop_lines.append(f"{ind}for i{P} in range(n{P}):")
+            ind += "    "
+        P = self.innermost
+        self.loopvar[P] = f"(lo + {jvar})" if slice_mode else jvar
+        pre = []
+        self.view_scope = _Scope(pre, ind)
+        body = []
+        bind = ind + "    "
+        float_sums = [r for r in reds if self.red_info(r)[0] == "sum"
+                      and r.inputs[0].dtype is dt.float32 and not slice_mode]
+        if float_sums:
+            bind += "    "
+        self.inner_scope = _Scope(body, bind)
+        blocks = {}
+        for r in reds:
+            v = self.val(r.inputs[0], identity(nd))
+            a = accs[r]
+            if r in float_sums:
+                blocks[r] = self.fresh("s")
+                a = blocks[r]
+            if r.prim.name in ("argmax", "argmin"):
+                cmp = ">" if r.prim.name == "argmax" else "<"
+                ai = accs[r] + "_i"
+                idxe = jvar if not slice_mode else f"(lo + {jvar})"
+                self.inner_scope.add(
+                    f"if ({v} {cmp} {a} or ({v} != {v} and {a} == {a})) and {a} == {a}:")
+                self.inner_scope.add(f"    {a} = {v}")
+                self.inner_scope.add(f"    {ai} = {idxe}")
+            else:
+                self.inner_scope.add(self.combine(r, a, v))
+        for v, ix, shape, cix in self.out_targets(fulls):
+            e = self.val(v, ix) if self.S.prod.get(v) is not None and not self._is_leaf(v) \
+                else self.val(v, ix)
+            self.inner_scope.add(f"{self.access('out', v, shape, cix)} = {e}")
+        lines.extend(loop_lines)
+        lines.extend(pre)
+        n = f"n{P}"
+        if slice_mode:
+            lines.append(f"{ind}for {jvar} in range(hi - lo):")
+            lines.extend(body)
+        elif float_sums:
+            for r in float_sums:
+                pass
+            lines.append(f"{ind}for jb in range(0, {n}, {BLOCK}):")
+            lines.append(f"{ind}    je = min(jb + {BLOCK}, {n})")
+            for r, s in blocks.items():
+                lines.append(f"{ind}    {s} = np.float32(0.0)")
+            lines.append(f"{ind}    for {jvar} in range(jb, je):")
+            lines.extend(body)
+            for r, s in blocks.items():
+                lines.append(f"{ind}    {accs[r]} += np.float64({s})")
+        else:
+            lines.append(f"{ind}for {jvar} in range({n}):")
+            lines.extend(body)
+
+    def nan_fix(self, scope, r, accname, slice_mode=False):
+        """max/min via maxnum ignore NaN: scan for one if the row had a NaN or inf."""
+        op, _ = self.red_info(r)
+        if op not in ("max", "min") or not r.inputs[0].dtype.is_floating_point:
+            return
+        chk = self.fresh("nn")
+        f = "NAN32" if r.inputs[0].dtype is dt.float32 else "NAN64"
+        lines = []
+        scope.add(f"{chk} = {const_expr(0, r.inputs[0].dtype)}")
+        saved = (self.inner_scope, self.view_scope)
+        self.inner_loop_check(scope, r, chk, f)
+        self.inner_scope, self.view_scope = saved
+        return lines
+
+    def inner_loop_check(self, scope, r, chk, nanc):
+        nd = len(self.kt.domain)
+        lines = []
+        ind = scope.indent
+        lines_loop = []
+        for P in self.inner[:-1]:
+            lines_loop.append(f"{ind}for i{P} in range(n{P}):")
+            ind += "    "
+        pre = []
+        self.view_scope = _Scope(pre, ind)
+        body = []
+        self.inner_scope = _Scope(body, ind + "    ")
+        v = self.val(r.inputs[0], identity(nd))
+        self.inner_scope.add(f"{chk} += {v} * {const_expr(0, r.inputs[0].dtype)}")
+        scope.lines.extend(lines_loop + pre)
+        scope.lines.append(f"{ind}for {self.jvar} in range(n{self.innermost}):")
+        scope.lines.extend(body)
+        acc = self.red_vals_acc[r]
+        scope.add(f"if {chk} != {chk}:")
+        # exact rescan (rare path: the row holds a NaN or an infinity)
+        ind2 = scope.indent + "    "
+        sub = _Scope(scope.lines, ind2)
+        lines_loop = []
+        ind = ind2
+        for P in self.inner[:-1]:
+            lines_loop.append(f"{ind}for i{P} in range(n{P}):")
+            ind += "    "
+        pre = []
+        self.view_scope = _Scope(pre, ind)
+        body = []
+        self.inner_scope = _Scope(body, ind + "    ")
+        v = self.val(r.inputs[0], identity(nd))
+        self.inner_scope.add(f"if {v} != {v}:")
+        self.inner_scope.add(f"    {acc} = {nanc}")
+        sub.lines.extend(lines_loop + pre)
+        sub.lines.append(f"{ind}for {self.jvar} in range(n{self.innermost}):")
+        sub.lines.extend(body)
+
+    def finish_red(self, scope, r, acc):
+        op, ad = self.red_info(r)
+        od = r.outputs[0].dtype
+        nm = self.fresh("r")
+        if od is dt.bool_:
+            scope.add(f"{nm} = {acc} != 0")
+        elif op in ("argmax", "argmin"):
+            scope.add(f"{nm} = np.int64({acc}_i)")
+        else:
+            scope.add(f"{nm} = {np_name(od)}({acc})")
+        self.red_vals[r.outputs[0]] = nm
+
+    def init_acc(self, scope, r):
+        acc = self.fresh("acc")
+        scope.add(f"{acc} = {self.init_expr(r)}")
+        if r.prim.name in ("argmax", "argmin"):
+            scope.add(f"{acc}_i = 0")
+        self.red_vals_acc[r] = acc
+        return acc
+
+    def write_row_outputs(self, scope):
+        kt = self.kt
+        for v in kt.row_outputs if kt.ktype != "elementwise" else []:
+            if kt.ktype == "cols" and v in {r.outputs[0] for r in kt.reds}:
+                continue
+            shape, cix = self.refmap[("out", v)]
+            e = self.val(v, identity(len(v.shape)))
+            scope.add(f"{self.access('out', v, shape, cix)} = {e}")
+
+    def nest(self, body):
+        """Rows (or single-row / elementwise n-d) kernels: rows in (p)range, passes inside."""
+        kt = self.kt
+        self.red_vals_acc = {}
+        outer = self.outer
+        rows = " * ".join(f"n{P}" for P in outer) or "1"
+        if kt.ktype == "cols":
+            self.parallel = False
+        rb = [f"    for r in {self.rng(rows)}:"]
+        self.row_scope = _Scope(rb, "        ")
+        self.decode(self.row_scope, outer)
+        if kt.ktype == "cols":
+            self.cols_nest(body, rb)
+            return
+        for reds, fulls in self.phases():
+            accs = {r: self.init_acc(self.row_scope, r) for r in reds}
+            self.inner_loop(rb, "        ", reds, fulls, accs)
+            for r in reds:
+                self.nan_fix(self.row_scope, r, accs[r])
+                self.finish_red(self.row_scope, r, accs[r])
+        self.write_row_outputs(self.row_scope)
+        body.extend(rb)
+
+    def blocked(self, body):
+        """One long dim: prange over blocks of BLOCK; per-block partials for reductions."""
+        kt = self.kt
+        self.red_vals_acc = {}
+        body.append(f"    nb = (n0 + {BLOCK - 1}) // {BLOCK}")
+        for reds, fulls in self.phases():
+            parts = {}
+            for r in reds:
+                op, ad = self.red_info(r)
+                p = self.fresh("part")
+                parts[r] = p
+                body.append(f"    {p} = np.empty(nb, {np_name(ad)})")
+            blk = [f"    for b in {self.rng('nb')}:",
+                   f"        lo = b * {BLOCK}",
+                   f"        hi = min(lo + {BLOCK}, n0)"]
+            bs = _Scope(blk, "        ")
+            accs = {}
+            for r in reds:
+                op, ad = self.red_info(r)
+                a = self.fresh("acc")
+                if op == "sum" and r.inputs[0].dtype is dt.float32:
+                    bs.add(f"{a} = np.float32(0.0)")
+                else:
+                    bs.add(f"{a} = {self.init_expr(r)}")
+                accs[r] = a
+            self.inner_loop(blk, "        ", reds, fulls, accs, slice_mode=True, jvar="jj")
+            for r in reds:
+                op, ad = self.red_info(r)
+                bs.add(f"{parts[r]}[b] = {accs[r]}")
+            body.extend(blk)
+            for r in reds:
+                a = self.init_acc(self.top_scope, r)
+                p = parts[r]
+                self.top_scope.add(f"for b in range(nb):")
+                self.top_scope.add("    " + self.combine(r, a, f"{p}[b]").replace(
+                    "np.int64(", "(") if self.red_info(r)[0] not in ("max", "min") else
+                    "    " + self.combine(r, a, f"{p}[b]"))
+                if self.red_info(r)[0] in ("max", "min") and r.inputs[0].dtype.is_floating_point:
+                    self.jvar = "j"
+                    self.slice_mode = False
+                    self.loopvar[0] = "j"
+                    self.nan_fix(self.top_scope, r, a)
+                self.finish_red(self.top_scope, r, a)
+        self.write_row_outputs(self.top_scope)
+
+    def cols_chunked(self, body):
+        """Column reduction over one kept dim: prange over kept-dim chunks, rows inside."""
+        kt = self.kt
+        K = self.innermost
+        accs = {}
+        for r in kt.reds:
+            op, ad = self.red_info(r)
+            a = self.fresh("acc")
+            body.append(f"    {a} = np.full(n{K}, {self.init_expr(r)}, {np_name(ad)})")
+            accs[r] = a
+        rows = " * ".join(f"n{P}" for P in self.outer) or "1"
+        body.append(f"    nc = (n{K} + {COL_CHUNK - 1}) // {COL_CHUNK}")
+        cl = [f"    for cb in {self.rng('nc')}:",
+              f"        lo = cb * {COL_CHUNK}",
+              f"        hi = min(lo + {COL_CHUNK}, n{K})"]
+        views = {}
+        for r in kt.reds:
+            views[r] = self.fresh("av")
+            cl.append(f"        {views[r]} = {accs[r]}[lo:hi]")
+        cl.append(f"        for r in range({rows}):")
+        self.row_scope = _Scope(cl, "            ")
+        self.decode(self.row_scope, self.outer)
+        fulls = [v for v in kt.outputs if v.shape == kt.domain]
+        self._cols_inner(cl, "            ", kt.reds, fulls, views, slice_mode=True)
+        body.extend(cl)
+        self._cols_finish(accs)
+
+    def _cols_inner(self, body, indent, reds, fulls, views, slice_mode):
+        nd = len(self.kt.domain)
+        self.slice_mode, self.jvar = slice_mode, "jj"
+        P = self.innermost
+        self.loopvar[P] = "(lo + jj)" if slice_mode else "jj"
+        pre, inner = [], []
+        ind = indent
+        loops = []
+        for Q in self.inner[:-1]:
+            self.loopvar[Q] = f"i{Q}"
+            loops.append(f"{ind}for i{Q} in range(n{Q}):")
+            ind += "    "
+        self.view_scope = _Scope(pre, ind)
+        self.inner_scope = _Scope(inner, ind + "    ")
+        for r in reds:
+            v = self.val(r.inputs[0], identity(nd))
+            op, ad = self.red_info(r)
+            if slice_mode:
+                tgt = f"{views[r]}[jj]"
+            else:
+                tgt = f"{views[r]}[{', '.join(self.loopvar[Q] for Q in self.inner)}]"
+            if op == "sum":
+                self.inner_scope.add(f"{tgt} += {np_name(ad)}({v})")
+            elif op == "prod":
+                self.inner_scope.add(f"{tgt} *= {np_name(ad)}({v})")
+            else:
+                cmp = ">=" if op == "max" else "<="
+                w = self.fresh()
+                self.inner_scope.add(f"{w} = {np_name(ad)}({v})")
+                self.inner_scope.add(
+                    f"{tgt} = {tgt} if ({tgt} {cmp} {w} or {tgt} != {tgt}) else {w}")
+        for v, ix, shape, cix in self.out_targets(fulls):
+            e = self.val(v, ix)
+            self.inner_scope.add(f"{self.access('out', v, shape, cix)} = {e}")
+        body.extend(loops + pre)
+        rng = "range(hi - lo)" if slice_mode else f"range(n{P})"
+        body.append(f"{ind}for jj in {rng}:")
+        body.extend(inner)
+
+    def _cols_finish(self, accs):
+        kt = self.kt
+        for r in kt.reds:
+            v = r.outputs[0]
+            if v not in kt.outputs:
+                continue
+            shape, cix = self.refmap[("out", v)]
+            name = self.arg("out", v, shape if shape else [1])
+            od = v.dtype
+            of, af = self.fresh("of"), self.fresh("af")
+            self.top_scope.add(f"{of} = {name}.reshape({name}.size)")
+            self.top_scope.add(f"{af} = {accs[r]}.reshape({accs[r]}.size)")
+            self.top_scope.add(f"for q in range({of}.size):")
+            e = f"{af}[q] != 0" if od is dt.bool_ else f"{np_name(od)}({af}[q])"
+            self.top_scope.add(f"    {of}[q] = {e}")
+
+    def cols_nest(self, body, rb):
+        """Column reduction with several kept dims: serial, accumulators shaped like them."""
+        kt = self.kt
+        accs = {}
+        kshape = ", ".join(f"n{Q}" for Q in self.inner)
+        for r in kt.reds:
+            op, ad = self.red_info(r)
+            a = self.fresh("acc")
+            body.append(f"    {a} = np.full(({kshape},), {self.init_expr(r)}, "
+                        f"{np_name(ad)})")
+            accs[r] = a
+        fulls = [v for v in kt.outputs if v.shape == kt.domain]
+        self._cols_inner(rb, "        ", kt.reds, fulls, accs, slice_mode=False)
+        body.extend(rb)
+        self._cols_finish(accs)
+
+
+def emit_kernel(scheduler, kt, helpers):
+    return KernelEmitter(scheduler, kt, helpers).build()
+
+
+def module_source(specs, helpers):
+    """The module text: prelude, helpers, then each distinct kernel once (deduplicated)."""
+    parts = [approx.PRELUDE, approx.helper_source(helpers)]
+    by_body = {}
+    for s in specs:
+        h = hashlib.sha1(s.body.encode()).hexdigest()[:12]
+        if h not in by_body:
+            name = f"k_{h}"
+            by_body[h] = name
+            deco = "@_pjit" if s.parallel else "@_jit"
+            parts.append(f"\n\n{deco}\n" + s.body.replace("def KERNEL(", f"def {name}(", 1))
+        s.name = by_body[h]
+    return "".join(parts)

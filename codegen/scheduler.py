@@ -1,0 +1,446 @@
+"""Scheduler: groups a Graph's nodes into steps (fused kernels, BLAS calls, reference calls).
+
+Vocabulary
+- *virtual* value: output of a pointwise prim (incl. `full`/`iota`) or of a view prim
+  (broadcast_in_dim, transpose, slice, rev, unit-dim reshape). It is never stored unless it
+  must be; a kernel that reads it recomputes it at the index it needs (index arithmetic).
+- *materialised* value: a graph input, the output of a BLAS/reference step, a reduction
+  result needed outside its kernel, or a virtual value that a non-kernel step, a graph
+  output or another kernel reads.
+- *kernel*: one loop nest over a domain D. `elementwise` kernels write outputs of shape D.
+  `rows` kernels reduce the trailing `k` dims of D (softmax, layer norm, cross-entropy):
+  per row, one column pass per dependency level of its reductions, then the epilogue
+  writes full-domain and per-row outputs. `cols` kernels reduce leading dims (bias grads).
+
+Every refused fusion is recorded (`Schedule.refused`) with its reason.
+"""
+import math
+
+from aotgrad.ir import dtypes as dt
+
+VIEW_PRIMS = ("broadcast_in_dim", "transpose", "slice", "rev", "reshape")
+RED_PRIMS = ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "argmax", "argmin")
+CREATION_PW = ("full", "iota")
+
+
+def unit_reshape_map(src, dst):
+    """For a reshape that only inserts/removes size-1 dims: for each dst dim, the src dim it
+    comes from (or None for an inserted unit dim). None when the reshape moves data."""
+    s = [(i, n) for i, n in enumerate(src) if n != 1]
+    d = [(i, n) for i, n in enumerate(dst) if n != 1]
+    if [n for _, n in s] != [n for _, n in d]:
+        return None
+    m = [None] * len(dst)
+    for (si, _), (di, _) in zip(s, d):
+        m[di] = si
+    return m
+
+
+def node_kind(n):
+    name = n.prim.name
+    if name == "reshape":
+        return "view" if unit_reshape_map(n.inputs[0].shape, n.params["shape"]) is not None \
+            else "reshape"
+    if name in VIEW_PRIMS:
+        return "view"
+    if "pointwise" in n.prim.tags or name in CREATION_PW:
+        return "pw"
+    if name in RED_PRIMS:
+        dims = (n.params["dim"],) if name in ("argmax", "argmin") else tuple(n.params["dims"])
+        nd = n.inputs[0].ndim
+        if not dims:
+            return "pwcopy" if name not in ("argmax", "argmin") else "ref"
+        if sorted(dims) == list(range(nd - len(dims), nd)):
+            return "rowred"
+        if sorted(dims) == list(range(len(dims))) and name not in ("argmax", "argmin"):
+            return "colred"
+        return "ref"
+    if name == "dot_general":
+        return "dot"
+    return "ref"
+
+
+def red_dims(n):
+    return (n.params["dim"],) if n.prim.name in ("argmax", "argmin") else tuple(n.params["dims"])
+
+
+# --- index maps: a value's index is a tuple of terms, one per dim of the value -------------
+# term = ("c", const) | ("d", domain_dim, scale, offset)
+
+def view_index(node, idx):
+    """Index into node.inputs[0] given the index `idx` into node's output."""
+    name, p, x = node.prim.name, node.params, node.inputs[0]
+    if name == "broadcast_in_dim":
+        out = []
+        for i, d in enumerate(p["dims"]):
+            out.append(("c", 0) if x.shape[i] == 1 and p["shape"][d] != 1 else idx[d])
+        return tuple(out)
+    if name == "transpose":
+        out = [None] * x.ndim
+        for j, pj in enumerate(p["perm"]):
+            out[pj] = idx[j]
+        return tuple(out)
+    if name == "slice":
+        st = p.get("strides") or (1,) * x.ndim
+        out = []
+        for t, s0, s in zip(idx, p["start"], st):
+            if t[0] == "c":
+                out.append(("c", s0 + s * t[1]))
+            else:
+                out.append(("d", t[1], t[2] * s, s0 + s * t[3]))
+        return tuple(out)
+    if name == "rev":
+        out = list(idx)
+        for d in p["dims"]:
+            t, n = idx[d], x.shape[d]
+            out[d] = ("c", n - 1 - t[1]) if t[0] == "c" else ("d", t[1], -t[2], n - 1 - t[3])
+        return tuple(out)
+    if name == "reshape":
+        m = unit_reshape_map(x.shape, p["shape"])
+        out = [("c", 0)] * x.ndim
+        for di, si in enumerate(m):
+            if si is not None:
+                out[si] = idx[di]
+        return tuple(out)
+    raise AssertionError(name)
+
+
+def identity(nd, start=0):
+    return tuple(("d", start + i, 1, 0) for i in range(nd))
+
+
+class Step:
+    """One step of a program. kind: kernel | dot | ref | view."""
+
+    def __init__(self, kind, nodes=(), outputs=()):
+        self.kind, self.nodes, self.outputs = kind, list(nodes), list(outputs)
+        self.inputs = []
+
+
+class Kernel(Step):
+    def __init__(self, ktype, domain, k=0):
+        super().__init__("kernel")
+        self.ktype = ktype          # elementwise | rows | cols
+        self.domain = tuple(domain)
+        self.k = k                  # rows: trailing reduced dims; cols: leading reduced dims
+        self.reds = []              # reduction nodes computed here
+        self.merged_from = 1
+
+    @property
+    def rowshape(self):
+        if self.ktype == "rows":
+            return self.domain[:len(self.domain) - self.k]
+        if self.ktype == "cols":
+            return self.domain[self.k:]
+        return self.domain
+
+    def key(self):
+        return (self.ktype, self.domain, self.k)
+
+    def describe(self):
+        ops = sorted({n.prim.name for n in self.nodes})
+        what = {"elementwise": "elementwise", "rows": f"row-reduction over last {self.k} dim(s)",
+                "cols": f"column-reduction over first {self.k} dim(s)"}[self.ktype]
+        return (f"{what} over {list(self.domain)}: {len(self.nodes)} nodes "
+                f"({', '.join(ops)}) -> {', '.join(v.name for v in self.outputs)}")
+
+
+class Schedule:
+    def __init__(self, graph):
+        self.graph = graph
+        self.steps = []
+        self.refused = []       # (what, reason)
+        self.materialised = set()
+
+
+class Scheduler:
+    def __init__(self, graph):
+        self.g = graph
+        self.prod = graph.producers()
+        self.users = graph.users()
+        self.kind = {n: node_kind(n) for n in graph.nodes}
+        self.sched = Schedule(graph)
+
+    # -- which values must exist in memory -------------------------------------------------
+    def _materialised(self):
+        g, mat = self.g, set(self.g.inputs)
+        outs = set(g.outputs)
+        for n in g.nodes:
+            k = self.kind[n]
+            if k in ("dot", "ref", "reshape"):
+                mat.update(n.outputs)
+                for v in n.inputs:
+                    if v in self.prod and self.kind[self.prod[v]] in ("pw", "view", "pwcopy"):
+                        if v not in mat:
+                            self.sched.refused.append(
+                                (f"{v.name} -> {n.prim.name}",
+                                 f"{n.prim.name} is not fusable ({k} step): its input "
+                                 f"{v.name} is materialised"))
+                    mat.add(v)
+        for v in outs:
+            mat.add(v)
+        return mat
+
+    def run(self):
+        g, sch = self.g, self.sched
+        mat = self._materialised()
+        # reduction results are materialised unless fused into their consumer's kernel:
+        # decided by merging below. Start: one kernel per reduction, one per materialised
+        # virtual value.
+        owner = {}        # var -> step producing it
+        steps = []
+        for n in g.nodes:
+            k = self.kind[n]
+            if k in ("dot", "ref"):
+                st = Step(k, [n], n.outputs)
+                st.inputs = list(n.inputs)
+                steps.append(st)
+                for v in n.outputs:
+                    owner[v] = st
+            elif k == "reshape":
+                st = Step("view", [n], n.outputs)
+                st.inputs = list(n.inputs)
+                steps.append(st)
+                owner[n.outputs[0]] = st
+            elif k in ("rowred", "colred"):
+                x = n.inputs[0]
+                nk = len(red_dims(n))
+                kt = Kernel("rows" if k == "rowred" else "cols", x.shape, nk)
+                kt.reds.append(n)
+                kt.outputs.append(n.outputs[0])
+                steps.append(kt)
+                owner[n.outputs[0]] = kt
+            elif n.outputs[0] in mat and n.outputs[0] not in owner:
+                v = n.outputs[0]
+                kt = Kernel("elementwise", v.shape)
+                kt.outputs.append(v)
+                steps.append(kt)
+                owner[v] = kt
+        self.owner = owner
+        # leaf references of each kernel
+        for st in steps:
+            if isinstance(st, Kernel):
+                self._analyse(st)
+        steps = self._merge(steps)
+        # reduction outputs read outside their kernel are materialised
+        for st in steps:
+            if isinstance(st, Kernel):
+                self._analyse(st)
+        for st in steps:
+            for v in st.inputs:
+                mat.add(v)
+        for st in steps:
+            if isinstance(st, Kernel):
+                st.outputs = [v for v in st.outputs if v in mat]
+                st.row_outputs = [v for v in st.outputs if st.ktype != "elementwise"
+                                  and v.shape != st.domain]
+        sch.steps = [s for s in steps if not isinstance(s, Kernel) or s.outputs]
+        sch.materialised = mat
+        return sch
+
+    # -- expression walk --------------------------------------------------------------------
+    def walk(self, kernel, var, idx, visit, stop):
+        """Walk var's definition at index idx; visit(kind, var, idx) for nodes & leaves."""
+        seen = set()
+
+        def rec(v, ix):
+            key = (v, ix)
+            if key in seen:
+                return
+            seen.add(key)
+            if stop(v):
+                visit("leaf", v, ix)
+                return
+            n = self.prod.get(v)
+            if n is None:
+                visit("leaf", v, ix)
+                return
+            visit("node", v, ix)
+            k = self.kind[n]
+            if k == "view":
+                rec(n.inputs[0], view_index(n, ix))
+            elif k == "pwcopy":
+                rec(n.inputs[0], ix)
+            else:
+                for u in n.inputs:
+                    rec(u, ix)
+        rec(var, idx)
+
+    def _roots(self, kt):
+        """(var, idx) pairs the kernel evaluates: reduction inputs and outputs."""
+        nd = len(kt.domain)
+        roots = []
+        for r in kt.reds:
+            x = r.inputs[0]
+            if kt.ktype == "rows":
+                # input dims are already (rows..., reduced...) since dims are trailing
+                roots.append((x, identity(nd)))
+            else:
+                roots.append((x, identity(nd)))
+        red_outs = {r.outputs[0] for r in kt.reds}
+        for v in kt.outputs:
+            if v in red_outs:
+                continue
+            if v.shape == kt.domain:
+                roots.append((v, identity(nd)))
+            else:  # per-row value of a rows kernel
+                roots.append((v, identity(len(v.shape))))
+        return roots
+
+    def _analyse(self, kt):
+        own = set(kt.outputs)
+        red_outs = {r.outputs[0] for r in kt.reds}
+        leaves, nodes = [], []
+        nodeset = set()
+
+        def stop(v):
+            if v in red_outs:
+                return True
+            o = self.owner.get(v)
+            return v in self.g.inputs or (o is not None and o is not kt)
+
+        def visit(kind, v, ix):
+            if kind == "leaf":
+                leaves.append((v, ix))
+            else:
+                n = self.prod[v]
+                if n not in nodeset:
+                    nodeset.add(n)
+                    nodes.append(n)
+        for v, ix in self._roots(kt):
+            if v in own and v not in red_outs:
+                n = self.prod.get(v)
+                if n is not None and n not in nodeset:
+                    nodeset.add(n)
+                    nodes.append(n)
+                self.walk(kt, v, ix, visit, lambda u, v=v: u is not v and stop(u))
+            else:
+                self.walk(kt, v, ix, visit, stop)
+        kt.leaf_refs = leaves
+        kt.nodes = [n for n in self.g.nodes if n in nodeset or n in kt.reds]
+        kt.inputs = []
+        for v, _ in leaves:
+            if v not in red_outs and v not in kt.inputs:
+                kt.inputs.append(v)
+        kt.internal_red_refs = [(v, ix) for v, ix in leaves if v in red_outs]
+
+    # -- merging -----------------------------------------------------------------------------
+    def _deps(self, steps):
+        dep = {s: set() for s in steps}
+        own = {}
+        for s in steps:
+            for v in s.outputs:
+                own[v] = s
+            if isinstance(s, Kernel):
+                for r in s.reds:
+                    own[r.outputs[0]] = s
+        for s in steps:
+            for v in s.inputs:
+                if v in own and own[v] is not s:
+                    dep[s].add(own[v])
+        return dep
+
+    def _reaches_indirectly(self, dep, a, b):
+        """Is there a path b -> ... -> a (a depends on b) of length >= 2?"""
+        stack = [d for d in dep[a] if d is not b]
+        seen = set()
+        while stack:
+            s = stack.pop()
+            if s is b:
+                return True
+            if s in seen:
+                continue
+            seen.add(s)
+            stack.extend(dep[s])
+        return False
+
+    def _compatible(self, a, b, dep):
+        """Can kernel b (consumer) be merged into kernel a (producer)?"""
+        row_output = (a.ktype == "rows" and b.ktype == "elementwise" and b.domain == a.rowshape)
+        if a.domain != b.domain and not row_output:
+            return False, "different loop domains"
+        kinds = {a.ktype, b.ktype}
+        if kinds == {"rows", "cols"} or (a.ktype == b.ktype == "cols") and a.k != b.k:
+            return False, "row and column reductions iterate differently"
+        if "rows" in kinds and a.ktype == b.ktype == "rows" and a.k != b.k:
+            return False, "reduce different numbers of trailing dims"
+        if self._reaches_indirectly(dep, b, a) or self._reaches_indirectly(dep, a, b):
+            return False, "a step between them depends on one and feeds the other"
+        # b's references to a's values must be at the matching index
+        a_vals = set(a.outputs) | {r.outputs[0] for r in a.reds}
+        nd = len(a.domain)
+        kt = a if a.ktype != "elementwise" else b
+        for v, ix in b.leaf_refs:
+            if v not in a_vals:
+                continue
+            if v.shape == a.domain and ix == identity(nd):
+                if a.ktype == "cols" and any(v is r.outputs[0] for r in a.reds):
+                    return False, "column reduction result used inside the loop"
+                continue
+            if kt.ktype == "rows" and v.shape == kt.rowshape and \
+                    ix == identity(len(kt.rowshape)):
+                continue
+            return False, f"{v.name} is read at a different index (transposed/broadcast)"
+        return True, ""
+
+    def _merge(self, steps):
+        changed = True
+        while changed:
+            changed = False
+            dep = self._deps(steps)
+            kernels = [s for s in steps if isinstance(s, Kernel)]
+            pairs = []
+            for b in kernels:
+                for a in dep[b]:
+                    if isinstance(a, Kernel):
+                        pairs.append((a, b))
+            # siblings with the same domain reading the same inputs
+            for i, a in enumerate(kernels):
+                for b in kernels[i + 1:]:
+                    if a.key() == b.key() and b not in dep[a] and a not in dep[b] and \
+                            set(a.inputs) & set(b.inputs):
+                        pairs.append((a, b))
+            for a, b in pairs:
+                ok, why = self._compatible(a, b, dep)
+                if not ok:
+                    rec = (f"kernel[{', '.join(v.name for v in a.outputs)}] + "
+                           f"kernel[{', '.join(v.name for v in b.outputs)}]", why)
+                    if rec not in self.sched.refused:
+                        self.sched.refused.append(rec)
+                    continue
+                self._absorb(a, b)
+                i_a, i_b = steps.index(a), steps.index(b)
+                steps.remove(b)
+                # the merged kernel runs where the later of the two ran
+                if i_b > i_a:
+                    steps.remove(a)
+                    steps.insert(i_b - 1, a)
+                changed = True
+                break
+        return steps
+
+    def _absorb(self, a, b):
+        if b.ktype == "elementwise" and a.ktype == "rows" and b.domain == a.rowshape:
+            pass
+        elif b.ktype != "elementwise" and a.ktype == "elementwise":
+            a.ktype, a.k = b.ktype, b.k
+        a.reds += [r for r in b.reds if r not in a.reds]
+        a.outputs += [v for v in b.outputs if v not in a.outputs]
+        a.merged_from += b.merged_from
+        for v in list(self.owner):
+            if self.owner[v] is b:
+                self.owner[v] = a
+        self._analyse(a)
+
+
+def schedule(graph):
+    """Group graph nodes into steps; returns a Schedule."""
+    return Scheduler(graph).run()
+
+
+def is_float(d):
+    return d in (dt.float32, dt.float64)
+
+
+def prod(xs):
+    return math.prod(xs)

@@ -1,0 +1,157 @@
+"""Per-prim emit templates for pointwise prims: name -> fn(ctx, node, args) -> expression.
+
+`args` are the already-emitted operand expressions (variable names). `ctx.const(value,
+dtype)` gives a constant in the array dtype, `ctx.need(helper)` pulls an approximation from
+codegen.approx into the module, `ctx.const_of(var)` is the value of a `full` operand (or
+None). Float32 exp/log/tanh/logistic/erf use the vectorisable approximations; float64
+uses numpy/libm (exact).
+
+`REFERENCE_POINTWISE` lists pointwise prims deliberately run as reference steps (none).
+"""
+from aotgrad.ir import dtypes as dt
+
+TEMPLATES = {}
+REFERENCE_POINTWISE = frozenset()
+
+
+def template(*names):
+    def deco(fn):
+        for n in names:
+            TEMPLATES[n] = fn
+        return fn
+    return deco
+
+
+def _f32(node):
+    return node.inputs[0].dtype is dt.float32
+
+
+def _approx(name, f64_expr):
+    def t(ctx, node, a):
+        if _f32(node):
+            ctx.need(f"{name}_f32")
+            return f"{name}_f32({a[0]})"
+        if name == "erf":
+            ctx.need("erf_f64")
+        return f64_expr.format(*a, one=ctx.const(1, dt.float64))
+    return t
+
+
+TEMPLATES["exp"] = _approx("exp", "np.exp({0})")
+TEMPLATES["log"] = _approx("log", "np.log({0})")
+TEMPLATES["tanh"] = _approx("tanh", "np.tanh({0})")
+TEMPLATES["logistic"] = _approx("logistic", "({one} / ({one} + np.exp(-{0})))")
+TEMPLATES["erf"] = _approx("erf", "erf_f64({0})")
+
+for _n, _f in [("log1p", "np.log1p"), ("expm1", "np.expm1"), ("sqrt", "np.sqrt"),
+               ("sin", "np.sin"), ("cos", "np.cos"), ("floor", "np.floor"),
+               ("ceil", "np.ceil")]:
+    TEMPLATES[_n] = (lambda f: lambda ctx, node, a: f"{f}({a[0]})")(_f)
+
+
+@template("neg")
+def _neg(ctx, node, a):
+    return f"(-{a[0]})"
+
+
+@template("abs")
+def _abs(ctx, node, a):
+    return f"abs({a[0]})"
+
+
+@template("sign")
+def _sign(ctx, node, a):
+    d = node.inputs[0].dtype
+    one, zero = ctx.const(1, d), ctx.const(0, d)
+    return f"({one} if {a[0]} > {zero} else (-{one} if {a[0]} < {zero} else {a[0]}))"
+
+
+@template("rsqrt")
+def _rsqrt(ctx, node, a):
+    return f"({ctx.const(1, node.inputs[0].dtype)} / np.sqrt({a[0]}))"
+
+
+@template("reciprocal")
+def _recip(ctx, node, a):
+    return f"({ctx.const(1, node.inputs[0].dtype)} / {a[0]})"
+
+
+@template("logical_not")
+def _not(ctx, node, a):
+    return f"(not {a[0]})"
+
+
+def _binop(op, boolop=None):
+    def t(ctx, node, a):
+        if boolop and node.inputs[0].dtype is dt.bool_:
+            return f"({a[0]} {boolop} {a[1]})"
+        return f"({a[0]} {op} {a[1]})"
+    return t
+
+
+TEMPLATES["add"] = _binop("+", "|")
+TEMPLATES["sub"] = _binop("-")
+TEMPLATES["mul"] = _binop("*", "&")
+TEMPLATES["div"] = _binop("/")
+for _n, _op in [("eq", "=="), ("ne", "!="), ("lt", "<"), ("le", "<="), ("gt", ">"),
+                ("ge", ">=")]:
+    TEMPLATES[_n] = _binop(_op)
+TEMPLATES["logical_and"] = _binop("&")
+TEMPLATES["logical_or"] = _binop("|")
+
+
+@template("maximum", "minimum")
+def _maxmin(ctx, node, a):
+    d = node.inputs[0].dtype
+    x, y = a
+    if d is dt.bool_:
+        return f"({x} | {y})" if node.prim.name == "maximum" else f"({x} & {y})"
+    cmp = ">=" if node.prim.name == "maximum" else "<="
+    if d.is_floating_point:  # NaN-propagating like numpy
+        return f"({x} if ({x} {cmp} {y} or {x} != {x}) else {y})"
+    return f"({x} if {x} {cmp} {y} else {y})"
+
+
+@template("pow")
+def _pow(ctx, node, a):
+    c = ctx.const_of(node.inputs[1])
+    x, d = a[0], node.inputs[0].dtype
+    one = ctx.const(1, d)
+    special = {2.0: f"({x} * {x})", 1.0: x, 3.0: f"({x} * {x} * {x})",
+               0.5: f"np.sqrt({x})", -1.0: f"({one} / {x})",
+               -0.5: f"({one} / np.sqrt({x}))", -2.0: f"({one} / ({x} * {x}))"}
+    if c is not None and float(c) in special:
+        return special[float(c)]
+    return f"np.power({x}, {a[1]})"
+
+
+@template("atan2")
+def _atan2(ctx, node, a):
+    return f"np.arctan2({a[0]}, {a[1]})"
+
+
+@template("where")
+def _where(ctx, node, a):
+    return f"({a[1]} if {a[0]} else {a[2]})"
+
+
+@template("convert_element_type")
+def _convert(ctx, node, a):
+    d, s = node.params["dtype"], node.inputs[0].dtype
+    if d is s:
+        return a[0]
+    if d is dt.bool_:
+        return f"({a[0]} != {ctx.const(0, s)})"
+    return f"np.{d.np.name}({a[0]})"
+
+
+@template("full")
+def _full(ctx, node, a):
+    return ctx.const_arg(node.params["value"], node.params["dtype"])
+
+
+def _iota(ctx, node, a):  # needs the index: handled by the emitter
+    raise AssertionError("iota is emitted by the kernel emitter")
+
+
+TEMPLATES["iota"] = _iota
