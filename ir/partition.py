@@ -39,10 +39,16 @@ class Partition:
         for v in self.saved:
             lines.append(f"  saved {v.name}: {v.dtype.short}[{','.join(map(str, v.shape))}] "
                          f"{_fmt_bytes(nbytes(v))} - {self.reasons.get(v, '')}")
+        groups = {}  # recomputed ops grouped by the user line they came from
         for n in self.recomputed:
-            where = f" at {n.provenance.where()}" if n.provenance is not None else ""
-            lines.append(f"  recomputed {n.outputs[0].name} = {n.prim.name}{where} "
-                         f"(recomputed: {sorted(n.prim.tags)[0]} op)")
+            where = n.provenance.where() if n.provenance is not None else "<unknown>"
+            kind = sorted(n.prim.tags)[0] if n.prim.tags else "other"
+            groups.setdefault(where, {}).setdefault(kind, 0)
+            groups[where][kind] += 1
+        for where, kinds in groups.items():
+            total = sum(kinds.values())
+            detail = ", ".join(f"{k} {c}" for k, c in sorted(kinds.items()))
+            lines.append(f"  recomputed at {where}: {total} ops ({detail})")
         return "\n".join(lines)
 
 
