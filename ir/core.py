@@ -24,7 +24,8 @@ class Aval:
     __slots__ = ("shape", "dtype")
 
     def __init__(self, shape, dtype):
-        self.shape, self.dtype = tuple(int(s) for s in shape), dtype
+        self.shape = shape if type(shape) is tuple else tuple(int(s) for s in shape)
+        self.dtype = dtype
 
     @property
     def ndim(self):

@@ -7,7 +7,9 @@ import numpy as np
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.prims import PRIMS
+from aotgrad.ir.core import current_builder
 from aotgrad.runtime.dispatch import apply
+from aotgrad.runtime.tensor import Tensor
 
 
 def _make(prim):
@@ -23,7 +25,10 @@ for _name, _prim in PRIMS.items():
 
 
 def constant(value, dtype, shape=()):
-    """A constant tensor of `dtype` (a `full` prim, so it is traced too)."""
+    """A constant tensor of `dtype` (a `full` prim, so it is traced too; eagerly it is the
+    prim's reference result made directly, since a constant needs no validation or grad)."""
+    if current_builder() is None:
+        return Tensor._make(np.full(shape, _py(value, dtype), dtype=dtype.np))
     return full(shape=tuple(shape), value=_py(value, dtype), dtype=dtype)  # noqa: F821
 
 
@@ -47,8 +52,12 @@ def broadcast_to(t, shape):
     nd = len(shape)
     if t.ndim > nd:
         raise ValueError(f"cannot broadcast {list(t.shape)} to {list(shape)}")
+    if not t.requires_grad and current_builder() is None:  # eager, nothing to record
+        try:
+            return Tensor._make(np.broadcast_to(t._value, shape))
+        except ValueError:
+            pass  # fall through to the prim for its error message
     return broadcast_in_dim(t, shape=shape, dims=tuple(range(nd - t.ndim, nd)))  # noqa: F821
 
 
 __all__ = list(PRIMS) + ["constant", "zeros", "broadcast_to"]
-del np
