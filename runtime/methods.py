@@ -13,10 +13,10 @@ def _r(fn):
 def _to(self, *args, **kwargs):
     dtype = kwargs.get("dtype")
     for a in args:
-        if isinstance(a, dt.DType) or a in (float, int, bool):
-            dtype = a
-        elif isinstance(a, Tensor):
+        if isinstance(a, Tensor):
             dtype = a.dtype
+        elif isinstance(a, dt.DType) or a is float or a is int or a is bool:
+            dtype = a
     if dtype is None:
         return self
     return cast(self, dt.as_dtype(dtype))

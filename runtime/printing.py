@@ -1,44 +1,143 @@
-"""PyTorch-style tensor printing: `tensor([1., 2.], grad_fn=<AddBackward0>)`."""
+"""PyTorch-style tensor printing: `tensor([ 8.,  9., 10.], grad_fn=<AddBackward0>)`.
+
+The layout follows PyTorch's defaults (precision 4, threshold 1000, 3 edge items, line width
+80): one width for every element, integer mode (`8.`) when all finite values are whole,
+scientific mode when the magnitudes span more than 1000x or leave [1e-4, 1e8].
+
+>>> aotgrad.tensor([[1., -2.], [3., 4.]])
+tensor([[ 1., -2.],
+        [ 3.,  4.]])
+"""
+import math
+
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
 
+PRECISION, THRESHOLD, EDGEITEMS, LINEWIDTH = 4, 1000, 3, 80
 
-def _format_array(a):
-    if a.dtype.kind == "f":
-        finite = a[np.isfinite(a)]
-        if finite.size and np.all(finite == np.round(finite)) and np.abs(finite).max() < 1e8:
-            body = np.array2string(a, separator=", ", formatter={
-                "float_kind": lambda v: (f"{v:.0f}." if np.isfinite(v) else str(v))},
-                threshold=1000, edgeitems=3)
+
+class _Formatter:
+    """Chooses one element format and width for a whole array."""
+
+    def __init__(self, a):
+        self.floating = a.dtype.kind == "f"
+        self.int_mode, self.sci_mode, self.width = True, False, 1
+        flat = a.reshape(-1)
+        if not self.floating:
+            for v in flat.tolist():
+                self.width = max(self.width, len(str(v)))
+            return
+        vals = flat[np.isfinite(flat) & (flat != 0)].astype(np.float64)
+        if vals.size == 0:
+            return
+        absv = np.abs(vals)
+        lo, hi = absv.min(), absv.max()
+        self.int_mode = bool(np.all(vals == np.ceil(vals)))
+        if self.int_mode:
+            if hi / lo > 1000.0 or hi > 1.0e8:
+                self.sci_mode = True
+                self.width = max(len(f"{v:.{PRECISION}e}") for v in vals.tolist())
+            else:
+                self.width = max(len(f"{v:.0f}") + 1 for v in vals.tolist())
+        elif hi / lo > 1000.0 or hi > 1.0e8 or lo < 1.0e-4:
+            self.sci_mode = True
+            self.width = max(len(f"{v:.{PRECISION}e}") for v in vals.tolist())
         else:
-            body = np.array2string(a, separator=", ", precision=4, suppress_small=True,
-                                   threshold=1000, edgeitems=3,
-                                   floatmode="fixed" if finite.size and
-                                   np.abs(finite).max() < 1e4 and
-                                   (np.abs(finite[finite != 0]).min() if
-                                    (finite != 0).any() else 1) > 1e-4 else "maxprec")
-    elif a.dtype.kind == "b":
-        body = np.array2string(a, separator=", ", formatter={"bool": lambda v: str(bool(v))})
+            self.width = max(len(f"{v:.{PRECISION}f}") for v in vals.tolist())
+
+    def format(self, v):
+        if self.floating:
+            if self.sci_mode:
+                s = f"{v:{self.width}.{PRECISION}e}"
+            elif self.int_mode:
+                s = f"{v:.0f}"
+                if not (math.isinf(v) or math.isnan(v)):
+                    s += "."
+            else:
+                s = f"{v:.{PRECISION}f}"
+        else:
+            s = str(v)
+        return " " * (self.width - len(s)) + s
+
+
+def _summary(a):
+    """The elements shown when summarising (the edges of every dim), for the formatter."""
+    if a.ndim == 0:
+        return a
+    if a.shape[0] > 2 * EDGEITEMS:
+        parts = [_summary(x) for x in list(a[:EDGEITEMS]) + list(a[-EDGEITEMS:])]
     else:
-        body = np.array2string(a, separator=", ", threshold=1000, edgeitems=3)
-    return body.replace("\n", "\n       ")
+        parts = [_summary(x) for x in a]
+    return np.concatenate([np.atleast_1d(p).reshape(-1) for p in parts]) if parts else a
+
+
+def _vector(a, indent, summarize, fmt):
+    per_line = max(1, int(math.floor((LINEWIDTH - indent) / (fmt.width + 2))))
+    if summarize and a.shape[0] > 2 * EDGEITEMS:
+        data = [fmt.format(v) for v in a[:EDGEITEMS].tolist()] + [" ..."] + \
+            [fmt.format(v) for v in a[-EDGEITEMS:].tolist()]
+    else:
+        data = [fmt.format(v) for v in a.tolist()]
+    lines = [", ".join(data[i:i + per_line]) for i in range(0, len(data), per_line)]
+    return "[" + (",\n" + " " * (indent + 1)).join(lines) + "]"
+
+
+def _nested(a, indent, summarize, fmt):
+    if a.ndim == 0:
+        return fmt.format(a.item())
+    if a.ndim == 1:
+        return _vector(a, indent, summarize, fmt)
+    if summarize and a.shape[0] > 2 * EDGEITEMS:
+        rows = [_nested(a[i], indent + 1, summarize, fmt) for i in range(EDGEITEMS)] + \
+            ["..."] + [_nested(a[i], indent + 1, summarize, fmt)
+                       for i in range(a.shape[0] - EDGEITEMS, a.shape[0])]
+    else:
+        rows = [_nested(a[i], indent + 1, summarize, fmt) for i in range(a.shape[0])]
+    return "[" + ("," + "\n" * (a.ndim - 1) + " " * (indent + 1)).join(rows) + "]"
+
+
+def format_array(a, indent=7):
+    """The bracketed body of a tensor's repr (PyTorch's layout)."""
+    if a.size == 0:
+        return "[]"
+    summarize = a.size > THRESHOLD
+    fmt = _Formatter(_summary(a) if summarize else a)
+    return _nested(a, indent, summarize, fmt)
+
+
+def _with_suffixes(body, suffixes, indent):
+    out = [body]
+    last = len(body) - body.rfind("\n") + 1
+    for s in suffixes:
+        if last + len(s) + 2 > LINEWIDTH:
+            out.append(",\n" + " " * indent + s)
+            last = indent + len(s)
+        else:
+            out.append(", " + s)
+            last += len(s) + 2
+    return "".join(out) + ")"
 
 
 def tensor_repr(t):
     v = t._value
     if not isinstance(v, np.ndarray):  # traced
         return f"TracedTensor({v.name}: {v.dtype.short}[{','.join(map(str, v.shape))}])"
-    extras = []
-    default = {dt.float32, dt.int64, dt.bool_}
-    if t.dtype not in default or v.size == 0:
-        if v.size == 0:
-            extras.append(f"size={tuple(v.shape)}")
-        if t.dtype not in default:
-            extras.append(f"dtype={t.dtype!r}")
+    prefix = "tensor("
+    suffixes = []
+    dtype = t.dtype
+    if v.size == 0:
+        if v.ndim != 1:
+            suffixes.append(f"size={tuple(v.shape)}")
+        if dtype is not dt.float32:
+            suffixes.append(f"dtype={dtype!r}")
+        body = "[]"
+    else:
+        if dtype not in (dt.float32, dt.int64, dt.bool_):
+            suffixes.append(f"dtype={dtype!r}")
+        body = format_array(v, len(prefix))
     if t.grad_fn is not None:
-        extras.append(f"grad_fn=<{t.grad_fn.name()}>")
+        suffixes.append(f"grad_fn=<{t.grad_fn.name()}>")
     elif t.requires_grad:
-        extras.append("requires_grad=True")
-    body = _format_array(v) if v.size else "[]"
-    return "tensor(" + body + "".join(", " + e for e in extras) + ")"
+        suffixes.append("requires_grad=True")
+    return _with_suffixes(prefix + body, suffixes, len(prefix))
