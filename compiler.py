@@ -28,6 +28,7 @@ from aotgrad.tracer.pytree import flatten, unflatten
 from aotgrad.tracer.trace import GraphBreakError, trace
 
 BACKENDS = ("numba", "interpret")
+cache_size_limit = 8  # programs per compiled function before it warns and runs eagerly
 
 
 def _runner(graph, backend, name):
@@ -217,12 +218,13 @@ def _lifted_ok(prog):
 class CompiledFunction:
     """The callable `compile` returns. Caches one Program per guard key."""
 
-    def __init__(self, fn, fullgraph, backend, memory_budget, dump, cache_size_limit=8):
+    def __init__(self, fn, fullgraph, backend, memory_budget, dump, cache_size_limit=None):
         if backend not in BACKENDS:
             raise ValueError(f"compile: unknown backend {backend!r}; choose one of {BACKENDS}")
         self.fn, self.fullgraph, self.backend = fn, fullgraph, backend
         self.memory_budget, self.dump_dir = memory_budget, dump or os.environ.get("AOTGRAD_DUMP")
-        self.cache_size_limit = cache_size_limit
+        self.cache_size_limit = cache_size_limit if cache_size_limit is not None else \
+            globals()["cache_size_limit"]
         self.module = fn if hasattr(fn, "named_parameters") else None
         self.cache, self._warned, self.graph_breaks = {}, set(), []
         self.name = getattr(fn, "__name__", type(fn).__name__)
@@ -294,6 +296,12 @@ class CompiledFunction:
             raise GraphBreakError(f"aotgrad.compile({self.name}) does not capture a graph for "
                                   f"these inputs: {self.graph_breaks[-1]}")
         return prog
+
+    def __getattr__(self, name):  # compile(module): the module's attributes stay reachable
+        fn = self.__dict__.get("fn")
+        if fn is None or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(fn, name)
 
     def __get__(self, obj, objtype=None):  # decorating a method
         return self if obj is None else functools.partial(self.__call__, obj)

@@ -336,3 +336,14 @@ def test_memory_budget_trades_saved_bytes_for_recompute():
     assert any(n.prim.name.startswith("reduce") for n in tight.recomputed)
     assert "memory_budget" in tight.report()
     compare_with_eager(layernorm_gelu, *args, compiled=tight_cf, rtol=2e-5, atol=2e-5)
+
+
+def test_cache_size_limit_warns_once_and_runs_eagerly(monkeypatch):
+    import aotgrad.compiler as compiler
+    monkeypatch.setattr(compiler, "cache_size_limit", 2)
+    cf = ag.compile(lambda x: x * 2, backend="interpret")
+    cf(_randn(1))
+    cf(_randn(2))
+    with pytest.warns(UserWarning, match=r"cache_size_limit \(2\) reached"):
+        y = cf(_randn(3))
+    assert len(cf.cache) == 2 and y.grad_fn.name() == "MulBackward0"  # eager result
