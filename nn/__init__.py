@@ -1,1 +1,38 @@
-"""placeholder"""
+"""`aotgrad.nn`: modules, layers, losses, `functional` and `init`, laid out like torch.nn.
+
+    import aotgrad
+    from aotgrad import nn
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
+    loss = nn.CrossEntropyLoss()(model(x), y)
+    loss.backward()
+
+All layers are compositions of aotgrad tensor ops, so they run eagerly with autograd and
+are traced by `aotgrad.compile` without special cases.
+"""
+from aotgrad.nn import functional, init, utils
+from aotgrad.nn.activation import (ELU, GELU, Hardtanh, LeakyReLU, LogSigmoid, LogSoftmax, Mish,
+                                   ReLU, ReLU6, Sigmoid, SiLU, Softmax, Softmin, Softplus, Tanh)
+from aotgrad.nn.attention import MultiheadAttention
+from aotgrad.nn.container import ModuleDict, ModuleList, ParameterList, Sequential
+from aotgrad.nn.conv import Conv1d, Conv2d
+from aotgrad.nn.dropout import Dropout
+from aotgrad.nn.linear import Bilinear, Flatten, Identity, Linear, Unflatten
+from aotgrad.nn.loss import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, KLDivLoss,
+                             L1Loss, MSELoss, NLLLoss, SmoothL1Loss)
+from aotgrad.nn.module import Module
+from aotgrad.nn.normalization import BatchNorm1d, BatchNorm2d, LayerNorm, RMSNorm
+from aotgrad.nn.parameter import Parameter
+from aotgrad.nn.pooling import (AdaptiveAvgPool2d, AvgPool1d, AvgPool2d, MaxPool1d,
+                                MaxPool2d)
+from aotgrad.nn.sparse import Embedding
+
+__all__ = [
+    "functional", "init", "utils", "Module", "Parameter", "Sequential", "ModuleList",
+    "ModuleDict", "ParameterList", "Identity", "Linear", "Bilinear", "Flatten", "Unflatten",
+    "ReLU", "ReLU6", "LeakyReLU", "ELU", "GELU", "SiLU", "Mish", "Softplus", "Hardtanh", "Tanh",
+    "Sigmoid", "LogSigmoid", "Softmax", "LogSoftmax", "Softmin", "Dropout", "LayerNorm",
+    "RMSNorm", "BatchNorm1d", "BatchNorm2d", "Embedding", "Conv1d", "Conv2d", "MaxPool1d",
+    "MaxPool2d", "AvgPool1d", "AvgPool2d", "AdaptiveAvgPool2d", "MultiheadAttention", "MSELoss",
+    "L1Loss", "SmoothL1Loss", "HuberLoss", "CrossEntropyLoss", "NLLLoss", "BCELoss",
+    "BCEWithLogitsLoss", "KLDivLoss",
+]

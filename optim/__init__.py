@@ -1,1 +1,16 @@
-"""placeholder"""
+"""`aotgrad.optim`: SGD, Adam, AdamW and learning-rate schedulers, like torch.optim.
+
+    opt = aotgrad.optim.Adam(model.parameters(), lr=1e-3)
+    sched = aotgrad.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=100)
+    for x, y in data:
+        opt.zero_grad()
+        loss_fn(model(x), y).backward()
+        opt.step()
+        sched.step()
+"""
+from aotgrad.optim import lr_scheduler
+from aotgrad.optim.adam import Adam, AdamW
+from aotgrad.optim.optimizer import Optimizer
+from aotgrad.optim.sgd import SGD
+
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "lr_scheduler"]

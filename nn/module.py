@@ -1,0 +1,477 @@
+"""`nn.Module`: the base class of every layer and model.
+
+Assigning a `Parameter`, a `Module` or a registered buffer to an attribute registers it:
+
+>>> class Affine(nn.Module):
+...     def __init__(self):
+...         super().__init__()
+...         self.w = nn.Parameter(aotgrad.ones(3))
+...         self.register_buffer("count", aotgrad.zeros(()))
+...     def forward(self, x):
+...         return x * self.w
+>>> [n for n, _ in Affine().named_parameters()]
+['w']
+"""
+from collections import OrderedDict, namedtuple
+
+from aotgrad.ir import dtypes as dt
+from aotgrad.nn.parameter import Parameter
+from aotgrad.runtime.grad_mode import no_grad
+from aotgrad.runtime.tensor import Tensor
+
+
+class _IncompatibleKeys(namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])):
+    def __repr__(self):
+        if not self.missing_keys and not self.unexpected_keys:
+            return "<All keys matched successfully>"
+        return super().__repr__()
+
+    __str__ = __repr__
+
+
+def _type_name(value):
+    if isinstance(value, Tensor):
+        return f"aotgrad.{value.dtype.name.capitalize()}Tensor"
+    return type(value).__name__
+
+
+def _check_name(kind, name, module):
+    if not isinstance(name, str):
+        raise TypeError(f"{kind} name should be a string. Got {type(name).__name__}")
+    if "." in name:
+        raise KeyError(f"{kind} name can't contain \".\", got: {name}")
+    if name == "":
+        raise KeyError(f"{kind} name can't be empty string \"\"")
+
+
+class Module:
+    """Base class for all neural-network modules (PyTorch's `nn.Module` contract)."""
+
+    training: bool
+    _version = 1
+
+    def __init__(self, *args, **kwargs):
+        if args or kwargs:
+            raise TypeError(f"{type(self).__name__}.__init__() got unexpected arguments; "
+                            f"Module.__init__ takes none")
+        d = self.__dict__
+        d["training"] = True
+        d["_parameters"] = {}
+        d["_buffers"] = {}
+        d["_non_persistent_buffers_set"] = set()
+        d["_modules"] = {}
+        d["_forward_pre_hooks"] = OrderedDict()
+        d["_forward_hooks"] = OrderedDict()
+
+    # ---- calling -------------------------------------------------------------------------
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(f"Module [{type(self).__name__}] is missing the required "
+                                  f"\"forward\" function")
+
+    def __call__(self, *args, **kwargs):
+        for hook in list(self._forward_pre_hooks.values()):
+            res = hook(self, args)
+            if res is not None:
+                args = res if isinstance(res, tuple) else (res,)
+        out = self.forward(*args, **kwargs)
+        for hook in list(self._forward_hooks.values()):
+            res = hook(self, args, out)
+            if res is not None:
+                out = res
+        return out
+
+    def register_forward_pre_hook(self, hook):
+        """hook(module, args) -> None or new args, run before `forward`."""
+        self._forward_pre_hooks[id(hook)] = hook
+        return _DictHandle(self._forward_pre_hooks, id(hook))
+
+    def register_forward_hook(self, hook):
+        """hook(module, args, output) -> None or a new output, run after `forward`."""
+        self._forward_hooks[id(hook)] = hook
+        return _DictHandle(self._forward_hooks, id(hook))
+
+    # ---- registration ----------------------------------------------------------------------
+    def _require_init(self, what):
+        if "_parameters" not in self.__dict__:
+            raise AttributeError(f"cannot assign {what} before Module.__init__() call")
+
+    def register_parameter(self, name, param):
+        """Register `param` (a Parameter or None) under `name`."""
+        self._require_init("parameter")
+        _check_name("parameter", name, self)
+        if hasattr(self, name) and name not in self._parameters:
+            raise KeyError(f"attribute '{name}' already exists")
+        if param is not None and not isinstance(param, Parameter):
+            raise TypeError(f"cannot assign '{_type_name(param)}' object to parameter '{name}' "
+                            f"(aotgrad.nn.Parameter or None required)")
+        if param is not None and param.grad_fn is not None:
+            raise ValueError(f"Cannot assign non-leaf Tensor to parameter '{name}'. Model "
+                             f"parameters must be created explicitly.")
+        self._parameters[name] = param
+
+    def register_buffer(self, name, tensor, persistent=True):
+        """Register a tensor that is state but not a parameter (e.g. BatchNorm's running mean).
+        Non-persistent buffers are left out of `state_dict`."""
+        self._require_init("buffer")
+        _check_name("buffer", name, self)
+        if hasattr(self, name) and name not in self._buffers:
+            raise KeyError(f"attribute '{name}' already exists")
+        if tensor is not None and not isinstance(tensor, Tensor):
+            raise TypeError(f"cannot assign '{_type_name(tensor)}' object to buffer '{name}' "
+                            f"(aotgrad Tensor or None required)")
+        self._buffers[name] = tensor
+        if persistent:
+            self._non_persistent_buffers_set.discard(name)
+        else:
+            self._non_persistent_buffers_set.add(name)
+
+    def add_module(self, name, module):
+        """Register a child module (or None) under `name`."""
+        if module is not None and not isinstance(module, Module):
+            raise TypeError(f"{type(module).__name__} is not a Module subclass")
+        self._require_init("module")
+        _check_name("module", name, self)
+        if hasattr(self, name) and name not in self._modules:
+            raise KeyError(f"attribute '{name}' already exists")
+        self._modules[name] = module
+
+    register_module = add_module
+
+    def __setattr__(self, name, value):
+        d = self.__dict__
+        params, modules, buffers = d.get("_parameters"), d.get("_modules"), d.get("_buffers")
+
+        def drop(*dicts):
+            for x in dicts:
+                if x is not None and name in x:
+                    del x[name]
+            d.pop(name, None)
+
+        if isinstance(value, Parameter):
+            self._require_init("parameters")
+            drop(modules, buffers)
+            self._non_persistent_buffers_set.discard(name)
+            self.register_parameter(name, value)
+        elif params is not None and name in params:
+            if value is not None:
+                raise TypeError(f"cannot assign '{_type_name(value)}' as parameter '{name}' "
+                                f"(aotgrad.nn.Parameter or None expected)")
+            self.register_parameter(name, value)
+        elif isinstance(value, Module):
+            self._require_init("module")
+            drop(params, buffers)
+            self._non_persistent_buffers_set.discard(name)
+            modules[name] = value
+        elif modules is not None and name in modules:
+            if value is not None:
+                raise TypeError(f"cannot assign '{_type_name(value)}' as child module '{name}' "
+                                f"(aotgrad.nn.Module or None expected)")
+            modules[name] = value
+        elif buffers is not None and name in buffers:
+            if value is not None and not isinstance(value, Tensor):
+                raise TypeError(f"cannot assign '{_type_name(value)}' as buffer '{name}' "
+                                f"(aotgrad Tensor or None expected)")
+            buffers[name] = value
+        else:
+            object.__setattr__(self, name, value)
+
+    def __getattr__(self, name):
+        d = self.__dict__
+        for key in ("_parameters", "_buffers", "_modules"):
+            store = d.get(key)
+            if store is not None and name in store:
+                return store[name]
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+    def __delattr__(self, name):
+        for key in ("_parameters", "_buffers", "_modules"):
+            if name in self.__dict__.get(key, {}):
+                del self.__dict__[key][name]
+                self._non_persistent_buffers_set.discard(name)
+                return
+        object.__delattr__(self, name)
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | set(self._parameters) | set(self._buffers)
+                      | set(self._modules))
+
+    # ---- traversal -----------------------------------------------------------------------
+    def named_modules(self, memo=None, prefix="", remove_duplicate=True):
+        """Yield (qualified name, module) for this module and every descendant, once each."""
+        if memo is None:
+            memo = set()
+        if remove_duplicate:
+            if id(self) in memo:
+                return
+            memo.add(id(self))
+        yield prefix, self
+        for name, m in self._modules.items():
+            if m is None:
+                continue
+            yield from m.named_modules(memo, prefix + ("." if prefix else "") + name,
+                                       remove_duplicate)
+
+    def modules(self):
+        for _, m in self.named_modules():
+            yield m
+
+    def named_children(self):
+        seen = set()
+        for name, m in self._modules.items():
+            if m is not None and id(m) not in seen:
+                seen.add(id(m))
+                yield name, m
+
+    def children(self):
+        for _, m in self.named_children():
+            yield m
+
+    def _named_members(self, get, prefix, recurse, remove_duplicate):
+        seen = set()
+        mods = self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate) \
+            if recurse else [(prefix, self)]
+        for mprefix, m in mods:
+            for k, v in get(m):
+                if v is None or (remove_duplicate and id(v) in seen):
+                    continue
+                if remove_duplicate:
+                    seen.add(id(v))
+                yield mprefix + ("." if mprefix else "") + k, v
+
+    def named_parameters(self, prefix="", recurse=True, remove_duplicate=True):
+        """Yield (qualified name, Parameter); a parameter shared by two modules comes once."""
+        yield from self._named_members(lambda m: m._parameters.items(), prefix, recurse,
+                                       remove_duplicate)
+
+    def parameters(self, recurse=True):
+        for _, p in self.named_parameters(recurse=recurse):
+            yield p
+
+    def named_buffers(self, prefix="", recurse=True, remove_duplicate=True):
+        yield from self._named_members(lambda m: m._buffers.items(), prefix, recurse,
+                                       remove_duplicate)
+
+    def buffers(self, recurse=True):
+        for _, b in self.named_buffers(recurse=recurse):
+            yield b
+
+    def get_submodule(self, target):
+        """`model.get_submodule("encoder.0")`: the module at a dotted path."""
+        if target == "":
+            return self
+        mod = self
+        for item in target.split("."):
+            if item not in mod.__dict__.get("_modules", {}):
+                raise AttributeError(f"{type(mod).__name__} has no attribute `{item}`")
+            mod = mod._modules[item]
+        return mod
+
+    def get_parameter(self, target):
+        mod_path, _, name = target.rpartition(".")
+        mod = self.get_submodule(mod_path)
+        if name not in mod._parameters:
+            raise AttributeError(f"{type(mod).__name__} has no parameter `{name}`")
+        return mod._parameters[name]
+
+    def get_buffer(self, target):
+        mod_path, _, name = target.rpartition(".")
+        mod = self.get_submodule(mod_path)
+        if name not in mod._buffers:
+            raise AttributeError(f"{type(mod).__name__} has no buffer `{name}`")
+        return mod._buffers[name]
+
+    # ---- modes and bulk changes ------------------------------------------------------------
+    def train(self, mode=True):
+        """Set training mode on this module and its descendants (Dropout, BatchNorm care).
+        It does not switch autograd off: that is `aotgrad.no_grad()`."""
+        if not isinstance(mode, bool):
+            raise ValueError("training mode is expected to be boolean")
+        for m in self.modules():
+            m.__dict__["training"] = mode
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    def requires_grad_(self, requires_grad=True):
+        for p in self.parameters():
+            p.requires_grad_(requires_grad)
+        return self
+
+    def zero_grad(self, set_to_none=True):
+        """Reset the gradients of all parameters (to None by default, like PyTorch)."""
+        for p in self.parameters():
+            if p.grad is None:
+                continue
+            if set_to_none:
+                p.grad = None
+            else:
+                g = p.grad.detach()
+                with no_grad():
+                    g.zero_()
+                p.grad = g
+
+    def apply(self, fn):
+        """Call fn(m) on every descendant, children first, then on self; returns self."""
+        for m in self.children():
+            m.apply(fn)
+        fn(self)
+        return self
+
+    def _apply_to_tensors(self, convert):
+        with no_grad():
+            for m in self.modules():
+                for store in (m._parameters, m._buffers):
+                    for k, t in store.items():
+                        if t is None:
+                            continue
+                        new = convert(t)
+                        if new is not t and new.dtype is not t.dtype:
+                            t.data = new
+                            if t._grad is not None:
+                                t._grad = convert(t._grad)
+        return self
+
+    def to(self, *args, **kwargs):
+        """`module.to(aotgrad.float64)`: cast floating-point parameters and buffers in place
+        (they stay the same Parameter objects). Devices other than "cpu" are rejected."""
+        dtype = kwargs.get("dtype")
+        for a in list(args) + [kwargs.get("device")]:
+            if isinstance(a, dt.DType) or a is float:
+                dtype = a
+            elif isinstance(a, Tensor):
+                dtype = a.dtype
+            elif a is not None and str(a) != "cpu":
+                raise RuntimeError(f"Module.to: aotgrad runs on the CPU only, got device {a!r}")
+        if dtype is None:
+            return self
+        dtype = dt.as_dtype(dtype)
+        if not dtype.is_floating_point:
+            raise TypeError(f"nn.Module.to only accepts floating point dtypes, but got desired "
+                            f"dtype={dtype.name}")
+        return self._apply_to_tensors(
+            lambda t: t.detach().to(dtype) if t.dtype.is_floating_point else t)
+
+    def float(self):
+        return self.to(dt.float32)
+
+    def double(self):
+        return self.to(dt.float64)
+
+    def cpu(self):
+        return self
+
+    def type(self, dst_type):
+        return self.to(dst_type)
+
+    # ---- state dict ------------------------------------------------------------------------
+    def state_dict(self, *args, destination=None, prefix="", keep_vars=False):
+        """An OrderedDict of parameters and persistent buffers by qualified name. The tensors
+        share storage with the module's (detached unless `keep_vars=True`)."""
+        if args:  # the positional (destination, prefix, keep_vars) form
+            destination, prefix, keep_vars = (list(args) + [prefix, keep_vars])[:3] \
+                if len(args) < 3 else args[:3]
+        if destination is None:
+            destination = OrderedDict()
+        for name, p in self._parameters.items():
+            if p is not None:
+                destination[prefix + name] = p if keep_vars else p.detach()
+        for name, b in self._buffers.items():
+            if b is not None and name not in self._non_persistent_buffers_set:
+                destination[prefix + name] = b if keep_vars else b.detach()
+        for name, m in self._modules.items():
+            if m is not None:
+                m.state_dict(destination=destination, prefix=prefix + name + ".",
+                             keep_vars=keep_vars)
+        return destination
+
+    def load_state_dict(self, state_dict, strict=True, assign=False):
+        """Copy tensors from `state_dict` into this module's parameters and buffers.
+
+        With `strict=True` (the default) missing and unexpected keys are errors; a shape
+        mismatch is always an error. Returns (missing_keys, unexpected_keys)."""
+        if not hasattr(state_dict, "keys"):
+            raise TypeError(f"Expected state_dict to be dict-like, got {type(state_dict)}.")
+        own = self.state_dict(keep_vars=True)
+        missing = [k for k in own if k not in state_dict]
+        unexpected = [k for k in state_dict if k not in own]
+        errors = []
+        if strict:
+            if unexpected:
+                errors.append("Unexpected key(s) in state_dict: " +
+                              ", ".join(f'"{k}"' for k in unexpected) + ". ")
+            if missing:
+                errors.append("Missing key(s) in state_dict: " +
+                              ", ".join(f'"{k}"' for k in missing) + ". ")
+        pending = []
+        for k, target in own.items():
+            if k not in state_dict:
+                continue
+            src = state_dict[k]
+            if not isinstance(src, Tensor):
+                try:
+                    from aotgrad.runtime.factories import tensor
+                    src = tensor(src)
+                except Exception:
+                    errors.append(f'While copying the parameter named "{k}", expected Tensor-like '
+                                  f'object from checkpoint but received {type(src).__name__}')
+                    continue
+            if tuple(src.shape) != tuple(target.shape):
+                errors.append(f"size mismatch for {k}: copying a param with shape "
+                              f"{src.shape} from checkpoint, the shape in current model is "
+                              f"{target.shape}.")
+                continue
+            pending.append((k, target, src))
+        if errors:
+            raise RuntimeError(f"Error(s) in loading state_dict for {type(self).__name__}:\n\t"
+                               + "\n\t".join(errors))
+        with no_grad():
+            for k, target, src in pending:
+                if assign:
+                    mod_path, _, name = k.rpartition(".")
+                    mod = self.get_submodule(mod_path)
+                    if name in mod._parameters:
+                        setattr(mod, name, src if isinstance(src, Parameter) else
+                                Parameter(src, target.requires_grad))
+                    else:
+                        mod._buffers[name] = src
+                else:
+                    target.copy_(src.detach())
+        return _IncompatibleKeys(missing, unexpected)
+
+    # ---- printing --------------------------------------------------------------------------
+    def extra_repr(self):
+        """Override to add a one-line description inside `Name(...)`."""
+        return ""
+
+    def _get_name(self):
+        return type(self).__name__
+
+    def __repr__(self):
+        extra = self.extra_repr()
+        lines = extra.split("\n") if extra else []
+        for name, m in self._modules.items():
+            body = repr(m).replace("\n", "\n  ")
+            lines.append(f"({name}): {body}")
+        if not self._modules:
+            return f"{self._get_name()}({extra})"
+        return self._get_name() + "(\n  " + "\n  ".join(lines) + "\n)"
+
+
+class _DictHandle:
+    """`handle.remove()` for a hook stored in an ordered dict."""
+
+    def __init__(self, store, key):
+        self.store, self.key = store, key
+
+    def remove(self):
+        self.store.pop(self.key, None)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
+
+
+__all__ = ["Module"]

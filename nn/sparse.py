@@ -1,0 +1,62 @@
+"""Embedding: a lookup table of learnable vectors.
+
+>>> emb = nn.Embedding(10, 3, padding_idx=0)
+>>> emb(aotgrad.tensor([[0, 2]])).shape
+aotgrad.Size([1, 2, 3])
+"""
+from aotgrad.ir import dtypes as dt
+from aotgrad.nn import functional as F
+from aotgrad.nn import init
+from aotgrad.nn.module import Module
+from aotgrad.nn.parameter import Parameter
+from aotgrad.runtime.factories import empty
+from aotgrad.runtime.grad_mode import no_grad
+
+
+class Embedding(Module):
+    """weight ~ N(0, 1), with the padding_idx row zeroed and receiving no gradient."""
+
+    def __init__(self, num_embeddings, embedding_dim, padding_idx=None, max_norm=None,
+                 norm_type=2.0, scale_grad_by_freq=False, sparse=False, _weight=None,
+                 _freeze=False, device=None, dtype=None):
+        super().__init__()
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        if padding_idx is not None:
+            if not -num_embeddings <= padding_idx < num_embeddings:
+                raise AssertionError("Padding_idx must be within num_embeddings")
+            if padding_idx < 0:
+                padding_idx += num_embeddings
+        self.padding_idx, self.max_norm, self.norm_type = padding_idx, max_norm, norm_type
+        self.scale_grad_by_freq, self.sparse = scale_grad_by_freq, sparse
+        if _weight is None:
+            self.weight = Parameter(empty(num_embeddings, embedding_dim,
+                                          dtype=dt.as_dtype(dtype or dt.float32)),
+                                    requires_grad=not _freeze)
+            self.reset_parameters()
+        else:
+            if tuple(_weight.shape) != (num_embeddings, embedding_dim):
+                raise AssertionError("Shape of weight does not match num_embeddings and "
+                                     "embedding_dim")
+            self.weight = Parameter(_weight, requires_grad=not _freeze)
+
+    def reset_parameters(self):
+        init.normal_(self.weight)
+        if self.padding_idx is not None:
+            with no_grad():
+                self.weight[self.padding_idx] = 0.0
+
+    def forward(self, input):
+        return F.embedding(input, self.weight, self.padding_idx, self.max_norm, self.norm_type,
+                           self.scale_grad_by_freq, self.sparse)
+
+    @classmethod
+    def from_pretrained(cls, embeddings, freeze=True, padding_idx=None, **kwargs):
+        rows, cols = embeddings.shape
+        return cls(rows, cols, padding_idx=padding_idx, _weight=embeddings, _freeze=freeze,
+                   **kwargs)
+
+    def extra_repr(self):
+        s = f"{self.num_embeddings}, {self.embedding_dim}"
+        if self.padding_idx is not None:
+            s += f", padding_idx={self.padding_idx}"
+        return s

@@ -1,0 +1,60 @@
+"""nn.utils: gradient clipping and flattening parameters to a vector.
+
+>>> total = nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
+"""
+import math
+
+from aotgrad.runtime import ops, shape_ops
+from aotgrad.runtime.grad_mode import no_grad
+from aotgrad.runtime.tensor import Tensor
+
+
+def _params(parameters):
+    return [parameters] if isinstance(parameters, Tensor) else list(parameters)
+
+
+def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False,
+                    foreach=None):
+    """Scale all gradients so that their joint norm is at most max_norm; returns the norm
+    before clipping (a 0-d tensor)."""
+    grads = [p.grad for p in _params(parameters) if p.grad is not None]
+    from aotgrad.runtime.factories import tensor
+    if not grads:
+        return tensor(0.0)
+    norm_type = float(norm_type)
+    with no_grad():
+        if math.isinf(norm_type):
+            norms = [ops.amax(ops.abs(g)) for g in grads]
+            total = norms[0] if len(norms) == 1 else ops.amax(shape_ops.stack(norms))
+        else:
+            norms = [ops.norm(g, norm_type) for g in grads]
+            total = ops.norm(shape_ops.stack(norms), norm_type)
+        if error_if_nonfinite and not bool(ops.isfinite(total)):
+            raise RuntimeError(f"The total norm of order {norm_type} for gradients from "
+                               f"`parameters` is non-finite, so it cannot be clipped. To disable "
+                               f"this error and scale the gradients by the non-finite norm "
+                               f"anyway, set `error_if_nonfinite=False`")
+        coef = ops.clamp(ops.div(float(max_norm), ops.add(total, 1e-6)), max=1.0)
+        for g in grads:
+            g.mul_(coef.to(g.dtype))
+    return total
+
+
+def clip_grad_value_(parameters, clip_value, foreach=None):
+    with no_grad():
+        for p in _params(parameters):
+            if p.grad is not None:
+                p.grad.clamp_(-clip_value, clip_value)
+
+
+def parameters_to_vector(parameters):
+    return shape_ops.cat([p.reshape(-1) for p in parameters])
+
+
+def vector_to_parameters(vec, parameters):
+    off = 0
+    with no_grad():
+        for p in parameters:
+            n = p.numel()
+            p.copy_(vec[off:off + n].reshape(tuple(p.shape)))
+            off += n
