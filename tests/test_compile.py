@@ -347,3 +347,29 @@ def test_cache_size_limit_warns_once_and_runs_eagerly(monkeypatch):
     with pytest.warns(UserWarning, match=r"cache_size_limit \(2\) reached"):
         y = cf(_randn(3))
     assert len(cf.cache) == 2 and y.grad_fn.name() == "MulBackward0"  # eager result
+
+
+class _ScaledExp(ag.autograd.Function):
+    """A custom Function whose backward is deliberately not exp's true derivative (x2), so
+    the test can tell that the compiled backward used it."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = x.exp()
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        y, = ctx.saved_tensors
+        return g * y * 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_custom_function_backward_is_honoured(backend):
+    f = lambda x: _ScaledExp.apply(x * 3).sum()  # noqa: E731
+    x = _randn(4)
+    compare_with_eager(f, x, backend=backend)
+    x.grad = None
+    ag.compile(f, backend=backend)(x).backward()
+    np.testing.assert_allclose(x.grad.numpy(), 6 * np.exp(3 * x.detach().numpy()), rtol=1e-5)
