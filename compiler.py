@@ -185,8 +185,8 @@ def _restrict(joint, n_primals, n_fw_outputs):
     return Graph(joint.inputs[:n_primals], joint.nodes, joint.outputs[:n_fw_outputs], "inference")
 
 
-def _guard_key(leaves, module):
-    key = [_mode.grad_enabled]
+def _guard_key(leaves, module, treedef=None):
+    key = [_mode.grad_enabled, treedef]
     for x in leaves:
         if isinstance(x, Tensor):
             key.append(("T", tuple(x.shape), x.dtype.name, x.requires_grad))
@@ -265,8 +265,8 @@ class CompiledFunction:
         return prog
 
     def _lookup(self, args, kwargs):
-        leaves, _ = flatten((tuple(args), dict(kwargs)))
-        key = _guard_key(leaves, self.module)
+        leaves, treedef = flatten((tuple(args), dict(kwargs)))
+        key = _guard_key(leaves, self.module, treedef)
         prog = self.cache.get(key)
         if prog is not None and prog != "eager" and not _lifted_ok(prog):
             prog = None
@@ -339,7 +339,7 @@ def explain(fn, *args, **kwargs):
     key = _guard_key(leaves, cf.module)
     lines.append(f"guards: grad_mode={key[0]}; " + "; ".join(
         f"arg{i}: " + (f"shape={k[1]} dtype={k[2]} requires_grad={k[3]}" if k[0] == "T" else
-                       f"{k[1]} == {k[2]!r}") for i, k in enumerate(key[1:]) if k[0] in "TS"))
+                       f"{k[1]} == {k[2]!r}") for i, k in enumerate(key[2:]) if isinstance(k, tuple) and k and k[0] in ("T", "S")))
     all_breaks = list(dict.fromkeys(cf.graph_breaks + breaks))
     lines.append(f"graph breaks: {len(all_breaks)}")
     lines += [f"  {b}" for b in all_breaks]

@@ -122,6 +122,10 @@ def _with_suffixes(body, suffixes, indent):
 def tensor_repr(t):
     v = t._value
     if not isinstance(v, np.ndarray):  # traced
+        from aotgrad.ir.core import current_builder
+        if current_builder() is not None:  # printing a value inside a compiled function
+            from aotgrad.runtime import dispatch
+            dispatch.graph_break("printing a tensor value", t)
         return f"TracedTensor({v.name}: {v.dtype.short}[{','.join(map(str, v.shape))}])"
     prefix = "tensor("
     suffixes = []

@@ -373,3 +373,30 @@ def test_custom_function_backward_is_honoured(backend):
     x.grad = None
     ag.compile(f, backend=backend)(x).backward()
     np.testing.assert_allclose(x.grad.numpy(), 6 * np.exp(3 * x.detach().numpy()), rtol=1e-5)
+
+
+def test_printing_a_value_is_a_graph_break():
+    def f(x):
+        print(x)
+        return x * 2
+    with pytest.raises(ag.GraphBreakError, match="printing a tensor value"):
+        ag.compile(f, fullgraph=True, backend="interpret")(_randn(2))
+
+
+def test_tree_structure_is_a_guard():
+    cf = ag.compile(lambda xs: xs[0] * 2, backend="interpret")
+    x = _randn(2, rg=False)
+    cf((x,))
+    cf([x])
+    assert len(cf.cache) == 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_inplace_on_intermediates(backend):
+    def f(x):
+        y = x * 2
+        y.add_(1)
+        y.mul_(x)
+        y[0] = 0.0
+        return y.sum()
+    compare_with_eager(f, _randn(5), backend=backend)
