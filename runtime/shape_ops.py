@@ -615,15 +615,19 @@ def commit_inplace(x, new, opname):
 
 def snapshot(x):
     """x, or (when its old value may be saved for backward by an in-place op) a copy of it
-    with the same autograd identity, so the in-place write cannot corrupt what was saved."""
-    if _mode.grad_enabled and x.requires_grad and isinstance(x._value, np.ndarray) and \
-            current_builder() is None:
-        s = Tensor._make(np.array(x._value, copy=True), True)
-        s.grad_fn, s._output_nr = x.grad_fn, x._output_nr
-        if x.grad_fn is None:
-            return x
-        return s
-    return x
+    with the same autograd identity, so the in-place write cannot corrupt what was saved.
+    Traced values are immutable SSA values: there the alias needs no copy."""
+    if not (_mode.grad_enabled and x.requires_grad and x.grad_fn is not None):
+        return x
+    if isinstance(x._value, np.ndarray):
+        if current_builder() is not None:
+            return x  # a real tensor inside a trace: lifted by identity
+        value = np.array(x._value, copy=True)
+    else:
+        value = x._value
+    s = Tensor._make(value, True)
+    s.grad_fn, s._output_nr = x.grad_fn, x._output_nr
+    return s
 
 
 @op("setitem", "CopySlices")
