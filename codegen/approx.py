@@ -36,12 +36,13 @@ from numba.extending import intrinsic as _intrinsic
 from llvmlite import ir as _llir
 
 _jit = numba.njit(cache=True, %s)
+_ijit = numba.njit(cache=True, inline="always", %s)
 _pjit = numba.njit(cache=True, parallel=True, %s)
 NAN32 = np.float32(np.nan)
 INF32 = np.float32(np.inf)
 NAN64 = np.float64(np.nan)
 INF64 = np.float64(np.inf)
-''' % (_FM, _FM)
+''' % (_FM, _FM, _FM)
 
 # name -> (dependencies, source)
 HELPERS = {}
@@ -82,7 +83,7 @@ _minnum = _mk_minmax("llvm.minnum")
 ''')
 
 _helper("exp_f32", ("bitcast",), '''
-@_jit
+@_ijit
 def exp_f32(x):
     xc = x if x < np.float32(89.0) else np.float32(89.0)
     xc = xc if xc > np.float32(-104.5) else np.float32(-104.5)
@@ -105,7 +106,7 @@ def exp_f32(x):
 ''')
 
 _helper("log_f32", ("bitcast",), '''
-@_jit
+@_ijit
 def log_f32(x):
     tiny = x < np.float32(1.1754943508222875e-38)
     xs = x * np.float32(8388608.0) if tiny else x
@@ -132,7 +133,7 @@ def log_f32(x):
 ''')
 
 _helper("tanh_f32", ("exp_f32",), '''
-@_jit
+@_ijit
 def tanh_f32(x):
     a = abs(x)
     z = x * x
@@ -151,13 +152,13 @@ def tanh_f32(x):
 ''')
 
 _helper("logistic_f32", ("exp_f32",), '''
-@_jit
+@_ijit
 def logistic_f32(x):
     return np.float32(1.0) / (np.float32(1.0) + exp_f32(-x))
 ''')
 
 _helper("erf_f32", ("exp_f32",), '''
-@_jit
+@_ijit
 def erf_f32(x):
     a = abs(x)
     z = x * x
@@ -189,7 +190,7 @@ def erf_f32(x):
 ''')
 
 _helper("erf_f64", (), '''
-@_jit
+@_ijit
 def erf_f64(x):
     return math.erf(x)
 ''')

@@ -417,7 +417,23 @@ class Scheduler:
                     steps.insert(i_b - 1, a)
                 changed = True
                 break
-        return steps
+        return self._toposort(steps)
+
+    def _toposort(self, steps):
+        """Stable topological order of steps (merging can move a producer after a reader)."""
+        dep = self._deps(steps)
+        done, out = set(), []
+        pending = list(steps)
+        while pending:
+            for s in pending:
+                if all(d in done for d in dep[s]):
+                    out.append(s)
+                    done.add(s)
+                    pending.remove(s)
+                    break
+            else:
+                raise AssertionError("cycle between steps after fusion")
+        return out
 
     def _absorb(self, a, b):
         if b.ktype == "elementwise" and a.ktype == "rows" and b.domain == a.rowshape:
