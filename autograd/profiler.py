@@ -163,6 +163,7 @@ class profile:
 
     def __exit__(self, *exc):
         if not self.enabled:
+            self._finished = True
             return False
         if self in profiling._profilers:
             profiling._profilers.remove(self)
