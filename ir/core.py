@@ -45,10 +45,14 @@ def type_str(a):
     return f"{a.dtype.short}[{','.join(map(str, a.shape))}]"
 
 
+_NP_DTYPES = {d.np: d for d in dt.ALL}
+
+
 def aval_of(x):
-    if isinstance(x, (Var, Aval)):
+    if isinstance(x, Aval):
         return x
-    return Aval(x.shape, dt.from_numpy(x.dtype))
+    d = _NP_DTYPES.get(x.dtype)
+    return Aval(x.shape, d if d is not None else dt.from_numpy(x.dtype))
 
 
 class Var(Aval):

@@ -8,16 +8,20 @@ on traced tensors records the backward into the IR.
 import heapq
 import itertools
 import traceback
+import types
 import warnings
 import weakref
 
 import numpy as np
 
 from aotgrad.ir.core import Aval, current_provenance
+from aotgrad.ir.core import current_builder as _current_builder
+from aotgrad.ir.core import make_provenance as _make_provenance
 from aotgrad.runtime import grad_mode, profiling
 from aotgrad.runtime.grad_mode import state as _mode
 
 _seq = itertools.count()
+_EMPTY = types.MappingProxyType({})
 
 
 class VersionCounter:
@@ -94,19 +98,39 @@ class Node:
     'SumBackward0'
     """
     _name = "Node"
+    # hook containers are created on first registration (most nodes never get one)
+    _pre_hooks = _hooks = ()
+    _tensor_pre_hooks = _retain_grad = _EMPTY  # output_nr -> [hook(grad)] / weakref(tensor)
+    _stack = _provenance = None
 
     def __init__(self, next_functions, in_avals, out_avals):
         self.next_functions = tuple(next_functions)
         self._in_avals = in_avals        # shapes/dtypes of the forward inputs (grad outputs)
         self._out_avals = out_avals      # shapes/dtypes of the forward outputs (grads in)
         self._seq = next(_seq)
-        self._pre_hooks, self._hooks = [], []
-        self._tensor_pre_hooks = {}      # output_nr -> [hook(grad)] from Tensor.register_hook
-        self._retain_grad = {}           # output_nr -> weakref to the non-leaf tensor
-        self._stack = grad_mode.forward_stack() if _mode.anomaly else None
-        self.metadata = {}
-        from aotgrad.ir.core import make_provenance, current_builder
-        self._provenance = make_provenance() if current_builder() is not None else None
+        if _mode.anomaly:
+            self._stack = grad_mode.forward_stack()
+        if _current_builder() is not None:
+            self._provenance = _make_provenance()
+
+    @property
+    def metadata(self):
+        """A dict for the user's annotations (like PyTorch's Node.metadata)."""
+        d = self.__dict__.get("_metadata")
+        if d is None:
+            d = self.__dict__["_metadata"] = {}
+        return d
+
+    def _tensor_hooks(self, output_nr):
+        """The list of Tensor.register_hook hooks for one output (created on demand)."""
+        if self._tensor_pre_hooks is _EMPTY:
+            self._tensor_pre_hooks = {}
+        return self._tensor_pre_hooks.setdefault(output_nr, [])
+
+    def _set_retain_grad(self, output_nr, ref):
+        if self._retain_grad is _EMPTY:
+            self._retain_grad = {}
+        self._retain_grad[output_nr] = ref
 
     def name(self):
         return self._name
@@ -131,11 +155,15 @@ class Node:
 
     def register_hook(self, fn):
         """fn(grad_inputs, grad_outputs) after the node runs; may return new grad_inputs."""
+        if self._hooks == ():
+            self._hooks = []
         self._hooks.append(fn)
         return RemovableHandle(self._hooks, fn)
 
     def register_prehook(self, fn):
         """fn(grad_outputs) before the node runs; may return new grad_outputs."""
+        if self._pre_hooks == ():
+            self._pre_hooks = []
         self._pre_hooks.append(fn)
         return RemovableHandle(self._pre_hooks, fn)
 

@@ -18,6 +18,9 @@ from aotgrad.runtime.engine import AccumulateGrad, RemovableHandle, VersionCount
 from aotgrad.runtime.grad_mode import state as _mode
 
 
+_NP_DTYPES = {d.np: d for d in dt.ALL}
+
+
 class Tensor:
     __slots__ = ("_value", "requires_grad", "grad_fn", "_grad", "_version", "_output_nr",
                  "_hooks", "_post_acc_hooks", "_accumulator", "_base", "_retains_grad",
@@ -64,7 +67,8 @@ class Tensor:
     @property
     def dtype(self):
         v = self._value
-        return v.dtype if isinstance(v, Var) else dt.from_numpy(v.dtype)
+        d = _NP_DTYPES.get(v.dtype)  # a numpy dtype, or an aotgrad DType for a traced Var
+        return d if d is not None else (v.dtype if isinstance(v, Var) else dt.from_numpy(v.dtype))
 
     @property
     def ndim(self):
@@ -171,7 +175,7 @@ class Tensor:
             if not self.requires_grad:
                 raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
             return
-        self.grad_fn._retain_grad[self._output_nr] = weakref.ref(self)
+        self.grad_fn._set_retain_grad(self._output_nr, weakref.ref(self))
         self._retains_grad = True
 
     @property
@@ -186,7 +190,7 @@ class Tensor:
         if self.grad_fn is None:
             self._hooks.append(hook)
             return RemovableHandle(self._hooks, hook)
-        hooks = self.grad_fn._tensor_pre_hooks.setdefault(self._output_nr, [])
+        hooks = self.grad_fn._tensor_hooks(self._output_nr)
         hooks.append(hook)
         return RemovableHandle(hooks, hook)
 
