@@ -70,9 +70,12 @@ class Adam(Optimizer):
                         else:
                             grad = ops.add(grad, p.detach(), alpha=wd)
                     m.add_(ops.mul(ops.sub(grad, m), 1 - b1))          # lerp toward grad
-                    v.mul_(b2).add_(ops.mul(ops.mul(grad, grad), 1 - b2))
-                    bc1 = ops.sub(1.0, ops.pow(b1, step))
-                    bc2_sqrt = ops.sqrt(ops.sub(1.0, ops.pow(b2, step)))
+                    v.mul_(b2).add_(ops.mul(ops.mul(grad, 1 - b2), grad))
+                    # bias corrections in float64 from the float32 step count (PyTorch does
+                    # them in Python floats), rounded to the parameter dtype once
+                    t64 = step.to(dt.float64)
+                    bc1 = ops.sub(1.0, ops.pow(b1, t64))
+                    bc2_sqrt = ops.sqrt(ops.sub(1.0, ops.pow(b2, t64))).to(p.dtype)
                     if amsgrad:
                         mx = state["max_exp_avg_sq"]
                         mx.copy_(ops.maximum(mx, v))
