@@ -100,7 +100,10 @@ class BackwardCFunction(FunctionCtx, Node):
 
     def _backward(self, grads):
         cls = self._forward_cls
-        result = cls.backward(self, *grads)
+        backward = cls.backward
+        if backward is Function.backward and cls.vjp is not Function.vjp:
+            backward = cls.vjp  # PyTorch accepts `vjp` as the name of the backward
+        result = backward(self, *grads)
         if not isinstance(result, tuple):
             result = (result,)
         n = len(self.next_functions)

@@ -7,7 +7,6 @@ on traced tensors records the backward into the IR.
 """
 import heapq
 import itertools
-import traceback
 import types
 import warnings
 import weakref

@@ -511,3 +511,46 @@ def test_matches_torch(torch):
     np.testing.assert_allclose(ag.detach().numpy(), tg.detach().numpy(), rtol=1e-12)
     np.testing.assert_allclose(agg.numpy(), tgg.numpy(), rtol=1e-10)
     assert TCube.apply(tx).grad_fn.name() == "TCubeBackward"
+
+
+def test_compiled_function_uses_custom_backward():
+    """Under compile the tracer runs forward and the user's backward on traced tensors."""
+    calls = []
+
+    class CubeTraced(Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x ** 3
+
+        @staticmethod
+        def backward(ctx, g):
+            calls.append(type(g))
+            x, = ctx.saved_tensors
+            return g * 3 * x * x
+
+    def f(x):
+        return CubeTraced.apply(x).sin().sum()
+
+    xs = np.random.randn(5)
+    x_eager = aotgrad.tensor(xs, requires_grad=True)
+    f(x_eager).backward()
+    x_comp = aotgrad.tensor(xs, requires_grad=True)
+    aotgrad.compile(f)(x_comp).backward()
+    np.testing.assert_allclose(x_comp.grad.numpy(), x_eager.grad.numpy(), rtol=1e-10)
+    np.testing.assert_allclose(x_eager.grad.numpy(), 3 * xs ** 2 * np.cos(xs ** 3), rtol=1e-12)
+    assert len(calls) >= 2  # once eagerly, once while tracing the backward
+
+
+def test_vjp_is_an_alias_of_backward():
+    class Neg(Function):
+        @staticmethod
+        def forward(ctx, x):
+            return -x
+
+        @staticmethod
+        def vjp(ctx, g):
+            return -g
+
+    x = f64(3)
+    assert gradcheck(Neg.apply, (x,))
