@@ -291,8 +291,17 @@ cos = _unary(tp.cos, "cos", "CosBackward0")
 tanh = _unary(tp.tanh, "tanh", "TanhBackward0")
 sigmoid = _unary(tp.logistic, "sigmoid", "SigmoidBackward0")
 erf = _unary(tp.erf, "erf", "ErfBackward0")
-floor = _unary(tp.floor, "floor", "FloorBackward0")
-ceil = _unary(tp.ceil, "ceil", "CeilBackward0")
+_floor = _unary(tp.floor, "floor", "FloorBackward0")
+_ceil = _unary(tp.ceil, "ceil", "CeilBackward0")
+
+
+def floor(x):
+    """Round down; integer tensors come back unchanged (as a copy), like PyTorch."""
+    return _floor(x) if x.dtype.is_floating_point or x.dtype is dt.bool_ else mul(x, 1)
+
+
+def ceil(x):
+    return _ceil(x) if x.dtype.is_floating_point or x.dtype is dt.bool_ else mul(x, 1)
 reciprocal = _unary(tp.reciprocal, "reciprocal", "ReciprocalBackward0")
 neg = _unary(tp.neg, "neg", "NegBackward0", float_only=False)
 abs = _unary(tp.abs, "abs", "AbsBackward0", float_only=False)
@@ -349,6 +358,12 @@ def _round_half_even(x):
 def clamp(x, min=None, max=None):
     if min is None and max is None:
         raise RuntimeError("clamp: At least one of 'min' or 'max' must not be None")
+    dtype = x.dtype  # a float bound promotes an integer tensor, like PyTorch
+    for bound in (min, max):
+        if bound is not None:
+            dtype = dt.promote(dtype, bound.dtype if isinstance(bound, Tensor) else
+                               scalar_dtype(bound, dtype))
+    x = cast(x, dtype)
     out = x
     if min is not None:  # PyTorch passes the gradient where min <= x <= max
         lo = tp.broadcast_to(cast(as_tensor_like(min, x.dtype), x.dtype), x.shape)
@@ -367,6 +382,8 @@ def where(cond, a, b):
     cond = as_tensor_like(cond)
     if cond.dtype is not dt.bool_:
         cond = cast(cond, dt.bool_)
+    if not isinstance(a, Tensor) and not isinstance(b, Tensor):
+        a = as_tensor_like(a, scalar_dtype(b))
     a, b = _binary_args(a, b)
     shape = broadcast_shapes(cond.shape, a.shape)
     return tp.where(tp.broadcast_to(cond, shape), tp.broadcast_to(a, shape),
@@ -637,6 +654,8 @@ def norm(x, p="fro", dim=None, keepdim=False):
 @op("logsumexp", "LogsumexpBackward0")
 def logsumexp(x, dim, keepdim=False):
     """Stable: max-shifted; rows that are all -inf give -inf, not NaN."""
+    if not x.dtype.is_floating_point:
+        x = cast(x, dt.float32)
     dims = norm_dims(dim, x.ndim)
     m = tp.reduce_max(x, dims=dims)
     m = where(isfinite(m), m, 0.0).detach()

@@ -558,3 +558,35 @@ def test_every_prim_family_has_an_error_case():
         families.setdefault(frozenset(p.tags), set()).add(name)
     for tags, names in families.items():
         assert names & covered, f"no shape-rule error test for the family {set(tags)}"
+
+
+# ---- integer and bool inputs: dtype promotion and values like PyTorch ----------------------
+INT_EXPRS = [
+    "x.sum()", "x.sum(1, keepdim=True)", "x.prod()", "x.max()", "x.max(1).values", "x.argmax()",
+    "x.cumsum(0)", "x.abs()", "-x", "x * 2", "x / 2", "x // 2", "x % 3", "x ** 2", "x + 1.5",
+    "x.clamp(0, 2)", "x.clamp(min=0.5)", "x.float().mean()", "x > 1", "(x > 1).sum()",
+    "x.sign()", "M.where(x > 0, x, 0)", "x[:, [0, 2]]", "M.maximum(x, x.flip(0))",
+    "x.sort(1).values", "x.topk(2).values", "x.amax(0)", "M.cat([x, x], 1)",
+    "x.masked_fill(x > 1, 7)", "x.tril()", "x.sum(dtype=M.float64)", "x.exp()",
+    "x.sqrt()", "x.floor()", "x.round()", "x.logsumexp(1)", "x.square()", "x == 2",
+    "x.count_nonzero()", "x.any()", "x.all()",
+]
+
+
+@pytest.mark.parametrize("expr", INT_EXPRS)
+def test_integer_inputs_like_torch(torch, expr):
+    a = np.array([[3, -1, 2], [0, 5, -4]])
+    out, ref = (eval(expr, {"M": M, "x": M.tensor(a)}) for M in (ag, torch))
+    assert out.dtype.name == str(ref.dtype).replace("torch.", "")
+    np.testing.assert_allclose(out.numpy().astype(float), ref.numpy().astype(float), rtol=1e-6)
+
+
+@pytest.mark.parametrize("expr", ["x.sum()", "x & ~x", "x | x.flip(1)", "x ^ True", "x.any(1)",
+                                  "x.all()", "x.float()", "x + 1", "x * 2.5", "x.long().sum(0)",
+                                  "x.max()", "M.where(x, 1.0, 0.0)", "M.where(x, 2, 0)",
+                                  "x == False"])
+def test_bool_inputs_like_torch(torch, expr):
+    a = np.array([[True, False, True], [False, False, True]])
+    out, ref = (eval(expr, {"M": M, "x": M.tensor(a)}) for M in (ag, torch))
+    assert out.dtype.name == str(ref.dtype).replace("torch.", "")
+    np.testing.assert_array_equal(out.numpy(), ref.numpy())
