@@ -2,6 +2,11 @@
 
 In eager mode, ops that numpy computes as views (reshape, transpose, slicing, expand)
 share storage and the version counter with their input, as PyTorch views do.
+
+In-place ops are computed out of place and written back (`commit_inplace`), which bumps the
+version counter. Known difference from PyTorch: an in-place op on a *view* of a tensor that
+requires grad (`y[1:].mul_(2)` with `y` requiring grad) raises instead of rebasing the view's
+history onto the base; use the out-of-place op, or write into the base with `y[1:] = ...`.
 """
 import builtins
 import math
