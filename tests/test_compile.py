@@ -66,7 +66,8 @@ CORPUS = {
 def test_corpus_matches_eager(name, backend):
     fn, make = CORPUS[name]
     ag.manual_seed(0)
-    compare_with_eager(fn, *make(), backend=backend, rtol=2e-5, atol=2e-5)
+    # float32 sums reassociate in fused kernels: compare within a few ulp of the magnitude
+    compare_with_eager(fn, *make(), backend=backend, rtol=2e-5, atol=1e-4)
 
 
 def test_closure_parameters_are_lifted_and_read_at_call_time():
