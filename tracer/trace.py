@@ -34,6 +34,7 @@ class TraceBuilder(GraphBuilder):
         self.mutated = {}        # id(tensor) -> (tensor, Var): real tensors written in place
         self.n_seeds = 0
         self.grad_state = {}     # id(tensor) -> (tensor, .grad before the trace wrote it)
+        self.keep_alive = []
 
     def note_grad_write(self, t):
         if id(t) not in self.grad_state:
@@ -57,9 +58,11 @@ class TraceBuilder(GraphBuilder):
             v = self.add_role_input(aval_of(t._value), name, ("lifted", t))
             self.lifted.append((t, v, t._grad))
         self.current[id(t)] = v
+        self.keep_alive.append(t)  # `current` is keyed by id: the object must outlive the trace
         return v
 
     def record_mutation(self, t, value):
+        self.keep_alive.append(t)
         self.current[id(t)] = value
         self.mutated[id(t)] = (t, value)
 
