@@ -601,13 +601,18 @@ def multi_head_attention_forward(query, key, value, num_heads, in_proj_weight, i
     if e % num_heads:
         raise RuntimeError(f"embed_dim {e} not divisible by num_heads {num_heads}")
     hd = e // num_heads
-    if q_proj_weight is None:
-        wq, wk, wv = shape_ops.chunk(in_proj_weight, 3, 0)
+    if q_proj_weight is None and query is key and key is value:
+        # self-attention: one (N, L, 3E) projection, split afterwards (one matmul, one bias)
+        qkv = linear(query, in_proj_weight, in_proj_bias)
+        q, k, v = (shape_ops.narrow(qkv, -1, i * e, e) for i in range(3))
     else:
-        wq, wk, wv = q_proj_weight, k_proj_weight, v_proj_weight
-    bq, bk, bv = shape_ops.chunk(in_proj_bias, 3, 0) if in_proj_bias is not None else \
-        (None, None, None)
-    q, k, v = linear(query, wq, bq), linear(key, wk, bk), linear(value, wv, bv)
+        if q_proj_weight is None:
+            wq, wk, wv = shape_ops.chunk(in_proj_weight, 3, 0)
+        else:
+            wq, wk, wv = q_proj_weight, k_proj_weight, v_proj_weight
+        bq, bk, bv = shape_ops.chunk(in_proj_bias, 3, 0) if in_proj_bias is not None else \
+            (None, None, None)
+        q, k, v = linear(query, wq, bq), linear(key, wk, bk), linear(value, wv, bv)
 
     def heads(t, length):
         return shape_ops.transpose(t.reshape(n, length, num_heads, hd), 1, 2)  # (N, H, len, hd)

@@ -29,7 +29,7 @@ def _run_ours(make_opt, steps, groups=False):
         loss = ((model(aotgrad.tensor(x)) - aotgrad.tensor(y)) ** 2).mean()
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     return model, opt, losses
 
 
@@ -48,7 +48,7 @@ def _run_torch(torch, make_opt, steps, groups=False):
         loss = ((model(torch.tensor(x)) - torch.tensor(y)) ** 2).mean()
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     return model, opt, losses
 
 
