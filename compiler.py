@@ -130,6 +130,9 @@ class Program:
         for (kind, x), value in zip(tr.mutations, fw[n_tensor_outs:]):
             if kind in ("grad", "arg_grad"):
                 write_grad(leaves[x] if kind == "arg_grad" else x, value)
+            elif kind == "escape":  # a tensor the function stored away: make it concrete
+                x._value, x.grad_fn, x.requires_grad = value, None, False
+                x._version.v += 1
             else:
                 write_back(leaves[x] if kind == "arg" else x, value)
         for kind, x in tr.grad_clears:
@@ -280,6 +283,10 @@ class CompiledFunction:
                                 f"on (last guard miss: {key})")
                 return "eager", leaves
             prog = self._build(args, kwargs, leaves)
+            if prog != "eager" and prog.trace.escaped:
+                # state created inside the function (e.g. optimizer moments on the first
+                # step) is concrete after this call; trace again next time to read it
+                return prog, leaves
             self.cache[key] = prog
         return prog, leaves
 

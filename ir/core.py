@@ -264,6 +264,9 @@ class GraphBuilder:
         raise PrimError(f"a concrete array of shape {getattr(value, 'shape', '?')} reached a "
                         f"traced prim; it must be an input of the graph")
 
+    def track(self, obj):
+        """Called for every traced tensor object created (the tracer finds escapes)."""
+
     def lift_object(self, obj):
         """A concrete tensor-like object (with `_value`) used inside the trace."""
         return self.lift(obj._value)

@@ -79,6 +79,8 @@ def apply(prim, *inputs, **params):
     if not isinstance(out_val, (_np.ndarray, Var)):  # numpy returns scalars for 0-d results
         out_val = _np.asarray(out_val)
     out = Tensor._make(out_val, False)
+    if builder is not None:
+        builder.track(out)
     if _mode.grad_enabled and inputs:
         rule = VJP.get(prim.name)
         if rule is not None and any(t.requires_grad for t in inputs) and \

@@ -211,6 +211,11 @@ class Tensor:
         """A new tensor sharing storage and version counter, outside the autograd graph."""
         t = Tensor._make(self._value, False)
         t._version = self._version
+        if isinstance(self._value, Var):
+            from aotgrad.ir.core import current_builder
+            b = current_builder()
+            if b is not None:
+                b.track(t)
         return t
 
     def detach_(self):

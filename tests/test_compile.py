@@ -401,3 +401,38 @@ def test_inplace_on_intermediates(backend):
         y[0] = 0.0
         return y.sum()
     compare_with_eager(f, _randn(5), backend=backend)
+
+
+def _training_pair(opt_name):
+    import copy
+    nn, optim = pytest.importorskip("aotgrad.nn"), pytest.importorskip("aotgrad.optim")
+    ag.manual_seed(0)
+    m1 = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    m2 = copy.deepcopy(m1)
+    make = {"sgd": lambda p: optim.SGD(p, lr=0.1, momentum=0.9),
+            "adam": lambda p: optim.Adam(p, lr=1e-2)}[opt_name]
+    o1, o2 = make(m1.parameters()), make(m2.parameters())
+
+    def make_step(m, o):
+        def step(x, y):
+            o.zero_grad()
+            loss = ((m(x) - y) ** 2).mean()
+            loss.backward()
+            o.step()
+            return loss
+        return step
+    return (m1, o1, make_step(m1, o1)), (m2, o2, make_step(m2, o2))
+
+
+@pytest.mark.parametrize("opt_name", ["sgd", "adam"])
+def test_whole_training_step_inside_compile_matches_eager(opt_name):
+    (m1, _, eager), (m2, _, step) = _training_pair(opt_name)
+    comp = ag.compile(step, backend="interpret")
+    x, y = ag.randn(16, 4), ag.randn(16, 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(4):
+            assert comp(x, y).item() == pytest.approx(eager(x, y).item(), rel=1e-5)
+    for a, b in zip(m1.parameters(), m2.parameters()):
+        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-5, atol=1e-6)
+    assert len(comp.cache) == 1  # optimizer state made on the first call is then lifted

@@ -6,7 +6,9 @@ derivative rules and autograd.Function backwards are recorded by the same code t
 them eagerly. The backward is derived by running the eager engine (`run_backward`) on the
 traced outputs with new tangent inputs: one source of derivative truth.
 """
+import gc
 import os
+import weakref
 
 from aotgrad.ir.core import GraphBuilder, Var, aval_of, user_location
 from aotgrad.runtime import dispatch
@@ -35,6 +37,10 @@ class TraceBuilder(GraphBuilder):
         self.n_seeds = 0
         self.grad_state = {}     # id(tensor) -> (tensor, .grad before the trace wrote it)
         self.keep_alive = []
+        self.created = []        # weakrefs to traced tensors made inside the function
+
+    def track(self, t):
+        self.created.append(weakref.ref(t))
 
     def note_grad_write(self, t):
         if id(t) not in self.grad_state:
@@ -168,19 +174,33 @@ def trace(fn, args, kwargs, names=None, want_grad=True):
             t._grad = init
     mutations += [(r, v) for r, v in grad_writes if v is not None]
     grad_clears = [r for r, v in grad_writes if v is None]
+    out_info = dict(out_leaves=[None if isinstance(o, Tensor) else o for o in outs],
+                    out_is_tensor=[isinstance(o, Tensor) for o in outs],
+                    out_requires_grad=[isinstance(o, Tensor) and o.requires_grad for o in outs])
+    # Traced tensors still alive once the trace's own references are gone were stored by the
+    # function somewhere (lazily created optimizer state, caches): they escape the graph.
+    del out, outs, proxies, p_args, p_kwargs, diff_inputs
+    tangents = o = p = leaf = final = t = None  # noqa: F841  (loop variables hold tensors too)
+    gc.collect()
+    produced = {v for n in builder.graph.nodes for v in n.outputs}
+    escapes, seen = [], set()
+    for ref in builder.created:
+        t = ref()
+        if t is not None and isinstance(t._value, Var) and t._value in produced and \
+                id(t) not in seen:
+            seen.add(id(t))
+            escapes.append((("escape", t), t._value))
+    mutations += escapes
     graph = builder.graph
     graph.outputs = [v for v in out_vals if v is not None] + [v for _, v in mutations] + \
         [g for g in grads if g is not None]
     return TraceResult(
         graph=graph, roles=builder.roles, n_primals=n_primals,
         n_tangents=len(graph.inputs) - n_primals, in_tree=in_tree, out_tree=out_tree,
-        out_leaves=[None if isinstance(o, Tensor) else o for o in outs],
-        out_is_tensor=[isinstance(o, Tensor) for o in outs], diff_outs=diff_outs,
-        out_requires_grad=[isinstance(o, Tensor) and o.requires_grad for o in outs],
-        mutations=[r for r, _ in mutations], diff_roles=diff_roles, grad_clears=grad_clears,
-        grad_guards=grad_guards,
+        diff_outs=diff_outs, mutations=[r for r, _ in mutations], diff_roles=diff_roles,
+        grad_clears=grad_clears, grad_guards=grad_guards, escaped=bool(escapes),
         grad_present=[g is not None for g in grads], lifted=[t for t, _, _ in builder.lifted],
-        n_seeds=builder.n_seeds, arg_requires_grad=arg_grad)
+        n_seeds=builder.n_seeds, arg_requires_grad=arg_grad, **out_info)
 
 
 def _arg_pos(builder, flat_index):
