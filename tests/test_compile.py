@@ -57,6 +57,8 @@ CORPUS = {
                               + x.prod(1)), lambda: (_randn(6, 5),)),
     "multi_output": (lambda x, y: (x * y, (x - y).abs().max(), {"s": x.sum()}),
                      lambda: (_randn(4, 3), _randn(4, 3))),
+    "mse": (lambda x, w, y: ((ag.relu(x @ w) - y) ** 2).mean(),
+            lambda: (_randn(4, 8, rg=False), _randn(8, 1), _randn(4, 1, rg=False))),
     "float64": (lambda x: (x.sin() * x.cos()).sum(-1), lambda: (_randn(3, 7, dtype=ag.float64),)),
 }
 
