@@ -59,6 +59,10 @@ CORPUS = {
                      lambda: (_randn(4, 3), _randn(4, 3))),
     "mse": (lambda x, w, y: ((ag.relu(x @ w) - y) ** 2).mean(),
             lambda: (_randn(4, 8, rg=False), _randn(8, 1), _randn(4, 1, rg=False))),
+    "linear_mse": (lambda x, y, w1, b1, w2, b2:
+                   ((ag.relu(x @ w1.t() + b1) @ w2.t() + b2 - y) ** 2).mean(),
+                   lambda: (_randn(4, 8, rg=False), _randn(4, 1, rg=False), _randn(16, 8),
+                            _randn(16), _randn(1, 16), _randn(1))),
     "float64": (lambda x: (x.sin() * x.cos()).sum(-1), lambda: (_randn(3, 7, dtype=ag.float64),)),
 }
 
