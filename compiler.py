@@ -66,21 +66,20 @@ class Program:
     def _run(self, which, args):
         r = self._runners.get(which)
         if r is None:
-            graph = getattr(self, which)
-            r, kern = _runner(graph, self.backend, f"{self.name}_{which}")
-            self._runners[which], self._kernels[which] = r, kern
+            self._prepare(which)
+            r = self._runners[which]
         return r(args)
 
-    def build(self):
-        for which in ("forward", "backward", "inference"):
-            if getattr(self, which) is not None:
-                self._run_prepare(which)
-        return self
-
-    def _run_prepare(self, which):
+    def _prepare(self, which):
         if which not in self._runners:
             r, kern = _runner(getattr(self, which), self.backend, f"{self.name}_{which}")
             self._runners[which], self._kernels[which] = r, kern
+
+    def build(self):
+        """Compile the graphs a call will need (forward+backward, or inference)."""
+        for which in (("forward", "backward") if self.has_backward else ("inference",)):
+            self._prepare(which)
+        return self
 
     def run_backward(self, args):
         return self._run("backward", args)
@@ -96,6 +95,9 @@ class Program:
 
     @property
     def source(self):
+        """The generated kernel source (compiles the graphs if that has not happened yet)."""
+        if self.backend != "interpret":
+            self.build()
         parts = []
         for which in ("forward", "backward", "inference"):
             k = self._kernels.get(which)
@@ -180,7 +182,14 @@ class Program:
         if self.source:
             with open(os.path.join(directory, "kernels.py"), "w") as f:
                 f.write(self.source)
+            with open(os.path.join(directory, "schedule.txt"), "w") as f:
+                f.write(self.schedule_report())
         return directory
+
+    def schedule_report(self):
+        """The code generator's plan per graph: kernels, refused fusions and why, buffers."""
+        return "\n".join(f"# ---- {which} ----\n{k.report()}" for which, k in
+                         self._kernels.items() if k is not None and hasattr(k, "report"))
 
 
 def _restrict(joint, n_primals, n_fw_outputs):
@@ -264,6 +273,7 @@ class CompiledFunction:
             return "eager"
         prog = Program(tr, self.backend, self.memory_budget, f"{self.name}_{len(self.cache)}")
         if self.dump_dir:
+            prog.build()
             prog.dump(os.path.join(self.dump_dir, prog.name))
         return prog
 
