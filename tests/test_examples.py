@@ -50,9 +50,10 @@ def test_linear_regression_recovers_weight_and_bias(example, capsys):
     assert res["test_loss"] < 0.05
 
 
-def test_train_mlp_quick(example, capsys, tmp_path):
+@pytest.mark.parametrize("target", ["loss", "model"])
+def test_train_mlp_quick(example, capsys, tmp_path, target):
     res = example("train_mlp").main(["--quick", "--steps", "40", "--no-progress", "--dump",
-                                     str(tmp_path / "ir")])
+                                     str(tmp_path / "ir"), "--compile", target])
     out = capsys.readouterr().out
     assert res["eager_accuracy"] > 0.5  # chance is 0.1
     assert _printed_float(out, "test accuracy") == pytest.approx(res["eager_accuracy"],
