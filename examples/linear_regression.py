@@ -6,7 +6,6 @@ with a training loop and an evaluation loop, then check the recovered weight and
 import argparse
 import sys
 
-import numpy as np
 
 import aotgrad
 from aotgrad import nn, optim

@@ -2,14 +2,12 @@
 
 >>> opt = optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
 """
-import math
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.optim.optimizer import Optimizer
 from aotgrad.runtime import ops
 from aotgrad.runtime.factories import tensor, zeros_like
 from aotgrad.runtime.grad_mode import no_grad
-
 
 def _check(lr, betas, eps, weight_decay):
     if not 0.0 <= lr:
@@ -22,7 +20,6 @@ def _check(lr, betas, eps, weight_decay):
         raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
     if not 0.0 <= weight_decay:
         raise ValueError(f"Invalid weight_decay value: {weight_decay}")
-
 
 class Adam(Optimizer):
     """Adam (Kingma & Ba) as in PyTorch: m = b1 m + (1-b1) g, v = b2 v + (1-b2) g^2,
@@ -86,7 +83,6 @@ class Adam(Optimizer):
                     p.sub_(ops.mul(ops.div(m, denom), step_size))
         return loss
 
-
 class AdamW(Adam):
     """Adam with decoupled weight decay: p *= 1 - lr * wd before the Adam update
     (weight_decay defaults to 1e-2)."""
@@ -99,5 +95,3 @@ class AdamW(Adam):
         super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize,
                          decoupled_weight_decay=True)
 
-
-del math
