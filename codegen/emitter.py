@@ -146,8 +146,7 @@ class KernelEmitter:
         for v, ix in self.S._roots(kt):
             if v in red_outs:
                 continue
-            own = set(kt.outputs)
-            self.S.walk(kt, v, ix, visit, lambda u, v=v: u is not v and self._is_leaf(u))
+            self.S.walk(kt, v, ix, visit, self._stop_for(v))
         for v in kt.outputs:
             ix = identity(nd) if v.shape == kt.domain else identity(len(v.shape))
             refs.append((("out", v), list(v.shape), list(ix)))
@@ -195,6 +194,13 @@ class KernelEmitter:
         self.cpart = [part[g[0]] for g in groups]
         self.dimmap = {p: P for P, g in enumerate(groups) for p in g}
         self.refmap = {key: (shape, ix) for key, shape, ix in refs}
+
+    def _stop_for(self, root):
+        """Leaf test for a walk from `root`: a value this kernel writes is expanded at its own
+        root; anything else (e.g. a reduction input produced by another step) is a leaf."""
+        if root in self.kt.outputs:
+            return lambda u: u is not root and self._is_leaf(u)
+        return self._is_leaf
 
     def _is_leaf(self, u):
         kt = self.kt
@@ -281,19 +287,29 @@ class KernelEmitter:
         sc = self.scope_for(lv)
         if key in sc.memo:
             return sc.memo[key]
+        if lv == 0 and key in self.scope_for(1).memo:
+            return self.scope_for(1).memo[key]
         if n.prim.name == "iota":
             t = ix[n.params["dim"]]
             t = ("c", t[1]) if t[0] == "c" else ("d", self.dimmap[t[1]], t[2], t[3])
             expr = f"{np_name(n.params['dtype'])}({self.term(t)})"
+            args = []
         else:
             args = [self.val(u, ix) for u in n.inputs]
             expr = TEMPLATES[n.prim.name](self, n, args)
         if n.prim.name == "full":
             sc.memo[key] = expr
             return expr
+        # a value without loop indices that depends on a reduction result is computed where
+        # the result exists (the row scope), not hoisted above the loops
+        rowdep = lv == 0 and any(a in self.rowdep for a in args)
+        if rowdep:
+            sc = self.scope_for(1)
         name = self.fresh()
         sc.add(f"{name} = {expr}")
         sc.memo[key] = name
+        if rowdep:
+            self.rowdep.add(name)
         return name
 
     # -- reductions ---------------------------------------------------------------------------
@@ -365,6 +381,7 @@ class KernelEmitter:
         self.top_scope = _Scope(body, "    ")
         self.row_scope = None
         self.red_vals = {}
+        self.rowdep = set()        # names whose value is only known after a reduction
         if kt.ktype == "elementwise" and m == 1 or \
                 kt.ktype == "rows" and not outer and len(inner) == 1 and not has_arg:
             self.blocked(body)
@@ -432,7 +449,7 @@ class KernelEmitter:
             def visit(kind, u, _):
                 if kind == "leaf" and u in red_outs:
                     found.add(red_outs[u])
-            self.S.walk(kt, v, ix, visit, lambda u, v=v: u is not v and self._is_leaf(u))
+            self.S.walk(kt, v, ix, visit, self._stop_for(v))
             return found
         nd = len(kt.domain)
         for r in kt.reds:
@@ -583,6 +600,7 @@ class KernelEmitter:
         else:
             scope.add(f"{nm} = {np_name(od)}({acc})")
         self.red_vals[r.outputs[0]] = nm
+        self.rowdep.add(nm)
 
     def init_acc(self, scope, r):
         acc = self.fresh("acc")

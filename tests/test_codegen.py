@@ -430,3 +430,35 @@ def test_cache_hit_in_second_process_and_corruption(tmp_path):
         p.write_text(p.read_text()[:200])
     assert _run_child(env) == "rebuilt"
     assert _run_child(env) == "disk"
+
+
+# --- regressions ------------------------------------------------------------------------------
+def test_reduction_of_a_reference_step_output():
+    """The input of a reduction is produced by another step (a gather): the kernel must read
+    it as an array, not try to recompute it (was a KeyError in the emitter)."""
+    N, C = 32, 10
+
+    def fn(x, idx):
+        g = prims.gather(prims.exp(x), idx, dim=1)                  # (N, 1), a ref step
+        s = prims.reduce_sum(g, dims=(0, 1))
+        return [prims.neg(prims.div(s, full((), float(N)))), prims.reduce_max(g, dims=(1,))]
+    g = build(fn, ((N, C), F32), ((N, 1), dt.int64))
+    idx = np.random.default_rng(0).integers(0, C, (N, 1)).astype(np.int64)
+    check(g, [rand((N, C)), idx], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(4, 1), (3, 5), (2, 3, 4)])
+def test_full_reduction_epilogue_uses_the_result(shape):
+    """A reduction over every dim (rows kernel with no row dims) whose result feeds a
+    pointwise epilogue: the epilogue must run after the loop (was 'variable not defined')."""
+    n = int(np.prod(shape))
+
+    def fn(x, y, b):   # the broadcast bias keeps the dims from collapsing into one
+        d = prims.sub(prims.add(x, bcast(b, shape, (len(shape) - 1,))), y)
+        s = prims.reduce_sum(prims.mul(d, d), dims=tuple(range(len(shape))))
+        m = prims.div(s, full((), float(n)))
+        return [m, prims.add(m, prims.reduce_max(x, dims=tuple(range(len(shape)))))]
+    g = build(fn, (shape, F32), (shape, F32), (shape[-1:], F32))
+    x, y, b = rand(shape), rand(shape, seed=1), rand(shape[-1:], seed=2)
+    check(g, [x, y, b], rtol=1e-5, atol=1e-6)
+    assert np.isclose(compile_graph(g)(x, y, b)[0], np.mean((x + b - y) ** 2), rtol=1e-5)
