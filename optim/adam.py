@@ -9,6 +9,7 @@ from aotgrad.runtime import ops
 from aotgrad.runtime.factories import tensor, zeros_like
 from aotgrad.runtime.grad_mode import no_grad
 
+
 def _check(lr, betas, eps, weight_decay):
     if not 0.0 <= lr:
         raise ValueError(f"Invalid learning rate: {lr}")
@@ -20,6 +21,7 @@ def _check(lr, betas, eps, weight_decay):
         raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
     if not 0.0 <= weight_decay:
         raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+
 
 class Adam(Optimizer):
     """Adam (Kingma & Ba) as in PyTorch: m = b1 m + (1-b1) g, v = b2 v + (1-b2) g^2,
@@ -83,6 +85,7 @@ class Adam(Optimizer):
                     p.sub_(ops.mul(ops.div(m, denom), step_size))
         return loss
 
+
 class AdamW(Adam):
     """Adam with decoupled weight decay: p *= 1 - lr * wd before the Adam update
     (weight_decay defaults to 1e-2)."""
@@ -94,4 +97,3 @@ class AdamW(Adam):
                  differentiable=False, fused=None):
         super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize,
                          decoupled_weight_decay=True)
-
