@@ -47,7 +47,7 @@ class Adam(Optimizer):
         loss = self._closure(closure)
         with no_grad():
             for g in self.param_groups:
-                lr, (b1, b2), eps = g["lr"], g["betas"], g["eps"]
+                lr, (b1, b2), eps = g.scalar("lr"), g["betas"], g["eps"]
                 wd, amsgrad, maximize = g["weight_decay"], g["amsgrad"], g["maximize"]
                 decoupled = g.get("decoupled_weight_decay", self._decoupled)
                 for p in g["params"]:

@@ -9,7 +9,11 @@ Subclasses implement `step`; updates run under no_grad with in-place tensor ops
 import copy
 from collections import defaultdict
 
+import numpy as np
+
+from aotgrad.ir.core import current_builder
 from aotgrad.runtime.grad_mode import no_grad
+from aotgrad.runtime.ops import mark_weak
 from aotgrad.runtime.tensor import Tensor
 
 
@@ -19,6 +23,28 @@ class _RequiredParameter:
 
 
 required = _RequiredParameter()
+
+
+class ParamGroup(dict):
+    """A parameter group. `group.scalar("lr")` is the Python number eagerly; inside a compiled
+    function it is a weakly typed 0-d tensor that mirrors the dict entry, so a scheduler
+    changing `group["lr"]` between calls is seen by the compiled step (no stale constant)."""
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        mirror = self.__dict__.get("_mirrors", {}).get(key)
+        if mirror is not None:
+            mirror._value[...] = value
+
+    def scalar(self, key):
+        value = self[key]
+        if current_builder() is None or isinstance(value, bool) or \
+                not isinstance(value, (int, float)):
+            return value
+        mirrors = self.__dict__.setdefault("_mirrors", {})
+        if key not in mirrors:
+            mirrors[key] = mark_weak(Tensor._make(np.array(float(value))))
+        return mirrors[key]
 
 
 class Optimizer:
@@ -59,7 +85,7 @@ class Optimizer:
                                 f"{type(p).__name__}")
             if not p.is_leaf:
                 raise ValueError("can't optimize a non-leaf Tensor")
-        group = dict(param_group)
+        group = ParamGroup(param_group)
         group["params"] = params
         for name, default in self.defaults.items():
             if default is required and name not in group:

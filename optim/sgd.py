@@ -31,7 +31,7 @@ class SGD(Optimizer):
         loss = self._closure(closure)
         with no_grad():
             for g in self.param_groups:
-                lr, mu, damp = g["lr"], g["momentum"], g["dampening"]
+                lr, mu, damp = g.scalar("lr"), g["momentum"], g["dampening"]
                 wd, nesterov, maximize = g["weight_decay"], g["nesterov"], g["maximize"]
                 for p in g["params"]:
                     if p.grad is None:

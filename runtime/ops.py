@@ -125,7 +125,12 @@ def _binary_args(a, b, float_result=False):
     if not ta and not tb:
         raise TypeError("at least one argument must be a Tensor")
     if ta and tb:
-        dtype = dt.promote(a.dtype, b.dtype)
+        wa, wb = is_weak(a), is_weak(b)
+        if wa != wb:  # a weakly typed scalar tensor promotes like the Python number it holds
+            s, t = (a, b) if wa else (b, a)
+            dtype = scalar_dtype(0.0 if s.dtype.is_floating_point else 0, t.dtype)
+        else:
+            dtype = dt.promote(a.dtype, b.dtype)
     elif ta:
         dtype, b = scalar_dtype(b, a.dtype), b
     else:
@@ -142,9 +147,27 @@ def _binary_args(a, b, float_result=False):
 
 def _binary(prim, float_result=False):
     def f(a, b):
+        weak = _weak_or_scalar(a) and _weak_or_scalar(b)
         a, b = _binary_args(a, b, float_result)
-        return prim(a, b)
+        out = prim(a, b)
+        return mark_weak(out) if weak else out
     return f
+
+
+def is_weak(t):
+    """A weakly typed 0-d tensor stands for a Python number that may change between calls of
+    a compiled function (an optimizer's learning rate): in type promotion it acts like that
+    number, so `p * lr` stays float32 exactly as with a Python float (JAX's weak types)."""
+    return t.__dict__.get("_weak_scalar", False)
+
+
+def mark_weak(t):
+    t.__dict__["_weak_scalar"] = True
+    return t
+
+
+def _weak_or_scalar(x):
+    return not isinstance(x, Tensor) or is_weak(x)
 
 
 add_ = _binary(tp.add)
@@ -153,20 +176,22 @@ mul_ = _binary(tp.mul)
 
 @op("add", "AddBackward0")
 def add(a, b, *, alpha=1):
-    if alpha != 1:
+    if isinstance(alpha, Tensor) or alpha != 1:
         b = mul(b, alpha)
     return add_(a, b)
 
 
 @op("sub", "SubBackward0")
 def sub(a, b, *, alpha=1):
-    if alpha != 1:
+    if isinstance(alpha, Tensor) or alpha != 1:
         b = mul(b, alpha)
+    weak = _weak_or_scalar(a) and _weak_or_scalar(b)
     a2, b2 = _binary_args(a, b)
     if a2.dtype is dt.bool_:
         raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not "
                            "supported. Use the `^` or `logical_xor()` operator instead.")
-    return tp.sub(a2, b2)
+    out = tp.sub(a2, b2)
+    return mark_weak(out) if weak else out
 
 
 @op("mul", "MulBackward0")
@@ -275,7 +300,8 @@ def _unary(prim, name, grad_name, float_only=True):
     def f(x):
         if float_only and not x.dtype.is_floating_point:
             x = cast(x, dt.float32)
-        return prim(x)
+        out = prim(x)
+        return mark_weak(out) if is_weak(x) else out
     f.__name__ = name
     return f
 

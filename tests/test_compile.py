@@ -442,3 +442,18 @@ def test_whole_training_step_inside_compile_matches_eager(opt_name):
     for a, b in zip(m1.parameters(), m2.parameters()):
         np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-5, atol=1e-6)
     assert len(comp.cache) == 1  # optimizer state made on the first call is then lifted
+
+
+@pytest.mark.parametrize("opt_name", ["sgd", "adam"])
+def test_learning_rate_changes_reach_the_compiled_step(opt_name):
+    (m1, o1, eager), (m2, o2, step) = _training_pair(opt_name)
+    comp = ag.compile(step, backend="interpret")
+    x, y = ag.randn(16, 4), ag.randn(16, 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for k in range(5):
+            for o in (o1, o2):  # what a scheduler does between steps
+                o.param_groups[0]["lr"] = 0.05 / (k + 1)
+            assert comp(x, y).item() == pytest.approx(eager(x, y).item(), rel=1e-5)
+    for a, b in zip(m1.parameters(), m2.parameters()):
+        np.testing.assert_array_equal(a.detach().numpy(), b.detach().numpy())
