@@ -148,7 +148,7 @@ class KernelEmitter:
                 continue
             self.S.walk(kt, v, ix, visit, self._stop_for(v))
         for v in kt.outputs:
-            ix = identity(nd) if v.shape == kt.domain else identity(len(v.shape))
+            ix = self.S.out_index(kt, v)
             refs.append((("out", v), list(v.shape), list(ix)))
         for r in kt.reds:
             refs.append((("red", r.outputs[0]), list(rowsh), list(identity(len(rowsh)))))
@@ -385,6 +385,9 @@ class KernelEmitter:
         if kt.ktype == "elementwise" and m == 1 or \
                 kt.ktype == "rows" and not outer and len(inner) == 1 and not has_arg:
             self.blocked(body)
+        elif kt.ktype == "rows" and not outer and len(inner) > 1 and not has_arg and \
+                self.parallel:
+            self.full_nest(body)
         elif kt.ktype == "cols" and len(inner) == 1:
             self.cols_chunked(body)
         else:
@@ -616,7 +619,7 @@ class KernelEmitter:
             if kt.ktype == "cols" and v in {r.outputs[0] for r in kt.reds}:
                 continue
             shape, cix = self.refmap[("out", v)]
-            e = self.val(v, identity(len(v.shape)))
+            e = self.val(v, self.S.out_index(kt, v))
             scope.add(f"{self.access('out', v, shape, cix)} = {e}")
 
     def nest(self, body):
@@ -641,6 +644,48 @@ class KernelEmitter:
                 self.finish_red(self.row_scope, r, accs[r])
         self.write_row_outputs(self.row_scope)
         body.extend(rb)
+
+    def full_nest(self, body):
+        """Reduction over every dim of an n-d domain that does not collapse to one dim (e.g.
+        sum(f(x, bias))): prange over the first dim, one partial per index, then combined."""
+        kt = self.kt
+        self.red_vals_acc = {}
+        P0 = self.inner[0]
+        inner = self.inner
+        self.inner = inner[1:]           # P0 becomes the (parallel) row loop
+        self.loopvar[P0] = "r"
+        for reds, fulls in self.phases():
+            parts = {}
+            for r in reds:
+                parts[r] = self.fresh("part")
+                body.append(f"    {parts[r]} = np.empty(n{P0}, {np_name(self.red_info(r)[1])})")
+            rb = [f"    for r in {self.rng(f'n{P0}')}:"]
+            self.row_scope = _Scope(rb, "        ")
+            accs = {r: self.init_acc(self.row_scope, r) for r in reds}
+            self.inner_loop(rb, "        ", reds, fulls, accs)
+            for r in reds:
+                self.nan_fix(self.row_scope, r, accs[r])
+                self.row_scope.add(f"{parts[r]}[r] = {accs[r]}")
+            body.extend(rb)
+            self.row_scope = None
+            for r in reds:
+                op = self.red_info(r)[0]
+                a = self.init_acc(self.top_scope, r)
+                p = parts[r]
+                self.top_scope.add(f"for b in range(n{P0}):")
+                if op in ("max", "min") and r.inputs[0].dtype.is_floating_point:
+                    cmp = ">" if op == "max" else "<"   # a NaN partial sticks
+                    self.top_scope.add(f"    {a} = {p}[b] if ({p}[b] {cmp} {a} or "
+                                       f"{p}[b] != {p}[b]) and {a} == {a} else {a}")
+                elif op in ("max", "min"):
+                    self.top_scope.add(f"    {a} = {op}({a}, {p}[b])")
+                elif op == "sum":
+                    self.top_scope.add(f"    {a} += {p}[b]")
+                else:
+                    self.top_scope.add(f"    {a} *= {p}[b]")
+                self.finish_red(self.top_scope, r, a)
+        self.inner = inner
+        self.write_row_outputs(self.top_scope)
 
     def blocked(self, body):
         """One long dim: prange over blocks of BLOCK; per-block partials for reductions."""

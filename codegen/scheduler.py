@@ -109,6 +109,23 @@ def identity(nd, start=0):
     return tuple(("d", start + i, 1, 0) for i in range(nd))
 
 
+def squeezed(shape):
+    return tuple(n for n in shape if n != 1)
+
+
+def row_index(rowshape, shape):
+    """Index of a per-row value of `shape` in a kernel whose rows have `rowshape`: the
+    identity, or (when the two differ only by unit dims, e.g. a keepdim mean (R, 1) of rows
+    (R,)) each dim mapped to its row dim, unit dims to 0. None when they do not match."""
+    shape, rowshape = tuple(shape), tuple(rowshape)
+    if shape == rowshape:
+        return identity(len(shape))
+    m = unit_reshape_map(rowshape, shape)
+    if m is None:
+        return None
+    return tuple(("c", 0) if si is None else ("d", si, 1, 0) for si in m)
+
+
 class Step:
     """One step of a program. kind: kernel | dot | ref | view."""
 
@@ -266,6 +283,16 @@ class Scheduler:
                     rec(u, ix)
         rec(var, idx)
 
+    def out_index(self, kt, v):
+        """Index at which kernel kt writes its output v (full-domain or per-row)."""
+        if v.shape == kt.domain:
+            return identity(len(kt.domain))
+        if kt.ktype == "rows":
+            ix = row_index(kt.rowshape, v.shape)
+            if ix is not None:
+                return ix
+        return identity(len(v.shape))
+
     def _roots(self, kt):
         """(var, idx) pairs the kernel evaluates: reduction inputs and outputs."""
         nd = len(kt.domain)
@@ -284,7 +311,7 @@ class Scheduler:
             if v.shape == kt.domain:
                 roots.append((v, identity(nd)))
             else:  # per-row value of a rows kernel
-                roots.append((v, identity(len(v.shape))))
+                roots.append((v, self.out_index(kt, v)))
         return roots
 
     def _analyse(self, kt):
@@ -356,7 +383,11 @@ class Scheduler:
 
     def _compatible(self, a, b, dep):
         """Can kernel b (consumer) be merged into kernel a (producer)?"""
-        row_output = (a.ktype == "rows" and b.ktype == "elementwise" and b.domain == a.rowshape)
+        # a per-row consumer of a rows kernel, or a per-row producer for one
+        row_output = (a.ktype == "rows" and b.ktype == "elementwise" and
+                      row_index(a.rowshape, b.domain) is not None) or \
+            (b.ktype == "rows" and a.ktype == "elementwise" and
+             row_index(b.rowshape, a.domain) is not None and a.domain != b.domain)
         if a.domain != b.domain and not row_output:
             return False, "different loop domains"
         kinds = {a.ktype, b.ktype}
@@ -370,15 +401,20 @@ class Scheduler:
         a_vals = set(a.outputs) | {r.outputs[0] for r in a.reds}
         nd = len(a.domain)
         kt = a if a.ktype != "elementwise" else b
+        if kt.ktype == "rows" and a.ktype == "elementwise" and a.domain != b.domain:
+            # a (per-row values) joins rows kernel b: b must read them per row
+            for v, ix in b.leaf_refs:
+                if v in a_vals and ix != row_index(b.rowshape, v.shape):
+                    return False, f"{v.name} is read at a different index (transposed/broadcast)"
+            return True, ""
         for v, ix in b.leaf_refs:
             if v not in a_vals:
                 continue
-            if v.shape == a.domain and ix == identity(nd):
+            if v.shape == a.domain and ix == identity(nd) and a.domain == b.domain:
                 if a.ktype == "cols" and any(v is r.outputs[0] for r in a.reds):
                     return False, "column reduction result used inside the loop"
                 continue
-            if kt.ktype == "rows" and v.shape == kt.rowshape and \
-                    ix == identity(len(kt.rowshape)):
+            if kt.ktype == "rows" and ix == row_index(kt.rowshape, v.shape):
                 continue
             return False, f"{v.name} is read at a different index (transposed/broadcast)"
         return True, ""
@@ -436,10 +472,10 @@ class Scheduler:
         return out
 
     def _absorb(self, a, b):
-        if b.ktype == "elementwise" and a.ktype == "rows" and b.domain == a.rowshape:
+        if b.ktype == "elementwise" and a.ktype == "rows" and b.domain != a.domain:
             pass
         elif b.ktype != "elementwise" and a.ktype == "elementwise":
-            a.ktype, a.k = b.ktype, b.k
+            a.ktype, a.k, a.domain = b.ktype, b.k, b.domain
         a.reds += [r for r in b.reds if r not in a.reds]
         a.outputs += [v for v in b.outputs if v not in a.outputs]
         a.merged_from += b.merged_from

@@ -462,3 +462,45 @@ def test_full_reduction_epilogue_uses_the_result(shape):
     x, y, b = rand(shape), rand(shape, seed=1), rand(shape[-1:], seed=2)
     check(g, [x, y, b], rtol=1e-5, atol=1e-6)
     assert np.isclose(compile_graph(g)(x, y, b)[0], np.mean((x + b - y) ** 2), rtol=1e-5)
+
+
+def test_keepdim_row_statistics_fuse_into_the_row_kernel():
+    """Layer-norm forward that also returns mean and rstd as (R, 1) (saved for backward):
+    the (R, 1) values are per-row outputs of the same single kernel."""
+    R, C = 24, 40
+
+    def fn(x):
+        mu = prims.reshape(prims.div(prims.reduce_sum(x, dims=(1,)), full((R,), float(C))),
+                           shape=(R, 1))
+        xc = prims.sub(x, bcast(mu, (R, C), (0, 1)))
+        var = prims.reshape(prims.div(prims.reduce_sum(prims.mul(xc, xc), dims=(1,)),
+                                      full((R,), float(C))), shape=(R, 1))
+        rstd = prims.rsqrt(prims.add(var, full((R, 1), 1e-5)))
+        return [prims.mul(xc, bcast(rstd, (R, C), (0, 1))), mu, rstd]
+    g = build(fn, ((R, C), F32))
+    x = rand((R, C))
+    prog = check(g, [x], rtol=1e-5, atol=1e-5)
+    assert len(prog.kernels()) == 1, prog.report()
+    y, mu, rstd = prog(x)
+    np.testing.assert_allclose(mu[:, 0], x.mean(1), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(rstd[:, 0], 1 / np.sqrt(x.var(1) + 1e-5), rtol=1e-4)
+
+
+def test_parallel_full_reduction_of_a_2d_expression():
+    """sum/max over every dim of f(x, bias) (dims do not collapse; large enough for prange):
+    per-row partials combined; a NaN anywhere reaches the max."""
+    R, C = 300, 512
+
+    def fn(x, b):
+        y = prims.tanh(prims.add(x, bcast(b, (R, C), (1,))))
+        return [prims.reduce_sum(prims.mul(y, y), dims=(0, 1)), prims.reduce_max(y, dims=(0, 1))]
+    g = build(fn, ((R, C), F32), ((C,), F32))
+    x, b = rand((R, C)), rand((C,), seed=1)
+    prog = check(g, [x, b], rtol=1e-5, atol=1e-5)
+    assert any(s.parallel for s in prog.specs.values()), prog.source
+    y = np.tanh(x.astype(np.float64) + b)
+    s, m = prog(x, b)
+    np.testing.assert_allclose(s, (y * y).sum(), rtol=1e-5)
+    np.testing.assert_allclose(m, y.max(), rtol=1e-6)
+    x[R - 1, 3] = np.nan
+    assert np.isnan(prog(x, b)[1])
