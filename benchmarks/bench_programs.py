@@ -6,6 +6,8 @@ For each workload: the compiled forward and backward graphs called directly on n
 (`prog fwd`, `prog bwd`: what codegen alone costs), and the end-to-end step
 `loss = f(*tensors); loss.backward()` (`step`: adds the tensor/autograd runtime). Medians over
 many repeats (the machine may be shared). Gradients are checked against eager aotgrad.
+On a busy machine, `NUMBA_NUM_THREADS=1 ... --cpu` times process CPU time instead of wall time
+(one thread: the time the process was descheduled does not count), for stable comparisons.
 """
 import argparse
 import json
@@ -50,14 +52,17 @@ WORKLOADS = {
 }
 
 
+CLOCK = time.perf_counter
+
+
 def median_time(fn, reps, warm=3):
     for _ in range(warm):
         fn()
     ts = []
     for _ in range(reps):
-        t = time.perf_counter()
+        t = CLOCK()
         fn()
-        ts.append(time.perf_counter() - t)
+        ts.append(CLOCK() - t)
     return float(np.median(ts))
 
 
@@ -105,7 +110,11 @@ def main():
     ap.add_argument("names", nargs="*")
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--json")
+    ap.add_argument("--cpu", action="store_true", help="process CPU time, not wall time")
     a = ap.parse_args()
+    if a.cpu:
+        global CLOCK
+        CLOCK = time.process_time
     res = []
     for name in a.names or list(WORKLOADS):
         r = run(name, a.reps if name != "W5" else max(a.reps, 2000))
