@@ -217,13 +217,10 @@ def _lifted_ok(prog):
     for t, init, read in tr.grad_guards:  # .grad state the program reads or writes
         if (t._grad is None) != (init is None) or (read and t._grad is not init):
             return False
-    diff = {id(t) for k, t in tr.diff_roles if k == "lifted"}
-    for (kind, t), v in zip(tr.roles, tr.graph.inputs):
-        if kind == "lifted":
-            if tuple(t._value.shape) != v.shape or t.dtype is not v.dtype:
-                return False
-            if _mode.grad_enabled and (t.requires_grad != (id(t) in diff)):
-                return False
+    for t, v, requires_grad in tr.lifted_guards:
+        if t._value.shape != v.shape or t.dtype is not v.dtype or \
+                t.requires_grad != requires_grad:
+            return False
     return True
 
 
@@ -239,6 +236,7 @@ class CompiledFunction:
             globals()["cache_size_limit"]
         self.module = fn if hasattr(fn, "named_parameters") else None
         self.cache, self._warned, self.graph_breaks = {}, set(), []
+        self.n_traces = 0  # how many times the function was traced (recompiles included)
         self.name = getattr(fn, "__name__", type(fn).__name__)
         functools.update_wrapper(self, fn if callable(fn) and hasattr(fn, "__name__") else
                                  self.__call__, updated=())
@@ -257,6 +255,7 @@ class CompiledFunction:
             warnings.warn(msg, stacklevel=5)
 
     def _build(self, args, kwargs, leaves):
+        self.n_traces += 1
         try:
             tr = trace(self.fn, args, kwargs, self._names(), want_grad=_mode.grad_enabled)
         except dispatch.GraphBreak as e:

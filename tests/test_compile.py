@@ -441,7 +441,8 @@ def test_whole_training_step_inside_compile_matches_eager(opt_name):
             assert comp(x, y).item() == pytest.approx(eager(x, y).item(), rel=1e-5)
     for a, b in zip(m1.parameters(), m2.parameters()):
         np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-5, atol=1e-6)
-    assert len(comp.cache) == 1  # optimizer state made on the first call is then lifted
+    # optimizer state made on the first call is lifted by the second trace; no more traces
+    assert len(comp.cache) == 1 and comp.n_traces == 2
 
 
 @pytest.mark.parametrize("opt_name", ["sgd", "adam"])

@@ -200,7 +200,8 @@ def trace(fn, args, kwargs, names=None, want_grad=True):
         diff_outs=diff_outs, mutations=[r for r, _ in mutations], diff_roles=diff_roles,
         grad_clears=grad_clears, grad_guards=grad_guards, escaped=bool(escapes),
         grad_present=[g is not None for g in grads], lifted=[t for t, _, _ in builder.lifted],
-        n_seeds=builder.n_seeds, arg_requires_grad=arg_grad, **out_info)
+        n_seeds=builder.n_seeds, arg_requires_grad=arg_grad,
+        lifted_guards=[(t, v, t.requires_grad) for t, v, _ in builder.lifted], **out_info)
 
 
 def _arg_pos(builder, flat_index):
