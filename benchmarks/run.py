@@ -121,6 +121,7 @@ def measure(wkey, sname, quick, env, timeout, log):
         if phase == "main":
             res.update({k: r[k] for k in ("first_call_s", "median_s", "min_s", "p25_s",
                                           "p75_s", "reps", "checksums", "versions", "loadavg",
+                                          "programs",
                                           "error", "traceback", "skipped") if k in r})
             if "error" in r or "skipped" in r:
                 return res
@@ -129,6 +130,7 @@ def measure(wkey, sname, quick, env, timeout, log):
             res["warm_import_s"] = r.get("import_s")
             res["rss_delta_mb"] = r.get("rss_delta_mb")
             res["rss_method"] = r.get("rss_method")
+            res["warm_programs"] = r.get("programs")
             if "error" in r:
                 res["warm_error"] = r["error"]
         else:
@@ -216,6 +218,9 @@ def fmt_t(s):
     return f"{s:.2f} s"
 
 
+_SHORT = {"forward": "fwd", "backward": "bwd", "inference": "inf"}
+
+
 def fmt_mb(v):
     return "-" if v is None else f"{v:.1f}"
 
@@ -223,7 +228,7 @@ def fmt_mb(v):
 def table(results, machine):
     lines = []
     hdr = (f"{'system':24s} {'median':>10s} {'1st call':>10s} {'1st warm':>10s} "
-           f"{'trace MB':>9s} {'RSS+ MB':>8s} {'max rel diff':>13s}  note")
+           f"{'trace MB':>9s} {'RSS+ MB':>8s} {'load':>4s} {'max rel diff':>13s}  note")
     for w, wr in results.items():
         shapes = ", ".join(f"{k}{tuple(v)}" for k, v in list(wr["shapes"].items())[:2])
         lines.append(f"\n{w}: {wr['title']}  [{shapes}{', ...' if len(wr['shapes']) > 2 else ''}]")
@@ -240,11 +245,16 @@ def table(results, machine):
             note = r.get("check", "")
             if r.get("warm_error"):
                 note += f" warm run error: {r['warm_error'][:60]}"
+            wp = r.get("warm_programs")
+            if isinstance(wp, dict):
+                note += "; warm cache " + ",".join(f"{_SHORT.get(k, k)}:{v['cache']}"
+                                                   for k, v in wp.items())
             lines.append(f"{label:24s} {fmt_t(r.get('median_s')):>10s} "
                          f"{fmt_t(r.get('first_call_s')):>10s} "
                          f"{fmt_t(r.get('warm_first_call_s')):>10s} "
                          f"{fmt_mb(r.get('tracemalloc_peak_mb')):>9s} "
                          f"{fmt_mb(r.get('rss_delta_mb')):>8s} "
+                         f"{(r['loadavg'][0] if r.get('loadavg') else float('nan')):4.1f} "
                          f"{('-' if d is None else f'{d:.1e}'):>13s}  {note}")
         rf = wr["roofline"]
         comp = wr["systems"].get("aotgrad_compiled", {}).get("median_s")
@@ -314,7 +324,9 @@ def main(argv=None):
               "peak_memory_note": "trace MB: tracemalloc peak (numpy-based systems) over the "
               "first call + 3 steps, inputs excluded; RSS+ MB: peak RSS growth over the "
               "warm-cache first call + 3 steps in a new process (all systems; VmHWM reset via "
-              "/proc/self/clear_refs where possible, else getrusage max RSS)",
+              "/proc/self/clear_refs where possible, else getrusage max RSS); load: 1-minute "
+              "load average when the timed (main) process started; warm cache: the aotgrad "
+              "module cache status per program in the new process (disk = hit)",
               "workloads": results, "targets": targets(results, args.quick),
               "total_s": time.perf_counter() - t0}
     print(f"BLAS: {machine['blas']}")

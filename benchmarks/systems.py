@@ -14,8 +14,9 @@ import importlib
 
 
 class Step:
-    def __init__(self, run, readout):
+    def __init__(self, run, readout, info=None):
         self.run, self.readout = run, readout
+        self.info = info or (lambda: None)  # after a call: what the system compiled (or None)
 
     def __call__(self):
         return self.run()
@@ -60,6 +61,10 @@ def _torchlike(T, wl, arrays, wrap):
             leaves.append((name, t))
         tensors.append(t)
     fn = wrap(lambda *a: wl.fn(T, *a))
+    info = None
+    if hasattr(fn, "ir"):  # aotgrad.compile: module cache hits, compile time per program
+        def info():
+            return _program_info(fn.ir(*tensors).schedule_report())
 
     def run():
         for _, t in leaves:
@@ -71,7 +76,26 @@ def _torchlike(T, wl, arrays, wrap):
     def readout(loss):
         return float(loss.item()), {n: (None if t.grad is None else t.grad.detach().numpy())
                                     for n, t in leaves}
-    return Step(run, readout)
+    return Step(run, readout, info)
+
+
+def _program_info(report):
+    """{forward|backward|inference: {cache, compile_s, steps, kernels}} from the program's
+    schedule report ("# ---- forward ----" then "program ...: N steps, K kernels ...
+    [disk|new|...], compile 0.12s")."""
+    import re
+    out, which = {}, None
+    for line in report.splitlines():
+        m = re.match(r"# ---- (\w+) ----", line)
+        if m:
+            which = m.group(1)
+            continue
+        m = re.match(r"program .*?: (\d+) steps, (\d+) kernels.*\[(\w+)\], compile ([\d.]+)s",
+                     line)
+        if m and which:
+            out[which] = {"steps": int(m.group(1)), "kernels": int(m.group(2)),
+                          "cache": m.group(3), "compile_s": float(m.group(4))}
+    return out or None
 
 
 def _aotgrad_eager(wl, arrays):

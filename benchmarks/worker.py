@@ -118,6 +118,10 @@ def run(wkey, sname, phase, quick):
         step = system.prepare(wl, arrays)
         out = step()
         res["first_call_s"] = time.perf_counter() - t
+        try:
+            res["programs"] = step.info()
+        except Exception as e:  # informational only
+            res["programs"] = f"unavailable: {type(e).__name__}: {e}"
     except Exception as e:
         res["error"] = f"{type(e).__name__}: {e}"[:2000]
         res["traceback"] = traceback.format_exc()[-6000:]

@@ -25,7 +25,8 @@ class Workload:
 
     `params` maps each input name to (shape_full, shape_quick, kind) with kind one of
     "normal" (standard normal), ("uniform", fan_in) (PyTorch's Linear init bound 1/sqrt(fan_in)),
-    "ones", "zeros", ("labels", classes_full, classes_quick). `grad` lists the inputs that require grad."""
+    "ones", "zeros", ("labels", classes_full, classes_quick). `grad` lists the inputs that
+    require grad."""
 
     def __init__(self, key, title, fn, jax_fn, params, grad, bytes_moved, matmul_flops, seed):
         self.key, self.title, self.fn, self.jax_fn = key, title, fn, jax_fn
