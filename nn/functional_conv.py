@@ -1,0 +1,271 @@
+"""nn.functional: convolution, unfolding, pooling and padding, as patches + one contraction
+(or a reduction), so they are differentiable and traceable like every other op."""
+import math
+import warnings
+
+import numpy as np
+
+from aotgrad.ir import dtypes as dt
+from aotgrad.runtime import ops, shape_ops
+from aotgrad.runtime import tprims as tp
+from aotgrad.runtime.factories import rand, tensor
+from aotgrad.runtime.grad_mode import no_grad
+from aotgrad.runtime.ops import op
+from aotgrad.runtime.tensor import Tensor
+from aotgrad.nn._checks import _check_float, _check_tensor
+
+
+# ---- convolution and pooling ---------------------------------------------------------------
+def _pair(v, name="kernel_size"):
+    if isinstance(v, (tuple, list)):
+        if len(v) == 1:
+            return (int(v[0]),) * 2
+        if len(v) != 2:
+            raise ValueError(f"{name} must be an int or a pair, got {v!r}")
+        return int(v[0]), int(v[1])
+    return int(v), int(v)
+
+
+def _out_size(n, k, s, p_lo, p_hi, d, ceil_mode=False, pool=False):
+    eff = d * (k - 1) + 1
+    span = n + p_lo + p_hi - eff
+    if span < 0:
+        return 0
+    out = (-(-span // s) if ceil_mode else span // s) + 1
+    if ceil_mode and pool and (out - 1) * s >= n + p_lo:
+        out -= 1  # the last window must start inside the input or the left padding
+    return out
+
+
+def _patches(x, kernel, stride, padding, dilation, value=0.0, ceil_mode=False, pool=False):
+    """(N, C, H, W) -> (N, C, kh*kw, oh, ow): every window's elements, by strided slices."""
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel, stride, padding, dilation
+    n, c, h, w = x.shape
+    oh = _out_size(h, kh, sh, ph, ph, dh, ceil_mode, pool)
+    ow = _out_size(w, kw, sw, pw, pw, dw, ceil_mode, pool)
+    if oh <= 0 or ow <= 0:
+        raise RuntimeError(f"Given input size: ({c}x{h}x{w}). Calculated output size: "
+                           f"({c}x{oh}x{ow}). Output size is too small")
+    # extra high padding so the last (ceil-mode) window fits
+    eh = max(0, (oh - 1) * sh + dh * (kh - 1) + 1 - (h + 2 * ph))
+    ew = max(0, (ow - 1) * sw + dw * (kw - 1) + 1 - (w + 2 * pw))
+    if ph or pw or eh or ew:
+        x = tp.pad(x, config=((0, 0, 0), (0, 0, 0), (ph, ph + eh, 0), (pw, pw + ew, 0)),
+                   value=float(value))
+    cols = []
+    for i in range(kh):
+        for j in range(kw):
+            s = tp.slice(x, start=(0, 0, i * dh, j * dw),
+                         limit=(n, c, i * dh + (oh - 1) * sh + 1, j * dw + (ow - 1) * sw + 1),
+                         strides=(1, 1, sh, sw))
+            cols.append(tp.reshape(s, shape=(n, c, 1, oh, ow)))
+    if len(cols) == 1:
+        return cols[0], (oh, ow), (eh, ew)
+    return tp.concatenate(*cols, dim=2), (oh, ow), (eh, ew)
+
+
+def _check_4d(name, x):
+    _check_tensor(name, x)
+    if x.ndim not in (3, 4):
+        raise RuntimeError(f"{name}: expected 3D (unbatched) or 4D (batched) input, but got "
+                           f"input of size: {list(x.shape)}")
+
+
+@op("unfold", "Im2ColBackward0")
+def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
+    """im2col: (N, C, H, W) -> (N, C*kh*kw, L), L the number of sliding windows."""
+    _check_4d("unfold", input)
+    x = input if input.ndim == 4 else shape_ops.unsqueeze(input, 0)
+    pat, (oh, ow), _ = _patches(x, _pair(kernel_size), _pair(stride, "stride"),
+                                _pair(padding, "padding"), _pair(dilation, "dilation"))
+    n, c, k = pat.shape[:3]
+    out = tp.reshape(pat, shape=(n, c * k, oh * ow))
+    return out if input.ndim == 4 else tp.reshape(out, shape=tuple(out.shape[1:]))
+
+
+@op("conv2d", "ConvolutionBackward0")
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """2-D convolution (cross-correlation, like PyTorch) by im2col and one contraction.
+
+    input (N, C_in, H, W), weight (C_out, C_in/groups, kh, kw); padding int, pair, 'valid'
+    or 'same'."""
+    _check_4d("conv2d", input)
+    unbatched = input.ndim == 3
+    x = shape_ops.unsqueeze(input, 0) if unbatched else input
+    if weight.ndim != 4:
+        raise RuntimeError(f"conv2d: expected 4D weight (out, in/groups, kh, kw), got shape "
+                           f"{list(weight.shape)}")
+    if x.dtype is not weight.dtype:
+        raise RuntimeError(f"conv2d: input type ({x.dtype.name}) and weight type "
+                           f"({weight.dtype.name}) should be the same")
+    n, cin, h, w = x.shape
+    cout, cg, kh, kw = weight.shape
+    if groups < 1 or cin % groups or cout % groups:
+        raise RuntimeError(f"conv2d: groups={groups} must divide in_channels={cin} and "
+                           f"out_channels={cout}")
+    if cg * groups != cin:
+        raise RuntimeError(f"Given groups={groups}, weight of size {list(weight.shape)}, "
+                           f"expected input{list(input.shape)} to have {cg * groups} channels, "
+                           f"but got {cin} channels instead")
+    sh, sw = _pair(stride, "stride")
+    dh, dw = _pair(dilation, "dilation")
+    if isinstance(padding, str):
+        if padding == "valid":
+            pad = (0, 0)
+        elif padding == "same":
+            if (sh, sw) != (1, 1):
+                raise ValueError("padding='same' is not supported for strided convolutions")
+            th, tw = dh * (kh - 1), dw * (kw - 1)
+            if th % 2 or tw % 2:  # asymmetric: pad the extra row/column at the end
+                x = tp.pad(x, config=((0, 0, 0), (0, 0, 0), (th // 2, th - th // 2, 0),
+                                      (tw // 2, tw - tw // 2, 0)), value=0.0)
+                pad = (0, 0)
+            else:
+                pad = (th // 2, tw // 2)
+        else:
+            raise ValueError(f"Invalid padding string {padding!r}, should be one of "
+                             f"{{'valid', 'same'}}")
+    else:
+        pad = _pair(padding, "padding")
+    pat, (oh, ow), _ = _patches(x, (kh, kw), (sh, sw), pad, (dh, dw))
+    k = cg * kh * kw
+    cols = tp.reshape(pat, shape=(n, groups, k, oh * ow))
+    wg = tp.reshape(weight, shape=(groups, cout // groups, k))
+    # (groups, N, L, out/groups) with groups as the batch dim of one contraction
+    y = tp.dot_general(cols, wg, contract=((2,), (2,)), batch=((1,), (0,)))
+    y = tp.transpose(y, perm=(1, 0, 3, 2))
+    out = tp.reshape(y, shape=(n, cout, oh, ow))
+    if bias is not None:
+        out = ops.add(out, bias.reshape(1, cout, 1, 1))
+    return tp.reshape(out, shape=tuple(out.shape[1:])) if unbatched else out
+
+
+def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """1-D convolution, as conv2d over a height-1 image."""
+    pad = padding if isinstance(padding, str) else (0, _single(padding))
+    out = conv2d(shape_ops.unsqueeze(input, -2), shape_ops.unsqueeze(weight, -2), bias,
+                 (1, _single(stride)), pad, (1, _single(dilation)), groups)
+    return shape_ops.squeeze(out, -2)
+
+
+def _single(v):
+    return int(v[0]) if isinstance(v, (tuple, list)) else int(v)
+
+
+def _pool_args(name, kernel_size, stride, padding, dilation):
+    k = _pair(kernel_size)
+    s = k if stride is None or (isinstance(stride, (tuple, list)) and not stride) else \
+        _pair(stride, "stride")
+    p, d = _pair(padding, "padding"), _pair(dilation, "dilation")
+    for pi, ki, di in zip(p, k, d):
+        if pi > (di * (ki - 1) + 1) // 2:
+            raise RuntimeError(f"{name}: pad should be at most half of effective kernel size, "
+                               f"but got pad={pi}, kernel_size={ki} and dilation={di}")
+    return k, s, p, d
+
+
+@op("max_pool2d", "MaxPool2DWithIndicesBackward0")
+def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    """Max over each window; the gradient goes to the first maximal element (PyTorch)."""
+    _check_4d("max_pool2d", input)
+    x = shape_ops.unsqueeze(input, 0) if input.ndim == 3 else input
+    k, s, p, d = _pool_args("max_pool2d", kernel_size, stride, padding, dilation)
+    pat, (oh, ow), _ = _patches(x, k, s, p, d, value=-math.inf, ceil_mode=ceil_mode, pool=True)
+    idx = ops.argmax(pat, 2, keepdim=True)
+    out = shape_ops.squeeze(tp.gather(pat, idx, dim=2), 2)
+    if input.ndim == 3:
+        out = shape_ops.squeeze(out, 0)
+    if not return_indices:
+        return out
+    # flat index h * W + w into each input plane, like PyTorch
+    n, c, h, w = x.shape
+    ki = shape_ops.squeeze(idx, 2)
+    ri = ops.add(tensor(np.arange(oh).reshape(oh, 1) * s[0] - p[0]),
+                 ops.mul(ops.floor_divide(ki, k[1]), d[0]))
+    ci = ops.add(tensor(np.arange(ow).reshape(1, ow) * s[1] - p[1]),
+                 ops.mul(ops.remainder(ki, k[1]), d[1]))
+    flat = ops.add(ops.mul(ri, w), ci)
+    if input.ndim == 3:
+        flat = shape_ops.squeeze(flat, 0)
+    return out, flat
+
+
+@op("avg_pool2d", "AvgPool2DBackward0")
+def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
+               count_include_pad=True, divisor_override=None):
+    """Mean over each window; divisors follow PyTorch's count_include_pad/ceil_mode rules."""
+    _check_4d("avg_pool2d", input)
+    x = shape_ops.unsqueeze(input, 0) if input.ndim == 3 else input
+    k, s, p, d = _pool_args("avg_pool2d", kernel_size, stride, padding, 1)
+    pat, (oh, ow), (eh, ew) = _patches(x, k, s, p, d, value=0.0, ceil_mode=ceil_mode, pool=True)
+    total = ops.sum(pat, 2)
+    if divisor_override is not None:
+        div = float(divisor_override)
+        out = ops.div(total, div)
+    else:
+        h, w = x.shape[2:]
+        # count the elements each window covers: ones in the input (and in the padding when
+        # count_include_pad), zeros in the ceil-mode overhang
+        m = np.zeros((h + 2 * p[0] + eh, w + 2 * p[1] + ew), dtype=np.float64)
+        if count_include_pad:
+            m[:h + 2 * p[0], :w + 2 * p[1]] = 1
+        else:
+            m[p[0]:p[0] + h, p[1]:p[1] + w] = 1
+        csum = np.zeros((oh, ow))
+        for i in range(k[0]):
+            for j in range(k[1]):
+                csum += m[i:i + (oh - 1) * s[0] + 1:s[0], j:j + (ow - 1) * s[1] + 1:s[1]]
+        out = ops.div(total, tensor(csum.astype(x.dtype.np)))
+    return shape_ops.squeeze(out, 0) if input.ndim == 3 else out
+
+
+def adaptive_avg_pool2d(input, output_size):
+    """Only output sizes that divide the input evenly (including 1, global pooling)."""
+    _check_4d("adaptive_avg_pool2d", input)
+    h, w = input.shape[-2:]
+    oh, ow = _pair(output_size, "output_size")
+    oh, ow = oh or h, ow or w
+    if h % oh or w % ow:
+        raise NotImplementedError(f"adaptive_avg_pool2d: output size ({oh}, {ow}) must divide "
+                                  f"the input size ({h}, {w})")
+    return avg_pool2d(input, (h // oh, w // ow))
+
+
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+    out = max_pool2d(shape_ops.unsqueeze(input, -2), (1, _single(kernel_size)),
+                     None if stride is None else (1, _single(stride)), (0, _single(padding)),
+                     (1, _single(dilation)), ceil_mode)
+    return shape_ops.squeeze(out, -2)
+
+
+def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
+               count_include_pad=True):
+    out = avg_pool2d(shape_ops.unsqueeze(input, -2), (1, _single(kernel_size)),
+                     None if stride is None else (1, _single(stride)), (0, _single(padding)),
+                     ceil_mode, count_include_pad)
+    return shape_ops.squeeze(out, -2)
+
+
+def pad(input, pad, mode="constant", value=None):
+    """F.pad: `pad` lists (left, right) pairs from the last dim backwards; constant mode."""
+    if mode != "constant":
+        raise NotImplementedError(f"pad: mode {mode!r} is not supported (only 'constant')")
+    if len(pad) % 2 or len(pad) // 2 > input.ndim:
+        raise RuntimeError(f"Padding length must be divisible by 2 and at most twice the number "
+                           f"of dims ({input.ndim}), got {len(pad)}")
+    config = [(0, 0, 0)] * input.ndim
+    x = input
+    for i in range(len(pad) // 2):
+        lo, hi = int(pad[2 * i]), int(pad[2 * i + 1])
+        dim = input.ndim - 1 - i
+        if lo < 0:  # negative padding crops
+            x = shape_ops.narrow(x, dim, -lo, x.shape[dim] + lo)
+            lo = 0
+        if hi < 0:
+            x = shape_ops.narrow(x, dim, 0, x.shape[dim] + hi)
+            hi = 0
+        config[dim] = (lo, hi, 0)
+    if all(c == (0, 0, 0) for c in config):
+        return x
+    return tp.pad(x, config=tuple(config), value=float(0.0 if value is None else value))

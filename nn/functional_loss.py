@@ -1,0 +1,214 @@
+"""nn.functional: losses, each with PyTorch's `reduction` semantics."""
+import math
+import warnings
+
+import numpy as np
+
+from aotgrad.ir import dtypes as dt
+from aotgrad.runtime import ops, shape_ops
+from aotgrad.runtime import tprims as tp
+from aotgrad.runtime.factories import rand, tensor
+from aotgrad.runtime.grad_mode import no_grad
+from aotgrad.runtime.ops import op
+from aotgrad.runtime.tensor import Tensor
+from aotgrad.nn._checks import _check_float, _check_tensor
+
+
+# ---- losses --------------------------------------------------------------------------------
+def _reduce(loss, reduction, name):
+    if reduction == "mean":
+        return ops.mean(loss)
+    if reduction == "sum":
+        return ops.sum(loss)
+    if reduction == "none":
+        return loss
+    raise ValueError(f"{name}: {reduction} is not a valid value for reduction")
+
+
+def _check_same_size(name, input, target):
+    if tuple(input.shape) != tuple(target.shape):
+        warnings.warn(f"{name}: Using a target size ({list(target.shape)}) that is different to "
+                      f"the input size ({list(input.shape)}). This will likely lead to "
+                      f"incorrect results due to broadcasting. Please ensure they have the same "
+                      f"size.", stacklevel=3)
+
+
+@op("mse_loss", "MseLossBackward0")
+def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
+    _check_same_size("mse_loss", input, target)
+    d = ops.sub(input, target)
+    loss = ops.mul(d, d)
+    if weight is not None:
+        loss = ops.mul(loss, weight)
+    return _reduce(loss, reduction, "mse_loss")
+
+
+@op("l1_loss", "L1LossBackward0")
+def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
+    _check_same_size("l1_loss", input, target)
+    loss = ops.abs(ops.sub(input, target))
+    if weight is not None:
+        loss = ops.mul(loss, weight)
+    return _reduce(loss, reduction, "l1_loss")
+
+
+@op("smooth_l1_loss", "SmoothL1LossBackward0")
+def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
+    _check_same_size("smooth_l1_loss", input, target)
+    d = ops.abs(ops.sub(input, target))
+    if beta == 0:
+        return _reduce(d, reduction, "smooth_l1_loss")
+    loss = ops.where(ops.lt(d, beta), ops.div(ops.mul(ops.mul(d, d), 0.5), beta),
+                     ops.sub(d, 0.5 * beta))
+    return _reduce(loss, reduction, "smooth_l1_loss")
+
+
+def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
+    loss = ops.mul(smooth_l1_loss(input, target, reduction="none", beta=delta), delta)
+    if weight is not None:
+        loss = ops.mul(loss, weight)
+    return _reduce(loss, reduction, "huber_loss")
+
+
+def _class_targets(name, input, target, ignore_index):
+    """Validate (N, C, *) input against integer (N, *) targets; return the class dim size."""
+    if input.ndim == 0:
+        raise ValueError(f"{name}: input must be at least 1-D, got a scalar")
+    if target.dtype not in (dt.int64, dt.int32):
+        raise RuntimeError(f"{name}: expected target of dtype int64 (class indices), got "
+                           f"{target.dtype.name}")
+    cdim = 0 if input.ndim == 1 else 1
+    expect = tuple(input.shape[:cdim]) + tuple(input.shape[cdim + 1:])
+    if tuple(target.shape) != expect:
+        if input.ndim >= 2 and target.ndim >= 1 and target.shape[0] != input.shape[0]:
+            raise ValueError(f"Expected input batch_size ({input.shape[0]}) to match target "
+                             f"batch_size ({target.shape[0]}).")
+        raise RuntimeError(f"{name}: expected target of shape {list(expect)} for input of shape "
+                           f"{list(input.shape)}, got {list(target.shape)}")
+    c = input.shape[cdim]
+    if isinstance(target._value, np.ndarray) and target.numel():
+        v = target._value
+        bad = v[(v != ignore_index) & ((v < 0) | (v >= c))]
+        if bad.size:
+            raise IndexError(f"{name}: Target {int(bad.flat[0])} is out of bounds (number of "
+                             f"classes {c}).")
+    return cdim, c
+
+
+@op("nll_loss", "NllLossBackward0")
+def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
+             reduction="mean"):
+    """-input[i, target[i]] (times weight[target[i]]); mean divides by the summed weights of
+    the targets that are not ignore_index."""
+    cdim, c = _class_targets("nll_loss", input, target, ignore_index)
+    return _nll(input, target, weight, ignore_index, reduction, cdim, c, "nll_loss")
+
+
+def _nll(logp, target, weight, ignore_index, reduction, cdim, c, name, smoothing=0.0):
+    target = target.to(dt.int64)
+    valid = ops.ne(target, ignore_index)
+    safe = ops.where(valid, target, 0)
+    picked = shape_ops.squeeze(tp.gather(logp, shape_ops.unsqueeze(safe, cdim), dim=cdim), cdim)
+    zeros = ops.mul(picked, 0.0).detach()
+    if weight is not None:
+        if tuple(weight.shape) != (c,):
+            raise RuntimeError(f"{name}: weight tensor should be defined either for all {c} "
+                               f"classes or no classes but got weight tensor of shape: "
+                               f"{list(weight.shape)}")
+        w_t = ops.where(valid, shape_ops.index_select(weight, 0, safe.reshape(-1))
+                        .reshape(tuple(safe.shape)), 0.0)
+    else:
+        w_t = ops.cast(valid, logp.dtype)
+    loss = ops.neg(ops.mul(picked, w_t))
+    if smoothing > 0.0:
+        lw = logp if weight is None else ops.mul(
+            logp, weight.reshape((c,) + (1,) * (logp.ndim - cdim - 1)))
+        smooth = ops.where(valid, ops.neg(ops.sum(lw, cdim)), zeros)
+        loss = ops.add(ops.mul(loss, 1.0 - smoothing), ops.mul(smooth, smoothing / c))
+    if reduction == "mean":
+        return ops.div(ops.sum(loss), ops.sum(w_t))
+    return _reduce(loss, reduction, name)
+
+
+@op("cross_entropy", "NllLossBackward0")
+def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100,
+                  reduce=None, reduction="mean", label_smoothing=0.0):
+    """Cross entropy of logits `input` (N, C, *) against class indices (N, *) or class
+    probabilities (same shape as input), with ignore_index and label smoothing.
+
+    >>> F.cross_entropy(aotgrad.zeros(2, 4), aotgrad.tensor([0, 3]))
+    tensor(1.3863)
+    """
+    _check_float("cross_entropy", input)
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}")
+    cdim = 0 if input.ndim == 1 else 1
+    logp = ops.log_softmax(input, cdim)
+    if target.dtype.is_floating_point:  # class probabilities
+        if tuple(target.shape) != tuple(input.shape):
+            raise RuntimeError(f"cross_entropy: probability targets must have the input's shape "
+                               f"{list(input.shape)}, got {list(target.shape)}")
+        c = input.shape[cdim]
+        if label_smoothing > 0.0:
+            target = ops.add(ops.mul(target, 1.0 - label_smoothing), label_smoothing / c)
+        prod = ops.mul(logp, target)
+        if weight is not None:
+            prod = ops.mul(prod, weight.reshape((c,) + (1,) * (input.ndim - cdim - 1)))
+        loss = ops.neg(ops.sum(prod, cdim))
+        if reduction == "mean":
+            n = input.numel() // c if input.ndim > 1 else 1
+            return ops.div(ops.sum(loss), float(n))
+        return _reduce(loss, reduction, "cross_entropy")
+    cdim, c = _class_targets("cross_entropy", input, target, ignore_index)
+    return _nll(logp, target, weight, ignore_index, reduction, cdim, c, "cross_entropy",
+                label_smoothing)
+
+
+@op("binary_cross_entropy", "BinaryCrossEntropyBackward0")
+def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,
+                         reduction="mean"):
+    """-(t log x + (1 - t) log(1 - x)) with the logs clamped at -100, like PyTorch."""
+    if tuple(input.shape) != tuple(target.shape):
+        raise ValueError(f"Using a target size ({list(target.shape)}) that is different to the "
+                         f"input size ({list(input.shape)}) is deprecated. Please ensure they "
+                         f"have the same size.")
+    if isinstance(input._value, np.ndarray) and input.numel():
+        v = input._value
+        if v.min() < 0 or v.max() > 1:
+            raise RuntimeError("all elements of input should be between 0 and 1")
+    log_x = ops.clamp(ops.log(input), min=-100.0)
+    log_1mx = ops.clamp(ops.log(ops.sub(1.0, input)), min=-100.0)
+    loss = ops.neg(ops.add(ops.mul(target, log_x), ops.mul(ops.sub(1.0, target), log_1mx)))
+    if weight is not None:
+        loss = ops.mul(loss, weight)
+    return _reduce(loss, reduction, "binary_cross_entropy")
+
+
+@op("binary_cross_entropy_with_logits", "BinaryCrossEntropyWithLogitsBackward0")
+def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None,
+                                     reduce=None, reduction="mean", pos_weight=None):
+    """Sigmoid + binary cross entropy in one stable formula (log1p(exp(-|x|)) form)."""
+    if tuple(input.shape) != tuple(target.shape):
+        raise ValueError(f"Target size ({list(target.shape)}) must be the same as input size "
+                         f"({list(input.shape)})")
+    # softplus(-x) = log(1 + exp(-x)), computed stably
+    sp = ops.add(ops.log1p(ops.exp(ops.neg(ops.abs(input)))), ops.relu(ops.neg(input)))
+    if pos_weight is not None:
+        lw = ops.add(ops.mul(ops.sub(pos_weight, 1.0), target), 1.0)
+        loss = ops.add(ops.mul(ops.sub(1.0, target), input), ops.mul(lw, sp))
+    else:
+        loss = ops.add(ops.mul(ops.sub(1.0, target), input), sp)
+    if weight is not None:
+        loss = ops.mul(loss, weight)
+    return _reduce(loss, reduction, "binary_cross_entropy_with_logits")
+
+
+def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
+    if log_target:
+        loss = ops.mul(ops.exp(target), ops.sub(target, input))
+    else:
+        loss = ops.where(ops.gt(target, 0), ops.mul(target, ops.sub(
+            ops.log(ops.where(ops.gt(target, 0), target, 1.0)), input)), 0.0)
+    if reduction == "batchmean":
+        return ops.div(ops.sum(loss), float(input.shape[0]))
+    return _reduce(loss, reduction, "kl_div")
