@@ -4,7 +4,8 @@
 
 Phases (each run in a fresh process by run.py, in this order, sharing the cache dirs):
   main  first call (trace + compile with the caches run.py made empty), steady-state median
-        of forward+backward steps, loss and gradient checksums
+        of forward+backward steps (wall clock, and process CPU time summed over threads),
+        loss and gradient checksums
   warm  first call in a new process with the disk caches populated by `main`; peak RSS
         growth over that first call and three more steps (the high-water mark is reset
         first where Linux allows, else getrusage's max RSS)
@@ -83,15 +84,17 @@ def steady_median(step, quick):
     warm, budget, lo, hi = (1, 0.2, 3, 50) if quick else (3, 3.0, 7, 3000)
     for _ in range(warm):
         step()
-    ts = []
+    ts, cpu = [], []
     t_all = time.perf_counter()
     while len(ts) < hi and (len(ts) < lo or time.perf_counter() - t_all < budget):
+        c = time.process_time()
         t = time.perf_counter()
         step()
         ts.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
     q = np.percentile(ts, [25, 75])
     return {"median_s": statistics.median(ts), "min_s": min(ts), "p25_s": float(q[0]),
-            "p75_s": float(q[1]), "reps": len(ts)}
+            "p75_s": float(q[1]), "reps": len(ts), "cpu_median_s": statistics.median(cpu)}
 
 
 def run(wkey, sname, phase, quick):
