@@ -217,6 +217,10 @@ class profile:
         self._check_finished()
         return EventList(self._events)
 
+    def events(self):
+        """All recorded events (an EventList), like `torch.profiler.profile.events()`."""
+        return self.function_events
+
     def key_averages(self, group_by_input_shape=False, group_by_stack_n=0):
         """Events grouped by name (an EventList of FunctionEventAvg)."""
         return self.function_events.key_averages(group_by_input_shape, group_by_stack_n)

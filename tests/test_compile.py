@@ -458,3 +458,16 @@ def test_learning_rate_changes_reach_the_compiled_step(opt_name):
             assert comp(x, y).item() == pytest.approx(eager(x, y).item(), rel=1e-5)
     for a, b in zip(m1.parameters(), m2.parameters()):
         np.testing.assert_array_equal(a.detach().numpy(), b.detach().numpy())
+
+
+def test_profiler_records_compiled_programs():
+    cf = ag.compile(lambda x: (x.exp() * 2).sum(), backend="interpret")
+    x = _randn(8)
+    cf(x)  # compile outside the profiled region
+    with ag.autograd.profiler.profile() as prof:
+        cf(x).backward()
+    kinds = {e.name: e.kind for e in prof.events()}
+    names = [n for n, k in kinds.items() if k == "kernel"]
+    assert any(n.endswith(".forward") for n in names) and \
+        any(n.endswith(".backward") for n in names), kinds
+    assert "CompiledFunctionBackward" in prof.key_averages().table()
