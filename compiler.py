@@ -15,7 +15,7 @@ import warnings
 import numpy as np
 
 from aotgrad.ir import passes
-from aotgrad.ir.core import Aval
+from aotgrad.ir.core import Aval, current_builder
 from aotgrad.ir.partition import partition
 from aotgrad.ir.printer import HEADER, format_graph
 from aotgrad.runtime import dispatch
@@ -300,6 +300,8 @@ class CompiledFunction:
         return prog, leaves
 
     def __call__(self, *args, **kwargs):
+        if current_builder() is not None:  # called inside another compiled function: inline
+            return self.fn(*args, **kwargs)
         prog, leaves = self._lookup(args, kwargs)
         if prog == "eager":
             return self.fn(*args, **kwargs)

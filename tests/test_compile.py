@@ -471,3 +471,11 @@ def test_profiler_records_compiled_programs():
     assert any(n.endswith(".forward") for n in names) and \
         any(n.endswith(".backward") for n in names), kinds
     assert "CompiledFunctionBackward" in prof.key_averages().table()
+
+
+def test_compiled_function_called_inside_another_is_inlined():
+    inner = ag.compile(lambda x: x.tanh() * 2, backend="interpret")
+    outer = ag.compile(lambda x: inner(x).sum(), backend="interpret")
+    x = _randn(5)
+    compare_with_eager(lambda x: (x.tanh() * 2).sum(), x, compiled=outer)
+    assert inner.n_traces == 0 and "tanh" in str(outer.ir(x))
