@@ -16,7 +16,7 @@ from aotgrad.runtime.engine import run_backward
 from aotgrad.runtime.factories import default_generator
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.tensor import Tensor
-from aotgrad.tracer.pytree import flatten
+from aotgrad.tracer.pytree import flatten, unflatten
 
 
 class GraphBreakError(RuntimeError):
@@ -76,8 +76,10 @@ class TraceBuilder(GraphBuilder):
 class TraceResult:
     """The joint graph and what the runtime needs to call it.
 
-    joint.inputs  = [tensor args..., lifted..., seeds..., tangents...] (roles say which)
-    joint.outputs = [forward outputs..., mutated-input values..., grads of diff inputs...]
+    graph.inputs  = [tensor args..., lifted..., seeds..., tangents...] (`roles` name the
+                    first n_primals)
+    graph.outputs = [tensor outputs..., written-back values (`mutations`)..., grads of
+                    `diff_roles` where `grad_present`...]
     """
 
     def __init__(self, **kw):
@@ -94,93 +96,99 @@ def trace(fn, args, kwargs, names=None, want_grad=True):
     """Trace fn(*args, **kwargs). Raises dispatch.GraphBreak where it needs concrete values."""
     leaves, in_tree = flatten((tuple(args), dict(kwargs)))
     builder = TraceBuilder(names)
-    proxies, arg_grad = [], []
-    for i, leaf in enumerate(leaves):
-        if isinstance(leaf, Tensor):
-            v = builder.add_role_input(aval_of(leaf._value), f"x{i}", ("arg", i))
-            p = Tensor._make(v, leaf.requires_grad and want_grad)
-            proxies.append(p)
-            arg_grad.append(p.requires_grad)
-        else:
-            proxies.append(leaf)
-    from aotgrad.tracer.pytree import unflatten
+    proxies = [Tensor._make(builder.add_role_input(aval_of(x._value), f"x{i}", ("arg", i)),
+                            x.requires_grad and want_grad) if isinstance(x, Tensor) else x
+               for i, x in enumerate(leaves)]
+    arg_vars = {i: p._value for i, p in enumerate(proxies) if isinstance(p, Tensor)}
     p_args, p_kwargs = unflatten(in_tree, proxies)
     rng = default_generator.gen.bit_generator.state
     prev_handler, dispatch.graph_break = dispatch.graph_break, _break_handler
-    prev_grad = _mode.grad_enabled
-    _mode.grad_enabled = want_grad
+    prev_grad, _mode.grad_enabled = _mode.grad_enabled, want_grad
     try:
         with builder:
-            out = fn(*p_args, **p_kwargs)
-            outs, out_tree = flatten(out)
-            for o in outs:
-                if isinstance(o, Tensor) and not isinstance(o._value, Var):
-                    builder.lift_object(o)  # a closed-over tensor returned as is
-            out_vals = [builder.current.get(id(o), o._value) if isinstance(o, Tensor) else None
-                        for o in outs]
-            # functionalization: args and real tensors written in place become outputs
-            mutations = []
-            for i, (leaf, p) in enumerate(zip(leaves, proxies)):
-                if isinstance(leaf, Tensor) and p._value is not builder.graph.inputs[
-                        _arg_pos(builder, i)]:
-                    mutations.append((("arg", i), p._value))
-            for t, v in builder.mutated.values():
-                mutations.append((("lifted", t), v))
-            diff_outs = [k for k, o in enumerate(outs) if isinstance(o, Tensor) and
-                         o.requires_grad and o.dtype.is_floating_point]
-            diff_inputs = [p for p in proxies if isinstance(p, Tensor) and p.requires_grad]
-            diff_roles = [("arg", i) for i, p in enumerate(proxies)
-                          if isinstance(p, Tensor) and p.requires_grad]
-            for t, v, _ in builder.lifted:
-                if t.requires_grad and want_grad:
-                    diff_inputs.append(t)
-                    diff_roles.append(("lifted", t))
+            outs, out_tree = flatten(fn(*p_args, **p_kwargs))
+            out_vals = [_value_of(builder, o) for o in outs if isinstance(o, Tensor)]
+            mutations = [(("arg", i), p._value) for i, p in enumerate(proxies)
+                         if isinstance(p, Tensor) and p._value is not arg_vars[i]]
+            mutations += [(("lifted", t), v) for t, v in builder.mutated.values()]
             n_primals = len(builder.graph.inputs)
-            grads = []
             if builder.grad_state:  # the function ran backward() itself: no outer backward
-                diff_outs, diff_inputs, diff_roles = [], [], []
-            if want_grad and diff_outs and diff_inputs:
-                tangents = []
-                for j, k in enumerate(diff_outs):
-                    v = builder.add_input(aval_of(outs[k]._value), f"g{j}")
-                    tangents.append(Tensor._make(v, False))
-                grads = run_backward([outs[k] for k in diff_outs], tangents, retain_graph=True,
-                                     create_graph=False, inputs=diff_inputs, allow_unused=True,
-                                     accumulate=False)
-                grads = [g._value if g is not None else None for g in grads]
-                grads = [builder.lift_object(Tensor._make(g)) if g is not None and
-                         not isinstance(g, Var) else g for g in grads]
-            # .grad written inside the function (backward() inside compile) is state too
-            arg_of = {id(p): i for i, p in enumerate(proxies) if isinstance(p, Tensor)}
-            grad_writes, grad_guards = [], []
-            for t, init in builder.grad_state.values():
-                final = t._grad
-                role = ("arg_grad", arg_of[id(t)]) if id(t) in arg_of else ("grad", t)
-                if role[0] == "grad":
-                    grad_guards.append((t, init, init is not None and id(init) in builder.current))
-                if final is init:
-                    continue
-                if final is None:
-                    grad_writes.append((role, None))
-                else:
-                    v = final._value if isinstance(final._value, Var) else \
-                        builder.lift_object(final)
-                    grad_writes.append((role, v))
+                diff_outs, diff_roles, grads = [], [], []
+            else:
+                diff_outs, diff_roles, grads = derive_backward(builder, outs, proxies, want_grad)
+            grad_writes, grad_guards = _grad_state(builder, proxies)
     finally:
         dispatch.graph_break = prev_handler
         _mode.grad_enabled = prev_grad
         default_generator.gen.bit_generator.state = rng
         for t, init in builder.grad_state.values():
             t._grad = init
-    mutations += [(r, v) for r, v in grad_writes if v is not None]
-    grad_clears = [r for r, v in grad_writes if v is None]
     out_info = dict(out_leaves=[None if isinstance(o, Tensor) else o for o in outs],
-                    out_is_tensor=[isinstance(o, Tensor) for o in outs],
-                    out_requires_grad=[isinstance(o, Tensor) and o.requires_grad for o in outs])
-    # Traced tensors still alive once the trace's own references are gone were stored by the
-    # function somewhere (lazily created optimizer state, caches): they escape the graph.
-    del out, outs, proxies, p_args, p_kwargs, diff_inputs
-    tangents = o = p = leaf = final = t = None  # noqa: F841  (loop variables hold tensors too)
+                    out_is_tensor=[isinstance(o, Tensor) for o in outs])
+    del outs, proxies, p_args, p_kwargs
+    mutations += [(r, v) for r, v in grad_writes if v is not None]
+    escapes = _escapes(builder)
+    mutations += escapes
+    graph = builder.graph
+    graph.outputs = out_vals + [v for _, v in mutations] + [g for g in grads if g is not None]
+    return TraceResult(
+        graph=graph, roles=builder.roles, n_primals=n_primals, in_tree=in_tree,
+        out_tree=out_tree, diff_outs=diff_outs, diff_roles=diff_roles,
+        mutations=[r for r, _ in mutations], escaped=bool(escapes),
+        grad_clears=[r for r, v in grad_writes if v is None], grad_guards=grad_guards,
+        grad_present=[g is not None for g in grads],
+        lifted_guards=[(t, v, t.requires_grad) for t, v, _ in builder.lifted], **out_info)
+
+
+def _value_of(builder, t):
+    """The traced value of an output (a closed-over tensor returned as is gets lifted)."""
+    return t._value if isinstance(t._value, Var) else builder.lift_object(t)
+
+
+def derive_backward(builder, outs, proxies, want_grad):
+    """The ahead-of-time backward: run the eager engine (`autograd.grad`) on the traced
+    outputs with new tangent inputs; every op the derivative rules call is recorded.
+
+    Returns (indices of differentiable outputs, roles of the inputs differentiated, grads)."""
+    diff_outs = [k for k, o in enumerate(outs) if isinstance(o, Tensor) and o.requires_grad
+                 and o.dtype.is_floating_point]
+    diff_inputs = [p for p in proxies if isinstance(p, Tensor) and p.requires_grad]
+    diff_roles = [("arg", i) for i, p in enumerate(proxies)
+                  if isinstance(p, Tensor) and p.requires_grad]
+    for t, _, _ in builder.lifted:
+        if t.requires_grad and want_grad:
+            diff_inputs.append(t)
+            diff_roles.append(("lifted", t))
+    if not (want_grad and diff_outs and diff_inputs):
+        return [], [], []
+    tangents = [Tensor._make(builder.add_input(aval_of(outs[k]._value), f"g{j}"))
+                for j, k in enumerate(diff_outs)]
+    grads = run_backward([outs[k] for k in diff_outs], tangents, retain_graph=True,
+                         create_graph=False, inputs=diff_inputs, allow_unused=True,
+                         accumulate=False)
+    grads = [None if g is None else _value_of(builder, g) for g in grads]
+    return diff_outs, diff_roles, grads
+
+
+def _grad_state(builder, proxies):
+    """`.grad` written inside the function (backward() inside compile) is state too:
+    -> ([(role, new value Var or None to clear)], [(tensor, grad at trace, grad was read)])."""
+    arg_of = {id(p): i for i, p in enumerate(proxies) if isinstance(p, Tensor)}
+    writes, guards = [], []
+    for t, init in builder.grad_state.values():
+        final = t._grad
+        role = ("arg_grad", arg_of[id(t)]) if id(t) in arg_of else ("grad", t)
+        if role[0] == "grad":
+            guards.append((t, init, init is not None and id(init) in builder.current))
+        if final is not init:
+            writes.append((role, None if final is None else _value_of(builder, final)))
+    return writes, guards
+
+
+def _escapes(builder):
+    """Traced tensors still alive once the trace's own references are gone were stored by
+    the function somewhere (lazily created optimizer state, caches): they become outputs
+    that the runtime makes concrete."""
     gc.collect()
     produced = {v for n in builder.graph.nodes for v in n.outputs}
     escapes, seen = [], set()
@@ -190,22 +198,4 @@ def trace(fn, args, kwargs, names=None, want_grad=True):
                 id(t) not in seen:
             seen.add(id(t))
             escapes.append((("escape", t), t._value))
-    mutations += escapes
-    graph = builder.graph
-    graph.outputs = [v for v in out_vals if v is not None] + [v for _, v in mutations] + \
-        [g for g in grads if g is not None]
-    return TraceResult(
-        graph=graph, roles=builder.roles, n_primals=n_primals,
-        n_tangents=len(graph.inputs) - n_primals, in_tree=in_tree, out_tree=out_tree,
-        diff_outs=diff_outs, mutations=[r for r, _ in mutations], diff_roles=diff_roles,
-        grad_clears=grad_clears, grad_guards=grad_guards, escaped=bool(escapes),
-        grad_present=[g is not None for g in grads], lifted=[t for t, _, _ in builder.lifted],
-        n_seeds=builder.n_seeds, arg_requires_grad=arg_grad,
-        lifted_guards=[(t, v, t.requires_grad) for t, v, _ in builder.lifted], **out_info)
-
-
-def _arg_pos(builder, flat_index):
-    for pos, r in enumerate(builder.roles):
-        if r == ("arg", flat_index):
-            return pos
-    raise KeyError(flat_index)
+    return escapes
