@@ -61,6 +61,7 @@ class Program:
         self.inference.name = "inference"
         self._runners = {}
         self._kernels = {}
+        self._accumulators = None
 
     # ---- running ------------------------------------------------------------------------
     def _run(self, which, args):
@@ -144,6 +145,9 @@ class Program:
                 for is_t, const in zip(tr.out_is_tensor, tr.out_leaves)]
         if need_grad and tr.diff_outs:
             diff_inputs = [leaves[x] if kind == "arg" else x for kind, x in tr.diff_roles]
+            if self._accumulators is None:  # keep the lifted leaves' AccumulateGrad nodes
+                self._accumulators = [t._grad_accumulator() for kind, t in tr.diff_roles
+                                      if kind == "lifted" and t.grad_fn is None]
             node = CompiledBackward(self, saved, diff_inputs,
                                     [Aval(outs[k]._value.shape, outs[k].dtype)
                                      for k in tr.diff_outs], replay)
@@ -201,7 +205,8 @@ def _guard_key(leaves, module, treedef=None):
     key = [_mode.grad_enabled, treedef]
     for x in leaves:
         if isinstance(x, Tensor):
-            key.append(("T", tuple(x.shape), x.dtype.name, x.requires_grad))
+            v = x._value
+            key.append(("T", v.shape, v.dtype.name, x.requires_grad))
         elif isinstance(x, (int, float, bool, str, type(None))):
             key.append(("S", type(x).__name__, x))
         else:
@@ -277,7 +282,10 @@ class CompiledFunction:
         return prog
 
     def _lookup(self, args, kwargs):
-        leaves, treedef = flatten((tuple(args), dict(kwargs)))
+        if not kwargs and all(isinstance(a, Tensor) for a in args):
+            leaves, treedef = list(args), len(args)  # the common case, without a tree walk
+        else:
+            leaves, treedef = flatten((tuple(args), dict(kwargs)))
         key = _guard_key(leaves, self.module, treedef)
         prog = self.cache.get(key)
         if prog is not None and prog != "eager" and not _lifted_ok(prog):

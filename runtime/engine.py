@@ -231,6 +231,9 @@ def _node_of(t):
 def _check_grad(node, i, g, aval):
     if g is None:
         return None
+    v = g._value
+    if v.shape == aval.shape and (v.dtype is aval.dtype or v.dtype == aval.dtype.np):
+        return g  # the common case, checked without building Size/DType objects
     if tuple(g.shape) != aval.shape:
         if int(np.prod(g.shape)) == int(np.prod(aval.shape)) or (len(g.shape) <= len(aval.shape)):
             try:  # a broadcastable grad (e.g. from a user hook) is reduced like PyTorch does
