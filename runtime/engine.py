@@ -20,6 +20,7 @@ from aotgrad.runtime import grad_mode, profiling
 from aotgrad.runtime.grad_mode import state as _mode
 
 _seq = itertools.count()
+Tensor = None  # runtime/tensor.py sets this (it imports this module first)
 _EMPTY = types.MappingProxyType({})
 
 
@@ -51,7 +52,6 @@ class SavedTensor:
         self.ref = weakref.ref(t)  # to name its current grad_fn if it is modified in place
 
     def unpack(self, node):
-        from aotgrad.runtime.tensor import Tensor
         if self.value is None:
             raise RuntimeError(
                 "Trying to backward through the graph a second time (or directly access saved "
@@ -198,7 +198,6 @@ class AccumulateGrad(Node):
 
 
 def accumulate_grad(var, g, create_graph):
-    from aotgrad.runtime.tensor import Tensor
     if g is None:
         return
     note_grad_write(var)
@@ -439,8 +438,7 @@ def _tensor_pre_hooks(node, grads, accumulate=True):
             if t._grad is None:
                 t._grad = g if _mode.grad_enabled else g.detach()
                 if not _mode.grad_enabled and isinstance(g._value, np.ndarray):
-                    from aotgrad.runtime.tensor import Tensor
-                    t._grad = Tensor._make(np.array(g._value, copy=True), False)
+                                t._grad = Tensor._make(np.array(g._value, copy=True), False)
             else:
                 t._grad = t._grad + g
     return grads
@@ -448,10 +446,10 @@ def _tensor_pre_hooks(node, grads, accumulate=True):
 
 def note_grad_write(t):
     """Tell an active tracer that a real tensor's .grad is about to change."""
-    from aotgrad.ir.core import current_builder
-    b = current_builder()
+    b = _current_builder()
     if b is not None and hasattr(b, "note_grad_write"):
         b.note_grad_write(t)
+
 
 
 def weak(t):

@@ -14,7 +14,7 @@ import numpy as np
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.core import Var
-from aotgrad.runtime.engine import AccumulateGrad, RemovableHandle, VersionCounter, run_backward
+from aotgrad.runtime.engine import AccumulateGrad, RemovableHandle, VersionCounter
 from aotgrad.runtime.grad_mode import state as _mode
 
 
@@ -23,9 +23,12 @@ _NP_DTYPES = {d.np: d for d in dt.ALL}
 
 class Tensor:
     __slots__ = ("_value", "requires_grad", "grad_fn", "_grad", "_version", "_output_nr",
-                 "_hooks", "_post_acc_hooks", "_accumulator", "_base", "_retains_grad",
-                 "_is_param", "_inference", "_backward_hooks", "__weakref__", "__dict__")
+                 "_inference", "__weakref__", "__dict__")
     __array_priority__ = 1000  # numpy defers `ndarray + tensor` to us
+    # rarely set: class-level defaults, an instance attribute once set (cheaper _make)
+    _hooks = _post_acc_hooks = ()
+    _accumulator = _base = None
+    _retains_grad = False
 
     @classmethod
     def _make(cls, value, requires_grad=False):
@@ -36,11 +39,6 @@ class Tensor:
         t._grad = None
         t._version = VersionCounter()
         t._output_nr = 0
-        t._hooks = []
-        t._post_acc_hooks = []
-        t._accumulator = None
-        t._base = None
-        t._retains_grad = False
         t._inference = _mode.inference
         return t
 
@@ -188,6 +186,8 @@ class Tensor:
         if not self.requires_grad:
             raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
         if self.grad_fn is None:
+            if not self._hooks:
+                self._hooks = []
             self._hooks.append(hook)
             return RemovableHandle(self._hooks, hook)
         hooks = self.grad_fn._tensor_hooks(self._output_nr)
@@ -199,6 +199,8 @@ class Tensor:
         if self.grad_fn is not None:
             raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf "
                                "tensors")
+        if not self._post_acc_hooks:
+            self._post_acc_hooks = []
         self._post_acc_hooks.append(hook)
         return RemovableHandle(self._post_acc_hooks, hook)
 
@@ -297,7 +299,8 @@ class Tensor:
         if self._grad is not None:
             t._grad = Tensor._make(np.array(self._grad._value, copy=True))
         for k, v in self.__dict__.items():
-            t.__dict__[k] = v
+            if k not in ("_hooks", "_post_acc_hooks", "_accumulator", "_base"):
+                t.__dict__[k] = v
         memo[id(self)] = t
         return t
 
@@ -316,3 +319,11 @@ class Size(tuple):
 
     def numel(self):
         return int(np.prod(self, dtype=np.int64))
+
+
+def _register():
+    from aotgrad.runtime import engine
+    engine.Tensor = Tensor
+
+
+_register()
