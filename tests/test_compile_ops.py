@@ -5,7 +5,6 @@ The Numba run compiles up to three programs per row (about 80 s for the table wi
 compile cache on 2 cores; the disk cache makes repeated runs cheap)."""
 import warnings
 
-import numpy as np
 import pytest
 
 import aotgrad as ag
