@@ -227,7 +227,7 @@ def fmt_mb(v):
 
 def table(results, machine):
     lines = []
-    hdr = (f"{'system':24s} {'median':>10s} {'CPU/step':>10s} {'1st call':>10s} {'1st warm':>10s} "
+    hdr = (f"{'system':24s} {'median':>10s} {'min':>10s} {'CPU/step':>10s} {'1st call':>10s} {'1st warm':>10s} "
            f"{'trace MB':>9s} {'RSS+ MB':>8s} {'load':>4s} {'max rel diff':>13s}  note")
     for w, wr in results.items():
         shapes = ", ".join(f"{k}{tuple(v)}" for k, v in list(wr["shapes"].items())[:2])
@@ -250,6 +250,7 @@ def table(results, machine):
                 note += "; warm cache " + ",".join(f"{_SHORT.get(k, k)}:{v['cache']}"
                                                    for k, v in wp.items())
             lines.append(f"{label:24s} {fmt_t(r.get('median_s')):>10s} "
+                         f"{fmt_t(r.get('min_s')):>10s} "
                          f"{fmt_t(r.get('cpu_median_s')):>10s} "
                          f"{fmt_t(r.get('first_call_s')):>10s} "
                          f"{fmt_t(r.get('warm_first_call_s')):>10s} "
@@ -322,7 +323,8 @@ def main(argv=None):
     machine["loadavg_end"] = os.getloadavg()
     report = {"command": " ".join(["python", "benchmarks/run.py"] + (argv or sys.argv[1:])),
               "quick": args.quick, "tol": args.tol, "machine": machine,
-              "peak_memory_note": "CPU/step: median process CPU time per step (all threads; "
+              "peak_memory_note": "median/min: wall clock per forward+backward step (targets use "
+              "the median); CPU/step: median process CPU time per step (all threads; "
               "spinning threads count); trace MB: tracemalloc peak (numpy-based systems) over the "
               "first call + 3 steps, inputs excluded; RSS+ MB: peak RSS growth over the "
               "warm-cache first call + 3 steps in a new process (all systems; VmHWM reset via "
