@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
-from aotgrad.ir.core import current_op
+from aotgrad.ir.core import current_op, format_location
 from aotgrad.runtime import profiling
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.tensor import Tensor
@@ -31,6 +31,9 @@ def op(name, grad_name=None):
                         out = fn(*args, **kwargs)
                 else:
                     out = fn(*args, **kwargs)
+            except (RuntimeError, ValueError, TypeError, IndexError) as e:
+                _add_user_line(e, name)
+                raise
             finally:
                 current_op.reset(token)
             if grad_name is not None:
@@ -41,6 +44,14 @@ def op(name, grad_name=None):
             return out
         return wrapper
     return deco
+
+
+def _add_user_line(err, name):
+    """Errors raised inside an op name the op and the user's source line (once)."""
+    msg = str(err.args[0]) if err.args and isinstance(err.args[0], str) else None
+    if msg is None or " (at " in msg or type(err).__module__ != "builtins":
+        return
+    err.args = (f"{name}: {msg}{format_location()}",) + err.args[1:]
 
 
 def _named(out, grad_name):
