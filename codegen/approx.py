@@ -11,19 +11,25 @@ self-contained (numba's `cache=True` does not track helpers imported from other 
 Error bounds (max relative error against float64 numpy, float32 inputs over the whole
 finite float32 range, normal results; measured by tests/test_codegen_approx.py):
 
-  exp_f32       <= 2e-7   (Cody-Waite reduction by ln2, degree-7 Taylor polynomial,
-                           2^n built from exponent bits in two halves so that overflow,
-                           underflow and denormals come out right; NaN/inf preserved)
+  exp_f32       <= 2e-7   (Cody-Waite reduction by ln2, degree-6 polynomial fitted here
+                           (relative minimax, 9e-8 in float32), 2^n built from exponent bits
+                           in two halves so that overflow, underflow and denormals come out
+                           right; NaN/inf preserved; the clamps are min/max instructions)
   log_f32       <= 2e-7   (x = m 2^e, m in [sqrt(1/2), sqrt(2)), log(m) = 2 atanh(s) series,
                            s = (m-1)/(m+1); denormal inputs rescaled; x<0 -> nan, 0 -> -inf)
   tanh_f32      <= 5e-7   (|x| < 0.625: odd least-squares polynomial fitted here, error 4e-9
-                           in exact arithmetic; else 1 - 2/(exp(2|x|)+1))
-  logistic_f32  <= 5e-7   (1/(1+exp(-x)); results below ~1e-38 (denormals) flush toward 0)
+                           in exact arithmetic; else (1-e)/(1+e), e = exp(-2|x|))
+  tanh_d_f32    <= 5e-7   (1 - tanh(x)^2: 4e/(1+e)^2 from the same e, so the derivative
+                           keeps its relative accuracy where tanh saturates)
+  logistic_f32  <= 5e-7   (1/(1+e) or e/(1+e), e = exp(-|x|) <= 1; results below ~1e-38
+                           (denormals) flush toward 0)
+  logistic_c_f32 <= 5e-7  (1 - logistic(x), the other of the two, from the same e)
   erf_f32       <= 5e-7   (|x| < 1: odd polynomial fitted here; 1 <= |x| < 4:
                            1 - exp(-x^2) P(1/x) with P fitted to erfc(x)exp(x^2); else +-1)
 
 Float64 graphs do not use these: they call numpy/libm (exact, scalar).
 """
+import os
 
 _FM = 'fastmath={"reassoc", "contract", "arcp"}, error_model="numpy"'
 
@@ -43,6 +49,28 @@ INF32 = np.float32(np.inf)
 NAN64 = np.float64(np.nan)
 INF64 = np.float64(np.inf)
 ''' % (_FM, _FM, _FM)
+
+# Kernels ask LLVM for 512-bit vectors where the CPU has them: LLVM's x86 cost model prefers
+# 256-bit ymm registers (a frequency concern on older AVX-512 parts); measured here, zmm ran
+# the transcendental-heavy loops 1.3-1.5x faster. The request is a function attribute set by
+# `_wide()`, a no-op intrinsic each kernel calls in every function holding its loops (prange
+# bodies are outlined into functions of their own). AOTGRAD_VECTOR_WIDTH=256 turns it off.
+VECTOR_WIDTH = os.environ.get("AOTGRAD_VECTOR_WIDTH", "512")
+if not VECTOR_WIDTH.isdigit():
+    raise ValueError(f"AOTGRAD_VECTOR_WIDTH must be a number of bits, got {VECTOR_WIDTH!r}")
+
+PRELUDE += '''
+
+@_intrinsic
+def _wide(typingctx):
+    def codegen(context, builder, sig, args):
+        try:  # a string attribute llvmlite's attribute set does not list
+            set.add(builder.function.attributes, '"prefer-vector-width"="%s"')
+        except Exception:
+            pass
+        return context.get_dummy_value()
+    return numba.types.none(), codegen
+''' % VECTOR_WIDTH
 
 # name -> (dependencies, source)
 HELPERS = {}
@@ -85,24 +113,23 @@ _minnum = _mk_minmax("llvm.minnum")
 _helper("exp_f32", ("bitcast",), '''
 @_ijit
 def exp_f32(x):
-    xc = x if x < np.float32(89.0) else np.float32(89.0)
-    xc = xc if xc > np.float32(-104.5) else np.float32(-104.5)
+    xc = np.float32(89.0) if x > np.float32(89.0) else x
+    xc = np.float32(-104.5) if xc < np.float32(-104.5) else xc
     fn = np.floor(xc * np.float32(1.4426950408889634) + np.float32(0.5))
     r = xc - fn * np.float32(0.693359375)
     r = r - fn * np.float32(-2.12194440e-4)
-    p = np.float32(1.0 / 5040.0)
-    p = p * r + np.float32(1.0 / 720.0)
-    p = p * r + np.float32(1.0 / 120.0)
-    p = p * r + np.float32(1.0 / 24.0)
-    p = p * r + np.float32(1.0 / 6.0)
+    p = np.float32(0.0013903575018048286)
+    p = p * r + np.float32(0.00836635660380125)
+    p = p * r + np.float32(0.04166676849126816)
+    p = p * r + np.float32(0.16666541993618011)
     p = p * r + np.float32(0.5)
     p = p * r + np.float32(1.0)
     p = p * r + np.float32(1.0)
-    n = np.int32(fn)
+    n = np.int32(fn if fn == fn else np.float32(0.0))
     n1 = n >> 1
     n2 = n - n1
     res = p * _i2f(np.int32((n1 + 127) << 23)) * _i2f(np.int32((n2 + 127) << 23))
-    return x if x != x else res
+    return res
 ''')
 
 _helper("log_f32", ("bitcast",), '''
@@ -132,10 +159,9 @@ def log_f32(x):
     return x if (x != x or x == INF32) else r
 ''')
 
-_helper("tanh_f32", ("exp_f32",), '''
+_helper("tanh_small", (), '''
 @_ijit
-def tanh_f32(x):
-    a = abs(x)
+def _tanh_small(x):
     z = x * x
     p = np.float32(-0.005652355260045331)
     p = p * z + np.float32(0.020583488975110854)
@@ -143,18 +169,49 @@ def tanh_f32(x):
     p = p * z + np.float32(0.13331091126750527)
     p = p * z + np.float32(-0.3333325872294498)
     p = p * z + np.float32(0.9999999959311561)
-    small = x * p
-    ac = a if a < np.float32(20.0) else np.float32(20.0)
-    big = np.float32(1.0) - np.float32(2.0) / (exp_f32(ac + ac) + np.float32(1.0))
-    big = big if x >= np.float32(0.0) else -big
-    r = small if a < np.float32(0.625) else big
-    return x if x != x else r
+    return x * p
 ''')
 
+# tanh and its derivative share e = exp(-2|x|) and r = 1/(1+e) (the same expressions, so
+# LLVM computes them once when both are used): tanh = (1-e) r, 1 - tanh^2 = 4 e r^2, which
+# stays accurate where tanh saturates (1 - t*t would cancel).
+_helper("tanh_f32", ("exp_f32", "tanh_small"), '''
+@_ijit
+def tanh_f32(x):
+    a = abs(x)
+    e = exp_f32(np.float32(-2.0) * a)
+    r = np.float32(1.0) / (np.float32(1.0) + e)
+    big = (np.float32(1.0) - e) * r
+    big = big if x >= np.float32(0.0) else -big
+    return _tanh_small(x) if a < np.float32(0.625) else big
+''')
+
+_helper("tanh_d_f32", ("exp_f32", "tanh_small"), '''
+@_ijit
+def tanh_d_f32(x):
+    a = abs(x)
+    e = exp_f32(np.float32(-2.0) * a)
+    r = np.float32(1.0) / (np.float32(1.0) + e)
+    t = _tanh_small(x)
+    return np.float32(1.0) - t * t if a < np.float32(0.625) else np.float32(4.0) * e * (r * r)
+''')
+
+# logistic and its complement 1 - logistic share e = exp(-|x|) <= 1 and r = 1/(1+e):
+# logistic = r or e r by the sign of x, 1 - logistic the other one (no cancellation).
 _helper("logistic_f32", ("exp_f32",), '''
 @_ijit
 def logistic_f32(x):
-    return np.float32(1.0) / (np.float32(1.0) + exp_f32(-x))
+    e = exp_f32(-abs(x))
+    r = np.float32(1.0) / (np.float32(1.0) + e)
+    return r if x >= np.float32(0.0) else e * r
+''')
+
+_helper("logistic_c_f32", ("exp_f32",), '''
+@_ijit
+def logistic_c_f32(x):
+    e = exp_f32(-abs(x))
+    r = np.float32(1.0) / (np.float32(1.0) + e)
+    return e * r if x >= np.float32(0.0) else r
 ''')
 
 _helper("erf_f32", ("exp_f32",), '''
@@ -213,4 +270,5 @@ def helper_source(names):
     return "".join(HELPERS[n][1] for n in order)
 
 
-APPROXIMATED = ("exp_f32", "log_f32", "tanh_f32", "logistic_f32", "erf_f32")
+APPROXIMATED = ("exp_f32", "log_f32", "tanh_f32", "logistic_f32", "erf_f32", "tanh_d_f32",
+                "logistic_c_f32")

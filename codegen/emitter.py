@@ -16,7 +16,7 @@ import numpy as np
 
 from aotgrad.codegen import approx
 from aotgrad.codegen.scheduler import Kernel, identity, view_index
-from aotgrad.codegen.templates import TEMPLATES
+from aotgrad.codegen.templates import TEMPLATES, peephole
 from aotgrad.ir import dtypes as dt
 
 PAR_MIN = 1 << 17        # elements of work before a kernel uses prange
@@ -94,6 +94,10 @@ class KernelEmitter:
         if n is not None and n.prim.name == "broadcast_in_dim":
             return self.const_of(n.inputs[0])
         return None
+
+    def inner_producer(self, var):
+        """The node computing var inside this kernel (None when var is read from memory)."""
+        return None if self._is_leaf(var) else self.S.prod.get(var)
 
     def const_arg(self, value, d):
         v = float(value) if d.is_floating_point else int(value)
@@ -295,8 +299,15 @@ class KernelEmitter:
             expr = f"{np_name(n.params['dtype'])}({self.term(t)})"
             args = []
         else:
-            args = [self.val(u, ix) for u in n.inputs]
-            expr = TEMPLATES[n.prim.name](self, n, args)
+            args = []
+
+            def value_of(u):
+                args.append(self.val(u, ix))
+                return args[-1]
+            expr = peephole(self, n, value_of)
+            if expr is None:
+                args = [self.val(u, ix) for u in n.inputs]
+                expr = TEMPLATES[n.prim.name](self, n, args)
         if n.prim.name == "full":
             sc.memo[key] = expr
             return expr
@@ -402,7 +413,12 @@ class KernelEmitter:
             else:
                 names.append(nm)
         sig = ", ".join(names)
-        text = [f"def KERNEL({sig}):"] + body + ["    return 0"]
+        text = [f"def KERNEL({sig}):", "    _wide()"]
+        for line in body:   # prange bodies become functions of their own: widen them too
+            text.append(line)
+            if "in prange(" in line:
+                text.append(" " * (len(line) - len(line.lstrip()) + 4) + "_wide()")
+        text.append("    return 0")
         return KernelSpec(kt, "\n".join(text) + "\n", self.args, self.parallel)
 
     def _argkey(self, a):

@@ -35,7 +35,10 @@ def _erf64(x):
 
 
 REFS = {"exp_f32": np.exp, "log_f32": np.log, "tanh_f32": np.tanh,
-        "logistic_f32": lambda x: 1 / (1 + np.exp(-x)), "erf_f32": _erf64}
+        "logistic_f32": lambda x: 1 / (1 + np.exp(-x)), "erf_f32": _erf64,
+        # derivatives / complements, accurate where 1 - t would cancel
+        "tanh_d_f32": lambda x: 1 / np.cosh(x) ** 2,
+        "logistic_c_f32": lambda x: 1 / (1 + np.exp(x))}
 
 
 def _inputs():
