@@ -135,6 +135,11 @@ class Plan:
                     else:
                         args.append(None)
                         patches.append((pos, slot[a.var], shp))
+            if spec.checks:
+                names = sorted({n.prim.name for n in st.nodes if n.prim.name in
+                                ("gather", "scatter_add")})
+                msg = f"{'/'.join(names) or 'gather'}(): {'; '.join(spec.checks)}"
+                fn = self._checked(fn, msg)
             if not patches:
                 def run(env, fn=fn, args=tuple(args)):
                     fn(*args)
@@ -178,6 +183,13 @@ class Plan:
             for s, x in zip(outs, r):
                 env[s] = np.ascontiguousarray(x)
         return run
+
+    @staticmethod
+    def _checked(fn, msg):
+        def call(*args):
+            if fn(*args):
+                raise IndexError(msg)
+        return call
 
     def __call__(self, *arrays):
         if not self._ready:

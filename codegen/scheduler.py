@@ -57,7 +57,20 @@ def node_kind(n):
         return "ref"
     if name == "dot_general":
         return "dot"
+    if name in ("gather", "scatter_add") and last_dim_row_index(n):
+        return "rowgather" if name == "gather" else "rowscatter"
     return "ref"
+
+
+def last_dim_row_index(n):
+    """gather/scatter_add along the last dim with one index per row (index shape
+    (*rows, 1), e.g. cross-entropy's label pick and its transpose): fusable as index
+    arithmetic. out[r] = x[r, idx[r]] is a per-row value of a row kernel over x;
+    scatter_add's out[r, j] = x[r, j] + (src[r] if j == idx[r] else 0) is pointwise."""
+    x, idx = n.inputs[0], n.inputs[1]
+    nd = x.ndim
+    return nd >= 2 and n.params["dim"] == nd - 1 and dt.is_integer(idx.dtype) and \
+        tuple(idx.shape) == tuple(x.shape[:-1]) + (1,)
 
 
 def red_dims(n):
@@ -66,6 +79,8 @@ def red_dims(n):
 
 # --- index maps: a value's index is a tuple of terms, one per dim of the value -------------
 # term = ("c", const) | ("d", domain_dim, scale, offset)
+#      | ("g", index_var, index_idx, size): the value of integer index_var at index_idx (a
+#        per-row gather/scatter index, bounds-checked against size)
 
 def view_index(node, idx):
     """Index into node.inputs[0] given the index `idx` into node's output."""
@@ -103,6 +118,19 @@ def view_index(node, idx):
                 out[si] = idx[di]
         return tuple(out)
     raise AssertionError(name)
+
+
+def gather_row_index(node, idx):
+    """Index of the (rows, 1) index/src operands of a row gather/scatter at `idx`."""
+    return tuple(idx[:-1]) + (("c", 0),)
+
+
+def gather_index(node, idx):
+    """Index into a row gather's input for the output index `idx`: the last dim is the
+    gathered index value."""
+    x = node.inputs[0]
+    return tuple(idx[:-1]) + (("g", node.inputs[1], gather_row_index(node, idx),
+                                x.shape[-1]),)
 
 
 def identity(nd, start=0):
@@ -176,7 +204,20 @@ class Scheduler:
         self.prod = graph.producers()
         self.users = graph.users()
         self.kind = {n: node_kind(n) for n in graph.nodes}
+        for n in graph.nodes:   # a gathered value reached through slice/rev: not fused
+            if self.kind[n] == "rowgather" and self._through_offset_view(n.inputs[0]):
+                self.kind[n] = "ref"
         self.sched = Schedule(graph)
+
+    def _through_offset_view(self, v, seen=None):
+        seen = set() if seen is None else seen
+        n = self.prod.get(v)
+        if n is None or n in seen or self.kind.get(n) not in ("pw", "view", "pwcopy"):
+            return False
+        seen.add(n)
+        if n.prim.name in ("slice", "rev"):
+            return True
+        return any(self._through_offset_view(u, seen) for u in n.inputs)
 
     # -- which values must exist in memory -------------------------------------------------
     def _materialised(self):
@@ -214,6 +255,14 @@ class Scheduler:
                 steps.append(st)
                 for v in n.outputs:
                     owner[v] = st
+            elif k == "rowgather":
+                # its own (row-shaped) kernel over the gathered value's domain: merges with
+                # the row kernel that computes that value, which then reads one element/row
+                x = n.inputs[0]
+                kt = Kernel("rows", x.shape, 1)
+                kt.outputs.append(n.outputs[0])
+                steps.append(kt)
+                owner[n.outputs[0]] = kt
             elif k == "reshape":
                 st = Step("view", [n], n.outputs)
                 st.inputs = list(n.inputs)
@@ -278,6 +327,14 @@ class Scheduler:
                 rec(n.inputs[0], view_index(n, ix))
             elif k == "pwcopy":
                 rec(n.inputs[0], ix)
+            elif k in ("rowgather", "rowscatter"):
+                rix = gather_row_index(n, ix)
+                rec(n.inputs[1], rix)
+                if k == "rowgather":
+                    rec(n.inputs[0], gather_index(n, ix))
+                else:
+                    rec(n.inputs[0], ix)
+                    rec(n.inputs[2], rix)
             else:
                 for u in n.inputs:
                     rec(u, ix)

@@ -531,3 +531,56 @@ def test_tanh_and_logistic_derivatives_keep_relative_accuracy_when_saturated():
     # the naive float32 formula is far off there (what the rewrite is for)
     t32 = np.tanh(x)
     assert np.max(np.abs(t32 * (1 - t32 * t32) - ref_t) / np.abs(ref_t)) > 1e-3
+
+
+def ce_gather_graphs(N, C):
+    """Cross-entropy as the tracer emits it: log-softmax, gather of the label column with an
+    (N, 1) index, mean; backward: scatter_add of the upstream gradient into zeros."""
+    def fwd(x, lab):
+        m = prims.reduce_max(x, dims=(1,))
+        z = prims.sub(x, bcast(m, (N, C), (0,)))
+        lse = prims.add(prims.log(prims.reduce_sum(prims.exp(z), dims=(1,))), m)
+        logp = prims.sub(x, bcast(prims.reshape(lse, shape=(N, 1)), (N, C), (0, 1)))
+        picked = prims.gather(logp, prims.reshape(lab, shape=(N, 1)), dim=1)
+        return prims.div(prims.neg(prims.reduce_sum(prims.reshape(picked, shape=(N,)),
+                                                    dims=(0,))), full((), N))
+
+    def bwd(x, lab, g):
+        m = prims.reduce_max(x, dims=(1,))
+        e = prims.exp(prims.sub(x, bcast(m, (N, C), (0,))))
+        s = prims.reduce_sum(e, dims=(1,))
+        src = prims.reshape(bcast(prims.div(prims.neg(g), full((), N)), (N,), ()), shape=(N, 1))
+        d = prims.scatter_add(full((N, C), 0.0), prims.reshape(lab, shape=(N, 1)), src, dim=1)
+        tot = prims.reduce_sum(d, dims=(1,))
+        return prims.sub(d, prims.mul(bcast(prims.div(tot, s), (N, C), (0,)), e))
+    return (build(fwd, ((N, C), F32), ((N,), dt.int64)),
+            build(bwd, ((N, C), F32), ((N,), dt.int64), ((), F32), name="backward"))
+
+
+def test_cross_entropy_gather_and_scatter_fuse_into_row_kernels():
+    """The label gather is a per-row read inside the log-softmax row kernel (no (N, C)
+    log-probabilities written); the scatter_add transpose is index arithmetic, so the whole
+    backward is one kernel and one pass over the logits. Negative labels wrap like numpy;
+    an out-of-range label raises IndexError naming the op."""
+    N, C = 64, 37
+    gf, gb = ce_gather_graphs(N, C)
+    x = rand((N, C), lo=-4, hi=4)
+    lab = np.random.default_rng(1).integers(-C, C, N).astype(np.int64)
+    pf = check(gf, [x, lab], rtol=1e-5, atol=1e-6)
+    assert not any(st.kind == "ref" for st in pf.schedule.steps), pf.report()
+    assert all(o.shape != (N, C) for st in pf.kernels() for o in st.outputs), pf.report()
+    g = np.float32(1.0)
+    pb = check(gb, [x, lab, g], rtol=1e-5, atol=1e-6)
+    assert len(pb.schedule.steps) == 1 and len(pb.kernels()) == 1, pb.report()
+    # against the closed form: (softmax - onehot) / N
+    x64 = x.astype(np.float64)
+    p = np.exp(x64 - x64.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    p[np.arange(N), lab % C] -= 1
+    np.testing.assert_allclose(pb(x, lab, g)[0], p / N, rtol=1e-5, atol=1e-7)
+    bad = lab.copy()
+    bad[5] = C
+    with pytest.raises(IndexError, match="gather"):
+        pf(x, bad)
+    with pytest.raises(IndexError, match="scatter_add"):
+        pb(x, bad, g)
