@@ -390,6 +390,10 @@ def run_backward(tensors, grad_tensors, retain_graph=False, create_graph=False, 
                     results[i] = g
             if node not in run:
                 continue
+            if type(node) is AccumulateGrad and not (node._pre_hooks or node._hooks or
+                                                     profiling._profilers):
+                accumulate_grad(node.variable, grads[0], create_graph)  # the common sink
+                continue
             outs = _run_node(node, grads, create_graph)
             if not retain_graph:
                 node._release()
