@@ -1,4 +1,6 @@
 """`backward` and `grad`: the user-facing entry points into the engine."""
+import numpy as np
+
 from aotgrad.runtime.engine import run_backward
 from aotgrad.runtime.tensor import Tensor
 
@@ -20,7 +22,9 @@ def _make_grads(outputs, grad_outputs):
             if not o.dtype.is_floating_point:
                 raise RuntimeError(f"grad can be implicitly created only for real scalar "
                                    f"outputs but got {o.dtype.name}")
-            g = ones_like(o)
+            v = o._value
+            g = Tensor._make(np.ones(v.shape, v.dtype)) if isinstance(v, np.ndarray) else \
+                ones_like(o)
         elif not isinstance(g, Tensor):
             from aotgrad.runtime.factories import tensor
             g = tensor(g, dtype=o.dtype)

@@ -8,6 +8,7 @@ tensor([2., 4.])
 through `runtime.dispatch.apply`, which binds the prim and records the autograd node.
 Operators and most methods are installed from runtime/ops.py.
 """
+import math
 import weakref
 
 import numpy as np
@@ -76,7 +77,7 @@ class Tensor:
         return self.ndim
 
     def numel(self):
-        return int(np.prod(self._value.shape, dtype=np.int64))
+        return math.prod(self._value.shape)
 
     nelement = numel
 
