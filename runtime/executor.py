@@ -31,15 +31,21 @@ class CompiledBackward(Node):
                          [Aval(t._value.shape, t.dtype) for t in diff_inputs], out_avals)
         self.program = program
         self._saved_arrays = saved
-        self._replay = [SavedTensor(t) if isinstance(t, Tensor) else t for t in replay_inputs]
+        # the call's inputs (tensors, or seed arrays) and their versions: checked like saved
+        # tensors, and replayed with tensor ops under create_graph
+        self._replay = replay_inputs
+        self._versions = [t._version.v if isinstance(t, Tensor) else None
+                          for t in replay_inputs]
+
+    def _check_versions(self):
+        for t, v in zip(self._replay, self._versions):
+            if v is not None and t._version.v != v:
+                s = SavedTensor(t)
+                s.version = v
+                s.unpack(self)
 
     def _backward(self, grads):
         p = self.program
-        if _mode.grad_enabled:  # create_graph: differentiable replay of the joint graph
-            inputs = [s.unpack(self) if isinstance(s, SavedTensor) else Tensor._make(s)
-                      for s in self._replay]
-            outs = run_graph_with_tensors(p.joint, inputs + list(grads))
-            return p.scatter_grads(outs[p.n_fw_outputs:])
         if self._saved_arrays is None:
             raise RuntimeError(
                 "Trying to backward through the graph a second time (or directly access saved "
@@ -47,9 +53,11 @@ class CompiledBackward(Node):
                 "graph are freed when you call .backward() or autograd.grad(). Specify "
                 "retain_graph=True if you need to backward through the graph a second time or "
                 "if you need to access saved tensors after calling backward.")
-        for s in self._replay:
-            if isinstance(s, SavedTensor) and s.counter.v != s.version:
-                s.unpack(self)  # raises the in-place modification error
+        self._check_versions()
+        if _mode.grad_enabled:  # create_graph: differentiable replay of the joint graph
+            inputs = [t if isinstance(t, Tensor) else Tensor._make(t) for t in self._replay]
+            outs = run_graph_with_tensors(p.joint, inputs + list(grads))
+            return p.scatter_grads(outs[p.n_fw_outputs:])
         args = list(self._saved_arrays) + [g._value for g in grads]
         if profiling._profilers:
             with profiling.record(f"{p.name}.backward", kind="kernel"):
@@ -62,9 +70,7 @@ class CompiledBackward(Node):
 
     def _release(self):
         self._saved_arrays = None
-        for s in self._replay:
-            if isinstance(s, SavedTensor):
-                s.release()
+        self._replay = self._versions = ()
 
 
 def check_nan(graph, args, outs, what):

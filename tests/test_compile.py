@@ -479,3 +479,13 @@ def test_compiled_function_called_inside_another_is_inlined():
     x = _randn(5)
     compare_with_eager(lambda x: (x.tanh() * 2).sum(), x, compiled=outer)
     assert inner.n_traces == 0 and "tanh" in str(outer.ir(x))
+
+
+def test_input_modified_in_place_after_compiled_forward_is_an_error():
+    cf = ag.compile(lambda x: (x * x).sum(), backend="interpret")
+    x = _randn(3)
+    y = cf(x)
+    with ag.no_grad():
+        x.add_(1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.backward()
