@@ -36,6 +36,14 @@ _LEGACY_TYPE = {"float32": "FloatTensor", "float64": "DoubleTensor", "int64": "L
                 "int32": "IntTensor", "bool": "BoolTensor"}
 
 
+FREED_MESSAGE = (
+    "Trying to backward through the graph a second time (or directly access saved tensors "
+    "after they have already been freed). Saved intermediate values of the graph are freed "
+    "when you call .backward() or autograd.grad(). Specify retain_graph=True if you need to "
+    "backward through the graph a second time or if you need to access saved tensors after "
+    "calling backward.")
+
+
 class SavedTensor:
     """A tensor saved for backward: its value, its version at save time, and how to rebuild it.
     Outputs of the saving node are stored without their grad_fn to avoid a reference cycle."""
@@ -53,12 +61,7 @@ class SavedTensor:
 
     def unpack(self, node):
         if self.value is None:
-            raise RuntimeError(
-                "Trying to backward through the graph a second time (or directly access saved "
-                "tensors after they have already been freed). Saved intermediate values of the "
-                "graph are freed when you call .backward() or autograd.grad(). Specify "
-                "retain_graph=True if you need to backward through the graph a second time or "
-                "if you need to access saved tensors after calling backward.")
+            raise RuntimeError(FREED_MESSAGE)
         if self.counter.v != self.version:
             self._raise_modified(node)
         if self.leaf is not None:

@@ -5,7 +5,7 @@ import numpy as np
 from aotgrad.ir.core import Aval
 from aotgrad.runtime import profiling
 from aotgrad.runtime.dispatch import apply
-from aotgrad.runtime.engine import Node, SavedTensor, _node_of
+from aotgrad.runtime.engine import FREED_MESSAGE, Node, SavedTensor, _node_of
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.tensor import Tensor
 
@@ -47,12 +47,7 @@ class CompiledBackward(Node):
     def _backward(self, grads):
         p = self.program
         if self._saved_arrays is None:
-            raise RuntimeError(
-                "Trying to backward through the graph a second time (or directly access saved "
-                "tensors after they have already been freed). Saved intermediate values of the "
-                "graph are freed when you call .backward() or autograd.grad(). Specify "
-                "retain_graph=True if you need to backward through the graph a second time or "
-                "if you need to access saved tensors after calling backward.")
+            raise RuntimeError(FREED_MESSAGE)
         self._check_versions()
         if _mode.grad_enabled:  # create_graph: differentiable replay of the joint graph
             inputs = [t if isinstance(t, Tensor) else Tensor._make(t) for t in self._replay]
