@@ -6,6 +6,7 @@
     prog.report()               # kernels, refused fusions (with reasons), buffer plan
 
 Modules, one job each:
+  cse         merges identical nodes before scheduling
   scheduler   groups nodes into fused kernels / BLAS / reference steps
   templates   per-prim emit templates for pointwise prims
   approx      vectorisable float32 exp/log/tanh/logistic/erf (source text)

@@ -27,6 +27,10 @@ COL_CHUNK = 512          # kept-dim chunk of a column reduction run in parallel
 _NP = {dt.float32: "np.float32", dt.float64: "np.float64", dt.int32: "np.int32",
        dt.int64: "np.int64", dt.bool_: "np.bool_"}
 _LITERALS = (0.0, 1.0, -1.0, 2.0, 0.5)
+# relative cost of a prim in a loop (default 1) for deciding what a row kernel keeps in scratch
+_EXPENSIVE = {"exp": 20, "log": 20, "tanh": 24, "logistic": 22, "erf": 24, "div": 4,
+              "sqrt": 4, "rsqrt": 5, "pow": 20, "log1p": 30, "expm1": 30, "sin": 30, "cos": 30,
+              "atan2": 40}
 
 
 def np_name(d):
@@ -288,6 +292,16 @@ class KernelEmitter:
             sc.add(f"{name} = {self.access('in', v, shape, cix)}")
             sc.memo[key] = name
             return name
+        if getattr(self, "pass_active", False) and v in self.cache_buf and \
+                ix == identity(len(kt.domain)) and \
+                self.level([("d", self.dimmap[t[1]]) + t[2:] for t in ix]) == 2:
+            memo = self.inner_scope.memo
+            if key not in memo:
+                memo[key] = self.cached_val(v, ix, lambda: self._val_pw(v, ix, key))
+            return memo[key]
+        return self._val_pw(v, ix, key)
+
+    def _val_pw(self, v, ix, key):
         n = self.S.prod[v]
         k = self.S.kind[n]
         if k == "view":
@@ -563,6 +577,7 @@ class KernelEmitter:
         if float_sums:
             bind += "    "
         self.inner_scope = _Scope(body, bind)
+        self.pass_active = bool(getattr(self, "cache_buf", None))
         blocks = {}
         for r in reds:
             v = self.val(r.inputs[0], identity(nd))
@@ -584,6 +599,10 @@ class KernelEmitter:
             e = self.val(v, ix) if self.S.prod.get(v) is not None and not self._is_leaf(v) \
                 else self.val(v, ix)
             self.inner_scope.add(f"{self.access('out', v, shape, cix)} = {e}")
+        if self.pass_active:
+            self.cache_ready |= self.cache_pending
+            self.cache_pending = set()
+        self.pass_active = False
         lines.extend(loop_lines)
         n = f"n{P}"
         if slice_mode:
@@ -688,6 +707,92 @@ class KernelEmitter:
             e = self.val(v, self.S.out_index(kt, v))
             scope.add(f"{self.access('out', v, shape, cix)} = {e}")
 
+    def plan_row_cache(self, phases):
+        """Values several column passes of a row kernel need, that do not depend on the
+        kernel's own reductions and are expensive (a transcendental in their expression,
+        e.g. the GELU chain in a layer-norm backward): the first pass that computes one
+        stores it in a row-sized scratch buffer (in L1/L2), later passes load it. Only the
+        values later passes use directly (the cut) are kept, not their operands."""
+        self.cache_buf, self.cache_ready, self.cache_pending = {}, set(), set()
+        self.pass_active = False
+        kt = self.kt
+        active = [(r, f) for r, f in phases if r or f]
+        if kt.ktype != "rows" or len(self.inner) != 1 or len(active) < 2:
+            return
+        nd = len(kt.domain)
+        idn = identity(nd)
+        red_outs = {r.outputs[0] for r in kt.reds}
+        S = self.S
+        dep, cost = {}, {}
+
+        def reddep(v):
+            if v not in dep:
+                n = S.prod.get(v)
+                dep[v] = v in red_outs or (n is not None and not self._is_leaf(v) and
+                                           any(reddep(u) for u in n.inputs))
+            return dep[v]
+
+        def subtree(v, acc):
+            n = S.prod.get(v)
+            if n is None or self._is_leaf(v) or n in acc:
+                return acc
+            acc.add(n)
+            for u in n.inputs:
+                subtree(u, acc)
+            return acc
+
+        def expense(v):
+            if v not in cost:
+                cost[v] = sum(_EXPENSIVE.get(n.prim.name, 1) for n in subtree(v, set()))
+            return cost[v]
+        uses = []
+        for reds, fulls in active:
+            seen = set()
+
+            def visit(kind, v, ix, seen=seen):
+                if kind == "node" and ix == idn and S.kind[S.prod[v]] == "pw":
+                    seen.add(v)
+            for root in [r.inputs[0] for r in reds] + list(fulls):
+                S.walk(kt, root, idn, visit, self._stop_for(root))
+            uses.append(seen)
+        first = {}
+        for p, u in enumerate(uses):
+            for v in u:
+                first.setdefault(v, p)
+        cands = {v for p, u in enumerate(uses) for v in u
+                 if first[v] < p and not reddep(v) and expense(v) >= 12}
+        keep = set()
+        for p, u in enumerate(uses):
+            for c in cands & u:
+                if first[c] == p:
+                    continue
+                users = [n.outputs[0] for n in S.users.get(c, ()) if n.outputs[0] in u]
+                roots = {r.inputs[0] for r in active[p][0]} | set(active[p][1])
+                # kept where phase p needs it for something it computes anew
+                if c in roots or any(w not in cands or first[w] == p for w in users):
+                    keep.add(c)
+        for v in sorted(keep, key=lambda v: v.name):
+            self.cache_buf[v] = self.fresh("scr")
+
+    def cached_val(self, v, ix, compute):
+        """Load v from its row scratch buffer, or compute it and store it there."""
+        vs = self.view_scope
+        key = ("scratch", v)
+        if key not in vs.memo:
+            vn = self.fresh("v")
+            buf = self.cache_buf[v]
+            vs.add(f"{vn} = {buf}[lo:hi]" if self.slice_mode else f"{vn} = {buf}")
+            vs.memo[key] = vn
+        view = vs.memo[key]
+        if v in self.cache_ready:
+            name = self.fresh()
+            self.inner_scope.add(f"{name} = {view}[{self.jvar}]")
+            return name
+        name = compute()
+        self.inner_scope.add(f"{view}[{self.jvar}] = {name}")
+        self.cache_pending.add(v)
+        return name
+
     def nest(self, body):
         """Rows (or single-row / elementwise n-d) kernels: rows in (p)range, passes inside."""
         kt = self.kt
@@ -702,7 +807,11 @@ class KernelEmitter:
         if kt.ktype == "cols":
             self.cols_nest(body, rb)
             return
-        for reds, fulls in self.phases():
+        phases = self.phases()
+        self.plan_row_cache(phases)
+        for v, nm in self.cache_buf.items():
+            self.row_scope.add(f"{nm} = np.empty(n{self.innermost}, {np_name(v.dtype)})")
+        for reds, fulls in phases:
             if not reds and not fulls:   # e.g. a kernel of per-row gathers only
                 continue
             accs = {r: self.init_acc(self.row_scope, r) for r in reds}

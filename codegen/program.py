@@ -5,6 +5,7 @@ import numba
 import numpy as np
 
 from aotgrad.codegen import cache
+from aotgrad.codegen.cse import cse
 from aotgrad.codegen.emitter import emit_kernel, module_source
 from aotgrad.codegen.executor import Plan
 from aotgrad.codegen.scheduler import Kernel, Scheduler
@@ -29,6 +30,8 @@ class CompiledGraph:
     def __init__(self, graph, name="graph", reuse_outputs=False):
         t0 = time.perf_counter()
         self.graph, self.name = graph, name
+        graph = cse(graph)          # identical subexpressions computed once
+        self.scheduled_graph = graph
         self.scheduler = Scheduler(graph)
         self.schedule = self.scheduler.run()
         helpers = set()

@@ -584,3 +584,41 @@ def test_cross_entropy_gather_and_scatter_fuse_into_row_kernels():
         pf(x, bad)
     with pytest.raises(IndexError, match="scatter_add"):
         pb(x, bad, g)
+
+
+def test_row_kernel_keeps_an_expensive_value_for_later_passes():
+    """A tanh used by three column passes of one row kernel (mean, variance, output) is
+    computed once per element: the first pass stores it in a row scratch buffer, later
+    passes load it."""
+    R, C = 16, 300
+
+    def fn(x):
+        y = prims.tanh(x)
+        m = prims.div(prims.reduce_sum(y, dims=(1,)), full((R,), C))
+        d = prims.sub(y, bcast(m, (R, C), (0,)))
+        v = prims.div(prims.reduce_sum(prims.mul(d, d), dims=(1,)), full((R,), C))
+        return prims.mul(d, bcast(prims.rsqrt(prims.add(v, full((R,), 1e-5))), (R, C), (0,)))
+    g = build(fn, ((R, C), F32))
+    x = rand((R, C), lo=-3, hi=3)
+    prog = check(g, [x], rtol=1e-4, atol=1e-5)
+    assert len(prog.kernels()) == 1, prog.report()
+    assert prog.source.count("tanh_f32(") == 2, prog.source   # definition + one call
+    assert "scr" in prog.source, prog.source
+    y = np.tanh(x.astype(np.float64))
+    d = y - y.mean(1, keepdims=True)
+    np.testing.assert_allclose(prog(x)[0], d / np.sqrt(d.var(1, keepdims=True) + 1e-5),
+                               rtol=1e-4, atol=1e-5)
+
+
+def test_identical_subexpressions_are_computed_once():
+    """Backward graphs rebuild the same chain per use; the compiled program merges them."""
+    def fn(x):
+        a = prims.exp(prims.mul(x, x))
+        b = prims.exp(prims.mul(x, x))
+        return [prims.add(a, b), prims.mul(a, b)]
+    g = build(fn, ((50, 40), F32))
+    x = rand((50, 40), lo=-1, hi=1)
+    prog = check(g, [x], rtol=1e-5, atol=1e-6)
+    assert len(prog.scheduled_graph.nodes) == len(g.nodes) - 2
+    assert prog.source.count("exp_f32(") == 2, prog.source    # definition + one call
+    assert len(g.nodes) == 6     # the caller's graph is left as it was
