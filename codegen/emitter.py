@@ -23,6 +23,7 @@ from aotgrad.ir import dtypes as dt
 PAR_MIN = 1 << 17        # elements of work before a kernel uses prange
 BLOCK = 4096             # elements per prange block and per float32 partial sum
 COL_CHUNK = 512          # kept-dim chunk of a column reduction run in parallel
+ROW_BLOCK = 64           # rows per partial of a column sum fused into a row kernel
 
 _NP = {dt.float32: "np.float32", dt.float64: "np.float64", dt.int32: "np.int32",
        dt.int64: "np.int64", dt.bool_: "np.bool_"}
@@ -163,6 +164,8 @@ class KernelEmitter:
             ix = self.S.out_index(kt, v)
             refs.append((("out", v), list(v.shape), list(ix)))
         for r in kt.reds:
+            if r in kt.col_reds:
+                continue
             refs.append((("red", r.outputs[0]), list(rowsh), list(identity(len(rowsh)))))
         if any(t[0] == "g" for _, _, ix in refs for t in ix):
             blocked.update(range(len(D)))     # a gathered index: keep dims as they are
@@ -550,10 +553,12 @@ class KernelEmitter:
         return [([r for r in kt.reds if level[r] == p], [v for v in fulls if out_lvl[v] == p])
                 for p in range(nph)]
 
-    def inner_loop(self, lines, indent, reds, fulls, accs, slice_mode=False, jvar="j"):
+    def inner_loop(self, lines, indent, reds, fulls, accs, slice_mode=False, jvar="j",
+                   creds=None):
         """Emit the innermost loop(s) of one pass into `lines`; returns nothing.
 
-        accs: reduction -> accumulator variable (already initialised by the caller)."""
+        accs: reduction -> accumulator variable (already initialised by the caller).
+        creds: column sum -> this thread's row of column partials (one inner dim only)."""
         kt = self.kt
         nd = len(kt.domain)
         self.slice_mode, self.jvar = slice_mode, jvar
@@ -595,6 +600,15 @@ class KernelEmitter:
                 self.inner_scope.add(f"    {ai} = {idxe}")
             else:
                 self.inner_scope.add(self.combine(r, a, v))
+        for r, crow in (creds or {}).items():
+            v = self.val(r.inputs[0], identity(nd))
+            key = ("crow", crow)
+            if key not in self.view_scope.memo:
+                cv = self.fresh("cv")
+                self.view_scope.add(f"{cv} = {crow}[lo:hi]" if self.slice_mode
+                                    else f"{cv} = {crow}")
+                self.view_scope.memo[key] = cv
+            self.inner_scope.add(f"{self.view_scope.memo[key]}[{jvar}] += {v}")
         for v, ix, shape, cix in self.out_targets(fulls):
             e = self.val(v, ix) if self.S.prod.get(v) is not None and not self._is_leaf(v) \
                 else self.val(v, ix)
@@ -700,8 +714,9 @@ class KernelEmitter:
 
     def write_row_outputs(self, scope):
         kt = self.kt
+        cols = {r.outputs[0] for r in kt.col_reds}
         for v in kt.row_outputs if kt.ktype != "elementwise" else []:
-            if kt.ktype == "cols" and v in {r.outputs[0] for r in kt.reds}:
+            if kt.ktype == "cols" and v in {r.outputs[0] for r in kt.reds} or v in cols:
                 continue
             shape, cix = self.refmap[("out", v)]
             e = self.val(v, self.S.out_index(kt, v))
@@ -801,8 +816,26 @@ class KernelEmitter:
         rows = " * ".join(f"n{P}" for P in outer) or "1"
         if kt.ktype == "cols":
             self.parallel = False
-        rb = [f"    for r in {self.rng(rows)}:"]
-        self.row_scope = _Scope(rb, "        ")
+        cparts = {}
+        if kt.col_reds and kt.ktype == "rows":
+            # column sums riding along (2-d domain): rows run in blocks of ROW_BLOCK, each
+            # block with a float64 partial per column, combined after the loop
+            body.append(f"    nrb = ({rows} + {ROW_BLOCK - 1}) // {ROW_BLOCK}")
+            rb = [f"    for rblk in {self.rng('nrb')}:"]
+            for r in kt.col_reds:
+                cp = self.fresh("cpart")
+                # float32 partials over ROW_BLOCK rows (a float64 read-modify-write per
+                # element cost 10 ms on W3), blocks combined in float64 afterwards
+                body.append(f"    {cp} = np.zeros((nrb, n{self.inner[-1]}), "
+                            f"{np_name(r.inputs[0].dtype)})")
+                cparts[r] = (cp, self.fresh("crow"))
+                rb.append(f"        {cparts[r][1]} = {cp}[rblk]")
+            rb.append(f"        for r in range(rblk * {ROW_BLOCK}, "
+                      f"min(rblk * {ROW_BLOCK} + {ROW_BLOCK}, {rows})):")
+            self.row_scope = _Scope(rb, "            ")
+        else:
+            rb = [f"    for r in {self.rng(rows)}:"]
+            self.row_scope = _Scope(rb, "        ")
         self.decode(self.row_scope, outer)
         if kt.ktype == "cols":
             self.cols_nest(body, rb)
@@ -812,15 +845,33 @@ class KernelEmitter:
         for v, nm in self.cache_buf.items():
             self.row_scope.add(f"{nm} = np.empty(n{self.innermost}, {np_name(v.dtype)})")
         for reds, fulls in phases:
-            if not reds and not fulls:   # e.g. a kernel of per-row gathers only
+            creds = {r: cparts[r][1] for r in reds if r in cparts}
+            reds = [r for r in reds if r not in cparts]
+            if not reds and not fulls and not creds:   # e.g. per-row gathers only
                 continue
             accs = {r: self.init_acc(self.row_scope, r) for r in reds}
-            self.inner_loop(rb, "        ", reds, fulls, accs)
+            self.inner_loop(rb, self.row_scope.indent, reds, fulls, accs, creds=creds)
             for r in reds:
                 self.nan_fix(self.row_scope, r, accs[r])
                 self.finish_red(self.row_scope, r, accs[r])
         self.write_row_outputs(self.row_scope)
         body.extend(rb)
+        for r, (cp, _) in cparts.items():
+            v = r.outputs[0]
+            if v not in kt.outputs:
+                continue
+            shape, _ = self.refmap[("out", v)]
+            name = self.arg("out", v, shape if shape else [1])
+            of = self.fresh("of")
+            self.top_scope.add(f"{of} = {name}.reshape({name}.size)")
+            # explicit loops: an array method here would become a parallel region per q
+            tot = self.fresh("ctot")
+            self.top_scope.add(f"{tot} = np.zeros({of}.size, np.float64)")
+            self.top_scope.add("for b in range(nrb):")
+            self.top_scope.add(f"    for q in range({of}.size):")
+            self.top_scope.add(f"        {tot}[q] += {cp}[b, q]")
+            self.top_scope.add(f"for q in range({of}.size):")
+            self.top_scope.add(f"    {of}[q] = {np_name(v.dtype)}({tot}[q])")
 
     def full_nest(self, body):
         """Reduction over every dim of an n-d domain that does not collapse to one dim (e.g.

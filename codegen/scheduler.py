@@ -169,6 +169,7 @@ class Kernel(Step):
         self.domain = tuple(domain)
         self.k = k                  # rows: trailing reduced dims; cols: leading reduced dims
         self.reds = []              # reduction nodes computed here
+        self.col_reds = []          # of those, column sums riding along a rows kernel
         self.merged_from = 1
 
     @property
@@ -188,6 +189,17 @@ class Kernel(Step):
                 "cols": f"column-reduction over first {self.k} dim(s)"}[self.ktype]
         return (f"{what} over {list(self.domain)}: {len(self.nodes)} nodes "
                 f"({', '.join(ops)}) -> {', '.join(v.name for v in self.outputs)}")
+
+
+def col_reds(kt):
+    """Reductions over leading dims in kernel kt (all of them for a `cols` kernel)."""
+    if not isinstance(kt, Kernel):
+        return []
+    return list(kt.reds) if kt.ktype == "cols" else list(kt.col_reds)
+
+
+def col_outputs(kt):
+    return {r.outputs[0] for r in col_reds(kt)}
 
 
 class Schedule:
@@ -344,6 +356,8 @@ class Scheduler:
         """Index at which kernel kt writes its output v (full-domain or per-row)."""
         if v.shape == kt.domain:
             return identity(len(kt.domain))
+        if kt.ktype == "rows" and v in col_outputs(kt):
+            return identity(len(v.shape), start=len(kt.domain) - len(v.shape))
         if kt.ktype == "rows":
             ix = row_index(kt.rowshape, v.shape)
             if ix is not None:
@@ -448,8 +462,16 @@ class Scheduler:
         if a.domain != b.domain and not row_output:
             return False, "different loop domains"
         kinds = {a.ktype, b.ktype}
-        if kinds == {"rows", "cols"} or (a.ktype == b.ktype == "cols") and a.k != b.k:
+        mixed = kinds == {"rows", "cols"}
+        if mixed and not (len(a.domain) == 2 and a.k == b.k == 1 and all(
+                r.prim.name == "reduce_sum" and r.inputs[0].dtype.is_floating_point
+                for r in (a if a.ktype == "cols" else b).reds)):
             return False, "row and column reductions iterate differently"
+        if (a.ktype == b.ktype == "cols") and a.k != b.k:
+            return False, "row and column reductions iterate differently"
+        col_a, col_b = col_outputs(a), col_outputs(b)
+        if any(v in col_a for v, _ in b.leaf_refs) or any(v in col_b for v, _ in a.leaf_refs):
+            return False, "column reduction result used inside the loop"
         if "rows" in kinds and a.ktype == b.ktype == "rows" and a.k != b.k:
             return False, "reduce different numbers of trailing dims"
         if self._reaches_indirectly(dep, b, a) or self._reaches_indirectly(dep, a, b):
@@ -458,6 +480,8 @@ class Scheduler:
         a_vals = set(a.outputs) | {r.outputs[0] for r in a.reds}
         nd = len(a.domain)
         kt = a if a.ktype != "elementwise" else b
+        if mixed:
+            kt = a if a.ktype == "rows" else b
         if kt.ktype == "rows" and a.ktype == "elementwise" and a.domain != b.domain:
             # a (per-row values) joins rows kernel b: b must read them per row
             for v, ix in b.leaf_refs:
@@ -490,7 +514,9 @@ class Scheduler:
             # siblings with the same domain reading the same inputs
             for i, a in enumerate(kernels):
                 for b in kernels[i + 1:]:
-                    if a.key() == b.key() and b not in dep[a] and a not in dep[b] and \
+                    same = a.key() == b.key() or (
+                        {a.ktype, b.ktype} == {"rows", "cols"} and a.domain == b.domain)
+                    if same and b not in dep[a] and a not in dep[b] and \
                             set(a.inputs) & set(b.inputs):
                         pairs.append((a, b))
             for a, b in pairs:
@@ -529,10 +555,17 @@ class Scheduler:
         return out
 
     def _absorb(self, a, b):
-        if b.ktype == "elementwise" and a.ktype == "rows" and b.domain != a.domain:
+        if {a.ktype, b.ktype} == {"rows", "cols"}:
+            # column sums ride along a row kernel over the same 2-d domain: per-thread
+            # partial sums of each column, combined after the row loop
+            a.col_reds = col_reds(a) + col_reds(b)
+            a.ktype, a.k = "rows", 1
+        elif b.ktype == "elementwise" and a.ktype == "rows" and b.domain != a.domain:
             pass
         elif b.ktype != "elementwise" and a.ktype == "elementwise":
             a.ktype, a.k, a.domain = b.ktype, b.k, b.domain
+        if b.col_reds and a.ktype == "rows":
+            a.col_reds = col_reds(a) + [r for r in b.col_reds if r not in a.col_reds]
         a.reds += [r for r in b.reds if r not in a.reds]
         a.outputs += [v for v in b.outputs if v not in a.outputs]
         a.merged_from += b.merged_from

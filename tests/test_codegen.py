@@ -622,3 +622,19 @@ def test_identical_subexpressions_are_computed_once():
     assert len(prog.scheduled_graph.nodes) == len(g.nodes) - 2
     assert prog.source.count("exp_f32(") == 2, prog.source    # definition + one call
     assert len(g.nodes) == 6     # the caller's graph is left as it was
+
+
+def test_column_sums_ride_along_the_row_kernel():
+    """Layer-norm backward: the bias/gain gradients (sums over rows) are computed in the same
+    pass over dy as the per-row sums (float32 partials per block of rows, combined in
+    float64): one kernel, accurate against float64 with several row blocks."""
+    R, C = 300, 96
+    dy, xh = rand((R, C), seed=3), rand((R, C), seed=4)
+    rstd, gm = rand((R,), seed=5, lo=0.5), rand((C,), seed=1)
+    prog = check(layernorm_backward_graph(R, C), [dy, xh, rstd, gm], rtol=1e-4, atol=1e-5)
+    assert len(prog.kernels()) == 1, prog.report()
+    assert "cpart" in prog.source, prog.source
+    dx, dg, db = prog(dy, xh, rstd, gm)
+    d64, x64 = dy.astype(np.float64), xh.astype(np.float64)
+    np.testing.assert_allclose(db, d64.sum(0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(dg, (d64 * x64).sum(0), rtol=1e-5, atol=1e-5)
