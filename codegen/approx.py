@@ -127,9 +127,9 @@ def exp_f32(x):
     p = p * r + np.float32(1.0)
     n = np.int32(fn if fn == fn else np.float32(0.0))
     n1 = n >> 1
-    n2 = n - n1
-    res = p * _i2f(np.int32((n1 + 127) << 23)) * _i2f(np.int32((n2 + 127) << 23))
-    return res
+    # p * 2^(n - n1) stays normal (|n - n1| <= 76): add to p's exponent bits directly
+    pn = _i2f(_f2i(p) + np.int32((n - n1) << 23))
+    return pn * _i2f(np.int32((n1 + 127) << 23))
 ''')
 
 _helper("log_f32", ("bitcast",), '''
