@@ -12,11 +12,20 @@ keep their own Var (outputs stay distinct arrays).
 from aotgrad.ir.core import Graph, Node
 
 
+_SIMPLE = (int, float, bool, str, type(None))
+
+
+def _simple(v):
+    if isinstance(v, (tuple, list)):
+        return all(_simple(u) for u in v)
+    return isinstance(v, _SIMPLE) or type(v).__name__ == "DType"
+
+
 def _key(node, inputs):
-    try:
-        params = repr(sorted(node.params.items()))
-    except TypeError:
+    """Structural key of a node, or None when its params are not plain values."""
+    if not all(_simple(v) for v in node.params.values()):
         return None
+    params = repr(sorted(node.params.items()))
     return (node.prim.name, tuple(id(u) for u in inputs), params)
 
 
