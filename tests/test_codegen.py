@@ -638,3 +638,21 @@ def test_column_sums_ride_along_the_row_kernel():
     d64, x64 = dy.astype(np.float64), xh.astype(np.float64)
     np.testing.assert_allclose(db, d64.sum(0), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(dg, (d64 * x64).sum(0), rtol=1e-5, atol=1e-5)
+
+
+def test_column_sum_after_a_row_statistic_in_the_same_kernel():
+    """A column sum of a value that needs the row's mean runs in the row kernel's second
+    pass; a column sum of the input in its first."""
+    R, C = 200, 50
+
+    def fn(x):
+        mu = prims.div(prims.reduce_sum(x, dims=(1,)), full((R,), C))
+        xc = prims.sub(x, bcast(mu, (R, C), (0,)))
+        y = prims.mul(xc, xc)
+        return [y, prims.reduce_sum(y, dims=(0,)), prims.reduce_sum(x, dims=(0,))]
+    x = rand((R, C))
+    prog = check(build(fn, ((R, C), F32)), [x], rtol=1e-5, atol=1e-5)
+    assert len(prog.kernels()) == 1, prog.report()
+    x64 = x.astype(np.float64)
+    y = (x64 - x64.mean(1, keepdims=True)) ** 2
+    np.testing.assert_allclose(prog(x)[1], y.sum(0), rtol=1e-5)
