@@ -110,8 +110,7 @@ def _partition(joint, n_primals, n_fw_outputs, allow_reductions):
                 g.add_edge(("out", u), ("in", v))
     fw_values = list(primals) + [v for n in joint.nodes if n not in bw_nodes for v in n.outputs]
     for v in fw_values:
-        # saving v costs its bytes; a tiny bias prefers saving inputs over equal-size temps
-        g.add_edge(("in", v), ("out", v), capacity=nbytes(v) + (0 if v in primals else 1e-3))
+        g.add_edge(("in", v), ("out", v), capacity=_save_cost(v, producer.get(v)))
     for n in bw_nodes:
         for u in n.inputs:
             if u not in bw_vals:
@@ -141,9 +140,20 @@ def _partition(joint, n_primals, n_fw_outputs, allow_reductions):
                  ("reduction" if "reduction" in p.prim.tags else None))
             where = f" at {p.provenance.where()}" if p.provenance is not None else ""
             reasons[v] = f"output of {p.prim.name}{where}" + (
-                f" (never recomputed: {kind})" if kind else " (cheaper to save than recompute)")
+                f" (never recomputed: {kind})" if kind else
+                " (recomputing it would need more bytes saved)")
     del needed_by_bw, fw_needed
     return Partition(fwd, bwd, saved, recomputed, reasons)
+
+
+def _save_cost(v, producer):
+    """Bytes that saving v costs. An input or the result of a contraction/reduction is in
+    memory anyway: its size. A pointwise or shape value would otherwise live only inside a
+    fused kernel: saving it adds a write in the forward and a read in the backward, so it
+    costs twice its size (with fast vectorised math, recomputing it is cheaper)."""
+    if producer is None or not (producer.prim.tags & RECOMPUTABLE_TAGS):
+        return nbytes(v)
+    return 2 * nbytes(v) + 1e-3  # the bias breaks ties toward values in memory anyway
 
 
 def _ancestors_nodes(graph, outputs, producer):
