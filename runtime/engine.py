@@ -207,6 +207,9 @@ def accumulate_grad(var, g, create_graph):
     if create_graph:
         var._grad = g if var._grad is None else var._grad + g
     elif var._grad is None:
+        if g.__dict__.pop("_fresh", False):  # a buffer nobody else holds: take it as is
+            var._grad = g
+            return _post_accumulate(var)
         value = g._value
         if isinstance(value, np.ndarray):
             value = np.array(value, copy=True, order="C")
@@ -217,8 +220,19 @@ def accumulate_grad(var, g, create_graph):
         var._grad._version.v += 1
     else:
         var._grad = Tensor._make((var._grad + g.detach())._value, False)
+    _post_accumulate(var)
+
+
+def _post_accumulate(var):
     for hook in var._post_acc_hooks:
         hook(var)
+
+
+def fresh(t):
+    """Mark a tensor whose array was just allocated for it and is referenced nowhere else (a
+    compiled backward's output): AccumulateGrad may keep it as `.grad` without a copy."""
+    t.__dict__["_fresh"] = True
+    return t
 
 
 def _node_of(t):

@@ -5,7 +5,7 @@ import numpy as np
 from aotgrad.ir.core import Aval
 from aotgrad.runtime import profiling
 from aotgrad.runtime.dispatch import apply
-from aotgrad.runtime.engine import FREED_MESSAGE, Node, SavedTensor, _node_of
+from aotgrad.runtime.engine import FREED_MESSAGE, Node, SavedTensor, _node_of, fresh
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.tensor import Tensor
 
@@ -61,7 +61,11 @@ class CompiledBackward(Node):
             outs = p.run_backward(args)
         if _mode.anomaly and _mode.anomaly_check_nan:
             check_nan(p.backward, args, outs, self.name())
-        return p.scatter_grads([Tensor._make(o) for o in outs])
+        seen = {id(a) for a in args}  # inputs passed through, or an array returned twice,
+        # are not fresh
+        grads = [fresh(Tensor._make(o)) if id(o) not in seen and not seen.add(id(o)) and
+                 o.flags.writeable and o.flags.c_contiguous else Tensor._make(o) for o in outs]
+        return p.scatter_grads(grads)
 
     def _release(self):
         self._saved_arrays = None

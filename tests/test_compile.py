@@ -489,3 +489,17 @@ def test_input_modified_in_place_after_compiled_forward_is_an_error():
         x.add_(1)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         y.backward()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_grads_from_compiled_backward_do_not_alias_user_tensors(backend):
+    cf = ag.compile(lambda x, y: x + y, backend=backend)  # d/dx = d/dy = the incoming grad
+    x, y = _randn(3), _randn(3)
+    g = ag.ones(3)
+    cf(x, y).backward(g)
+    x.grad.add_(1)  # would show through in y.grad or g if they shared a buffer
+    np.testing.assert_array_equal(y.grad.numpy(), np.ones(3))
+    np.testing.assert_array_equal(g.numpy(), np.ones(3))
+    cf(x, y).backward(g)  # accumulation into the existing buffers stays separate too
+    np.testing.assert_array_equal(x.grad.numpy(), 3 * np.ones(3))
+    np.testing.assert_array_equal(y.grad.numpy(), 2 * np.ones(3))
