@@ -1,0 +1,59 @@
+"""Shared pieces of the kernel emitter: tuning constants, dtype names, constant
+literals and the small records (argument, kernel spec, scope) the emitter builds."""
+import math
+
+from aotgrad.ir import dtypes as dt
+
+PAR_MIN = 1 << 17        # elements of work before a kernel uses prange
+BLOCK = 4096             # elements per prange block and per float32 partial sum
+COL_CHUNK = 512          # kept-dim chunk of a column reduction run in parallel
+ROW_BLOCK = 64           # rows per partial of a column sum fused into a row kernel
+
+_NP = {dt.float32: "np.float32", dt.float64: "np.float64", dt.int32: "np.int32",
+       dt.int64: "np.int64", dt.bool_: "np.bool_"}
+_LITERALS = (0.0, 1.0, -1.0, 2.0, 0.5)
+# relative cost of a prim in a loop (default 1) for deciding what a row kernel keeps in scratch
+_EXPENSIVE = {"exp": 20, "log": 20, "tanh": 24, "logistic": 22, "erf": 24, "div": 4,
+              "sqrt": 4, "rsqrt": 5, "pow": 20, "log1p": 30, "expm1": 30, "sin": 30, "cos": 30,
+              "atan2": 40}
+
+
+def np_name(d):
+    return _NP[d]
+
+
+def const_expr(value, d):
+    if d is dt.bool_:
+        return "True" if value else "False"
+    if d.is_floating_point:
+        v = float(value)
+        s = "32" if d is dt.float32 else "64"
+        if v != v:
+            return f"NAN{s}"
+        if v in (math.inf, -math.inf):
+            return f"INF{s}" if v > 0 else f"(-INF{s})"
+        return f"np.float{s}({v!r})"
+    return f"{np_name(d)}({int(value)})"
+
+
+class ArgSpec:
+    """One kernel argument: kind in (in, out, const, size)."""
+    __slots__ = ("kind", "var", "shape", "value", "dtype")
+
+    def __init__(self, kind, var=None, shape=None, value=None, dtype=None):
+        self.kind, self.var, self.shape, self.value, self.dtype = kind, var, shape, value, dtype
+
+
+class KernelSpec:
+    def __init__(self, kernel, body, args, parallel):
+        self.kernel, self.body, self.args, self.parallel = kernel, body, args, parallel
+        self.name = None
+        self.checks = []   # the kernel returns nonzero when one of these index checks failed
+
+
+class _Scope:
+    def __init__(self, lines, indent):
+        self.lines, self.indent, self.memo = lines, indent, {}
+
+    def add(self, line):
+        self.lines.append(self.indent + line)

@@ -1,0 +1,263 @@
+"""Loop nests of a kernel: the plain nest, the full (all-dims) nest, prange blocks over a
+flat domain, and the column-reduction nests. A mixin of KernelEmitter."""
+import math
+
+import numpy as np
+
+from aotgrad.codegen.emit_base import BLOCK, COL_CHUNK, ROW_BLOCK, _Scope, const_expr, np_name  # noqa: F401
+from aotgrad.codegen.scheduler import identity  # noqa: F401
+from aotgrad.ir import dtypes as dt  # noqa: F401
+
+
+class LoopNestEmitter:
+    """Loop-nest methods of KernelEmitter."""
+
+    def nest(self, body):
+        """Rows (or single-row / elementwise n-d) kernels: rows in (p)range, passes inside."""
+        kt = self.kt
+        self.red_vals_acc = {}
+        outer = self.outer
+        rows = " * ".join(f"n{P}" for P in outer) or "1"
+        if kt.ktype == "cols":
+            self.parallel = False
+        cparts = {}
+        if kt.col_reds and kt.ktype == "rows":
+            # column sums riding along (2-d domain): rows run in blocks of ROW_BLOCK, each
+            # block with a float64 partial per column, combined after the loop
+            body.append(f"    nrb = ({rows} + {ROW_BLOCK - 1}) // {ROW_BLOCK}")
+            rb = [f"    for rblk in {self.rng('nrb')}:"]
+            for r in kt.col_reds:
+                cp = self.fresh("cpart")
+                # float32 partials over ROW_BLOCK rows (a float64 read-modify-write per
+                # element cost 10 ms on W3), blocks combined in float64 afterwards
+                body.append(f"    {cp} = np.zeros((nrb, n{self.inner[-1]}), "
+                            f"{np_name(r.inputs[0].dtype)})")
+                cparts[r] = (cp, self.fresh("crow"))
+                rb.append(f"        {cparts[r][1]} = {cp}[rblk]")
+            rb.append(f"        for r in range(rblk * {ROW_BLOCK}, "
+                      f"min(rblk * {ROW_BLOCK} + {ROW_BLOCK}, {rows})):")
+            self.row_scope = _Scope(rb, "            ")
+        else:
+            rb = [f"    for r in {self.rng(rows)}:"]
+            self.row_scope = _Scope(rb, "        ")
+        self.decode(self.row_scope, outer)
+        if kt.ktype == "cols":
+            self.cols_nest(body, rb)
+            return
+        phases = self.phases()
+        self.plan_row_cache(phases)
+        for v, nm in self.cache_buf.items():
+            self.row_scope.add(f"{nm} = np.empty(n{self.innermost}, {np_name(v.dtype)})")
+        for reds, fulls in phases:
+            creds = {r: cparts[r][1] for r in reds if r in cparts}
+            reds = [r for r in reds if r not in cparts]
+            if not reds and not fulls and not creds:   # e.g. per-row gathers only
+                continue
+            accs = {r: self.init_acc(self.row_scope, r) for r in reds}
+            self.inner_loop(rb, self.row_scope.indent, reds, fulls, accs, creds=creds)
+            for r in reds:
+                self.nan_fix(self.row_scope, r, accs[r])
+                self.finish_red(self.row_scope, r, accs[r])
+        self.write_row_outputs(self.row_scope)
+        body.extend(rb)
+        for r, (cp, _) in cparts.items():
+            v = r.outputs[0]
+            if v not in kt.outputs:
+                continue
+            shape, _ = self.refmap[("out", v)]
+            name = self.arg("out", v, shape if shape else [1])
+            of = self.fresh("of")
+            self.top_scope.add(f"{of} = {name}.reshape({name}.size)")
+            # explicit loops: an array method here would become a parallel region per q
+            tot = self.fresh("ctot")
+            self.top_scope.add(f"{tot} = np.zeros({of}.size, np.float64)")
+            self.top_scope.add("for b in range(nrb):")
+            self.top_scope.add(f"    for q in range({of}.size):")
+            self.top_scope.add(f"        {tot}[q] += {cp}[b, q]")
+            self.top_scope.add(f"for q in range({of}.size):")
+            self.top_scope.add(f"    {of}[q] = {np_name(v.dtype)}({tot}[q])")
+
+    def full_nest(self, body):
+        """Reduction over every dim of an n-d domain that does not collapse to one dim (e.g.
+        sum(f(x, bias))): prange over the first dim, one partial per index, then combined."""
+        kt = self.kt
+        self.red_vals_acc = {}
+        P0 = self.inner[0]
+        inner = self.inner
+        self.inner = inner[1:]           # P0 becomes the (parallel) row loop
+        self.loopvar[P0] = "r"
+        for reds, fulls in self.phases():
+            parts = {}
+            for r in reds:
+                parts[r] = self.fresh("part")
+                body.append(f"    {parts[r]} = np.empty(n{P0}, {np_name(self.red_info(r)[1])})")
+            rb = [f"    for r in {self.rng(f'n{P0}')}:"]
+            self.row_scope = _Scope(rb, "        ")
+            accs = {r: self.init_acc(self.row_scope, r) for r in reds}
+            self.inner_loop(rb, "        ", reds, fulls, accs)
+            for r in reds:
+                self.nan_fix(self.row_scope, r, accs[r])
+                self.row_scope.add(f"{parts[r]}[r] = {accs[r]}")
+            body.extend(rb)
+            self.row_scope = None
+            for r in reds:
+                op = self.red_info(r)[0]
+                a = self.init_acc(self.top_scope, r)
+                p = parts[r]
+                self.top_scope.add(f"for b in range(n{P0}):")
+                if op in ("max", "min") and r.inputs[0].dtype.is_floating_point:
+                    cmp = ">" if op == "max" else "<"   # a NaN partial sticks
+                    self.top_scope.add(f"    {a} = {p}[b] if ({p}[b] {cmp} {a} or "
+                                       f"{p}[b] != {p}[b]) and {a} == {a} else {a}")
+                elif op in ("max", "min"):
+                    self.top_scope.add(f"    {a} = {op}({a}, {p}[b])")
+                elif op == "sum":
+                    self.top_scope.add(f"    {a} += {p}[b]")
+                else:
+                    self.top_scope.add(f"    {a} *= {p}[b]")
+                self.finish_red(self.top_scope, r, a)
+        self.inner = inner
+        self.write_row_outputs(self.top_scope)
+
+    def blocked(self, body):
+        """One long dim: prange over blocks of BLOCK; per-block partials for reductions."""
+        kt = self.kt
+        self.red_vals_acc = {}
+        body.append(f"    nb = (n0 + {BLOCK - 1}) // {BLOCK}")
+        for reds, fulls in self.phases():
+            parts = {}
+            for r in reds:
+                op, ad = self.red_info(r)
+                p = self.fresh("part")
+                parts[r] = p
+                body.append(f"    {p} = np.empty(nb, {np_name(ad)})")
+            blk = [f"    for b in {self.rng('nb')}:",
+                   f"        lo = b * {BLOCK}",
+                   f"        hi = min(lo + {BLOCK}, n0)"]
+            bs = _Scope(blk, "        ")
+            accs = {}
+            for r in reds:
+                op, ad = self.red_info(r)
+                a = self.fresh("acc")
+                if op == "sum" and r.inputs[0].dtype is dt.float32:
+                    bs.add(f"{a} = np.float32(0.0)")
+                else:
+                    bs.add(f"{a} = {self.init_expr(r)}")
+                accs[r] = a
+            self.inner_loop(blk, "        ", reds, fulls, accs, slice_mode=True, jvar="jj")
+            for r in reds:
+                op, ad = self.red_info(r)
+                bs.add(f"{parts[r]}[b] = {accs[r]}")
+            body.extend(blk)
+            for r in reds:
+                a = self.init_acc(self.top_scope, r)
+                p = parts[r]
+                self.top_scope.add(f"for b in range(nb):")
+                self.top_scope.add("    " + self.combine(r, a, f"{p}[b]").replace(
+                    "np.int64(", "(") if self.red_info(r)[0] not in ("max", "min") else
+                    "    " + self.combine(r, a, f"{p}[b]"))
+                if self.red_info(r)[0] in ("max", "min") and r.inputs[0].dtype.is_floating_point:
+                    self.jvar = "j"
+                    self.slice_mode = False
+                    self.loopvar[0] = "j"
+                    self.nan_fix(self.top_scope, r, a)
+                self.finish_red(self.top_scope, r, a)
+        self.write_row_outputs(self.top_scope)
+
+    def cols_chunked(self, body):
+        """Column reduction over one kept dim: prange over kept-dim chunks, rows inside."""
+        kt = self.kt
+        K = self.innermost
+        accs = {}
+        for r in kt.reds:
+            op, ad = self.red_info(r)
+            a = self.fresh("acc")
+            body.append(f"    {a} = np.full(n{K}, {self.init_expr(r)}, {np_name(ad)})")
+            accs[r] = a
+        rows = " * ".join(f"n{P}" for P in self.outer) or "1"
+        body.append(f"    nc = (n{K} + {COL_CHUNK - 1}) // {COL_CHUNK}")
+        cl = [f"    for cb in {self.rng('nc')}:",
+              f"        lo = cb * {COL_CHUNK}",
+              f"        hi = min(lo + {COL_CHUNK}, n{K})"]
+        views = {}
+        for r in kt.reds:
+            views[r] = self.fresh("av")
+            cl.append(f"        {views[r]} = {accs[r]}[lo:hi]")
+        cl.append(f"        for r in range({rows}):")
+        self.row_scope = _Scope(cl, "            ")
+        self.decode(self.row_scope, self.outer)
+        fulls = [v for v in kt.outputs if v.shape == kt.domain]
+        self._cols_inner(cl, "            ", kt.reds, fulls, views, slice_mode=True)
+        body.extend(cl)
+        self._cols_finish(accs)
+
+    def _cols_inner(self, body, indent, reds, fulls, views, slice_mode):
+        nd = len(self.kt.domain)
+        self.slice_mode, self.jvar = slice_mode, "jj"
+        P = self.innermost
+        self.loopvar[P] = "(lo + jj)" if slice_mode else "jj"
+        pre, inner = [], []
+        ind = indent
+        loops = []
+        for Q in self.inner[:-1]:
+            self.loopvar[Q] = f"i{Q}"
+            loops.append(f"{ind}for i{Q} in range(n{Q}):")
+            ind += "    "
+        self.view_scope = _Scope(pre, ind)
+        self.inner_scope = _Scope(inner, ind + "    ")
+        for r in reds:
+            v = self.val(r.inputs[0], identity(nd))
+            op, ad = self.red_info(r)
+            if slice_mode:
+                tgt = f"{views[r]}[jj]"
+            else:
+                tgt = f"{views[r]}[{', '.join(self.loopvar[Q] for Q in self.inner)}]"
+            if op == "sum":
+                self.inner_scope.add(f"{tgt} += {np_name(ad)}({v})")
+            elif op == "prod":
+                self.inner_scope.add(f"{tgt} *= {np_name(ad)}({v})")
+            else:
+                cmp = ">=" if op == "max" else "<="
+                w = self.fresh()
+                self.inner_scope.add(f"{w} = {np_name(ad)}({v})")
+                self.inner_scope.add(
+                    f"{tgt} = {tgt} if ({tgt} {cmp} {w} or {tgt} != {tgt}) else {w}")
+        for v, ix, shape, cix in self.out_targets(fulls):
+            e = self.val(v, ix)
+            self.inner_scope.add(f"{self.access('out', v, shape, cix)} = {e}")
+        body.extend(loops + pre)
+        rng = "range(hi - lo)" if slice_mode else f"range(n{P})"
+        body.append(f"{ind}for jj in {rng}:")
+        body.extend(inner)
+
+    def _cols_finish(self, accs):
+        kt = self.kt
+        for r in kt.reds:
+            v = r.outputs[0]
+            if v not in kt.outputs:
+                continue
+            shape, cix = self.refmap[("out", v)]
+            name = self.arg("out", v, shape if shape else [1])
+            od = v.dtype
+            of, af = self.fresh("of"), self.fresh("af")
+            self.top_scope.add(f"{of} = {name}.reshape({name}.size)")
+            self.top_scope.add(f"{af} = {accs[r]}.reshape({accs[r]}.size)")
+            self.top_scope.add(f"for q in range({of}.size):")
+            e = f"{af}[q] != 0" if od is dt.bool_ else f"{np_name(od)}({af}[q])"
+            self.top_scope.add(f"    {of}[q] = {e}")
+
+    def cols_nest(self, body, rb):
+        """Column reduction with several kept dims: serial, accumulators shaped like them."""
+        kt = self.kt
+        accs = {}
+        kshape = ", ".join(f"n{Q}" for Q in self.inner)
+        for r in kt.reds:
+            op, ad = self.red_info(r)
+            a = self.fresh("acc")
+            body.append(f"    {a} = np.full(({kshape},), {self.init_expr(r)}, "
+                        f"{np_name(ad)})")
+            accs[r] = a
+        fulls = [v for v in kt.outputs if v.shape == kt.domain]
+        self._cols_inner(rb, "        ", kt.reds, fulls, accs, slice_mode=False)
+        body.extend(rb)
+        self._cols_finish(accs)

@@ -1,0 +1,215 @@
+"""Reductions inside a kernel: accumulator set-up, combining, the inner loop over the
+reduced dims (float32 blocks accumulated in float64, maxnum-based max/min with a NaN
+re-check) and the finishing step. A mixin of KernelEmitter."""
+import math
+
+import numpy as np
+
+from aotgrad.codegen.emit_base import BLOCK, COL_CHUNK, ROW_BLOCK, _Scope, const_expr, np_name  # noqa: F401
+from aotgrad.codegen.scheduler import identity  # noqa: F401
+from aotgrad.ir import dtypes as dt  # noqa: F401
+
+
+class ReductionEmitter:
+    """Reduction methods of KernelEmitter."""
+
+    def red_info(self, r):
+        name, d = r.prim.name, r.inputs[0].dtype
+        if name == "reduce_sum":
+            acc = dt.float64 if d.is_floating_point else dt.int64
+            return "sum", acc
+        if name == "reduce_prod":
+            return "prod", (dt.float64 if d.is_floating_point else dt.int64)
+        if name in ("reduce_max", "reduce_min"):
+            return name[7:], (d if d.is_floating_point else dt.int64)
+        return name, d  # argmax / argmin
+
+    def init_expr(self, r):
+        op, acc = self.red_info(r)
+        if op == "sum":
+            return const_expr(0, acc)
+        if op == "prod":
+            return const_expr(1, acc)
+        if op in ("max", "min", "argmax", "argmin"):
+            big = op in ("min", "argmin")
+            if acc.is_floating_point:
+                return const_expr(math.inf if big else -math.inf, acc)
+            info = np.iinfo(np.int64)
+            return const_expr(info.max if big else info.min, dt.int64)
+        raise AssertionError(op)
+
+    def combine(self, r, acc, v):
+        """Statement updating accumulator `acc` with value `v` (within one row)."""
+        op, ad = self.red_info(r)
+        d = r.inputs[0].dtype
+        if op == "sum":
+            if d is dt.bool_ or not d.is_floating_point:
+                return f"{acc} += np.int64({v})"
+            return f"{acc} += {v}"
+        if op == "prod":
+            return f"{acc} *= {v}"
+        if op in ("max", "min"):
+            if d.is_floating_point:
+                self.need("minmax")
+                return f"{acc} = _{op}num({acc}, {v})"
+            return f"{acc} = {op}({acc}, np.int64({v}))"
+        raise AssertionError(op)
+
+    def inner_loop(self, lines, indent, reds, fulls, accs, slice_mode=False, jvar="j",
+                   creds=None):
+        """Emit the innermost loop(s) of one pass into `lines`; returns nothing.
+
+        accs: reduction -> accumulator variable (already initialised by the caller).
+        creds: column sum -> this thread's row of column partials (one inner dim only)."""
+        kt = self.kt
+        nd = len(kt.domain)
+        self.slice_mode, self.jvar = slice_mode, jvar
+        loop_lines = []
+        ind = indent
+        for P in self.inner[:-1]:
+            self.loopvar[P] = f"i{P}"
+            loop_lines.append(f"{ind}for i{P} in range(n{P}):")
+            ind += "    "
+        P = self.innermost
+        float_sums = [r for r in reds if self.red_info(r)[0] == "sum"
+                      and r.inputs[0].dtype is dt.float32 and not slice_mode]
+        # float32 sums run in blocks of BLOCK; each block indexes through slices of its rows
+        # (`v = x[r, lo:hi]; v[j]`): `range(lo, hi)` over the row did not vectorise (2.7x)
+        self.slice_mode = slice_mode or bool(float_sums)
+        self.loopvar[P] = f"(lo + {jvar})" if self.slice_mode else jvar
+        pre = []
+        self.view_scope = _Scope(pre, ind + "    " if float_sums else ind)
+        body = []
+        bind = ind + "    "
+        if float_sums:
+            bind += "    "
+        self.inner_scope = _Scope(body, bind)
+        self.pass_active = bool(getattr(self, "cache_buf", None))
+        blocks = {}
+        for r in reds:
+            v = self.val(r.inputs[0], identity(nd))
+            a = accs[r]
+            if r in float_sums:
+                blocks[r] = self.fresh("s")
+                a = blocks[r]
+            if r.prim.name in ("argmax", "argmin"):
+                cmp = ">" if r.prim.name == "argmax" else "<"
+                ai = accs[r] + "_i"
+                idxe = jvar if not slice_mode else f"(lo + {jvar})"
+                self.inner_scope.add(
+                    f"if ({v} {cmp} {a} or ({v} != {v} and {a} == {a})) and {a} == {a}:")
+                self.inner_scope.add(f"    {a} = {v}")
+                self.inner_scope.add(f"    {ai} = {idxe}")
+            else:
+                self.inner_scope.add(self.combine(r, a, v))
+        for r, crow in (creds or {}).items():
+            v = self.val(r.inputs[0], identity(nd))
+            key = ("crow", crow)
+            if key not in self.view_scope.memo:
+                cv = self.fresh("cv")
+                self.view_scope.add(f"{cv} = {crow}[lo:hi]" if self.slice_mode
+                                    else f"{cv} = {crow}")
+                self.view_scope.memo[key] = cv
+            self.inner_scope.add(f"{self.view_scope.memo[key]}[{jvar}] += {v}")
+        for v, ix, shape, cix in self.out_targets(fulls):
+            e = self.val(v, ix) if self.S.prod.get(v) is not None and not self._is_leaf(v) \
+                else self.val(v, ix)
+            self.inner_scope.add(f"{self.access('out', v, shape, cix)} = {e}")
+        if self.pass_active:
+            self.cache_ready |= self.cache_pending
+            self.cache_pending = set()
+        self.pass_active = False
+        lines.extend(loop_lines)
+        n = f"n{P}"
+        if slice_mode:
+            lines.extend(pre)
+            lines.append(f"{ind}for {jvar} in range(hi - lo):")
+            lines.extend(body)
+        elif float_sums:
+            lines.append(f"{ind}for lo in range(0, {n}, {BLOCK}):")
+            lines.append(f"{ind}    hi = min(lo + {BLOCK}, {n})")
+            lines.extend(pre)
+            for r, s in blocks.items():
+                lines.append(f"{ind}    {s} = np.float32(0.0)")
+            lines.append(f"{ind}    for {jvar} in range(hi - lo):")
+            lines.extend(body)
+            for r, s in blocks.items():
+                lines.append(f"{ind}    {accs[r]} += np.float64({s})")
+        else:
+            lines.extend(pre)
+            lines.append(f"{ind}for {jvar} in range({n}):")
+            lines.extend(body)
+
+    def nan_fix(self, scope, r, accname, slice_mode=False):
+        """max/min via maxnum ignore NaN: scan for one if the row had a NaN or inf."""
+        op, _ = self.red_info(r)
+        if op not in ("max", "min") or not r.inputs[0].dtype.is_floating_point:
+            return
+        f = "NAN32" if r.inputs[0].dtype is dt.float32 else "NAN64"
+        lines = []
+        # a separate pass: a NaN detector summed in the max's own loop stops LLVM from
+        # vectorising it (measured 10x slower)
+        chk = self.fresh("nn")
+        scope.add(f"{chk} = {const_expr(0, r.inputs[0].dtype)}")
+        saved = (self.inner_scope, self.view_scope)
+        self.inner_loop_check(scope, r, chk, f)
+        self.inner_scope, self.view_scope = saved
+        return lines
+
+    def inner_loop_check(self, scope, r, chk, nanc):
+        nd = len(self.kt.domain)
+        ind = scope.indent
+        lines_loop = []
+        for P in self.inner[:-1]:
+            lines_loop.append(f"{ind}for i{P} in range(n{P}):")
+            ind += "    "
+        pre = []
+        self.view_scope = _Scope(pre, ind)
+        body = []
+        self.inner_scope = _Scope(body, ind + "    ")
+        v = self.val(r.inputs[0], identity(nd))
+        self.inner_scope.add(f"{chk} += {v} * {const_expr(0, r.inputs[0].dtype)}")
+        scope.lines.extend(lines_loop + pre)
+        scope.lines.append(f"{ind}for {self.jvar} in range(n{self.innermost}):")
+        scope.lines.extend(body)
+        acc = self.red_vals_acc[r]
+        scope.add(f"if {chk} != {chk}:")
+        # exact rescan (rare path: the row holds a NaN or an infinity)
+        ind2 = scope.indent + "    "
+        sub = _Scope(scope.lines, ind2)
+        lines_loop = []
+        ind = ind2
+        for P in self.inner[:-1]:
+            lines_loop.append(f"{ind}for i{P} in range(n{P}):")
+            ind += "    "
+        pre = []
+        self.view_scope = _Scope(pre, ind)
+        body = []
+        self.inner_scope = _Scope(body, ind + "    ")
+        v = self.val(r.inputs[0], identity(nd))
+        self.inner_scope.add(f"if {v} != {v}:")
+        self.inner_scope.add(f"    {acc} = {nanc}")
+        sub.lines.extend(lines_loop + pre)
+        sub.lines.append(f"{ind}for {self.jvar} in range(n{self.innermost}):")
+        sub.lines.extend(body)
+
+    def finish_red(self, scope, r, acc):
+        op, ad = self.red_info(r)
+        od = r.outputs[0].dtype
+        nm = self.fresh("r")
+        if od is dt.bool_:
+            scope.add(f"{nm} = {acc} != 0")
+        elif op in ("argmax", "argmin"):
+            scope.add(f"{nm} = np.int64({acc}_i)")
+        else:
+            scope.add(f"{nm} = {np_name(od)}({acc})")
+        self.red_vals[r.outputs[0]] = nm
+        self.rowdep.add(nm)
+
+    def init_acc(self, scope, r):
+        acc = self.fresh("acc")
+        scope.add(f"{acc} = {self.init_expr(r)}")
+        if r.prim.name in ("argmax", "argmin"):
+            scope.add(f"{acc}_i = 0")
+        self.red_vals_acc[r] = acc
+        return acc
