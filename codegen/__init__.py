@@ -6,11 +6,11 @@
     prog.report()               # kernels, refused fusions (with reasons), buffer plan
 
 Modules, one job each:
-  cse         merges identical nodes before scheduling
   scheduler   groups nodes into fused kernels / BLAS / reference steps
   templates   per-prim emit templates for pointwise prims
   approx      vectorisable float32 exp/log/tanh/logistic/erf (source text)
-  emitter     Numba source for kernels (index arithmetic, loops, reductions)
+  emitter     Numba source for kernels: values and index arithmetic (emit_base: shared
+              records; emit_reductions, emit_loops: reductions and loop nests)
   executor    the flat step list over planned buffers
   cache       on-disk module cache (AOTGRAD_CACHE_DIR), cache_clear(), cache_info()
   program     compile_graph and CompiledGraph

@@ -5,7 +5,7 @@ import numba
 import numpy as np
 
 from aotgrad.codegen import cache
-from aotgrad.codegen.cse import cse
+from aotgrad.ir.passes import cse
 from aotgrad.codegen.emitter import emit_kernel, module_source
 from aotgrad.codegen.executor import Plan
 from aotgrad.codegen.scheduler import Kernel, Scheduler
@@ -30,7 +30,7 @@ class CompiledGraph:
     def __init__(self, graph, name="graph", reuse_outputs=False):
         t0 = time.perf_counter()
         self.graph, self.name = graph, name
-        graph = cse(graph)          # identical subexpressions computed once
+        graph = cse(graph, keep_outputs=True)  # identical subexpressions computed once
         self.scheduled_graph = graph
         self.scheduler = Scheduler(graph)
         self.schedule = self.scheduler.run()

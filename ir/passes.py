@@ -20,18 +20,21 @@ def _key(node, rename):
     return (node.prim.name, tuple(rename.get(v, v) for v in node.inputs), params)
 
 
-def cse(graph):
-    """Merge nodes that apply the same prim with the same params to the same inputs."""
+def cse(graph, keep_outputs=False):
+    """Merge nodes that apply the same prim with the same params to the same inputs.
+    With keep_outputs, a node producing a graph output keeps its own Var (so a code generator
+    returns distinct arrays for distinct outputs)."""
     seen, rename, nodes = {}, {}, []
+    outs = set(graph.outputs) if keep_outputs else ()
     for n in graph.nodes:
         k = _key(n, rename)
         hit = seen.get(k)
-        if hit is not None:
+        if hit is not None and not any(v in outs for v in n.outputs):
             for a, b in zip(n.outputs, hit.outputs):
                 rename[a] = b
             continue
         n2 = _renamed(n, rename)
-        seen[k] = n2
+        seen.setdefault(k, n2)
         nodes.append(n2)
     return Graph(graph.inputs, nodes, [rename.get(v, v) for v in graph.outputs], graph.name)
 
