@@ -62,6 +62,7 @@ class Program:
         self._runners = {}
         self._kernels = {}
         self._accumulators = None
+        self._avals = None
 
     # ---- running ------------------------------------------------------------------------
     def _run(self, which, args):
@@ -148,12 +149,14 @@ class Program:
             if self._accumulators is None:  # keep the lifted leaves' AccumulateGrad nodes
                 self._accumulators = [t._grad_accumulator() for kind, t in tr.diff_roles
                                       if kind == "lifted" and t.grad_fn is None]
-            node = CompiledBackward(self, saved, diff_inputs,
-                                    [Aval(outs[k]._value.shape, outs[k].dtype)
-                                     for k in tr.diff_outs], replay)
+            if self._avals is None:  # shapes and dtypes are fixed per program (guards)
+                self._avals = ([Aval(t._value.shape, t.dtype) for t in diff_inputs],
+                               [Aval(outs[k]._value.shape, outs[k].dtype)
+                                for k in tr.diff_outs])
+            node = CompiledBackward(self, saved, diff_inputs, *self._avals, replay)
             for nr, k in enumerate(tr.diff_outs):
                 outs[k].requires_grad, outs[k].grad_fn, outs[k]._output_nr = True, node, nr
-        return unflatten(tr.out_tree, outs)
+        return outs[0] if tr.out_tree is None else unflatten(tr.out_tree, outs)
 
     # ---- reading ------------------------------------------------------------------------
     def __str__(self):

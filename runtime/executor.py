@@ -2,7 +2,6 @@
 and an interpreter that runs a Graph with tensor ops (differentiable, for create_graph)."""
 import numpy as np
 
-from aotgrad.ir.core import Aval
 from aotgrad.runtime import profiling
 from aotgrad.runtime.dispatch import apply
 from aotgrad.runtime.engine import FREED_MESSAGE, Node, SavedTensor, _node_of, fresh
@@ -26,9 +25,8 @@ class CompiledBackward(Node):
     inputs, so the gradient is itself differentiable (double backward through compile)."""
     _name = "CompiledFunctionBackward"
 
-    def __init__(self, program, saved, diff_inputs, out_avals, replay_inputs):
-        super().__init__([_node_of(t) for t in diff_inputs],
-                         [Aval(t._value.shape, t.dtype) for t in diff_inputs], out_avals)
+    def __init__(self, program, saved, diff_inputs, in_avals, out_avals, replay_inputs):
+        super().__init__([_node_of(t) for t in diff_inputs], in_avals, out_avals)
         self.program = program
         self._saved_arrays = saved
         # the call's inputs (tensors, or seed arrays) and their versions: checked like saved
