@@ -12,7 +12,6 @@ import functools
 import os
 import warnings
 
-import numpy as np
 
 from aotgrad.ir import passes
 from aotgrad.ir.core import Aval, current_builder
