@@ -244,14 +244,18 @@ def cat(tensors, dim=0):
     for t in tensors[1:]:
         dtype = dt.promote(dtype, t.dtype)
     tensors = [cast(t, dtype) for t in tensors]
+    first = tensors[0]
     for i, t in enumerate(tensors[1:], 1):
-        if t.ndim != tensors[0].ndim or any(a != b for j, (a, b) in
-                                            enumerate(zip(t.shape, tensors[0].shape)) if j != d):
+        if t.ndim != first.ndim:
+            raise RuntimeError(f"Tensors must have same number of dimensions: got {first.ndim} "
+                               f"and {t.ndim} (tensor number {i} in the list)")
+        bad = [j for j, (a, b) in enumerate(zip(t.shape, first.shape)) if j != d and a != b]
+        if bad:
+            j = bad[0]
             raise RuntimeError(f"Sizes of tensors must match except in dimension {d}. Expected "
-                               f"size {tensors[0].shape[j] if t.ndim == tensors[0].ndim else '?'}"
-                               f" but got size {t.shape[j] if t.ndim == tensors[0].ndim else '?'}"
-                               f" for tensor number {i} in the list (shapes "
-                               f"{list(tensors[0].shape)} and {list(t.shape)}).")
+                               f"size {first.shape[j]} but got size {t.shape[j]} for tensor "
+                               f"number {i} in the list (shapes {list(first.shape)} and "
+                               f"{list(t.shape)}).")
     if len(tensors) == 1:
         return _alias(tensors[0])
     return tp.concatenate(*tensors, dim=d)

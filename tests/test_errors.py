@@ -24,3 +24,11 @@ def test_prim_error_inside_compiled_function_names_the_user_line():
     cf = ag.compile(lambda x: x.reshape(5, 5), backend="interpret")
     with pytest.raises(RuntimeError, match=r"reshape.*test_errors.py:\d+"):
         cf(ag.ones(2, 3))
+
+
+def test_cat_size_mismatch_names_the_dim_and_sizes():
+    with pytest.raises(RuntimeError, match=r"cat: Sizes of tensors must match except in "
+                                           r"dimension 1. Expected size 2 but got size 3"):
+        ag.cat([ag.ones(2, 4), ag.ones(3, 4)], dim=1)
+    with pytest.raises(RuntimeError, match="same number of dimensions"):
+        ag.cat([ag.ones(2, 4), ag.ones(4)])
