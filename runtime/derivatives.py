@@ -255,7 +255,7 @@ def _(ctx, g):
 
 @defvjp("pad")
 def _(ctx, g):
-    shape, config = ctx._in_avals[0].shape, ctx.params["config"]
+    config = ctx.params["config"]
     return (tp.slice(g, start=tuple(lo for lo, _, _ in config),
                      limit=tuple(g.shape[i] - hi for i, (_, hi, _) in enumerate(config)),
                      strides=tuple(it + 1 for _, _, it in config)),)

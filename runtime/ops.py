@@ -92,7 +92,6 @@ def _return_type(name):
 
 
 return_types = {n: _return_type(n) for n in ("max", "min", "sort", "topk", "kthvalue", "mode")}
-_MinMax = ReturnType
 
 
 # ---- conversion helpers --------------------------------------------------------------------
@@ -585,16 +584,6 @@ def amax(x, dim=(), keepdim=False):
 def amin(x, dim=(), keepdim=False):
     dims = norm_dims(None if dim == () else dim, x.ndim)
     return _keep(tp.reduce_min(x, dims=dims), x.shape, dims, keepdim)
-
-
-class _MinMax(tuple):
-    """(values, indices) named tuple returned by max/min/sort/topk with dim."""
-
-    def __new__(cls, values, indices):
-        return super().__new__(cls, (values, indices))
-
-    values = property(lambda self: self[0])
-    indices = property(lambda self: self[1])
 
 
 def _minmax(x, dim, keepdim, other, amax_fn, arg_fn, pair_fn, name):

@@ -259,7 +259,7 @@ class Tensor:
     def __bool__(self):
         v = self._concrete("bool(Tensor) (Python control flow on a tensor value)")
         if v.size != 1:
-            raise RuntimeError(f"Boolean value of Tensor with more than one value is ambiguous")
+            raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
         return bool(v.reshape(()))
 
     def __float__(self):
