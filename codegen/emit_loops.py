@@ -80,7 +80,6 @@ class LoopNestEmitter:
     def full_nest(self, body):
         """Reduction over every dim of an n-d domain that does not collapse to one dim (e.g.
         sum(f(x, bias))): prange over the first dim, one partial per index, then combined."""
-        kt = self.kt
         self.red_vals_acc = {}
         P0 = self.inner[0]
         inner = self.inner
@@ -121,7 +120,6 @@ class LoopNestEmitter:
 
     def blocked(self, body):
         """One long dim: prange over blocks of BLOCK; per-block partials for reductions."""
-        kt = self.kt
         self.red_vals_acc = {}
         body.append(f"    nb = (n0 + {BLOCK - 1}) // {BLOCK}")
         for reds, fulls in self.phases():

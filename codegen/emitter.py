@@ -343,7 +343,6 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         m = len(self.cdom)
         work = math.prod(kt.domain) if kt.domain else 1
         self.parallel = work >= PAR_MIN
-        sizes = [f"n{P}" for P in range(m)]
         for P in range(m):
             self.args.append(ArgSpec("size", value=self.cdom[P]))
         self.loopvar = {}
