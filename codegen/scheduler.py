@@ -507,8 +507,11 @@ class Scheduler:
             dep = self._deps(steps)
             kernels = [s for s in steps if isinstance(s, Kernel)]
             pairs = []
+            order = {s: i for i, s in enumerate(steps)}
             for b in kernels:
-                for a in dep[b]:
+                # dep[b] is a set: visit it in step order, so merges (and so the generated
+                # source, the cache key) are the same in every process
+                for a in sorted(dep[b], key=order.__getitem__):
                     if isinstance(a, Kernel):
                         pairs.append((a, b))
             # siblings with the same domain reading the same inputs

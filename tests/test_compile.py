@@ -503,3 +503,24 @@ def test_grads_from_compiled_backward_do_not_alias_user_tensors(backend):
     cf(x, y).backward(g)  # accumulation into the existing buffers stays separate too
     np.testing.assert_array_equal(x.grad.numpy(), 3 * np.ones(3))
     np.testing.assert_array_equal(y.grad.numpy(), 2 * np.ones(3))
+
+
+_SOURCE_SCRIPT = """
+import aotgrad, hashlib
+F = aotgrad.nn.functional
+x = aotgrad.randn(64, 30, requires_grad=True); y = aotgrad.randint(0, 30, (64,))
+p = aotgrad.compile(lambda a, b: F.cross_entropy(a, b)).ir(x, y)
+print(hashlib.sha256(p.source.encode()).hexdigest())
+"""
+
+
+def test_generated_source_is_the_same_in_every_process(tmp_path):
+    """The disk cache is keyed by the source: a process-dependent order (sets of objects
+    hashed by address) would recompile on every warm start."""
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, AOTGRAD_CACHE_DIR=str(tmp_path))
+    hashes = {subprocess.run([sys.executable, "-c", _SOURCE_SCRIPT], env=env, check=True,
+                             capture_output=True, text=True).stdout.strip() for _ in range(3)}
+    assert len(hashes) == 1, hashes
