@@ -157,41 +157,31 @@ class ReductionEmitter:
         return lines
 
     def inner_loop_check(self, scope, r, chk, nanc):
-        nd = len(self.kt.domain)
-        ind = scope.indent
-        lines_loop = []
-        for P in self.inner[:-1]:
-            lines_loop.append(f"{ind}for i{P} in range(n{P}):")
-            ind += "    "
-        pre = []
-        self.view_scope = _Scope(pre, ind)
-        body = []
-        self.inner_scope = _Scope(body, ind + "    ")
-        v = self.val(r.inputs[0], identity(nd))
-        self.inner_scope.add(f"{chk} += {v} * {const_expr(0, r.inputs[0].dtype)}")
-        scope.lines.extend(lines_loop + pre)
-        scope.lines.append(f"{ind}for {self.jvar} in range(n{self.innermost}):")
-        scope.lines.extend(body)
         acc = self.red_vals_acc[r]
+        # cheap pass: x * 0 is NaN exactly when the row holds a NaN or an infinity
+        self._row_scan(scope.lines, scope.indent, r,
+                       lambda v: [f"{chk} += {v} * {const_expr(0, r.inputs[0].dtype)}"])
         scope.add(f"if {chk} != {chk}:")
         # exact rescan (rare path: the row holds a NaN or an infinity)
-        ind2 = scope.indent + "    "
-        sub = _Scope(scope.lines, ind2)
-        lines_loop = []
-        ind = ind2
+        self._row_scan(scope.lines, scope.indent + "    ", r,
+                       lambda v: [f"if {v} != {v}:", f"    {acc} = {nanc}"])
+
+    def _row_scan(self, out, ind, r, body_of):
+        """Append a loop over the reduced dims of `r` whose body is body_of(input value)."""
+        nd = len(self.kt.domain)
+        loops = []
         for P in self.inner[:-1]:
-            lines_loop.append(f"{ind}for i{P} in range(n{P}):")
+            loops.append(f"{ind}for i{P} in range(n{P}):")
             ind += "    "
-        pre = []
+        pre, body = [], []
         self.view_scope = _Scope(pre, ind)
-        body = []
         self.inner_scope = _Scope(body, ind + "    ")
         v = self.val(r.inputs[0], identity(nd))
-        self.inner_scope.add(f"if {v} != {v}:")
-        self.inner_scope.add(f"    {acc} = {nanc}")
-        sub.lines.extend(lines_loop + pre)
-        sub.lines.append(f"{ind}for {self.jvar} in range(n{self.innermost}):")
-        sub.lines.extend(body)
+        for line in body_of(v):
+            self.inner_scope.add(line)
+        out.extend(loops + pre)
+        out.append(f"{ind}for {self.jvar} in range(n{self.innermost}):")
+        out.extend(body)
 
     def finish_red(self, scope, r, acc):
         op, ad = self.red_info(r)

@@ -25,14 +25,19 @@ def graph_break(what, tensor):
     raise GraphBreak(what)
 
 
+def describe_break(what):
+    """`model.py:12: Tensor.item()  [`source text`]`: where user code needs a concrete value."""
+    import os
+    from aotgrad.ir.core import user_location
+    file, line, src = user_location()
+    where = f"{os.path.basename(file)}:{line}" if file else "<unknown>"
+    return f"{where}: {what}" + (f"  [`{src}`]" if src else "")
+
+
 def note_concrete(what):
     """Called on every conversion to a concrete value; explain() records where it happens."""
     if break_recorder is not None:
-        from aotgrad.ir.core import user_location
-        import os
-        file, line, src = user_location()
-        break_recorder.append(f"{os.path.basename(file) if file else '<unknown>'}:{line}: "
-                              f"{what}  [`{src}`]")
+        break_recorder.append(describe_break(what))
 
 
 class PrimBackward(Node):

@@ -7,10 +7,9 @@ them eagerly. The backward is derived by running the eager engine (`run_backward
 traced outputs with new tangent inputs: one source of derivative truth.
 """
 import gc
-import os
 import weakref
 
-from aotgrad.ir.core import GraphBuilder, Var, aval_of, user_location
+from aotgrad.ir.core import GraphBuilder, Var, aval_of
 from aotgrad.runtime import dispatch
 from aotgrad.runtime.engine import run_backward
 from aotgrad.runtime.factories import default_generator
@@ -87,9 +86,7 @@ class TraceResult:
 
 
 def _break_handler(what, tensor):
-    file, line, src = user_location()
-    where = f"{os.path.basename(file)}:{line}" if file else "<unknown>"
-    raise dispatch.GraphBreak(f"{where}: {what}" + (f"  [`{src}`]" if src else ""))
+    raise dispatch.GraphBreak(dispatch.describe_break(what))
 
 
 def trace(fn, args, kwargs, names=None, want_grad=True):
