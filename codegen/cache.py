@@ -6,14 +6,19 @@ and the numba version; it is imported under that stable name and registered in
 second process starts warm. Writes are atomic (temp file + rename). An entry whose text does
 not match its name, or whose numba cache cannot be loaded, is removed and rebuilt.
 
-`AOTGRAD_CACHE_DIR` overrides the default `~/.cache/aotgrad`.
+`AOTGRAD_CACHE_DIR` overrides the default `~/.cache/aotgrad`. Where that directory cannot be
+created or written, a private temporary directory is used instead (with a warning, once):
+compiling still works, it is only not kept for the next process.
 """
+import atexit
 import glob
 import hashlib
 import importlib.util
 import os
 import sys
+import shutil
 import tempfile
+import warnings
 
 import numba
 
@@ -32,11 +37,36 @@ def _aotgrad_version():
 _VERSION_KEY = f"aotgrad={_aotgrad_version()} codegen={CODEGEN_VERSION} numba={numba.__version__}"
 
 
+_usable = {}   # configured dir -> the dir actually used (itself, or a temporary fallback)
+
+
+def _writable(d):
+    try:
+        os.makedirs(d, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=d, prefix=".tmp_probe_")
+        os.close(fd)
+        os.unlink(probe)
+        return True
+    except OSError:
+        return False
+
+
 def cache_dir():
+    """The directory generated modules and numba's machine code live in."""
     d = os.environ.get("AOTGRAD_CACHE_DIR") or os.path.join(
         os.path.expanduser("~"), ".cache", "aotgrad")
-    os.makedirs(d, exist_ok=True)
-    return d
+    use = _usable.get(d)
+    if use is None or not os.path.isdir(use):
+        if _writable(d):
+            use = d
+        else:
+            use = tempfile.mkdtemp(prefix="aotgrad-cache-")
+            atexit.register(shutil.rmtree, use, True)
+            warnings.warn(f"aotgrad: compile cache directory {d!r} is not writable; using "
+                          f"{use!r} for this process (set AOTGRAD_CACHE_DIR to a writable "
+                          f"directory to keep compiled kernels)", RuntimeWarning, stacklevel=2)
+        _usable[d] = use
+    return use
 
 
 def module_name(source):

@@ -1,31 +1,41 @@
 """compile_graph: schedule -> emit -> load (disk cache) -> plan; the CompiledGraph object."""
 import time
 
-import numba
-import numpy as np
-
-from aotgrad.codegen import cache
+from aotgrad.codegen import cache, parallel_compile
+from aotgrad.codegen.compile_worker import numba_signature
 from aotgrad.ir.passes import cse
 from aotgrad.codegen.emitter import emit_kernel, module_source
 from aotgrad.codegen.executor import Plan
 from aotgrad.codegen.scheduler import Kernel, Scheduler
 
 
-def _numba_sig(spec):
-    types = []
+def _sig_desc(spec):
+    """The kernel's argument types as plain data (see compile_worker.numba_signature)."""
+    out = []
     for a in spec.args:
         if a.kind == "size":
-            types.append(numba.int64)
+            out.append(["size"])
         elif a.kind == "const":
-            types.append(numba.typeof(a.dtype.np.type(a.value)))
+            out.append(["scalar", a.dtype.np.name])
         else:
-            types.append(numba.types.Array(numba.from_dtype(a.var.dtype.np),
-                                           max(1, len(a.shape)), "C"))
-    return tuple(types)
+            out.append(["array", a.var.dtype.np.name, max(1, len(a.shape))])
+    return out
+
+
+def _numba_sig(spec):
+    return numba_signature(_sig_desc(spec))
+
+
+_STATUS_ORDER = ("rebuilt", "new", "disk", "memory")
 
 
 class CompiledGraph:
-    """A Graph compiled to fused Numba kernels + BLAS calls. Call it with numpy arrays."""
+    """A Graph compiled to fused Numba kernels + BLAS calls. Call it with numpy arrays.
+
+    Each distinct kernel lives in a generated module of its own (prelude, the helpers it
+    uses, the kernel), so a kernel shared by programs (a forward and its backward, two
+    workloads) is compiled and cached once. Kernels missing from the disk cache are
+    compiled on several cores (parallel_compile)."""
 
     def __init__(self, graph, name="graph", reuse_outputs=False):
         t0 = time.perf_counter()
@@ -34,35 +44,57 @@ class CompiledGraph:
         self.scheduled_graph = graph
         self.scheduler = Scheduler(graph)
         self.schedule = self.scheduler.run()
-        helpers = set()
+        helpers, own = set(), {}
         self.specs = {}
         for st in self.schedule.steps:
             if isinstance(st, Kernel):
-                self.specs[st] = emit_kernel(self.scheduler, st, helpers)
+                own[st] = set()
+                self.specs[st] = emit_kernel(self.scheduler, st, own[st])
+                helpers |= own[st]
+        # the whole program as one text (what `source` shows); names the kernels k_<hash>
         self.source = module_source(list(self.specs.values()), helpers)
-        self.module_name = cache.module_name(self.source)
-        self.module, self.cache_status = cache.load_module(self.source)
-        try:
-            fns = self._compile_all()
-        except Exception:  # a corrupt numba cache entry: rebuild it from scratch
-            cache.purge(self.module_name)
-            self.module, _ = cache.load_module(self.source, fresh=True)
-            self.cache_status = "rebuilt"
-            fns = self._compile_all()
+        self._units = {}  # kernel name -> [spec, module, how, signature, helpers]
+        for st, spec in self.specs.items():
+            if spec.name not in self._units:
+                mod, how = cache.load_module(module_source([spec], own[st]))
+                self._units[spec.name] = [spec, mod, how, _sig_desc(spec), own[st]]
+        hows = [u[2] for u in self._units.values()]
+        self.cache_status = next((h for h in _STATUS_ORDER if h in hows), "memory")
+        self.helper_compiled = 0
+        fns = self._compile_all()
         self.plan = Plan(graph, self.schedule, fns, reuse_outputs=reuse_outputs)
         self.compile_seconds = time.perf_counter() - t0
 
+    @property
+    def module_names(self):
+        return sorted(u[1].__name__ for u in self._units.values())
+
+    def _compile_one(self, name):
+        """Compile (or load from the disk cache) one kernel in this process. A failure is
+        taken for a corrupt cache entry once: the module is rebuilt from scratch and compiled
+        again (a second failure is a real error and propagates)."""
+        u = self._units[name]
+        spec, mod = u[0], u[1]
+        sig = numba_signature(u[3])
+        try:
+            getattr(mod, name).compile(sig)
+        except Exception:
+            cache.purge(mod.__name__)
+            u[1], _ = cache.load_module(module_source([spec], u[4]), fresh=True)
+            u[2] = "rebuilt"
+            self.cache_status = "rebuilt"
+            getattr(u[1], name).compile(sig)
+        return getattr(u[1], name)
+
     def _compile_all(self):
-        fns = {}
-        done = set()
-        for st, spec in self.specs.items():
-            fn = getattr(self.module, spec.name)
-            sig = _numba_sig(spec)
-            if (spec.name, sig) not in done:
-                fn.compile(sig)
-                done.add((spec.name, sig))
-            fns[st] = (fn, spec)
-        return fns
+        todo = [parallel_compile.Unit(u[1].__file__, u[1].__name__, name, u[3],
+                                      len(u[0].body) * (3 if u[0].parallel else 1))
+                for name, u in self._units.items() if u[2] in ("new", "rebuilt")]
+        if todo:
+            self.helper_compiled = parallel_compile.compile_units(
+                todo, lambda unit: self._compile_one(unit.kernel), cwd=cache.cache_dir())
+        fn_of = {name: self._compile_one(name) for name in self._units}  # cache/memory hits
+        return {st: (fn_of[spec.name], spec) for st, spec in self.specs.items()}
 
     def __call__(self, *arrays):
         return self.plan(*arrays)
@@ -73,9 +105,11 @@ class CompiledGraph:
     def report(self):
         sch, plan = self.schedule, self.plan
         lines = [f"program {self.name}: {len(sch.steps)} steps, "
-                 f"{len(self.kernels())} kernels ({len({s.name for s in self.specs.values()})} "
-                 f"distinct), module {self.module_name} [{self.cache_status}], "
-                 f"compile {self.compile_seconds:.2f}s"]
+                 f"{len(self.kernels())} kernels ({len(self._units)} distinct), "
+                 f"{len(self._units)} modules [{self.cache_status}], "
+                 f"compile {self.compile_seconds:.2f}s"
+                 + (f" ({self.helper_compiled} kernels in helper processes)"
+                    if self.helper_compiled else "")]
         for i, st in enumerate(sch.steps):
             if isinstance(st, Kernel):
                 spec = self.specs[st]

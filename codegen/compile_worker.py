@@ -1,0 +1,85 @@
+"""Helper process that compiles generated kernels into numba's disk cache.
+
+Started by `parallel_compile` as `python compile_worker.py` (so it imports neither aotgrad
+nor the caller's `__main__`). Protocol, one JSON object per line: stdin gets
+`{"sys_path": [...]}` and then tasks `{"id", "file", "module", "kernel", "sig"}`; stdout
+answers `{"id", "ok", "cpu"[, "error"]}` per task. It exits at the end of stdin.
+
+`sig` describes the argument types with plain strings so the caller and the helper build
+the same numba signature: `["size"]`, `["scalar", "float32"]`, `["array", "float32", 2]`:
+
+    >>> numba_signature([["size"], ["array", "float32", 2]])
+    (int64, Array(float32, 2, 'C'))
+"""
+import importlib.util
+import json
+import os
+import sys
+import time
+
+
+def numba_signature(desc):
+    """The tuple of numba types a signature description stands for."""
+    import numba
+    import numpy as np
+    types = []
+    for d in desc:
+        if d[0] == "size":
+            types.append(numba.int64)
+        elif d[0] == "scalar":
+            types.append(numba.from_dtype(np.dtype(d[1])))
+        elif d[0] == "array":
+            types.append(numba.types.Array(numba.from_dtype(np.dtype(d[1])), int(d[2]), "C"))
+        else:
+            raise ValueError(f"compile_worker: unknown argument kind {d[0]!r}")
+    return tuple(types)
+
+
+def import_file(name, path):
+    """Import the generated module `name` from `path` (registered in sys.modules, which
+    numba's cache=True needs)."""
+    mod = sys.modules.get(name)
+    if mod is not None:
+        return mod
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    try:
+        spec.loader.exec_module(mod)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return mod
+
+
+def compile_task(task):
+    t = time.process_time()
+    mod = import_file(task["module"], task["file"])
+    getattr(mod, task["kernel"]).compile(numba_signature(task["sig"]))
+    return time.process_time() - t
+
+
+def main():
+    out = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    sys.stdout = sys.stderr          # anything the compiler prints stays off the answer pipe
+    first = sys.stdin.readline()
+    if not first:
+        return
+    for p in reversed(json.loads(first).get("sys_path", [])):
+        if p not in sys.path:
+            sys.path.insert(1, p)
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        task = json.loads(line)
+        try:
+            res = {"id": task["id"], "ok": True, "cpu": compile_task(task)}
+        except Exception as e:  # the caller compiles it itself and reports the error
+            res = {"id": task["id"], "ok": False, "error": f"{type(e).__name__}: {e}"[:500]}
+        out.write(json.dumps(res) + "\n")
+        out.flush()
+
+
+if __name__ == "__main__":
+    sys.path.pop(0)   # this file's folder: its module names must not shadow anything
+    main()

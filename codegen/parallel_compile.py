@@ -1,0 +1,157 @@
+"""Compile a program's kernels on several cores: helper processes fill numba's disk cache.
+
+Numba compiles one function at a time (0.3-1 s per generated kernel), so a cold program
+with tens of kernels is bound by one core. `compile_units` shares the kernels between the
+calling process and up to `workers()` helper processes (`compile_worker.py`, started as a
+plain script: no fork, no re-import of the caller's `__main__`). A helper imports the
+generated module from the cache directory and compiles the kernel, which stores its machine
+code in numba's cache; the caller later loads it from there. Helpers only warm the cache:
+whatever they could not do (none started, one died or hung, the cache is not writable) the
+caller compiles itself, so results never depend on them.
+
+    n = compile_units(units, compile_here)   # units: [Unit]; compile_here(unit) compiles
+                                             # in this process; n: kernels helpers compiled
+
+`AOTGRAD_COMPILE_WORKERS=N` caps the helpers (0: compile everything in this process).
+"""
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+
+from aotgrad.codegen import compile_worker
+
+MIN_UNITS = 3          # fewer kernels than this: starting a helper costs more than it saves
+MAX_WORKERS = 8
+HELPER_TIMEOUT = 300   # seconds the caller waits for helpers after its own share is done
+
+
+class Unit:
+    """One kernel to compile: its module's file and name, the function name, the signature
+    description (see compile_worker.numba_signature) and a cost estimate for ordering."""
+    __slots__ = ("file", "module", "kernel", "sig", "cost")
+
+    def __init__(self, file, module, kernel, sig, cost=1.0):
+        self.file, self.module, self.kernel, self.sig, self.cost = file, module, kernel, sig, cost
+
+
+def _cpus():
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def workers():
+    """How many helper processes a compile may start (AOTGRAD_COMPILE_WORKERS caps it)."""
+    env = os.environ.get("AOTGRAD_COMPILE_WORKERS", "").strip()
+    if env:
+        try:
+            return max(0, int(env))
+        except ValueError:
+            raise ValueError(
+                f"AOTGRAD_COMPILE_WORKERS must be a whole number, got {env!r}") from None
+    return max(0, min(MAX_WORKERS, _cpus() - 1))
+
+
+def _start(cwd):
+    p = subprocess.Popen([sys.executable, compile_worker.__file__], cwd=cwd,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, text=True, bufsize=1)
+    try:
+        p.stdin.write(json.dumps({"sys_path": [x for x in sys.path if isinstance(x, str)]})
+                      + "\n")
+        p.stdin.flush()
+    except OSError:
+        _stop(p)
+        raise
+    return p
+
+
+def _stop(p, grace=2.0):
+    """Close the helper's input (it exits at EOF); kill it if it does not; always reap it."""
+    try:
+        p.stdin.close()
+    except OSError:
+        pass
+    try:
+        p.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+    try:
+        p.stdout.close()
+    except OSError:
+        pass
+
+
+def _feed(p, todo, done):
+    """Thread body: hand this helper one unit at a time until the shared list is empty."""
+    while True:
+        try:
+            u = todo.get_nowait()
+        except queue.Empty:
+            return
+        try:
+            p.stdin.write(json.dumps({"id": id(u), "file": u.file, "module": u.module,
+                                      "kernel": u.kernel, "sig": u.sig}) + "\n")
+            p.stdin.flush()
+            line = p.stdout.readline()
+        except (OSError, ValueError):
+            return
+        if not line:                       # the helper died: the caller compiles the rest
+            return
+        try:
+            res = json.loads(line)
+        except ValueError:
+            return
+        if res.get("ok"):
+            done.append(u)
+
+
+def compile_units(units, compile_here, cwd=None, max_workers=None):
+    """Compile `units`, sharing them with helper processes where that pays; returns the
+    number the helpers compiled (0 if none started). `compile_here(unit)` compiles one unit
+    in this process; exceptions from it propagate (after the helpers are stopped)."""
+    units = sorted(units, key=lambda u: -u.cost)      # longest first: shorter tail
+    n = workers() if max_workers is None else max_workers
+    n = min(n, len(units) - 1)
+    if len(units) < MIN_UNITS or n <= 0:
+        for u in units:
+            compile_here(u)
+        return 0
+    todo = queue.Queue()
+    for u in units:
+        todo.put(u)
+    procs, threads, done = [], [], []
+    try:
+        for _ in range(n):
+            try:
+                procs.append(_start(cwd))
+            except OSError:        # no processes here (limits, sandbox): this one does it all
+                break
+        for p in procs:
+            t = threading.Thread(target=_feed, args=(p, todo, done), daemon=True,
+                                 name="aotgrad-compile-feed")
+            t.start()
+            threads.append(t)
+        while True:
+            try:
+                u = todo.get_nowait()
+            except queue.Empty:
+                break
+            compile_here(u)
+        deadline = time.monotonic() + HELPER_TIMEOUT
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+    finally:
+        for p in procs:
+            if any(t.is_alive() for t in threads):
+                p.kill()                           # a hung helper: unblocks its feeder
+            _stop(p)
+        for t in threads:
+            t.join(5.0)
+    return len(done)
