@@ -30,13 +30,14 @@ BACKENDS = ("numba", "interpret")
 cache_size_limit = 8  # programs per compiled function before it warns and runs eagerly
 
 
-def _runner(graph, backend, name):
+def _runner(graph, backend, name, trusted=0):
     if backend == "interpret":
         from aotgrad.ir.core import evaluate
         return (lambda args: evaluate(graph, args)), None
     from aotgrad.codegen import compile_graph
     prog = compile_graph(graph, name=name)
-    return (lambda args: prog(*args)), prog
+    run = prog.plan.prepared().runner(trusted)  # the generated driver: one call per program
+    return (lambda args: run(*args)), prog
 
 
 class Program:
@@ -62,6 +63,8 @@ class Program:
         self._kernels = {}
         self._accumulators = None
         self._avals = None
+        self._arg_roles = [x for _, x in tr.roles] if all(k == "arg" for k, _ in tr.roles) \
+            else None
 
     # ---- running ------------------------------------------------------------------------
     def _run(self, which, args):
@@ -73,7 +76,9 @@ class Program:
 
     def _prepare(self, which):
         if which not in self._runners:
-            r, kern = _runner(getattr(self, which), self.backend, f"{self.name}_{which}")
+            # a backward's saved inputs come from its forward program: no checks needed
+            trusted = len(self.forward.outputs) - self.n_fw_outputs if which == "backward" else 0
+            r, kern = _runner(getattr(self, which), self.backend, f"{self.name}_{which}", trusted)
             self._runners[which], self._kernels[which] = r, kern
 
     def build(self):
@@ -84,6 +89,11 @@ class Program:
 
     def run_backward(self, args):
         return self._run("backward", args)
+
+    def owned_outputs(self, which):
+        """Per output of a compiled graph: a new array nothing else shares (None: unknown)."""
+        k = self._kernels.get(which)
+        return getattr(getattr(k, "plan", None), "owned_outputs", None)
 
     def scatter_grads(self, present):
         """Grads of the backward graph -> one entry per differentiable input (None if unused)."""
@@ -108,17 +118,20 @@ class Program:
 
     def __call__(self, leaves):
         tr = self.trace
-        inputs = []
-        replay = []
-        for kind, x in tr.roles:
-            if kind == "arg":
-                t = leaves[x]
-            elif kind == "lifted":
-                t = x
-            else:
-                t = default_generator.next_seed()
-            inputs.append(t._value)
-            replay.append(t if kind != "seed" else t._value)
+        if self._arg_roles is not None:  # every input is an argument (the common case)
+            replay = [leaves[i] for i in self._arg_roles]
+            inputs = [t._value for t in replay]
+        else:
+            inputs, replay = [], []
+            for kind, x in tr.roles:
+                if kind == "arg":
+                    t = leaves[x]
+                elif kind == "lifted":
+                    t = x
+                else:
+                    t = default_generator.next_seed()
+                inputs.append(t._value)
+                replay.append(t if kind != "seed" else t._value)
         need_grad = self.has_backward and _mode.grad_enabled
         which = "forward" if need_grad else "inference"
         if profiling._profilers:
@@ -170,7 +183,8 @@ class Program:
         return "\n".join(parts)
 
     def dump(self, directory):
-        """Write forward.py, joint.py, backward.py, partition.txt and kernels.py."""
+        """Write forward.py, joint.py, backward.py, partition.txt, and with the numba backend
+        kernels.py, schedule.txt and each program's driver (forward_driver.py, ...)."""
         os.makedirs(directory, exist_ok=True)
         files = {"joint.py": format_graph(self.joint, "joint"),
                  "inference.py": format_graph(self.inference, "inference")}
@@ -190,6 +204,10 @@ class Program:
                 f.write(self.source)
             with open(os.path.join(directory, "schedule.txt"), "w") as f:
                 f.write(self.schedule_report())
+            for which, k in self._kernels.items():  # the straight-line step drivers
+                if k is not None:
+                    with open(os.path.join(directory, f"{which}_driver.py"), "w") as f:
+                        f.write(k.plan.source)
         return directory
 
     def schedule_report(self):
@@ -208,11 +226,24 @@ def _guard_key(leaves, module, treedef=None):
     for x in leaves:
         if isinstance(x, Tensor):
             v = x._value
-            key.append(("T", v.shape, v.dtype.name, x.requires_grad))
+            key.append(("T", v.shape, v.dtype, x.requires_grad))  # dtype.name is slow
         elif isinstance(x, (int, float, bool, str, type(None))):
             key.append(("S", type(x).__name__, x))
         else:
             key.append(("O", type(x).__name__, id(x)))
+    if module is not None and hasattr(module, "modules"):
+        key.append(tuple(m.training for m in module.modules()))
+    return tuple(key)
+
+
+def _tensor_args_key(args, module):
+    """_guard_key(args, module, len(args)) when every argument is a tensor, else None."""
+    key = [_mode.grad_enabled, len(args)]
+    for x in args:
+        if not isinstance(x, Tensor):
+            return None
+        v = x._value
+        key.append(("T", v.shape, v.dtype, x.requires_grad))
     if module is not None and hasattr(module, "modules"):
         key.append(tuple(m.training for m in module.modules()))
     return tuple(key)
@@ -284,11 +315,12 @@ class CompiledFunction:
         return prog
 
     def _lookup(self, args, kwargs):
-        if not kwargs and all(isinstance(a, Tensor) for a in args):
-            leaves, treedef = list(args), len(args)  # the common case, without a tree walk
+        key = None if kwargs else _tensor_args_key(args, self.module)
+        if key is not None:
+            leaves = args  # the common case, without a tree walk
         else:
             leaves, treedef = flatten((tuple(args), dict(kwargs)))
-        key = _guard_key(leaves, self.module, treedef)
+            key = _guard_key(leaves, self.module, treedef)
         prog = self.cache.get(key)
         if prog is not None and prog != "eager" and not _lifted_ok(prog):
             prog = None

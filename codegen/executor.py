@@ -1,9 +1,11 @@
 """Executor plan: a flat list of steps over buffers planned ahead of time.
 
 Every materialised value gets a slot. Intermediates live in a workspace allocated once
-(on the first call) and shared between values whose lifetimes do not overlap; kernel
-arguments that view the workspace are built once, so a call only patches in the graph's
-inputs and freshly allocated outputs. One Python call runs the whole program.
+(on the first call) and shared between values whose lifetimes do not overlap. The step list
+is then emitted as one straight-line Python function (`plan.source`, like a wrapper around
+the kernels): a line per kernel call, np.matmul or reference step, with workspace views,
+kernel constants and reshaped views bound once as globals. A call checks its inputs,
+allocates the outputs and runs the lines: no per-step dispatch, no env list.
 """
 import math
 
@@ -107,89 +109,140 @@ class Plan:
     # -- building the runnable steps -------------------------------------------------------
     def prepare(self):
         ws = [np.empty(n, dtype=np.dtype(d)) for d, n in self.buffers]
-        self.env0 = [None] * len(self.slot)
-        fixed_vars = {}
-        for v, b in self.buf_of.items():
-            arr = ws[b][:math.prod(v.shape)].reshape(v.shape)
-            self.env0[self.slot[v]] = arr
-            fixed_vars[v] = arr
+        fixed_vars = {v: ws[b][:math.prod(v.shape)].reshape(v.shape)
+                      for v, b in self.buf_of.items()}
         self.out_alloc_spec = [(self.slot[v], v.shape, v.dtype.np) for v in self.out_alloc]
-        self.runs = [self._make(st, fixed_vars) for st in self.schedule.steps]
         self.copy_slots = [self.slot[v] for v in self.copy_outputs]
+        self._fixed, self._timed = fixed_vars, None
+        self.driver_source, self.run = self._driver(fixed_vars)
+        self._runners = {0: self.run}
+        self.owned_outputs = self._owned_outputs()
         self._ready = True
 
-    def _make(self, st, fixed):
-        slot = self.slot
+    def _owned_outputs(self):
+        """Per output: is it a new array that no other output or input shares? (Such a
+        gradient may become a leaf's .grad without a copy.)"""
+        g = self.graph
+        copies = set(self.copy_outputs)
+        bases = [self._base(v) for v in g.outputs if v not in copies]
+        return [v in copies or (self._base(v) in self.out_alloc and
+                                bases.count(self._base(v)) == 1) for v in g.outputs]
+
+    # -- the driver: the whole step list as one straight-line Python function -------------
+    def runner(self, trusted=0):
+        """The driver, skipping the input checks on the first `trusted` inputs: for a caller
+        that vouches they are C-contiguous, writeable and of the program's shapes and dtypes
+        (a backward program's saved values, made by its forward program)."""
+        r = self._runners.get(trusted)
+        if r is None:
+            r = self._runners[trusted] = self._driver(self._fixed, trusted=trusted)[1]
+        return r
+
+    def _driver(self, fixed, timed=False, trusted=0):
+        """Python source for `program(*inputs) -> outputs` and the function itself.
+
+        Each step is one line calling a kernel, np.matmul or a prim's numpy impl on local
+        names; workspace views, kernel constants and reshaped views of fixed buffers are
+        bound once as globals. A step costs one call, not a loop over an env list.
+        With timed=True the function also returns each step's perf_counter stamp."""
+        g = {"np": np, "_empty": np.empty, "_mm": np.matmul, "_contig": np.ascontiguousarray,
+             "_normalise": self._normalise}
+        names = {}
+
+        def bind(obj, prefix):
+            name = f"{prefix}{len(g)}"
+            g[name] = obj
+            return name
+
+        def name_of(v):
+            if v in fixed:
+                if v not in names:
+                    names[v] = bind(fixed[v], "_w")
+                return names[v]
+            return f"v{self.slot[v]}"
+
+        def shaped(v, shp):
+            """v viewed with shape shp (a bound global when v is a fixed buffer)."""
+            shp = tuple(shp)
+            if tuple(v.shape) == shp:
+                return name_of(v)
+            if v in fixed:
+                view = fixed[v].reshape(shp)
+                if np.shares_memory(view, fixed[v]):
+                    return bind(view, "_w")
+            return f"{name_of(v)}.reshape({shp!r})"
+
+        ins = [f"v{s}" for s in self.in_slots]
+        lines = [f"def program({', '.join(ins)}):"]
+        for a, (shape, d) in list(zip(ins, self.in_avals))[trusted:]:
+            dn = bind(np.dtype(d), "_d")
+            lines.append(f"    if type({a}) is not np.ndarray or {a}.dtype is not {dn} or "
+                         f"{a}.shape != {tuple(shape)!r} or not ({a}.flags.c_contiguous and "
+                         f"{a}.flags.writeable):")
+            lines.append(f"        {a} = _normalise({a}, {tuple(shape)!r}, {dn})")
+        for s, shape, d in self.out_alloc_spec:
+            lines.append(f"    v{s} = _empty({tuple(shape)!r}, {bind(np.dtype(d), '_d')})")
+        if timed:
+            lines.append("    _t = [_clock()]")
+            g["_clock"] = __import__("time").perf_counter
+        for st in self.schedule.steps:
+            lines += ["    " + line for line in self._step_lines(st, bind, name_of, shaped)]
+            if timed:
+                lines.append("    _t.append(_clock())")
+        outs = [f"v{s}.copy()" if s in self.copy_slots else f"v{s}" for s in self.out_slots]
+        outs = [name_of(v) if v in fixed else o for v, o in zip(self.graph.outputs, outs)]
+        lines.append(f"    return [{', '.join(outs)}]" + (", _t" if timed else ""))
+        src = "\n".join(lines) + "\n"
+        exec(compile(src, f"<{self.graph.name} program>", "exec"), g)
+        return src, g["program"]
+
+    def _step_lines(self, st, bind, name_of, shaped):
         if isinstance(st, Kernel):
             fn, spec = self.kernel_fns[st]
-            args, patches = [], []
-            for pos, a in enumerate(spec.args):
+            args = []
+            for a in spec.args:
                 if a.kind == "size":
-                    args.append(a.value)
+                    args.append(repr(int(a.value)))
                 elif a.kind == "const":
-                    args.append(a.dtype.np.type(a.value))
+                    args.append(bind(a.dtype.np.type(a.value), "_c"))
                 else:
-                    shp = a.shape
-                    if a.var in fixed:
-                        args.append(fixed[a.var].reshape(shp))
-                    else:
-                        args.append(None)
-                        patches.append((pos, slot[a.var], shp))
-            if spec.checks:
-                names = sorted({n.prim.name for n in st.nodes if n.prim.name in
-                                ("gather", "scatter_add")})
-                msg = f"{'/'.join(names) or 'gather'}(): {'; '.join(spec.checks)}"
-                fn = self._checked(fn, msg)
-            if not patches:
-                def run(env, fn=fn, args=tuple(args)):
-                    fn(*args)
-            else:
-                def run(env, fn=fn, args=args, patches=tuple(patches)):
-                    a = list(args)
-                    for pos, s, shp in patches:
-                        a[pos] = env[s].reshape(shp)
-                    fn(*a)
-            return run
+                    args.append(shaped(a.var, a.shape))
+            call = f"{bind(fn, '_k')}({', '.join(args)})"
+            if not spec.checks:
+                return [call]
+            names = sorted({n.prim.name for n in st.nodes if n.prim.name in
+                            ("gather", "scatter_add")})
+            msg = f"{'/'.join(names) or 'gather'}(): {'; '.join(spec.checks)}"
+            return [f"if {call}:", f"    raise IndexError({msg!r})"]
         n = st.nodes[0]
         if st.kind == "dot":
             pa, sa, pb, sb, so = _dot_plan(n)
-            ia, ib, io = slot[n.inputs[0]], slot[n.inputs[1]], slot[n.outputs[0]]
-            mm = np.matmul
-
-            def run(env):
-                a, b = env[ia], env[ib]
-                if pa is not None:
-                    a = a.transpose(pa)
-                if pb is not None:
-                    b = b.transpose(pb)
-                mm(a.reshape(sa), b.reshape(sb), out=env[io].reshape(so))
-            return run
+            a, b = n.inputs
+            ea = name_of(a) if pa is None else f"{name_of(a)}.transpose({pa!r})"
+            eb = name_of(b) if pb is None else f"{name_of(b)}.transpose({pb!r})"
+            ea = ea if pa is None and tuple(a.shape) == sa else f"{ea}.reshape({sa!r})"
+            eb = eb if pb is None and tuple(b.shape) == sb else f"{eb}.reshape({sb!r})"
+            return [f"_mm({ea}, {eb}, out={shaped(n.outputs[0], so)})"]
         if st.kind == "view":
-            i, o, shp = slot[n.inputs[0]], slot[n.outputs[0]], n.params["shape"]
+            return [f"{name_of(n.outputs[0])} = "
+                    f"{name_of(n.inputs[0])}.reshape({tuple(n.params['shape'])!r})"]
+        impl = bind(n.prim.impl, "_ref_")
+        params = bind(dict(n.params), "_p")
+        call = f"{impl}({', '.join(name_of(v) for v in n.inputs)}, **{params})"
+        outs = [name_of(v) for v in n.outputs]
+        if not n.prim.multiple_results:
+            return [f"{outs[0]} = _contig({call})"]
+        return [f"{', '.join(outs)}, = {call}"] + [f"{o} = _contig({o})" for o in outs]
 
-            def run(env):
-                env[o] = env[i].reshape(shp)
-            return run
-        # reference step: the prim's numpy implementation
-        impl, params = n.prim.impl, n.params
-        ins = [slot[v] for v in n.inputs]
-        outs = [slot[v] for v in n.outputs]
-        multi = n.prim.multiple_results
+    @property
+    def source(self):
+        """The generated driver (Python source of `program(*inputs)`)."""
+        return self.prepared().driver_source
 
-        def run(env):
-            r = impl(*[env[s] for s in ins], **params)
-            if not multi:
-                r = (r,)
-            for s, x in zip(outs, r):
-                env[s] = np.ascontiguousarray(x)
-        return run
-
-    @staticmethod
-    def _checked(fn, msg):
-        def call(*args):
-            if fn(*args):
-                raise IndexError(msg)
-        return call
+    def prepared(self):
+        if not self._ready:
+            self.prepare()
+        return self
 
     def __call__(self, *arrays):
         if not self._ready:
@@ -197,19 +250,17 @@ class Plan:
         if len(arrays) != len(self.in_slots):
             raise TypeError(f"{self.graph.name}: expected {len(self.in_slots)} arrays, "
                             f"got {len(arrays)}")
-        env = list(self.env0)
-        for s, a, (shape, d) in zip(self.in_slots, arrays, self.in_avals):
-            if type(a) is not np.ndarray or a.dtype != d or a.shape != shape or \
-                    not (a.flags.c_contiguous and a.flags.writeable):
-                a = self._normalise(a, shape, d)
-            env[s] = a
-        for s, shape, d in self.out_alloc_spec:
-            env[s] = np.empty(shape, d)
-        for run in self.runs:
-            run(env)
-        for s in self.copy_slots:
-            env[s] = env[s].copy()
-        return [env[s] for s in self.out_slots]
+        return self.run(*arrays)
+
+    def step_times(self, *arrays):
+        """Run once, returning (outputs, seconds per step): the same generated driver with a
+        clock read after each step."""
+        if not self._ready:
+            self.prepare()
+        if self._timed is None:
+            self._timed = self._driver(self._fixed, timed=True)[1]
+        outs, t = self._timed(*arrays)
+        return outs, [b - a for a, b in zip(t, t[1:])]
 
     def _normalise(self, a, shape, d):
         a = np.asarray(a)

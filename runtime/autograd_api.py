@@ -16,16 +16,17 @@ def _make_grads(outputs, grad_outputs):
     out = []
     for i, (o, g) in enumerate(zip(outputs, grad_outputs)):
         if g is None:
+            v = o._value
             if o.numel() != 1:
                 raise RuntimeError(f"grad can be implicitly created only for scalar outputs "
                                    f"(output {i} has shape {list(o.shape)}); pass `gradient=`")
             if not o.dtype.is_floating_point:
                 raise RuntimeError(f"grad can be implicitly created only for real scalar "
                                    f"outputs but got {o.dtype.name}")
-            v = o._value
-            g = Tensor._make(np.ones(v.shape, v.dtype)) if isinstance(v, np.ndarray) else \
-                ones_like(o)
-        elif not isinstance(g, Tensor):
+            out.append(Tensor._make(np.ones(v.shape, v.dtype)) if type(v) is np.ndarray else
+                       ones_like(o))
+            continue
+        if not isinstance(g, Tensor):
             from aotgrad.runtime.factories import tensor
             g = tensor(g, dtype=o.dtype)
         elif tuple(g.shape) != tuple(o.shape):

@@ -151,6 +151,11 @@ class Node:
         return tuple(self._backward(self._materialize(list(grads))))
 
     def _materialize(self, grads):
+        for g in grads:  # (not `None in grads`: that would call Tensor.__eq__)
+            if g is None:
+                break
+        else:
+            return grads
         from aotgrad.runtime import tprims
         return [g if g is not None else tprims.zeros(a.shape, a.dtype)
                 for g, a in zip(grads, self._out_avals)]
@@ -190,10 +195,20 @@ class RemovableHandle:
 class AccumulateGrad(Node):
     """The sink node of a leaf tensor: adds the incoming gradient to `variable.grad`."""
     _name = "AccumulateGrad"
+    next_functions = ()
+    _in_avals = ()
 
-    def __init__(self, variable):
-        super().__init__((), [], [Aval(variable.shape, variable.dtype)])
+    def __init__(self, variable):  # Node.__init__ without its generic work: made every step
         self.variable = variable
+        self._seq = next(_seq)
+        if _mode.anomaly:
+            self._stack = grad_mode.forward_stack()
+        if _current_builder() is not None:
+            self._provenance = _make_provenance()
+
+    @property
+    def _out_avals(self):
+        return [Aval(self.variable._value.shape, self.variable.dtype)]
 
     def _backward(self, grads):
         accumulate_grad(self.variable, grads[0], _mode.grad_enabled)
@@ -326,6 +341,9 @@ def run_backward(tensors, grad_tensors, retain_graph=False, create_graph=False, 
                  allow_unused=False, accumulate=True):
     """The engine. With `inputs` and accumulate=False (autograd.grad) it returns their grads
     and touches no `.grad`; otherwise it accumulates into leaves (Tensor.backward)."""
+    if inputs is None and not create_graph and len(tensors) == 1 and \
+            _one_node_backward(tensors[0], grad_tensors[0], retain_graph):
+        return None
     roots = []
     for t, g in zip(tensors, grad_tensors):
         node, nr = _node_of(t)
@@ -430,6 +448,44 @@ def run_backward(tensors, grad_tensors, retain_graph=False, create_graph=False, 
                                    "desired behavior.")
         return results
     return None
+
+
+def _one_node_backward(t, g, retain_graph):
+    """`loss.backward()` where loss's grad_fn feeds only plain leaves (a compiled function's
+    output, or `(x * w).sum()`): the general loop's result without its bookkeeping. Returns
+    False, having done nothing, when anything needs the general loop (hooks, retain_grad,
+    profiling, anomaly mode, tracing, a leaf reached twice)."""
+    node = t.grad_fn
+    if node is None or type(node) is AccumulateGrad or node._pre_hooks or node._hooks or \
+            node._tensor_pre_hooks or node._retain_grad or node._provenance is not None or \
+            profiling._profilers or _mode.anomaly:
+        return False
+    sinks = set()
+    for nf, _ in node.next_functions:
+        if nf is None:
+            continue
+        if type(nf) is not AccumulateGrad or nf._pre_hooks or nf._hooks or nf in sinks or \
+                nf.variable._hooks or nf.variable._post_acc_hooks:
+            return False
+        sinks.add(nf)
+    grads = [None] * max(1, len(node._out_avals))
+    grads[t._output_nr] = g
+    prev, _mode.grad_enabled = _mode.grad_enabled, False
+    try:
+        if getattr(node, "materialize_grads", True):
+            grads = node._materialize(grads)
+        outs = list(node._backward(grads))
+    finally:
+        _mode.grad_enabled = prev
+    if not retain_graph:
+        node._release()
+    if len(outs) != len(node.next_functions):
+        raise RuntimeError(f"Function {node.name()} returned an incorrect number of "
+                           f"gradients (expected {len(node.next_functions)}, got {len(outs)})")
+    for i, ((nf, _), g, aval) in enumerate(zip(node.next_functions, outs, node._in_avals)):
+        if nf is not None and g is not None:
+            accumulate_grad(nf.variable, _check_grad(node, i, g, aval), False)
+    return True
 
 
 def _tensor_pre_hooks(node, grads, accumulate=True):

@@ -59,10 +59,11 @@ class CompiledBackward(Node):
             outs = p.run_backward(args)
         if _mode.anomaly and _mode.anomaly_check_nan:
             check_nan(p.backward, args, outs, self.name())
-        seen = {id(a) for a in args}  # inputs passed through, or an array returned twice,
-        # are not fresh
-        grads = [fresh(Tensor._make(o)) if id(o) not in seen and not seen.add(id(o)) and
-                 o.flags.writeable and o.flags.c_contiguous else Tensor._make(o) for o in outs]
+        owned = p.owned_outputs("backward")
+        if owned is None:  # an array that owns its memory, not an input, not returned twice
+            seen = {id(a) for a in args}
+            owned = [o.base is None and id(o) not in seen and not seen.add(id(o)) for o in outs]
+        grads = [fresh(Tensor._make(o)) if own else Tensor._make(o) for o, own in zip(outs, owned)]
         return p.scatter_grads(grads)
 
     def _release(self):

@@ -15,7 +15,8 @@ import numpy as np
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.core import Var
-from aotgrad.runtime.engine import AccumulateGrad, RemovableHandle, VersionCounter
+from aotgrad.runtime.engine import AccumulateGrad, RemovableHandle, VersionCounter, \
+    note_grad_write
 from aotgrad.runtime.grad_mode import state as _mode
 
 
@@ -134,7 +135,6 @@ class Tensor:
 
     @grad.setter
     def grad(self, g):
-        from aotgrad.runtime.engine import note_grad_write
         note_grad_write(self)
         if g is not None:
             if not isinstance(g, Tensor):
