@@ -11,8 +11,10 @@ def _as_tuple(x):
     return (x,) if isinstance(x, Tensor) else tuple(x)
 
 
+_ONE = {}  # (shape, dtype) -> a 1-element array of ones, copied for each implicit grad
+
+
 def _make_grads(outputs, grad_outputs):
-    from aotgrad.runtime.factories import ones_like
     out = []
     for i, (o, g) in enumerate(zip(outputs, grad_outputs)):
         if g is None:
@@ -23,8 +25,14 @@ def _make_grads(outputs, grad_outputs):
             if not o.dtype.is_floating_point:
                 raise RuntimeError(f"grad can be implicitly created only for real scalar "
                                    f"outputs but got {o.dtype.name}")
-            out.append(Tensor._make(np.ones(v.shape, v.dtype)) if type(v) is np.ndarray else
-                       ones_like(o))
+            if type(v) is np.ndarray:
+                one = _ONE.get((v.shape, v.dtype))
+                if one is None:
+                    one = _ONE[(v.shape, v.dtype)] = np.ones(v.shape, v.dtype)
+                out.append(Tensor._make(one.copy()))
+            else:
+                from aotgrad.runtime.factories import ones_like
+                out.append(ones_like(o))
             continue
         if not isinstance(g, Tensor):
             from aotgrad.runtime.factories import tensor
