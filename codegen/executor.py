@@ -145,7 +145,7 @@ class Plan:
         names; workspace views, kernel constants and reshaped views of fixed buffers are
         bound once as globals. A step costs one call, not a loop over an env list.
         With timed=True the function also returns each step's perf_counter stamp."""
-        g = {"np": np, "_empty": np.empty, "_mm": np.matmul, "_contig": np.ascontiguousarray,
+        g = {"np": np, "_ndarray": np.ndarray, "_empty": np.empty, "_mm": np.matmul, "_contig": np.ascontiguousarray,
              "_normalise": self._normalise}
         names = {}
 
@@ -176,9 +176,9 @@ class Plan:
         lines = [f"def program({', '.join(ins)}):"]
         for a, (shape, d) in list(zip(ins, self.in_avals))[trusted:]:
             dn = bind(np.dtype(d), "_d")
-            lines.append(f"    if type({a}) is not np.ndarray or {a}.dtype is not {dn} or "
-                         f"{a}.shape != {tuple(shape)!r} or not ({a}.flags.c_contiguous and "
-                         f"{a}.flags.writeable):")
+            # flags.carray: C-contiguous, aligned and writeable, in one flags lookup
+            lines.append(f"    if type({a}) is not _ndarray or {a}.dtype is not {dn} or "
+                         f"{a}.shape != {tuple(shape)!r} or not {a}.flags.carray:")
             lines.append(f"        {a} = _normalise({a}, {tuple(shape)!r}, {dn})")
         for s, shape, d in self.out_alloc_spec:
             lines.append(f"    v{s} = _empty({tuple(shape)!r}, {bind(np.dtype(d), '_d')})")
@@ -270,5 +270,4 @@ class Plan:
         if a.dtype != d:
             raise TypeError(f"{self.graph.name}: input of dtype {a.dtype} where the program "
                             f"was compiled for {d}")
-        return np.array(a, order="C", copy=True) if not a.flags.writeable or \
-            not a.flags.c_contiguous else a
+        return a if a.flags.carray else np.array(a, order="C", copy=True)
