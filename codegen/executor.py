@@ -172,6 +172,16 @@ class Plan:
                     return bind(view, "_w")
             return f"{name_of(v)}.reshape({shp!r})"
 
+        def operand(v, perm, shp):
+            """A matmul operand: v transposed by perm, reshaped to shp."""
+            if perm is None:
+                return shaped(v, shp)
+            if v in fixed:  # a view of a workspace buffer: bound once
+                view = fixed[v].transpose(perm).reshape(shp)
+                if np.shares_memory(view, fixed[v]):
+                    return bind(view, "_w")
+            return f"{name_of(v)}.transpose({perm!r}).reshape({tuple(shp)!r})"
+
         ins = [f"v{s}" for s in self.in_slots]
         lines = [f"def program({', '.join(ins)}):"]
         for a, (shape, d) in list(zip(ins, self.in_avals))[trusted:]:
@@ -186,7 +196,8 @@ class Plan:
             lines.append("    _t = [_clock()]")
             g["_clock"] = __import__("time").perf_counter
         for st in self.schedule.steps:
-            lines += ["    " + line for line in self._step_lines(st, bind, name_of, shaped)]
+            lines += ["    " + line for line in self._step_lines(st, bind, name_of, shaped,
+                                                                 operand)]
             if timed:
                 lines.append("    _t.append(_clock())")
         outs = [f"v{s}.copy()" if s in self.copy_slots else f"v{s}" for s in self.out_slots]
@@ -196,7 +207,7 @@ class Plan:
         exec(compile(src, f"<{self.graph.name} program>", "exec"), g)
         return src, g["program"]
 
-    def _step_lines(self, st, bind, name_of, shaped):
+    def _step_lines(self, st, bind, name_of, shaped, operand):
         if isinstance(st, Kernel):
             fn, spec = self.kernel_fns[st]
             args = []
@@ -217,11 +228,7 @@ class Plan:
         n = st.nodes[0]
         if st.kind == "dot":
             pa, sa, pb, sb, so = _dot_plan(n)
-            a, b = n.inputs
-            ea = name_of(a) if pa is None else f"{name_of(a)}.transpose({pa!r})"
-            eb = name_of(b) if pb is None else f"{name_of(b)}.transpose({pb!r})"
-            ea = ea if pa is None and tuple(a.shape) == sa else f"{ea}.reshape({sa!r})"
-            eb = eb if pb is None and tuple(b.shape) == sb else f"{eb}.reshape({sb!r})"
+            ea, eb = (operand(v, p, s) for v, p, s in zip(n.inputs, (pa, pb), (sa, sb)))
             return [f"_mm({ea}, {eb}, out={shaped(n.outputs[0], so)})"]
         if st.kind == "view":
             return [f"{name_of(n.outputs[0])} = "
