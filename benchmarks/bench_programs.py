@@ -1,6 +1,6 @@
 """Forward+backward programs of issue 6's workloads through `aotgrad.compile` (numba backend).
 
-    /work/venv/bin/python benchmarks/bench_programs.py [W1 W3 W5 W6] [--reps N] [--json out.json]
+    /work/venv/bin/python benchmarks/bench_programs.py [W1 W2 W3 W4 W5 W6] [--reps N] [--json out.json]
 
 For each workload: the compiled forward and backward graphs called directly on numpy arrays
 (`prog fwd`, `prog bwd`: what codegen alone costs), and the end-to-end step
@@ -43,12 +43,30 @@ def _r(*s, rg=True):
     return ag.randn(*s, requires_grad=rg)
 
 
+def _from_workloads(key):
+    """Loss function and input maker of workload `key` in benchmarks/workloads.py (same
+    sizes, seed and model code as run.py)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import workloads
+    wl = workloads.WORKLOADS[key]
+
+    def fn(*args):
+        return wl.fn(ag, *args)
+
+    def mk():
+        arrs = wl.inputs(quick=False)
+        return tuple(ag.tensor(arrs[n], requires_grad=n in wl.grad) for n in wl.names)
+    return fn, mk
+
+
 WORKLOADS = {
     "W1": (w1, lambda: (_r(1 << 22),)),
+    "W2": _from_workloads("W2"),
     "W3": (w3, lambda: (_r(8192, 1024), _r(1024), _r(1024))),
     "W5": (w5, lambda: (_r(4, 8, rg=False), _r(8, 16), _r(16), _r(16, 1), _r(1),
                         _r(4, 1, rg=False))),
     "W6": (w6, lambda: (_r(4096, 1000), ag.randint(0, 1000, (4096,)))),
+    "W4": _from_workloads("W4"),
 }
 
 
@@ -64,6 +82,24 @@ def median_time(fn, reps, warm=3):
         fn()
         ts.append(CLOCK() - t)
     return float(np.median(ts))
+
+
+PROFILE = False
+
+
+def profile_steps(label, prg, args, reps):
+    """Median time of each step of a compiled program (its plan's driver, timed)."""
+    plan = prg.plan
+    prg(*args)
+    times = [[] for _ in plan.schedule.steps]
+    for _ in range(max(5, reps // 2)):
+        for i, t in enumerate(plan.step_times(*args)[1]):
+            times[i].append(t)
+    med = [float(np.median(t)) * 1e3 for t in times]
+    print(f"  {label}: {sum(med):.3f} ms in {len(med)} steps")
+    lines = prg.report().splitlines()[1:1 + len(med)]
+    for m, line in sorted(zip(med, lines), key=lambda p: -p[0]):
+        print(f"    {m:7.3f} ms {line.strip()[:150]}")
 
 
 def run(name, reps):
@@ -87,12 +123,19 @@ def run(name, reps):
             err = max(err, float(np.max(np.abs(g - r)) / max(np.max(np.abs(r)), 1e-30)))
     prog = next(iter(cf.cache.values())) if isinstance(cf.cache, dict) else None
     fw, bw = prog._kernels["forward"], prog._kernels["backward"]
-    ins = [a._value if hasattr(a, "_value") else a for a in args]
+    ins = []     # the program's inputs: arguments, lifted constants, random seeds
+    for kind, x in prog.trace.roles:
+        t = args[x] if kind == "arg" else x if kind == "lifted" else None
+        ins.append(t._value if t is not None else np.array(0, np.int64))
     outs = fw(*ins)
     n_fw = prog.n_fw_outputs
     bargs = list(outs[n_fw:]) + [np.ones_like(o) for o in outs[:n_fw]]
     tf = median_time(lambda: fw(*ins), reps)
     tb = median_time(lambda: bw(*bargs), reps)
+
+    if PROFILE:
+        for label, prg, pargs in (("forward", fw, ins), ("backward", bw, bargs)):
+            profile_steps(label, prg, pargs, reps)
 
     def step():
         for a in args:
@@ -111,7 +154,11 @@ def main():
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--json")
     ap.add_argument("--cpu", action="store_true", help="process CPU time, not wall time")
+    ap.add_argument("--profile", action="store_true", help="time each step of the programs")
     a = ap.parse_args()
+    if a.profile:
+        global PROFILE
+        PROFILE = True
     if a.cpu:
         global CLOCK
         CLOCK = time.process_time

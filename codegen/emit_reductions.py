@@ -150,7 +150,7 @@ class ReductionEmitter:
         # a separate pass: a NaN detector summed in the max's own loop stops LLVM from
         # vectorising it (measured 10x slower)
         chk = self.fresh("nn")
-        scope.add(f"{chk} = {const_expr(0, r.inputs[0].dtype)}")
+        scope.add(f"{chk} = False")
         saved = (self.inner_scope, self.view_scope)
         self.inner_loop_check(scope, r, chk, f)
         self.inner_scope, self.view_scope = saved
@@ -158,13 +158,11 @@ class ReductionEmitter:
 
     def inner_loop_check(self, scope, r, chk, nanc):
         acc = self.red_vals_acc[r]
-        # cheap pass: x * 0 is NaN exactly when the row holds a NaN or an infinity
-        self._row_scan(scope.lines, scope.indent, r,
-                       lambda v: [f"{chk} += {v} * {const_expr(0, r.inputs[0].dtype)}"])
-        scope.add(f"if {chk} != {chk}:")
-        # exact rescan (rare path: the row holds a NaN or an infinity)
-        self._row_scan(scope.lines, scope.indent + "    ", r,
-                       lambda v: [f"if {v} != {v}:", f"    {acc} = {nanc}"])
+        # an or-reduction of `x != x` vectorises and is exact (an infinity, e.g. a causal
+        # mask's -inf, does not send the row down a slow path)
+        self._row_scan(scope.lines, scope.indent, r, lambda v: [f"{chk} |= {v} != {v}"])
+        scope.add(f"if {chk}:")
+        scope.add(f"    {acc} = {nanc}")
 
     def _row_scan(self, out, ind, r, body_of):
         """Append a loop over the reduced dims of `r` whose body is body_of(input value)."""

@@ -21,7 +21,7 @@ from aotgrad.codegen.emit_base import (  # noqa: F401
 from aotgrad.codegen.emit_loops import LoopNestEmitter
 from aotgrad.codegen.emit_reductions import ReductionEmitter
 from aotgrad.codegen.scheduler import (Kernel, gather_index, gather_row_index, identity,
-                                       view_index)
+                                       pad_index, view_index)
 from aotgrad.codegen.templates import TEMPLATES, peephole
 from aotgrad.ir import dtypes as dt
 
@@ -110,6 +110,10 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
                 for t in ix:
                     if t[0] == "d":
                         blocked.add(t[1])
+            elif self.S.kind[self.S.prod[v]] == "pad":   # its checks read these loop vars
+                inner = pad_index(self.S.prod[v], ix)
+                for t, _ in inner[1] if inner is not None else ():
+                    blocked.add(t[1])
         for v, ix in self.S._roots(kt):
             if v in red_outs:
                 continue
@@ -152,7 +156,7 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
                         q = qa[0]
                         shape = shape[:q] + [shape[q] * shape[q + 1]] + shape[q + 2:]
                         ix = ix[:q] + [("d", P, 1, 0)] + ix[q + 2:]
-                    ix = [("d", t[1] - 1, t[2], t[3]) if t[0] == "d" and t[1] > P + 1 else t
+                    ix = [("d", t[1] - 1) + t[2:] if t[0] == "d" and t[1] > P + 1 else t
                           for t in ix]
                     refs[i] = (key, shape, ix)
                 groups[P] = groups[P] + groups[P + 1]
@@ -195,10 +199,11 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
             return str(t[1])
         if t[0] == "g":
             return self.gather_idx(t)
-        _, P, s, o = t
+        P, s, o = t[1:4]
         base = self.loopvar[P]
         e = base if s == 1 else f"{s} * {base}"
-        return e if o == 0 else f"({e} + {o})"
+        e = e if o == 0 else f"({e} + {o})"
+        return e if len(t) == 4 else f"min(max({e}, {t[4]}), {t[5]})"
 
     def scope_for(self, lv):
         if lv == 2:
@@ -265,6 +270,8 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
             return self.val(n.inputs[0], view_index(n, ix))
         if k == "pwcopy":
             return self.val(n.inputs[0], ix)
+        if k == "pad":
+            return self._val_pad(n, ix, key)
         if k == "rowgather":
             return self.val(n.inputs[0], gather_index(n, ix))
         # pointwise: its level is that of its index
@@ -312,6 +319,35 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         sc.memo[key] = name
         if rowdep:
             self.rowdep.add(name)
+        return name
+
+    def _val_pad(self, n, ix, key):
+        """pad (no interior): the input at the shifted, clamped index where every padded
+        dim's index is in range, else the fill value. The range check is computed at the
+        level of its loop vars (outside the inner loop when the padded dims are outer)."""
+        fill = const_expr(n.params.get("value", 0.0), n.outputs[0].dtype)
+        inner = pad_index(n, ix)
+        if inner is None:
+            return fill
+        iix, conds = inner
+        xv = self.val(n.inputs[0], iix)
+        if not conds:
+            return xv
+        cterms = [(("d", self.dimmap[t[1]]) + t[2:], m) for t, m in conds]
+        csc = self.scope_for(self.level([t for t, _ in cterms]))
+        ckey = ("padok", tuple(cterms))
+        if ckey not in csc.memo:
+            ok = self.fresh("ok")
+            csc.add(f"{ok} = " + " and ".join(f"(0 <= {self.term(t)} < {m})"
+                                              for t, m in cterms))
+            csc.memo[ckey] = ok
+        cix = [("d", self.dimmap[t[1]]) + t[2:] if t[0] == "d" else t for t in ix]
+        sc = self.scope_for(self.level(cix))
+        if key in sc.memo:
+            return sc.memo[key]
+        name = self.fresh()
+        sc.add(f"{name} = {xv} if {csc.memo[ckey]} else {fill}")
+        sc.memo[key] = name
         return name
 
     def gather_idx(self, t):

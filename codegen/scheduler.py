@@ -1,9 +1,11 @@
 """Scheduler: groups a Graph's nodes into steps (fused kernels, BLAS calls, reference calls).
 
 Vocabulary
-- *virtual* value: output of a pointwise prim (incl. `full`/`iota`) or of a view prim
-  (broadcast_in_dim, transpose, slice, rev, unit-dim reshape). It is never stored unless it
-  must be; a kernel that reads it recomputes it at the index it needs (index arithmetic).
+- *virtual* value: output of a pointwise prim (incl. `full`/`iota`), of a view prim
+  (broadcast_in_dim, transpose, slice, rev, unit-dim reshape) or of `pad` without interior
+  padding (the VJP of slice: a select between the input, read at a clamped index, and the
+  fill value). It is never stored unless it must be; a kernel that reads it recomputes it at
+  the index it needs (index arithmetic).
 - *materialised* value: a graph input, the output of a BLAS/reference step, a reduction
   result needed outside its kernel, or a virtual value that a non-kernel step, a graph
   output or another kernel reads.
@@ -43,6 +45,8 @@ def node_kind(n):
             else "reshape"
     if name in VIEW_PRIMS:
         return "view"
+    if name == "pad" and all(it == 0 for _, _, it in n.params["config"]):
+        return "pad"
     if "pointwise" in n.prim.tags or name in CREATION_PW:
         return "pw"
     if name in RED_PRIMS:
@@ -97,18 +101,11 @@ def view_index(node, idx):
         return tuple(out)
     if name == "slice":
         st = p.get("strides") or (1,) * x.ndim
-        out = []
-        for t, s0, s in zip(idx, p["start"], st):
-            if t[0] == "c":
-                out.append(("c", s0 + s * t[1]))
-            else:
-                out.append(("d", t[1], t[2] * s, s0 + s * t[3]))
-        return tuple(out)
+        return tuple(shifted(t, s, s0) for t, s0, s in zip(idx, p["start"], st))
     if name == "rev":
         out = list(idx)
         for d in p["dims"]:
-            t, n = idx[d], x.shape[d]
-            out[d] = ("c", n - 1 - t[1]) if t[0] == "c" else ("d", t[1], -t[2], n - 1 - t[3])
+            out[d] = shifted(idx[d], -1, x.shape[d] - 1)
         return tuple(out)
     if name == "reshape":
         m = unit_reshape_map(x.shape, p["shape"])
@@ -118,6 +115,49 @@ def view_index(node, idx):
                 out[si] = idx[di]
         return tuple(out)
     raise AssertionError(name)
+
+
+def clamped(t, lo, hi):
+    """Term t clamped to [lo, hi] (a padded input is read at a valid index; the value there
+    is discarded where the pad fills). A "d" term may carry clamp bounds as two more fields."""
+    if t[0] == "c":
+        return ("c", min(max(t[1], lo), hi))
+    if len(t) > 4:
+        lo, hi = max(lo, t[4]), min(hi, t[5])
+    return ("d", t[1], t[2], t[3], lo, hi)
+
+
+def shifted(t, a, b):
+    """Term for a * t + b (a != 0), clamp bounds mapped along."""
+    if t[0] == "c":
+        return ("c", a * t[1] + b)
+    if t[0] != "d":
+        raise AssertionError(t)
+    out = ("d", t[1], a * t[2], a * t[3] + b)
+    if len(t) > 4:
+        lo, hi = a * t[4] + b, a * t[5] + b
+        out += (min(lo, hi), max(lo, hi))
+    return out
+
+
+def pad_index(node, idx):
+    """Index into a pad's input for the output index `idx`, and the padded dims' checks:
+    (input index, [(term, n)] meaning `0 <= term < n` must hold for the input value to be
+    used). None when a constant index lies in the padding (the value is the fill)."""
+    x, out, conds = node.inputs[0], [], []
+    for t, (lo, hi, _), n in zip(idx, node.params["config"], x.shape):
+        if lo == 0 and hi == 0:
+            out.append(t)
+            continue
+        u = shifted(t, 1, -lo)
+        if u[0] == "c":
+            if not 0 <= u[1] < n:
+                return None
+            out.append(u)
+            continue
+        conds.append((u, n))
+        out.append(clamped(u, 0, n - 1))
+    return tuple(out), conds
 
 
 def gather_row_index(node, idx):
@@ -224,10 +264,10 @@ class Scheduler:
     def _through_offset_view(self, v, seen=None):
         seen = set() if seen is None else seen
         n = self.prod.get(v)
-        if n is None or n in seen or self.kind.get(n) not in ("pw", "view", "pwcopy"):
+        if n is None or n in seen or self.kind.get(n) not in ("pw", "view", "pwcopy", "pad"):
             return False
         seen.add(n)
-        if n.prim.name in ("slice", "rev"):
+        if n.prim.name in ("slice", "rev", "pad"):
             return True
         return any(self._through_offset_view(u, seen) for u in n.inputs)
 
@@ -240,7 +280,8 @@ class Scheduler:
             if k in ("dot", "ref", "reshape"):
                 mat.update(n.outputs)
                 for v in n.inputs:
-                    if v in self.prod and self.kind[self.prod[v]] in ("pw", "view", "pwcopy"):
+                    if v in self.prod and self.kind[self.prod[v]] in ("pw", "view", "pwcopy",
+                                                                      "pad"):
                         if v not in mat:
                             self.sched.refused.append(
                                 (f"{v.name} -> {n.prim.name}",
@@ -337,6 +378,10 @@ class Scheduler:
             k = self.kind[n]
             if k == "view":
                 rec(n.inputs[0], view_index(n, ix))
+            elif k == "pad":
+                inner = pad_index(n, ix)
+                if inner is not None:
+                    rec(n.inputs[0], inner[0])
             elif k == "pwcopy":
                 rec(n.inputs[0], ix)
             elif k in ("rowgather", "rowscatter"):

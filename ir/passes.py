@@ -86,6 +86,97 @@ def simplify(graph):
     return Graph(graph.inputs, nodes, [rename.get(v, v) for v in graph.outputs], graph.name)
 
 
+def _dot_dims(n):
+    (lc, rc), (lb, rb) = n.params["contract"], n.params.get("batch", ((), ()))
+    return tuple(lc), tuple(rc), tuple(lb), tuple(rb)
+
+
+def _free(ndim, contract, batch):
+    return [i for i in range(ndim) if i not in contract and i not in batch]
+
+
+def _absorb_operand_transpose(n, prod):
+    """dot_general(transpose(x, p), y) -> dot_general(x, y) with x's dims renamed, when the
+    free dims keep their order (the output is unchanged). The executor hands BLAS a
+    transposed view; no kernel has to write the transposed copy."""
+    lc, rc, lb, rb = _dot_dims(n)
+    ins, dims = list(n.inputs), [[lc, lb], [rc, rb]]
+    changed = False
+    for k in (0, 1):
+        t = prod.get(ins[k])
+        if t is None or t.prim.name != "transpose":
+            continue
+        p = t.params["perm"]
+        c, b = dims[k]
+        free = [p[i] for i in _free(len(p), c, b)]
+        if free != sorted(free):
+            continue
+        ins[k] = t.inputs[0]
+        dims[k] = [tuple(p[i] for i in c), tuple(p[i] for i in b)]
+        changed = True
+    if not changed:
+        return n
+    from aotgrad.ir.core import Node
+    (lc, lb), (rc, rb) = dims
+    params = dict(n.params, contract=(lc, rc), batch=(lb, rb))
+    return Node(n.prim, ins, n.outputs, params, n.provenance)
+
+
+def _swapped_dot(dot, perm, out):
+    """dot_general(b, a) writing `out`, when transpose(dot_general(a, b), perm) only swaps
+    the output's two free-dim groups (the batch dims stay first); else None."""
+    lc, rc, lb, rb = _dot_dims(dot)
+    a, b = dot.inputs
+    nb, na = len(lb), len(_free(a.ndim, lc, lb))
+    nf = len(_free(b.ndim, rc, rb))
+    want = tuple(range(nb)) + tuple(range(nb + na, nb + na + nf)) + tuple(range(nb, nb + na))
+    if tuple(perm) != want or want == tuple(range(len(want))):
+        return None
+    from aotgrad.ir.core import Node
+    params = dict(dot.params, contract=(rc, lc), batch=(rb, lb))
+    return Node(dot.prim, [b, a], [out], params, dot.provenance)
+
+
+def fold_transposes(graph):
+    """Transposes around contractions, as BLAS takes them for free:
+    - transpose(transpose(x)) -> one transpose (dropped when it is the identity);
+    - transpose(dot_general(a, b)) swapping the output's free-dim groups, where the dot has
+      no other use -> dot_general(b, a) (e.g. the attention backward's (P^T dO)^T);
+    - a transpose feeding dot_general as an operand -> the dot's contracted/batch dims.
+    >>> # t1 = transpose(t0, (0, 1, 3, 2)); t2 = transpose(t1, (0, 1, 3, 2))  ->  t2 is t0
+    """
+    from aotgrad.ir.core import Node
+    users = graph.users()
+    outs = set(graph.outputs)
+    rename, prod, nodes = {}, {}, []
+    for n in graph.nodes:
+        n = _renamed(n, rename)
+        name = n.prim.name
+        if name == "transpose":
+            src = prod.get(n.inputs[0])
+            if src is not None and src.prim.name == "transpose":
+                p1, p2 = src.params["perm"], n.params["perm"]
+                perm = tuple(p1[j] for j in p2)
+                if perm == tuple(range(len(perm))):
+                    rename[n.outputs[0]] = src.inputs[0]
+                    continue
+                n = Node(n.prim, src.inputs, n.outputs, dict(n.params, perm=perm),
+                         n.provenance)
+            elif src is not None and src.prim.name == "dot_general" and \
+                    len(users.get(n.inputs[0], ())) == 1 and n.inputs[0] not in outs:
+                sw = _swapped_dot(src, n.params["perm"], n.outputs[0])
+                if sw is not None:
+                    nodes[nodes.index(src)] = sw
+                    prod[n.outputs[0]] = sw
+                    continue
+        elif name == "dot_general":
+            n = _absorb_operand_transpose(n, prod)
+        for v in n.outputs:
+            prod[v] = n
+        nodes.append(n)
+    return Graph(graph.inputs, nodes, [rename.get(v, v) for v in graph.outputs], graph.name)
+
+
 def optimize(graph):
-    """The standard pipeline: simplify, CSE, DCE."""
-    return dce(cse(simplify(graph)))
+    """The standard pipeline: simplify, fold transposes into contractions, CSE, DCE."""
+    return dce(cse(fold_transposes(simplify(graph))))

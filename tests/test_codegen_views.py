@@ -1,0 +1,220 @@
+"""codegen: pad (the VJP of slice) fused as index arithmetic, transposes folded into
+contractions, masked row max/softmax rows (-inf entries) against numpy and eager."""
+import numpy as np
+import pytest
+
+import aotgrad as ag
+from aotgrad.ir import Aval, GraphBuilder, evaluate, passes, prims
+from aotgrad.ir import dtypes as dt
+
+F32, F64 = dt.float32, dt.float64
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cache_dir(tmp_path_factory):
+    import os
+    old = os.environ.get("AOTGRAD_CACHE_DIR")
+    os.environ["AOTGRAD_CACHE_DIR"] = str(tmp_path_factory.mktemp("aotgrad_cache"))
+    yield
+    if old is None:
+        os.environ.pop("AOTGRAD_CACHE_DIR", None)
+    else:
+        os.environ["AOTGRAD_CACHE_DIR"] = old
+
+
+def build(fn, *avals):
+    b = GraphBuilder("forward")
+    xs = [b.add_input(Aval(s, d), f"x{i}") for i, (s, d) in enumerate(avals)]
+    with b:
+        outs = fn(*xs)
+    b.graph.outputs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    return b.graph
+
+
+def rand(shape, seed=0, d=np.float32):
+    return np.random.default_rng(seed).uniform(-2, 2, shape).astype(d)
+
+
+def run(g, arrays, rtol=2e-6):
+    from aotgrad.codegen import compile_graph
+    prog = compile_graph(g)
+    got = prog(*arrays)
+    ref = evaluate(g, arrays)
+    for a, r in zip(got, ref):
+        r = np.asarray(r)
+        assert a.shape == r.shape and a.dtype == r.dtype
+        np.testing.assert_allclose(a, r, rtol=rtol, atol=rtol)
+    return prog
+
+
+def kinds(prog):
+    return [st.kind for st in prog.schedule.steps]
+
+
+# --- pad ------------------------------------------------------------------------------------
+def test_sum_of_pads_is_one_kernel_without_reference_steps():
+    # the VJP of splitting the last dim in three: pad each piece back, add
+    def fn(a, b, c):
+        pa = prims.pad(a, config=((0, 0, 0), (0, 8, 0)), value=0.0)
+        pb = prims.pad(b, config=((0, 0, 0), (4, 4, 0)), value=0.0)
+        pc = prims.pad(c, config=((0, 0, 0), (8, 0, 0)), value=0.0)
+        return prims.add(prims.add(pa, pb), pc)
+    arrs = [rand((5, 4), i) for i in range(3)]
+    prog = run(build(fn, ((5, 4), F32), ((5, 4), F32), ((5, 4), F32)), arrs)
+    assert kinds(prog) == ["kernel"]
+    got = prog(*arrs)[0]
+    np.testing.assert_array_equal(got, np.concatenate(arrs, axis=1))
+
+
+def test_pad_along_an_outer_dim_with_fill_value_and_a_transposed_input():
+    # padded dim is an outer loop dim (its range check sits outside the inner loop); the
+    # padded value is read through a transpose; a nonzero fill value
+    def fn(x):
+        t = prims.transpose(x, perm=(1, 0, 2))                       # (4, 3, 6)
+        p = prims.pad(t, config=((2, 1, 0), (0, 0, 0), (1, 0, 0)), value=-1.5)
+        return prims.mul(p, p)                                        # (7, 3, 7)
+    x = rand((3, 4, 6))
+    prog = run(build(fn, ((3, 4, 6), F32)), [x])
+    assert kinds(prog) == ["kernel"]
+    want = np.pad(x.transpose(1, 0, 2), ((2, 1), (0, 0), (1, 0)), constant_values=-1.5) ** 2
+    np.testing.assert_allclose(prog(x)[0], want, rtol=1e-6)
+
+
+def test_pad_of_a_slice_and_of_a_rev_clamps_in_the_sources_coordinates():
+    def fn(x):
+        s = prims.slice(x, start=(1, 2), limit=(4, 7), strides=(1, 2))   # (3, 3)
+        p = prims.pad(s, config=((1, 2, 0), (2, 0, 0)), value=0.0)       # (6, 5)
+        r = prims.rev(x, dims=(0,))                                      # (5, 8)
+        q = prims.pad(prims.slice(r, start=(0, 0), limit=(5, 5)),
+                      config=((1, 0, 0), (0, 0, 0)), value=0.0)          # (6, 5)
+        return prims.add(p, q)
+    x = rand((5, 8), 3)
+    prog = run(build(fn, ((5, 8), F32)), [x])
+    assert "ref" not in kinds(prog)
+
+
+def test_pad_with_interior_padding_stays_a_reference_step():
+    def fn(x):
+        return prims.mul(prims.pad(x, config=((1, 1, 1),), value=0.0), prims.full(
+            shape=(9,), value=2.0, dtype=F32))
+    x = rand((4,))
+    prog = run(build(fn, ((4,), F32)), [x])
+    assert "ref" in kinds(prog)
+
+
+def test_qkv_split_backward_has_no_reference_steps_and_matches_eager():
+    rng = np.random.default_rng(0)
+    xv = rng.standard_normal((2, 5, 12)).astype(np.float32)
+
+    def f(x):
+        q, k, v = x.reshape(2, 5, 3, 2, 2).permute(2, 0, 3, 1, 4).unbind(0)
+        s = (q @ k.transpose(-1, -2)).softmax(-1)
+        return ((s @ v) ** 2).sum()
+    x = ag.tensor(xv, requires_grad=True)
+    cf = ag.compile(f)
+    cf(x).backward()
+    xe = ag.tensor(xv, requires_grad=True)
+    f(xe).backward()
+    np.testing.assert_allclose(x.grad.numpy(), xe.grad.numpy(), rtol=1e-5, atol=1e-6)
+    prog = next(iter(cf.cache.values()))
+    report = prog.schedule_report()
+    assert "reference (numpy impl)" not in report, report
+
+
+# --- transposes around dot_general ----------------------------------------------------------
+def _prims_of(g):
+    return [n.prim.name for n in g.nodes]
+
+
+def test_double_transpose_folds_away():
+    def fn(x):
+        t = prims.transpose(prims.transpose(x, perm=(0, 2, 1)), perm=(0, 2, 1))
+        return prims.mul(t, t)
+    g = build(fn, ((2, 3, 4), F32))
+    h = passes.optimize(g)
+    assert _prims_of(h) == ["mul"]
+    x = rand((2, 3, 4))
+    np.testing.assert_array_equal(evaluate(h, [x])[0], evaluate(g, [x])[0])
+
+
+def test_transpose_of_a_dot_becomes_the_swapped_dot():
+    # (a^T b)^T per batch, as in attention's dV: the transpose swaps the free dims
+    def fn(a, b):
+        d = prims.dot_general(a, b, contract=((1,), (1,)), batch=((0,), (0,)))   # (2, 4, 5)
+        return prims.transpose(d, perm=(0, 2, 1))
+    g = build(fn, ((2, 3, 4), F32), ((2, 3, 5), F32))
+    h = passes.optimize(g)
+    assert _prims_of(h) == ["dot_general"]
+    assert h.nodes[0].inputs[0] is g.inputs[1]
+    a, b = rand((2, 3, 4), 1), rand((2, 3, 5), 2)
+    np.testing.assert_allclose(evaluate(h, [a, b])[0], evaluate(g, [a, b])[0], rtol=1e-6)
+    run(h, [a, b])
+
+
+def test_transpose_of_a_dot_with_another_use_is_kept():
+    def fn(a, b):
+        d = prims.dot_general(a, b, contract=((1,), (0,)))
+        return [prims.transpose(d, perm=(1, 0)), prims.mul(d, d)]
+    g = build(fn, ((3, 4), F32), ((4, 5), F32))
+    h = passes.optimize(g)
+    assert _prims_of(h).count("dot_general") == 1 and "transpose" in _prims_of(h)
+
+
+def test_operand_transpose_is_absorbed_only_when_free_dims_keep_their_order():
+    def fn(x, y, z):
+        kt = prims.transpose(y, perm=(0, 2, 1))                           # (2, 4, 3)
+        s = prims.dot_general(x, kt, contract=((2,), (1,)), batch=((0,), (0,)))  # (2,5,3)
+        zt = prims.transpose(z, perm=(1, 0, 2))                           # (3, 2, 4)
+        u = prims.dot_general(zt, x, contract=((2,), (2,)), batch=((1,), (0,)))  # (2,3,5)
+        return [s, u]
+    g = build(fn, ((2, 5, 4), F32), ((2, 3, 4), F32), ((2, 3, 4), F32))
+    h = passes.optimize(g)
+    dots = [n for n in h.nodes if n.prim.name == "dot_general"]
+    assert dots[0].inputs[1] is g.inputs[1]          # y^T absorbed into the contraction
+    assert dots[1].inputs[0] is g.inputs[2]          # one free dim: order kept trivially
+    assert "transpose" not in _prims_of(h)
+    arrs = [rand((2, 5, 4), 1), rand((2, 3, 4), 2), rand((2, 3, 4), 3)]
+    for a, r in zip(evaluate(h, arrs), evaluate(g, arrs)):
+        np.testing.assert_allclose(a, r, rtol=1e-6)
+    prog = run(h, arrs, rtol=1e-5)
+    assert [st.kind for st in prog.schedule.steps] == ["dot", "dot"]
+
+
+def test_operand_transpose_reordering_free_dims_is_not_absorbed():
+    def fn(x, w):
+        xt = prims.transpose(x, perm=(1, 0, 2))                            # (3, 2, 4)
+        return prims.dot_general(xt, w, contract=((2,), (0,)))             # (3, 2, 5)
+    g = build(fn, ((2, 3, 4), F32), ((4, 5), F32))
+    h = passes.optimize(g)
+    assert "transpose" in _prims_of(h)
+    arrs = [rand((2, 3, 4), 1), rand((4, 5), 2)]
+    run(h, arrs, rtol=1e-5)
+
+
+# --- rows holding -inf (causal masks) -------------------------------------------------------
+@pytest.mark.parametrize("d", [F32, F64])
+def test_masked_row_max_and_softmax(d):
+    n = 37
+
+    def fn(x, m):
+        xm = prims.where(m, x, prims.full(shape=(6, n), value=-np.inf, dtype=d))
+        mx = prims.reduce_max(xm, dims=(1,))
+        e = prims.exp(prims.sub(xm, prims.broadcast_in_dim(mx, shape=(6, n), dims=(0,))))
+        s = prims.reduce_sum(e, dims=(1,))
+        return [mx, prims.div(e, prims.broadcast_in_dim(s, shape=(6, n), dims=(0,)))]
+    x = rand((6, n), 4, d.np)
+    x[2, 5] = np.nan            # a NaN where the mask keeps it: that row's max is NaN
+    x[3, 6] = np.nan            # a NaN the mask hides
+    m = np.tril(np.ones((6, n), bool), 3)
+    m[3, 6] = False
+    g = build(fn, ((6, n), d), ((6, n), dt.bool_))
+    from aotgrad.codegen import compile_graph
+    got_max, got_p = compile_graph(g)(x, m)
+    want_max = np.where(m, x, -np.inf).max(axis=1)
+    np.testing.assert_array_equal(np.isnan(got_max), [False, False, True, False, False, False])
+    ok = ~np.isnan(want_max)
+    np.testing.assert_array_equal(got_max[ok], want_max[ok])
+    e = np.exp(np.where(m, x, -np.inf) - want_max[:, None])
+    want_p = e / e.sum(1, keepdims=True)
+    np.testing.assert_allclose(got_p[ok], want_p[ok], rtol=1e-6, atol=1e-7)
+    assert (got_p[ok] >= 0).all() and (got_p[ok][~m[ok]] == 0).all()
