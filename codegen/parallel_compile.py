@@ -12,8 +12,13 @@ caller compiles itself, so results never depend on them.
     n = compile_units(units, compile_here)   # units: [Unit]; compile_here(unit) compiles
                                              # in this process; n: kernels helpers compiled
 
+Helpers stay up for LINGER seconds after a compile (a backward usually follows its forward
+within that), then exit; `shutdown()` (also run at exit) stops them at once. A helper also
+exits when this process dies (end of its input).
+
 `AOTGRAD_COMPILE_WORKERS=N` caps the helpers (0: compile everything in this process).
 """
+import atexit
 import json
 import os
 import queue
@@ -27,6 +32,11 @@ from aotgrad.codegen import compile_worker
 MIN_UNITS = 3          # fewer kernels than this: starting a helper costs more than it saves
 MAX_WORKERS = 8
 HELPER_TIMEOUT = 300   # seconds the caller waits for helpers after its own share is done
+LINGER = 10.0          # seconds an idle helper waits for the next compile before it exits
+
+_lock = threading.Lock()
+_idle = []             # [(process, cwd)] helpers waiting for work
+_timer = None
 
 
 class Unit:
@@ -58,6 +68,8 @@ def workers():
 
 
 def _start(cwd):
+    if not sys.executable or getattr(sys, "frozen", False):
+        raise OSError("no Python interpreter to run compile helpers with")
     p = subprocess.Popen([sys.executable, compile_worker.__file__], cwd=cwd,
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          stderr=subprocess.DEVNULL, text=True, bufsize=1)
@@ -88,7 +100,62 @@ def _stop(p, grace=2.0):
         pass
 
 
-def _feed(p, todo, done):
+def shutdown():
+    """Stop the idle helper processes now (and reap them)."""
+    global _timer
+    with _lock:
+        procs = [p for p, _ in _idle]
+        _idle.clear()
+        if _timer is not None:
+            _timer.cancel()
+            _timer = None
+    for p in procs:
+        _stop(p)
+
+
+atexit.register(shutdown)
+
+
+def _take(n, cwd):
+    """Up to n idle helpers started in `cwd`, then new ones; [] where none can start."""
+    got = []
+    with _lock:
+        for item in list(_idle):
+            p, d = item
+            if p.poll() is not None or d != cwd:
+                continue
+            if len(got) < n:
+                _idle.remove(item)
+                got.append(p)
+        dead = [item for item in _idle if item[0].poll() is not None or item[1] != cwd]
+        for item in dead:
+            _idle.remove(item)
+    for p, _ in dead:
+        _stop(p)
+    while len(got) < n:
+        try:
+            got.append(_start(cwd))
+        except Exception:      # no processes here (limits, sandbox): the caller does it all
+            break
+    return got
+
+
+def _give_back(procs, cwd):
+    global _timer
+    if LINGER <= 0:
+        for p in procs:
+            _stop(p)
+        return
+    with _lock:
+        _idle.extend((p, cwd) for p in procs)
+        if _timer is not None:
+            _timer.cancel()
+        _timer = threading.Timer(LINGER, shutdown)
+        _timer.daemon = True
+        _timer.start()
+
+
+def _feed(p, todo, done, broken):
     """Thread body: hand this helper one unit at a time until the shared list is empty."""
     while True:
         try:
@@ -101,12 +168,15 @@ def _feed(p, todo, done):
             p.stdin.flush()
             line = p.stdout.readline()
         except (OSError, ValueError):
+            broken.add(p)
             return
         if not line:                       # the helper died: the caller compiles the rest
+            broken.add(p)
             return
         try:
             res = json.loads(line)
         except ValueError:
+            broken.add(p)
             return
         if res.get("ok"):
             done.append(u)
@@ -126,15 +196,13 @@ def compile_units(units, compile_here, cwd=None, max_workers=None):
     todo = queue.Queue()
     for u in units:
         todo.put(u)
-    procs, threads, done = [], [], []
+    cwd = cwd or os.getcwd()
+    procs, threads, done, broken = [], [], [], set()
+    ok = False
     try:
-        for _ in range(n):
-            try:
-                procs.append(_start(cwd))
-            except OSError:        # no processes here (limits, sandbox): this one does it all
-                break
+        procs = _take(n, cwd)
         for p in procs:
-            t = threading.Thread(target=_feed, args=(p, todo, done), daemon=True,
+            t = threading.Thread(target=_feed, args=(p, todo, done, broken), daemon=True,
                                  name="aotgrad-compile-feed")
             t.start()
             threads.append(t)
@@ -147,11 +215,16 @@ def compile_units(units, compile_here, cwd=None, max_workers=None):
         deadline = time.monotonic() + HELPER_TIMEOUT
         for t in threads:
             t.join(max(0.0, deadline - time.monotonic()))
+        ok = not any(t.is_alive() for t in threads)
     finally:
+        if not ok:                       # an error here or a hung helper: stop them all
+            for p in procs:
+                p.kill()
+            for t in threads:
+                t.join(5.0)
+        keep = [p for p in procs if ok and p not in broken and p.poll() is None]
         for p in procs:
-            if any(t.is_alive() for t in threads):
-                p.kill()                           # a hung helper: unblocks its feeder
-            _stop(p)
-        for t in threads:
-            t.join(5.0)
+            if p not in keep:
+                _stop(p)
+        _give_back(keep, cwd)
     return len(done)

@@ -24,7 +24,9 @@ def cold(tmp_path, monkeypatch):
     monkeypatch.setenv("AOTGRAD_CACHE_DIR", str(tmp_path))
     for name in [n for n in sys.modules if n.startswith("aotgrad_gen_")]:
         monkeypatch.delitem(sys.modules, name)
-    return tmp_path
+    parallel_compile.shutdown()          # helpers left idle by earlier compiles
+    yield tmp_path
+    parallel_compile.shutdown()
 
 
 def three_kernel_graph():
@@ -83,8 +85,43 @@ def test_helpers_fill_the_cache_and_results_match(cold, monkeypatch):
     # every kernel's machine code is in numba's cache, one module file per kernel
     assert len(glob.glob(str(cold / "aotgrad_gen_*.py"))) == 3
     assert len(numba_index_files(cold)) == 3
+    parallel_compile.shutdown()
     if before is not None:
         assert child_pids() == before, "a helper process was left behind"
+
+
+def test_idle_helper_is_reused_then_stopped(cold, monkeypatch):
+    monkeypatch.setenv("AOTGRAD_COMPILE_WORKERS", "1")
+    monkeypatch.setattr(parallel_compile, "LINGER", 60.0)
+    parallel_compile.shutdown()
+    started = []
+    real_start = parallel_compile._start
+
+    def counting(cwd):
+        started.append(real_start(cwd))
+        return started[-1]
+    monkeypatch.setattr(parallel_compile, "_start", counting)
+    before = child_pids()
+    g = three_kernel_graph()
+    p1 = compile_graph(g)
+    assert len(started) == 1 and started[0].poll() is None    # lingers, ready for more
+    b = GraphBuilder("g")
+    xs = [b.add_input(Aval((5, k + 2), F32), f"x{k}") for k in range(3)]
+    with b:   # three new kernels: different reductions over different shapes
+        outs = [prims.reduce_sum(prims.exp(xs[0]), dims=(1,)),
+                prims.reduce_max(prims.tanh(xs[1]), dims=(0,)),
+                prims.mul(prims.logistic(xs[2]), xs[2])]
+    b.graph.outputs = outs
+    p2 = compile_graph(b.graph)
+    assert p1.helper_compiled >= 1 and p2.helper_compiled >= 1, p2.report()
+    assert len(started) == 1, "the idle helper was not reused"
+    args = [np.full((5, k + 2), 0.5, np.float32) for k in range(3)]
+    for got, want in zip(p2(*args), evaluate(b.graph, args)):
+        np.testing.assert_allclose(got, want, rtol=2e-6)
+    parallel_compile.shutdown()
+    assert started[0].returncode is not None
+    if before is not None:
+        assert child_pids() == before
 
 
 def test_no_helpers_when_disabled(cold, monkeypatch):
@@ -135,6 +172,7 @@ def test_helper_that_dies_is_reaped_and_its_work_redone(cold, monkeypatch):
 
 
 def test_helper_compile_error_is_raised_by_the_caller(monkeypatch, tmp_path):
+    parallel_compile.shutdown()
     """A kernel that does not compile: the helper reports failure, the caller compiles it
     itself and the error propagates (with the helpers stopped)."""
     monkeypatch.setenv("AOTGRAD_CACHE_DIR", str(tmp_path))
@@ -152,6 +190,7 @@ def test_helper_compile_error_is_raised_by_the_caller(monkeypatch, tmp_path):
         parallel_compile.compile_units(units, here, cwd=str(tmp_path), max_workers=1)
         for u in units:
             here(u)
+    parallel_compile.shutdown()
     if before is not None:
         assert child_pids() == before
     assert mods[1].k_ok(np.int64(1)) == 1 and mods[3].k_ok(np.int64(1)) == 3
@@ -173,6 +212,7 @@ def test_unwritable_cache_dir_falls_back_to_a_private_one(monkeypatch, tmp_path)
         prog = compile_graph(g)
     check_outputs(prog, g)
     assert all(os.path.dirname(sys.modules[n].__file__) == d for n in prog.module_names)
+    parallel_compile.shutdown()
 
 
 def test_kernels_shared_between_programs_compile_once(cold, monkeypatch):
