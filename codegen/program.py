@@ -1,4 +1,6 @@
 """compile_graph: schedule -> emit -> load (disk cache) -> plan; the CompiledGraph object."""
+import math
+import os
 import time
 
 from aotgrad.codegen import cache, parallel_compile
@@ -29,6 +31,26 @@ def _numba_sig(spec):
 _STATUS_ORDER = ("rebuilt", "new", "disk", "memory")
 
 
+def parallel_compile_min():
+    """Elements of work below which a kernel emitted with `prange` loops is compiled without
+    numba's parallel backend (the loops then run in order).
+
+    Numba compiles a parallel kernel about 3x slower than a serial one (0.6-1 s against
+    0.2-0.4 s); on 2 threads the medium kernels of a transformer block (256K-1M elements,
+    W4) ran no faster in parallel, so parallel compilation is kept for work of
+    2**22 / threads elements or more. AOTGRAD_PARALLEL_MIN=N sets the threshold (0: every
+    prange kernel is compiled parallel)."""
+    env = os.environ.get("AOTGRAD_PARALLEL_MIN", "").strip()
+    if env:
+        try:
+            return max(0, int(env))
+        except ValueError:
+            raise ValueError(f"AOTGRAD_PARALLEL_MIN must be a whole number of elements, "
+                             f"got {env!r}") from None
+    import numba
+    return (1 << 22) // max(1, numba.config.NUMBA_NUM_THREADS)
+
+
 class CompiledGraph:
     """A Graph compiled to fused Numba kernels + BLAS calls. Call it with numpy arrays.
 
@@ -51,6 +73,12 @@ class CompiledGraph:
                 own[st] = set()
                 self.specs[st] = emit_kernel(self.scheduler, st, own[st])
                 helpers |= own[st]
+        self.serial_compiled = set()   # kernels with prange loops compiled serially
+        pmin = parallel_compile_min()
+        for spec in self.specs.values():
+            if spec.parallel and math.prod(spec.kernel.domain or (1,)) < pmin:
+                spec.parallel = False
+                self.serial_compiled.add(spec)
         # the whole program as one text (what `source` shows); names the kernels k_<hash>
         self.source = module_source(list(self.specs.values()), helpers)
         self._units = {}  # kernel name -> [spec, module, how, signature, helpers]
@@ -113,7 +141,9 @@ class CompiledGraph:
         for i, st in enumerate(sch.steps):
             if isinstance(st, Kernel):
                 spec = self.specs[st]
-                par = "parallel" if spec.parallel else "serial"
+                par = "parallel" if spec.parallel else \
+                    "serial; its prange loops run in order: small work" \
+                    if spec in self.serial_compiled else "serial"
                 lines.append(f"  [{i}] kernel {spec.name} ({par}): {st.describe()}")
             else:
                 n = st.nodes[0]

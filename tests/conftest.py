@@ -7,6 +7,9 @@ import pytest
 
 os.environ.setdefault("AOTGRAD_CACHE_DIR", os.path.join(tempfile.gettempdir(),
                                                         "aotgrad-test-cache"))
+# kernels large enough for prange are compiled parallel whatever their size, so tests on
+# small arrays exercise numba's parallel backend (the default compiles medium ones serially)
+os.environ.setdefault("AOTGRAD_PARALLEL_MIN", "0")
 
 
 @pytest.fixture

@@ -238,3 +238,40 @@ def test_signature_description_matches_numba_typeof(arr):
     desc = [["size"], ["scalar", arr.dtype.name], ["array", arr.dtype.name, arr.ndim]]
     sig = numba_signature(desc)
     assert sig == (numba.typeof(np.int64(3)), numba.typeof(arr.dtype.type(1)), numba.typeof(arr))
+
+
+def prange_graph():
+    """A row kernel with enough work for the emitter's prange (300 x 512)."""
+    b = GraphBuilder("p")
+    x = b.add_input(Aval((300, 512), F32), "x")
+    with b:
+        out = prims.reduce_sum(prims.tanh(x), dims=(1,))
+    b.graph.outputs = [out]
+    return b.graph
+
+
+@pytest.mark.parametrize("threshold, parallel", [("0", True), (str(1 << 30), False)])
+def test_medium_prange_kernels_compile_serially_below_the_threshold(
+        cold, monkeypatch, threshold, parallel):
+    monkeypatch.setenv("AOTGRAD_PARALLEL_MIN", threshold)
+    g = prange_graph()
+    prog = compile_graph(g)
+    (spec,) = prog.specs.values()
+    assert "prange(" in spec.body                        # the emitter's parallel loop shape
+    assert spec.parallel is parallel
+    mod = sys.modules[prog.module_names[0]]
+    assert getattr(mod, spec.name).targetoptions.get("parallel", False) is parallel
+    assert ("prange loops run in order" in prog.report()) is (not parallel)
+    x = np.random.default_rng(1).uniform(-2, 2, (300, 512)).astype(np.float32)
+    np.testing.assert_allclose(prog(x)[0], np.tanh(x.astype(np.float64)).sum(1),
+                               rtol=1e-5, atol=1e-4)
+
+
+def test_parallel_threshold_default_and_bad_value(monkeypatch):
+    import numba
+    from aotgrad.codegen.program import parallel_compile_min
+    monkeypatch.delenv("AOTGRAD_PARALLEL_MIN", raising=False)
+    assert parallel_compile_min() == (1 << 22) // numba.config.NUMBA_NUM_THREADS
+    monkeypatch.setenv("AOTGRAD_PARALLEL_MIN", "lots")
+    with pytest.raises(ValueError, match="AOTGRAD_PARALLEL_MIN"):
+        parallel_compile_min()
