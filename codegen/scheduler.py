@@ -280,6 +280,8 @@ class Scheduler:
             if k in ("dot", "ref", "reshape"):
                 mat.update(n.outputs)
                 for v in n.inputs:
+                    if v in self.strided:
+                        continue
                     if v in self.prod and self.kind[self.prod[v]] in ("pw", "view", "pwcopy",
                                                                       "pad"):
                         if v not in mat:
@@ -292,8 +294,58 @@ class Scheduler:
             mat.add(v)
         return mat
 
+    # -- dot operands that numpy can view in place ------------------------------------------
+    def _strided_chain(self, v):
+        """(base, numpy suffix, nodes) when v is transposes, slices (positive strides) and
+        unit reshapes of `base`, a value in memory anyway (a graph input, a BLAS or reference
+        step's output, a general reshape of one): BLAS reads such a view as it is (every
+        matrix of it has a unit-stride dim), so no kernel has to copy it. Else None."""
+        ops, nodes, u = [], [], v
+        while True:
+            n = self.prod.get(u)
+            if n is None or self.kind[n] in ("dot", "ref", "reshape"):
+                break
+            if self.kind[n] != "view" or n.prim.name in ("broadcast_in_dim", "rev"):
+                return None
+            p = n.params
+            if n.prim.name == "transpose":
+                ops.append(f".transpose({tuple(p['perm'])!r})")
+            elif n.prim.name == "slice":
+                st = p.get("strides") or (1,) * len(p["start"])
+                ops.append("[" + ", ".join(f"{a}:{b}" + (f":{c}" if c != 1 else "")
+                                           for a, b, c in zip(p["start"], p["limit"], st)) + "]")
+            else:
+                ops.append(f".reshape({tuple(p['shape'])!r})")
+            nodes.append(n)
+            u = n.inputs[0]
+        if not ops:
+            return None
+        return u, "".join(reversed(ops)), nodes
+
+    def _strided_operands(self):
+        """Dot operands read through a strided view step instead of a copying kernel: those
+        whose only non-kernel readers are dots (kernels read the chain by index arithmetic)
+        and that are not graph outputs."""
+        out, outs = {}, set(self.g.outputs)
+        for n in self.g.nodes:
+            if self.kind[n] != "dot":
+                continue
+            for v in n.inputs:
+                if v in out or v in outs or v in self.g.inputs:
+                    continue
+                readers = [u for u in self.users.get(v, ()) if self.kind[u] not in
+                           ("pw", "view", "pwcopy", "pad", "rowred", "colred", "rowgather",
+                            "rowscatter")]
+                if any(self.kind[u] != "dot" for u in readers):
+                    continue
+                chain = self._strided_chain(v)
+                if chain is not None:
+                    out[v] = chain
+        return out
+
     def run(self):
         g, sch = self.g, self.sched
+        self.strided = self._strided_operands()
         mat = self._materialised()
         # reduction results are materialised unless fused into their consumer's kernel:
         # decided by merging below. Start: one kernel per reduction, one per materialised
@@ -302,6 +354,12 @@ class Scheduler:
         steps = []
         for n in g.nodes:
             k = self.kind[n]
+            if n.outputs[0] in self.strided:
+                base, expr, chain = self.strided[n.outputs[0]]
+                st = Step("view", [n], n.outputs)
+                st.inputs, st.view_expr = [base], expr
+                steps.append(st)
+                continue
             if k in ("dot", "ref"):
                 st = Step(k, [n], n.outputs)
                 st.inputs = list(n.inputs)
@@ -559,11 +617,12 @@ class Scheduler:
                 for a in sorted(dep[b], key=order.__getitem__):
                     if isinstance(a, Kernel):
                         pairs.append((a, b))
-            # siblings with the same domain reading the same inputs
+            # siblings with the same domain reading the same inputs (one pass reads them)
             for i, a in enumerate(kernels):
                 for b in kernels[i + 1:]:
-                    same = a.key() == b.key() or (
-                        {a.ktype, b.ktype} == {"rows", "cols"} and a.domain == b.domain)
+                    same = a.key() == b.key() or a.domain == b.domain and (
+                        {a.ktype, b.ktype} == {"rows", "cols"} or
+                        "elementwise" in (a.ktype, b.ktype))
                     if same and b not in dep[a] and a not in dep[b] and \
                             set(a.inputs) & set(b.inputs):
                         pairs.append((a, b))

@@ -218,3 +218,56 @@ def test_masked_row_max_and_softmax(d):
     want_p = e / e.sum(1, keepdims=True)
     np.testing.assert_allclose(got_p[ok], want_p[ok], rtol=1e-6, atol=1e-7)
     assert (got_p[ok] >= 0).all() and (got_p[ok][~m[ok]] == 0).all()
+
+
+# --- dot operands read as strided views ------------------------------------------------------
+def test_sliced_and_transposed_dot_operands_are_views_not_copies():
+    # q, k, v: slices of one projection, heads split by reshape + transpose (as in attention)
+    def fn(x, w):
+        qkv = prims.dot_general(x, w, contract=((2,), (1,)))                  # (2, 5, 24)
+        r = prims.transpose(prims.reshape(qkv, shape=(2, 5, 3, 2, 4)), perm=(2, 0, 3, 1, 4))
+        q, k, v = (prims.reshape(prims.slice(r, start=(i, 0, 0, 0, 0), limit=(i + 1, 2, 2, 5, 4)),
+                                 shape=(2, 2, 5, 4)) for i in range(3))
+        s = prims.dot_general(q, k, contract=((3,), (3,)), batch=((0, 1), (0, 1)))  # (2,2,5,5)
+        e = prims.exp(s)
+        return [prims.dot_general(e, v, contract=((3,), (2,)), batch=((0, 1), (0, 1)))]
+    g = build(fn, ((2, 5, 6), F32), ((24, 6), F32))
+    arrs = [rand((2, 5, 6), 1), rand((24, 6), 2) * 0.3]
+    prog = run(g, arrs, rtol=1e-5)
+    views = [st for st in prog.schedule.steps if getattr(st, "view_expr", None)]
+    assert len(views) == 3
+    kernels = [st for st in prog.schedule.steps if st.kind == "kernel"]
+    assert len(kernels) == 1 and [v.name for v in kernels[0].outputs] == \
+        [g.nodes[-2].outputs[0].name]          # only exp(s) is written by a kernel
+
+
+def test_a_view_that_is_also_a_graph_output_is_materialised():
+    def fn(x, w):
+        t = prims.transpose(x, perm=(1, 0))
+        return [t, prims.dot_general(t, w, contract=((1,), (0,)))]
+    g = build(fn, ((4, 3), F32), ((4, 2), F32))
+    prog = run(g, [rand((4, 3), 1), rand((4, 2), 2)], rtol=1e-5)
+    out = prog(rand((4, 3), 1), rand((4, 2), 2))[0]
+    assert out.flags.c_contiguous
+
+
+# --- column sums, sibling kernels -----------------------------------------------------------
+def test_column_sum_in_float32_blocks_is_accurate_and_shares_the_pass():
+    # 1000 rows (not a multiple of the 64-row block), 600 columns (two column chunks); the
+    # elementwise sibling y reads the same inputs and joins the column kernel
+    def fn(g, x, w):
+        t = prims.tanh(x)
+        gt = prims.mul(g, t)
+        cs = prims.reduce_sum(gt, dims=(0,))
+        y = prims.mul(t, t)
+        return [cs, prims.dot_general(y, w, contract=((1,), (0,)))]
+    g_ = rand((1000, 600), 1) + 3.0
+    x = rand((1000, 600), 2)
+    w = rand((600, 3), 3)
+    graph = build(fn, ((1000, 600), F32), ((1000, 600), F32), ((600, 3), F32))
+    prog = run(graph, [g_, x, w], rtol=2e-5)
+    kern = [st for st in prog.schedule.steps if st.kind == "kernel"]
+    assert len(kern) == 1 and kern[0].ktype == "cols"
+    cs = prog(g_, x, w)[0]
+    want = (g_.astype(np.float64) * np.tanh(x.astype(np.float64))).sum(0)
+    np.testing.assert_allclose(cs, want, rtol=2e-6, atol=1e-4)
