@@ -20,13 +20,13 @@ def _dot_plan(node):
     af = [i for i in range(a.ndim) if i not in lc and i not in lb]
     bf = [i for i in range(b.ndim) if i not in rc and i not in rb]
     pa, pb = list(lb) + af + list(lc), list(rb) + list(rc) + bf
-    B = [a.shape[i] for i in lb]
+    B = [a.shape[i] for i in lb]   # batch dims kept apart: merging them copies a strided view
     M = math.prod(a.shape[i] for i in af)
     K = math.prod(a.shape[i] for i in lc)
     N = math.prod(b.shape[i] for i in bf)
-    sa = tuple(([math.prod(B)] if B else []) + [M, K])
-    sb = tuple(([math.prod(B)] if B else []) + [K, N])
-    so = tuple(([math.prod(B)] if B else []) + [M, N])
+    sa = tuple(B + [M, K])
+    sb = tuple(B + [K, N])
+    so = tuple(B + [M, N])
     pa = None if pa == list(range(a.ndim)) else tuple(pa)
     pb = None if pb == list(range(b.ndim)) else tuple(pb)
     return pa, sa, pb, sb, so
@@ -230,6 +230,8 @@ class Plan:
             pa, sa, pb, sb, so = _dot_plan(n)
             ea, eb = (operand(v, p, s) for v, p, s in zip(n.inputs, (pa, pb), (sa, sb)))
             return [f"_mm({ea}, {eb}, out={shaped(n.outputs[0], so)})"]
+        if st.kind == "view" and getattr(st, "view_expr", None):  # a strided view
+            return [f"{name_of(st.outputs[0])} = {name_of(st.inputs[0])}{st.view_expr}"]
         if st.kind == "view":
             return [f"{name_of(n.outputs[0])} = "
                     f"{name_of(n.inputs[0])}.reshape({tuple(n.params['shape'])!r})"]
