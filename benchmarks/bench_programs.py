@@ -91,6 +91,8 @@ def profile_steps(label, prg, args, reps):
     """Median time of each step of a compiled program (its plan's driver, timed)."""
     plan = prg.plan
     prg(*args)
+    plan.step_times(*args)
+    plan._timed.__globals__["_clock"] = CLOCK   # --cpu: process time per step too
     times = [[] for _ in plan.schedule.steps]
     for _ in range(max(5, reps // 2)):
         for i, t in enumerate(plan.step_times(*args)[1]):

@@ -566,10 +566,14 @@ class Scheduler:
             return False, "different loop domains"
         kinds = {a.ktype, b.ktype}
         mixed = kinds == {"rows", "cols"}
-        if mixed and not (len(a.domain) == 2 and a.k == b.k == 1 and all(
-                r.prim.name == "reduce_sum" and r.inputs[0].dtype.is_floating_point
-                for r in (a if a.ktype == "cols" else b).reds)):
-            return False, "row and column reductions iterate differently"
+        # column sums ride along a row kernel that reduces the last dim when they reduce
+        # all the others (the row loop covers exactly the summed dims)
+        if mixed:
+            rk, ck = (a, b) if a.ktype == "rows" else (b, a)
+            if not (rk.k == 1 and ck.k == len(a.domain) - 1 and all(
+                    r.prim.name == "reduce_sum" and r.inputs[0].dtype.is_floating_point
+                    for r in col_reds(ck))):
+                return False, "row and column reductions iterate differently"
         if (a.ktype == b.ktype == "cols") and a.k != b.k:
             return False, "row and column reductions iterate differently"
         col_a, col_b = col_outputs(a), col_outputs(b)

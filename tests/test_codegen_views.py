@@ -271,3 +271,19 @@ def test_column_sum_in_float32_blocks_is_accurate_and_shares_the_pass():
     cs = prog(g_, x, w)[0]
     want = (g_.astype(np.float64) * np.tanh(x.astype(np.float64))).sum(0)
     np.testing.assert_allclose(cs, want, rtol=2e-6, atol=1e-4)
+
+
+def test_column_sums_over_leading_dims_ride_along_a_3d_row_kernel():
+    # layer-norm-backward-like: per-row sums over the last dim of (4, 6, 40) and the bias and
+    # gamma gradients summed over the two leading dims, in one kernel
+    def fn(g, x, w):
+        gw = prims.mul(g, prims.broadcast_in_dim(w, shape=(4, 6, 40), dims=(2,)))
+        rs = prims.reduce_sum(prims.mul(gw, x), dims=(2,))
+        dx = prims.sub(gw, prims.broadcast_in_dim(rs, shape=(4, 6, 40), dims=(0, 1)))
+        return [dx, prims.reduce_sum(g, dims=(0, 1)), prims.reduce_sum(prims.mul(g, x),
+                                                                       dims=(0, 1))]
+    arrs = [rand((4, 6, 40), 1), rand((4, 6, 40), 2), rand((40,), 3)]
+    prog = run(build(fn, ((4, 6, 40), F32), ((4, 6, 40), F32), ((40,), F32)), arrs,
+               rtol=1e-5)
+    kern = [st for st in prog.schedule.steps if st.kind == "kernel"]
+    assert len(kern) == 1 and kern[0].ktype == "rows" and len(kern[0].col_reds) == 2
