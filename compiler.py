@@ -225,12 +225,20 @@ def _guard_key(leaves, module, treedef=None):
     key = [_mode.grad_enabled, treedef]
     for x in leaves:
         if isinstance(x, Tensor):
-            v = x._value
-            key.append(("T", v.shape, v.dtype, x.requires_grad))  # dtype.name is slow
+            key.append(_tensor_key(x))
         elif isinstance(x, (int, float, bool, str, type(None))):
             key.append(("S", type(x).__name__, x))
         else:
             key.append(("O", type(x).__name__, id(x)))
+    return _with_module(key, module)
+
+
+def _tensor_key(x):
+    v = x._value
+    return ("T", v.shape, v.dtype, x.requires_grad)  # (dtype.name would be slow)
+
+
+def _with_module(key, module):
     if module is not None and hasattr(module, "modules"):
         key.append(tuple(m.training for m in module.modules()))
     return tuple(key)
@@ -242,11 +250,8 @@ def _tensor_args_key(args, module):
     for x in args:
         if not isinstance(x, Tensor):
             return None
-        v = x._value
-        key.append(("T", v.shape, v.dtype, x.requires_grad))
-    if module is not None and hasattr(module, "modules"):
-        key.append(tuple(m.training for m in module.modules()))
-    return tuple(key)
+        key.append(_tensor_key(x))
+    return _with_module(key, module)
 
 
 def _lifted_ok(prog):

@@ -171,8 +171,8 @@ class Plan:
         names; workspace views, kernel constants and reshaped views of fixed buffers are
         bound once as globals. A step costs one call, not a loop over an env list.
         With timed=True the function also returns each step's perf_counter stamp."""
-        g = {"np": np, "_ndarray": np.ndarray, "_empty": np.empty, "_mm": np.matmul, "_contig": np.ascontiguousarray,
-             "_normalise": self._normalise}
+        g = {"np": np, "_ndarray": np.ndarray, "_empty": np.empty, "_mm": np.matmul,
+             "_contig": np.ascontiguousarray, "_normalise": self._normalise}
         names = {}
 
         def bind(obj, prefix):
@@ -226,8 +226,8 @@ class Plan:
                                                                  operand)]
             if timed:
                 lines.append("    _t.append(_clock())")
-        outs = [f"v{s}.copy()" if s in self.copy_slots else f"v{s}" for s in self.out_slots]
-        outs = [name_of(v) if v in fixed else o for v, o in zip(self.graph.outputs, outs)]
+        outs = [name_of(v) if v in fixed else f"v{s}.copy()" if s in self.copy_slots else
+                f"v{s}" for v, s in zip(self.graph.outputs, self.out_slots)]
         lines.append(f"    return [{', '.join(outs)}]" + (", _t" if timed else ""))
         src = "\n".join(lines) + "\n"
         exec(compile(src, f"<{self.graph.name} program>", "exec"), g)

@@ -452,7 +452,7 @@ def run_backward(tensors, grad_tensors, retain_graph=False, create_graph=False, 
 
 def _one_node_backward(t, g, retain_graph):
     """`loss.backward()` where loss's grad_fn feeds only plain leaves (a compiled function's
-    output, or `(x * w).sum()`): the general loop's result without its bookkeeping. Returns
+    output, or `x * w`): the general loop's result without its bookkeeping. Returns
     False, having done nothing, when anything needs the general loop (hooks, retain_grad,
     profiling, anomaly mode, tracing, a leaf reached twice)."""
     node = t.grad_fn
