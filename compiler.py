@@ -61,6 +61,7 @@ class Program:
         self.inference.name = "inference"
         self._runners = {}
         self._kernels = {}
+        self._owned = {}
         self._accumulators = None
         self._avals = None
         self._arg_roles = [x for _, x in tr.roles] if all(k == "arg" for k, _ in tr.roles) \
@@ -80,6 +81,7 @@ class Program:
             trusted = len(self.forward.outputs) - self.n_fw_outputs if which == "backward" else 0
             r, kern = _runner(getattr(self, which), self.backend, f"{self.name}_{which}", trusted)
             self._runners[which], self._kernels[which] = r, kern
+            self._owned[which] = kern.plan.owned_outputs if kern is not None else None
 
     def build(self):
         """Compile the graphs a call will need (forward+backward, or inference)."""
@@ -92,8 +94,7 @@ class Program:
 
     def owned_outputs(self, which):
         """Per output of a compiled graph: a new array nothing else shares (None: unknown)."""
-        k = self._kernels.get(which)
-        return getattr(getattr(k, "plan", None), "owned_outputs", None)
+        return self._owned.get(which)
 
     def scatter_grads(self, present):
         """Grads of the backward graph -> one entry per differentiable input (None if unused)."""

@@ -1,6 +1,7 @@
 """`backward` and `grad`: the user-facing entry points into the engine."""
 import numpy as np
 
+from aotgrad.runtime import tensor as _tensor
 from aotgrad.runtime.engine import run_backward
 from aotgrad.runtime.tensor import Tensor
 
@@ -101,3 +102,6 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     if not create_graph:
         res = [r.detach() if r is not None else None for r in res]
     return tuple(res)
+
+
+_tensor._autograd_backward = backward  # Tensor.backward (tensor.py cannot import this module)

@@ -21,6 +21,7 @@ from aotgrad.runtime.grad_mode import state as _mode
 
 
 _NP_DTYPES = {d.np: d for d in dt.ALL}
+_autograd_backward = None  # runtime/autograd_api.py sets this (it imports this module)
 
 
 class Tensor:
@@ -207,8 +208,7 @@ class Tensor:
 
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
         """Compute the gradient of this tensor w.r.t. graph leaves, accumulated into `.grad`."""
-        from aotgrad.runtime.autograd_api import backward
-        backward(self, gradient, retain_graph, create_graph, inputs=inputs)
+        _autograd_backward(self, gradient, retain_graph, create_graph, inputs=inputs)
 
     def detach(self):
         """A new tensor sharing storage and version counter, outside the autograd graph."""
