@@ -1,5 +1,5 @@
 """The runtime: Tensor, the op layer with each prim's derivative rule, the autograd engine,
 grad/anomaly modes, profiler hooks, and (later) the executor of compiled programs."""
-from aotgrad.runtime import autograd_api, derivatives, methods  # noqa: F401  (registers
-# rules and methods)
+# imported for what they install: derivative rules, Tensor methods, Tensor.backward
+from aotgrad.runtime import autograd_api, derivatives, methods  # noqa: F401
 from aotgrad.runtime.tensor import Size, Tensor
