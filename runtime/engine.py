@@ -109,6 +109,11 @@ class Node:
         self.next_functions = tuple(next_functions)
         self._in_avals = in_avals        # shapes/dtypes of the forward inputs (grad outputs)
         self._out_avals = out_avals      # shapes/dtypes of the forward outputs (grads in)
+        self._note_origin()
+
+    def _note_origin(self):
+        """Sequence number, and where the node was made: the forward stack in anomaly mode,
+        the user's source line while tracing."""
         self._seq = next(_seq)
         if _mode.anomaly:
             self._stack = grad_mode.forward_stack()
@@ -198,13 +203,9 @@ class AccumulateGrad(Node):
     next_functions = ()
     _in_avals = ()
 
-    def __init__(self, variable):  # Node.__init__ without its generic work: made every step
+    def __init__(self, variable):  # made every step: no edges, avals derived on demand
         self.variable = variable
-        self._seq = next(_seq)
-        if _mode.anomaly:
-            self._stack = grad_mode.forward_stack()
-        if _current_builder() is not None:
-            self._provenance = _make_provenance()
+        self._note_origin()
 
     @property
     def _out_avals(self):
