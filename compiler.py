@@ -9,9 +9,11 @@ the runtime's executor.
     print(loss_fn.ir(x, w))                    # forward / backward graphs, saved values, source
 """
 import functools
+import math
 import os
 import warnings
 
+import numpy as np
 
 from aotgrad.ir import passes
 from aotgrad.ir.core import Aval, current_builder
@@ -19,6 +21,7 @@ from aotgrad.ir.partition import partition
 from aotgrad.ir.printer import HEADER, format_graph
 from aotgrad.runtime import dispatch
 from aotgrad.runtime import profiling
+from aotgrad.runtime.engine import accumulate_array, next_sequence_nr, plain_leaves
 from aotgrad.runtime.executor import CompiledBackward, check_nan, write_back, write_grad
 from aotgrad.runtime.factories import default_generator
 from aotgrad.runtime.grad_mode import state as _mode
@@ -31,13 +34,13 @@ cache_size_limit = 8  # programs per compiled function before it warns and runs 
 
 
 def _runner(graph, backend, name, trusted=0):
+    """`run(*arrays) -> list of arrays` for one graph, and its compiled program (or None)."""
     if backend == "interpret":
         from aotgrad.ir.core import evaluate
-        return (lambda args: evaluate(graph, args)), None
+        return (lambda *args: evaluate(graph, list(args))), None
     from aotgrad.codegen import compile_graph
     prog = compile_graph(graph, name=name)
-    run = prog.plan.prepared().runner(trusted)  # the generated driver: one call per program
-    return (lambda args: run(*args)), prog
+    return prog.plan.prepared().runner(trusted), prog  # the generated driver
 
 
 class Program:
@@ -64,6 +67,8 @@ class Program:
         self._owned = {}
         self._accumulators = None
         self._avals = None
+        self._fast = None        # the specialised call (see _make_fast), made on first call
+        self._implicit = {}      # output_nr -> the grads `out.backward()` feeds the backward
         self._arg_roles = [x for _, x in tr.roles] if all(k == "arg" for k, _ in tr.roles) \
             else None
 
@@ -73,7 +78,7 @@ class Program:
         if r is None:
             self._prepare(which)
             r = self._runners[which]
-        return r(args)
+        return r(*args)
 
     def _prepare(self, which):
         if which not in self._runners:
@@ -118,6 +123,15 @@ class Program:
         return "\n".join(parts)
 
     def __call__(self, leaves):
+        fast = self._fast
+        if fast is None:
+            fast = self._fast = self._make_fast()
+        if fast is not False and not profiling._profilers and not _mode.anomaly:
+            return fast(leaves)
+        return self._call(leaves)
+
+    def _call(self, leaves):
+        """The general call: any roles, mutations, .grad writes, profiling, anomaly mode."""
         tr = self.trace
         if self._arg_roles is not None:  # every input is an argument (the common case)
             replay = [leaves[i] for i in self._arg_roles]
@@ -159,17 +173,109 @@ class Program:
                 for is_t, const in zip(tr.out_is_tensor, tr.out_leaves)]
         if need_grad and tr.diff_outs:
             diff_inputs = [leaves[x] if kind == "arg" else x for kind, x in tr.diff_roles]
-            if self._accumulators is None:  # keep the lifted leaves' AccumulateGrad nodes
-                self._accumulators = [t._grad_accumulator() for kind, t in tr.diff_roles
-                                      if kind == "lifted" and t.grad_fn is None]
-            if self._avals is None:  # shapes and dtypes are fixed per program (guards)
-                self._avals = ([Aval(t._value.shape, t.dtype) for t in diff_inputs],
-                               [Aval(outs[k]._value.shape, outs[k].dtype)
-                                for k in tr.diff_outs])
+            if self._avals is None:
+                self._first_call_state(diff_inputs, outs)
             node = CompiledBackward(self, saved, diff_inputs, *self._avals, replay)
             for nr, k in enumerate(tr.diff_outs):
                 outs[k].requires_grad, outs[k].grad_fn, outs[k]._output_nr = True, node, nr
         return outs[0] if tr.out_tree is None else unflatten(tr.out_tree, outs)
+
+    # ---- the specialised call path -------------------------------------------------------
+    def _make_fast(self):
+        """The call specialised to this program, or False where it needs the general one
+        (seeds, in-place writes, .grad writes, non-tensor outputs). It calls the generated
+        drivers directly and gives the outputs a _CallBackward, whose edges to leaf inputs are
+        made only when something asks for them."""
+        tr = self.trace
+        if tr.mutations or tr.grad_clears or tr.escaped or not all(tr.out_is_tensor) or \
+                any(kind == "seed" for kind, _ in tr.roles):
+            return False
+        self.build()
+        n_fw, n_out, single = self.n_fw_outputs, len(tr.out_is_tensor), tr.out_tree is None
+        has_backward, diff_outs, out_tree = self.has_backward, tr.diff_outs, tr.out_tree
+        run_fw = self._runners["forward"] if has_backward else None
+        arg_roles = self._arg_roles
+        identity = arg_roles is not None and arg_roles == list(range(len(arg_roles)))
+        roles = [(kind == "arg", x) for kind, x in tr.roles]
+        pos = {("arg", x) if kind == "arg" else ("lifted", id(x)): i
+               for i, (kind, x) in enumerate(tr.roles)}
+        diff_pos = [pos[("arg", x) if kind == "arg" else ("lifted", id(x))]
+                    for kind, x in tr.diff_roles]
+        if self.backend != "interpret" and has_backward:
+            owned = self._owned["backward"]
+        else:
+            owned = None
+        self._grad_slots = []  # (diff input, backward output, owned) per gradient it makes
+        k = 0
+        for j, present in enumerate(tr.grad_present):
+            if present:
+                self._grad_slots.append((j, k, bool(owned and owned[k])))
+                k += 1
+        make, new_node, seq = Tensor._make, _CallBackward.__new__, next_sequence_nr
+        mode = _mode
+
+        def call(leaves):
+            if identity and len(leaves) == len(arg_roles):
+                replay = leaves
+            elif arg_roles is not None:
+                replay = [leaves[i] for i in arg_roles]
+            else:
+                replay = [leaves[x] if is_arg else x for is_arg, x in roles]
+            vals = [t._value for t in replay]
+            if run_fw is None or not mode.grad_enabled:
+                outs = self._run("inference", vals)
+                outs = [make(v) for v in outs[:n_out]]
+                return outs[0] if single else unflatten(out_tree, outs)
+            outs = run_fw(*vals)
+            saved = outs[n_fw:]
+            outs = [make(v) for v in outs[:n_out]]
+            if diff_outs:
+                diff_inputs = [replay[j] for j in diff_pos]
+                if self._avals is None:
+                    self._first_call_state(diff_inputs, outs)
+                for t in diff_inputs:
+                    if t.grad_fn is not None:  # a non-leaf input: its edge is fixed now
+                        node = CompiledBackward(self, saved, diff_inputs, *self._avals, replay)
+                        break
+                else:
+                    node = new_node(_CallBackward)
+                    node._seq = seq()
+                    node._in_avals, node._out_avals = self._avals
+                    node.program, node._saved_arrays, node._leaves = self, saved, diff_inputs
+                    node._replay = replay
+                    node._versions = [t._version.v for t in replay]
+                for nr, k in enumerate(diff_outs):
+                    o = outs[k]
+                    o.requires_grad, o.grad_fn, o._output_nr = True, node, nr
+            return outs[0] if single else unflatten(out_tree, outs)
+        return call
+
+    def _first_call_state(self, diff_inputs, outs):
+        tr = self.trace
+        if self._accumulators is None:  # keep the lifted leaves' AccumulateGrad nodes
+            self._accumulators = [t._grad_accumulator() for kind, t in tr.diff_roles
+                                  if kind == "lifted" and t.grad_fn is None]
+        if self._avals is None:  # shapes and dtypes are fixed per program (guards)
+            self._avals = ([Aval(t._value.shape, t.dtype) for t in diff_inputs],
+                           [Aval(outs[k]._value.shape, outs[k].dtype) for k in tr.diff_outs])
+
+    def implicit_grads(self, nr):
+        """The arrays `out.backward()` feeds the backward program for output nr of the
+        differentiable outputs (ones there, zeros for the others), or False when that output
+        is not a floating scalar (the general path raises the error). Made once, never handed
+        to the user: the backward only reads them, and an output that passes one through is
+        not owned, so it is copied before it becomes a .grad."""
+        grads = self._implicit.get(nr)
+        if grads is None:
+            avals = self._avals[1]
+            a = avals[nr]
+            if math.prod(a.shape) != 1 or not a.dtype.is_floating_point:
+                grads = False
+            else:
+                grads = [np.zeros(b.shape, b.dtype.np) for b in avals]
+                grads[nr] = np.ones(a.shape, a.dtype.np)
+            self._implicit[nr] = grads
+        return grads
 
     # ---- reading ------------------------------------------------------------------------
     def __str__(self):
@@ -215,6 +321,38 @@ class Program:
         """The code generator's plan per graph: kernels, refused fusions and why, buffers."""
         return "\n".join(f"# ---- {which} ----\n{k.report()}" for which, k in
                          self._kernels.items() if k is not None and hasattr(k, "report"))
+
+
+class _CallBackward(CompiledBackward):
+    """The grad_fn the specialised call path gives a compiled function's outputs when every
+    differentiable input is a leaf. It is made without Node.__init__, and its edges (an
+    AccumulateGrad per leaf) only when something reads `next_functions` (the general engine,
+    a user walking the graph). A plain `loss.backward()` runs the backward program and
+    accumulates into the leaves' .grad directly (`_fast_backward`)."""
+
+    @functools.cached_property
+    def next_functions(self):
+        return tuple((t._grad_accumulator(), 0) for t in self._leaves)
+
+    def _fast_backward(self, t, retain_graph):
+        p = self.program
+        grads = p._implicit.get(t._output_nr)
+        if grads is None:
+            grads = p.implicit_grads(t._output_nr)
+        if grads is False or self._saved_arrays is None or self._pre_hooks or self._hooks or \
+                self._tensor_pre_hooks or self._retain_grad or profiling._profilers or \
+                _mode.anomaly or current_builder() is not None or not plain_leaves(self._leaves):
+            return False
+        for r, v in zip(self._replay, self._versions):
+            if r._version.v != v:  # modified in place: the general path raises the error
+                return False
+        outs = p._runners["backward"](*self._saved_arrays, *grads)
+        if not retain_graph:
+            self._release()
+        leaves = self._leaves
+        for j, k, owned in p._grad_slots:
+            accumulate_array(leaves[j], outs[k], owned)
+        return True
 
 
 def _restrict(joint, n_primals, n_fw_outputs):

@@ -20,6 +20,7 @@ from aotgrad.runtime import grad_mode, profiling
 from aotgrad.runtime.grad_mode import state as _mode
 
 _seq = itertools.count()
+next_sequence_nr = _seq.__next__  # a node's sequence number (later nodes run first)
 Tensor = None  # runtime/tensor.py sets this (it imports this module first)
 _EMPTY = types.MappingProxyType({})
 
@@ -104,6 +105,9 @@ class Node:
     _pre_hooks = _hooks = ()
     _tensor_pre_hooks = _retain_grad = _EMPTY  # output_nr -> [hook(grad)] / weakref(tensor)
     _stack = _provenance = None
+    # optional: fast_backward(t, retain_graph) -> bool runs `t.backward()` (implicit gradient,
+    # no create_graph, no inputs) when nothing needs the general engine; False: nothing done
+    _fast_backward = None
 
     def __init__(self, next_functions, in_avals, out_avals):
         self.next_functions = tuple(next_functions)
@@ -237,6 +241,35 @@ def accumulate_grad(var, g, create_graph):
     else:
         var._grad = Tensor._make((var._grad + g.detach())._value, False)
     _post_accumulate(var)
+
+
+def plain_leaves(leaves):
+    """True when gradients for these leaf tensors may be written into their .grad directly:
+    no tensor hooks, no post-accumulate hooks, no hooks on a live AccumulateGrad node, and no
+    tensor twice (its gradients are summed first, as the general engine does)."""
+    for v in leaves:
+        if v._hooks or v._post_acc_hooks:
+            return False
+        ref = v._accumulator
+        if ref is not None:
+            node = ref()
+            if node is not None and (node._pre_hooks or node._hooks):
+                return False
+    return len(leaves) < 2 or len(set(map(id, leaves))) == len(leaves)
+
+
+def accumulate_array(var, value, owned):
+    """accumulate_grad(var, g, create_graph=False) for a gradient given as a numpy array of
+    var's shape and dtype, outside tracing, with no hooks to run (see plain_leaves). `owned`:
+    the array is referenced by nothing else, so it may become .grad without a copy."""
+    if var._grad is None:
+        var._grad = Tensor._make(value if owned else np.array(value, copy=True, order="C"))
+        return
+    prev, _mode.grad_enabled = _mode.grad_enabled, False
+    try:
+        accumulate_grad(var, Tensor._make(value), False)
+    finally:
+        _mode.grad_enabled = prev
 
 
 def _post_accumulate(var):

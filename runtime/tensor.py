@@ -208,6 +208,11 @@ class Tensor:
 
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
         """Compute the gradient of this tensor w.r.t. graph leaves, accumulated into `.grad`."""
+        if gradient is None and inputs is None and not create_graph:
+            node = self.grad_fn
+            if node is not None and node._fast_backward is not None and \
+                    node._fast_backward(self, bool(retain_graph)):
+                return
         _autograd_backward(self, gradient, retain_graph, create_graph, inputs=inputs)
 
     def detach(self):
