@@ -8,6 +8,7 @@ the runtime's executor.
     loss = loss_fn(x, w); loss.backward()     # compiled forward, compiled backward
     print(loss_fn.ir(x, w))                    # forward / backward graphs, saved values, source
 """
+import builtins
 import functools
 import math
 import os
@@ -122,12 +123,14 @@ class Program:
                 parts.append(f"# ---- {which} ----\n{k.source}")
         return "\n".join(parts)
 
-    def __call__(self, leaves):
+    def __call__(self, leaves, trusted=False):
+        """Run on the call's flattened inputs; `trusted`: they are the arguments themselves,
+        all tensors whose arrays passed the guard's checks (see _make_guard)."""
         fast = self._fast
         if fast is None:
             fast = self._fast = self._make_fast()
         if fast is not False and not profiling._profilers and not _mode.anomaly:
-            return fast(leaves)
+            return fast(leaves, trusted)
         return self._call(leaves)
 
     def _call(self, leaves):
@@ -196,6 +199,14 @@ class Program:
         run_fw = self._runners["forward"] if has_backward else None
         arg_roles = self._arg_roles
         identity = arg_roles is not None and arg_roles == list(range(len(arg_roles)))
+        # a call through the guard (_make_guard) checked every argument's array: the forward
+        # driver skips its checks on the inputs that are the leading arguments
+        n_lead = 0
+        while n_lead < len(tr.roles) and tr.roles[n_lead] == ("arg", n_lead):
+            n_lead += 1
+        run_trusted = run_fw
+        if run_fw is not None and n_lead and self.backend != "interpret":
+            run_trusted = self._kernels["forward"].plan.runner(trusted=n_lead)
         roles = [(kind == "arg", x) for kind, x in tr.roles]
         pos = {("arg", x) if kind == "arg" else ("lifted", id(x)): i
                for i, (kind, x) in enumerate(tr.roles)}
@@ -214,7 +225,7 @@ class Program:
         make, new_node, seq = Tensor._make, _CallBackward.__new__, next_sequence_nr
         mode = _mode
 
-        def call(leaves):
+        def call(leaves, trusted):
             if identity and len(leaves) == len(arg_roles):
                 replay = leaves
             elif arg_roles is not None:
@@ -226,9 +237,9 @@ class Program:
                 outs = self._run("inference", vals)
                 outs = [make(v) for v in outs[:n_out]]
                 return outs[0] if single else unflatten(out_tree, outs)
-            outs = run_fw(*vals)
+            outs = (run_trusted if trusted else run_fw)(*vals)
             saved = outs[n_fw:]
-            outs = [make(v) for v in outs[:n_out]]
+            outs = [make(outs[0])] if single else [make(v) for v in outs[:n_out]]
             if diff_outs:
                 diff_inputs = [replay[j] for j in diff_pos]
                 if self._avals is None:
@@ -349,9 +360,13 @@ class _CallBackward(CompiledBackward):
         outs = p._runners["backward"](*self._saved_arrays, *grads)
         if not retain_graph:
             self._release()
-        leaves = self._leaves
+        leaves, make = self._leaves, Tensor._make
         for j, k, owned in p._grad_slots:
-            accumulate_array(leaves[j], outs[k], owned)
+            leaf = leaves[j]
+            if owned and leaf._grad is None:  # accumulate_array's common case, inline
+                leaf._grad = make(outs[k])
+            else:
+                accumulate_array(leaf, outs[k], owned)
         return True
 
 
@@ -393,6 +408,46 @@ def _tensor_args_key(args, module):
     return _with_module(key, module)
 
 
+def _make_guard(key, prog):
+    """`guard(args) -> prog or None`: True only where `_tensor_args_key(args, None) == key`
+    (and the lifted guards hold), and every argument's array is C-contiguous, aligned and
+    writeable (so the forward driver may skip its input checks): the same test as building
+    the key and looking it up, as straight-line code over the arguments. None sends the call
+    to the full lookup, which decides (and warns, recompiles) as before."""
+    grad_enabled, n, specs = key[0], key[1], key[2:]
+    if type(grad_enabled) is not bool or any(type(rg) is not bool for *_, rg in specs):
+        return _no_guard
+    g = {"Tensor": Tensor, "ndarray": np.ndarray, "_mode": _mode, "prog": prog,
+         "lifted_ok": _lifted_ok}
+    lines = ["def guard(args):",
+             f"    if len(args) != {n} or _mode.grad_enabled is not {grad_enabled}:",
+             "        return None"]
+    if n:
+        lines.append(f"    {''.join(f'a{i}, ' for i in range(n))}= args")
+    for i, (_, shape, dtype, rg) in enumerate(specs):
+        g[f"d{i}"] = dtype
+        lines += [f"    if not isinstance(a{i}, Tensor) or a{i}.requires_grad is not {rg}:",
+                  "        return None",
+                  f"    v = a{i}._value",
+                  f"    if type(v) is not ndarray or v.shape != {tuple(shape)!r} or "
+                  f"v.dtype is not d{i} or not v.flags.carray:",
+                  "        return None"]
+    if prog.trace.grad_guards or prog.trace.lifted_guards:
+        lines += ["    if not lifted_ok(prog):", "        return None"]
+    lines.append("    return prog")
+    exec(builtins.compile("\n".join(lines) + "\n", f"<guard of {prog.name}>", "exec"), g)
+    guard = g["guard"]
+    guard.program, guard.source = prog, "\n".join(lines)
+    return guard
+
+
+def _no_guard(args):
+    return None
+
+
+_no_guard.program = None
+
+
 def _lifted_ok(prog):
     """Lifted tensors are read at call time; their shapes/dtypes/requires_grad are guards."""
     tr = prog.trace
@@ -418,6 +473,7 @@ class CompiledFunction:
             globals()["cache_size_limit"]
         self.module = fn if hasattr(fn, "named_parameters") else None
         self.cache, self._warned, self.graph_breaks = {}, set(), []
+        self._guards, self._guard = {}, None  # guard key -> _make_guard(key, program); last hit
         self.n_traces = 0  # how many times the function was traced (recompiles included)
         self.name = getattr(fn, "__name__", type(fn).__name__)
         functools.update_wrapper(self, fn if callable(fn) and hasattr(fn, "__name__") else
@@ -483,11 +539,21 @@ class CompiledFunction:
                 # step) is concrete after this call; trace again next time to read it
                 return prog, leaves
             self.cache[key] = prog
+        if leaves is args and self.module is None and prog != "eager":
+            guard = self._guards.get(key)
+            if guard is None or guard.program is not prog:
+                guard = self._guards[key] = _make_guard(key, prog)
+            self._guard = guard
         return prog, leaves
 
     def __call__(self, *args, **kwargs):
         if current_builder() is not None:  # called inside another compiled function: inline
             return self.fn(*args, **kwargs)
+        guard = self._guard
+        if guard is not None and not kwargs:
+            prog = guard(args)  # the last program's guards, plus C-contiguous arrays
+            if prog is not None:
+                return prog(args, True)
         prog, leaves = self._lookup(args, kwargs)
         if prog == "eager":
             return self.fn(*args, **kwargs)

@@ -15,12 +15,14 @@ import numpy as np
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.core import Var
+from aotgrad.ir.core import current_builder as _current_builder
 from aotgrad.runtime.engine import AccumulateGrad, RemovableHandle, VersionCounter, \
     note_grad_write
 from aotgrad.runtime.grad_mode import state as _mode
 
 
 _NP_DTYPES = {d.np: d for d in dt.ALL}
+_new = object.__new__
 _autograd_backward = None  # runtime/autograd_api.py sets this (it imports this module)
 
 
@@ -35,7 +37,7 @@ class Tensor:
 
     @classmethod
     def _make(cls, value, requires_grad=False):
-        t = object.__new__(cls)
+        t = _new(cls)
         t._value = value
         t.requires_grad = requires_grad
         t.grad_fn = None
@@ -136,7 +138,8 @@ class Tensor:
 
     @grad.setter
     def grad(self, g):
-        note_grad_write(self)
+        if _current_builder() is not None:
+            note_grad_write(self)
         if g is not None:
             if not isinstance(g, Tensor):
                 raise TypeError(f"assigned grad expected to be a Tensor or None but got "
