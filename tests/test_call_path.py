@@ -170,3 +170,257 @@ def test_numba_dump_writes_the_drivers(tmp_path, mlp_compiled):
         src = (d / f"{which}_driver.py").read_text()
         assert src.startswith("def program(") and "_mm(" in src
     assert "kernel" in (d / "schedule.txt").read_text()
+
+
+# ---- the specialised call path (compiler.Program._make_fast, _CallBackward, _make_guard) ----
+def _w5(x, y, w1, b1, w2, b2):
+    F = ag.nn.functional
+    return F.mse_loss(F.linear(F.relu(F.linear(x, w1, b1)), w2, b2), y)
+
+
+def _w5_args(seed=0, dtype=None):
+    ag.manual_seed(seed)
+    x, y = ag.randn(4, 8), ag.randn(4, 1)
+    ps = [ag.randn(16, 8), ag.randn(16), ag.randn(1, 16), ag.randn(1)]
+    if dtype is not None:
+        x, y, ps = x.to(dtype), y.to(dtype), [p.to(dtype) for p in ps]
+    return (x, y) + tuple(p.requires_grad_() for p in ps)
+
+
+@pytest.fixture(scope="module")
+def w5_compiled():
+    return ag.compile(_w5)
+
+
+def _eager_grads(fn, args, **backward):
+    leaves = [a.detach().requires_grad_(a.requires_grad) for a in args]
+    fn(*leaves).backward(**backward)
+    return [None if a.grad is None else a.grad.numpy() for a in leaves]
+
+
+def test_plain_backward_runs_without_accumulate_grad_nodes_and_matches_eager_and_torch(
+        w5_compiled, torch):
+    args = _w5_args(4)
+    ref = _eager_grads(_w5, args)
+    tw = [torch.tensor(a.detach().numpy(), requires_grad=a.requires_grad) for a in args]
+    F = torch.nn.functional
+    F.mse_loss(F.linear(F.relu(F.linear(tw[0], tw[2], tw[3])), tw[4], tw[5]), tw[1]).backward()
+    for step in range(3):
+        for a in args:
+            a.grad = None
+        loss = w5_compiled(*args)
+        node = loss.grad_fn
+        assert type(node).__name__ == "_CallBackward" and node.name() == "CompiledFunctionBackward"
+        loss.backward()
+        assert "next_functions" not in node.__dict__  # no edge was made
+        assert all(a._accumulator is None for a in args)
+        for a, r, t in zip(args, ref, tw):
+            if r is None:
+                assert a.grad is None
+                continue
+            np.testing.assert_allclose(a.grad.numpy(), r, rtol=2e-5, atol=1e-6)
+            np.testing.assert_allclose(a.grad.numpy(), t.grad.numpy(), rtol=2e-5, atol=1e-6)
+            assert a.grad.dtype is ag.float32 and a.grad.grad_fn is None
+            assert not a.grad.requires_grad
+
+
+def test_next_functions_are_made_on_demand_and_are_the_leaves_accumulators(w5_compiled):
+    args = _w5_args(5)
+    loss = w5_compiled(*args)
+    edges = loss.grad_fn.next_functions
+    assert [n.variable for n, _ in edges] == list(args[2:]) and all(nr == 0 for _, nr in edges)
+    assert all(n.name() == "AccumulateGrad" for n, _ in edges)
+    assert edges[0][0] is (args[2] * 2).grad_fn.next_functions[0][0]  # one node per leaf
+    loss.backward()  # through the general engine now (the edges exist): same result
+    ref = _eager_grads(_w5, args)
+    for a, r in zip(args[2:], ref[2:]):
+        np.testing.assert_allclose(a.grad.numpy(), r, rtol=2e-5, atol=1e-6)
+
+
+def _run_twice_expect(cf, fn, args, check):
+    """cf(*args).backward() with grads zeroed; gradients as eager; then check()."""
+    ref = _eager_grads(fn, args)
+    for a in args:
+        a.grad = None
+    cf(*args).backward()
+    for a, r in zip(args, ref):
+        if r is not None:
+            np.testing.assert_allclose(a.grad.numpy(), r, rtol=2e-5, atol=1e-6)
+    check()
+
+
+def test_hooks_of_every_kind_send_backward_to_the_general_engine(w5_compiled):
+    args = _w5_args(6)
+    calls = []
+    # a post-accumulate hook on a leaf
+    h = args[3].register_post_accumulate_grad_hook(lambda t: calls.append(("post", t.shape)))
+    _run_twice_expect(w5_compiled, _w5, args, lambda: calls == [("post", (16,))] or
+                      pytest.fail(str(calls)))
+    h.remove()
+    # a prehook on a leaf's AccumulateGrad node, reached through another graph
+    calls.clear()
+    acc = (args[4] * 1).grad_fn.next_functions[0][0]
+    h = acc.register_prehook(lambda g: calls.append("pre") or None)
+    _run_twice_expect(w5_compiled, _w5, args, lambda: calls == ["pre"] or pytest.fail(str(calls)))
+    h.remove()
+    # hooks on the loss: register_hook, retain_grad, a node hook
+    calls.clear()
+    loss = w5_compiled(*args)
+    loss.register_hook(lambda g: calls.append("tensor") or g * 3)
+    loss.retain_grad()
+    loss.grad_fn.register_hook(lambda gi, go: calls.append("node") or None)
+    for a in args:
+        a.grad = None
+    loss.backward()
+    assert calls == ["tensor", "node"]
+    assert loss.grad.item() == 3.0  # retain_grad sees the hooked gradient (as in PyTorch)
+    ref = _eager_grads(_w5, args)
+    np.testing.assert_allclose(args[2].grad.numpy(), 3 * ref[2], rtol=2e-5, atol=1e-6)
+
+
+def test_retain_graph_second_backward_and_freed_graph(w5_compiled):
+    args = _w5_args(7)
+    ref = _eager_grads(_w5, args)
+    for a in args:
+        a.grad = None
+    loss = w5_compiled(*args)
+    loss.backward(retain_graph=True)
+    loss.backward()
+    for a, r in zip(args[2:], ref[2:]):
+        np.testing.assert_allclose(a.grad.numpy(), 2 * r, rtol=2e-5, atol=1e-6)
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        loss.backward()
+
+
+def test_input_modified_in_place_before_backward_raises(w5_compiled):
+    args = _w5_args(8)
+    loss = w5_compiled(*args)
+    with ag.no_grad():
+        args[4].mul_(2)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+
+
+def test_autograd_grad_anomaly_and_create_graph_on_the_fast_node(w5_compiled):
+    args = _w5_args(9)
+    ref = _eager_grads(_w5, args)
+    for a in args:
+        a.grad = None
+    gs = ag.autograd.grad(w5_compiled(*args), args[2:])
+    for g, r in zip(gs, ref[2:]):
+        np.testing.assert_allclose(g.numpy(), r, rtol=2e-5, atol=1e-6)
+    assert all(a.grad is None for a in args)  # grad() leaves .grad alone
+    loss = w5_compiled(*args)
+    with ag.autograd.set_detect_anomaly(True):
+        loss.backward()
+    np.testing.assert_allclose(args[2].grad.numpy(), ref[2], rtol=2e-5, atol=1e-6)
+    g, = ag.autograd.grad(w5_compiled(*args), args[5], create_graph=True)
+    assert g.requires_grad and g.grad_fn is not None
+
+
+def test_one_tensor_passed_twice_gets_the_sum_of_both_gradients():
+    def f(a, b):
+        return (a * b.exp()).sum()
+    cf = ag.compile(f, backend="interpret")
+    w = ag.randn(5, requires_grad=True)
+    cf(w, w).backward()
+    cf(w, w).backward()  # accumulated into the existing .grad
+    we = w.detach().requires_grad_()
+    f(we, we).backward()
+    np.testing.assert_allclose(w.grad.numpy(), 2 * we.grad.numpy(), rtol=1e-6)
+
+
+def test_non_leaf_input_uses_the_general_node():
+    cf = ag.compile(lambda h, w: (h * w).tanh().sum(), backend="interpret")
+    a, w = ag.randn(4, requires_grad=True), ag.randn(4, requires_grad=True)
+    loss = cf(a * 2, w)
+    assert type(loss.grad_fn).__name__ == "CompiledBackward"
+    loss.backward()
+    ae, we = a.detach().requires_grad_(), w.detach().requires_grad_()
+    ((ae * 2) * we).tanh().sum().backward()
+    np.testing.assert_allclose(a.grad.numpy(), ae.grad.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(w.grad.numpy(), we.grad.numpy(), rtol=1e-6)
+
+
+def test_guard_catches_shape_dtype_requires_grad_and_grad_mode_changes(w5_compiled):
+    cf = ag.compile(_w5)
+    args = _w5_args(10)
+    cf(*args).backward()
+    assert cf.n_traces == 1 and cf._guard is not None
+    cf(*args).backward()
+    assert cf.n_traces == 1
+    cases = [
+        ((ag.randn(3, 8), ag.randn(3, 1)) + args[2:], "shape"),
+        (_w5_args(10, dtype=ag.float64), "dtype"),
+        (args[:2] + (args[2].detach(),) + args[3:], "requires_grad"),
+    ]
+    for new, what in cases:
+        n = cf.n_traces
+        loss = cf(*new)
+        assert cf.n_traces == n + 1, what
+        ref = _eager_grads(_w5, new)
+        for a in new:
+            a.grad = None
+        loss.backward()
+        for a, r in zip(new, ref):
+            if r is not None:
+                np.testing.assert_allclose(a.grad.numpy(), r, rtol=2e-5, atol=1e-6)
+        assert loss.dtype is new[0].dtype
+    with ag.no_grad():
+        out = cf(*args)
+    assert out.grad_fn is None and not out.requires_grad
+    assert out.item() == pytest.approx(_w5(*args).item(), rel=1e-5)
+
+
+def test_non_contiguous_input_misses_the_guard_but_not_the_cache(w5_compiled):
+    args = _w5_args(11)
+    w5_compiled(*args)
+    n = w5_compiled.n_traces
+    xt = ag.from_numpy(np.ascontiguousarray(args[0].numpy().T)).t()  # a (4, 8) strided view
+    assert not xt.numpy().flags.c_contiguous
+    new = (xt,) + args[1:]
+    assert w5_compiled._guard(new) is None
+    ref = _eager_grads(_w5, new)
+    for a in new:
+        a.grad = None
+    w5_compiled(*new).backward()
+    assert w5_compiled.n_traces == n
+    for a, r in zip(new[2:], ref[2:]):
+        np.testing.assert_allclose(a.grad.numpy(), r, rtol=2e-5, atol=1e-6)
+
+
+def test_implicit_gradient_passed_through_is_copied_not_shared():
+    cf = ag.compile(lambda x: x.reshape(()))  # the backward returns its input gradient
+    x = ag.randn((), requires_grad=True)
+    cf(x).backward()
+    assert cf.ir(x)._kernels["backward"].plan.owned_outputs == [False]
+    assert float(x.grad) == 1.0
+    x.grad.add_(5)  # must not write into the array the next call feeds the backward
+    x.grad = None
+    cf(x).backward()
+    assert float(x.grad) == 1.0
+    cf(x).backward()
+    assert float(x.grad) == 2.0
+
+
+def test_closed_over_tensor_is_lifted_and_its_grad_accumulates():
+    w = ag.randn(3, 4, requires_grad=True)
+    cf = ag.compile(lambda x: (x @ w).tanh().sum(), backend="interpret")
+    x = ag.randn(2, 3)
+    for _ in range(2):
+        cf(x).backward()
+    we = w.detach().requires_grad_()
+    (x @ we).tanh().sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), 2 * we.grad.numpy(), rtol=1e-6)
+    w.requires_grad_(False)
+    out = cf(x)
+    assert not out.requires_grad and cf.n_traces == 2
+
+
+def test_nonscalar_output_backward_without_gradient_keeps_the_error(w5_compiled):
+    cf = ag.compile(lambda x: x * 2, backend="interpret")
+    x = ag.randn(3, requires_grad=True)
+    with pytest.raises(RuntimeError, match="implicitly created only for scalar outputs"):
+        cf(x).backward()
+    cf(x).backward(ag.ones(3))
+    np.testing.assert_array_equal(x.grad.numpy(), [2.0, 2.0, 2.0])
