@@ -69,6 +69,7 @@ class Program:
         self._accumulators = None
         self._avals = None
         self._fast = None        # the specialised call (see _make_fast), made on first call
+        self._inline = None      # set by _make_fast where _specialise may inline the call
         self._implicit = {}      # output_nr -> the grads `out.backward()` feeds the backward
         self._arg_roles = [x for _, x in tr.roles] if all(k == "arg" for k, _ in tr.roles) \
             else None
@@ -125,7 +126,7 @@ class Program:
 
     def __call__(self, leaves, trusted=False):
         """Run on the call's flattened inputs; `trusted`: they are the arguments themselves,
-        all tensors whose arrays passed the guard's checks (see _make_guard)."""
+        all tensors whose arrays passed the guard's checks (see _specialise)."""
         fast = self._fast
         if fast is None:
             fast = self._fast = self._make_fast()
@@ -199,7 +200,7 @@ class Program:
         run_fw = self._runners["forward"] if has_backward else None
         arg_roles = self._arg_roles
         identity = arg_roles is not None and arg_roles == list(range(len(arg_roles)))
-        # a call through the guard (_make_guard) checked every argument's array: the forward
+        # a call through the guard (_specialise) checked every argument's array: the forward
         # driver skips its checks on the inputs that are the leading arguments
         n_lead = 0
         while n_lead < len(tr.roles) and tr.roles[n_lead] == ("arg", n_lead):
@@ -212,16 +213,29 @@ class Program:
                for i, (kind, x) in enumerate(tr.roles)}
         diff_pos = [pos[("arg", x) if kind == "arg" else ("lifted", id(x))]
                     for kind, x in tr.diff_roles]
-        if self.backend != "interpret" and has_backward:
-            owned = self._owned["backward"]
-        else:
-            owned = None
+        owned, self._run_bw_trusted = None, None
+        if has_backward:
+            self._run_bw_trusted = self._runners["backward"]
+            if self.backend != "interpret":
+                owned = self._owned["backward"]
+                # _fast_backward's inputs: saved values made by the forward program, and
+                # implicit_grads' arrays (C-contiguous, writeable, of the program's avals)
+                plan = self._kernels["backward"].plan
+                self._run_bw_trusted = plan.runner(trusted=len(plan.in_slots))
         self._grad_slots = []  # (diff input, backward output, owned) per gradient it makes
         k = 0
         for j, present in enumerate(tr.grad_present):
             if present:
                 self._grad_slots.append((j, k, bool(owned and owned[k])))
                 k += 1
+        if diff_outs and self._avals is None:  # shapes and dtypes are fixed per program
+            g = tr.graph
+            self._avals = ([Aval(g.inputs[p].shape, g.inputs[p].dtype) for p in diff_pos],
+                           [Aval(g.outputs[k].shape, g.outputs[k].dtype) for k in diff_outs])
+        fast_bw = self._make_fast_backward() if diff_outs and has_backward else None
+        # what _specialise needs to emit this call inline
+        self._inline = dict(run=run_trusted, diff_pos=diff_pos, n_fw=n_fw, fast_bw=fast_bw) if (
+            has_backward and identity and single and diff_outs == [0]) else None
         make, new_node, seq = Tensor._make, _CallBackward.__new__, next_sequence_nr
         mode = _mode
 
@@ -242,7 +256,7 @@ class Program:
             outs = [make(outs[0])] if single else [make(v) for v in outs[:n_out]]
             if diff_outs:
                 diff_inputs = [replay[j] for j in diff_pos]
-                if self._avals is None:
+                if self._accumulators is None:
                     self._first_call_state(diff_inputs, outs)
                 for t in diff_inputs:
                     if t.grad_fn is not None:  # a non-leaf input: its edge is fixed now
@@ -255,11 +269,71 @@ class Program:
                     node.program, node._saved_arrays, node._leaves = self, saved, diff_inputs
                     node._replay = replay
                     node._versions = [t._version.v for t in replay]
+                    node._fast_backward = fast_bw
                 for nr, k in enumerate(diff_outs):
                     o = outs[k]
                     o.requires_grad, o.grad_fn, o._output_nr = True, node, nr
             return outs[0] if single else unflatten(out_tree, outs)
         return call
+
+    def _make_fast_backward(self):
+        """`fast_backward(t, retain_graph) -> bool`, a _CallBackward's `loss.backward()` for
+        this program as straight-line code: False, having done nothing, where the general
+        engine is needed (hooks on the output, its node or a leaf, retain_grad, profiling,
+        anomaly mode, tracing, a freed graph, an input modified in place, a leaf passed twice,
+        an output that is not a floating scalar); else it runs the backward program on the
+        saved values and the implicit gradient and writes the leaves' .grad."""
+        tr = self.trace
+        n_saved = len(self.forward.outputs) - self.n_fw_outputs
+        n_replay, n_leaves = len(tr.roles), len(tr.diff_roles)
+        g = {"profiling": profiling, "_mode": _mode, "current_builder": current_builder,
+             "plain_leaves": plain_leaves, "run": self._run_bw_trusted, "make": Tensor._make,
+             "accumulate_array": accumulate_array, "prog": self}
+        saved = [f"s{i}" for i in range(n_saved)]
+        if len(tr.diff_outs) == 1:
+            grads = self.implicit_grads(0)
+            if grads is False:
+                return _no_fast_backward
+            g.update({f"g{i}": a for i, a in enumerate(grads)})
+            get_grads, grad_args = [], [f"g{i}" for i in range(len(grads))]
+        else:
+            get_grads = ["    grads = prog.implicit_grads(t._output_nr)",
+                         "    if grads is False:", "        return False"]
+            grad_args = ["*grads"]
+        lines = [
+            "def fast_backward(t, retain_graph):",
+            "    node = t.grad_fn",
+            "    if node._saved_arrays is None or node._pre_hooks or node._hooks or "
+            "node._tensor_pre_hooks or node._retain_grad or profiling._profilers or "
+            "_mode.anomaly or current_builder() is not None or "
+            "not plain_leaves(node._leaves):",
+            "        return False"] + get_grads
+        if n_replay:
+            lines += [f"    {''.join(f'r{i}, ' for i in range(n_replay))}= node._replay",
+                      "    v = node._versions",
+                      "    if " + " or ".join(f"r{i}._version.v != v[{i}]"
+                                            for i in range(n_replay)) + ":",
+                      "        return False  # modified in place: the general path raises"]
+        if n_saved:
+            lines.append(f"    {''.join(f'{s}, ' for s in saved)}= node._saved_arrays")
+        lines += [f"    outs = run({', '.join(saved + grad_args)})",
+                  "    if not retain_graph:",
+                  "        node._release()",
+                  f"    {''.join(f'l{i}, ' for i in range(n_leaves))}= node._leaves"]
+        for j, k, owned in self._grad_slots:
+            if owned:
+                lines += [f"    if l{j}._grad is None:",
+                          f"        l{j}._grad = make(outs[{k}])",
+                          "    else:",
+                          f"        accumulate_array(l{j}, outs[{k}], True)"]
+            else:
+                lines.append(f"    accumulate_array(l{j}, outs[{k}], False)")
+        lines.append("    return True")
+        source = "\n".join(lines) + "\n"
+        exec(builtins.compile(source, f"<backward of {self.name}>", "exec"), g)
+        fast_backward = g["fast_backward"]
+        fast_backward.source = source
+        return fast_backward
 
     def _first_call_state(self, diff_inputs, outs):
         tr = self.trace
@@ -339,35 +413,16 @@ class _CallBackward(CompiledBackward):
     differentiable input is a leaf. It is made without Node.__init__, and its edges (an
     AccumulateGrad per leaf) only when something reads `next_functions` (the general engine,
     a user walking the graph). A plain `loss.backward()` runs the backward program and
-    accumulates into the leaves' .grad directly (`_fast_backward`)."""
+    accumulates into the leaves' .grad directly: `_fast_backward`, set per node to its
+    program's Program._make_fast_backward()."""
 
     @functools.cached_property
     def next_functions(self):
         return tuple((t._grad_accumulator(), 0) for t in self._leaves)
 
-    def _fast_backward(self, t, retain_graph):
-        p = self.program
-        grads = p._implicit.get(t._output_nr)
-        if grads is None:
-            grads = p.implicit_grads(t._output_nr)
-        if grads is False or self._saved_arrays is None or self._pre_hooks or self._hooks or \
-                self._tensor_pre_hooks or self._retain_grad or profiling._profilers or \
-                _mode.anomaly or current_builder() is not None or not plain_leaves(self._leaves):
-            return False
-        for r, v in zip(self._replay, self._versions):
-            if r._version.v != v:  # modified in place: the general path raises the error
-                return False
-        outs = p._runners["backward"](*self._saved_arrays, *grads)
-        if not retain_graph:
-            self._release()
-        leaves, make = self._leaves, Tensor._make
-        for j, k, owned in p._grad_slots:
-            leaf = leaves[j]
-            if owned and leaf._grad is None:  # accumulate_array's common case, inline
-                leaf._grad = make(outs[k])
-            else:
-                accumulate_array(leaf, outs[k], owned)
-        return True
+
+def _no_fast_backward(t, retain_graph):
+    return False
 
 
 def _restrict(joint, n_primals, n_fw_outputs):
@@ -408,44 +463,70 @@ def _tensor_args_key(args, module):
     return _with_module(key, module)
 
 
-def _make_guard(key, prog):
-    """`guard(args) -> prog or None`: True only where `_tensor_args_key(args, None) == key`
-    (and the lifted guards hold), and every argument's array is C-contiguous, aligned and
-    writeable (so the forward driver may skip its input checks): the same test as building
-    the key and looking it up, as straight-line code over the arguments. None sends the call
-    to the full lookup, which decides (and warns, recompiles) as before."""
+_MISS = object()  # what a specialised call returns when its guards do not hold
+
+
+def _specialise(key, prog):
+    """`call(args) -> output, or _MISS`: the program's call specialised to one guard key, as
+    straight-line code over the arguments. It runs the program only where
+    `_tensor_args_key(args, None) == key` (and the lifted guards hold), and every argument's
+    array is C-contiguous, aligned and writeable, so the forward driver skips its input
+    checks. For a single-output loss of leaf parameters (the common training step) it also
+    makes the output and its _CallBackward inline. _MISS sends the call to the full lookup,
+    which decides (and warns, recompiles) as before."""
     grad_enabled, n, specs = key[0], key[1], key[2:]
     if type(grad_enabled) is not bool or any(type(rg) is not bool for *_, rg in specs):
-        return _no_guard
+        return None
     g = {"Tensor": Tensor, "ndarray": np.ndarray, "_mode": _mode, "prog": prog,
-         "lifted_ok": _lifted_ok}
-    lines = ["def guard(args):",
+         "lifted_ok": _lifted_ok, "MISS": _MISS, "profiling": profiling}
+    lines = ["def call(args):",
              f"    if len(args) != {n} or _mode.grad_enabled is not {grad_enabled}:",
-             "        return None"]
+             "        return MISS"]
     if n:
         lines.append(f"    {''.join(f'a{i}, ' for i in range(n))}= args")
     for i, (_, shape, dtype, rg) in enumerate(specs):
         g[f"d{i}"] = dtype
         lines += [f"    if not isinstance(a{i}, Tensor) or a{i}.requires_grad is not {rg}:",
-                  "        return None",
-                  f"    v = a{i}._value",
-                  f"    if type(v) is not ndarray or v.shape != {tuple(shape)!r} or "
-                  f"v.dtype is not d{i} or not v.flags.carray:",
-                  "        return None"]
+                  "        return MISS",
+                  f"    v{i} = a{i}._value",
+                  f"    if type(v{i}) is not ndarray or v{i}.shape != {tuple(shape)!r} or "
+                  f"v{i}.dtype is not d{i} or not v{i}.flags.carray:",
+                  "        return MISS"]
     if prog.trace.grad_guards or prog.trace.lifted_guards:
-        lines += ["    if not lifted_ok(prog):", "        return None"]
-    lines.append("    return prog")
-    exec(builtins.compile("\n".join(lines) + "\n", f"<guard of {prog.name}>", "exec"), g)
-    guard = g["guard"]
-    guard.program, guard.source = prog, "\n".join(lines)
-    return guard
-
-
-def _no_guard(args):
-    return None
-
-
-_no_guard.program = None
+        lines += ["    if not lifted_ok(prog):", "        return MISS"]
+    if prog._fast is None:
+        prog._fast = prog._make_fast()
+    inline = prog._inline if prog._fast is not False and grad_enabled else None
+    if inline is None:
+        lines.append("    return prog(args, True)")
+    else:
+        leaves = [f"a{j}" for j in inline["diff_pos"]]
+        g.update(run=inline["run"], make=Tensor._make, new_node=_CallBackward.__new__,
+                 Node=_CallBackward, seq=next_sequence_nr, in_avals=prog._avals[0],
+                 out_avals=prog._avals[1], fast_bw=inline["fast_bw"])
+        lines += [
+            "    if profiling._profilers or _mode.anomaly or "
+            + " or ".join(f"{a}.grad_fn is not None" for a in leaves) + ":",
+            "        return prog(args, True)  # the general path",
+            f"    outs = run({', '.join(f'v{i}' for i in range(n))})",
+            "    out = make(outs[0])",
+            "    node = new_node(Node)",
+            "    node._seq = seq()",
+            "    node._in_avals, node._out_avals = in_avals, out_avals",
+            "    node.program = prog",
+            f"    node._saved_arrays = outs[{inline['n_fw']}:]",
+            f"    node._leaves = [{', '.join(leaves)}]",
+            "    node._replay = args",
+            f"    node._versions = [{', '.join(f'a{i}._version.v' for i in range(n))}]",
+            "    node._fast_backward = fast_bw",
+            "    out.requires_grad = True",
+            "    out.grad_fn = node",
+            "    return out"]
+    source = "\n".join(lines) + "\n"
+    exec(builtins.compile(source, f"<call of {prog.name}>", "exec"), g)
+    call = g["call"]
+    call.program, call.source = prog, source
+    return call
 
 
 def _lifted_ok(prog):
@@ -473,7 +554,7 @@ class CompiledFunction:
             globals()["cache_size_limit"]
         self.module = fn if hasattr(fn, "named_parameters") else None
         self.cache, self._warned, self.graph_breaks = {}, set(), []
-        self._guards, self._guard = {}, None  # guard key -> _make_guard(key, program); last hit
+        self._calls, self._specialised = {}, None  # key -> _specialise(key, program); last hit
         self.n_traces = 0  # how many times the function was traced (recompiles included)
         self.name = getattr(fn, "__name__", type(fn).__name__)
         functools.update_wrapper(self, fn if callable(fn) and hasattr(fn, "__name__") else
@@ -540,20 +621,20 @@ class CompiledFunction:
                 return prog, leaves
             self.cache[key] = prog
         if leaves is args and self.module is None and prog != "eager":
-            guard = self._guards.get(key)
-            if guard is None or guard.program is not prog:
-                guard = self._guards[key] = _make_guard(key, prog)
-            self._guard = guard
+            call = self._calls.get(key, _MISS)
+            if call is _MISS or (call is not None and call.program is not prog):
+                call = self._calls[key] = _specialise(key, prog)
+            self._specialised = call
         return prog, leaves
 
     def __call__(self, *args, **kwargs):
         if current_builder() is not None:  # called inside another compiled function: inline
             return self.fn(*args, **kwargs)
-        guard = self._guard
-        if guard is not None and not kwargs:
-            prog = guard(args)  # the last program's guards, plus C-contiguous arrays
-            if prog is not None:
-                return prog(args, True)
+        call = self._specialised
+        if call is not None and not kwargs:
+            out = call(args)  # the last program, specialised to its guard key
+            if out is not _MISS:
+                return out
         prog, leaves = self._lookup(args, kwargs)
         if prog == "eager":
             return self.fn(*args, **kwargs)
