@@ -71,6 +71,7 @@ class Program:
         self._fast = None        # the specialised call (see _make_fast), made on first call
         self._inline = None      # set by _make_fast where _specialise may inline the call
         self._implicit = {}      # output_nr -> the grads `out.backward()` feeds the backward
+        self._fast_bw = None     # _make_fast_backward(), made on the first backward
         self._arg_roles = [x for _, x in tr.roles] if all(k == "arg" for k, _ in tr.roles) \
             else None
 
@@ -177,7 +178,7 @@ class Program:
                 for is_t, const in zip(tr.out_is_tensor, tr.out_leaves)]
         if need_grad and tr.diff_outs:
             diff_inputs = [leaves[x] if kind == "arg" else x for kind, x in tr.diff_roles]
-            if self._avals is None:
+            if self._accumulators is None:
                 self._first_call_state(diff_inputs, outs)
             node = CompiledBackward(self, saved, diff_inputs, *self._avals, replay)
             for nr, k in enumerate(tr.diff_outs):
@@ -194,7 +195,7 @@ class Program:
         if tr.mutations or tr.grad_clears or tr.escaped or not all(tr.out_is_tensor) or \
                 any(kind == "seed" for kind, _ in tr.roles):
             return False
-        self.build()
+        self._prepare("forward" if self.has_backward else "inference")
         n_fw, n_out, single = self.n_fw_outputs, len(tr.out_is_tensor), tr.out_tree is None
         has_backward, diff_outs, out_tree = self.has_backward, tr.diff_outs, tr.out_tree
         run_fw = self._runners["forward"] if has_backward else None
@@ -213,28 +214,14 @@ class Program:
                for i, (kind, x) in enumerate(tr.roles)}
         diff_pos = [pos[("arg", x) if kind == "arg" else ("lifted", id(x))]
                     for kind, x in tr.diff_roles]
-        owned, self._run_bw_trusted = None, None
-        if has_backward:
-            self._run_bw_trusted = self._runners["backward"]
-            if self.backend != "interpret":
-                owned = self._owned["backward"]
-                # _fast_backward's inputs: saved values made by the forward program, and
-                # implicit_grads' arrays (C-contiguous, writeable, of the program's avals)
-                plan = self._kernels["backward"].plan
-                self._run_bw_trusted = plan.runner(trusted=len(plan.in_slots))
-        self._grad_slots = []  # (diff input, backward output, owned) per gradient it makes
-        k = 0
-        for j, present in enumerate(tr.grad_present):
-            if present:
-                self._grad_slots.append((j, k, bool(owned and owned[k])))
-                k += 1
         if diff_outs and self._avals is None:  # shapes and dtypes are fixed per program
             g = tr.graph
             self._avals = ([Aval(g.inputs[p].shape, g.inputs[p].dtype) for p in diff_pos],
                            [Aval(g.outputs[k].shape, g.outputs[k].dtype) for k in diff_outs])
-        fast_bw = self._make_fast_backward() if diff_outs and has_backward else None
+        # the nodes' loss.backward(): made (and the backward program compiled) on first use
+        self._fast_bw = self._first_fast_backward
         # what _specialise needs to emit this call inline
-        self._inline = dict(run=run_trusted, diff_pos=diff_pos, n_fw=n_fw, fast_bw=fast_bw) if (
+        self._inline = dict(run=run_trusted, diff_pos=diff_pos, n_fw=n_fw) if (
             has_backward and identity and single and diff_outs == [0]) else None
         make, new_node, seq = Tensor._make, _CallBackward.__new__, next_sequence_nr
         mode = _mode
@@ -269,12 +256,17 @@ class Program:
                     node.program, node._saved_arrays, node._leaves = self, saved, diff_inputs
                     node._replay = replay
                     node._versions = [t._version.v for t in replay]
-                    node._fast_backward = fast_bw
+                    node._fast_backward = self._fast_bw
                 for nr, k in enumerate(diff_outs):
                     o = outs[k]
                     o.requires_grad, o.grad_fn, o._output_nr = True, node, nr
             return outs[0] if single else unflatten(out_tree, outs)
         return call
+
+    def _first_fast_backward(self, t, retain_graph):
+        if self._fast_bw == self._first_fast_backward:
+            self._fast_bw = self._make_fast_backward()
+        return self._fast_bw(t, retain_graph)
 
     def _make_fast_backward(self):
         """`fast_backward(t, retain_graph) -> bool`, a _CallBackward's `loss.backward()` for
@@ -284,10 +276,23 @@ class Program:
         an output that is not a floating scalar); else it runs the backward program on the
         saved values and the implicit gradient and writes the leaves' .grad."""
         tr = self.trace
+        self._prepare("backward")
+        run, owned = self._runners["backward"], None
+        if self.backend != "interpret":
+            owned = self._owned["backward"]
+            # its inputs: saved values made by the forward program, and implicit_grads'
+            # arrays (C-contiguous, writeable, of the program's avals): no input checks
+            plan = self._kernels["backward"].plan
+            run = plan.runner(trusted=len(plan.in_slots))
+        slots, k = [], 0  # (diff input, backward output, owned) per gradient it makes
+        for j, present in enumerate(tr.grad_present):
+            if present:
+                slots.append((j, k, bool(owned and owned[k])))
+                k += 1
         n_saved = len(self.forward.outputs) - self.n_fw_outputs
         n_replay, n_leaves = len(tr.roles), len(tr.diff_roles)
         g = {"profiling": profiling, "_mode": _mode, "current_builder": current_builder,
-             "plain_leaves": plain_leaves, "run": self._run_bw_trusted, "make": Tensor._make,
+             "plain_leaves": plain_leaves, "run": run, "make": Tensor._make,
              "accumulate_array": accumulate_array, "prog": self}
         saved = [f"s{i}" for i in range(n_saved)]
         if len(tr.diff_outs) == 1:
@@ -320,8 +325,8 @@ class Program:
                   "    if not retain_graph:",
                   "        node._release()",
                   f"    {''.join(f'l{i}, ' for i in range(n_leaves))}= node._leaves"]
-        for j, k, owned in self._grad_slots:
-            if owned:
+        for j, k, own in slots:
+            if own:
                 lines += [f"    if l{j}._grad is None:",
                           f"        l{j}._grad = make(outs[{k}])",
                           "    else:",
@@ -503,7 +508,7 @@ def _specialise(key, prog):
         leaves = [f"a{j}" for j in inline["diff_pos"]]
         g.update(run=inline["run"], make=Tensor._make, new_node=_CallBackward.__new__,
                  Node=_CallBackward, seq=next_sequence_nr, in_avals=prog._avals[0],
-                 out_avals=prog._avals[1], fast_bw=inline["fast_bw"])
+                 out_avals=prog._avals[1])
         lines += [
             "    if profiling._profilers or _mode.anomaly or "
             + " or ".join(f"{a}.grad_fn is not None" for a in leaves) + ":",
@@ -518,7 +523,7 @@ def _specialise(key, prog):
             f"    node._leaves = [{', '.join(leaves)}]",
             "    node._replay = args",
             f"    node._versions = [{', '.join(f'a{i}._version.v' for i in range(n))}]",
-            "    node._fast_backward = fast_bw",
+            "    node._fast_backward = prog._fast_bw",
             "    out.requires_grad = True",
             "    out.grad_fn = node",
             "    return out"]

@@ -334,12 +334,48 @@ def test_one_tensor_passed_twice_gets_the_sum_of_both_gradients():
 def test_non_leaf_input_uses_the_general_node():
     cf = ag.compile(lambda h, w: (h * w).tanh().sum(), backend="interpret")
     a, w = ag.randn(4, requires_grad=True), ag.randn(4, requires_grad=True)
-    loss = cf(a * 2, w)
-    assert type(loss.grad_fn).__name__ == "CompiledBackward"
-    loss.backward()
+    for _ in range(2):  # the first call traces; the second takes the specialised call
+        loss = cf(a * 2, w)
+        assert type(loss.grad_fn).__name__ == "CompiledBackward"
+        loss.backward()
+    assert "node = new_node(Node)" in cf._specialised.source  # inlined, but not for this call
     ae, we = a.detach().requires_grad_(), w.detach().requires_grad_()
     ((ae * 2) * we).tanh().sum().backward()
-    np.testing.assert_allclose(a.grad.numpy(), ae.grad.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(a.grad.numpy(), 2 * ae.grad.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(w.grad.numpy(), 2 * we.grad.numpy(), rtol=1e-6)
+
+
+def test_two_differentiable_outputs_each_backward_with_its_implicit_gradient():
+    def f(x, w):
+        h = (x * w).tanh()
+        return h.sum(), (h * h).mean()
+    cf = ag.compile(f)
+    x, w = ag.randn(3, 4), ag.randn(3, 4, requires_grad=True)
+    for _ in range(2):
+        w.grad = None
+        a, b = cf(x, w)
+        assert a.grad_fn is b.grad_fn and (a.output_nr, b.output_nr) == (0, 1)
+        b.backward(retain_graph=True)
+        a.backward()
+    we = w.detach().requires_grad_()
+    ae, be = f(x, we)
+    (ae + be).backward()
+    np.testing.assert_allclose(w.grad.numpy(), we.grad.numpy(), rtol=1e-5, atol=1e-7)
+
+
+def test_forward_only_calls_compile_no_backward_and_avals_match_the_tensors():
+    cf = ag.compile(lambda x, w: (x @ w).relu().sum())
+    x, w = ag.randn(2, 3), ag.randn(3, 5, requires_grad=True)
+    cf(x, w)
+    cf(x, w)
+    prog = cf.ir(x, w)
+    assert "forward" in prog._runners and "backward" not in prog._runners
+    assert [(a.shape, a.dtype) for a in prog._avals[0]] == [(w._value.shape, w.dtype)]
+    assert [(a.shape, a.dtype) for a in prog._avals[1]] == [((), ag.float32)]
+    cf(x, w).backward()
+    assert "backward" in prog._runners
+    we = w.detach().requires_grad_()
+    (x @ we).relu().sum().backward()
     np.testing.assert_allclose(w.grad.numpy(), we.grad.numpy(), rtol=1e-6)
 
 
