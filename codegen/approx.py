@@ -30,7 +30,11 @@ finite float32 range, normal results; measured by tests/test_codegen_approx.py):
 
 Float64 graphs do not use these: they call numpy/libm (exact, scalar).
 """
+import ast
+import copy
+import functools
 import os
+import re
 
 _FM = 'fastmath={"reassoc", "contract", "arcp"}, error_model="numpy"'
 
@@ -72,6 +76,66 @@ def _wide(typingctx):
         return context.get_dummy_value()
     return numba.types.none(), codegen
 ''' % VECTOR_WIDTH
+
+# Allocation without numba's np.empty/np.zeros/np.full overloads: each of those compiles a
+# function of its own per (shape, dtype) in every process (0.5 s of the 7 s a cold
+# transformer block spends compiling); these intrinsics emit the allocation inline.
+PRELUDE += '''
+
+def _new_array(shape, dtype, fill):
+    """(array type, codegen) of an allocation: fill None, "zero", or "value" (the third
+    argument, cast to the dtype)."""
+    from numba.core import cgutils, types
+    from numba.np.arrayobj import _empty_nd_impl
+    tup = isinstance(shape, types.BaseTuple)
+    arrty = types.Array(dtype.dtype, len(shape) if tup else 1, "C")
+
+    def codegen(context, builder, sig, args):
+        dims = cgutils.unpack_tuple(builder, args[0]) if tup else [args[0]]
+        dims = [context.cast(builder, d, t, types.intp)
+                for d, t in zip(dims, sig.args[0] if tup else [sig.args[0]])]
+        ary = _empty_nd_impl(context, builder, arrty, dims)
+        if fill == "zero":
+            cgutils.memset(builder, ary.data, builder.mul(ary.itemsize, ary.nitems), 0)
+        elif fill == "value":
+            v = context.cast(builder, args[2], sig.args[2], arrty.dtype)
+            with cgutils.for_range(builder, ary.nitems) as loop:
+                builder.store(v, builder.gep(ary.data, [loop.index]))
+        return ary._getvalue()
+    return arrty, codegen
+
+
+@_intrinsic
+def _empty(typingctx, shape, dtype):      # _empty(n, np.float32), _empty((a, b), np.float64)
+    arrty, codegen = _new_array(shape, dtype, None)
+    return arrty(shape, dtype), codegen
+
+
+@_intrinsic
+def _zeros(typingctx, shape, dtype):
+    arrty, codegen = _new_array(shape, dtype, "zero")
+    return arrty(shape, dtype), codegen
+
+
+@_intrinsic
+def _full(typingctx, shape, dtype, value):  # _full(n, np.float32, value)
+    arrty, codegen = _new_array(shape, dtype, "value")
+    return arrty(shape, dtype, value), codegen
+
+
+def _mk_imin(pred):             # integer min/max (numba's builtin min/max also compile apart)
+    def impl(typingctx, a, b):
+        from numba.core import types
+        def codegen(context, builder, sig, args):
+            x, y = (context.cast(builder, v, t, types.intp) for v, t in zip(args, sig.args))
+            return builder.select(builder.icmp_signed(pred, x, y), x, y)
+        return types.intp(a, b), codegen
+    return _intrinsic(impl)
+
+
+_imin = _mk_imin("<")
+_imax = _mk_imin(">")
+'''
 
 # name -> (dependencies, source)
 HELPERS = {}
@@ -276,3 +340,81 @@ def helper_source(names):
 
 APPROXIMATED = ("exp_f32", "log_f32", "tanh_f32", "logistic_f32", "erf_f32", "tanh_d_f32",
                 "logistic_c_f32")
+
+
+# ---- source-level inlining ---------------------------------------------------------------
+# Kernels get the approximations' statements pasted in rather than calls to `_ijit`
+# functions: numba's inline="always" re-translates and re-types the callee at every call
+# site (0.5 s of the 6 s a cold transformer block spent compiling), and the pasted text
+# gives the same IR. Locals are renamed per call site; a helper calling another helper is
+# expanded recursively.
+INLINED = APPROXIMATED + ("_tanh_small",)
+_CALL_LINE = re.compile(r"^(\s*)(\w+) = (\w+)\((.*)\)$")
+
+
+@functools.lru_cache(maxsize=None)
+def _helper_ast(name):
+    """(parameter names, body statements, locals) of helper `name`."""
+    src = next(s for n, (_, s) in HELPERS.items() if f"def {name}(" in s)
+    fn = next(n for n in ast.parse(src).body if isinstance(n, ast.FunctionDef) and
+              n.name == name)
+    params = [a.arg for a in fn.args.args]
+    local = set(params) | {t.id for st in fn.body for t in ast.walk(st)
+                           if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)}
+    return params, fn.body, frozenset(local)
+
+
+class _Rename(ast.NodeTransformer):
+    def __init__(self, prefix, local):
+        self.prefix, self.local = prefix, local
+
+    def visit_Name(self, node):
+        if node.id in self.local:
+            return ast.copy_location(ast.Name(self.prefix + node.id, node.ctx), node)
+        return node
+
+
+class _Inliner:
+    def __init__(self):
+        self.n = 0
+
+    def expand(self, name, target, arg, ind, out):
+        """Append to `out` the lines computing `target = name(arg)` (arg: source text)."""
+        self.n += 1
+        params, body, local = _helper_ast(name)
+        pre = f"_{name.strip('_')}{self.n}_"
+        out.append(f"{ind}{pre}{params[0]} = {arg}")
+        ren = _Rename(pre, local)
+        for st in body:
+            st = ren.visit(copy.deepcopy(st))
+            if isinstance(st, ast.Return):
+                st = ast.Assign([ast.Name(target, ast.Store())], st.value)
+            if isinstance(st, ast.Expr) and isinstance(st.value, ast.Constant):
+                continue                                   # a docstring
+            self.hoist(st, ind, out)
+            out.append(ind + ast.unparse(ast.fix_missing_locations(st)))
+
+    def hoist(self, st, ind, out):
+        """Expand each call of an inlined helper inside `st` into a local of its own."""
+        for node in ast.walk(st):
+            for field, value in ast.iter_fields(node):
+                if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and \
+                        value.func.id in INLINED:
+                    self.hoist(value, ind, out)
+                    self.n += 1
+                    tmp = f"_v{self.n}"
+                    self.expand(value.func.id, tmp, ast.unparse(value.args[0]), ind, out)
+                    setattr(node, field, ast.Name(tmp, ast.Load()))
+
+
+def inline_helpers(lines):
+    """Kernel source lines with each `t = helper(arg)` line of an approximation replaced
+    by the helper's statements."""
+    out, inl = [], _Inliner()
+    for line in lines:
+        m = _CALL_LINE.match(line)
+        if m and m.group(3) in INLINED:
+            inl.expand(m.group(3), m.group(2), m.group(4), m.group(1), out)
+        else:
+            out.append(line)
+    return out

@@ -30,12 +30,12 @@ class LoopNestEmitter:
                 cp = self.fresh("cpart")
                 # float32 partials over ROW_BLOCK rows (a float64 read-modify-write per
                 # element cost 10 ms on W3), blocks combined in float64 afterwards
-                body.append(f"    {cp} = np.zeros((nrb, n{self.inner[-1]}), "
+                body.append(f"    {cp} = _zeros((nrb, n{self.inner[-1]}), "
                             f"{np_name(r.inputs[0].dtype)})")
                 cparts[r] = (cp, self.fresh("crow"))
                 rb.append(f"        {cparts[r][1]} = {cp}[rblk]")
             rb.append(f"        for r in range(rblk * {ROW_BLOCK}, "
-                      f"min(rblk * {ROW_BLOCK} + {ROW_BLOCK}, {rows})):")
+                      f"_imin(rblk * {ROW_BLOCK} + {ROW_BLOCK}, {rows})):")
             self.row_scope = _Scope(rb, "            ")
         else:
             rb = [f"    for r in {self.rng(rows)}:"]
@@ -47,7 +47,7 @@ class LoopNestEmitter:
         phases = self.phases()
         self.plan_row_cache(phases)
         for v, nm in self.cache_buf.items():
-            self.row_scope.add(f"{nm} = np.empty(n{self.innermost}, {np_name(v.dtype)})")
+            self.row_scope.add(f"{nm} = _empty(n{self.innermost}, {np_name(v.dtype)})")
         for reds, fulls in phases:
             creds = {r: cparts[r][1] for r in reds if r in cparts}
             reds = [r for r in reds if r not in cparts]
@@ -70,7 +70,7 @@ class LoopNestEmitter:
             self.top_scope.add(f"{of} = {name}.reshape({name}.size)")
             # explicit loops: an array method here would become a parallel region per q
             tot = self.fresh("ctot")
-            self.top_scope.add(f"{tot} = np.zeros({of}.size, np.float64)")
+            self.top_scope.add(f"{tot} = _zeros({of}.size, np.float64)")
             self.top_scope.add("for b in range(nrb):")
             self.top_scope.add(f"    for q in range({of}.size):")
             self.top_scope.add(f"        {tot}[q] += {cp}[b, q]")
@@ -89,7 +89,7 @@ class LoopNestEmitter:
             parts = {}
             for r in reds:
                 parts[r] = self.fresh("part")
-                body.append(f"    {parts[r]} = np.empty(n{P0}, {np_name(self.red_info(r)[1])})")
+                body.append(f"    {parts[r]} = _empty(n{P0}, {np_name(self.red_info(r)[1])})")
             rb = [f"    for r in {self.rng(f'n{P0}')}:"]
             self.row_scope = _Scope(rb, "        ")
             accs = {r: self.init_acc(self.row_scope, r) for r in reds}
@@ -128,10 +128,10 @@ class LoopNestEmitter:
                 op, ad = self.red_info(r)
                 p = self.fresh("part")
                 parts[r] = p
-                body.append(f"    {p} = np.empty(nb, {np_name(ad)})")
+                body.append(f"    {p} = _empty(nb, {np_name(ad)})")
             blk = [f"    for b in {self.rng('nb')}:",
                    f"        lo = b * {BLOCK}",
-                   f"        hi = min(lo + {BLOCK}, n0)"]
+                   f"        hi = _imin(lo + {BLOCK}, n0)"]
             bs = _Scope(blk, "        ")
             accs = {}
             for r in reds:
@@ -170,13 +170,13 @@ class LoopNestEmitter:
         for r in kt.reds:
             op, ad = self.red_info(r)
             a = self.fresh("acc")
-            body.append(f"    {a} = np.full(n{K}, {self.init_expr(r)}, {np_name(ad)})")
+            body.append(f"    {a} = _full(n{K}, {np_name(ad)}, {self.init_expr(r)})")
             accs[r] = a
         rows = " * ".join(f"n{P}" for P in self.outer) or "1"
         body.append(f"    nc = (n{K} + {COL_CHUNK - 1}) // {COL_CHUNK}")
         cl = [f"    for cb in {self.rng('nc')}:",
               f"        lo = cb * {COL_CHUNK}",
-              f"        hi = min(lo + {COL_CHUNK}, n{K})"]
+              f"        hi = _imin(lo + {COL_CHUNK}, n{K})"]
         views, parts = {}, {}
         for r in kt.reds:
             views[r] = self.fresh("av")
@@ -186,7 +186,7 @@ class LoopNestEmitter:
                 # float64 accumulator in the loop halves the vector width of everything
                 # else in it (the GELU backward's bias gradient ran 1.9x slower)
                 parts[r] = self.fresh("pv")
-                cl.append(f"        {parts[r]} = np.zeros(hi - lo, np.float32)")
+                cl.append(f"        {parts[r]} = _zeros(hi - lo, np.float32)")
         cl.append(f"        for r in range({rows}):")
         self.row_scope = _Scope(cl, "            ")
         self.decode(self.row_scope, self.outer)
@@ -265,8 +265,8 @@ class LoopNestEmitter:
         for r in kt.reds:
             op, ad = self.red_info(r)
             a = self.fresh("acc")
-            body.append(f"    {a} = np.full(({kshape},), {self.init_expr(r)}, "
-                        f"{np_name(ad)})")
+            body.append(f"    {a} = _full(({kshape},), {np_name(ad)}, "
+                        f"{self.init_expr(r)})")
             accs[r] = a
         fulls = [v for v in kt.outputs if v.shape == kt.domain]
         self._cols_inner(rb, "        ", kt.reds, fulls, accs, slice_mode=False)

@@ -127,7 +127,7 @@ class ReductionEmitter:
             lines.extend(body)
         elif float_sums:
             lines.append(f"{ind}for lo in range(0, {n}, {BLOCK}):")
-            lines.append(f"{ind}    hi = min(lo + {BLOCK}, {n})")
+            lines.append(f"{ind}    hi = _imin(lo + {BLOCK}, {n})")
             lines.extend(pre)
             for r, s in blocks.items():
                 lines.append(f"{ind}    {s} = np.float32(0.0)")

@@ -203,7 +203,7 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         base = self.loopvar[P]
         e = base if s == 1 else f"{s} * {base}"
         e = e if o == 0 else f"({e} + {o})"
-        return e if len(t) == 4 else f"min(max({e}, {t[4]}), {t[5]})"
+        return e if len(t) == 4 else f"_imin(_imax({e}, {t[4]}), {t[5]})"
 
     def scope_for(self, lv):
         if lv == 2:
@@ -420,8 +420,9 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         sig = ", ".join(names)
         text = [f"def KERNEL({sig}):", "    _wide()"]
         if self.checks:
-            text.append("    gerr = np.zeros(1, np.int64)")
-        for line in body:   # prange bodies become functions of their own: widen them too
+            text.append("    gerr = _zeros(1, np.int64)")
+        # approximations pasted in; prange bodies become functions of their own: widen them
+        for line in approx.inline_helpers(body):
             text.append(line)
             if "in prange(" in line:
                 text.append(" " * (len(line) - len(line.lstrip()) + 4) + "_wide()")

@@ -16,8 +16,27 @@ def mod(tmp_path_factory):
     from aotgrad.codegen import approx, cache
     src = approx.PRELUDE + approx.helper_source(approx.APPROXIMATED)
     for n in approx.APPROXIMATED:
-        src += f"\n\n@_jit\ndef v_{n}(x, out):\n    for i in range(x.size):\n" \
+        # v_: the statements pasted in, as kernels have them; c_: a call of the helper
+        body = approx.inline_helpers([f"        y = {n}(x[i])"])
+        assert not any(f"{n}(" in line for line in body)
+        src += f"\n\n@_jit\ndef v_{n}(x, out):\n    for i in range(x.size):\n" + \
+            "\n".join(body) + "\n        out[i] = y\n"
+        src += f"\n\n@_jit\ndef c_{n}(x, out):\n    for i in range(x.size):\n" \
                f"        out[i] = {n}(x[i])\n"
+    src += """
+
+@_jit
+def alloc(n, m, v):
+    a = _empty((n, m), np.float32)
+    a[:] = 7
+    return a, _zeros(n, np.float64), _zeros((n, m), np.int64), _full(n, np.float32, v), \\
+        _full((m, n), np.float64, v)
+
+
+@_jit
+def imin(a, b):
+    return _imin(a, b), _imax(a, b)
+"""
     m, _ = cache.load_module(src)
     yield m
     if old is None:
@@ -78,3 +97,24 @@ def test_special_values(mod, name):
         ref = REFS[name](x.astype(np.float64)).astype(np.float32)
     np.testing.assert_allclose(out[:5], ref[:5], rtol=1e-6)
     np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
+
+
+@pytest.mark.parametrize("name", sorted(REFS))
+def test_inlined_equals_called(mod, name):
+    """The statements pasted into kernels compute bit for bit what the helper returns."""
+    x = _inputs()
+    a, b = np.empty_like(x), np.empty_like(x)
+    getattr(mod, "v_" + name)(x, a)
+    getattr(mod, "c_" + name)(x, b)
+    np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+def test_allocation_intrinsics(mod):
+    e, z1, z2, f1, f2 = mod.alloc(3, 5, 2.5)
+    assert (e.shape, e.dtype) == ((3, 5), np.float32) and (e == 7).all()
+    assert (z1.shape, z1.dtype, z1.sum()) == ((3,), np.float64, 0.0)
+    assert (z2.shape, z2.dtype, z2.sum()) == ((3, 5), np.int64, 0)
+    assert f1.dtype == np.float32 and f1.tolist() == [2.5] * 3
+    assert f2.dtype == np.float64 and f2.shape == (5, 3) and (f2 == 2.5).all()
+    assert mod.alloc(0, 4, 1.0)[1].shape == (0,)
+    assert mod.imin(3, -2) == (-2, 3) and mod.imin(-5, 9) == (-5, 9)
