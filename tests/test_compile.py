@@ -224,6 +224,29 @@ def test_matmul_outputs_are_saved_not_recomputed():
     assert not any(n.prim.name == "dot_general" for n in prog.partition.recomputed)
 
 
+def test_a_biased_matmul_operand_is_saved_not_rebuilt():
+    """q = x @ w + b feeds another matmul, so the forward writes it to memory: the
+    partition saves q itself (not x @ w, the same size) and the backward runs no add."""
+    def f(x, w, b, v):
+        q = x @ w + b
+        return (q @ v).tanh().sum()
+    args = (_randn(16, 8), _randn(8, 12), _randn(12), _randn(12, 6))
+    for a in args:
+        a.requires_grad_(True)
+    cf = ag.compile(f, backend="interpret")
+    prog = cf.ir(*args)
+    assert not any(n.prim.name == "add" for n in prog.partition.recomputed), \
+        prog.partition.report()
+    assert any(v.shape == (16, 12) and "add" in prog.partition.reasons[v]
+               for v in prog.saved), prog.partition.report()
+    cf(*args).backward()
+    got = [a.grad.numpy().copy() for a in args]
+    eargs = [a.detach().requires_grad_(True) for a in args]
+    f(*eargs).backward()
+    for g, e in zip(got, eargs):
+        np.testing.assert_allclose(g, e.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_random_ops_match_eager_for_same_seed():
     def f(x):
         keep = ag.rand(*x.shape) > 0.5
