@@ -43,7 +43,7 @@ def test_repeated_steps_match_eager_and_do_not_share_grad_buffers(mlp_compiled):
         got = _grads(mlp_compiled, args)
         for g, r in zip(got, ref):
             if r is not None:
-                np.testing.assert_allclose(g, r, rtol=2e-5, atol=1e-6)
+                np.testing.assert_allclose(g, r, rtol=2e-5, atol=1e-5)
         seen.append([a.grad for a in args if a.grad is not None])
     arrays = [t._value for step in seen for t in step]
     for i, a in enumerate(arrays):  # every step's grads are their own arrays
@@ -86,8 +86,8 @@ def test_leaf_hooks_and_retain_grad_take_the_general_path(mlp_compiled):
     finally:
         h.remove()
     assert calls == [(8, 16)]
-    np.testing.assert_allclose(got[1], 2 * ref[1], rtol=2e-5, atol=1e-6)
-    np.testing.assert_allclose(got[2], ref[2], rtol=2e-5, atol=1e-6)
+    np.testing.assert_allclose(got[1], 2 * ref[1], rtol=2e-5, atol=1e-5)
+    np.testing.assert_allclose(got[2], ref[2], rtol=2e-5, atol=1e-5)
 
 
 def test_one_node_fast_path_is_taken_and_refuses_hooks():
@@ -219,8 +219,8 @@ def test_plain_backward_runs_without_accumulate_grad_nodes_and_matches_eager_and
             if r is None:
                 assert a.grad is None
                 continue
-            np.testing.assert_allclose(a.grad.numpy(), r, rtol=2e-5, atol=1e-6)
-            np.testing.assert_allclose(a.grad.numpy(), t.grad.numpy(), rtol=2e-5, atol=1e-6)
+            np.testing.assert_allclose(a.grad.numpy(), r, rtol=2e-5, atol=1e-5)
+            np.testing.assert_allclose(a.grad.numpy(), t.grad.numpy(), rtol=2e-5, atol=1e-5)
             assert a.grad.dtype is ag.float32 and a.grad.grad_fn is None
             assert not a.grad.requires_grad
 
@@ -235,7 +235,7 @@ def test_next_functions_are_made_on_demand_and_are_the_leaves_accumulators(w5_co
     loss.backward()  # through the general engine now (the edges exist): same result
     ref = _eager_grads(_w5, args)
     for a, r in zip(args[2:], ref[2:]):
-        np.testing.assert_allclose(a.grad.numpy(), r, rtol=2e-5, atol=1e-6)
+        np.testing.assert_allclose(a.grad.numpy(), r, rtol=2e-5, atol=1e-5)
 
 
 def _run_twice_expect(cf, fn, args, check):
@@ -246,7 +246,7 @@ def _run_twice_expect(cf, fn, args, check):
     cf(*args).backward()
     for a, r in zip(args, ref):
         if r is not None:
-            np.testing.assert_allclose(a.grad.numpy(), r, rtol=2e-5, atol=1e-6)
+            np.testing.assert_allclose(a.grad.numpy(), r, rtol=2e-5, atol=1e-5)
     check()
 
 
@@ -276,7 +276,7 @@ def test_hooks_of_every_kind_send_backward_to_the_general_engine(w5_compiled):
     assert calls == ["tensor", "node"]
     assert loss.grad.item() == 3.0  # retain_grad sees the hooked gradient (as in PyTorch)
     ref = _eager_grads(_w5, args)
-    np.testing.assert_allclose(args[2].grad.numpy(), 3 * ref[2], rtol=2e-5, atol=1e-6)
+    np.testing.assert_allclose(args[2].grad.numpy(), 3 * ref[2], rtol=2e-5, atol=1e-5)
 
 
 def test_retain_graph_second_backward_and_freed_graph(w5_compiled):
@@ -288,7 +288,7 @@ def test_retain_graph_second_backward_and_freed_graph(w5_compiled):
     loss.backward(retain_graph=True)
     loss.backward()
     for a, r in zip(args[2:], ref[2:]):
-        np.testing.assert_allclose(a.grad.numpy(), 2 * r, rtol=2e-5, atol=1e-6)
+        np.testing.assert_allclose(a.grad.numpy(), 2 * r, rtol=2e-5, atol=1e-5)
     with pytest.raises(RuntimeError, match="backward through the graph a second time"):
         loss.backward()
 
@@ -309,12 +309,12 @@ def test_autograd_grad_anomaly_and_create_graph_on_the_fast_node(w5_compiled):
         a.grad = None
     gs = ag.autograd.grad(w5_compiled(*args), args[2:])
     for g, r in zip(gs, ref[2:]):
-        np.testing.assert_allclose(g.numpy(), r, rtol=2e-5, atol=1e-6)
+        np.testing.assert_allclose(g.numpy(), r, rtol=2e-5, atol=1e-5)
     assert all(a.grad is None for a in args)  # grad() leaves .grad alone
     loss = w5_compiled(*args)
     with ag.autograd.set_detect_anomaly(True):
         loss.backward()
-    np.testing.assert_allclose(args[2].grad.numpy(), ref[2], rtol=2e-5, atol=1e-6)
+    np.testing.assert_allclose(args[2].grad.numpy(), ref[2], rtol=2e-5, atol=1e-5)
     g, = ag.autograd.grad(w5_compiled(*args), args[5], create_graph=True)
     assert g.requires_grad and g.grad_fn is not None
 
@@ -401,7 +401,7 @@ def test_guard_catches_shape_dtype_requires_grad_and_grad_mode_changes(w5_compil
         loss.backward()
         for a, r in zip(new, ref):
             if r is not None:
-                np.testing.assert_allclose(a.grad.numpy(), r, rtol=2e-5, atol=1e-6)
+                np.testing.assert_allclose(a.grad.numpy(), r, rtol=2e-5, atol=1e-5)
         assert loss.dtype is new[0].dtype
     with ag.no_grad():
         out = cf(*args)
@@ -423,7 +423,7 @@ def test_non_contiguous_input_misses_the_guard_but_not_the_cache(w5_compiled):
     w5_compiled(*new).backward()
     assert w5_compiled.n_traces == n
     for a, r in zip(new[2:], ref[2:]):
-        np.testing.assert_allclose(a.grad.numpy(), r, rtol=2e-5, atol=1e-6)
+        np.testing.assert_allclose(a.grad.numpy(), r, rtol=2e-5, atol=1e-5)
 
 
 def test_implicit_gradient_passed_through_is_copied_not_shared():
