@@ -8,7 +8,6 @@ the runtime's executor.
     loss = loss_fn(x, w); loss.backward()     # compiled forward, compiled backward
     print(loss_fn.ir(x, w))                    # forward / backward graphs, saved values, source
 """
-import builtins
 import functools
 import math
 import os
@@ -20,9 +19,9 @@ from aotgrad.ir import passes
 from aotgrad.ir.core import Aval, current_builder
 from aotgrad.ir.partition import partition
 from aotgrad.ir.printer import HEADER, format_graph
+from aotgrad import call_path
 from aotgrad.runtime import dispatch
 from aotgrad.runtime import profiling
-from aotgrad.runtime.engine import accumulate_array, next_sequence_nr, plain_leaves
 from aotgrad.runtime.executor import CompiledBackward, check_nan, write_back, write_grad
 from aotgrad.runtime.factories import default_generator
 from aotgrad.runtime.grad_mode import state as _mode
@@ -68,10 +67,10 @@ class Program:
         self._owned = {}
         self._accumulators = None
         self._avals = None
-        self._fast = None        # the specialised call (see _make_fast), made on first call
-        self._inline = None      # set by _make_fast where _specialise may inline the call
+        self._fast = None        # the specialised call (call_path.make_call), made on first call
+        self._inline = None      # set by make_call where specialise may inline the call
         self._implicit = {}      # output_nr -> the grads `out.backward()` feeds the backward
-        self._fast_bw = None     # _make_fast_backward(), made on the first backward
+        self._fast_bw = None     # call_path.make_fast_backward(), made on first use
         self._arg_roles = [x for _, x in tr.roles] if all(k == "arg" for k, _ in tr.roles) \
             else None
 
@@ -127,10 +126,10 @@ class Program:
 
     def __call__(self, leaves, trusted=False):
         """Run on the call's flattened inputs; `trusted`: they are the arguments themselves,
-        all tensors whose arrays passed the guard's checks (see _specialise)."""
+        all tensors whose arrays passed the guard's checks (see call_path.specialise)."""
         fast = self._fast
         if fast is None:
-            fast = self._fast = self._make_fast()
+            fast = self._fast = call_path.make_call(self)
         if fast is not False and not profiling._profilers and not _mode.anomaly:
             return fast(leaves, trusted)
         return self._call(leaves)
@@ -185,160 +184,10 @@ class Program:
                 outs[k].requires_grad, outs[k].grad_fn, outs[k]._output_nr = True, node, nr
         return outs[0] if tr.out_tree is None else unflatten(tr.out_tree, outs)
 
-    # ---- the specialised call path -------------------------------------------------------
-    def _make_fast(self):
-        """The call specialised to this program, or False where it needs the general one
-        (seeds, in-place writes, .grad writes, non-tensor outputs). It calls the generated
-        drivers directly and gives the outputs a _CallBackward, whose edges to leaf inputs are
-        made only when something asks for them."""
-        tr = self.trace
-        if tr.mutations or tr.grad_clears or tr.escaped or not all(tr.out_is_tensor) or \
-                any(kind == "seed" for kind, _ in tr.roles):
-            return False
-        self._prepare("forward" if self.has_backward else "inference")
-        n_fw, n_out, single = self.n_fw_outputs, len(tr.out_is_tensor), tr.out_tree is None
-        has_backward, diff_outs, out_tree = self.has_backward, tr.diff_outs, tr.out_tree
-        run_fw = self._runners["forward"] if has_backward else None
-        arg_roles = self._arg_roles
-        identity = arg_roles is not None and arg_roles == list(range(len(arg_roles)))
-        # a call through the guard (_specialise) checked every argument's array: the forward
-        # driver skips its checks on the inputs that are the leading arguments
-        n_lead = 0
-        while n_lead < len(tr.roles) and tr.roles[n_lead] == ("arg", n_lead):
-            n_lead += 1
-        run_trusted = run_fw
-        if run_fw is not None and n_lead and self.backend != "interpret":
-            run_trusted = self._kernels["forward"].plan.runner(trusted=n_lead)
-        roles = [(kind == "arg", x) for kind, x in tr.roles]
-        pos = {("arg", x) if kind == "arg" else ("lifted", id(x)): i
-               for i, (kind, x) in enumerate(tr.roles)}
-        diff_pos = [pos[("arg", x) if kind == "arg" else ("lifted", id(x))]
-                    for kind, x in tr.diff_roles]
-        if diff_outs and self._avals is None:  # shapes and dtypes are fixed per program
-            g = tr.graph
-            self._avals = ([Aval(g.inputs[p].shape, g.inputs[p].dtype) for p in diff_pos],
-                           [Aval(g.outputs[k].shape, g.outputs[k].dtype) for k in diff_outs])
-        # the nodes' loss.backward(): made (and the backward program compiled) on first use
-        self._fast_bw = self._first_fast_backward
-        # what _specialise needs to emit this call inline
-        self._inline = dict(run=run_trusted, diff_pos=diff_pos, n_fw=n_fw) if (
-            has_backward and identity and single and diff_outs == [0]) else None
-        make, new_node, seq = Tensor._make, _CallBackward.__new__, next_sequence_nr
-        mode = _mode
-
-        def call(leaves, trusted):
-            if identity and len(leaves) == len(arg_roles):
-                replay = leaves
-            elif arg_roles is not None:
-                replay = [leaves[i] for i in arg_roles]
-            else:
-                replay = [leaves[x] if is_arg else x for is_arg, x in roles]
-            vals = [t._value for t in replay]
-            if run_fw is None or not mode.grad_enabled:
-                outs = self._run("inference", vals)
-                outs = [make(v) for v in outs[:n_out]]
-                return outs[0] if single else unflatten(out_tree, outs)
-            outs = (run_trusted if trusted else run_fw)(*vals)
-            saved = outs[n_fw:]
-            outs = [make(outs[0])] if single else [make(v) for v in outs[:n_out]]
-            if diff_outs:
-                diff_inputs = [replay[j] for j in diff_pos]
-                if self._accumulators is None:
-                    self._first_call_state(diff_inputs, outs)
-                for t in diff_inputs:
-                    if t.grad_fn is not None:  # a non-leaf input: its edge is fixed now
-                        node = CompiledBackward(self, saved, diff_inputs, *self._avals, replay)
-                        break
-                else:
-                    node = new_node(_CallBackward)
-                    node._seq = seq()
-                    node._in_avals, node._out_avals = self._avals
-                    node.program, node._saved_arrays, node._leaves = self, saved, diff_inputs
-                    node._replay = replay
-                    node._versions = [t._version.v for t in replay]
-                    node._fast_backward = self._fast_bw
-                for nr, k in enumerate(diff_outs):
-                    o = outs[k]
-                    o.requires_grad, o.grad_fn, o._output_nr = True, node, nr
-            return outs[0] if single else unflatten(out_tree, outs)
-        return call
-
     def _first_fast_backward(self, t, retain_graph):
         if self._fast_bw == self._first_fast_backward:
-            self._fast_bw = self._make_fast_backward()
+            self._fast_bw = call_path.make_fast_backward(self)
         return self._fast_bw(t, retain_graph)
-
-    def _make_fast_backward(self):
-        """`fast_backward(t, retain_graph) -> bool`, a _CallBackward's `loss.backward()` for
-        this program as straight-line code: False, having done nothing, where the general
-        engine is needed (hooks on the output, its node or a leaf, retain_grad, profiling,
-        anomaly mode, tracing, a freed graph, an input modified in place, a leaf passed twice,
-        an output that is not a floating scalar); else it runs the backward program on the
-        saved values and the implicit gradient and writes the leaves' .grad."""
-        tr = self.trace
-        self._prepare("backward")
-        run, owned = self._runners["backward"], None
-        if self.backend != "interpret":
-            owned = self._owned["backward"]
-            # its inputs: saved values made by the forward program, and implicit_grads'
-            # arrays (C-contiguous, writeable, of the program's avals): no input checks
-            plan = self._kernels["backward"].plan
-            run = plan.runner(trusted=len(plan.in_slots))
-        slots, k = [], 0  # (diff input, backward output, owned) per gradient it makes
-        for j, present in enumerate(tr.grad_present):
-            if present:
-                slots.append((j, k, bool(owned and owned[k])))
-                k += 1
-        n_saved = len(self.forward.outputs) - self.n_fw_outputs
-        n_replay, n_leaves = len(tr.roles), len(tr.diff_roles)
-        g = {"profiling": profiling, "_mode": _mode, "current_builder": current_builder,
-             "plain_leaves": plain_leaves, "run": run, "make": Tensor._make,
-             "accumulate_array": accumulate_array, "prog": self}
-        saved = [f"s{i}" for i in range(n_saved)]
-        if len(tr.diff_outs) == 1:
-            grads = self.implicit_grads(0)
-            if grads is False:
-                return _no_fast_backward
-            g.update({f"g{i}": a for i, a in enumerate(grads)})
-            get_grads, grad_args = [], [f"g{i}" for i in range(len(grads))]
-        else:
-            get_grads = ["    grads = prog.implicit_grads(t._output_nr)",
-                         "    if grads is False:", "        return False"]
-            grad_args = ["*grads"]
-        lines = [
-            "def fast_backward(t, retain_graph):",
-            "    node = t.grad_fn",
-            "    if node._saved_arrays is None or node._pre_hooks or node._hooks or "
-            "node._tensor_pre_hooks or node._retain_grad or profiling._profilers or "
-            "_mode.anomaly or current_builder() is not None or "
-            "not plain_leaves(node._leaves):",
-            "        return False"] + get_grads
-        if n_replay:
-            lines += [f"    {''.join(f'r{i}, ' for i in range(n_replay))}= node._replay",
-                      "    v = node._versions",
-                      "    if " + " or ".join(f"r{i}._version.v != v[{i}]"
-                                            for i in range(n_replay)) + ":",
-                      "        return False  # modified in place: the general path raises"]
-        if n_saved:
-            lines.append(f"    {''.join(f'{s}, ' for s in saved)}= node._saved_arrays")
-        lines += [f"    outs = run({', '.join(saved + grad_args)})",
-                  "    if not retain_graph:",
-                  "        node._release()",
-                  f"    {''.join(f'l{i}, ' for i in range(n_leaves))}= node._leaves"]
-        for j, k, own in slots:
-            if own:
-                lines += [f"    if l{j}._grad is None:",
-                          f"        l{j}._grad = make(outs[{k}])",
-                          "    else:",
-                          f"        accumulate_array(l{j}, outs[{k}], True)"]
-            else:
-                lines.append(f"    accumulate_array(l{j}, outs[{k}], False)")
-        lines.append("    return True")
-        source = "\n".join(lines) + "\n"
-        exec(builtins.compile(source, f"<backward of {self.name}>", "exec"), g)
-        fast_backward = g["fast_backward"]
-        fast_backward.source = source
-        return fast_backward
 
     def _first_call_state(self, diff_inputs, outs):
         tr = self.trace
@@ -413,23 +262,6 @@ class Program:
                          self._kernels.items() if k is not None and hasattr(k, "report"))
 
 
-class _CallBackward(CompiledBackward):
-    """The grad_fn the specialised call path gives a compiled function's outputs when every
-    differentiable input is a leaf. It is made without Node.__init__, and its edges (an
-    AccumulateGrad per leaf) only when something reads `next_functions` (the general engine,
-    a user walking the graph). A plain `loss.backward()` runs the backward program and
-    accumulates into the leaves' .grad directly: `_fast_backward`, set per node to its
-    program's Program._make_fast_backward()."""
-
-    @functools.cached_property
-    def next_functions(self):
-        return tuple((t._grad_accumulator(), 0) for t in self._leaves)
-
-
-def _no_fast_backward(t, retain_graph):
-    return False
-
-
 def _restrict(joint, n_primals, n_fw_outputs):
     from aotgrad.ir.core import Graph
     return Graph(joint.inputs[:n_primals], joint.nodes, joint.outputs[:n_fw_outputs], "inference")
@@ -468,85 +300,6 @@ def _tensor_args_key(args, module):
     return _with_module(key, module)
 
 
-_MISS = object()  # what a specialised call returns when its guards do not hold
-
-
-def _specialise(key, prog):
-    """`call(args) -> output, or _MISS`: the program's call specialised to one guard key, as
-    straight-line code over the arguments. It runs the program only where
-    `_tensor_args_key(args, None) == key` (and the lifted guards hold), and every argument's
-    array is C-contiguous, aligned and writeable, so the forward driver skips its input
-    checks. For a single-output loss of leaf parameters (the common training step) it also
-    makes the output and its _CallBackward inline. _MISS sends the call to the full lookup,
-    which decides (and warns, recompiles) as before."""
-    grad_enabled, n, specs = key[0], key[1], key[2:]
-    if type(grad_enabled) is not bool or any(type(rg) is not bool for *_, rg in specs):
-        return None
-    g = {"Tensor": Tensor, "ndarray": np.ndarray, "_mode": _mode, "prog": prog,
-         "lifted_ok": _lifted_ok, "MISS": _MISS, "profiling": profiling}
-    lines = ["def call(args):",
-             f"    if len(args) != {n} or _mode.grad_enabled is not {grad_enabled}:",
-             "        return MISS"]
-    if n:
-        lines.append(f"    {''.join(f'a{i}, ' for i in range(n))}= args")
-    for i, (_, shape, dtype, rg) in enumerate(specs):
-        g[f"d{i}"] = dtype
-        lines += [f"    if not isinstance(a{i}, Tensor) or a{i}.requires_grad is not {rg}:",
-                  "        return MISS",
-                  f"    v{i} = a{i}._value",
-                  f"    if type(v{i}) is not ndarray or v{i}.shape != {tuple(shape)!r} or "
-                  f"v{i}.dtype is not d{i} or not v{i}.flags.carray:",
-                  "        return MISS"]
-    if prog.trace.grad_guards or prog.trace.lifted_guards:
-        lines += ["    if not lifted_ok(prog):", "        return MISS"]
-    if prog._fast is None:
-        prog._fast = prog._make_fast()
-    inline = prog._inline if prog._fast is not False and grad_enabled else None
-    if inline is None:
-        lines.append("    return prog(args, True)")
-    else:
-        leaves = [f"a{j}" for j in inline["diff_pos"]]
-        g.update(run=inline["run"], make=Tensor._make, new_node=_CallBackward.__new__,
-                 Node=_CallBackward, seq=next_sequence_nr, in_avals=prog._avals[0],
-                 out_avals=prog._avals[1])
-        lines += [
-            "    if profiling._profilers or _mode.anomaly or "
-            + " or ".join(f"{a}.grad_fn is not None" for a in leaves) + ":",
-            "        return prog(args, True)  # the general path",
-            f"    outs = run({', '.join(f'v{i}' for i in range(n))})",
-            "    out = make(outs[0])",
-            "    node = new_node(Node)",
-            "    node._seq = seq()",
-            "    node._in_avals, node._out_avals = in_avals, out_avals",
-            "    node.program = prog",
-            f"    node._saved_arrays = outs[{inline['n_fw']}:]",
-            f"    node._leaves = [{', '.join(leaves)}]",
-            "    node._replay = args",
-            f"    node._versions = [{', '.join(f'a{i}._version.v' for i in range(n))}]",
-            "    node._fast_backward = prog._fast_bw",
-            "    out.requires_grad = True",
-            "    out.grad_fn = node",
-            "    return out"]
-    source = "\n".join(lines) + "\n"
-    exec(builtins.compile(source, f"<call of {prog.name}>", "exec"), g)
-    call = g["call"]
-    call.program, call.source = prog, source
-    return call
-
-
-def _lifted_ok(prog):
-    """Lifted tensors are read at call time; their shapes/dtypes/requires_grad are guards."""
-    tr = prog.trace
-    for t, init, read in tr.grad_guards:  # .grad state the program reads or writes
-        if (t._grad is None) != (init is None) or (read and t._grad is not init):
-            return False
-    for t, v, requires_grad in tr.lifted_guards:
-        if t._value.shape != v.shape or t.dtype is not v.dtype or \
-                t.requires_grad != requires_grad:
-            return False
-    return True
-
-
 class CompiledFunction:
     """The callable `compile` returns. Caches one Program per guard key."""
 
@@ -559,7 +312,7 @@ class CompiledFunction:
             globals()["cache_size_limit"]
         self.module = fn if hasattr(fn, "named_parameters") else None
         self.cache, self._warned, self.graph_breaks = {}, set(), []
-        self._calls, self._specialised = {}, None  # key -> _specialise(key, program); last hit
+        self._calls, self._specialised = {}, None  # key -> call_path.specialise(key, program); last hit
         self.n_traces = 0  # how many times the function was traced (recompiles included)
         self.name = getattr(fn, "__name__", type(fn).__name__)
         functools.update_wrapper(self, fn if callable(fn) and hasattr(fn, "__name__") else
@@ -608,7 +361,7 @@ class CompiledFunction:
             leaves, treedef = flatten((tuple(args), dict(kwargs)))
             key = _guard_key(leaves, self.module, treedef)
         prog = self.cache.get(key)
-        if prog is not None and prog != "eager" and not _lifted_ok(prog):
+        if prog is not None and prog != "eager" and not call_path.lifted_ok(prog):
             prog = None
             self._warn_once(f"aotgrad.compile({self.name}): recompiling: a guard on a parameter "
                             f"or closed-over tensor failed (its shape, dtype, requires_grad or "
@@ -626,9 +379,9 @@ class CompiledFunction:
                 return prog, leaves
             self.cache[key] = prog
         if leaves is args and self.module is None and prog != "eager":
-            call = self._calls.get(key, _MISS)
-            if call is _MISS or (call is not None and call.program is not prog):
-                call = self._calls[key] = _specialise(key, prog)
+            call = self._calls.get(key, call_path.MISS)
+            if call is call_path.MISS or (call is not None and call.program is not prog):
+                call = self._calls[key] = call_path.specialise(key, prog)
             self._specialised = call
         return prog, leaves
 
@@ -638,7 +391,7 @@ class CompiledFunction:
         call = self._specialised
         if call is not None and not kwargs:
             out = call(args)  # the last program, specialised to its guard key
-            if out is not _MISS:
+            if out is not call_path.MISS:
                 return out
         prog, leaves = self._lookup(args, kwargs)
         if prog == "eager":
