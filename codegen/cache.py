@@ -13,7 +13,6 @@ compiling still works, it is only not kept for the next process.
 import atexit
 import glob
 import hashlib
-import importlib.util
 import os
 import sys
 import shutil
@@ -21,6 +20,8 @@ import tempfile
 import warnings
 
 import numba
+
+from aotgrad.codegen.compile_worker import import_file
 
 CODEGEN_VERSION = "1"
 _PREFIX = "aotgrad_gen_"
@@ -126,18 +127,14 @@ def load_module(source, fresh=False):
         how = "rebuilt"
     if how != "disk":
         _write_atomic(path, text)
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
+    if fresh:
+        sys.modules.pop(name, None)
     try:
-        spec.loader.exec_module(mod)
+        mod = import_file(name, path)
     except Exception:
         purge(name, d)
         _write_atomic(path, text)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-        how = "rebuilt"
+        mod, how = import_file(name, path), "rebuilt"
     return mod, how
 
 

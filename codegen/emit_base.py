@@ -57,3 +57,12 @@ class _Scope:
 
     def add(self, line):
         self.lines.append(self.indent + line)
+
+    def bind(self, key, name, expr):
+        """The variable holding `key` in this scope: the one bound before, else `name()`
+        bound to `expr()` now (both called only then)."""
+        if key not in self.memo:
+            nm = name()
+            self.add(f"{nm} = {expr()}")
+            self.memo[key] = nm
+        return self.memo[key]

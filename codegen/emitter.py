@@ -247,13 +247,8 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         if self._is_leaf(v) or self.S.prod.get(v) is None:
             shape, cix = self.refmap[key]
             lv = self.level(cix)
-            sc = self.scope_for(lv)
-            if key in sc.memo:
-                return sc.memo[key]
-            name = self.fresh()
-            sc.add(f"{name} = {self.access('in', v, shape, cix)}")
-            sc.memo[key] = name
-            return name
+            return self.scope_for(lv).bind(key, self.fresh,
+                                           lambda: self.access("in", v, shape, cix))
         if getattr(self, "pass_active", False) and v in self.cache_buf and \
                 ix == identity(len(kt.domain)) and \
                 self.level([("d", self.dimmap[t[1]]) + t[2:] for t in ix]) == 2:
@@ -335,20 +330,11 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
             return xv
         cterms = [(("d", self.dimmap[t[1]]) + t[2:], m) for t, m in conds]
         csc = self.scope_for(self.level([t for t, _ in cterms]))
-        ckey = ("padok", tuple(cterms))
-        if ckey not in csc.memo:
-            ok = self.fresh("ok")
-            csc.add(f"{ok} = " + " and ".join(f"(0 <= {self.term(t)} < {m})"
-                                              for t, m in cterms))
-            csc.memo[ckey] = ok
+        ok = csc.bind(("padok", tuple(cterms)), lambda: self.fresh("ok"),
+                      lambda: " and ".join(f"(0 <= {self.term(t)} < {m})" for t, m in cterms))
         cix = [("d", self.dimmap[t[1]]) + t[2:] if t[0] == "d" else t for t in ix]
-        sc = self.scope_for(self.level(cix))
-        if key in sc.memo:
-            return sc.memo[key]
-        name = self.fresh()
-        sc.add(f"{name} = {xv} if {csc.memo[ckey]} else {fill}")
-        sc.memo[key] = name
-        return name
+        return self.scope_for(self.level(cix)).bind(key, self.fresh,
+                                                    lambda: f"{xv} if {ok} else {fill}")
 
     def gather_idx(self, t):
         """Name of a checked per-row gather/scatter index (negative values wrap, like numpy);
