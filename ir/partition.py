@@ -109,7 +109,7 @@ def _partition(joint, n_primals, n_fw_outputs, allow_reductions):
             for u in n.inputs:
                 g.add_edge(("out", u), ("in", v))
     fw_values = list(primals) + [v for n in joint.nodes if n not in bw_nodes for v in n.outputs]
-    in_memory = _contraction_operands(joint, bw_nodes, producer)
+    in_memory = _contraction_operands([n for n in joint.nodes if n not in bw_nodes], producer)
     for v in fw_values:
         g.add_edge(("in", v), ("out", v),
                    capacity=_save_cost(v, producer.get(v), v in in_memory))
@@ -117,6 +117,12 @@ def _partition(joint, n_primals, n_fw_outputs, allow_reductions):
         for u in n.inputs:
             if u not in bw_vals:
                 g.add_edge(("out", u), T)
+    # a value a backward matmul reads must be in memory there: recomputing it costs the
+    # backward a write of its size (paid when its "in" node falls on the sink side)
+    for v in _contraction_operands(bw_nodes, producer):
+        if v not in bw_vals and producer.get(v) is not None and \
+                producer[v].prim.tags & RECOMPUTABLE_TAGS:
+            g.add_edge(S, ("in", v), capacity=nbytes(v))
     for v in grads:
         if v not in bw_vals:  # a grad that does not depend on tangents (rare): save it
             g.add_edge(("out", v), T)
@@ -164,13 +170,12 @@ def _save_cost(v, producer, in_memory=False):
     return 2 * nbytes(v) + 1e-3  # the bias breaks ties toward values in memory anyway
 
 
-def _contraction_operands(joint, bw_nodes, producer):
-    """Forward values a contraction reads, followed up through shape ops to the value they
-    view or copy: the one the forward holds in memory (the shape ops' own outputs are not
+def _contraction_operands(nodes, producer):
+    """Values the contractions among `nodes` read, followed up through shape ops to the
+    value they view or copy: the one held in memory (the shape ops' own outputs are not
     included: saving a view of it would make the forward copy the view out)."""
     out, seen = set(), set()
-    stack = [u for n in joint.nodes if n not in bw_nodes and "contraction" in n.prim.tags
-             for u in n.inputs]
+    stack = [u for n in nodes if "contraction" in n.prim.tags for u in n.inputs]
     while stack:
         v = stack.pop()
         if v in seen:

@@ -372,7 +372,10 @@ def square(x):
 
 @op("relu", "ReluBackward0")
 def relu(x):
-    return tp.maximum(x, tp.zeros(x.shape, x.dtype))
+    # PyTorch's rule: 0 where x <= 0, so the gradient at 0 is 0 (max(x, 0) would split it,
+    # 0.5) and NaN passes through; the backward needs only the mask, which is 1 byte/element
+    zero = tp.zeros(x.shape, x.dtype)
+    return tp.where(tp.le(x, zero), zero, x)
 
 
 @op("round")

@@ -247,6 +247,44 @@ def test_a_biased_matmul_operand_is_saved_not_rebuilt():
         np.testing.assert_allclose(g, e.grad.numpy(), rtol=1e-5, atol=1e-6)
 
 
+def test_a_relu_output_a_backward_matmul_reads_is_saved_with_its_mask():
+    """h = relu(x @ w + b) is read by the backward's matmul for v's gradient: rebuilding it
+    there would cost the backward a write of its size, so the partition saves h (written
+    by the forward anyway) and the 1-byte mask x @ w + b <= 0, not the pre-activation."""
+    def f(x, w, b, v):
+        return (ag.relu(x @ w + b) @ v).tanh().sum()
+    args = (_randn(16, 8), _randn(8, 12), _randn(12), _randn(12, 6))
+    for a in args:
+        a.requires_grad_(True)
+    cf = ag.compile(f, backend="interpret")
+    prog = cf.ir(*args)
+    report = prog.partition.report()
+    assert not any(n.prim.name in ("where", "add", "le") for n in prog.partition.recomputed), \
+        report
+    saved = {prog.partition.reasons[v].split()[2]: v for v in prog.saved
+             if v.shape == (16, 12)}
+    assert set(saved) == {"where", "le"} and saved["le"].dtype == ag.bool, report
+    cf(*args).backward()
+    got = [a.grad.numpy().copy() for a in args]
+    eargs = [a.detach().requires_grad_(True) for a in args]
+    f(*eargs).backward()
+    for g, e in zip(got, eargs):
+        np.testing.assert_allclose(g, e.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["interpret", "numba"])
+def test_a_constant_made_inside_the_function_reaches_the_backward(backend):
+    """mul's derivative rule uses the other operand: a tensor the function made itself
+    (arange) is met again by the backward, as a saved tensor, and must be a graph input the
+    program passes, not mistaken for a tangent."""
+    def f(x):
+        return (x.tanh() * ag.arange(1, 4, dtype=ag.float32)).sum()
+    x = ag.tensor([0.5, -1.0, 2.0], requires_grad=True)
+    ag.compile(f, backend=backend)(x).backward()
+    want = (1 - np.tanh(np.array([0.5, -1.0, 2.0])) ** 2) * np.arange(1, 4)
+    np.testing.assert_allclose(x.grad.numpy(), want, rtol=1e-6)
+
+
 def test_random_ops_match_eager_for_same_seed():
     def f(x):
         keep = ag.rand(*x.shape) > 0.5

@@ -590,3 +590,33 @@ def test_bool_inputs_like_torch(torch, expr):
     out, ref = (eval(expr, {"M": M, "x": M.tensor(a)}) for M in (ag, torch))
     assert out.dtype.name == str(ref.dtype).replace("torch.", "")
     np.testing.assert_array_equal(out.numpy(), ref.numpy())
+
+
+RELU_POINTS = [-1.0, 0.0, -0.0, 2.0, float("nan"), float("inf"), -float("inf")]
+
+
+@pytest.mark.parametrize("backend", [None, "interpret", "numba"])
+def test_relu_is_zero_with_zero_gradient_at_zero_and_passes_nan(backend):
+    """PyTorch's relu: out = 0 where x <= 0 else x, so the gradient at 0 is 0 (not the 0.5
+    a max(x, 0) subgradient would give) and NaN passes through with gradient 1."""
+    x = ag.tensor(RELU_POINTS, requires_grad=True)
+    f = (lambda t: ag.relu(t) * ag.arange(1, 8, dtype=ag.float32))
+    if backend is not None:
+        f = ag.compile(f, backend=backend)
+    y = f(x)
+    y.sum().backward()
+    xs = np.array(RELU_POINTS, np.float32)
+    want_y = np.where(xs <= 0, 0, xs) * np.arange(1, 8)
+    want_g = np.where(xs <= 0, 0, 1) * np.arange(1, 8)
+    np.testing.assert_array_equal(y.detach().numpy(), want_y.astype(np.float32))
+    np.testing.assert_array_equal(x.grad.numpy(), want_g.astype(np.float32))
+
+
+def test_relu_at_zero_and_nan_like_torch(torch):
+    x = ag.tensor(RELU_POINTS, requires_grad=True)
+    tx = torch.tensor(RELU_POINTS, requires_grad=True)
+    y, ty = ag.relu(x), torch.relu(tx)
+    y.sum().backward()
+    ty.sum().backward()
+    np.testing.assert_array_equal(y.detach().numpy(), ty.detach().numpy())
+    np.testing.assert_array_equal(x.grad.numpy(), tx.grad.numpy())

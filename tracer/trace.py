@@ -34,6 +34,7 @@ class TraceBuilder(GraphBuilder):
         self.lifted = []         # (tensor, Var, grad at lift time)
         self.mutated = {}        # id(tensor) -> (tensor, Var): real tensors written in place
         self.n_seeds = 0
+        self.tangents = []       # the backward's tangent inputs (graph inputs after the primals)
         self.grad_state = {}     # id(tensor) -> (tensor, .grad before the trace wrote it)
         self.keep_alive = []
         self.created = []        # weakrefs to traced tensors made inside the function
@@ -128,6 +129,13 @@ def trace(fn, args, kwargs, names=None, want_grad=True):
     mutations += escapes
     graph = builder.graph
     graph.outputs = out_vals + [v for _, v in mutations] + [g for g in grads if g is not None]
+    # a concrete tensor first met by a derivative rule (a constant the function made, saved
+    # for the backward as a new tensor object) was lifted after the tangents: it is a primal
+    tangents = set(builder.tangents)
+    late = [v for v in graph.inputs[n_primals:] if v not in tangents]
+    if late:
+        graph.inputs = graph.inputs[:n_primals] + late + builder.tangents
+        n_primals += len(late)
     return TraceResult(
         graph=graph, roles=builder.roles, n_primals=n_primals, in_tree=in_tree,
         out_tree=out_tree, diff_outs=diff_outs, diff_roles=diff_roles,
@@ -160,6 +168,7 @@ def derive_backward(builder, outs, proxies, want_grad):
         return [], [], []
     tangents = [Tensor._make(builder.add_input(aval_of(outs[k]._value), f"g{j}"))
                 for j, k in enumerate(diff_outs)]
+    builder.tangents = [t._value for t in tangents]
     grads = run_backward([outs[k] for k in diff_outs], tangents, retain_graph=True,
                          create_graph=False, inputs=diff_inputs, allow_unused=True,
                          accumulate=False)
