@@ -70,8 +70,14 @@ class Sequential(Module):
         return self
 
     def insert(self, index, module):
+        """Insert before position `index` (list semantics: -1 is before the last module)."""
+        if not isinstance(module, Module):
+            raise AssertionError(f"module should be of type: {Module}")
+        n = len(self)
+        if not -n <= index <= n:
+            raise IndexError(f"Index out of range: {index}")
         mods = list(self._modules.values())
-        mods.insert(index if index >= 0 else index + len(mods) + 1, module)
+        mods.insert(index if index >= 0 else index + n, module)
         self.__dict__["_modules"] = OrderedDict((str(i), m) for i, m in enumerate(mods))
         return self
 
@@ -188,21 +194,45 @@ class ModuleDict(Module):
 
 
 class ParameterList(Module):
-    """A list of Parameters registered as "0", "1", ..."""
+    """A list of Parameters registered as "0", "1", ...; plain tensors are wrapped in
+    Parameters.
+
+    >>> pl = nn.ParameterList([aotgrad.zeros(2)]).extend([aotgrad.ones(3)])
+    >>> [tuple(p.shape) for p in pl]
+    [(2,), (3,)]
+    """
 
     def __init__(self, values=None):
         super().__init__()
         for v in values or ():
             self.append(v)
 
+    @staticmethod
+    def _wrap(value):
+        return value if isinstance(value, Parameter) else Parameter(value)
+
     def append(self, value):
-        if not isinstance(value, Parameter):
-            value = Parameter(value)
-        self.register_parameter(str(len(self)), value)
+        self.register_parameter(str(len(self)), self._wrap(value))
         return self
 
+    def extend(self, values):
+        if isinstance(values, Parameter) or not hasattr(values, "__iter__"):
+            raise TypeError(f"ParameterList.extend should be called with an iterable, but got "
+                            f"{type(values).__name__}")
+        for v in values:
+            self.append(v)
+        return self
+
+    def __iadd__(self, values):
+        return self.extend(values)
+
     def __getitem__(self, idx):
+        if isinstance(idx, slice):
+            return ParameterList(list(self)[idx])
         return self._parameters[str(_index(idx, len(self), "ParameterList"))]
+
+    def __setitem__(self, idx, value):
+        self.register_parameter(str(_index(idx, len(self), "ParameterList")), self._wrap(value))
 
     def __len__(self):
         return len(self._parameters)
@@ -210,6 +240,9 @@ class ParameterList(Module):
     def __iter__(self):
         return iter(self._parameters.values())
 
+    def __dir__(self):
+        return [k for k in super().__dir__() if not k.isdigit()]
+
     def extra_repr(self):
-        return "\n".join(f"({i}): Parameter containing: [{p.dtype.name} of size "
+        return "\n".join(f"  ({i}): Parameter containing: [{p.dtype!r} of size "
                          f"{'x'.join(map(str, p.shape))}]" for i, p in enumerate(self))

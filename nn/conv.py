@@ -70,7 +70,7 @@ class _ConvNd(Module):
         s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
              f"stride={self.stride}")
         if self.padding != (0,) * self._nd:
-            s += f", padding={self.padding if not isinstance(self.padding, str) else repr(self.padding)}"
+            s += f", padding={self.padding}"  # a string prints bare, as in PyTorch
         if self.dilation != (1,) * self._nd:
             s += f", dilation={self.dilation}"
         if self.groups != 1:

@@ -232,10 +232,15 @@ def adaptive_avg_pool2d(input, output_size):
     return avg_pool2d(input, (h // oh, w // ow))
 
 
-def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    """Max over windows of the last dim of (N, C, L) or (C, L); with return_indices also the
+    position of each maximum in L."""
     out = max_pool2d(shape_ops.unsqueeze(input, -2), (1, _single(kernel_size)),
                      None if stride is None else (1, _single(stride)), (0, _single(padding)),
-                     (1, _single(dilation)), ceil_mode)
+                     (1, _single(dilation)), ceil_mode, return_indices)
+    if return_indices:  # the 2-D flat index h * L + w is w here (h = 0)
+        return shape_ops.squeeze(out[0], -2), shape_ops.squeeze(out[1], -2)
     return shape_ops.squeeze(out, -2)
 
 

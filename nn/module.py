@@ -12,12 +12,16 @@ Assigning a `Parameter`, a `Module` or a registered buffer to an attribute regis
 >>> [n for n, _ in Affine().named_parameters()]
 ['w']
 """
+import itertools
 from collections import OrderedDict, namedtuple
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.nn.parameter import Parameter
 from aotgrad.runtime.grad_mode import no_grad
 from aotgrad.runtime.tensor import Tensor
+
+
+_hook_ids = itertools.count()   # one id per registered hook (the same function may be added twice)
 
 
 class _IncompatibleKeys(namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])):
@@ -62,6 +66,8 @@ class Module:
         d["_modules"] = {}
         d["_forward_pre_hooks"] = OrderedDict()
         d["_forward_hooks"] = OrderedDict()
+        d["_hooks_with_kwargs"] = set()     # ids of hooks registered with with_kwargs=True
+        d["_hooks_always_called"] = set()   # ids of forward hooks with always_call=True
 
     # ---- calling -------------------------------------------------------------------------
     def forward(self, *args, **kwargs):
@@ -69,26 +75,68 @@ class Module:
                                   f"\"forward\" function")
 
     def __call__(self, *args, **kwargs):
-        for hook in list(self._forward_pre_hooks.values()):
-            res = hook(self, args)
-            if res is not None:
-                args = res if isinstance(res, tuple) else (res,)
-        out = self.forward(*args, **kwargs)
-        for hook in list(self._forward_hooks.values()):
-            res = hook(self, args, out)
+        with_kwargs = self.__dict__.get("_hooks_with_kwargs", ())
+        for key, hook in list(self._forward_pre_hooks.items()):
+            if key in with_kwargs:
+                res = hook(self, args, kwargs)
+                if res is not None:
+                    if not (isinstance(res, tuple) and len(res) == 2):
+                        raise RuntimeError(f"forward pre-hook must return None or a tuple of "
+                                           f"(new_args, new_kwargs), but got {res}.")
+                    args, kwargs = res
+            else:
+                res = hook(self, args)
+                if res is not None:
+                    args = res if isinstance(res, tuple) else (res,)
+        try:
+            out = self.forward(*args, **kwargs)
+        except Exception:
+            always = self.__dict__.get("_hooks_always_called", ())
+            for key, hook in list(self._forward_hooks.items()):
+                if key in always:
+                    try:
+                        self._run_forward_hook(key, hook, args, kwargs, None, with_kwargs)
+                    except Exception:
+                        pass
+            raise
+        for key, hook in list(self._forward_hooks.items()):
+            res = self._run_forward_hook(key, hook, args, kwargs, out, with_kwargs)
             if res is not None:
                 out = res
         return out
 
-    def register_forward_pre_hook(self, hook):
-        """hook(module, args) -> None or new args, run before `forward`."""
-        self._forward_pre_hooks[id(hook)] = hook
-        return _DictHandle(self._forward_pre_hooks, id(hook))
+    def _run_forward_hook(self, key, hook, args, kwargs, out, with_kwargs):
+        if key in with_kwargs:
+            return hook(self, args, kwargs, out)
+        return hook(self, args, out)
 
-    def register_forward_hook(self, hook):
-        """hook(module, args, output) -> None or a new output, run after `forward`."""
-        self._forward_hooks[id(hook)] = hook
-        return _DictHandle(self._forward_hooks, id(hook))
+    def _add_hook(self, store, hook, prepend, with_kwargs, always_call=False):
+        key = next(_hook_ids)
+        store[key] = hook
+        if prepend:
+            store.move_to_end(key, last=False)
+        if with_kwargs:
+            self.__dict__.setdefault("_hooks_with_kwargs", set()).add(key)
+        if always_call:
+            self.__dict__.setdefault("_hooks_always_called", set()).add(key)
+        return _DictHandle(store, key)
+
+    def register_forward_pre_hook(self, hook, *, prepend=False, with_kwargs=False):
+        """hook(module, args) -> None or new args, run before `forward` (with
+        `with_kwargs=True`: hook(module, args, kwargs) -> None or (args, kwargs)).
+        `prepend=True` runs it before the hooks already registered.
+
+        >>> h = model.register_forward_pre_hook(lambda m, args: print(args[0].shape))
+        >>> h.remove()
+        """
+        return self._add_hook(self._forward_pre_hooks, hook, prepend, with_kwargs)
+
+    def register_forward_hook(self, hook, *, prepend=False, with_kwargs=False,
+                              always_call=False):
+        """hook(module, args, output) -> None or a new output, run after `forward` (with
+        `with_kwargs=True`: hook(module, args, kwargs, output)). With `always_call=True` it
+        also runs (output None) when forward raises."""
+        return self._add_hook(self._forward_hooks, hook, prepend, with_kwargs, always_call)
 
     # ---- registration ----------------------------------------------------------------------
     def _require_init(self, what):
@@ -211,8 +259,8 @@ class Module:
             yield from m.named_modules(memo, prefix + ("." if prefix else "") + name,
                                        remove_duplicate)
 
-    def modules(self):
-        for _, m in self.named_modules():
+    def modules(self, remove_duplicate=True):
+        for _, m in self.named_modules(remove_duplicate=remove_duplicate):
             yield m
 
     def named_children(self):
@@ -396,13 +444,13 @@ class Module:
         missing = [k for k in own if k not in state_dict]
         unexpected = [k for k in state_dict if k not in own]
         errors = []
-        if strict:
-            if unexpected:
-                errors.append("Unexpected key(s) in state_dict: " +
-                              ", ".join(f'"{k}"' for k in unexpected) + ". ")
+        if strict:  # PyTorch lists missing keys first, then unexpected ones
             if missing:
                 errors.append("Missing key(s) in state_dict: " +
                               ", ".join(f'"{k}"' for k in missing) + ". ")
+            if unexpected:
+                errors.append("Unexpected key(s) in state_dict: " +
+                              ", ".join(f'"{k}"' for k in unexpected) + ". ")
         pending = []
         for k, target in own.items():
             if k not in state_dict:
@@ -413,8 +461,9 @@ class Module:
                     from aotgrad.runtime.factories import tensor
                     src = tensor(src)
                 except Exception:
-                    errors.append(f'While copying the parameter named "{k}", expected Tensor-like '
-                                  f'object from checkpoint but received {type(src).__name__}')
+                    errors.append(f'While copying the parameter named "{k}", expected '
+                                  f'aotgrad.Tensor or Tensor-like object from checkpoint but '
+                                  f'received {type(src)}')
                     continue
             if tuple(src.shape) != tuple(target.shape):
                 errors.append(f"size mismatch for {k}: copying a param with shape "
@@ -449,12 +498,14 @@ class Module:
 
     def __repr__(self):
         extra = self.extra_repr()
-        lines = extra.split("\n") if extra else []
-        for name, m in self._modules.items():
-            body = repr(m).replace("\n", "\n  ")
-            lines.append(f"({name}): {body}")
-        if not self._modules:
-            return f"{self._get_name()}({extra})"
+        extra_lines = extra.split("\n") if extra else []
+        child_lines = [f"({name}): " + repr(m).replace("\n", "\n  ")
+                       for name, m in self._modules.items()]
+        lines = extra_lines + child_lines
+        if not lines:
+            return f"{self._get_name()}()"
+        if len(extra_lines) == 1 and not child_lines:
+            return f"{self._get_name()}({extra_lines[0]})"
         return self._get_name() + "(\n  " + "\n  ".join(lines) + "\n)"
 
 

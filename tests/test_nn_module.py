@@ -230,7 +230,8 @@ def test_repr():
         "    (1): Dropout(p=0.1, inplace=False)\n"
         "  )\n"
         ")")
-    assert repr(nn.LayerNorm(5)) == "LayerNorm((5,), eps=1e-05, elementwise_affine=True)"
+    assert repr(nn.LayerNorm(5)) == \
+        "LayerNorm((5,), eps=1e-05, elementwise_affine=True, bias=True)"
     assert repr(nn.GELU("tanh")) == "GELU(approximate='tanh')"
 
 
