@@ -29,7 +29,7 @@ def _as_tuple(x, arg_name, fn_name):
             where = f"the value at index {i} has type" if is_tuple else \
                 f"the given {arg_name} has type"
             raise TypeError(f"The {arg_name} given to {fn_name} must be either a Tensor or a "
-                            f"tuple of Tensors but {where} {type(el).__name__}.")
+                            f"tuple of Tensors but {where} {type(el)}.")
     return is_tuple, xs
 
 
@@ -99,6 +99,14 @@ def _zeros_for_none(grads, refs, strict, create_graph, what):
                                f"create_graph=True.")
         res.append(g)
     return tuple(res)
+
+
+def _hessian_independent(i):
+    return (f"While computing the hessian, found that the jacobian of the user-provided "
+            f"function with respect to input {i} is independent of the input. This is not "
+            f"allowed in strict mode. You should ensure that your function is twice "
+            f"differentiable and that the jacobian depends on the inputs (this would be "
+            f"violated by a linear function for example).")
 
 
 def _independent(i):
@@ -272,7 +280,12 @@ def hessian(func, inputs, create_graph=False, strict=False, vectorize=False,
 
     def jac_func(*xs):
         xs = tuple(x if x.requires_grad else x.detach().requires_grad_(True) for x in xs)
-        return jacobian(ensure_scalar, xs, create_graph=True)
+        jac = jacobian(ensure_scalar, xs, create_graph=True)
+        if strict:
+            for i, j in enumerate(jac):
+                if not j.requires_grad:
+                    raise RuntimeError(_hessian_independent(i))
+        return jac
 
     res = jacobian(jac_func, inputs, create_graph=create_graph, strict=strict,
                    vectorize=vectorize, strategy=outer_jacobian_strategy)
@@ -323,13 +336,11 @@ def _second_order(func, inputs, v, create_graph, strict, name):
         out = _scalar_output(func, inputs, name)
         _check_outputs((out,), strict)
         g = _vjp_raw((out,), inputs, (None,), create_graph=True)
-        g = _zeros_for_none(g, inputs, strict, create_graph, _independent)
         if strict:
             for i, gi in enumerate(g):
-                if not gi.requires_grad:
-                    raise RuntimeError(
-                        f"The jacobian of the user-provided function is independent of input "
-                        f"{i}. This is not allowed in strict mode.")
+                if gi is None or not gi.requires_grad:
+                    raise RuntimeError(_hessian_independent(i))
+        g = _zeros_for_none(g, inputs, False, create_graph, _independent)
         if name == "vhp":
             res = _vjp_raw(g, inputs, v, create_graph)
         else:

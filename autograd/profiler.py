@@ -32,7 +32,24 @@ class Interval:
         return self.end - self.start
 
 
-class FunctionEvent:
+class _FormattedTimes:
+    """`cpu_time_str`, `cpu_time_total_str`, `self_cpu_time_total_str`: the times formatted
+    as in the table ("1.234ms"), as PyTorch's events have them."""
+
+    @property
+    def cpu_time_str(self):
+        return _format_time(self.cpu_time)
+
+    @property
+    def cpu_time_total_str(self):
+        return _format_time(self.cpu_time_total)
+
+    @property
+    def self_cpu_time_total_str(self):
+        return _format_time(self.self_cpu_time_total)
+
+
+class FunctionEvent(_FormattedTimes):
     """One timed call: `name`, `kind`, `time_range`, `cpu_time_total`, `self_cpu_time_total`
     (microseconds), `cpu_parent`, `cpu_children`, `thread`."""
 
@@ -65,7 +82,7 @@ class FunctionEvent:
                 f"children={[c.id for c in self.cpu_children]}>")
 
 
-class FunctionEventAvg:
+class FunctionEventAvg(_FormattedTimes):
     """The events of one name added up: `key`, `count`, `cpu_time_total`,
     `self_cpu_time_total` and `cpu_time` (the average per call)."""
 

@@ -14,6 +14,8 @@ from aotgrad.optim.optimizer import Optimizer
 class LRScheduler:
     """Base class: `step()` advances `last_epoch` and writes each group's new "lr"."""
 
+    _is_initial = False
+
     def __init__(self, optimizer, last_epoch=-1):
         if not isinstance(optimizer, Optimizer):
             raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
@@ -32,8 +34,15 @@ class LRScheduler:
         self._initial_step()
 
     def _initial_step(self):
+        # `_is_initial` is True during the step the constructor takes: schedulers that scale
+        # the current lr leave it alone then, so resuming with last_epoch=k does not move the
+        # lr one step ahead (PyTorch's rule)
         self._step_count = 0
-        self.step()
+        self._is_initial = True
+        try:
+            self.step()
+        finally:
+            self._is_initial = False
 
     def get_lr(self):
         raise NotImplementedError
@@ -114,7 +123,7 @@ class ExponentialLR(LRScheduler):
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self):
-        if self.last_epoch == 0:
+        if self.last_epoch == 0 or self._is_initial:
             return self._lrs()
         return [lr * self.gamma for lr in self._lrs()]
 
@@ -152,7 +161,7 @@ class CosineAnnealingLR(LRScheduler):
 
     def get_lr(self):
         e, T, lo = self.last_epoch, self.T_max, self.eta_min
-        if e == 0:
+        if e == 0 or self._is_initial:
             return self._lrs()
         if self._step_count == 1 and e > 0:
             return [lo + (b - lo) * (1 + math.cos(e * math.pi / T)) / 2 for b in self.base_lrs]

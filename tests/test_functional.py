@@ -48,11 +48,11 @@ def test_jacobian_strict_and_type_errors():
     with pytest.raises(TypeError, match="The outputs of the user-provided function given to "
                                         "jacobian must be either a Tensor or a tuple of Tensors "
                                         "but the given outputs of the user-provided function "
-                                        "has type float"):
+                                        "has type <class 'float'>"):
         F.jacobian(lambda a: 3.0, x)
     with pytest.raises(TypeError, match="The inputs given to jacobian must be either a Tensor "
                                         "or a tuple of Tensors but the value at index 1 has type "
-                                        "int"):
+                                        "<class 'int'>"):
         F.jacobian(lambda a, b: a, (x, 3))
 
 

@@ -193,7 +193,9 @@ def test_optimizer_errors_and_repr():
     q = nn.Parameter(aotgrad.ones(1))
     opt.add_param_group({"params": q, "momentum": 0.5})
     assert opt.param_groups[1]["lr"] == 0.1 and opt.param_groups[1]["momentum"] == 0.5
-    assert repr(opt).startswith("SGD (\nParameter Group 0\n    dampening: 0\n    lr: 0.1")
+    assert repr(opt).startswith("SGD (\nParameter Group 0\n    dampening: 0\n    "
+                                "differentiable: False\n    foreach: None\n    fused: None\n"
+                                "    lr: 0.1")
 
 
 def test_lr_schedulers_closed_forms():
