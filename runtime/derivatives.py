@@ -54,10 +54,18 @@ def _(ctx, g):
     return (tp.neg(g),)
 
 
+def _sign0(x):
+    """sign(x), and 0 where x is NaN (PyTorch's sgn: abs'(NaN) is 0, not NaN)."""
+    s = tp.sign(x)
+    if not x.dtype.is_floating_point:
+        return s
+    return tp.where(tp.ne(x, x), _zeros_like(x), s)
+
+
 @defvjp("abs", save=(0,))
 def _(ctx, g):
     x, = ctx.saved_tensors
-    return (tp.mul(g, tp.sign(x)),)
+    return (tp.mul(g, _sign0(x)),)
 
 
 @defvjp("exp", save=("out",))
@@ -179,14 +187,15 @@ def _(ctx, g):
 
 
 def _minmax_vjp(ctx, g):
-    """PyTorch: the larger (smaller) input takes the gradient; ties split it in half."""
+    """PyTorch: the larger (smaller) input takes the gradient; ties split it in half; an
+    input loses it only where the other one strictly wins, so with a NaN both take it."""
     x, y = ctx.saved_tensors
     zero, half = _bc(_c(0, g), g), _bc(_c(0.5, g), g)
-    tie = tp.eq(x, y)
-    x_wins = tp.gt(x, y) if ctx.prim.name == "maximum" else tp.lt(x, y)
-    gt = tp.where(tie, tp.mul(g, half), g)
-    gx = tp.where(tp.logical_or(x_wins, tie), gt, zero)
-    gy = tp.where(tp.logical_or(tp.logical_not(x_wins), tie), gt, zero)
+    gt = tp.where(tp.eq(x, y), tp.mul(g, half), g)
+    x_wins, y_wins = (tp.gt(x, y), tp.lt(x, y)) if ctx.prim.name == "maximum" else \
+        (tp.lt(x, y), tp.gt(x, y))
+    gx = tp.where(y_wins, zero, gt) if ctx.needs_input_grad[0] else None
+    gy = tp.where(x_wins, zero, gt) if ctx.needs_input_grad[1] else None
     return gx, gy
 
 
@@ -196,9 +205,12 @@ defvjp("minimum", save=(0, 1))(_minmax_vjp)
 
 @defvjp("atan2", save=(0, 1))
 def _(ctx, g):
+    """g * x / (x^2 + y^2), -g * y / (x^2 + y^2), and 0 at (0, 0) (PyTorch)."""
     y, x = ctx.saved_tensors
     den = tp.add(tp.mul(x, x), tp.mul(y, y))
-    return tp.div(tp.mul(g, x), den), tp.neg(tp.div(tp.mul(g, y), den))
+    zero = _zeros_like(den)
+    recip = tp.where(tp.eq(den, zero), zero, tp.reciprocal(den))
+    return tp.mul(tp.mul(g, x), recip), tp.mul(tp.neg(tp.mul(g, y)), recip)
 
 
 @defvjp("where", save=(0,))
