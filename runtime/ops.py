@@ -139,6 +139,9 @@ def _binary_args(a, b, float_result=False):
         if wa != wb:  # a weakly typed scalar tensor promotes like the Python number it holds
             s, t = (a, b) if wa else (b, a)
             dtype = scalar_dtype(0.0 if s.dtype.is_floating_point else 0, t.dtype)
+        elif (a.ndim == 0) != (b.ndim == 0):  # PyTorch: a 0-d tensor does not widen a
+            z, t = (a, b) if a.ndim == 0 else (b, a)  # dimensioned one of its category
+            dtype = t.dtype if _category(z.dtype) <= _category(t.dtype) else z.dtype
         else:
             dtype = dt.promote(a.dtype, b.dtype)
     elif ta:
@@ -153,6 +156,10 @@ def _binary_args(a, b, float_result=False):
         shape = broadcast_shapes(a.shape, b.shape)
         a, b = tp.broadcast_to(a, shape), tp.broadcast_to(b, shape)
     return a, b
+
+
+def _category(d):
+    return 2 if d.is_floating_point else (0 if d is dt.bool_ else 1)
 
 
 def _binary(prim, float_result=False):
@@ -197,9 +204,15 @@ def sub(a, b, *, alpha=1):
         b = mul(b, alpha)
     weak = _weak_or_scalar(a) and _weak_or_scalar(b)
     a2, b2 = _binary_args(a, b)
-    if a2.dtype is dt.bool_:
+    nbool = builtins.sum(1 for v in (a, b) if isinstance(v, (bool, np.bool_)) or
+                         (isinstance(v, Tensor) and v.dtype is dt.bool_))
+    if nbool == 2:
         raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not "
                            "supported. Use the `^` or `logical_xor()` operator instead.")
+    if nbool:
+        raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not "
+                           "supported. If you are trying to invert a mask, use the `~` or "
+                           "`logical_not()` operator instead.")
     out = tp.sub(a2, b2)
     return mark_weak(out) if weak else out
 
@@ -211,46 +224,102 @@ def mul(a, b):
 
 @op("div", "DivBackward0")
 def div(a, b, *, rounding_mode=None):
-    out = _binary(tp.div, float_result=True)(a, b)
+    """a / b; rounding_mode "trunc" or "floor" rounds the quotient, keeps integer dtypes and,
+    like PyTorch, has a zero gradient (never NaN, even where b == 0)."""
+    if rounding_mode is None:
+        return _binary(tp.div, float_result=True)(a, b)
+    if rounding_mode not in ("trunc", "floor"):
+        raise ValueError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' "
+                         f"but found '{rounding_mode}'")
+    a2, b2 = _binary_args(a, b)
+    if not a2.dtype.is_floating_point:
+        return _int_div(a2, b2, rounding_mode)
     if rounding_mode == "floor":
-        return tp.floor(out)
-    if rounding_mode == "trunc":
-        return mul(sign(out), tp.floor(tp.abs(out)))
-    return out
+        return _zero_grad(_floor_div_float(a2.detach(), b2.detach()), a2, b2)
+    return _zero_grad(_trunc(tp.div(a2.detach(), b2.detach())), a2, b2)
 
 
 true_divide = divide = div
 
 
+def _zero_grad(r, *inputs):
+    """r, joined to the graph of `inputs` with a zero gradient (where(True, r, input))."""
+    for t in inputs:
+        if t.requires_grad:
+            r = tp.where(tp.constant(True, dt.bool_, tuple(r.shape)), r, t)
+    return r
+
+
+def _trunc(q):
+    return tp.where(tp.lt(q, tp.zeros(tuple(q.shape), q.dtype)), tp.ceil(q), tp.floor(q))
+
+
+def _floor_div_float(a, b):
+    """Python's (and PyTorch's) floor division of floats: floor(a / b), except that a finite
+    nonzero a over an infinite b of the other sign is -1 and an infinite a over a finite
+    nonzero b is NaN."""
+    q = tp.floor(tp.div(a, b))
+    fin_a, fin_b = isfinite(a), isfinite(b)
+    q = where(logical_and(logical_and(logical_not(fin_a), fin_b), ne(b, 0)), math.nan, q)
+    other_sign = logical_and(ne(a, 0), ne(lt(a, 0), lt(b, 0)))
+    return where(logical_and(logical_and(isinf(b), fin_a), other_sign), -1.0, q)
+
+
+def _int_div(a, b, rounding_mode):
+    """Integer trunc/floor division (through float64, exact below 2**53)."""
+    if isinstance(b._value, np.ndarray) and not b._value.all():
+        raise RuntimeError("ZeroDivisionError")
+    q = tp.div(cast(a, dt.float64), cast(b, dt.float64))
+    return cast(tp.floor(q) if rounding_mode == "floor" else _trunc(q), a.dtype)
+
+
 @op("floor_divide")
 def floor_divide(a, b):
+    """Floor division with Python's rounding (-7 // 2 == -4); no gradient (zero)."""
     a2, b2 = _binary_args(a, b)
     if a2.dtype.is_floating_point:
-        return tp.floor(tp.div(a2, b2))
-    f = tp.floor(tp.div(cast(a2, dt.float64), cast(b2, dt.float64)))
-    return cast(f, a2.dtype)
+        return _zero_grad(_floor_div_float(a2.detach(), b2.detach()), a2, b2)
+    return _int_div(a2, b2, "floor")
+
+
+def _fmod(a, b):
+    """C's fmod, a - trunc(a / b) * b with the quotient held constant (gradients g and
+    -trunc(a / b) g, as in PyTorch); fmod(a, +-inf) is a for finite a."""
+    m = sub(a, mul(_trunc(tp.div(a.detach(), b.detach())), b))
+    return where(logical_and(isinf(b), isfinite(a)), a, m)
 
 
 @op("remainder")
 def remainder(a, b):
+    """Python's modulus: the result takes the sign of b (-1 % 3 == 2), computed like
+    PyTorch from fmod; gradient g for a and -floor(a / b) g for b."""
     a2, b2 = _binary_args(a, b)
-    return sub(a2, mul(floor_divide(a2, b2), b2))
+    if not a2.dtype.is_floating_point:
+        return sub(a2, mul(floor_divide(a2, b2), b2))
+    m = _fmod(a2, b2)
+    zero = tp.zeros(tuple(m.shape), m.dtype)
+    fix = logical_and(ne(m, zero), ne(lt(b2, zero), lt(m, zero)))
+    return where(fix, add(m, b2), m)
 
 
 @op("pow")
 def pow(a, b):
     """a ** b. grad_fn: PowBackward0 (tensor ** number), PowBackward1 (tensor ** tensor),
-    PowBackward2 (number ** tensor), as in PyTorch."""
-    if not isinstance(a, Tensor):
-        return _named(_binary(tp.pow, float_result=True)(a, b), "PowBackward2")
-    if not isinstance(b, Tensor):
-        if isinstance(b, (int, float)) and not isinstance(b, bool):
-            if b == 2:
-                return _named(tp.mul(a, a), "PowBackward0")
-            if b == 0.5 and a.dtype.is_floating_point:
-                return _named(tp.sqrt(a), "PowBackward0")
-        return _named(_binary(tp.pow, float_result=True)(a, b), "PowBackward0")
-    return _named(_binary(tp.pow, float_result=True)(a, b), "PowBackward1")
+    PowBackward2 (number ** tensor), as in PyTorch. Integer ** integer stays integer."""
+    name = "PowBackward2" if not isinstance(a, Tensor) else \
+        ("PowBackward0" if not isinstance(b, Tensor) else "PowBackward1")
+    if isinstance(a, Tensor) and isinstance(b, (int, float)) and not isinstance(b, bool):
+        if b == 2 and a.dtype is not dt.bool_:
+            return _named(tp.mul(a, a), name)
+        if b == 0.5 and a.dtype.is_floating_point:
+            return _named(tp.sqrt(a), name)
+    a2, b2 = _binary_args(a, b)
+    if not a2.dtype.is_floating_point:
+        if isinstance(b, (int, np.integer)) and not isinstance(b, bool) and b < 0:
+            raise RuntimeError("Integers to negative integer powers are not allowed.")
+        r = tp.pow(cast(a2, dt.float64), cast(b2, dt.float64))
+        return cast(r, dt.int64 if a2.dtype is dt.bool_ else a2.dtype)
+    return _named(_binary(tp.pow, float_result=True)(a, b), name)
 
 
 @op("maximum", "MaximumBackward0")
@@ -341,8 +410,18 @@ def ceil(x):
 reciprocal = _unary(tp.reciprocal, "reciprocal", "ReciprocalBackward0")
 neg = _unary(tp.neg, "neg", "NegBackward0", float_only=False)
 abs = _unary(tp.abs, "abs", "AbsBackward0", float_only=False)
-sign = _unary(tp.sign, "sign", "SignBackward0", float_only=False)
 negative, absolute = neg, abs
+
+
+@op("sign", "SignBackward0")
+def sign(x):
+    """-1, 0 or 1; 0 for NaN (PyTorch); a bool tensor comes back as it is."""
+    if x.dtype is dt.bool_:
+        return tp.reshape(x, shape=tuple(x.shape))
+    s = tp.sign(x)
+    if x.dtype.is_floating_point:
+        s = tp.where(tp.ne(x, x), tp.zeros(tuple(x.shape), x.dtype), s)
+    return mark_weak(s) if is_weak(x) else s
 
 
 @op("tan")
@@ -362,12 +441,12 @@ def log10(x):
 
 @op("exp2")
 def exp2(x):
-    return exp(mul(x, math.log(2)))
+    return pow(2.0, x)  # exp(x * log 2) loses ~1e-6 in float32
 
 
 @op("square")
 def square(x):
-    return mul(x, x)
+    return mul(x, x) if x.dtype is not dt.bool_ else mul(cast(x, dt.int64), cast(x, dt.int64))
 
 
 @op("relu", "ReluBackward0")
@@ -376,6 +455,13 @@ def relu(x):
     # 0.5) and NaN passes through; the backward needs only the mask, which is 1 byte/element
     zero = tp.zeros(x.shape, x.dtype)
     return tp.where(tp.le(x, zero), zero, x)
+
+
+def _softplus(z):
+    """log(1 + exp(z)) = max(z, 0) + log1p(exp(-|z|)), stable everywhere, written with where
+    (not abs/relu) so that the gradient is sigmoid(z) exactly, 0.5 at z == 0 (PyTorch)."""
+    pos = gt(z, 0)
+    return add(where(pos, z, 0.0), log1p(exp(where(pos, neg(z), z))))
 
 
 @op("round")
@@ -403,14 +489,30 @@ def clamp(x, min=None, max=None):
             dtype = dt.promote(dtype, bound.dtype if isinstance(bound, Tensor) else
                                scalar_dtype(bound, dtype))
     x = cast(x, dtype)
-    out = x
-    if min is not None:  # PyTorch passes the gradient where min <= x <= max
-        lo = tp.broadcast_to(cast(as_tensor_like(min, x.dtype), x.dtype), x.shape)
-        out = where(lt(out, lo), lo, out)
+    lo = hi = None
+    if min is not None:
+        lo = cast(as_tensor_like(min, x.dtype), x.dtype)
     if max is not None:
-        hi = tp.broadcast_to(cast(as_tensor_like(max, x.dtype), x.dtype), x.shape)
-        out = where(gt(out, hi), hi, out)
-    return out
+        hi = cast(as_tensor_like(max, x.dtype), x.dtype)
+    shape = broadcast_shapes(*[t.shape for t in (x, lo, hi) if t is not None])
+    x, lo, hi = (None if t is None else tp.broadcast_to(t, shape) for t in (x, lo, hi))
+    out = x  # the value: min(max(x, lo), hi); NaN in x or a bound propagates
+    if lo is not None:
+        out = where(logical_or(lt(out, lo), ne(lo, lo)), lo, out)
+    if hi is not None:
+        out = where(logical_or(gt(out, hi), ne(hi, hi)), hi, out)
+    if not builtins.any(t.requires_grad for t in (x, lo, hi) if t is not None):
+        return out
+    # PyTorch's gradients: x's where lo <= x <= hi (none at NaN); lo's where x < lo < hi; hi's
+    # where x > hi or hi < lo; nobody's elsewhere (NaN, or lo == hi with x outside)
+    pred_x = logical_and(ge(x, lo), le(x, hi)) if lo is not None and hi is not None else \
+        (ge(x, lo) if lo is not None else le(x, hi))
+    res = out.detach()
+    if hi is not None and hi.requires_grad:
+        res = where(gt(x, hi) if lo is None else logical_or(gt(x, hi), lt(hi, lo)), hi, res)
+    if lo is not None and lo.requires_grad:
+        res = where(lt(x, lo) if hi is None else logical_and(lt(x, lo), lt(lo, hi)), lo, res)
+    return where(pred_x, x, res)
 
 
 clip = clamp
@@ -431,6 +533,8 @@ def where(cond, a, b):
 
 @op("nan_to_num")
 def nan_to_num(x, nan=0.0, posinf=None, neginf=None):
+    if not x.dtype.is_floating_point:
+        return mul(x, 1) if x.dtype is not dt.bool_ else logical_and(x, True)
     info = np.finfo(x.dtype.np)
     x = where(ne(x, x), nan, x)
     x = where(eq(x, float("inf")), info.max if posinf is None else posinf, x)
@@ -442,10 +546,14 @@ def isnan(x):
 
 
 def isinf(x):
+    if not x.dtype.is_floating_point:
+        return tp.constant(False, dt.bool_, tuple(x.shape))
     return eq(abs(x), float("inf"))
 
 
 def isfinite(x):
+    if not x.dtype.is_floating_point:
+        return tp.constant(True, dt.bool_, tuple(x.shape))
     return logical_not(logical_or(isnan(x), isinf(x)))
 
 
@@ -658,7 +766,14 @@ def var(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
 
 @op("std", "StdBackward0")
 def std(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
-    return sqrt(var(x, dim, unbiased, keepdim, correction=correction))
+    """sqrt(var); its gradient is 0 (not NaN) where std is 0, as in PyTorch."""
+    return _sqrt0(var(x, dim, unbiased, keepdim, correction=correction))
+
+
+def _sqrt0(v):
+    """sqrt(v) with gradient 0 where v == 0 (PyTorch's std and 2-norm subgradient)."""
+    is0 = eq(v, 0.0)
+    return where(is0, 0.0, sqrt(where(is0, 1.0, v)))
 
 
 def var_mean(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
@@ -671,13 +786,28 @@ def std_mean(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
 
 @op("norm", "NormBackward1")
 def norm(x, p="fro", dim=None, keepdim=False):
+    """The vector p-norm over `dim` (all dims by default), with PyTorch's subgradients: 0
+    where the norm is 0, and 0 at x == 0 for p < 1."""
     if p in ("fro", 2, 2.0):
-        return sqrt(sum(mul(x, x), dim, keepdim))
+        return _sqrt0(sum(mul(x, x), dim, keepdim))
     if p in (1, 1.0):
         return sum(abs(x), dim, keepdim)
     if p in (float("inf"), "inf"):
         return amax(abs(x), () if dim is None else dim, keepdim)
-    return pow(sum(pow(abs(x), float(p)), dim, keepdim), 1.0 / float(p))
+    if p in (float("-inf"), "-inf"):
+        return amin(abs(x), () if dim is None else dim, keepdim)
+    if p == 0:  # the number of nonzeros; no gradient
+        n = sum(cast(ne(x, 0), x.dtype), dim, keepdim)
+        return _zero_grad(n, sum(x, dim, keepdim)) if x.requires_grad else n
+    p = float(p)
+    a = abs(x)
+    a0 = eq(a, 0.0)  # |x|^p with gradient 0 at x == 0 (p < 1 would give inf * 0)
+    ap = where(a0, 0.0 if p > 0 else math.inf, pow(where(a0, 1.0, a), p))
+    s = sum(ap, dim, keepdim)
+    if p < 0:
+        return pow(s, 1.0 / p)
+    s0 = eq(s, 0.0)
+    return where(s0, 0.0, pow(where(s0, 1.0, s), 1.0 / p))
 
 
 @op("logsumexp", "LogsumexpBackward0")
@@ -686,6 +816,8 @@ def logsumexp(x, dim, keepdim=False):
     if not x.dtype.is_floating_point:
         x = cast(x, dt.float32)
     dims = norm_dims(dim, x.ndim)
+    if builtins.any(x.shape[d] == 0 for d in dims):  # log(0) = -inf, like PyTorch
+        return _keep(tp.log(tp.reduce_sum(tp.exp(x), dims=dims)), x.shape, dims, keepdim)
     m = tp.reduce_max(x, dims=dims)
     m = where(isfinite(m), m, 0.0).detach()
     mb = tp.broadcast_in_dim(m, shape=tuple(x.shape),
@@ -699,6 +831,8 @@ def softmax(x, dim, dtype=None):
     if dtype is not None:
         x = cast(x, dt.as_dtype(dtype))
     d = norm_dims(dim, x.ndim)
+    if x.numel() == 0:
+        return mul(x, 1.0)
     m = amax(x, d, keepdim=True).detach()
     e = exp(sub(x, m))
     return div(e, sum(e, d, keepdim=True))
@@ -706,23 +840,44 @@ def softmax(x, dim, dtype=None):
 
 @op("log_softmax", "LogSoftmaxBackward0")
 def log_softmax(x, dim, dtype=None):
+    """(x - max) - log(sum(exp(x - max))), PyTorch's formula: a +inf in a row gives NaN."""
     if dtype is not None:
         x = cast(x, dt.as_dtype(dtype))
-    return sub(x, logsumexp(x, dim, keepdim=True))
+    if not x.dtype.is_floating_point:
+        x = cast(x, dt.float32)
+    d = norm_dims(dim, x.ndim)
+    if x.numel() == 0:
+        return mul(x, 1.0)
+    shifted = sub(x, amax(x, d, keepdim=True).detach())
+    return sub(shifted, log(sum(exp(shifted), d, keepdim=True)))
 
 
 @op("cumsum", "CumsumBackward0")
 def cumsum(x, dim, *, dtype=None):
     x = _reduce_dtype(x, dtype)
+    if x.ndim == 0:
+        norm_dims(dim, 0)
+        return mul(x, 1)
     return tp.cumsum(x, dim=norm_dims(dim, x.ndim)[0])
 
 
 def all(x, dim=None, keepdim=False):
-    return eq(amin(cast(x, dt.bool_), () if dim is None else dim, keepdim), True)
+    """True where every element is nonzero; True over an empty dim."""
+    return _all_any(x, dim, keepdim, amin, True)
 
 
 def any(x, dim=None, keepdim=False):
-    return eq(amax(cast(x, dt.bool_), () if dim is None else dim, keepdim), True)
+    """True where some element is nonzero; False over an empty dim."""
+    return _all_any(x, dim, keepdim, amax, False)
+
+
+def _all_any(x, dim, keepdim, reduce, empty):
+    dims = norm_dims(dim, x.ndim)
+    if builtins.any(x.shape[d] == 0 for d in dims):
+        shape = tuple(1 if i in dims else n for i, n in enumerate(x.shape)) if keepdim else \
+            tuple(n for i, n in enumerate(x.shape) if i not in dims)
+        return tp.constant(empty, dt.bool_, shape)
+    return eq(reduce(cast(x, dt.bool_), () if dim is None else dim, keepdim), True)
 
 
 def count_nonzero(x, dim=None):
