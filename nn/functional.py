@@ -64,8 +64,13 @@ def relu6(input, inplace=False):
     return hardtanh(input, 0.0, 6.0, inplace)
 
 
+@op("hardtanh", "HardtanhBackward0")
 def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
-    return _maybe_inplace(input, ops.clamp(input, min_val, max_val), inplace, "hardtanh")
+    """clamp(input, min_val, max_val), but (as in PyTorch) with gradient 0 at the bounds
+    themselves, where clamp's is 1; NaN passes through with gradient 1."""
+    value = ops.clamp(input.detach(), min_val, max_val)
+    inside = ops.logical_not(ops.logical_or(ops.le(input, min_val), ops.ge(input, max_val)))
+    return _maybe_inplace(input, ops.where(inside, input, value), inplace, "hardtanh")
 
 
 @op("leaky_relu", "LeakyReluBackward0")
@@ -76,7 +81,9 @@ def leaky_relu(input, negative_slope=0.01, inplace=False):
 
 @op("elu", "EluBackward0")
 def elu(input, alpha=1.0, inplace=False):
-    out = ops.where(ops.gt(input, 0), input, ops.mul(ops.expm1(input), alpha))
+    neg = ops.le(input, 0)  # NaN takes the identity branch (gradient 1), as in PyTorch
+    safe = ops.where(neg, input, 0.0)  # expm1 of a large x would be inf, its gradient NaN
+    out = ops.where(neg, ops.mul(ops.expm1(safe), alpha), input)
     return _maybe_inplace(input, out, inplace, "elu")
 
 
@@ -103,9 +110,7 @@ def silu(input, inplace=False):
 def softplus(input, beta=1.0, threshold=20.0):
     """log(1 + exp(beta x)) / beta, linear where beta x > threshold (PyTorch)."""
     bx = ops.mul(input, beta)
-    # log1p(exp(-|bx|)) + max(bx, 0) is stable everywhere
-    soft = ops.div(ops.add(ops.log1p(ops.exp(ops.neg(ops.abs(bx)))), ops.relu(bx)), beta)
-    return ops.where(ops.gt(bx, threshold), input, soft)
+    return ops.where(ops.gt(bx, threshold), input, ops.div(ops._softplus(bx), beta))
 
 
 @op("mish")
@@ -114,7 +119,8 @@ def mish(input, inplace=False):
 
 
 def logsigmoid(input):
-    return ops.neg(softplus(ops.neg(input)))
+    """log(sigmoid(x)) = -softplus(-x), without softplus's linear threshold (PyTorch)."""
+    return ops.neg(ops._softplus(ops.neg(input)))
 
 
 def tanh(input):
@@ -310,7 +316,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             scores = ops.where(attn_mask, scores, -math.inf)
         else:
             scores = ops.add(scores, attn_mask)
-    w = ops.softmax(scores, -1)
+        # PyTorch's safe softmax: a query that may attend nowhere gets zero weights, not NaN
+        dead = ops.all(ops.eq(scores, -math.inf), -1, keepdim=True)
+        w = ops.where(dead, 0.0, ops.softmax(ops.where(dead, 0.0, scores), -1))
+    else:
+        w = ops.softmax(scores, -1)
     if dropout_p > 0.0:
         w = dropout(w, dropout_p, True)
     return ops.matmul(w, value)
