@@ -109,6 +109,7 @@ def _nll(logp, target, weight, ignore_index, reduction, cdim, c, name, smoothing
     valid = ops.ne(target, ignore_index)
     safe = ops.where(valid, target, 0)
     picked = shape_ops.squeeze(tp.gather(logp, shape_ops.unsqueeze(safe, cdim), dim=cdim), cdim)
+    picked = ops.where(valid, picked, 0.0)  # an ignored row's -inf logit must not make NaN
     zeros = ops.mul(picked, 0.0).detach()
     if weight is not None:
         if tuple(weight.shape) != (c,):
@@ -176,12 +177,19 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
         v = input._value
         if v.min() < 0 or v.max() > 1:
             raise RuntimeError("all elements of input should be between 0 and 1")
-    log_x = ops.clamp(ops.log(input), min=-100.0)
-    log_1mx = ops.clamp(ops.log(ops.sub(1.0, input)), min=-100.0)
+    # log(0) is clamped to -100 with gradient 0: log of a masked-safe input, so the zero
+    # gradient is not g / 0 = NaN at input 0 or 1 (a saturated sigmoid)
+    log_x = ops.clamp(_safe_log(input), min=-100.0)
+    log_1mx = ops.clamp(_safe_log(ops.sub(1.0, input)), min=-100.0)
     loss = ops.neg(ops.add(ops.mul(target, log_x), ops.mul(ops.sub(1.0, target), log_1mx)))
     if weight is not None:
         loss = ops.mul(loss, weight)
     return _reduce(loss, reduction, "binary_cross_entropy")
+
+
+def _safe_log(x):
+    pos = ops.gt(x, 0)
+    return ops.where(pos, ops.log(ops.where(pos, x, 1.0)), -math.inf)
 
 
 @op("binary_cross_entropy_with_logits", "BinaryCrossEntropyWithLogitsBackward0")
@@ -191,8 +199,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     if tuple(input.shape) != tuple(target.shape):
         raise ValueError(f"Target size ({list(target.shape)}) must be the same as input size "
                          f"({list(input.shape)})")
-    # softplus(-x) = log(1 + exp(-x)), computed stably
-    sp = ops.add(ops.log1p(ops.exp(ops.neg(ops.abs(input)))), ops.relu(ops.neg(input)))
+    sp = ops._softplus(ops.neg(input))  # log(1 + exp(-x)), stable; gradient 0.5 at x == 0
     if pos_weight is not None:
         lw = ops.add(ops.mul(ops.sub(pos_weight, 1.0), target), 1.0)
         loss = ops.add(ops.mul(ops.sub(1.0, target), input), ops.mul(lw, sp))
