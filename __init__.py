@@ -20,6 +20,7 @@ from aotgrad.runtime.factories import (Generator, arange, as_tensor, bernoulli, 
                                        randperm, seed, set_rng_state, tensor, zeros, zeros_like)
 from aotgrad.runtime.grad_mode import (enable_grad, inference_mode, is_grad_enabled,
                                        is_inference_mode_enabled, no_grad, set_grad_enabled)
+from aotgrad.runtime.grad_mode import is_anomaly_check_nan_enabled, is_anomaly_enabled
 from aotgrad.runtime.ops import (abs, absolute, add, all, amax, amin, any, argmax, argmin, atan2,
                                  bmm, ceil, clamp, clip, cos, count_nonzero, cumsum, div, divide,
                                  dot, eq, erf, exp, exp2, expm1, floor, floor_divide, ge, gt,

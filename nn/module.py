@@ -21,6 +21,7 @@ from aotgrad.runtime.grad_mode import no_grad
 from aotgrad.runtime.tensor import Tensor
 
 
+_EXTRA_STATE_KEY = "_extra_state"
 _hook_ids = itertools.count()   # one id per registered hook (the same function may be added twice)
 
 
@@ -427,11 +428,38 @@ class Module:
         for name, b in self._buffers.items():
             if b is not None and name not in self._non_persistent_buffers_set:
                 destination[prefix + name] = b if keep_vars else b.detach()
+        if self._has_extra_state():
+            destination[prefix + _EXTRA_STATE_KEY] = self.get_extra_state()
         for name, m in self._modules.items():
             if m is not None:
                 m.state_dict(destination=destination, prefix=prefix + name + ".",
                              keep_vars=keep_vars)
         return destination
+
+    def get_extra_state(self):
+        """Override (with `set_extra_state`) to save non-tensor state in `state_dict` under
+        the key "_extra_state".
+
+        >>> class Counter(nn.Module):
+        ...     def get_extra_state(self): return {"seen": self.seen}
+        ...     def set_extra_state(self, state): self.seen = state["seen"]
+        """
+        raise RuntimeError("Reached a code path in Module.get_extra_state() that should never "
+                           "be called.")
+
+    def set_extra_state(self, state):
+        """Restore what `get_extra_state` returned; called by `load_state_dict`."""
+        raise RuntimeError("Reached a code path in Module.set_extra_state() that should never "
+                           "be called.")
+
+    def _has_extra_state(self):
+        return type(self).get_extra_state is not Module.get_extra_state
+
+    def _extra_state_modules(self):
+        """{state_dict key: module} for the modules that override get_extra_state."""
+        return {prefix + ("." if prefix else "") + _EXTRA_STATE_KEY: m
+                for prefix, m in self.named_modules(remove_duplicate=False)
+                if m._has_extra_state()}
 
     def load_state_dict(self, state_dict, strict=True, assign=False):
         """Copy tensors from `state_dict` into this module's parameters and buffers.
@@ -441,6 +469,7 @@ class Module:
         if not hasattr(state_dict, "keys"):
             raise TypeError(f"Expected state_dict to be dict-like, got {type(state_dict)}.")
         own = self.state_dict(keep_vars=True)
+        extra = self._extra_state_modules()
         missing = [k for k in own if k not in state_dict]
         unexpected = [k for k in state_dict if k not in own]
         errors = []
@@ -453,7 +482,7 @@ class Module:
                               ", ".join(f'"{k}"' for k in unexpected) + ". ")
         pending = []
         for k, target in own.items():
-            if k not in state_dict:
+            if k not in state_dict or k in extra:
                 continue
             src = state_dict[k]
             if not isinstance(src, Tensor):
@@ -474,6 +503,9 @@ class Module:
         if errors:
             raise RuntimeError(f"Error(s) in loading state_dict for {type(self).__name__}:\n\t"
                                + "\n\t".join(errors))
+        for k, m in extra.items():
+            if k in state_dict:
+                m.set_extra_state(state_dict[k])
         with no_grad():
             for k, target, src in pending:
                 if assign:

@@ -181,6 +181,8 @@ class Optimizer:
     def __repr__(self):
         lines = [type(self).__name__ + " ("]
         for i, g in enumerate(self.param_groups):
+            if i:
+                lines.append("")  # PyTorch leaves a blank line between groups
             lines.append(f"Parameter Group {i}")
             for k in sorted(g):
                 if k != "params":
