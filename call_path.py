@@ -26,13 +26,15 @@ from aotgrad.tracer.pytree import unflatten
 
 def make_call(prog):
     """prog's call specialised to its trace, or False where it needs the general one
-    (seeds, in-place writes, .grad writes, non-tensor outputs). It calls the generated
+    (seeds, in-place writes, .grad writes, non-tensor outputs, outputs to copy). It calls the generated
     drivers directly and gives the outputs a _CallBackward, whose edges to leaf inputs are
     made only when something asks for them."""
     tr = prog.trace
     if tr.mutations or tr.grad_clears or tr.escaped or not all(tr.out_is_tensor) or \
             any(kind == "seed" for kind, _ in tr.roles):
         return False
+    if prog.copied_outputs("inference") or (prog.has_backward and prog.copied_outputs("forward")):
+        return False  # an output to copy (it would share an input's memory)
     prog._prepare("forward" if prog.has_backward else "inference")
     n_fw, n_out, single = prog.n_fw_outputs, len(tr.out_is_tensor), tr.out_tree is None
     has_backward, diff_outs, out_tree = prog.has_backward, tr.diff_outs, tr.out_tree
@@ -136,8 +138,11 @@ def make_fast_backward(prog):
         g.update({f"g{i}": a for i, a in enumerate(grads)})
         get_grads, grad_args = [], [f"g{i}" for i in range(len(grads))]
     else:
+        # the other outputs get no gradient: a leaf only they reach gets no .grad
         get_grads = ["    grads = prog.implicit_grads(t._output_nr)",
-                     "    if grads is False:", "        return False"]
+                     "    if grads is False:", "        return False",
+                     f"    reach = prog.grads_reached([i == t._output_nr for i in "
+                     f"range({len(tr.diff_outs)})])"]
         grad_args = ["*grads"]
     lines = [
         "def fast_backward(t, retain_graph):",
@@ -161,12 +166,15 @@ def make_fast_backward(prog):
               f"    {''.join(f'l{i}, ' for i in range(n_leaves))}= node._leaves"]
     for j, k, own in slots:
         if own:
-            lines += [f"    if l{j}._grad is None:",
-                      f"        l{j}._grad = make(outs[{k}])",
-                      "    else:",
-                      f"        accumulate_array(l{j}, outs[{k}], True)"]
+            body = [f"    if l{j}._grad is None:",
+                    f"        l{j}._grad = make(outs[{k}])",
+                    "    else:",
+                    f"        accumulate_array(l{j}, outs[{k}], True)"]
         else:
-            lines.append(f"    accumulate_array(l{j}, outs[{k}], False)")
+            body = [f"    accumulate_array(l{j}, outs[{k}], False)"]
+        if len(tr.diff_outs) > 1:
+            body = [f"    if reach[{j}]:"] + ["    " + b for b in body]
+        lines += body
     lines.append("    return True")
     source = "\n".join(lines) + "\n"
     exec(builtins.compile(source, f"<backward of {prog.name}>", "exec"), g)

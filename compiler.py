@@ -63,6 +63,8 @@ class Program:
         self.inference = passes.dce(_restrict(self.joint, n_primals, self.n_fw_outputs))
         self.inference.name = "inference"
         self._runners = {}
+        self._copies = {}
+        self._reached, self._grad_deps = {}, None
         self._kernels = {}
         self._owned = {}
         self._accumulators = None
@@ -96,6 +98,22 @@ class Program:
             self._prepare(which)
         return self
 
+    def copied_outputs(self, which):
+        """Tensor outputs of graph `which` copied after each run: they could share memory
+        with an input (a graph input returned as is, or a view of one: `x.clone()` folded
+        away, a constant made inside the function) where eagerly they are new tensors; with
+        the interpret backend, also outputs numpy made read-only (broadcasts)."""
+        c = self._copies.get(which)
+        if c is None:
+            g = getattr(self, which)
+            n = len(self.trace.out_may_alias)
+            alias = _aliases_of_inputs(g)
+            c = self._copies[which] = [i for i, v in enumerate(g.outputs[:n])
+                                       if (v in alias and not self.trace.out_may_alias[i])
+                                       or (self.backend == "interpret" and
+                                           v not in alias and _may_be_readonly(g, v))]
+        return c
+
     def run_backward(self, args):
         return self._run("backward", args)
 
@@ -103,10 +121,43 @@ class Program:
         """Per output of a compiled graph: a new array nothing else shares (None: unknown)."""
         return self._owned.get(which)
 
-    def scatter_grads(self, present):
-        """Grads of the backward graph -> one entry per differentiable input (None if unused)."""
+    def scatter_grads(self, present, given=None):
+        """Grads of the backward graph -> one entry per differentiable input (None if unused).
+        `given`: per differentiable output, whether it got a gradient; an input none of whose
+        gradient's outputs got one gets None, as eagerly (not a zero .grad)."""
         it = iter(present)
-        return [next(it) if p else None for p in self.trace.grad_present]
+        grads = [next(it) if p else None for p in self.trace.grad_present]
+        if given is not None and not all(given):
+            mask = self.grads_reached(given)
+            grads = [g if m else None for g, m in zip(grads, mask)]
+        return grads
+
+    def grads_reached(self, given):
+        """Per differentiable input: does its gradient depend on an output in `given`?"""
+        key = tuple(given)
+        r = self._reached.get(key)
+        if r is None:
+            deps = self.grad_dependencies()
+            bits = sum(1 << j for j, g in enumerate(given) if g)
+            it = iter(deps)
+            r = self._reached[key] = [bool(next(it) & bits) if p else False
+                                      for p in self.trace.grad_present]
+        return r
+
+    def grad_dependencies(self):
+        """Per gradient the joint graph returns: a bit mask of the tangents it reads."""
+        if self._grad_deps is None:
+            g, n_tan = self.joint, len(self.trace.diff_outs)
+            dep = {v: 1 << j for j, v in enumerate(g.inputs[len(g.inputs) - n_tan:])}
+            for n in g.nodes:
+                m = 0
+                for v in n.inputs:
+                    m |= dep.get(v, 0)
+                if m:
+                    for v in n.outputs:
+                        dep[v] = m
+            self._grad_deps = [dep.get(v, 0) for v in g.outputs[self.n_fw_outputs:]]
+        return self._grad_deps
 
     @property
     def saved(self):
@@ -151,6 +202,8 @@ class Program:
                     t = default_generator.next_seed()
                 inputs.append(t._value)
                 replay.append(t if kind != "seed" else t._value)
+        if _mode.grad_enabled and tr.mutations:
+            self._check_leaf_writes(leaves)
         need_grad = self.has_backward and _mode.grad_enabled
         which = "forward" if need_grad else "inference"
         if profiling._profilers:
@@ -162,6 +215,14 @@ class Program:
             check_nan(getattr(self, which), inputs, outs, f"{self.name}.{which}")
         fw, saved = outs[:self.n_fw_outputs], (outs[self.n_fw_outputs:] if need_grad else None)
         n_tensor_outs = self.n_fw_outputs - len(tr.mutations)
+        copies = self.copied_outputs(which)
+        if copies:
+            fw = list(fw)
+            for i in copies:
+                fw[i] = np.array(fw[i], copy=True)
+        if tr.mutations and saved:  # the backward must not read what the write-back changes
+            saved = _unshare(saved, [leaves[x]._value if kind == "arg" else x._value
+                                     for kind, x in tr.mutations if kind in ("arg", "lifted")])
         for (kind, x), value in zip(tr.mutations, fw[n_tensor_outs:]):
             if kind in ("grad", "arg_grad"):
                 write_grad(leaves[x] if kind == "arg_grad" else x, value)
@@ -177,12 +238,27 @@ class Program:
                 for is_t, const in zip(tr.out_is_tensor, tr.out_leaves)]
         if need_grad and tr.diff_outs:
             diff_inputs = [leaves[x] if kind == "arg" else x for kind, x in tr.diff_roles]
+            # after the outputs, the tensors written in place whose new value has history:
+            # rebased onto the node (made first, so its edges keep their old history)
+            targets = outs + [leaves[x] if kind == "arg" else x for kind, x in tr.mutations]
             if self._accumulators is None:
-                self._first_call_state(diff_inputs, outs)
+                self._first_call_state(diff_inputs, targets)
             node = CompiledBackward(self, saved, diff_inputs, *self._avals, replay)
             for nr, k in enumerate(tr.diff_outs):
-                outs[k].requires_grad, outs[k].grad_fn, outs[k]._output_nr = True, node, nr
+                t = targets[k]
+                t.requires_grad, t.grad_fn, t._output_nr = True, node, nr
+                if k >= len(outs):
+                    t.__dict__.pop("_retains_grad", None)
         return outs[0] if tr.out_tree is None else unflatten(tr.out_tree, outs)
+
+    def _check_leaf_writes(self, leaves):
+        """The trace saw a non-leaf (or a tensor that needs no grad) where this call passes a
+        leaf that requires grad: writing it in place is the error it is eagerly."""
+        for kind, x in self.trace.mutations:
+            if kind == "arg" and leaves[x].requires_grad and leaves[x].grad_fn is None:
+                raise RuntimeError(
+                    f"a leaf Variable that requires grad is being used in an in-place operation "
+                    f"(compiled function {self.name} writes argument {x} in place).")
 
     def _first_fast_backward(self, t, retain_graph):
         if self._fast_bw == self._first_fast_backward:
@@ -260,6 +336,29 @@ class Program:
         """The code generator's plan per graph: kernels, refused fusions and why, buffers."""
         return "\n".join(f"# ---- {which} ----\n{k.report()}" for which, k in
                          self._kernels.items() if k is not None and hasattr(k, "report"))
+
+
+_VIEW_PRIMS = frozenset(("reshape", "transpose", "broadcast_in_dim", "slice", "rev",
+                         "convert_element_type"))
+
+
+def _aliases_of_inputs(graph):
+    """Vars that may share memory with a graph input (an input, or a view chain of one)."""
+    alias = set(graph.inputs)
+    for n in graph.nodes:
+        if n.prim.name in _VIEW_PRIMS and n.inputs and n.inputs[0] in alias:
+            alias.update(n.outputs)
+    return alias
+
+
+def _may_be_readonly(graph, v):
+    return any(v in n.outputs and n.prim.name == "broadcast_in_dim" for n in graph.nodes)
+
+
+def _unshare(saved, written):
+    """Saved arrays that share memory with a tensor about to be written back, copied."""
+    return [np.array(s, copy=True) if isinstance(s, np.ndarray) and
+            any(np.may_share_memory(s, w) for w in written) else s for s in saved]
 
 
 def _restrict(joint, n_primals, n_fw_outputs):

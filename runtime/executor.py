@@ -24,6 +24,7 @@ class CompiledBackward(Node):
     With create_graph=True it instead replays the joint graph with tensor ops from the saved
     inputs, so the gradient is itself differentiable (double backward through compile)."""
     _name = "CompiledFunctionBackward"
+    materialize_grads = False  # which outputs got a gradient decides which inputs get one
 
     def __init__(self, program, saved, diff_inputs, in_avals, out_avals, replay_inputs):
         super().__init__([_node_of(t) for t in diff_inputs], in_avals, out_avals)
@@ -47,10 +48,12 @@ class CompiledBackward(Node):
         if self._saved_arrays is None:
             raise RuntimeError(FREED_MESSAGE)
         self._check_versions()
+        given = [g is not None for g in grads]
+        grads = self._materialize(grads)
         if _mode.grad_enabled:  # create_graph: differentiable replay of the joint graph
             inputs = [t if isinstance(t, Tensor) else Tensor._make(t) for t in self._replay]
             outs = run_graph_with_tensors(p.joint, inputs + list(grads))
-            return p.scatter_grads(outs[p.n_fw_outputs:])
+            return p.scatter_grads(outs[p.n_fw_outputs:], given)
         args = list(self._saved_arrays) + [g._value for g in grads]
         if profiling._profilers:
             with profiling.record(f"{p.name}.backward", kind="kernel"):
@@ -64,7 +67,7 @@ class CompiledBackward(Node):
             seen = {id(a) for a in args}
             owned = [o.base is None and id(o) not in seen and not seen.add(id(o)) for o in outs]
         grads = [fresh(Tensor._make(o)) if own else Tensor._make(o) for o, own in zip(outs, owned)]
-        return p.scatter_grads(grads)
+        return p.scatter_grads(grads, given)
 
     def _release(self):
         self._saved_arrays = None

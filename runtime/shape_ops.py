@@ -619,9 +619,9 @@ def commit_inplace(x, new, opname):
         raise RuntimeError(f"output with shape {list(x.shape)} doesn't match the broadcast shape "
                            f"{list(new.shape)}")
     if isinstance(x._value, np.ndarray) and not isinstance(new._value, np.ndarray):
-        # a real tensor written inside a trace: the tracer writes it back at run time
+        # a real tensor written inside a trace holds the traced value (history, version)
+        # until the trace ends; the tracer restores it and writes it back at run time
         current_builder().record_mutation(x, new._value)
-        return x
     if isinstance(x._value, np.ndarray) and isinstance(new._value, np.ndarray):
         if not x._value.flags.writeable:
             raise RuntimeError(f"{opname}: unsupported operation: more than one element of the "

@@ -9,9 +9,9 @@ traced outputs with new tangent inputs: one source of derivative truth.
 import gc
 import weakref
 
-from aotgrad.ir.core import GraphBuilder, Var, aval_of
+from aotgrad.ir.core import Aval, GraphBuilder, Var, aval_of
 from aotgrad.runtime import dispatch
-from aotgrad.runtime.engine import run_backward
+from aotgrad.runtime.engine import Node, VersionCounter, _node_of, run_backward
 from aotgrad.runtime.factories import default_generator
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.tensor import Tensor
@@ -22,17 +22,59 @@ class GraphBreakError(RuntimeError):
     """Raised with fullgraph=True when the function cannot be captured as one graph."""
 
 
+class _Lifted:
+    """A concrete tensor read inside the trace: its input Var, and what the tracer needs to
+    decide afterwards whether it is state read at call time (a parameter, a closed-over
+    tensor: `tensor` is set) or a constant the function made (it died with the call: a
+    private tensor holding the array it had is read instead)."""
+    __slots__ = ("ref", "var", "grad", "value", "tensor")
+
+    def __init__(self, t, var, cb):
+        self.ref, self.var, self.grad, self.value = weakref.ref(t, cb), var, t._grad, t._value
+        self.tensor = None
+
+    def settle(self):
+        t = self.ref()
+        self.tensor = t if t is not None else Tensor._make(self.value, False)
+        return self.tensor
+
+
+class _Swapped:
+    """A concrete tensor written in place inside the trace holds the traced value (and its
+    autograd history) until the trace ends; this is its state before. It counts versions on
+    a counter of its own meanwhile: a derivative rule that saved the old value reads the old
+    value (the input it was lifted as), where eagerly the backward would refuse."""
+    __slots__ = ("ref", "value", "grad_fn", "requires_grad", "output_nr", "counter", "extra")
+
+    def __init__(self, t):
+        self.ref, self.value, self.grad_fn = weakref.ref(t), t._value, t.grad_fn
+        self.requires_grad, self.output_nr, self.counter = t.requires_grad, t._output_nr, \
+            t._version
+        self.extra = {k: t.__dict__[k] for k in ("_retains_grad",) if k in t.__dict__}
+        t._version = VersionCounter()
+        t._version.v = self.counter.v
+
+    def restore(self):
+        t = self.ref()
+        if t is not None:
+            t._value, t.grad_fn, t.requires_grad = self.value, self.grad_fn, self.requires_grad
+            t._output_nr, t._version = self.output_nr, self.counter
+            t.__dict__.pop("_retains_grad", None)
+            t.__dict__.update(self.extra)
+
+
 class TraceBuilder(GraphBuilder):
     """Records the graph and decides what a concrete tensor seen inside the trace is:
-    a random seed (fresh per call), or a lifted parameter/closure (read at call time)."""
+    a random seed (fresh per call), or a lifted parameter/closure/constant."""
 
     def __init__(self, names=None):
         super().__init__("joint")
         self.names = names or {}
-        self.roles = []          # per graph input: ("arg", flat_index) | ("lifted", tensor)
-        self.current = {}        # id(tensor) -> current Var (after in-place updates)
-        self.lifted = []         # (tensor, Var, grad at lift time)
-        self.mutated = {}        # id(tensor) -> (tensor, Var): real tensors written in place
+        self.roles = []          # per graph input: ("arg", flat_index) | ("lifted", _Lifted)
+        self.current = {}        # id(tensor) -> Var it was lifted as (while the tensor lives)
+        self.by_array = {}       # id(numpy array) -> Var (a saved tensor unpacked anew)
+        self.lifted = []         # _Lifted records, in input order
+        self.swapped = {}        # id(tensor) -> _Swapped: real tensors written in place
         self.n_seeds = 0
         self.tangents = []       # the backward's tangent inputs (graph inputs after the primals)
         self.grad_state = {}     # id(tensor) -> (tensor, .grad before the trace wrote it)
@@ -51,6 +93,13 @@ class TraceBuilder(GraphBuilder):
         self.roles.append(role)
         return v
 
+    def _remember(self, t, v):
+        key = id(t)
+        self.current[key] = v
+        # `current` is keyed by id: forget the entry when the object dies (its id may be reused)
+        return lambda _ref, cur=self.current, k=key, var=v: \
+            cur.pop(k, None) if cur.get(k) is var else None
+
     def lift_object(self, t):
         v = self.current.get(id(t))
         if v is not None:
@@ -58,19 +107,45 @@ class TraceBuilder(GraphBuilder):
         if t.__dict__.get("_rng_seed"):
             v = self.add_role_input(aval_of(t._value), f"seed{self.n_seeds}", ("seed", None))
             self.n_seeds += 1
-        else:
-            name = self.names.get(id(t)) or f"c{len(self.lifted)}"
-            name = "p_" + "".join(c if c.isalnum() else "_" for c in name)
-            v = self.add_role_input(aval_of(t._value), name, ("lifted", t))
-            self.lifted.append((t, v, t._grad))
-        self.current[id(t)] = v
-        self.keep_alive.append(t)  # `current` is keyed by id: the object must outlive the trace
+            self.current[id(t)] = v
+            self.keep_alive.append(t)
+            return v
+        v = self.by_array.get(id(t._value))
+        if v is not None:  # the same array: a saved tensor unpacked as a new object
+            return v
+        for rec in self.swapped.values():
+            if rec.ref() is not None and rec.counter is t._version:
+                raise dispatch.GraphBreak(dispatch.describe_break(
+                    "a view of a tensor that the function wrote in place (reading it inside "
+                    "a compiled function is not supported; read the tensor itself)"))
+        name = self.names.get(id(t)) or f"c{len(self.lifted)}"
+        name = "p_" + "".join(c if c.isalnum() else "_" for c in name)
+        v = self.add_input(aval_of(t._value), name)
+        rec = _Lifted(t, v, self._remember(t, v))
+        self.roles.append(("lifted", rec))
+        self.lifted.append(rec)
+        self.by_array[id(t._value)] = v
         return v
 
     def record_mutation(self, t, value):
-        self.keep_alive.append(t)
-        self.current[id(t)] = value
-        self.mutated[id(t)] = (t, value)
+        """A real tensor is about to be written in place (commit_inplace then gives it the
+        traced value, history and version bump); remember its state to restore."""
+        rec = self.swapped.get(id(t))
+        if rec is None or rec.ref() is not t:  # (an id can be reused once its tensor died)
+            self.swapped[id(t)] = _Swapped(t)
+
+    def restore(self):
+        for rec in self.swapped.values():
+            rec.restore()
+
+    def live_lifted(self):
+        """(tensor, Var) of lifted tensors still alive (before `settle_roles`)."""
+        return [(rec.ref(), rec.var) for rec in self.lifted if rec.ref() is not None]
+
+    def settle_roles(self):
+        """Lifted records -> ("lifted", tensor): the live object, or a private constant."""
+        self.roles = [("lifted", r.settle()) if k == "lifted" else (k, r) for k, r in self.roles]
+        return [(r.tensor, r.var, r.grad) for r in self.lifted]
 
 
 class TraceResult:
@@ -80,6 +155,10 @@ class TraceResult:
                     first n_primals)
     graph.outputs = [tensor outputs..., written-back values (`mutations`)..., grads of
                     `diff_roles` where `grad_present`...]
+    diff_outs      = indices of the differentiable outputs among the flattened outputs, then
+                    len(outputs) + j for mutations[j] written with a value that has history
+    out_may_alias  = per tensor output: it may share memory with an input (it is an argument
+                    or a parameter/closed-over tensor returned as is); others never do
     """
 
     def __init__(self, **kw):
@@ -90,13 +169,45 @@ def _break_handler(what, tensor):
     raise dispatch.GraphBreak(dispatch.describe_break(what))
 
 
+class _InputBackward(Node):
+    """Inside the trace, an argument that has autograd history outside is a non-leaf (as it
+    is eagerly, so in-place ops on it are allowed): its gradient passes to the graph input."""
+    _name = "CompiledInputBackward"
+
+    def __init__(self, base):
+        a = [Aval(base._value.shape, base.dtype)]
+        super().__init__([_node_of(base)], a, a)
+
+    def _backward(self, grads):
+        return grads
+
+
+def _arg_proxy(builder, x, i, want_grad):
+    """-> (proxy the function sees, leaf the backward differentiates or None)."""
+    v = builder.add_role_input(aval_of(x._value), f"x{i}", ("arg", i))
+    if not (x.requires_grad and want_grad):
+        return Tensor._make(v, False), None
+    leaf = Tensor._make(v, True)
+    if x.grad_fn is None:
+        return leaf, leaf
+    p = Tensor._make(v, True)
+    p.grad_fn = _InputBackward(leaf)
+    return p, leaf
+
+
 def trace(fn, args, kwargs, names=None, want_grad=True):
     """Trace fn(*args, **kwargs). Raises dispatch.GraphBreak where it needs concrete values."""
     leaves, in_tree = flatten((tuple(args), dict(kwargs)))
     builder = TraceBuilder(names)
-    proxies = [Tensor._make(builder.add_role_input(aval_of(x._value), f"x{i}", ("arg", i)),
-                            x.requires_grad and want_grad) if isinstance(x, Tensor) else x
-               for i, x in enumerate(leaves)]
+    proxies, diff_leaves = [], {}
+    for i, x in enumerate(leaves):
+        if isinstance(x, Tensor):
+            p, leaf = _arg_proxy(builder, x, i, want_grad)
+            proxies.append(p)
+            if leaf is not None:
+                diff_leaves[i] = leaf
+        else:
+            proxies.append(x)
     arg_vars = {i: p._value for i, p in enumerate(proxies) if isinstance(p, Tensor)}
     p_args, p_kwargs = unflatten(in_tree, proxies)
     rng = default_generator.gen.bit_generator.state
@@ -105,15 +216,26 @@ def trace(fn, args, kwargs, names=None, want_grad=True):
     try:
         with builder:
             outs, out_tree = flatten(fn(*p_args, **p_kwargs))
+            _check_flags(proxies, leaves, want_grad)
             out_vals = [_value_of(builder, o) for o in outs if isinstance(o, Tensor)]
-            mutations = [(("arg", i), p._value) for i, p in enumerate(proxies)
-                         if isinstance(p, Tensor) and p._value is not arg_vars[i]]
-            mutations += [(("lifted", t), v) for t, v in builder.mutated.values()]
+            # an output that is an argument or a real tensor itself may share its memory, as
+            # eagerly; any other output that would alias an input is copied at run time
+            shares = [_shares(o, proxies, arg_vars) for o in outs if isinstance(o, Tensor)]
+            # what the function wrote in place: its arguments, and real tensors that outlive
+            # the call (one it made and dropped needs no write-back)
+            written = [(("arg", i), p) for i, p in enumerate(proxies)
+                       if isinstance(p, Tensor) and p._value is not arg_vars[i]]
+            if builder.swapped:
+                gc.collect()
+                written += [(("lifted", r.ref()), r.ref()) for r in builder.swapped.values()
+                            if r.ref() is not None]
+            mutations = [(role, t._value) for role, t in written]
             n_primals = len(builder.graph.inputs)
             if builder.grad_state:  # the function ran backward() itself: no outer backward
                 diff_outs, diff_roles, grads = [], [], []
             else:
-                diff_outs, diff_roles, grads = derive_backward(builder, outs, proxies, want_grad)
+                diff_outs, diff_roles, grads = derive_backward(
+                    builder, outs, [t for _, t in written], proxies, diff_leaves, want_grad)
             grad_writes, grad_guards = _grad_state(builder, proxies)
     finally:
         dispatch.graph_break = prev_handler
@@ -121,12 +243,15 @@ def trace(fn, args, kwargs, names=None, want_grad=True):
         default_generator.gen.bit_generator.state = rng
         for t, init in builder.grad_state.values():
             t._grad = init
+        builder.restore()
     out_info = dict(out_leaves=[None if isinstance(o, Tensor) else o for o in outs],
                     out_is_tensor=[isinstance(o, Tensor) for o in outs])
-    del outs, proxies, p_args, p_kwargs
+    del outs, proxies, p_args, p_kwargs, written, diff_leaves
     mutations += [(r, v) for r, v in grad_writes if v is not None]
     escapes = _escapes(builder)
     mutations += escapes
+    lifted = builder.settle_roles()  # after _escapes' gc: a constant made inside is dead
+    out_may_alias = [sh is True or (sh is not False and sh() is not None) for sh in shares]
     graph = builder.graph
     graph.outputs = out_vals + [v for _, v in mutations] + [g for g in grads if g is not None]
     # a concrete tensor first met by a derivative rule (a constant the function made, saved
@@ -141,8 +266,28 @@ def trace(fn, args, kwargs, names=None, want_grad=True):
         out_tree=out_tree, diff_outs=diff_outs, diff_roles=diff_roles,
         mutations=[r for r, _ in mutations], escaped=bool(escapes),
         grad_clears=[r for r, v in grad_writes if v is None], grad_guards=grad_guards,
-        grad_present=[g is not None for g in grads],
-        lifted_guards=[(t, v, t.requires_grad) for t, v, _ in builder.lifted], **out_info)
+        grad_present=[g is not None for g in grads], out_may_alias=out_may_alias,
+        lifted_guards=[(t, v, t.requires_grad) for t, v, _ in lifted], **out_info)
+
+
+def _check_flags(proxies, leaves, want_grad):
+    """requires_grad_() on an argument inside the function changes the caller's tensor
+    eagerly; the compiled program cannot: refuse (eager fallback, or the error)."""
+    for i, p in enumerate(proxies):
+        if isinstance(p, Tensor) and p.grad_fn is None and \
+                p.requires_grad != (leaves[i].requires_grad and want_grad):
+            raise GraphBreakError(
+                f"argument {i} had its requires_grad flag changed inside the function "
+                f"(requires_grad_()); set it before calling the compiled function")
+
+
+def _shares(o, proxies, arg_vars):
+    """True: o is an argument as passed in; a weakref: o is a real tensor (it may share memory
+    if it outlives the call); False: o is a value the function made."""
+    if not isinstance(o._value, Var):
+        return weakref.ref(o)
+    return any((o is p or o._version is p._version) and p._value is arg_vars[i]
+               for i, p in enumerate(proxies) if isinstance(p, Tensor))  # (detach() shares)
 
 
 def _value_of(builder, t):
@@ -150,26 +295,31 @@ def _value_of(builder, t):
     return t._value if isinstance(t._value, Var) else builder.lift_object(t)
 
 
-def derive_backward(builder, outs, proxies, want_grad):
+def derive_backward(builder, outs, written, proxies, diff_leaves, want_grad):
     """The ahead-of-time backward: run the eager engine (`autograd.grad`) on the traced
     outputs with new tangent inputs; every op the derivative rules call is recorded.
 
+    Differentiable outputs are the float outputs that require grad, then the tensors written
+    in place whose new value has history (index len(outs) + j for written[j]): the runtime
+    rebases those onto the compiled node, as an eager in-place op would.
     Returns (indices of differentiable outputs, roles of the inputs differentiated, grads)."""
     diff_outs = [k for k, o in enumerate(outs) if isinstance(o, Tensor) and o.requires_grad
                  and o.dtype.is_floating_point]
-    diff_inputs = [p for p in proxies if isinstance(p, Tensor) and p.requires_grad]
-    diff_roles = [("arg", i) for i, p in enumerate(proxies)
-                  if isinstance(p, Tensor) and p.requires_grad]
-    for t, _, _ in builder.lifted:
+    diff_outs += [len(outs) + j for j, t in enumerate(written)
+                  if t.requires_grad and t.grad_fn is not None and t.dtype.is_floating_point]
+    targets = list(outs) + list(written)
+    diff_inputs = list(diff_leaves.values())
+    diff_roles = [("arg", i) for i in diff_leaves]
+    for t, _ in builder.live_lifted():
         if t.requires_grad and want_grad:
             diff_inputs.append(t)
             diff_roles.append(("lifted", t))
     if not (want_grad and diff_outs and diff_inputs):
         return [], [], []
-    tangents = [Tensor._make(builder.add_input(aval_of(outs[k]._value), f"g{j}"))
+    tangents = [Tensor._make(builder.add_input(aval_of(targets[k]._value), f"g{j}"))
                 for j, k in enumerate(diff_outs)]
     builder.tangents = [t._value for t in tangents]
-    grads = run_backward([outs[k] for k in diff_outs], tangents, retain_graph=True,
+    grads = run_backward([targets[k] for k in diff_outs], tangents, retain_graph=True,
                          create_graph=False, inputs=diff_inputs, allow_unused=True,
                          accumulate=False)
     grads = [None if g is None else _value_of(builder, g) for g in grads]
