@@ -267,7 +267,8 @@ def specialise(key, prog):
 
 
 def lifted_ok(prog):
-    """Lifted tensors are read at call time; their shapes/dtypes/requires_grad are guards."""
+    """Lifted tensors are read at call time; their shapes/dtypes/requires_grad are guards,
+    and so is the object a parameter slot, global or closure cell holds."""
     tr = prog.trace
     for t, init, read in tr.grad_guards:  # .grad state the program reads or writes
         if (t._grad is None) != (init is None) or (read and t._grad is not init):
@@ -275,5 +276,14 @@ def lifted_ok(prog):
     for t, v, requires_grad in tr.lifted_guards:
         if t._value.shape != v.shape or t.dtype is not v.dtype or \
                 t.requires_grad != requires_grad:
+            return False
+    for where, key, t in tr.identity_guards:  # still the same object at the same place
+        if key is None:
+            try:
+                if where.cell_contents is not t:
+                    return False
+            except ValueError:
+                return False
+        elif where.get(key) is not t:
             return False
     return True

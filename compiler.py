@@ -464,7 +464,8 @@ class CompiledFunction:
             prog = None
             self._warn_once(f"aotgrad.compile({self.name}): recompiling: a guard on a parameter "
                             f"or closed-over tensor failed (its shape, dtype, requires_grad or "
-                            f"whether its .grad is set changed since the trace)")
+                            f"whether its .grad is set changed since the trace, or another "
+                            f"tensor took its place)")
         if prog is None:
             if len(self.cache) >= self.cache_size_limit:
                 self._warn_once(f"aotgrad.compile({self.name}): cache_size_limit "

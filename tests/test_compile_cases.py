@@ -533,3 +533,34 @@ def test_requires_grad_set_on_an_argument_inside_is_refused_clearly():
     with pytest.warns(UserWarning, match="requires_grad"):
         out = ag.compile(f, backend="interpret")(x)  # eager fallback: as eagerly
     assert x.requires_grad and out.requires_grad
+
+
+_GLOBAL_W = ag.ones(3)
+
+
+def _reads_global(x):
+    return x * _GLOBAL_W
+
+
+def test_a_replaced_parameter_or_rebound_global_is_read_not_the_old_tensor():
+    # the program used to keep reading the tensor object it was traced with
+    global _GLOBAL_W
+    cf = ag.compile(_reads_global, backend="interpret")
+    x = ag.ones(3)
+    np.testing.assert_array_equal(cf(x)._value, 1.)
+    _GLOBAL_W = ag.full((3,), 5.)
+    with pytest.warns(UserWarning, match="another tensor took its place"):
+        np.testing.assert_array_equal(cf(x)._value, 5.)
+
+    m = nn.Linear(2, 1)
+    cm, closure = ag.compile(m, backend="interpret"), ag.compile(lambda v: m(v) * 2,
+                                                                backend="interpret")
+    v = ag.ones(1, 2)
+    cm(v), closure(v)
+    m.weight = nn.Parameter(ag.zeros(1, 2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        np.testing.assert_allclose(cm(v)._value, m.bias._value[None])
+        np.testing.assert_allclose(closure(v)._value, 2 * m.bias._value[None])
+    m.bias.data = ag.full((1,), 7.)  # a new array in the same tensor: read at call time
+    np.testing.assert_allclose(cm(v)._value, [[7.]])

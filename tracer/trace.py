@@ -267,7 +267,46 @@ def trace(fn, args, kwargs, names=None, want_grad=True):
         mutations=[r for r, _ in mutations], escaped=bool(escapes),
         grad_clears=[r for r, v in grad_writes if v is None], grad_guards=grad_guards,
         grad_present=[g is not None for g in grads], out_may_alias=out_may_alias,
-        lifted_guards=[(t, v, t.requires_grad) for t, v, _ in lifted], **out_info)
+        lifted_guards=[(t, v, t.requires_grad) for t, v, _ in lifted],
+        identity_guards=identity_guards(fn, [t for t, _, _ in lifted]), **out_info)
+
+
+def identity_guards(fn, lifted):
+    """Where the lifted tensors are found by name: a module's parameter/buffer slot, a global
+    the function reads, a cell it closes over. -> [(dict or cell, key or None, tensor)]; a
+    call checks that each still holds the same object (a replaced parameter or a rebound
+    global makes the program trace again instead of reading the old tensor)."""
+    ids = {id(t) for t in lifted}
+    if not ids:
+        return []
+    guards, modules, seen = [], [], set()
+
+    def visit(container, key, value):
+        if id(value) in ids:
+            guards.append((container, key, value))
+        elif hasattr(value, "named_modules") and id(value) not in seen:
+            seen.add(id(value))
+            modules.append(value)
+    if hasattr(fn, "named_modules"):
+        visit(None, None, fn)
+    code = getattr(fn, "__code__", None)
+    if code is not None:
+        g = getattr(fn, "__globals__", {})
+        for name in code.co_names:
+            if name in g:
+                visit(g, name, g[name])
+        for cell in getattr(fn, "__closure__", None) or ():
+            try:
+                visit(cell, None, cell.cell_contents)
+            except ValueError:  # an empty cell
+                pass
+    for mod in modules:
+        for _, m in mod.named_modules():
+            for d in (m.__dict__.get("_parameters"), m.__dict__.get("_buffers")):
+                for k, v in (d or {}).items():
+                    if id(v) in ids:
+                        guards.append((d, k, v))
+    return guards
 
 
 def _check_flags(proxies, leaves, want_grad):
