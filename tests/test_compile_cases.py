@@ -564,3 +564,21 @@ def test_a_replaced_parameter_or_rebound_global_is_read_not_the_old_tensor():
         np.testing.assert_allclose(closure(v)._value, 2 * m.bias._value[None])
     m.bias.data = ag.full((1,), 7.)  # a new array in the same tensor: read at call time
     np.testing.assert_allclose(cm(v)._value, [[7.]])
+
+
+@pytest.mark.parametrize("on_input", [False, True])
+def test_a_hook_inside_that_keeps_its_gradient_is_refused_clearly(on_input):
+    # it used to fail inside the partitioner ("g0 is neither computed nor an input")
+    kept = []
+
+    def f(x):
+        h = x if on_input else x * 2
+        h.register_hook(lambda g: kept.append(g))
+        return (h * h).sum()
+    x = ag.tensor([1., 2.], requires_grad=True)
+    with pytest.raises(ag.GraphBreakError, match="value of the backward .*test_compile_cases"):
+        ag.compile(f, backend="interpret", fullgraph=True)(x)
+    kept.clear()
+    with pytest.warns(UserWarning, match="register such hooks outside"):
+        ag.compile(f, backend="interpret")(x).backward()  # runs eagerly, hook included
+    np.testing.assert_allclose(kept[-1]._value, [2., 4.] if on_input else [4., 8.])

@@ -249,6 +249,7 @@ def trace(fn, args, kwargs, names=None, want_grad=True):
     del outs, proxies, p_args, p_kwargs, written, diff_leaves
     mutations += [(r, v) for r, v in grad_writes if v is not None]
     escapes = _escapes(builder)
+    _refuse_backward_escapes(builder, [v for _, v in escapes])
     mutations += escapes
     lifted = builder.settle_roles()  # after _escapes' gc: a constant made inside is dead
     out_may_alias = [sh is True or (sh is not False and sh() is not None) for sh in shares]
@@ -378,6 +379,30 @@ def _grad_state(builder, proxies):
         if final is not init:
             writes.append((role, None if final is None else _value_of(builder, final)))
     return writes, guards
+
+
+def _refuse_backward_escapes(builder, values):
+    """A value of the backward (one that reads a tangent) stored outside the function, e.g. a
+    hook registered inside that keeps the gradient it sees, cannot be made concrete by the
+    forward program: refuse it clearly (eager fallback, or the error with fullgraph)."""
+    if not (values and builder.tangents):
+        return
+    dep, where = set(builder.tangents), {}
+    for n in builder.graph.nodes:
+        if any(v in dep for v in n.inputs):
+            dep.update(n.outputs)
+            for v in n.outputs:
+                where[v] = n
+    for v in values:
+        if v in dep:
+            n = where.get(v)
+            prov = n.provenance if n is not None else None
+            at = f" (made by {prov.op or n.prim.name} at {prov.where()})" \
+                if prov is not None and prov.file else ""
+            raise GraphBreakError(
+                f"a value of the backward{at} is stored outside the function (a hook "
+                f"registered inside keeps the gradient it sees?); register such hooks outside "
+                f"the compiled function")
 
 
 def _escapes(builder):
