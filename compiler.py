@@ -204,6 +204,8 @@ class Program:
                 replay.append(t if kind != "seed" else t._value)
         if _mode.grad_enabled and tr.mutations:
             self._check_leaf_writes(leaves)
+            if self.has_backward:
+                replay = self._snapshot_written(replay, leaves)
         need_grad = self.has_backward and _mode.grad_enabled
         which = "forward" if need_grad else "inference"
         if profiling._profilers:
@@ -250,6 +252,20 @@ class Program:
                 if k >= len(outs):
                     t.__dict__.pop("_retains_grad", None)
         return outs[0] if tr.out_tree is None else unflatten(tr.out_tree, outs)
+
+    def _snapshot_written(self, replay, leaves):
+        """The call's inputs as the backward replays them (create_graph): a tensor the
+        program writes back is replaced by a copy of its value now, with its history now."""
+        written = {id(leaves[x] if kind == "arg" else x) for kind, x in self.trace.mutations
+                   if kind in ("arg", "lifted")}
+        out = []
+        for t in replay:
+            if isinstance(t, Tensor) and id(t) in written:
+                s = Tensor._make(np.array(t._value, copy=True), t.requires_grad)
+                s.grad_fn, s._output_nr = t.grad_fn, t._output_nr
+                t = s
+            out.append(t)
+        return out
 
     def _check_leaf_writes(self, leaves):
         """The trace saw a non-leaf (or a tensor that needs no grad) where this call passes a

@@ -582,3 +582,22 @@ def test_a_hook_inside_that_keeps_its_gradient_is_refused_clearly(on_input):
     with pytest.warns(UserWarning, match="register such hooks outside"):
         ag.compile(f, backend="interpret")(x).backward()  # runs eagerly, hook included
     np.testing.assert_allclose(kept[-1]._value, [2., 4.] if on_input else [4., 8.])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_create_graph_through_a_function_that_writes_an_argument(backend):
+    # the double-backward replay read the argument after the write-back: wrong gradients
+    def f(x, h):
+        h.mul_(3)
+        return (h * x).sum()
+    res = []
+    for fn in (f, ag.compile(f, backend=backend)):
+        x = ag.tensor([1., 2.], dtype=ag.float64, requires_grad=True)
+        w = ag.tensor([0.5, 1.5], dtype=ag.float64, requires_grad=True)
+        gx, gw = ag.autograd.grad(fn(x, w * w), [x, w], create_graph=True)
+        (gx.sum() + gw.sum()).backward()
+        res.append([gx._value, gw._value, x.grad._value, w.grad._value])
+    for a, b in zip(*res):
+        np.testing.assert_allclose(a, b, 1e-12)
+    np.testing.assert_allclose(res[0][0], [0.75, 6.75])  # 3 w^2
+    np.testing.assert_allclose(res[0][3], [9., 21.])     # d/dw (3 w^2 + 6 x w)
