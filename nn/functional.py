@@ -316,7 +316,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             scores = ops.where(attn_mask, scores, -math.inf)
         else:
             scores = ops.add(scores, attn_mask)
+    if attn_mask is not None and not is_causal:
         # PyTorch's safe softmax: a query that may attend nowhere gets zero weights, not NaN
+        # (a causal query always sees key 0: its rows need no check, which costs W4 0.4 ms)
         dead = ops.all(ops.eq(scores, -math.inf), -1, keepdim=True)
         w = ops.where(dead, 0.0, ops.softmax(ops.where(dead, 0.0, scores), -1))
     else:

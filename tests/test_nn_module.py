@@ -498,3 +498,20 @@ def test_clip_grad_norm():
     assert float(total) == pytest.approx(math.sqrt(7 * 4))
     new = math.sqrt(sum(float((p.grad ** 2).sum()) for p in ps))
     assert new == pytest.approx(1.0, rel=1e-5)
+
+
+def test_causal_attention_equals_the_explicit_mask_values_and_grads():
+    """is_causal skips the safe-softmax check for queries that may attend nowhere (a causal
+    query always sees key 0); it must still equal the same mask passed explicitly."""
+    rng = np.random.default_rng(3)
+    arrs = [rng.standard_normal(s).astype(np.float32) for s in ((2, 3, 5, 4), (2, 3, 6, 4),
+                                                                 (2, 3, 6, 4))]
+    mask = aotgrad.tensor(np.tril(np.ones((5, 6), dtype=bool)))
+    outs = []
+    for kw in (dict(is_causal=True), dict(attn_mask=mask)):
+        q, k, v = (aotgrad.tensor(a, requires_grad=True) for a in arrs)
+        o = F.scaled_dot_product_attention(q, k, v, **kw)
+        (o * o).sum().backward()
+        outs.append([o.detach().numpy()] + [t.grad.numpy() for t in (q, k, v)])
+    for a, b in zip(*outs):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
