@@ -224,6 +224,16 @@ def test_matmul_outputs_are_saved_not_recomputed():
     assert not any(n.prim.name == "dot_general" for n in prog.partition.recomputed)
 
 
+def _assert_grads_match_eager(f, cf, args):
+    """cf(*args).backward() gives the leaves the gradients eager f gives them."""
+    cf(*args).backward()
+    got = [a.grad.numpy().copy() for a in args]
+    eargs = [a.detach().requires_grad_(True) for a in args]
+    f(*eargs).backward()
+    for g, e in zip(got, eargs):
+        np.testing.assert_allclose(g, e.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_a_biased_matmul_operand_is_saved_not_rebuilt():
     """q = x @ w + b feeds another matmul, so the forward writes it to memory: the
     partition saves q itself (not x @ w, the same size) and the backward runs no add."""
@@ -239,12 +249,7 @@ def test_a_biased_matmul_operand_is_saved_not_rebuilt():
         prog.partition.report()
     assert any(v.shape == (16, 12) and "add" in prog.partition.reasons[v]
                for v in prog.saved), prog.partition.report()
-    cf(*args).backward()
-    got = [a.grad.numpy().copy() for a in args]
-    eargs = [a.detach().requires_grad_(True) for a in args]
-    f(*eargs).backward()
-    for g, e in zip(got, eargs):
-        np.testing.assert_allclose(g, e.grad.numpy(), rtol=1e-5, atol=1e-6)
+    _assert_grads_match_eager(f, cf, args)
 
 
 def test_a_relu_output_a_backward_matmul_reads_is_saved_with_its_mask():
@@ -264,12 +269,7 @@ def test_a_relu_output_a_backward_matmul_reads_is_saved_with_its_mask():
     saved = {prog.partition.reasons[v].split()[2]: v for v in prog.saved
              if v.shape == (16, 12)}
     assert set(saved) == {"where", "le"} and saved["le"].dtype == ag.bool, report
-    cf(*args).backward()
-    got = [a.grad.numpy().copy() for a in args]
-    eargs = [a.detach().requires_grad_(True) for a in args]
-    f(*eargs).backward()
-    for g, e in zip(got, eargs):
-        np.testing.assert_allclose(g, e.grad.numpy(), rtol=1e-5, atol=1e-6)
+    _assert_grads_match_eager(f, cf, args)
 
 
 @pytest.mark.parametrize("backend", ["interpret", "numba"])
