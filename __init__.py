@@ -15,7 +15,7 @@ from aotgrad.ir.core import PrimError
 from aotgrad.runtime import Size, Tensor
 from aotgrad.runtime.factories import (Generator, arange, as_tensor, bernoulli, empty, empty_like,
                                        eye, from_numpy, full, full_like, get_rng_state,
-                                       initial_seed, linspace, manual_seed, normal, ones,
+                                       initial_seed, linspace, logspace, manual_seed, normal, ones,
                                        ones_like, rand, rand_like, randint, randn, randn_like,
                                        randperm, seed, set_rng_state, tensor, zeros, zeros_like)
 from aotgrad.runtime.grad_mode import (enable_grad, inference_mode, is_grad_enabled,

@@ -27,6 +27,8 @@ def _to_array(data, dtype=None):
         return arr if dtype is None else arr.astype(dt.as_dtype(dtype).np)
     if isinstance(data, (list, tuple)) and any(isinstance(d, Tensor) for d in _flat(data)):
         data = _nested(data)
+    if isinstance(data, np.generic):  # a numpy scalar keeps its dtype, like an array
+        data = np.asarray(data)
     if isinstance(data, np.ndarray):
         target = dt.as_dtype(dtype) if dtype is not None else dt.from_numpy(
             data.dtype if data.dtype != np.uint8 else np.int64)
@@ -126,7 +128,12 @@ def full_like(x, fill_value, dtype=None, requires_grad=False):
 def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False):
     if end is None:
         start, end = 0, start
-    vals = (start, end, step)
+    vals = tuple(v.item() if isinstance(v, Tensor) else v for v in (start, end, step))
+    start, end, step = vals
+    if step == 0:
+        raise RuntimeError("arange: step must be nonzero")
+    if (end - start) * step < 0:
+        raise RuntimeError("arange: upper bound and lower bound inconsistent with step sign")
     if dtype is None:
         dtype = dt.float32 if any(isinstance(v, float) for v in vals) else dt.int64
     arr = np.arange(start, end, step, dtype=np.float64).astype(dt.as_dtype(dtype).np)
@@ -135,6 +142,13 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
 
 def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):
     arr = np.linspace(start, end, steps, dtype=np.float64).astype(
+        dt.as_dtype(dtype or dt.float32).np)
+    return tensor(arr, requires_grad=requires_grad)
+
+
+def logspace(start, end, steps, base=10.0, dtype=None, device=None, requires_grad=False):
+    """`base ** linspace(start, end, steps)`: `logspace(0, 2, 3)` is `[1., 10., 100.]`."""
+    arr = np.power(float(base), np.linspace(start, end, steps, dtype=np.float64)).astype(
         dt.as_dtype(dtype or dt.float32).np)
     return tensor(arr, requires_grad=requires_grad)
 
@@ -212,8 +226,12 @@ def randn_like(x, dtype=None):
 
 
 def randint(low, high=None, size=None, dtype=None, device=None, generator=None):
+    if size is None and isinstance(high, (tuple, list)):  # randint(high, size)
+        low, high, size = 0, low, high
     if high is None:
         low, high = 0, low
+    if size is None:
+        raise TypeError("randint() missing 1 required positional argument: 'size'")
     u = rand(_size((size,)), dtype=dt.float64, generator=generator)
     from aotgrad.runtime.ops import floor, add, mul, cast
     return cast(floor(add(mul(u, float(high - low)), float(low))), dt.as_dtype(dtype or dt.int64))
@@ -225,10 +243,12 @@ def randperm(n, dtype=None, device=None, generator=None):
     return idx if dtype is None else idx.to(dtype)
 
 
-def bernoulli(p, generator=None):
-    from aotgrad.runtime.ops import lt, cast
-    u = rand(tuple(p.shape), dtype=p.dtype, generator=generator)
-    return cast(lt(u, p), p.dtype)
+def bernoulli(input, p=None, generator=None):
+    """Draws 1 with probability `input` (or the scalar `p`, when given) per element."""
+    from aotgrad.runtime.ops import lt, cast, as_tensor_like
+    u = rand(tuple(input.shape), dtype=input.dtype, generator=generator)
+    prob = input if p is None else as_tensor_like(float(p), input.dtype)
+    return cast(lt(u, prob), input.dtype)
 
 
 def normal(mean, std, size=None, generator=None):

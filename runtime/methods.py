@@ -52,6 +52,48 @@ def _type_as(self, other):
     return cast(self, other.dtype)
 
 
+_TYPE_NAMES = {dt.float32: "FloatTensor", dt.float64: "DoubleTensor", dt.int64: "LongTensor",
+               dt.int32: "IntTensor", dt.bool_: "BoolTensor"}
+
+
+def _type(self, dtype=None, non_blocking=False):
+    """`t.type()` names the tensor type ('torch.FloatTensor'); `t.type(dtype)` casts."""
+    if dtype is None:
+        return "torch." + _TYPE_NAMES[self.dtype]
+    if isinstance(dtype, str):
+        names = {"torch." + v: k for k, v in _TYPE_NAMES.items()}
+        if dtype not in names:
+            raise ValueError(f"invalid type: '{dtype}'")
+        dtype = names[dtype]
+    return cast(self, dt.as_dtype(dtype))
+
+
+def _stride(self, dim=None):
+    """Strides in elements, of the eager buffer (contiguous strides for a traced value)."""
+    v = self._value
+    if hasattr(v, "strides"):
+        st = tuple(s // v.itemsize for s in v.strides)
+    else:
+        st, acc = [], 1
+        for n in reversed(tuple(self.shape)):
+            st.insert(0, acc)
+            acc *= max(n, 1)
+        st = tuple(st)
+    return st if dim is None else st[shape_ops._dim(dim, self.ndim)]
+
+
+def _bitwise(name, logical):
+    def method(self, other):
+        for t in (self, other):
+            d = t.dtype if isinstance(t, Tensor) else ops.scalar_dtype(t)
+            if d is not dt.bool_:
+                raise TypeError(f"{name}: bitwise operators are only supported on bool tensors "
+                                f"here (got {d.name}); there is no integer bitwise op")
+        return logical(self, other)
+    method.__name__ = name
+    return method
+
+
 _METHODS = {
     # arithmetic and comparison operators
     "__add__": ops.add, "__radd__": _r(ops.add), "__sub__": ops.sub, "__rsub__": _r(ops.sub),
@@ -62,17 +104,27 @@ _METHODS = {
     "__matmul__": ops.matmul, "__rmatmul__": _r(ops.matmul), "__neg__": ops.neg,
     "__pos__": lambda s: s, "__abs__": ops.abs, "__eq__": ops.eq, "__ne__": ops.ne,
     "__lt__": ops.lt, "__le__": ops.le, "__gt__": ops.gt, "__ge__": ops.ge,
-    "__and__": ops.logical_and, "__or__": ops.logical_or, "__xor__": ops.logical_xor,
-    "__invert__": ops.logical_not, "__getitem__": shape_ops.getitem,
+    "__and__": _bitwise("__and__", ops.logical_and),
+    "__or__": _bitwise("__or__", ops.logical_or),
+    "__xor__": _bitwise("__xor__", ops.logical_xor),
+    "__rand__": _bitwise("__rand__", _r(ops.logical_and)),
+    "__ror__": _bitwise("__ror__", _r(ops.logical_or)),
+    "__rxor__": _bitwise("__rxor__", _r(ops.logical_xor)),
+    "__invert__": lambda s: _bitwise("__invert__", lambda a, b: ops.logical_not(a))(s, True),
+    "__getitem__": shape_ops.getitem,
     "__setitem__": shape_ops.setitem,
     # conversions
-    "to": _to, "type_as": _type_as,
+    "to": _to, "type_as": _type_as, "type": _type, "stride": _stride,
+    "is_contiguous": shape_ops.is_contiguous, "ndimension": lambda s: s.ndim,
+    "nelement": lambda s: s.numel(),
     "float": lambda s: cast(s, dt.float32), "double": lambda s: cast(s, dt.float64),
     "long": lambda s: cast(s, dt.int64), "int": lambda s: cast(s, dt.int32),
     "bool": lambda s: cast(s, dt.bool_), "half": lambda s: cast(s, dt.float32),
     "cpu": lambda s: s,
     "T": property(lambda s: shape_ops.permute(s, *reversed(range(s.ndim)))),
     "mT": property(lambda s: shape_ops.transpose(s, -2, -1)),
+    "mH": property(lambda s: shape_ops.transpose(s, -2, -1)),  # real dtypes only
+    "H": property(lambda s: shape_ops.t(s)),
     "fill_": _fill_, "zero_": _zero_, "copy_": _copy_,
 }
 for _name in ("add sub mul div true_divide divide floor_divide remainder pow maximum minimum "
@@ -108,7 +160,9 @@ for _name in ("add sub mul div pow clamp clip neg abs exp log sqrt sigmoid tanh 
     _fn = _METHODS[_name]
     _METHODS[_name + "_"] = _inplace(_fn, _name + "_")
 for _op, _name in (("__iadd__", "add"), ("__isub__", "sub"), ("__imul__", "mul"),
-                   ("__itruediv__", "div"), ("__ipow__", "pow")):
+                   ("__itruediv__", "div"), ("__ipow__", "pow"),
+                   ("__ifloordiv__", "floor_divide"), ("__imod__", "remainder"),
+                   ("__iand__", "__and__"), ("__ior__", "__or__"), ("__ixor__", "__xor__")):
     _METHODS[_op] = _inplace(_METHODS[_name], _name + "_")
 
 for _name, _fn in _METHODS.items():

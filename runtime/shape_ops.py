@@ -17,8 +17,8 @@ from aotgrad.ir import dtypes as dt
 from aotgrad.ir.core import current_builder
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.grad_mode import state as _mode
-from aotgrad.runtime.ops import (as_tensor_like, broadcast_shapes, cast, norm_dims, op, where,
-                                 eq, lt, add, mul, ge, logical_and)
+from aotgrad.runtime.ops import (_named, as_tensor_like, broadcast_shapes, cast, norm_dims, op,
+                                 where, eq, lt, add, mul, ge, logical_and)
 from aotgrad.runtime.tensor import Tensor
 
 
@@ -67,7 +67,20 @@ def _alias(x):
     return _view_of(tp.reshape(x, shape=tuple(x.shape)), x)
 
 
-view = reshape
+def view(x, *shape):
+    """reshape that must not copy: an incompatible non-contiguous layout raises (as in
+    PyTorch); `view(dtype)` is not supported."""
+    if len(shape) == 1 and isinstance(shape[0], dt.DType):
+        raise NotImplementedError(f"view: reinterpreting {x.dtype.name} as {shape[0].name} "
+                                  f"(view(dtype)) is not supported")
+    out = reshape(x, *shape)
+    v, xv = out._value, x._value
+    if isinstance(v, np.ndarray) and isinstance(xv, np.ndarray) and v.size > 1 and \
+            not np.may_share_memory(v, xv):
+        raise RuntimeError("view size is not compatible with input tensor's size and stride (at "
+                           "least one dimension spans across two contiguous subspaces). Use "
+                           ".reshape(...) instead.")
+    return out
 
 
 def view_as(x, other):
@@ -128,10 +141,18 @@ def t(x):
 
 
 def movedim(x, source, destination):
-    src, dst = _dim(source, x.ndim), _dim(destination, x.ndim)
-    order = [d for d in range(x.ndim) if d != src]
-    order.insert(dst, src)
-    return permute(x, *order)
+    src = [_dim(d, x.ndim) for d in ((source,) if isinstance(source, int) else source)]
+    dst = [_dim(d, x.ndim) for d in ((destination,) if isinstance(destination, int)
+                                      else destination)]
+    if len(src) != len(dst):
+        raise RuntimeError(f"movedim: Invalid source or destination dims: source ({list(src)} "
+                           f"dims) should contain the same number of dims as destination "
+                           f"({list(dst)} dims)")
+    order = [None] * x.ndim
+    for s, d in zip(src, dst):
+        order[d] = s
+    rest = iter(d for d in range(x.ndim) if d not in src)
+    return permute(x, *[next(rest) if o is None else o for o in order])
 
 
 @op("unsqueeze", "UnsqueezeBackward0")
@@ -140,13 +161,15 @@ def unsqueeze(x, dim):
     return reshape(x, tuple(x.shape[:d]) + (1,) + tuple(x.shape[d:]))
 
 
-@op("squeeze", "SqueezeBackward0")
+@op("squeeze")
 def squeeze(x, dim=None):
     if dim is None:
         dims = [i for i, n in enumerate(x.shape) if n == 1]
     else:
         dims = [d for d in norm_dims(dim, x.ndim) if x.shape[d] == 1] if x.ndim else []
-    return reshape(x, tuple(n for i, n in enumerate(x.shape) if i not in dims))
+    out = reshape(x, tuple(n for i, n in enumerate(x.shape) if i not in dims))
+    return _named(out, "SqueezeBackward0" if dim is None else
+                  "SqueezeBackward1" if isinstance(dim, (int, np.integer)) else "SqueezeBackward2")
 
 
 @op("expand", "ExpandBackward0")
@@ -156,6 +179,10 @@ def expand(x, *sizes):
         raise RuntimeError(f"expand: the number of sizes provided ({len(sizes)}) must be greater "
                            f"or equal to the number of dimensions in the tensor ({x.ndim})")
     lead = len(sizes) - x.ndim
+    for i in range(lead):
+        if sizes[i] < 0:
+            raise RuntimeError(f"The expanded size of the tensor ({sizes[i]}) isn't allowed in a "
+                               f"leading, non-existing dimension {i}")
     shape = tuple(x.shape[i - lead] if s == -1 else s for i, s in enumerate(sizes))
     for i, n in enumerate(x.shape):
         if n != 1 and n != shape[lead + i]:
@@ -209,12 +236,34 @@ def clone(x, *, memory_format=None):
 
 
 def contiguous(x, memory_format=None):
-    return x
+    """x itself when its memory is already C-contiguous, else a contiguous copy."""
+    if is_contiguous(x):
+        return x
+    out = clone(x)
+    out._value = np.ascontiguousarray(out._value)
+    return out
+
+
+def is_contiguous(x, memory_format=None):
+    """Whether the eager buffer is C-contiguous (traced values always count as contiguous)."""
+    v = x._value
+    return not isinstance(v, np.ndarray) or v.flags.c_contiguous or v.size <= 1 or \
+        _c_contiguous_ignoring_unit_dims(v)
+
+
+def _c_contiguous_ignoring_unit_dims(v):
+    expect = v.itemsize
+    for n, st in reversed(list(zip(v.shape, v.strides))):
+        if n != 1:
+            if st != expect:
+                return False
+            expect *= n
+    return True
 
 
 @op("flip", "FlipBackward0")
-def flip(x, dims):
-    return tp.rev(x, dims=norm_dims(dims, x.ndim))
+def flip(x, *dims):
+    return tp.rev(x, dims=norm_dims(_shape_arg(dims) if dims else (), x.ndim))
 
 
 @op("roll")
@@ -238,6 +287,10 @@ def cat(tensors, dim=0):
     tensors = [as_tensor_like(t) for t in tensors]
     if not tensors:
         raise RuntimeError("cat(): expected a non-empty list of Tensors")
+    for i, t in enumerate(tensors):
+        if t.ndim == 0:
+            raise RuntimeError(f"zero-dimensional tensor (at position {i}) cannot be "
+                               f"concatenated")
     tensors = [t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)] or tensors[:1]
     d = _dim(dim, tensors[0].ndim)
     dtype = tensors[0].dtype
@@ -312,7 +365,9 @@ def split(x, split_size_or_sections, dim=0):
                                f"{sizes}")
     out, off = [], 0
     for s in sizes:
-        out.append(narrow(x, d, off, s))
+        out.append(_named(narrow(x, d, off, s),
+                          "SplitBackward0" if isinstance(split_size_or_sections, int)
+                          else "SplitWithSizesBackward0"))
         off += s
     return tuple(out)
 
@@ -324,7 +379,7 @@ def chunk(x, chunks, dim=0):
 
 def unbind(x, dim=0):
     d = _dim(dim, x.ndim)
-    return tuple(select(x, d, i) for i in range(x.shape[d]))
+    return tuple(_named(select(x, d, i), "UnbindBackward0") for i in range(x.shape[d]))
 
 
 def select(x, dim, index):
@@ -339,6 +394,9 @@ def select(x, dim, index):
 
 # ---- triangular, one_hot, sort -------------------------------------------------------------
 def _tri_mask(x, diagonal, upper):
+    if x.ndim < 2:
+        raise RuntimeError(f"{'triu' if upper else 'tril'}: input tensor must have at least 2 "
+                           f"dimensions")
     r, c = x.shape[-2], x.shape[-1]
     rows = tp.iota(shape=(r, c), dim=0, dtype=dt.int64)
     cols = tp.iota(shape=(r, c), dim=1, dtype=dt.int64)
@@ -415,11 +473,17 @@ def topk(x, k, dim=-1, largest=True, sorted=True):
 def gather(x, dim, index):
     if index.dtype is not dt.int64:
         raise RuntimeError(f"gather(): Expected dtype int64 for index, got {index.dtype.name}")
-    return tp.gather(x, _normalize_index(index, x.shape[_dim(dim, x.ndim)]),
-                     dim=_dim(dim, x.ndim))
+    d = _dim(dim, x.ndim)
+    if index.ndim == x.ndim and tuple(index.shape) != tuple(x.shape):
+        for k in range(x.ndim):  # PyTorch allows a smaller index outside `dim`
+            if k != d and index.shape[k] < x.shape[k]:
+                x = narrow(x, k, 0, index.shape[k])
+    return tp.gather(x, _normalize_index(index, x.shape[d], negative_ok=False), dim=d)
 
 
-def take_along_dim(x, indices, dim):
+def take_along_dim(x, indices, dim=None):
+    if dim is None:
+        return take_along_dim(reshape(x, -1), reshape(indices, -1), 0)
     d = _dim(dim, x.ndim)
     shape = list(broadcast_shapes(tuple(n for i, n in enumerate(x.shape) if i != d),
                                   tuple(n for i, n in enumerate(indices.shape) if i != d)))
@@ -433,7 +497,7 @@ def index_select(x, dim, index):
     if index.ndim > 1:
         raise IndexError("index_select(): Index is supposed to be a vector")
     d = _dim(dim, x.ndim)
-    index = _normalize_index(cast(reshape(index, -1), dt.int64), x.shape[d])
+    index = _normalize_index(cast(reshape(index, -1), dt.int64), x.shape[d], negative_ok=False)
     k = index.shape[0]
     shape = tuple(x.shape[:d]) + (k,) + tuple(x.shape[d + 1:])
     idx = tp.broadcast_in_dim(index, shape=shape, dims=(d,))
@@ -452,12 +516,13 @@ def masked_fill(x, mask, value):
     return where(mask, cast(as_tensor_like(value, x.dtype), x.dtype), x)
 
 
-def _normalize_index(idx, n):
-    """Negative indices wrap; out-of-range indices raise (checked eagerly on concrete values)."""
+def _normalize_index(idx, n, negative_ok=True):
+    """Negative indices wrap; out-of-range indices raise (checked eagerly on concrete values).
+    With negative_ok=False (gather, index_select) a negative index is out of range."""
     if isinstance(idx._value, np.ndarray):
         v = idx._value
-        if v.size and (v.min() < -n or v.max() >= n):
-            bad = v[(v < -n) | (v >= n)].flat[0]
+        if v.size and (v.min() < (-n if negative_ok else 0) or v.max() >= n):
+            bad = v[(v < (-n if negative_ok else 0)) | (v >= n)].flat[0]
             raise IndexError(f"index {bad} is out of bounds for dimension with size {n}")
         if v.size and v.min() < 0:
             return as_tensor_like(np.where(v < 0, v + n, v))
@@ -468,11 +533,21 @@ def _normalize_index(idx, n):
 
 
 # ---- __getitem__ / __setitem__ -------------------------------------------------------------
+def _index_tensor(i):
+    a = np.asarray(i)
+    if a.size == 0 and a.dtype.kind == "f":  # `x[[]]` selects nothing (an empty int64 index)
+        a = a.astype(np.int64)
+    return as_tensor_like(a)
+
+
 def _expand_index(x, index):
+    if isinstance(index, list) and len(index) < 32 and builtins.any(
+            isinstance(i, (list, tuple, slice, Tensor)) or i is None or i is Ellipsis
+            for i in index):
+        index = tuple(index)  # PyTorch reads such a list as a tuple of indices
     if not isinstance(index, tuple):
         index = (index,)
-    index = tuple(as_tensor_like(np.asarray(i)) if isinstance(i, (list, np.ndarray)) else i
-                  for i in index)
+    index = tuple(_index_tensor(i) if isinstance(i, (list, np.ndarray)) else i for i in index)
     n_real = builtins.sum(1 if not (i is None or i is Ellipsis) else 0 for i in index)
     n_real += builtins.sum(i.ndim - 1 for i in index if isinstance(i, Tensor)
                            and i.dtype is dt.bool_)
@@ -493,6 +568,9 @@ def _expand_index(x, index):
 
 @op("getitem")
 def getitem(x, index):
+    if builtins.any(isinstance(i, (bool, np.bool_))
+                    for i in (index if isinstance(index, tuple) else (index,))):
+        return _getitem_bool_scalars(x, index if isinstance(index, tuple) else (index,))
     idx = _expand_index(x, index)
     # basic indexing first: slices, ints, None; remember advanced (tensor) positions
     start, limit, strides, shape_after, adv = [], [], [], [], []
@@ -562,8 +640,34 @@ def getitem(x, index):
     if tuple(new_shape) != tuple(y.shape):
         y = _view_of(tp.reshape(y, shape=tuple(new_shape)), x)
     if not adv:
-        return y if y is not x else _alias(x)
-    return _advanced(y, adv_pos, [t for _, t in adv])
+        y = y if y is not x else _alias(x)
+        if builtins.all(isinstance(i, (int, np.integer)) or i is Ellipsis
+                        for i in (index if isinstance(index, tuple) else (index,))):
+            _named(y, "SelectBackward0")
+        return y
+    return _named(_advanced(y, adv_pos, [t for _, t in adv]), "IndexBackward0")
+
+
+def _getitem_bool_scalars(x, index):
+    """`x[True]` adds a dim of size 1 (like None), `x[False]` one of size 0."""
+    isb = [isinstance(i, (bool, np.bool_)) for i in index]
+    y = getitem(x, tuple(None if b else i for b, i in zip(isb, index)))
+    if builtins.all(bool(i) for b, i in zip(isb, index) if b):
+        return y
+    if builtins.any(isinstance(i, (Tensor, list, np.ndarray)) for i in index):
+        raise IndexError("getitem: a False scalar index together with tensor indices is not "
+                         "supported")
+    n_real = builtins.sum(1 for b, i in zip(isb, index)
+                          if not b and i is not None and i is not Ellipsis)
+    pos = 0
+    for b, i in zip(isb, index):
+        if b and not i:
+            y = narrow(y, pos, 0, 0)
+        if b or i is None or isinstance(i, slice):
+            pos += 1
+        elif i is Ellipsis:
+            pos += x.ndim - n_real
+    return y
 
 
 def _advanced(y, pos, idx):
