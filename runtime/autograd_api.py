@@ -56,7 +56,7 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     tensors = _as_tuple(tensors)
     grads = _as_tuple(grad_tensors) if grad_tensors is not None else (None,) * len(tensors)
     if len(grads) != len(tensors):
-        raise RuntimeError(f"got {len(grads)} gradients for {len(tensors)} tensors")
+        raise RuntimeError(f"got {len(tensors)} tensors and {len(grads)} gradients")
     for t in tensors:
         if not t.requires_grad:
             raise RuntimeError("element 0 of tensors does not require grad and does not have a "
@@ -64,6 +64,12 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     if retain_graph is None:
         retain_graph = create_graph
     inputs = _as_tuple(inputs)
+    if inputs is not None and len(inputs) == 0:
+        raise RuntimeError("`inputs` argument to `backward()` cannot be empty.")
+    if inputs is not None:  # like PyTorch, a non-leaf named in `inputs` retains its grad
+        for t in inputs:
+            if t.grad_fn is not None or not t.requires_grad:
+                t.retain_grad()
     run_backward(tensors, _make_grads(tensors, grads), retain_graph, create_graph,
                  inputs=inputs, accumulate=True, allow_unused=True)
 
@@ -77,8 +83,12 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     (tensor(27.),)
     """
     outputs, inputs = _as_tuple(outputs), _as_tuple(inputs)
+    if materialize_grads and allow_unused is False:
+        raise ValueError("Expected allow_unused to be True or not passed when "
+                         "materialize_grads=True, but got: allow_unused=False.")
     if is_grads_batched:
-        raise NotImplementedError("is_grads_batched=True is not supported")
+        return _batched_grad(outputs, inputs, grad_outputs, retain_graph, create_graph,
+                             allow_unused, materialize_grads)
     if grad_outputs is None:
         grad_outputs = (None,) * len(outputs)
     else:
@@ -102,6 +112,38 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     if not create_graph:
         res = [r.detach() if r is not None else None for r in res]
     return tuple(res)
+
+
+def _batched_grad(outputs, inputs, grad_outputs, retain_graph, create_graph, allow_unused,
+                  materialize_grads):
+    """is_grads_batched=True: the first dim of every grad_output is a batch of vectors; one
+    vector-Jacobian product per entry (a loop, not a vmap), results stacked along dim 0."""
+    from aotgrad.runtime.shape_ops import stack
+    from aotgrad.runtime.factories import zeros_like
+    gos = _as_tuple(grad_outputs) if grad_outputs is not None else None
+    if gos is None or any(g is None for g in gos):
+        raise RuntimeError("is_grads_batched=True needs a batched grad_output for every output")
+    if len(gos) != len(outputs):
+        raise RuntimeError(f"grad requires one grad_output per output: got {len(gos)} for "
+                           f"{len(outputs)} outputs")
+    n = gos[0].shape[0] if gos[0].ndim else 0
+    for i, (g, o) in enumerate(zip(gos, outputs)):
+        if g.ndim == 0 or g.shape[0] != n or tuple(g.shape[1:]) != tuple(o.shape):
+            raise RuntimeError(f"is_grads_batched=True: grad_output[{i}] has shape "
+                               f"{list(g.shape)}, expected a batch dim of size {n} followed by "
+                               f"output[{i}]'s shape {list(o.shape)}")
+    keep = create_graph if retain_graph is None else retain_graph
+    rows = [grad(outputs, inputs, [g[b] for g in gos], retain_graph=True if b < n - 1 else keep,
+                 create_graph=create_graph, allow_unused=allow_unused,
+                 materialize_grads=materialize_grads) for b in range(n)]
+    out = []
+    for i, x in enumerate(inputs):
+        col = [r[i] for r in rows]
+        if all(c is None for c in col):
+            out.append(None)
+            continue
+        out.append(stack([c if c is not None else zeros_like(x) for c in col]))
+    return tuple(out)
 
 
 _tensor._autograd_backward = backward  # Tensor.backward (tensor.py cannot import this module)

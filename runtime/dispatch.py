@@ -64,6 +64,20 @@ class PrimBackward(Node):
         for s in self._saved:
             s.release()
 
+    _SAVED_NAMES = {"_saved_self": 0, "_saved_other": 1}
+
+    def __getattr__(self, name):
+        """`grad_fn._saved_self` / `_saved_other` / `_saved_result` (PyTorch's saved-tensor
+        accessors) for what this prim saved: its first / second input, its output. Raises the
+        "backward through the graph a second time" error once they were freed."""
+        if name == "_saved_result" and self.rule.save_output:
+            return self._saved[-1].unpack(self)
+        i = self._SAVED_NAMES.get(name)
+        if i is not None and i in self.rule.save_inputs:
+            return self._saved[list(self.rule.save_inputs).index(i)].unpack(self)
+        raise AttributeError(f"'{type(self).__name__}' object ({self.name()}) has no attribute "
+                             f"'{name}'")
+
 
 def _lift(builder, t):
     return t._value if isinstance(t._value, Var) else builder.lift_object(t)

@@ -28,8 +28,30 @@ _EMPTY = types.MappingProxyType({})
 class VersionCounter:
     """Shared by a tensor, its views and detached aliases; bumped by every in-place op.
     (No __init__: `v` reads the class default until the first bump, and making one, which
-    every new tensor does, costs a third less.)"""
+    every new tensor does, costs a third less.)
+
+    `t._version` is this shared counter, not PyTorch's int: `int(t._version)` and
+    `t._version == 2` read its current value (a reference taken earlier reads the new value
+    too; take `int(t._version)` to keep a snapshot)."""
     v = 0
+
+    def __int__(self):
+        return self.v
+
+    __index__ = __int__
+
+    def __eq__(self, other):
+        if isinstance(other, VersionCounter):
+            return self is other
+        return self.v == other
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    __hash__ = object.__hash__
+
+    def __repr__(self):
+        return repr(self.v)
 
 
 _LEGACY_TYPE = {"float32": "FloatTensor", "float64": "DoubleTensor", "int64": "LongTensor",
@@ -44,6 +66,13 @@ FREED_MESSAGE = (
     "calling backward.")
 
 
+INFERENCE_SAVE_MESSAGE = (
+    "Inference tensors cannot be saved for backward. Please do not use Tensors created in "
+    "inference mode in computation tracked by autograd. To work around this, you can make a "
+    "clone to get a normal tensor and use it in autograd, or use `aotgrad.no_grad()` instead "
+    "of `aotgrad.inference_mode()`.")
+
+
 class SavedTensor:
     """A tensor saved for backward: its value, its version at save time, and how to rebuild it.
     Outputs of the saving node are stored without their grad_fn to avoid a reference cycle."""
@@ -51,6 +80,8 @@ class SavedTensor:
                  "is_output", "leaf", "op_name", "hooks", "ref")
 
     def __init__(self, t, is_output=False, op_name=None):
+        if t._inference and not _mode.inference:
+            raise RuntimeError(INFERENCE_SAVE_MESSAGE)
         self.value, self.counter, self.version = t._value, t._version, t._version.v
         self.requires_grad, self.is_output, self.op_name = t.requires_grad, is_output, op_name
         self.grad_fn = None if is_output else t.grad_fn
@@ -79,14 +110,20 @@ class SavedTensor:
         dtype = self.value.dtype
         dtype = getattr(dtype, "name", None) or str(dtype)
         t = self.ref()
-        fn = t.grad_fn if t is not None else (node if self.is_output else self.grad_fn)
-        which = f", which is output {self.output_nr} of {fn.name()}," if fn is not None else ""
+        # an output saved by its own op is named by that op (PyTorch keeps no link to the
+        # tensor); a saved input by the tensor's current grad_fn (the in-place op's)
+        fn = node if self.is_output else (t.grad_fn if t is not None else self.grad_fn)
+        which = ""
+        if fn is not None:  # PyTorch names the forward op: "output 0 of Mul"
+            name = fn.name()
+            base = name.rsplit("Backward", 1)[0] if "Backward" in name else name
+            which = f", which is output {self.output_nr} of {base or name},"
         raise RuntimeError(
             f"one of the variables needed for gradient computation has been modified by an "
             f"inplace operation: [aotgrad.{_LEGACY_TYPE.get(dtype, dtype)} [{shape}]]{which} "
             f"is at version {self.counter.v}; expected version {self.version} instead. Hint: "
             f"enable anomaly detection to find the operation that failed to compute its "
-            f"gradient, with aotgrad.autograd.set_detect_anomaly(True).")
+            f"gradient, with aotgrad.autograd.set_detect_anomaly(True, check_nan=False).")
 
     def release(self):
         self.value = None
@@ -273,7 +310,8 @@ def accumulate_array(var, value, owned):
 
 def _post_accumulate(var):
     for hook in var._post_acc_hooks:
-        hook(var)
+        if hook(var) is not None:
+            raise RuntimeError("Tensor post accumulate grad hooks should return None.")
 
 
 def fresh(t):
@@ -452,12 +490,17 @@ def run_backward(tensors, grad_tensors, retain_graph=False, create_graph=False, 
         while heap:
             _, node = heapq.heappop(heap)
             grads = buffers.pop(node, [None] * max(1, len(node._out_avals)))
-            grads = _tensor_pre_hooks(node, grads, accumulate)
-            for nr, g in enumerate(grads):
-                for i in capture.get((node, nr), ()):
-                    results[i] = g
-            if node not in run:
+            if node not in run:  # only captured: tensor hooks run first (as in PyTorch)
+                grads = _tensor_pre_hooks(node, grads, accumulate)
+                for nr, g in enumerate(grads):
+                    for i in capture.get((node, nr), ()):
+                        results[i] = g
                 continue
+            if capture:  # captured and run: PyTorch captures before the tensor hooks
+                for nr, g in enumerate(grads):
+                    for i in capture.get((node, nr), ()):
+                        results[i] = g
+            grads = _tensor_pre_hooks(node, grads, accumulate)
             if type(node) is AccumulateGrad and not (node._pre_hooks or node._hooks or
                                                      profiling._profilers):
                 accumulate_grad(node.variable, grads[0], create_graph)  # the common sink
@@ -476,9 +519,9 @@ def run_backward(tensors, grad_tensors, retain_graph=False, create_graph=False, 
     if inputs is not None:
         for i, r in enumerate(results):
             if r is None and not allow_unused:
-                raise RuntimeError("One of the differentiated Tensors appears to not have been "
-                                   "used in the graph. Set allow_unused=True if this is the "
-                                   "desired behavior.")
+                raise RuntimeError(f"The differentiated Tensor at index {i} appears to not have "
+                                   f"been used in the graph. Set allow_unused=True if this is "
+                                   f"the desired behavior.")
         return results
     return None
 
@@ -532,7 +575,7 @@ def _tensor_pre_hooks(node, grads, accumulate=True):
             for h in list(v._hooks):
                 r = h(grads[0])
                 if r is not None:
-                    grads[0] = r
+                    grads[0] = _checked_hook_result(h, grads[0], r)
         return grads
     for nr, hooks in node._tensor_pre_hooks.items():
         if grads[nr] is None:
@@ -540,7 +583,7 @@ def _tensor_pre_hooks(node, grads, accumulate=True):
         for h in list(hooks):
             r = h(grads[nr])
             if r is not None:
-                grads[nr] = r
+                grads[nr] = _checked_hook_result(h, grads[nr], r)
     for nr, ref in node._retain_grad.items():
         t = ref()
         if t is not None and grads[nr] is not None:
@@ -552,6 +595,26 @@ def _tensor_pre_hooks(node, grads, accumulate=True):
             else:
                 t._grad = t._grad + g
     return grads
+
+
+def _checked_hook_result(hook, g, r):
+    """A tensor hook's replacement gradient must keep the gradient's shape and dtype."""
+    if not isinstance(r, Tensor):
+        raise TypeError(f"hook '{_hook_name(hook)}' returned {type(r).__name__}; a tensor hook "
+                        f"must return a Tensor or None")
+    if r._value.shape != g._value.shape:
+        raise RuntimeError(f"hook '{_hook_name(hook)}' has changed the size of value "
+                           f"(was {list(g._value.shape)} got {list(r._value.shape)})")
+    if r.dtype is not g.dtype:
+        old, new = g.dtype.name, r.dtype.name
+        raise RuntimeError(f"hook '{_hook_name(hook)}' has changed the type of value (was "
+                           f"aotgrad.{_LEGACY_TYPE.get(old, old)} got "
+                           f"aotgrad.{_LEGACY_TYPE.get(new, new)})")
+    return r
+
+
+def _hook_name(hook):
+    return getattr(hook, "__name__", type(hook).__name__)
 
 
 def note_grad_write(t):

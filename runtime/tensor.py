@@ -113,8 +113,13 @@ class Tensor:
 
     @property
     def data(self):
-        """A tensor sharing storage that autograd does not track (like PyTorch's .data)."""
-        return self.detach()
+        """A tensor sharing storage that autograd does not track (like PyTorch's .data): unlike
+        detach(), in-place changes through it do not bump this tensor's version counter, so
+        they are not caught by the saved-tensor check."""
+        t = self.detach()
+        if _current_builder() is None:
+            t._version = VersionCounter()
+        return t
 
     @data.setter
     def data(self, other):
@@ -160,6 +165,9 @@ class Tensor:
                                    "doesn't require differentiation use var_no_grad = "
                                    "var.detach().")
             return self
+        if requires_grad and self._inference and not _mode.inference:
+            raise RuntimeError("Setting requires_grad=True on inference tensor outside "
+                               "InferenceMode is not allowed.")
         if requires_grad and not self.dtype.is_floating_point:
             raise RuntimeError(f"only Tensors of floating point dtype can require gradients "
                                f"(got {self.dtype.name})")
@@ -201,6 +209,8 @@ class Tensor:
 
     def register_post_accumulate_grad_hook(self, hook):
         """hook(tensor) after the gradient was accumulated into this leaf's .grad."""
+        if not self.requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
         if self.grad_fn is not None:
             raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf "
                                "tensors")
