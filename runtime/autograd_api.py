@@ -63,6 +63,8 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
                                "grad_fn")
     if retain_graph is None:
         retain_graph = create_graph
+    if create_graph:
+        _warn_create_graph_cycle()
     inputs = _as_tuple(inputs)
     if inputs is not None and len(inputs) == 0:
         raise RuntimeError("`inputs` argument to `backward()` cannot be empty.")
@@ -72,6 +74,22 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
                 t.retain_grad()
     run_backward(tensors, _make_grads(tensors, grads), retain_graph, create_graph,
                  inputs=inputs, accumulate=True, allow_unused=True)
+
+
+_warned_cycle = []
+
+
+def _warn_create_graph_cycle():
+    """PyTorch's once-per-process warning for backward(create_graph=True)."""
+    if not _warned_cycle:
+        _warned_cycle.append(True)
+        import warnings
+        warnings.warn("Using backward() with create_graph=True will create a reference cycle "
+                      "between the parameter and its gradient which can cause a memory leak. "
+                      "We recommend using autograd.grad when creating the graph to avoid this. "
+                      "If you have to use this function, make sure to reset the .grad fields of "
+                      "your parameters to None after use to break the cycle and avoid the leak.",
+                      UserWarning, stacklevel=4)
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,

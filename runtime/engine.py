@@ -357,7 +357,7 @@ def _run_node(node, grads, create_graph):
     for hook in node._pre_hooks:
         r = hook(tuple(grads))
         if r is not None:
-            grads = list(r)
+            grads = _checked_node_hook_result(hook, grads, r)
     if isinstance(node, AccumulateGrad):
         grads_in = grads
     else:
@@ -396,8 +396,20 @@ def _run_node(node, grads, create_graph):
     for hook in node._hooks:
         r = hook(tuple(outs), tuple(grads))
         if r is not None:
-            outs = list(r)
+            outs = _checked_node_hook_result(hook, outs, r)
     return outs
+
+
+def _checked_node_hook_result(hook, grads, r):
+    """A Node hook's replacement grads: as many as before, and no value where there was None."""
+    r = list(r)
+    if len(r) != len(grads):
+        raise RuntimeError(f"hook '{_hook_name(hook)}' has returned an incorrect number of "
+                           f"values (got {len(r)}, but expected {len(grads)})")
+    for old, new in zip(grads, r):
+        if old is None and new is not None:
+            raise RuntimeError("can't replace a None gradient with a non-None value")
+    return r
 
 
 def _report_anomaly(node, err):
@@ -586,7 +598,9 @@ def _tensor_pre_hooks(node, grads, accumulate=True):
                 grads[nr] = _checked_hook_result(h, grads[nr], r)
     for nr, ref in node._retain_grad.items():
         t = ref()
-        if t is not None and grads[nr] is not None:
+        # (a tensor modified in place since retain_grad() now has another grad_fn: the
+        # gradient of its old value is not its .grad)
+        if t is not None and grads[nr] is not None and t.grad_fn is node:
             g = grads[nr]
             if t._grad is None:
                 t._grad = g if _mode.grad_enabled else g.detach()

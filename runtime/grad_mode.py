@@ -3,6 +3,7 @@
 Each is a context manager and a decorator, as in torch.autograd.grad_mode.
 """
 import functools
+import inspect
 import threading
 import traceback
 import warnings
@@ -49,10 +50,39 @@ class _Mode:
     """Base: a context manager that is also a decorator (bare or called)."""
 
     def __call__(self, fn):
+        if inspect.isgeneratorfunction(fn):
+            return self._wrap_generator(fn)
+
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
             with self.__class__(*self._args):
                 return fn(*args, **kwargs)
+        return wrapper
+
+    def _wrap_generator(self, fn):
+        """A decorated generator runs each step (not just its creation) under the mode, and
+        the caller's mode is back in force between steps, as in PyTorch."""
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            gen = fn(*args, **kwargs)
+            try:
+                with self.__class__(*self._args):
+                    value = gen.send(None)
+                while True:
+                    try:
+                        sent = yield value
+                    except GeneratorExit:
+                        with self.__class__(*self._args):
+                            gen.close()
+                        raise
+                    except BaseException as e:
+                        with self.__class__(*self._args):
+                            value = gen.throw(e)
+                    else:
+                        with self.__class__(*self._args):
+                            value = gen.send(sent)
+            except StopIteration as e:
+                return e.value
         return wrapper
 
     _args = ()

@@ -392,7 +392,9 @@ def test_node_hooks():
 
     def post(gi, go):
         seen["post"] = gi[0].numpy().copy()
-        return (gi[0] * 2,)  # a post hook may replace the input grads
+        # a post hook may replace the input grads (one per input, like PyTorch: x * 3 has
+        # two, the constant's None)
+        return (gi[0] * 2,) + tuple(gi[1:])
     y.grad_fn.register_prehook(pre)
     y.grad_fn.register_hook(post)
     y.sum().backward()
