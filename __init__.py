@@ -15,7 +15,8 @@ from aotgrad.ir.core import PrimError
 from aotgrad.runtime import Size, Tensor
 from aotgrad.runtime.factories import (Generator, arange, as_tensor, bernoulli, empty, empty_like,
                                        eye, from_numpy, full, full_like, get_rng_state,
-                                       initial_seed, linspace, logspace, manual_seed, normal, ones,
+                                       initial_seed, linspace, logspace, manual_seed,
+                                       multinomial, normal, ones,
                                        ones_like, rand, rand_like, randint, randn, randn_like,
                                        randperm, seed, set_rng_state, tensor, zeros, zeros_like)
 from aotgrad.runtime.grad_mode import (enable_grad, inference_mode, is_grad_enabled,
@@ -39,6 +40,9 @@ from aotgrad.runtime.shape_ops import (argsort, broadcast_tensors, broadcast_to,
                                        squeeze, stack, swapaxes, t, take_along_dim, tile, topk,
                                        transpose, tril, triu, unbind, unflatten, unsqueeze,
                                        vstack)
+from aotgrad.runtime.shape_ops import (argwhere, diag, diag_embed, diagonal, index_add,
+                                       index_copy, index_fill, masked_select, nonzero,
+                                       repeat_interleave, rot90, scatter, take, tensor_split)
 from aotgrad.runtime.shape_ops import one_hot as _one_hot  # noqa: F401  (nn.functional.one_hot)
 from aotgrad import autograd  # noqa: E402
 

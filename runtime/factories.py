@@ -274,3 +274,38 @@ class Generator:
 
     def initial_seed(self):
         return self._rng.initial
+
+
+def multinomial(input, num_samples, replacement=False, *, generator=None):
+    """Draw `num_samples` category indices per row of the (unnormalised) probabilities
+    `input`: `multinomial(tensor([0.2, 0.8]), 3, replacement=True)` is int64 of shape (3,).
+    Without replacement the draws are distinct (Gumbel top-k)."""
+    from aotgrad.runtime import ops, shape_ops
+    if input.ndim not in (1, 2):
+        raise RuntimeError(f"multinomial: prob_dist must be 1 or 2 dim, got {input.ndim}")
+    n = input.shape[-1]
+    if not replacement and num_samples > n:
+        raise RuntimeError("multinomial: cannot sample n_sample > prob_dist.size(-1) samples "
+                           "without replacement")
+    if isinstance(input._value, np.ndarray):
+        v = input._value
+        if (v < 0).any() or not np.isfinite(v).all():
+            raise RuntimeError("multinomial: probability tensor contains either `inf`, `nan` "
+                               "or element < 0")
+        if (v.reshape(-1, n).sum(-1) == 0).any():
+            raise RuntimeError("multinomial: invalid multinomial distribution (sum of "
+                               "probabilities <= 0)")
+        if not replacement and ((v.reshape(-1, n) > 0).sum(-1) < num_samples).any():
+            raise RuntimeError("multinomial: invalid multinomial distribution (with "
+                               "replacement=False, not enough non-negative category to sample)")
+    p = ops.cast(input, dt.float64)
+    rows = tuple(input.shape[:-1])
+    if replacement:
+        cdf = ops.cumsum(ops.div(p, ops.sum(p, -1, keepdim=True)), -1)
+        u = rand(rows + (num_samples, 1), dtype=dt.float64, generator=generator)
+        below = ops.lt(shape_ops.unsqueeze(cdf, -2), u)
+        idx = ops.sum(ops.cast(below, dt.int64), -1)
+        return ops.minimum(idx, tensor(n - 1))
+    u = rand(rows + (n,), dtype=dt.float64, generator=generator)
+    keys = ops.sub(ops.log(p), ops.log(ops.neg(ops.log(u))))
+    return shape_ops.narrow(shape_ops.argsort(keys, -1, descending=True), -1, 0, num_samples)

@@ -139,7 +139,9 @@ for _name in ("reshape view view_as reshape_as flatten unflatten permute transpo
               "swapdims t movedim unsqueeze squeeze expand expand_as broadcast_to repeat tile "
               "clone contiguous flip roll narrow split chunk unbind select tril triu argsort sort "
               "topk gather take_along_dim index_select scatter_add masked_fill "
-              "index_put_").split():
+              "index_put_ diagonal diag diag_embed unfold tensor_split rot90 repeat_interleave "
+              "scatter index_add index_copy index_fill masked_select take nonzero "
+              "argwhere").split():
     _METHODS[_name] = getattr(shape_ops, _name)
 _METHODS["where"] = lambda self, cond, other: ops.where(cond, self, other)
 _METHODS["new_zeros"] = lambda self, *size, dtype=None, requires_grad=False: __import__(
@@ -156,7 +158,8 @@ _METHODS["new_tensor"] = lambda self, data, dtype=None: __import__(
 # in-place variants: computed out of place, written back, version bumped
 for _name in ("add sub mul div pow clamp clip neg abs exp log sqrt sigmoid tanh relu "
               "masked_fill floor ceil round sign reciprocal square t transpose unsqueeze "
-              "squeeze maximum minimum").split():
+              "squeeze maximum minimum scatter scatter_add index_add index_copy "
+              "index_fill").split():
     _fn = _METHODS[_name]
     _METHODS[_name + "_"] = _inplace(_fn, _name + "_")
 for _op, _name in (("__iadd__", "add"), ("__isub__", "sub"), ("__imul__", "mul"),

@@ -519,7 +519,10 @@ clip = clamp
 
 
 @op("where", "WhereBackward0")
-def where(cond, a, b):
+def where(cond, a=None, b=None):
+    if a is None and b is None:  # where(cond) is nonzero(cond, as_tuple=True)
+        from aotgrad.runtime.shape_ops import nonzero
+        return nonzero(cond, as_tuple=True)
     cond = as_tensor_like(cond)
     if cond.dtype is not dt.bool_:
         cond = cast(cond, dt.bool_)

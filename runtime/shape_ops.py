@@ -795,3 +795,238 @@ def index_put_(x, indices, values, accumulate=False):
     if accumulate:
         raise NotImplementedError("index_put_ with accumulate=True is not supported")
     return setitem(x, tuple(indices), values)
+
+
+# ---- diagonals, windows, splitting by sections, scatter/index variants ----------------------
+def _const_index(values):
+    return as_tensor_like(np.asarray(values, dtype=np.int64))
+
+
+@op("diagonal", "DiagonalBackward0")
+def diagonal(x, offset=0, dim1=0, dim2=1):
+    """The diagonal of the (dim1, dim2) planes, as a new last dim (a copy, not a view)."""
+    d1, d2 = _dim(dim1, x.ndim), _dim(dim2, x.ndim)
+    if d1 == d2:
+        raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
+    y = movedim(x, (d1, d2), (-2, -1))
+    r, c = y.shape[-2], y.shape[-1]
+    k = builtins.max(0, builtins.min(r, c - offset) if offset >= 0 else
+                     builtins.min(r + offset, c))
+    rows = np.arange(k) + builtins.max(0, -offset)
+    pos = rows * c + rows + offset
+    flat = reshape(y, tuple(y.shape[:-2]) + (r * c,))
+    return index_select(flat, flat.ndim - 1, _const_index(pos))
+
+
+@op("diag_embed", "DiagEmbedBackward0")
+def diag_embed(x, offset=0, dim1=-2, dim2=-1):
+    """Matrices with x's last dim on their `offset` diagonal: `diag_embed(v)[i, i] = v[i]`."""
+    n = x.shape[-1] + builtins.abs(offset)
+    k = x.shape[-1]
+    rows = np.arange(k) + builtins.max(0, -offset)
+    pos = rows * n + rows + offset
+    lead = tuple(x.shape[:-1])
+    out = index_add(tp.zeros(lead + (n * n,), x.dtype), x.ndim - 1, _const_index(pos), x)
+    out = reshape(out, lead + (n, n))
+    d1, d2 = _dim(dim1, out.ndim), _dim(dim2, out.ndim)
+    if (d1, d2) != (out.ndim - 2, out.ndim - 1):
+        out = movedim(out, (-2, -1), (d1, d2))
+    return out
+
+
+def diag(x, diagonal=0):
+    """A 1-D x becomes a square matrix with x on the `diagonal`; a 2-D x gives its diagonal."""
+    if x.ndim == 1:
+        return _named(diag_embed(x, diagonal), "DiagEmbedBackward0")
+    if x.ndim == 2:
+        return globals()["diagonal"](x, diagonal)
+    raise RuntimeError(f"diag(): Supports 1D or 2D tensors. Got {x.ndim}D")
+
+
+@op("unfold", "UnfoldBackward0")
+def unfold(x, dimension, size, step):
+    """All windows of `size` elements, `step` apart, along `dimension`, as a new last dim."""
+    d = _dim(dimension, x.ndim)
+    n = x.shape[d] if x.ndim else 1
+    if size > n:
+        raise RuntimeError(f"maximum size for tensor at dimension {d} is {n} but size is {size}")
+    if step <= 0:
+        raise RuntimeError(f"step is {step} but must be > 0")
+    count = (n - size) // step + 1
+    idx = (np.arange(count)[:, None] * step + np.arange(size)).reshape(-1)
+    if x.ndim == 0:
+        return reshape(x, 1)
+    y = index_select(x, d, _const_index(idx))
+    y = reshape(y, tuple(x.shape[:d]) + (count, size) + tuple(x.shape[d + 1:]))
+    return movedim(y, d + 1, -1)
+
+
+def tensor_split(x, indices_or_sections, dim=0):
+    """Split into `n` parts whose sizes differ by at most one (the first ones larger), or at
+    the given indices."""
+    d = _dim(dim, x.ndim)
+    n = x.shape[d]
+    if isinstance(indices_or_sections, Tensor):
+        indices_or_sections = indices_or_sections.tolist()
+    if isinstance(indices_or_sections, (int, np.integer)):
+        k = int(indices_or_sections)
+        if k <= 0:
+            raise RuntimeError(f"number of sections must be larger than 0, got {k}")
+        sizes = [n // k + (1 if i < n % k else 0) for i in range(k)]
+        bounds = list(np.cumsum([0] + sizes))
+    else:
+        bounds = [0] + [builtins.min(builtins.max(i + n if i < 0 else i, 0), n)
+                        for i in indices_or_sections] + [n]
+    return tuple(narrow(x, d, lo, builtins.max(hi - lo, 0))
+                 for lo, hi in zip(bounds[:-1], bounds[1:]))
+
+
+def rot90(x, k=1, dims=(0, 1)):
+    """Rotate by 90 degrees k times in the plane `dims` (from the first towards the second)."""
+    if len(dims) != 2:
+        raise RuntimeError(f"expected total rotation dims == 2, but got dims = {len(dims)}")
+    a, b = _dim(dims[0], x.ndim), _dim(dims[1], x.ndim)
+    if a == b:
+        raise RuntimeError(f"expected rotation dims to be different, but got dim0 = {a} and "
+                           f"dim1 = {b}")
+    k %= 4
+    if k == 1:
+        return transpose(flip(x, b), a, b)
+    if k == 2:
+        return flip(x, (a, b))
+    if k == 3:
+        return transpose(flip(x, a), a, b)
+    return _alias(x)
+
+
+@op("repeat_interleave")
+def repeat_interleave(x, repeats, dim=None, *, output_size=None):
+    """Repeat each element (along dim; of the flattened input when dim is None)."""
+    if dim is None:
+        x, d = reshape(x, -1), 0
+    else:
+        d = _dim(dim, x.ndim)
+    n = x.shape[d]
+    r = repeats._concrete("repeat_interleave(repeats=Tensor)") \
+        if isinstance(repeats, Tensor) else repeats
+    r = np.broadcast_to(np.asarray(r, dtype=np.int64).reshape(-1), (n,)) \
+        if np.ndim(r) == 0 or np.size(r) == 1 else np.asarray(r, dtype=np.int64)
+    if r.shape != (n,):
+        raise RuntimeError(f"repeats must have the same size as input along dim, but got "
+                           f"repeats.size(0) = {r.shape[0]} and input.size({d}) = {n}")
+    if (r < 0).any():
+        raise RuntimeError("repeats can not be negative")
+    return index_select(x, d, _const_index(np.repeat(np.arange(n), r)))
+
+
+def _index_along(index, dim, shape):
+    """A 1-D index broadcast along `dim` of `shape` (for index_add / index_copy)."""
+    return tp.broadcast_in_dim(cast(reshape(index, -1), dt.int64), shape=tuple(shape),
+                               dims=(dim,))
+
+
+@op("index_add", "IndexAddBackward0")
+def index_add(x, dim, index, source, *, alpha=1):
+    """x with `alpha * source` slices added at `index` along dim (repeated indices add up)."""
+    d = _dim(dim, x.ndim)
+    if alpha != 1:
+        source = mul(source, alpha)
+    source = cast(source, x.dtype)
+    idx = _normalize_index(_index_along(index, d, source.shape), x.shape[d], negative_ok=False)
+    return tp.scatter_add(x, idx, source, dim=d)
+
+
+def _scatter_winners(index, dim):
+    """A 0/1 mask over index entries: the last write to each target position wins (eager;
+    PyTorch leaves the winner among duplicates unspecified)."""
+    v = index._value
+    if not isinstance(v, np.ndarray):
+        return None
+    keep = np.zeros(v.shape, dtype=bool)
+    moved = np.moveaxis(v, dim, -1).reshape(-1, v.shape[dim]) if v.ndim else v.reshape(1, 1)
+    km = np.moveaxis(keep, dim, -1).reshape(-1, v.shape[dim]) if v.ndim else keep.reshape(1, 1)
+    for row, krow in zip(moved, km):
+        seen = set()
+        for j in range(len(row) - 1, -1, -1):
+            if row[j] not in seen:
+                seen.add(row[j])
+                krow[j] = True
+    keep = np.moveaxis(km.reshape(np.moveaxis(keep, dim, -1).shape), -1, dim) if v.ndim else \
+        km.reshape(())
+    return as_tensor_like(keep)
+
+
+@op("scatter", "ScatterBackward0")
+def scatter(x, dim, index, src=None, *, value=None, reduce=None):
+    """x with src (or the scalar value) written at `index` along dim."""
+    if reduce is not None:
+        raise NotImplementedError("scatter(reduce=...) is not supported; use scatter_add")
+    if src is None:
+        src = value
+    d = _dim(dim, x.ndim)
+    if index.dtype is not dt.int64:
+        raise RuntimeError(f"scatter(): Expected dtype int64 for index, got {index.dtype.name}")
+    if not isinstance(src, Tensor):
+        src = tp.constant(src, x.dtype, tuple(index.shape))
+    src = cast(src, x.dtype)
+    for k in range(src.ndim):  # only the part of src that index covers is used
+        if k < index.ndim and index.shape[k] < src.shape[k]:
+            src = narrow(src, k, 0, index.shape[k])
+    idx = _normalize_index(index, x.shape[d], negative_ok=False)
+    keep = _scatter_winners(idx, d)
+    if keep is not None and not bool(keep._value.all()):
+        src = where(keep, src, tp.zeros(tuple(src.shape), x.dtype))
+    written = tp.scatter_add(tp.zeros(tuple(x.shape), x.dtype), idx, src, dim=d)
+    hit = tp.scatter_add(tp.zeros(tuple(x.shape), dt.int64), idx,
+                         tp.constant(1, dt.int64, tuple(idx.shape)), dim=d)
+    return where(tp.gt(hit, tp.zeros(tuple(x.shape), dt.int64)), written, x)
+
+
+@op("index_copy", "IndexCopyBackward0")
+def index_copy(x, dim, index, source):
+    """x with the slices of `source` copied to positions `index` along dim."""
+    d = _dim(dim, x.ndim)
+    return scatter(x, d, _index_along(index, d, source.shape), source)
+
+
+@op("index_fill", "IndexFillBackward0")
+def index_fill(x, dim, index, value):
+    """x with the slices at `index` along dim set to `value`."""
+    d = _dim(dim, x.ndim)
+    idx = _normalize_index(cast(reshape(index, -1), dt.int64), x.shape[d])
+    n = x.shape[d] if x.ndim else 1
+    hit = tp.scatter_add(tp.zeros((n,), dt.int64), idx,
+                         tp.constant(1, dt.int64, tuple(idx.shape)), dim=0)
+    mask = tp.gt(hit, tp.zeros((n,), dt.int64))
+    if x.ndim:
+        mask = tp.broadcast_in_dim(mask, shape=tuple(x.shape), dims=(d,))
+    else:
+        mask = reshape(mask, ())
+    return masked_fill(x, mask, value)
+
+
+@op("masked_select", "MaskedSelectBackward0")
+def masked_select(x, mask):
+    """The elements of x where the (broadcast) mask is True, as a 1-D tensor."""
+    shape = broadcast_shapes(x.shape, mask.shape)
+    return getitem(expand(x, shape), expand(mask, shape))
+
+
+@op("take", "TakeBackward0")
+def take(x, index):
+    """x read as 1-D at `index` (any shape; negative indices count from the end)."""
+    return getitem(reshape(x, -1), index)
+
+
+def nonzero(x, *, as_tuple=False):
+    """Indices of the non-zero elements: an (n, ndim) int64 tensor, or one 1-D tensor per dim."""
+    v = x._concrete("nonzero (data-dependent shape)")
+    nz = np.nonzero(np.atleast_1d(v))
+    if as_tuple:
+        return tuple(as_tensor_like(i.astype(np.int64)) for i in nz)
+    return as_tensor_like(np.stack(nz, axis=1).astype(np.int64).reshape(-1, builtins.max(
+        v.ndim, 1)) if v.ndim else np.zeros((int(bool(v)), 0), dtype=np.int64))
+
+
+def argwhere(x):
+    return nonzero(x)

@@ -164,7 +164,8 @@ def test_type_and_inplace_floordiv_mod():
     (lambda x: x[0], "SelectBackward0"), (lambda x: x[1:], "SliceBackward0"),
     (lambda x: x[A.tensor([0, 0])], "IndexBackward0"), (lambda x: x.split(1)[1], "SplitBackward0"),
     (lambda x: x.split([1, 1])[0], "SplitWithSizesBackward0"),
-    (lambda x: x.unbind()[1], "UnbindBackward0"), (lambda x: x[:, :1].squeeze(1), "SqueezeBackward1"),
+    (lambda x: x.unbind()[1], "UnbindBackward0"),
+    (lambda x: x[:, :1].squeeze(1), "SqueezeBackward1"),
     (lambda x: x[:, :1].squeeze(), "SqueezeBackward0"),
 ])
 def test_grad_fn_names_of_indexing_and_splitting(fn, name):
@@ -192,3 +193,85 @@ def test_asarray_of_grad_requiring_tensor_raises():
 def test_float_of_many_elements_is_value_error():
     with pytest.raises(ValueError):
         float(A.tensor([1., 2.]))
+
+
+# ---- ops added by the hunt (closed forms / numpy) ------------------------------------------
+def test_diagonal_diag_and_diag_embed_against_numpy():
+    a = np.arange(12.).reshape(3, 4)
+    x = A.tensor(a, requires_grad=True)
+    for k in (-2, 0, 1, 5):
+        np.testing.assert_array_equal(x.diagonal(k).detach().numpy(), np.diagonal(a, k))
+        np.testing.assert_array_equal(A.diag(x, k).detach().numpy(), np.diag(a, k))
+    x.diagonal(1).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), np.eye(3, 4, 1))
+    v = np.array([1., 2., 3.])
+    for k in (-1, 0, 2):
+        np.testing.assert_array_equal(A.diag(A.tensor(v), k).numpy(), np.diag(v, k))
+    e = A.diag_embed(A.tensor(np.arange(6.).reshape(2, 3)))
+    np.testing.assert_array_equal(e.numpy()[1], np.diag([3., 4., 5.]))
+
+
+def test_unfold_tensor_split_rot90_repeat_interleave():
+    a = np.arange(7.)
+    x = A.tensor(a, requires_grad=True)
+    w = x.unfold(0, 3, 2)
+    np.testing.assert_array_equal(w.detach().numpy(), [[0, 1, 2], [2, 3, 4], [4, 5, 6]])
+    w.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [1, 1, 2, 1, 2, 1, 1])
+    assert [len(p) for p in A.tensor_split(A.tensor(a), 3)] == [3, 2, 2]
+    assert [p.tolist() for p in A.tensor(a).tensor_split([1, 5])] == [[0.], [1., 2., 3., 4.],
+                                                                        [5., 6.]]
+    m = np.arange(6.).reshape(2, 3)
+    for k in range(-1, 5):
+        np.testing.assert_array_equal(A.rot90(A.tensor(m), k).numpy(), np.rot90(m, k))
+    np.testing.assert_array_equal(A.tensor(m).repeat_interleave(2, dim=1).numpy(),
+                                  np.repeat(m, 2, axis=1))
+    np.testing.assert_array_equal(
+        A.tensor(m).repeat_interleave(A.tensor([0, 2]), dim=0).numpy(),
+        np.repeat(m, [0, 2], axis=0))
+
+
+def test_scatter_index_add_copy_fill_and_gradients():
+    x = A.tensor(np.zeros((2, 4)), requires_grad=True)
+    src = A.tensor(np.array([[1., 2.], [3., 4.]]), requires_grad=True)
+    y = x.scatter(1, A.tensor([[3, 0], [1, 1]]), src)
+    # duplicate targets: the last write wins here (PyTorch leaves the winner unspecified)
+    np.testing.assert_array_equal(y.detach().numpy(), [[2, 0, 0, 1], [0, 4, 0, 0]])
+    (y * A.tensor(np.arange(8.).reshape(2, 4))).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [[0, 1, 2, 0], [4, 0, 6, 7]])
+    assert src.grad.numpy()[0].tolist() == [3., 0.]
+    z = A.zeros(3, 2).index_add(0, A.tensor([0, 0, 2]), A.ones(3, 2), alpha=2)
+    assert z.tolist() == [[4., 4.], [0., 0.], [2., 2.]]
+    c = A.zeros(3, 2).index_copy(0, A.tensor([2, 0]), A.tensor([[1., 2.], [3., 4.]]))
+    assert c.tolist() == [[3., 4.], [0., 0.], [1., 2.]]
+    f = A.zeros(2, 3).index_fill(1, A.tensor([-1]), 5.)
+    assert f.tolist() == [[0., 0., 5.], [0., 0., 5.]]
+    t = A.zeros(3)
+    t.index_fill_(0, A.tensor([1]), 2.)
+    assert t.tolist() == [0., 2., 0.]
+
+
+def test_masked_select_take_nonzero_where_single_arg():
+    a = np.arange(6.).reshape(2, 3)
+    x = A.tensor(a, requires_grad=True)
+    s = x.masked_select(A.tensor([True, False, True]))
+    assert s.tolist() == [0., 2., 3., 5.]
+    s.sum().backward()
+    assert x.grad.tolist() == [[1., 0., 1.], [1., 0., 1.]]
+    assert A.take(A.tensor(a), A.tensor([[-1, 0]])).tolist() == [[5., 0.]]
+    assert (A.tensor(a) > 2).nonzero().tolist() == [[1, 0], [1, 1], [1, 2]]
+    rows, cols = A.where(A.tensor(a) > 3)
+    assert rows.tolist() == [1, 1] and cols.tolist() == [1, 2]
+    assert A.argwhere(A.tensor([0., 1.])).tolist() == [[1]]
+
+
+def test_multinomial_shapes_distinctness_and_frequencies():
+    p = A.tensor([0.1, 0., 0.6, 0.3])
+    s = A.multinomial(p, 20000, replacement=True)
+    assert s.dtype is A.int64 and tuple(s.shape) == (20000,)
+    freq = np.bincount(s.numpy(), minlength=4) / 20000
+    np.testing.assert_allclose(freq, [0.1, 0., 0.6, 0.3], atol=0.02)
+    d = A.multinomial(A.ones(2, 5), 5)
+    assert all(sorted(r) == list(range(5)) for r in d.tolist())
+    with pytest.raises(RuntimeError, match="not enough"):
+        A.multinomial(p, 4)
