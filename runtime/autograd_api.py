@@ -57,10 +57,10 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     grads = _as_tuple(grad_tensors) if grad_tensors is not None else (None,) * len(tensors)
     if len(grads) != len(tensors):
         raise RuntimeError(f"got {len(tensors)} tensors and {len(grads)} gradients")
-    for t in tensors:
+    for i, t in enumerate(tensors):
         if not t.requires_grad:
-            raise RuntimeError("element 0 of tensors does not require grad and does not have a "
-                               "grad_fn")
+            raise RuntimeError(f"element {i} of tensors does not require grad and does not have "
+                               f"a grad_fn")
     if retain_graph is None:
         retain_graph = create_graph
     if create_graph:

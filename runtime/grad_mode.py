@@ -11,8 +11,11 @@ import warnings
 
 class _State(threading.local):
     def __init__(self):
-        self.grad_enabled = True
+        self.grad_enabled = True   # whether ops record autograd nodes
         self.inference = False
+        # grad mode as set inside inference mode, where nothing records whatever it says
+        # (PyTorch: enable_grad() in inference_mode() makes is_grad_enabled() True only)
+        self.inference_grad = False
         self.anomaly = False
         self.anomaly_check_nan = True
 
@@ -21,7 +24,15 @@ state = _State()
 
 
 def is_grad_enabled():
-    return state.grad_enabled
+    return state.grad_enabled or (state.inference and state.inference_grad)
+
+
+def _set_grad(mode):
+    """Set grad mode; inside inference mode only the reported mode changes."""
+    if state.inference:
+        state.inference_grad = mode
+    else:
+        state.grad_enabled = mode
 
 
 def is_inference_mode_enabled():
@@ -101,19 +112,19 @@ class no_grad(_Mode):
         pass
 
     def __enter__(self):
-        self.prev = state.grad_enabled
-        state.grad_enabled = False
+        self.prev = state.grad_enabled, state.inference_grad
+        _set_grad(False)
 
     def __exit__(self, *exc):
-        state.grad_enabled = self.prev
+        state.grad_enabled, state.inference_grad = self.prev
 
 
 class enable_grad(no_grad):
     """Enable gradient recording inside a no_grad region."""
 
     def __enter__(self):
-        self.prev = state.grad_enabled
-        state.grad_enabled = True
+        self.prev = state.grad_enabled, state.inference_grad
+        _set_grad(True)
 
 
 class set_grad_enabled(_Mode):
@@ -121,18 +132,19 @@ class set_grad_enabled(_Mode):
 
     def __init__(self, mode):
         self._args = (mode,)
-        self.prev = state.grad_enabled
-        state.grad_enabled = bool(mode)
+        self.prev = state.grad_enabled, state.inference_grad
+        _set_grad(bool(mode))
 
     def __call__(self, fn):
-        state.grad_enabled = self.prev  # used as a decorator: do not flip the mode now
+        # used as a decorator: do not flip the mode now
+        state.grad_enabled, state.inference_grad = self.prev
         return super().__call__(fn)
 
     def __enter__(self):
         pass
 
     def __exit__(self, *exc):
-        state.grad_enabled = self.prev
+        state.grad_enabled, state.inference_grad = self.prev
 
 
 class inference_mode(_Mode):
@@ -150,12 +162,14 @@ class inference_mode(_Mode):
         self.mode = bool(self._args[0])
 
     def __enter__(self):
-        self.prev = (state.grad_enabled, state.inference)
+        self.prev = (state.grad_enabled, state.inference, state.inference_grad)
         if self.mode:
-            state.grad_enabled, state.inference = False, True
+            state.grad_enabled, state.inference, state.inference_grad = False, True, False
+        else:  # like PyTorch, inference_mode(False) also turns grad mode on
+            state.grad_enabled, state.inference = True, False
 
     def __exit__(self, *exc):
-        state.grad_enabled, state.inference = self.prev
+        state.grad_enabled, state.inference, state.inference_grad = self.prev
 
 
 class detect_anomaly(_Mode):

@@ -320,6 +320,11 @@ def _backward_many(M):
     return x.grad
 
 
+def _backward_second_not_requiring_grad(M):
+    x = M.ones(2, requires_grad=True)
+    M.autograd.backward([(x * 2).sum(), M.ones(1).sum()])
+
+
 def _backward_count_mismatch(M):
     x = M.ones(2, requires_grad=True)
     M.autograd.backward([(x * 2).sum(), (x * 3).sum()], [M.tensor(1.)])
@@ -387,11 +392,11 @@ def _grad_twice(M):
 ARG_CASES = [_bw_twice, _bw_retain, _bw_gradient_shape, _bw_gradient_dtype, _bw_nonscalar,
              _bw_no_grad, _int_leaf, _accumulate_in_place, _accumulate_create_graph,
              _inputs_leaf, _inputs_nonleaf, _inputs_nonleaf_twice, _inputs_empty,
-             _backward_many, _backward_count_mismatch, _grad_unused, _grad_allow_unused,
+             _backward_many, _backward_count_mismatch, _backward_second_not_requiring_grad, _grad_unused, _grad_allow_unused,
              _grad_materialize, _grad_materialize_allow_unused_false, _grad_none_grad_output,
              _grad_batched, _grad_batched_two_inputs, _grad_leaves_grad_alone,
              _grad_hooks_apply, _grad_twice]
-EXACT = {"_bw_twice", "_bw_no_grad", "_inputs_empty", "_backward_count_mismatch",
+EXACT = {"_backward_second_not_requiring_grad", "_bw_twice", "_bw_no_grad", "_inputs_empty", "_backward_count_mismatch",
          "_grad_unused", "_grad_materialize_allow_unused_false", "_bw_nonscalar", "_grad_twice"}
 
 
@@ -646,7 +651,29 @@ def _backward_inside_no_grad(M):
     return x.grad
 
 
-MODE_CASES = [_decorated_generator, _backward_inside_no_grad, _modes, _inference, _inference_saved, _inference_requires_grad, _integer_outputs]
+def _inference_enable_grad(M):
+    x = M.ones(2, requires_grad=True)
+    with M.inference_mode():
+        with M.enable_grad():
+            y = x * 2
+            a = (y.requires_grad, M.is_grad_enabled(), y.is_inference())
+            with M.no_grad():
+                a += (M.is_grad_enabled(),)
+        with M.set_grad_enabled(True):
+            b = ((x * 2).requires_grad, M.is_grad_enabled())
+        c = M.is_grad_enabled()
+    return a, b, c, M.is_grad_enabled()
+
+
+def _inference_false_enables_grad(M):
+    x = M.ones(2, requires_grad=True)
+    with M.no_grad():
+        with M.inference_mode(False):
+            r = (M.is_grad_enabled(), M.is_inference_mode_enabled(), (x * 2).requires_grad)
+    return r, M.is_grad_enabled()
+
+
+MODE_CASES = [_inference_enable_grad, _inference_false_enables_grad, _decorated_generator, _backward_inside_no_grad, _modes, _inference, _inference_saved, _inference_requires_grad, _integer_outputs]
 
 
 @pytest.mark.parametrize("case", MODE_CASES, ids=lambda f: f.__name__)
@@ -1051,3 +1078,29 @@ def test_backward_create_graph_warns_once_about_the_cycle():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         (x * x).sum().backward(create_graph=True)
+
+
+def test_grad_mode_inside_inference_mode_is_reported_but_records_nothing():
+    x = ag.ones(2, requires_grad=True)
+    with ag.inference_mode():
+        with ag.enable_grad():
+            assert ag.is_grad_enabled()
+            y = x * 2
+            assert not y.requires_grad and y.grad_fn is None
+            with ag.set_grad_enabled(False):
+                assert not ag.is_grad_enabled()
+            assert ag.is_grad_enabled()
+        assert not ag.is_grad_enabled()
+        with ag.inference_mode(False):   # leaves inference mode and turns grad mode on
+            assert ag.is_grad_enabled() and (x * 2).requires_grad
+    with ag.no_grad():
+        with ag.inference_mode(False):
+            assert ag.is_grad_enabled()
+        assert not ag.is_grad_enabled()
+    assert ag.is_grad_enabled()
+
+
+def test_backward_names_the_tensor_that_does_not_require_grad():
+    x = ag.ones(2, requires_grad=True)
+    with pytest.raises(RuntimeError, match="element 1 of tensors does not require grad"):
+        ag.autograd.backward([(x * 2).sum(), ag.ones(1).sum()])
