@@ -50,6 +50,29 @@ class VersionCounter:
 
     __hash__ = object.__hash__
 
+    def __lt__(self, other):
+        return self.v < int(other)
+
+    def __le__(self, other):
+        return self.v <= int(other)
+
+    def __gt__(self, other):
+        return self.v > int(other)
+
+    def __ge__(self, other):
+        return self.v >= int(other)
+
+    def __add__(self, other):
+        return self.v + int(other)
+
+    __radd__ = __add__
+
+    def __sub__(self, other):
+        return self.v - int(other)
+
+    def __rsub__(self, other):
+        return int(other) - self.v
+
     def __repr__(self):
         return repr(self.v)
 

@@ -123,7 +123,10 @@ class Tensor:
 
     @data.setter
     def data(self, other):
-        self._value = other._value if isinstance(other, Tensor) else np.asarray(other)
+        if not isinstance(other, Tensor):
+            raise TypeError(f"Variable data has to be a tensor, but got "
+                            f"{type(other).__name__}")
+        self._value = other._value
 
     @property
     def _is_traced(self):

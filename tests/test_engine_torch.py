@@ -551,7 +551,19 @@ def _saved_after_free(M):
     return y.grad_fn._saved_result
 
 
-INPLACE_CASES = [_version_error_input, _version_error_output, _version_error_detached,
+def _data_setter(M):
+    x = M.ones(2, requires_grad=True)
+    y = x * x
+    x.data = M.full((2,), 5.)
+    y.sum().backward()
+    return x, x.requires_grad, x.is_leaf, x.grad
+
+
+def _data_setter_needs_tensor(M):
+    M.ones(2, requires_grad=True).data = [1., 2.]
+
+
+INPLACE_CASES = [_data_setter, _data_setter_needs_tensor, _version_error_input, _version_error_output, _version_error_detached,
                  _inplace_unsaved_is_fine, _versions, _data_does_not_bump, _leaf_inplace,
                  _leaf_inplace_no_grad, _setitem_base, _detach_, _requires_grad_nonleaf,
                  _saved_accessors, _saved_after_free]
@@ -559,7 +571,8 @@ INPLACE_CASES = [_version_error_input, _version_error_output, _version_error_det
 
 @pytest.mark.parametrize("case", INPLACE_CASES, ids=lambda f: f.__name__)
 def test_inplace_and_versions_like_torch(case, torch):
-    _same(case, torch, exact_error=case.__name__.startswith(("_version_error", "_saved")))
+    _same(case, torch, exact_error=case.__name__.startswith(("_version_error", "_saved",
+                                                               "_data_setter")))
 
 
 # ---- grad modes -----------------------------------------------------------------------------
@@ -983,7 +996,8 @@ def test_data_does_not_share_version_counter_but_detach_does():
     np.testing.assert_allclose(x.grad.numpy(), np.full(2, np.e + 1), rtol=1e-6)
     y = x.exp()
     y.detach().add_(1)
-    assert int(y._version) == 1 and y._version == 1
+    assert int(y._version) == 1 and y._version == 1 and y._version != 0
+    assert y._version + 1 == 2 and 3 - y._version == 2 and y._version > 0
     with pytest.raises(RuntimeError, match=r"output 0 of Exp, is at version 1; expected "
                                            r"version 0"):
         y.sum().backward()
@@ -1104,3 +1118,12 @@ def test_backward_names_the_tensor_that_does_not_require_grad():
     x = ag.ones(2, requires_grad=True)
     with pytest.raises(RuntimeError, match="element 1 of tensors does not require grad"):
         ag.autograd.backward([(x * 2).sum(), ag.ones(1).sum()])
+
+
+def test_data_setter_needs_a_tensor():
+    x = ag.ones(2, requires_grad=True)
+    with pytest.raises(TypeError, match="Variable data has to be a tensor, but got list"):
+        x.data = [1., 2.]
+    x.data = ag.tensor([3., 4.])
+    assert x.requires_grad and x.is_leaf
+    np.testing.assert_array_equal(x.detach().numpy(), [3., 4.])
