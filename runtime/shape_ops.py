@@ -568,6 +568,9 @@ def _expand_index(x, index):
 
 @op("getitem")
 def getitem(x, index):
+    if isinstance(index, Tensor) and index.ndim == 0 and index.dtype is dt.bool_ and \
+            isinstance(index._value, np.ndarray):
+        index = bool(index._value)  # a 0-d mask acts like a bool scalar
     if builtins.any(isinstance(i, (bool, np.bool_))
                     for i in (index if isinstance(index, tuple) else (index,))):
         return _getitem_bool_scalars(x, index if isinstance(index, tuple) else (index,))
@@ -583,6 +586,13 @@ def getitem(x, index):
             if x._is_traced:
                 from aotgrad.runtime.dispatch import graph_break
                 graph_break("boolean mask indexing (data-dependent shape)", x)
+            want = tuple(x.shape[dim:dim + i.ndim])
+            if tuple(i.shape) != want:
+                bad = builtins.next((k for k in range(i.ndim) if k >= len(want) or
+                                     i.shape[k] != want[k]), 0)
+                raise IndexError(f"The shape of the mask {list(i.shape)} at index {bad} does not "
+                                 f"match the shape of the indexed tensor {list(x.shape)} at "
+                                 f"index {dim + bad}")
             nz = np.nonzero(i._value)
             for k, arr in enumerate(nz):
                 n = x.shape[dim]
@@ -618,7 +628,8 @@ def getitem(x, index):
             shape_after.append(("adv", len(adv)))
             adv.append((dim, i))
         else:
-            raise TypeError(f"invalid index of type {type(i).__name__}")
+            raise IndexError(f"only integers, slices (`:`), ellipsis (`...`), None and long or "
+                             f"byte Variables are valid indices (got {type(i).__name__})")
         dim += 1
     y = x
     if tuple(start) != (0,) * x.ndim or tuple(limit) != tuple(x.shape) or \
@@ -765,6 +776,9 @@ def snapshot(x):
 def setitem(x, index, value):
     value = as_tensor_like(value, x.dtype)
     needs_grad = _mode.grad_enabled and (x.requires_grad or value.requires_grad)
+    for i in (index if isinstance(index, tuple) else (index,)):
+        if isinstance(i, slice) and i.step is not None and i.step <= 0:
+            raise ValueError("step must be greater than zero")
     if not needs_grad and current_builder() is None:
         _inplace_guard(x, "setitem")
         idx = index._value if isinstance(index, Tensor) else index

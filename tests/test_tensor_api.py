@@ -275,3 +275,33 @@ def test_multinomial_shapes_distinctness_and_frequencies():
     assert all(sorted(r) == list(range(5)) for r in d.tolist())
     with pytest.raises(RuntimeError, match="not enough"):
         A.multinomial(p, 4)
+
+
+def test_bool_mask_of_wrong_shape_raises():
+    with pytest.raises(IndexError, match="shape of the mask"):
+        A.zeros(5)[A.tensor([True, False])]
+    with pytest.raises(IndexError, match="shape of the mask"):
+        A.zeros(3, 4)[:, A.tensor([True, False, True])]
+    assert A.tensor(5.)[A.tensor(True)].tolist() == [5.]  # a 0-d mask acts like True
+    assert tuple(A.tensor(5.)[A.tensor(False)].shape) == (0,)
+
+
+def test_float_index_is_index_error_and_setitem_rejects_negative_steps():
+    with pytest.raises(IndexError, match="valid indices"):
+        A.zeros(5)[1.0]
+    x = A.zeros(5)
+    with pytest.raises(ValueError, match="step must be greater than zero"):
+        x[::-1] = 1.
+    assert x.tolist() == [0.] * 5
+
+
+@pytest.mark.xfail(strict=True, reason="runtime/derivatives.py: mul saves both inputs even when "
+                   "only one needs a gradient, so an in-place write to the other one afterwards "
+                   "fails backward (PyTorch saves self only when other requires grad)")
+def test_inplace_after_mul_by_constant_is_fine():
+    x = A.ones(3, requires_grad=True)
+    y = x * 1
+    z = y * A.tensor([5., 5., 5.])
+    y.add_(1)
+    z.sum().backward()
+    assert x.grad.tolist() == [5., 5., 5.]
