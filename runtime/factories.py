@@ -85,6 +85,8 @@ def _size(size):
 
 
 def _fill(shape, value, dtype, requires_grad):
+    if any(n < 0 for n in shape):
+        raise RuntimeError(f"Trying to create tensor with negative dimension: {list(shape)}")
     dtype = dt.as_dtype(dtype) if dtype is not None else dt.float32
     t = tp.constant(value, dtype, shape)
     return t.requires_grad_(requires_grad) if requires_grad else t
@@ -154,6 +156,8 @@ def logspace(start, end, steps, base=10.0, dtype=None, device=None, requires_gra
 
 
 def eye(n, m=None, dtype=None, device=None, requires_grad=False):
+    if n < 0 or (m is not None and m < 0):
+        raise RuntimeError(f"eye: n and m must be greater or equal to 0, got {n}, {m}")
     return tensor(np.eye(n, m, dtype=dt.as_dtype(dtype or dt.float32).np),
                   requires_grad=requires_grad)
 

@@ -150,6 +150,7 @@ _METHODS["new_zeros"] = lambda self, *size, dtype=None, requires_grad=False: __i
 _METHODS["new_ones"] = lambda self, *size, dtype=None, requires_grad=False: __import__(
     "aotgrad.runtime.factories", fromlist=["ones"]).ones(*size, dtype=dtype or self.dtype,
                                                          requires_grad=requires_grad)
+_METHODS["new_empty"] = _METHODS["new_zeros"]
 _METHODS["new_full"] = lambda self, size, value, dtype=None: __import__(
     "aotgrad.runtime.factories", fromlist=["full"]).full(size, value, dtype=dtype or self.dtype)
 _METHODS["new_tensor"] = lambda self, data, dtype=None: __import__(

@@ -305,3 +305,18 @@ def test_inplace_after_mul_by_constant_is_fine():
     y.add_(1)
     z.sum().backward()
     assert x.grad.tolist() == [5., 5., 5.]
+
+
+def test_negative_sizes_raise_runtime_error_and_new_empty():
+    with pytest.raises(RuntimeError, match="negative dimension"):
+        A.zeros(-1)
+    with pytest.raises(RuntimeError, match="greater or equal to 0"):
+        A.eye(-1)
+    e = A.ones(1, dtype=A.float64).new_empty(2, 3)
+    assert tuple(e.shape) == (2, 3) and e.dtype is A.float64
+
+
+@pytest.mark.xfail(strict=True, reason="ir/dtypes.as_dtype maps Python float to float32; PyTorch "
+                   "reads dtype=float as float64")
+def test_python_float_dtype_is_float64():
+    assert A.zeros(2, dtype=float).dtype is A.float64
