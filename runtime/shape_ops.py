@@ -7,6 +7,10 @@ In-place ops are computed out of place and written back (`commit_inplace`), whic
 version counter. Known difference from PyTorch: an in-place op on a *view* of a tensor that
 requires grad (`y[1:].mul_(2)` with `y` requiring grad) raises instead of rebasing the view's
 history onto the base; use the out-of-place op, or write into the base with `y[1:] = ...`.
+Other known differences: `diagonal`, `diag`, `unfold` and `take` return copies, not views
+(writing into them leaves the input unchanged); writing into an expanded tensor raises;
+`view(dtype)` and integer bitwise operators are not supported; `scatter` with repeated target
+positions keeps the last write (PyTorch leaves it unspecified).
 """
 import builtins
 import math
