@@ -25,6 +25,8 @@ finite float32 range, normal results; measured by tests/test_codegen_approx.py):
   logistic_f32  <= 5e-7   (1/(1+e) or e/(1+e), e = exp(-|x|) <= 1; results below ~1e-38
                            (denormals) flush toward 0)
   logistic_c_f32 <= 5e-7  (1 - logistic(x), the other of the two, from the same e)
+  rsqrt_f32     <= 2e-7   (1/sqrt(x) is LLVM's estimate plus a Newton step under "arcp";
+                           denormals scaled by 2^24 first, 0 and inf patched)
   erf_f32       <= 5e-7   (|x| < 1: odd polynomial fitted here; 1 <= |x| < 4:
                            1 - exp(-x^2) P(1/x) with P fitted to erfc(x)exp(x^2); else +-1)
 
@@ -200,6 +202,20 @@ def exp_f32(x):
     return np.float32(0.0) if x < np.float32(-104.5) else pn * _i2f(np.int32((n1 + 127) << 23))
 ''')
 
+_helper("rsqrt_f32", (), '''
+@_ijit
+def rsqrt_f32(x):
+    # LLVM turns 1/sqrt(x) under "arcp" into its reciprocal-sqrt estimate plus a Newton step
+    # (1 ulp), which gives NaN at 0 and inf and -inf at denormals: scale denormals (and 0)
+    # up by 2^24 and patch 0 and inf after
+    small = x < np.float32(1.1754944e-38)
+    y = x * np.float32(16777216.0) if small else x
+    r = np.float32(1.0) / np.sqrt(y)
+    r = r * np.float32(4096.0) if small else r
+    r = np.float32(0.0) if x == INF32 else r
+    return np.float32(1.0) / x if x == np.float32(0.0) else r
+''')
+
 _helper("log_f32", ("bitcast",), '''
 @_ijit
 def log_f32(x):
@@ -339,7 +355,7 @@ def helper_source(names):
 
 
 APPROXIMATED = ("exp_f32", "log_f32", "tanh_f32", "logistic_f32", "erf_f32", "tanh_d_f32",
-                "logistic_c_f32")
+                "logistic_c_f32", "rsqrt_f32")
 
 
 # ---- source-level inlining ---------------------------------------------------------------

@@ -72,6 +72,9 @@ def _sign(ctx, node, a):
 
 @template("rsqrt")
 def _rsqrt(ctx, node, a):
+    if _f32(node):   # 1/sqrt in float32 is LLVM's estimate: wrong at 0, inf, denormals
+        ctx.need("rsqrt_f32")
+        return f"rsqrt_f32({a[0]})"
     return f"({ctx.const(1, node.inputs[0].dtype)} / np.sqrt({a[0]}))"
 
 
@@ -124,6 +127,11 @@ def _pow(ctx, node, a):
     special = {2.0: f"({x} * {x})", 1.0: x, 3.0: f"({x} * {x} * {x})",
                0.5: f"np.sqrt({x})", -1.0: f"({one} / {x})",
                -0.5: f"({one} / np.sqrt({x}))", -2.0: f"({one} / ({x} * {x}))"}
+    if c is not None and float(c) == -0.5 and d.is_floating_point:
+        # pow's IEEE cases, unlike 1/sqrt: pow(-0, -0.5) = inf, pow(-inf, -0.5) = 0
+        zero = ctx.const(0, d)
+        r = _rsqrt(ctx, node, [f"({x} if {x} != {zero} else {zero})"])
+        return f"({zero} if {x} == {ctx.const(-float('inf'), d)} else {r})"
     if c is not None and float(c) in special:
         return special[float(c)]
     return f"np.power({x}, {a[1]})"
@@ -164,12 +172,21 @@ TEMPLATES["iota"] = _iota
 def peephole(ctx, node, value_of):
     """An expression for `node` that looks through its operands, or None.
 
-    Float32 `1 - tanh(y)*tanh(y)` becomes `tanh_d_f32(y)` and `1 - logistic(x)` becomes
+    Float32 `x / sqrt(y)` becomes `x * rsqrt_f32(y)` (LLVM would use its reciprocal-sqrt
+    estimate, NaN where y is 0 or inf). Float32 `1 - tanh(y)*tanh(y)` becomes `tanh_d_f32(y)` and `1 - logistic(x)` becomes
     `logistic_c_f32(x)`: accurate where tanh/logistic saturate, and sharing their exponential
     and division with tanh(y)/logistic(x) computed in the same loop. `value_of(var)` emits an
     operand (at the node's index); `ctx.inner_producer(var)` is var's node when it is computed
     inside the kernel (not read from memory)."""
-    if node.prim.name != "sub" or node.inputs[0].dtype is not dt.float32:
+    if not node.inputs or node.inputs[0].dtype is not dt.float32:
+        return None
+    if node.prim.name == "div":   # x / sqrt(y): see rsqrt_f32
+        p = ctx.inner_producer(node.inputs[1])
+        if p is None or p.prim.name != "sqrt":
+            return None
+        ctx.need("rsqrt_f32")
+        return f"({value_of(node.inputs[0])} * rsqrt_f32({value_of(p.inputs[0])}))"
+    if node.prim.name != "sub":
         return None
     c = ctx.const_of(node.inputs[0])
     if c is None or float(c) != 1.0:
