@@ -73,3 +73,14 @@ def test_fuzz_more_seeds(block):
         if msg and "float->int cast" not in msg:
             bad.append(f"seed {seed}: {msg}")
     assert not bad, "\n".join(bad)
+
+
+@pytest.mark.xfail(strict=True, raises=IndexError,
+                   reason="ir/prims.py: gather's reference impl (np.take_along_axis) needs the "
+                          "index to match the input outside `dim`; the shape rule (and PyTorch) "
+                          "allow a smaller index")
+def test_gather_reference_with_smaller_index():
+    x = np.arange(20, dtype=np.float32).reshape(4, 5)
+    idx = np.array([[0, 2, 1, 3]], dtype=np.int64)      # (1, 4): smaller than x outside dim 0
+    out = prims.gather.bind(x, idx, dim=0)
+    np.testing.assert_array_equal(out, [[0, 11, 7, 18]])   # out[i, j] = x[idx[i, j], j]
