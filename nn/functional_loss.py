@@ -5,6 +5,7 @@ import warnings
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
+from aotgrad.ir.core import current_op
 from aotgrad.runtime import ops, shape_ops
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.factories import rand, tensor
@@ -22,7 +23,9 @@ def _reduce(loss, reduction, name):
         return ops.sum(loss)
     if reduction == "none":
         return loss
-    raise ValueError(f"{name}: {reduction} is not a valid value for reduction")
+    msg = f"{reduction} is not a valid value for reduction"
+    # inside an @op the op layer prefixes its name; the others name themselves here
+    raise ValueError(msg if current_op.get() is not None else f"{name}: {msg}")
 
 
 def _check_same_size(name, input, target):

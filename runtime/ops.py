@@ -561,9 +561,15 @@ def isfinite(x):
 
 
 # ---- matmul --------------------------------------------------------------------------------
-@op("matmul", "MmBackward0")
+@op("matmul")
 def matmul(a, b):
     """numpy/PyTorch matmul: 1-d vectors, 2-d matrices, broadcast batch dims."""
+    out = _matmul(a, b)
+    return _named(out, "DotBackward0" if a.ndim == b.ndim == 1 else
+                  "MvBackward0" if (a.ndim, b.ndim) == (2, 1) else "MmBackward0")
+
+
+def _matmul(a, b):
     if a.dtype is not b.dtype:
         raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: "
                            f"{a.dtype.name} != {b.dtype.name}")

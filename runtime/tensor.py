@@ -283,11 +283,17 @@ class Tensor:
             raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
         return bool(v.reshape(()))
 
+    def _scalar(self):
+        """The one element, for float()/int() (PyTorch's ValueError for more)."""
+        if self.numel() != 1:
+            raise ValueError("only one element tensors can be converted to Python scalars")
+        return self.item()
+
     def __float__(self):
-        return float(self.item())
+        return float(self._scalar())
 
     def __int__(self):
-        return int(self.item())
+        return int(self._scalar())
 
     def __index__(self):
         if self.dtype.is_floating_point or self.dtype is dt.bool_:

@@ -890,12 +890,10 @@ def test_inplace_on_inference_tensor_outside_raises(torch):
     _same(case, torch)
 
 
-@pytest.mark.xfail(strict=True, reason="1-d @ 1-d is MmBackward0, PyTorch's DotBackward0 "
-                   "(ops.py)")
-def test_grad_fn_name_of_vector_dot(torch):
+def test_grad_fn_name_of_vector_dot_and_matrix_vector(torch):
     def case(M):
         x = M.ones(2, 3, requires_grad=True)
-        return (x[0] @ x[1]).grad_fn.name()
+        return (x[0] @ x[1]).grad_fn.name(), (x @ x[0]).grad_fn.name(), (x @ x.T).grad_fn.name()
     _same(case, torch)
 
 

@@ -188,11 +188,11 @@ def test_asarray_of_grad_requiring_tensor_raises():
         np.asarray(A.ones(2, requires_grad=True))
 
 
-@pytest.mark.xfail(strict=True, reason="runtime/tensor.py: float() of a multi-element tensor "
-                   "raises RuntimeError; PyTorch raises ValueError")
-def test_float_of_many_elements_is_value_error():
-    with pytest.raises(ValueError):
-        float(A.tensor([1., 2.]))
+def test_float_and_int_of_many_elements_are_value_errors():
+    for conv in (float, int):
+        with pytest.raises(ValueError, match="only one element tensors"):
+            conv(A.tensor([1., 2.]))
+    assert float(A.tensor([[2.5]])) == 2.5 and int(A.tensor([3])) == 3
 
 
 # ---- ops added by the hunt (closed forms / numpy) ------------------------------------------
