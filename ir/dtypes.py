@@ -40,13 +40,14 @@ def from_numpy(np_dtype):
 
 
 def as_dtype(d):
-    """Accept a DType, a numpy dtype/type or a name like 'float32'."""
+    """Accept a DType, a numpy dtype/type or a name like 'float32'; Python's bool, int and
+    float mean bool, int64 and float64, as in PyTorch."""
     if isinstance(d, DType):
         return d
     if d is bool:
         return bool_
     if d is float:
-        return float32
+        return float64
     if d is int:
         return int64
     return from_numpy(d)

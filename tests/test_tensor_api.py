@@ -316,7 +316,6 @@ def test_negative_sizes_raise_runtime_error_and_new_empty():
     assert tuple(e.shape) == (2, 3) and e.dtype is A.float64
 
 
-@pytest.mark.xfail(strict=True, reason="ir/dtypes.as_dtype maps Python float to float32; PyTorch "
-                   "reads dtype=float as float64")
 def test_python_float_dtype_is_float64():
     assert A.zeros(2, dtype=float).dtype is A.float64
+    assert A.ones(2).to(float).dtype is A.float64 and A.ones(2).to(int).dtype is A.int64

@@ -528,12 +528,10 @@ _case('set_x_index_tensor_float', lambda m: m.zeros(5)[m.tensor([1.])])
 
 
 # creation dtypes, conversions, promotion
-# differs: dtype=float means float32 here (ir/dtypes.as_dtype; xfail in test_tensor_api.py)
-# _case('zeros_pyfloat', lambda m: m.zeros(2, dtype=float))
+_case('zeros_pyfloat', lambda m: m.zeros(2, dtype=float))
 _case('zeros_pyint', lambda m: m.zeros(2, dtype=int))
 _case('zeros_pybool', lambda m: m.zeros(2, dtype=bool))
-# differs: dtype=float means float32 here (ir/dtypes.as_dtype)
-# _case('to_pyfloat', lambda m: m.tensor([1]).to(float))
+_case('to_pyfloat', lambda m: m.tensor([1]).to(float))
 _case('to_pyint', lambda m: m.tensor([1.5]).to(int))
 _case('to_cpu', lambda m: m.tensor([1.5]).to('cpu'))
 _case('to_cpu_dt', lambda m: m.tensor([1.5]).to('cpu', m.float64))
