@@ -1,6 +1,6 @@
 """Kernel-level benchmarks of aotgrad.codegen against plain numpy (steady-state medians).
 
-    /work/venv/bin/python benchmarks/bench_codegen.py [--json out.json]
+    python benchmarks/bench_codegen.py [--json out.json]
 
 Graphs are hand-built IR (forward only; the full fwd+bwd workloads of issue 6 need the
 tracer). Prints compile time (cold or warm cache), median run time and speedup.

@@ -1,6 +1,6 @@
 """Forward+backward programs of issue 6's workloads through `aotgrad.compile` (numba backend).
 
-    /work/venv/bin/python benchmarks/bench_programs.py [W1 W2 W3 W4 W5 W6] [--reps N] [--json out.json]
+    python benchmarks/bench_programs.py [W1 W2 W3 W4 W5 W6] [--reps N] [--json out.json]
 
 For each workload: the compiled forward and backward graphs called directly on numpy arrays
 (`prog fwd`, `prog bwd`: what codegen alone costs), and the end-to-end step
