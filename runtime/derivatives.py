@@ -54,18 +54,10 @@ def _(ctx, g):
     return (tp.neg(g),)
 
 
-def _sign0(x):
-    """sign(x), and 0 where x is NaN (PyTorch's sgn: abs'(NaN) is 0, not NaN)."""
-    s = tp.sign(x)
-    if not x.dtype.is_floating_point:
-        return s
-    return tp.where(tp.ne(x, x), _zeros_like(x), s)
-
-
 @defvjp("abs", save=(0,))
 def _(ctx, g):
     x, = ctx.saved_tensors
-    return (tp.mul(g, _sign0(x)),)
+    return (tp.mul(g, tp.sign_nan0(x)),)
 
 
 @defvjp("exp", save=("out",))

@@ -418,9 +418,7 @@ def sign(x):
     """-1, 0 or 1; 0 for NaN (PyTorch); a bool tensor comes back as it is."""
     if x.dtype is dt.bool_:
         return tp.reshape(x, shape=tuple(x.shape))
-    s = tp.sign(x)
-    if x.dtype.is_floating_point:
-        s = tp.where(tp.ne(x, x), tp.zeros(tuple(x.shape), x.dtype), s)
+    s = tp.sign_nan0(x)
     return mark_weak(s) if is_weak(x) else s
 
 

@@ -36,6 +36,14 @@ def zeros(shape, dtype):
     return constant(0, dtype, shape)
 
 
+def sign_nan0(x):
+    """sign(x), and 0 where x is NaN (PyTorch's sign and sgn; abs'(NaN) is 0, not NaN)."""
+    s = sign(x)  # noqa: F821
+    if not x.dtype.is_floating_point:
+        return s
+    return where(ne(x, x), zeros(tuple(x.shape), x.dtype), s)  # noqa: F821
+
+
 def _py(value, dtype):
     if dtype is dt.bool_:
         return bool(value)
