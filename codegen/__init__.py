@@ -20,11 +20,15 @@ import os as _os
 
 import numba as _numba
 
-# numba's default OpenMP layer keeps its idle threads spinning, and they take the cores from
-# numpy's BLAS threads between kernels (measured: an MLP training step 48 ms -> 13.6 ms with
-# the workqueue layer on 2 cores). A user's NUMBA_THREADING_LAYER still wins.
+# Products run on numba's threads (codegen.blas), so kernels and BLAS share one pool. Its
+# OpenMP layer starts a parallel region in ~2 us; the workqueue layer took ~66 us per region,
+# more than a small kernel. OpenMP's idle workers spin for a while after a region, which
+# would take the cores from numpy's own BLAS threads, but programs keep OpenBLAS on one
+# thread while they run. Where OpenMP cannot load, numba falls back to workqueue. A user's
+# NUMBA_THREADING_LAYER still wins.
 if "NUMBA_THREADING_LAYER" not in _os.environ:
-    _numba.config.THREADING_LAYER = "workqueue"
+    _numba.config.THREADING_LAYER = "default"
+    _numba.config.THREADING_LAYER_PRIORITY = ["omp", "workqueue", "tbb"]
 
 from aotgrad.codegen.cache import cache_clear, cache_dir, cache_info  # noqa: E402
 from aotgrad.codegen.program import CompiledGraph, compile_graph  # noqa: E402

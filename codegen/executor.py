@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from aotgrad.codegen import blas
 from aotgrad.codegen.scheduler import Kernel
 
 _MALLOC_TUNED = []
@@ -172,8 +173,11 @@ class Plan:
         bound once as globals. A step costs one call, not a loop over an env list.
         With timed=True the function also returns each step's perf_counter stamp."""
         g = {"np": np, "_ndarray": np.ndarray, "_empty": np.empty, "_mm": np.matmul,
-             "_contig": np.ascontiguousarray, "_normalise": self._normalise}
+             "_contig": np.ascontiguousarray, "_normalise": self._normalise,
+             "_gemm": blas.gemm_stack}
         names = {}
+        self._probe, self._gemms = None, 0
+        self.gemm_how = {}                 # dot node -> how its product runs (report)
 
         def bind(obj, prefix):
             name = f"{prefix}{len(g)}"
@@ -225,11 +229,16 @@ class Plan:
         if timed:
             lines.append("    _t = [_clock()]")
             g["_clock"] = __import__("time").perf_counter
+        body = []
         for st in self.schedule.steps:
-            lines += ["    " + line for line in self._step_lines(st, bind, name_of, shaped,
-                                                                 operand)]
+            body += ["    " + line for line in self._step_lines(st, bind, name_of, shaped,
+                                                                operand)]
             if timed:
-                lines.append("    _t.append(_clock())")
+                body.append("    _t.append(_clock())")
+        if self._gemms:   # products shared out over numba's threads: OpenBLAS on one thread
+            g["_blas1"] = blas.single_threaded
+            body = ["    with _blas1():"] + ["    " + line for line in body]
+        lines += body
         outs = [name_of(v) if v in fixed else f"v{s}.copy()" if s in self.copy_slots else
                 f"v{s}" for v, s in zip(self.graph.outputs, self.out_slots)]
         lines.append(f"    return [{', '.join(outs)}]" + (", _t" if timed else ""))
@@ -258,6 +267,9 @@ class Plan:
         n = st.nodes[0]
         if st.kind == "dot":
             pa, sa, pb, sb, so = _dot_plan(n)
+            call = self._gemm_call(n, pa, sa, pb, sb, so, bind, name_of)
+            if call:
+                return [call]
             ea, eb = (operand(v, p, s) for v, p, s in zip(n.inputs, (pa, pb), (sa, sb)))
             return [f"_mm({ea}, {eb}, out={shaped(n.outputs[0], so)})"]
         if st.kind == "view" and getattr(st, "view_expr", None):  # a strided view
@@ -272,6 +284,71 @@ class Plan:
         if not n.prim.multiple_results:
             return [f"{outs[0]} = _contig({call})"]
         return [f"{', '.join(outs)}, = {call}"] + [f"{o} = _contig({o})" for o in outs]
+
+    def _probes(self):
+        """var -> (root var, its layout_probe, the var's view of it) for every value: a
+        non-view value is its own C-contiguous root; view steps are replayed on the probes.
+        A view step that copies (numpy's reshape of a strided view) makes a new root."""
+        probes = {}
+
+        def root(v):
+            p = blas.layout_probe(v.shape)
+            probes[v] = (v, p, p)
+        for v in self.graph.inputs:
+            root(v)
+        for st in self.schedule.steps:
+            if st.kind != "view":
+                for v in st.outputs:
+                    root(v)
+                continue
+            out, src = st.outputs[0], st.inputs[0]
+            r, p, x = probes[src]
+            expr = getattr(st, "view_expr", None)
+            y = eval(f"x{expr}", {"x": x}) if expr else \
+                x.reshape(tuple(st.nodes[0].params["shape"]))
+            if np.may_share_memory(y, p):
+                probes[out] = (r, p, y)
+            else:
+                root(out)
+        return probes
+
+    def _gemm_call(self, n, pa, sa, pb, sb, so, bind, name_of):
+        """The line running this product as blas.gemm_stack over numba's threads, or None
+        (np.matmul then): small products, no usable OpenBLAS, a dtype BLAS has no gemm for,
+        or an operand BLAS cannot read without a copy."""
+        import numba
+        (a, b), out = n.inputs, n.outputs[0]
+        d = out.dtype.np
+        lib = blas.openblas()
+        if not blas.available() or d not in lib[1] or a.dtype.np != d or b.dtype.np != d or \
+                math.prod(sa) * sb[-1] < blas.SPLIT_MIN or math.prod(so) == 0:
+            return None
+        if self._probe is None:
+            self._probe = self._probes()
+        la, lb = (blas.gemm_layout(self._probe[v][2], p, s)
+                  for v, p, s in ((a, pa, sa), (b, pb, sb)))
+        if la is None or lb is None:
+            return None
+
+        def flat(v):   # (the flat array v's root, v's offset in it); bound when fixed
+            r, p, x = self._probe[v]
+            off = blas.offset_of(x, p)
+            if r in self._fixed:
+                return bind(self._fixed[r].reshape(-1), "_w"), off
+            return f"{name_of(r)}.reshape(-1)", off
+
+        (fa, oa), (fb, ob), (fc, oc) = flat(a), flat(b), flat(out)
+        assert oc == 0 and self._probe[out][0] is out
+        batch, m, k, nn = so[:-2], sa[-2], sa[-1], sb[-1]
+        parts, cut_cols = blas.pieces(math.prod(batch), m, nn, numba.get_num_threads())
+        arr = (lambda t: bind(np.array(t, np.int64), "_i"))
+        self._gemms += 1
+        self.gemm_how[n] = (f"BLAS gemm over numba's threads: {math.prod(batch)} x "
+                            f"({m}x{k} @ {k}x{nn})" + (f", {parts} {'column' if cut_cols else 'row'} "
+                                               f"slabs each" if parts > 1 else ""))
+        return (f"_gemm({lib[1][d]}, {la[1]}, {lb[1]}, {m}, {nn}, {k}, "
+                f"{bind(d.type(1), '_c')}, {fa}, {oa}, {la[2]}, {fb}, {ob}, {lb[2]}, "
+                f"{fc}, {arr(batch)}, {arr(la[0])}, {arr(lb[0])}, {parts}, {cut_cols})")
 
     @property
     def source(self):

@@ -131,7 +131,7 @@ class CompiledGraph:
         return [st for st in self.schedule.steps if isinstance(st, Kernel)]
 
     def report(self):
-        sch, plan = self.schedule, self.plan
+        sch, plan = self.schedule, self.plan.prepared()
         lines = [f"program {self.name}: {len(sch.steps)} steps, "
                  f"{len(self.kernels())} kernels ({len(self._units)} distinct), "
                  f"{len(self._units)} modules [{self.cache_status}], "
@@ -147,8 +147,9 @@ class CompiledGraph:
                 lines.append(f"  [{i}] kernel {spec.name} ({par}): {st.describe()}")
             else:
                 n = st.nodes[0]
-                what = {"dot": "BLAS np.matmul", "ref": "reference (numpy impl)",
-                        "view": "view (reshape)"}[st.kind]
+                what = plan.gemm_how.get(n) or {
+                    "dot": "BLAS np.matmul", "ref": "reference (numpy impl)",
+                    "view": "view (reshape)"}[st.kind]
                 lines.append(f"  [{i}] {what}: {n.prim.name} -> "
                              f"{', '.join(v.name for v in st.outputs)}")
         lines.append("refused fusions:")

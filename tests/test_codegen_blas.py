@@ -1,0 +1,166 @@
+"""Products shared out over numba's threads (codegen.blas): every layout the executor hands to
+`gemm_stack` against numpy, and whole compiled programs against eager mode.
+
+SPLIT_MIN is lowered to 0 here so that small products take the threaded path too."""
+import os
+
+import numpy as np
+import pytest
+
+import aotgrad as ag
+from aotgrad.codegen import blas
+from aotgrad.ir import Aval, GraphBuilder, evaluate, prims
+from aotgrad.ir import dtypes as dt
+
+pytestmark = pytest.mark.skipif(not blas.available(),
+                                reason="numpy's OpenBLAS not found or no cheap threading layer")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cache_dir(tmp_path_factory):
+    old = os.environ.get("AOTGRAD_CACHE_DIR")
+    os.environ["AOTGRAD_CACHE_DIR"] = str(tmp_path_factory.mktemp("aotgrad_cache"))
+    yield
+    if old is None:
+        os.environ.pop("AOTGRAD_CACHE_DIR", None)
+    else:
+        os.environ["AOTGRAD_CACHE_DIR"] = old
+
+
+@pytest.fixture(autouse=True)
+def _split_everything(monkeypatch):
+    monkeypatch.setattr(blas, "SPLIT_MIN", 0)
+
+
+def _rand(shape, d=np.float32, seed=0):
+    return np.random.default_rng(seed).uniform(-1, 1, shape).astype(d)
+
+
+def _graph(fn, *avals):
+    b = GraphBuilder("forward")
+    xs = [b.add_input(Aval(s, d), f"x{i}") for i, (s, d) in enumerate(avals)]
+    with b:
+        outs = fn(*xs)
+    b.graph.outputs = list(outs)
+    return b.graph
+
+
+def _check_graph(g, arrays, gemms):
+    from aotgrad.codegen import compile_graph
+    prog = compile_graph(g)
+    got = prog(*arrays)
+    src = prog.plan.source
+    assert src.count("_gemm(") == gemms, src
+    for a, r in zip(got, evaluate(g, arrays)):
+        r = np.asarray(r)
+        assert a.shape == r.shape and a.dtype == r.dtype
+        tol = 1e-5 if r.dtype == np.float32 else 1e-12
+        np.testing.assert_allclose(a, r, rtol=tol, atol=tol)
+    return prog
+
+
+@pytest.mark.parametrize("d", [dt.float32, dt.float64])
+def test_plain_and_transposed_operands(d):
+    # x @ w, x @ w.T, x.T @ y, x.T @ w.T: all four flag pairs; odd sizes so slabs differ
+    def fn(x, w, y):
+        return [prims.dot_general(x, w, contract=((1,), (0,))),
+                prims.dot_general(x, y, contract=((1,), (1,))),
+                prims.dot_general(x, x, contract=((0,), (0,))),
+                prims.dot_general(w, y, contract=((1,), (0,)))]
+    g = _graph(fn, ((7, 5), d), ((5, 9), d), ((9, 5), d))
+    _check_graph(g, [_rand((7, 5), d.np), _rand((5, 9), d.np, 1), _rand((9, 5), d.np, 2)], 4)
+
+
+def test_wide_product_is_cut_along_columns():
+    assert blas.pieces(1, 3, 40, 2) == (2, True)
+    assert blas.pieces(1, 40, 3, 2) == (2, False)
+    assert blas.pieces(8, 40, 3, 2) == (1, False)
+
+    def fn(x, w):
+        return [prims.dot_general(x, w, contract=((1,), (0,)))]
+    g = _graph(fn, ((3, 6), dt.float32), ((6, 41), dt.float32))
+    _check_graph(g, [_rand((3, 6)), _rand((6, 41), seed=1)], 1)
+
+
+def test_batched_with_permuted_batch_dims():
+    # q (B,S,H,D) read as (B,H,S,D) and (B,H,D,S): batch steps that are not one stride apart
+    def fn(q, k):
+        s = prims.dot_general(q, k, contract=((3,), (3,)), batch=((0, 2), (0, 2)))
+        t = prims.dot_general(q, k, contract=((1,), (1,)), batch=((0, 2), (0, 2)))
+        return [s, t]
+    g = _graph(fn, ((2, 5, 3, 4), dt.float32), ((2, 5, 3, 4), dt.float32))
+    _check_graph(g, [_rand((2, 5, 3, 4)), _rand((2, 5, 3, 4), seed=1)], 2)
+
+
+def test_vectors_and_empty_products_fall_back_or_work():
+    def fn(x, v, e):
+        return [prims.dot_general(x, v, contract=((1,), (0,))),       # matrix @ vector
+                prims.dot_general(v, x, contract=((0,), (1,))),       # vector @ matrix.T
+                prims.dot_general(x, e, contract=((1,), (0,)))]       # (4,6) @ (6,0)
+    g = _graph(fn, ((4, 6), dt.float32), ((6,), dt.float32), ((6, 0), dt.float32))
+    prog = _check_graph(g, [_rand((4, 6)), _rand((6,), seed=1), np.zeros((6, 0), np.float32)],
+                        2)
+    assert "_mm(" in prog.plan.source      # the empty product stays np.matmul
+
+
+def test_integer_products_stay_on_numpy():
+    def fn(x, w):
+        return [prims.dot_general(x, w, contract=((1,), (0,)))]
+    g = _graph(fn, ((4, 6), dt.int64), ((6, 3), dt.int64))
+    x = np.arange(24, dtype=np.int64).reshape(4, 6)
+    _check_graph(g, [x, x.T[:, :3].copy()], 0)
+
+
+def test_gemm_layout_rejects_views_that_need_a_copy():
+    p = blas.layout_probe((4, 6))
+    assert blas.gemm_layout(p, None, (4, 6))[1:] == (blas.NO_TRANS, 6)
+    assert blas.gemm_layout(p, (1, 0), (6, 4))[1:] == (blas.TRANS, 6)
+    q = blas.layout_probe((2, 3, 4))
+    # (2,3,4) -> (3,2,4) -> (3,8): merging dims that are not adjacent in memory needs a copy
+    assert blas.gemm_layout(q, (1, 0, 2), (3, 8)) is None
+    assert blas.gemm_layout(p[:, ::2], None, (4, 3)) is None          # no unit stride
+    sl = p[1:3, 2:5]
+    lay = blas.gemm_layout(sl, None, (2, 3))
+    assert lay[1:] == (blas.NO_TRANS, 6) and blas.offset_of(sl, p) == 8
+
+
+def _attention(x, w, wo):
+    B, S, D = x.shape
+    H = 2
+    qkv = (x @ w).reshape(B, S, 3, H, D // H)
+    q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))
+    att = ag.softmax(q @ k.transpose(-2, -1) * (D // H) ** -0.5, dim=-1)
+    y = (att @ v).transpose(1, 2).reshape(B, S, D)
+    return ((y @ wo) ** 2).sum()
+
+
+@pytest.mark.parametrize("backend", ["numba"])
+def test_attention_block_matches_eager(backend):
+    # the views of one qkv buffer (slices with offsets, permuted batch dims) go to BLAS as
+    # they lie, forward and backward
+    args = [_rand((2, 5, 8)), _rand((8, 24), seed=1), _rand((8, 8), seed=2)]
+    eager = [ag.tensor(a, requires_grad=True) for a in args]
+    comp = [ag.tensor(a, requires_grad=True) for a in args]
+    le = _attention(*eager)
+    le.backward()
+    cf = ag.compile(_attention, backend=backend)
+    lc = cf(*comp)
+    lc.backward()
+    np.testing.assert_allclose(lc.item(), le.item(), rtol=1e-5)
+    for e, c in zip(eager, comp):
+        np.testing.assert_allclose(c.grad.numpy(), e.grad.numpy(), rtol=1e-4, atol=1e-5)
+    prog = next(iter(cf.cache.values()))
+    fwd, bwd = prog._kernels["forward"].plan.source, prog._kernels["backward"].plan.source
+    assert fwd.count("_gemm(") == 4 and "_mm(" not in fwd
+    assert bwd.count("_gemm(") >= 6 and "_mm(" not in bwd
+
+
+def test_openblas_threads_restored_after_a_call():
+    lib = blas.openblas()[0]
+    before = lib.scipy_openblas_get_num_threads64_()
+
+    def fn(x, w):
+        return [prims.dot_general(x, w, contract=((1,), (0,)))]
+    g = _graph(fn, ((4, 6), dt.float32), ((6, 3), dt.float32))
+    _check_graph(g, [_rand((4, 6)), _rand((6, 3), seed=1)], 1)
+    assert lib.scipy_openblas_get_num_threads64_() == before
