@@ -113,6 +113,9 @@ def run(name, reps):
     loss = cf(*args)
     loss.backward()
     first = time.perf_counter() - t
+    t = time.perf_counter()
+    ag.codegen.wait_for_parallel_kernels(timeout=600)   # medium kernels start serial
+    settle = time.perf_counter() - t
     grads = [a.grad.numpy().copy() if a.grad is not None else None for a in args]
     # eager reference gradients
     eargs = [a.detach().requires_grad_(a.requires_grad) for a in args]
@@ -145,7 +148,7 @@ def run(name, reps):
         cf(*args).backward()
     ts = median_time(step, reps)
     return dict(workload=name, fwd_ms=tf * 1e3, bwd_ms=tb * 1e3, prog_ms=(tf + tb) * 1e3,
-                step_ms=ts * 1e3, first_call_s=first, grad_rel_err=err,
+                step_ms=ts * 1e3, first_call_s=first, settle_s=settle, grad_rel_err=err,
                 fwd_kernels=len(fw.kernels()), bwd_kernels=len(bw.kernels()),
                 fwd_steps=len(fw.schedule.steps), bwd_steps=len(bw.schedule.steps))
 
@@ -171,7 +174,7 @@ def main():
         unit, k = ("us", 1e3) if r["prog_ms"] < 1 else ("ms", 1)
         print(f"{name}: prog fwd {r['fwd_ms'] * k:8.3f} {unit}  bwd {r['bwd_ms'] * k:8.3f} {unit}"
               f"  fwd+bwd {r['prog_ms'] * k:8.3f} {unit}  step {r['step_ms'] * k:8.3f} {unit}"
-              f"  first call {r['first_call_s']:.2f}s  kernels {r['fwd_kernels']}+"
+              f"  first call {r['first_call_s']:.2f}s (+{r['settle_s']:.1f}s)  kernels {r['fwd_kernels']}+"
               f"{r['bwd_kernels']} (steps {r['fwd_steps']}+{r['bwd_steps']})"
               f"  grad err {r['grad_rel_err']:.1e}")
     import numba

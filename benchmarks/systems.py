@@ -14,9 +14,11 @@ import importlib
 
 
 class Step:
-    def __init__(self, run, readout, info=None):
+    def __init__(self, run, readout, info=None, settle=None):
         self.run, self.readout = run, readout
         self.info = info or (lambda: None)  # after a call: what the system compiled (or None)
+        # after the first call: wait for compiles the system finishes in the background
+        self.settle = settle or (lambda: None)
 
     def __call__(self):
         return self.run()
@@ -61,10 +63,14 @@ def _torchlike(T, wl, arrays, wrap):
             leaves.append((name, t))
         tensors.append(t)
     fn = wrap(lambda *a: wl.fn(T, *a))
-    info = None
+    info = settle = None
     if hasattr(fn, "ir"):  # aotgrad.compile: module cache hits, compile time per program
         def info():
             return _program_info(fn.ir(*tensors).schedule_report())
+
+        def settle():   # medium kernels start serial; their parallel variants come later
+            from aotgrad.codegen import wait_for_parallel_kernels
+            wait_for_parallel_kernels(timeout=600)
 
     def run():
         for _, t in leaves:
@@ -76,7 +82,7 @@ def _torchlike(T, wl, arrays, wrap):
     def readout(loss):
         return float(loss.item()), {n: (None if t.grad is None else t.grad.detach().numpy())
                                     for n, t in leaves}
-    return Step(run, readout, info)
+    return Step(run, readout, info, settle)
 
 
 def _program_info(report):

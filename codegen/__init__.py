@@ -13,6 +13,8 @@ Modules, one job each:
               records; emit_reductions, emit_loops: reductions and loop nests)
   executor    the flat step list over planned buffers
   cache       on-disk module cache (AOTGRAD_CACHE_DIR), cache_clear(), cache_info()
+  blas        products on numpy's OpenBLAS, one single-threaded gemm per numba thread
+  tiers       medium kernels start serial; parallel variants compiled in the background
   program     compile_graph and CompiledGraph
 Imports only aotgrad.ir.
 """
@@ -32,5 +34,7 @@ if "NUMBA_THREADING_LAYER" not in _os.environ:
 
 from aotgrad.codegen.cache import cache_clear, cache_dir, cache_info  # noqa: E402
 from aotgrad.codegen.program import CompiledGraph, compile_graph  # noqa: E402
+from aotgrad.codegen.tiers import wait as wait_for_parallel_kernels  # noqa: E402
 
-__all__ = ["compile_graph", "CompiledGraph", "cache_clear", "cache_info", "cache_dir"]
+__all__ = ["compile_graph", "CompiledGraph", "cache_clear", "cache_info", "cache_dir",
+           "wait_for_parallel_kernels"]

@@ -8,6 +8,7 @@ kernel constants and reshaped views bound once as globals. A call checks its inp
 allocates the outputs and runs the lines: no per-step dispatch, no env list.
 """
 import math
+import threading
 
 import numpy as np
 
@@ -62,6 +63,8 @@ class Plan:
     def __init__(self, graph, schedule, kernel_fns, reuse_outputs=False):
         self.graph, self.schedule = graph, schedule
         self.kernel_fns = kernel_fns     # step -> (fn, KernelSpec)
+        self._bound_kernels = []         # per driver: (its globals, {step: global name})
+        self._swap_lock = threading.Lock()   # a kernel swap waits for a driver being built
         self.reuse_outputs = reuse_outputs
         self.slot = {}
         for v in graph.inputs:
@@ -166,6 +169,10 @@ class Plan:
         return r
 
     def _driver(self, fixed, timed=False, trusted=0):
+        with self._swap_lock:
+            return self._build_driver(fixed, timed, trusted)
+
+    def _build_driver(self, fixed, timed, trusted):
         """Python source for `program(*inputs) -> outputs` and the function itself.
 
         Each step is one line calling a kernel, np.matmul or a prim's numpy impl on local
@@ -175,7 +182,8 @@ class Plan:
         g = {"np": np, "_ndarray": np.ndarray, "_empty": np.empty, "_mm": np.matmul,
              "_contig": np.ascontiguousarray, "_normalise": self._normalise,
              "_gemm": blas.gemm_stack}
-        names = {}
+        names, knames = {}, {}
+        self._bound_kernels.append((g, knames))
         self._probe, self._gemms = None, 0
         self.gemm_how = {}                 # dot node -> how its product runs (report)
 
@@ -232,7 +240,7 @@ class Plan:
         body = []
         for st in self.schedule.steps:
             body += ["    " + line for line in self._step_lines(st, bind, name_of, shaped,
-                                                                operand)]
+                                                                operand, knames)]
             if timed:
                 body.append("    _t.append(_clock())")
         if self._gemms:   # products shared out over numba's threads: OpenBLAS on one thread
@@ -246,7 +254,16 @@ class Plan:
         exec(compile(src, f"<{self.graph.name} program>", "exec"), g)
         return src, g["program"]
 
-    def _step_lines(self, st, bind, name_of, shaped, operand):
+    def swap_kernel(self, st, fn, spec):
+        """Run step `st` with `fn` (same arguments) from the next call on, in every driver
+        made so far and later (a kernel's parallel variant replacing its serial one)."""
+        with self._swap_lock:
+            self.kernel_fns[st] = (fn, spec)
+            for g, knames in self._bound_kernels:
+                if st in knames:
+                    g[knames[st]] = fn
+
+    def _step_lines(self, st, bind, name_of, shaped, operand, knames):
         if isinstance(st, Kernel):
             fn, spec = self.kernel_fns[st]
             args = []
@@ -257,7 +274,8 @@ class Plan:
                     args.append(bind(a.dtype.np.type(a.value), "_c"))
                 else:
                     args.append(shaped(a.var, a.shape))
-            call = f"{bind(fn, '_k')}({', '.join(args)})"
+            knames[st] = bind(fn, '_k')
+            call = f"{knames[st]}({', '.join(args)})"
             if not spec.checks:
                 return [call]
             names = sorted({n.prim.name for n in st.nodes if n.prim.name in

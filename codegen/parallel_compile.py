@@ -37,6 +37,7 @@ LINGER = 10.0          # seconds an idle helper waits for the next compile befor
 _lock = threading.Lock()
 _idle = []             # [(process, cwd)] helpers waiting for work
 _timer = None
+_foreground = [0, 0.0]  # compiles in progress in this process, when the last one ended
 
 
 class Unit:
@@ -186,6 +187,54 @@ def compile_units(units, compile_here, cwd=None, max_workers=None):
     """Compile `units`, sharing them with helper processes where that pays; returns the
     number the helpers compiled (0 if none started). `compile_here(unit)` compiles one unit
     in this process; exceptions from it propagate (after the helpers are stopped)."""
+    with _lock:
+        _foreground[0] += 1
+    try:
+        return _compile_units(units, compile_here, cwd, max_workers)
+    finally:
+        with _lock:
+            _foreground[0] -= 1
+            _foreground[1] = time.monotonic()
+
+
+def quiet_for():
+    """Seconds since the last compile in this process ended (0 while one runs)."""
+    with _lock:
+        return 0.0 if _foreground[0] else time.monotonic() - _foreground[1]
+
+
+def compile_in_helpers(units, cwd):
+    """Compile `units` in helper processes only (for work in the background: the caller's
+    thread only waits); returns the units that were compiled. With no helpers (none can
+    start, AOTGRAD_COMPILE_WORKERS=0) nothing is done."""
+    n = workers()
+    if not os.environ.get("AOTGRAD_COMPILE_WORKERS", "").strip():
+        n = min(MAX_WORKERS, _cpus())   # all cores: this is the work that is left
+    procs = _take(min(n, len(units)), cwd) if n else []
+    if not procs:
+        return []
+    todo, done, broken = queue.Queue(), [], set()
+    for u in sorted(units, key=lambda u: -u.cost):
+        todo.put(u)
+    threads = [threading.Thread(target=_feed, args=(p, todo, done, broken), daemon=True,
+                                name="aotgrad-compile-feed") for p in procs]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + HELPER_TIMEOUT
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    hung = any(t.is_alive() for t in threads)
+    keep = [p for p in procs if not hung and p not in broken and p.poll() is None]
+    for p in procs:
+        if p not in keep:
+            if hung:
+                p.kill()
+            _stop(p)
+    _give_back(keep, cwd)
+    return done
+
+
+def _compile_units(units, compile_here, cwd, max_workers):
     units = sorted(units, key=lambda u: -u.cost)      # longest first: shorter tail
     n = workers() if max_workers is None else max_workers
     n = min(n, len(units) - 1)

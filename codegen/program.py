@@ -1,9 +1,12 @@
 """compile_graph: schedule -> emit -> load (disk cache) -> plan; the CompiledGraph object."""
+import copy
+import glob
 import math
 import os
+import sys
 import time
 
-from aotgrad.codegen import cache, parallel_compile
+from aotgrad.codegen import cache, parallel_compile, tiers
 from aotgrad.codegen.compile_worker import numba_signature
 from aotgrad.ir.passes import cse
 from aotgrad.codegen.emitter import emit_kernel, module_source
@@ -33,13 +36,11 @@ _STATUS_ORDER = ("rebuilt", "new", "disk", "memory")
 
 def parallel_compile_min():
     """Elements of work below which a kernel emitted with `prange` loops is compiled without
-    numba's parallel backend (the loops then run in order).
-
-    Numba compiles a parallel kernel about 3x slower than a serial one (0.6-1 s against
-    0.2-0.4 s); on 2 threads the medium kernels of a transformer block (256K-1M elements,
-    W4) ran no faster in parallel, so parallel compilation is kept for work of
-    2**22 / threads elements or more. AOTGRAD_PARALLEL_MIN=N sets the threshold (0: every
-    prange kernel is compiled parallel)."""
+    numba's parallel backend (the loops then run in order). Default 0: every such kernel
+    (codegen.emit_base.PAR_MIN elements or more) runs parallel, since products and kernels
+    share numba's threads (codegen.blas). Numba compiles a parallel kernel ~2.5x slower
+    than a serial one, so a cold one starts serial and its parallel variant is compiled in
+    the background (codegen.tiers). AOTGRAD_PARALLEL_MIN=N sets the threshold."""
     env = os.environ.get("AOTGRAD_PARALLEL_MIN", "").strip()
     if env:
         try:
@@ -47,8 +48,14 @@ def parallel_compile_min():
         except ValueError:
             raise ValueError(f"AOTGRAD_PARALLEL_MIN must be a whole number of elements, "
                              f"got {env!r}") from None
-    import numba
-    return (1 << 22) // max(1, numba.config.NUMBA_NUM_THREADS)
+    return 0
+
+
+def _compiled_before(source):
+    """Has numba's disk cache (or this process) got machine code for this module?"""
+    name = cache.module_name(source)
+    return name in sys.modules or bool(
+        glob.glob(os.path.join(cache.cache_dir(), "__pycache__", name + ".*.nbi")))
 
 
 class CompiledGraph:
@@ -74,11 +81,18 @@ class CompiledGraph:
                 self.specs[st] = emit_kernel(self.scheduler, st, own[st])
                 helpers |= own[st]
         self.serial_compiled = set()   # kernels with prange loops compiled serially
+        self.upgrading = {}            # spec compiled serially for now -> (its step, helpers)
+        self.upgraded = set()          # specs swapped for their parallel variant
         pmin = parallel_compile_min()
-        for spec in self.specs.values():
-            if spec.parallel and math.prod(spec.kernel.domain or (1,)) < pmin:
+        for st, spec in self.specs.items():
+            if not spec.parallel:
+                continue
+            if math.prod(spec.kernel.domain or (1,)) < pmin:
                 spec.parallel = False
                 self.serial_compiled.add(spec)
+            elif tiers.enabled() and not _compiled_before(module_source([spec], own[st])):
+                spec.parallel = False
+                self.upgrading[spec] = (st, own[st])
         # the whole program as one text (what `source` shows); names the kernels k_<hash>
         self.source = module_source(list(self.specs.values()), helpers)
         self._units = {}  # kernel name -> [spec, module, how, signature, helpers]
@@ -92,6 +106,35 @@ class CompiledGraph:
         fns = self._compile_all()
         self.plan = Plan(graph, self.schedule, fns, reuse_outputs=reuse_outputs)
         self.compile_seconds = time.perf_counter() - t0
+        if self.upgrading:
+            tiers.submit(self._upgrade)
+
+    def _upgrade(self):
+        """Background job (codegen.tiers): compile the parallel variants of the kernels that
+        started serial in helper processes, load them and swap them into the driver."""
+        variants = {}                     # kernel name -> (parallel spec, module, steps)
+        for spec, (st, own) in self.upgrading.items():
+            if spec.name not in variants:
+                pspec = copy.copy(spec)
+                pspec.parallel = True
+                mod, _ = cache.load_module(module_source([pspec], own))
+                variants[spec.name] = (pspec, mod, [])
+            variants[spec.name][2].append(st)
+        for st, spec in self.specs.items():   # steps sharing an upgraded kernel's body
+            if not spec.parallel and spec.name in variants and st not in variants[spec.name][2]:
+                variants[spec.name][2].append(st)
+        units = [parallel_compile.Unit(mod.__file__, mod.__name__, name, _sig_desc(pspec), 3)
+                 for name, (pspec, mod, _) in variants.items()]
+        done = {u.kernel for u in parallel_compile.compile_in_helpers(units, cache.cache_dir())}
+        for name in done:
+            pspec, mod, steps = variants[name]
+            fn = getattr(mod, name)
+            fn.compile(_numba_sig(pspec))       # numba's disk cache, filled by the helper
+            for st in steps:
+                self.plan.swap_kernel(st, fn, pspec)
+                self.specs[st] = pspec
+            self.upgraded.add(pspec)
+        return len(done) == len(variants)
 
     @property
     def module_names(self):
@@ -141,9 +184,12 @@ class CompiledGraph:
         for i, st in enumerate(sch.steps):
             if isinstance(st, Kernel):
                 spec = self.specs[st]
-                par = "parallel" if spec.parallel else \
+                par = "parallel, compiled in the background" if spec in self.upgraded else \
+                    "parallel" if spec.parallel else \
                     "serial; its prange loops run in order: small work" \
-                    if spec in self.serial_compiled else "serial"
+                    if spec in self.serial_compiled else \
+                    "serial until its parallel variant is compiled in the background" \
+                    if spec in self.upgrading else "serial"
                 lines.append(f"  [{i}] kernel {spec.name} ({par}): {st.describe()}")
             else:
                 n = st.nodes[0]

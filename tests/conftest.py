@@ -10,6 +10,9 @@ os.environ.setdefault("AOTGRAD_CACHE_DIR", os.path.join(tempfile.gettempdir(),
 # kernels large enough for prange are compiled parallel whatever their size, so tests on
 # small arrays exercise numba's parallel backend (the default compiles medium ones serially)
 os.environ.setdefault("AOTGRAD_PARALLEL_MIN", "0")
+# ... and up front, not first serially with a parallel variant compiled in the background
+# (tests/test_codegen_tiers.py turns that on)
+os.environ.setdefault("AOTGRAD_BACKGROUND_COMPILE", "0")
 
 
 @pytest.fixture

@@ -1,0 +1,95 @@
+"""Tiered compilation (codegen.tiers): a cold medium kernel starts serial, its parallel
+variant is compiled by helper processes in the background and swapped into the driver; a
+variant already compiled is used at once; without helpers the serial kernel stays."""
+import sys
+
+import numpy as np
+import pytest
+
+from aotgrad.codegen import compile_graph, parallel_compile, tiers, wait_for_parallel_kernels
+from aotgrad.ir import Aval, GraphBuilder, evaluate, prims
+from aotgrad.ir import dtypes as dt
+
+
+@pytest.fixture
+def cold(tmp_path, monkeypatch):
+    monkeypatch.setenv("AOTGRAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("AOTGRAD_BACKGROUND_COMPILE", "1")
+    monkeypatch.setenv("AOTGRAD_PARALLEL_MIN", "0")
+    for name in [n for n in sys.modules if n.startswith("aotgrad_gen_")]:
+        monkeypatch.delitem(sys.modules, name)
+    assert wait_for_parallel_kernels(timeout=300)   # nothing left over from other tests
+    parallel_compile.shutdown()
+    yield tmp_path
+    assert wait_for_parallel_kernels(timeout=300)
+    parallel_compile.shutdown()
+
+
+def graph():
+    """Two kernels with enough work for prange (300 x 512): a row reduction and a column
+    reduction (partials per block, then combined)."""
+    b = GraphBuilder("p")
+    x = b.add_input(Aval((300, 512), dt.float32), "x")
+    with b:
+        t = prims.tanh(x)
+        rows = prims.reduce_sum(t, dims=(1,))
+        cols = prims.reduce_sum(prims.mul(t, x), dims=(0,))
+    b.graph.outputs = [rows, cols]
+    return b.graph
+
+
+def _bound(prog):
+    """The kernel objects the driver calls now."""
+    g, names = prog.plan.prepared()._bound_kernels[0]
+    return [g[n] for n in names.values()]
+
+
+X = np.random.default_rng(1).uniform(-2, 2, (300, 512)).astype(np.float32)
+
+
+def test_cold_kernels_start_serial_and_are_upgraded(cold):
+    g = graph()
+    prog = compile_graph(g)
+    specs = list(prog.specs.values())
+    assert all("prange(" in s.body for s in specs)
+    first = prog(X)
+    for got, want in zip(first, evaluate(g, [X])):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    assert wait_for_parallel_kernels(timeout=300)
+    if not prog.upgraded:       # the job ran before this check could see the serial state
+        pytest.fail(f"no kernel upgraded: {prog.report()}")
+    assert len(prog.upgraded) == len({s.name for s in specs})
+    assert all(f.targetoptions.get("parallel") for f in _bound(prog))
+    assert "parallel, compiled in the background" in prog.report()
+    again = prog(X)
+    for a, b in zip(first, again):        # same values, bit for bit, serial or parallel
+        np.testing.assert_array_equal(a, b)
+    # the same program again: its parallel variants are there now, used from the start
+    prog2 = compile_graph(graph())
+    assert not prog2.upgrading
+    assert all(f.targetoptions.get("parallel") for f in _bound(prog2))
+
+
+def test_report_says_serial_until_upgraded(cold, monkeypatch):
+    monkeypatch.setattr(tiers, "submit", lambda job: None)     # keep it serial
+    prog = compile_graph(graph())
+    assert prog.upgrading and not prog.upgraded
+    assert "serial until its parallel variant is compiled in the background" in prog.report()
+    assert not any(f.targetoptions.get("parallel") for f in _bound(prog))
+
+
+def test_without_helpers_kernels_stay_serial(cold, monkeypatch):
+    monkeypatch.setenv("AOTGRAD_COMPILE_WORKERS", "0")
+    g = graph()
+    prog = compile_graph(g)
+    assert wait_for_parallel_kernels(timeout=300)
+    assert not prog.upgraded
+    for got, want in zip(prog(X), evaluate(g, [X])):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+def test_up_front_when_background_compile_is_off(cold, monkeypatch):
+    monkeypatch.setenv("AOTGRAD_BACKGROUND_COMPILE", "0")
+    prog = compile_graph(graph())
+    assert not prog.upgrading
+    assert all(f.targetoptions.get("parallel") for f in _bound(prog))
