@@ -121,7 +121,7 @@ def measure(wkey, sname, quick, env, timeout, log):
         if phase == "main":
             res.update({k: r[k] for k in ("first_call_s", "median_s", "min_s", "p25_s",
                                           "p75_s", "reps", "checksums", "versions", "loadavg",
-                                          "programs", "cpu_median_s",
+                                          "programs", "cpu_median_s", "settle_s",
                                           "error", "traceback", "skipped") if k in r})
             if "error" in r or "skipped" in r:
                 return res
@@ -245,6 +245,8 @@ def table(results, machine):
             note = r.get("check", "")
             if r.get("warm_error"):
                 note += f" warm run error: {r['warm_error'][:60]}"
+            if (r.get("settle_s") or 0) > 0.05:
+                note += f"; parallel kernels in {r['settle_s']:.1f} s after the first call"
             wp = r.get("warm_programs")
             if isinstance(wp, dict):
                 note += "; warm cache " + ",".join(f"{_SHORT.get(k, k)}:{v['cache']}"
