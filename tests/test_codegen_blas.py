@@ -164,3 +164,35 @@ def test_openblas_threads_restored_after_a_call():
     g = _graph(fn, ((4, 6), dt.float32), ((6, 3), dt.float32))
     _check_graph(g, [_rand((4, 6)), _rand((6, 3), seed=1)], 1)
     assert lib.scipy_openblas_get_num_threads64_() == before
+
+
+def test_forked_child_gets_a_clear_error_not_sigterm():
+    # GNU OpenMP's threads do not survive fork(): numba would terminate the child; aotgrad
+    # raises a RuntimeError saying what to do instead
+    import multiprocessing as mp
+    from numba.np.ufunc import parallel
+    if "fork" not in mp.get_all_start_methods():
+        pytest.skip("no fork here")
+
+    def fn(x, w):
+        return [prims.dot_general(x, w, contract=((1,), (0,)))]
+    g = _graph(fn, ((4, 6), dt.float32), ((6, 3), dt.float32))
+    prog = _check_graph(g, [_rand((4, 6)), _rand((6, 3), seed=1)], 1)
+    if parallel.threading_layer() != "omp":
+        pytest.skip("not the OpenMP threading layer")
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_child, args=(prog, q))
+    p.start()
+    p.join(60)
+    assert p.exitcode == 0
+    msg = q.get(timeout=5)
+    assert "forked" in msg and "spawn" in msg
+
+
+def _child(prog, q):
+    try:
+        prog(_rand((4, 6)), _rand((6, 3), seed=1))
+        q.put("ran")
+    except RuntimeError as e:
+        q.put(str(e))
