@@ -99,6 +99,22 @@ class single_threaded:
             openblas()[0].scipy_openblas_set_num_threads64_(self.before)
 
 
+_WARM = set()
+
+
+def warm(dtype):
+    """Compile (or load from numba's cache) gemm_stack for `dtype` now: when a program is
+    prepared, not in the middle of its first call."""
+    if dtype in _WARM:
+        return
+    fn = openblas()[1][dtype]
+    a, c, e = np.ones(1, dtype), np.zeros(1, dtype), np.zeros(0, np.int64)
+    with single_threaded():
+        gemm_stack(fn, NO_TRANS, NO_TRANS, 1, 1, 1, dtype.type(1), a, 0, 1, a, 0, 1, c, e, e, e,
+                   1, False)
+    _WARM.add(dtype)
+
+
 def layout_probe(shape):
     """A stand-in for a C-contiguous array of `shape` that takes no memory: int8 over one
     byte, so its strides and data offsets count elements. Replaying a program's view steps

@@ -14,7 +14,7 @@ import weakref
 
 import numpy as np
 
-from aotgrad.codegen import blas
+from aotgrad.codegen import blas, parallel_compile
 from aotgrad.codegen.scheduler import Kernel
 
 _MALLOC_TUNED = []
@@ -182,6 +182,10 @@ class Plan:
             raise RuntimeError(FORK_MESSAGE)
         keep_freed_memory()
         _LIVE.add(self)
+        with parallel_compile.foreground():   # may compile blas.gemm_stack (first use)
+            self._prepare()
+
+    def _prepare(self):
         ws = [np.empty(n, dtype=np.dtype(d)) for d, n in self.buffers]
         fixed_vars = {v: ws[b][:math.prod(v.shape)].reshape(v.shape)
                       for v, b in self.buf_of.items()}
@@ -401,6 +405,7 @@ class Plan:
 
         (fa, oa), (fb, ob), (fc, oc) = flat(a), flat(b), flat(out)
         assert oc == 0 and self._probe[out][0] is out
+        blas.warm(d)
         batch, m, k, nn = so[:-2], sa[-2], sa[-1], sb[-1]
         parts, cut_cols = blas.pieces(math.prod(batch), m, nn, numba.get_num_threads())
         arr = (lambda t: bind(np.array(t, np.int64), "_i"))

@@ -156,9 +156,12 @@ def _give_back(procs, cwd):
         _timer.start()
 
 
-def _feed(p, todo, done, broken):
-    """Thread body: hand this helper one unit at a time until the shared list is empty."""
+def _feed(p, todo, done, broken, background=False):
+    """Thread body: hand this helper one unit at a time until the shared list is empty
+    (in the background: none while a compile in the foreground runs)."""
     while True:
+        while background and _foreground[0] > 0:
+            time.sleep(0.05)
         try:
             u = todo.get_nowait()
         except queue.Empty:
@@ -187,11 +190,19 @@ def compile_units(units, compile_here, cwd=None, max_workers=None):
     """Compile `units`, sharing them with helper processes where that pays; returns the
     number the helpers compiled (0 if none started). `compile_here(unit)` compiles one unit
     in this process; exceptions from it propagate (after the helpers are stopped)."""
-    with _lock:
-        _foreground[0] += 1
-    try:
+    with foreground():
         return _compile_units(units, compile_here, cwd, max_workers)
-    finally:
+
+
+class foreground:
+    """Context manager marking compile work in this process (background upgrades wait for
+    it: codegen.tiers)."""
+
+    def __enter__(self):
+        with _lock:
+            _foreground[0] += 1
+
+    def __exit__(self, *exc):
         with _lock:
             _foreground[0] -= 1
             _foreground[1] = time.monotonic()
@@ -216,7 +227,7 @@ def compile_in_helpers(units, cwd):
     todo, done, broken = queue.Queue(), [], set()
     for u in sorted(units, key=lambda u: -u.cost):
         todo.put(u)
-    threads = [threading.Thread(target=_feed, args=(p, todo, done, broken), daemon=True,
+    threads = [threading.Thread(target=_feed, args=(p, todo, done, broken, True), daemon=True,
                                 name="aotgrad-compile-feed") for p in procs]
     for t in threads:
         t.start()
