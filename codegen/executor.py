@@ -387,7 +387,7 @@ class Plan:
         d = out.dtype.np
         lib = blas.openblas()
         if not blas.available() or d not in lib[1] or a.dtype.np != d or b.dtype.np != d or \
-                math.prod(sa) * sb[-1] < blas.SPLIT_MIN or math.prod(so) == 0:
+                math.prod(sa) * sb[-1] < blas.SPLIT_MIN or math.prod(sa) * sb[-1] == 0:
             return None
         if self._probe is None:
             self._probe = self._probes()

@@ -93,14 +93,16 @@ def test_batched_with_permuted_batch_dims():
 
 
 def test_vectors_and_empty_products_fall_back_or_work():
-    def fn(x, v, e):
+    def fn(x, v, e, z):
         return [prims.dot_general(x, v, contract=((1,), (0,))),       # matrix @ vector
                 prims.dot_general(v, x, contract=((0,), (1,))),       # vector @ matrix.T
-                prims.dot_general(x, e, contract=((1,), (0,)))]       # (4,6) @ (6,0)
-    g = _graph(fn, ((4, 6), dt.float32), ((6,), dt.float32), ((6, 0), dt.float32))
-    prog = _check_graph(g, [_rand((4, 6)), _rand((6,), seed=1), np.zeros((6, 0), np.float32)],
-                        2)
-    assert "_mm(" in prog.plan.source      # the empty product stays np.matmul
+                prims.dot_general(x, e, contract=((1,), (0,))),       # (4,6) @ (6,0)
+                prims.dot_general(z, z, contract=((0,), (0,)))]       # k = 0: zeros (3,3)
+    g = _graph(fn, ((4, 6), dt.float32), ((6,), dt.float32), ((6, 0), dt.float32),
+               ((0, 3), dt.float32))
+    prog = _check_graph(g, [_rand((4, 6)), _rand((6,), seed=1), np.zeros((6, 0), np.float32),
+                            np.zeros((0, 3), np.float32)], 2)
+    assert prog.plan.source.count("_mm(") == 2    # the empty products stay np.matmul
 
 
 def test_integer_products_stay_on_numpy():
