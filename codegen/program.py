@@ -120,9 +120,6 @@ class CompiledGraph:
                 mod, _ = cache.load_module(module_source([pspec], own))
                 variants[spec.name] = (pspec, mod, [])
             variants[spec.name][2].append(st)
-        for st, spec in self.specs.items():   # steps sharing an upgraded kernel's body
-            if not spec.parallel and spec.name in variants and st not in variants[spec.name][2]:
-                variants[spec.name][2].append(st)
         units = [parallel_compile.Unit(mod.__file__, mod.__name__, name, _sig_desc(pspec), 3)
                  for name, (pspec, mod, _) in variants.items()]
         done = {u.kernel for u in parallel_compile.compile_in_helpers(units, cache.cache_dir())}
