@@ -6,7 +6,7 @@ import os
 import sys
 import time
 
-from aotgrad.codegen import cache, parallel_compile, tiers
+from aotgrad.codegen import blas, cache, parallel_compile, tiers
 from aotgrad.codegen.compile_worker import numba_signature
 from aotgrad.ir.passes import cse
 from aotgrad.codegen.emitter import emit_kernel, module_source
@@ -68,6 +68,7 @@ class CompiledGraph:
 
     def __init__(self, graph, name="graph", reuse_outputs=False):
         t0 = time.perf_counter()
+        blas.start_threads()    # before any parallel kernel is compiled or loaded here
         self.graph, self.name = graph, name
         graph = cse(graph, keep_outputs=True)  # identical subexpressions computed once
         self.scheduled_graph = graph
