@@ -125,13 +125,18 @@ class CompiledGraph:
                  for name, (pspec, mod, _) in variants.items()]
         done = {u.kernel for u in parallel_compile.compile_in_helpers(units, cache.cache_dir())}
         for name in done:
-            pspec, mod, steps = variants[name]
-            fn = getattr(mod, name)
-            fn.compile(_numba_sig(pspec))       # numba's disk cache, filled by the helper
-            for st in steps:
-                self.plan.swap_kernel(st, fn, pspec)
-                self.specs[st] = pspec
-            self.upgraded.add(pspec)
+            if not tiers.begin_load():          # the interpreter is exiting
+                return False
+            try:
+                pspec, mod, steps = variants[name]
+                fn = getattr(mod, name)
+                fn.compile(_numba_sig(pspec))   # numba's disk cache, filled by the helper
+                for st in steps:
+                    self.plan.swap_kernel(st, fn, pspec)
+                    self.specs[st] = pspec
+                self.upgraded.add(pspec)
+            finally:
+                tiers.end_load()
         return len(done) == len(variants)
 
     @property

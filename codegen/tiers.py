@@ -13,6 +13,7 @@ disk cache is loaded up front, so a second process starts with it.
 `AOTGRAD_BACKGROUND_COMPILE=0` compiles parallel variants up front instead.
 `wait(timeout)` blocks until every queued upgrade is done (benchmarks call it after warm-up).
 """
+import atexit
 import os
 import queue
 import threading
@@ -25,6 +26,29 @@ QUIET = 0.5
 _jobs = queue.Queue()
 _cv = threading.Condition()
 _state = {"pending": 0, "thread": None, "done": 0, "failed": 0}
+_load_lock = threading.Lock()    # held while a background job loads compiled code
+_closing = []
+
+
+def begin_load():
+    """Called by a job before it loads a compiled variant in this process: False once the
+    interpreter is exiting (no numba work in a daemon thread during shutdown)."""
+    _load_lock.acquire()
+    if _closing:
+        _load_lock.release()
+        return False
+    return True
+
+
+def end_load():
+    _load_lock.release()
+
+
+@atexit.register
+def _close():
+    _closing.append(True)
+    with _load_lock:      # let a load in progress finish
+        pass
 
 
 def enabled():
