@@ -6,9 +6,11 @@ up front took its first call from 4.3 to 9.4 s. Instead such a kernel is first c
 serially (same body: its prange loops run in order) and the program runs at once; its
 parallel variant is compiled in the background by helper processes, once no foreground
 compile has run for QUIET seconds, and then swapped into the program's driver between two
-steps. Both variants compute the same values (the kernels' parallel loops write disjoint
-rows or per-block partials, combined in a fixed order). A parallel variant already in the
-disk cache is loaded up front, so a second process starts with it.
+steps. Both variants run the same loops (parallel loops write disjoint rows or per-block
+partials, combined in a fixed order), but LLVM may vectorise a sum differently in each, so
+values may differ in the last bits after the swap (W4's gradients: 1e-10 absolute). A
+parallel variant already in the disk cache is loaded up front, so a second process starts
+with it.
 
 `AOTGRAD_BACKGROUND_COMPILE=0` compiles parallel variants up front instead.
 `wait(timeout)` blocks until every queued upgrade is done (benchmarks call it after warm-up).
