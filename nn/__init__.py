@@ -26,6 +26,16 @@ from aotgrad.nn.pooling import (AdaptiveAvgPool2d, AvgPool1d, AvgPool2d, MaxPool
                                 MaxPool2d)
 from aotgrad.nn.sparse import Embedding
 
+# PyTorch's path to the global hook registrars: nn.modules.module.register_module_*_hook
+import sys as _sys
+import types as _types
+from aotgrad.nn import module as _module
+modules = _types.ModuleType(__name__ + ".modules", "torch.nn.modules' path: "
+                            "`nn.modules.module` is aotgrad.nn.module")
+modules.module = _module
+_sys.modules.setdefault(modules.__name__, modules)
+_sys.modules.setdefault(modules.__name__ + ".module", _module)
+
 __all__ = [
     "functional", "init", "utils", "Module", "Parameter", "Sequential", "ModuleList",
     "ModuleDict", "ParameterList", "Identity", "Linear", "Bilinear", "Flatten", "Unflatten",

@@ -13,11 +13,15 @@ Assigning a `Parameter`, a `Module` or a registered buffer to an attribute regis
 ['w']
 """
 import itertools
+import warnings
 from collections import OrderedDict, namedtuple
 
 from aotgrad.ir import dtypes as dt
+from aotgrad.autograd.function import Function
+from aotgrad.ir.core import current_builder
 from aotgrad.nn.parameter import Parameter
-from aotgrad.runtime.grad_mode import no_grad
+from aotgrad.runtime import dispatch
+from aotgrad.runtime.grad_mode import no_grad, state as _mode
 from aotgrad.runtime.tensor import Tensor
 
 
@@ -69,6 +73,8 @@ class Module:
         d["_forward_hooks"] = OrderedDict()
         d["_hooks_with_kwargs"] = set()     # ids of hooks registered with with_kwargs=True
         d["_hooks_always_called"] = set()   # ids of forward hooks with always_call=True
+        d["_backward_pre_hooks"] = OrderedDict()
+        d["_backward_hooks"] = OrderedDict()
 
     # ---- calling -------------------------------------------------------------------------
     def forward(self, *args, **kwargs):
@@ -76,6 +82,15 @@ class Module:
                                   f"\"forward\" function")
 
     def __call__(self, *args, **kwargs):
+        d = self.__dict__
+        if d.get("_backward_hooks") or d.get("_backward_pre_hooks") or \
+                _global_backward_hooks or _global_backward_pre_hooks:
+            return _call_with_backward_hooks(self, args, kwargs)
+        return self._call_forward(args, kwargs)
+
+    def _call_forward(self, args, kwargs, bw_hook=None):
+        """Forward pre-hooks, forward (its tensor arguments wrapped for full backward hooks
+        when `bw_hook` is given), forward hooks."""
         with_kwargs = self.__dict__.get("_hooks_with_kwargs", ())
         for key, hook in list(self._forward_pre_hooks.items()):
             if key in with_kwargs:
@@ -89,6 +104,8 @@ class Module:
                 res = hook(self, args)
                 if res is not None:
                     args = res if isinstance(res, tuple) else (res,)
+        if bw_hook is not None:
+            args = bw_hook.setup_input_hook(args)
         try:
             out = self.forward(*args, **kwargs)
         except Exception:
@@ -104,6 +121,12 @@ class Module:
             res = self._run_forward_hook(key, hook, args, kwargs, out, with_kwargs)
             if res is not None:
                 out = res
+        if bw_hook is not None:
+            if not isinstance(out, (Tensor, tuple)):
+                warnings.warn(f"For backward hooks to be called, module output should be a "
+                              f"Tensor or a tuple of Tensors but received {type(out)}",
+                              stacklevel=3)
+            out = bw_hook.setup_output_hook(out)
         return out
 
     def _run_forward_hook(self, key, hook, args, kwargs, out, with_kwargs):
@@ -121,6 +144,34 @@ class Module:
         if always_call:
             self.__dict__.setdefault("_hooks_always_called", set()).add(key)
         return _DictHandle(store, key)
+
+    def register_full_backward_pre_hook(self, hook, prepend=False):
+        """hook(module, grad_output) -> None or a new grad_output, run when the gradients
+        with respect to the module's outputs are known (before those of its inputs).
+        `grad_output` is a tuple with one entry per output (None where an output is not a
+        Tensor or got no gradient). Global pre-hooks
+        (`nn.modules.module.register_module_full_backward_pre_hook`) run first.
+
+        >>> h = model.register_full_backward_pre_hook(lambda m, go: (go[0] * 2,))
+        >>> h.remove()
+        """
+        return self._add_hook(self._backward_pre_hooks, hook, prepend, False)
+
+    def register_full_backward_hook(self, hook, prepend=False):
+        """hook(module, grad_input, grad_output) -> None or a new grad_input, run when the
+        gradients with respect to the module's positional tensor inputs are computed.
+        `grad_input` has one entry per positional argument (None for non-Tensor arguments);
+        `grad_output` one per output. If no input requires grad, the hook runs with the
+        output gradients (and a warning), and must return None. For this the module's
+        forward receives, and its caller gets, aliases of the tensors (as in PyTorch):
+        modifying them in place is an error. Global hooks
+        (`nn.modules.module.register_module_full_backward_hook`) run first.
+
+        >>> seen = []
+        >>> h = model.register_full_backward_hook(lambda m, gi, go: seen.append(gi[0].shape))
+        >>> model(x).sum().backward(); h.remove()
+        """
+        return self._add_hook(self._backward_hooks, hook, prepend, False)
 
     def register_forward_pre_hook(self, hook, *, prepend=False, with_kwargs=False):
         """hook(module, args) -> None or new args, run before `forward` (with
@@ -547,6 +598,12 @@ class _DictHandle:
     def __init__(self, store, key):
         self.store, self.key = store, key
 
+    @classmethod
+    def add(cls, store, hook):
+        key = next(_hook_ids)
+        store[key] = hook
+        return cls(store, key)
+
     def remove(self):
         self.store.pop(self.key, None)
 
@@ -557,4 +614,150 @@ class _DictHandle:
         self.remove()
 
 
-__all__ = ["Module"]
+# ---- full backward hooks -------------------------------------------------------------------
+_global_backward_pre_hooks = OrderedDict()
+_global_backward_hooks = OrderedDict()
+
+
+def register_module_full_backward_pre_hook(hook):
+    """Like `Module.register_full_backward_pre_hook`, for every module (these run before
+    the module's own). Returns a handle with `remove()`."""
+    return _DictHandle.add(_global_backward_pre_hooks, hook)
+
+
+def register_module_full_backward_hook(hook):
+    """Like `Module.register_full_backward_hook`, for every module (these run before the
+    module's own). Returns a handle with `remove()`.
+
+    >>> h = register_module_full_backward_hook(lambda m, gi, go: print(type(m).__name__))
+    >>> h.remove()
+    """
+    return _DictHandle.add(_global_backward_hooks, hook)
+
+
+class BackwardHookFunction(Function):
+    """The identity, as an autograd node around a module's tensor inputs (or outputs): its
+    backward runs the module's full backward hooks (or pre-hooks) on the gradients."""
+
+    @staticmethod
+    def forward(ctx, *args):
+        ctx.mark_non_differentiable(*[a for a in args if not a.requires_grad])
+        return args
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return ctx._module_hook(grads)
+
+
+def _call_with_backward_hooks(module, args, kwargs):
+    d = module.__dict__
+    hooks = list(_global_backward_hooks.values()) + list(d.get("_backward_hooks", {}).values())
+    pre = list(_global_backward_pre_hooks.values()) + \
+        list(d.get("_backward_pre_hooks", {}).values())
+    if not (hooks or pre):
+        return module._call_forward(args, kwargs)
+    if _mode.grad_enabled:
+        what = f"{type(module).__name__} with full backward hooks (they run Python on every " \
+            f"backward)"
+        if dispatch.break_recorder is not None:
+            dispatch.note_concrete(what)
+        if current_builder() is not None:
+            dispatch.graph_break(what, None)
+    return module._call_forward(args, kwargs, _BackwardHook(module, hooks, pre))
+
+
+class _BackwardHook:
+    """One module call's full backward hooks: the gradients of its outputs, caught by the
+    node around the outputs, wait for the node around the inputs (PyTorch's BackwardHook)."""
+
+    def __init__(self, module, hooks, pre_hooks):
+        self.module, self.hooks, self.pre_hooks = module, hooks, pre_hooks
+        self.grad_outputs = None
+        self.n_inputs = self.n_outputs = -1
+        self.input_index = self.output_index = None
+
+    @staticmethod
+    def _wrap(args, on_grads, materialize):
+        """Pass the tensors of `args` through BackwardHookFunction, whose node's backward is
+        on_grads (given zeros, or None if not `materialize`, for outputs without a gradient)
+        -> (new args, indices of the tensors), or (args, None) when nothing needs a gradient."""
+        index = [i for i, a in enumerate(args) if isinstance(a, Tensor)]
+        tensors = [args[i] for i in index]
+        if not (_mode.grad_enabled and any(t.requires_grad for t in tensors)):
+            return args, None
+        new = BackwardHookFunction.apply(*tensors)
+        node = next(t.grad_fn for t in new if t.grad_fn is not None)
+        node._module_hook, node.materialize_grads = on_grads, materialize
+        out = list(args)
+        for i, t, old in zip(index, new, tensors):
+            if t.requires_grad:  # an alias of `old`: in-place changes are refused, as PyTorch
+                t._base = old if old._base is None else old._base
+            out[i] = t
+        return (tuple(out) if type(args) is tuple else type(args)(*out)), index
+
+    @staticmethod
+    def _pack(index, values, size):
+        res = [None] * size
+        for i, v in zip(index, values):
+            res[i] = v
+        return tuple(res)
+
+    def setup_input_hook(self, args):
+        res, self.input_index = self._wrap(args, self._on_input_grads, True)
+        self.n_inputs = len(args)
+        return res
+
+    def setup_output_hook(self, out):
+        single = not isinstance(out, tuple)
+        outs = (out,) if single else out
+        res, self.output_index = self._wrap(outs, self._on_output_grads, False)
+        self.n_outputs = len(outs)
+        return res[0] if single else res
+
+    def _on_output_grads(self, grads):
+        self.grad_outputs = self._pack(self.output_index, grads, self.n_outputs)
+        for hook in self.pre_hooks:
+            r = hook(self.module, self.grad_outputs)
+            if r is None:
+                continue
+            if len(r) != len(self.grad_outputs):
+                raise RuntimeError(f"Backward pre hook returned an invalid number of "
+                                   f"grad_output, got {len(r)}, but expected "
+                                   f"{len(self.grad_outputs)}")
+            self.grad_outputs = tuple(r)
+        local = self.grad_outputs
+        if self.input_index is None:  # no input needs a gradient: the hooks run now
+            warnings.warn("Full backward hook is firing when gradients are computed with "
+                          "respect to module outputs since no inputs require gradients. See "
+                          "the documentation of Module.register_full_backward_hook for more "
+                          "details.", stacklevel=2)
+            grad_inputs = (None,) * self.n_inputs
+            for hook in self.hooks:
+                r = hook(self.module, grad_inputs, self.grad_outputs)
+                if r is not None and not (isinstance(r, tuple) and all(g is None for g in r)):
+                    raise RuntimeError("Backward hook for Modules where no input requires "
+                                       "gradient should always return None or None for all "
+                                       "gradients.")
+            self.grad_outputs = None
+        return tuple(local[i] for i in self.output_index)
+
+    def _on_input_grads(self, grads):
+        if self.grad_outputs is None:
+            # the gradient reached the inputs without passing through the outputs (a second
+            # backward through the module's inputs, for instance): no hook runs
+            return grads
+        res = self._pack(self.input_index, grads, self.n_inputs)
+        for hook in self.hooks:
+            r = hook(self.module, res, self.grad_outputs)
+            if r is None:
+                continue
+            if len(r) != len(res):
+                raise RuntimeError(f"Backward hook returned an invalid number of grad_input, "
+                                   f"got {len(r)}, but expected {len(res)}")
+            res = r
+        self.grad_outputs = None
+        return tuple(res[i] for i in self.input_index)
+
+
+__all__ = ["Module", "register_module_full_backward_hook",
+           "register_module_full_backward_pre_hook"]

@@ -7,6 +7,7 @@ on traced tensors records the backward into the IR.
 """
 import heapq
 import itertools
+import threading
 import types
 import warnings
 import weakref
@@ -112,10 +113,14 @@ class SavedTensor:
         self.leaf = t if (t.grad_fn is None and t.requires_grad) else None
         self.hooks = None
         self.ref = weakref.ref(t)  # to name its current grad_fn if it is modified in place
+        if saved_hooks.stack:  # autograd.graph.saved_tensors_hooks: keep what pack returns
+            saved_hooks.stack[-1]._pack_saved(self, t)  # sets .hooks and .value
 
     def unpack(self, node):
         if self.value is None:
             raise RuntimeError(FREED_MESSAGE)
+        if self.hooks is not None:
+            return self.hooks[0]._unpack_saved(self, node)
         if self.counter.v != self.version:
             self._raise_modified(node)
         if self.leaf is not None:
@@ -124,8 +129,6 @@ class SavedTensor:
         t.grad_fn = node if self.is_output else self.grad_fn
         t._output_nr = self.output_nr
         t._version = self.counter
-        if self.hooks is not None:
-            return self.hooks[1](self.hooks[2])
         return t
 
     def _raise_modified(self, node):
@@ -151,6 +154,19 @@ class SavedTensor:
     def release(self):
         self.value = None
         self.leaf = None
+        self.hooks = None
+
+
+class _SavedTensorsHooks(threading.local):
+    """The active `autograd.graph.saved_tensors_hooks` contexts (innermost last; they run
+    the hooks) and the message `disable_saved_tensors_hooks` set (None: enabled), per thread."""
+
+    def __init__(self):
+        self.stack = []
+        self.disabled_message = None
+
+
+saved_hooks = _SavedTensorsHooks()
 
 
 class Node:
