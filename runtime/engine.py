@@ -110,7 +110,8 @@ class SavedTensor:
         self.requires_grad, self.is_output, self.op_name = t.requires_grad, is_output, op_name
         self.grad_fn = None if is_output else t.grad_fn
         self.output_nr = t._output_nr
-        self.leaf = t if (t.grad_fn is None and t.requires_grad) else None
+        # an output is saved while its node is being made (grad_fn not yet set): never a leaf
+        self.leaf = t if (not is_output and t.grad_fn is None and t.requires_grad) else None
         self.hooks = None
         self.ref = weakref.ref(t)  # to name its current grad_fn if it is modified in place
         if saved_hooks.stack:  # autograd.graph.saved_tensors_hooks: keep what pack returns

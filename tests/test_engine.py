@@ -752,3 +752,23 @@ def test_float32_grads_stay_float32():
     x = leaf(1., 2.)
     (x.double() * 2).sum().backward()
     assert x.grad.dtype is ag.float32
+
+
+def test_saved_output_makes_no_reference_cycle():
+    # exp saves its output; the saved copy must not hold the output tensor itself (which
+    # holds the node, which holds the saved copy): freed at once, without the cycle collector
+    import gc
+    import weakref
+    x = ag.randn(3, requires_grad=True)
+    gc.disable()
+    try:
+        y = x.exp()
+        node = weakref.ref(y.grad_fn)
+        out = weakref.ref(y)
+        del y
+        assert node() is None and out() is None
+    finally:
+        gc.enable()
+    z = x.exp()
+    z.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), np.exp(x.detach().numpy()), rtol=1e-6)
