@@ -10,10 +10,13 @@ All layers are compositions of aotgrad tensor ops, so they run eagerly with auto
 are traced by `aotgrad.compile` without special cases.
 """
 from aotgrad.nn import functional, init, utils
-from aotgrad.nn.activation import (ELU, GELU, Hardtanh, LeakyReLU, LogSigmoid, LogSoftmax, Mish,
-                                   ReLU, ReLU6, Sigmoid, SiLU, Softmax, Softmin, Softplus, Tanh)
+from aotgrad.nn.activation import (CELU, ELU, GELU, GLU, SELU, Hardshrink, Hardsigmoid, Hardswish,
+                                   Hardtanh, LeakyReLU, LogSigmoid, LogSoftmax, Mish, PReLU, ReLU,
+                                   ReLU6, RReLU, Sigmoid, SiLU, Softmax, Softmax2d, Softmin,
+                                   Softplus, Softshrink, Softsign, Tanh, Tanhshrink, Threshold)
 from aotgrad.nn.attention import MultiheadAttention
-from aotgrad.nn.container import ModuleDict, ModuleList, ParameterList, Sequential
+from aotgrad.nn.container import (ModuleDict, ModuleList, ParameterDict, ParameterList,
+                                  Sequential)
 from aotgrad.nn.conv import Conv1d, Conv2d
 from aotgrad.nn.dropout import Dropout
 from aotgrad.nn.linear import Bilinear, Flatten, Identity, Linear, Unflatten
@@ -38,9 +41,12 @@ _sys.modules.setdefault(modules.__name__ + ".module", _module)
 
 __all__ = [
     "functional", "init", "utils", "Module", "Parameter", "Sequential", "ModuleList",
-    "ModuleDict", "ParameterList", "Identity", "Linear", "Bilinear", "Flatten", "Unflatten",
+    "ModuleDict", "ParameterList", "ParameterDict", "Identity", "Linear", "Bilinear", "Flatten",
+    "Unflatten",
     "ReLU", "ReLU6", "LeakyReLU", "ELU", "GELU", "SiLU", "Mish", "Softplus", "Hardtanh", "Tanh",
-    "Sigmoid", "LogSigmoid", "Softmax", "LogSoftmax", "Softmin", "Dropout", "LayerNorm",
+    "Sigmoid", "LogSigmoid", "Softmax", "LogSoftmax", "Softmin", "Threshold", "RReLU",
+    "Hardsigmoid", "Hardswish", "CELU", "SELU", "GLU", "Hardshrink", "Softshrink", "PReLU",
+    "Softsign", "Tanhshrink", "Softmax2d", "Dropout", "LayerNorm",
     "RMSNorm", "BatchNorm1d", "BatchNorm2d", "Embedding", "Conv1d", "Conv2d", "MaxPool1d",
     "MaxPool2d", "AvgPool1d", "AvgPool2d", "AdaptiveAvgPool2d", "MultiheadAttention", "MSELoss",
     "L1Loss", "SmoothL1Loss", "HuberLoss", "CrossEntropyLoss", "NLLLoss", "BCELoss",

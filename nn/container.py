@@ -1,4 +1,4 @@
-"""Containers: Sequential, ModuleList, ModuleDict, ParameterList.
+"""Containers: Sequential, ModuleList, ModuleDict, ParameterList, ParameterDict.
 
 >>> net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
 >>> len(net), type(net[1]).__name__
@@ -6,9 +6,11 @@
 """
 import operator
 from collections import OrderedDict
+from collections.abc import Iterable, Mapping
 
 from aotgrad.nn.module import Module
 from aotgrad.nn.parameter import Parameter
+from aotgrad.runtime.tensor import Tensor
 
 
 def _index(idx, n, name):
@@ -246,3 +248,162 @@ class ParameterList(Module):
     def extra_repr(self):
         return "\n".join(f"  ({i}): Parameter containing: [{p.dtype!r} of size "
                          f"{'x'.join(map(str, p.shape))}]" for i, p in enumerate(self))
+
+
+_TENSOR_TYPES = {"float32": "FloatTensor", "float64": "DoubleTensor", "int32": "IntTensor",
+                 "int64": "LongTensor", "bool": "BoolTensor"}
+
+
+def _typename(t):
+    """PyTorch's legacy type name of a tensor, as `torch.typename` gives it: aotgrad.FloatTensor."""
+    return "aotgrad." + _TENSOR_TYPES.get(t.dtype.name, t.dtype.name.capitalize() + "Tensor")
+
+
+class ParameterDict(Module):
+    """An insertion-ordered dict of Parameters, each registered under its (string) key, so
+    `named_parameters()` and `state_dict()` use the keys as names. A plain Tensor stored in
+    it becomes a Parameter; other objects are kept as plain attributes. A plain dict given to
+    the constructor or `update` is added in sorted key order (an OrderedDict, a
+    ParameterDict or a sequence of pairs keeps its order), as in PyTorch.
+
+    >>> pd = nn.ParameterDict({"b": aotgrad.zeros(2), "a": aotgrad.ones(3)})
+    >>> list(pd.keys()), type(pd["a"]).__name__
+    (['a', 'b'], 'Parameter')
+    >>> sorted(pd.state_dict())
+    ['a', 'b']
+    """
+
+    def __init__(self, parameters=None):
+        super().__init__()
+        self._keys = {}
+        if parameters is not None:
+            self.update(parameters)
+
+    @staticmethod
+    def _key_to_attr(key):
+        if not isinstance(key, str):
+            raise TypeError(f"Index given to ParameterDict cannot be used as a key as it is not "
+                            f"a string (type is '{type(key).__name__}'). Open an issue on "
+                            f"github if you need non-string keys.")
+        return key
+
+    def __getitem__(self, key):
+        attr = self._key_to_attr(key)
+        if key not in self._keys:
+            raise KeyError(key)
+        return getattr(self, attr)
+
+    def __setitem__(self, key, value):
+        attr = self._key_to_attr(key)
+        if isinstance(value, Tensor) and not isinstance(value, Parameter):
+            value = Parameter(value)
+        setattr(self, attr, value)  # registers a Parameter; checks the name like PyTorch
+        self._keys[key] = None
+
+    def __delitem__(self, key):
+        if key not in self._keys:
+            raise KeyError(key)
+        del self._keys[key]
+        delattr(self, self._key_to_attr(key))
+
+    def __len__(self):
+        return len(self._keys)
+
+    def __iter__(self):
+        return iter(self._keys)
+
+    def __reversed__(self):
+        return reversed(list(self._keys))
+
+    def __contains__(self, key):
+        return key in self._keys
+
+    def copy(self):
+        """A new ParameterDict holding the same Parameter objects (not copies of them)."""
+        return ParameterDict(OrderedDict((k, self[k]) for k in self._keys))
+
+    def setdefault(self, key, default=None):
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+    def clear(self):
+        for k in list(self._keys):
+            del self[k]
+
+    def pop(self, key):
+        v = self[key]
+        del self[key]
+        return v
+
+    def popitem(self):
+        """Remove and return the last (key, value) pair inserted."""
+        if not self._keys:
+            raise KeyError("popitem(): dictionary is empty")
+        k = next(reversed(self._keys))
+        return k, self.pop(k)
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default
+
+    def fromkeys(self, keys, default=None):
+        """A new ParameterDict with `keys`, each holding `default`."""
+        return ParameterDict((k, default) for k in keys)
+
+    def keys(self):
+        return self._keys.keys()
+
+    def items(self):
+        return ((k, self[k]) for k in self._keys)
+
+    def values(self):
+        return (self[k] for k in self._keys)
+
+    def update(self, parameters):
+        """Add or overwrite entries from a mapping or an iterable of (key, value) pairs."""
+        if not isinstance(parameters, Iterable):
+            raise TypeError(f"ParametersDict.update should be called with an iterable of "
+                            f"key/value pairs, but got {type(parameters).__name__}")
+        if isinstance(parameters, (OrderedDict, ParameterDict)):
+            for k, v in parameters.items():
+                self[k] = v
+        elif isinstance(parameters, Mapping):
+            for k, v in sorted(parameters.items()):
+                self[k] = v
+        else:
+            for j, pair in enumerate(parameters):
+                if not isinstance(pair, Iterable):
+                    raise TypeError(f"ParameterDict update sequence element #{j} should be "
+                                    f"Iterable; is {type(pair).__name__}")
+                if len(pair) != 2:
+                    raise ValueError(f"ParameterDict update sequence element #{j} has length "
+                                     f"{len(pair)}; 2 is required")
+                self[pair[0]] = pair[1]
+
+    def __or__(self, other):
+        out = self.copy()
+        out.update(other)
+        return out
+
+    def __ror__(self, other):
+        out = other.copy()
+        out.update(self)
+        return out
+
+    def __ior__(self, other):
+        self.update(other)
+        return self
+
+    def __call__(self, *args, **kwargs):
+        raise RuntimeError("ParameterDict should not be called.")
+
+    def extra_repr(self):
+        lines = []
+        for k, p in self.items():
+            if isinstance(p, Tensor):
+                kind = "Parameter" if isinstance(p, Parameter) else "Tensor"
+                lines.append(f"  ({k}): {kind} containing: [{_typename(p)} of size "
+                             f"{'x'.join(map(str, p.shape))}]")
+            else:
+                lines.append(f"  ({k}): Object of type: {type(p).__name__}")
+        return "\n".join(lines)

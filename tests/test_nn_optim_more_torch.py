@@ -1,0 +1,852 @@
+"""The rest of torch.nn's activations, nn.ParameterDict and the rest of torch.optim.lr_scheduler:
+against PyTorch (values, gradients, reprs, lr sequences step by step), closed forms and finite
+differences."""
+import inspect
+import math
+import pickle
+from collections import OrderedDict
+
+import numpy as np
+import pytest
+
+import aotgrad
+import aotgrad.nn.functional as F
+from aotgrad import nn, optim
+from aotgrad.autograd import gradcheck
+
+LS = optim.lr_scheduler
+NAN = float("nan")
+# special points: the kinks of hardswish/hardsigmoid (+-3), the shrink bounds (+-0.5), zero,
+# the threshold used below (0.25), NaN, and ordinary values on both sides
+SPECIAL = [NAN, -4.0, -3.0, -1.0, -0.5, -0.2, 0.0, 0.2, 0.25, 0.5, 1.0, 3.0, 4.0]
+
+
+def _np(t):
+    return t.detach().numpy() if hasattr(t, "detach") else np.asarray(t)
+
+
+def _close(a, b, what="", atol=1e-6, rtol=1e-5):
+    a, b = _np(a), _np(b)
+    assert a.shape == b.shape, f"{what}: shape {a.shape} != {b.shape}"
+    np.testing.assert_allclose(a, b, atol=atol, rtol=rtol, err_msg=what)
+
+
+def _finite(grad, x):
+    """The gradient where x is not NaN: PyTorch's gradient at NaN depends on whether the
+    element fell in its vectorised loop or the scalar tail (NaN against 1 for elu, celu, selu
+    and hardswish; 0 against 1 for the shrinks). Ours is the scalar tail's: see
+    test_activation_closed_forms."""
+    return _np(grad)[~np.isnan(x)]
+
+
+def _data(dtype=np.float32, shape=(3, 13)):
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal(shape) * 3).astype(dtype)
+    x[0, :len(SPECIAL)] = SPECIAL
+    return x
+
+
+# ---- activations -----------------------------------------------------------------------------
+# name -> constructor, given the library's nn
+MODULES = {
+    "Threshold": lambda n: n.Threshold(0.25, -2.0),
+    "RReLU_eval": lambda n: n.RReLU(0.1, 0.3).eval(),
+    "Hardsigmoid": lambda n: n.Hardsigmoid(),
+    "Hardswish": lambda n: n.Hardswish(),
+    "CELU": lambda n: n.CELU(),
+    "CELU_alpha": lambda n: n.CELU(alpha=0.7),
+    "SELU": lambda n: n.SELU(),
+    "GLU": lambda n: n.GLU(),
+    "GLU_dim0": lambda n: n.GLU(dim=0),
+    "Hardshrink": lambda n: n.Hardshrink(),
+    "Hardshrink_1": lambda n: n.Hardshrink(1.0),
+    "Softshrink": lambda n: n.Softshrink(),
+    "Softshrink_0": lambda n: n.Softshrink(0.0),
+    "PReLU": lambda n: n.PReLU(),
+    "PReLU_channels": lambda n: n.PReLU(3, init=0.1),
+    "Softsign": lambda n: n.Softsign(),
+    "Tanhshrink": lambda n: n.Tanhshrink(),
+    "Softmax2d": lambda n: n.Softmax2d(),
+}
+SHAPES = {"GLU": (3, 14), "GLU_dim0": (4, 13), "Softmax2d": (2, 3, 2, 13),
+          "PReLU_channels": (2, 3, 13)}  # the others take (3, 13)
+
+
+def _module_input(name, dtype=np.float32):
+    shape = SHAPES.get(name, (3, 13))
+    x = _data(dtype, (int(np.prod(shape[:-1])), shape[-1])).reshape(shape)
+    if name in ("GLU", "GLU_dim0", "Softmax2d", "Softsign", "Tanhshrink"):
+        x = np.nan_to_num(x)  # NaN rows would only compare NaN with NaN
+    return x
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_activation_module_matches_torch(torch, name):
+    """Output, input gradient (NaN and the kinks included) and parameter gradients."""
+    ours, theirs = MODULES[name](nn), MODULES[name](torch.nn)
+    assert repr(ours) == repr(theirs)
+    assert [(k, tuple(p.shape)) for k, p in ours.named_parameters()] == \
+        [(k, tuple(p.shape)) for k, p in theirs.named_parameters()]
+    for k, p in ours.named_parameters():
+        _close(p, dict(theirs.named_parameters())[k], f"initial {k}")
+    x = _module_input(name)
+    xo, xt = aotgrad.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    yo, yt = ours(xo), theirs(xt)
+    assert yo.dtype is aotgrad.float32
+    _close(yo, yt, "output")
+    g = np.random.default_rng(1).standard_normal(tuple(yt.shape)).astype(np.float32)
+    (yo * aotgrad.tensor(g)).sum().backward()
+    (yt * torch.tensor(g)).sum().backward()
+    _close(_finite(xo.grad, x), _finite(xt.grad, x), "input grad")
+    tp = dict(theirs.named_parameters())
+    for k, p in ours.named_parameters():
+        _close(p.grad, tp[k].grad, f"grad of {k}", atol=1e-5)
+
+
+FUNCS = {
+    "threshold": (lambda F_, x: F_.threshold(x, 0.25, 7.0)),
+    "rrelu": (lambda F_, x: F_.rrelu(x, 0.2, 0.4)),
+    "hardsigmoid": (lambda F_, x: F_.hardsigmoid(x)),
+    "hardswish": (lambda F_, x: F_.hardswish(x)),
+    "celu": (lambda F_, x: F_.celu(x, 1.5)),
+    "selu": (lambda F_, x: F_.selu(x)),
+    "glu": (lambda F_, x: F_.glu(x, 0)),
+    "hardshrink": (lambda F_, x: F_.hardshrink(x, 0.2)),
+    "softshrink": (lambda F_, x: F_.softshrink(x, 0.25)),
+    "prelu": (lambda F_, x: F_.prelu(x, F_._w)),
+    "softsign": (lambda F_, x: F_.softsign(x)),
+    "tanhshrink": (lambda F_, x: F_.tanhshrink(x)),
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name", sorted(FUNCS))
+def test_activation_functional_matches_torch(torch, name, dtype):
+    """F.<name> against torch.nn.functional.<name> in both float dtypes; dtype kept."""
+    import torch.nn.functional as TF
+    x = _data(dtype, (4, 13))
+    w = np.linspace(-0.5, 2.0, 13).astype(dtype)  # one slope per channel (dim 1)
+    F._w, TF._w = aotgrad.tensor(w, requires_grad=True), torch.tensor(w, requires_grad=True)
+    try:
+        xo, xt = aotgrad.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+        yo, yt = FUNCS[name](F, xo), FUNCS[name](TF, xt)
+        assert yo.dtype.name == str(yt.dtype).split(".")[1]
+        _close(yo, yt, "output", atol=1e-12 if dtype == np.float64 else 1e-6)
+        g = np.random.default_rng(2).standard_normal(tuple(yt.shape)).astype(dtype)
+        (yo * aotgrad.tensor(g)).sum().backward()
+        (yt * torch.tensor(g)).sum().backward()
+        _close(_finite(xo.grad, x), _finite(xt.grad, x), "input grad")
+        if name == "prelu":
+            _close(F._w.grad, TF._w.grad, "weight grad", atol=1e-5)
+    finally:
+        del F._w, TF._w
+
+
+SMOOTH = {
+    "celu": lambda x: F.celu(x, 0.6),
+    "selu": F.selu,
+    "softsign": F.softsign,
+    "tanhshrink": F.tanhshrink,
+    "glu": lambda x: F.glu(x, -1),
+    "hardswish": F.hardswish,
+    "hardsigmoid": F.hardsigmoid,
+    "softshrink": lambda x: F.softshrink(x, 0.3),
+    "threshold": lambda x: F.threshold(x, 0.1, -1.0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SMOOTH))
+def test_activation_gradcheck_float64(name):
+    """Finite differences in float64, away from the kinks (where they are not defined)."""
+    rng = np.random.default_rng(3)
+    x = rng.uniform(-5, 5, (3, 6))
+    for kink in (0.0, 0.1, 0.3, -0.3, 3.0, -3.0):
+        x[np.abs(x - kink) < 1e-2] += 0.05
+    xt = aotgrad.tensor(x, dtype=aotgrad.float64, requires_grad=True)
+    assert gradcheck(SMOOTH[name], (xt,))
+
+
+def test_prelu_gradcheck_weight_and_input():
+    rng = np.random.default_rng(4)
+    x = aotgrad.tensor(rng.uniform(-2, 2, (2, 3, 4)) + 0.01, dtype=aotgrad.float64,
+                       requires_grad=True)
+    w = aotgrad.tensor([0.2, -0.5, 1.5], dtype=aotgrad.float64, requires_grad=True)
+    assert gradcheck(F.prelu, (x, w))
+
+
+def test_activation_closed_forms():
+    x = np.linspace(-5, 5, 41)
+    t = aotgrad.tensor(x, dtype=aotgrad.float64)
+    a, s = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+    _close(F.selu(t), s * np.where(x > 0, x, a * np.expm1(x)), atol=1e-14)
+    _close(F.celu(t, 2.0), np.maximum(0, x) + np.minimum(0, 2.0 * np.expm1(x / 2.0)), atol=1e-14)
+    _close(F.hardsigmoid(t), np.clip(x / 6 + 0.5, 0, 1), atol=1e-15)
+    _close(F.hardswish(t), x * np.clip(x + 3, 0, 6) / 6, atol=1e-15)
+    _close(F.softsign(t), x / (1 + np.abs(x)), atol=1e-15)
+    _close(F.tanhshrink(t), x - np.tanh(x), atol=1e-15)
+    _close(F.hardshrink(t, 1.0), np.where(np.abs(x) > 1.0, x, 0), atol=0)
+    _close(F.softshrink(t, 1.0), np.sign(x) * np.maximum(np.abs(x) - 1.0, 0), atol=1e-15)
+    _close(F.threshold(t, 0.5, -9.0), np.where(x > 0.5, x, -9.0), atol=0)
+    _close(F.rrelu(t, 0.1, 0.3), np.where(x >= 0, x, 0.2 * x), atol=1e-15)
+    m = np.arange(12.0).reshape(3, 4) / 5 - 1
+    _close(F.glu(aotgrad.tensor(m, dtype=aotgrad.float64), 1),
+           m[:, :2] / (1 + np.exp(-m[:, 2:])), atol=1e-15)
+    sm = np.exp(m).reshape(3, 2, 2, 1)
+    _close(nn.Softmax2d()(aotgrad.tensor(m.reshape(3, 2, 2, 1), dtype=aotgrad.float64)),
+           sm / sm.sum(1, keepdims=True), atol=1e-15)
+    # the gradient at the kinks, PyTorch's convention
+    k = aotgrad.tensor([-3.0, 3.0, NAN], requires_grad=True)
+    F.hardswish(k).sum().backward()
+    _close(k.grad, [0.0, 1.0, 1.0], atol=0)
+    k.grad = None
+    F.hardsigmoid(k).sum().backward()
+    _close(k.grad, [0.0, 0.0, 0.0], atol=0)
+    # at NaN: the value is NaN and the gradient that of the identity branch (the slope for
+    # the leaky kinds), as PyTorch's scalar loop gives
+    nan = aotgrad.tensor([NAN], requires_grad=True)
+    for f, g in ((F.celu, 1.0), (F.selu, 1.0507009873554804934193349852946),
+                 (F.hardshrink, 1.0), (F.softshrink, 1.0), (F.hardswish, 1.0),
+                 (lambda t: F.threshold(t, 0.0, 2.0), 1.0), (lambda t: F.rrelu(t, 0.1, 0.3), 0.2),
+                 (lambda t: F.prelu(t, aotgrad.tensor([0.25])), 0.25)):
+        nan.grad = None
+        y = f(nan)
+        y.sum().backward()
+        assert np.isnan(_np(y)).all()
+        _close(nan.grad, [g], atol=1e-7)
+
+
+@pytest.mark.parametrize("name,call,args", [
+    ("relu", "relu_", ()), ("elu", "elu_", (0.5,)), ("leaky_relu", "leaky_relu_", (0.2,)),
+    ("hardtanh", "hardtanh_", (-0.5, 0.5)), ("threshold", "threshold_", (0.25, -1.0)),
+    ("selu", "selu_", ()), ("celu", "celu_", (0.5,)), ("rrelu", "rrelu_", (0.1, 0.3)),
+    ("hardsigmoid", None, ()), ("hardswish", None, ()),
+])
+def test_inplace_forms_match_torch(torch, name, call, args):
+    """F.<name>_(x) and F.<name>(x, ..., inplace=True) write into x, return it, bump its
+    version, and give the same gradient as PyTorch through the non-leaf they overwrote."""
+    import torch.nn.functional as TF
+    x = _data(np.float32, (2, 13))
+    for style in ("underscore", "kwarg") if call else ("kwarg",):
+        xo, xt = aotgrad.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+        ho, ht = xo * 1.5, xt * 1.5
+        v0 = int(ho._version)
+        if style == "underscore":
+            ro, rt = getattr(F, call)(ho, *args), getattr(TF, call)(ht, *args)
+        else:
+            ro = getattr(F, name)(ho, *args, inplace=True)
+            rt = getattr(TF, name)(ht, *args, inplace=True)
+        assert ro is ho and rt is ht and ho._version > v0
+        _close(ho, ht, f"{style} value")
+        (ho * ho).sum().backward()
+        (ht * ht).sum().backward()
+        _close(_finite(xo.grad, x), _finite(xt.grad, x), f"{style} grad")
+
+
+def test_inplace_on_leaf_requiring_grad_raises():
+    x = aotgrad.ones(3, requires_grad=True)
+    with pytest.raises(RuntimeError, match="leaf Variable"):
+        F.selu_(x)
+    with pytest.raises(RuntimeError, match="leaf Variable"):
+        nn.Hardswish(inplace=True)(x)
+
+
+def test_rrelu_training_draws_slopes():
+    """Training mode: each negative element gets its own slope a ~ U(lower, upper) and its
+    gradient is that slope; positives pass with gradient 1; eval uses the midpoint."""
+    lo, hi = 0.1, 0.3
+    x = aotgrad.tensor(-np.linspace(0.5, 2.0, 20000), requires_grad=True)
+    y = F.rrelu(x, lo, hi, training=True)
+    a = _np(y) / _np(x)
+    assert a.min() >= lo and a.max() <= hi
+    assert abs(a.mean() - 0.2) < 3e-3 and abs(a.std() - (hi - lo) / math.sqrt(12)) < 3e-3
+    y.sum().backward()
+    _close(x.grad, a, atol=1e-6)
+    m = nn.RReLU(lo, hi)
+    assert m.training
+    p = aotgrad.tensor([1.0, 2.0])
+    _close(m(p), [1.0, 2.0], atol=0)
+    y1, y2 = m(aotgrad.tensor([-1.0] * 50)), m(aotgrad.tensor([-1.0] * 50))
+    assert not np.array_equal(_np(y1), _np(y2))  # fresh draws per call
+    m.eval()
+    _close(m(aotgrad.tensor([-1.0])), [-0.2], atol=1e-7)
+
+
+def test_gumbel_softmax():
+    logits = aotgrad.tensor(np.log([0.1, 0.2, 0.3, 0.4]), dtype=aotgrad.float64)
+    big = logits.expand(20000, 4)
+    y = F.gumbel_softmax(big, tau=0.5)
+    _close(y.sum(-1), np.ones(20000), atol=1e-12)
+    h = F.gumbel_softmax(big, hard=True)
+    hv = _np(h)
+    assert set(np.unique(hv)) == {0.0, 1.0} and (hv.sum(-1) == 1).all()
+    # the argmax of logits + Gumbel noise is a sample of softmax(logits)
+    freq = hv.mean(0)
+    np.testing.assert_allclose(freq, [0.1, 0.2, 0.3, 0.4], atol=0.015)
+    # straight-through: the hard sample's gradient is the soft sample's (same noise)
+    w = aotgrad.tensor(np.random.default_rng(0).standard_normal((5, 4)))
+    grads = []
+    for hard in (False, True):
+        lg = aotgrad.tensor(np.zeros((5, 4)), requires_grad=True)
+        aotgrad.manual_seed(7)
+        (F.gumbel_softmax(lg, tau=0.7, hard=hard) * w).sum().backward()
+        grads.append(_np(lg.grad))
+    np.testing.assert_allclose(grads[0], grads[1], atol=1e-12)
+    assert np.abs(grads[0]).max() > 0
+    with pytest.warns(UserWarning, match="eps"):
+        F.gumbel_softmax(logits, eps=1e-3)
+
+
+def test_activation_errors(torch):
+    with pytest.raises(RuntimeError, match="Halving dimension must be even"):
+        F.glu(aotgrad.ones(3))
+    with pytest.raises(RuntimeError, match="scalars"):
+        F.glu(aotgrad.tensor(1.0))
+    with pytest.raises(IndexError, match="Dimension out of range"):
+        F.glu(aotgrad.ones(4), dim=2)
+    with pytest.raises(RuntimeError, match="channel size"):
+        F.prelu(aotgrad.ones(2, 3), aotgrad.ones(2))
+    with pytest.raises(RuntimeError, match="channel size = 1"):
+        F.prelu(aotgrad.ones(3), aotgrad.ones(3))
+    with pytest.raises(RuntimeError, match="scalar or 1D"):
+        F.prelu(aotgrad.ones(2, 3), aotgrad.ones(1, 3))
+    with pytest.raises(RuntimeError, match="lambda"):
+        F.softshrink(aotgrad.ones(2), -1.0)
+    with pytest.raises(RuntimeError, match="alpha cannot be 0"):
+        F.celu(aotgrad.ones(2), 0.0)
+    with pytest.raises(RuntimeError, match="Lower bound"):
+        F.rrelu(aotgrad.ones(2), 0.5, 0.2, True)
+    with pytest.raises(ValueError, match="expected input to be 3D or 4D, got 2D"):
+        nn.Softmax2d()(aotgrad.ones(2, 2))
+    # PyTorch raises the same kinds for the same inputs
+    import torch.nn.functional as TF
+    for bad in (lambda: TF.glu(torch.ones(3)), lambda: TF.prelu(torch.ones(2, 3), torch.ones(2)),
+                lambda: TF.celu(torch.ones(2), 0.0)):
+        with pytest.raises(RuntimeError):
+            bad()
+
+
+def test_prelu_scalar_and_1d_inputs(torch):
+    import torch.nn.functional as TF
+    for shape, w in (((), [0.3]), ((5,), [0.3]), ((2, 3), [0.3]), ((2, 3, 2, 2), [0.1, 0.2, 0.3])):
+        x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+        _close(F.prelu(aotgrad.tensor(x), aotgrad.tensor(w)),
+               TF.prelu(torch.tensor(x), torch.tensor(w)), str(shape))
+    m = nn.PReLU(2, init=0.5, dtype=aotgrad.float64)
+    assert m.weight.dtype is aotgrad.float64 and _np(m.weight).tolist() == [0.5, 0.5]
+    m.weight.data.fill_(0.0)
+    m.reset_parameters()
+    assert _np(m.weight).tolist() == [0.5, 0.5]
+
+
+def test_activation_api_matches_torch(torch):
+    """Every activation module and functional form PyTorch has is here, with its signature."""
+    import torch.nn.functional as TF
+    import torch.nn.modules.activation as TA
+    assert [n for n in TA.__all__ if not hasattr(nn, n)] == []
+    assert [n for n in TA.__all__ if n not in nn.__all__] == []
+    names = ["threshold", "threshold_", "relu", "relu_", "glu", "hardtanh", "hardtanh_",
+             "hardswish", "relu6", "elu", "elu_", "selu", "selu_", "celu", "celu_",
+             "leaky_relu", "leaky_relu_", "prelu", "rrelu", "rrelu_", "logsigmoid", "gelu",
+             "hardshrink", "tanhshrink", "softsign", "softplus", "softmin", "softmax",
+             "gumbel_softmax", "log_softmax", "softshrink", "tanh", "sigmoid", "hardsigmoid",
+             "silu", "mish"]
+    assert [n for n in names if not hasattr(F, n)] == []
+    for n in ("threshold", "glu", "hardswish", "selu", "celu", "rrelu", "softsign",
+              "tanhshrink", "gumbel_softmax", "hardsigmoid"):
+        po = [(p.name, p.default) for p in inspect.signature(getattr(F, n)).parameters.values()]
+        pt = [(p.name, p.default) for p in inspect.signature(getattr(TF, n)).parameters.values()]
+        assert po == pt, n
+    for n in ("Threshold", "RReLU", "Hardsigmoid", "Hardswish", "CELU", "SELU", "GLU",
+              "Hardshrink", "Softshrink", "PReLU", "Softsign", "Tanhshrink", "Softmax2d"):
+        po = [(p.name, p.default) for p in inspect.signature(getattr(nn, n)).parameters.values()]
+        pt = [(p.name, p.default)
+              for p in inspect.signature(getattr(torch.nn, n)).parameters.values()]
+        assert po == pt, n
+
+
+@pytest.mark.parametrize("expr", [
+    "Threshold(0.1, 20)", "Threshold(0.1, 20.0, True)", "RReLU()", "RReLU(0.1, 0.3, True)",
+    "Hardsigmoid()", "Hardsigmoid(True)", "Hardswish(inplace=True)", "CELU()", "CELU(2.0, True)",
+    "SELU()", "SELU(True)", "GLU()", "GLU(1)", "Hardshrink()", "Hardshrink(0.3)",
+    "Softshrink(0.3)", "PReLU()", "PReLU(3)", "Softsign()", "Tanhshrink()", "Softmax2d()",
+])
+def test_activation_repr(torch, expr):
+    assert repr(eval("nn." + expr, {"nn": nn})) == repr(eval("nn." + expr, {"nn": torch.nn}))
+
+
+# ---- ParameterDict -----------------------------------------------------------------------------
+def test_parameter_dict_registration_and_keys(torch):
+    rng = np.random.default_rng(0)
+    arrays = {"b": rng.standard_normal(2), "a": rng.standard_normal((2, 3)),
+              "c": rng.standard_normal(4)}
+    ours = nn.ParameterDict({k: aotgrad.tensor(v) for k, v in arrays.items()})
+    theirs = torch.nn.ParameterDict({k: torch.tensor(v) for k, v in arrays.items()})
+    assert list(ours.keys()) == list(theirs.keys()) == ["a", "b", "c"]  # a plain dict: sorted
+    assert [type(v).__name__ for v in ours.values()] == ["Parameter"] * 3
+    assert all(p.requires_grad and p.is_leaf for p in ours.values())
+    for k in arrays:
+        _close(ours[k], arrays[k], k, atol=0)
+    # order of an OrderedDict or of pairs is kept
+    od = OrderedDict((k, aotgrad.tensor(v)) for k, v in arrays.items())
+    assert list(nn.ParameterDict(od)) == ["b", "a", "c"]
+    assert list(nn.ParameterDict(list(od.items()))) == ["b", "a", "c"]
+    # a parent module sees them under the dict's attribute name
+    mo, mt = nn.Module(), torch.nn.Module()
+    mo.pd, mt.pd = ours, theirs
+    assert [k for k, _ in mo.named_parameters()] == [k for k, _ in mt.named_parameters()]
+    assert list(mo.state_dict()) == list(mt.state_dict()) == ["pd.a", "pd.b", "pd.c"]
+    assert len(list(mo.parameters())) == 3
+    # state dict round trip into a fresh dict of the same keys
+    fresh = nn.Module()
+    fresh.pd = nn.ParameterDict({k: aotgrad.zeros(*v.shape) for k, v in arrays.items()})
+    fresh.load_state_dict(mo.state_dict())
+    for k in arrays:
+        _close(fresh.pd[k], arrays[k], k, atol=0)
+    assert repr(ours).replace("aotgrad.", "") == repr(theirs).replace("torch.", "")
+
+
+def test_parameter_dict_keeps_parameters_and_objects(torch):
+    p = nn.Parameter(aotgrad.ones(2), requires_grad=False)
+    t = aotgrad.ones(3)
+    pd = nn.ParameterDict({"p": p, "t": t, "o": "text"})
+    assert pd["p"] is p and not pd["p"].requires_grad  # a Parameter is stored as it is
+    assert isinstance(pd["t"], nn.Parameter) and pd["t"].requires_grad
+    assert pd["o"] == "text" and [k for k, _ in pd.named_parameters()] == ["p", "t"]
+    theirs = torch.nn.ParameterDict({"p": torch.nn.Parameter(torch.ones(2), requires_grad=False),
+                                     "t": torch.ones(3), "o": "text"})
+    assert repr(pd).replace("aotgrad.", "") == repr(theirs).replace("torch.", "")
+    # gradients reach the registered parameters; an optimizer updates them
+    loss = (pd["t"] * aotgrad.tensor([1.0, 2.0, 3.0])).sum()
+    loss.backward()
+    _close(pd["t"].grad, [1.0, 2.0, 3.0], atol=0)
+    optim.SGD(pd.parameters(), lr=0.5).step()
+    _close(pd["t"], [0.5, 0.0, -0.5], atol=1e-7)
+
+
+def test_parameter_dict_dict_api_matches_torch(torch):
+    """The same sequence of dict operations on both sides leaves the same keys and shapes."""
+    def run(lib, nn_):
+        log = []
+        pd = nn_.ParameterDict()
+        pd["x"] = lib.zeros(2)
+        pd.update({"z": lib.zeros(3), "y": lib.zeros(1)})
+        pd.update([("w", lib.zeros(4, 1))])
+        log.append(list(pd.keys()))
+        log.append(tuple(pd.pop("z").shape))
+        log.append(("z" in pd, "y" in pd, len(pd)))
+        log.append(tuple(pd.setdefault("v", lib.ones(5)).shape))
+        log.append(tuple(pd.setdefault("v", lib.ones(7)).shape))
+        log.append(pd.get("nope") is None)
+        log.append(pd.get("nope", 3))
+        log.append(tuple(pd.get("x").shape))
+        k, v = pd.popitem()
+        log.append((k, tuple(v.shape), list(pd)))
+        del pd["x"]
+        log.append(list(reversed(pd)))
+        c = pd.copy()
+        log.append((list(c), all(c[k] is pd[k] for k in c)))
+        f = pd.fromkeys(["m", "n"], lib.ones(2))
+        log.append((type(f).__name__, list(f), [type(x).__name__ for x in f.values()]))
+        u = pd | f
+        log.append((list(u), list(pd)))
+        r = OrderedDict(q=lib.ones(1)) | pd
+        log.append((type(r).__name__, list(r)))
+        pd |= f
+        log.append(list(pd))
+        log.append([(n, tuple(p.shape)) for n, p in pd.named_parameters()])
+        pd.clear()
+        log.append((len(pd), list(pd.parameters())))
+        return log
+    assert run(aotgrad, nn) == run(torch, torch.nn)
+
+
+def test_parameter_dict_errors(torch):
+    pd = nn.ParameterDict()
+    with pytest.raises(TypeError, match="not a string"):
+        pd[1] = aotgrad.ones(1)
+    with pytest.raises(TypeError, match="iterable"):
+        pd.update(3)
+    with pytest.raises(TypeError, match="element #0 should be Iterable"):
+        pd.update([3])
+    with pytest.raises(ValueError, match="element #1 has length 3"):
+        pd.update([("a", aotgrad.ones(1)), ("b", 1, 2)])
+    with pytest.raises(KeyError):
+        pd.update({"a.b": aotgrad.ones(1)})  # a parameter name cannot hold a dot
+    with pytest.raises(RuntimeError, match="should not be called"):
+        pd()
+    with pytest.raises(KeyError):
+        pd["missing"]
+    with pytest.raises(KeyError):
+        nn.ParameterDict().popitem()
+    for bad in (lambda: torch.nn.ParameterDict().__setitem__(1, torch.ones(1)),
+                lambda: torch.nn.ParameterDict().update(3)):
+        with pytest.raises(TypeError):
+            bad()
+
+
+def test_parameter_dict_pickles():
+    pd = nn.ParameterDict({"a": aotgrad.tensor([1.0, 2.0])})
+    back = pickle.loads(pickle.dumps(pd))
+    assert list(back) == ["a"] and isinstance(back["a"], nn.Parameter)
+    _close(back["a"], [1.0, 2.0], atol=0)
+
+
+# ---- lr schedulers ----------------------------------------------------------------------------
+def _opts(lib, kind="sgd", groups=2):
+    """Two parameter groups with different lrs (SGD with momentum, or Adam)."""
+    if lib is aotgrad:
+        ps = [nn.Parameter(aotgrad.ones(1)) for _ in range(groups)]
+        o = optim
+    else:
+        ps = [lib.nn.Parameter(lib.ones(1)) for _ in range(groups)]
+        o = lib.optim
+    gs = [{"params": [p], "lr": 0.1 * (i + 1)} for i, p in enumerate(ps)]
+    if kind == "adam":
+        return o.Adam(gs, lr=0.1)
+    return o.SGD(gs, lr=0.1, momentum=0.9)
+
+
+class _Half:
+    """A callable object: its state is saved by LambdaLR/MultiplicativeLR's state_dict."""
+
+    def __init__(self):
+        self.k = 0.5
+
+    def __call__(self, e):
+        return self.k ** (e % 3)
+
+
+SCHEDULES = {
+    "LambdaLR": lambda S, o: S.LambdaLR(o, [lambda e: 0.9 ** e, lambda e: 1 / (1 + e)]),
+    "MultiplicativeLR": lambda S, o: S.MultiplicativeLR(o, lambda e: 0.95 if e % 2 else 0.99),
+    "ConstantLR": lambda S, o: S.ConstantLR(o, factor=0.25, total_iters=7),
+    "LinearLR": lambda S, o: S.LinearLR(o, start_factor=0.2, end_factor=0.9, total_iters=13),
+    "LinearLR_default": lambda S, o: S.LinearLR(o),
+    "PolynomialLR": lambda S, o: S.PolynomialLR(o, total_iters=17, power=2.5),
+    "PolynomialLR_default": lambda S, o: S.PolynomialLR(o),
+    "CosineAnnealingWarmRestarts": lambda S, o: S.CosineAnnealingWarmRestarts(o, 5, 2, 0.001),
+    "CosineAnnealingWarmRestarts_1": lambda S, o: S.CosineAnnealingWarmRestarts(o, 7),
+    "CyclicLR_triangular": lambda S, o: S.CyclicLR(o, 0.01, [0.1, 0.2], step_size_up=6,
+                                                   step_size_down=3),
+    "CyclicLR_triangular2": lambda S, o: S.CyclicLR(o, [0.01, 0.02], 0.1, step_size_up=4,
+                                                    mode="triangular2", base_momentum=0.7),
+    "CyclicLR_exp_range": lambda S, o: S.CyclicLR(o, 0.01, 0.1, step_size_up=5,
+                                                  mode="exp_range", gamma=0.97),
+    "CyclicLR_scale_fn": lambda S, o: S.CyclicLR(o, 0.01, 0.1, step_size_up=3,
+                                                 scale_fn=lambda x: 1 / (1 + x),
+                                                 scale_mode="iterations",
+                                                 cycle_momentum=False),
+    "OneCycleLR": lambda S, o: S.OneCycleLR(o, max_lr=[0.5, 1.0], total_steps=60),
+    "OneCycleLR_linear3": lambda S, o: S.OneCycleLR(o, max_lr=0.4, epochs=6, steps_per_epoch=10,
+                                                    pct_start=0.25, anneal_strategy="linear",
+                                                    three_phase=True, div_factor=10.0),
+    "SequentialLR": lambda S, o: S.SequentialLR(
+        o, [S.LinearLR(o, 0.1, total_iters=5), S.ExponentialLR(o, 0.9),
+            S.CosineAnnealingLR(o, T_max=8)], milestones=[5, 20]),
+    "SequentialLR_constant": lambda S, o: S.SequentialLR(
+        o, [S.ConstantLR(o, 0.5, total_iters=3), S.PolynomialLR(o, 10, 2.0)], [8]),
+    "ChainedScheduler": lambda S, o: S.ChainedScheduler(
+        [S.ConstantLR(o, 0.1, total_iters=4), S.ExponentialLR(o, 0.9),
+         S.MultiplicativeLR(o, lambda e: 0.99)]),
+    "ChainedScheduler_warmup_cosine": lambda S, o: S.ChainedScheduler(
+        [S.LinearLR(o, 0.5, total_iters=6), S.CosineAnnealingLR(o, T_max=11)], optimizer=o),
+}
+
+
+def _momenta(opt):
+    return [g.get("momentum", g.get("betas", (None,))[0]) for g in opt.param_groups]
+
+
+def _run(lib, name, kind, steps=59):
+    S = optim.lr_scheduler if lib is aotgrad else lib.optim.lr_scheduler
+    opt = _opts(lib, kind)
+    s = SCHEDULES[name](S, opt)
+    seq = []
+    for _ in range(steps):
+        seq.append(list(s.get_last_lr()) + [g["lr"] for g in opt.param_groups] + _momenta(opt))
+        opt.step()
+        s.step()
+    seq.append(list(s.get_last_lr()) + [g["lr"] for g in opt.param_groups] + _momenta(opt))
+    return seq
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("kind", ["sgd", "adam"])
+@pytest.mark.parametrize("name", sorted(SCHEDULES))
+def test_scheduler_sequence_matches_torch(torch, name, kind):
+    """Every lr (get_last_lr and the groups' lr) and momentum/beta1, step by step."""
+    ours, theirs = _run(aotgrad, name, kind), _run(torch, name, kind)
+    np.testing.assert_allclose(np.array(ours, float), np.array(theirs, float), rtol=1e-12,
+                               atol=1e-15)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("name", sorted(SCHEDULES))
+def test_scheduler_state_dict_resume(torch, name):
+    """Stop after k steps, save, build a new scheduler over a new optimizer, load both states,
+    go on: the rest of the sequence is the uninterrupted one (and torch's)."""
+    def run(lib):
+        S = optim.lr_scheduler if lib is aotgrad else lib.optim.lr_scheduler
+        opt = _opts(lib)
+        s = SCHEDULES[name](S, opt)
+        for _ in range(11):
+            opt.step()
+            s.step()
+        sd_s, sd_o = pickle.loads(pickle.dumps(_picklable(s.state_dict()))), opt.state_dict()
+        opt2 = _opts(lib)
+        s2 = SCHEDULES[name](S, opt2)
+        opt2.load_state_dict(sd_o)
+        s2.load_state_dict(sd_s)
+        a, b = [], []
+        for _ in range(20):
+            opt.step(), opt2.step()
+            s.step(), s2.step()
+            a.append(s.get_last_lr() + [g["lr"] for g in opt.param_groups])
+            b.append(s2.get_last_lr() + [g["lr"] for g in opt2.param_groups])
+        return a, b
+    (a, b), (ta, _) = run(aotgrad), run(torch)
+    np.testing.assert_allclose(a, b, rtol=1e-12)
+    np.testing.assert_allclose(a, ta, rtol=1e-12)
+
+
+def _picklable(sd):
+    """Drop what pickle cannot take (lambdas a user passed in) the way a checkpoint would."""
+    out = {}
+    for k, v in sd.items():
+        if k == "_schedulers":
+            out[k] = [_picklable(c) for c in v]
+        elif k == "_scale_fn_custom" or callable(v) and getattr(v, "__name__", "") == "<lambda>":
+            out[k] = None
+        else:
+            out[k] = v
+    return out
+
+
+def test_lambda_state_dict_keeps_callable_objects(torch):
+    for lib in (aotgrad, torch):
+        S = optim.lr_scheduler if lib is aotgrad else lib.optim.lr_scheduler
+        for cls in (S.LambdaLR, S.MultiplicativeLR):
+            opt = _opts(lib)
+            f = _Half()
+            s = cls(opt, [f, lambda e: 1.0])
+            f.k = 0.25
+            sd = s.state_dict()
+            assert sd["lr_lambdas"] == [{"k": 0.25}, None]
+            g = _Half()
+            s2 = cls(_opts(lib), [g, lambda e: 1.0])
+            s2.load_state_dict(sd)
+            assert g.k == 0.25 and "lr_lambdas" in sd
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("name", ["ConstantLR", "LinearLR", "PolynomialLR", "LambdaLR",
+                                  "CosineAnnealingWarmRestarts"])
+def test_step_with_epoch_matches_torch(torch, name):
+    def run(lib):
+        S = optim.lr_scheduler if lib is aotgrad else lib.optim.lr_scheduler
+        opt = _opts(lib)
+        s = SCHEDULES[name](S, opt)
+        out = []
+        for e in (3, 9, 2, 20, 1, 40):
+            s.step(e)
+            out.append(s.get_last_lr())
+        return out
+    np.testing.assert_allclose(run(aotgrad), run(torch), rtol=1e-12)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("last_epoch", [3, 12])
+@pytest.mark.parametrize("name", ["LinearLR", "PolynomialLR", "ConstantLR", "MultiplicativeLR",
+                                  "CosineAnnealingWarmRestarts", "CyclicLR_triangular",
+                                  "OneCycleLR"])
+def test_resume_with_last_epoch_matches_torch(torch, name, last_epoch):
+    def run(lib):
+        S = optim.lr_scheduler if lib is aotgrad else lib.optim.lr_scheduler
+        opt = _opts(lib)
+        SCHEDULES[name](S, opt)  # sets initial_lr (and max_lr/min_lr)
+        make = SCHEDULES[name]
+        s = _with_last_epoch(make, S, opt, last_epoch)
+        out = []
+        for _ in range(15):
+            out.append(s.get_last_lr() + _momenta(opt))
+            opt.step()
+            s.step()
+        return out
+    np.testing.assert_allclose(np.array(run(aotgrad), float), np.array(run(torch), float),
+                               rtol=1e-12)
+
+
+def _with_last_epoch(make, S, opt, last_epoch):
+    class Wrap:
+        def __getattr__(self, n):
+            cls = getattr(S, n)
+            return lambda *a, **k: cls(*a, **k, last_epoch=last_epoch)
+    return make(Wrap(), opt)
+
+
+def test_scheduler_closed_forms():
+    def lrs(make, n, lr=1.0, **opt_kw):
+        opt = optim.SGD([nn.Parameter(aotgrad.ones(1))], lr=lr, momentum=0.9)
+        s = make(opt)
+        out = []
+        for _ in range(n):
+            out.append(s.get_last_lr()[0])
+            s.step()
+        return np.array(out)
+    e = np.arange(30)
+    np.testing.assert_allclose(lrs(lambda o: LS.LinearLR(o, 0.2, 0.8, 10), 30),
+                               0.2 + 0.6 * np.minimum(e, 10) / 10, rtol=1e-12)
+    np.testing.assert_allclose(lrs(lambda o: LS.PolynomialLR(o, 12, 1.5), 30),
+                               (1 - np.minimum(e, 12) / 12) ** 1.5, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(lrs(lambda o: LS.ConstantLR(o, 0.3, 6), 30),
+                               np.where(e < 6, 0.3, 1.0), rtol=1e-12)
+    np.testing.assert_allclose(lrs(lambda o: LS.MultiplicativeLR(o, lambda k: 0.9), 30),
+                               0.9 ** e, rtol=1e-12)
+    np.testing.assert_allclose(lrs(lambda o: LS.CosineAnnealingWarmRestarts(o, 4, 2, 0.1), 28),
+                               [0.1 + 0.9 * (1 + math.cos(math.pi * tc / ti)) / 2 for tc, ti in
+                                [(k, 4) for k in range(4)] + [(k, 8) for k in range(8)] +
+                                [(k, 16) for k in range(16)]], rtol=1e-12)
+    # triangle wave between 0.1 and 0.5, 4 steps up and 4 down
+    tri = 0.1 + 0.4 * (1 - np.abs((e % 8) / 4 - 1))
+    np.testing.assert_allclose(lrs(lambda o: LS.CyclicLR(o, 0.1, 0.5, 4), 30), tri, rtol=1e-12)
+    # 1cycle: starts at max/div, reaches max at step pct*total - 1, ends at initial/final_div
+    oc = lrs(lambda o: LS.OneCycleLR(o, 2.0, total_steps=40, pct_start=0.5), 40)
+    assert oc[0] == pytest.approx(2.0 / 25) and oc.max() == pytest.approx(2.0)
+    assert int(np.argmax(oc)) == 19 and oc[-1] == pytest.approx(2.0 / 25 / 1e4)
+    assert np.all(np.diff(oc[:20]) > 0) and np.all(np.diff(oc[19:]) < 0)
+
+
+def test_onecycle_and_cyclic_momentum_closed_forms():
+    opt = optim.SGD([nn.Parameter(aotgrad.ones(1))], lr=1.0, momentum=0.5)
+    s = LS.CyclicLR(opt, 0.1, 0.5, 4, base_momentum=0.8, max_momentum=0.9)
+    ms = []
+    for _ in range(9):
+        ms.append(opt.param_groups[0]["momentum"])
+        s.step()
+    frac = 1 - np.abs((np.arange(9) % 8) / 4 - 1)
+    np.testing.assert_allclose(ms, 0.9 - 0.1 * frac, rtol=1e-12)
+    adam = optim.Adam([nn.Parameter(aotgrad.ones(1))], betas=(0.5, 0.99))
+    LS.OneCycleLR(adam, 0.1, total_steps=10)
+    assert adam.param_groups[0]["betas"] == (0.95, 0.99)
+
+
+def test_onecycle_step_past_total_raises():
+    opt = optim.SGD([nn.Parameter(aotgrad.ones(1))], lr=1.0, momentum=0.9)
+    s = LS.OneCycleLR(opt, 1.0, total_steps=5)
+    for _ in range(5):
+        s.step()
+    with pytest.raises(ValueError, match="Tried to step 6 times. The specified number of total "
+                                         "steps is 5"):
+        s.step()
+
+
+def test_scheduler_constructor_errors(torch):
+    def both(fn):
+        kinds = []
+        for lib in (aotgrad, torch):
+            S = optim.lr_scheduler if lib is aotgrad else lib.optim.lr_scheduler
+            try:
+                fn(S, _opts(lib))
+                kinds.append(None)
+            except Exception as e:  # noqa: BLE001  (compare the exception types)
+                kinds.append(type(e))
+        return kinds
+    cases = [
+        lambda S, o: S.ConstantLR(o, factor=1.5),
+        lambda S, o: S.LinearLR(o, start_factor=0.0),
+        lambda S, o: S.LinearLR(o, end_factor=1.5),
+        lambda S, o: S.MultiplicativeLR(o, 0.9),
+        lambda S, o: S.LambdaLR(o, [lambda e: 1.0]),
+        lambda S, o: S.CosineAnnealingWarmRestarts(o, 0),
+        lambda S, o: S.CosineAnnealingWarmRestarts(o, 3, T_mult=1.5),
+        lambda S, o: S.CyclicLR(o, 0.1, 0.2, mode="bad"),
+        lambda S, o: S.CyclicLR(o, [0.1], 0.2),
+        lambda S, o: S.OneCycleLR(o, 0.1),
+        lambda S, o: S.OneCycleLR(o, 0.1, total_steps=0),
+        lambda S, o: S.OneCycleLR(o, 0.1, total_steps=10, pct_start=1),
+        lambda S, o: S.OneCycleLR(o, 0.1, total_steps=10, anneal_strategy="exp"),
+        lambda S, o: S.SequentialLR(o, [], []),
+        lambda S, o: S.SequentialLR(o, [S.ConstantLR(o)], [3]),
+        lambda S, o: S.SequentialLR(o, [S.ReduceLROnPlateau(o), S.ConstantLR(o)], [3]),
+        lambda S, o: S.ChainedScheduler([]),
+        lambda S, o: S.ReduceLROnPlateau(o, factor=1.0),
+        lambda S, o: S.ReduceLROnPlateau(o, mode="mid"),
+        lambda S, o: S.ReduceLROnPlateau(o, threshold_mode="x"),
+        lambda S, o: S.ReduceLROnPlateau(o, min_lr=[0.1]),
+        lambda S, o: S.StepLR("not an optimizer", 3),
+    ]
+    for i, c in enumerate(cases):
+        ko, kt = both(c)
+        assert ko is kt and ko is not None, (i, ko, kt)
+    with pytest.raises(ValueError, match="momentum or beta1"):
+        LS.CyclicLR(_no_defaults_opt(), 0.1, 0.2)
+    with pytest.raises(ValueError, match="momentum or beta1"):
+        LS.OneCycleLR(_no_defaults_opt(), 0.1, total_steps=10)
+    with pytest.raises(ValueError, match="different from"):
+        o1, o2 = _opts(aotgrad), _opts(aotgrad)
+        LS.ChainedScheduler([LS.ConstantLR(o1), LS.ConstantLR(o2)])
+
+
+def _no_defaults_opt():
+    opt = optim.SGD([nn.Parameter(aotgrad.ones(1))], lr=0.1)
+    del opt.defaults["momentum"]
+    return opt
+
+
+PLATEAU = {
+    "min_rel": dict(),
+    "max_abs": dict(mode="max", threshold=0.05, threshold_mode="abs", patience=2),
+    "cooldown": dict(factor=0.5, patience=1, cooldown=3, min_lr=[0.02, 0.05]),
+    "eps": dict(factor=0.5, patience=0, min_lr=0.049, eps=1e-3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PLATEAU))
+def test_reduce_lr_on_plateau_matches_torch(torch, name):
+    rng = np.random.default_rng(11)
+    metrics = np.concatenate([np.linspace(1, 0.5, 8), 0.5 + 0.01 * rng.standard_normal(40),
+                              np.linspace(0.5, 0.2, 6), 0.2 + 0.001 * rng.standard_normal(30)])
+    if PLATEAU[name].get("mode") == "max":
+        metrics = -metrics
+
+    def run(lib):
+        S = optim.lr_scheduler if lib is aotgrad else lib.optim.lr_scheduler
+        opt = _opts(lib)
+        s = S.ReduceLROnPlateau(opt, **PLATEAU[name])
+        out = []
+        for i, m in enumerate(metrics):
+            opt.step()
+            s.step(lib.tensor(m) if i % 2 else float(m))  # a 0-d tensor or a float
+            out.append(s.get_last_lr() + [s.num_bad_epochs, s.cooldown_counter, s.last_epoch])
+            if i == 40:  # state dict round trip in the middle
+                sd = pickle.loads(pickle.dumps(s.state_dict()))
+                s = S.ReduceLROnPlateau(opt, **PLATEAU[name])
+                s.load_state_dict(sd)
+        return out
+    ours, theirs = run(aotgrad), run(torch)
+    np.testing.assert_allclose(np.array(ours, float), np.array(theirs, float), rtol=1e-12)
+    assert min(r[0] for r in ours) < 0.1  # the lr did go down
+
+
+def test_reduce_lr_on_plateau_closed_form():
+    opt = optim.SGD([nn.Parameter(aotgrad.ones(1))], lr=1.0)
+    s = LS.ReduceLROnPlateau(opt, factor=0.5, patience=2, min_lr=0.1)
+    got = []
+    for m in [5, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4]:
+        s.step(m)
+        got.append(s.get_last_lr()[0])
+    # no improvement after epoch 2: a halving every patience + 1 = 3 epochs, floored at 0.1
+    assert got == [1, 1, 1, 1, 0.5, 0.5, 0.5, 0.25, 0.25, 0.25, 0.125, 0.125, 0.125]
+    for m in [4] * 6:
+        s.step(m)
+    assert s.get_last_lr()[0] == 0.1
+
+
+def test_scheduler_exports_match_torch(torch):
+    assert sorted(LS.__all__) == sorted(torch.optim.lr_scheduler.__all__)
+    for n in LS.__all__:
+        po = [(p.name, p.default) for p in inspect.signature(getattr(LS, n).__init__).parameters
+              .values()]
+        pt = [(p.name, p.default) for p in inspect.signature(
+            getattr(torch.optim.lr_scheduler, n).__init__).parameters.values()]
+        assert po == pt, n
