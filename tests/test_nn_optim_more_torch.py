@@ -850,3 +850,38 @@ def test_scheduler_exports_match_torch(torch):
         pt = [(p.name, p.default) for p in inspect.signature(
             getattr(torch.optim.lr_scheduler, n).__init__).parameters.values()]
         assert po == pt, n
+
+
+def test_new_activations_and_parameter_dict_trace():
+    """The new layers are plain op compositions: traced by aotgrad.compile (reference
+    backend) they give eager's loss and gradients, ParameterDict parameters included."""
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Sequential(nn.Linear(4, 6), nn.PReLU(6), nn.Hardswish(),
+                                      nn.Linear(6, 6), nn.SELU(), nn.GLU(), nn.Softshrink(0.1),
+                                      nn.CELU(0.5), nn.Threshold(-0.2, -1.0),
+                                      nn.Hardsigmoid())
+            self.extra = nn.ParameterDict({"scale": aotgrad.ones(3) * 1.5,
+                                           "shift": aotgrad.zeros(3)})
+
+        def forward(self, x):
+            h = self.body(x) * self.extra["scale"] + self.extra["shift"]
+            return (F.softsign(h) + F.tanhshrink(h) + F.hardshrink(h, 0.3)).pow(2).sum()
+
+    net = Net()
+    x = aotgrad.tensor(np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32),
+                       requires_grad=True)
+    eager = net(x)
+    eager.backward()
+    ref = [_np(x.grad).copy()] + [_np(p.grad).copy() for p in net.parameters()]
+    x.grad = None
+    net.zero_grad()
+    compiled = aotgrad.compile(net.forward, backend="interpret")(x)
+    compiled.backward()
+    got = [_np(x.grad)] + [_np(p.grad) for p in net.parameters()]
+    assert float(compiled) == pytest.approx(float(eager), rel=1e-6)
+    assert len(got) == 8  # x, 2 Linear x (weight, bias), PReLU's weight, scale, shift
+    for a, b in zip(got, ref):
+        assert np.abs(b).max() > 1e-3  # every gradient is non-trivial
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
