@@ -22,6 +22,7 @@ from aotgrad.ir.printer import HEADER, format_graph
 from aotgrad import call_path
 from aotgrad.runtime import dispatch
 from aotgrad.runtime import profiling
+from aotgrad.runtime.engine import saved_hooks
 from aotgrad.runtime.executor import CompiledBackward, check_nan, write_back, write_grad
 from aotgrad.runtime.factories import default_generator
 from aotgrad.runtime.grad_mode import state as _mode
@@ -503,6 +504,13 @@ class CompiledFunction:
 
     def __call__(self, *args, **kwargs):
         if current_builder() is not None:  # called inside another compiled function: inline
+            return self.fn(*args, **kwargs)
+        if saved_hooks.stack and _mode.grad_enabled:
+            # a compiled program keeps what its backward needs inside it, where pack/unpack
+            # hooks cannot see it: run eagerly, so that they see every saved tensor
+            self._warn_once(f"aotgrad.compile({self.name}): called inside "
+                            f"autograd.graph.saved_tensors_hooks, whose hooks must see the "
+                            f"tensors saved for backward; running this call eagerly")
             return self.fn(*args, **kwargs)
         call = self._specialised
         if call is not None and not kwargs:

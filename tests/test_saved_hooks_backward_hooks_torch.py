@@ -472,3 +472,31 @@ def test_compile_with_full_backward_hooks_is_a_clear_graph_break():
         y = ag.compile(lambda x: mod(x).sum(), backend="interpret", fullgraph=True)(x)
     w, b = mod.weight.detach().numpy(), mod.bias.detach().numpy()
     np.testing.assert_allclose(y.item(), (_x((4, 3)) @ w.T + b).sum(), rtol=1e-5)
+
+
+def test_compiled_function_called_inside_saved_tensors_hooks_runs_eagerly():
+    # compiled outside the hooks, then called inside them: the hooks must see the saved
+    # tensors (a compiled program would hide them), with the same values and gradients
+    import warnings
+    import aotgrad as ag
+
+    def f(x, w):
+        return (x @ w).tanh().sum()
+
+    cf = ag.compile(f, backend="interpret")
+    x = ag.tensor(np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3))
+    w = ag.tensor(np.linspace(0.5, -0.5, 12, dtype=np.float32).reshape(3, 4),
+                  requires_grad=True)
+    cf(x, w).backward()
+    g0 = w.grad.numpy().copy()
+    w.grad = None
+    packed = []
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        with ag.autograd.graph.saved_tensors_hooks(lambda t: packed.append(t) or t,
+                                                   lambda t: t):
+            loss = cf(x, w)
+        loss.backward()
+    assert packed, "no tensor was packed"
+    assert any("saved_tensors_hooks" in str(r.message) for r in rec)
+    np.testing.assert_allclose(w.grad.numpy(), g0, rtol=1e-6)
