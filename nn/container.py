@@ -289,8 +289,8 @@ class ParameterDict(Module):
 
     def __getitem__(self, key):
         attr = self._key_to_attr(key)
-        if key not in self._keys:
-            raise KeyError(key)
+        if key not in self._keys:   # PyTorch looks the key up as an attribute
+            raise AttributeError(f"'ParameterDict' object has no attribute '{key}'")
         return getattr(self, attr)
 
     def __setitem__(self, key, value):

@@ -474,8 +474,10 @@ def test_parameter_dict_errors(torch):
         pd.update({"a.b": aotgrad.ones(1)})  # a parameter name cannot hold a dot
     with pytest.raises(RuntimeError, match="should not be called"):
         pd()
-    with pytest.raises(KeyError):
+    with pytest.raises(AttributeError, match="no attribute 'missing'"):
         pd["missing"]
+    with pytest.raises(AttributeError, match="no attribute 'missing'"):
+        torch.nn.ParameterDict()["missing"]
     with pytest.raises(KeyError):
         nn.ParameterDict().popitem()
     for bad in (lambda: torch.nn.ParameterDict().__setitem__(1, torch.ones(1)),
