@@ -385,8 +385,8 @@ class Plan:
         import numba
         (a, b), out = n.inputs, n.outputs[0]
         d = out.dtype.np
-        lib = blas.openblas()
-        if not blas.available() or d not in lib[1] or a.dtype.np != d or b.dtype.np != d or \
+        fn = blas.gemm_address(d) if blas.available() else None
+        if fn is None or a.dtype.np != d or b.dtype.np != d or \
                 math.prod(sa) * sb[-1] < blas.SPLIT_MIN or math.prod(sa) * sb[-1] == 0:
             return None
         if self._probe is None:
@@ -410,10 +410,10 @@ class Plan:
         parts, cut_cols = blas.pieces(math.prod(batch), m, nn, numba.get_num_threads())
         arr = (lambda t: bind(np.array(t, np.int64), "_i"))
         self._gemms += 1
-        self.gemm_how[n] = (f"BLAS gemm over numba's threads: {math.prod(batch)} x "
-                            f"({m}x{k} @ {k}x{nn})" + (f", {parts} {'column' if cut_cols else 'row'} "
-                                               f"slabs each" if parts > 1 else ""))
-        return (f"_gemm({lib[1][d]}, {la[1]}, {lb[1]}, {m}, {nn}, {k}, "
+        slabs = f", {parts} {'column' if cut_cols else 'row'} slabs each" if parts > 1 else ""
+        self.gemm_how[n] = (f"{blas.provider()} gemm over numba's threads: "
+                            f"{math.prod(batch)} x ({m}x{k} @ {k}x{nn}){slabs}")
+        return (f"_gemm({fn}, {la[1]}, {lb[1]}, {m}, {nn}, {k}, "
                 f"{bind(d.type(1), '_c')}, {fa}, {oa}, {la[2]}, {fb}, {ob}, {lb[2]}, "
                 f"{fc}, {arr(batch)}, {arr(la[0])}, {arr(lb[0])}, {parts}, {cut_cols})")
 

@@ -198,3 +198,43 @@ def _child(prog, q):
         q.put("ran")
     except RuntimeError as e:
         q.put(str(e))
+
+
+@pytest.mark.parametrize("name", ["openblas", "mkl"])
+@pytest.mark.parametrize("d", [np.float32, np.float64])
+def test_gemm_stack_on_each_library(name, d):
+    # every flag pair, both cuts, and a stack read through batch steps and an offset, on
+    # each library that is here (MKL only where the `mkl` package is installed)
+    lib = blas.openblas() if name == "openblas" else blas.mkl()
+    if lib is None:
+        pytest.skip(f"{name} not found here")
+    fn, one, e = lib[1][np.dtype(d)], d(1), np.zeros(0, np.int64)
+    m, k, n = 7, 5, 9
+    with blas.single_threaded():
+        for ta in (blas.NO_TRANS, blas.TRANS):
+            for tb in (blas.NO_TRANS, blas.TRANS):
+                a = _rand((k, m) if ta == blas.TRANS else (m, k), d, 1)
+                b = _rand((n, k) if tb == blas.TRANS else (k, n), d, 2)
+                want = (a.T if ta == blas.TRANS else a) @ (b.T if tb == blas.TRANS else b)
+                for parts, cut in ((1, False), (2, False), (3, True)):
+                    c = np.full((m, n), np.nan, d)
+                    blas.gemm_stack(fn, ta, tb, m, n, k, one, a.reshape(-1), 0, a.shape[1],
+                                    b.reshape(-1), 0, b.shape[1], c.reshape(-1), e, e, e,
+                                    parts, cut)
+                    np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-6)
+        # (2, 3) stack of q @ k^T from one (2, 4, 2, 3, 6) buffer: batch steps (48*2.., 6)
+        buf = _rand((2, 4, 2, 3, 6), d, 3)
+        q, kk = buf[:, :, 0].transpose(0, 2, 1, 3), buf[:, :, 1].transpose(0, 2, 1, 3)
+        c = np.full((2, 3, 4, 4), np.nan, d)
+        steps = np.array([4 * 2 * 3 * 6, 6], np.int64)
+        blas.gemm_stack(fn, blas.NO_TRANS, blas.TRANS, 4, 4, 6, one, buf.reshape(-1), 0, 36,
+                        buf.reshape(-1), 18, 36, c.reshape(-1), np.array([2, 3], np.int64),
+                        steps, steps, 1, False)
+        np.testing.assert_allclose(c, q @ kk.transpose(0, 1, 3, 2), rtol=1e-5, atol=1e-6)
+
+
+def test_provider_is_the_library_whose_gemm_runs():
+    assert blas.provider() in ("mkl", "openblas")
+    lib = blas.mkl() or blas.openblas()
+    assert blas.gemm_address(np.float32) == lib[1][np.dtype(np.float32)]
+    assert blas.gemm_address(np.int64) is None
