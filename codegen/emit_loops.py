@@ -2,6 +2,7 @@
 flat domain, and the column-reduction nests. A mixin of KernelEmitter."""
 import math
 
+import numba
 import numpy as np
 
 from aotgrad.codegen.emit_base import BLOCK, COL_CHUNK, ROW_BLOCK, _Scope, const_expr, np_name  # noqa: F401
@@ -173,10 +174,16 @@ class LoopNestEmitter:
             body.append(f"    {a} = _full(n{K}, {np_name(ad)}, {self.init_expr(r)})")
             accs[r] = a
         rows = " * ".join(f"n{P}" for P in self.outer) or "1"
-        body.append(f"    nc = (n{K} + {COL_CHUNK - 1}) // {COL_CHUNK}")
+        # chunks of at most COL_CHUNK columns, at least one per thread (256 columns in one
+        # chunk left a thread idle); a multiple of 16 so the inner loop vectorises whole.
+        # Each column's sum is the same whatever the width. The thread count is a constant
+        # of the source (numba does not cache a function that asks for it).
+        nt = max(1, numba.config.NUMBA_NUM_THREADS)
+        body.append(f"    cw = _imin({COL_CHUNK}, max(16, ((n{K} + {nt - 1}) // {nt} + 15) // 16 * 16))")
+        body.append(f"    nc = (n{K} + cw - 1) // cw")
         cl = [f"    for cb in {self.rng('nc')}:",
-              f"        lo = cb * {COL_CHUNK}",
-              f"        hi = _imin(lo + {COL_CHUNK}, n{K})"]
+              f"        lo = cb * cw",
+              f"        hi = _imin(lo + cw, n{K})"]
         views, parts = {}, {}
         for r in kt.reds:
             views[r] = self.fresh("av")
