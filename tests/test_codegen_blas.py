@@ -2,8 +2,6 @@
 `gemm_stack` against numpy, and whole compiled programs against eager mode.
 
 SPLIT_MIN is lowered to 0 here so that small products take the threaded path too."""
-import os
-
 import numpy as np
 import pytest
 
@@ -14,17 +12,6 @@ from aotgrad.ir import dtypes as dt
 
 pytestmark = pytest.mark.skipif(not blas.available(),
                                 reason="numpy's OpenBLAS not found or no cheap threading layer")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _cache_dir(tmp_path_factory):
-    old = os.environ.get("AOTGRAD_CACHE_DIR")
-    os.environ["AOTGRAD_CACHE_DIR"] = str(tmp_path_factory.mktemp("aotgrad_cache"))
-    yield
-    if old is None:
-        os.environ.pop("AOTGRAD_CACHE_DIR", None)
-    else:
-        os.environ["AOTGRAD_CACHE_DIR"] = old
 
 
 @pytest.fixture(autouse=True)
