@@ -380,7 +380,7 @@ class Plan:
 
     def _gemm_call(self, n, pa, sa, pb, sb, so, bind, name_of):
         """The line running this product as blas.gemm_stack over numba's threads, or None
-        (np.matmul then): small products, no usable OpenBLAS, a dtype BLAS has no gemm for,
+        (np.matmul then): small products, no usable BLAS library, a dtype it has no gemm for,
         or an operand BLAS cannot read without a copy."""
         import numba
         (a, b), out = n.inputs, n.outputs[0]
