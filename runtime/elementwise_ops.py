@@ -1,0 +1,391 @@
+"""Elementwise ops: binary ops with broadcasting and PyTorch's type promotion (arithmetic,
+comparisons, logical ops, where) and unary ops (exp, log, trigonometric, rounding, clamp...).
+
+>>> import aotgrad
+>>> from aotgrad.runtime import elementwise_ops as ew
+>>> ew.add(aotgrad.tensor([1., 2.]), 1).tolist()
+[2.0, 3.0]
+"""
+import builtins
+import math
+
+import numpy as np
+
+from aotgrad.ir import dtypes as dt
+from aotgrad.runtime import tprims as tp
+from aotgrad.runtime.op_base import (_binary, _binary_args, _named, _weak_or_scalar,
+                                     as_tensor_like, broadcast_shapes, cast, is_weak, mark_weak,
+                                     op, scalar_dtype)
+from aotgrad.runtime.tensor import Tensor
+
+
+# ---- binary --------------------------------------------------------------------------------
+add_ = _binary(tp.add)
+mul_ = _binary(tp.mul)
+
+
+@op("add", "AddBackward0")
+def add(a, b, *, alpha=1):
+    if isinstance(alpha, Tensor) or alpha != 1:
+        b = mul(b, alpha)
+    return add_(a, b)
+
+
+@op("sub", "SubBackward0")
+def sub(a, b, *, alpha=1):
+    if isinstance(alpha, Tensor) or alpha != 1:
+        b = mul(b, alpha)
+    weak = _weak_or_scalar(a) and _weak_or_scalar(b)
+    a2, b2 = _binary_args(a, b)
+    nbool = builtins.sum(1 for v in (a, b) if isinstance(v, (bool, np.bool_)) or
+                         (isinstance(v, Tensor) and v.dtype is dt.bool_))
+    if nbool == 2:
+        raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not "
+                           "supported. Use the `^` or `logical_xor()` operator instead.")
+    if nbool:
+        raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not "
+                           "supported. If you are trying to invert a mask, use the `~` or "
+                           "`logical_not()` operator instead.")
+    out = tp.sub(a2, b2)
+    return mark_weak(out) if weak else out
+
+
+@op("mul", "MulBackward0")
+def mul(a, b):
+    return mul_(a, b)
+
+
+@op("div", "DivBackward0")
+def div(a, b, *, rounding_mode=None):
+    """a / b; rounding_mode "trunc" or "floor" rounds the quotient, keeps integer dtypes and,
+    like PyTorch, has a zero gradient (never NaN, even where b == 0)."""
+    if rounding_mode is None:
+        return _binary(tp.div, float_result=True)(a, b)
+    if rounding_mode not in ("trunc", "floor"):
+        raise ValueError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' "
+                         f"but found '{rounding_mode}'")
+    a2, b2 = _binary_args(a, b)
+    if not a2.dtype.is_floating_point:
+        return _int_div(a2, b2, rounding_mode)
+    if rounding_mode == "floor":
+        return _zero_grad(_floor_div_float(a2.detach(), b2.detach()), a2, b2)
+    return _zero_grad(_trunc(tp.div(a2.detach(), b2.detach())), a2, b2)
+
+
+true_divide = divide = div
+
+
+def _zero_grad(r, *inputs):
+    """r, joined to the graph of `inputs` with a zero gradient (where(True, r, input))."""
+    for t in inputs:
+        if t.requires_grad:
+            r = tp.where(tp.constant(True, dt.bool_, tuple(r.shape)), r, t)
+    return r
+
+
+def _trunc(q):
+    return tp.where(tp.lt(q, tp.zeros(tuple(q.shape), q.dtype)), tp.ceil(q), tp.floor(q))
+
+
+def _floor_div_float(a, b):
+    """Python's (and PyTorch's) floor division of floats: floor(a / b), except that a finite
+    nonzero a over an infinite b of the other sign is -1 and an infinite a over a finite
+    nonzero b is NaN."""
+    q = tp.floor(tp.div(a, b))
+    fin_a, fin_b = isfinite(a), isfinite(b)
+    q = where(logical_and(logical_and(logical_not(fin_a), fin_b), ne(b, 0)), math.nan, q)
+    other_sign = logical_and(ne(a, 0), ne(lt(a, 0), lt(b, 0)))
+    return where(logical_and(logical_and(isinf(b), fin_a), other_sign), -1.0, q)
+
+
+def _int_div(a, b, rounding_mode):
+    """Integer trunc/floor division (through float64, exact below 2**53)."""
+    if isinstance(b._value, np.ndarray) and not b._value.all():
+        raise RuntimeError("ZeroDivisionError")
+    q = tp.div(cast(a, dt.float64), cast(b, dt.float64))
+    return cast(tp.floor(q) if rounding_mode == "floor" else _trunc(q), a.dtype)
+
+
+@op("floor_divide")
+def floor_divide(a, b):
+    """Floor division with Python's rounding (-7 // 2 == -4); no gradient (zero)."""
+    a2, b2 = _binary_args(a, b)
+    if a2.dtype.is_floating_point:
+        return _zero_grad(_floor_div_float(a2.detach(), b2.detach()), a2, b2)
+    return _int_div(a2, b2, "floor")
+
+
+def _fmod(a, b):
+    """C's fmod, a - trunc(a / b) * b with the quotient held constant (gradients g and
+    -trunc(a / b) g, as in PyTorch); fmod(a, +-inf) is a for finite a."""
+    m = sub(a, mul(_trunc(tp.div(a.detach(), b.detach())), b))
+    return where(logical_and(isinf(b), isfinite(a)), a, m)
+
+
+@op("remainder")
+def remainder(a, b):
+    """Python's modulus: the result takes the sign of b (-1 % 3 == 2), computed like
+    PyTorch from fmod; gradient g for a and -floor(a / b) g for b."""
+    a2, b2 = _binary_args(a, b)
+    if not a2.dtype.is_floating_point:
+        return sub(a2, mul(floor_divide(a2, b2), b2))
+    m = _fmod(a2, b2)
+    zero = tp.zeros(tuple(m.shape), m.dtype)
+    fix = logical_and(ne(m, zero), ne(lt(b2, zero), lt(m, zero)))
+    return where(fix, add(m, b2), m)
+
+
+@op("pow")
+def pow(a, b):
+    """a ** b. grad_fn: PowBackward0 (tensor ** number), PowBackward1 (tensor ** tensor),
+    PowBackward2 (number ** tensor), as in PyTorch. Integer ** integer stays integer."""
+    name = "PowBackward2" if not isinstance(a, Tensor) else \
+        ("PowBackward0" if not isinstance(b, Tensor) else "PowBackward1")
+    if isinstance(a, Tensor) and isinstance(b, (int, float)) and not isinstance(b, bool):
+        if b == 2 and a.dtype is not dt.bool_:
+            return _named(tp.mul(a, a), name)
+        if b == 0.5 and a.dtype.is_floating_point:
+            return _named(tp.sqrt(a), name)
+    a2, b2 = _binary_args(a, b)
+    if not a2.dtype.is_floating_point:
+        if isinstance(b, (int, np.integer)) and not isinstance(b, bool) and b < 0:
+            raise RuntimeError("Integers to negative integer powers are not allowed.")
+        r = tp.pow(cast(a2, dt.float64), cast(b2, dt.float64))
+        return cast(r, dt.int64 if a2.dtype is dt.bool_ else a2.dtype)
+    return _named(_binary(tp.pow, float_result=True)(a, b), name)
+
+
+@op("maximum", "MaximumBackward0")
+def maximum(a, b):
+    return _binary(tp.maximum)(a, b)
+
+
+@op("minimum", "MinimumBackward0")
+def minimum(a, b):
+    return _binary(tp.minimum)(a, b)
+
+
+@op("atan2", "Atan2Backward0")
+def atan2(a, b):
+    return _binary(tp.atan2, float_result=True)(a, b)
+
+
+def _cmp(prim, name):
+    @op(name)
+    def f(a, b):
+        return prim(*_binary_args(a, b))
+    f.__name__ = name
+    return f
+
+
+eq, ne, lt, le, gt, ge = (_cmp(p, n) for p, n in [(tp.eq, "eq"), (tp.ne, "ne"), (tp.lt, "lt"),
+                                                   (tp.le, "le"), (tp.gt, "gt"), (tp.ge, "ge")])
+
+
+def _logical(prim, name):
+    @op(name)
+    def f(a, b):
+        a, b = _binary_args(a, b)
+        return prim(cast(a, dt.bool_) if a.dtype is not dt.bool_ else a,
+                    cast(b, dt.bool_) if b.dtype is not dt.bool_ else b)
+    f.__name__ = name
+    return f
+
+
+logical_and, logical_or = _logical(tp.logical_and, "logical_and"), _logical(tp.logical_or,
+                                                                            "logical_or")
+
+
+@op("logical_xor")
+def logical_xor(a, b):
+    return ne(cast(as_tensor_like(a), dt.bool_), cast(as_tensor_like(b), dt.bool_))
+
+
+@op("logical_not")
+def logical_not(a):
+    return tp.logical_not(cast(a, dt.bool_))
+
+
+# ---- unary ---------------------------------------------------------------------------------
+def _unary(prim, name, grad_name, float_only=True):
+    @op(name, grad_name)
+    def f(x):
+        if float_only and not x.dtype.is_floating_point:
+            x = cast(x, dt.float32)
+        out = prim(x)
+        return mark_weak(out) if is_weak(x) else out
+    f.__name__ = name
+    return f
+
+
+exp = _unary(tp.exp, "exp", "ExpBackward0")
+log = _unary(tp.log, "log", "LogBackward0")
+log1p = _unary(tp.log1p, "log1p", "Log1PBackward0")
+expm1 = _unary(tp.expm1, "expm1", "Expm1Backward0")
+sqrt = _unary(tp.sqrt, "sqrt", "SqrtBackward0")
+rsqrt = _unary(tp.rsqrt, "rsqrt", "RsqrtBackward0")
+sin = _unary(tp.sin, "sin", "SinBackward0")
+cos = _unary(tp.cos, "cos", "CosBackward0")
+tanh = _unary(tp.tanh, "tanh", "TanhBackward0")
+sigmoid = _unary(tp.logistic, "sigmoid", "SigmoidBackward0")
+erf = _unary(tp.erf, "erf", "ErfBackward0")
+_floor = _unary(tp.floor, "floor", "FloorBackward0")
+_ceil = _unary(tp.ceil, "ceil", "CeilBackward0")
+
+
+def floor(x):
+    """Round down; integer tensors come back unchanged (as a copy), like PyTorch."""
+    return _floor(x) if x.dtype.is_floating_point or x.dtype is dt.bool_ else mul(x, 1)
+
+
+def ceil(x):
+    return _ceil(x) if x.dtype.is_floating_point or x.dtype is dt.bool_ else mul(x, 1)
+reciprocal = _unary(tp.reciprocal, "reciprocal", "ReciprocalBackward0")
+neg = _unary(tp.neg, "neg", "NegBackward0", float_only=False)
+abs = _unary(tp.abs, "abs", "AbsBackward0", float_only=False)
+negative, absolute = neg, abs
+
+
+@op("sign", "SignBackward0")
+def sign(x):
+    """-1, 0 or 1; 0 for NaN (PyTorch); a bool tensor comes back as it is."""
+    if x.dtype is dt.bool_:
+        return tp.reshape(x, shape=tuple(x.shape))
+    s = tp.sign_nan0(x)
+    return mark_weak(s) if is_weak(x) else s
+
+
+@op("tan")
+def tan(x):
+    return div(sin(x), cos(x))
+
+
+@op("log2")
+def log2(x):
+    return mul(log(x), 1 / math.log(2))
+
+
+@op("log10")
+def log10(x):
+    return mul(log(x), 1 / math.log(10))
+
+
+@op("exp2")
+def exp2(x):
+    return pow(2.0, x)  # exp(x * log 2) loses ~1e-6 in float32
+
+
+@op("square")
+def square(x):
+    return mul(x, x) if x.dtype is not dt.bool_ else mul(cast(x, dt.int64), cast(x, dt.int64))
+
+
+@op("relu", "ReluBackward0")
+def relu(x):
+    # PyTorch's rule: 0 where x <= 0, so the gradient at 0 is 0 (max(x, 0) would split it,
+    # 0.5) and NaN passes through; the backward needs only the mask, which is 1 byte/element
+    zero = tp.zeros(x.shape, x.dtype)
+    return tp.where(tp.le(x, zero), zero, x)
+
+
+def _softplus(z):
+    """log(1 + exp(z)) = max(z, 0) + log1p(exp(-|z|)), stable everywhere, written with where
+    (not abs/relu) so that the gradient is sigmoid(z) exactly, 0.5 at z == 0 (PyTorch)."""
+    pos = gt(z, 0)
+    return add(where(pos, z, 0.0), log1p(exp(where(pos, neg(z), z))))
+
+
+@op("round")
+def round(x):
+    """Round half to even, like PyTorch."""
+    return _round_half_even(x) if x.dtype.is_floating_point else x
+
+
+def _round_half_even(x):
+    f = tp.floor(x)
+    diff = sub(x, f)
+    half = tp.broadcast_to(tp.constant(0.5, x.dtype), x.shape)
+    up = add(f, 1.0)
+    f_even = eq(remainder(f, 2.0), 0.0)
+    return where(gt(diff, half), up, where(lt(diff, half), f, where(f_even, f, up)))
+
+
+@op("clamp", "ClampBackward1")
+def clamp(x, min=None, max=None):
+    if min is None and max is None:
+        raise RuntimeError("clamp: At least one of 'min' or 'max' must not be None")
+    dtype = x.dtype  # a float bound promotes an integer tensor, like PyTorch
+    for bound in (min, max):
+        if bound is not None:
+            dtype = dt.promote(dtype, bound.dtype if isinstance(bound, Tensor) else
+                               scalar_dtype(bound, dtype))
+    x = cast(x, dtype)
+    lo = hi = None
+    if min is not None:
+        lo = cast(as_tensor_like(min, x.dtype), x.dtype)
+    if max is not None:
+        hi = cast(as_tensor_like(max, x.dtype), x.dtype)
+    shape = broadcast_shapes(*[t.shape for t in (x, lo, hi) if t is not None])
+    x, lo, hi = (None if t is None else tp.broadcast_to(t, shape) for t in (x, lo, hi))
+    out = x  # the value: min(max(x, lo), hi); NaN in x or a bound propagates
+    if lo is not None:
+        out = where(logical_or(lt(out, lo), ne(lo, lo)), lo, out)
+    if hi is not None:
+        out = where(logical_or(gt(out, hi), ne(hi, hi)), hi, out)
+    if not builtins.any(t.requires_grad for t in (x, lo, hi) if t is not None):
+        return out
+    # PyTorch's gradients: x's where lo <= x <= hi (none at NaN); lo's where x < lo < hi; hi's
+    # where x > hi or hi < lo; nobody's elsewhere (NaN, or lo == hi with x outside)
+    pred_x = logical_and(ge(x, lo), le(x, hi)) if lo is not None and hi is not None else \
+        (ge(x, lo) if lo is not None else le(x, hi))
+    res = out.detach()
+    if hi is not None and hi.requires_grad:
+        res = where(gt(x, hi) if lo is None else logical_or(gt(x, hi), lt(hi, lo)), hi, res)
+    if lo is not None and lo.requires_grad:
+        res = where(lt(x, lo) if hi is None else logical_and(lt(x, lo), lt(lo, hi)), lo, res)
+    return where(pred_x, x, res)
+
+
+clip = clamp
+
+
+@op("where", "WhereBackward0")
+def where(cond, a=None, b=None):
+    if a is None and b is None:  # where(cond) is nonzero(cond, as_tuple=True)
+        from aotgrad.runtime.shape_ops import nonzero
+        return nonzero(cond, as_tuple=True)
+    cond = as_tensor_like(cond)
+    if cond.dtype is not dt.bool_:
+        cond = cast(cond, dt.bool_)
+    if not isinstance(a, Tensor) and not isinstance(b, Tensor):
+        a = as_tensor_like(a, scalar_dtype(b))
+    a, b = _binary_args(a, b)
+    shape = broadcast_shapes(cond.shape, a.shape)
+    return tp.where(tp.broadcast_to(cond, shape), tp.broadcast_to(a, shape),
+                    tp.broadcast_to(b, shape))
+
+
+@op("nan_to_num")
+def nan_to_num(x, nan=0.0, posinf=None, neginf=None):
+    if not x.dtype.is_floating_point:
+        return mul(x, 1) if x.dtype is not dt.bool_ else logical_and(x, True)
+    info = np.finfo(x.dtype.np)
+    x = where(ne(x, x), nan, x)
+    x = where(eq(x, float("inf")), info.max if posinf is None else posinf, x)
+    return where(eq(x, float("-inf")), info.min if neginf is None else neginf, x)
+
+
+def isnan(x):
+    return ne(x, x)
+
+
+def isinf(x):
+    if not x.dtype.is_floating_point:
+        return tp.constant(False, dt.bool_, tuple(x.shape))
+    return eq(abs(x), float("inf"))
+
+
+def isfinite(x):
+    if not x.dtype.is_floating_point:
+        return tp.constant(True, dt.bool_, tuple(x.shape))
+    return logical_not(logical_or(isnan(x), isinf(x)))

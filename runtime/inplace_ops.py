@@ -1,0 +1,129 @@
+"""In-place writes: the guards of in-place ops, `commit_inplace` (write an out-of-place result
+back into a tensor, bumping its version counter), `snapshot`, and `x[index] = value`.
+
+In-place ops are computed out of place and written back (`commit_inplace`), which bumps the
+version counter. Known difference from PyTorch: an in-place op on a *view* of a tensor that
+requires grad (`y[1:].mul_(2)` with `y` requiring grad) raises instead of rebasing the view's
+history onto the base; use the out-of-place op, or write into the base with `y[1:] = ...`.
+Writing into an expanded tensor raises.
+
+>>> import aotgrad
+>>> from aotgrad.runtime import inplace_ops
+>>> inplace_ops.setitem(aotgrad.zeros(3), 1, 5.).tolist()
+[0.0, 5.0, 0.0]
+"""
+import numpy as np
+
+from aotgrad.ir import dtypes as dt
+from aotgrad.ir.core import current_builder
+from aotgrad.runtime import tprims as tp
+from aotgrad.runtime.elementwise_ops import where
+from aotgrad.runtime.grad_mode import state as _mode
+from aotgrad.runtime.index_ops import getitem
+from aotgrad.runtime.op_base import as_tensor_like, cast, op
+from aotgrad.runtime.tensor import Tensor
+from aotgrad.runtime.view_ops import expand, reshape
+
+
+def _inplace_guard(x, opname):
+    if _mode.grad_enabled:
+        if x.grad_fn is None and x.requires_grad:
+            raise RuntimeError(f"a leaf Variable that requires grad is being used in an in-place "
+                               f"operation ({opname}).")
+        if x._base is not None and x._base.requires_grad:
+            raise RuntimeError(f"{opname}: in-place modification of a view of a tensor that "
+                               f"requires grad is not supported; use the out-of-place op or "
+                               f"modify the base tensor")
+
+
+def commit_inplace(x, new, opname):
+    """Make `new` (computed out of place) the value and history of `x`; bump its version."""
+    _inplace_guard(x, opname)
+    if new.dtype is not x.dtype:
+        if not x.dtype.is_floating_point and new.dtype.is_floating_point:
+            raise RuntimeError(f"result type {new.dtype.name} can't be cast to the desired "
+                               f"output type {x.dtype.name}")
+        new = cast(new, x.dtype)
+    if x.requires_grad and not new.requires_grad and _mode.grad_enabled:
+        # the new value does not depend on x's old one: its history gets a zero gradient
+        keep = tp.constant(True, dt.bool_, tuple(x.shape))
+        new = tp.where(keep, new, snapshot(x))
+    if tuple(new.shape) != tuple(x.shape):
+        raise RuntimeError(f"output with shape {list(x.shape)} doesn't match the broadcast shape "
+                           f"{list(new.shape)}")
+    if isinstance(x._value, np.ndarray) and not isinstance(new._value, np.ndarray):
+        # a real tensor written inside a trace holds the traced value (history, version)
+        # until the trace ends; the tracer restores it and writes it back at run time
+        current_builder().record_mutation(x, new._value)
+    if isinstance(x._value, np.ndarray) and isinstance(new._value, np.ndarray):
+        if not x._value.flags.writeable:
+            raise RuntimeError(f"{opname}: unsupported operation: more than one element of the "
+                               f"written-to tensor refers to a single memory location (it is an "
+                               f"expanded view). Please clone() the tensor before performing "
+                               f"the operation.")
+        np.copyto(x._value, new._value)
+        if new.grad_fn is not None:  # the new node saved `new`'s own buffer, not x's
+            pass
+    else:
+        x._value = new._value
+    x._version.v += 1
+    if new.requires_grad and _mode.grad_enabled:
+        x.grad_fn, x._output_nr, x.requires_grad = new.grad_fn, new._output_nr, True
+        x._retains_grad = False
+    return x
+
+
+def snapshot(x):
+    """x, or (when its old value may be saved for backward by an in-place op) a copy of it
+    with the same autograd identity, so the in-place write cannot corrupt what was saved.
+    Traced values are immutable SSA values: there the alias needs no copy."""
+    if not (_mode.grad_enabled and x.requires_grad and x.grad_fn is not None):
+        return x
+    if isinstance(x._value, np.ndarray):
+        if current_builder() is not None:
+            return x  # a real tensor inside a trace: lifted by identity
+        value = np.array(x._value, copy=True)
+    else:
+        value = x._value
+    s = Tensor._make(value, True)
+    s.grad_fn, s._output_nr = x.grad_fn, x._output_nr
+    return s
+
+
+@op("setitem", "CopySlices")
+def setitem(x, index, value):
+    value = as_tensor_like(value, x.dtype)
+    needs_grad = _mode.grad_enabled and (x.requires_grad or value.requires_grad)
+    for i in (index if isinstance(index, tuple) else (index,)):
+        if isinstance(i, slice) and i.step is not None and i.step <= 0:
+            raise ValueError("step must be greater than zero")
+    if not needs_grad and current_builder() is None:
+        _inplace_guard(x, "setitem")
+        idx = index._value if isinstance(index, Tensor) else index
+        if isinstance(idx, tuple):
+            idx = tuple(i._value if isinstance(i, Tensor) else i for i in idx)
+        try:
+            x._value[idx] = value._value
+        except ValueError as e:
+            raise RuntimeError(f"setitem: {e} (destination shape {list(x.shape)}, value shape "
+                               f"{list(value.shape)})") from None
+        x._version.v += 1
+        return x
+    pos = getitem(tp.iota(shape=(x.numel(),), dim=0, dtype=dt.int64).reshape(tuple(x.shape)),
+                  index)
+    v = expand(cast(value, x.dtype), tuple(pos.shape))
+    pos_flat, v_flat = reshape(pos, -1), reshape(v, -1)
+    base = snapshot(x)
+    xf = reshape(base, -1)
+    zeros = tp.zeros((x.numel(),), x.dtype)
+    scattered = tp.scatter_add(zeros, pos_flat, v_flat, dim=0)
+    hit = tp.scatter_add(tp.zeros((x.numel(),), dt.int64), pos_flat,
+                         tp.broadcast_to(tp.constant(1, dt.int64), tuple(pos_flat.shape)), dim=0)
+    new = where(tp.gt(hit, tp.zeros((x.numel(),), dt.int64)), scattered, xf)
+    return commit_inplace(x, reshape(new, tuple(x.shape)), "setitem")
+
+
+def index_put_(x, indices, values, accumulate=False):
+    if accumulate:
+        raise NotImplementedError("index_put_ with accumulate=True is not supported")
+    return setitem(x, tuple(indices), values)

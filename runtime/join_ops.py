@@ -1,0 +1,163 @@
+"""Joining and splitting: cat/stack/hstack/vstack, narrow/select, split/chunk/unbind/
+tensor_split, and roll (a cut and a join).
+
+>>> import aotgrad
+>>> from aotgrad.runtime import join_ops
+>>> tuple(join_ops.cat([aotgrad.ones(2, 3), aotgrad.ones(1, 3)]).shape)
+(3, 3)
+"""
+import builtins
+
+import numpy as np
+
+from aotgrad.ir import dtypes as dt
+from aotgrad.runtime import tprims as tp
+from aotgrad.runtime.op_base import _named, as_tensor_like, cast, norm_dims, op
+from aotgrad.runtime.tensor import Tensor
+from aotgrad.runtime.view_ops import _alias, _dim, _view_of, flatten, reshape, unsqueeze
+
+
+# ---- joining and splitting -----------------------------------------------------------------
+@op("cat", "CatBackward0")
+def cat(tensors, dim=0):
+    tensors = [as_tensor_like(t) for t in tensors]
+    if not tensors:
+        raise RuntimeError("cat(): expected a non-empty list of Tensors")
+    for i, t in enumerate(tensors):
+        if t.ndim == 0:
+            raise RuntimeError(f"zero-dimensional tensor (at position {i}) cannot be "
+                               f"concatenated")
+    tensors = [t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)] or tensors[:1]
+    d = _dim(dim, tensors[0].ndim)
+    dtype = tensors[0].dtype
+    for t in tensors[1:]:
+        dtype = dt.promote(dtype, t.dtype)
+    tensors = [cast(t, dtype) for t in tensors]
+    first = tensors[0]
+    for i, t in enumerate(tensors[1:], 1):
+        if t.ndim != first.ndim:
+            raise RuntimeError(f"Tensors must have same number of dimensions: got {first.ndim} "
+                               f"and {t.ndim} (tensor number {i} in the list)")
+        bad = [j for j, (a, b) in enumerate(zip(t.shape, first.shape)) if j != d and a != b]
+        if bad:
+            j = bad[0]
+            raise RuntimeError(f"Sizes of tensors must match except in dimension {d}. Expected "
+                               f"size {first.shape[j]} but got size {t.shape[j]} for tensor "
+                               f"number {i} in the list (shapes {list(first.shape)} and "
+                               f"{list(t.shape)}).")
+    if len(tensors) == 1:
+        return _alias(tensors[0])
+    return tp.concatenate(*tensors, dim=d)
+
+
+concat = concatenate = cat
+
+
+@op("stack", "StackBackward0")
+def stack(tensors, dim=0):
+    tensors = list(tensors)
+    if not tensors:
+        raise RuntimeError("stack expects a non-empty TensorList")
+    s0 = tuple(tensors[0].shape)
+    for i, t in enumerate(tensors):
+        if tuple(t.shape) != s0:
+            raise RuntimeError(f"stack expects each tensor to be equal size, but got {list(s0)} "
+                               f"at entry 0 and {list(t.shape)} at entry {i}")
+    d = norm_dims(dim, len(s0) + 1)[0]
+    return cat([unsqueeze(t, d) for t in tensors], d)
+
+
+def hstack(tensors):
+    return cat(tensors, 0 if tensors[0].ndim == 1 else 1)
+
+
+def vstack(tensors):
+    return cat([t if t.ndim > 1 else reshape(t, 1, -1) for t in tensors], 0)
+
+
+@op("narrow")
+def narrow(x, dim, start, length):
+    d = _dim(dim, x.ndim)
+    start = start + x.shape[d] if start < 0 else start
+    if not 0 <= start <= start + length <= x.shape[d]:
+        raise IndexError(f"start ({start}) + length ({length}) exceeds dimension size "
+                         f"({x.shape[d]}).")
+    lo, hi = [0] * x.ndim, list(x.shape)
+    lo[d], hi[d] = start, start + length
+    return _view_of(tp.slice(x, start=tuple(lo), limit=tuple(hi)), x)
+
+
+def split(x, split_size_or_sections, dim=0):
+    d = _dim(dim, x.ndim)
+    n = x.shape[d]
+    if isinstance(split_size_or_sections, int):
+        s = split_size_or_sections
+        sizes = [builtins.min(s, n - i) for i in range(0, n, s)] or [0]
+    else:
+        sizes = list(split_size_or_sections)
+        if builtins.sum(sizes) != n:
+            raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {n} "
+                               f"(input tensor's size at dimension {d}), but got split_sizes="
+                               f"{sizes}")
+    out, off = [], 0
+    for s in sizes:
+        out.append(_named(narrow(x, d, off, s),
+                          "SplitBackward0" if isinstance(split_size_or_sections, int)
+                          else "SplitWithSizesBackward0"))
+        off += s
+    return tuple(out)
+
+
+def chunk(x, chunks, dim=0):
+    n = x.shape[_dim(dim, x.ndim)]
+    return split(x, -(-n // chunks) if n else 1, dim)
+
+
+def unbind(x, dim=0):
+    d = _dim(dim, x.ndim)
+    return tuple(_named(select(x, d, i), "UnbindBackward0") for i in range(x.shape[d]))
+
+
+def select(x, dim, index):
+    d = _dim(dim, x.ndim)
+    n = x.shape[d]
+    if not -n <= index < n:
+        raise IndexError(f"index {index} is out of bounds for dimension {d} with size {n}")
+    index %= n
+    s = narrow(x, d, index, 1)
+    return _view_of(tp.reshape(s, shape=tuple(x.shape[:d]) + tuple(x.shape[d + 1:])), x)
+
+
+def tensor_split(x, indices_or_sections, dim=0):
+    """Split into `n` parts whose sizes differ by at most one (the first ones larger), or at
+    the given indices."""
+    d = _dim(dim, x.ndim)
+    n = x.shape[d]
+    if isinstance(indices_or_sections, Tensor):
+        indices_or_sections = indices_or_sections.tolist()
+    if isinstance(indices_or_sections, (int, np.integer)):
+        k = int(indices_or_sections)
+        if k <= 0:
+            raise RuntimeError(f"number of sections must be larger than 0, got {k}")
+        sizes = [n // k + (1 if i < n % k else 0) for i in range(k)]
+        bounds = list(np.cumsum([0] + sizes))
+    else:
+        bounds = [0] + [builtins.min(builtins.max(i + n if i < 0 else i, 0), n)
+                        for i in indices_or_sections] + [n]
+    return tuple(narrow(x, d, lo, builtins.max(hi - lo, 0))
+                 for lo, hi in zip(bounds[:-1], bounds[1:]))
+
+
+@op("roll")
+def roll(x, shifts, dims=None):
+    if dims is None:
+        return reshape(roll(flatten(x), shifts, 0), tuple(x.shape))
+    shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
+    dims = (dims,) if isinstance(dims, int) else tuple(dims)
+    for s, d in zip(shifts, dims):
+        d = _dim(d, x.ndim)
+        n = x.shape[d]
+        s %= n
+        if s:
+            x = cat([narrow(x, d, n - s, s), narrow(x, d, 0, n - s)], d)
+    return x

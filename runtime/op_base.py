@@ -1,0 +1,207 @@
+"""The base of the op layer: the `op` decorator (provenance name, profiler row and grad_fn
+name of a user-level op), the (values, indices) `return_types`, and the conversion helpers
+every op family uses: scalar promotion, casting, broadcasting, weak scalars, dim
+normalisation.
+
+>>> from aotgrad.runtime.op_base import broadcast_shapes, norm_dims
+>>> broadcast_shapes((2, 1), (3,)), norm_dims(-1, 3)
+((2, 3), (2,))
+"""
+import builtins
+import functools
+
+import numpy as np
+
+from aotgrad.ir import dtypes as dt
+from aotgrad.ir.core import current_op, format_location
+from aotgrad.runtime import profiling
+from aotgrad.runtime import tprims as tp
+from aotgrad.runtime.tensor import Tensor
+
+
+def op(name, grad_name=None):
+    """Mark a user-level op: provenance name, profiler row, and the grad_fn name of its result."""
+    def deco(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            if current_op.get() is not None:
+                return fn(*args, **kwargs)
+            token = current_op.set(name)
+            try:
+                if profiling._profilers:
+                    with profiling.record(name, kind="op"):
+                        out = fn(*args, **kwargs)
+                else:
+                    out = fn(*args, **kwargs)
+            except (RuntimeError, ValueError, TypeError, IndexError) as e:
+                _add_user_line(e, name)
+                raise
+            finally:
+                current_op.reset(token)
+            if grad_name is not None:
+                t = out if type(out) is Tensor else \
+                    (out[0] if isinstance(out, ReturnType) else None)
+                if t is not None and t.grad_fn is not None:
+                    t.grad_fn._name = grad_name
+            return out
+        return wrapper
+    return deco
+
+
+def _add_user_line(err, name):
+    """Errors raised inside an op name the op and the user's source line (once)."""
+    msg = str(err.args[0]) if err.args and isinstance(err.args[0], str) else None
+    if msg is None or " (at " in msg or type(err).__module__ != "builtins":
+        return
+    err.args = (f"{name}: {msg}{format_location()}",) + err.args[1:]
+
+
+def _named(out, grad_name):
+    """Set the grad_fn name of an op whose PyTorch name depends on its arguments."""
+    if out.grad_fn is not None:
+        out.grad_fn._name = grad_name
+    return out
+
+
+class ReturnType(tuple):
+    """(values, indices) returned by max/min/sort/topk with a dim, like torch.return_types.
+
+    >>> aotgrad.tensor([[1., 3.]]).max(1)
+    aotgrad.return_types.max(
+    values=tensor([3.]),
+    indices=tensor([1]))
+    """
+    __slots__ = ()
+    _fields = ("values", "indices")
+
+    def __new__(cls, values, indices):
+        return tuple.__new__(cls, (values, indices))
+
+    values = property(lambda self: self[0])
+    indices = property(lambda self: self[1])
+
+    def __repr__(self):
+        return (f"aotgrad.return_types.{type(self).__name__}(\nvalues={self[0]!r},\n"
+                f"indices={self[1]!r})")
+
+    def __reduce__(self):
+        return (type(self), tuple(self))
+
+
+def _return_type(name):
+    return type(name, (ReturnType,), {"__slots__": (), "__module__": "aotgrad.return_types",
+                                      "__qualname__": name})
+
+
+return_types = {n: _return_type(n) for n in ("max", "min", "sort", "topk", "kthvalue", "mode")}
+
+
+# ---- conversion helpers --------------------------------------------------------------------
+def scalar_dtype(s, other=None):
+    """PyTorch promotion of a Python scalar against a tensor dtype."""
+    if isinstance(s, (bool, np.bool_)):
+        return other or dt.bool_
+    if isinstance(s, (int, np.integer)):
+        return other if other is not None and other is not dt.bool_ else dt.int64
+    if isinstance(s, (float, np.floating)):
+        return other if other is not None and other.is_floating_point else dt.float32
+    raise TypeError(f"expected a Tensor or a Python number, got {type(s).__name__}")
+
+
+def as_tensor_like(x, dtype=None):
+    """x if it is a Tensor; a Python scalar becomes a 0-d constant of the promoted dtype."""
+    if isinstance(x, Tensor):
+        return x
+    if isinstance(x, np.ndarray):
+        from aotgrad.runtime.factories import tensor
+        return tensor(x)
+    return tp.constant(x, scalar_dtype(x, dtype))
+
+
+def cast(t, dtype):
+    return t if t.dtype is dtype else tp.convert_element_type(t, dtype=dtype)
+
+
+def broadcast_shapes(*shapes):
+    try:
+        return tuple(np.broadcast_shapes(*[tuple(s) for s in shapes]))
+    except ValueError:
+        raise RuntimeError(
+            f"The size of tensor a ({shapes[0][-1] if shapes[0] else 1}) must match the size of "
+            f"tensor b ({shapes[1][-1] if shapes[1] else 1}): shapes {[list(s) for s in shapes]} "
+            f"are not broadcastable") from None
+
+
+def _binary_args(a, b, float_result=False):
+    ta, tb = isinstance(a, Tensor), isinstance(b, Tensor)
+    if not ta and not tb:
+        raise TypeError("at least one argument must be a Tensor")
+    if ta and tb:
+        wa, wb = is_weak(a), is_weak(b)
+        if wa != wb:  # a weakly typed scalar tensor promotes like the Python number it holds
+            s, t = (a, b) if wa else (b, a)
+            dtype = scalar_dtype(0.0 if s.dtype.is_floating_point else 0, t.dtype)
+        elif (a.ndim == 0) != (b.ndim == 0):  # PyTorch: a 0-d tensor does not widen a
+            z, t = (a, b) if a.ndim == 0 else (b, a)  # dimensioned one of its category
+            dtype = t.dtype if _category(z.dtype) <= _category(t.dtype) else z.dtype
+        else:
+            dtype = dt.promote(a.dtype, b.dtype)
+    elif ta:
+        dtype, b = scalar_dtype(b, a.dtype), b
+    else:
+        dtype = scalar_dtype(a, b.dtype)
+    if float_result and not dtype.is_floating_point:
+        dtype = dt.float32
+    a, b = as_tensor_like(a, dtype), as_tensor_like(b, dtype)
+    a, b = cast(a, dtype), cast(b, dtype)
+    if tuple(a.shape) != tuple(b.shape):
+        shape = broadcast_shapes(a.shape, b.shape)
+        a, b = tp.broadcast_to(a, shape), tp.broadcast_to(b, shape)
+    return a, b
+
+
+def _category(d):
+    return 2 if d.is_floating_point else (0 if d is dt.bool_ else 1)
+
+
+def _binary(prim, float_result=False):
+    def f(a, b):
+        weak = _weak_or_scalar(a) and _weak_or_scalar(b)
+        a, b = _binary_args(a, b, float_result)
+        out = prim(a, b)
+        return mark_weak(out) if weak else out
+    return f
+
+
+def is_weak(t):
+    """A weakly typed 0-d tensor stands for a Python number that may change between calls of
+    a compiled function (an optimizer's learning rate): in type promotion it acts like that
+    number, so `p * lr` stays float32 exactly as with a Python float (JAX's weak types)."""
+    return t.__dict__.get("_weak_scalar", False)
+
+
+def mark_weak(t):
+    t.__dict__["_weak_scalar"] = True
+    return t
+
+
+def _weak_or_scalar(x):
+    return not isinstance(x, Tensor) or is_weak(x)
+
+
+# ---- dim normalisation ---------------------------------------------------------------------
+def norm_dims(dim, ndim, allow_none=True):
+    """Normalise `dim` (None, int or tuple, negatives allowed) to a sorted tuple."""
+    if dim is None:
+        return tuple(range(ndim))
+    dims = (dim,) if isinstance(dim, (int, np.integer)) else tuple(dim)
+    out = []
+    for d in dims:
+        d = int(d)
+        if not -builtins.max(ndim, 1) <= d < builtins.max(ndim, 1):
+            raise IndexError(f"Dimension out of range (expected to be in range of "
+                             f"[{-builtins.max(ndim, 1)}, {builtins.max(ndim, 1) - 1}], but got {d})")
+        out.append(d % ndim if ndim else 0)
+    if len(set(out)) != len(out):
+        raise RuntimeError(f"dim {tuple(dims)} appears multiple times in the list of dims")
+    return tuple(sorted(out)) if ndim else ()

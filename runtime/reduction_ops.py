@@ -1,0 +1,282 @@
+"""Reductions: sum, mean, prod, amax/amin, max/min (with indices), argmax/argmin, var/std,
+norm, logsumexp, softmax/log_softmax, cumsum, all/any, count_nonzero, and sum_to_shape
+(the inverse of broadcasting, used by gradients).
+
+>>> import aotgrad
+>>> from aotgrad.runtime import reduction_ops
+>>> reduction_ops.sum(aotgrad.ones(2, 3), 1).tolist()
+[3.0, 3.0]
+"""
+import builtins
+import math
+
+from aotgrad.ir import dtypes as dt
+from aotgrad.runtime import tprims as tp
+from aotgrad.runtime.elementwise_ops import (_zero_grad, abs, div, eq, exp, isfinite, log,
+                                             maximum, minimum, mul, ne, pow, sqrt, sub, where)
+from aotgrad.runtime.index_ops import take_along_dim
+from aotgrad.runtime.op_base import _named, cast, norm_dims, op, return_types
+from aotgrad.runtime.tensor import Tensor
+from aotgrad.runtime.view_ops import squeeze
+
+
+# ---- reductions ----------------------------------------------------------------------------
+
+
+def _keep(r, shape, dims, keepdim):
+    if not keepdim or not dims and len(shape) == 0:
+        return r
+    new = tuple(1 if i in dims else n for i, n in enumerate(shape))
+    return tp.reshape(r, shape=new) if tuple(r.shape) != new else r
+
+
+def _reduce_dtype(x, dtype):
+    if dtype is not None:
+        return cast(x, dt.as_dtype(dtype))
+    if x.dtype is dt.bool_ or x.dtype is dt.int32:
+        return cast(x, dt.int64)
+    return x
+
+
+@op("sum")
+def sum(x, dim=None, keepdim=False, *, dtype=None):
+    x = _reduce_dtype(x, dtype)
+    dims = norm_dims(dim, x.ndim)
+    r = _keep(tp.reduce_sum(x, dims=dims), x.shape, dims, keepdim)
+    if r.grad_fn is not None:
+        r.grad_fn._name = "SumBackward0" if dim is None else "SumBackward1"
+    return r
+
+
+@op("mean")
+def mean(x, dim=None, keepdim=False, *, dtype=None):
+    if dtype is not None:
+        x = cast(x, dt.as_dtype(dtype))
+    if not x.dtype.is_floating_point:
+        raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be either a "
+                           f"floating point or complex dtype. Got: {x.dtype.name}")
+    dims = norm_dims(dim, x.ndim)
+    n = math.prod(x.shape[d] for d in dims)
+    r = tp.reduce_sum(x, dims=dims)
+    r = tp.div(r, tp.broadcast_to(tp.constant(n, x.dtype), r.shape))
+    return _named(_keep(r, x.shape, dims, keepdim), "MeanBackward0" if dim is None else
+                  "MeanBackward1")
+
+
+@op("prod")
+def prod(x, dim=None, keepdim=False, *, dtype=None):
+    x = _reduce_dtype(x, dtype)
+    dims = norm_dims(dim, x.ndim)
+    return _named(_keep(tp.reduce_prod(x, dims=dims), x.shape, dims, keepdim),
+                  "ProdBackward0" if dim is None else "ProdBackward1")
+
+
+@op("amax", "AmaxBackward0")
+def amax(x, dim=(), keepdim=False):
+    dims = norm_dims(None if dim == () else dim, x.ndim)
+    return _keep(tp.reduce_max(x, dims=dims), x.shape, dims, keepdim)
+
+
+@op("amin", "AminBackward0")
+def amin(x, dim=(), keepdim=False):
+    dims = norm_dims(None if dim == () else dim, x.ndim)
+    return _keep(tp.reduce_min(x, dims=dims), x.shape, dims, keepdim)
+
+
+def _minmax(x, dim, keepdim, other, amax_fn, arg_fn, pair_fn, name):
+    if isinstance(dim, Tensor) and other is None:
+        return _named(pair_fn(x, dim), "MaximumBackward0" if name == "max" else
+                      "MinimumBackward0")
+    if dim is None:
+        if x.numel() == 0:
+            raise RuntimeError(f"{name}(): Expected reduction dim to be specified for "
+                               f"input.numel() == 0. Specify the reduction dim with the 'dim' "
+                               f"argument.")
+        return _named(amax_fn(x), "MaxBackward1" if name == "max" else "MinBackward1")
+    d = norm_dims(dim, x.ndim)[0] if x.ndim else 0
+    idx = arg_fn(x, d, keepdim=True)
+    vals = take_along_dim(x, idx, d) if x.ndim else x
+    if not keepdim and x.ndim:
+        vals, idx = squeeze(vals, d), squeeze(idx, d)
+    _named(vals, "MaxBackward0" if name == "max" else "MinBackward0")
+    return return_types[name](vals, idx)
+
+
+@op("max")
+def max(x, dim=None, keepdim=False):
+    """max(x) -> max value; max(x, dim) -> (values, indices); max(x, other) -> maximum."""
+    return _minmax(x, dim, keepdim, None, amax, argmax, maximum, "max")
+
+
+@op("min")
+def min(x, dim=None, keepdim=False):
+    return _minmax(x, dim, keepdim, None, amin, argmin, minimum, "min")
+
+
+def _arg(prim):
+    def f(x, dim=None, keepdim=False):
+        if dim is None:
+            r = prim(tp.reshape(x, shape=(x.numel(),)), dim=0)
+            return tp.reshape(r, shape=(1,) * x.ndim) if keepdim else r
+        if x.ndim == 0:
+            return tp.constant(0, dt.int64)
+        d = norm_dims(dim, x.ndim)[0]
+        return _keep(prim(x, dim=d), x.shape, (d,), keepdim)
+    return f
+
+
+argmax, argmin = op("argmax")(_arg(tp.argmax)), op("argmin")(_arg(tp.argmin))
+
+
+def _var(x, dim, correction, keepdim):
+    dims = norm_dims(dim, x.ndim)
+    n = math.prod(x.shape[d] for d in dims)
+    mu = mean(x, dims, keepdim=True)
+    d = sub(x, mu)
+    s = sum(mul(d, d), dims, keepdim=keepdim)
+    return div(s, float(builtins.max(0, n - correction)))
+
+
+def _correction(unbiased, correction):
+    if correction is not None:
+        return correction
+    return 1 if unbiased in (None, True) else 0
+
+
+@op("var", "VarBackward0")
+def var(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    if isinstance(unbiased, bool) is False and unbiased is not None and dim is None:
+        dim, unbiased = unbiased, None
+    return _var(x, dim, _correction(unbiased, correction), keepdim)
+
+
+@op("std", "StdBackward0")
+def std(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    """sqrt(var); its gradient is 0 (not NaN) where std is 0, as in PyTorch."""
+    return _sqrt0(var(x, dim, unbiased, keepdim, correction=correction))
+
+
+def _sqrt0(v):
+    """sqrt(v) with gradient 0 where v == 0 (PyTorch's std and 2-norm subgradient)."""
+    is0 = eq(v, 0.0)
+    return where(is0, 0.0, sqrt(where(is0, 1.0, v)))
+
+
+def var_mean(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    return var(x, dim, unbiased, keepdim, correction=correction), mean(x, dim, keepdim)
+
+
+def std_mean(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    return std(x, dim, unbiased, keepdim, correction=correction), mean(x, dim, keepdim)
+
+
+@op("norm", "NormBackward1")
+def norm(x, p="fro", dim=None, keepdim=False):
+    """The vector p-norm over `dim` (all dims by default), with PyTorch's subgradients: 0
+    where the norm is 0, and 0 at x == 0 for p < 1."""
+    if p in ("fro", 2, 2.0):
+        return _sqrt0(sum(mul(x, x), dim, keepdim))
+    if p in (1, 1.0):
+        return sum(abs(x), dim, keepdim)
+    if p in (float("inf"), "inf"):
+        return amax(abs(x), () if dim is None else dim, keepdim)
+    if p in (float("-inf"), "-inf"):
+        return amin(abs(x), () if dim is None else dim, keepdim)
+    if p == 0:  # the number of nonzeros; no gradient
+        n = sum(cast(ne(x, 0), x.dtype), dim, keepdim)
+        return _zero_grad(n, sum(x, dim, keepdim)) if x.requires_grad else n
+    p = float(p)
+    a = abs(x)
+    a0 = eq(a, 0.0)  # |x|^p with gradient 0 at x == 0 (p < 1 would give inf * 0)
+    ap = where(a0, 0.0 if p > 0 else math.inf, pow(where(a0, 1.0, a), p))
+    s = sum(ap, dim, keepdim)
+    if p < 0:
+        return pow(s, 1.0 / p)
+    s0 = eq(s, 0.0)
+    return where(s0, 0.0, pow(where(s0, 1.0, s), 1.0 / p))
+
+
+@op("logsumexp", "LogsumexpBackward0")
+def logsumexp(x, dim, keepdim=False):
+    """Stable: max-shifted; rows that are all -inf give -inf, not NaN."""
+    if not x.dtype.is_floating_point:
+        x = cast(x, dt.float32)
+    dims = norm_dims(dim, x.ndim)
+    if builtins.any(x.shape[d] == 0 for d in dims):  # log(0) = -inf, like PyTorch
+        return _keep(tp.log(tp.reduce_sum(tp.exp(x), dims=dims)), x.shape, dims, keepdim)
+    m = tp.reduce_max(x, dims=dims)
+    m = where(isfinite(m), m, 0.0).detach()
+    mb = tp.broadcast_in_dim(m, shape=tuple(x.shape),
+                             dims=tuple(d for d in range(x.ndim) if d not in dims))
+    s = tp.reduce_sum(tp.exp(tp.sub(x, mb)), dims=dims)
+    return _keep(tp.add(tp.log(s), m), x.shape, dims, keepdim)
+
+
+@op("softmax", "SoftmaxBackward0")
+def softmax(x, dim, dtype=None):
+    if dtype is not None:
+        x = cast(x, dt.as_dtype(dtype))
+    d = norm_dims(dim, x.ndim)
+    if x.numel() == 0:
+        return mul(x, 1.0)
+    m = amax(x, d, keepdim=True).detach()
+    e = exp(sub(x, m))
+    return div(e, sum(e, d, keepdim=True))
+
+
+@op("log_softmax", "LogSoftmaxBackward0")
+def log_softmax(x, dim, dtype=None):
+    """(x - max) - log(sum(exp(x - max))), PyTorch's formula: a +inf in a row gives NaN."""
+    if dtype is not None:
+        x = cast(x, dt.as_dtype(dtype))
+    if not x.dtype.is_floating_point:
+        x = cast(x, dt.float32)
+    d = norm_dims(dim, x.ndim)
+    if x.numel() == 0:
+        return mul(x, 1.0)
+    shifted = sub(x, amax(x, d, keepdim=True).detach())
+    return sub(shifted, log(sum(exp(shifted), d, keepdim=True)))
+
+
+@op("cumsum", "CumsumBackward0")
+def cumsum(x, dim, *, dtype=None):
+    x = _reduce_dtype(x, dtype)
+    if x.ndim == 0:
+        norm_dims(dim, 0)
+        return mul(x, 1)
+    return tp.cumsum(x, dim=norm_dims(dim, x.ndim)[0])
+
+
+def all(x, dim=None, keepdim=False):
+    """True where every element is nonzero; True over an empty dim."""
+    return _all_any(x, dim, keepdim, amin, True)
+
+
+def any(x, dim=None, keepdim=False):
+    """True where some element is nonzero; False over an empty dim."""
+    return _all_any(x, dim, keepdim, amax, False)
+
+
+def _all_any(x, dim, keepdim, reduce, empty):
+    dims = norm_dims(dim, x.ndim)
+    if builtins.any(x.shape[d] == 0 for d in dims):
+        shape = tuple(1 if i in dims else n for i, n in enumerate(x.shape)) if keepdim else \
+            tuple(n for i, n in enumerate(x.shape) if i not in dims)
+        return tp.constant(empty, dt.bool_, shape)
+    return eq(reduce(cast(x, dt.bool_), () if dim is None else dim, keepdim), True)
+
+
+def count_nonzero(x, dim=None):
+    return sum(ne(x, 0), dim)
+
+
+def sum_to_shape(g, shape):
+    """Sum a broadcast gradient back to `shape` (the inverse of broadcasting)."""
+    shape = tuple(shape)
+    if tuple(g.shape) == shape:
+        return g
+    lead = g.ndim - len(shape)
+    dims = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape)
+                                      if n == 1 and g.shape[lead + i] != 1)
+    r = tp.reduce_sum(g, dims=dims)
+    return tp.reshape(r, shape=shape)

@@ -1,0 +1,281 @@
+"""Views, reshapes and transposes: reshape/view/flatten, permute/transpose/movedim,
+squeeze/unsqueeze, expand/broadcast_to, repeat/tile, clone/contiguous, flip, rot90.
+
+In eager mode, ops that numpy computes as views (reshape, transpose, slicing, expand)
+share storage and the version counter with their input, as PyTorch views do.
+`view(dtype)` is not supported.
+
+>>> import aotgrad
+>>> from aotgrad.runtime import view_ops
+>>> tuple(view_ops.transpose(aotgrad.ones(2, 3), 0, 1).shape)
+(3, 2)
+"""
+import math
+
+import numpy as np
+
+from aotgrad.ir import dtypes as dt
+from aotgrad.runtime import tprims as tp
+from aotgrad.runtime.op_base import _named, broadcast_shapes, norm_dims, op
+
+
+def _view_of(out, base):
+    """Share the version counter with `base` when numpy made a view (eager only)."""
+    v = out._value
+    if isinstance(v, np.ndarray) and isinstance(base._value, np.ndarray) and \
+            np.may_share_memory(v, base._value):
+        out._version = base._version
+        out._base = base if base._base is None else base._base
+    return out
+
+
+def _dim(d, ndim):
+    return norm_dims(d, ndim)[0] if ndim else 0
+
+
+def _shape_arg(shape):
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = tuple(shape[0])
+    return tuple(int(s) for s in shape)
+
+
+def infer_shape(shape, numel):
+    shape = list(shape)
+    if shape.count(-1) > 1:
+        raise RuntimeError("only one dimension can be inferred")
+    if -1 in shape:
+        known = math.prod(s for s in shape if s != -1)
+        if known == 0 or numel % known:
+            raise RuntimeError(f"shape '{shape}' is invalid for input of size {numel}")
+        shape[shape.index(-1)] = numel // known
+    if math.prod(shape) != numel:
+        raise RuntimeError(f"shape '{shape}' is invalid for input of size {numel}")
+    return tuple(shape)
+
+
+@op("reshape", "ViewBackward0")
+def reshape(x, *shape):
+    shape = infer_shape(_shape_arg(shape), x.numel())
+    return _view_of(tp.reshape(x, shape=shape), x)
+
+
+def _alias(x):
+    """A same-shape view: reshape to the same shape (keeps autograd history, like view)."""
+    return _view_of(tp.reshape(x, shape=tuple(x.shape)), x)
+
+
+def view(x, *shape):
+    """reshape that must not copy: an incompatible non-contiguous layout raises (as in
+    PyTorch); `view(dtype)` is not supported."""
+    if len(shape) == 1 and isinstance(shape[0], dt.DType):
+        raise NotImplementedError(f"view: reinterpreting {x.dtype.name} as {shape[0].name} "
+                                  f"(view(dtype)) is not supported")
+    out = reshape(x, *shape)
+    v, xv = out._value, x._value
+    if isinstance(v, np.ndarray) and isinstance(xv, np.ndarray) and v.size > 1 and \
+            not np.may_share_memory(v, xv):
+        raise RuntimeError("view size is not compatible with input tensor's size and stride (at "
+                           "least one dimension spans across two contiguous subspaces). Use "
+                           ".reshape(...) instead.")
+    return out
+
+
+def view_as(x, other):
+    return reshape(x, tuple(other.shape))
+
+
+def reshape_as(x, other):
+    return reshape(x, tuple(other.shape))
+
+
+def flatten(x, start_dim=0, end_dim=-1):
+    if x.ndim == 0:
+        return reshape(x, 1)
+    s, e = _dim(start_dim, x.ndim), _dim(end_dim, x.ndim)
+    shape = tuple(x.shape[:s]) + (math.prod(x.shape[s:e + 1]),) + tuple(x.shape[e + 1:])
+    return reshape(x, shape)
+
+
+def unflatten(x, dim, sizes):
+    d = _dim(dim, x.ndim)
+    sizes = infer_shape(sizes, x.shape[d])
+    return reshape(x, tuple(x.shape[:d]) + sizes + tuple(x.shape[d + 1:]))
+
+
+@op("permute", "PermuteBackward0")
+def permute(x, *dims):
+    dims = _shape_arg(dims)
+    if len(dims) != x.ndim:
+        raise RuntimeError(f"permute(sparse_coo): number of dimensions in the tensor input does "
+                           f"not match the length of the desired ordering of dimensions i.e. "
+                           f"input.dim() = {x.ndim} is not equal to len(dims) = {len(dims)}")
+    perm = tuple(_dim(d, x.ndim) for d in dims)
+    return _view_of(tp.transpose(x, perm=perm), x)
+
+
+@op("transpose", "TransposeBackward0")
+def transpose(x, dim0, dim1):
+    if x.ndim < 2 and x.ndim == 0:
+        return x
+    a, b = _dim(dim0, x.ndim), _dim(dim1, x.ndim)
+    perm = list(range(x.ndim))
+    perm[a], perm[b] = perm[b], perm[a]
+    return _view_of(tp.transpose(x, perm=tuple(perm)), x)
+
+
+swapaxes = swapdims = transpose
+
+
+def t(x):
+    if x.ndim > 2:
+        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {x.ndim}D")
+    if x.ndim < 2:
+        return _alias(x)
+    out = transpose(x, 0, 1)
+    if out.grad_fn is not None:
+        out.grad_fn._name = "TBackward0"
+    return out
+
+
+def movedim(x, source, destination):
+    src = [_dim(d, x.ndim) for d in ((source,) if isinstance(source, int) else source)]
+    dst = [_dim(d, x.ndim) for d in ((destination,) if isinstance(destination, int)
+                                      else destination)]
+    if len(src) != len(dst):
+        raise RuntimeError(f"movedim: Invalid source or destination dims: source ({list(src)} "
+                           f"dims) should contain the same number of dims as destination "
+                           f"({list(dst)} dims)")
+    order = [None] * x.ndim
+    for s, d in zip(src, dst):
+        order[d] = s
+    rest = iter(d for d in range(x.ndim) if d not in src)
+    return permute(x, *[next(rest) if o is None else o for o in order])
+
+
+@op("unsqueeze", "UnsqueezeBackward0")
+def unsqueeze(x, dim):
+    d = norm_dims(dim, x.ndim + 1)[0]
+    return reshape(x, tuple(x.shape[:d]) + (1,) + tuple(x.shape[d:]))
+
+
+@op("squeeze")
+def squeeze(x, dim=None):
+    if dim is None:
+        dims = [i for i, n in enumerate(x.shape) if n == 1]
+    else:
+        dims = [d for d in norm_dims(dim, x.ndim) if x.shape[d] == 1] if x.ndim else []
+    out = reshape(x, tuple(n for i, n in enumerate(x.shape) if i not in dims))
+    return _named(out, "SqueezeBackward0" if dim is None else
+                  "SqueezeBackward1" if isinstance(dim, (int, np.integer)) else "SqueezeBackward2")
+
+
+@op("expand", "ExpandBackward0")
+def expand(x, *sizes):
+    sizes = _shape_arg(sizes)
+    if len(sizes) < x.ndim:
+        raise RuntimeError(f"expand: the number of sizes provided ({len(sizes)}) must be greater "
+                           f"or equal to the number of dimensions in the tensor ({x.ndim})")
+    lead = len(sizes) - x.ndim
+    for i in range(lead):
+        if sizes[i] < 0:
+            raise RuntimeError(f"The expanded size of the tensor ({sizes[i]}) isn't allowed in a "
+                               f"leading, non-existing dimension {i}")
+    shape = tuple(x.shape[i - lead] if s == -1 else s for i, s in enumerate(sizes))
+    for i, n in enumerate(x.shape):
+        if n != 1 and n != shape[lead + i]:
+            raise RuntimeError(f"The expanded size of the tensor ({shape[lead + i]}) must match "
+                               f"the existing size ({n}) at non-singleton dimension {lead + i}. "
+                               f" Target sizes: {list(sizes)}.  Tensor sizes: {list(x.shape)}")
+    return _view_of(tp.broadcast_to(x, shape), x)
+
+
+def expand_as(x, other):
+    return expand(x, tuple(other.shape))
+
+
+def broadcast_to(x, shape):
+    return expand(x, tuple(shape))
+
+
+def broadcast_tensors(*ts):
+    shape = broadcast_shapes(*[t.shape for t in ts])
+    return tuple(expand(t, shape) for t in ts)
+
+
+@op("repeat", "RepeatBackward0")
+def repeat(x, *reps):
+    reps = _shape_arg(reps)
+    if len(reps) < x.ndim:
+        raise RuntimeError("Number of dimensions of repeat dims can not be smaller than number "
+                           "of dimensions of tensor")
+    x = reshape(x, (1,) * (len(reps) - x.ndim) + tuple(x.shape))
+    # (r0, n0, r1, n1, ...) broadcast then merge
+    inter = []
+    for r, n in zip(reps, x.shape):
+        inter += [r, n]
+    y = tp.broadcast_in_dim(x, shape=tuple(inter), dims=tuple(range(1, 2 * x.ndim, 2)))
+    return tp.reshape(y, shape=tuple(r * n for r, n in zip(reps, x.shape)))
+
+
+def tile(x, *reps):
+    reps = _shape_arg(reps)
+    reps = (1,) * (x.ndim - len(reps)) + reps
+    return repeat(x, reps)
+
+
+@op("clone", "CloneBackward0")
+def clone(x, *, memory_format=None):
+    if isinstance(x._value, np.ndarray):
+        out = tp.reshape(x, shape=tuple(x.shape))
+        out._value = np.array(out._value, copy=True)
+        return out
+    return tp.reshape(x, shape=tuple(x.shape))
+
+
+def contiguous(x, memory_format=None):
+    """x itself when its memory is already C-contiguous, else a contiguous copy."""
+    if is_contiguous(x):
+        return x
+    out = clone(x)
+    out._value = np.ascontiguousarray(out._value)
+    return out
+
+
+def is_contiguous(x, memory_format=None):
+    """Whether the eager buffer is C-contiguous (traced values always count as contiguous)."""
+    v = x._value
+    return not isinstance(v, np.ndarray) or v.flags.c_contiguous or v.size <= 1 or \
+        _c_contiguous_ignoring_unit_dims(v)
+
+
+def _c_contiguous_ignoring_unit_dims(v):
+    expect = v.itemsize
+    for n, st in reversed(list(zip(v.shape, v.strides))):
+        if n != 1:
+            if st != expect:
+                return False
+            expect *= n
+    return True
+
+
+@op("flip", "FlipBackward0")
+def flip(x, *dims):
+    return tp.rev(x, dims=norm_dims(_shape_arg(dims) if dims else (), x.ndim))
+
+
+def rot90(x, k=1, dims=(0, 1)):
+    """Rotate by 90 degrees k times in the plane `dims` (from the first towards the second)."""
+    if len(dims) != 2:
+        raise RuntimeError(f"expected total rotation dims == 2, but got dims = {len(dims)}")
+    a, b = _dim(dims[0], x.ndim), _dim(dims[1], x.ndim)
+    if a == b:
+        raise RuntimeError(f"expected rotation dims to be different, but got dim0 = {a} and "
+                           f"dim1 = {b}")
+    k %= 4
+    if k == 1:
+        return transpose(flip(x, b), a, b)
+    if k == 2:
+        return flip(x, (a, b))
+    if k == 3:
+        return transpose(flip(x, a), a, b)
+    return _alias(x)
