@@ -1,6 +1,6 @@
 """The one path from a tensor op to a prim: bind the values, record the autograd node.
 
-`apply(prim, *tensors, **params)` is used by every op in runtime/ops*.py. Eager values are
+`apply(prim, *tensors, **params)` is used by every op in runtime/*_ops.py. Eager values are
 numpy arrays; while a GraphBuilder is active they are IR Vars and the bind records a Node.
 """
 import numpy as _np
