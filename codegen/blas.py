@@ -25,6 +25,7 @@ executor keeps np.matmul). Without either library (another BLAS, another platfor
 """
 import ctypes
 import ctypes.util
+import functools
 import glob
 import os
 import sys
@@ -39,27 +40,19 @@ from numba.extending import intrinsic
 SPLIT_MIN = 1 << 18
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 
-_FOUND = []
-
-
+@functools.cache
 def openblas():
     """numpy's OpenBLAS as (ctypes library, {dtype: address of cblas gemm}), or None. Found
     once: the ILP64 scipy-openblas that numpy's wheels ship."""
-    if not _FOUND:
-        _FOUND.append(_find_openblas())
-    return _FOUND[0]
+    return _find_openblas()
 
 
+@functools.cache
 def mkl():
     """MKL's single dynamic library set to its sequential layer, as (ctypes library,
     {dtype: address of cblas_?gemm_64}), or None (not installed, AOTGRAD_BLAS=openblas, or
     MKL already running threaded in this process). Found once."""
-    if not _MKL:
-        _MKL.append(_find_mkl())
-    return _MKL[0]
-
-
-_MKL = []
+    return _find_mkl()
 
 
 def _find_mkl():
@@ -103,20 +96,15 @@ def gemm_address(dtype):
     return None if lib is None else lib[1].get(np.dtype(dtype))
 
 
+@functools.cache
 def available():
     """Can products be shared out over numba's threads? Needs MKL or numpy's OpenBLAS, and
     a threading layer that starts a region cheaply (not workqueue: ~66 us per region)."""
-    if not _AVAILABLE:
-        import numba
-        ok = provider() is not None
-        if ok:
-            start_threads()
-            ok = numba.threading_layer() != "workqueue"
-        _AVAILABLE.append(ok)
-    return _AVAILABLE[0]
-
-
-_AVAILABLE = []
+    import numba
+    if provider() is None:
+        return False
+    start_threads()
+    return numba.threading_layer() != "workqueue"
 
 
 # GNU OpenMP's idle workers spin ~300000 times before they sleep: milliseconds in which a
