@@ -118,3 +118,50 @@ def test_allocation_intrinsics(mod):
     assert f2.dtype == np.float64 and f2.shape == (5, 3) and (f2 == 2.5).all()
     assert mod.alloc(0, 4, 1.0)[1].shape == (0,)
     assert mod.imin(3, -2) == (-2, 3) and mod.imin(-5, 9) == (-5, 9)
+
+
+def test_shared_subexpressions_merge_equal_values_across_pasted_helpers():
+    """tanh(x) and tanh'(x) of the same x (GELU's backward) paste the same exp, reciprocal
+    and polynomial: the second copy of each value becomes a copy of the first."""
+    from aotgrad.codegen import approx
+    body = approx.inline_helpers(["        t = tanh_f32(x[i])", "        d = tanh_d_f32(x[i])"])
+    floors = [line for line in body if "np.floor(" in line]
+    divs = [line for line in body if "np.float32(1.0) / (" in line]
+    assert len(floors) == 1 and len(divs) == 1, "\n".join(body)
+    # each local is assigned once (reassignments get versions), so merged values stay named
+    names = [line.split(" = ")[0].strip() for line in body if " = " in line]
+    assert len(names) == len(set(names)), "\n".join(body)
+
+
+def test_shared_subexpressions_respect_reassignment_stores_and_runs():
+    from aotgrad.codegen.approx import shared_subexpressions as cse
+    lines = ["    a = x * y", "    b = x * y",        # merged: b is a copy of a
+             "    f = a * y", "    g = b * y",        # b holds a's value: g copies f
+             "    x = x + 1.0", "    c = x * y",      # x changed: not the same value
+             "    p = v[j]", "    q = v[j]",          # loads merge while nothing is stored
+             "    v[j] = c", "    r = v[j]",          # a store ends the run
+             "    s = h(c)", "    u = x * y",         # so does any call of an unknown function
+             "    for j in range(3):", "        e = x * y"]   # a new run: nothing known
+    assert cse(lines) == ["    a = x * y", "    b = a", "    f = a * y", "    g = f",
+                          "    x = x + 1.0", "    c = x * y", "    p = v[j]", "    q = p",
+                          "    v[j] = c", "    r = v[j]", "    s = h(c)", "    u = x * y",
+                          "    for j in range(3):", "        e = x * y"]
+
+
+def test_shared_subexpressions_keep_the_documented_accuracy(mod):
+    """The merged tanh/tanh' pair stays within the bound of each helper alone (values may
+    differ from the separate helpers' in the last bit: fast-math contraction decides anew
+    where a value has two users)."""
+    from aotgrad.codegen import approx, cache
+    body = approx.inline_helpers(["        t = tanh_f32(x[i])", "        d = tanh_d_f32(x[i])"])
+    src = approx.PRELUDE + approx.helper_source(approx.APPROXIMATED) + \
+        "\n\n@_jit\ndef both(x, o1, o2):\n    for i in range(x.size):\n" + "\n".join(body) + \
+        "\n        o1[i] = t\n        o2[i] = d\n"
+    m, _ = cache.load_module(src)
+    x = np.linspace(-12, 12, 40001, dtype=np.float32)
+    t, d = np.empty_like(x), np.empty_like(x)
+    m.both(x, t, d)
+    ref_t = np.tanh(x.astype(np.float64))
+    ref_d = 1.0 / np.cosh(x.astype(np.float64)) ** 2
+    assert np.max(np.abs(t - ref_t) / np.maximum(np.abs(ref_t), 1e-30)) <= BOUND
+    assert np.max(np.abs(d - ref_d) / ref_d) <= BOUND
