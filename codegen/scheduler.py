@@ -19,23 +19,11 @@ Every refused fusion is recorded (`Schedule.refused`) with its reason.
 import math
 
 from aotgrad.ir import dtypes as dt
+from aotgrad.ir.prims import unit_reshape_map
 
 VIEW_PRIMS = ("broadcast_in_dim", "transpose", "slice", "rev", "reshape")
 RED_PRIMS = ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "argmax", "argmin")
 CREATION_PW = ("full", "iota")
-
-
-def unit_reshape_map(src, dst):
-    """For a reshape that only inserts/removes size-1 dims: for each dst dim, the src dim it
-    comes from (or None for an inserted unit dim). None when the reshape moves data."""
-    s = [(i, n) for i, n in enumerate(src) if n != 1]
-    d = [(i, n) for i, n in enumerate(dst) if n != 1]
-    if [n for _, n in s] != [n for _, n in d]:
-        return None
-    m = [None] * len(dst)
-    for (si, _), (di, _) in zip(s, d):
-        m[di] = si
-    return m
 
 
 def node_kind(n):

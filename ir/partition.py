@@ -11,6 +11,7 @@ import math
 import networkx as nx
 
 from aotgrad.ir.core import Graph
+from aotgrad.ir.prims import unit_reshape_map
 
 RECOMPUTABLE_TAGS = {"pointwise", "shape", "creation"}
 
@@ -173,7 +174,10 @@ def _save_cost(v, producer, in_memory=False):
 def _contraction_operands(nodes, producer):
     """Values the contractions among `nodes` read, followed up through shape ops to the
     value they view or copy: the one held in memory (the shape ops' own outputs are not
-    included: saving a view of it would make the forward copy the view out)."""
+    included: saving a view of it would make the forward copy the view out). A reshape that
+    moves data (not only unit dims) of a shape op's output, such as attention's heads
+    transposed back and merged, reads that output from memory: the codegen writes it out
+    contiguously (saving it spares the backward a transpose kernel)."""
     out, seen = set(), set()
     stack = [u for n in nodes if "contraction" in n.prim.tags for u in n.inputs]
     while stack:
@@ -182,10 +186,15 @@ def _contraction_operands(nodes, producer):
             continue
         seen.add(v)
         p = producer.get(v)
-        if p is not None and "shape" in p.prim.tags:
-            stack.extend(p.inputs)
-        else:
+        if p is None or "shape" not in p.prim.tags:
             out.add(v)
+            continue
+        u = p.inputs[0]
+        if p.prim.name == "reshape" and unit_reshape_map(u.shape, p.params["shape"]) is None \
+                and producer.get(u) is not None and "shape" in producer[u].prim.tags:
+            out.add(u)
+        else:
+            stack.extend(p.inputs)
     return out
 
 

@@ -89,6 +89,19 @@ def _reshape_rule(x, *, shape):
     return Aval(shape, x.dtype)
 
 
+def unit_reshape_map(src, dst):
+    """For a reshape that only inserts/removes size-1 dims: for each dst dim, the src dim it
+    comes from (or None for an inserted unit dim). None when the reshape moves data."""
+    s = [(i, n) for i, n in enumerate(src) if n != 1]
+    d = [(i, n) for i, n in enumerate(dst) if n != 1]
+    if [n for _, n in s] != [n for _, n in d]:
+        return None
+    m = [None] * len(dst)
+    for (si, _), (di, _) in zip(s, d):
+        m[di] = si
+    return m
+
+
 def _transpose_rule(x, *, perm):
     check(sorted(perm) == list(range(x.ndim)), f"perm {tuple(perm)} is not a permutation "
                                                f"of {x.ndim} dims")

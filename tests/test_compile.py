@@ -252,6 +252,29 @@ def test_a_biased_matmul_operand_is_saved_not_rebuilt():
     _assert_grads_match_eager(f, cf, args)
 
 
+def test_merged_attention_heads_are_saved_not_transposed_again():
+    """o (batch, heads, seq, dh) is transposed back and merged into (batch, seq, d) for the
+    output projection: the forward writes the transposed heads out to memory for that
+    reshape, so the partition saves them (not o, the same size) and the backward runs no
+    transpose to rebuild them for the projection's weight gradient."""
+    def f(q, k, v, w):
+        o = (q @ k.transpose(-1, -2)).softmax(-1) @ v
+        return (o.transpose(1, 2).reshape(2, 5, 8) @ w).tanh().sum()
+    args = (_randn(2, 2, 5, 4), _randn(2, 2, 5, 4), _randn(2, 2, 5, 4), _randn(8, 3))
+    for a in args:
+        a.requires_grad_(True)
+    cf = ag.compile(f, backend="interpret")
+    prog = cf.ir(*args)
+    report = prog.partition.report()
+    assert not any(n.prim.name == "transpose" and n.outputs[0].shape == (2, 5, 2, 4)
+                   for n in prog.partition.recomputed), report
+    assert any(v.shape == (2, 5, 2, 4) and "transpose" in prog.partition.reasons[v]
+               for v in prog.saved), report
+    assert not any(v.shape == (2, 2, 5, 4) and "dot_general" in prog.partition.reasons[v]
+                   for v in prog.saved), report
+    _assert_grads_match_eager(f, cf, args)
+
+
 def test_a_relu_output_a_backward_matmul_reads_is_saved_with_its_mask():
     """h = relu(x @ w + b) is read by the backward's matmul for v's gradient: rebuilding it
     there would cost the backward a write of its size, so the partition saves h (written
