@@ -20,6 +20,11 @@ class LoopNestEmitter:
         outer = self.outer
         rows = " * ".join(f"n{P}" for P in outer) or "1"
         if kt.ktype == "cols":
+            if self.parallel and all(self.red_info(r)[0] == "sum" and
+                                     r.inputs[0].dtype in (dt.float32, dt.float64)
+                                     for r in kt.reds):
+                self.cols_blocked(body, rows)
+                return
             self.parallel = False
         cparts = {}
         if kt.col_reds and kt.ktype == "rows":
@@ -61,22 +66,53 @@ class LoopNestEmitter:
                 self.finish_red(self.row_scope, r, accs[r])
         self.write_row_outputs(self.row_scope)
         body.extend(rb)
-        for r, (cp, _) in cparts.items():
+        self._combine_blocks({r: cp for r, (cp, _) in cparts.items()})
+
+    def _combine_blocks(self, cparts):
+        """Write each reduction's output: its per-row-block partials (nrb, ...) summed in
+        float64, block after block."""
+        for r, cp in cparts.items():
             v = r.outputs[0]
-            if v not in kt.outputs:
+            if v not in self.kt.outputs:
                 continue
             shape, _ = self.refmap[("out", v)]
             name = self.arg("out", v, shape if shape else [1])
-            of = self.fresh("of")
+            of, pf = self.fresh("of"), self.fresh("pf")
             self.top_scope.add(f"{of} = {name}.reshape({name}.size)")
+            self.top_scope.add(f"{pf} = {cp}.reshape((nrb, {of}.size))")
             # explicit loops: an array method here would become a parallel region per q
             tot = self.fresh("ctot")
             self.top_scope.add(f"{tot} = _zeros({of}.size, np.float64)")
             self.top_scope.add("for b in range(nrb):")
             self.top_scope.add(f"    for q in range({of}.size):")
-            self.top_scope.add(f"        {tot}[q] += {cp}[b, q]")
+            self.top_scope.add(f"        {tot}[q] += {pf}[b, q]")
             self.top_scope.add(f"for q in range({of}.size):")
             self.top_scope.add(f"    {of}[q] = {np_name(v.dtype)}({tot}[q])")
+
+    def cols_blocked(self, body, rows):
+        """Column sums with several kept dims (a transformer's qkv bias gradient, summed in
+        the kernel that assembles the heads' gradients): prange over blocks of ROW_BLOCK
+        rows, each summing into a partial shaped like the kept dims (float32 for float32,
+        as in `cols_chunked`), partials combined in float64 after the loop."""
+        kt = self.kt
+        kshape = ", ".join(f"n{Q}" for Q in self.inner)
+        body.append(f"    nrb = ({rows} + {ROW_BLOCK - 1}) // {ROW_BLOCK}")
+        cparts, views = {}, {}
+        rb = [f"    for rblk in {self.rng('nrb')}:"]
+        for r in kt.reds:
+            cparts[r], views[r] = self.fresh("cpart"), self.fresh("crow")
+            body.append(f"    {cparts[r]} = _zeros((nrb, {kshape}), "
+                        f"{np_name(r.inputs[0].dtype)})")
+            rb.append(f"        {views[r]} = {cparts[r]}[rblk]")
+        rb.append(f"        for r in range(rblk * {ROW_BLOCK}, "
+                  f"_imin(rblk * {ROW_BLOCK} + {ROW_BLOCK}, {rows})):")
+        self.row_scope = _Scope(rb, "            ")
+        self.decode(self.row_scope, self.outer)
+        fulls = [v for v in kt.outputs if v.shape == kt.domain]
+        self._cols_inner(rb, "            ", kt.reds, fulls, views, slice_mode=False,
+                         f32={r for r in kt.reds if r.inputs[0].dtype is dt.float32})
+        body.extend(rb)
+        self._combine_blocks(cparts)
 
     def full_nest(self, body):
         """Reduction over every dim of an n-d domain that does not collapse to one dim (e.g.

@@ -177,6 +177,37 @@ def fold_transposes(graph):
     return Graph(graph.inputs, nodes, [rename.get(v, v) for v in graph.outputs], graph.name)
 
 
+_REDUCTIONS = ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod")
+
+
+def reduce_before_reshape(graph):
+    """reduce(reshape(x)) over leading dims the reshape keeps (it only regroups the trailing
+    ones) -> reshape(reduce(x)): the same elements reduced, now in x's own shape, so a code
+    generator can fuse the reduction into the kernel computing x (the transformer's qkv
+    bias gradient, a column sum over the heads' gradients merged back into one matrix).
+    >>> # t1 = reshape(t0 [8,128,3,4,64], [8,128,768]); t2 = reduce_sum(t1, dims=(0, 1))
+    >>> # ->  t3 = reduce_sum(t0, dims=(0, 1)) [3,4,64]; t2 = reshape(t3, [768])
+    """
+    from aotgrad.ir.core import Node, Var
+    prod, nodes = {}, []
+    for n in graph.nodes:
+        src = prod.get(n.inputs[0]) if n.inputs else None
+        if n.prim.name in _REDUCTIONS and src is not None and src.prim.name == "reshape":
+            x, y = src.inputs[0], n.inputs[0]
+            k = len(n.params["dims"])
+            if k and tuple(sorted(n.params["dims"])) == tuple(range(k)) and \
+                    tuple(x.shape[:k]) == tuple(y.shape[:k]) and x.ndim > k:
+                part = Var(f"{n.outputs[0].name}p", x.shape[k:], n.outputs[0].dtype)
+                nodes.append(Node(n.prim, [x], [part], n.params, n.provenance))
+                n = Node(src.prim, [part], n.outputs, {"shape": tuple(n.outputs[0].shape)},
+                         n.provenance)
+        for v in n.outputs:
+            prod[v] = n
+        nodes.append(n)
+    return Graph(graph.inputs, nodes, graph.outputs, graph.name)
+
+
 def optimize(graph):
-    """The standard pipeline: simplify, fold transposes into contractions, CSE, DCE."""
-    return dce(cse(fold_transposes(simplify(graph))))
+    """The standard pipeline: simplify, fold transposes into contractions, move reductions
+    above regrouping reshapes, CSE, DCE."""
+    return dce(cse(reduce_before_reshape(fold_transposes(simplify(graph)))))

@@ -287,3 +287,49 @@ def test_column_sums_over_leading_dims_ride_along_a_3d_row_kernel():
                rtol=1e-5)
     kern = [st for st in prog.schedule.steps if st.kind == "kernel"]
     assert len(kern) == 1 and kern[0].ktype == "rows" and len(kern[0].col_reds) == 2
+
+
+def test_a_column_sum_of_a_regrouping_reshape_moves_above_it():
+    """reduce_sum(reshape(x, (b, t, 768)), (0, 1)) of x (b, t, 3, 4, 64) becomes
+    reshape(reduce_sum(x, (0, 1)), (768,)); a reshape of the leading (summed) dims does not."""
+    def fn(x):
+        y = prims.reshape(x, shape=(2, 5, 24))
+        return [prims.reduce_sum(y, dims=(0, 1)),
+                prims.reduce_sum(prims.reshape(x, shape=(10, 24)), dims=(0,))]
+    g = build(fn, ((2, 5, 3, 2, 4), F32))
+    opt = passes.optimize(g)
+    reds = [n for n in opt.nodes if n.prim.name == "reduce_sum"]
+    assert [n.inputs[0].shape for n in reds] == [(2, 5, 3, 2, 4), (10, 24)]
+    x = rand((2, 5, 3, 2, 4))
+    for a, r in zip(evaluate(opt, [x]), evaluate(g, [x])):
+        assert a.shape == r.shape
+        np.testing.assert_allclose(a, r, rtol=1e-6, atol=1e-6)
+
+
+def test_qkv_gradient_assembly_and_its_bias_gradient_are_one_parallel_kernel():
+    """The pads that put q, k and v's gradients back into one (b, t, 3, h, dh) value and the
+    column sum over (b, t) for the qkv bias: one kernel, blocks of rows in prange with a
+    partial per block, the float32 partials summed in float64 (1000 rows: not a multiple of
+    the 64-row block)."""
+    b, t, h, dh = 8, 125, 4, 32
+
+    def fn(dq, dk, dv):
+        parts = [prims.pad(prims.reshape(d, shape=(1, b, h, t, dh)), value=0.0,
+                           config=((i, 2 - i, 0),) + ((0, 0, 0),) * 4)
+                 for i, d in enumerate((dq, dk, dv))]
+        g = prims.transpose(prims.add(prims.add(parts[0], parts[1]), parts[2]),
+                            perm=(1, 3, 0, 2, 4))
+        g2 = prims.reshape(g, shape=(b, t, 3 * h * dh))
+        return [g2, prims.reduce_sum(g2, dims=(0, 1))]
+    shape = (b, h, t, dh)
+    graph = passes.optimize(build(fn, (shape, F32), (shape, F32), (shape, F32)))
+    arrs = [rand(shape, i) + 1.5 for i in range(3)]
+    prog = run(graph, arrs, rtol=1e-5)
+    kern = [st for st in prog.schedule.steps if st.kind == "kernel"]
+    assert len(kern) == 1 and kern[0].ktype == "cols", prog.schedule_report()
+    src = prog.specs[kern[0]].body
+    assert "prange(nrb)" in src and "np.float32" in src, src
+    g2, bias = prog(*arrs)
+    want = np.concatenate([a.astype(np.float64).transpose(0, 2, 1, 3).sum(axis=(0, 1))
+                           .reshape(-1) for a in arrs])
+    np.testing.assert_allclose(bias, want, rtol=2e-6, atol=1e-4)
