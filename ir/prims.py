@@ -189,6 +189,14 @@ def _gather_rule(x, idx, *, dim):
     return Aval(idx.shape, x.dtype)
 
 
+def _gather(x, idx, *, dim):
+    """out[..., i, ...] = x[..., idx[..., i, ...], ...] along `dim`; outside `dim` the index
+    may be smaller than x (PyTorch's gather), so x is cut to idx's extent there first."""
+    x = x[tuple(builtins.slice(None) if d == dim else builtins.slice(0, n)
+                for d, n in enumerate(idx.shape))]
+    return np.take_along_axis(x, idx, axis=dim)
+
+
 def _scatter_add_rule(x, idx, src, *, dim):
     check(dt.is_integer(idx.dtype), f"index must be an integer tensor, got {idx.dtype.name}")
     check(idx.shape == src.shape, f"index {list(idx.shape)} and src {list(src.shape)} differ")
@@ -356,8 +364,7 @@ register("argmin", _arg_rule, lambda x, *, dim: np.argmin(x, axis=dim).astype(np
 register("cumsum", _cumsum_rule, lambda x, *, dim: np.cumsum(x, axis=dim, dtype=x.dtype), R)
 register("argsort", _argsort_rule, _argsort, ("index",))
 register("dot_general", _dot_rule, _dot_general, ("contraction",))
-register("gather", _gather_rule, lambda x, idx, *, dim: np.take_along_axis(x, idx, axis=dim),
-         ("index",))
+register("gather", _gather_rule, _gather, ("index",))
 register("scatter_add", _scatter_add_rule, _scatter_add, ("index",))
 register("iota", _iota_rule, lambda *, shape, dim, dtype: np.broadcast_to(
     np.arange(shape[dim], dtype=dtype.np).reshape(

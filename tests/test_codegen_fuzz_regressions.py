@@ -75,12 +75,19 @@ def test_fuzz_more_seeds(block):
     assert not bad, "\n".join(bad)
 
 
-@pytest.mark.xfail(strict=True, raises=IndexError,
-                   reason="ir/prims.py: gather's reference impl (np.take_along_axis) needs the "
-                          "index to match the input outside `dim`; the shape rule (and PyTorch) "
-                          "allow a smaller index")
 def test_gather_reference_with_smaller_index():
     x = np.arange(20, dtype=np.float32).reshape(4, 5)
     idx = np.array([[0, 2, 1, 3]], dtype=np.int64)      # (1, 4): smaller than x outside dim 0
     out = prims.gather.bind(x, idx, dim=0)
     np.testing.assert_array_equal(out, [[0, 11, 7, 18]])   # out[i, j] = x[idx[i, j], j]
+
+
+def test_gather_reference_with_smaller_index_matches_torch(torch):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 5, 3)).astype(np.float32)
+    for dim in range(3):
+        shape = [2, 3, 2]
+        idx = rng.integers(0, x.shape[dim], size=shape).astype(np.int64)
+        out = prims.gather.bind(x, idx, dim=dim)
+        ref = torch.gather(torch.from_numpy(x), dim, torch.from_numpy(idx)).numpy()
+        np.testing.assert_array_equal(out, ref)
