@@ -79,6 +79,31 @@ class PrimBackward(Node):
                              f"'{name}'")
 
 
+class ScalarOperandBackward(Node):
+    """A prim's node with the edges of its Python-number operands left out, as PyTorch's
+    `*Backward1` nodes of `number op tensor` have (`(1 - x).grad_fn.next_functions` has one
+    edge). `keep` lists the input positions whose edges stay; the prim's rule still runs."""
+
+    def __init__(self, inner, keep, name):
+        super().__init__([inner.next_functions[i] for i in keep],
+                         [inner._in_avals[i] for i in keep], inner._out_avals)
+        self._inner, self._keep, self._name = inner, tuple(keep), name
+
+    def _backward(self, grads):
+        outs = self._inner._backward(grads)
+        return [outs[i] for i in self._keep]
+
+    def _release(self):
+        self._inner._release()
+
+
+def drop_scalar_edges(out, keep, name):
+    """Give `out` (made by one prim) a ScalarOperandBackward node keeping inputs `keep`."""
+    if isinstance(out.grad_fn, PrimBackward):
+        out.grad_fn = ScalarOperandBackward(out.grad_fn, keep, name)
+    return out
+
+
 def _lift(builder, t):
     return t._value if isinstance(t._value, Var) else builder.lift_object(t)
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.runtime import tprims as tp
+from aotgrad.runtime.dispatch import drop_scalar_edges
 from aotgrad.runtime.op_base import (_binary, _binary_args, _named, _weak_or_scalar,
                                      as_tensor_like, broadcast_shapes, cast, is_weak, mark_weak,
                                      op, scalar_dtype)
@@ -48,6 +49,18 @@ def sub(a, b, *, alpha=1):
                            "`logical_not()` operator instead.")
     out = tp.sub(a2, b2)
     return mark_weak(out) if weak else out
+
+
+@op("rsub")
+def rsub(a, b, *, alpha=1):
+    """b - alpha * a (the reflected `b - a` of `Tensor.__rsub__`). grad_fn: RsubBackward1
+    with the one edge of `a` when b is a Python number, RsubBackward0 when b is a tensor."""
+    out = sub(b, a, alpha=alpha)
+    if isinstance(b, Tensor):
+        return _named(out, "RsubBackward0")
+    if alpha != 1 or isinstance(alpha, Tensor):
+        return _named(out, "RsubBackward1")
+    return drop_scalar_edges(out, (1,), "RsubBackward1")
 
 
 @op("mul", "MulBackward0")

@@ -96,7 +96,7 @@ def _bitwise(name, logical):
 
 _METHODS = {
     # arithmetic and comparison operators
-    "__add__": ops.add, "__radd__": _r(ops.add), "__sub__": ops.sub, "__rsub__": _r(ops.sub),
+    "__add__": ops.add, "__radd__": _r(ops.add), "__sub__": ops.sub, "__rsub__": ops.rsub,
     "__mul__": ops.mul, "__rmul__": _r(ops.mul), "__truediv__": ops.div,
     "__rtruediv__": _r(ops.div), "__floordiv__": ops.floor_divide,
     "__rfloordiv__": _r(ops.floor_divide), "__mod__": ops.remainder,

@@ -31,7 +31,8 @@ from aotgrad.runtime.elementwise_ops import (abs, absolute, add, add_, atan2, ce
                                              log, log10, log1p, log2, logical_and, logical_not,
                                              logical_or, logical_xor, lt, maximum, minimum, mul,
                                              mul_, nan_to_num, ne, neg, negative, pow,
-                                             reciprocal, relu, remainder, round, rsqrt, sigmoid,
+                                             reciprocal, relu, remainder, round, rsqrt, rsub,
+                                             sigmoid,
                                              sign, sin, sqrt, square, sub, tan, tanh,
                                              true_divide, where)
 from aotgrad.runtime.index_ops import take_along_dim
@@ -61,7 +62,7 @@ __all__ = [
     "eq", "erf", "exp", "exp2", "expm1", "floor", "floor_divide", "ge", "gt", "isfinite",
     "isinf", "isnan", "le", "log", "log10", "log1p", "log2", "logical_and", "logical_not",
     "logical_or", "logical_xor", "lt", "maximum", "minimum", "mul", "mul_", "nan_to_num", "ne",
-    "neg", "negative", "pow", "reciprocal", "relu", "remainder", "round", "rsqrt", "sigmoid",
+    "neg", "negative", "pow", "reciprocal", "relu", "remainder", "round", "rsqrt", "rsub", "sigmoid",
     "sign", "sin", "sqrt", "square", "sub", "tan", "tanh", "true_divide", "where",
     # linalg_ops
     "bmm", "dot", "einsum", "matmul", "mm", "mv", "outer",

@@ -897,8 +897,6 @@ def test_grad_fn_name_of_vector_dot_and_matrix_vector(torch):
     _same(case, torch)
 
 
-@pytest.mark.xfail(strict=True, reason="1 - x is SubBackward0 with a None edge for the "
-                   "constant, PyTorch's RsubBackward1 with one edge (ops.py)")
 def test_grad_fn_of_reflected_sub(torch):
     def case(M):
         n = (1 - M.ones(2, requires_grad=True)).grad_fn
@@ -906,7 +904,31 @@ def test_grad_fn_of_reflected_sub(torch):
     _same(case, torch)
 
 
+def test_grad_fn_of_sub_variants_and_reflected_sub_gradient(torch):
+    def case(M):
+        x = M.tensor([1., 2., 3.], requires_grad=True)
+        y = M.tensor([0.5, -1., 2.], requires_grad=True)
+        nodes = [(x - y).grad_fn, x.__rsub__(y).grad_fn, (x - 2).grad_fn, (2.5 - x).grad_fn]
+        names = [(n.name(), [f is None for f, _ in n.next_functions]) for n in nodes]
+        ((2.5 - x * y) * x + x.__rsub__(y) * y).sum().backward()
+        return names, x.grad.tolist(), y.grad.tolist(), x.__rsub__(y).tolist()
+    _same(case, torch)
+
+
 # ---- torch-free pins of the fixes -----------------------------------------------------------
+def test_reflected_sub_one_edge_gradient_eager_and_compiled():
+    x = ag.tensor([1., 2., 3.], requires_grad=True)
+    n = (1 - x).grad_fn
+    assert n.name() == "RsubBackward1" and len(n.next_functions) == 1
+    assert n.next_functions[0][0] is not None
+    f = lambda x: ((2 - x * x) * x).sum()   # d/dx (2x - x^3) = 2 - 3x^2
+    f(x).backward()
+    np.testing.assert_allclose(x.grad.numpy(), 2 - 3 * np.array([1., 2., 3.]) ** 2)
+    x.grad = None
+    ag.compile(f)(x).backward()
+    np.testing.assert_allclose(x.grad.numpy(), 2 - 3 * np.array([1., 2., 3.]) ** 2)
+
+
 def test_backward_inputs_nonleaf_gets_grad():
     x = ag.tensor([1., 2.], requires_grad=True)
     y = x * 3
