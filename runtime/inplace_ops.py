@@ -15,7 +15,7 @@ Writing into an expanded tensor raises.
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
-from aotgrad.ir.core import current_builder
+from aotgrad.ir.core import current_builder, current_op
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.elementwise_ops import where
 from aotgrad.runtime.grad_mode import state as _mode
@@ -26,6 +26,11 @@ from aotgrad.runtime.view_ops import expand, reshape
 
 
 def _inplace_guard(x, opname):
+    if x._inference and not _mode.inference:
+        where = "" if current_op.get() is not None else f"{opname}: "  # an op names itself
+        raise RuntimeError(f"{where}Inplace update to inference tensor outside InferenceMode "
+                           f"is not allowed. You can make a clone to get a normal tensor before "
+                           f"doing inplace update.")
     if _mode.grad_enabled:
         if x.grad_fn is None and x.requires_grad:
             raise RuntimeError(f"a leaf Variable that requires grad is being used in an in-place "

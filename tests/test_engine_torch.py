@@ -880,14 +880,34 @@ def test_inplace_on_view_of_leaf_error_text(torch):
     _same(case, torch, exact_error=True)
 
 
-@pytest.mark.xfail(strict=True, reason="an in-place op on an inference tensor outside "
-                   "inference_mode is allowed (shape_ops.commit_inplace does not check)")
 def test_inplace_on_inference_tensor_outside_raises(torch):
     def case(M):
         with M.inference_mode():
             y = M.ones(2)
         y.add_(1)
     _same(case, torch)
+
+
+@pytest.mark.parametrize("write", ["add_", "setitem", "copy_", "fill_", "zero_"])
+@pytest.mark.parametrize("grad", [True, False])
+def test_inplace_on_inference_tensor_outside_raises_every_write(torch, write, grad):
+    def case(M):
+        with M.inference_mode():
+            y = M.ones(2)
+            y.add_(1)                            # allowed inside
+        with (M.enable_grad() if grad else M.no_grad()):
+            {"add_": lambda: y.add_(1), "setitem": lambda: y.__setitem__(0, 3.),
+             "copy_": lambda: y.copy_(M.zeros(2)), "fill_": lambda: y.fill_(4.),
+             "zero_": lambda: y.zero_()}[write]()
+    _same(case, torch)
+    with ag.inference_mode():
+        y = ag.ones(2)
+    with pytest.raises(RuntimeError, match="Inplace update to inference tensor outside"):
+        y.add_(1)
+    np.testing.assert_array_equal(y.numpy(), [1., 1.])   # nothing written
+    z = y.clone()                                         # a clone is a normal tensor
+    z.add_(1)
+    np.testing.assert_array_equal(z.numpy(), [2., 2.])
 
 
 def test_grad_fn_name_of_vector_dot_and_matrix_vector(torch):
