@@ -10,6 +10,7 @@ from aotgrad.runtime import ops, shape_ops
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.factories import rand, tensor
 from aotgrad.runtime.grad_mode import no_grad
+from aotgrad.runtime.grad_mode import state as _grad_mode
 from aotgrad.runtime.ops import op
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.nn._checks import _check_float, _check_tensor
@@ -180,14 +181,34 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
         v = input._value
         if v.min() < 0 or v.max() > 1:
             raise RuntimeError("all elements of input should be between 0 and 1")
+    if not (input.requires_grad and _grad_mode.grad_enabled):
+        loss = _bce_clamped_logs(input, target)
+    else:
+        # PyTorch's derivatives in the input, not the clamped logs' (those are 0, or 1/x^2
+        # overflowing, where the input saturates): first (x - t) / max(x (1 - x), 1e-12),
+        # second (x^2 - 2xt + t) / ((x + 1e-12)^2 (1 - x + 1e-12)^2). The loss is the clamped
+        # logs at the detached input plus the Taylor terms d1 h + d2 h^2 / 2 in h = input -
+        # detached input, which are 0 in value and give exactly those two derivatives
+        xd = input.detach()
+        h = ops.sub(input, xd)
+        one_m = ops.sub(1.0, xd)
+        d1 = ops.div(ops.sub(xd, target), ops.clamp(ops.mul(one_m, xd), min=1e-12))
+        num = ops.add(ops.sub(ops.mul(xd, xd), ops.mul(ops.mul(xd, target), 2.0)), target)
+        d2 = ops.div(num, ops.mul(ops.square(ops.add(xd, 1e-12)),
+                                  ops.square(ops.add(one_m, 1e-12))))
+        taylor = ops.mul(ops.add(d1, ops.mul(ops.mul(d2, h), 0.5)), h)
+        loss = ops.add(_bce_clamped_logs(xd, target), taylor)
+    if weight is not None:
+        loss = ops.mul(loss, weight)
+    return _reduce(loss, reduction, "binary_cross_entropy")
+
+
+def _bce_clamped_logs(input, target):
     # log(0) is clamped to -100 with gradient 0: log of a masked-safe input, so the zero
     # gradient is not g / 0 = NaN at input 0 or 1 (a saturated sigmoid)
     log_x = ops.clamp(_safe_log(input), min=-100.0)
     log_1mx = ops.clamp(_safe_log(ops.sub(1.0, input)), min=-100.0)
-    loss = ops.neg(ops.add(ops.mul(target, log_x), ops.mul(ops.sub(1.0, target), log_1mx)))
-    if weight is not None:
-        loss = ops.mul(loss, weight)
-    return _reduce(loss, reduction, "binary_cross_entropy")
+    return ops.neg(ops.add(ops.mul(target, log_x), ops.mul(ops.sub(1.0, target), log_1mx)))
 
 
 def _safe_log(x):

@@ -525,14 +525,53 @@ def test_bad_reduction_message_names_the_op_once(loss):
     assert str(e.value).startswith(f"{loss}: bogus is not a valid value for reduction")
 
 
-@pytest.mark.xfail(strict=True, reason="nn/functional_loss.py (not owned here): PyTorch's BCE "
-                   "gradient is w (x - t) / max(x (1 - x), 1e-12); ours is the exact derivative "
-                   "of the clamped logs, so at a saturated input (x = 0 or 1, or x = 1e-30) it "
-                   "differs (e.g. 1 vs 0 at x = t = 0, -1e30 vs -1e12 at x = 1e-30, t = 1)")
 def test_binary_cross_entropy_gradient_at_saturated_inputs(torch):
     x = np.array([0.0, 1.0, 0.5, 1e-30, 1.0], dtype=np.float32)
     t = np.array([0.0, 1.0, 1.0, 1.0, 0.3], dtype=np.float32)
     _loss_case(torch, "binary_cross_entropy", [x, t], (0,), reduction="none")
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean"])
+def test_binary_cross_entropy_first_and_second_derivatives(torch, reduction):
+    x = np.array([0.0, 1.0, 0.5, 1e-30, 1.0, 0.2, 0.9], dtype=np.float32)
+    t = np.array([0.0, 1.0, 1.0, 1.0, 0.3, 0.7, 0.0], dtype=np.float32)
+    w = np.array([1.0, 2.0, 0.5, 1.0, 3.0, 1.5, 0.25], dtype=np.float32)
+    res = []
+    for lib in (aotgrad, torch):
+        xs, ts = lib.tensor(x, requires_grad=True), lib.tensor(t, requires_grad=True)
+        loss = lib.nn.functional.binary_cross_entropy(xs, ts, weight=lib.tensor(w),
+                                                      reduction=reduction)
+        gx, gt = lib.autograd.grad(loss.sum(), [xs, ts], create_graph=True)
+        hxx, hxt = lib.autograd.grad(gx.sum(), [xs, ts])
+        res.append([v.detach().numpy() for v in (loss, gx, gt, hxx, hxt)])
+    # d/dt: PyTorch's -logit(x) is infinite at x = 0 or 1, ours the clamped logs' 100 there
+    inner = (x > 0) & (x < 1)
+    for name, a, b in zip(["loss", "d/dx", "d/dt", "d2/dx2", "d2/dxdt"], *res):
+        if name == "d/dt":
+            a, b = a[inner], b[inner]
+        _close(a, b, f"binary_cross_entropy {name}", atol=1e-5)
+    # the forward is the clamped logs whatever the input's requires_grad
+    plain = F.binary_cross_entropy(aotgrad.tensor(x), aotgrad.tensor(t), reduction="none")
+    ref = -(t * np.maximum(np.log(np.where(x > 0, x, 1)), -100) * (x > 0)
+            + t * -100 * (x == 0)
+            + (1 - t) * np.maximum(np.log(np.where(x < 1, 1 - x, 1)), -100) * (x < 1)
+            + (1 - t) * -100 * (x == 1))
+    np.testing.assert_allclose(plain.numpy(), ref, rtol=1e-6)
+
+
+def test_binary_cross_entropy_gradient_compiled_matches_eager():
+    x0 = np.array([0.0, 1.0, 0.5, 1e-30, 0.25], dtype=np.float32)
+    t = aotgrad.tensor([0.0, 1.0, 1.0, 1.0, 0.5])
+    f = lambda x: F.binary_cross_entropy(x, t, reduction="sum")   # noqa: E731
+    grads = []
+    for fn in (f, aotgrad.compile(f)):
+        x = aotgrad.tensor(x0, requires_grad=True)
+        fn(x).backward()
+        grads.append(x.grad.numpy())
+    d = np.array([0.0, 1.0, 1.0, 1.0, 0.5], dtype=np.float32)
+    expected = (x0 - d) / np.maximum(x0 * (1 - x0), np.float32(1e-12))   # closed form
+    np.testing.assert_allclose(grads[0], expected, rtol=1e-6)
+    np.testing.assert_allclose(grads[1], expected, rtol=1e-6)
 
 
 # ---- optimizers ------------------------------------------------------------------------------
