@@ -274,6 +274,9 @@ class Tensor:
         return self._concrete("Tensor.tolist()").tolist()
 
     def __array__(self, dtype=None, copy=None):
+        if self.requires_grad:  # like PyTorch: np.asarray(t) is t.numpy()
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use "
+                               "tensor.detach().numpy() instead.")
         v = self._concrete("np.asarray(Tensor)")
         return v if dtype is None else v.astype(dtype)
 

@@ -181,11 +181,21 @@ def test_version_is_an_int():
     assert x._version - v0 == 1
 
 
-@pytest.mark.xfail(strict=True, reason="runtime/tensor.py: np.asarray on a tensor that requires "
-                   "grad returns its buffer; PyTorch raises like numpy()")
 def test_asarray_of_grad_requiring_tensor_raises():
     with pytest.raises(RuntimeError, match="requires grad"):
         np.asarray(A.ones(2, requires_grad=True))
+
+
+def test_asarray_of_detached_or_grad_free_tensor_still_converts():
+    x = A.tensor([1., 2.], requires_grad=True)
+    np.testing.assert_array_equal(np.asarray(x.detach()), [1., 2.])
+    a = np.asarray((x * 2).detach(), dtype=np.float64)
+    assert a.dtype == np.float64
+    np.testing.assert_array_equal(a, [2., 4.])
+    with A.no_grad():
+        np.testing.assert_array_equal(np.asarray(x * 3), [3., 6.])
+    with pytest.raises(RuntimeError, match="requires grad"):
+        np.array(x * 2)
 
 
 def test_float_and_int_of_many_elements_are_value_errors():
