@@ -35,6 +35,10 @@ def _inplace_guard(x, opname):
         if x.grad_fn is None and x.requires_grad:
             raise RuntimeError(f"a leaf Variable that requires grad is being used in an in-place "
                                f"operation ({opname}).")
+        if x._base is not None and x._base.requires_grad and x._base.grad_fn is None:
+            where = "" if current_op.get() is not None else f"{opname}: "
+            raise RuntimeError(f"{where}a view of a leaf Variable that requires grad is being "
+                               f"used in an in-place operation.")
         if x._base is not None and x._base.requires_grad:
             raise RuntimeError(f"{opname}: in-place modification of a view of a tensor that "
                                f"requires grad is not supported; use the out-of-place op or "

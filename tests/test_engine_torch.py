@@ -871,9 +871,6 @@ def test_inplace_on_view_rebases_base_like_torch(torch):
     _same(case, torch)
 
 
-@pytest.mark.xfail(strict=True, reason="PyTorch's error for an in-place op on a view of a leaf "
-                   "is 'a view of a leaf Variable that requires grad is being used in an "
-                   "in-place operation.' (shape_ops._inplace_guard words it otherwise)")
 def test_inplace_on_view_of_leaf_error_text(torch):
     def case(M):
         M.ones(2, 2, requires_grad=True)[0].add_(1)
