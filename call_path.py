@@ -95,7 +95,7 @@ def make_call(prog):
                 node._in_avals, node._out_avals = prog._avals
                 node.program, node._saved_arrays, node._leaves = prog, saved, diff_inputs
                 node._replay = replay
-                node._versions = [t._version.v for t in replay]
+                node._versions = [t._version_counter.v for t in replay]
                 node._fast_backward = prog._fast_bw
             for nr, k in enumerate(diff_outs):
                 o = outs[k]
@@ -155,7 +155,7 @@ def make_fast_backward(prog):
     if n_replay:
         lines += [f"    {''.join(f'r{i}, ' for i in range(n_replay))}= node._replay",
                   "    v = node._versions",
-                  "    if " + " or ".join(f"r{i}._version.v != v[{i}]"
+                  "    if " + " or ".join(f"r{i}._version_counter.v != v[{i}]"
                                         for i in range(n_replay)) + ":",
                   "        return False  # modified in place: the general path raises"]
     if n_saved:
@@ -254,7 +254,7 @@ def specialise(key, prog):
             f"    node._saved_arrays = outs[{inline['n_fw']}:]",
             f"    node._leaves = [{', '.join(leaves)}]",
             "    node._replay = args",
-            f"    node._versions = [{', '.join(f'a{i}._version.v' for i in range(n))}]",
+            f"    node._versions = [{', '.join(f'a{i}._version_counter.v' for i in range(n))}]",
             "    node._fast_backward = prog._fast_bw",
             "    out.requires_grad = True",
             "    out.grad_fn = node",

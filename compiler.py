@@ -231,7 +231,7 @@ class Program:
                 write_grad(leaves[x] if kind == "arg_grad" else x, value)
             elif kind == "escape":  # a tensor the function stored away: make it concrete
                 x._value, x.grad_fn, x.requires_grad = value, None, False
-                x._version.v += 1
+                x._version_counter.v += 1
             else:
                 write_back(leaves[x] if kind == "arg" else x, value)
         for kind, x in tr.grad_clears:

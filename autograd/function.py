@@ -273,7 +273,7 @@ def _wrap_outputs(ctx, inputs, outputs, record):
 def _alias(t):
     """A new tensor sharing t's storage and version counter."""
     a = Tensor._make(t._value, False)
-    a._version = t._version
+    a._version_counter = t._version_counter
     return a
 
 

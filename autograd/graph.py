@@ -79,13 +79,13 @@ class saved_tensors_hooks:
                 "a tensor saved for backward under autograd.graph.saved_tensors_hooks (the "
                 "hooks run Python on every save and backward; the compiled program keeps its "
                 "saved values itself)", t)
-        version = t._version.v
+        version = t._version_counter.v
         prev, _mode.grad_enabled = _mode.grad_enabled, False
         try:
             packed = self.pack_hook(t)
         finally:
             _mode.grad_enabled = prev
-        if t._version.v != version:
+        if t._version_counter.v != version:
             raise RuntimeError(PACK_INPLACE_MESSAGE)
         saved.hooks, saved.value = (self, packed, t.dtype), _PACKED
         if saved.is_output:
@@ -103,7 +103,7 @@ class saved_tensors_hooks:
                 saved.hooks[2].is_floating_point:
             data = data.to(saved.hooks[2])  # the derivative rules do not promote dtypes
         t = Tensor._make(data._value, False)
-        t._version = data._version
+        t._version_counter = data._version_counter
         leaf = saved.leaf
         if leaf is not None:
             t.requires_grad = True

@@ -23,7 +23,7 @@ class Parameter(Tensor):
             raise TypeError(f"nn.Parameter: expected a Tensor as data, got {type(data).__name__}")
         p = cls._make(value, False)
         if isinstance(data, Tensor):
-            p._version = data._version
+            p._version_counter = data._version_counter
         p._is_param = True
         p.requires_grad_(requires_grad)
         return p

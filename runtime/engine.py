@@ -31,9 +31,8 @@ class VersionCounter:
     (No __init__: `v` reads the class default until the first bump, and making one, which
     every new tensor does, costs a third less.)
 
-    `t._version` is this shared counter, not PyTorch's int: `int(t._version)` and
-    `t._version == 2` read its current value (a reference taken earlier reads the new value
-    too; take `int(t._version)` to keep a snapshot)."""
+    `t._version_counter` is this shared counter; `t._version` is its current value, an int
+    as in PyTorch. (`int(counter)` and `counter == 2` read the current value too.)"""
     v = 0
 
     def __int__(self):
@@ -106,7 +105,8 @@ class SavedTensor:
     def __init__(self, t, is_output=False, op_name=None):
         if t._inference and not _mode.inference:
             raise RuntimeError(INFERENCE_SAVE_MESSAGE)
-        self.value, self.counter, self.version = t._value, t._version, t._version.v
+        self.value, self.counter = t._value, t._version_counter
+        self.version = self.counter.v
         self.requires_grad, self.is_output, self.op_name = t.requires_grad, is_output, op_name
         self.grad_fn = None if is_output else t.grad_fn
         self.output_nr = t._output_nr
@@ -129,7 +129,7 @@ class SavedTensor:
         t = Tensor._make(self.value, self.requires_grad)
         t.grad_fn = node if self.is_output else self.grad_fn
         t._output_nr = self.output_nr
-        t._version = self.counter
+        t._version_counter = self.counter
         return t
 
     def _raise_modified(self, node):
@@ -313,7 +313,7 @@ def accumulate_grad(var, g, create_graph):
     elif isinstance(var._grad._value, np.ndarray) and isinstance(g._value, np.ndarray) and \
             var._grad._value.flags.writeable and var._grad.grad_fn is None:
         np.add(var._grad._value, g._value, out=var._grad._value)
-        var._grad._version.v += 1
+        var._grad._version_counter.v += 1
     else:
         var._grad = Tensor._make((var._grad + g.detach())._value, False)
     _post_accumulate(var)

@@ -33,12 +33,12 @@ class CompiledBackward(Node):
         # the call's inputs (tensors, or seed arrays) and their versions: checked like saved
         # tensors, and replayed with tensor ops under create_graph
         self._replay = replay_inputs
-        self._versions = [t._version.v if isinstance(t, Tensor) else None
+        self._versions = [t._version_counter.v if isinstance(t, Tensor) else None
                           for t in replay_inputs]
 
     def _check_versions(self):
         for t, v in zip(self._replay, self._versions):
-            if v is not None and t._version.v != v:
+            if v is not None and t._version_counter.v != v:
                 s = SavedTensor(t)
                 s.version = v
                 s.unpack(self)
@@ -103,7 +103,7 @@ def write_grad(t, value):
     elif t._grad is not None and isinstance(t._grad._value, np.ndarray) and \
             t._grad._value.shape == value.shape and t._grad._value.flags.writeable:
         np.copyto(t._grad._value, value)
-        t._grad._version.v += 1
+        t._grad._version_counter.v += 1
     else:
         t._grad = Tensor._make(np.array(value, copy=True))
 
@@ -115,4 +115,4 @@ def write_back(t, value):
         np.copyto(t._value, value)
     else:
         t._value = value
-    t._version.v += 1
+    t._version_counter.v += 1

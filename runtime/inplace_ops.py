@@ -75,7 +75,7 @@ def commit_inplace(x, new, opname):
             pass
     else:
         x._value = new._value
-    x._version.v += 1
+    x._version_counter.v += 1
     if new.requires_grad and _mode.grad_enabled:
         x.grad_fn, x._output_nr, x.requires_grad = new.grad_fn, new._output_nr, True
         x._retains_grad = False
@@ -116,7 +116,7 @@ def setitem(x, index, value):
         except ValueError as e:
             raise RuntimeError(f"setitem: {e} (destination shape {list(x.shape)}, value shape "
                                f"{list(value.shape)})") from None
-        x._version.v += 1
+        x._version_counter.v += 1
         return x
     pos = getitem(tp.iota(shape=(x.numel(),), dim=0, dtype=dt.int64).reshape(tuple(x.shape)),
                   index)

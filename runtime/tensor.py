@@ -27,7 +27,7 @@ _autograd_backward = None  # runtime/autograd_api.py sets this (it imports this 
 
 
 class Tensor:
-    __slots__ = ("_value", "requires_grad", "grad_fn", "_grad", "_version", "_output_nr",
+    __slots__ = ("_value", "requires_grad", "grad_fn", "_grad", "_version_counter", "_output_nr",
                  "_inference", "__weakref__", "__dict__")
     __array_priority__ = 1000  # numpy defers `ndarray + tensor` to us
     # rarely set: class-level defaults, an instance attribute once set (cheaper _make)
@@ -42,7 +42,7 @@ class Tensor:
         t.requires_grad = requires_grad
         t.grad_fn = None
         t._grad = None
-        t._version = VersionCounter()
+        t._version_counter = VersionCounter()
         t._output_nr = 0
         t._inference = _mode.inference
         return t
@@ -95,6 +95,12 @@ class Tensor:
         return self.grad_fn is None
 
     @property
+    def _version(self):
+        """How many in-place writes this tensor's storage has seen (an int, like PyTorch's);
+        shared with its views and detached aliases through `_version_counter`."""
+        return self._version_counter.v
+
+    @property
     def output_nr(self):
         return self._output_nr
 
@@ -118,7 +124,7 @@ class Tensor:
         they are not caught by the saved-tensor check."""
         t = self.detach()
         if _current_builder() is None:
-            t._version = VersionCounter()
+            t._version_counter = VersionCounter()
         return t
 
     @data.setter
@@ -234,7 +240,7 @@ class Tensor:
     def detach(self):
         """A new tensor sharing storage and version counter, outside the autograd graph."""
         t = Tensor._make(self._value, False)
-        t._version = self._version
+        t._version_counter = self._version_counter
         if isinstance(self._value, Var):
             from aotgrad.ir.core import current_builder
             b = current_builder()

@@ -24,7 +24,7 @@ def _view_of(out, base):
     v = out._value
     if isinstance(v, np.ndarray) and isinstance(base._value, np.ndarray) and \
             np.may_share_memory(v, base._value):
-        out._version = base._version
+        out._version_counter = base._version_counter
         out._base = base if base._base is None else base._base
     return out
 

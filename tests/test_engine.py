@@ -410,7 +410,7 @@ def test_detach_shares_memory_and_version():
     assert not d.requires_grad and d.grad_fn is None
     d[0] = 5.  # writes through to x
     assert x[0].item() == 5.
-    assert x._version.v == d._version.v == 1
+    assert x._version == d._version == 1
 
 
 def test_detach_():
@@ -556,12 +556,12 @@ def test_ops_that_saved_nothing_are_unaffected():
 
 def test_inplace_version_counter_bumps():
     x = ag.zeros(3)
-    v = x._version.v
+    v = x._version
     x.add_(1)
     x[0] = 2.
     x.mul_(2)
     x += 1
-    assert x._version.v == v + 4
+    assert x._version == v + 4
 
 
 def test_inplace_gradients_through_history():

@@ -159,9 +159,9 @@ def test_mark_dirty_inplace():
 
     x = f64(3)
     h = x.clone()
-    before = h._version.v
+    before = h._version
     out = MulInplace.apply(h)
-    assert out is h and h.grad_fn.name() == "MulInplaceBackward" and h._version.v > before
+    assert out is h and h.grad_fn.name() == "MulInplaceBackward" and h._version > before
     np.testing.assert_allclose(h.detach().numpy(), 2 * x.detach().numpy())
     (h * h).sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), 8 * x.detach().numpy())

@@ -172,13 +172,24 @@ def test_grad_fn_names_of_indexing_and_splitting(fn, name):
     assert fn(A.ones(2, 3, requires_grad=True)).grad_fn.name() == name
 
 
-@pytest.mark.xfail(strict=True, reason="runtime/tensor.py: Tensor._version is a counter object, "
-                   "PyTorch's is an int")
 def test_version_is_an_int():
     x = A.zeros(3)
     v0 = x._version
     x[0] = 1.
     assert x._version - v0 == 1
+
+
+def test_version_int_is_shared_with_views_and_detached_aliases_but_not_data():
+    x = A.zeros(4)
+    v, d, data = x[1:], x.detach(), x.data
+    v.add_(1)
+    d.mul_(2)
+    assert type(x._version) is int and type(v._version) is int
+    assert x._version == v._version == d._version == 2
+    data.add_(1)                      # .data has a counter of its own (as in PyTorch)
+    assert (x._version, data._version) == (2, 1)
+    with pytest.raises(AttributeError):
+        x._version = 5
 
 
 def test_asarray_of_grad_requiring_tensor_raises():

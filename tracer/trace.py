@@ -49,16 +49,16 @@ class _Swapped:
     def __init__(self, t):
         self.ref, self.value, self.grad_fn = weakref.ref(t), t._value, t.grad_fn
         self.requires_grad, self.output_nr, self.counter = t.requires_grad, t._output_nr, \
-            t._version
+            t._version_counter
         self.extra = {k: t.__dict__[k] for k in ("_retains_grad",) if k in t.__dict__}
-        t._version = VersionCounter()
-        t._version.v = self.counter.v
+        t._version_counter = VersionCounter()
+        t._version_counter.v = self.counter.v
 
     def restore(self):
         t = self.ref()
         if t is not None:
             t._value, t.grad_fn, t.requires_grad = self.value, self.grad_fn, self.requires_grad
-            t._output_nr, t._version = self.output_nr, self.counter
+            t._output_nr, t._version_counter = self.output_nr, self.counter
             t.__dict__.pop("_retains_grad", None)
             t.__dict__.update(self.extra)
 
@@ -114,7 +114,7 @@ class TraceBuilder(GraphBuilder):
         if v is not None:  # the same array: a saved tensor unpacked as a new object
             return v
         for rec in self.swapped.values():
-            if rec.ref() is not None and rec.counter is t._version:
+            if rec.ref() is not None and rec.counter is t._version_counter:
                 raise dispatch.GraphBreak(dispatch.describe_break(
                     "a view of a tensor that the function wrote in place (reading it inside "
                     "a compiled function is not supported; read the tensor itself)"))
@@ -326,7 +326,8 @@ def _shares(o, proxies, arg_vars):
     if it outlives the call); False: o is a value the function made."""
     if not isinstance(o._value, Var):
         return weakref.ref(o)
-    return any((o is p or o._version is p._version) and p._value is arg_vars[i]
+    return any((o is p or o._version_counter is p._version_counter)
+               and p._value is arg_vars[i]
                for i, p in enumerate(proxies) if isinstance(p, Tensor))  # (detach() shares)
 
 
