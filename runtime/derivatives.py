@@ -3,7 +3,10 @@
 The eager engine runs these on concrete tensors; the tracer runs the *same* rules on traced
 tensors to derive the backward graph ahead of time. A rule is `fn(ctx, g) -> grads`, one
 entry per prim input (None where not differentiable); `ctx.saved_tensors` holds what the
-rule declared with `save` (input positions, and "out" for the prim's output).
+rule declared with `save` (input positions, and "out" for the prim's output). `save_if` makes
+saving an input conditional, `{i: (j, ...)}`: input i is saved only when one of inputs j needs
+a gradient, else its entry in `ctx.saved_tensors` is None (as PyTorch saves mul's `other`
+only when `self` requires grad).
 """
 import math
 
@@ -20,18 +23,21 @@ _NAMES = {"logistic": "Sigmoid", "reduce_sum": "Sum", "reduce_max": "Amax", "red
 
 
 class Rule:
-    __slots__ = ("fn", "save_inputs", "save_output", "node_name")
+    __slots__ = ("fn", "save_inputs", "save_output", "save_if", "node_name")
 
-    def __init__(self, prim, fn, save_inputs, save_output):
+    def __init__(self, prim, fn, save_inputs, save_output, save_if=None):
         self.fn, self.save_inputs, self.save_output = fn, save_inputs, save_output
+        self.save_if = save_if
         base = _NAMES.get(prim, "".join(w.capitalize() for w in prim.split("_")))
         self.node_name = base + "Backward0"
 
 
-def defvjp(prim, save=()):
-    """Register the rule for `prim`; `save` lists input positions and/or "out"."""
+def defvjp(prim, save=(), save_if=None):
+    """Register the rule for `prim`; `save` lists input positions and/or "out"; `save_if`
+    maps a saved input position to the inputs whose gradient needs it."""
     def deco(fn):
-        VJP[prim] = Rule(prim, fn, tuple(i for i in save if i != "out"), "out" in save)
+        VJP[prim] = Rule(prim, fn, tuple(i for i in save if i != "out"), "out" in save,
+                         save_if)
         return fn
     return deco
 
@@ -149,7 +155,7 @@ def _(ctx, g):
     return g, (tp.neg(g) if ctx.needs_input_grad[1] else None)
 
 
-@defvjp("mul", save=(0, 1))
+@defvjp("mul", save=(0, 1), save_if={0: (1,), 1: (0,)})
 def _(ctx, g):
     x, y = ctx.saved_tensors
     return (tp.mul(g, y) if ctx.needs_input_grad[0] else None,

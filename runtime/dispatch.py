@@ -49,20 +49,28 @@ class PrimBackward(Node):
                          [aval_of(out._value)])
         self._name, self.prim, self.rule, self.params = rule.node_name, prim, rule, params
         self.needs_input_grad = tuple(t.requires_grad for t in inputs)
-        self._saved = [SavedTensor(inputs[i]) for i in rule.save_inputs]
+        save_if = rule.save_if
+        if save_if is None:
+            self._saved = [SavedTensor(inputs[i]) for i in rule.save_inputs]
+        else:  # an input only some gradients need is saved only when one of them is wanted
+            need = self.needs_input_grad
+            self._saved = [SavedTensor(inputs[i])
+                           if i not in save_if or any(need[j] for j in save_if[i]) else None
+                           for i in rule.save_inputs]
         if rule.save_output:
             self._saved.append(SavedTensor(out, is_output=True))
 
     @property
     def saved_tensors(self):
-        return tuple(s.unpack(self) for s in self._saved)
+        return tuple(None if s is None else s.unpack(self) for s in self._saved)
 
     def _backward(self, grads):
         return self.rule.fn(self, grads[0])
 
     def _release(self):
         for s in self._saved:
-            s.release()
+            if s is not None:
+                s.release()
 
     _SAVED_NAMES = {"_saved_self": 0, "_saved_other": 1}
 
@@ -74,7 +82,8 @@ class PrimBackward(Node):
             return self._saved[-1].unpack(self)
         i = self._SAVED_NAMES.get(name)
         if i is not None and i in self.rule.save_inputs:
-            return self._saved[list(self.rule.save_inputs).index(i)].unpack(self)
+            s = self._saved[list(self.rule.save_inputs).index(i)]
+            return None if s is None else s.unpack(self)
         raise AttributeError(f"'{type(self).__name__}' object ({self.name()}) has no attribute "
                              f"'{name}'")
 

@@ -316,9 +316,6 @@ def test_float_index_is_index_error_and_setitem_rejects_negative_steps():
     assert x.tolist() == [0.] * 5
 
 
-@pytest.mark.xfail(strict=True, reason="runtime/derivatives.py: mul saves both inputs even when "
-                   "only one needs a gradient, so an in-place write to the other one afterwards "
-                   "fails backward (PyTorch saves self only when other requires grad)")
 def test_inplace_after_mul_by_constant_is_fine():
     x = A.ones(3, requires_grad=True)
     y = x * 1
@@ -326,6 +323,37 @@ def test_inplace_after_mul_by_constant_is_fine():
     y.add_(1)
     z.sum().backward()
     assert x.grad.tolist() == [5., 5., 5.]
+
+
+def test_mul_saves_each_operand_only_for_the_other_ones_gradient():
+    x, c = A.tensor([1., 2.], requires_grad=True), A.tensor([3., 4.])
+    n = (x * c).grad_fn
+    assert n._saved_self is None and n._saved_other.tolist() == [3., 4.]
+    n = (c * x).grad_fn
+    assert n._saved_other is None and n._saved_self.tolist() == [3., 4.]
+    y = x * 1
+    z = y * c
+    c.add_(1)                          # c was saved for y's gradient: backward refuses
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        z.sum().backward()
+    w = x * 1
+    z = w * w                          # both need a gradient: both saved
+    w.mul_(2)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        z.sum().backward()
+
+
+def test_inplace_after_mul_by_constant_is_fine_when_compiled():
+    def f(x, c):
+        y = x * 1
+        z = y * c
+        y.add_(1)
+        return (z * x).sum()
+    x, c = A.tensor([1., 2., 3.], requires_grad=True), A.tensor([5., 6., 7.])
+    out = A.compile(f, backend="interpret")(x, c)
+    out.backward()
+    np.testing.assert_allclose(out.item(), 5. + 24. + 63.)
+    np.testing.assert_allclose(x.grad.numpy(), 2 * c.numpy() * x.detach().numpy())
 
 
 def test_negative_sizes_raise_runtime_error_and_new_empty():
