@@ -186,8 +186,8 @@ def warm(dtype):
     fn = gemm_address(dtype)
     a, c, e = np.ones(1, dtype), np.zeros(1, dtype), np.zeros(0, np.int64)
     with single_threaded():
-        gemm_stack(fn, NO_TRANS, NO_TRANS, 1, 1, 1, dtype.type(1), a, 0, 1, a, 0, 1, c, e, e, e,
-                   1, False)
+        gemm_stack(fn, NO_TRANS, NO_TRANS, 1, 1, 1, dtype.type(1), a, 0, 1, a, 0, 1, c, 0, 1, e,
+                   e, e, e, 1, False)
     _WARM.add(dtype)
 
 
@@ -267,12 +267,13 @@ def _offset(i, batch, steps):
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def gemm_stack(fn, ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, c, batch, a_steps,
-               b_steps, parts, cut_cols):
-    """c[i] = op(a)[i] @ op(b)[i] for every matrix i of the stack `batch` (c C-contiguous,
-    a and b the flat arrays the operands are views of from element a_off/b_off on, read
-    with the given flags, leading dimensions and batch steps; alpha 1 in c's dtype), `parts` pieces per matrix, one
-    prange item per piece."""
+def gemm_stack(fn, ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, c, c_off, ldc, batch,
+               a_steps, b_steps, c_steps, parts, cut_cols):
+    """c[i] = op(a)[i] @ op(b)[i] for every matrix i of the stack `batch`: a, b and c are the
+    flat arrays the operands and the result are views of, from element a_off/b_off/c_off on,
+    with the given flags, leading dimensions and batch steps (c's rows unit-stride: it may
+    be a transposed view, e.g. attention heads written straight into (batch, seq, heads,
+    dim)); alpha 1 in c's dtype; `parts` pieces per matrix, one prange item per piece."""
     isz = c.itemsize
     pa, pb, pc = np.int64(a.ctypes.data), np.int64(b.ctypes.data), np.int64(c.ctypes.data)
     nb = 1
@@ -281,7 +282,7 @@ def gemm_stack(fn, ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, c, batc
     for it in prange(nb * parts):
         i, p = it // parts, it % parts
         ao = a_off + _offset(i, batch, a_steps)
-        bo, co = b_off + _offset(i, batch, b_steps), i * m * n
+        bo, co = b_off + _offset(i, batch, b_steps), c_off + _offset(i, batch, c_steps)
         mm, nn = m, n
         if cut_cols:
             c0, c1 = n * p // parts, n * (p + 1) // parts
@@ -292,8 +293,8 @@ def gemm_stack(fn, ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, c, batc
             r0, r1 = m * p // parts, m * (p + 1) // parts
             mm = r1 - r0
             ao += r0 * (1 if ta == TRANS else lda)
-            co += r0 * n
+            co += r0 * ldc
         if mm > 0 and nn > 0:
             _cblas_gemm(fn, ta, tb, mm, nn, k, alpha, pa + ao * isz, lda, pb + bo * isz, ldb,
-                        pc + co * isz, n)
+                        pc + co * isz, ldc)
     return 0

@@ -133,6 +133,9 @@ class Plan:
         for st in steps:
             if st.kind == "view":
                 self.alias[st.outputs[0]] = st.inputs[0]
+            elif st.out_view is not None:     # a product written into its transposed output
+                self.alias[st.out_view[0]] = st.outputs[0]
+                self._slot(st.out_view[0])
         last = {}
         for i, st in enumerate(steps):
             for v in st.inputs:
@@ -189,6 +192,10 @@ class Plan:
         ws = [np.empty(n, dtype=np.dtype(d)) for d, n in self.buffers]
         fixed_vars = {v: ws[b][:math.prod(v.shape)].reshape(v.shape)
                       for v, b in self.buf_of.items()}
+        for st in self.schedule.steps:
+            if st.out_view is not None and st.outputs[0] in fixed_vars:
+                d, inv = st.out_view
+                fixed_vars[d] = fixed_vars[st.outputs[0]].transpose(inv)
         self.out_alloc_spec = [(self.slot[v], v.shape, v.dtype.np) for v in self.out_alloc]
         self.copy_slots = [self.slot[v] for v in self.copy_outputs]
         self._fixed, self._timed = fixed_vars, None
@@ -332,12 +339,16 @@ class Plan:
             return [f"if {call}:", f"    raise IndexError({msg!r})"]
         n = st.nodes[0]
         if st.kind == "dot":
+            pre = []
+            if st.out_view is not None and st.out_view[0] not in self._fixed:
+                d, inv = st.out_view
+                pre = [f"{name_of(d)} = {name_of(st.outputs[0])}.transpose({inv!r})"]
             pa, sa, pb, sb, so = _dot_plan(n)
             call = self._gemm_call(n, pa, sa, pb, sb, so, bind, name_of)
             if call:
                 return [call]
             ea, eb = (operand(v, p, s) for v, p, s in zip(n.inputs, (pa, pb), (sa, sb)))
-            return [f"_mm({ea}, {eb}, out={shaped(n.outputs[0], so)})"]
+            return pre + [f"_mm({ea}, {eb}, out={shaped(n.outputs[0], so)})"]
         if st.kind == "view" and getattr(st, "view_expr", None):  # a strided view
             return [f"{name_of(st.outputs[0])} = {name_of(st.inputs[0])}{st.view_expr}"]
         if st.kind == "view":
@@ -366,6 +377,10 @@ class Plan:
             if st.kind != "view":
                 for v in st.outputs:
                     root(v)
+                if st.out_view is not None:
+                    d, inv = st.out_view
+                    r, p, x = probes[st.outputs[0]]
+                    probes[d] = (r, p, x.transpose(inv))
                 continue
             out, src = st.outputs[0], st.inputs[0]
             r, p, x = probes[src]
@@ -403,19 +418,24 @@ class Plan:
                 return bind(self._fixed[r].reshape(-1), "_w"), off
             return f"{name_of(r)}.reshape(-1)", off
 
+        lc = blas.gemm_layout(self._probe[out][2], None, so)
+        if lc is None or lc[1] != blas.NO_TRANS:
+            return None
         (fa, oa), (fb, ob), (fc, oc) = flat(a), flat(b), flat(out)
-        assert oc == 0 and self._probe[out][0] is out
         blas.warm(d)
         batch, m, k, nn = so[:-2], sa[-2], sa[-1], sb[-1]
         parts, cut_cols = blas.pieces(math.prod(batch), m, nn, numba.get_num_threads())
         arr = (lambda t: bind(np.array(t, np.int64), "_i"))
         self._gemms += 1
         slabs = f", {parts} {'column' if cut_cols else 'row'} slabs each" if parts > 1 else ""
+        into = "" if self._probe[out][0] is out else \
+            f", written into {self._probe[out][0].name}'s layout"
         self.gemm_how[n] = (f"{blas.provider()} gemm over numba's threads: "
-                            f"{math.prod(batch)} x ({m}x{k} @ {k}x{nn}){slabs}")
+                            f"{math.prod(batch)} x ({m}x{k} @ {k}x{nn}){slabs}{into}")
         return (f"_gemm({fn}, {la[1]}, {lb[1]}, {m}, {nn}, {k}, "
                 f"{bind(d.type(1), '_c')}, {fa}, {oa}, {la[2]}, {fb}, {ob}, {lb[2]}, "
-                f"{fc}, {arr(batch)}, {arr(la[0])}, {arr(lb[0])}, {parts}, {cut_cols})")
+                f"{fc}, {oc}, {lc[2]}, {arr(batch)}, {arr(la[0])}, {arr(lb[0])}, "
+                f"{arr(lc[0])}, {parts}, {cut_cols})")
 
     @property
     def source(self):

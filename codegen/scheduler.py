@@ -183,11 +183,13 @@ def row_index(rowshape, shape):
 
 
 class Step:
-    """One step of a program. kind: kernel | dot | ref | view."""
+    """One step of a program. kind: kernel | dot | ref | view. A dot step may write its
+    result into a transposed view of its output (`out_view`: (result var, permutation))."""
 
     def __init__(self, kind, nodes=(), outputs=()):
         self.kind, self.nodes, self.outputs = kind, list(nodes), list(outputs)
         self.inputs = []
+        self.out_view = None
 
 
 class Kernel(Step):
@@ -399,9 +401,32 @@ class Scheduler:
                 st.outputs = [v for v in st.outputs if v in mat]
                 st.row_outputs = [v for v in st.outputs if st.ktype != "elementwise"
                                   and v.shape != st.domain]
-        sch.steps = [s for s in steps if not isinstance(s, Kernel) or s.outputs]
+        sch.steps = self._products_written_transposed(
+            [s for s in steps if not isinstance(s, Kernel) or s.outputs])
         sch.materialised = mat
         return sch
+
+    def _products_written_transposed(self, steps):
+        """Drop each kernel that only transposes a product's result (attention's heads going
+        back to (batch, seq, heads, dim)): the product writes straight into the transposed
+        layout instead (BLAS takes the result's strides). The dot step then produces the
+        transposed value and `out_view = (its own result, inverse perm)`."""
+        outs = set(self.g.outputs)
+        made_by = {v: st for st in steps for v in st.outputs}
+        kept = []
+        for st in steps:
+            n = st.nodes[0] if isinstance(st, Kernel) and len(st.nodes) == 1 else None
+            if n is not None and n.prim.name == "transpose" and st.outputs == n.outputs:
+                d, dot = n.inputs[0], made_by.get(n.inputs[0])
+                if dot is not None and dot.kind == "dot" and d not in outs and \
+                        len(self.users.get(d, ())) == 1 and d.ndim == len(
+                            dot.nodes[0].params.get("batch", ((), ()))[0]) + 2:
+                    perm = tuple(n.params["perm"])
+                    dot.outputs = list(n.outputs)
+                    dot.out_view = (d, tuple(perm.index(i) for i in range(len(perm))))
+                    continue
+            kept.append(st)
+        return kept
 
     # -- expression walk --------------------------------------------------------------------
     def walk(self, kernel, var, idx, visit, stop):

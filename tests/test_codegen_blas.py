@@ -206,8 +206,8 @@ def test_gemm_stack_on_each_library(name, d):
                 for parts, cut in ((1, False), (2, False), (3, True)):
                     c = np.full((m, n), np.nan, d)
                     blas.gemm_stack(fn, ta, tb, m, n, k, one, a.reshape(-1), 0, a.shape[1],
-                                    b.reshape(-1), 0, b.shape[1], c.reshape(-1), e, e, e,
-                                    parts, cut)
+                                    b.reshape(-1), 0, b.shape[1], c.reshape(-1), 0, n, e, e,
+                                    e, e, parts, cut)
                     np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-6)
         # (2, 3) stack of q @ k^T from one (2, 4, 2, 3, 6) buffer: batch steps (48*2.., 6)
         buf = _rand((2, 4, 2, 3, 6), d, 3)
@@ -215,9 +215,20 @@ def test_gemm_stack_on_each_library(name, d):
         c = np.full((2, 3, 4, 4), np.nan, d)
         steps = np.array([4 * 2 * 3 * 6, 6], np.int64)
         blas.gemm_stack(fn, blas.NO_TRANS, blas.TRANS, 4, 4, 6, one, buf.reshape(-1), 0, 36,
-                        buf.reshape(-1), 18, 36, c.reshape(-1), np.array([2, 3], np.int64),
-                        steps, steps, 1, False)
+                        buf.reshape(-1), 18, 36, c.reshape(-1), 0, 4, np.array([2, 3], np.int64),
+                        steps, steps, np.array([48, 16], np.int64), 1, False)
         np.testing.assert_allclose(c, q @ kk.transpose(0, 1, 3, 2), rtol=1e-5, atol=1e-6)
+        # ... written straight into the (2, 4, 3, 4) transpose of that (2, 3, 4, 4) result,
+        # inside a larger buffer (offset 5, rows 12 apart, heads 4 apart), in row slabs
+        for parts in (1, 2):
+            big = np.full(5 + 2 * 4 * 3 * 4 + 3, np.nan, d)
+            out = big[5:5 + 96].reshape(2, 4, 3, 4)
+            blas.gemm_stack(fn, blas.NO_TRANS, blas.TRANS, 4, 4, 6, one, buf.reshape(-1), 0,
+                            36, buf.reshape(-1), 18, 36, big, 5, 12, np.array([2, 3], np.int64),
+                            steps, steps, np.array([48, 4], np.int64), parts, False)
+            np.testing.assert_allclose(out.transpose(0, 2, 1, 3),
+                                       q @ kk.transpose(0, 1, 3, 2), rtol=1e-5, atol=1e-6)
+            assert np.isnan(big[:5]).all() and np.isnan(big[5 + 96:]).all()
 
 
 def test_provider_is_the_library_whose_gemm_runs():

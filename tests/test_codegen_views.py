@@ -333,3 +333,25 @@ def test_qkv_gradient_assembly_and_its_bias_gradient_are_one_parallel_kernel():
     want = np.concatenate([a.astype(np.float64).transpose(0, 2, 1, 3).sum(axis=(0, 1))
                            .reshape(-1) for a in arrs])
     np.testing.assert_allclose(bias, want, rtol=2e-6, atol=1e-4)
+
+
+@pytest.mark.parametrize("b,h,t,dh", [(2, 2, 5, 4), (2, 4, 128, 64)])
+def test_a_product_transposed_back_is_written_straight_into_the_transposed_layout(b, h, t, dh):
+    """(p @ v) of shape (b, h, t, dh), transposed to (b, t, h, dh) and merged for the next
+    product: the first product writes into the transposed buffer (strided rows), no kernel
+    copies it. Small sizes run np.matmul into the transposed view, large ones BLAS."""
+    def fn(p, v, w):
+        o = prims.dot_general(p, v, contract=((3,), (2,)), batch=((0, 1), (0, 1)))
+        ot = prims.transpose(o, perm=(0, 2, 1, 3))
+        return [ot, prims.dot_general(prims.reshape(ot, shape=(b * t, h * dh)), w,
+                                      contract=((1,), (0,)))]
+    graph = build(fn, ((b, h, t, t), F32), ((b, h, t, dh), F32), ((h * dh, 3), F32))
+    arrs = [rand((b, h, t, t), 1), rand((b, h, t, dh), 2), rand((h * dh, 3), 3)]
+    prog = run(graph, arrs, rtol=2e-4)
+    assert kinds(prog).count("kernel") == 0, prog.report()
+    assert any(st.out_view is not None for st in prog.schedule.steps), prog.report()
+    if b * h * t * t * dh >= (1 << 18):
+        assert "written into" in prog.report(), prog.report()
+    got = prog(*arrs)[0]
+    want = np.einsum("bhts,bhsd->bthd", arrs[0].astype(np.float64), arrs[1])
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
