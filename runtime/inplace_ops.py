@@ -12,6 +12,8 @@ Writing into an expanded tensor raises.
 >>> inplace_ops.setitem(aotgrad.zeros(3), 1, 5.).tolist()
 [0.0, 5.0, 0.0]
 """
+import weakref
+
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
@@ -78,7 +80,8 @@ def commit_inplace(x, new, opname):
     x._version_counter.v += 1
     if new.requires_grad and _mode.grad_enabled:
         x.grad_fn, x._output_nr, x.requires_grad = new.grad_fn, new._output_nr, True
-        x._retains_grad = False
+        if x._retains_grad:  # keeps retaining: .grad is the gradient of the new value
+            x.grad_fn._set_retain_grad(x._output_nr, weakref.ref(x))
     return x
 
 

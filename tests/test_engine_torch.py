@@ -844,9 +844,6 @@ def test_function_edge_cases_like_torch(case, torch):
 
 
 # ---- gaps owned elsewhere (runtime/shape_ops.py, ops.py, tensor slots) ------------------------
-@pytest.mark.xfail(strict=True, reason="retain_grad() does not survive an in-place op: "
-                   "shape_ops.commit_inplace clears _retains_grad instead of re-registering "
-                   "it on the new grad_fn (PyTorch keeps retaining, with the new value's grad)")
 def test_retain_grad_survives_inplace_like_torch(torch):
     def case(M):
         x = M.ones(2, requires_grad=True)
@@ -855,6 +852,44 @@ def test_retain_grad_survives_inplace_like_torch(torch):
         y.mul_(3)
         (y * y).sum().backward()
         return y.grad, y.retains_grad, x.grad
+    _same(case, torch)
+
+
+def _retain_then_two_inplace(M):
+    x = M.tensor([1., 2.], requires_grad=True)
+    y = x * 2
+    y.retain_grad()
+    y.add_(1)
+    y.mul_(x)
+    (y * y).sum().backward()
+    return y.grad, y.retains_grad, x.grad
+
+
+def _retain_then_setitem(M):
+    x, w = M.tensor([1., 2., 3.], requires_grad=True), M.tensor(4., requires_grad=True)
+    y = x * 3
+    y.retain_grad()
+    y[1] = w
+    (y * y).sum().backward()
+    return y.grad, x.grad, w.grad
+
+
+def _retain_then_fill_and_nograd_inplace(M):
+    x = M.tensor([1., 2.], requires_grad=True)
+    y, z = x * 2, x * 5
+    y.retain_grad()
+    z.retain_grad()
+    y.fill_(7.)                        # the new value does not depend on the old one
+    with M.no_grad():
+        z.mul_(2)                      # untracked: z keeps its grad_fn and keeps retaining
+    (y * z).sum().backward()
+    return y.grad, z.grad, x.grad, y.retains_grad, z.retains_grad
+
+
+@pytest.mark.parametrize("case", [_retain_then_two_inplace, _retain_then_setitem,
+                                  _retain_then_fill_and_nograd_inplace],
+                         ids=lambda f: f.__name__)
+def test_retain_grad_after_inplace_variants_like_torch(case, torch):
     _same(case, torch)
 
 
