@@ -107,7 +107,7 @@ def _mkl_sgemm_rate(a, b, c, quick):
     def run():
         blas.gemm_stack(blas.gemm_address(np.float32), blas.NO_TRANS, blas.NO_TRANS, m, m, m,
                         np.float32(1), a.reshape(-1), 0, m, b.reshape(-1), 0, m,
-                        c.reshape(-1), e, e, e, parts, False)
+                        c.reshape(-1), 0, m, e, e, e, e, parts, False)
     with blas.single_threaded():
         t = _median_time(run, 3 if quick else 7)
     return 2 * m ** 3 / t / 1e9
