@@ -385,8 +385,9 @@ class _Rename(ast.NodeTransformer):
     """Locals get the call site's prefix, and each reassignment a name of its own (`p`,
     `p_1`, ...: every pasted value keeps its name, so equal values can be shared)."""
 
-    def __init__(self, prefix, local):
+    def __init__(self, prefix, local, params):
         self.prefix, self.local, self.version = prefix, local, {}
+        self.seen = set(params)       # names assigned so far (parameters count)
 
     def _name(self, name):
         k = self.version.get(name, 0)
@@ -421,8 +422,7 @@ class _Inliner:
         params, body, local = _helper_ast(name)
         pre = f"_{name.strip('_')}{self.n}_"
         out.append(f"{ind}{pre}{params[0]} = {arg}")
-        ren = _Rename(pre, local)
-        ren.seen = {params[0]}
+        ren = _Rename(pre, local, params)
         for st in body:
             st = ren.statement(copy.deepcopy(st))
             if isinstance(st, ast.Return):
