@@ -2,9 +2,10 @@
 back into a tensor, bumping its version counter), `snapshot`, and `x[index] = value`.
 
 In-place ops are computed out of place and written back (`commit_inplace`), which bumps the
-version counter. Known difference from PyTorch: an in-place op on a *view* of a tensor that
-requires grad (`y[1:].mul_(2)` with `y` requiring grad) raises instead of rebasing the view's
-history onto the base; use the out-of-place op, or write into the base with `y[1:] = ...`.
+version counter. An in-place op on a *view* (`y[1:].mul_(2)`) rebases the history of the
+view's base, as in PyTorch: the base's grad_fn becomes a CopySlices node (the old base with
+the view's elements replaced by the op's result), and the live views of the base read their
+values out of it (AsStridedBackward0). Inside a compiled function this is refused.
 Writing into an expanded tensor raises.
 
 >>> import aotgrad
@@ -42,9 +43,95 @@ def _inplace_guard(x, opname):
             raise RuntimeError(f"{where}a view of a leaf Variable that requires grad is being "
                                f"used in an in-place operation.")
         if x._base is not None and x._base.requires_grad:
-            raise RuntimeError(f"{opname}: in-place modification of a view of a tensor that "
-                               f"requires grad is not supported; use the out-of-place op or "
-                               f"modify the base tensor")
+            if x.__dict__.get("_view_no_grad"):
+                raise RuntimeError(_NO_GRAD_VIEW_MESSAGE)
+            if not _rebases(x):
+                raise RuntimeError(f"{opname}: in-place modification of a view of a tensor "
+                                   f"that requires grad is not supported here (inside a "
+                                   f"compiled function, or on an alias that is not a view op's "
+                                   f"result); use the out-of-place op or modify the base tensor")
+
+
+_NO_GRAD_VIEW_MESSAGE = (
+    "A view was created in no_grad mode and is being modified inplace with grad mode enabled. "
+    "Given that this use case is ambiguous and error-prone, it is forbidden. You can clarify "
+    "your code by moving both the view and the inplace either both inside the no_grad block "
+    "(if you don't want the inplace to be tracked) or both outside (if you want the inplace "
+    "to be tracked).")
+
+
+def _rebases(x):
+    """Whether an in-place op on view x rebases its root's history (eager views only)."""
+    return x._base is not None and x.__dict__.get("_view_made", False) and \
+        isinstance(x._value, np.ndarray) and current_builder() is None
+
+
+def _positions(base, view):
+    """Flat (C-order) indices into numpy array `base` of each element of its view `view`."""
+    isz = base.itemsize
+    start = view.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+    voff = np.full(view.shape, start, np.int64)
+    for d, (n, st) in enumerate(zip(view.shape, view.strides)):
+        voff += (np.arange(n, dtype=np.int64) * st).reshape((n,) + (1,) * (view.ndim - d - 1))
+    if base.flags.c_contiguous:
+        pos = voff // isz
+    else:
+        boff = np.zeros(base.shape, np.int64)
+        for d, (n, st) in enumerate(zip(base.shape, base.strides)):
+            boff += (np.arange(n, dtype=np.int64) * st).reshape((n,) + (1,) * (base.ndim - d - 1))
+        boff = boff.reshape(-1)
+        order = np.argsort(boff, kind="stable")
+        pos = order[np.clip(np.searchsorted(boff[order], voff), 0, max(boff.size - 1, 0))]
+        if boff.size and not np.array_equal(boff[pos], voff):
+            raise RuntimeError("in-place op on a view: the view's elements are not elements of "
+                               "its base")
+    return pos
+
+
+def _read_view(flat_base, pos, shape):
+    """The view at flat positions `pos` of the (flattened) base, with history (the grad_fn of
+    a view whose base was modified in place, as PyTorch's AsStridedBackward0)."""
+    out = reshape(tp.gather(flat_base, Tensor._make(pos.reshape(-1)), dim=0), shape)
+    if out.grad_fn is not None:
+        out.grad_fn._name = "AsStridedBackward0"
+    return out
+
+
+def _set_history(t, src):
+    t.grad_fn, t._output_nr, t.requires_grad = src.grad_fn, src._output_nr, True
+    if t._retains_grad:  # keeps retaining: .grad is the gradient of the new value
+        t.grad_fn._set_retain_grad(t._output_nr, weakref.ref(t))
+
+
+def _rebase(x, new):
+    """x (a view) takes the value `new` (with history): its root's history becomes a
+    CopySlices node (the root with x's elements replaced by `new`), and x reads its value
+    out of the new root. Returns (root's new value, x's new value) with their histories."""
+    root = x._base
+    old = Tensor._make(root._value, root.requires_grad)  # the root's old history (where
+    old.grad_fn, old._output_nr = root.grad_fn, root._output_nr  # saves only its mask)
+    n = root.numel()
+    pos = _positions(root._value, x._value)
+    mask = np.zeros(n, bool)
+    mask[pos.reshape(-1)] = True
+    pos_t = Tensor._make(pos.reshape(-1))
+    scattered = tp.scatter_add(tp.zeros((n,), x.dtype), pos_t, reshape(new, -1), dim=0)
+    flat = tp.where(Tensor._make(mask), scattered, reshape(old, -1))
+    new_root = reshape(flat, tuple(root.shape))
+    new_root.grad_fn._name = "CopySlices"
+    return new_root, _read_view(flat, pos, tuple(x.shape))
+
+
+def _regenerate_views(root, new_root, skip):
+    """Live views of `root` (made with history) read their value out of its new history."""
+    views = root.__dict__.get("_views")
+    if not views:
+        return
+    flat = reshape(new_root, -1)
+    for v in list(views):
+        if v is skip or not v.requires_grad:
+            continue
+        _set_history(v, _read_view(flat, _positions(root._value, v._value), tuple(v.shape)))
 
 
 def commit_inplace(x, new, opname):
@@ -62,6 +149,9 @@ def commit_inplace(x, new, opname):
     if tuple(new.shape) != tuple(x.shape):
         raise RuntimeError(f"output with shape {list(x.shape)} doesn't match the broadcast shape "
                            f"{list(new.shape)}")
+    tracked = new.requires_grad and _mode.grad_enabled
+    if tracked and _rebases(x):
+        new_root, new = _rebase(x, new)
     if isinstance(x._value, np.ndarray) and not isinstance(new._value, np.ndarray):
         # a real tensor written inside a trace holds the traced value (history, version)
         # until the trace ends; the tracer restores it and writes it back at run time
@@ -78,10 +168,14 @@ def commit_inplace(x, new, opname):
     else:
         x._value = new._value
     x._version_counter.v += 1
-    if new.requires_grad and _mode.grad_enabled:
-        x.grad_fn, x._output_nr, x.requires_grad = new.grad_fn, new._output_nr, True
-        if x._retains_grad:  # keeps retaining: .grad is the gradient of the new value
-            x.grad_fn._set_retain_grad(x._output_nr, weakref.ref(x))
+    if tracked:
+        _set_history(x, new)
+        if _rebases(x):
+            _set_history(x._base, new_root)
+            _regenerate_views(x._base, new_root, x)
+        elif x._base is None and isinstance(x._value, np.ndarray) and \
+                current_builder() is None:
+            _regenerate_views(x, x, None)
     return x
 
 

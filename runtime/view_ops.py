@@ -11,11 +11,13 @@ share storage and the version counter with their input, as PyTorch views do.
 (3, 2)
 """
 import math
+import weakref
 
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.runtime import tprims as tp
+from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.op_base import _named, broadcast_shapes, norm_dims, op
 
 
@@ -25,7 +27,16 @@ def _view_of(out, base):
     if isinstance(v, np.ndarray) and isinstance(base._value, np.ndarray) and \
             np.may_share_memory(v, base._value):
         out._version_counter = base._version_counter
-        out._base = base if base._base is None else base._base
+        root = out._base = base if base._base is None else base._base
+        d = out.__dict__
+        d["_view_made"] = True  # an in-place op on it may rebase the root's history
+        if not _mode.grad_enabled:
+            d["_view_no_grad"] = True
+        elif out.requires_grad:  # regenerated when the root is modified in place
+            views = root.__dict__.get("_views")
+            if views is None:
+                views = root.__dict__["_views"] = weakref.WeakSet()
+            views.add(out)
     return out
 
 

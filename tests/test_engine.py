@@ -592,12 +592,19 @@ def test_inplace_on_leaf_requiring_grad_raises():
     np.testing.assert_array_equal(x.detach().numpy(), [2., 3.])
 
 
-def test_inplace_on_view_of_tensor_requiring_grad_raises():
-    """Documented limitation: in-place ops on views of tensors requiring grad are refused
-    (PyTorch rebases the view's history; we ask for the out-of-place op instead)."""
-    y = leaf(1., 2., 3.) * 2
-    with pytest.raises(RuntimeError, match="view"):
-        y[1:].mul_(2)
+def test_inplace_on_view_of_tensor_requiring_grad_rebases_the_base():
+    """As in PyTorch: the base's history becomes CopySlices; a view made under no_grad
+    may not be modified in place with grad mode on."""
+    x = leaf(1., 2., 3.)
+    y = x * 2
+    y[1:].mul_(2)
+    assert y.grad_fn.name() == "CopySlices"
+    (y * y).sum().backward()              # d/dx of 4x0^2 + 16x1^2 + 16x2^2
+    np.testing.assert_array_equal(x.grad.numpy(), [8., 64., 96.])
+    with ag.no_grad():
+        v = y[1:]
+    with pytest.raises(RuntimeError, match="created in no_grad mode"):
+        v.mul_(2)
 
 
 # ---- autograd.grad -------------------------------------------------------------------------

@@ -893,9 +893,6 @@ def test_retain_grad_after_inplace_variants_like_torch(case, torch):
     _same(case, torch)
 
 
-@pytest.mark.xfail(strict=True, reason="in-place on a view of a tensor that requires grad is "
-                   "refused (shape_ops._inplace_guard); PyTorch rebases the base's history "
-                   "onto CopySlices")
 def test_inplace_on_view_rebases_base_like_torch(torch):
     def case(M):
         x = M.ones(2, 2, requires_grad=True)
@@ -904,6 +901,85 @@ def test_inplace_on_view_rebases_base_like_torch(torch):
         (y * y).sum().backward()
         return y.grad_fn.name().split("::")[-1], x.grad
     _same(case, torch)
+
+
+def _gname(t):
+    return t.grad_fn.name().split("::")[-1]
+
+
+def test_inplace_mul_on_row_view_like_torch(torch):
+    def case(M):
+        x = M.arange(6., requires_grad=True)
+        y = (x * 2).reshape(2, 3)
+        row = y[1]
+        row.mul_(x[:3])                    # the other operand requires grad too
+        (y * y * M.tensor([1., 2., 3.])).sum().backward()
+        return _gname(y), _gname(row), x.grad, y, y._version, row._version
+    _same(case, torch)
+
+
+def test_inplace_add_on_column_slice_like_torch(torch):
+    def case(M):
+        x = M.arange(12., requires_grad=True)
+        y = x.reshape(3, 4) * 1
+        col = y[:, 1:3]                    # not contiguous
+        col.add_(10.)
+        (y * y).sum().backward()
+        return _gname(y), _gname(col), x.grad, y
+    _same(case, torch)
+
+
+def test_two_inplace_ops_on_different_views_of_one_base_like_torch(torch):
+    def case(M):
+        x = M.arange(1., 7., requires_grad=True)
+        y = x.reshape(2, 3) * 1
+        row, col = y[0], y[:, 2]           # overlapping at y[0, 2]
+        row.mul_(3)
+        col.mul_(col.detach())             # col's history now starts from the first rebase
+        (y * y).sum().backward()
+        return _gname(y), _gname(row), _gname(col), x.grad, y, row, y._version
+    _same(case, torch)
+
+
+def test_view_read_after_inplace_on_base_like_torch(torch):
+    def case(M):
+        x = M.arange(4., requires_grad=True)
+        y = x * 1
+        tail = y[1:]
+        y.mul_(2)                          # tail now reads the new value of y
+        (tail * tail).sum().backward()
+        return _gname(tail), x.grad
+    _same(case, torch)
+
+
+def test_inplace_on_view_made_under_no_grad_error_text(torch):
+    def case(M):
+        y = M.ones(3, requires_grad=True) * 1
+        with M.no_grad():
+            v = y[:2]
+        v.mul_(2)
+    _same(case, torch, exact_error=True)
+
+
+def test_inplace_on_view_gradient_matches_finite_differences():
+    def f(xv):
+        x = ag.tensor(xv, dtype=ag.float64, requires_grad=True)
+        base = (x * x).reshape(3, 3)
+        y = base.t()                       # a view: its own views are strided views of base
+        v = y[1:, ::2]
+        v.mul_(y[0, :2] + 1.)
+        v.exp_()
+        out = (base * ag.arange(9., dtype=ag.float64).reshape(3, 3)).sum()
+        return out, x
+    xv = np.linspace(-1., 1.2, 9)
+    out, x = f(xv)
+    out.backward()
+    num, eps = np.zeros(9), 1e-6
+    for i in range(9):
+        e = np.zeros(9)
+        e[i] = eps
+        num[i] = (f(xv + e)[0].item() - f(xv - e)[0].item()) / (2 * eps)
+    np.testing.assert_allclose(x.grad.numpy(), num, rtol=1e-6, atol=1e-7)
 
 
 def test_inplace_on_view_of_leaf_error_text(torch):
