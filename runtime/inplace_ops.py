@@ -128,8 +128,8 @@ def _regenerate_views(root, new_root, skip):
     if not views:
         return
     flat = reshape(new_root, -1)
-    for v in list(views):
-        if v is skip or not v.requires_grad:
+    for v in [r() for r in list(views.values())]:
+        if v is None or v is skip or not v.requires_grad:
             continue
         _set_history(v, _read_view(flat, _positions(root._value, v._value), tuple(v.shape)))
 

@@ -33,10 +33,12 @@ def _view_of(out, base):
         if not _mode.grad_enabled:
             d["_view_no_grad"] = True
         elif out.requires_grad:  # regenerated when the root is modified in place
-            views = root.__dict__.get("_views")
+            views = root.__dict__.get("_views")  # id -> weakref (tensors compare by value)
             if views is None:
-                views = root.__dict__["_views"] = weakref.WeakSet()
-            views.add(out)
+                views = root.__dict__["_views"] = {}
+            k = id(out)
+            views[k] = weakref.ref(out, lambda r, d=views, k=k: d.pop(k, None) if d.get(k) is r
+                                   else None)
     return out
 
 
