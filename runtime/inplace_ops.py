@@ -25,7 +25,7 @@ from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.index_ops import getitem
 from aotgrad.runtime.op_base import as_tensor_like, cast, op
 from aotgrad.runtime.tensor import Tensor
-from aotgrad.runtime.view_ops import expand, reshape
+from aotgrad.runtime.view_ops import expand, reshape, traced_aliases
 
 
 def _inplace_guard(x, opname):
@@ -136,6 +136,11 @@ def _regenerate_views(root, new_root, skip):
 
 def commit_inplace(x, new, opname):
     """Make `new` (computed out of place) the value and history of `x`; bump its version."""
+    if current_builder() is not None and traced_aliases(x):
+        from aotgrad.runtime import dispatch
+        raise dispatch.GraphBreak(dispatch.describe_break(
+            f"{opname} on a tensor that aliases another (a view, or viewed) inside the "
+            f"compiled function"))
     _inplace_guard(x, opname)
     if new.dtype is not x.dtype:
         if not x.dtype.is_floating_point and new.dtype.is_floating_point:

@@ -16,6 +16,7 @@ import weakref
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
+from aotgrad.ir.core import current_builder, current_op
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.op_base import _named, broadcast_shapes, norm_dims, op
@@ -39,7 +40,32 @@ def _view_of(out, base):
             k = id(out)
             views[k] = weakref.ref(out, lambda r, d=views, k=k: d.pop(k, None) if d.get(k) is r
                                    else None)
+    elif current_builder() is not None and not _inplace_op_running():
+        # inside a trace a view is a value of its own: remember whom it aliases, so that an
+        # in-place write that other aliases would have to see breaks the graph (runs eagerly)
+        # instead of giving them stale values. (Views an in-place op makes for itself are
+        # its own business.)
+        root = base.__dict__.get("_traced_root")
+        root = base if root is None or root() is None else root()
+        out.__dict__["_traced_root"] = weakref.ref(root)
+        views = root.__dict__.setdefault("_traced_views", weakref.WeakValueDictionary())
+        views[id(out)] = out
     return out
+
+
+def _inplace_op_running():
+    name = current_op.get()
+    return name is not None and (name.endswith("_") or name == "setitem")
+
+
+def traced_aliases(x):
+    """Inside a trace: whether `x` is a view of a value that is still referenced, or has
+    views that are (an in-place write to x would have to reach them)."""
+    root = x.__dict__.get("_traced_root")
+    if root is not None and root() is not None:
+        return True
+    views = x.__dict__.get("_traced_views")
+    return bool(views) and any(v is not x for v in views.values())
 
 
 def _dim(d, ndim):

@@ -608,3 +608,43 @@ def test_generated_source_is_the_same_in_every_process(tmp_path):
     hashes = {subprocess.run([sys.executable, "-c", _SOURCE_SCRIPT], env=env, check=True,
                              capture_output=True, text=True).stdout.strip() for _ in range(3)}
     assert len(hashes) == 1, hashes
+
+
+def _view_write(x):
+    y = x * 1
+    y[0].mul_(3)            # must reach y: a view of y written in place
+    return (y * y).sum()
+
+
+def _base_write(x):
+    y = x * 2
+    v = y[0]
+    y.mul_(3)               # v must see it
+    return v.sum()
+
+
+def _rebound_view_write(x):
+    x = (x * 2).reshape(4)  # the base is gone: nothing else can see the write
+    x.add_(1)
+    return (x * x).sum()
+
+
+@pytest.mark.parametrize("fn,breaks", [(_view_write, True), (_base_write, True),
+                                       (_rebound_view_write, False)])
+def test_inplace_writes_through_aliases_inside_compile_match_eager(fn, breaks):
+    """Inside a trace a view is a value of its own, so a write another alias must see runs
+    the call eagerly (graph break, with a warning) instead of leaving that alias stale."""
+    import warnings
+    x = ag.tensor(np.arange(1.0, 5.0, dtype=np.float32).reshape(2, 2), requires_grad=True)
+    xe = ag.tensor(x.detach().numpy().copy(), requires_grad=True)
+    cf = ag.compile(fn)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        out = cf(x)
+    out.backward()
+    want = fn(xe)
+    want.backward()
+    assert out.item() == pytest.approx(want.item())
+    np.testing.assert_allclose(x.grad.numpy(), xe.grad.numpy())
+    assert bool(cf.graph_breaks) == breaks, cf.graph_breaks
+    assert any("graph break" in str(m.message) for m in w) == breaks
