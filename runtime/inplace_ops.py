@@ -66,25 +66,26 @@ def _rebases(x):
         isinstance(x._value, np.ndarray) and current_builder() is None
 
 
+def _offsets(a, start=0):
+    """Byte offset of each element of numpy array `a` from `start` (its strides applied)."""
+    off = np.full(a.shape, start, np.int64)
+    for d, (n, st) in enumerate(zip(a.shape, a.strides)):
+        off += (np.arange(n, dtype=np.int64) * st).reshape((n,) + (1,) * (a.ndim - d - 1))
+    return off
+
+
 def _positions(base, view):
     """Flat (C-order) indices into numpy array `base` of each element of its view `view`."""
-    isz = base.itemsize
-    start = view.__array_interface__["data"][0] - base.__array_interface__["data"][0]
-    voff = np.full(view.shape, start, np.int64)
-    for d, (n, st) in enumerate(zip(view.shape, view.strides)):
-        voff += (np.arange(n, dtype=np.int64) * st).reshape((n,) + (1,) * (view.ndim - d - 1))
+    voff = _offsets(view, view.__array_interface__["data"][0] -
+                    base.__array_interface__["data"][0])
     if base.flags.c_contiguous:
-        pos = voff // isz
-    else:
-        boff = np.zeros(base.shape, np.int64)
-        for d, (n, st) in enumerate(zip(base.shape, base.strides)):
-            boff += (np.arange(n, dtype=np.int64) * st).reshape((n,) + (1,) * (base.ndim - d - 1))
-        boff = boff.reshape(-1)
-        order = np.argsort(boff, kind="stable")
-        pos = order[np.clip(np.searchsorted(boff[order], voff), 0, max(boff.size - 1, 0))]
-        if boff.size and not np.array_equal(boff[pos], voff):
-            raise RuntimeError("in-place op on a view: the view's elements are not elements of "
-                               "its base")
+        return voff // base.itemsize
+    boff = _offsets(base).reshape(-1)
+    order = np.argsort(boff, kind="stable")
+    pos = order[np.clip(np.searchsorted(boff[order], voff), 0, max(boff.size - 1, 0))]
+    if boff.size and not np.array_equal(boff[pos], voff):
+        raise RuntimeError("in-place op on a view: the view's elements are not elements of "
+                           "its base")
     return pos
 
 
@@ -168,8 +169,6 @@ def commit_inplace(x, new, opname):
                                f"expanded view). Please clone() the tensor before performing "
                                f"the operation.")
         np.copyto(x._value, new._value)
-        if new.grad_fn is not None:  # the new node saved `new`'s own buffer, not x's
-            pass
     else:
         x._value = new._value
     x._version_counter.v += 1
