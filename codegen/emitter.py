@@ -390,7 +390,7 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         elif kt.ktype == "rows" and not outer and len(inner) > 1 and not has_arg and \
                 self.parallel:
             self.full_nest(body)
-        elif kt.ktype == "cols" and len(inner) == 1:
+        elif kt.ktype == "cols" and len(inner) == 1 and not self.rows_split(outer):
             self.cols_chunked(body)
         else:
             self.nest(body)

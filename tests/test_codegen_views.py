@@ -1,5 +1,6 @@
 """codegen: pad (the VJP of slice) fused as index arithmetic, transposes folded into
 contractions, masked row max/softmax rows (-inf entries) against numpy and eager."""
+import numba
 import numpy as np
 import pytest
 
@@ -252,8 +253,10 @@ def test_a_view_that_is_also_a_graph_output_is_materialised():
 
 
 # --- column sums, sibling kernels -----------------------------------------------------------
-def test_column_sum_in_float32_blocks_is_accurate_and_shares_the_pass():
-    # 1000 rows (not a multiple of the 64-row block), 600 columns (two column chunks); the
+@pytest.mark.parametrize("rows,cols,form", [(1000, 600, "r1 = "), (100, 2000, "cw = ")])
+def test_column_sum_in_float32_blocks_is_accurate_and_shares_the_pass(rows, cols, form):
+    # 1000 rows (not a multiple of the 64-row flush), 600 columns: one range of rows per
+    # thread; 100 rows (fewer than 64 per thread) of 2000 columns: column chunks. The
     # elementwise sibling y reads the same inputs and joins the column kernel
     def fn(g, x, w):
         t = prims.tanh(x)
@@ -261,13 +264,15 @@ def test_column_sum_in_float32_blocks_is_accurate_and_shares_the_pass():
         cs = prims.reduce_sum(gt, dims=(0,))
         y = prims.mul(t, t)
         return [cs, prims.dot_general(y, w, contract=((1,), (0,)))]
-    g_ = rand((1000, 600), 1) + 3.0
-    x = rand((1000, 600), 2)
-    w = rand((600, 3), 3)
-    graph = build(fn, ((1000, 600), F32), ((1000, 600), F32), ((600, 3), F32))
+    g_ = rand((rows, cols), 1) + 3.0
+    x = rand((rows, cols), 2)
+    w = rand((cols, 3), 3)
+    graph = build(fn, ((rows, cols), F32), ((rows, cols), F32), ((cols, 3), F32))
     prog = run(graph, [g_, x, w], rtol=2e-5)
     kern = [st for st in prog.schedule.steps if st.kind == "kernel"]
     assert len(kern) == 1 and kern[0].ktype == "cols"
+    if numba.config.NUMBA_NUM_THREADS == 2:
+        assert form in prog.specs[kern[0]].body
     cs = prog(g_, x, w)[0]
     want = (g_.astype(np.float64) * np.tanh(x.astype(np.float64))).sum(0)
     np.testing.assert_allclose(cs, want, rtol=2e-6, atol=1e-4)
