@@ -18,8 +18,12 @@ finite float32 range, normal results; measured by tests/test_codegen_approx.py):
                            x < -104.5 gives 0 without working out a denormal, which is slow)
   log_f32       <= 2e-7   (x = m 2^e, m in [sqrt(1/2), sqrt(2)), log(m) = 2 atanh(s) series,
                            s = (m-1)/(m+1); denormal inputs rescaled; x<0 -> nan, 0 -> -inf)
-  tanh_f32      <= 5e-7   (|x| < 0.625: odd least-squares polynomial fitted here, error 4e-9
-                           in exact arithmetic; else (1-e)/(1+e), e = exp(-2|x|))
+  tanh_f32      <= 5e-7   (x P(x^2)/Q(x^2), degrees 6 and 3, fitted here on |x| <= 9.02: 7e-9
+                           in exact arithmetic, 2.9e-7 measured (float32 rounding near
+                           saturation); +-1 beyond, where float32 tanh rounds to 1)
+  tanh_e_f32    <= 5e-7   (|x| < 0.625: odd least-squares polynomial fitted here, error 4e-9
+                           in exact arithmetic; else (1-e)/(1+e), e = exp(-2|x|): the tanh
+                           used next to tanh_d_f32, which shares its e)
   tanh_d_f32    <= 5e-7   (1 - tanh(x)^2: 4e/(1+e)^2 from the same e, so the derivative
                            keeps its relative accuracy where tanh saturates)
   logistic_f32  <= 5e-7   (1/(1+e) or e/(1+e), e = exp(-|x|) <= 1; results below ~1e-38
@@ -257,12 +261,36 @@ def _tanh_small(x):
     return x * p
 ''')
 
-# tanh and its derivative share e = exp(-2|x|) and r = 1/(1+e) (the same expressions, so
-# LLVM computes them once when both are used): tanh = (1-e) r, 1 - tanh^2 = 4 e r^2, which
-# stays accurate where tanh saturates (1 - t*t would cancel).
-_helper("tanh_f32", ("exp_f32", "tanh_small"), '''
+# tanh alone: x P(x^2) / Q(x^2) on |x| <= 9.02 (a rational fitted here by reweighted least
+# squares: 7e-9 relative in exact arithmetic; tanh(9.02) rounds to 1 in float32), about 14
+# operations and a division against tanh_e_f32's ~35 and a division (W4's GELU forward
+# kernel: its tanh took ~0.27 of 0.45 ms). NaN passes the clamps (comparisons are false).
+_helper("tanh_f32", (), '''
 @_ijit
 def tanh_f32(x):
+    xc = np.float32(9.02) if x > np.float32(9.02) else x
+    xc = np.float32(-9.02) if xc < np.float32(-9.02) else xc
+    z = xc * xc
+    p = np.float32(-8.436095111320416e-14)
+    p = p * z + np.float32(5.257798363356159e-11)
+    p = p * z + np.float32(-2.0184007354373534e-08)
+    p = p * z + np.float32(1.1144265954499133e-05)
+    p = p * z + np.float32(0.003103002207353711)
+    p = p * z + np.float32(0.13083158433437347)
+    p = p * z + np.float32(1.0)
+    q = np.float32(0.00025447524967603385)
+    q = q * z + np.float32(0.024491384625434875)
+    q = q * z + np.float32(0.4641648530960083)
+    q = q * z + np.float32(1.0)
+    return xc * p / q
+''')
+
+# tanh next to its derivative: both share e = exp(-2|x|) and r = 1/(1+e) (the same
+# expressions, merged by `shared_subexpressions`): tanh = (1-e) r, 1 - tanh^2 = 4 e r^2,
+# which stays accurate where tanh saturates (1 - t*t of the rational tanh would cancel).
+_helper("tanh_e_f32", ("exp_f32", "tanh_small"), '''
+@_ijit
+def tanh_e_f32(x):
     a = abs(x)
     e = exp_f32(np.float32(-2.0) * a)
     r = np.float32(1.0) / (np.float32(1.0) + e)
@@ -355,8 +383,8 @@ def helper_source(names):
     return "".join(HELPERS[n][1] for n in order)
 
 
-APPROXIMATED = ("exp_f32", "log_f32", "tanh_f32", "logistic_f32", "erf_f32", "tanh_d_f32",
-                "logistic_c_f32", "rsqrt_f32")
+APPROXIMATED = ("exp_f32", "log_f32", "tanh_f32", "tanh_e_f32", "logistic_f32", "erf_f32",
+                "tanh_d_f32", "logistic_c_f32", "rsqrt_f32")
 
 
 # ---- source-level inlining ---------------------------------------------------------------
@@ -463,9 +491,10 @@ def inline_helpers(lines):
 # paste the same exp, reciprocal and polynomial twice under different local names. LLVM
 # does not merge them (measured: GELU's backward kernel 0.73 ms with both, 0.60 ms merged),
 # so equal right-hand sides are merged here by value numbering over each run of plain
-# assignments; the second copy becomes `name = first` (a register copy). Nothing in a run
-# writes memory (a store or any other statement ends the run), so loads may merge too; a
-# call of anything but a pure scalar function ends it as well.
+# assignments; the second copy becomes `name = first` (a register copy). A store into an
+# array keeps the run going but forgets every value that came from a load (the store may
+# have changed it); any other statement, or a call of anything but a pure scalar
+# function, ends the run.
 _ASSIGN_LINE = re.compile(r"^(\s*)([A-Za-z_]\w*) = (.+)$")
 _PURE_CALLS = frozenset({"abs", "np.floor", "np.sqrt", "np.int32", "np.int64", "np.float32",
                          "np.float64", "_i2f", "_f2i"})
@@ -490,11 +519,18 @@ class _Numbered(ast.NodeTransformer):
 
 def shared_subexpressions(lines):
     """`lines` with each assignment whose value an earlier one of the same run (same
-    indentation, only plain assignments of pure expressions between) already holds turned
-    into a copy of it."""
-    out, indent, number, holder = [], None, {}, {}
+    indentation, only plain assignments of pure expressions and stores into arrays
+    between) already holds turned into a copy of it."""
+    out, indent, number, holder, loads = [], None, {}, {}, set()
     fresh = itertools.count()
     for line in lines:
+        if indent is not None and len(line) > len(indent) and line.startswith(indent) and \
+                not line[len(indent)].isspace() and _is_store(line.strip()):
+            for k in loads:                  # memory changed: loads are not known any more
+                holder.pop(k, None)
+            loads = set()
+            out.append(line)
+            continue
         m = _ASSIGN_LINE.match(line)
         tree = None
         if m:
@@ -522,4 +558,19 @@ def shared_subexpressions(lines):
             continue
         number[name] = next(fresh)
         holder[key] = name
+        if any(isinstance(n, ast.Subscript) for n in ast.walk(tree)):
+            loads.add(key)
     return out
+
+
+def _is_store(text):
+    """`a[...] = pure` or `a[...] op= pure`: a store into an array, which ends no run but
+    makes the run forget the values it loaded."""
+    try:
+        st = ast.parse(text).body
+    except SyntaxError:
+        return False
+    if len(st) != 1 or not isinstance(st[0], (ast.Assign, ast.AugAssign)):
+        return False
+    targets = st[0].targets if isinstance(st[0], ast.Assign) else [st[0].target]
+    return all(isinstance(t, ast.Subscript) for t in targets) and _pure(st[0].value)

@@ -43,7 +43,23 @@ def _approx(name, f64_expr):
 
 TEMPLATES["exp"] = _approx("exp", "np.exp({0})")
 TEMPLATES["log"] = _approx("log", "np.log({0})")
-TEMPLATES["tanh"] = _approx("tanh", "np.tanh({0})")
+
+
+@template("tanh")
+def _tanh(ctx, node, a):
+    """Float32 tanh is the rational `tanh_f32`, unless this kernel also squares it (the
+    `1 - t*t` of its derivative, see `peephole`): then `tanh_e_f32`, whose exponential and
+    division `tanh_d_f32` shares."""
+    if not _f32(node):
+        return f"np.tanh({a[0]})"
+    t = node.outputs[0]
+    paired = any(n.prim.name == "mul" and n.inputs[0] is t and n.inputs[1] is t
+                 for n in ctx.kt.nodes)
+    name = "tanh_e_f32" if paired else "tanh_f32"
+    ctx.need(name)
+    return f"{name}({a[0]})"
+
+
 TEMPLATES["logistic"] = _approx("logistic", "({one} / ({one} + np.exp(-{0})))")
 TEMPLATES["erf"] = _approx("erf", "erf_f64({0})")
 

@@ -588,6 +588,29 @@ def test_cross_entropy_gather_and_scatter_fuse_into_row_kernels():
         pb(x, bad, g)
 
 
+def test_tanh_alone_is_the_rational_and_next_to_its_derivative_shares_an_exponential():
+    """A kernel that only needs tanh pastes the rational tanh_f32 (no exponential); one that
+    also forms 1 - t*t (a tanh backward) pastes tanh_e_f32 and tanh_d_f32, which share one
+    exponential and one division."""
+    R, C = 16, 300
+    x = rand((R, C), lo=-12, hi=12)
+    ref = np.tanh(x.astype(np.float64))
+    prog = check(build(lambda x: prims.tanh(x), ((R, C), F32)), [x], rtol=1e-6, atol=1e-7)
+    body = "".join(prog.specs[k].body for k in prog.kernels())
+    assert "tanh_f32" in body and "tanh_e_f32" not in body and "np.floor(" not in body, body
+
+    def pair(x):
+        t = prims.tanh(x)
+        return [t, prims.sub(full((R, C), 1.0), prims.mul(t, t))]
+    prog = compile_graph(build(pair, ((R, C), F32)))   # (the reference's 1 - t*t cancels)
+    body = "".join(prog.specs[k].body for k in prog.kernels())
+    assert "tanh_e_f32" in body and "tanh_d_f32" in body, body
+    assert body.count("np.floor(") == 1 and body.count("np.float32(1.0) / (") == 1, body
+    t, d = prog(x)
+    np.testing.assert_allclose(t, ref, rtol=5e-7, atol=1e-30)
+    np.testing.assert_allclose(d, 1 / np.cosh(x.astype(np.float64)) ** 2, rtol=5e-7)
+
+
 def test_row_kernel_keeps_an_expensive_value_for_later_passes():
     """A tanh used by three column passes of one row kernel (mean, variance, output) is
     computed once per element: the first pass stores it in a row scratch buffer, later
