@@ -127,7 +127,7 @@ class LoopNestEmitter:
                 rb.append(f"        {fv} = {views[r]}.reshape({views[r]}.size)")
                 rb.append(f"        {fp} = {parts[r]}.reshape({parts[r]}.size)")
                 flat.append((fv, fp))
-        rb.append(f"        for r in range(r0, r1):")
+        rb.append("        for r in range(r0, r1):")
         self.row_scope = _Scope(rb, "            ")
         self.decode(self.row_scope, self.outer)
         fulls = [v for v in kt.outputs if v.shape == kt.domain]
