@@ -1,0 +1,49 @@
+"""Helpers of the eager-engine PyTorch comparisons (test_engine_torch*.py): each case is a
+function of the library module M (aotgrad or torch); `_same` runs it on both and compares
+the results, or the error class and text."""
+import re
+import warnings
+
+import numpy as np
+
+import aotgrad as ag
+
+
+def _val(r):
+    """A comparable, library-free form of a result (tensors -> rounded lists)."""
+    if r is None or isinstance(r, (bool, int, float, str)):
+        return r
+    if isinstance(r, (tuple, list)):
+        return [_val(x) for x in r]
+    if isinstance(r, dict):
+        return {k: _val(v) for k, v in r.items()}
+    if hasattr(r, "detach"):
+        return np.round(np.asarray(r.detach().numpy(), dtype=float), 5).tolist()
+    return repr(r)
+
+
+def _outcome(fn, M):
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return ("ok", _val(fn(M)))
+    except Exception as e:  # the error class and its first line, library names unified
+        msg = str(e).replace("torch.", "aotgrad.").split("\n")[0]
+        return ("err", type(e).__name__ if isinstance(e, (ValueError, TypeError))
+                else "RuntimeError", msg)
+
+
+def _same(fn, torch, exact_error=False):
+    ours, ref = _outcome(fn, ag), _outcome(fn, torch)
+    assert ours[0] == ref[0], (ours, ref)
+    if ours[0] == "ok":
+        assert ours == ref
+    else:
+        assert ours[1] == ref[1], (ours, ref)
+        if exact_error:  # ours may add detail after PyTorch's text, or name the op before it
+            ours_msg = re.sub(r"^[\w.]+: ", "", ours[2])
+            assert ours_msg.startswith(ref[2]) or ref[2].startswith(ours_msg), (ours, ref)
+
+
+def _L(M, *v):
+    return M.tensor(list(v), requires_grad=True)
