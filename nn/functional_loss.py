@@ -181,8 +181,14 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
         v = input._value
         if v.min() < 0 or v.max() > 1:
             raise RuntimeError("all elements of input should be between 0 and 1")
+    target_term, logs_target = None, target
+    if target.requires_grad and _grad_mode.grad_enabled:
+        # PyTorch's gradient in the target is -logit(input), not the clamped logs' (+-100):
+        # the logs take the detached target, a zero-valued term carries that gradient
+        target_term = _bce_target_term(input.detach(), target)
+        logs_target = target.detach()
     if not (input.requires_grad and _grad_mode.grad_enabled):
-        loss = _bce_clamped_logs(input, target)
+        loss = _bce_clamped_logs(input, logs_target)
     else:
         # PyTorch's derivatives in the input, not the clamped logs' (those are 0, or 1/x^2
         # overflowing, where the input saturates): first (x - t) / max(x (1 - x), 1e-12),
@@ -197,10 +203,26 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
         d2 = ops.div(num, ops.mul(ops.square(ops.add(xd, 1e-12)),
                                   ops.square(ops.add(one_m, 1e-12))))
         taylor = ops.mul(ops.add(d1, ops.mul(ops.mul(d2, h), 0.5)), h)
-        loss = ops.add(_bce_clamped_logs(xd, target), taylor)
+        loss = ops.add(_bce_clamped_logs(xd, logs_target), taylor)
+    if target_term is not None:
+        loss = ops.add(loss, target_term)
     if weight is not None:
         loss = ops.mul(loss, weight)
     return _reduce(loss, reduction, "binary_cross_entropy")
+
+
+def _bce_target_term(xd, target):
+    """0 in value, with PyTorch's gradient in `target`: -logit(x) = -log(x / (1 - x)), which
+    is +-inf where the (detached) input x is 0 or 1. h = target - target.detach() is 0 with
+    gradient 1; h * c carries a finite c. Where c is infinite, sqrt(h) * sign(c) carries it:
+    sqrt's derivative at 0 is g / (2 * 0), infinite with g's sign (NaN where g is 0, as
+    inf * 0 in PyTorch), and its value is 0."""
+    c = ops.neg(ops.log(ops.div(xd, ops.sub(1.0, xd))))
+    inf = ops.isinf(c)
+    h = ops.sub(target, target.detach())
+    lin = ops.mul(h, ops.where(inf, 0.0, c))
+    steep = ops.mul(ops.sqrt(ops.where(inf, h, 1.0)), ops.sign(c))
+    return ops.add(lin, ops.where(inf, steep, 0.0))
 
 
 def _bce_clamped_logs(input, target):

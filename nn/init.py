@@ -5,7 +5,9 @@
 True
 
 Random draws come from aotgrad's global generator (`aotgrad.manual_seed`), so they are
-reproducible but not the same numbers PyTorch draws.
+reproducible but not the same numbers PyTorch draws. Each function writes through the tensor's
+in-place ops, so their checks apply (an inference tensor is refused outside
+`inference_mode`); its errors name the function.
 """
 import math
 import warnings
@@ -13,6 +15,7 @@ import warnings
 import numpy as np
 
 from aotgrad.runtime import ops
+from aotgrad.runtime.op_base import op
 from aotgrad.runtime.factories import rand, randn, tensor as _tensor
 from aotgrad.runtime.grad_mode import no_grad
 from aotgrad.runtime.tensor import Tensor
@@ -68,6 +71,7 @@ def _fan(t, mode):
     return fan_in if mode == "fan_in" else fan_out
 
 
+@op("nn.init.uniform_")
 def uniform_(tensor, a=0.0, b=1.0, generator=None):
     """Fill with U(a, b)."""
     _check("uniform_", tensor)
@@ -75,6 +79,7 @@ def uniform_(tensor, a=0.0, b=1.0, generator=None):
     return _write(tensor, ops.add(ops.mul(u, b - a), a))
 
 
+@op("nn.init.normal_")
 def normal_(tensor, mean=0.0, std=1.0, generator=None):
     """Fill with N(mean, std^2)."""
     _check("normal_", tensor)
@@ -82,6 +87,7 @@ def normal_(tensor, mean=0.0, std=1.0, generator=None):
     return _write(tensor, ops.add(ops.mul(z, std), mean))
 
 
+@op("nn.init.trunc_normal_")
 def trunc_normal_(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0, generator=None):
     """N(mean, std^2) truncated to [a, b] (out-of-range draws are redrawn)."""
     _check("trunc_normal_", tensor)
@@ -105,6 +111,7 @@ def tensor_from(arr, like):
     return _tensor(np.asarray(arr, dtype=like.dtype.np))
 
 
+@op("nn.init.constant_")
 def constant_(tensor, val):
     _check("constant_", tensor)
     with no_grad():
@@ -112,20 +119,24 @@ def constant_(tensor, val):
     return tensor
 
 
+@op("nn.init.ones_")
 def ones_(tensor):
     return constant_(tensor, 1.0)
 
 
+@op("nn.init.zeros_")
 def zeros_(tensor):
     return constant_(tensor, 0.0)
 
 
+@op("nn.init.eye_")
 def eye_(tensor):
     if tensor.ndim != 2:
         raise ValueError("Only tensors with 2 dimensions are supported")
     return _write(tensor, tensor_from(np.eye(*tensor.shape), tensor))
 
 
+@op("nn.init.dirac_")
 def dirac_(tensor, groups=1):
     if tensor.ndim not in (3, 4, 5):
         raise ValueError("Only tensors with 3, 4, or 5 dimensions are supported")
@@ -140,6 +151,7 @@ def dirac_(tensor, groups=1):
     return _write(tensor, tensor_from(m, tensor))
 
 
+@op("nn.init.xavier_uniform_")
 def xavier_uniform_(tensor, gain=1.0, generator=None):
     """U(-a, a) with a = gain * sqrt(6 / (fan_in + fan_out)) (Glorot)."""
     fan_in, fan_out = _calculate_fan_in_and_fan_out(tensor)
@@ -147,11 +159,13 @@ def xavier_uniform_(tensor, gain=1.0, generator=None):
     return uniform_(tensor, -a, a, generator)
 
 
+@op("nn.init.xavier_normal_")
 def xavier_normal_(tensor, gain=1.0, generator=None):
     fan_in, fan_out = _calculate_fan_in_and_fan_out(tensor)
     return normal_(tensor, 0.0, gain * math.sqrt(2.0 / float(fan_in + fan_out)), generator)
 
 
+@op("nn.init.kaiming_uniform_")
 def kaiming_uniform_(tensor, a=0.0, mode="fan_in", nonlinearity="leaky_relu", generator=None):
     """U(-b, b) with b = gain * sqrt(3 / fan) (He). Linear and Conv use a=sqrt(5)."""
     _check("kaiming_uniform_", tensor)
@@ -163,6 +177,7 @@ def kaiming_uniform_(tensor, a=0.0, mode="fan_in", nonlinearity="leaky_relu", ge
     return uniform_(tensor, -bound, bound, generator)
 
 
+@op("nn.init.kaiming_normal_")
 def kaiming_normal_(tensor, a=0.0, mode="fan_in", nonlinearity="leaky_relu", generator=None):
     _check("kaiming_normal_", tensor)
     if 0 in tuple(tensor.shape):
@@ -172,6 +187,7 @@ def kaiming_normal_(tensor, a=0.0, mode="fan_in", nonlinearity="leaky_relu", gen
     return normal_(tensor, 0.0, std, generator)
 
 
+@op("nn.init.orthogonal_")
 def orthogonal_(tensor, gain=1.0, generator=None):
     """A (semi-)orthogonal matrix from the QR decomposition of a normal draw."""
     if tensor.ndim < 2:

@@ -24,6 +24,7 @@ class Parameter(Tensor):
         p = cls._make(value, False)
         if isinstance(data, Tensor):
             p._version_counter = data._version_counter
+            p._inference = data._inference  # requires_grad_ then refuses it outside the mode
         p._is_param = True
         p.requires_grad_(requires_grad)
         return p

@@ -6,13 +6,17 @@ version counter. An in-place op on a *view* (`y[1:].mul_(2)`) rebases the histor
 view's base, as in PyTorch: the base's grad_fn becomes a CopySlices node (the old base with
 the view's elements replaced by the op's result), and the live views of the base read their
 values out of it (AsStridedBackward0). Inside a compiled function this is refused.
-Writing into an expanded tensor raises.
+Writing into a tensor whose elements share memory (a stride 0 of an expanded tensor)
+raises PyTorch's error; a view of an expanded tensor without such a dimension (a row of
+`zeros(3).expand(2, 3)`) is written through to its base. `fill_`/`zero_` may write an
+expanded tensor (one value everywhere), as in PyTorch.
 
 >>> import aotgrad
 >>> from aotgrad.runtime import inplace_ops
 >>> inplace_ops.setitem(aotgrad.zeros(3), 1, 5.).tolist()
 [0.0, 5.0, 0.0]
 """
+import warnings
 import weakref
 
 import numpy as np
@@ -58,6 +62,51 @@ _NO_GRAD_VIEW_MESSAGE = (
     "your code by moving both the view and the inplace either both inside the no_grad block "
     "(if you don't want the inplace to be tracked) or both outside (if you want the inplace "
     "to be tracked).")
+
+
+_OVERLAP_MESSAGE = (
+    "unsupported operation: more than one element of the written-to tensor refers to a single "
+    "memory location. Please clone() the tensor before performing the operation.")
+
+_OVERLAP_ALLOWED = ("fill_", "zero_")  # PyTorch writes one value into overlapping elements
+
+
+def _overlaps(a):
+    """Whether elements of numpy array `a` share memory (a dimension of size > 1 with
+    stride 0, as an expanded tensor's): PyTorch's internal-overlap test."""
+    return any(n > 1 and st == 0 for n, st in zip(a.shape, a.strides))
+
+
+def _check_overlap(x, opname):
+    if opname not in _OVERLAP_ALLOWED and isinstance(x._value, np.ndarray) and \
+            _overlaps(x._value):
+        where = "" if current_op.get() is not None else f"{opname}: "
+        raise RuntimeError(where + _OVERLAP_MESSAGE)
+
+
+def _store(x, value, opname, index=None):
+    """Write numpy `value` into x's buffer (at `index` if given). A read-only buffer (a view of
+    an expanded tensor) is written through the elements of its root it refers to."""
+    dst = x._value
+    if dst.flags.writeable:
+        if index is None:
+            np.copyto(dst, value)
+        else:
+            dst[index] = value
+        return
+    root = x._base
+    if root is None or not isinstance(root._value, np.ndarray) or \
+            not root._value.flags.writeable:
+        raise RuntimeError(f"{opname}: the written-to tensor's memory is read-only "
+                           f"(shape {list(x.shape)})")
+    pos = _positions(root._value, dst)
+    if index is not None:
+        pos = pos[index]
+    rv, value = root._value, np.broadcast_to(value, pos.shape)
+    if rv.flags.c_contiguous:
+        rv.reshape(-1)[pos] = value
+    else:
+        rv[np.unravel_index(pos, rv.shape)] = value
 
 
 def _rebases(x):
@@ -115,8 +164,11 @@ def _rebase(x, new):
     pos = _positions(root._value, x._value)
     mask = np.zeros(n, bool)
     mask[pos.reshape(-1)] = True
-    pos_t = Tensor._make(pos.reshape(-1))
-    scattered = tp.scatter_add(tp.zeros((n,), x.dtype), pos_t, reshape(new, -1), dim=0)
+    src, flat_pos = reshape(new, -1), pos.reshape(-1)
+    if _overlaps(x._value):  # fill_ of an expanded view: each root element written once
+        flat_pos, first = np.unique(flat_pos, return_index=True)
+        src = tp.gather(src, Tensor._make(first), dim=0)
+    scattered = tp.scatter_add(tp.zeros((n,), x.dtype), Tensor._make(flat_pos), src, dim=0)
     flat = tp.where(Tensor._make(mask), scattered, reshape(old, -1))
     new_root = reshape(flat, tuple(root.shape))
     new_root.grad_fn._name = "CopySlices"
@@ -130,7 +182,8 @@ def _regenerate_views(root, new_root, skip):
         return
     flat = reshape(new_root, -1)
     for v in [r() for r in list(views.values())]:
-        if v is None or v is skip or not v.requires_grad:
+        if v is None or v is skip or not isinstance(v._value, np.ndarray) or \
+                not np.may_share_memory(v._value, root._value):  # (its .data was replaced)
             continue
         _set_history(v, _read_view(flat, _positions(root._value, v._value), tuple(v.shape)))
 
@@ -143,6 +196,7 @@ def commit_inplace(x, new, opname):
             f"{opname} on a tensor that aliases another (a view, or viewed) inside the "
             f"compiled function"))
     _inplace_guard(x, opname)
+    _check_overlap(x, opname)
     if new.dtype is not x.dtype:
         if not x.dtype.is_floating_point and new.dtype.is_floating_point:
             raise RuntimeError(f"result type {new.dtype.name} can't be cast to the desired "
@@ -156,6 +210,8 @@ def commit_inplace(x, new, opname):
         raise RuntimeError(f"output with shape {list(x.shape)} doesn't match the broadcast shape "
                            f"{list(new.shape)}")
     tracked = new.requires_grad and _mode.grad_enabled
+    if tracked and new.grad_fn is None:  # a leaf's value (copy_(leaf)): x gets a node of its
+        new = reshape(new, tuple(new.shape))  # own, not the leaf's identity
     if tracked and _rebases(x):
         new_root, new = _rebase(x, new)
     if isinstance(x._value, np.ndarray) and not isinstance(new._value, np.ndarray):
@@ -163,12 +219,7 @@ def commit_inplace(x, new, opname):
         # until the trace ends; the tracer restores it and writes it back at run time
         current_builder().record_mutation(x, new._value)
     if isinstance(x._value, np.ndarray) and isinstance(new._value, np.ndarray):
-        if not x._value.flags.writeable:
-            raise RuntimeError(f"{opname}: unsupported operation: more than one element of the "
-                               f"written-to tensor refers to a single memory location (it is an "
-                               f"expanded view). Please clone() the tensor before performing "
-                               f"the operation.")
-        np.copyto(x._value, new._value)
+        _store(x, new._value, opname)
     else:
         x._value = new._value
     x._version_counter.v += 1
@@ -183,11 +234,20 @@ def commit_inplace(x, new, opname):
     return x
 
 
-def snapshot(x):
+def snapshot(x, *others):
     """x, or (when its old value may be saved for backward by an in-place op) a copy of it
     with the same autograd identity, so the in-place write cannot corrupt what was saved.
-    Traced values are immutable SSA values: there the alias needs no copy."""
-    if not (_mode.grad_enabled and x.requires_grad and x.grad_fn is not None):
+    `others` are the op's other arguments: when x does not require grad but one of them does,
+    the op may still save x's old value (`x.mul_(w)` saves it for w's gradient), so x is
+    copied too. Traced values are immutable SSA values: there the alias needs no copy."""
+    if not _mode.grad_enabled:
+        return x
+    if not x.requires_grad:
+        if isinstance(x._value, np.ndarray) and current_builder() is None and \
+                any(isinstance(o, Tensor) and o.requires_grad for o in others):
+            return Tensor._make(np.array(x._value, copy=True))
+        return x
+    if x.grad_fn is None:
         return x
     if isinstance(x._value, np.ndarray):
         if current_builder() is not None:
@@ -200,6 +260,13 @@ def snapshot(x):
     return s
 
 
+def _basic_index(index):
+    """Whether `index` selects a view (ints, slices, None, Ellipsis; no tensors or lists)."""
+    return all(i is None or i is Ellipsis or isinstance(i, slice) or
+               (isinstance(i, (int, np.integer)) and not isinstance(i, (bool, np.bool_)))
+               for i in (index if isinstance(index, tuple) else (index,)))
+
+
 @op("setitem", "CopySlices")
 def setitem(x, index, value):
     value = as_tensor_like(value, x.dtype)
@@ -207,15 +274,26 @@ def setitem(x, index, value):
     for i in (index if isinstance(index, tuple) else (index,)):
         if isinstance(i, slice) and i.step is not None and i.step <= 0:
             raise ValueError("step must be greater than zero")
+    readonly = isinstance(x._value, np.ndarray) and not x._value.flags.writeable
+    if readonly and current_builder() is None and _basic_index(index):
+        # an expanded tensor: the indexed view is written (an error if it overlaps itself)
+        v = getitem(x, index)
+        commit_inplace(v, expand(cast(value, x.dtype), tuple(v.shape)), "setitem")
+        return x
     if not needs_grad and current_builder() is None:
         _inplace_guard(x, "setitem")
         idx = index._value if isinstance(index, Tensor) else index
         if isinstance(idx, tuple):
             idx = tuple(i._value if isinstance(i, Tensor) else i for i in idx)
+        if readonly:
+            warnings.warn("Use of index_put_ on expanded tensors is deprecated. Please clone() "
+                          "the tensor before performing this operation. This also applies to "
+                          "advanced indexing e.g. tensor[indices] = tensor", UserWarning,
+                          stacklevel=3)
         try:
-            x._value[idx] = value._value
+            _store(x, value._value, "setitem", idx)
         except ValueError as e:
-            raise RuntimeError(f"setitem: {e} (destination shape {list(x.shape)}, value shape "
+            raise RuntimeError(f"{e} (destination shape {list(x.shape)}, value shape "
                                f"{list(value.shape)})") from None
         x._version_counter.v += 1
         return x

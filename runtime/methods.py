@@ -24,7 +24,8 @@ def _to(self, *args, **kwargs):
 
 def _inplace(fn, name):
     def method(self, *args, **kwargs):
-        return commit_inplace(self, fn(snapshot(self), *args, **kwargs), name)
+        return commit_inplace(self, fn(snapshot(self, *args, *kwargs.values()), *args,
+                                       **kwargs), name)
     method.__name__ = name
     return method
 

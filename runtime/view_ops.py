@@ -29,11 +29,13 @@ def _view_of(out, base):
             np.may_share_memory(v, base._value):
         out._version_counter = base._version_counter
         root = out._base = base if base._base is None else base._base
+        if base._inference:  # a view of an inference tensor is one (as in PyTorch)
+            out._inference = True
         d = out.__dict__
         d["_view_made"] = True  # an in-place op on it may rebase the root's history
         if not _mode.grad_enabled:
             d["_view_no_grad"] = True
-        elif out.requires_grad:  # regenerated when the root is modified in place
+        else:  # regenerated when the root is modified in place (with history from then on)
             views = root.__dict__.get("_views")  # id -> weakref (tensors compare by value)
             if views is None:
                 views = root.__dict__["_views"] = {}
@@ -225,6 +227,8 @@ def expand(x, *sizes):
             raise RuntimeError(f"The expanded size of the tensor ({shape[lead + i]}) must match "
                                f"the existing size ({n}) at non-singleton dimension {lead + i}. "
                                f" Target sizes: {list(sizes)}.  Tensor sizes: {list(x.shape)}")
+    if shape == tuple(x.shape):
+        return _alias(x)  # still a new view (tp.broadcast_to would return x itself)
     return _view_of(tp.broadcast_to(x, shape), x)
 
 
