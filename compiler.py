@@ -12,6 +12,7 @@ import functools
 import math
 import os
 import warnings
+import weakref
 
 import numpy as np
 
@@ -22,7 +23,7 @@ from aotgrad.ir.printer import HEADER, format_graph
 from aotgrad import call_path
 from aotgrad.runtime import dispatch
 from aotgrad.runtime import profiling
-from aotgrad.runtime.engine import saved_hooks
+from aotgrad.runtime.engine import _checked_hook_result, saved_hooks
 from aotgrad.runtime.executor import CompiledBackward, check_nan, write_back, write_grad
 from aotgrad.runtime.factories import default_generator
 from aotgrad.runtime.grad_mode import state as _mode
@@ -50,6 +51,7 @@ class Program:
 
     def __init__(self, tr, backend, memory_budget, name):
         self.trace, self.name, self.backend = tr, name, backend
+        self.returned_args = _returned_written_args(tr)
         self.joint = passes.optimize(tr.graph)
         self.n_fw_outputs = len(tr.out_is_tensor) - tr.out_is_tensor.count(False) + \
             len(tr.mutations)
@@ -131,6 +133,9 @@ class Program:
         if given is not None and not all(given):
             mask = self.grads_reached(given)
             grads = [g if m else None for g, m in zip(grads, mask)]
+        if self.trace.written_grads:  # then the gradients of the written tensors' new values
+            grads = _Grads(grads)
+            grads.written = list(present[len(present) - len(self.trace.written_grads):])
         return grads
 
     def grads_reached(self, given):
@@ -144,6 +149,15 @@ class Program:
             r = self._reached[key] = [bool(next(it) & bits) if p else False
                                       for p in self.trace.grad_present]
         return r
+
+    def written_reached(self, given):
+        """Per tensor written in place whose gradient the backward returns (`written_grads`):
+        does that gradient depend on an output in `given`? (Eagerly, one that none reaches
+        gets no gradient: its hooks do not run, its retained .grad stays as it was.)"""
+        deps = self.grad_dependencies()
+        deps = deps[len(deps) - len(self.trace.written_grads):]
+        bits = sum(1 << j for j, g in enumerate(given) if g)
+        return [bool(d & bits) for d in deps]
 
     def grad_dependencies(self):
         """Per gradient the joint graph returns: a bit mask of the tangents it reads."""
@@ -239,6 +253,8 @@ class Program:
         vals = iter(fw[:n_tensor_outs])
         outs = [Tensor._make(next(vals)) if is_t else const
                 for is_t, const in zip(tr.out_is_tensor, tr.out_leaves)]
+        for k, x in self.returned_args:  # an argument written in place and returned: itself
+            outs[k] = leaves[x]
         if need_grad and tr.diff_outs:
             diff_inputs = [leaves[x] if kind == "arg" else x for kind, x in tr.diff_roles]
             # after the outputs, the tensors written in place whose new value has history:
@@ -246,12 +262,18 @@ class Program:
             targets = outs + [leaves[x] if kind == "arg" else x for kind, x in tr.mutations]
             if self._accumulators is None:
                 self._first_call_state(diff_inputs, targets)
-            node = CompiledBackward(self, saved, diff_inputs, *self._avals, replay)
+            node = (_WrittenBackward if tr.written_grads else CompiledBackward)(
+                self, saved, diff_inputs, *self._avals, replay)
             for nr, k in enumerate(tr.diff_outs):
+                # (an argument returned as is comes again later, as a tensor written in place:
+                # its last slot is the one its gradient flows into)
                 t = targets[k]
                 t.requires_grad, t.grad_fn, t._output_nr = True, node, nr
-                if k >= len(outs):
-                    t.__dict__.pop("_retains_grad", None)
+            for nr, k in enumerate(tr.diff_outs):
+                t = targets[k]
+                if t._retains_grad and k >= len(outs) and t._output_nr == nr:
+                    # keeps retaining, as eagerly: .grad is the gradient of the new value
+                    node._set_retain_grad(nr, weakref.ref(t))
         return outs[0] if tr.out_tree is None else unflatten(tr.out_tree, outs)
 
     def _snapshot_written(self, replay, leaves):
@@ -370,6 +392,87 @@ def _aliases_of_inputs(graph):
 
 def _may_be_readonly(graph, v):
     return any(v in n.outputs and n.prim.name == "broadcast_in_dim" for n in graph.nodes)
+
+
+class _Grads(list):
+    """The input gradients a compiled backward returns, and `written`: the gradients of the
+    new values of the tensors it wrote in place (the trace's `written_grads`)."""
+    written = ()
+
+
+class _WrittenBackward(CompiledBackward):
+    """The grad_fn of a call that wrote tensors in place whose new values have history.
+    Eagerly such a tensor's retain_grad() and hooks registered after the write see the
+    gradient of its new value: what reaches it from outside and from its uses inside the
+    function after the write. The compiled backward returns that gradient; this node gives it
+    to them (a hook's replacement flows on to the inputs, as eagerly), in place of the
+    engine, which would see only the part from outside."""
+
+    def __init__(self, program, *args):
+        super().__init__(program, *args)
+        self._written = {nr: j for j, nr in enumerate(program.trace.written_grads)}
+        self._written_hooks, self._written_retain = {}, {}
+
+    def _set_retain_grad(self, output_nr, ref):
+        if output_nr in self._written:
+            self._written_retain[output_nr] = ref
+        else:
+            super()._set_retain_grad(output_nr, ref)
+
+    def _tensor_hooks(self, output_nr):
+        if output_nr in self._written:
+            return self._written_hooks.setdefault(output_nr, [])
+        return super()._tensor_hooks(output_nr)
+
+    def _backward(self, grads):
+        given = [g is not None for g in grads]
+        out = super()._backward(grads)
+        if not (self._written_hooks or self._written_retain):
+            return list(out)
+        totals, grads = list(out.written), list(out)
+        slots = [nr for nr, reached in zip(self._written, self.program.written_reached(given))
+                 if reached]
+        for i, nr in enumerate(reversed(slots)):  # later writes first, as a backward goes
+            j = self._written[nr]
+            g = totals[j]
+            for h in list(self._written_hooks.get(nr, ())):
+                r = h(g)
+                if r is not None:
+                    r = _checked_hook_result(h, g, r)
+                    if r is not g:  # the replacement flows on (the backward is linear in
+                        tangents = [None] * len(self._out_avals)  # its output grads)
+                        tangents[nr] = r - g
+                        delta = CompiledBackward._backward(self, tangents)
+                        grads = [d if a is None else a if d is None else a + d
+                                 for a, d in zip(grads, delta)]
+                        for nr2 in reversed(slots[:len(slots) - 1 - i]):  # not yet given
+                            j2 = self._written[nr2]
+                            totals[j2] = totals[j2] + delta.written[j2]
+                        g = r
+            ref = self._written_retain.get(nr)
+            t = ref() if ref is not None else None
+            if t is not None and t.grad_fn is self and t._output_nr == nr:
+                _retain(t, g)
+        return grads
+
+
+def _retain(t, g):
+    """Accumulate g into the retained .grad of t, as the engine does."""
+    if t._grad is not None:
+        t._grad = t._grad + g
+    elif _mode.grad_enabled:
+        t._grad = g
+    else:
+        t._grad = Tensor._make(np.array(g._value, copy=True), False) \
+            if isinstance(g._value, np.ndarray) else g.detach()
+
+
+def _returned_written_args(tr):
+    """[(output index, argument index)]: outputs that are an argument the function wrote in
+    place, returned as is. Eagerly such an output is the caller's tensor itself (its memory,
+    its new history), so the call returns that tensor rather than a new one."""
+    written = {x for kind, x in tr.mutations if kind == "arg"}
+    return [(k, x) for k, x in enumerate(tr.out_args) if x is not None and x in written]
 
 
 def _unshare(saved, written):

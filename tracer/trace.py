@@ -154,9 +154,15 @@ class TraceResult:
     graph.inputs  = [tensor args..., lifted..., seeds..., tangents...] (`roles` name the
                     first n_primals)
     graph.outputs = [tensor outputs..., written-back values (`mutations`)..., grads of
-                    `diff_roles` where `grad_present`...]
+                    `diff_roles` where `grad_present`..., grads of the new values of
+                    the tensors written in place, per `written_grads`...]
     diff_outs      = indices of the differentiable outputs among the flattened outputs, then
                     len(outputs) + j for mutations[j] written with a value that has history
+    written_grads  = the differentiable output slots (positions in diff_outs) of tensors
+                    written in place whose whole gradient (from the uses inside the
+                    function too) the backward returns last: their retain_grad and hooks
+    out_args       = per output: the index of the argument it is (the object the function
+                    got), or None
     out_may_alias  = per tensor output: it may share memory with an input (it is an argument
                     or a parameter/closed-over tensor returned as is); others never do
     """
@@ -232,9 +238,9 @@ def trace(fn, args, kwargs, names=None, want_grad=True):
             mutations = [(role, t._value) for role, t in written]
             n_primals = len(builder.graph.inputs)
             if builder.grad_state:  # the function ran backward() itself: no outer backward
-                diff_outs, diff_roles, grads = [], [], []
+                diff_outs, diff_roles, grads, written_grads = [], [], [], []
             else:
-                diff_outs, diff_roles, grads = derive_backward(
+                diff_outs, diff_roles, grads, written_grads = derive_backward(
                     builder, outs, [t for _, t in written], proxies, diff_leaves, want_grad)
             grad_writes, grad_guards = _grad_state(builder, proxies)
     finally:
@@ -245,6 +251,8 @@ def trace(fn, args, kwargs, names=None, want_grad=True):
             t._grad = init
         builder.restore()
     out_info = dict(out_leaves=[None if isinstance(o, Tensor) else o for o in outs],
+                    out_args=[next((i for i, p in enumerate(proxies) if o is p), None)
+                              for o in outs],
                     out_is_tensor=[isinstance(o, Tensor) for o in outs])
     del outs, proxies, p_args, p_kwargs, written, diff_leaves
     mutations += [(r, v) for r, v in grad_writes if v is not None]
@@ -254,7 +262,8 @@ def trace(fn, args, kwargs, names=None, want_grad=True):
     lifted = builder.settle_roles()  # after _escapes' gc: a constant made inside is dead
     out_may_alias = [sh is True or (sh is not False and sh() is not None) for sh in shares]
     graph = builder.graph
-    graph.outputs = out_vals + [v for _, v in mutations] + [g for g in grads if g is not None]
+    graph.outputs = out_vals + [v for _, v in mutations] + [g for g in grads if g is not None] \
+        + [g for _, g in written_grads]
     # a concrete tensor first met by a derivative rule (a constant the function made, saved
     # for the backward as a new tensor object) was lifted after the tangents: it is a primal
     tangents = set(builder.tangents)
@@ -267,7 +276,8 @@ def trace(fn, args, kwargs, names=None, want_grad=True):
         out_tree=out_tree, diff_outs=diff_outs, diff_roles=diff_roles,
         mutations=[r for r, _ in mutations], escaped=bool(escapes),
         grad_clears=[r for r, v in grad_writes if v is None], grad_guards=grad_guards,
-        grad_present=[g is not None for g in grads], out_may_alias=out_may_alias,
+        grad_present=[g is not None for g in grads],
+        written_grads=[nr for nr, _ in written_grads], out_may_alias=out_may_alias,
         lifted_guards=[(t, v, t.requires_grad) for t, v, _ in lifted],
         identity_guards=identity_guards(fn, [t for t, _, _ in lifted]), **out_info)
 
@@ -343,7 +353,10 @@ def derive_backward(builder, outs, written, proxies, diff_leaves, want_grad):
     Differentiable outputs are the float outputs that require grad, then the tensors written
     in place whose new value has history (index len(outs) + j for written[j]): the runtime
     rebases those onto the compiled node, as an eager in-place op would.
-    Returns (indices of differentiable outputs, roles of the inputs differentiated, grads)."""
+    The gradients of those written tensors' new values are returned too (what their
+    retain_grad and hooks see eagerly: their own tangent and the uses inside the function).
+    Returns (indices of differentiable outputs, roles of the inputs differentiated, grads,
+    [(slot in diff_outs, grad of that written tensor's new value)])."""
     diff_outs = [k for k, o in enumerate(outs) if isinstance(o, Tensor) and o.requires_grad
                  and o.dtype.is_floating_point]
     diff_outs += [len(outs) + j for j, t in enumerate(written)
@@ -356,15 +369,19 @@ def derive_backward(builder, outs, written, proxies, diff_leaves, want_grad):
             diff_inputs.append(t)
             diff_roles.append(("lifted", t))
     if not (want_grad and diff_outs and diff_inputs):
-        return [], [], []
+        return [], [], [], []
+    written_slots = [nr for nr, k in enumerate(diff_outs) if k >= len(outs)]
     tangents = [Tensor._make(builder.add_input(aval_of(targets[k]._value), f"g{j}"))
                 for j, k in enumerate(diff_outs)]
     builder.tangents = [t._value for t in tangents]
     grads = run_backward([targets[k] for k in diff_outs], tangents, retain_graph=True,
-                         create_graph=False, inputs=diff_inputs, allow_unused=True,
-                         accumulate=False)
+                         create_graph=False, inputs=diff_inputs + [targets[diff_outs[nr]] for
+                                                                   nr in written_slots],
+                         allow_unused=True, accumulate=False)
     grads = [None if g is None else _value_of(builder, g) for g in grads]
-    return diff_outs, diff_roles, grads
+    n = len(diff_inputs)
+    written_grads = [(nr, g) for nr, g in zip(written_slots, grads[n:]) if g is not None]
+    return diff_outs, diff_roles, grads[:n], written_grads
 
 
 def _grad_state(builder, proxies):
