@@ -648,3 +648,30 @@ def test_inplace_writes_through_aliases_inside_compile_match_eager(fn, breaks):
     np.testing.assert_allclose(x.grad.numpy(), xe.grad.numpy())
     assert bool(cf.graph_breaks) == breaks, cf.graph_breaks
     assert any("graph break" in str(m.message) for m in w) == breaks
+
+
+@pytest.mark.parametrize("backend", ["interpret", "numba"])
+def test_inplace_write_to_a_closed_over_tensor_with_history_matches_eager(backend):
+    """A closed-over non-leaf written in place: the program would differentiate its old
+    value while the tracer sees the new one's history, so the call runs eagerly (a graph
+    break, with a warning); d/dleaf sum((leaf * x) * leaf) = 2 leaf x."""
+    import warnings
+
+    def make():
+        leaf = ag.tensor([1.0, 2.0, 3.0], requires_grad=True)
+        buf = leaf * 1
+
+        def f(x):
+            buf.mul_(x)
+            return (buf * leaf).sum()
+        return leaf, f
+    x = ag.tensor([1.0, 0.0, 2.0])
+    leaf, f = make()
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        ag.compile(f, backend=backend)(x).backward()
+    assert any("closed-over tensor that has autograd history" in str(m.message) for m in w)
+    np.testing.assert_array_equal(leaf.grad.numpy(), [2.0, 0.0, 12.0])
+    leaf_e, f_e = make()
+    f_e(x).backward()
+    np.testing.assert_array_equal(leaf.grad.numpy(), leaf_e.grad.numpy())

@@ -130,6 +130,12 @@ class TraceBuilder(GraphBuilder):
     def record_mutation(self, t, value):
         """A real tensor is about to be written in place (commit_inplace then gives it the
         traced value, history and version bump); remember its state to restore."""
+        if t.requires_grad and t.grad_fn is not None:
+            # its old value is a differentiated input of the program, yet the real tensor
+            # carries the new value's history while tracing: the backward would mix the two
+            raise dispatch.GraphBreak(dispatch.describe_break(
+                "an in-place write to a closed-over tensor that has autograd history (pass "
+                "it as an argument to compile it)"))
         rec = self.swapped.get(id(t))
         if rec is None or rec.ref() is not t:  # (an id can be reused once its tensor died)
             self.swapped[id(t)] = _Swapped(t)
