@@ -214,14 +214,15 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
 def _bce_target_term(xd, target):
     """0 in value, with PyTorch's gradient in `target`: -logit(x) = -log(x / (1 - x)), which
     is +-inf where the (detached) input x is 0 or 1. h = target - target.detach() is 0 with
-    gradient 1; h * c carries a finite c. Where c is infinite, sqrt(h) * sign(c) carries it:
-    sqrt's derivative at 0 is g / (2 * 0), infinite with g's sign (NaN where g is 0, as
-    inf * 0 in PyTorch), and its value is 0."""
+    gradient 1; h * c carries a finite c. Where c is infinite, h^(1/3) * sign(c) carries it:
+    its value is 0 and its derivative (1/3) 0^(-2/3) infinite, so g times it is inf with g's
+    sign (NaN where g is 0, as inf * 0 in PyTorch). (Not sqrt: compiled, g / (2 sqrt(0)) may
+    become a reciprocal-sqrt estimate, NaN at 0.)"""
     c = ops.neg(ops.log(ops.div(xd, ops.sub(1.0, xd))))
     inf = ops.isinf(c)
     h = ops.sub(target, target.detach())
     lin = ops.mul(h, ops.where(inf, 0.0, c))
-    steep = ops.mul(ops.sqrt(ops.where(inf, h, 1.0)), ops.sign(c))
+    steep = ops.mul(ops.pow(ops.where(inf, h, 1.0), 1.0 / 3.0), ops.sign(c))
     return ops.add(lin, ops.where(inf, steep, 0.0))
 
 

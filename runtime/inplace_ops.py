@@ -97,8 +97,9 @@ def _store(x, value, opname, index=None):
     root = x._base
     if root is None or not isinstance(root._value, np.ndarray) or \
             not root._value.flags.writeable:
-        raise RuntimeError(f"{opname}: the written-to tensor's memory is read-only "
-                           f"(shape {list(x.shape)})")
+        where = "" if current_op.get() is not None else f"{opname}: "
+        raise RuntimeError(f"{where}the written-to tensor's memory is read-only (shape "
+                           f"{list(x.shape)})")
     pos = _positions(root._value, dst)
     if index is not None:
         pos = pos[index]
