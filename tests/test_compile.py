@@ -675,3 +675,17 @@ def test_inplace_write_to_a_closed_over_tensor_with_history_matches_eager(backen
     leaf_e, f_e = make()
     f_e(x).backward()
     np.testing.assert_array_equal(leaf.grad.numpy(), leaf_e.grad.numpy())
+
+
+@pytest.mark.parametrize("fn", [lambda x: ag.sqrt(x).sum(), lambda x: (x ** 0.5).sum()],
+                         ids=["sqrt", "pow_half"])
+def test_sqrt_gradient_at_zero_inf_and_denormals_matches_eager(fn):
+    """g / (2 sqrt(x)) must not become LLVM's reciprocal-sqrt estimate (NaN at 0 and inf)."""
+    vals = np.array([0.0, 1e-40, 1e-30, 1.0, 4.0, np.inf], np.float32)
+    x = ag.tensor(vals, requires_grad=True)
+    xe = ag.tensor(vals, requires_grad=True)
+    ag.compile(fn, backend="numba")(x).backward()
+    fn(xe).backward()
+    want = xe.grad.numpy()
+    assert np.isinf(want[0]) and want[-1] == 0.0
+    np.testing.assert_allclose(x.grad.numpy(), want, rtol=1e-6)
