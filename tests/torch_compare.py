@@ -1,12 +1,15 @@
-"""Helpers of the eager-engine PyTorch comparisons (test_engine_torch*.py): each case is a
-function of the library module M (aotgrad or torch); `_same` runs it on both and compares
-the results, or the error class and text."""
+"""Helpers of the PyTorch comparisons. The eager-engine ones (test_engine_torch*.py): each
+case is a function of the library module M (aotgrad or torch); `_same` runs it on both and
+compares the results, or the error class and text. The conformance ones
+(test_conformance_torch*.py): seeded inputs (`rn`), `_close` and `_same_text`."""
 import re
 import warnings
 
 import numpy as np
 
+import aotgrad
 import aotgrad as ag
+from aotgrad import nn
 
 
 def _val(r):
@@ -47,3 +50,37 @@ def _same(fn, torch, exact_error=False):
 
 def _L(M, *v):
     return M.tensor(list(v), requires_grad=True)
+
+
+def rn(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def _np(t):
+    return np.asarray(t.detach().numpy()) if hasattr(t, "detach") else np.asarray(t)
+
+
+def _close(a, b, what, atol=2e-5, rtol=1e-4):
+    if a is None or b is None:
+        assert a is None and b is None, f"{what}: {a} vs {b}"
+        return
+    a, b = _np(a), _np(b)
+    assert a.shape == b.shape, f"{what}: shape {a.shape} != {b.shape}"
+    np.testing.assert_allclose(a, b, atol=atol, rtol=rtol, err_msg=what)
+
+
+def _same_text(ours, theirs):
+    """Messages compared with the library names taken out."""
+    return ours.replace("aotgrad", "LIB") == theirs.replace("torch", "LIB")
+
+
+def _both(torch, fn):
+    return fn(aotgrad, nn), fn(torch, torch.nn)
+
+
+def _err(fn):
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 - the message is what is compared
+        return f"{type(e).__name__}: {e}"
+    return None
