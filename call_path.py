@@ -26,12 +26,12 @@ from aotgrad.tracer.pytree import unflatten
 
 def make_call(prog):
     """prog's call specialised to its trace, or False where it needs the general one
-    (seeds, in-place writes, .grad writes, non-tensor outputs, outputs to copy). It calls the generated
-    drivers directly and gives the outputs a _CallBackward, whose edges to leaf inputs are
-    made only when something asks for them."""
+    (seeds, in-place writes, .grad writes, retain_grad() on an argument, non-tensor outputs,
+    outputs to copy). It calls the generated drivers directly and gives the outputs a
+    _CallBackward, whose edges to leaf inputs are made only when something asks for them."""
     tr = prog.trace
     if tr.mutations or tr.grad_clears or tr.escaped or not all(tr.out_is_tensor) or \
-            any(kind == "seed" for kind, _ in tr.roles):
+            tr.retained_args or any(kind == "seed" for kind, _ in tr.roles):
         return False
     if prog.copied_outputs("inference") or (prog.has_backward and prog.copied_outputs("forward")):
         return False  # an output to copy (it would share an input's memory)

@@ -255,6 +255,12 @@ class Program:
                 for is_t, const in zip(tr.out_is_tensor, tr.out_leaves)]
         for k, x in self.returned_args:  # an argument written in place and returned: itself
             outs[k] = leaves[x]
+        for i in tr.retained_args:  # retain_grad() on an argument inside: on the caller's tensor
+            t = leaves[i]
+            if any(kind == "arg" and x == i for kind, x in tr.mutations):
+                t._retains_grad = True   # written in place: its new value's (see below)
+            elif t.requires_grad and t.grad_fn is not None:
+                t.retain_grad()
         if need_grad and tr.diff_outs:
             diff_inputs = [leaves[x] if kind == "arg" else x for kind, x in tr.diff_roles]
             # after the outputs, the tensors written in place whose new value has history:

@@ -217,3 +217,33 @@ def test_retained_grad_accumulates_and_follows_create_graph():
         np.testing.assert_allclose(x, y, 1e-12)
     np.testing.assert_allclose(res[1][0], 4 * A0, 1e-6)
     np.testing.assert_allclose(res[1][1], 8 * A0, 1e-6)
+
+
+def retain_inside(x, w):
+    x.retain_grad()
+    return (x * w).sum()
+
+
+def retain_inside_then_write(x, w):
+    x.retain_grad()
+    x.mul_(2)
+    return (x * w).sum()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("fn", [retain_inside, retain_inside_then_write])
+def test_retain_grad_called_inside_on_an_argument_reaches_the_callers_tensor(backend, fn):
+    """Eagerly x.retain_grad() inside the function sets the caller's tensor retaining; the
+    compiled call does the same on every call (x.grad = w: d/dx of sum(x * w), of the new
+    value where x is written first)."""
+    cf = ag.compile(fn, backend=backend)
+    w = ag.tensor(W0)
+    for _ in range(2):   # the second call runs the compiled program (no trace)
+        leaf = ag.tensor(A0, requires_grad=True)
+        a, ae = leaf * 1, ag.tensor(A0, requires_grad=True) * 1
+        cf(a, w).backward()
+        fn(ae, w).backward()
+        assert a.retains_grad and ae.retains_grad
+        np.testing.assert_array_equal(a.grad.numpy(), W0)
+        np.testing.assert_array_equal(a.grad.numpy(), ae.grad.numpy())
+    assert len(cf.cache) == 1

@@ -169,6 +169,7 @@ class TraceResult:
                     function too) the backward returns last: their retain_grad and hooks
     out_args       = per output: the index of the argument it is (the object the function
                     got), or None
+    retained_args  = indices of the (non-leaf) arguments the function called retain_grad() on
     out_may_alias  = per tensor output: it may share memory with an input (it is an argument
                     or a parameter/closed-over tensor returned as is); others never do
     """
@@ -229,6 +230,10 @@ def trace(fn, args, kwargs, names=None, want_grad=True):
         with builder:
             outs, out_tree = flatten(fn(*p_args, **p_kwargs))
             _check_flags(proxies, leaves, want_grad)
+            # retain_grad() on an argument inside the function: each call repeats it on the
+            # caller's tensor (as eagerly); on a leaf it does nothing
+            retained_args = [i for i, p in enumerate(proxies) if isinstance(p, Tensor) and
+                             p.grad_fn is not None and p._retains_grad]
             out_vals = [_value_of(builder, o) for o in outs if isinstance(o, Tensor)]
             # an output that is an argument or a real tensor itself may share its memory, as
             # eagerly; any other output that would alias an input is copied at run time
@@ -259,7 +264,8 @@ def trace(fn, args, kwargs, names=None, want_grad=True):
     out_info = dict(out_leaves=[None if isinstance(o, Tensor) else o for o in outs],
                     out_args=[next((i for i, p in enumerate(proxies) if o is p), None)
                               for o in outs],
-                    out_is_tensor=[isinstance(o, Tensor) for o in outs])
+                    out_is_tensor=[isinstance(o, Tensor) for o in outs],
+                    retained_args=retained_args)
     del outs, proxies, p_args, p_kwargs, written, diff_leaves
     mutations += [(r, v) for r, v in grad_writes if v is not None]
     escapes = _escapes(builder)
