@@ -133,12 +133,8 @@ class LoopNestEmitter:
         fulls = [v for v in kt.outputs if v.shape == kt.domain]
         self._cols_inner(rb, "            ", kt.reds, fulls, {**views, **parts},
                          slice_mode=False, f32=set(parts))
-        if flat:
-            rb.append(f"            if (r - r0 + 1) % {ROW_BLOCK} == 0 or r == r1 - 1:")
-            for fv, fp in flat:
-                rb.append(f"                for q in range({fp}.size):")
-                rb.append(f"                    {fv}[q] += np.float64({fp}[q])")
-                rb.append(f"                    {fp}[q] = np.float32(0.0)")
+        self._flush_partials(rb, "r - r0 + 1", "r1 - 1", [(fv, fp, f"{fp}.size")
+                                                         for fv, fp in flat])
         body.extend(rb)
         self._combine_blocks(cparts)
 
@@ -264,14 +260,23 @@ class LoopNestEmitter:
         fulls = [v for v in kt.outputs if v.shape == kt.domain]
         self._cols_inner(cl, "            ", kt.reds, fulls, {**views, **parts},
                          slice_mode=True, f32=set(parts))
-        if parts:
-            cl.append(f"            if (r + 1) % {ROW_BLOCK} == 0 or r == {rows} - 1:")
-            cl.append(f"                for jj in range(hi - lo):")
-            for r, pv in parts.items():
-                cl.append(f"                    {views[r]}[jj] += np.float64({pv}[jj])")
-                cl.append(f"                    {pv}[jj] = np.float32(0.0)")
+        self._flush_partials(cl, "r + 1", f"{rows} - 1", [(views[r], pv, "hi - lo")
+                                                         for r, pv in parts.items()])
         body.extend(cl)
         self._cols_finish(accs)
+
+    @staticmethod
+    def _flush_partials(lines, done, last, pairs):
+        """Inside a column-sum row loop: every ROW_BLOCK rows (`done` rows counted) and at the
+        row `last`, add each float32 partial into its float64 sum and clear it. `pairs`:
+        (float64 sums, float32 partials, element count), both flat."""
+        if not pairs:
+            return
+        lines.append(f"            if ({done}) % {ROW_BLOCK} == 0 or r == {last}:")
+        for acc, part, n in pairs:
+            lines.append(f"                for q in range({n}):")
+            lines.append(f"                    {acc}[q] += np.float64({part}[q])")
+            lines.append(f"                    {part}[q] = np.float32(0.0)")
 
     def _cols_inner(self, body, indent, reds, fulls, views, slice_mode, f32=()):
         nd = len(self.kt.domain)
