@@ -23,7 +23,7 @@ from aotgrad.ir.printer import HEADER, format_graph
 from aotgrad import call_path
 from aotgrad.runtime import dispatch
 from aotgrad.runtime import profiling
-from aotgrad.runtime.engine import _checked_hook_result, saved_hooks
+from aotgrad.runtime.engine import _checked_hook_result, accumulate_retained, saved_hooks
 from aotgrad.runtime.executor import CompiledBackward, check_nan, write_back, write_grad
 from aotgrad.runtime.factories import default_generator
 from aotgrad.runtime.grad_mode import state as _mode
@@ -458,19 +458,8 @@ class _WrittenBackward(CompiledBackward):
             ref = self._written_retain.get(nr)
             t = ref() if ref is not None else None
             if t is not None and t.grad_fn is self and t._output_nr == nr:
-                _retain(t, g)
+                accumulate_retained(t, g)
         return grads
-
-
-def _retain(t, g):
-    """Accumulate g into the retained .grad of t, as the engine does."""
-    if t._grad is not None:
-        t._grad = t._grad + g
-    elif _mode.grad_enabled:
-        t._grad = g
-    else:
-        t._grad = Tensor._make(np.array(g._value, copy=True), False) \
-            if isinstance(g._value, np.ndarray) else g.detach()
 
 
 def _returned_written_args(tr):

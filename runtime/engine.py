@@ -641,14 +641,20 @@ def _tensor_pre_hooks(node, grads, accumulate=True):
         # (a tensor modified in place since retain_grad() now has another grad_fn: the
         # gradient of its old value is not its .grad)
         if t is not None and grads[nr] is not None and t.grad_fn is node:
-            g = grads[nr]
-            if t._grad is None:
-                t._grad = g if _mode.grad_enabled else g.detach()
-                if not _mode.grad_enabled and isinstance(g._value, np.ndarray):
-                                t._grad = Tensor._make(np.array(g._value, copy=True), False)
-            else:
-                t._grad = t._grad + g
+            accumulate_retained(t, grads[nr])
     return grads
+
+
+def accumulate_retained(t, g):
+    """Add g into the .grad of t, a non-leaf that retains its gradient (a copy of g outside
+    grad mode: g may be a buffer the backward reuses)."""
+    if t._grad is not None:
+        t._grad = t._grad + g
+    elif _mode.grad_enabled:
+        t._grad = g
+    else:
+        t._grad = Tensor._make(np.array(g._value, copy=True), False) \
+            if isinstance(g._value, np.ndarray) else g.detach()
 
 
 def _checked_hook_result(hook, g, r):
