@@ -34,6 +34,7 @@ RULES = {  # folder -> aotgrad subpackages it must not import (DESIGN.md's direc
     "autograd": ("tracer", "codegen", "compiler"),
     "nn": ("tracer", "codegen", "compiler"),
     "optim": ("tracer", "codegen", "compiler"),
+    "serialization": ("tracer", "codegen", "compiler"),
 }
 
 
