@@ -56,4 +56,5 @@ from aotgrad.tracer import GraphBreakError  # noqa: E402
 from aotgrad import nn, optim  # noqa: E402
 from aotgrad import serialization  # noqa: E402
 from aotgrad.serialization import load, save  # noqa: E402
+from aotgrad import utils  # noqa: E402
 from aotgrad.codegen import cache_clear, cache_info  # noqa: E402

@@ -35,6 +35,7 @@ RULES = {  # folder -> aotgrad subpackages it must not import (DESIGN.md's direc
     "nn": ("tracer", "codegen", "compiler"),
     "optim": ("tracer", "codegen", "compiler"),
     "serialization": ("tracer", "codegen", "compiler"),
+    "utils/data": ("tracer", "codegen", "compiler"),
 }
 
 
