@@ -7,7 +7,6 @@ import copy
 import io
 import json
 import math
-import pathlib
 import pickle
 import zipfile
 from collections import OrderedDict
@@ -239,3 +238,26 @@ def test_resuming_from_a_checkpoint_matches_not_stopping(tmp_path, make_opt):
     _train(m3, o3, s3, batches[ck["epoch"]:])
     for a, b in zip(m1.parameters(), m3.parameters()):
         np.testing.assert_array_equal(a.detach().numpy(), b.detach().numpy())
+
+
+def test_lbfgs_state_round_trips_through_a_checkpoint():
+    A = aotgrad.tensor([[3.0, 1.0], [1.0, 2.0]], dtype=aotgrad.float64)
+
+    def run(x, opt):
+        def closure():
+            opt.zero_grad()
+            loss = 0.5 * (x * (A @ x)).sum() + (x ** 4).sum()
+            loss.backward()
+            return loss
+        opt.step(closure)
+
+    x1 = aotgrad.tensor([1.0, -1.5], dtype=aotgrad.float64, requires_grad=True)
+    o1 = optim.LBFGS([x1], max_iter=3, history_size=2)
+    run(x1, o1)
+    ck = _round_trip({"x": x1.detach(), "optim": o1.state_dict()})
+    x2 = ck["x"].clone().requires_grad_(True)
+    o2 = optim.LBFGS([x2], max_iter=3, history_size=2)
+    o2.load_state_dict(ck["optim"])
+    run(x1, o1)
+    run(x2, o2)
+    np.testing.assert_array_equal(x1.detach().numpy(), x2.detach().numpy())
