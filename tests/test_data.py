@@ -29,6 +29,20 @@ def test_tensor_dataset_subset_concat():
         TensorDataset(aotgrad.zeros(3), aotgrad.zeros(4))
 
 
+def test_batched_fetch_gives_the_samples_of_getitem():
+    ds = TensorDataset(aotgrad.randn(5, 2), aotgrad.arange(5), aotgrad.randn(5, 2, 3))
+    for got, want in zip(ds.__getitems__([4, 0, -1]), [ds[4], ds[0], ds[-1]]):
+        for a, b in zip(got, want):
+            assert type(a) is aotgrad.Tensor and a.dtype == b.dtype and a.shape == b.shape
+            np.testing.assert_array_equal(a.numpy(), b.numpy())
+    with pytest.raises(IndexError, match="out of bounds"):
+        ds.__getitems__([5])
+    # tensors that require grad keep the autograd path
+    w = aotgrad.randn(3, 2, requires_grad=True)
+    sample = TensorDataset(w).__getitems__([1])[0][0]
+    assert sample.requires_grad and sample.grad_fn is not None
+
+
 def test_sequential_batches_and_drop_last():
     batches = [y.tolist() for _, y in DataLoader(_ds(), batch_size=4)]
     assert batches == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]

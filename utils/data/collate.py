@@ -12,9 +12,18 @@ import collections.abc
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
-from aotgrad.runtime.factories import as_tensor, tensor
+from aotgrad.ir.core import current_builder
+from aotgrad.runtime.factories import as_tensor, from_numpy, tensor
 from aotgrad.runtime.shape_ops import stack
 from aotgrad.runtime.tensor import Tensor
+
+
+def plain_values(tensors):
+    """Whether these are concrete tensors that need no autograd bookkeeping (outside a
+    trace, none requires grad): their numpy values can be used directly."""
+    return current_builder() is None and all(
+        isinstance(t, Tensor) and not t.requires_grad and isinstance(t._value, np.ndarray)
+        for t in tensors)
 
 
 def _error(elem_type):
@@ -26,6 +35,10 @@ def default_collate(batch):
     elem = batch[0]
     elem_type = type(elem)
     if isinstance(elem, Tensor):
+        if plain_values(batch):
+            # the same values as stack(), without the op layer's per-call cost (a batch of
+            # plain data tensors has no autograd history to record)
+            return from_numpy(np.stack([t._value for t in batch]))
         return stack(list(batch), 0)
     if isinstance(elem, np.ndarray):
         if elem.dtype.kind in "OSU":

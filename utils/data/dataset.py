@@ -8,8 +8,18 @@ torch.utils.data.
 import bisect
 import math
 
+import numpy as np
+
+from aotgrad.runtime.factories import from_numpy
 from aotgrad.runtime.tensor import Tensor
+from aotgrad.utils.data.collate import plain_values
 from aotgrad.utils.data.sampler import randperm_list
+
+
+def _check_index(i, n):
+    if not -n <= i < n:
+        raise IndexError(f"index {i} is out of bounds for dimension 0 with size {n}")
+    return i
 
 
 class Dataset:
@@ -47,6 +57,17 @@ class TensorDataset(Dataset):
 
     def __getitem__(self, index):
         return tuple(t[index] for t in self.tensors)
+
+    def __getitems__(self, indices):
+        """The DataLoader's batched fetch: the same samples as `[self[i] for i in indices]`
+        (views of the rows); for plain data tensors (concrete, no grad) built straight from
+        the numpy rows, without the op layer's per-call cost."""
+        if not plain_values(self.tensors) or \
+                not all(isinstance(i, (int, np.integer)) for i in indices):
+            return [self[i] for i in indices]
+        n, values = len(self), [t._value for t in self.tensors]
+        # v[i, ...] is a 0-d array for a 1-d v (v[i] would be a numpy scalar)
+        return [tuple(from_numpy(v[_check_index(i, n), ...]) for v in values) for i in indices]
 
     def __len__(self):
         return self.tensors[0].shape[0]
