@@ -4,8 +4,9 @@
   (None, bools, ints, strings, finite floats, lists); every other value is an object
   {"$type": ..., ...}: "dict" / "ordered_dict" (items as [key, value] pairs, so keys keep
   their types: an optimizer's state is keyed by ints), "tuple", "set", "frozenset",
-  "size", "float" (NaN and infinities), "complex", "bytes" (base64), "dtype", "tensor" and
-  "ndarray" (an index into the "tensors" table), and "pickle" (an entry of the zip).
+  "size", "float" (NaN and infinities), "complex", "bytes" (base64), "dtype",
+  "numpy_scalar" (np.float64(0.5) & co.), "tensor" (an index into the "tensors" table),
+  "ndarray" (a storage of the safetensors part), and "pickle" (an entry of the zip).
 - `tensors.safetensors`: the tensors' data in the safetensors format, one entry per storage.
   Tensors that are one object load as one object; distinct tensors over the same data (the
   `state_dict()` of a module with tied weights holds two detached tensors over one array)
@@ -45,9 +46,7 @@ class _Writer:
         self.pickles = {}              # zip entry name -> bytes
 
     def encode(self, obj):
-        if obj is None or isinstance(obj, (bool, str)):
-            return obj
-        if isinstance(obj, int) and type(obj) is int:
+        if obj is None or type(obj) in (bool, int, str):  # subclasses (enums) are pickled
             return obj
         if type(obj) is float:
             return obj if math.isfinite(obj) else {"$type": "float", "value": repr(obj)}
@@ -74,6 +73,9 @@ class _Writer:
             return {"$type": "dtype", "name": obj.name}
         if type(obj) is np.ndarray and obj.dtype.kind in "biuf":
             return {"$type": "ndarray", "storage": self._storage(obj)}
+        if isinstance(obj, np.generic) and obj.dtype.kind in "biuf":
+            return {"$type": "numpy_scalar", "dtype": obj.dtype.name,
+                    "value": self.encode(obj.item())}
         name = f"pickles/{len(self.pickles)}.pkl"
         self.pickles[name] = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
         return {"$type": "pickle", "entry": name, "class": _qualified(type(obj))}
@@ -177,6 +179,8 @@ class _Reader:
             return self._tensor(node["index"])
         if kind == "ndarray":
             return np.array(self.storages[node["storage"]], copy=True)
+        if kind == "numpy_scalar":
+            return np.dtype(node["dtype"]).type(self.decode(node["value"]))
         if kind == "pickle":
             data = self.z.read(node["entry"])
             if self.weights_only:

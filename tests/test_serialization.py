@@ -39,7 +39,7 @@ def _same_structure(a, b):
         assert len(a) == len(b)
         for x, y in zip(a, b):
             _same_structure(x, y)
-    elif isinstance(a, float) and math.isnan(a):
+    elif isinstance(a, (float, np.floating)) and math.isnan(a):
         assert math.isnan(b)
     else:
         assert a == b
@@ -62,8 +62,12 @@ def test_nested_containers_and_scalars_keep_their_types():
         "dtype": aotgrad.float64,
         "size": aotgrad.Size([2, 3]),
         (1, "tuple key"): None,
+        "numpy": [np.float32(0.25), np.int64(-3), np.bool_(True), np.float64("nan")],
     }
     _same_structure(obj, _round_trip(obj))
+    arr = np.arange(6, dtype=np.int32).reshape(2, 3)
+    out = _round_trip({"arr": arr})["arr"]
+    assert out.dtype == np.int32 and (out == arr).all()
 
 
 @pytest.mark.parametrize("dtype", [aotgrad.float32, aotgrad.float64, aotgrad.int32,
