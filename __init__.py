@@ -54,4 +54,7 @@ int = int32  # noqa: A001
 from aotgrad.compiler import compile, explain  # noqa: E402,A001
 from aotgrad.tracer import GraphBreakError  # noqa: E402
 from aotgrad import nn, optim  # noqa: E402
+from aotgrad import serialization  # noqa: E402
+from aotgrad.serialization import load, save  # noqa: E402
+from aotgrad import utils  # noqa: E402
 from aotgrad.codegen import cache_clear, cache_info  # noqa: E402

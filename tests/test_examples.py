@@ -105,8 +105,24 @@ def test_custom_function(example, capsys):
     _check_compiled_half(res, out)
 
 
+def test_workflow(example, capsys, tmp_path):
+    res = example("workflow").main(["--epochs", "8", "--n", "200", "--out-dir", str(tmp_path),
+                                    "--quiet"])
+    out = capsys.readouterr().out
+    hist = res["history"]
+    assert len(hist["train"]) == len(hist["test"]) == 8 == res["epochs"]
+    assert hist["train"][-1] < hist["train"][0] / 2 and hist["test"][-1] < hist["test"][0]
+    np.testing.assert_array_equal(res["pred"], res["pred_restored"])
+    assert "predictions are identical" in out and os.path.getsize(res["checkpoint"]) > 0
+    if res["png"] is None:
+        assert "plot: skipped" in out
+    else:
+        with open(res["png"], "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
 @pytest.mark.parametrize("name", ["linear_regression", "train_mlp", "cnn_digits",
-                                  "transformer_block", "custom_function"])
+                                  "transformer_block", "custom_function", "workflow"])
 def test_examples_have_help_and_main(example, name, capsys):
     mod = example(name)
     with pytest.raises(SystemExit) as e:

@@ -1,0 +1,58 @@
+"""Element-wise update steps shared by the optimizers.
+
+Each helper rounds like PyTorch's CPU kernel of the same name, so that a float32 run follows
+PyTorch's step by step: `addcmul` is self + (value * a) * b, `addcdiv` is
+self + (value * a) / b, and `lerp_` switches formula at weight 0.5 as `torch.lerp` does
+(start + w * (end - start) below, end - (end - start) * (1 - w) from 0.5 on). They are
+written with tensor ops, so an optimizer step traced inside a compiled function records
+them like any other op.
+"""
+from aotgrad.ir import dtypes as dt
+from aotgrad.runtime import ops
+from aotgrad.runtime.factories import tensor
+
+
+def new_step():
+    """The per-parameter step count: a float32 0-d tensor, as PyTorch keeps it (a compiled
+    step reads it as data and need not specialise on it)."""
+    return tensor(0.0, dtype=dt.float32)
+
+
+def as_f64(step):
+    """The step count in float64: PyTorch computes its scalar factors as Python floats."""
+    return step.to(dt.float64)
+
+
+def addcmul(x, a, b, value=1.0):
+    prod = ops.mul(a, b) if _is_one(value) else ops.mul(ops.mul(a, value), b)
+    return ops.add(x, prod)
+
+
+def addcdiv(x, a, b, value=1.0):
+    quot = ops.div(a, b) if _is_one(value) else ops.div(ops.mul(a, value), b)
+    return ops.add(x, quot)
+
+
+def lerp_(x, end, weight):
+    """x <- lerp(x, end, weight) in place, for a Python float weight."""
+    if weight < 0.5:
+        return x.add_(ops.mul(ops.sub(end, x), weight))
+    return x.copy_(ops.sub(end, ops.mul(ops.sub(end, x), 1.0 - weight)))
+
+
+def _is_one(value):
+    return isinstance(value, (int, float)) and value == 1
+
+
+def check_nonnegative(**values):
+    """PyTorch's constructor checks: `Invalid learning rate: -1` and friends."""
+    names = {"lr": "learning rate", "eps": "epsilon value"}
+    for name, value in values.items():
+        if not 0.0 <= value:
+            raise ValueError(f"Invalid {names.get(name, name + ' value')}: {value}")
+
+
+def check_betas(betas):
+    for i, b in enumerate(betas):
+        if not 0.0 <= b < 1.0:
+            raise ValueError(f"Invalid beta parameter at index {i}: {b}")

@@ -1,0 +1,4 @@
+"""`aotgrad.utils`, laid out like torch.utils: `data` (datasets, samplers, DataLoader)."""
+from aotgrad.utils import data
+
+__all__ = ["data"]
