@@ -651,6 +651,17 @@ class CompiledFunction:
                                   f"these inputs: {self.graph_breaks[-1]}")
         return prog
 
+    def observe(self, callback, *args, **kwargs):
+        """The Program for these inputs (compiled, not run), with `callback(which, inputs,
+        outputs)` called after each run of its compiled graphs (Program.observe); the calls
+        made so far for it are dropped, so the next call goes through the observed runners."""
+        prog = self.ir(*args, **kwargs).observe(callback)
+        self._calls = {k: c for k, c in self._calls.items()
+                       if c is None or c.program is not prog}
+        if self._specialised is not None and self._specialised.program is prog:
+            self._specialised = None
+        return prog
+
     def __getattr__(self, name):  # compile(module): the module's attributes stay reachable
         fn = self.__dict__.get("fn")
         if fn is None or name.startswith("__"):

@@ -223,13 +223,15 @@ def bisect_call(fn, args, params, module_copy, grads, rng_state, rtol, atol, com
     fn2, args2, params2 = _side(fn, args, params, module_copy)
     cf = aotgrad.compile(fn2, **compile_kw)
     _restore_rng(rng_state)
+    runs = []
+
+    def record(which, ins, outs):
+        runs.append((which, [np.array(a, copy=True) if isinstance(a, np.ndarray) else a
+                             for a in ins]))
     try:
-        prog = cf.ir(*args2)
+        prog = cf.observe(record, *args2)
     except Exception as e:  # noqa: BLE001 (the comparison's error is what matters)
         return f"(not bisected: {type(e).__name__}: {e})"
-    runs = []
-    prog.observe(lambda which, ins, outs: runs.append(
-        (which, [np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in ins])))
     _call(_Run(cf, args2, params2), grads, rng_state)
     if not runs:
         return "(not bisected: the recorded program did not run; the call traced again)"
