@@ -176,12 +176,15 @@ def compare_with_eager(fn, *args, compiled=None, params=(), rtol=None, atol=None
     import aotgrad
     module_copy = _is_module(fn) and compiled is None
     params = [(f"{i}", p) for i, p in enumerate(params)]
-    saved = [(np.array(p._value, copy=True), p.grad) for _, p in params]
+    saved = [np.array(p._value, copy=True) for _, p in params]
     rng_state = _rng_state()
 
     def restore_params():
-        for (_, p), (v, _) in zip(params, saved):
-            np.copyto(p._value, v) if p._value.flags.writeable else setattr(p, "_value", v.copy())
+        for (_, p), v in zip(params, saved):
+            if p._value.flags.writeable:
+                np.copyto(p._value, v)
+            else:
+                p._value = v.copy()
             p.grad = None
 
     restore_params()
@@ -192,25 +195,31 @@ def compare_with_eager(fn, *args, compiled=None, params=(), rtol=None, atol=None
     n_eager = cf.eager_calls
     comp = _call(_Run(cf, cargs, cparams), grads, rng_state)
     ran_eagerly = cf.eager_calls > n_eager
-    if ran_eagerly and not expect_graph_break:
-        why = cf.graph_breaks[-1] if cf.graph_breaks else "see the warning"
-        raise CompiledPathNotRun(
-            f"compare_with_eager({cf.name}): the compiled call ran eagerly ({why}), so eager "
-            f"was compared with eager; pass expect_graph_break='reason' if this is expected")
-    if expect_graph_break and not ran_eagerly:
-        raise AssertionError(f"compare_with_eager({cf.name}): a graph break was expected "
-                             f"({expect_graph_break}) but the call compiled: update the test")
     try:
-        _compare_runs(comp, eager, rtol, atol, check_dtype, grads)
+        if ran_eagerly and not expect_graph_break:
+            why = cf.graph_breaks[-1] if cf.graph_breaks else "see the warning"
+            raise CompiledPathNotRun(
+                f"compare_with_eager({cf.name}): the compiled call ran eagerly ({why}), so "
+                f"eager was compared with eager; pass expect_graph_break='reason' if this is "
+                f"expected")
+        if expect_graph_break and not ran_eagerly:
+            raise AssertionError(f"compare_with_eager({cf.name}): a graph break was expected "
+                                 f"({expect_graph_break}) but the call compiled: update the "
+                                 f"test")
+        try:
+            _compare_runs(comp, eager, rtol, atol, check_dtype, grads)
+        except AssertionError as e:
+            if not bisect or ran_eagerly or cf.backend == "interpret":
+                raise
+            restore_params()
+            kw = dict(compile_kw) if compiled is None else \
+                dict(backend=compiled.backend, memory_budget=compiled.memory_budget)
+            report = bisect_call(fn if compiled is None else compiled.fn, args, params,
+                                 module_copy, grads, rng_state, rtol, atol, kw)
+            raise AssertionError(f"{e}\n\nkernel bisection:\n{report}") from None
     except AssertionError as e:
-        if not bisect or ran_eagerly or cf.backend == "interpret":
-            raise
-        restore_params()
-        report = bisect_call(cf.fn if compiled is None else compiled.fn, args, params,
-                             module_copy, grads, rng_state, rtol, atol,
-                             dict(compile_kw) if compiled is None else
-                             dict(backend=compiled.backend, memory_budget=compiled.memory_budget))
-        raise AssertionError(f"{e}\n\nkernel bisection:\n{report}") from None
+        e.aotgrad_compiled = cf   # the pytest plugin dumps its IR (--aotgrad-dump-on-failure)
+        raise
     return cf
 
 

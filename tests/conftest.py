@@ -1,18 +1,41 @@
-"""Shared test settings: a per-session compile cache dir and the `torch` oracle fixture."""
+"""Shared test settings: the suite's own AOTGRAD_* settings, a private per-run compile cache
+directory, the aotgrad pytest plugin, pytester, and the `torch` oracle fixture."""
+import atexit
 import os
+import shutil
 import tempfile
 
 import numpy as np
 import pytest
 
-os.environ.setdefault("AOTGRAD_CACHE_DIR", os.path.join(tempfile.gettempdir(),
-                                                        "aotgrad-test-cache"))
+# The suite sets its own values: a developer's AOTGRAD_* settings (a dump directory, another
+# BLAS, no helper processes, ...) would change what the tests test.
+for _name in [k for k in os.environ if k.startswith("AOTGRAD_")]:
+    del os.environ[_name]
+# a private compile cache per run (mode 0700, removed at exit): never a fixed path under /tmp
+# that another user could have made and filled first
+_CACHE = tempfile.mkdtemp(prefix="aotgrad-test-cache-")
+os.chmod(_CACHE, 0o700)
+atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
+os.environ["AOTGRAD_CACHE_DIR"] = _CACHE
 # kernels large enough for prange are compiled parallel whatever their size, so tests on
 # small arrays exercise numba's parallel backend (the default compiles medium ones serially)
-os.environ.setdefault("AOTGRAD_PARALLEL_MIN", "0")
+os.environ["AOTGRAD_PARALLEL_MIN"] = "0"
 # ... and up front, not first serially with a parallel variant compiled in the background
 # (tests/test_codegen_tiers.py turns that on)
-os.environ.setdefault("AOTGRAD_BACKGROUND_COMPILE", "0")
+os.environ["AOTGRAD_BACKGROUND_COMPILE"] = "0"
+
+
+def _plugin_autoloads():
+    """Is aotgrad's pytest plugin loaded through its entry point (an install that has it)?
+    Then listing it here too would register it twice."""
+    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
+        return False
+    from importlib.metadata import entry_points
+    return any(ep.value == "aotgrad.testing.plugin" for ep in entry_points(group="pytest11"))
+
+
+pytest_plugins = ["pytester"] + ([] if _plugin_autoloads() else ["aotgrad.testing.plugin"])
 
 
 @pytest.fixture
