@@ -49,3 +49,17 @@ def _seed():
     import aotgrad
     aotgrad.manual_seed(0)
     np.random.seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _global_modes_restored():
+    """A test that leaves grad mode, inference mode or anomaly mode changed fails (and the
+    modes are reset), so that no test depends on the one that ran before it."""
+    from aotgrad.runtime.grad_mode import state
+    names = ("grad_enabled", "inference", "anomaly", "anomaly_check_nan")
+    before = {n: getattr(state, n) for n in names}
+    yield
+    after = {n: getattr(state, n) for n in names}
+    for n, v in before.items():
+        setattr(state, n, v)
+    assert after == before, f"the test left global autograd modes changed: {after}"
