@@ -8,15 +8,33 @@ import tempfile
 import numpy as np
 import pytest
 
+
+def _private_dir(path):
+    """Is `path` a directory of this user that nobody else can write (numba's cached machine
+    code is loaded from it)?"""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return os.path.isdir(path) and st.st_uid == os.getuid() and not st.st_mode & 0o022
+
+
+# A kept cache between runs, opt-in: AOTGRAD_TEST_CACHE_DIR=dir (made 0700 when missing,
+# ignored unless private). Read before the AOTGRAD_* settings are cleared.
+_KEPT = os.environ.get("AOTGRAD_TEST_CACHE_DIR")
 # The suite sets its own values: a developer's AOTGRAD_* settings (a dump directory, another
 # BLAS, no helper processes, ...) would change what the tests test.
 for _name in [k for k in os.environ if k.startswith("AOTGRAD_")]:
     del os.environ[_name]
-# a private compile cache per run (mode 0700, removed at exit): never a fixed path under /tmp
-# that another user could have made and filled first
-_CACHE = tempfile.mkdtemp(prefix="aotgrad-test-cache-")
-os.chmod(_CACHE, 0o700)
-atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
+if _KEPT:
+    os.makedirs(_KEPT, mode=0o700, exist_ok=True)
+if _KEPT and _private_dir(_KEPT):
+    _CACHE = _KEPT
+else:
+    # a private compile cache per run (mode 0700, removed at exit): never a fixed path under
+    # /tmp that another user could have made and filled first
+    _CACHE = tempfile.mkdtemp(prefix="aotgrad-test-cache-")
+    atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 os.environ["AOTGRAD_CACHE_DIR"] = _CACHE
 # kernels large enough for prange are compiled parallel whatever their size, so tests on
 # small arrays exercise numba's parallel backend (the default compiles medium ones serially)

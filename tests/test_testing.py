@@ -229,3 +229,17 @@ def test_gradcheck_through_compile_catches_a_wrong_backward():
     with pytest.raises(GradcheckError):
         gradcheck(cf, (_randn(3),))
     assert cf.eager_calls == 0
+
+
+def test_a_non_leaf_argument_gets_a_leaf_of_its_own_in_each_run():
+    base = _randn(3)
+    x = base * 2                                  # a non-leaf: its copies have history too
+    cf = compare_with_eager(lambda a: a.add_(1).exp().sum(), x, backend="interpret")
+    assert cf.eager_calls == 0 and base.grad is None
+
+
+def test_the_suite_compiles_into_a_private_cache_directory():
+    import os
+    d = os.environ["AOTGRAD_CACHE_DIR"]
+    st = os.stat(d)
+    assert st.st_uid == os.getuid() and st.st_mode & 0o077 == 0
