@@ -122,7 +122,8 @@ def _fail(msg, path, text):
 def _compare(actual, expected, rtol, atol, equal_nan, check_dtype, msg, path):
     if isinstance(actual, Mapping) or isinstance(expected, Mapping):
         if not (isinstance(actual, Mapping) and isinstance(expected, Mapping)):
-            _fail(msg, path, f"a mapping against {type(expected if isinstance(actual, Mapping) else actual).__name__}")
+            other = expected if isinstance(actual, Mapping) else actual
+            _fail(msg, path, f"a mapping against a {type(other).__name__}")
         if set(actual) != set(expected):
             _fail(msg, path, f"keys differ: {sorted(map(repr, actual))} vs "
                              f"{sorted(map(repr, expected))}")
