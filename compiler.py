@@ -101,6 +101,26 @@ class Program:
             self._prepare(which)
         return self
 
+    def observe(self, callback):
+        """Call `callback(which, inputs, outputs)` after each run of the compiled graphs
+        ("forward", "backward", "inference"; arrays as the program got and made them).
+        For testing (aotgrad.testing's kernel bisection): install before the first call. The
+        program then takes the general call path, which runs every graph through its runner."""
+        self.build()
+        self._fast = False
+        for which, run in list(self._runners.items()):
+            def observed(*args, _run=run, _which=which):
+                outs = _run(*args)
+                callback(_which, args, outs)
+                return outs
+            self._runners[which] = observed
+        return self
+
+    def compiled_graph(self, which):
+        """The codegen CompiledGraph of graph `which` (None with the interpret backend)."""
+        self._prepare(which)
+        return self._kernels[which]
+
     def copied_outputs(self, which):
         """Tensor outputs of graph `which` copied after each run: they could share memory
         with an input (a graph input returned as is, or a view of one: `x.clone()` folded
@@ -528,6 +548,7 @@ class CompiledFunction:
         self.cache, self._warned, self.graph_breaks = {}, set(), []
         self._calls, self._specialised = {}, None  # key -> call_path.specialise(key, program); last hit
         self.n_traces = 0  # how many times the function was traced (recompiles included)
+        self.eager_calls = 0  # calls that ran the Python function eagerly (breaks, limits, hooks)
         self.name = getattr(fn, "__name__", type(fn).__name__)
         functools.update_wrapper(self, fn if callable(fn) and hasattr(fn, "__name__") else
                                  self.__call__, updated=())
@@ -609,6 +630,7 @@ class CompiledFunction:
             self._warn_once(f"aotgrad.compile({self.name}): called inside "
                             f"autograd.graph.saved_tensors_hooks, whose hooks must see the "
                             f"tensors saved for backward; running this call eagerly")
+            self.eager_calls += 1
             return self.fn(*args, **kwargs)
         call = self._specialised
         if call is not None and not kwargs:
@@ -617,6 +639,7 @@ class CompiledFunction:
                 return out
         prog, leaves = self._lookup(args, kwargs)
         if prog == "eager":
+            self.eager_calls += 1
             return self.fn(*args, **kwargs)
         return prog(leaves)
 
@@ -626,6 +649,17 @@ class CompiledFunction:
         if prog == "eager":
             raise GraphBreakError(f"aotgrad.compile({self.name}) does not capture a graph for "
                                   f"these inputs: {self.graph_breaks[-1]}")
+        return prog
+
+    def observe(self, callback, *args, **kwargs):
+        """The Program for these inputs (compiled, not run), with `callback(which, inputs,
+        outputs)` called after each run of its compiled graphs (Program.observe); the calls
+        made so far for it are dropped, so the next call goes through the observed runners."""
+        prog = self.ir(*args, **kwargs).observe(callback)
+        self._calls = {k: c for k, c in self._calls.items()
+                       if c is None or c.program is not prog}
+        if self._specialised is not None and self._specialised.program is prog:
+            self._specialised = None
         return prog
 
     def __getattr__(self, name):  # compile(module): the module's attributes stay reachable

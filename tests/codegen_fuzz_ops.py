@@ -152,7 +152,7 @@ def check(seed):
     for i, (a, b) in enumerate(zip(ref, got)):
         a = np.asarray(a)
         tol = (3e-3, 3e-4) if a.dtype == np.float32 else (1e-6, 1e-8)
-        msg = compare(a, np.asarray(b), *tol)
+        msg = compare(a, np.asarray(b), tol=tol)
         if msg:
             what = f"output {i}" if i < len(ref) - case.nin else f"grad {i - len(ref) + case.nin}"
             return f"{what}: {msg}", case

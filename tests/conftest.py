@@ -1,18 +1,59 @@
-"""Shared test settings: a per-session compile cache dir and the `torch` oracle fixture."""
+"""Shared test settings: the suite's own AOTGRAD_* settings, a private per-run compile cache
+directory, the aotgrad pytest plugin, pytester, and the `torch` oracle fixture."""
+import atexit
 import os
+import shutil
 import tempfile
 
 import numpy as np
 import pytest
 
-os.environ.setdefault("AOTGRAD_CACHE_DIR", os.path.join(tempfile.gettempdir(),
-                                                        "aotgrad-test-cache"))
+
+def _private_dir(path):
+    """Is `path` a directory of this user that nobody else can write (numba's cached machine
+    code is loaded from it)?"""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return os.path.isdir(path) and st.st_uid == os.getuid() and not st.st_mode & 0o022
+
+
+# A kept cache between runs, opt-in: AOTGRAD_TEST_CACHE_DIR=dir (made 0700 when missing,
+# ignored unless private). Read before the AOTGRAD_* settings are cleared.
+_KEPT = os.environ.get("AOTGRAD_TEST_CACHE_DIR")
+# The suite sets its own values: a developer's AOTGRAD_* settings (a dump directory, another
+# BLAS, no helper processes, ...) would change what the tests test.
+for _name in [k for k in os.environ if k.startswith("AOTGRAD_")]:
+    del os.environ[_name]
+if _KEPT:
+    os.makedirs(_KEPT, mode=0o700, exist_ok=True)
+if _KEPT and _private_dir(_KEPT):
+    _CACHE = _KEPT
+else:
+    # a private compile cache per run (mode 0700, removed at exit): never a fixed path under
+    # /tmp that another user could have made and filled first
+    _CACHE = tempfile.mkdtemp(prefix="aotgrad-test-cache-")
+    atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
+os.environ["AOTGRAD_CACHE_DIR"] = _CACHE
 # kernels large enough for prange are compiled parallel whatever their size, so tests on
 # small arrays exercise numba's parallel backend (the default compiles medium ones serially)
-os.environ.setdefault("AOTGRAD_PARALLEL_MIN", "0")
+os.environ["AOTGRAD_PARALLEL_MIN"] = "0"
 # ... and up front, not first serially with a parallel variant compiled in the background
 # (tests/test_codegen_tiers.py turns that on)
-os.environ.setdefault("AOTGRAD_BACKGROUND_COMPILE", "0")
+os.environ["AOTGRAD_BACKGROUND_COMPILE"] = "0"
+
+
+def _plugin_autoloads():
+    """Is aotgrad's pytest plugin loaded through its entry point (an install that has it)?
+    Then listing it here too would register it twice."""
+    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
+        return False
+    from importlib.metadata import entry_points
+    return any(ep.value == "aotgrad.testing.plugin" for ep in entry_points(group="pytest11"))
+
+
+pytest_plugins = ["pytester"] + ([] if _plugin_autoloads() else ["aotgrad.testing.plugin"])
 
 
 @pytest.fixture
@@ -26,3 +67,17 @@ def _seed():
     import aotgrad
     aotgrad.manual_seed(0)
     np.random.seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _global_modes_restored():
+    """A test that leaves grad mode, inference mode or anomaly mode changed fails (and the
+    modes are reset), so that no test depends on the one that ran before it."""
+    from aotgrad.runtime.grad_mode import state
+    names = ("grad_enabled", "inference", "anomaly", "anomaly_check_nan")
+    before = {n: getattr(state, n) for n in names}
+    yield
+    after = {n: getattr(state, n) for n in names}
+    for n, v in before.items():
+        setattr(state, n, v)
+    assert after == before, f"the test left global autograd modes changed: {after}"

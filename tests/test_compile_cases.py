@@ -542,13 +542,13 @@ def _reads_global(x):
     return x * _GLOBAL_W
 
 
-def test_a_replaced_parameter_or_rebound_global_is_read_not_the_old_tensor():
+def test_a_replaced_parameter_or_rebound_global_is_read_not_the_old_tensor(monkeypatch):
     # the program used to keep reading the tensor object it was traced with
-    global _GLOBAL_W
     cf = ag.compile(_reads_global, backend="interpret")
     x = ag.ones(3)
     np.testing.assert_array_equal(cf(x)._value, 1.)
-    _GLOBAL_W = ag.full((3,), 5.)
+    # rebound for this test only (restored afterwards: other tests may read it)
+    monkeypatch.setitem(_reads_global.__globals__, "_GLOBAL_W", ag.full((3,), 5.))
     with pytest.warns(UserWarning, match="another tensor took its place"):
         np.testing.assert_array_equal(cf(x)._value, 5.)
 

@@ -571,3 +571,65 @@ def test_closed_losses_without_nan_gradients():
     assert np.isfinite(loss.item())
     loss.backward()
     assert np.isfinite(logits.grad.numpy()).all()
+
+
+# ---- closed forms of the tie, NaN and pow edge cases above (they hold without torch) --------
+def test_closed_amax_amin_ties_split_the_gradient_evenly():
+    rows = [[1., 3., 3., 0.], [2., 2., 2., 2.], [-inf, -inf, 0., -0.]]
+    for dtype in (ag.float64, ag.float32):
+        v, (g,) = _grad(lambda t: t.amax(1), rows, dtype=dtype)
+        np.testing.assert_array_equal(v, [3., 2., 0.])
+        # the maximum's gradient is shared by the elements equal to it (0 and -0 are equal)
+        np.testing.assert_array_equal(g, [[0, .5, .5, 0], [.25] * 4, [0, 0, .5, .5]])
+        v, (g,) = _grad(lambda t: t.amin(1), rows, dtype=dtype)
+        np.testing.assert_array_equal(v, [0., 2., -inf])
+        np.testing.assert_array_equal(g, [[0, 0, 0, 1], [.25] * 4, [.5, .5, 0, 0]])
+    v, (g,) = _grad(lambda t: t.amax(), rows)          # over all elements: 3 appears twice
+    assert v == 3. and g.sum() == 1. and g[0, 1] == g[0, 2] == .5
+    v, (g,) = _grad(lambda t: t.amax(0, keepdim=True), [[1., 5.], [1., 2.]])
+    np.testing.assert_array_equal(v, [[1., 5.]])
+    np.testing.assert_array_equal(g, [[.5, 1.], [.5, 0.]])
+
+
+def test_closed_max_min_with_dim_take_the_first_tied_index():
+    rows = [[1., 3., 3., 0.], [2., 2., 2., 2.], [-1., nan, 5., 5.]]
+    x = ag.tensor(rows, dtype=ag.float64, requires_grad=True)
+    v, i = x.max(1)
+    np.testing.assert_array_equal(v.detach().numpy(), [3., 2., nan])   # NaN propagates
+    assert i.tolist() == [1, 0, 1] and x.argmax(1).tolist() == [1, 0, 1]
+    v.sum().backward()                                 # the gradient goes to that index only
+    np.testing.assert_array_equal(x.grad.numpy(), [[0, 1, 0, 0], [1, 0, 0, 0], [0, 1, 0, 0]])
+    x.grad = None
+    v, i = x.min(1)
+    np.testing.assert_array_equal(v.detach().numpy(), [0., 2., nan])
+    assert i.tolist() == [3, 0, 1] and x.argmin(1).tolist() == [3, 0, 1]
+    v.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [[0, 0, 0, 1], [1, 0, 0, 0], [0, 1, 0, 0]])
+
+
+def test_closed_max_min_over_all_elements():
+    v, (g,) = _grad(lambda t: t.max(), [[1., 5.], [5., -7.]])
+    assert v == 5. and g.tolist() == [[0., .5], [.5, 0.]]      # ties share, like amax
+    v, (g,) = _grad(lambda t: t.min(), [[1., 5.], [5., -7.]])
+    assert v == -7. and g.tolist() == [[0., 0.], [0., 1.]]
+    t = ag.tensor([[-1., 3.], [nan, -inf], [-inf, 3.]])
+    assert t.argmax().item() == 2 and t.argmin().item() == 2   # NaN wins both, first one
+    assert ag.tensor([[0., 7.], [7., -inf], [-inf, 1.]]).argmax().item() == 1
+    assert ag.tensor([[0., 7.], [7., -inf], [-inf, 1.]]).argmin().item() == 3
+
+
+def test_closed_pow_at_zero_one_and_nan():
+    # IEEE pow: x ** 0 == 1 for every x (NaN too), 1 ** y == 1 for every y (NaN too),
+    # 0 ** negative == +inf, -0.0 ** negative odd integer == -inf
+    x = [0., nan, 1., 1., 0., -0., 0.]
+    y = [0., 0., nan, inf, -1., -1., .5]
+    v, (gx, gy) = _grad(lambda a, b: a ** b, x, y)
+    np.testing.assert_array_equal(v, [1., 1., 1., 1., inf, -inf, 0.])
+    # d/dx = y x^(y-1), taken as 0 where y == 0; d/dy = x^y log(x), taken as 0 where x == 0
+    # and y >= 0 (the limits PyTorch uses, so that 0 ** 0 trains without NaN)
+    assert gx[0] == 0. and gy[0] == 0.
+    assert gx[1] == 0.                                 # y == 0: the constant 1
+    assert gx[6] == inf and gy[6] == 0.                # d/dx sqrt(x) at 0; 0 ** y for y > 0
+    assert (ag.tensor([0, 2, -3]) ** 0).tolist() == [1, 1, 1]
+    assert (ag.tensor([0]) ** ag.tensor([0])).tolist() == [1]
+    assert (ag.tensor(0.) ** 0).item() == 1. and (0. ** ag.tensor([0.])).tolist() == [1.]

@@ -7,7 +7,6 @@ import sys
 import numpy as np
 import pytest
 
-import aotgrad
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 
@@ -28,11 +27,8 @@ def _printed_float(out, label):
 
 
 def _check_compiled_half(res, out):
-    if not hasattr(aotgrad, "compile"):
-        assert "compiled: skipped" in out
-        return
-    if "compile_error" in res:
-        pytest.xfail(f"compiled run failed: {res['compile_error']}")
+    # a crash of the compiled path is a failure (the example reports it and carries on)
+    assert "compile_error" not in res, f"compiled run failed: {res['compile_error']}"
     assert res["compiled"]
     diff = _printed_float(out, "largest loss difference eager vs compiled:")
     assert diff == pytest.approx(res["max_loss_diff"], rel=1e-2, abs=1e-12)

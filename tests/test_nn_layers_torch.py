@@ -6,6 +6,7 @@ import pytest
 
 import aotgrad
 from aotgrad import nn
+from aotgrad.testing import assert_close
 import aotgrad.nn.functional as F
 
 ATOL = 2e-5
@@ -26,8 +27,7 @@ def _close(a, b, atol=ATOL, what=""):
         return
     a = a.detach().numpy() if hasattr(a, "detach") else np.asarray(a)
     b = b.detach().numpy() if hasattr(b, "detach") else np.asarray(b)
-    assert a.shape == b.shape, f"{what}: shape {a.shape} != {b.shape}"
-    np.testing.assert_allclose(a, b, atol=atol, rtol=1e-4, err_msg=what)
+    assert_close(a, b, rtol=1e-4, atol=atol, equal_nan=True, msg=f"{what}: ")
 
 
 def compare_module(torch, ours, theirs, *inputs, atol=ATOL, out_index=None, grad_inputs=True):

@@ -68,8 +68,13 @@ class K:
         return self.value
 
 
-def R(name, fn, *specs, grad=True, torch=True, tol=1e-6):
-    return pytest.param(fn, specs, dict(grad=grad, torch=torch, tol=tol), id=name)
+def R(name, fn, *specs, grad=True, torch=True, tol=1e-6, graph_break=None):
+    """graph_break: why compiling this row breaks the graph (runs eagerly), when it does."""
+    return pytest.param(fn, specs, dict(grad=grad, torch=torch, tol=tol,
+                                        graph_break=graph_break), id=name)
+
+
+_DATA_SHAPE = "its output shape depends on the values of a tensor"
 
 
 def F(M):
@@ -315,7 +320,8 @@ OPS = [
     R("topk", lambda M, x: x.topk(2), X(3, 4, dom="d")),
     R("topk_smallest", lambda M, x: M.topk(x, 2, dim=0, largest=False), X(3, 4, dom="d")),
     R("one_hot", lambda M, i: F(M).one_hot(i, 5), I((4,), 5), grad=False),
-    R("one_hot_infer", lambda M, i: F(M).one_hot(i), I((2, 3), 4), grad=False),
+    R("one_hot_infer", lambda M, i: F(M).one_hot(i), I((2, 3), 4), grad=False,
+      graph_break=_DATA_SHAPE + " (num_classes inferred from the largest index)"),
     # ---- indexing ----
     R("getitem_int", lambda M, x: x[1], X(3, 4)),
     R("getitem_neg_int", lambda M, x: x[-1, 2], X(3, 4)),
@@ -332,13 +338,14 @@ OPS = [
     R("getitem_neg_tensor", lambda M, x, i: x[i], X(4, 3), I((3,), 0, lo=-4)),
     R("getitem_list", lambda M, x: x[1:, [0, 2]], X(3, 4)),
     R("getitem_split_adv", lambda M, x, i: x[i, :, i], X(3, 2, 3), I((2,), 3)),
-    R("getitem_mask", lambda M, x, m: x[m], X(3, 4), B(3, 4)),
-    R("getitem_mask_rows", lambda M, x, m: x[m], X(4, 3), B(4)),
-    R("getitem_mask_cmp", lambda M, x: x[x > 0], X(3, 4)),
+    R("getitem_mask", lambda M, x, m: x[m], X(3, 4), B(3, 4), graph_break=_DATA_SHAPE),
+    R("getitem_mask_rows", lambda M, x, m: x[m], X(4, 3), B(4), graph_break=_DATA_SHAPE),
+    R("getitem_mask_cmp", lambda M, x: x[x > 0], X(3, 4), graph_break=_DATA_SHAPE),
     R("setitem_int", _setitem_int, X(3, 4), X(4)),
     R("setitem_slice", _setitem_slice, X(3, 4), X(3, 1)),
     R("setitem_scalar", _setitem_scalar, X(2, 4)),
-    R("setitem_mask", _setitem_mask, X(3, 4), B(3, 4)),
+    R("setitem_mask", _setitem_mask, X(3, 4), B(3, 4),
+      graph_break="boolean mask assignment (the mask's true count is data-dependent)"),
     R("setitem_index", _setitem_idx, X(5, 3), X(3, 3)),
     R("gather", lambda M, x, i: x.gather(1, i), X(3, 4), I((3, 2), 4)),
     R("gather_dim0", lambda M, x, i: M.gather(x, 0, i), X(3, 4), I((5, 4), 3)),

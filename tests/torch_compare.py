@@ -10,10 +10,12 @@ import numpy as np
 import aotgrad
 import aotgrad as ag
 from aotgrad import nn
+from aotgrad.testing import assert_close
 
 
 def _val(r):
-    """A comparable, library-free form of a result (tensors -> rounded lists)."""
+    """A comparable, library-free form of a result (tensors -> numpy arrays of their dtype;
+    compared by `_match`)."""
     if r is None or isinstance(r, (bool, int, float, str)):
         return r
     if isinstance(r, (tuple, list)):
@@ -21,8 +23,28 @@ def _val(r):
     if isinstance(r, dict):
         return {k: _val(v) for k, v in r.items()}
     if hasattr(r, "detach"):
-        return np.round(np.asarray(r.detach().numpy(), dtype=float), 5).tolist()
+        return np.array(r.detach().numpy(), copy=True)
     return repr(r)
+
+
+def _match(ours, ref, path="result"):
+    """Assert that two `_val` results agree: arrays by assert_close (dtype, shape, the
+    dtype's default tolerances, NaN == NaN), everything else by ==."""
+    if isinstance(ours, np.ndarray) or isinstance(ref, np.ndarray):
+        assert isinstance(ours, np.ndarray) and isinstance(ref, np.ndarray), \
+            f"{path}: {ours!r} vs {ref!r}"
+        assert_close(ours, ref, equal_nan=True, msg=f"{path}: ")
+    elif isinstance(ours, (list, tuple)) and isinstance(ref, (list, tuple)):
+        assert len(ours) == len(ref), f"{path}: {len(ours)} items vs {len(ref)}: {ours} vs {ref}"
+        for i, (a, b) in enumerate(zip(ours, ref)):
+            _match(a, b, f"{path}[{i}]")
+    elif isinstance(ours, dict) and isinstance(ref, dict):
+        assert ours.keys() == ref.keys(), f"{path}: keys {list(ours)} vs {list(ref)}"
+        for k in ref:
+            _match(ours[k], ref[k], f"{path}[{k!r}]")
+    else:
+        nan = isinstance(ours, float) and isinstance(ref, float) and ours != ours and ref != ref
+        assert nan or ours == ref, f"{path}: {ours!r} vs {ref!r}"
 
 
 def _outcome(fn, M):
@@ -40,7 +62,7 @@ def _same(fn, torch, exact_error=False):
     ours, ref = _outcome(fn, ag), _outcome(fn, torch)
     assert ours[0] == ref[0], (ours, ref)
     if ours[0] == "ok":
-        assert ours == ref
+        _match(ours[1], ref[1])
     else:
         assert ours[1] == ref[1], (ours, ref)
         if exact_error:  # ours may add detail after PyTorch's text, or name the op before it
@@ -64,9 +86,7 @@ def _close(a, b, what, atol=2e-5, rtol=1e-4):
     if a is None or b is None:
         assert a is None and b is None, f"{what}: {a} vs {b}"
         return
-    a, b = _np(a), _np(b)
-    assert a.shape == b.shape, f"{what}: shape {a.shape} != {b.shape}"
-    np.testing.assert_allclose(a, b, atol=atol, rtol=rtol, err_msg=what)
+    assert_close(_np(a), _np(b), rtol=rtol, atol=atol, equal_nan=True, msg=f"{what}: ")
 
 
 def _same_text(ours, theirs):
