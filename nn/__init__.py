@@ -25,6 +25,9 @@ from aotgrad.nn.loss import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, Huber
 from aotgrad.nn.module import Module
 from aotgrad.nn.normalization import BatchNorm1d, BatchNorm2d, LayerNorm, RMSNorm
 from aotgrad.nn.parameter import Parameter
+from aotgrad.nn.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
+from aotgrad.nn.transformer import (Transformer, TransformerDecoder, TransformerDecoderLayer,
+                                    TransformerEncoder, TransformerEncoderLayer)
 from aotgrad.nn.pooling import (AdaptiveAvgPool2d, AvgPool1d, AvgPool2d, MaxPool1d,
                                 MaxPool2d)
 from aotgrad.nn.sparse import Embedding
@@ -51,4 +54,7 @@ __all__ = [
     "MaxPool2d", "AvgPool1d", "AvgPool2d", "AdaptiveAvgPool2d", "MultiheadAttention", "MSELoss",
     "L1Loss", "SmoothL1Loss", "HuberLoss", "CrossEntropyLoss", "NLLLoss", "BCELoss",
     "BCEWithLogitsLoss", "KLDivLoss",
+    "RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell",
+    "Transformer", "TransformerEncoder", "TransformerDecoder", "TransformerEncoderLayer",
+    "TransformerDecoderLayer",
 ]
