@@ -35,18 +35,11 @@ from aotgrad.nn.pooling import (AdaptiveAvgPool2d, AdaptiveMaxPool1d, AdaptiveMa
 from aotgrad.nn.sparse import Embedding, EmbeddingBag
 from aotgrad.nn.upsampling import Upsample, UpsamplingBilinear2d, UpsamplingNearest2d
 
-# PyTorch's path to the global hook registrars: nn.modules.module.register_module_*_hook
-import sys as _sys
-import types as _types
-from aotgrad.nn import module as _module
-modules = _types.ModuleType(__name__ + ".modules", "torch.nn.modules' path: "
-                            "`nn.modules.module` is aotgrad.nn.module")
-modules.module = _module
-_sys.modules.setdefault(modules.__name__, modules)
-_sys.modules.setdefault(modules.__name__ + ".module", _module)
+# torch.nn.modules' layout (nn.modules.rnn.LSTM, nn.modules.module.Module, ...)
+from aotgrad.nn import modules  # noqa: E402
 
 __all__ = [
-    "functional", "init", "utils", "Module", "Parameter", "Sequential", "ModuleList",
+    "functional", "init", "utils", "modules", "Module", "Parameter", "Sequential", "ModuleList",
     "ModuleDict", "ParameterList", "ParameterDict", "Identity", "Linear", "Bilinear", "Flatten",
     "Unflatten",
     "ReLU", "ReLU6", "LeakyReLU", "ELU", "GELU", "SiLU", "Mish", "Softplus", "Hardtanh", "Tanh",

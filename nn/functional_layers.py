@@ -393,9 +393,9 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
                                       f"(got mode='{mode}'). Please open a feature request on "
                                       f"GitHub.")
         if tuple(per_sample_weights.shape) != tuple(input.shape):
-            raise ValueError(f"embedding_bag: If per_sample_weights ({list(per_sample_weights.shape)}) "
-                             f"is not None, then it must have the same shape as the input "
-                             f"({list(input.shape)})")
+            raise ValueError(f"embedding_bag: If per_sample_weights "
+                             f"({list(per_sample_weights.shape)}) is not None, then it must "
+                             f"have the same shape as the input ({list(input.shape)})")
     num = weight.shape[0]
     if padding_idx is not None:
         if not -num <= padding_idx < num:

@@ -20,8 +20,9 @@ from aotgrad.nn import functional as F
 from aotgrad.nn import init
 from aotgrad.nn.module import Module
 from aotgrad.nn.parameter import Parameter
+from aotgrad.nn.utils.rnn import PackedSequence, _pack, pad_packed_sequence
 from aotgrad.runtime import ops, shape_ops
-from aotgrad.runtime.factories import empty, zeros
+from aotgrad.runtime.factories import empty, tensor, zeros
 from aotgrad.runtime.tensor import Tensor
 
 # gates per mode, in PyTorch's order: LSTM (i, f, g, o), GRU (r, z, n)
@@ -155,7 +156,8 @@ class RNNBase(Module):
     def _check_input(self, input):
         name = type(self).__name__
         if not isinstance(input, Tensor):
-            raise TypeError(f"{name}: expected a Tensor input, got {type(input).__name__}")
+            raise TypeError(f"{name}: expected a Tensor or a PackedSequence input, got "
+                            f"{type(input).__name__}")
         if input.ndim not in (2, 3):
             raise ValueError(f"{name}: Expected input to be 2D or 3D, got {input.ndim}D "
                              f"tensor instead")
@@ -183,9 +185,11 @@ class RNNBase(Module):
                                f"same dtype, got {x.dtype.name} and {hx.dtype.name}")
         return hx
 
-    def _run_direction(self, xs, weights, state, reverse):
+    def _run_direction(self, xs, weights, state, reverse, valid=None):
         """One layer in one direction over time-major inputs xs (L, N, in); returns the
-        outputs (L, N, out) in time order and the final state."""
+        outputs (L, N, out) in time order and the final state. `valid[t]` (packed input):
+        an (N, 1) mask of the sequences still running at step t; the others keep their
+        state, so each sequence ends (forwards) or starts (backwards) at its own length."""
         w_ih, w_hh = weights["weight_ih"], weights["weight_hh"]
         b_ih, b_hh = weights.get("bias_ih"), weights.get("bias_hh")
         w_hh_t = shape_ops.transpose(w_hh, 0, 1)
@@ -205,8 +209,11 @@ class RNNBase(Module):
         if self.mode == "LSTM":
             h, c = state
             for t in order:
-                h, c = _lstm_step(shape_ops.narrow(xp, 0, t * batch, batch), h, c, w_hh_t,
-                                  step_bias, w_hr_t)
+                hn, cn = _lstm_step(shape_ops.narrow(xp, 0, t * batch, batch), h, c, w_hh_t,
+                                    step_bias, w_hr_t)
+                if valid is not None:
+                    hn, cn = ops.where(valid[t], hn, h), ops.where(valid[t], cn, c)
+                h, c = hn, cn
                 outs[t] = h
             final = (h, c)
         else:
@@ -214,9 +221,10 @@ class RNNBase(Module):
             for t in order:
                 xt = shape_ops.narrow(xp, 0, t * batch, batch)
                 if self.mode == "GRU":
-                    h = _gru_step(xt, h, w_hh_t, step_bias)
+                    hn = _gru_step(xt, h, w_hh_t, step_bias)
                 else:
-                    h = _rnn_step(xt, h, w_hh_t, step_bias, self.mode == "RNN_RELU")
+                    hn = _rnn_step(xt, h, w_hh_t, step_bias, self.mode == "RNN_RELU")
+                h = hn if valid is None else ops.where(valid[t], hn, h)
                 outs[t] = h
             final = h
         out = shape_ops.cat(outs, 0) if length > 1 else outs[0]
@@ -225,8 +233,10 @@ class RNNBase(Module):
     def _layer_weights(self, index):
         return {name.split("_l")[0]: getattr(self, name) for name in self._all_weights[index]}
 
-    def _forward_layers(self, x, h0, c0):
+    def _forward_layers(self, x, h0, c0, lengths=None):
         dirs = self._num_directions()
+        valid = None if lengths is None else \
+            [tensor((lengths > t).reshape(-1, 1)) for t in range(x.shape[0])]
         hs, cs = [], []
         for layer in range(self.num_layers):
             outs = []
@@ -237,7 +247,8 @@ class RNNBase(Module):
                 if x.shape[0] == 0:
                     raise RuntimeError(f"{type(self).__name__}: expected a sequence of at least "
                                        f"one step, got input of shape {list(x.shape)}")
-                out, final = self._run_direction(x, self._layer_weights(k), state, d == 1)
+                out, final = self._run_direction(x, self._layer_weights(k), state, d == 1,
+                                                  valid)
                 outs.append(out)
                 if c0 is not None:
                     hs.append(final[0])
@@ -250,6 +261,10 @@ class RNNBase(Module):
         return x, shape_ops.stack(hs, 0), (shape_ops.stack(cs, 0) if c0 is not None else None)
 
     def _prepare(self, input):
+        if isinstance(input, PackedSequence):
+            padded, lengths = pad_packed_sequence(input)
+            self._check_input(padded)
+            return padded, True, lengths.numpy()
         self._check_input(input)
         batched = input.ndim == 3
         if not batched:
@@ -258,21 +273,22 @@ class RNNBase(Module):
             x = shape_ops.transpose(input, 0, 1)
         else:
             x = input
-        return x, batched
+        return x, batched, None
 
-    def _finish(self, out, batched):
+    def _finish(self, out, batched, input, lengths):
+        if isinstance(input, PackedSequence):  # packed again as the input was
+            return _pack(out, lengths, None if input.sorted_indices is None
+                         else input.sorted_indices.numpy())
         if not batched:
             return shape_ops.squeeze(out, 1)
         return shape_ops.transpose(out, 0, 1) if self.batch_first else out
 
     def forward(self, input, hx=None):
-        if not isinstance(input, Tensor):
-            raise NotImplementedError(f"{type(self).__name__}: packed sequences are not "
-                                      f"supported; pass a padded tensor")
-        x, batched = self._prepare(input)
+        x, batched, lengths = self._prepare(input)
         h0 = self._initial_state(hx, self.hidden_size, x.shape[1], batched, x)
-        out, hn, _ = self._forward_layers(x, h0, None)
-        return self._finish(out, batched), (hn if batched else shape_ops.squeeze(hn, 1))
+        out, hn, _ = self._forward_layers(x, h0, None, lengths)
+        hn = hn if batched else shape_ops.squeeze(hn, 1)
+        return self._finish(out, batched, input, lengths), hn
 
     def extra_repr(self):
         s = f"{self.input_size}, {self.hidden_size}"
@@ -330,10 +346,7 @@ class LSTM(RNNBase):
         super().__init__("LSTM", *args, **kwargs)
 
     def forward(self, input, hx=None):
-        if not isinstance(input, Tensor):
-            raise NotImplementedError("LSTM: packed sequences are not supported; pass a "
-                                      "padded tensor")
-        x, batched = self._prepare(input)
+        x, batched, lengths = self._prepare(input)
         real_hidden = self.proj_size if self.proj_size > 0 else self.hidden_size
         if hx is None:
             h0 = self._initial_state(None, real_hidden, x.shape[1], batched, x)
@@ -343,10 +356,10 @@ class LSTM(RNNBase):
                 raise RuntimeError("LSTM: hx must be a tuple (h_0, c_0)")
             h0 = self._initial_state(hx[0], real_hidden, x.shape[1], batched, x, "hx[0]")
             c0 = self._initial_state(hx[1], self.hidden_size, x.shape[1], batched, x, "hx[1]")
-        out, hn, cn = self._forward_layers(x, h0, c0)
+        out, hn, cn = self._forward_layers(x, h0, c0, lengths)
         if not batched:
             hn, cn = shape_ops.squeeze(hn, 1), shape_ops.squeeze(cn, 1)
-        return self._finish(out, batched), (hn, cn)
+        return self._finish(out, batched, input, lengths), (hn, cn)
 
 
 class GRU(RNNBase):
