@@ -331,10 +331,6 @@ class RNN(RNNBase):
                              f"or 'relu'.")
         super().__init__(mode, *args, **kwargs)
 
-    def extra_repr(self):
-        s = super().extra_repr()
-        return s if self.nonlinearity == "tanh" else s + f", nonlinearity={self.nonlinearity}"
-
 
 class LSTM(RNNBase):
     """Long short-term memory, gates (i, f, g, o) in that order in each weight's rows.
