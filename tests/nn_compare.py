@@ -42,22 +42,23 @@ def flatten(out):
 
 
 def compare(torch, ours, theirs, inputs, dtype="float32", call=None, seed=1, load=True,
-            params=True):
+            params=True, grad_inputs=None):
     """Same weights and inputs -> same outputs, input gradients and parameter gradients.
 
     `inputs`: numpy arrays (float ones become leaves that require grad) or other objects
-    passed as they are; `call(module, inputs)` runs the module (default module(*inputs))."""
+    passed as they are; `grad_inputs`: the indices of the float inputs that require grad
+    (default all); `call(module, inputs)` runs the module (default module(*inputs))."""
     theirs = theirs.to(getattr(torch, dtype))
     ours = ours.to(getattr(aotgrad, dtype))
     if load:
         load_from_torch(ours, theirs)
     call = call or (lambda m, xs: m(*xs))
     xs_o, xs_t = [], []
-    for a in inputs:
+    for i, a in enumerate(inputs):
         if isinstance(a, np.ndarray):
             if a.dtype.kind == "f":
                 a = a.astype(dtype)
-            rg = a.dtype.kind == "f"
+            rg = a.dtype.kind == "f" and (grad_inputs is None or i in grad_inputs)
             xs_o.append(aotgrad.tensor(a, requires_grad=rg))
             xs_t.append(torch.tensor(a, requires_grad=rg))
         else:
