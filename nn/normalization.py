@@ -152,7 +152,7 @@ class GroupNorm(Module):
     """Normalise (N, C, *) over groups of C/num_groups channels; weight ones, bias zeros."""
 
     def __init__(self, num_groups, num_channels, eps=1e-5, affine=True, device=None,
-                 dtype=None):
+                 dtype=None, *, bias=True):
         super().__init__()
         if num_channels % num_groups:
             raise ValueError("num_channels must be divisible by num_groups")
@@ -160,7 +160,10 @@ class GroupNorm(Module):
         self.eps, self.affine = eps, affine
         if affine:
             self.weight = Parameter(ones(num_channels, dtype=_dtype(dtype)))
-            self.bias = Parameter(zeros(num_channels, dtype=_dtype(dtype)))
+            if bias:
+                self.bias = Parameter(zeros(num_channels, dtype=_dtype(dtype)))
+            else:
+                self.register_parameter("bias", None)
         else:
             self.register_parameter("weight", None)
             self.register_parameter("bias", None)
@@ -168,7 +171,8 @@ class GroupNorm(Module):
     def reset_parameters(self):
         if self.affine:
             init.ones_(self.weight)
-            init.zeros_(self.bias)
+            if self.bias is not None:
+                init.zeros_(self.bias)
 
     def forward(self, input):
         return F.group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
