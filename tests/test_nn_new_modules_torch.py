@@ -315,3 +315,39 @@ def test_compiled_matches_eager_interpret():
     gc = [p.grad.numpy() for p in model.parameters()] + [x.grad.numpy()]
     for a, b in zip(gc, ge):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_parametrize_register_and_remove(torch):
+    class Symmetric(nn.Module):
+        def forward(self, x):
+            return x.triu() + x.triu(1).mT
+
+    m = nn.Linear(3, 3)
+    nn.utils.parametrize.register_parametrization(m, "weight", Symmetric())
+    assert nn.utils.parametrize.is_parametrized(m, "weight")
+    assert type(m).__name__ == "ParametrizedLinear"
+    w = m.weight.detach().numpy()
+    np.testing.assert_array_equal(w, w.T)
+    assert sorted(m.state_dict()) == ["bias", "parametrizations.weight.original"]
+    y = m(aotgrad.ones(2, 3)).sum()
+    y.backward()
+    g = m.parametrizations.weight.original.grad.numpy()
+    assert np.allclose(np.tril(g, -1), 0)  # the lower triangle never reaches the output
+    nn.utils.parametrize.remove_parametrizations(m, "weight")
+    assert type(m) is nn.Linear and sorted(m.state_dict()) == ["bias", "weight"]
+    np.testing.assert_array_equal(m.weight.detach().numpy(), w)
+
+
+def test_module_layout_matches_torch(torch):
+    """Every class aotgrad.nn exports that PyTorch defines in torch.nn.modules.<sub> is
+    importable from aotgrad.nn.modules.<sub>."""
+    import importlib
+    import inspect
+    for name in nn.__all__:
+        theirs = getattr(torch.nn, name, None)
+        if not inspect.isclass(theirs) or not theirs.__module__.startswith("torch.nn.modules."):
+            continue
+        sub = importlib.import_module("aotgrad.nn.modules." + theirs.__module__.split(".")[3])
+        assert getattr(sub, name, None) is getattr(nn, name), (name, sub.__name__)
+    from aotgrad.nn.modules.module import Module, register_module_full_backward_hook  # noqa
+    assert nn.modules.rnn.LSTM is nn.LSTM and nn.modules.Module is nn.Module

@@ -239,10 +239,12 @@ def test_compiled_matches_eager_interpret(kind):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
 
 
-def test_compiled_cell_loop_numba():
-    """The sine-wave predictor's pattern: an LSTMCell stepped in a Python loop, compiled."""
+@pytest.mark.parametrize("steps", [1, pytest.param(3, marks=pytest.mark.slow)])
+def test_compiled_cell_loop_numba(steps):
+    """The sine-wave predictor's pattern: an LSTMCell stepped in a Python loop, compiled
+    (each unrolled step adds Numba kernels: the default run keeps one)."""
     cell, lin = nn.LSTMCell(1, 3), nn.Linear(3, 1)
-    x = aotgrad.tensor(rng(0).standard_normal((2, 3)).astype(np.float32))
+    x = aotgrad.tensor(rng(0).standard_normal((2, steps)).astype(np.float32))
 
     def step(x):
         h = c = aotgrad.zeros(2, 3)
