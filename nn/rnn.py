@@ -71,6 +71,20 @@ def _dtype(dtype):
     return dt.float32 if dtype is None else dt.as_dtype(dtype)
 
 
+def _time_steps(xp, length, batch):
+    """The (N, gates) rows of each step of time-major xp (L * N, gates), in two levels of
+    slices: the gradient of a slice is padded to the size of what it was cut from, so
+    cutting L steps straight from xp would cost L full-size buffers in backward; blocks of
+    about sqrt(L) steps cut that to about 2 sqrt(L)."""
+    block = max(1, math.isqrt(length))
+    steps = []
+    for start in range(0, length, block):
+        n = min(block, length - start)
+        part = shape_ops.narrow(xp, 0, start * batch, n * batch) if n < length else xp
+        steps.extend(shape_ops.narrow(part, 0, t * batch, batch) for t in range(n))
+    return steps
+
+
 # ---- multi-layer recurrent networks --------------------------------------------------------
 class RNNBase(Module):
     """The shared machinery of RNN, LSTM and GRU: parameters weight_ih_l{k}[_reverse],
@@ -203,14 +217,13 @@ class RNNBase(Module):
         w_hr_t = None if w_hr is None else shape_ops.transpose(w_hr, 0, 1)
         # time-major rows (L * N, gates): step t is one row slice, no reshape per step
         length, batch = xs.shape[0], xs.shape[1]
-        xp = xp.reshape(length * batch, xp.shape[-1])
+        steps = _time_steps(xp.reshape(length * batch, xp.shape[-1]), length, batch)
         order = range(length - 1, -1, -1) if reverse else range(length)
         outs = [None] * length
         if self.mode == "LSTM":
             h, c = state
             for t in order:
-                hn, cn = _lstm_step(shape_ops.narrow(xp, 0, t * batch, batch), h, c, w_hh_t,
-                                    step_bias, w_hr_t)
+                hn, cn = _lstm_step(steps[t], h, c, w_hh_t, step_bias, w_hr_t)
                 if valid is not None:
                     hn, cn = ops.where(valid[t], hn, h), ops.where(valid[t], cn, c)
                 h, c = hn, cn
@@ -219,7 +232,7 @@ class RNNBase(Module):
         else:
             h = state
             for t in order:
-                xt = shape_ops.narrow(xp, 0, t * batch, batch)
+                xt = steps[t]
                 if self.mode == "GRU":
                     hn = _gru_step(xt, h, w_hh_t, step_bias)
                 else:
