@@ -351,3 +351,34 @@ def test_module_layout_matches_torch(torch):
         assert getattr(sub, name, None) is getattr(nn, name), (name, sub.__name__)
     from aotgrad.nn.modules.module import Module, register_module_full_backward_hook  # noqa
     assert nn.modules.rnn.LSTM is nn.LSTM and nn.modules.Module is nn.Module
+
+
+@pytest.mark.parametrize("name", ["interpolate", "group_norm", "instance_norm", "embedding_bag",
+                                  "dropout1d", "dropout2d", "upsample"])
+def test_functional_signatures_match_torch(torch, name):
+    """(PyTorch's convolutions and pixel_shuffle are builtins without a signature.)"""
+    import inspect
+
+    def params(fn):
+        return [(p.name, p.default, p.kind) for p in inspect.signature(fn).parameters.values()]
+
+    assert params(getattr(F, name)) == params(getattr(torch.nn.functional, name))
+
+
+def test_utils_signatures_match_torch(torch):
+    import inspect
+    for mod, names in [("rnn", ["pad_sequence", "pack_padded_sequence", "pad_packed_sequence",
+                                "pack_sequence", "unpad_sequence", "unpack_sequence"]),
+                       ("parametrize", ["register_parametrization", "remove_parametrizations",
+                                        "is_parametrized"]),
+                       ("parametrizations", ["weight_norm"])]:
+        for name in names:
+            ours = inspect.signature(getattr(getattr(nn.utils, mod), name)).parameters
+            theirs = inspect.signature(getattr(getattr(torch.nn.utils, mod), name)).parameters
+            assert [(p.name, p.default, p.kind) for p in ours.values()] == \
+                [(p.name, p.default, p.kind) for p in theirs.values()], (mod, name)
+    for name in ["weight_norm", "remove_weight_norm", "parameters_to_vector",
+                 "vector_to_parameters"]:
+        ours = inspect.signature(getattr(nn.utils, name)).parameters
+        theirs = inspect.signature(getattr(torch.nn.utils, name)).parameters
+        assert list(ours) == list(theirs), name
