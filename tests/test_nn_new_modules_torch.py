@@ -382,3 +382,12 @@ def test_utils_signatures_match_torch(torch):
         ours = inspect.signature(getattr(nn.utils, name)).parameters
         theirs = inspect.signature(getattr(torch.nn.utils, name)).parameters
         assert list(ours) == list(theirs), name
+
+
+def test_modules_utils_helpers(torch):
+    from aotgrad.nn.modules.utils import _pair, _quadruple, _single, _triple
+    from torch.nn.modules import utils as tu
+    for ours, theirs in [(_single, tu._single), (_pair, tu._pair), (_triple, tu._triple),
+                         (_quadruple, tu._quadruple)]:
+        for v in (3, (1, 2), [4, 5, 6]):
+            assert ours(v) == theirs(v)
