@@ -54,6 +54,7 @@ def test_rnn_initial_state_and_unbatched(torch, dtype, kind, extra):
     compare(torch, ours, theirs, [x[:, 0]], dtype)  # unbatched, zero initial state
 
 
+@pytest.mark.filterwarnings("ignore:LSTM with projections")
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_lstm_proj_size(torch, dtype):
     ours, theirs = _pair(torch, "LSTM", 3, 6, num_layers=2, proj_size=2, bidirectional=True,
@@ -271,3 +272,47 @@ def test_lstm_state_dict_round_trip():
     b.load_state_dict(a.state_dict())
     x = aotgrad.randn(4, 2, 3)
     np.testing.assert_array_equal(a(x)[0].detach().numpy(), b(x)[0].detach().numpy())
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_word_language_model_training_matches_torch(torch, kind):
+    """The word-level LM's loop, small: embedding -> 2-layer recurrent net -> decoder,
+    truncated BPTT with the hidden state detached between batches, gradient clipping, SGD.
+    Same initial weights and data -> the same losses as PyTorch, step after step."""
+    def build(lib):
+        class RNNModel(lib.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.encoder = lib.nn.Embedding(12, 6)
+                self.rnn = getattr(lib.nn, kind)(6, 8, 2)
+                self.decoder = lib.nn.Linear(8, 12)
+
+            def forward(self, x, hidden):
+                out, hidden = self.rnn(self.encoder(x), hidden)
+                return self.decoder(out).reshape(-1, 12), hidden
+        return RNNModel().double()
+
+    ours, theirs = build(aotgrad), build(torch)
+    load_from_torch(ours, theirs)
+    data = rng(0).integers(0, 12, (4 * 5 + 1, 3))
+
+    def run(lib, model):
+        zeros = lib.zeros(2, 3, 8, dtype=lib.float64)
+        hidden = (zeros, zeros) if kind == "LSTM" else zeros
+        losses = []
+        for i in range(0, 20, 5):
+            x = lib.tensor(data[i:i + 5])
+            y = lib.tensor(data[i + 1:i + 6].reshape(-1))
+            hidden = tuple(h.detach() for h in hidden) if kind == "LSTM" else hidden.detach()
+            model.zero_grad()
+            out, hidden = model(x, hidden)
+            loss = lib.nn.functional.cross_entropy(out, y)
+            loss.backward()
+            lib.nn.utils.clip_grad_norm_(model.parameters(), 0.25)
+            with lib.no_grad():
+                for p in model.parameters():
+                    p.add_(p.grad, alpha=-1.0)
+            losses.append(loss.item())
+        return losses
+
+    np.testing.assert_allclose(run(aotgrad, ours), run(torch, theirs), rtol=1e-10)
