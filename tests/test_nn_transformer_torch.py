@@ -179,3 +179,25 @@ def test_compiled_matches_eager_interpret():
     gc = [p.grad.numpy() for p in layer.parameters()] + [x.grad.numpy()]
     for a, b in zip(gc, ge):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_transformer_subclass_matches_torch(torch):
+    """The subclass pattern in both libraries, same weights: same log-probabilities and
+    gradients (training mode, dropout 0)."""
+    def build(lib):
+        class LM(lib.nn.Transformer):
+            def __init__(self):
+                super().__init__(d_model=8, nhead=2, dim_feedforward=16, num_encoder_layers=2,
+                                 dropout=0.0)
+                self.input_emb = lib.nn.Embedding(11, 8)
+                self.decoder = lib.nn.Linear(8, 11)
+
+            def forward(self, src):
+                mask = lib.log(lib.tril(lib.ones(src.shape[0], src.shape[0],
+                                                 dtype=lib.float64)))
+                x = self.encoder(self.input_emb(src), mask=mask)
+                return lib.nn.functional.log_softmax(self.decoder(x), dim=-1)
+        return LM()
+
+    src = rng(0).integers(0, 11, (6, 3))
+    compare(torch, build(aotgrad), build(torch), [src], "float64")
