@@ -15,10 +15,6 @@ from nn_compare import compare, rng
 DTYPES = ["float32", "float64"]
 
 
-def _tn(torch):
-    return torch.nn
-
-
 # ---- normalisation -------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("affine", [True, False])
@@ -294,7 +290,8 @@ def test_shapes_and_finite_differences():
     assert tuple(nn.PixelShuffle(2)(aotgrad.ones(8, 2, 2)).shape) == (2, 4, 4)
 
 
-def test_compiled_matches_eager_interpret():
+@pytest.mark.parametrize("backend", ["interpret", "numba"])
+def test_compiled_matches_eager(backend):
     x = aotgrad.tensor(rng(0).standard_normal((2, 4, 5, 5)).astype(np.float32),
                        requires_grad=True)
     model = nn.Sequential(nn.ConvTranspose2d(4, 4, 3, stride=2, padding=1), nn.GroupNorm(2, 4),
@@ -310,7 +307,7 @@ def test_compiled_matches_eager_interpret():
     ge = [p.grad.numpy().copy() for p in model.parameters()] + [x.grad.numpy().copy()]
     model.zero_grad()
     x.grad = None
-    compiled = aotgrad.compile(step, backend="interpret")
+    compiled = aotgrad.compile(step, backend=backend)
     assert compiled(x).item() == pytest.approx(eager, rel=1e-5)
     gc = [p.grad.numpy() for p in model.parameters()] + [x.grad.numpy()]
     for a, b in zip(gc, ge):
