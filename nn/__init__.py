@@ -17,30 +17,29 @@ from aotgrad.nn.activation import (CELU, ELU, GELU, GLU, SELU, Hardshrink, Hards
 from aotgrad.nn.attention import MultiheadAttention
 from aotgrad.nn.container import (ModuleDict, ModuleList, ParameterDict, ParameterList,
                                   Sequential)
-from aotgrad.nn.conv import Conv1d, Conv2d
-from aotgrad.nn.dropout import Dropout
+from aotgrad.nn.conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d
+from aotgrad.nn.dropout import Dropout, Dropout1d, Dropout2d
+from aotgrad.nn.instancenorm import InstanceNorm1d, InstanceNorm2d
 from aotgrad.nn.linear import Bilinear, Flatten, Identity, Linear, Unflatten
 from aotgrad.nn.loss import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, KLDivLoss,
                              L1Loss, MSELoss, NLLLoss, SmoothL1Loss)
 from aotgrad.nn.module import Module
-from aotgrad.nn.normalization import BatchNorm1d, BatchNorm2d, LayerNorm, RMSNorm
+from aotgrad.nn.normalization import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm, RMSNorm
 from aotgrad.nn.parameter import Parameter
-from aotgrad.nn.pooling import (AdaptiveAvgPool2d, AvgPool1d, AvgPool2d, MaxPool1d,
-                                MaxPool2d)
-from aotgrad.nn.sparse import Embedding
+from aotgrad.nn.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
+from aotgrad.nn.transformer import (Transformer, TransformerDecoder, TransformerDecoderLayer,
+                                    TransformerEncoder, TransformerEncoderLayer)
+from aotgrad.nn.pixelshuffle import PixelShuffle, PixelUnshuffle
+from aotgrad.nn.pooling import (AdaptiveAvgPool2d, AdaptiveMaxPool1d, AdaptiveMaxPool2d,
+                                AvgPool1d, AvgPool2d, MaxPool1d, MaxPool2d)
+from aotgrad.nn.sparse import Embedding, EmbeddingBag
+from aotgrad.nn.upsampling import Upsample, UpsamplingBilinear2d, UpsamplingNearest2d
 
-# PyTorch's path to the global hook registrars: nn.modules.module.register_module_*_hook
-import sys as _sys
-import types as _types
-from aotgrad.nn import module as _module
-modules = _types.ModuleType(__name__ + ".modules", "torch.nn.modules' path: "
-                            "`nn.modules.module` is aotgrad.nn.module")
-modules.module = _module
-_sys.modules.setdefault(modules.__name__, modules)
-_sys.modules.setdefault(modules.__name__ + ".module", _module)
+# torch.nn.modules' layout (nn.modules.rnn.LSTM, nn.modules.module.Module, ...)
+from aotgrad.nn import modules  # noqa: E402
 
 __all__ = [
-    "functional", "init", "utils", "Module", "Parameter", "Sequential", "ModuleList",
+    "functional", "init", "utils", "modules", "Module", "Parameter", "Sequential", "ModuleList",
     "ModuleDict", "ParameterList", "ParameterDict", "Identity", "Linear", "Bilinear", "Flatten",
     "Unflatten",
     "ReLU", "ReLU6", "LeakyReLU", "ELU", "GELU", "SiLU", "Mish", "Softplus", "Hardtanh", "Tanh",
@@ -51,4 +50,10 @@ __all__ = [
     "MaxPool2d", "AvgPool1d", "AvgPool2d", "AdaptiveAvgPool2d", "MultiheadAttention", "MSELoss",
     "L1Loss", "SmoothL1Loss", "HuberLoss", "CrossEntropyLoss", "NLLLoss", "BCELoss",
     "BCEWithLogitsLoss", "KLDivLoss",
+    "RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell",
+    "Transformer", "TransformerEncoder", "TransformerDecoder", "TransformerEncoderLayer",
+    "TransformerDecoderLayer", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "Conv3d",
+    "ConvTranspose1d", "ConvTranspose2d", "Upsample", "UpsamplingNearest2d",
+    "UpsamplingBilinear2d", "Dropout1d", "Dropout2d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d",
+    "PixelShuffle", "PixelUnshuffle", "EmbeddingBag",
 ]

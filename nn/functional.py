@@ -672,3 +672,10 @@ def _apply_mask(scores, mask):
 from aotgrad.nn.functional_conv import *  # noqa: E402,F401,F403
 from aotgrad.nn.functional_conv import _pair, _patches  # noqa: E402,F401
 from aotgrad.nn.functional_loss import *  # noqa: E402,F401,F403
+from aotgrad.nn.functional_conv_transpose import (conv3d, conv_transpose1d,  # noqa: E402,F401
+                                                  conv_transpose2d)
+from aotgrad.nn.functional_layers import (adaptive_max_pool1d,  # noqa: E402,F401
+                                          adaptive_max_pool2d, dropout1d, dropout2d,
+                                          embedding_bag, group_norm, instance_norm, interpolate,
+                                          pixel_shuffle, pixel_unshuffle, upsample,
+                                          upsample_bilinear, upsample_nearest)

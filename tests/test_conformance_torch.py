@@ -26,7 +26,10 @@ _SIG_EXEMPT = {"Parameter"}   # torch's is (*args, **kwargs)
 
 
 def _params(fn):
-    return [(p.name, p.default, p.kind) for p in inspect.signature(fn).parameters.values()]
+    """(name, default, kind) of each parameter; a function default (Transformer's
+    activation=F.relu) compares by its name, as each library has its own F.relu."""
+    return [(p.name, p.default.__name__ if inspect.isfunction(p.default) else p.default,
+             p.kind) for p in inspect.signature(fn).parameters.values()]
 
 
 @pytest.mark.parametrize("name", sorted(set(nn.__all__) - {"functional", "init", "utils"}))

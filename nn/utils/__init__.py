@@ -58,3 +58,8 @@ def vector_to_parameters(vec, parameters):
             n = p.numel()
             p.copy_(vec[off:off + n].reshape(tuple(p.shape)))
             off += n
+
+
+# the submodules PyTorch has under nn.utils (imported last: they import nn's layers)
+from aotgrad.nn.utils import parametrizations, parametrize, rnn  # noqa: E402,F401
+from aotgrad.nn.utils.weight_norm import remove_weight_norm, weight_norm  # noqa: E402,F401
