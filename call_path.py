@@ -22,6 +22,7 @@ from aotgrad.runtime.executor import CompiledBackward
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.tracer.pytree import unflatten
+from aotgrad.tracer.reads import same_value
 
 
 def make_call(prog):
@@ -212,6 +213,8 @@ def specialise(key, prog):
     makes the output and its _CallBackward inline. MISS sends the call to the full lookup,
     which decides (and warns, recompiles) as before."""
     grad_enabled, n, specs = key[0], key[1], key[2:]
+    if specs and specs[-1][0] == "A":  # arguments that alias: the full lookup each call
+        return None
     if type(grad_enabled) is not bool or any(type(rg) is not bool for *_, rg in specs):
         return None
     g = {"Tensor": Tensor, "ndarray": np.ndarray, "_mode": _mode, "prog": prog,
@@ -229,8 +232,15 @@ def specialise(key, prog):
                   f"    if type(v{i}) is not ndarray or v{i}.shape != {tuple(shape)!r} or "
                   f"v{i}.dtype is not d{i} or not v{i}.flags.carray:",
                   "        return MISS"]
-    if prog.trace.grad_guards or prog.trace.lifted_guards:
+    if prog.trace.grad_guards or prog.trace.lifted_guards or prog.trace.identity_guards:
         lines += ["    if not lifted_ok(prog):", "        return MISS"]
+    if prog.trace.mutations and n:
+        # the program writes in place: arguments that share memory with one another or with
+        # a lifted tensor need their own trace (or eager), which the full lookup decides
+        g["aliases_lifted"] = aliases_lifted
+        lines += [f"    if len({{{', '.join(f'id(a{i}._version_counter)' for i in range(n))}, }})"
+                  f" != {n} or aliases_lifted(prog, args) is not None:",
+                  "        return MISS"]
     if prog._fast is None:
         prog._fast = make_call(prog)
     inline = prog._inline if prog._fast is not False and grad_enabled else None
@@ -277,13 +287,46 @@ def lifted_ok(prog):
         if t._value.shape != v.shape or t.dtype is not v.dtype or \
                 t.requires_grad != requires_grad:
             return False
-    for where, key, t in tr.identity_guards:  # still the same object at the same place
-        if key is None:
-            try:
-                if where.cell_contents is not t:
-                    return False
-            except ValueError:
-                return False
-        elif where.get(key) is not t:
+    for where, key, expected, is_value, _ in tr.identity_guards:
+        # the same object at the same place (an attribute, dict entry, list item, global,
+        # closure cell on the way to a lifted tensor), or an equal plain value read by name
+        if not guard_holds(where, key, expected, is_value):
             return False
     return True
+
+
+def guard_holds(where, key, expected, is_value):
+    if key is None:  # a closure cell
+        try:
+            now = where.cell_contents
+        except ValueError:
+            return False
+    elif type(where) is list:
+        now = where[key] if key < len(where) else MISS
+    else:
+        now = where.get(key, MISS)
+    return now is expected or (is_value and same_value(now, expected))
+
+
+def failed_guard(prog):
+    """What the first state guard that fails now saw, in words (for the recompile warning)."""
+    for where, key, expected, is_value, path in prog.trace.identity_guards:
+        if not guard_holds(where, key, expected, is_value):
+            if is_value:
+                return f"{path} (a Python value, {expected!r} at the trace) changed"
+            what = "tensor" if isinstance(expected, Tensor) else "object"
+            return f"{path}: another {what} took its place since the trace"
+    return None
+
+
+def aliases_lifted(prog, leaves):
+    """For a program that writes in place: the index of a tensor input that shares memory
+    (a version counter) with a lifted tensor (a parameter, a closed-over tensor), or None.
+    The trace saw them apart; a write through one would not show through the other."""
+    counters = {id(t._version_counter): t for kind, t in prog.trace.roles if kind == "lifted"}
+    if not counters:
+        return None
+    for i, x in enumerate(leaves):
+        if isinstance(x, Tensor) and id(x._version_counter) in counters:
+            return i
+    return None
