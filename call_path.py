@@ -287,12 +287,32 @@ def lifted_ok(prog):
         if t._value.shape != v.shape or t.dtype is not v.dtype or \
                 t.requires_grad != requires_grad:
             return False
-    for where, key, expected, is_value, _ in tr.identity_guards:
-        # the same object at the same place (an attribute, dict entry, list item, global,
-        # closure cell on the way to a lifted tensor), or an equal plain value read by name
-        if not guard_holds(where, key, expected, is_value):
-            return False
-    return True
+    check = tr.__dict__.get("state_check")
+    if check is None:
+        check = tr.state_check = make_state_check(tr.identity_guards)
+    return check()
+
+
+def make_state_check(guards):
+    """`check() -> bool`: the state guards as straight-line code: each object on the way to
+    a lifted tensor (an attribute, dict entry, list item, global, closure cell) is still the
+    same object at the same place, and each plain value read by name is still equal."""
+    g = {"MISS": MISS, "same_value": same_value}
+    lines = ["def check():", "    try:", "        pass"]
+    for i, (where, key, expected, is_value, _) in enumerate(guards):
+        g[f"c{i}"], g[f"k{i}"], g[f"e{i}"] = where, key, expected
+        now = f"c{i}.cell_contents" if key is None else \
+            f"c{i}[k{i}]" if type(where) is list else f"c{i}.get(k{i}, MISS)"
+        if is_value:
+            lines += [f"        v = {now}",
+                      f"        if v is not e{i} and not same_value(v, e{i}):",
+                      "            return False"]
+        else:
+            lines += [f"        if {now} is not e{i}:", "            return False"]
+    lines += ["    except (ValueError, IndexError):  # an emptied cell, a shorter list",
+              "        return False", "    return True"]
+    exec(builtins.compile("\n".join(lines) + "\n", "<state guards>", "exec"), g)
+    return g["check"]
 
 
 def guard_holds(where, key, expected, is_value):

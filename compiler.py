@@ -40,10 +40,15 @@ def _runner(graph, backend, name, trusted=0):
     """`run(*arrays) -> list of arrays` for one graph, and its compiled program (or None)."""
     if backend == "interpret":
         from aotgrad.ir.core import evaluate
-        return (lambda *args: evaluate(graph, list(args))), None
+        # (numpy's reference impls give 0-d results as numpy scalars: a tensor holds arrays)
+        return (lambda *args: [o if type(o) is np.ndarray else np.asarray(o)
+                               for o in evaluate(graph, list(args))]), None
     from aotgrad.codegen import compile_graph
     prog = compile_graph(graph, name=name)
     return prog.plan.prepared().runner(trusted), prog  # the generated driver
+
+
+_PREPARE_LOCK = threading.RLock()  # a program's lazy compile steps (rare: only on first use)
 
 
 class Program:
@@ -90,11 +95,17 @@ class Program:
 
     def _prepare(self, which):
         if which not in self._runners:
-            # a backward's saved inputs come from its forward program: no checks needed
-            trusted = len(self.forward.outputs) - self.n_fw_outputs if which == "backward" else 0
-            r, kern = _runner(getattr(self, which), self.backend, f"{self.name}_{which}", trusted)
-            self._runners[which], self._kernels[which] = r, kern
-            self._owned[which] = kern.plan.owned_outputs if kern is not None else None
+            with _PREPARE_LOCK:  # threads that reach a new program at once compile it once
+                if which in self._runners:
+                    return
+                # a backward's saved inputs come from its forward program: no checks needed
+                trusted = len(self.forward.outputs) - self.n_fw_outputs \
+                    if which == "backward" else 0
+                r, kern = _runner(getattr(self, which), self.backend, f"{self.name}_{which}",
+                                  trusted)
+                self._owned[which] = kern.plan.owned_outputs if kern is not None else None
+                self._kernels[which] = kern
+                self._runners[which] = r  # last: another thread reads it without the lock
 
     def build(self):
         """Compile the graphs a call will need (forward+backward, or inference)."""
@@ -196,7 +207,10 @@ class Program:
         all tensors whose arrays passed the guard's checks (see call_path.specialise)."""
         fast = self._fast
         if fast is None:
-            fast = self._fast = call_path.make_call(self)
+            with _PREPARE_LOCK:
+                fast = self._fast
+                if fast is None:
+                    fast = self._fast = call_path.make_call(self)
         if fast is not False and not profiling._profilers and not _mode.anomaly:
             return fast(leaves, trusted)
         return self._call(leaves)

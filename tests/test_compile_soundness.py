@@ -55,6 +55,16 @@ def test_same_tensor_twice_written_in_place_matches_eager(backend):
     assert cf.n_traces == 1 and len(_compiled_programs(cf)) == 1
 
 
+def test_zero_dim_same_tensor_twice_gives_four_and_a_tensor():
+    """The issue's example: 4 eagerly, 2 compiled before; the interpret backend also gave a
+    numpy scalar (not an array) as a 0-d output's value, which broke printing it."""
+    cf = ag.compile(_write_then_multiply, backend="interpret")
+    x = ag.ones(())
+    out = cf(x, x)
+    assert isinstance(out._value, np.ndarray) and out.item() == 4.0 and x.item() == 2.0
+    assert repr(out) == "tensor(4.)"
+
+
 def test_program_traced_for_distinct_arguments_is_not_used_for_aliased_ones():
     """A program traced for h(x, y) reads both inputs; called as h(z, z) it must not run (the
     specialised fast call included): the aliasing pattern is part of the guard key."""

@@ -283,33 +283,32 @@ def _walk_once(fn, arg_leaves, names, codes, arg_names):
             edge(None, None, x, arg_names(i) if arg_names else f"argument {i}", None, True,
                  False)
 
-    while queue:
-        obj, idx, path = queue.popleft()
+    def visit(obj, idx, path):
         depth = path.count(".") + path.count("[")
         if depth > _MAX_DEPTH:
-            continue
+            return
         if isinstance(obj, types.ModuleType):
             if is_library_module(obj.__name__):
-                continue
+                return
             d = obj.__dict__
             for name in names:
                 if isinstance(name, str) and name in d:
                     edge(d, name, d[name], f"{path}.{name}", idx, True, True)
-            continue
+            return
         if isinstance(obj, types.MethodType):
             edge(None, None, obj.__self__, path + ".__self__", None, False, False)
             obj = obj.__func__
         if isinstance(obj, types.FunctionType):
             function(obj, idx, path)
-            continue
+            return
         if isinstance(obj, type):
             if is_library_module(obj.__module__):
-                continue
+                return
             d = obj.__dict__
             for name in names:
                 if isinstance(name, str) and name in d:
                     edge(d, name, d[name], f"{path}.{name}", idx, True, True)
-            continue
+            return
         if isinstance(obj, dict):
             w.snapshots.append((obj, dict(obj)))
             # an entry mirrored by a tensor the program reads at call time (an optimizer
@@ -331,7 +330,7 @@ def _walk_once(fn, arg_leaves, names, codes, arg_names):
                     edge(None, None, v, f"{path}[{k}]", idx, False, False)
         d = getattr(obj, "__dict__", None)
         if type(d) is not dict:
-            continue
+            return
         methods(obj)
         w.snapshots.append((d, dict(d)))
         slots = hasattr(obj, "named_modules")  # a module: its parameter/buffer/module slots
@@ -342,6 +341,13 @@ def _walk_once(fn, arg_leaves, names, codes, arg_names):
                     edge(v, k, m, f"{path}.{k}", idx, k in names, False)
             elif name in names:
                 edge(d, name, v, f"{path}.{name}", idx, True, True)
+
+    while queue:
+        obj, idx, path = queue.popleft()
+        try:
+            visit(obj, idx, path)
+        except Exception:  # an object whose state cannot be read plainly: not followed
+            pass
     return w
 
 
