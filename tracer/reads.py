@@ -218,8 +218,10 @@ def _walk_once(fn, arg_leaves, names, codes, arg_names):
             w.tensors.setdefault(id(value), []).append(len(w.hops) - 1)
             return
         if _is_plain(value):
-            if read:
-                w.hops.append(Hop(container, key, value, path, parent, by_name))
+            if read:  # (a list as it is now: it may change in place)
+                w.hops.append(Hop(container, key, _frozen(value), path, parent, by_name))
+                if type(value) is list:
+                    w.snapshots.append((value, list(value)))
                 w.values.append(len(w.hops) - 1)
             return
         if isinstance(value, _RNGS):  # a generator the function may draw from
