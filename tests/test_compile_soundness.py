@@ -272,6 +272,26 @@ def test_module_config_values_tensors_and_replaced_submodules_are_guarded(backen
         same()
 
 
+INNER_W = ag.ones(2)
+
+
+@ag.compile(backend="interpret")
+def _inner_reads_global(x):
+    return x * INNER_W
+
+
+def test_state_read_by_a_compiled_function_called_inside_is_guarded():
+    global INNER_W
+    outer = ag.compile(lambda x: _inner_reads_global(x) + 1, backend="interpret")
+    try:
+        assert outer(ag.ones(2))._value.tolist() == [2, 2]
+        INNER_W = ag.full((2,), 3.0)
+        with pytest.warns(UserWarning, match=r"recompiling: INNER_W: another tensor"):
+            assert outer(ag.ones(2))._value.tolist() == [4, 4]
+    finally:
+        INNER_W = ag.ones(2)
+
+
 def test_counter_changed_inside_breaks_and_counts_once_per_call():
     """A Python counter the function increments cannot be repeated by the program: the call
     runs eagerly, and the abandoned trace's increment is rolled back (one per call)."""

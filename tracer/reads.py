@@ -140,8 +140,11 @@ class StateWalk:
         out = []
         for i in self.values:
             h = self.hops[i]
-            if self._chain_holds(h.parent) and \
-                    not same_value(read_hop(h.container, h.key), h.value):
+            now = read_hop(h.container, h.key)
+            # (a list that now holds tensors the function made: an escape, which the
+            # runtime makes concrete, and which traces again on the next call)
+            if self._chain_holds(h.parent) and not same_value(now, h.value) and \
+                    (now is _MISSING or _is_plain(now)):
                 out.append(h.path)
         return out
 
@@ -341,8 +344,8 @@ def _walk_once(fn, arg_leaves, names, codes, arg_names):
                 w.snapshots.append((v, dict(v)))
                 for k, m in list(v.items()):
                     edge(v, k, m, f"{path}.{k}", idx, k in names, False)
-            elif name in names:
-                edge(d, name, v, f"{path}.{name}", idx, True, True)
+            elif name in names or name == "__wrapped__":  # (a wrapper: what it calls)
+                edge(d, name, v, f"{path}.{name}", idx, True, name != "__wrapped__")
 
     while queue:
         obj, idx, path = queue.popleft()

@@ -296,9 +296,7 @@ def trace(fn, args, kwargs, names=None, want_grad=True):
             t._grad = init
         builder.restore()
         if not committed:  # an abandoned trace leaves nothing behind (the call reruns eagerly)
-            state.rollback()
-            state.restore_rngs()
-            side_effects.set_rng_states(py_rng)
+            _abandon(state, py_rng)
     out_info = dict(out_leaves=[None if isinstance(o, Tensor) else o for o in outs],
                     out_args=[next((i for i, p in enumerate(proxies) if o is p), None)
                               for o in outs],
@@ -307,7 +305,11 @@ def trace(fn, args, kwargs, names=None, want_grad=True):
     del outs, proxies, p_args, p_kwargs, written, diff_leaves
     mutations += [(r, v) for r, v in grad_writes if v is not None]
     escapes = _escapes(builder)
-    _refuse_backward_escapes(builder, [v for _, v in escapes])
+    try:
+        _refuse_backward_escapes(builder, [v for _, v in escapes])
+    except GraphBreakError:
+        _abandon(state, py_rng)
+        raise
     mutations += escapes
     lifted = builder.settle_roles()  # after _escapes' gc: a constant made inside is dead
     out_may_alias = [sh is True or (sh is not False and sh() is not None) for sh in shares]
@@ -331,6 +333,13 @@ def trace(fn, args, kwargs, names=None, want_grad=True):
         lifted_guards=[(t, v, t.requires_grad) for t, v, _ in lifted],
         identity_guards=reads.walk(fn, leaves, arg_name).guards([t for t, _, _ in lifted]),
         guard_roots=state.roots, **out_info)
+
+
+def _abandon(state, py_rng):
+    """Put back what the function reached (containers, generators, Python random states)."""
+    state.rollback()
+    state.restore_rngs()
+    side_effects.set_rng_states(py_rng)
 
 
 def _refuse_aliased_writes(fn, args, kwargs, leaves, written, builder):
