@@ -278,28 +278,33 @@ def specialise(key, prog):
 
 def lifted_ok(prog):
     """Lifted tensors are read at call time; their shapes/dtypes/requires_grad are guards,
-    and so is the object a parameter slot, global or closure cell holds."""
+    and so is the .grad state the program reads or writes, the object each place on the
+    way to one holds (a parameter slot, attribute, dict entry, global, closure cell), and
+    each plain Python value the trace read by name."""
     tr = prog.trace
-    for t, init, read in tr.grad_guards:  # .grad state the program reads or writes
-        if (t._grad is None) != (init is None) or (read and t._grad is not init):
-            return False
-    for t, v, requires_grad in tr.lifted_guards:
-        if t._value.shape != v.shape or t.dtype is not v.dtype or \
-                t.requires_grad != requires_grad:
-            return False
     check = tr.__dict__.get("state_check")
     if check is None:
-        check = tr.state_check = make_state_check(tr.identity_guards)
+        check = tr.state_check = make_state_check(tr)
     return check()
 
 
-def make_state_check(guards):
-    """`check() -> bool`: the state guards as straight-line code: each object on the way to
-    a lifted tensor (an attribute, dict entry, list item, global, closure cell) is still the
-    same object at the same place, and each plain value read by name is still equal."""
+def make_state_check(tr):
+    """`check() -> bool`: lifted_ok's guards as straight-line code."""
     g = {"MISS": MISS, "same_value": same_value}
-    lines = ["def check():", "    try:", "        pass"]
-    for i, (where, key, expected, is_value, _) in enumerate(guards):
+    lines = ["def check():"]
+    for i, (t, init, read) in enumerate(tr.grad_guards):
+        g[f"gt{i}"], g[f"gi{i}"] = t, init
+        lines += [f"    if (gt{i}._grad is None) is not {init is None}" +
+                  (f" or gt{i}._grad is not gi{i}" if read else "") + ":",
+                  "        return False"]
+    for i, (t, v, requires_grad) in enumerate(tr.lifted_guards):
+        g[f"lt{i}"], g[f"ld{i}"] = t, v.dtype.np
+        lines += [f"    a = lt{i}._value",
+                  f"    if a.shape != {tuple(v.shape)!r} or (a.dtype is not ld{i} and "
+                  f"a.dtype != ld{i}) or lt{i}.requires_grad != {bool(requires_grad)}:",
+                  "        return False"]
+    lines += ["    try:", "        pass"]
+    for i, (where, key, expected, is_value, _) in enumerate(tr.identity_guards):
         g[f"c{i}"], g[f"k{i}"], g[f"e{i}"] = where, key, expected
         now = f"c{i}.cell_contents" if key is None else \
             f"c{i}[k{i}]" if type(where) is list else f"c{i}.get(k{i}, MISS)"

@@ -189,7 +189,8 @@ def walk(fn, arg_leaves=(), arg_names=None):
         before = len(names)
         result = _walk_once(fn, arg_leaves, names, codes, arg_names)
         if len(names) == before:
-            return result
+            break
+    result.names = names  # the names the code reached uses
     return result
 
 
@@ -258,19 +259,16 @@ def _walk_once(fn, arg_leaves, names, codes, arg_names):
 
     def methods(obj):
         """Code of the methods of obj's class the reached code names (and forward)."""
-        t = type(obj)
-        for name in list(names) + ["forward"]:
-            if not isinstance(name, str):
+        for klass in type(obj).__mro__:
+            if klass is object or klass.__module__ == "builtins":
                 continue
-            try:
-                m = _getattr_static(t, name)
-            except AttributeError:
-                continue
-            if isinstance(m, (staticmethod, classmethod)):
-                m = m.__func__
-            code = getattr(m, "__code__", None)
-            if isinstance(m, types.FunctionType) and code is not None:
-                _add_code(code, names, codes)
+            for name, m in list(klass.__dict__.items()):
+                if name != "forward" and name not in names:
+                    continue
+                if isinstance(m, (staticmethod, classmethod)):
+                    m = m.__func__
+                if isinstance(m, types.FunctionType):
+                    _add_code(m.__code__, names, codes)
 
     # roots
     if isinstance(fn, types.MethodType):
@@ -324,7 +322,7 @@ def _walk_once(fn, arg_leaves, names, codes, arg_names):
                     break
                 named = _hashable_in(key, names) and key not in mirrored
                 if named or isinstance(key, Tensor) or not _is_plain(v):
-                    edge(obj, key, v, f"{path}[{key!r}]", idx, named, named)
+                    edge(obj, key, v, f"{path}[{_key_text(key)}]", idx, named, named)
         elif isinstance(obj, list):
             w.snapshots.append((obj, list(obj)))
             for k, v in enumerate(obj[:_MAX_ITEMS]):
@@ -384,15 +382,17 @@ def _same_state(a, b):
     return a == b
 
 
+def _key_text(key):
+    """A dict key in a path: its repr if short and plain, else its type (a tensor key's repr
+    would format its values)."""
+    if isinstance(key, (str, int, float, bool, type(None))):
+        return repr(key)
+    return f"<{type(key).__name__} key>"
+
+
 def _hashable_in(key, names):
     try:
         return key in names
     except TypeError:
         return False
 
-
-def _getattr_static(t, name):
-    for klass in t.__mro__:
-        if name in klass.__dict__:
-            return klass.__dict__[name]
-    raise AttributeError(name)

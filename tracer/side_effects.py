@@ -88,11 +88,30 @@ def _profile(frame, event, arg):
             _break(f"random.{frame.f_code.co_name}()", caller)
 
 
+# names whose use in the code a trace reaches turns the watch on (a profile function slows
+# tracing down about 3x, so it runs only where the code may draw or read a clock)
+_SUSPECT_NAMES = frozenset((
+    "random", "time", "randint", "randrange", "choice", "choices", "shuffle",
+    "sample", "uniform", "gauss", "normalvariate", "getrandbits", "rand", "randn",
+    "random_sample", "integers", "normal", "permutation", "default_rng", "RandomState",
+    "Random", "betavariate", "expovariate", "triangular", "binomial", "poisson")) | _CLOCKS
+
+
+def may_draw(names):
+    """Whether code using these names may call a random or clock function."""
+    return not _SUSPECT_NAMES.isdisjoint(names)
+
+
 class watch:
-    """While tracing: a call to a watched function from user code is a graph break."""
+    """While tracing: a call to a watched function from user code is a graph break. Off
+    (`enabled` False) where the code reached names none of them; the states of the global
+    generators compared after the trace still catch draws from them."""
+
+    def __init__(self, enabled=True):
+        self.enabled = enabled
 
     def __enter__(self):
-        self.active = sys.getprofile() is None
+        self.active = self.enabled and sys.getprofile() is None
         if self.active:
             sys.setprofile(_profile)
         return self

@@ -244,7 +244,7 @@ def trace(fn, args, kwargs, names=None, want_grad=True):
     committed = False
     try:
         with builder:
-            with side_effects.watch():
+            with side_effects.watch(side_effects.may_draw(state.names)):
                 outs, out_tree = flatten(fn(*p_args, **p_kwargs))
             _check_flags(proxies, leaves, want_grad)
             # retain_grad() on an argument inside the function: each call repeats it on the
