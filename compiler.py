@@ -8,6 +8,7 @@ the runtime's executor.
     loss = loss_fn(x, w); loss.backward()     # compiled forward, compiled backward
     print(loss_fn.ir(x, w))                    # forward / backward graphs, saved values, source
 """
+import dataclasses
 import functools
 import math
 import os
@@ -568,15 +569,17 @@ _REMEDY = ("If this size changes from call to call (a sequence growing by one to
            "exist yet.")
 
 
+@dataclasses.dataclass(frozen=True)
 class _Change:
     """Why a call missed every cached program, in words: `text` names the argument (by
     parameter name) and what changed (old -> new); `cause` is what it warns once for (the
-    argument and the dimension, not the sizes); `warn`: a recompile for this reason is worth
-    a warning (a size, dtype or Python value; not grad mode, requires_grad or train/eval,
-    which take a bounded number of programs)."""
-
-    def __init__(self, text, cause, what, warn=True):
-        self.text, self.cause, self.what, self.warn = text, cause, what, warn
+    argument and the dimension, not the sizes); `what` changed, for the advice; `warn`: a
+    recompile for this reason is worth a warning (a size, dtype or Python value; not grad
+    mode, requires_grad or train/eval, which take a bounded number of programs)."""
+    text: str
+    cause: tuple
+    what: str
+    warn: bool = True
 
 
 def recompile_cause(cache, key, fn, args, kwargs):

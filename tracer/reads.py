@@ -241,7 +241,7 @@ def _walk_once(fn, arg_leaves, names, codes, arg_names):
         w.hops.append(Hop(container, key, value, path, parent, by_name))
         queue.append((value, len(w.hops) - 1, path))
 
-    def function(f, idx, path):
+    def function(f):
         code = getattr(f, "__code__", None)
         if code is None or is_library_module(getattr(f, "__module__", None)):
             return
@@ -276,7 +276,7 @@ def _walk_once(fn, arg_leaves, names, codes, arg_names):
         w.roots.append(fn.__self__)
         fn = fn.__func__
     if isinstance(fn, types.FunctionType):
-        function(fn, None, "")
+        function(fn)
     else:
         edge(None, None, fn, "self", None, True, False)
         w.roots.append(fn)
@@ -302,7 +302,7 @@ def _walk_once(fn, arg_leaves, names, codes, arg_names):
             edge(None, None, obj.__self__, path + ".__self__", None, False, False)
             obj = obj.__func__
         if isinstance(obj, types.FunctionType):
-            function(obj, idx, path)
+            function(obj)
             return
         if isinstance(obj, type):
             if is_library_module(obj.__module__):
