@@ -124,8 +124,8 @@ class StateWalk:
                     c[:] = snap
             elif len(c) != len(snap) or any(c.get(k, _MISSING) is not v
                                             for k, v in snap.items()):
-                dict.clear(c)
-                dict.update(c, snap)
+                c.clear()  # (its own methods: an OrderedDict keeps an order of its own)
+                c.update(snap)
 
     def drawn_rngs(self):
         """Paths of the random generators reached whose state changed since the walk."""
