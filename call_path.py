@@ -22,6 +22,7 @@ from aotgrad.runtime.executor import CompiledBackward
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.tracer.pytree import unflatten
+from aotgrad.tracer.reads import same_value
 
 
 def make_call(prog):
@@ -212,6 +213,8 @@ def specialise(key, prog):
     makes the output and its _CallBackward inline. MISS sends the call to the full lookup,
     which decides (and warns, recompiles) as before."""
     grad_enabled, n, specs = key[0], key[1], key[2:]
+    if specs and specs[-1][0] == "A":  # arguments that alias: the full lookup each call
+        return None
     if type(grad_enabled) is not bool or any(type(rg) is not bool for *_, rg in specs):
         return None
     g = {"Tensor": Tensor, "ndarray": np.ndarray, "_mode": _mode, "prog": prog,
@@ -229,8 +232,15 @@ def specialise(key, prog):
                   f"    if type(v{i}) is not ndarray or v{i}.shape != {tuple(shape)!r} or "
                   f"v{i}.dtype is not d{i} or not v{i}.flags.carray:",
                   "        return MISS"]
-    if prog.trace.grad_guards or prog.trace.lifted_guards:
+    if prog.trace.grad_guards or prog.trace.lifted_guards or prog.trace.identity_guards:
         lines += ["    if not lifted_ok(prog):", "        return MISS"]
+    if prog.trace.mutations and n:
+        # the program writes in place: arguments that share memory with one another or with
+        # a lifted tensor need their own trace (or eager), which the full lookup decides
+        g["aliases_lifted"] = aliases_lifted
+        lines += [f"    if len({{{', '.join(f'id(a{i}._version_counter)' for i in range(n))}, }})"
+                  f" != {n} or aliases_lifted(prog, args) is not None:",
+                  "        return MISS"]
     if prog._fast is None:
         prog._fast = make_call(prog)
     inline = prog._inline if prog._fast is not False and grad_enabled else None
@@ -268,22 +278,80 @@ def specialise(key, prog):
 
 def lifted_ok(prog):
     """Lifted tensors are read at call time; their shapes/dtypes/requires_grad are guards,
-    and so is the object a parameter slot, global or closure cell holds."""
+    and so is the .grad state the program reads or writes, the object each place on the
+    way to one holds (a parameter slot, attribute, dict entry, global, closure cell), and
+    each plain Python value the trace read by name."""
     tr = prog.trace
-    for t, init, read in tr.grad_guards:  # .grad state the program reads or writes
-        if (t._grad is None) != (init is None) or (read and t._grad is not init):
+    check = tr.__dict__.get("state_check")
+    if check is None:
+        check = tr.state_check = make_state_check(tr)
+    return check()
+
+
+def make_state_check(tr):
+    """`check() -> bool`: lifted_ok's guards as straight-line code."""
+    g = {"MISS": MISS, "same_value": same_value}
+    lines = ["def check():"]
+    for i, (t, init, read) in enumerate(tr.grad_guards):
+        g[f"gt{i}"], g[f"gi{i}"] = t, init
+        lines += [f"    if (gt{i}._grad is None) is not {init is None}" +
+                  (f" or gt{i}._grad is not gi{i}" if read else "") + ":",
+                  "        return False"]
+    for i, (t, v, requires_grad) in enumerate(tr.lifted_guards):
+        g[f"lt{i}"], g[f"ld{i}"] = t, v.dtype.np
+        lines += [f"    a = lt{i}._value",
+                  f"    if a.shape != {tuple(v.shape)!r} or (a.dtype is not ld{i} and "
+                  f"a.dtype != ld{i}) or lt{i}.requires_grad != {bool(requires_grad)}:",
+                  "        return False"]
+    lines += ["    try:", "        pass"]
+    for i, (where, key, expected, is_value, _) in enumerate(tr.identity_guards):
+        g[f"c{i}"], g[f"k{i}"], g[f"e{i}"] = where, key, expected
+        now = f"c{i}.cell_contents" if key is None else \
+            f"c{i}[k{i}]" if type(where) is list else f"c{i}.get(k{i}, MISS)"
+        if is_value:
+            lines += [f"        v = {now}",
+                      f"        if v is not e{i} and not same_value(v, e{i}):",
+                      "            return False"]
+        else:
+            lines += [f"        if {now} is not e{i}:", "            return False"]
+    lines += ["    except (ValueError, IndexError):  # an emptied cell, a shorter list",
+              "        return False", "    return True"]
+    exec(builtins.compile("\n".join(lines) + "\n", "<state guards>", "exec"), g)
+    return g["check"]
+
+
+def guard_holds(where, key, expected, is_value):
+    if key is None:  # a closure cell
+        try:
+            now = where.cell_contents
+        except ValueError:
             return False
-    for t, v, requires_grad in tr.lifted_guards:
-        if t._value.shape != v.shape or t.dtype is not v.dtype or \
-                t.requires_grad != requires_grad:
-            return False
-    for where, key, t in tr.identity_guards:  # still the same object at the same place
-        if key is None:
-            try:
-                if where.cell_contents is not t:
-                    return False
-            except ValueError:
-                return False
-        elif where.get(key) is not t:
-            return False
-    return True
+    elif type(where) is list:
+        now = where[key] if key < len(where) else MISS
+    else:
+        now = where.get(key, MISS)
+    return now is expected or (is_value and same_value(now, expected))
+
+
+def failed_guard(prog):
+    """What the first state guard that fails now saw, in words (for the recompile warning)."""
+    for where, key, expected, is_value, path in prog.trace.identity_guards:
+        if not guard_holds(where, key, expected, is_value):
+            if is_value:
+                return f"{path} (a Python value, {expected!r} at the trace) changed"
+            what = "tensor" if isinstance(expected, Tensor) else "object"
+            return f"{path}: another {what} took its place since the trace"
+    return None
+
+
+def aliases_lifted(prog, leaves):
+    """For a program that writes in place: the index of a tensor input that shares memory
+    (a version counter) with a lifted tensor (a parameter, a closed-over tensor), or None.
+    The trace saw them apart; a write through one would not show through the other."""
+    counters = {id(t._version_counter): t for kind, t in prog.trace.roles if kind == "lifted"}
+    if not counters:
+        return None
+    for i, x in enumerate(leaves):
+        if isinstance(x, Tensor) and id(x._version_counter) in counters:
+            return i
+    return None

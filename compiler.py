@@ -8,9 +8,11 @@ the runtime's executor.
     loss = loss_fn(x, w); loss.backward()     # compiled forward, compiled backward
     print(loss_fn.ir(x, w))                    # forward / backward graphs, saved values, source
 """
+import dataclasses
 import functools
 import math
 import os
+import threading
 import warnings
 import weakref
 
@@ -39,10 +41,15 @@ def _runner(graph, backend, name, trusted=0):
     """`run(*arrays) -> list of arrays` for one graph, and its compiled program (or None)."""
     if backend == "interpret":
         from aotgrad.ir.core import evaluate
-        return (lambda *args: evaluate(graph, list(args))), None
+        # (numpy's reference impls give 0-d results as numpy scalars: a tensor holds arrays)
+        return (lambda *args: [o if type(o) is np.ndarray else np.asarray(o)
+                               for o in evaluate(graph, list(args))]), None
     from aotgrad.codegen import compile_graph
     prog = compile_graph(graph, name=name)
     return prog.plan.prepared().runner(trusted), prog  # the generated driver
+
+
+_PREPARE_LOCK = threading.RLock()  # a program's lazy compile steps (rare: only on first use)
 
 
 class Program:
@@ -89,11 +96,17 @@ class Program:
 
     def _prepare(self, which):
         if which not in self._runners:
-            # a backward's saved inputs come from its forward program: no checks needed
-            trusted = len(self.forward.outputs) - self.n_fw_outputs if which == "backward" else 0
-            r, kern = _runner(getattr(self, which), self.backend, f"{self.name}_{which}", trusted)
-            self._runners[which], self._kernels[which] = r, kern
-            self._owned[which] = kern.plan.owned_outputs if kern is not None else None
+            with _PREPARE_LOCK:  # threads that reach a new program at once compile it once
+                if which in self._runners:
+                    return
+                # a backward's saved inputs come from its forward program: no checks needed
+                trusted = len(self.forward.outputs) - self.n_fw_outputs \
+                    if which == "backward" else 0
+                r, kern = _runner(getattr(self, which), self.backend, f"{self.name}_{which}",
+                                  trusted)
+                self._owned[which] = kern.plan.owned_outputs if kern is not None else None
+                self._kernels[which] = kern
+                self._runners[which] = r  # last: another thread reads it without the lock
 
     def build(self):
         """Compile the graphs a call will need (forward+backward, or inference)."""
@@ -215,7 +228,10 @@ class Program:
         all tensors whose arrays passed the guard's checks (see call_path.specialise)."""
         fast = self._fast
         if fast is None:
-            fast = self._fast = call_path.make_call(self)
+            with _PREPARE_LOCK:
+                fast = self._fast
+                if fast is None:
+                    fast = self._fast = call_path.make_call(self)
         if fast is not False and not profiling._profilers and not _mode.anomaly:
             return fast(leaves, trusted)
         return self._call(leaves)
@@ -503,14 +519,33 @@ def _restrict(joint, n_primals, n_fw_outputs):
 
 def _guard_key(leaves, module, treedef=None):
     key = [_mode.grad_enabled, treedef]
+    counters, n_tensors = set(), 0
     for x in leaves:
         if isinstance(x, Tensor):
             key.append(_tensor_key(x))
+            counters.add(id(x._version_counter))
+            n_tensors += 1
         elif isinstance(x, (int, float, bool, str, type(None))):
             key.append(("S", type(x).__name__, x))
         else:
             key.append(("O", type(x).__name__, id(x)))
+    if len(counters) != n_tensors:
+        key.append(alias_pattern(leaves))
     return _with_module(key, module)
+
+
+def alias_pattern(leaves):
+    """("A", ((i, j, same), ...)): tensor leaf i shares memory with the earlier leaf j (views
+    share their base's version counter): the same tensor (`same`), or a view / the base / a
+    sibling view. Part of the guard key only where arguments alias, so the common call pays
+    one set; a program traced for one pattern never runs on another."""
+    first, pairs = {}, []
+    for i, x in enumerate(leaves):
+        if isinstance(x, Tensor):
+            j = first.setdefault(id(x._version_counter), i)
+            if j != i:
+                pairs.append((i, j, x is leaves[j]))
+    return ("A", tuple(pairs))
 
 
 def _tensor_key(x):
@@ -527,11 +562,93 @@ def _with_module(key, module):
 def _tensor_args_key(args, module):
     """_guard_key(args, module, len(args)) when every argument is a tensor, else None."""
     key = [_mode.grad_enabled, len(args)]
+    counters = set()
     for x in args:
         if not isinstance(x, Tensor):
             return None
         key.append(_tensor_key(x))
+        counters.add(id(x._version_counter))
+    if len(counters) != len(args):
+        key.append(alias_pattern(args))
     return _with_module(key, module)
+
+
+def _user_stacklevel():
+    """warnings.warn's stacklevel that points at the caller of the compiled function."""
+    import sys
+    f, level = sys._getframe(2), 2  # (the caller of _warn_once)
+    while f is not None and f.f_code.co_filename in (__file__, call_path.__file__):
+        f, level = f.f_back, level + 1
+    return level
+
+
+_REMEDY = ("If this size changes from call to call (a sequence growing by one token per call, "
+           "a last batch of another size), pad it to a fixed length, or raise "
+           "cache_size_limit (now {limit}: aotgrad.compiler.cache_size_limit, or the compiled "
+           "function's cache_size_limit attribute); programs generic in their sizes do not "
+           "exist yet.")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Change:
+    """Why a call missed every cached program, in words: `text` names the argument (by
+    parameter name) and what changed (old -> new); `cause` is what it warns once for (the
+    argument and the dimension, not the sizes); `what` changed, for the advice; `warn`: a
+    recompile for this reason is worth a warning (a size, dtype or Python value; not grad
+    mode, requires_grad or train/eval, which take a bounded number of programs)."""
+    text: str
+    cause: tuple
+    what: str
+    warn: bool = True
+
+
+def recompile_cause(cache, key, fn, args, kwargs):
+    """The difference between `key` and the cached key it is closest to, as a _Change (None
+    when no cached key has the same structure)."""
+    best = None
+    for old in reversed(list(cache)):  # the latest of equally close keys
+        if len(old) != len(key) or old[1] != key[1]:
+            continue
+        diffs = [i for i, (a, b) in enumerate(zip(old, key)) if a != b]
+        if best is None or len(diffs) < len(best[1]):
+            best = (old, diffs)
+    if best is None or not best[1]:
+        return None
+    from aotgrad.tracer.arg_names import leaf_names
+    old, diffs = best
+    n_leaves = len(key) - 2
+    names = None
+    for i in diffs:
+        a, b = old[i], key[i]
+        if i == 0:
+            return _Change(f"grad mode changed ({a} -> {b})", ("grad_mode",), "grad mode",
+                           warn=False)
+        if not (isinstance(a, tuple) and isinstance(b, tuple) and a and b and a[0] == b[0]
+                and a[0] in ("T", "S") and i - 2 < n_leaves):
+            continue
+        if names is None:
+            names = leaf_names(fn, args, kwargs)
+        j = i - 2
+        name = f"argument '{names[j]}'" if j < len(names) else f"argument {j}"
+        if a[0] == "S":
+            return _Change(f"{name} changed value ({a[2]!r} -> {b[2]!r}); the trace "
+                           f"specialises to each Python value", (names[j], "value"), "value")
+        if len(a[1]) != len(b[1]):
+            return _Change(f"{name} changed its number of dimensions ({len(a[1])} -> "
+                           f"{len(b[1])}: shape {tuple(a[1])} -> {tuple(b[1])})",
+                           (names[j], "ndim"), "shape")
+        dims = [d for d, (p, q) in enumerate(zip(a[1], b[1])) if p != q]
+        if dims:
+            said = ", ".join(f"dim {d} ({a[1][d]} -> {b[1][d]})" for d in dims)
+            return _Change(f"{name} changed size in {said}", (names[j], tuple(dims)), "size")
+        if a[2] != b[2]:
+            return _Change(f"{name} changed dtype ({a[2]} -> {b[2]})", (names[j], "dtype"),
+                           "dtype")
+        if a[3] != b[3]:
+            return _Change(f"{name} changed requires_grad ({a[3]} -> {b[3]})",
+                           (names[j], "requires_grad"), "requires_grad", warn=False)
+    return _Change("the module's train/eval mode or the arguments' aliasing changed",
+                   ("other",), "mode", warn=False)
 
 
 class CompiledFunction:
@@ -549,6 +666,8 @@ class CompiledFunction:
         self._calls, self._specialised = {}, None  # key -> call_path.specialise(key, program); last hit
         self.n_traces = 0  # how many times the function was traced (recompiles included)
         self.eager_calls = 0  # calls that ran the Python function eagerly (breaks, limits, hooks)
+        self._guard_retraces = 0  # traces again because state the trace read changed
+        self._lock = threading.RLock()  # around lookup and build; the specialised call takes none
         self.name = getattr(fn, "__name__", type(fn).__name__)
         functools.update_wrapper(self, fn if callable(fn) and hasattr(fn, "__name__") else
                                  self.__call__, updated=())
@@ -561,10 +680,13 @@ class CompiledFunction:
             names.update({id(b): n for n, b in self.module.named_buffers()})
         return names
 
-    def _warn_once(self, msg):
-        if msg not in self._warned:
-            self._warned.add(msg)
-            warnings.warn(msg, stacklevel=5)
+    def _warn_once(self, msg, cause=None, extra=""):
+        """Warn `msg + extra` the first time for its cause (`msg` itself by default): a size
+        that changes on every call warns once, not once per size."""
+        cause = msg if cause is None else cause
+        if cause not in self._warned:
+            self._warned.add(cause)
+            warnings.warn(msg + extra, stacklevel=_user_stacklevel())
 
     def _build(self, args, kwargs, leaves):
         self.n_traces += 1
@@ -589,6 +711,10 @@ class CompiledFunction:
         return prog
 
     def _lookup(self, args, kwargs):
+        with self._lock:  # one trace per new key, however many threads call at once
+            return self._lookup_locked(args, kwargs)
+
+    def _lookup_locked(self, args, kwargs):
         key = None if kwargs else _tensor_args_key(args, self.module)
         if key is not None:
             leaves = args  # the common case, without a tree walk
@@ -597,17 +723,52 @@ class CompiledFunction:
             key = _guard_key(leaves, self.module, treedef)
         prog = self.cache.get(key)
         if prog is not None and prog != "eager" and not call_path.lifted_ok(prog):
+            where = call_path.failed_guard(prog)
             prog = None
-            self._warn_once(f"aotgrad.compile({self.name}): recompiling: a guard on a parameter "
-                            f"or closed-over tensor failed (its shape, dtype, requires_grad or "
-                            f"whether its .grad is set changed since the trace, or another "
-                            f"tensor took its place)")
+            self._guard_retraces += 1
+            if self._guard_retraces > self.cache_size_limit:
+                self._warn_once(f"aotgrad.compile({self.name}): state the trace read changed "
+                                f"on more than cache_size_limit ({self.cache_size_limit}) "
+                                f"calls" + (f" (last: {where})" if where else "") +
+                                "; running eagerly from now on",
+                                cause=("guard_retraces",))
+                return "eager", leaves
+            self._warn_once(f"aotgrad.compile({self.name}): recompiling: " + (
+                where if where else
+                "a parameter or closed-over tensor changed shape, dtype, requires_grad or "
+                "whether its .grad is set since the trace"),
+                cause=("guard", where))
+        if prog is not None and prog != "eager" and prog.trace.mutations:
+            i = call_path.aliases_lifted(prog, leaves)
+            if i is not None:
+                from aotgrad.tracer.arg_names import leaf_names
+                self._warn_once(
+                    f"aotgrad.compile({self.name}): argument "
+                    f"'{leaf_names(self.fn, args, kwargs)[i]}' shares memory with a parameter "
+                    f"or closed-over tensor the function reads, and the function writes in "
+                    f"place; the compiled program cannot show a write through one in the "
+                    f"other: running this call eagerly")
+                return "eager", leaves
         if prog is None:
             if len(self.cache) >= self.cache_size_limit:
+                change = recompile_cause(self.cache, key, self.fn, args, kwargs)
                 self._warn_once(f"aotgrad.compile({self.name}): cache_size_limit "
-                                f"({self.cache_size_limit}) reached; running eagerly from now "
-                                f"on (last guard miss: {key})")
+                                f"({self.cache_size_limit}) reached" +
+                                (f" ({change.text})" if change else "") +
+                                "; running eagerly from now on. " + _REMEDY.format(
+                                    limit=self.cache_size_limit),
+                                cause=("cache_size_limit",))
                 return "eager", leaves
+            if self.cache:
+                change = recompile_cause(self.cache, key, self.fn, args, kwargs)
+                if change is not None and change.warn:
+                    self._warn_once(
+                        f"aotgrad.compile({self.name}): recompiling because {change.text}",
+                        cause=("recompile",) + change.cause,
+                        extra=f". Every new {change.what} traces and compiles again, up to "
+                              f"cache_size_limit ({self.cache_size_limit}) programs; then "
+                              f"calls run eagerly. " + _REMEDY.format(
+                                  limit=self.cache_size_limit))
             prog = self._build(args, kwargs, leaves)
             if prog != "eager" and prog.trace.escaped:
                 # state created inside the function (e.g. optimizer moments on the first
@@ -705,6 +866,20 @@ def explain(fn, *args, **kwargs):
     lines.append(f"guards: grad_mode={key[0]}; " + "; ".join(
         f"arg{i}: " + (f"shape={k[1]} dtype={k[2]} requires_grad={k[3]}" if k[0] == "T" else
                        f"{k[1]} == {k[2]!r}") for i, k in enumerate(key[2:]) if isinstance(k, tuple) and k and k[0] in ("T", "S")))
+    if len(key) > 2 and isinstance(key[-1], tuple) and key[-1] and key[-1][0] == "A":
+        lines.append("aliasing arguments (a program for this pattern only): " + ", ".join(
+            f"arg{i} {'is' if same else 'shares memory with'} arg{j}"
+            for i, j, same in key[-1][1]))
+    if prog != "eager" and (prog.trace.identity_guards or prog.trace.lifted_guards):
+        lines.append("guards on state the trace read (a change traces again):")
+        lines += [f"  {path} == {expected!r}" if is_value else
+                  f"  {path} is the same {type(expected).__name__} (id {id(expected):#x})"
+                  for _, _, expected, is_value, path in prog.trace.identity_guards]
+        at = {id(e): path for _, _, e, is_value, path in prog.trace.identity_guards
+              if not is_value}
+        lines += [f"  {at.get(id(t), 'a tensor found by no path (rebinding it is not seen)')}"
+                  f": shape={tuple(v.shape)} dtype={t.dtype} requires_grad={rg}"
+                  for t, v, rg in prog.trace.lifted_guards]
     all_breaks = list(dict.fromkeys(cf.graph_breaks + breaks))
     lines.append(f"graph breaks: {len(all_breaks)}")
     lines += [f"  {b}" for b in all_breaks]

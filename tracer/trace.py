@@ -15,6 +15,7 @@ from aotgrad.runtime.engine import Node, VersionCounter, _node_of, run_backward
 from aotgrad.runtime.factories import default_generator
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.tensor import Tensor
+from aotgrad.tracer import reads, side_effects
 from aotgrad.tracer.pytree import flatten, unflatten
 
 
@@ -213,8 +214,13 @@ def trace(fn, args, kwargs, names=None, want_grad=True):
     leaves, in_tree = flatten((tuple(args), dict(kwargs)))
     builder = TraceBuilder(names)
     proxies, diff_leaves = [], {}
+    first = {}  # id(tensor) -> its first position: the same tensor passed twice is one input
     for i, x in enumerate(leaves):
         if isinstance(x, Tensor):
+            j = first.setdefault(id(x), i)
+            if j != i:  # one proxy for both: a write through one is seen through the other
+                proxies.append(proxies[j])
+                continue
             p, leaf = _arg_proxy(builder, x, i, want_grad)
             proxies.append(p)
             if leaf is not None:
@@ -224,16 +230,28 @@ def trace(fn, args, kwargs, names=None, want_grad=True):
     arg_vars = {i: p._value for i, p in enumerate(proxies) if isinstance(p, Tensor)}
     p_args, p_kwargs = unflatten(in_tree, proxies)
     rng = default_generator.gen.bit_generator.state
+    names = []
+
+    def arg_name(i):  # (read only when an object is passed: signature() is not free)
+        if not names:
+            from aotgrad.tracer.arg_names import leaf_names
+            names[:] = leaf_names(fn, args, kwargs)
+        return names[i]
+    state = reads.walk(fn, leaves, arg_name)  # what the function can reach: guards, rollback
+    py_rng = side_effects.rng_states()
     prev_handler, dispatch.graph_break = dispatch.graph_break, _break_handler
     prev_grad, _mode.grad_enabled = _mode.grad_enabled, want_grad
+    committed = False
     try:
         with builder:
-            outs, out_tree = flatten(fn(*p_args, **p_kwargs))
+            with side_effects.watch(side_effects.may_draw(state.names)):
+                outs, out_tree = flatten(fn(*p_args, **p_kwargs))
             _check_flags(proxies, leaves, want_grad)
             # retain_grad() on an argument inside the function: each call repeats it on the
             # caller's tensor (as eagerly); on a leaf it does nothing
             retained_args = [i for i, p in enumerate(proxies) if isinstance(p, Tensor) and
-                             p.grad_fn is not None and p._retains_grad]
+                             p.grad_fn is not None and p._retains_grad and
+                             first.get(id(leaves[i])) == i]
             out_vals = [_value_of(builder, o) for o in outs if isinstance(o, Tensor)]
             # an output that is an argument or a real tensor itself may share its memory, as
             # eagerly; any other output that would alias an input is copied at run time
@@ -241,12 +259,15 @@ def trace(fn, args, kwargs, names=None, want_grad=True):
             # what the function wrote in place: its arguments, and real tensors that outlive
             # the call (one it made and dropped needs no write-back)
             written = [(("arg", i), p) for i, p in enumerate(proxies)
-                       if isinstance(p, Tensor) and p._value is not arg_vars[i]]
+                       if isinstance(p, Tensor) and p._value is not arg_vars[i] and
+                       first.get(id(leaves[i])) == i]
             if builder.swapped:
                 gc.collect()
                 written += [(("lifted", r.ref()), r.ref()) for r in builder.swapped.values()
                             if r.ref() is not None]
             mutations = [(role, t._value) for role, t in written]
+            if written:
+                _refuse_aliased_writes(fn, args, kwargs, leaves, written, builder)
             n_primals = len(builder.graph.inputs)
             if builder.grad_state:  # the function ran backward() itself: no outer backward
                 diff_outs, diff_roles, grads, written_grads = [], [], [], []
@@ -254,6 +275,19 @@ def trace(fn, args, kwargs, names=None, want_grad=True):
                 diff_outs, diff_roles, grads, written_grads = derive_backward(
                     builder, outs, [t for _, t in written], proxies, diff_leaves, want_grad)
             grad_writes, grad_guards = _grad_state(builder, proxies)
+            drawn = side_effects.rng_changed(py_rng) or ", ".join(
+                f"the generator `{p}`" for p in state.drawn_rngs())
+            if drawn:
+                raise GraphBreakError(
+                    f"the function draws random numbers from {drawn} while tracing; the "
+                    f"compiled program would repeat the first draw on every call")
+            changed = state.changed_values()
+            if changed:
+                raise GraphBreakError(
+                    f"the function changes Python state it can reach ({', '.join(changed)}), "
+                    f"which the compiled program would not repeat on each call (keep such "
+                    f"counters outside the compiled function, or in a tensor)")
+            committed = True
     finally:
         dispatch.graph_break = prev_handler
         _mode.grad_enabled = prev_grad
@@ -261,6 +295,8 @@ def trace(fn, args, kwargs, names=None, want_grad=True):
         for t, init in builder.grad_state.values():
             t._grad = init
         builder.restore()
+        if not committed:  # an abandoned trace leaves nothing behind (the call reruns eagerly)
+            _abandon(state, py_rng)
     out_info = dict(out_leaves=[None if isinstance(o, Tensor) else o for o in outs],
                     out_args=[next((i for i, p in enumerate(proxies) if o is p), None)
                               for o in outs],
@@ -269,7 +305,11 @@ def trace(fn, args, kwargs, names=None, want_grad=True):
     del outs, proxies, p_args, p_kwargs, written, diff_leaves
     mutations += [(r, v) for r, v in grad_writes if v is not None]
     escapes = _escapes(builder)
-    _refuse_backward_escapes(builder, [v for _, v in escapes])
+    try:
+        _refuse_backward_escapes(builder, [v for _, v in escapes])
+    except GraphBreakError:
+        _abandon(state, py_rng)
+        raise
     mutations += escapes
     lifted = builder.settle_roles()  # after _escapes' gc: a constant made inside is dead
     out_may_alias = [sh is True or (sh is not False and sh() is not None) for sh in shares]
@@ -291,45 +331,59 @@ def trace(fn, args, kwargs, names=None, want_grad=True):
         grad_present=[g is not None for g in grads],
         written_grads=[nr for nr, _ in written_grads], out_may_alias=out_may_alias,
         lifted_guards=[(t, v, t.requires_grad) for t, v, _ in lifted],
-        identity_guards=identity_guards(fn, [t for t, _, _ in lifted]), **out_info)
+        identity_guards=reads.walk(fn, leaves, arg_name).guards([t for t, _, _ in lifted]),
+        guard_roots=state.roots, **out_info)
 
 
-def identity_guards(fn, lifted):
-    """Where the lifted tensors are found by name: a module's parameter/buffer slot, a global
-    the function reads, a cell it closes over. -> [(dict or cell, key or None, tensor)]; a
-    call checks that each still holds the same object (a replaced parameter or a rebound
-    global makes the program trace again instead of reading the old tensor)."""
-    ids = {id(t) for t in lifted}
-    if not ids:
-        return []
-    guards, modules, seen = [], [], set()
+def _abandon(state, py_rng):
+    """Put back what the function reached (containers, generators, Python random states)."""
+    state.rollback()
+    state.restore_rngs()
+    side_effects.set_rng_states(py_rng)
 
-    def visit(container, key, value):
-        if id(value) in ids:
-            guards.append((container, key, value))
-        elif hasattr(value, "named_modules") and id(value) not in seen:
-            seen.add(id(value))
-            modules.append(value)
-    if hasattr(fn, "named_modules"):
-        visit(None, None, fn)
-    code = getattr(fn, "__code__", None)
-    if code is not None:
-        g = getattr(fn, "__globals__", {})
-        for name in code.co_names:
-            if name in g:
-                visit(g, name, g[name])
-        for cell in getattr(fn, "__closure__", None) or ():
-            try:
-                visit(cell, None, cell.cell_contents)
-            except ValueError:  # an empty cell
-                pass
-    for mod in modules:
-        for _, m in mod.named_modules():
-            for d in (m.__dict__.get("_parameters"), m.__dict__.get("_buffers")):
-                for k, v in (d or {}).items():
-                    if id(v) in ids:
-                        guards.append((d, k, v))
-    return guards
+
+def _refuse_aliased_writes(fn, args, kwargs, leaves, written, builder):
+    """A write through one of two inputs that share memory without being the same tensor (a
+    view and its base, two views of one tensor, an argument and a closed-over tensor or
+    parameter) must be seen through the other, which the functional program cannot do:
+    refuse (eager fallback, or the error with fullgraph)."""
+    by_counter = {}  # id(version counter) -> {("arg", id) or ("lifted", id): tensor, name}
+    for i, x in enumerate(leaves):
+        if isinstance(x, Tensor):
+            by_counter.setdefault(id(x._version_counter), {}).setdefault(
+                ("arg", id(x)), (x, i))
+    for rec in builder.lifted:
+        t = rec.ref()
+        if t is not None:  # (a tensor written meanwhile counts versions on a private counter)
+            sw = builder.swapped.get(id(t))
+            c = sw.counter if sw is not None and sw.ref() is t else t._version_counter
+            by_counter.setdefault(id(c), {})[("lifted", id(t))] = (t, None)
+    written_args = {role[1] for role, _ in written if role[0] == "arg"}
+    written_lifted = {id(role[1]) for role, _ in written if role[0] == "lifted"}
+    names = None
+    for g in by_counter.values():
+        if len(g) < 2 or not any(
+                (k == "arg" and i in written_args) or (k == "lifted" and tid in written_lifted)
+                for (k, tid), (_, i) in g.items()):
+            continue
+        if names is None:
+            from aotgrad.tracer.arg_names import leaf_names
+            names = leaf_names(fn, args, kwargs)
+        said = list(dict.fromkeys(f"argument '{names[i]}'" if i is not None else
+                                  "a parameter or closed-over tensor" for t, i in g.values()))
+        raise GraphBreakError(
+            f"{' and '.join(said)} share memory "
+            f"({_alias_kind([t for t, _ in g.values()])}) and the function writes one of "
+            f"them in place; the compiled program cannot show that write through the other "
+            f"(pass tensors that do not overlap, or one tensor once)")
+
+
+def _alias_kind(members):
+    if len({id(m) for m in members}) == 1:
+        return "the same tensor"
+    if any(m._base is not None and any(m._base is o for o in members) for m in members):
+        return "a view and its base"
+    return "views of one tensor"
 
 
 def _check_flags(proxies, leaves, want_grad):
