@@ -55,3 +55,17 @@ from aotgrad.compiler import compile, explain  # noqa: E402,A001
 from aotgrad.tracer import GraphBreakError  # noqa: E402
 from aotgrad import nn, optim  # noqa: E402
 from aotgrad.codegen import cache_clear, cache_info  # noqa: E402
+from aotgrad.runtime.device import device, get_default_device, set_default_device  # noqa: E402
+from aotgrad.runtime.layout import (channels_last, channels_last_3d,  # noqa: E402
+                                    contiguous_format, layout, memory_format, preserve_format,
+                                    sparse_coo, strided)
+from aotgrad.runtime.legacy import (BoolTensor, ByteTensor, DoubleTensor,  # noqa: E402
+                                    FloatTensor, IntTensor, LongTensor)
+from aotgrad.runtime.misc_api import (e, get_default_dtype, inf, is_complex,  # noqa: E402
+                                      is_floating_point, is_nonzero, is_tensor, nan, newaxis,
+                                      numel, pi, set_default_dtype)
+from aotgrad.codegen.threads import (get_num_interop_threads, get_num_threads,  # noqa: E402
+                                     set_num_interop_threads, set_num_threads)
+from aotgrad.runtime.sparse_ops import sparse_coo_tensor, spmm  # noqa: E402
+from aotgrad import accelerator, backends, cuda, sparse  # noqa: E402
+dtype = DType

@@ -16,6 +16,7 @@ import numpy as np
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.core import Var
 from aotgrad.ir.core import current_builder as _current_builder
+from aotgrad.runtime.device import CPU as _CPU
 from aotgrad.runtime.engine import AccumulateGrad, RemovableHandle, VersionCounter, \
     note_grad_write
 from aotgrad.runtime.grad_mode import state as _mode
@@ -106,7 +107,7 @@ class Tensor:
 
     @property
     def device(self):
-        return "cpu"
+        return _CPU
 
     def is_floating_point(self):
         return self.dtype.is_floating_point
@@ -319,6 +320,9 @@ class Tensor:
         return (self[i] for i in range(self.shape[0]))
 
     def __repr__(self):
+        if "_sparse" in self.__dict__:
+            from aotgrad.runtime.sparse_ops import sparse_repr
+            return sparse_repr(self)
         from aotgrad.runtime.printing import tensor_repr
         return tensor_repr(self)
 

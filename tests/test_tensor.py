@@ -74,7 +74,7 @@ def test_metadata():
     assert x.dim() == 3 and x.ndim == 3 and x.numel() == 24 and len(x) == 2
     assert repr(x.shape) == "aotgrad.Size([2, 3, 4])"
     assert x.is_floating_point() and not ag.tensor([1]).is_floating_point()
-    assert x.element_size() == 4 and x.device == "cpu"
+    assert x.element_size() == 4 and x.device == ag.device("cpu") and str(x.device) == "cpu"
 
 
 def test_conversions():
