@@ -4,7 +4,7 @@ Queries answer as PyTorch's do without CUDA (`is_available()` is False, `device_
 seeding and `empty_cache()` do nothing); calls that need a device raise PyTorch's
 AssertionError, with a line saying that aotgrad runs on the CPU.
 """
-from aotgrad.runtime.device import NO_CUDA
+from aotgrad.runtime.device import NO_CUDA, NoCudaError
 
 
 def is_available():
@@ -24,7 +24,7 @@ def is_bf16_supported(including_emulation=True):
 
 
 def _no_device(*args, **kwargs):
-    raise AssertionError(NO_CUDA)
+    raise NoCudaError(NO_CUDA)
 
 
 init = current_device = set_device = synchronize = get_device_name = _no_device

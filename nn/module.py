@@ -463,7 +463,7 @@ class Module:
         return self
 
     def cuda(self, device=None):
-        raise AssertionError(_device.NO_CUDA)
+        raise _device.NoCudaError(_device.NO_CUDA)
 
     def type(self, dst_type):
         return self.to(dst_type)

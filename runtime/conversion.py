@@ -91,7 +91,7 @@ def cpu(self, memory_format=None):
 
 
 def cuda(self, device=None, non_blocking=False, memory_format=None):
-    raise AssertionError(_device.NO_CUDA)
+    raise _device.NoCudaError(_device.NO_CUDA)
 
 
 def pin_memory(self, device=None):

@@ -15,6 +15,11 @@ KNOWN_TYPES = ("cpu", "cuda", "ipu", "xpu", "mkldnn", "opengl", "opencl", "ideep
 NO_CUDA = "Torch not compiled with CUDA enabled (aotgrad runs on the CPU only; use 'cpu')"
 
 
+class NoCudaError(AssertionError, RuntimeError):
+    """No CUDA device: an AssertionError as in PyTorch's CPU-only build, and a RuntimeError
+    (what a device error is everywhere else), so either `except` catches it."""
+
+
 class device:  # noqa: N801  (torch.device's spelling)
     """A device: `type` ('cpu', 'cuda', ...) and `index` (None or an int). Equal when both
     match (`device('cpu') != device('cpu', 0)`, as in PyTorch); hashable; never equal to a
@@ -28,7 +33,7 @@ class device:  # noqa: N801  (torch.device's spelling)
             self.type, self.index = type.type, type.index
             return
         if isinstance(type, int) and not isinstance(type, bool):  # device(0): the accelerator
-            raise AssertionError(NO_CUDA)
+            raise NoCudaError(NO_CUDA)
         if not isinstance(type, str):
             raise TypeError(f"device() received an invalid combination of arguments - got "
                             f"({_type_name(type)})")
@@ -93,7 +98,7 @@ def check(d, what="tensor"):
     if d.type == "cpu":
         return d
     if d.type == "cuda":
-        raise AssertionError(NO_CUDA)
+        raise NoCudaError(NO_CUDA)
     if d.type == "meta":
         raise RuntimeError(f"{what}: aotgrad has no 'meta' device (tensors without data); "
                            f"it runs on the CPU only")

@@ -167,3 +167,10 @@ def test_num_threads():
     with pytest.raises(RuntimeError, match="positive"):
         ag.set_num_threads(0)
     assert ag.get_num_interop_threads() >= 1
+
+
+def test_no_cuda_error_is_both_assertion_and_runtime_error():
+    with pytest.raises(AssertionError):
+        ag.ones(1).cuda()
+    with pytest.raises(RuntimeError, match="CPU only"):
+        ag.ones(1).to("cuda")
