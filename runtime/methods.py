@@ -1,6 +1,6 @@
 """Install operators and methods on Tensor from the op modules (one place, one table)."""
 from aotgrad.ir import dtypes as dt
-from aotgrad.runtime import conversion, ops, shape_ops, sparse_ops
+from aotgrad.runtime import conversion, linalg_functions, ops, shape_ops, sparse_ops
 from aotgrad.runtime.ops import cast
 from aotgrad.runtime.shape_ops import commit_inplace, snapshot
 from aotgrad.runtime.tensor import Tensor
@@ -165,6 +165,12 @@ for _op, _name in (("__iadd__", "add"), ("__isub__", "sub"), ("__imul__", "mul")
     _METHODS[_op] = _inplace(_METHODS[_name], _name + "_")
 
 _METHODS.update(sparse_ops.METHODS)
+_METHODS.update({  # the linalg methods PyTorch's Tensor has
+    "det": linalg_functions.det, "logdet": linalg_functions.logdet,
+    "slogdet": linalg_functions.slogdet, "inverse": linalg_functions.inverse,
+    "pinverse": linalg_functions.pinverse, "cholesky": linalg_functions.cholesky_legacy,
+    "svd": linalg_functions.svd_legacy, "qr": linalg_functions.qr_legacy,
+    "matrix_power": linalg_functions.matrix_power})
 for _name, _value in conversion.PROPERTIES.items():
     _METHODS[_name] = property(lambda s, v=_value: v)
 
