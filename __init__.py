@@ -63,7 +63,7 @@ from aotgrad.runtime.legacy import (BoolTensor, ByteTensor, DoubleTensor,  # noq
                                     FloatTensor, IntTensor, LongTensor)
 from aotgrad.runtime.misc_api import (e, get_default_dtype, inf, is_complex,  # noqa: E402
                                       is_floating_point, is_nonzero, is_tensor, nan, newaxis,
-                                      numel, pi, set_default_dtype)
+                                      numel, pi, set_default_dtype, typename)
 from aotgrad.codegen.threads import (get_num_interop_threads, get_num_threads,  # noqa: E402
                                      set_num_interop_threads, set_num_threads)
 from aotgrad.runtime.sparse_ops import sparse_coo_tensor, spmm  # noqa: E402
@@ -71,5 +71,5 @@ from aotgrad.runtime.linalg_functions import (det, inverse, logdet, matrix_power
                                               pinverse, slogdet)
 from aotgrad.runtime.linalg_functions import cholesky_legacy as cholesky  # noqa: E402
 from aotgrad.runtime.linalg_functions import qr_legacy as qr, svd_legacy as svd  # noqa: E402
-from aotgrad import accelerator, backends, cuda, linalg, sparse  # noqa: E402
+from aotgrad import accelerator, backends, cuda, jit, linalg, sparse  # noqa: E402
 dtype = DType

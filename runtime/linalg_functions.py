@@ -218,7 +218,7 @@ def lstsq(A, B, rcond=None, *, driver=None):  # noqa: N803
     _check("lstsq", A)
     driver = driver or "gelsy"
     if driver not in ("gels", "gelsy", "gelsd", "gelss"):
-        raise RuntimeError(f"torch.linalg.lstsq: parameter `driver` should be one of (gels, "
+        raise RuntimeError(f"linalg.lstsq: parameter `driver` should be one of (gels, "
                            f"gelsy, gelsd, gelss), got {driver}")
     vector = B.ndim == A.ndim - 1
     b = unsqueeze(B, -1) if vector else B

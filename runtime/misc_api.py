@@ -51,6 +51,16 @@ def is_nonzero(input):  # noqa: A002
     return bool(x)
 
 
+def typename(obj):
+    """'torch.FloatTensor' for a tensor (PyTorch's legacy type names), else the qualified name
+    of the object's class ('int', 'aotgrad.nn.linear.Linear')."""
+    if isinstance(obj, Tensor):
+        return obj.type()
+    cls = type(obj)
+    module = "" if cls.__module__ in ("builtins", "__builtin__", None) else cls.__module__ + "."
+    return module + cls.__qualname__
+
+
 def get_default_dtype():
     """float32: the dtype of `tensor([1.5])`, `zeros(2)`, `randn(2)` and new parameters."""
     return dt.float32

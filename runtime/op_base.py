@@ -53,7 +53,8 @@ def _add_user_line(err, name):
     msg = str(err.args[0]) if err.args and isinstance(err.args[0], str) else None
     if msg is None or " (at " in msg or type(err).__module__ != "builtins":
         return
-    err.args = (f"{name}: {msg}{format_location()}",) + err.args[1:]
+    prefix = "" if msg.startswith(name + ":") else f"{name}: "  # PyTorch-worded: named
+    err.args = (f"{prefix}{msg}{format_location()}",) + err.args[1:]
 
 
 def _named(out, grad_name):

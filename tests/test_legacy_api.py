@@ -142,3 +142,39 @@ def test_default_dtype():
     with pytest.raises(TypeError, match="floating-point"):
         ag.set_default_dtype(ag.int64)
     assert ag.dtype is type(ag.float32)
+
+
+def test_jit_compiler_and_typename():
+    assert ag.jit.is_scripting() is False and ag.jit.is_tracing() is False
+
+    @ag.jit.script
+    def f(x):
+        return x * 2
+
+    @ag.jit.ignore(drop=False)
+    def g(x):
+        return x + 1
+
+    assert f(ag.ones(1)).item() == 2 and g(ag.ones(1)).item() == 2
+    with pytest.raises(NotImplementedError, match="TorchScript"):
+        ag.jit.trace(f, ag.ones(1))
+    seen = []
+
+    def h(x):
+        seen.append(ag.compiler.is_compiling())
+        return x * 2
+
+    h(ag.ones(1))
+    ag.compile(h, backend="interpret")(ag.ones(1))
+    assert seen == [False, True]
+    assert ag.typename(ag.ones(1)) == "torch.FloatTensor" and ag.typename(3) == "int"
+    assert ag.typename(ag.ones(1).long()) == "torch.LongTensor"
+    assert ag.typename(ag.nn.Linear(1, 1)).endswith(".Linear")
+
+
+def test_jit_and_typename_match_torch(torch):
+    for x in (1.5, [1, 2]):
+        assert ag.typename(ag.tensor(x)) == torch.typename(torch.tensor(x))
+    assert ag.typename("s") == torch.typename("s")
+    assert ag.jit.is_scripting() == torch.jit.is_scripting()
+    assert ag.compiler.is_compiling() == torch.compiler.is_compiling()

@@ -174,3 +174,31 @@ def test_compiled_spmm_equals_eager():
     np.testing.assert_allclose(out.item(), f(v, d).item(), rtol=1e-6)
     np.testing.assert_allclose(v.grad.numpy(), ge[0], rtol=1e-6)
     np.testing.assert_allclose(d.grad.numpy(), ge[1], rtol=1e-6)
+
+
+class _Spmm(ag.autograd.Function):
+    """The sparse-attention pattern of graph attention networks: a sparse matrix saved for a
+    hand-written backward that reads its indices."""
+
+    @staticmethod
+    def forward(ctx, indices, values, shape, b):
+        a = ag.sparse_coo_tensor(indices, values, shape)
+        ctx.save_for_backward(a, b)
+        return ag.matmul(a, b)
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        assert a.is_sparse                      # the saved tensor keeps its layout
+        edge = a._indices()[0, :] * a.shape[1] + a._indices()[1, :]
+        return None, g.matmul(b.t()).view(-1)[edge], None, a.t().matmul(g)
+
+
+def test_sparse_tensor_saved_by_a_function():
+    idx = ag.tensor([[0, 1, 1], [2, 0, 2]])
+    v = ag.tensor([3., 4., 5.], dtype=ag.float64, requires_grad=True)
+    d = ag.randn(3, 2, dtype=ag.float64, requires_grad=True)
+    assert ag.autograd.gradcheck(lambda v, d: _Spmm.apply(idx, v, ag.Size([2, 3]), d), (v, d))
+    out = _Spmm.apply(idx, v, ag.Size([2, 3]), d)
+    ref = ag.sparse.mm(ag.sparse_coo_tensor(idx, v, (2, 3)), d)
+    np.testing.assert_allclose(out.detach().numpy(), ref.detach().numpy())
