@@ -459,6 +459,12 @@ class Module:
     def double(self):
         return self.to(dt.float64)
 
+    def half(self):
+        return self.to(dt.float16)
+
+    def bfloat16(self):
+        return self.to(dt.bfloat16)
+
     def cpu(self):
         return self
 

@@ -42,7 +42,8 @@ def _type_as(self, other):
 
 
 _TYPE_NAMES = {dt.float32: "FloatTensor", dt.float64: "DoubleTensor", dt.int64: "LongTensor",
-               dt.int32: "IntTensor", dt.bool_: "BoolTensor"}
+               dt.int32: "IntTensor", dt.bool_: "BoolTensor", dt.float16: "HalfTensor",
+               dt.bfloat16: "BFloat16Tensor"}
 
 
 def _type(self, dtype=None, non_blocking=False):
@@ -112,7 +113,8 @@ _METHODS = {
     "nelement": lambda s: s.numel(),
     "float": lambda s: cast(s, dt.float32), "double": lambda s: cast(s, dt.float64),
     "long": lambda s: cast(s, dt.int64), "int": lambda s: cast(s, dt.int32),
-    "bool": lambda s: cast(s, dt.bool_), "half": lambda s: cast(s, dt.float32),
+    "bool": lambda s: cast(s, dt.bool_), "half": lambda s: cast(s, dt.float16),
+    "bfloat16": lambda s: cast(s, dt.bfloat16),
     "cpu": conversion.cpu, "cuda": conversion.cuda, "pin_memory": conversion.pin_memory,
     "is_pinned": conversion.is_pinned, "get_device": conversion.get_device,
     "is_complex": conversion.is_complex, "__format__": conversion.format_tensor,
