@@ -170,13 +170,8 @@ def _masked(self):
     the gradient that reaches `self` through it is zero outside the pattern (PyTorch's
     sparse gradients)."""
     from aotgrad.runtime import ops
-    from aotgrad.runtime.factories import ones, zeros
     info = _info(self, "sparse")
-    shape, sd = tuple(self.shape), info.sparse_dim
-    nnz = info.indices.shape[1]
-    hits = index_add(zeros(math.prod(shape[:sd]), dtype=self.dtype), 0,
-                     _linear_index(info.indices, shape[:sd]), ones(nnz, dtype=self.dtype))
-    mask = reshape(cast(ops.gt(hits, 0), self.dtype), shape[:sd] + (1,) * (len(shape) - sd))
+    mask = cast(_pattern(info, tuple(self.shape), self.dtype), self.dtype)
     out = ops.mul(to_dense(self), mask)
     out.__dict__["_sparse"] = info
     return out
@@ -325,6 +320,56 @@ def sparse_sum(input, dim=None, dtype=None):  # noqa: A002
     return to_sparse(out, left) if left > 0 else out
 
 
+def _pattern(info, shape, dtype_like):
+    """The dense bool pattern of a sparse tensor's (sparse) dims, broadcast over dense dims."""
+    from aotgrad.runtime import ops
+    from aotgrad.runtime.factories import ones, zeros
+    sd = info.sparse_dim
+    nnz = info.indices.shape[1]
+    hits = index_add(zeros(math.prod(shape[:sd]), dtype=dtype_like), 0,
+                     _linear_index(info.indices, shape[:sd]), ones(nnz, dtype=dtype_like))
+    return reshape(ops.gt(hits, 0), shape[:sd] + (1,) * (len(shape) - sd))
+
+
+def _sparse_softmax(input, dim, dtype, log):  # noqa: A002
+    from aotgrad.runtime import ops
+    from aotgrad.runtime.op_base import norm_dims
+    x = coalesce(input)
+    info = _info(x, "sparse.softmax")
+    x_dense = to_dense(x, dtype)
+    shape = tuple(x.shape)
+    mask = _pattern(info, shape, x_dense.dtype)
+    d = norm_dims(dim, len(shape))[0]
+    masked = ops.where(mask, x_dense, -math.inf)
+    out = ops.log_softmax(masked, d) if log else ops.softmax(masked, d)
+    out = ops.where(mask, out, 0.0)          # rows without entries: 0, not NaN
+    return _from_coo(info.indices, values(_with_info(out, info), _check=False), shape, True)
+
+
+def _with_info(t, info):
+    t.__dict__["_sparse"] = info
+    return t
+
+
+@op("sparse.softmax")
+def sparse_softmax(input, dim, dtype=None):  # noqa: A002
+    """Softmax over the specified entries of each slice along `dim` (unspecified entries
+    count as -inf, as in PyTorch); a sparse tensor with the same pattern."""
+    return _sparse_softmax(input, dim, dtype, False)
+
+
+@op("sparse.log_softmax")
+def sparse_log_softmax(input, dim, dtype=None):  # noqa: A002
+    return _sparse_softmax(input, dim, dtype, True)
+
+
+def _legacy_sparse(dtype):
+    def make(indices, values, size=None):
+        """PyTorch's legacy `torch.sparse.FloatTensor(indices, values, size)`."""
+        return sparse_coo_tensor(indices, values, size, dtype=dtype)
+    return make
+
+
 def sparse_repr(t):
     """PyTorch's print form: indices, values, size, nnz, layout."""
     from aotgrad.runtime.printing import tensor_repr
@@ -347,4 +392,9 @@ METHODS = {
     "_nnz": _nnz, "sparse_dim": sparse_dim, "dense_dim": dense_dim,
 }
 
-__all__ = ["sparse_coo_tensor", "mm", "spmm", "sparse_sum", "Size"]
+FloatTensor = _legacy_sparse(dt.float32)
+DoubleTensor = _legacy_sparse(dt.float64)
+LongTensor = _legacy_sparse(dt.int64)
+
+__all__ = ["sparse_coo_tensor", "mm", "spmm", "sparse_sum", "sparse_softmax",
+           "sparse_log_softmax", "FloatTensor", "DoubleTensor", "LongTensor", "Size"]

@@ -202,3 +202,29 @@ def test_sparse_tensor_saved_by_a_function():
     out = _Spmm.apply(idx, v, ag.Size([2, 3]), d)
     ref = ag.sparse.mm(ag.sparse_coo_tensor(idx, v, (2, 3)), d)
     np.testing.assert_allclose(out.detach().numpy(), ref.detach().numpy())
+
+
+@pytest.mark.parametrize("log", [False, True])
+def test_sparse_softmax_matches_torch(torch, log):
+    idx = [[0, 0, 1, 2, 2], [0, 2, 1, 0, 1]]          # row 3 of 4 has no entries
+    vals = np.array([1., 2., 3., 4., -1.])
+    w = np.cos(np.arange(5.))
+    res = []
+    for mod in (ag, torch):
+        v = mod.tensor(vals, requires_grad=True)
+        s = (_torch_sparse(torch, idx, v, (4, 3)) if mod is torch else
+             ag.sparse_coo_tensor(idx, v, (4, 3)))
+        fn = mod.sparse.log_softmax if log else mod.sparse.softmax
+        out = fn(s, 1).coalesce()
+        (out.values() * mod.tensor(w)).sum().backward()
+        res.append((out.indices().numpy(), out.values().detach().numpy(),
+                    out.to_dense().detach().numpy(), v.grad.numpy()))
+    for a, b in zip(*res):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_legacy_sparse_constructors():
+    s = ag.sparse.FloatTensor(ag.tensor([[0, 1], [1, 0]]), ag.tensor([2., 3.], dtype=ag.float64),
+                              ag.Size([2, 2]))
+    assert s.is_sparse and s.dtype is ag.float32 and s.to_dense().tolist() == [[0, 2], [3, 0]]
+    assert ag.sparse.DoubleTensor([[0]], [1.], (2,)).dtype is ag.float64
