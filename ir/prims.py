@@ -352,7 +352,14 @@ for _name, _fn, _kind, _out in [
     register(_name, _binary_rule(_kind, _out), _quiet(_fn) if _name in _QUIET else _fn, P)
 
 register("where", _where_rule, np.where, P)
-register("convert_element_type", _convert_rule, lambda x, *, dtype: x.astype(dtype.np), P)
+def _convert(x, *, dtype):
+    if dtype.itemsize != 2:
+        return x.astype(dtype.np)
+    with np.errstate(over="ignore"):  # a float too large for float16 becomes inf, quietly
+        return x.astype(dtype.np)
+
+
+register("convert_element_type", _convert_rule, _convert, P)
 register("broadcast_in_dim", _broadcast_rule, lambda x, *, shape, dims: np.broadcast_to(
     x.reshape([x.shape[dims.index(d)] if d in dims else 1 for d in range(len(shape))]), shape),
     ("shape",))

@@ -27,6 +27,7 @@ import numpy as np
 from aotgrad.ir import dtypes as dt
 from aotgrad.runtime import device as _device
 from aotgrad.runtime import layout as _layout
+from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.index_ops import index_add, index_select
 from aotgrad.runtime.op_base import cast, op
 from aotgrad.runtime.tensor import Size, Tensor
@@ -338,9 +339,11 @@ def _sparse_softmax(input, dim, dtype, log):  # noqa: A002
     info = _info(x, "sparse.softmax")
     x_dense = to_dense(x, dtype)
     shape = tuple(x.shape)
-    mask = _pattern(info, shape, x_dense.dtype)
+    mask = tp.broadcast_to(_pattern(info, shape, x_dense.dtype), shape)
     d = norm_dims(dim, len(shape))[0]
-    masked = ops.where(mask, x_dense, -math.inf)
+    # unspecified entries are -inf; a slice without entries gets 0s (no -inf - -inf)
+    empty = ops.logical_not(ops.any(mask, d, keepdim=True))
+    masked = ops.where(mask, x_dense, ops.where(empty, 0.0, -math.inf))
     out = ops.log_softmax(masked, d) if log else ops.softmax(masked, d)
     out = ops.where(mask, out, 0.0)          # rows without entries: 0, not NaN
     return _from_coo(info.indices, values(_with_info(out, info), _check=False), shape, True)
