@@ -22,30 +22,17 @@ class tensortype(type):  # noqa: N801  (torch.tensortype's spelling)
     `isinstance` checks a tensor's dtype."""
 
     def __call__(cls, *args, device=None):
-        _device.check(device, cls.__name__)
         if cls.legacy_dtype is None:
             raise TypeError(f"{cls.__name__} holds uint8, a dtype aotgrad does not have; use "
                             f"aotgrad.tensor(data, dtype=aotgrad.int64) (or aotgrad.bool for a "
                             f"mask)")
-        from aotgrad.runtime import factories
-        dtype = cls.legacy_dtype
-        if not args:
-            return factories.zeros(0, dtype=dtype)
-        if all(isinstance(a, numbers.Integral) and not isinstance(a, bool) for a in args) or \
-                (len(args) == 1 and isinstance(args[0], Size)):
-            return factories.zeros(*args, dtype=dtype)
-        if len(args) != 1:
-            raise TypeError(f"{cls.__name__}(): expected sizes (ints) or one sequence of data, "
-                            f"got {tuple(type(a).__name__ for a in args)}")
-        data = args[0]
-        if isinstance(data, Tensor):
-            if data.dtype is not dtype:
-                raise TypeError(f"{cls.__name__}(): expected a tensor of dtype {dtype.name}, "
-                                f"got {data.dtype.name}")
-            return data
-        if not isinstance(data, (list, tuple, np.ndarray)):
-            raise TypeError(f"new(): data must be a sequence (got {type(data).__name__})")
-        return factories.tensor(data, dtype=dtype)
+        if len(args) == 1 and isinstance(args[0], Tensor):
+            if args[0].dtype is not cls.legacy_dtype:
+                raise TypeError(f"{cls.__name__}(): expected a tensor of dtype "
+                                f"{cls.legacy_dtype.name}, got {args[0].dtype.name}")
+            _device.check(device, cls.__name__)
+            return args[0]
+        return Tensor._make(legacy_value(args, cls.legacy_dtype, device, cls.__name__))
 
     def __instancecheck__(cls, obj):
         return isinstance(obj, Tensor) and cls.legacy_dtype is not None and \
@@ -53,6 +40,30 @@ class tensortype(type):  # noqa: N801  (torch.tensortype's spelling)
 
     def __repr__(cls):
         return f"<class 'aotgrad.{cls.__name__}'>"
+
+
+def legacy_value(args, dtype, device, what="Tensor"):
+    """The array of a legacy constructor call: sizes (ints or a Size) give zeros, one
+    sequence gives its data, nothing gives an empty 1-d array; float32 unless `dtype`."""
+    from aotgrad.runtime.factories import _to_array
+    _device.check(device, what)
+    d = dt.float32 if dtype is None else dt.as_dtype(dtype)
+    if not args:
+        return np.zeros(0, d.np)
+    if all(isinstance(a, numbers.Integral) and not isinstance(a, bool) for a in args) or \
+            (len(args) == 1 and isinstance(args[0], Size)):
+        shape = tuple(int(a) for a in (args[0] if isinstance(args[0], Size) else args))
+        if any(n < 0 for n in shape):
+            raise RuntimeError(f"Trying to create tensor with negative dimension: "
+                               f"{list(shape)}")
+        return np.zeros(shape, d.np)
+    if len(args) != 1:
+        raise TypeError(f"{what}(): expected sizes (ints) or one sequence of data, got "
+                        f"{tuple(type(a).__name__ for a in args)}")
+    data = args[0]
+    if not isinstance(data, (list, tuple, np.ndarray, Tensor)):
+        raise TypeError(f"new(): data must be a sequence (got {type(data).__name__})")
+    return _to_array(data, d)
 
 
 def _legacy(name, dtype):

@@ -48,9 +48,11 @@ class Tensor:
         t._inference = _mode.inference
         return t
 
-    def __init__(self, data, dtype=None, requires_grad=False):
-        from aotgrad.runtime.factories import _to_array
-        self.__class__._init_from(self, _to_array(data, dtype), requires_grad)
+    def __init__(self, *args, dtype=None, requires_grad=False, device=None):
+        """PyTorch's legacy constructor: `Tensor(2, 3)` (a zero-filled shape), `Tensor([1, 2])`
+        (data, float32 unless `dtype` is given), `Tensor()` (empty)."""
+        from aotgrad.runtime.legacy import legacy_value
+        self.__class__._init_from(self, legacy_value(args, dtype, device), requires_grad)
 
     @staticmethod
     def _init_from(t, value, requires_grad):

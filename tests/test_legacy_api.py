@@ -178,3 +178,23 @@ def test_jit_and_typename_match_torch(torch):
     assert ag.typename("s") == torch.typename("s")
     assert ag.jit.is_scripting() == torch.jit.is_scripting()
     assert ag.compiler.is_compiling() == torch.compiler.is_compiling()
+
+
+def test_tensor_class_as_legacy_constructor():
+    assert ag.Tensor(2, 3).shape == (2, 3) and ag.Tensor(2, 3).sum().item() == 0
+    assert ag.Tensor([1, 2]).dtype is ag.float32 and ag.Tensor().shape == (0,)
+    assert ag.Tensor(ag.Size([4])).shape == (4,)
+    assert ag.Tensor([1, 2], dtype=ag.int64).dtype is ag.int64
+    assert ag.Tensor([1.], requires_grad=True).requires_grad
+    w = ag.nn.Parameter(ag.Tensor(3, 2))
+    assert w.shape == (3, 2) and w.requires_grad
+    with pytest.raises(AssertionError, match="CUDA"):
+        ag.Tensor(2, device="cuda")
+
+
+def test_tensor_class_constructor_matches_torch(torch):
+    for args in ((2, 3), ([1, 2],), ([[1.5], [2.5]],), ()):
+        ours, theirs = ag.Tensor(*args), torch.Tensor(*args)
+        assert ours.shape == tuple(theirs.shape) and ours.type() == theirs.type()
+        if ours.numel() and not all(isinstance(a, int) for a in args):
+            np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
