@@ -75,5 +75,5 @@ from aotgrad.runtime.linalg_functions import (det, inverse, logdet, matrix_power
                                               pinverse, slogdet)
 from aotgrad.runtime.linalg_functions import cholesky_legacy as cholesky  # noqa: E402
 from aotgrad.runtime.linalg_functions import qr_legacy as qr, svd_legacy as svd  # noqa: E402
-from aotgrad import accelerator, amp, backends, cuda, jit, linalg, sparse  # noqa: E402
+from aotgrad import accelerator, amp, backends, cpu, cuda, jit, linalg, sparse  # noqa: E402
 dtype = DType

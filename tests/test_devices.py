@@ -174,3 +174,11 @@ def test_no_cuda_error_is_both_assertion_and_runtime_error():
         ag.ones(1).cuda()
     with pytest.raises(RuntimeError, match="CPU only"):
         ag.ones(1).to("cuda")
+
+
+def test_cpu_namespace():
+    assert ag.cpu.is_available() and ag.cpu.device_count() == 1
+    ag.cpu.synchronize()
+    with ag.cpu.amp.autocast():
+        assert (ag.ones(2, 2) @ ag.ones(2, 2)).dtype is ag.bfloat16
+    assert not ag.is_autocast_enabled()
