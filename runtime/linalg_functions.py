@@ -377,14 +377,12 @@ def matrix_power(A, n):  # noqa: N803
 
 def svd_legacy(input, some=True, compute_uv=True):  # noqa: A002
     """`torch.svd`: (U, S, V) with V, not Vh; reduced unless some=False."""
-    if not compute_uv:  # U and V zero-filled, as PyTorch's
+    if not compute_uv:  # U (m x m) and V (n x n) zero-filled whatever `some`, as PyTorch's
         from aotgrad.runtime.factories import zeros
         m, n = input.shape[-2:]
-        k = builtins.min(m, n)
         batch = tuple(input.shape[:-2])
-        return TorchSVDResult(zeros(batch + (m, k if some else m), dtype=input.dtype),
-                              svdvals(input),
-                              zeros(batch + (n, k if some else n), dtype=input.dtype))
+        return TorchSVDResult(zeros(batch + (m, m), dtype=input.dtype), svdvals(input),
+                              zeros(batch + (n, n), dtype=input.dtype))
     U, S, Vh = svd(input, full_matrices=not some)
     return TorchSVDResult(U, S, mT(Vh))
 

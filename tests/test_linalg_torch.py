@@ -283,3 +283,25 @@ def test_compiled_equals_eager(backend):
         np.testing.assert_allclose(out.item(), eager[0], rtol=1e-10)
         np.testing.assert_allclose(a.grad.numpy(), eager[1], rtol=1e-9, atol=1e-12)
         np.testing.assert_allclose(b.grad.numpy(), eager[2], rtol=1e-9, atol=1e-12)
+
+
+def test_legacy_spellings_match_torch(torch):
+    a = _mat(4, 3)
+    for some in (True, False):
+        for uv in (True, False):
+            ours = ag.svd(ag.tensor(a), some=some, compute_uv=uv)
+            theirs = torch.svd(torch.tensor(a), some=some, compute_uv=uv)
+            for x, y in zip(ours, theirs):
+                assert x.shape == tuple(y.shape)
+            np.testing.assert_allclose(ours.S.numpy(), theirs.S.numpy(), atol=1e-12)
+    sq = _spd(3)
+    for name in ("det", "logdet", "inverse", "pinverse"):
+        np.testing.assert_allclose(getattr(ag.tensor(sq), name)().numpy(),
+                                   getattr(torch.tensor(sq), name)().numpy(), rtol=1e-10)
+    np.testing.assert_allclose(ag.tensor(sq).cholesky().numpy(),
+                               torch.linalg.cholesky(torch.tensor(sq)).numpy(), rtol=1e-10)
+    np.testing.assert_allclose(abs(ag.tensor(a).qr().R.numpy()),
+                               abs(torch.linalg.qr(torch.tensor(a)).R.numpy()), rtol=1e-10)
+    s1, l1 = ag.tensor(sq).slogdet()
+    s2, l2 = torch.tensor(sq).slogdet()
+    assert s1.item() == s2.item() and l1.item() == pytest.approx(l2.item())
