@@ -71,8 +71,8 @@ from aotgrad.runtime.misc_api import (e, get_default_dtype, inf, is_complex,  # 
 from aotgrad.codegen.threads import (get_num_interop_threads, get_num_threads,  # noqa: E402
                                      set_num_interop_threads, set_num_threads)
 from aotgrad.runtime.sparse_ops import sparse_coo_tensor, spmm  # noqa: E402
-from aotgrad.runtime.linalg_functions import (det, inverse, logdet, matrix_power,  # noqa: E402
-                                              pinverse, slogdet)
+from aotgrad.runtime.linalg_functions import (cholesky_solve, det, inverse,  # noqa: E402
+                                              logdet, matrix_power, pinverse, slogdet)
 from aotgrad.runtime.linalg_functions import cholesky_legacy as cholesky  # noqa: E402
 from aotgrad.runtime.linalg_functions import qr_legacy as qr, svd_legacy as svd  # noqa: E402
 from aotgrad import accelerator, amp, backends, cpu, cuda, jit, linalg, sparse  # noqa: E402

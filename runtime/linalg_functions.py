@@ -112,6 +112,46 @@ def logdet(A):  # noqa: N803
     return where(lt(sign, 0.0), math.nan, logabs)
 
 
+@op("linalg.solve_triangular", "LinalgSolveTriangularBackward0")
+def solve_triangular(A, B, *, upper, left=True, unitriangular=False):  # noqa: N803
+    """X with A X = B (X A = B when left=False) reading only A's upper or lower triangle
+    (its diagonal taken as ones when unitriangular); A's gradient is zero outside it."""
+    from aotgrad.runtime.diag_ops import tril, triu
+    from aotgrad.runtime.factories import eye
+    _check("solve_triangular", A, True)
+    if unitriangular:
+        t = triu(A, 1) if upper else tril(A, -1)
+        t = t + eye(A.shape[-1], dtype=A.dtype)
+    else:
+        t = triu(A) if upper else tril(A)
+    return solve(t, B, left=left) if B.ndim >= 2 else solve(t, B)
+
+
+def cholesky_solve(B, L, upper=False):  # noqa: N803
+    """`torch.cholesky_solve`: X with (L L^T) X = B for the Cholesky factor L (or U^T U)."""
+    lo = mT(L) if upper else L
+    y = solve_triangular(lo, B, upper=False)
+    return solve_triangular(mT(lo), y, upper=True)
+
+
+@op("linalg.cond")
+def cond(A, p=None):  # noqa: N803
+    """The condition number: largest over smallest singular value for p None/2 (-2: the
+    inverse), else norm(A, p) * norm(inv(A), p)."""
+    _check("cond", A)
+    if p in (None, 2, -2):
+        s = svdvals(A)
+        big, small = amax(s, -1), amin(s, -1)
+        return big / small if p in (None, 2) else small / big
+    _check("cond", A, True)
+    return matrix_norm(A, p) * matrix_norm(inv(A), p)
+
+
+def diagonal(A, *, offset=0, dim1=-2, dim2=-1):  # noqa: N803
+    from aotgrad.runtime.diag_ops import diagonal as _diagonal
+    return _diagonal(A, offset, dim1, dim2)
+
+
 # ---- factorisations ------------------------------------------------------------------------
 @op("linalg.cholesky", "LinalgCholeskyExBackward0")
 def cholesky(A, *, upper=False):  # noqa: N803
@@ -395,6 +435,6 @@ def qr_legacy(input, some=True):  # noqa: A002
     return qr(input, "reduced" if some else "complete")
 
 
-__all__ = ["inv", "solve", "det", "slogdet", "cholesky", "qr", "svd", "svdvals", "eigh",
+__all__ = ["inv", "solve", "solve_triangular", "cholesky_solve", "cond", "diagonal", "det", "slogdet", "cholesky", "qr", "svd", "svdvals", "eigh",
            "eigvalsh", "pinv", "matrix_rank", "lstsq", "vector_norm", "matrix_norm", "norm",
            "vecdot", "multi_dot", "matrix_power", "LinAlgError"]

@@ -217,6 +217,17 @@ TORCH_CASES = {  # name -> (fn(M, *args) -> tensor or tuple, input makers)
                          [lambda: _mat(3, 2, 4)]),
     "logdet": (lambda M, a: M.logdet(a), [lambda: _spd(3)]),
     "matrix_power": (lambda M, a: M.linalg.matrix_power(a, -3), [lambda: _spd(3)]),
+    "solve_triangular": (lambda M, a, b: M.linalg.solve_triangular(a, b, upper=False),
+                         [lambda: _spd(3, (2,)), lambda: _mat(2, 3, 2)]),
+    "solve_triangular_unit_right": (
+        lambda M, a, b: M.linalg.solve_triangular(a, b, upper=True, left=False,
+                                                  unitriangular=True),
+        [lambda: _mat(3, 3), lambda: _mat(2, 3)]),
+    "cholesky_solve": (lambda M, b, a: M.cholesky_solve(b, M.linalg.cholesky(a)),
+                       [lambda: _mat(3, 2), lambda: _spd(3)]),
+    # (PyTorch's backward of cond with p='fro' or 1 fails on an in-place write of its own)
+    "cond": (lambda M, a: (M.linalg.cond(a), M.linalg.cond(a, -2)), [lambda: _spd(3)]),
+    "diagonal": (lambda M, a: M.linalg.diagonal(a, offset=1), [lambda: _mat(2, 3, 4)]),
     "torch_svd": (lambda M, a: (lambda r: (r[0] * r[0], r[1], r[2] * r[2]))(M.svd(a)),
                   [lambda: _mat(4, 3)]),
 }
@@ -243,6 +254,13 @@ def test_matches_torch(torch, name, dtype):
     for a, b in zip(res["aotgrad"][0] + res["aotgrad"][1], res["torch"][0] + res["torch"][1]):
         assert a.dtype == b.dtype
         np.testing.assert_allclose(a, b, **tol, err_msg=name)
+
+
+def test_cond_other_norms_match_torch(torch):
+    a = _spd(3) + _mat(3, 3)
+    for p in ("fro", "nuc", 1, -1, math.inf):
+        assert LA.cond(ag.tensor(a), p).item() == pytest.approx(
+            torch.linalg.cond(torch.tensor(a), p).item(), rel=1e-10)
 
 
 def test_qr_mode_r_matches_torch(torch):
