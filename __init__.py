@@ -9,7 +9,7 @@
     def f(x):
         return (x.tanh() * 2).sum()
 """
-from aotgrad.ir.dtypes import DType, bool_, float32, float64, int32, int64
+from aotgrad.ir.dtypes import DType, bfloat16, bool_, float16, float32, float64, int32, int64
 from aotgrad.ir.dtypes import bool_ as bool  # noqa: A001  (aotgrad.bool, like torch.bool)
 from aotgrad.ir.core import PrimError
 from aotgrad.runtime import Size, Tensor
@@ -49,6 +49,7 @@ from aotgrad import autograd  # noqa: E402
 __version__ = "0.1.0"
 float = float32  # noqa: A001  (aotgrad.float, like torch.float)
 double = float64
+half = float16
 long = int64
 int = int32  # noqa: A001
 from aotgrad.compiler import compile, explain  # noqa: E402,A001
@@ -58,3 +59,24 @@ from aotgrad import serialization  # noqa: E402
 from aotgrad.serialization import load, save  # noqa: E402
 from aotgrad import utils  # noqa: E402
 from aotgrad.codegen import cache_clear, cache_info  # noqa: E402
+from aotgrad.runtime.device import device, get_default_device, set_default_device  # noqa: E402
+from aotgrad.runtime.layout import (channels_last, channels_last_3d,  # noqa: E402
+                                    contiguous_format, layout, memory_format, preserve_format,
+                                    sparse_coo, strided)
+from aotgrad.runtime.legacy import (BFloat16Tensor, BoolTensor, ByteTensor,  # noqa: E402
+                                    DoubleTensor, FloatTensor, HalfTensor, IntTensor,
+                                    LongTensor)
+from aotgrad.runtime.autocast import (autocast, get_autocast_dtype,  # noqa: E402
+                                      is_autocast_enabled)
+from aotgrad.runtime.misc_api import (e, get_default_dtype, inf, is_complex,  # noqa: E402
+                                      is_floating_point, is_nonzero, is_tensor, nan, newaxis,
+                                      numel, pi, set_default_dtype, typename)
+from aotgrad.codegen.threads import (get_num_interop_threads, get_num_threads,  # noqa: E402
+                                     set_num_interop_threads, set_num_threads)
+from aotgrad.runtime.sparse_ops import sparse_coo_tensor, spmm  # noqa: E402
+from aotgrad.runtime.linalg_functions import (cholesky_solve, det, inverse,  # noqa: E402
+                                              logdet, matrix_power, pinverse, slogdet)
+from aotgrad.runtime.linalg_functions import cholesky_legacy as cholesky  # noqa: E402
+from aotgrad.runtime.linalg_functions import qr_legacy as qr, svd_legacy as svd  # noqa: E402
+from aotgrad import accelerator, amp, backends, cpu, cuda, jit, linalg, sparse  # noqa: E402
+dtype = DType

@@ -901,3 +901,9 @@ class Explanation(str):
         s = super().__new__(cls, text)
         s.graph_breaks, s.program = breaks, (None if program == "eager" else program)
         return s
+
+
+def is_compiling():
+    """True while `aotgrad.compile` traces the function (PyTorch's
+    `torch.compiler.is_compiling`): code may take another path when it is being captured."""
+    return current_builder() is not None

@@ -1,4 +1,5 @@
 """Element types of IR values and tensors: a thin, printable wrapper over numpy dtypes."""
+import ml_dtypes
 import numpy as np
 
 
@@ -7,9 +8,10 @@ class DType:
     dtype), `.short` (the IR annotation, `f32`) and `.is_floating_point`."""
     __slots__ = ("name", "np", "short", "is_floating_point", "itemsize")
 
-    def __init__(self, name, np_dtype, short):
+    def __init__(self, name, np_dtype, short, floating=None):
         self.name, self.np, self.short = name, np.dtype(np_dtype), short
-        self.is_floating_point = self.np.kind == "f"
+        # bfloat16 is a numpy extension type (kind 'V'): it says it is a float itself
+        self.is_floating_point = self.np.kind == "f" if floating is None else floating
         self.itemsize = self.np.itemsize
 
     def __repr__(self):
@@ -24,10 +26,16 @@ float64 = DType("float64", np.float64, "f64")
 int32 = DType("int32", np.int32, "i32")
 int64 = DType("int64", np.int64, "i64")
 bool_ = DType("bool", np.bool_, "b1")
-ALL = (float32, float64, int32, int64, bool_)
+# 16-bit floats: eager only (compiled functions run them eagerly, see runtime/dispatch.py);
+# bfloat16 is ml_dtypes' numpy type. Ops compute in float32 and round their result, and
+# reductions accumulate in float32, as PyTorch's CPU kernels do.
+float16 = DType("float16", np.float16, "f16")
+bfloat16 = DType("bfloat16", ml_dtypes.bfloat16, "bf16", floating=True)
+LOW_PRECISION = frozenset((float16, bfloat16))
+ALL = (float32, float64, int32, int64, bool_, float16, bfloat16)
 _BY_NP = {d.np: d for d in ALL}
 BY_SHORT = {d.short: d for d in ALL}
-_RANK = {bool_: 0, int32: 1, int64: 2, float32: 3, float64: 4}
+_RANK = {bool_: 0, int32: 1, int64: 2, float16: 3, bfloat16: 3, float32: 4, float64: 5}
 
 
 def from_numpy(np_dtype):
@@ -55,6 +63,8 @@ def as_dtype(d):
 
 def promote(a, b):
     """Type promotion between two tensor dtypes (PyTorch's category-then-width lattice)."""
+    if _RANK[a] == _RANK[b] and a is not b:  # float16 with bfloat16: neither holds the other
+        return float32
     return a if _RANK[a] >= _RANK[b] else b
 
 

@@ -250,7 +250,12 @@ except ImportError:  # scipy is optional: exact but slower fallback
 
 
 def _erf(x):
-    return np.asarray(_erf_impl(x)).astype(x.dtype, copy=False)
+    return np.asarray(_erf_impl(_wide(x))).astype(x.dtype, copy=False)
+
+
+def _wide(x):
+    """A 16-bit float array as float32 (what PyTorch's CPU kernels compute in)."""
+    return x.astype(np.float32) if x.dtype.itemsize == 2 and x.dtype.kind in "fV" else x
 
 
 def _pad(x, *, config, value=0.0):
@@ -278,7 +283,8 @@ def _dot_general(a, b, *, contract, batch=((), ())):
     k = math.prod(a.shape[i] for i in lc)
     am = at.reshape(bsh + [math.prod(afs), k])
     bm = bt.reshape(bsh + [k, math.prod(bfs)])
-    return np.matmul(am, bm).reshape(bsh + afs + bfs)
+    out = np.matmul(_wide(am), _wide(bm)).reshape(bsh + afs + bfs)
+    return out.astype(a.dtype, copy=False)  # 16-bit floats: float32 products, rounded once
 
 
 def _scatter_add(x, idx, src, *, dim):
@@ -292,15 +298,16 @@ def _scatter_add(x, idx, src, *, dim):
 def _random(kind):
     def impl(seed, *, shape, dtype):
         gen = np.random.Generator(np.random.Philox(int(seed)))
+        wide = np.float32 if dtype.itemsize == 2 else dtype.np  # 16-bit: drawn as float32
         if kind == "uniform":
-            return gen.random(shape, dtype=dtype.np)
-        return gen.standard_normal(shape, dtype=dtype.np)
+            return gen.random(shape, dtype=wide).astype(dtype.np, copy=False)
+        return gen.standard_normal(shape, dtype=wide).astype(dtype.np, copy=False)
     return impl
 
 
 def _reduce(fn):
-    def impl(x, *, dims):
-        return np.asarray(fn(x, axis=tuple(dims))).astype(x.dtype, copy=False)
+    def impl(x, *, dims):  # 16-bit floats accumulate in float32
+        return np.asarray(fn(_wide(x), axis=tuple(dims))).astype(x.dtype, copy=False)
     return impl
 
 
@@ -345,7 +352,14 @@ for _name, _fn, _kind, _out in [
     register(_name, _binary_rule(_kind, _out), _quiet(_fn) if _name in _QUIET else _fn, P)
 
 register("where", _where_rule, np.where, P)
-register("convert_element_type", _convert_rule, lambda x, *, dtype: x.astype(dtype.np), P)
+def _convert(x, *, dtype):
+    if dtype.itemsize != 2:
+        return x.astype(dtype.np)
+    with np.errstate(over="ignore"):  # a float too large for float16 becomes inf, quietly
+        return x.astype(dtype.np)
+
+
+register("convert_element_type", _convert_rule, _convert, P)
 register("broadcast_in_dim", _broadcast_rule, lambda x, *, shape, dims: np.broadcast_to(
     x.reshape([x.shape[dims.index(d)] if d in dims else 1 for d in range(len(shape))]), shape),
     ("shape",))
@@ -361,7 +375,8 @@ register("reduce_min", _reduce_rule("min"), _reduce(np.min), R)
 register("reduce_prod", _reduce_rule("prod"), _reduce(np.prod), R)
 register("argmax", _arg_rule, lambda x, *, dim: np.argmax(x, axis=dim).astype(np.int64), R)
 register("argmin", _arg_rule, lambda x, *, dim: np.argmin(x, axis=dim).astype(np.int64), R)
-register("cumsum", _cumsum_rule, lambda x, *, dim: np.cumsum(x, axis=dim, dtype=x.dtype), R)
+register("cumsum", _cumsum_rule, lambda x, *, dim: np.cumsum(
+    _wide(x), axis=dim, dtype=_wide(x).dtype).astype(x.dtype, copy=False), R)
 register("argsort", _argsort_rule, _argsort, ("index",))
 register("dot_general", _dot_rule, _dot_general, ("contraction",))
 register("gather", _gather_rule, _gather, ("index",))

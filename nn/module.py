@@ -20,6 +20,7 @@ from aotgrad.ir import dtypes as dt
 from aotgrad.autograd.function import Function
 from aotgrad.ir.core import current_builder
 from aotgrad.nn.parameter import Parameter
+from aotgrad.runtime import device as _device
 from aotgrad.runtime import dispatch
 from aotgrad.runtime.grad_mode import no_grad, state as _mode
 from aotgrad.runtime.tensor import Tensor
@@ -441,8 +442,8 @@ class Module:
                 dtype = a
             elif isinstance(a, Tensor):
                 dtype = a.dtype
-            elif a is not None and str(a) != "cpu":
-                raise RuntimeError(f"Module.to: aotgrad runs on the CPU only, got device {a!r}")
+            elif a is not None and not isinstance(a, bool):
+                _device.check(a, "Module.to")
         if dtype is None:
             return self
         dtype = dt.as_dtype(dtype)
@@ -458,8 +459,17 @@ class Module:
     def double(self):
         return self.to(dt.float64)
 
+    def half(self):
+        return self.to(dt.float16)
+
+    def bfloat16(self):
+        return self.to(dt.bfloat16)
+
     def cpu(self):
         return self
+
+    def cuda(self, device=None):
+        raise _device.NoCudaError(_device.NO_CUDA)
 
     def type(self, dst_type):
         return self.to(dst_type)

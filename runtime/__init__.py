@@ -2,5 +2,5 @@
 `shape_ops`) with each prim's derivative rule, the autograd engine, grad/anomaly modes,
 profiler hooks, and the executor of compiled programs."""
 # imported for what they install: derivative rules, Tensor methods, Tensor.backward
-from aotgrad.runtime import autograd_api, derivatives, methods  # noqa: F401
+from aotgrad.runtime import autograd_api, derivatives, linalg_rules, methods  # noqa: F401
 from aotgrad.runtime.tensor import Size, Tensor

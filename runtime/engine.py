@@ -100,7 +100,7 @@ class SavedTensor:
     """A tensor saved for backward: its value, its version at save time, and how to rebuild it.
     Outputs of the saving node are stored without their grad_fn to avoid a reference cycle."""
     __slots__ = ("value", "counter", "version", "grad_fn", "output_nr", "requires_grad",
-                 "is_output", "leaf", "op_name", "hooks", "ref")
+                 "is_output", "leaf", "op_name", "hooks", "ref", "sparse")
 
     def __init__(self, t, is_output=False, op_name=None):
         if t._inference and not _mode.inference:
@@ -114,6 +114,7 @@ class SavedTensor:
         self.leaf = t if (not is_output and t.grad_fn is None and t.requires_grad) else None
         self.hooks = None
         self.ref = weakref.ref(t)  # to name its current grad_fn if it is modified in place
+        self.sparse = t.__dict__.get("_sparse")  # a sparse COO tensor's indices (sparse_ops)
         if saved_hooks.stack:  # autograd.graph.saved_tensors_hooks: keep what pack returns
             saved_hooks.stack[-1]._pack_saved(self, t)  # sets .hooks and .value
 
@@ -130,6 +131,8 @@ class SavedTensor:
         t.grad_fn = node if self.is_output else self.grad_fn
         t._output_nr = self.output_nr
         t._version_counter = self.counter
+        if self.sparse is not None:
+            t.__dict__["_sparse"] = self.sparse
         return t
 
     def _raise_modified(self, node):

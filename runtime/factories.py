@@ -2,6 +2,7 @@
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
+from aotgrad.runtime import device as _device
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.tensor import Tensor
 
@@ -58,13 +59,15 @@ def _nested(data):
              (d.item() if isinstance(d, Tensor) else d)) for d in data]
 
 
-def tensor(data, dtype=None, device=None, requires_grad=False):
+def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False):
     """Copy `data` into a new leaf tensor. `tensor([1., 2.])` is float32."""
+    _device.check(device, "tensor")
     t = Tensor._make(_to_array(data, dtype), False)
     return t.requires_grad_(requires_grad) if requires_grad else t
 
 
 def as_tensor(data, dtype=None, device=None):
+    _device.check(device, "as_tensor")
     if isinstance(data, Tensor):
         return data if dtype is None or data.dtype is dt.as_dtype(dtype) else data.to(dtype)
     if isinstance(data, np.ndarray) and (dtype is None or data.dtype == dt.as_dtype(dtype).np):
@@ -78,7 +81,12 @@ def from_numpy(arr):
     return Tensor._make(arr, False)
 
 
-def _size(size):
+def _size(size, keyword=None):
+    """The shape of `zeros(2, 3)`, `zeros((2, 3))` or `zeros(size=(2, 3))`."""
+    if keyword is not None:
+        if size:
+            raise TypeError("got the size both positionally and as the keyword size=")
+        size = (keyword,)
     if len(size) == 1 and isinstance(size[0], (tuple, list)):
         size = size[0]
     return tuple(int(s) for s in size)
@@ -92,42 +100,59 @@ def _fill(shape, value, dtype, requires_grad):
     return t.requires_grad_(requires_grad) if requires_grad else t
 
 
-def zeros(*size, dtype=None, device=None, requires_grad=False):
-    return _fill(_size(size), 0, dtype, requires_grad)
+def zeros(*sizes, size=None, dtype=None, device=None, requires_grad=False, layout=None,
+          pin_memory=False):
+    _device.check(device, "zeros")
+    return _fill(_size(sizes, size), 0, dtype, requires_grad)
 
 
-def ones(*size, dtype=None, device=None, requires_grad=False):
-    return _fill(_size(size), 1, dtype, requires_grad)
+def ones(*sizes, size=None, dtype=None, device=None, requires_grad=False, layout=None,
+         pin_memory=False):
+    _device.check(device, "ones")
+    return _fill(_size(sizes, size), 1, dtype, requires_grad)
 
 
-def empty(*size, dtype=None, device=None, requires_grad=False):
-    return zeros(*size, dtype=dtype, requires_grad=requires_grad)
+def empty(*sizes, size=None, dtype=None, device=None, requires_grad=False, layout=None,
+          pin_memory=False, memory_format=None):
+    """Zero-filled (an uninitialised buffer in PyTorch: its values are unspecified)."""
+    return zeros(*sizes, size=size, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
-def full(size, fill_value, dtype=None, device=None, requires_grad=False):
+def full(size, fill_value, dtype=None, device=None, requires_grad=False, layout=None,
+         pin_memory=False):
+    _device.check(device, "full")
     if dtype is None:
         from aotgrad.runtime.ops import scalar_dtype
         dtype = scalar_dtype(fill_value)
     return _fill(_size((size,)), fill_value, dtype, requires_grad)
 
 
-def zeros_like(x, dtype=None, requires_grad=False):
-    return zeros(tuple(x.shape), dtype=dtype or x.dtype, requires_grad=requires_grad)
+def zeros_like(x, dtype=None, requires_grad=False, *, device=None, layout=None,
+               memory_format=None):
+    return zeros(tuple(x.shape), dtype=dtype or x.dtype, device=device,
+                 requires_grad=requires_grad)
 
 
-def ones_like(x, dtype=None, requires_grad=False):
-    return ones(tuple(x.shape), dtype=dtype or x.dtype, requires_grad=requires_grad)
+def ones_like(x, dtype=None, requires_grad=False, *, device=None, layout=None,
+              memory_format=None):
+    return ones(tuple(x.shape), dtype=dtype or x.dtype, device=device,
+                requires_grad=requires_grad)
 
 
-def empty_like(x, dtype=None, requires_grad=False):
-    return zeros_like(x, dtype, requires_grad)
+def empty_like(x, dtype=None, requires_grad=False, *, device=None, layout=None,
+               memory_format=None):
+    return zeros_like(x, dtype, requires_grad, device=device)
 
 
-def full_like(x, fill_value, dtype=None, requires_grad=False):
-    return full(tuple(x.shape), fill_value, dtype=dtype or x.dtype, requires_grad=requires_grad)
+def full_like(x, fill_value, dtype=None, requires_grad=False, *, device=None, layout=None,
+              memory_format=None):
+    return full(tuple(x.shape), fill_value, dtype=dtype or x.dtype, device=device,
+                requires_grad=requires_grad)
 
 
-def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False):
+def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False,
+           layout=None):
+    _device.check(device, "arange")
     if end is None:
         start, end = 0, start
     vals = tuple(v.item() if isinstance(v, Tensor) else v for v in (start, end, step))
@@ -142,20 +167,24 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
     return tensor(arr, requires_grad=requires_grad)
 
 
-def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):
+def linspace(start, end, steps, dtype=None, device=None, requires_grad=False, layout=None):
+    _device.check(device, "linspace")
     arr = np.linspace(start, end, steps, dtype=np.float64).astype(
         dt.as_dtype(dtype or dt.float32).np)
     return tensor(arr, requires_grad=requires_grad)
 
 
-def logspace(start, end, steps, base=10.0, dtype=None, device=None, requires_grad=False):
+def logspace(start, end, steps, base=10.0, dtype=None, device=None, requires_grad=False,
+             layout=None):
     """`base ** linspace(start, end, steps)`: `logspace(0, 2, 3)` is `[1., 10., 100.]`."""
+    _device.check(device, "logspace")
     arr = np.power(float(base), np.linspace(start, end, steps, dtype=np.float64)).astype(
         dt.as_dtype(dtype or dt.float32).np)
     return tensor(arr, requires_grad=requires_grad)
 
 
-def eye(n, m=None, dtype=None, device=None, requires_grad=False):
+def eye(n, m=None, dtype=None, device=None, requires_grad=False, layout=None):
+    _device.check(device, "eye")
     if n < 0 or (m is not None and m < 0):
         raise RuntimeError(f"eye: n and m must be greater or equal to 0, got {n}, {m}")
     return tensor(np.eye(n, m, dtype=dt.as_dtype(dtype or dt.float32).np),
@@ -209,27 +238,39 @@ def set_rng_state(state):
     default_generator.gen.bit_generator.state = s
 
 
-def rand(*size, dtype=None, device=None, requires_grad=False, generator=None):
+def rand(*sizes, size=None, dtype=None, device=None, requires_grad=False, generator=None,
+         layout=None, pin_memory=False):
+    _device.check(device, "rand")
     dtype = dt.as_dtype(dtype or dt.float32)
-    t = tp.uniform((generator or default_generator).next_seed(), shape=_size(size), dtype=dtype)
+    t = tp.uniform((generator or default_generator).next_seed(), shape=_size(sizes, size),
+                   dtype=dtype)
     return t.requires_grad_(requires_grad) if requires_grad else t
 
 
-def randn(*size, dtype=None, device=None, requires_grad=False, generator=None):
+def randn(*sizes, size=None, dtype=None, device=None, requires_grad=False, generator=None,
+          layout=None, pin_memory=False):
+    _device.check(device, "randn")
     dtype = dt.as_dtype(dtype or dt.float32)
-    t = tp.normal((generator or default_generator).next_seed(), shape=_size(size), dtype=dtype)
+    t = tp.normal((generator or default_generator).next_seed(), shape=_size(sizes, size),
+                  dtype=dtype)
     return t.requires_grad_(requires_grad) if requires_grad else t
 
 
-def rand_like(x, dtype=None):
-    return rand(tuple(x.shape), dtype=dtype or x.dtype)
+def rand_like(x, dtype=None, *, device=None, requires_grad=False, layout=None,
+              memory_format=None):
+    return rand(tuple(x.shape), dtype=dtype or x.dtype, device=device,
+                requires_grad=requires_grad)
 
 
-def randn_like(x, dtype=None):
-    return randn(tuple(x.shape), dtype=dtype or x.dtype)
+def randn_like(x, dtype=None, *, device=None, requires_grad=False, layout=None,
+               memory_format=None):
+    return randn(tuple(x.shape), dtype=dtype or x.dtype, device=device,
+                 requires_grad=requires_grad)
 
 
-def randint(low, high=None, size=None, dtype=None, device=None, generator=None):
+def randint(low, high=None, size=None, dtype=None, device=None, generator=None,
+            requires_grad=False, layout=None):
+    _device.check(device, "randint")
     if size is None and isinstance(high, (tuple, list)):  # randint(high, size)
         low, high, size = 0, low, high
     if high is None:
@@ -241,7 +282,9 @@ def randint(low, high=None, size=None, dtype=None, device=None, generator=None):
     return cast(floor(add(mul(u, float(high - low)), float(low))), dt.as_dtype(dtype or dt.int64))
 
 
-def randperm(n, dtype=None, device=None, generator=None):
+def randperm(n, dtype=None, device=None, generator=None, requires_grad=False, layout=None,
+             pin_memory=False):
+    _device.check(device, "randperm")
     from aotgrad.runtime.shape_ops import argsort
     idx = argsort(rand(n, generator=generator, dtype=dt.float64))
     return idx if dtype is None else idx.to(dtype)
@@ -267,6 +310,7 @@ class Generator:
     """A separate generator (`aotgrad.Generator().manual_seed(0)`)."""
 
     def __init__(self, device="cpu"):
+        self.device = _device.check(device, "Generator")
         self._rng = _RNG()
 
     def manual_seed(self, seed):

@@ -1,6 +1,6 @@
 """Install operators and methods on Tensor from the op modules (one place, one table)."""
 from aotgrad.ir import dtypes as dt
-from aotgrad.runtime import ops, shape_ops
+from aotgrad.runtime import conversion, linalg_functions, ops, shape_ops, sparse_ops
 from aotgrad.runtime.ops import cast
 from aotgrad.runtime.shape_ops import commit_inplace, snapshot
 from aotgrad.runtime.tensor import Tensor
@@ -8,18 +8,6 @@ from aotgrad.runtime.tensor import Tensor
 
 def _r(fn):
     return lambda self, other: fn(other, self)
-
-
-def _to(self, *args, **kwargs):
-    dtype = kwargs.get("dtype")
-    for a in args:
-        if isinstance(a, Tensor):
-            dtype = a.dtype
-        elif isinstance(a, dt.DType) or a is float or a is int or a is bool:
-            dtype = a
-    if dtype is None:
-        return self
-    return cast(self, dt.as_dtype(dtype))
 
 
 def _inplace(fn, name):
@@ -54,13 +42,18 @@ def _type_as(self, other):
 
 
 _TYPE_NAMES = {dt.float32: "FloatTensor", dt.float64: "DoubleTensor", dt.int64: "LongTensor",
-               dt.int32: "IntTensor", dt.bool_: "BoolTensor"}
+               dt.int32: "IntTensor", dt.bool_: "BoolTensor", dt.float16: "HalfTensor",
+               dt.bfloat16: "BFloat16Tensor"}
 
 
 def _type(self, dtype=None, non_blocking=False):
-    """`t.type()` names the tensor type ('torch.FloatTensor'); `t.type(dtype)` casts."""
+    """`t.type()` names the tensor type ('torch.FloatTensor'); `t.type(dtype)` casts (a dtype,
+    a name such as 'torch.LongTensor', or a legacy class such as `aotgrad.LongTensor`)."""
     if dtype is None:
         return "torch." + _TYPE_NAMES[self.dtype]
+    dtype = getattr(dtype, "legacy_dtype", dtype)
+    if isinstance(dtype, str) and dtype.startswith("torch.cuda."):
+        conversion.cuda(self)
     if isinstance(dtype, str):
         names = {"torch." + v: k for k, v in _TYPE_NAMES.items()}
         if dtype not in names:
@@ -115,13 +108,16 @@ _METHODS = {
     "__getitem__": shape_ops.getitem,
     "__setitem__": shape_ops.setitem,
     # conversions
-    "to": _to, "type_as": _type_as, "type": _type, "stride": _stride,
+    "to": conversion.to, "type_as": _type_as, "type": _type, "stride": _stride,
     "is_contiguous": shape_ops.is_contiguous, "ndimension": lambda s: s.ndim,
     "nelement": lambda s: s.numel(),
     "float": lambda s: cast(s, dt.float32), "double": lambda s: cast(s, dt.float64),
     "long": lambda s: cast(s, dt.int64), "int": lambda s: cast(s, dt.int32),
-    "bool": lambda s: cast(s, dt.bool_), "half": lambda s: cast(s, dt.float32),
-    "cpu": lambda s: s,
+    "bool": lambda s: cast(s, dt.bool_), "half": lambda s: cast(s, dt.float16),
+    "bfloat16": lambda s: cast(s, dt.bfloat16),
+    "cpu": conversion.cpu, "cuda": conversion.cuda, "pin_memory": conversion.pin_memory,
+    "is_pinned": conversion.is_pinned, "get_device": conversion.get_device,
+    "is_complex": conversion.is_complex, "__format__": conversion.format_tensor,
     "T": property(lambda s: shape_ops.permute(s, *reversed(range(s.ndim)))),
     "mT": property(lambda s: shape_ops.transpose(s, -2, -1)),
     "mH": property(lambda s: shape_ops.transpose(s, -2, -1)),  # real dtypes only
@@ -169,6 +165,16 @@ for _op, _name in (("__iadd__", "add"), ("__isub__", "sub"), ("__imul__", "mul")
                    ("__ifloordiv__", "floor_divide"), ("__imod__", "remainder"),
                    ("__iand__", "__and__"), ("__ior__", "__or__"), ("__ixor__", "__xor__")):
     _METHODS[_op] = _inplace(_METHODS[_name], _name + "_")
+
+_METHODS.update(sparse_ops.METHODS)
+_METHODS.update({  # the linalg methods PyTorch's Tensor has
+    "det": linalg_functions.det, "logdet": linalg_functions.logdet,
+    "slogdet": linalg_functions.slogdet, "inverse": linalg_functions.inverse,
+    "pinverse": linalg_functions.pinverse, "cholesky": linalg_functions.cholesky_legacy,
+    "svd": linalg_functions.svd_legacy, "qr": linalg_functions.qr_legacy,
+    "matrix_power": linalg_functions.matrix_power})
+for _name, _value in conversion.PROPERTIES.items():
+    _METHODS[_name] = property(lambda s, v=_value: v)
 
 for _name, _fn in _METHODS.items():
     setattr(Tensor, _name, _fn)

@@ -13,7 +13,8 @@ import functools
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
-from aotgrad.ir.core import current_op, format_location
+from aotgrad.ir.core import current_op, current_provenance, format_location
+from aotgrad.runtime import autocast as _autocast
 from aotgrad.runtime import profiling
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.tensor import Tensor
@@ -26,6 +27,8 @@ def op(name, grad_name=None):
         def wrapper(*args, **kwargs):
             if current_op.get() is not None:
                 return fn(*args, **kwargs)
+            if _autocast.state.dtype is not None and current_provenance.get() is None:
+                args, kwargs = _autocast.cast_args(name, args, kwargs)
             token = current_op.set(name)
             try:
                 if profiling._profilers:
@@ -53,7 +56,8 @@ def _add_user_line(err, name):
     msg = str(err.args[0]) if err.args and isinstance(err.args[0], str) else None
     if msg is None or " (at " in msg or type(err).__module__ != "builtins":
         return
-    err.args = (f"{name}: {msg}{format_location()}",) + err.args[1:]
+    prefix = "" if msg.startswith(name + ":") else f"{name}: "  # PyTorch-worded: named
+    err.args = (f"{prefix}{msg}{format_location()}",) + err.args[1:]
 
 
 def _named(out, grad_name):

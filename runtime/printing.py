@@ -101,6 +101,8 @@ def format_array(a, indent=7):
     """The bracketed body of a tensor's repr (PyTorch's layout)."""
     if a.size == 0:
         return "[]"
+    if a.dtype == dt.bfloat16.np:  # numpy's extension type: print its values as floats
+        a = a.astype(np.float32)
     summarize = a.size > THRESHOLD
     fmt = _Formatter(_summary(a) if summarize else a)
     return _nested(a, indent, summarize, fmt)

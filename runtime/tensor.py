@@ -16,6 +16,7 @@ import numpy as np
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.core import Var
 from aotgrad.ir.core import current_builder as _current_builder
+from aotgrad.runtime.device import CPU as _CPU
 from aotgrad.runtime.engine import AccumulateGrad, RemovableHandle, VersionCounter, \
     note_grad_write
 from aotgrad.runtime.grad_mode import state as _mode
@@ -47,9 +48,11 @@ class Tensor:
         t._inference = _mode.inference
         return t
 
-    def __init__(self, data, dtype=None, requires_grad=False):
-        from aotgrad.runtime.factories import _to_array
-        self.__class__._init_from(self, _to_array(data, dtype), requires_grad)
+    def __init__(self, *args, dtype=None, requires_grad=False, device=None):
+        """PyTorch's legacy constructor: `Tensor(2, 3)` (a zero-filled shape), `Tensor([1, 2])`
+        (data, float32 unless `dtype` is given), `Tensor()` (empty)."""
+        from aotgrad.runtime.legacy import legacy_value
+        self.__class__._init_from(self, legacy_value(args, dtype, device), requires_grad)
 
     @staticmethod
     def _init_from(t, value, requires_grad):
@@ -106,7 +109,7 @@ class Tensor:
 
     @property
     def device(self):
-        return "cpu"
+        return _CPU
 
     def is_floating_point(self):
         return self.dtype.is_floating_point
@@ -319,6 +322,9 @@ class Tensor:
         return (self[i] for i in range(self.shape[0]))
 
     def __repr__(self):
+        if "_sparse" in self.__dict__:
+            from aotgrad.runtime.sparse_ops import sparse_repr
+            return sparse_repr(self)
         from aotgrad.runtime.printing import tensor_repr
         return tensor_repr(self)
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.core import current_builder, current_op
+from aotgrad.runtime import layout as _layout
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.op_base import _named, broadcast_shapes, norm_dims, op
@@ -268,6 +269,7 @@ def tile(x, *reps):
 
 @op("clone", "CloneBackward0")
 def clone(x, *, memory_format=None):
+    _layout.check(x, memory_format, "clone")
     if isinstance(x._value, np.ndarray):
         out = tp.reshape(x, shape=tuple(x.shape))
         out._value = np.array(out._value, copy=True)
@@ -276,7 +278,9 @@ def clone(x, *, memory_format=None):
 
 
 def contiguous(x, memory_format=None):
-    """x itself when its memory is already C-contiguous, else a contiguous copy."""
+    """x itself when its memory is already C-contiguous, else a contiguous copy (a
+    channels-last request is validated and keeps C order, see runtime/layout.py)."""
+    _layout.check(x, memory_format, "contiguous")
     if is_contiguous(x):
         return x
     out = clone(x)

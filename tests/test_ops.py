@@ -538,6 +538,7 @@ PRIM_ERRORS = [  # (prim, args, params, words the message must contain)
     ("iota", [], {"shape": (2, 3), "dim": 2, "dtype": ag.int64}, ["dim 2"]),
     ("full", [], {"shape": (-1,), "value": 0.0, "dtype": ag.float32}, ["negative"]),
     ("uniform", [np.zeros(2, i64)], {"shape": (2,), "dtype": ag.float32}, ["i64[2]", "seed"]),
+    ("linalg_inv", [_a(2, 3)], {}, ["f32[2,3]", "square"]),
 ]
 
 
