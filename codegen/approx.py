@@ -366,6 +366,90 @@ def erf_f64(x):
 ''')
 
 
+# scalar float64 versions of ir/special_math.py's algorithms (the same steps, one element)
+_helper("erfinv_f64", (), '''
+@_jit
+def erfinv_f64(x):
+    a = abs(x)
+    if a != a or a > 1.0:
+        return math.nan
+    if a == 1.0:
+        return math.copysign(math.inf, x)
+    w = math.log((1.0 - a) * (1.0 + a))
+    t = 2.0 / (math.pi * 0.147) + 0.5 * w
+    y = math.sqrt(math.sqrt(t * t - w / 0.147) - t)
+    for _ in range(3):
+        if a <= 0.5:
+            r = math.erf(y) - a
+        else:
+            r = (1.0 - a) - math.erfc(y)
+        y = y - r / (1.1283791670955126 * math.exp(-y * y) + y * r)
+    return math.copysign(y, x)
+''')
+
+_helper("polygamma_f64", (), '''
+_BERN = (1 / 6, -1 / 30, 1 / 42, -1 / 30, 5 / 66, -691 / 2730, 7 / 6, -3617 / 510,
+         43867 / 798, -174611 / 330)
+
+
+@_jit
+def _fact(n):
+    f = 1.0
+    for i in range(2, n + 1):
+        f *= i
+    return f
+
+
+@_jit
+def polygamma_f64(n, x):
+    if x != x:
+        return x
+    if n == 0:
+        if x == math.inf:
+            return math.inf
+        if x == -math.inf:
+            return math.nan
+        refl = x < 0.5
+        frac = x - math.floor(x)
+        if refl and frac == 0.0:
+            if x == 0.0:
+                return math.inf if math.copysign(1.0, x) < 0 else -math.inf
+            return math.nan
+        z = 1.0 - x if refl else x
+        acc = 0.0
+        while z < 15.0:
+            acc -= 1.0 / z
+            z += 1.0
+        iz2 = 1.0 / (z * z)
+        s = 0.0
+        p = iz2
+        for k in range(10):
+            s += _BERN[k] / (2 * k + 2) * p
+            p *= iz2
+        r = acc + math.log(z) - 0.5 / z - s
+        if refl:
+            r -= math.pi / math.tan(math.pi * frac)
+        return r
+    sign = 1.0 if n % 2 == 1 else -1.0
+    if x <= 0.0 and x == math.floor(x):
+        return sign * math.inf
+    if x == math.inf:
+        return 0.0
+    if x == -math.inf:
+        return math.nan
+    fact = _fact(n)
+    z = x
+    acc = 0.0
+    while z < 15.0:
+        acc += 1.0 / z ** (n + 1)
+        z += 1.0
+    s = _fact(n - 1) / z ** n + fact / (2.0 * z ** (n + 1))
+    for k in range(1, 11):
+        s += _BERN[k - 1] * _fact(2 * k + n - 1) / _fact(2 * k) / z ** (2 * k + n)
+    return sign * (fact * acc + s)
+''')
+
+
 def helper_source(names):
     """Source text of the helpers `names` and their dependencies, in dependency order."""
     order, seen = [], set()

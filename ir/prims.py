@@ -12,6 +12,7 @@ import math
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
+from aotgrad.ir import special_math
 from aotgrad.ir.core import Aval, Prim, PrimError, check
 
 PRIMS = {}  # name -> Prim
@@ -344,6 +345,53 @@ for _name, _fn, _kind, _out in [
 ]:
     register(_name, _binary_rule(_kind, _out), _quiet(_fn) if _name in _QUIET else _fn, P)
 
+# hyperbolic, inverse trigonometric and special functions (reference impls: numpy or
+# ir/special_math.py; kernels call libm/`math` or the scalar helpers of codegen/approx.py)
+for _name, _fn in [
+    ("sinh", np.sinh), ("cosh", np.cosh), ("asinh", np.arcsinh), ("acosh", np.arccosh),
+    ("atanh", np.arctanh), ("asin", np.arcsin), ("acos", np.arccos),
+    ("erfc", special_math.erfc), ("erfinv", special_math.erfinv),
+    ("lgamma", special_math.lgamma),
+]:
+    register(_name, _unary_rule("float"), _quiet(_fn), P)
+
+
+def _polygamma_rule(x, *, n):
+    _float(x)
+    check(isinstance(n, int) and n >= 0, f"order n must be a non-negative int, got {n!r}")
+    return Aval(x.shape, x.dtype)
+
+
+register("polygamma", _polygamma_rule, special_math.polygamma, P)
+
+
+def _searchsorted_rule(seq, values, *, right):
+    check(seq.ndim >= 1, "the sorted sequence must have at least one dim")
+    check(seq.dtype is values.dtype, f"dtypes {seq.dtype.name} and {values.dtype.name} differ")
+    check(seq.dtype is not dt.bool_, "bool inputs")
+    check(seq.ndim == 1 or (values.ndim == seq.ndim and
+                            tuple(values.shape[:-1]) == tuple(seq.shape[:-1])),
+          f"boundaries {list(seq.shape)} must be 1-d or match the leading dims of the "
+          f"values {list(values.shape)}")
+    return Aval(values.shape, dt.int64)
+
+
+def _searchsorted(seq, values, *, right):
+    """For each value, the number of sequence entries < it (<= it with right); NaN sorts
+    after everything, as in numpy and PyTorch."""
+    side = "right" if right else "left"
+    if seq.ndim == 1:
+        return np.searchsorted(seq, values, side=side).astype(np.int64)
+    s2 = seq.reshape(-1, seq.shape[-1])
+    v2 = values.reshape(-1, values.shape[-1])
+    out = np.empty(v2.shape, np.int64)
+    for i in range(s2.shape[0]):
+        out[i] = np.searchsorted(s2[i], v2[i], side=side)
+    return out.reshape(values.shape)
+
+
+register("searchsorted", _searchsorted_rule, _searchsorted, ("index",))
+
 register("where", _where_rule, np.where, P)
 register("convert_element_type", _convert_rule, lambda x, *, dtype: x.astype(dtype.np), P)
 register("broadcast_in_dim", _broadcast_rule, lambda x, *, shape, dims: np.broadcast_to(
@@ -362,6 +410,47 @@ register("reduce_prod", _reduce_rule("prod"), _reduce(np.prod), R)
 register("argmax", _arg_rule, lambda x, *, dim: np.argmax(x, axis=dim).astype(np.int64), R)
 register("argmin", _arg_rule, lambda x, *, dim: np.argmin(x, axis=dim).astype(np.int64), R)
 register("cumsum", _cumsum_rule, lambda x, *, dim: np.cumsum(x, axis=dim, dtype=x.dtype), R)
+register("cumprod", _cumsum_rule, lambda x, *, dim: np.cumprod(x, axis=dim, dtype=x.dtype), R)
+
+
+def _cumarg(largest):
+    def impl(x, *, dim):
+        """Index of the running max (min) along dim: the last occurrence of the extreme so
+        far, or the first NaN. A log-depth scan over (value, index) pairs."""
+        val = np.moveaxis(x, dim, -1).copy()
+        n = val.shape[-1]
+        idx = np.broadcast_to(np.arange(n, dtype=np.int64), val.shape).copy()
+        k = 1
+        while k < n:
+            v1, i1, v2, i2 = val[..., :-k], idx[..., :-k], val[..., k:], idx[..., k:]
+            better = (v2 >= v1) if largest else (v2 <= v1)
+            take = (better | (v2 != v2)) & (v1 == v1)
+            val[..., k:], idx[..., k:] = np.where(take, v2, v1), np.where(take, i2, i1)
+            k *= 2
+        return np.ascontiguousarray(np.moveaxis(idx, -1, dim))
+    return impl
+
+
+def _cumarg_rule(x, *, dim):
+    check(0 <= dim < x.ndim, f"dim {dim} out of range")
+    return Aval(x.shape, dt.int64)
+
+
+register("cumargmax", _cumarg_rule, _cumarg(True), R)
+register("cumargmin", _cumarg_rule, _cumarg(False), R)
+
+
+def _logcumsumexp_rule(x, *, dim):
+    _float(x)
+    return _cumsum_rule(x, dim=dim)
+
+
+def _logcumsumexp(x, *, dim):
+    with np.errstate(all="ignore"):
+        return np.logaddexp.accumulate(x, axis=dim, dtype=x.dtype)
+
+
+register("logcumsumexp", _logcumsumexp_rule, _logcumsumexp, R)
 register("argsort", _argsort_rule, _argsort, ("index",))
 register("dot_general", _dot_rule, _dot_general, ("contraction",))
 register("gather", _gather_rule, _gather, ("index",))

@@ -134,6 +134,79 @@ def _(ctx, g):
     return (tp.mul(g, tp.mul(dens, _bc(_c(2 / math.sqrt(math.pi), x), x))),)
 
 
+@defvjp("sinh", save=(0,))
+def _(ctx, g):
+    x, = ctx.saved_tensors
+    return (tp.mul(g, tp.cosh(x)),)
+
+
+@defvjp("cosh", save=(0,))
+def _(ctx, g):
+    x, = ctx.saved_tensors
+    return (tp.mul(g, tp.sinh(x)),)
+
+
+def _x2_plus(x, c):
+    """x * x + c (c = -1 or 1); PyTorch's derivatives of asin/acos/asinh/acosh/atanh."""
+    return tp.add(tp.mul(x, x), _bc(_c(c, x), x))
+
+
+@defvjp("asinh", save=(0,))
+def _(ctx, g):
+    x, = ctx.saved_tensors
+    return (tp.mul(g, tp.rsqrt(_x2_plus(x, 1))),)
+
+
+@defvjp("acosh", save=(0,))
+def _(ctx, g):
+    x, = ctx.saved_tensors
+    return (tp.mul(g, tp.rsqrt(_x2_plus(x, -1))),)
+
+
+@defvjp("atanh", save=(0,))
+def _(ctx, g):
+    x, = ctx.saved_tensors
+    return (tp.div(g, tp.sub(_bc(_c(1, x), x), tp.mul(x, x))),)
+
+
+@defvjp("asin", save=(0,))
+def _(ctx, g):
+    x, = ctx.saved_tensors
+    return (tp.mul(g, tp.rsqrt(tp.sub(_bc(_c(1, x), x), tp.mul(x, x)))),)
+
+
+@defvjp("acos", save=(0,))
+def _(ctx, g):
+    x, = ctx.saved_tensors
+    return (tp.neg(tp.mul(g, tp.rsqrt(tp.sub(_bc(_c(1, x), x), tp.mul(x, x))))),)
+
+
+@defvjp("erfc", save=(0,))
+def _(ctx, g):
+    x, = ctx.saved_tensors
+    dens = tp.exp(tp.neg(tp.mul(x, x)))
+    return (tp.mul(g, tp.mul(dens, _bc(_c(-2 / math.sqrt(math.pi), x), x))),)
+
+
+@defvjp("erfinv", save=("out",))
+def _(ctx, g):
+    out, = ctx.saved_tensors  # d/dx erfinv(x) = sqrt(pi) / 2 * exp(erfinv(x)^2)
+    return (tp.mul(g, tp.mul(tp.exp(tp.mul(out, out)),
+                             _bc(_c(math.sqrt(math.pi) / 2, out), out))),)
+
+
+@defvjp("lgamma", save=(0,))
+def _(ctx, g):
+    x, = ctx.saved_tensors
+    return (tp.mul(g, tp.polygamma(x, n=0)),)
+
+
+@defvjp("polygamma", save=(0,))
+def _(ctx, g):
+    x, = ctx.saved_tensors
+    return (tp.mul(g, tp.polygamma(x, n=ctx.params["n"] + 1)),)
+
+
 @defvjp("reciprocal", save=("out",))
 def _(ctx, g):
     out, = ctx.saved_tensors
@@ -335,6 +408,45 @@ def _(ctx, g):
     return (tp.rev(tp.cumsum(tp.rev(g, dims=(d,)), dim=d), dims=(d,)),)
 
 
+def _rev_cumsum(t, d):
+    return tp.rev(tp.cumsum(tp.rev(t, dims=(d,)), dim=d), dims=(d,))
+
+
+@defvjp("cumprod", save=(0, "out"))
+def _(ctx, g):
+    """d out_i / d x_k = prod_{j <= i, j != k} x_j, without dividing by a zero: before the
+    first zero of a row it is out_i / x_k; at the first zero, the products with that zero
+    left out (a cumprod with it set to 1); after it, 0 (PyTorch's cumprod backward)."""
+    x, out = ctx.saved_tensors
+    d = ctx.params["dim"]
+    zero, one = _zeros_like(x), _bc(_c(1, x), x)
+    is0 = tp.eq(x, zero)
+    nzeros = tp.cumsum(tp.convert_element_type(is0, dtype=x.dtype), dim=d)
+    before = tp.eq(nzeros, zero)
+    first0 = tp.logical_and(is0, tp.eq(nzeros, one))
+    g_before = tp.div(_rev_cumsum(tp.mul(g, out), d), tp.where(before, x, one))
+    g_first = _rev_cumsum(tp.mul(g, tp.cumprod(tp.where(first0, one, x), dim=d)), d)
+    return (tp.where(before, g_before, tp.where(first0, g_first, zero)),)
+
+
+@defvjp("logcumsumexp", save=(0, "out"))
+def _(ctx, g):
+    """sum_{i >= k} g_i exp(x_k - out_i), summed in log space for the positive and the
+    negative parts of g separately (no overflow)."""
+    x, out = ctx.saved_tensors
+    d = ctx.params["dim"]
+    zero = _zeros_like(g)
+
+    def part(gp):
+        lg = tp.sub(tp.log(gp), out)
+        r = tp.rev(tp.logcumsumexp(tp.rev(lg, dims=(d,)), dim=d), dims=(d,))
+        return tp.exp(tp.add(x, r))
+
+    pos = tp.where(tp.gt(g, zero), g, zero)
+    neg = tp.where(tp.lt(g, zero), tp.neg(g), zero)
+    return (tp.sub(part(pos), part(neg)),)
+
+
 # ---- contraction and indexing --------------------------------------------------------------
 def _perm_to(order):
     """perm such that transpose(result, perm) puts result dims (named by `order`) in 0..n."""
@@ -383,5 +495,5 @@ def _(ctx, g):
 
 NON_DIFFERENTIABLE = frozenset({
     "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_not", "argmax",
-    "argmin", "argsort", "iota", "full", "uniform", "normal"})
+    "argmin", "argsort", "searchsorted", "cumargmax", "cumargmin", "iota", "full", "uniform", "normal"})
 del dt
