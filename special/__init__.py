@@ -1,0 +1,23 @@
+"""`aotgrad.special`, laid out like `torch.special`: special functions with PyTorch's names
+and semantics (gradients included).
+
+    from aotgrad import special
+    special.erfinv(aotgrad.tensor([0.5]))
+"""
+from aotgrad.runtime.elementwise_ops import erf, exp2, expm1, log1p
+from aotgrad.runtime.elementwise_ops import round as _round
+from aotgrad.runtime.reduction_ops import log_softmax, logsumexp, softmax
+from aotgrad.runtime.special_ops import (digamma, entr, erfc, erfinv, expit, gammaln,
+                                         log_ndtr, logit, ndtr, polygamma, psi, sinc,
+                                         xlog1py, xlogy)
+
+
+def round(input, decimals=0):  # noqa: A001  (special.round, like torch.special.round)
+    if decimals:
+        raise NotImplementedError("special.round: decimals != 0 is not supported")
+    return _round(input)
+
+
+__all__ = ["digamma", "entr", "erf", "erfc", "erfinv", "exp2", "expit", "expm1", "gammaln",
+           "log1p", "log_ndtr", "log_softmax", "logit", "logsumexp", "ndtr", "polygamma",
+           "psi", "round", "sinc", "softmax", "xlog1py", "xlogy"]
