@@ -82,24 +82,27 @@ def ndtr(x):
     return mul(erfc(mul(_float(x), -1 / math.sqrt(2))), 0.5)
 
 
-_LOG_NDTR_ASYMPTOTIC = -20.0
+# where log_ndtr switches to its asymptotic series: ndtr(x) is still a normal number there,
+# and the series' first omitted term (945 / x^10) is below the dtype's precision
+_LOG_NDTR_ASYMPTOTIC = {dt.float64: -20.0, dt.float32: -10.0}
 
 
 @op("log_ndtr", "SpecialLogNdtrBackward0")
 def log_ndtr(x):
     """log of the standard normal CDF: log1p(-ndtr(-x)) for x > 0, log(ndtr(x)) down to
-    -20, and below that the asymptotic series -x^2/2 - log(-x) - log(2 pi)/2 +
+    -20 (-10 in float32), and below that the asymptotic series -x^2/2 - log(-x) - log(2 pi)/2 +
     log(1 - 1/x^2 + 3/x^4 - 15/x^6 + 105/x^8) (ndtr underflows near -38). Each branch is
     evaluated at an input clamped into its own range, so none gives the others NaN
     gradients."""
     x = _float(x)
+    edge = _LOG_NDTR_ASYMPTOTIC.get(x.dtype, -20.0)
     pos = lt(0.0, x)
-    deep = lt(x, _LOG_NDTR_ASYMPTOTIC)
+    deep = lt(x, edge)
     xp = where(pos, x, 1.0)
     upper = log1p(neg(ndtr(neg(xp))))
     xm = where(logical_or(pos, deep), -1.0, x)
     middle = log(ndtr(xm))
-    xd = where(deep, x, _LOG_NDTR_ASYMPTOTIC - 1)
+    xd = where(deep, x, edge - 1)
     z = div(1.0, mul(xd, xd))
     series = mul(z, sub(mul(z, sub(mul(z, sub(mul(z, 105.0), 15.0)), -3.0)), 1.0))
     tail = sub(sub(mul(mul(xd, xd), -0.5), log(neg(xd))), 0.5 * math.log(2 * math.pi))
