@@ -91,7 +91,7 @@ _LOG_NDTR_ASYMPTOTIC = {dt.float64: -20.0, dt.float32: -10.0}
 def log_ndtr(x):
     """log of the standard normal CDF: log1p(-ndtr(-x)) for x > 0, log(ndtr(x)) down to
     -20 (-10 in float32), and below that the asymptotic series -x^2/2 - log(-x) - log(2 pi)/2 +
-    log(1 - 1/x^2 + 3/x^4 - 15/x^6 + 105/x^8) (ndtr underflows near -38). Each branch is
+    log(1 - 1/x^2 + 3/x^4 - ... + 10395/x^12) (ndtr underflows near -38). Each branch is
     evaluated at an input clamped into its own range, so none gives the others NaN
     gradients."""
     x = _float(x)
@@ -104,7 +104,9 @@ def log_ndtr(x):
     middle = log(ndtr(xm))
     xd = where(deep, x, edge - 1)
     z = div(1.0, mul(xd, xd))
-    series = mul(z, sub(mul(z, sub(mul(z, sub(mul(z, 105.0), 15.0)), -3.0)), 1.0))
+    series = mul(z, 10395.0)  # sum_k (-1)^k (2k - 1)!! z^k for k = 1..6 (Horner form)
+    for c in (-945.0, 105.0, -15.0, 3.0, -1.0):
+        series = mul(z, add(series, c))
     tail = sub(sub(mul(mul(xd, xd), -0.5), log(neg(xd))), 0.5 * math.log(2 * math.pi))
     tail = add(tail, log1p(series))
     return where(pos, upper, where(deep, tail, middle))
@@ -121,9 +123,12 @@ def sinc(x):
 
 @op("entr", "SpecialEntrBackward0")
 def entr(x):
-    """-x log(x) for x > 0, 0 at 0, -inf for x < 0, NaN for NaN."""
+    """-x log(x) for x > 0, 0 at 0, -inf for x < 0, NaN for NaN. The gradient at 0 is 0
+    here (PyTorch's is inf)."""
     x = _float(x)
-    r = neg(xlogy(x, x))
+    pos = lt(0.0, x)
+    xs = where(pos, x, 1.0)
+    r = where(pos, neg(mul(xs, log(xs))), where(eq(x, 0), 0.0, x))
     return where(lt(x, 0), -math.inf, r)
 
 
