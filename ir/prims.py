@@ -367,6 +367,8 @@ register("polygamma", _polygamma_rule, special_math.polygamma, P)
 
 def _searchsorted_rule(seq, values, *, right):
     check(seq.ndim >= 1, "the sorted sequence must have at least one dim")
+    check(seq.ndim == 1 or seq.shape[-1] > 0 or math.prod(values.shape) == 0,
+          "the sorted sequence is empty")
     check(seq.dtype is values.dtype, f"dtypes {seq.dtype.name} and {values.dtype.name} differ")
     check(seq.dtype is not dt.bool_, "bool inputs")
     check(seq.ndim == 1 or (values.ndim == seq.ndim and
@@ -377,17 +379,25 @@ def _searchsorted_rule(seq, values, *, right):
 
 
 def _searchsorted(seq, values, *, right):
-    """For each value, the number of sequence entries < it (<= it with right); NaN sorts
-    after everything, as in numpy and PyTorch."""
-    side = "right" if right else "left"
-    if seq.ndim == 1:
-        return np.searchsorted(seq, values, side=side).astype(np.int64)
-    s2 = seq.reshape(-1, seq.shape[-1])
-    v2 = values.reshape(-1, values.shape[-1])
-    out = np.empty(v2.shape, np.int64)
-    for i in range(s2.shape[0]):
-        out[i] = np.searchsorted(s2[i], v2[i], side=side)
-    return out.reshape(values.shape)
+    """For each value, the first index i of its row of seq with seq[i] >= value (> value
+    with right), by a binary search that moves right wherever that comparison is false:
+    PyTorch's search, which also places NaN values (and values against NaN entries) last."""
+    m = seq.shape[-1]
+    s2 = seq.reshape(-1, m)
+    v2 = values.reshape(s2.shape[0], -1) if seq.ndim > 1 else values.reshape(1, -1)
+    lo = np.zeros(v2.shape, np.int64)
+    hi = np.full(v2.shape, m, np.int64)
+    with np.errstate(invalid="ignore"):
+        while True:
+            active = lo < hi
+            if not active.any():
+                break
+            mid = (lo + hi) // 2
+            mv = np.take_along_axis(s2, np.minimum(mid, m - 1), axis=1)
+            right_of = ~(mv > v2) if right else ~(mv >= v2)
+            lo = np.where(active & right_of, mid + 1, lo)
+            hi = np.where(active & ~right_of, mid, hi)
+    return lo.reshape(values.shape)
 
 
 register("searchsorted", _searchsorted_rule, _searchsorted, ("index",))
@@ -410,13 +420,18 @@ register("reduce_prod", _reduce_rule("prod"), _reduce(np.prod), R)
 register("argmax", _arg_rule, lambda x, *, dim: np.argmax(x, axis=dim).astype(np.int64), R)
 register("argmin", _arg_rule, lambda x, *, dim: np.argmin(x, axis=dim).astype(np.int64), R)
 register("cumsum", _cumsum_rule, lambda x, *, dim: np.cumsum(x, axis=dim, dtype=x.dtype), R)
-register("cumprod", _cumsum_rule, lambda x, *, dim: np.cumprod(x, axis=dim, dtype=x.dtype), R)
+def _cumprod(x, *, dim):
+    with np.errstate(all="ignore"):  # inf * 0 is NaN silently, as in PyTorch
+        return np.cumprod(x, axis=dim, dtype=x.dtype)
+
+
+register("cumprod", _cumsum_rule, _cumprod, R)
 
 
 def _cumarg(largest):
     def impl(x, *, dim):
         """Index of the running max (min) along dim: the last occurrence of the extreme so
-        far, or the first NaN. A log-depth scan over (value, index) pairs."""
+        far, or of the last NaN so far. A log-depth scan over (value, index) pairs."""
         val = np.moveaxis(x, dim, -1).copy()
         n = val.shape[-1]
         idx = np.broadcast_to(np.arange(n, dtype=np.int64), val.shape).copy()
@@ -424,7 +439,7 @@ def _cumarg(largest):
         while k < n:
             v1, i1, v2, i2 = val[..., :-k], idx[..., :-k], val[..., k:], idx[..., k:]
             better = (v2 >= v1) if largest else (v2 <= v1)
-            take = (better | (v2 != v2)) & (v1 == v1)
+            take = better | (v2 != v2)
             val[..., k:], idx[..., k:] = np.where(take, v2, v1), np.where(take, i2, i1)
             k *= 2
         return np.ascontiguousarray(np.moveaxis(idx, -1, dim))

@@ -55,7 +55,7 @@ def _cum_extreme(x, dim, name, prim):
 @op("cummax", "CummaxBackward0")
 def cummax(x, dim):
     """(values, indices) of the running maximum along dim; an index names the last
-    occurrence of the maximum so far, or the first NaN (which then stays the maximum)."""
+    occurrence of the maximum so far, or the last NaN so far (a NaN stays the maximum)."""
     return _cum_extreme(x, dim, "cummax", tp.cumargmax)
 
 
