@@ -387,6 +387,57 @@ def erfinv_f64(x):
     return math.copysign(y, x)
 ''')
 
+_helper("ndtri_f64", ("erfinv_f64",), '''
+@_jit
+def ndtri_f64(p):
+    if p != p or p < 0.0 or p > 1.0:
+        return math.nan
+    q = 1.0 - p if p > 0.5 else p
+    if q == 0.0:
+        y = -math.inf
+    elif q == 0.5:
+        y = 0.0
+    else:
+        if q < 1e-15:
+            t2 = -2.0 * math.log(q)
+            y = -math.sqrt(t2 - math.log(t2) - math.log(2.0 * math.pi))
+        else:
+            y = math.sqrt(2.0) * erfinv_f64(2.0 * q - 1.0)
+        if q < 0.25:
+            for _ in range(3):
+                cdf = 0.5 * math.erfc(-y / math.sqrt(2.0))
+                pdf = math.exp(-0.5 * y * y) / math.sqrt(2.0 * math.pi)
+                y = y - (math.log(cdf) - math.log(q)) * cdf / pdf
+    return -y if p > 0.5 else y
+''')
+
+_helper("bessel_e_f64", (), '''
+@_jit
+def bessel_e_f64(order, x):
+    a = abs(x)
+    if a != a:
+        return a
+    if a == math.inf:
+        return 0.0
+    if a <= 20.0:
+        q = 0.25 * a * a
+        term = 1.0 if order == 0 else 0.5 * a
+        total = term
+        for k in range(1, 60):
+            term = term * q / (k * (k + order))
+            total += term
+        r = total * math.exp(-a)
+    else:
+        mu = 4.0 * order * order
+        term = 1.0
+        total = 1.0
+        for k in range(1, 30):
+            term = term * -(mu - (2 * k - 1) ** 2) / (k * 8.0 * a)
+            total += term
+        r = total / math.sqrt(2.0 * math.pi * a)
+    return -r if order == 1 and x < 0.0 else r
+''')
+
 _helper("polygamma_f64", (), '''
 _BERN = (1 / 6, -1 / 30, 1 / 42, -1 / 30, 5 / 66, -691 / 2730, 7 / 6, -3617 / 510,
          43867 / 798, -174611 / 330)

@@ -91,6 +91,20 @@ def _erfinv(ctx, node, a):
     return f"erfinv_f64({a[0]})"
 
 
+@template("ndtri", "i0e", "i1e")
+def _scalar_helper(ctx, node, a):
+    name = node.prim.name
+    if name == "ndtri":
+        ctx.need("ndtri_f64")
+        call = "ndtri_f64({})"
+    else:
+        ctx.need("bessel_e_f64")
+        call = f"bessel_e_f64({0 if name == 'i0e' else 1}, {{}})"
+    if _f32(node):
+        return f"np.float32({call.format('np.float64(' + a[0] + ')')})"
+    return call.format(a[0])
+
+
 @template("polygamma")
 def _polygamma(ctx, node, a):
     ctx.need("polygamma_f64")

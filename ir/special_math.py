@@ -132,3 +132,69 @@ def polygamma(x, *, n):
     """The n-th derivative of digamma (n = 0: digamma itself)."""
     v = _f64(x)
     return _back(_digamma64(v) if n == 0 else _polygamma64(n, v), x)
+
+
+_SQRT2 = math.sqrt(2.0)
+_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+
+
+def ndtri(x):
+    """The standard normal quantile (inverse of ndtr): sqrt(2) erfinv(2q - 1) on the lower
+    half q = min(p, 1 - p) (1 - p is exact there), or the asymptotic guess below q = 1e-15;
+    below q = 0.25 (where 2q - 1 rounds) three Newton steps on log ndtr(x) = log q follow,
+    with ndtr(x) = erfc(-x / sqrt(2)) / 2 at full relative precision in the lower tail."""
+    v = _f64(x)
+    with np.errstate(all="ignore"):
+        q = np.where(v > 0.5, 1.0 - v, v)
+        y = _SQRT2 * erfinv(2.0 * q - 1.0)
+        t2 = -2.0 * np.log(q)
+        y = np.where(q < 1e-15, -np.sqrt(t2 - np.log(t2) - 2 * _LOG_SQRT_2PI), y)
+        ok = (q > 0) & (q < 0.25)  # above, 2q - 1 is exact and erfinv alone is accurate
+        for _ in range(3):
+            cdf = 0.5 * _erfc1(-y[ok] / _SQRT2).astype(np.float64)
+            yo = y[ok]
+            step = (np.log(cdf) - np.log(q[ok])) * cdf / np.exp(-0.5 * yo * yo - _LOG_SQRT_2PI)
+            y[ok] = yo - step
+        y = np.where(q == 0, -np.inf, np.where(q == 0.5, 0.0, y))
+        y = np.where(v > 0.5, -y, y)
+        return _back(np.where((v < 0) | (v > 1) | np.isnan(v), np.nan, y), x)
+
+
+# modified Bessel functions of the first kind, exponentially scaled: power series up to
+# |x| = 20 (positive terms: no cancellation), the asymptotic series beyond
+_BESSEL_SWITCH = 20.0
+
+
+def _bessel_e64(v, order):
+    a = np.abs(v)
+    out = np.empty_like(a)
+    small = a <= _BESSEL_SWITCH
+    s = a[small]
+    q = 0.25 * s * s
+    term = np.ones_like(s) if order == 0 else 0.5 * s
+    total = term.copy()
+    for k in range(1, 60):
+        term = term * q / (k * (k + order))
+        total = total + term
+    out[small] = total * np.exp(-s)
+    b = a[~small]
+    mu = 4.0 * order * order
+    term = np.ones_like(b)
+    total = term.copy()
+    for k in range(1, 30):
+        term = term * -(mu - (2 * k - 1) ** 2) / (k * 8.0 * b)
+        total = total + term
+    with np.errstate(all="ignore"):
+        out[~small] = total / np.sqrt(2 * math.pi * b)
+    out = np.where(np.isinf(a), 0.0, out)
+    return np.where(v < 0, -out, out) if order == 1 else out
+
+
+def i0e(x):
+    """exp(-|x|) I0(x)."""
+    return _back(_bessel_e64(_f64(x), 0), x)
+
+
+def i1e(x):
+    """exp(-|x|) I1(x) (odd)."""
+    return _back(_bessel_e64(_f64(x), 1), x)

@@ -195,6 +195,30 @@ def _(ctx, g):
                              _bc(_c(math.sqrt(math.pi) / 2, out), out))),)
 
 
+@defvjp("ndtri", save=("out",))
+def _(ctx, g):
+    out, = ctx.saved_tensors  # 1 / pdf(ndtri(p))
+    return (tp.mul(g, tp.mul(tp.exp(tp.mul(tp.mul(out, out), _bc(_c(0.5, out), out))),
+                             _bc(_c(math.sqrt(2 * math.pi), out), out))),)
+
+
+@defvjp("i0e", save=(0, "out"))
+def _(ctx, g):
+    x, out = ctx.saved_tensors  # (exp(-|x|) I0)' = exp(-|x|) (I1 - sign(x) I0)
+    return (tp.mul(g, tp.sub(tp.i1e(x), tp.mul(tp.sign_nan0(x), out))),)
+
+
+@defvjp("i1e", save=(0, "out"))
+def _(ctx, g):
+    """(exp(-|x|) I1)' = exp(-|x|) (I0 - I1 / x - sign(x) I1), and 1/2 at x = 0."""
+    x, out = ctx.saved_tensors
+    zero, one = _zeros_like(x), _bc(_c(1, x), x)
+    at0 = tp.eq(x, zero)
+    ratio = tp.where(at0, _bc(_c(0.5, x), x), tp.div(out, tp.where(at0, one, x)))
+    d = tp.sub(tp.sub(tp.i0e(x), ratio), tp.mul(tp.sign_nan0(x), out))
+    return (tp.mul(g, d),)
+
+
 @defvjp("lgamma", save=(0,))
 def _(ctx, g):
     x, = ctx.saved_tensors
@@ -495,5 +519,6 @@ def _(ctx, g):
 
 NON_DIFFERENTIABLE = frozenset({
     "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_not", "argmax",
-    "argmin", "argsort", "searchsorted", "cumargmax", "cumargmin", "iota", "full", "uniform", "normal"})
+    "argmin", "argsort", "searchsorted", "cumargmax", "cumargmin", "iota", "full", "uniform",
+    "normal"})
 del dt

@@ -153,7 +153,7 @@ for _mod, _names in ((addmm_ops, "addmm addmv addr addbmm baddbmm addcmul addcdi
                      (scan_ops, "cumprod cummax cummin logcumsumexp logaddexp logaddexp2"),
                      (trig_ops, "sinh cosh asinh acosh atanh asin acos atan arcsin arccos "
                                 "arctan arcsinh arccosh arctanh arctan2"),
-                     (special_ops, "erfc erfinv lgamma digamma logit xlogy sinc"),
+                     (special_ops, "erfc erfinv lgamma digamma logit xlogy sinc i0"),
                      (compare_ops, "isclose allclose equal"),
                      (tensor_new, "new_zeros new_ones new_full new_empty new_tensor new")):
     for _name in _names.split():
@@ -171,7 +171,7 @@ for _name in ("add sub mul div pow clamp clip neg abs exp log sqrt sigmoid tanh 
               "index_fill addmm addmv addr addbmm baddbmm addcmul addcdiv lerp cumprod atan2 "
               "sinh cosh asinh acosh atanh asin acos atan arcsin arccos arctan "
               "arcsinh arccosh arctanh arctan2 erfc erfinv lgamma digamma logit xlogy sinc "
-              "polygamma").split():
+              "polygamma i0").split():
     _fn = _METHODS[_name]
     _METHODS[_name + "_"] = _inplace(_fn, _name + "_")
 for _op, _name in (("__iadd__", "add"), ("__isub__", "sub"), ("__imul__", "mul"),

@@ -1,6 +1,6 @@
 """Special functions (the ops behind `aotgrad.special` and their top-level names): erfc,
-erfinv, lgamma/gammaln, digamma/psi, polygamma, logit, xlogy, xlog1py, ndtr, log_ndtr,
-sinc, entr. Integer inputs give float32, as in PyTorch.
+erfinv, lgamma/gammaln, digamma/psi, polygamma, logit, xlogy, xlog1py, ndtr, ndtri,
+log_ndtr, sinc, entr, i0/i0e/i1/i1e. Integer inputs give float32, as in PyTorch.
 
 >>> import aotgrad
 >>> from aotgrad.runtime import special_ops
@@ -11,9 +11,9 @@ import math
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.runtime import tprims as tp
-from aotgrad.runtime.elementwise_ops import (_unary, add, clamp, div, eq, isinf, le, log,
-                                             log1p, logical_and, logical_or, lt, mul, neg,
-                                             sigmoid, sin, sub, where)
+from aotgrad.runtime.elementwise_ops import (_unary, abs, add, clamp, div, eq, exp, isinf,
+                                             le, log, log1p, logical_and, logical_or, lt, mul,
+                                             neg, sigmoid, sin, sub, where)
 from aotgrad.runtime.op_base import _binary_args, cast, op
 
 erfc = _unary(tp.erfc, "erfc", "ErfcBackward0")
@@ -24,6 +24,25 @@ gammaln = lgamma
 
 def _float(x):
     return x if x.dtype.is_floating_point else cast(x, dt.float32)
+
+
+ndtri = _unary(tp.ndtri, "ndtri", "SpecialNdtriBackward0")
+i0e = _unary(tp.i0e, "i0e", "SpecialI0EBackward0")
+i1e = _unary(tp.i1e, "i1e", "SpecialI1EBackward0")
+
+
+@op("i0", "I0Backward0")
+def i0(x):
+    """The modified Bessel function I0, as i0e(x) * exp(|x|) (its gradient is i1)."""
+    x = _float(x)
+    return mul(i0e(x), exp(abs(x)))
+
+
+@op("i1", "SpecialI1Backward0")
+def i1(x):
+    """The modified Bessel function I1, as i1e(x) * exp(|x|)."""
+    x = _float(x)
+    return mul(i1e(x), exp(abs(x)))
 
 
 @op("digamma", "DigammaBackward0")

@@ -7,9 +7,9 @@ and semantics (gradients included).
 from aotgrad.runtime.elementwise_ops import erf, exp2, expm1, log1p
 from aotgrad.runtime.elementwise_ops import round as _round
 from aotgrad.runtime.reduction_ops import log_softmax, logsumexp, softmax
-from aotgrad.runtime.special_ops import (digamma, entr, erfc, erfinv, expit, gammaln,
-                                         log_ndtr, logit, ndtr, polygamma, psi, sinc,
-                                         xlog1py, xlogy)
+from aotgrad.runtime.special_ops import (digamma, entr, erfc, erfinv, expit, gammaln, i0,
+                                         i0e, i1, i1e, log_ndtr, logit, ndtr, ndtri,
+                                         polygamma, psi, sinc, xlog1py, xlogy)
 
 
 def round(input, decimals=0):  # noqa: A001  (special.round, like torch.special.round)
@@ -19,5 +19,5 @@ def round(input, decimals=0):  # noqa: A001  (special.round, like torch.special.
 
 
 __all__ = ["digamma", "entr", "erf", "erfc", "erfinv", "exp2", "expit", "expm1", "gammaln",
-           "log1p", "log_ndtr", "log_softmax", "logit", "logsumexp", "ndtr", "polygamma",
-           "psi", "round", "sinc", "softmax", "xlog1py", "xlogy"]
+           "i0", "i0e", "i1", "i1e", "log1p", "log_ndtr", "log_softmax", "logit", "logsumexp",
+           "ndtr", "ndtri", "polygamma", "psi", "round", "sinc", "softmax", "xlog1py", "xlogy"]

@@ -83,6 +83,32 @@ def test_gamma_family_special_values():
         special.polygamma(-1, _t(1.0))
 
 
+def test_ndtri_inverts_ndtr():
+    p = np.concatenate([np.logspace(-300, -1, 60), np.linspace(0.01, 0.99, 99),
+                        1 - np.logspace(-15, -1, 30)])
+    x = special.ndtri(_t(p))
+    np.testing.assert_allclose(_v(special.ndtr(x)), p, rtol=1e-12)
+    e = _v(special.ndtri(_t([0.0, 1.0, 0.5, -0.1, 1.1, math.nan])))
+    assert e[0] == -math.inf and e[1] == math.inf and e[2] == 0 and np.isnan(e[3:]).all()
+
+
+def test_bessel_closed_forms():
+    # I0(x) = sum (x^2/4)^k / k!^2, I1(x) = (x/2) sum (x^2/4)^k / (k! (k+1)!)
+    for x in (0.0, 0.3, -2.0, 7.5, 19.9, 20.1, -35.0):
+        q = x * x / 4
+        i0 = math.fsum(math.exp(k * math.log(q) - 2 * math.lgamma(k + 1)) if q else float(k == 0)
+                       for k in range(150))
+        i1 = x / 2 * math.fsum(math.exp(k * math.log(q) - math.lgamma(k + 1) - math.lgamma(k + 2))
+                               if q else float(k == 0) for k in range(150))
+        assert math.isclose(float(special.i0(_t(x))), i0, rel_tol=1e-14)
+        assert math.isclose(float(special.i1(_t(x))), i1, rel_tol=1e-14, abs_tol=1e-300)
+        assert math.isclose(float(special.i0e(_t(x))), i0 * math.exp(-abs(x)), rel_tol=1e-14)
+    assert float(special.i0e(_t(1e300))) > 0 and float(special.i0e(_t(math.inf))) == 0
+    x = _t([0.0, 0.5, -3.0, 25.0], grad=True)
+    special.i1e(x).sum().backward()
+    assert float(x.grad[0]) == 0.5
+
+
 def test_log_ndtr_ndtr_closed_forms():
     x = np.array([-37.0, -30.0, -20.5, -19.5, -5.0, -1.0, 0.0, 2.0, 8.0])
     want = [math.log(0.5 * math.erfc(-v / math.sqrt(2))) for v in x[:7]]
@@ -117,9 +143,9 @@ def test_pointwise_special_cases():
 
 
 @pytest.mark.parametrize("name", ["erfinv", "gammaln", "digamma", "erfc", "log_ndtr",
-                                  "sinc", "entr", "logit"])
+                                  "sinc", "entr", "logit", "ndtri", "i0", "i1e"])
 def test_second_derivatives(name):
-    dom = {"erfinv": (-0.8, 0.8), "logit": (0.1, 0.9), "entr": (0.2, 2.0),
+    dom = {"erfinv": (-0.8, 0.8), "logit": (0.1, 0.9), "entr": (0.2, 2.0), "ndtri": (0.05, 0.95),
            "gammaln": (0.3, 4.0), "digamma": (0.3, 4.0)}.get(name, (-3.0, 3.0))
     x = _t(np.random.default_rng(0).uniform(*dom, 6), grad=True)
     fn = getattr(special, name)
@@ -157,7 +183,8 @@ def test_logaddexp_extremes():
 UNARY = ["sinh", "cosh", "asinh", "acosh", "atanh", "asin", "acos", "atan", "erfinv",
          "lgamma", "digamma", "special.erfc", "special.ndtr", "special.log_ndtr",
          "special.sinc", "special.entr", "special.logit", "special.expit", "special.gammaln",
-         "special.psi"]
+         "special.psi", "special.ndtri", "special.i0", "special.i0e", "special.i1",
+         "special.i1e"]
 SPECIAL_VALUES = [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.0, -2.5, 30.0, -30.0, 1e-30, 1e30,
                   math.inf, -math.inf, math.nan]
 
