@@ -12,7 +12,7 @@ matrix forms need one dtype for all their operands.
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.elementwise_ops import abs, add, div, lt, mul, sub, where
 from aotgrad.runtime.linalg_ops import matmul, outer
-from aotgrad.runtime.op_base import as_tensor_like, broadcast_shapes, op
+from aotgrad.runtime.op_base import _named, as_tensor_like, broadcast_shapes, op
 from aotgrad.runtime.tensor import Tensor
 
 
@@ -41,7 +41,7 @@ def _scaled_sum(name, inp, prod, beta, alpha):
     if alpha != 1:
         prod = mul(prod, alpha)
     if beta == 0:
-        return mul(prod, 1) if alpha == 1 else prod
+        return prod
     return add(inp if beta == 1 else mul(inp, beta), prod)
 
 
@@ -134,9 +134,7 @@ def lerp(input, end, weight):
         out = where(small, add(input, mul(weight, diff)),
                     sub(end, mul(diff, sub(1, weight))))
         name = "LerpBackward1"
-    if out.grad_fn is not None:
-        out.grad_fn._name = name
-    return out
+    return _named(out, name)
 
 
 def _abs_number(v):

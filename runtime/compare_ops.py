@@ -73,7 +73,7 @@ def searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=N
     values = as_tensor_like(input, sorted_sequence.dtype)
     if sorter is not None:
         sorted_sequence = take_along_dim(sorted_sequence, sorter, -1)
-    seq, vals = _common(sorted_sequence.detach(), values.detach())
+    seq, vals = _common(sorted_sequence, values)
     if scalar or vals.ndim == 0:
         if seq.ndim != 1:
             raise RuntimeError("searchsorted: a scalar input needs a 1-D sorted_sequence, got "

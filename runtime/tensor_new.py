@@ -13,21 +13,21 @@ from aotgrad.runtime import factories
 from aotgrad.runtime.tensor import Size, Tensor
 
 
-def _check_layout(layout, pin_memory):
+def _check_layout(layout):
     if layout is not None and str(layout) not in ("strided", "torch.strided"):
         raise RuntimeError(f"only the strided layout is supported, got {layout}")
 
 
 def new_zeros(self, *size, dtype=None, device=None, requires_grad=False, layout=None,
               pin_memory=False):
-    _check_layout(layout, pin_memory)
+    _check_layout(layout)
     return factories.zeros(*size, dtype=dtype or self.dtype, device=device,
                            requires_grad=requires_grad)
 
 
 def new_ones(self, *size, dtype=None, device=None, requires_grad=False, layout=None,
              pin_memory=False):
-    _check_layout(layout, pin_memory)
+    _check_layout(layout)
     return factories.ones(*size, dtype=dtype or self.dtype, device=device,
                           requires_grad=requires_grad)
 
@@ -35,7 +35,7 @@ def new_ones(self, *size, dtype=None, device=None, requires_grad=False, layout=N
 def new_empty(self, *size, dtype=None, device=None, requires_grad=False, layout=None,
               pin_memory=False):
     """Uninitialised in PyTorch; zeros here."""
-    _check_layout(layout, pin_memory)
+    _check_layout(layout)
     return factories.empty(*size, dtype=dtype or self.dtype, device=device,
                            requires_grad=requires_grad)
 
@@ -43,7 +43,7 @@ def new_empty(self, *size, dtype=None, device=None, requires_grad=False, layout=
 def new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad=False,
              layout=None, pin_memory=False):
     """A tensor of `size` filled with fill_value, in self's dtype (not fill_value's)."""
-    _check_layout(layout, pin_memory)
+    _check_layout(layout)
     return factories.full(size, fill_value, dtype=dtype or self.dtype, device=device,
                           requires_grad=requires_grad)
 
@@ -51,7 +51,7 @@ def new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad=F
 def new_tensor(self, data, *, dtype=None, device=None, requires_grad=False, layout=None,
                pin_memory=False):
     """A copy of data (a leaf, detached from any history) in self's dtype by default."""
-    _check_layout(layout, pin_memory)
+    _check_layout(layout)
     if isinstance(data, Tensor):
         warnings.warn("To copy construct from a tensor, it is recommended to use "
                       "sourceTensor.clone().detach() or sourceTensor.clone().detach()."
