@@ -50,8 +50,8 @@ from aotgrad.runtime.compare_ops import allclose, bucketize, equal, isclose, sea
 from aotgrad.runtime.distance_ops import cdist
 from aotgrad.runtime.einsum_ops import einsum
 from aotgrad.runtime.scan_ops import cummax, cummin, cumprod, logaddexp, logaddexp2, logcumsumexp
-from aotgrad.runtime.special_ops import (digamma, erfc, erfinv, i0, lgamma, logit, polygamma,
-                                         sinc, xlogy)
+from aotgrad.runtime.special_ops import (digamma, erfc, erfinv, i0, lgamma, logit, mvlgamma,
+                                         polygamma, sinc, xlogy)
 from aotgrad.runtime.trig_ops import (acos, acosh, arccos, arccosh, arcsin, arcsinh, arctan,
                                       arctan2, arctanh, asin, asinh, atan, atanh, cosh, sinh)
 from aotgrad import autograd  # noqa: E402

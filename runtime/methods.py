@@ -159,8 +159,7 @@ for _mod, _names in ((addmm_ops, "addmm addmv addr addbmm baddbmm addcmul addcdi
     for _name in _names.split():
         _METHODS[_name] = getattr(_mod, _name)
 _METHODS["polygamma"] = lambda self, n: special_ops.polygamma(n, self)
-_METHODS["bucketize"] = lambda self, boundaries, *, out_int32=False, right=False: \
-    compare_ops.bucketize(self, boundaries, out_int32=out_int32, right=right)
+_METHODS["mvlgamma"] = lambda self, p: special_ops.multigammaln(self, p)
 _METHODS["arctan2"] = ops.atan2
 del _mod, _names
 
@@ -171,7 +170,7 @@ for _name in ("add sub mul div pow clamp clip neg abs exp log sqrt sigmoid tanh 
               "index_fill addmm addmv addr addbmm baddbmm addcmul addcdiv lerp cumprod atan2 "
               "sinh cosh asinh acosh atanh asin acos atan arcsin arccos arctan "
               "arcsinh arccosh arctanh arctan2 erfc erfinv lgamma digamma logit xlogy sinc "
-              "polygamma i0").split():
+              "polygamma i0 mvlgamma").split():
     _fn = _METHODS[_name]
     _METHODS[_name + "_"] = _inplace(_fn, _name + "_")
 for _op, _name in (("__iadd__", "add"), ("__isub__", "sub"), ("__imul__", "mul"),

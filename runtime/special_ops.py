@@ -9,6 +9,8 @@ log_ndtr, sinc, entr, i0/i0e/i1/i1e. Integer inputs give float32, as in PyTorch.
 """
 import math
 
+import numpy as np
+
 from aotgrad.ir import dtypes as dt
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.elementwise_ops import (_unary, abs, add, clamp, div, eq, exp, isinf,
@@ -61,6 +63,27 @@ def polygamma(n, x):
         raise RuntimeError(f"polygamma(n, x) does not support negative n (or a non-int n), "
                            f"got {n!r}")
     return tp.polygamma(_float(x), n=n)
+
+
+@op("multigammaln", "MvlgammaBackward0")
+def multigammaln(a, p):
+    """The log of the multivariate gamma function of dimension p:
+    p (p - 1) / 4 log(pi) + sum_{j < p} lgamma(a - j / 2); every element of a must exceed
+    (p - 1) / 2."""
+    a = _float(a)
+    if not isinstance(p, int) or p < 1:
+        raise RuntimeError(f"p has to be greater than or equal to 1, got {p!r}")
+    value = a._value
+    if isinstance(value, np.ndarray) and value.size and not (value > (p - 1) / 2).all():
+        raise RuntimeError(f"All elements of the input must be greater than {(p - 1) / 2} "
+                           f"(p = {p})")
+    r = lgamma(a)
+    for j in range(1, p):
+        r = add(r, lgamma(sub(a, j / 2)))
+    return add(r, p * (p - 1) / 4 * math.log(math.pi))
+
+
+mvlgamma = multigammaln
 
 
 @op("logit", "LogitBackward0")

@@ -8,8 +8,10 @@ from aotgrad.runtime.elementwise_ops import erf, exp2, expm1, log1p
 from aotgrad.runtime.elementwise_ops import round as _round
 from aotgrad.runtime.reduction_ops import log_softmax, logsumexp, softmax
 from aotgrad.runtime.special_ops import (digamma, entr, erfc, erfinv, expit, gammaln, i0,
-                                         i0e, i1, i1e, log_ndtr, logit, ndtr, ndtri,
-                                         polygamma, psi, sinc, xlog1py, xlogy)
+                                         i0e, i1, i1e, log_ndtr, logit, multigammaln, ndtr,
+                                         ndtri, polygamma, psi, sinc, xlog1py, xlogy)
+
+modified_bessel_i0, modified_bessel_i1 = i0, i1
 
 
 def round(input, decimals=0):  # noqa: A001  (special.round, like torch.special.round)
@@ -20,4 +22,5 @@ def round(input, decimals=0):  # noqa: A001  (special.round, like torch.special.
 
 __all__ = ["digamma", "entr", "erf", "erfc", "erfinv", "exp2", "expit", "expm1", "gammaln",
            "i0", "i0e", "i1", "i1e", "log1p", "log_ndtr", "log_softmax", "logit", "logsumexp",
-           "ndtr", "ndtri", "polygamma", "psi", "round", "sinc", "softmax", "xlog1py", "xlogy"]
+           "modified_bessel_i0", "modified_bessel_i1", "multigammaln", "ndtr", "ndtri",
+           "polygamma", "psi", "round", "sinc", "softmax", "xlog1py", "xlogy"]
