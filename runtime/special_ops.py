@@ -125,7 +125,7 @@ def ndtr(x):
 
 
 # where log_ndtr switches to its asymptotic series: ndtr(x) is still a normal number there,
-# and the series' first omitted term (945 / x^10) is below the dtype's precision
+# and the first term the series leaves out (135135 / x^14) is below the dtype's precision
 _LOG_NDTR_ASYMPTOTIC = {dt.float64: -20.0, dt.float32: -10.0}
 
 
