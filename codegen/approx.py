@@ -387,6 +387,28 @@ def erfinv_f64(x):
     return math.copysign(y, x)
 ''')
 
+_helper("erfcx_f64", (), '''
+@_jit
+def erfcx_f64(x):
+    if x != x:
+        return x
+    if x == math.inf:
+        return 0.0
+    if x == -math.inf:
+        return math.inf
+    if x > 10.0:
+        z = 1.0 / (2.0 * x * x)
+        term = 1.0
+        total = 1.0
+        for n in range(1, 25):
+            term = term * -(2 * n - 1) * z
+            total += term
+        return total / (x * math.sqrt(math.pi))
+    h = np.float64(np.float32(x))
+    lo = x - h
+    return math.exp(h * h) * math.exp(2.0 * h * lo + lo * lo) * math.erfc(x)
+''')
+
 _helper("ndtri_f64", ("erfinv_f64",), '''
 @_jit
 def ndtri_f64(p):

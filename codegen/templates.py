@@ -91,12 +91,12 @@ def _erfinv(ctx, node, a):
     return f"erfinv_f64({a[0]})"
 
 
-@template("ndtri", "i0e", "i1e")
+@template("ndtri", "erfcx", "i0e", "i1e")
 def _scalar_helper(ctx, node, a):
     name = node.prim.name
-    if name == "ndtri":
-        ctx.need("ndtri_f64")
-        call = "ndtri_f64({})"
+    if name in ("ndtri", "erfcx"):
+        ctx.need(f"{name}_f64")
+        call = f"{name}_f64({{}})"
     else:
         ctx.need("bessel_e_f64")
         call = f"bessel_e_f64({0 if name == 'i0e' else 1}, {{}})"

@@ -350,7 +350,7 @@ for _name, _fn, _kind, _out in [
 for _name, _fn in [
     ("sinh", np.sinh), ("cosh", np.cosh), ("asinh", np.arcsinh), ("acosh", np.arccosh),
     ("atanh", np.arctanh), ("asin", np.arcsin), ("acos", np.arccos),
-    ("erfc", special_math.erfc), ("erfinv", special_math.erfinv),
+    ("erfc", special_math.erfc), ("erfcx", special_math.erfcx), ("erfinv", special_math.erfinv),
     ("lgamma", special_math.lgamma), ("ndtri", special_math.ndtri),
     ("i0e", special_math.i0e), ("i1e", special_math.i1e),
 ]:

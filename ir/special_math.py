@@ -34,11 +34,11 @@ def _back(r, x):
 
 
 def erfc(x):
-    return _back(_erfc1(_f64(x)), x)
+    return _back(np.asarray(_erfc1(_f64(x)), dtype=np.float64), x)
 
 
 def lgamma(x):
-    return _back(_lgamma1(_f64(x)), x)
+    return _back(np.asarray(_lgamma1(_f64(x)), dtype=np.float64), x)
 
 
 # Winitzki's closed form: erfinv to ~2e-3 relative everywhere, including the tails
@@ -198,3 +198,28 @@ def i0e(x):
 def i1e(x):
     """exp(-|x|) I1(x) (odd)."""
     return _back(_bessel_e64(_f64(x), 1), x)
+
+
+_ERFCX_ASYMPTOTIC = 10.0
+
+
+def erfcx(x):
+    """exp(x^2) erfc(x). Below 10, exp(x^2) is taken as exp(h^2) exp(2 h l + l^2) with
+    x = h + l and h rounded to float32 (h^2 is exact, so x^2 loses nothing to rounding);
+    above, the asymptotic series 1 / (x sqrt(pi)) sum (-1)^n (2n - 1)!! / (2 x^2)^n."""
+    v = _f64(x)
+    with np.errstate(all="ignore"):
+        h = v.astype(np.float32).astype(np.float64)
+        lo = v - h
+        direct = np.exp(h * h) * np.exp(2.0 * h * lo + lo * lo) * \
+            np.asarray(_erfc1(v), dtype=np.float64)
+        z = 1.0 / (2.0 * v * v)
+        term = np.ones_like(v)
+        total = term.copy()
+        for n in range(1, 25):
+            term = term * -(2 * n - 1) * z
+            total = total + term
+        asym = total / (v * math.sqrt(math.pi))
+        r = np.where(v > _ERFCX_ASYMPTOTIC, asym, direct)
+        r = np.where(v == np.inf, 0.0, np.where(v == -np.inf, np.inf, r))
+        return _back(r, x)

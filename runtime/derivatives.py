@@ -188,6 +188,13 @@ def _(ctx, g):
     return (tp.mul(g, tp.mul(dens, _bc(_c(-2 / math.sqrt(math.pi), x), x))),)
 
 
+@defvjp("erfcx", save=(0, "out"))
+def _(ctx, g):
+    x, out = ctx.saved_tensors  # (exp(x^2) erfc(x))' = 2 x erfcx(x) - 2 / sqrt(pi)
+    d = tp.sub(tp.mul(tp.mul(x, out), _bc(_c(2, x), x)), _bc(_c(2 / math.sqrt(math.pi), x), x))
+    return (tp.mul(g, d),)
+
+
 @defvjp("erfinv", save=("out",))
 def _(ctx, g):
     out, = ctx.saved_tensors  # d/dx erfinv(x) = sqrt(pi) / 2 * exp(erfinv(x)^2)

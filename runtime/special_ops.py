@@ -1,5 +1,5 @@
 """Special functions (the ops behind `aotgrad.special` and their top-level names): erfc,
-erfinv, lgamma/gammaln, digamma/psi, polygamma, logit, xlogy, xlog1py, ndtr, ndtri,
+erfcx, erfinv, lgamma/gammaln, digamma/psi, polygamma, logit, xlogy, xlog1py, ndtr, ndtri,
 log_ndtr, sinc, entr, i0/i0e/i1/i1e. Integer inputs give float32, as in PyTorch.
 
 >>> import aotgrad
@@ -19,6 +19,7 @@ from aotgrad.runtime.elementwise_ops import (_unary, abs, add, clamp, div, eq, e
 from aotgrad.runtime.op_base import _binary_args, cast, op
 
 erfc = _unary(tp.erfc, "erfc", "ErfcBackward0")
+erfcx = _unary(tp.erfcx, "erfcx", "SpecialErfcxBackward0")
 erfinv = _unary(tp.erfinv, "erfinv", "ErfinvBackward0")
 lgamma = _unary(tp.lgamma, "lgamma", "LgammaBackward0")
 gammaln = lgamma

@@ -7,7 +7,7 @@ and semantics (gradients included).
 from aotgrad.runtime.elementwise_ops import erf, exp2, expm1, log1p
 from aotgrad.runtime.elementwise_ops import round as _round
 from aotgrad.runtime.reduction_ops import log_softmax, logsumexp, softmax
-from aotgrad.runtime.special_ops import (digamma, entr, erfc, erfinv, expit, gammaln, i0,
+from aotgrad.runtime.special_ops import (digamma, entr, erfc, erfcx, erfinv, expit, gammaln, i0,
                                          i0e, i1, i1e, log_ndtr, logit, multigammaln, ndtr,
                                          ndtri, polygamma, psi, sinc, xlog1py, xlogy)
 
@@ -20,7 +20,7 @@ def round(input, decimals=0):  # noqa: A001  (special.round, like torch.special.
     return _round(input)
 
 
-__all__ = ["digamma", "entr", "erf", "erfc", "erfinv", "exp2", "expit", "expm1", "gammaln",
+__all__ = ["digamma", "entr", "erf", "erfc", "erfcx", "erfinv", "exp2", "expit", "expm1", "gammaln",
            "i0", "i0e", "i1", "i1e", "log1p", "log_ndtr", "log_softmax", "logit", "logsumexp",
            "modified_bessel_i0", "modified_bessel_i1", "multigammaln", "ndtr", "ndtri",
            "polygamma", "psi", "round", "sinc", "softmax", "xlog1py", "xlogy"]

@@ -240,7 +240,8 @@ def _pointwise_batch(x, u, p):
             ag.special.xlogy(x, p), ag.special.sinc(x), ag.special.log_ndtr(x),
             ag.logaddexp(x, u), ag.logaddexp2(x, p), ag.lerp(x, u, p * 0.3),
             ag.addcmul(x, u, p, value=0.5), ag.addcdiv(x, u, p), ag.special.logit(p * 0.3),
-            ag.special.ndtri(u * 0.5 + 0.5), ag.special.i0(x), ag.special.i1e(x * 9))
+            ag.special.ndtri(u * 0.5 + 0.5), ag.special.i0(x), ag.special.i1e(x * 9),
+            ag.special.erfcx(x * 6))
 
 
 @pytest.mark.parametrize("dtype", [ag.float32, ag.float64])

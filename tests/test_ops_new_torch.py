@@ -142,6 +142,8 @@ OPS = [
     R("cdist_pinf", lambda M, a, b: M.cdist(a, b, p=math.inf), X(4, 3), X(5, 3)),
     # ---- special ----
     R("erfc", lambda M, x: M.special.erfc(x), X(3, 4, dom="w")),
+    R("erfcx", lambda M, x: M.special.erfcx(x * 2), X(3, 4)),
+    R("erfcx_asymptotic", lambda M, x: M.special.erfcx(x * 4 + 14), X(3, 4, dom="p")),
     R("erfinv", lambda M, x: M.special.erfinv(x), X(3, 4, dom="u")),
     R("erfinv_method", lambda M, x: x.erfinv(), X(3, 4, dom="u")),
     R("gammaln", lambda M, x: M.special.gammaln(x), X(3, 4, dom="w")),

@@ -143,7 +143,7 @@ def test_pointwise_special_cases():
 
 
 @pytest.mark.parametrize("name", ["erfinv", "gammaln", "digamma", "erfc", "log_ndtr",
-                                  "sinc", "entr", "logit", "ndtri", "i0", "i1e"])
+                                  "sinc", "entr", "logit", "ndtri", "i0", "i1e", "erfcx"])
 def test_second_derivatives(name):
     dom = {"erfinv": (-0.8, 0.8), "logit": (0.1, 0.9), "entr": (0.2, 2.0), "ndtri": (0.05, 0.95),
            "gammaln": (0.3, 4.0), "digamma": (0.3, 4.0)}.get(name, (-3.0, 3.0))
@@ -183,7 +183,7 @@ def test_logaddexp_extremes():
 UNARY = ["sinh", "cosh", "asinh", "acosh", "atanh", "asin", "acos", "atan", "erfinv",
          "lgamma", "digamma", "special.erfc", "special.ndtr", "special.log_ndtr",
          "special.sinc", "special.entr", "special.logit", "special.expit", "special.gammaln",
-         "special.psi", "special.ndtri", "special.i0", "special.i0e", "special.i1",
+         "special.psi", "special.erfcx", "special.ndtri", "special.i0", "special.i0e", "special.i1",
          "special.i1e"]
 SPECIAL_VALUES = [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.0, -2.5, 30.0, -30.0, 1e-30, 1e30,
                   math.inf, -math.inf, math.nan]
