@@ -44,6 +44,16 @@ from aotgrad.runtime.shape_ops import (argwhere, diag, diag_embed, diagonal, ind
                                        index_copy, index_fill, masked_select, nonzero,
                                        repeat_interleave, rot90, scatter, take, tensor_split)
 from aotgrad.runtime.shape_ops import one_hot as _one_hot  # noqa: F401  (nn.functional.one_hot)
+from aotgrad.runtime.addmm_ops import (addbmm, addcdiv, addcmul, addmm, addmv, addr, baddbmm,
+                                       lerp)
+from aotgrad.runtime.compare_ops import allclose, bucketize, equal, isclose, searchsorted
+from aotgrad.runtime.distance_ops import cdist
+from aotgrad.runtime.einsum_ops import einsum
+from aotgrad.runtime.scan_ops import cummax, cummin, cumprod, logaddexp, logaddexp2, logcumsumexp
+from aotgrad.runtime.special_ops import (digamma, erfc, erfinv, i0, lgamma, logit, mvlgamma,
+                                         polygamma, sinc, xlogy)
+from aotgrad.runtime.trig_ops import (acos, acosh, arccos, arccosh, arcsin, arcsinh, arctan,
+                                      arctan2, arctanh, asin, asinh, atan, atanh, cosh, sinh)
 from aotgrad import autograd  # noqa: E402
 
 __version__ = "0.1.0"
@@ -58,6 +68,7 @@ from aotgrad import nn, optim  # noqa: E402
 from aotgrad import serialization  # noqa: E402
 from aotgrad.serialization import load, save  # noqa: E402
 from aotgrad import utils  # noqa: E402
+from aotgrad import special  # noqa: E402
 from aotgrad.codegen import cache_clear, cache_info  # noqa: E402
 from aotgrad.runtime.device import device, get_default_device, set_default_device  # noqa: E402
 from aotgrad.runtime.layout import (channels_last, channels_last_3d,  # noqa: E402

@@ -366,6 +366,163 @@ def erf_f64(x):
 ''')
 
 
+# scalar float64 versions of ir/special_math.py's algorithms (the same steps, one element)
+_helper("erfinv_f64", (), '''
+@_jit
+def erfinv_f64(x):
+    a = abs(x)
+    if a != a or a > 1.0:
+        return math.nan
+    if a == 1.0:
+        return math.copysign(math.inf, x)
+    w = math.log((1.0 - a) * (1.0 + a))
+    t = 2.0 / (math.pi * 0.147) + 0.5 * w
+    y = math.sqrt(math.sqrt(t * t - w / 0.147) - t)
+    for _ in range(3):
+        if a <= 0.5:
+            r = math.erf(y) - a
+        else:
+            r = (1.0 - a) - math.erfc(y)
+        y = y - r / (1.1283791670955126 * math.exp(-y * y) + y * r)
+    return math.copysign(y, x)
+''')
+
+_helper("erfcx_f64", (), '''
+@_jit
+def erfcx_f64(x):
+    if x != x:
+        return x
+    if x == math.inf:
+        return 0.0
+    if x == -math.inf:
+        return math.inf
+    if x > 10.0:
+        z = 1.0 / (2.0 * x * x)
+        term = 1.0
+        total = 1.0
+        for n in range(1, 25):
+            term = term * -(2 * n - 1) * z
+            total += term
+        return total / (x * math.sqrt(math.pi))
+    h = np.float64(np.float32(x))
+    lo = x - h
+    return math.exp(h * h) * math.exp(2.0 * h * lo + lo * lo) * math.erfc(x)
+''')
+
+_helper("ndtri_f64", ("erfinv_f64",), '''
+@_jit
+def ndtri_f64(p):
+    if p != p or p < 0.0 or p > 1.0:
+        return math.nan
+    q = 1.0 - p if p > 0.5 else p
+    if q == 0.0:
+        y = -math.inf
+    elif q == 0.5:
+        y = 0.0
+    else:
+        if q < 1e-15:
+            t2 = -2.0 * math.log(q)
+            y = -math.sqrt(t2 - math.log(t2) - math.log(2.0 * math.pi))
+        else:
+            y = math.sqrt(2.0) * erfinv_f64(2.0 * q - 1.0)
+        if q < 0.25:
+            for _ in range(3):
+                cdf = 0.5 * math.erfc(-y / math.sqrt(2.0))
+                pdf = math.exp(-0.5 * y * y) / math.sqrt(2.0 * math.pi)
+                y = y - (math.log(cdf) - math.log(q)) * cdf / pdf
+    return -y if p > 0.5 else y
+''')
+
+_helper("bessel_e_f64", (), '''
+@_jit
+def bessel_e_f64(order, x):
+    a = abs(x)
+    if a != a:
+        return a
+    if a == math.inf:
+        return 0.0
+    if a <= 20.0:
+        q = 0.25 * a * a
+        term = 1.0 if order == 0 else 0.5 * a
+        total = term
+        for k in range(1, 60):
+            term = term * q / (k * (k + order))
+            total += term
+        r = total * math.exp(-a)
+    else:
+        mu = 4.0 * order * order
+        term = 1.0
+        total = 1.0
+        for k in range(1, 30):
+            term = term * -(mu - (2 * k - 1) ** 2) / (k * 8.0 * a)
+            total += term
+        r = total / math.sqrt(2.0 * math.pi * a)
+    return -r if order == 1 and x < 0.0 else r
+''')
+
+_helper("polygamma_f64", (), '''
+_BERN = (1 / 6, -1 / 30, 1 / 42, -1 / 30, 5 / 66, -691 / 2730, 7 / 6, -3617 / 510,
+         43867 / 798, -174611 / 330)
+
+
+@_jit
+def _fact(n):
+    f = 1.0
+    for i in range(2, n + 1):
+        f *= i
+    return f
+
+
+@_jit
+def polygamma_f64(n, x):
+    if x != x:
+        return x
+    if n == 0:
+        if x == math.inf:
+            return math.inf
+        if x == -math.inf:
+            return math.nan
+        refl = x < 0.5
+        frac = x - math.floor(x)
+        if refl and frac == 0.0:
+            if x == 0.0:
+                return math.inf if math.copysign(1.0, x) < 0 else -math.inf
+            return math.nan
+        z = 1.0 - x if refl else x
+        acc = 0.0
+        while z < 15.0:
+            acc -= 1.0 / z
+            z += 1.0
+        iz2 = 1.0 / (z * z)
+        s = 0.0
+        p = iz2
+        for k in range(10):
+            s += _BERN[k] / (2 * k + 2) * p
+            p *= iz2
+        r = acc + math.log(z) - 0.5 / z - s
+        if refl:
+            r -= math.pi / math.tan(math.pi * frac)
+        return r
+    sign = 1.0 if n % 2 == 1 else -1.0
+    if x <= 0.0 and x == math.floor(x):
+        return sign * math.inf
+    if x == math.inf:
+        return 0.0
+    if x == -math.inf:
+        return math.nan
+    fact = _fact(n)
+    z = x
+    acc = 0.0
+    while z < 15.0:
+        acc += 1.0 / z ** (n + 1)
+        z += 1.0
+    s = _fact(n - 1) / z ** n + fact / (2.0 * z ** (n + 1))
+    for k in range(1, 11):
+        s += _BERN[k - 1] * _fact(2 * k + n - 1) / _fact(2 * k) / z ** (2 * k + n)
+    return sign * (fact * acc + s)
+''')
+
+
 def helper_source(names):
     """Source text of the helpers `names` and their dependencies, in dependency order."""
     order, seen = [], set()

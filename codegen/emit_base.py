@@ -15,7 +15,9 @@ _LITERALS = (0.0, 1.0, -1.0, 2.0, 0.5)
 # relative cost of a prim in a loop (default 1) for deciding what a row kernel keeps in scratch
 _EXPENSIVE = {"exp": 20, "log": 20, "tanh": 24, "logistic": 22, "erf": 24, "div": 4,
               "sqrt": 4, "rsqrt": 5, "pow": 20, "log1p": 30, "expm1": 30, "sin": 30, "cos": 30,
-              "atan2": 40}
+              "atan2": 40, "sinh": 30, "cosh": 30, "asinh": 40, "acosh": 40, "atanh": 40,
+              "asin": 40, "acos": 40, "erfc": 30, "erfinv": 200, "lgamma": 60,
+              "polygamma": 200, "ndtri": 300, "erfcx": 60, "i0e": 200, "i1e": 200}
 
 
 def np_name(d):

@@ -69,6 +69,51 @@ for _n, _f in [("log1p", "np.log1p"), ("expm1", "np.expm1"), ("sqrt", "np.sqrt")
     TEMPLATES[_n] = (lambda f: lambda ctx, node, a: f"{f}({a[0]})")(_f)
 
 
+for _n, _f in [("sinh", "np.sinh"), ("cosh", "np.cosh"), ("asinh", "np.arcsinh"),
+               ("acosh", "np.arccosh"), ("atanh", "np.arctanh"), ("asin", "np.arcsin"),
+               ("acos", "np.arccos")]:
+    TEMPLATES[_n] = (lambda f: lambda ctx, node, a: f"{f}({a[0]})")(_f)
+
+
+@template("erfc", "lgamma")
+def _math_fn(ctx, node, a):
+    f = f"math.{node.prim.name}"
+    if _f32(node):
+        return f"np.float32({f}(np.float64({a[0]})))"
+    return f"{f}({a[0]})"
+
+
+@template("erfinv")
+def _erfinv(ctx, node, a):
+    ctx.need("erfinv_f64")
+    if _f32(node):
+        return f"np.float32(erfinv_f64(np.float64({a[0]})))"
+    return f"erfinv_f64({a[0]})"
+
+
+@template("ndtri", "erfcx", "i0e", "i1e")
+def _scalar_helper(ctx, node, a):
+    name = node.prim.name
+    if name in ("ndtri", "erfcx"):
+        ctx.need(f"{name}_f64")
+        call = f"{name}_f64({{}})"
+    else:
+        ctx.need("bessel_e_f64")
+        call = f"bessel_e_f64({0 if name == 'i0e' else 1}, {{}})"
+    if _f32(node):
+        return f"np.float32({call.format('np.float64(' + a[0] + ')')})"
+    return call.format(a[0])
+
+
+@template("polygamma")
+def _polygamma(ctx, node, a):
+    ctx.need("polygamma_f64")
+    n = int(node.params["n"])
+    if _f32(node):
+        return f"np.float32(polygamma_f64({n}, np.float64({a[0]})))"
+    return f"polygamma_f64({n}, {a[0]})"
+
+
 @template("neg")
 def _neg(ctx, node, a):
     return f"(-{a[0]})"

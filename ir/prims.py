@@ -12,6 +12,7 @@ import math
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
+from aotgrad.ir import special_math
 from aotgrad.ir.core import Aval, Prim, PrimError, check
 
 PRIMS = {}  # name -> Prim
@@ -351,6 +352,64 @@ for _name, _fn, _kind, _out in [
 ]:
     register(_name, _binary_rule(_kind, _out), _quiet(_fn) if _name in _QUIET else _fn, P)
 
+# hyperbolic, inverse trigonometric and special functions (reference impls: numpy or
+# ir/special_math.py; kernels call libm/`math` or the scalar helpers of codegen/approx.py)
+for _name, _fn in [
+    ("sinh", np.sinh), ("cosh", np.cosh), ("asinh", np.arcsinh), ("acosh", np.arccosh),
+    ("atanh", np.arctanh), ("asin", np.arcsin), ("acos", np.arccos),
+    ("erfc", special_math.erfc), ("erfcx", special_math.erfcx), ("erfinv", special_math.erfinv),
+    ("lgamma", special_math.lgamma), ("ndtri", special_math.ndtri),
+    ("i0e", special_math.i0e), ("i1e", special_math.i1e),
+]:
+    register(_name, _unary_rule("float"), _quiet(_fn), P)
+
+
+def _polygamma_rule(x, *, n):
+    _float(x)
+    check(isinstance(n, int) and n >= 0, f"order n must be a non-negative int, got {n!r}")
+    return Aval(x.shape, x.dtype)
+
+
+register("polygamma", _polygamma_rule, special_math.polygamma, P)
+
+
+def _searchsorted_rule(seq, values, *, right):
+    check(seq.ndim >= 1, "the sorted sequence must have at least one dim")
+    check(seq.ndim == 1 or seq.shape[-1] > 0 or math.prod(values.shape) == 0,
+          "the sorted sequence is empty")
+    check(seq.dtype is values.dtype, f"dtypes {seq.dtype.name} and {values.dtype.name} differ")
+    check(seq.dtype is not dt.bool_, "bool inputs")
+    check(seq.ndim == 1 or (values.ndim == seq.ndim and
+                            tuple(values.shape[:-1]) == tuple(seq.shape[:-1])),
+          f"boundaries {list(seq.shape)} must be 1-d or match the leading dims of the "
+          f"values {list(values.shape)}")
+    return Aval(values.shape, dt.int64)
+
+
+def _searchsorted(seq, values, *, right):
+    """For each value, the first index i of its row of seq with seq[i] >= value (> value
+    with right), by a binary search that moves right wherever that comparison is false:
+    PyTorch's search, which also places NaN values (and values against NaN entries) last."""
+    m = seq.shape[-1]
+    s2 = seq.reshape(-1, m)
+    v2 = values.reshape(s2.shape[0], -1) if seq.ndim > 1 else values.reshape(1, -1)
+    lo = np.zeros(v2.shape, np.int64)
+    hi = np.full(v2.shape, m, np.int64)
+    with np.errstate(invalid="ignore"):
+        while True:
+            active = lo < hi
+            if not active.any():
+                break
+            mid = (lo + hi) // 2
+            mv = np.take_along_axis(s2, np.minimum(mid, m - 1), axis=1)
+            right_of = ~(mv > v2) if right else ~(mv >= v2)
+            lo = np.where(active & right_of, mid + 1, lo)
+            hi = np.where(active & ~right_of, mid, hi)
+    return lo.reshape(values.shape)
+
+
+register("searchsorted", _searchsorted_rule, _searchsorted, ("index",))
+
 register("where", _where_rule, np.where, P)
 def _convert(x, *, dtype):
     if dtype.itemsize != 2:
@@ -377,6 +436,52 @@ register("argmax", _arg_rule, lambda x, *, dim: np.argmax(x, axis=dim).astype(np
 register("argmin", _arg_rule, lambda x, *, dim: np.argmin(x, axis=dim).astype(np.int64), R)
 register("cumsum", _cumsum_rule, lambda x, *, dim: np.cumsum(
     _wide(x), axis=dim, dtype=_wide(x).dtype).astype(x.dtype, copy=False), R)
+def _cumprod(x, *, dim):
+    with np.errstate(all="ignore"):  # inf * 0 is NaN silently, as in PyTorch
+        return np.cumprod(x, axis=dim, dtype=x.dtype)
+
+
+register("cumprod", _cumsum_rule, _cumprod, R)
+
+
+def _cumarg(largest):
+    def impl(x, *, dim):
+        """Index of the running max (min) along dim: the last occurrence of the extreme so
+        far, or of the last NaN so far. A log-depth scan over (value, index) pairs."""
+        val = np.moveaxis(x, dim, -1).copy()
+        n = val.shape[-1]
+        idx = np.broadcast_to(np.arange(n, dtype=np.int64), val.shape).copy()
+        k = 1
+        while k < n:
+            v1, i1, v2, i2 = val[..., :-k], idx[..., :-k], val[..., k:], idx[..., k:]
+            better = (v2 >= v1) if largest else (v2 <= v1)
+            take = better | (v2 != v2)
+            val[..., k:], idx[..., k:] = np.where(take, v2, v1), np.where(take, i2, i1)
+            k *= 2
+        return np.ascontiguousarray(np.moveaxis(idx, -1, dim))
+    return impl
+
+
+def _cumarg_rule(x, *, dim):
+    check(0 <= dim < x.ndim, f"dim {dim} out of range")
+    return Aval(x.shape, dt.int64)
+
+
+register("cumargmax", _cumarg_rule, _cumarg(True), R)
+register("cumargmin", _cumarg_rule, _cumarg(False), R)
+
+
+def _logcumsumexp_rule(x, *, dim):
+    _float(x)
+    return _cumsum_rule(x, dim=dim)
+
+
+def _logcumsumexp(x, *, dim):
+    with np.errstate(all="ignore"):
+        return np.logaddexp.accumulate(x, axis=dim, dtype=x.dtype)
+
+
+register("logcumsumexp", _logcumsumexp_rule, _logcumsumexp, R)
 register("argsort", _argsort_rule, _argsort, ("index",))
 register("dot_general", _dot_rule, _dot_general, ("contraction",))
 register("gather", _gather_rule, _gather, ("index",))

@@ -134,6 +134,110 @@ def _(ctx, g):
     return (tp.mul(g, tp.mul(dens, _bc(_c(2 / math.sqrt(math.pi), x), x))),)
 
 
+@defvjp("sinh", save=(0,))
+def _(ctx, g):
+    x, = ctx.saved_tensors
+    return (tp.mul(g, tp.cosh(x)),)
+
+
+@defvjp("cosh", save=(0,))
+def _(ctx, g):
+    x, = ctx.saved_tensors
+    return (tp.mul(g, tp.sinh(x)),)
+
+
+def _x2_plus(x, c):
+    """x * x + c (c = -1 or 1); PyTorch's derivatives of asin/acos/asinh/acosh/atanh."""
+    return tp.add(tp.mul(x, x), _bc(_c(c, x), x))
+
+
+@defvjp("asinh", save=(0,))
+def _(ctx, g):
+    x, = ctx.saved_tensors
+    return (tp.mul(g, tp.rsqrt(_x2_plus(x, 1))),)
+
+
+@defvjp("acosh", save=(0,))
+def _(ctx, g):
+    x, = ctx.saved_tensors
+    return (tp.mul(g, tp.rsqrt(_x2_plus(x, -1))),)
+
+
+@defvjp("atanh", save=(0,))
+def _(ctx, g):
+    x, = ctx.saved_tensors
+    return (tp.div(g, tp.sub(_bc(_c(1, x), x), tp.mul(x, x))),)
+
+
+@defvjp("asin", save=(0,))
+def _(ctx, g):
+    x, = ctx.saved_tensors
+    return (tp.mul(g, tp.rsqrt(tp.sub(_bc(_c(1, x), x), tp.mul(x, x)))),)
+
+
+@defvjp("acos", save=(0,))
+def _(ctx, g):
+    x, = ctx.saved_tensors
+    return (tp.neg(tp.mul(g, tp.rsqrt(tp.sub(_bc(_c(1, x), x), tp.mul(x, x))))),)
+
+
+@defvjp("erfc", save=(0,))
+def _(ctx, g):
+    x, = ctx.saved_tensors
+    dens = tp.exp(tp.neg(tp.mul(x, x)))
+    return (tp.mul(g, tp.mul(dens, _bc(_c(-2 / math.sqrt(math.pi), x), x))),)
+
+
+@defvjp("erfcx", save=(0, "out"))
+def _(ctx, g):
+    x, out = ctx.saved_tensors  # (exp(x^2) erfc(x))' = 2 x erfcx(x) - 2 / sqrt(pi)
+    d = tp.sub(tp.mul(tp.mul(x, out), _bc(_c(2, x), x)), _bc(_c(2 / math.sqrt(math.pi), x), x))
+    return (tp.mul(g, d),)
+
+
+@defvjp("erfinv", save=("out",))
+def _(ctx, g):
+    out, = ctx.saved_tensors  # d/dx erfinv(x) = sqrt(pi) / 2 * exp(erfinv(x)^2)
+    return (tp.mul(g, tp.mul(tp.exp(tp.mul(out, out)),
+                             _bc(_c(math.sqrt(math.pi) / 2, out), out))),)
+
+
+@defvjp("ndtri", save=("out",))
+def _(ctx, g):
+    out, = ctx.saved_tensors  # 1 / pdf(ndtri(p))
+    return (tp.mul(g, tp.mul(tp.exp(tp.mul(tp.mul(out, out), _bc(_c(0.5, out), out))),
+                             _bc(_c(math.sqrt(2 * math.pi), out), out))),)
+
+
+@defvjp("i0e", save=(0, "out"))
+def _(ctx, g):
+    x, out = ctx.saved_tensors  # (exp(-|x|) I0)' = exp(-|x|) (I1 - sign(x) I0)
+    return (tp.mul(g, tp.sub(tp.i1e(x), tp.mul(tp.sign_nan0(x), out))),)
+
+
+@defvjp("i1e", save=(0, "out"))
+def _(ctx, g):
+    """(exp(-|x|) I1)' = exp(-|x|) (I0 - I1 / x - sign(x) I1), and 1/2 at x = 0."""
+    x, out = ctx.saved_tensors
+    zero, one = _zeros_like(x), _bc(_c(1, x), x)
+    at0 = tp.eq(x, zero)
+    ratio = tp.where(at0, _bc(_c(0.5, x), x), tp.div(out, tp.where(at0, one, x)))
+    d = tp.sub(tp.sub(tp.i0e(x), ratio), tp.mul(tp.sign_nan0(x), out))
+    return (tp.mul(g, d),)
+
+
+@defvjp("lgamma", save=(0,))
+def _(ctx, g):
+    x, = ctx.saved_tensors
+    return (tp.mul(g, tp.polygamma(x, n=0)),)
+
+
+@defvjp("polygamma", save=(0,))
+def _(ctx, g):
+    x, = ctx.saved_tensors
+    return (tp.mul(g, tp.polygamma(x, n=ctx.params["n"] + 1)),)
+
+
 @defvjp("reciprocal", save=("out",))
 def _(ctx, g):
     out, = ctx.saved_tensors
@@ -335,6 +439,45 @@ def _(ctx, g):
     return (tp.rev(tp.cumsum(tp.rev(g, dims=(d,)), dim=d), dims=(d,)),)
 
 
+def _rev_cumsum(t, d):
+    return tp.rev(tp.cumsum(tp.rev(t, dims=(d,)), dim=d), dims=(d,))
+
+
+@defvjp("cumprod", save=(0, "out"))
+def _(ctx, g):
+    """d out_i / d x_k = prod_{j <= i, j != k} x_j, without dividing by a zero: before the
+    first zero of a row it is out_i / x_k; at the first zero, the products with that zero
+    left out (a cumprod with it set to 1); after it, 0 (PyTorch's cumprod backward)."""
+    x, out = ctx.saved_tensors
+    d = ctx.params["dim"]
+    zero, one = _zeros_like(x), _bc(_c(1, x), x)
+    is0 = tp.eq(x, zero)
+    nzeros = tp.cumsum(tp.convert_element_type(is0, dtype=x.dtype), dim=d)
+    before = tp.eq(nzeros, zero)
+    first0 = tp.logical_and(is0, tp.eq(nzeros, one))
+    g_before = tp.div(_rev_cumsum(tp.mul(g, out), d), tp.where(before, x, one))
+    g_first = _rev_cumsum(tp.mul(g, tp.cumprod(tp.where(first0, one, x), dim=d)), d)
+    return (tp.where(before, g_before, tp.where(first0, g_first, zero)),)
+
+
+@defvjp("logcumsumexp", save=(0, "out"))
+def _(ctx, g):
+    """sum_{i >= k} g_i exp(x_k - out_i), summed in log space for the positive and the
+    negative parts of g separately (no overflow)."""
+    x, out = ctx.saved_tensors
+    d = ctx.params["dim"]
+    zero = _zeros_like(g)
+
+    def part(gp):
+        lg = tp.sub(tp.log(gp), out)
+        r = tp.rev(tp.logcumsumexp(tp.rev(lg, dims=(d,)), dim=d), dims=(d,))
+        return tp.exp(tp.add(x, r))
+
+    pos = tp.where(tp.gt(g, zero), g, zero)
+    neg = tp.where(tp.lt(g, zero), tp.neg(g), zero)
+    return (tp.sub(part(pos), part(neg)),)
+
+
 # ---- contraction and indexing --------------------------------------------------------------
 def _perm_to(order):
     """perm such that transpose(result, perm) puts result dims (named by `order`) in 0..n."""
@@ -383,5 +526,6 @@ def _(ctx, g):
 
 NON_DIFFERENTIABLE = frozenset({
     "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_not", "argmax",
-    "argmin", "argsort", "iota", "full", "uniform", "normal", "linalg_slogdet_sign"})
+    "argmin", "argsort", "searchsorted", "cumargmax", "cumargmin", "iota", "full", "uniform",
+    "normal", "linalg_slogdet_sign"})
 del dt

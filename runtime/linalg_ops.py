@@ -73,7 +73,3 @@ def mv(a, b):
 def outer(a, b):
     return mul(a.reshape(-1, 1), b.reshape(1, -1))
 
-
-@op("einsum")
-def einsum(eq_, *operands):
-    raise NotImplementedError("einsum is not supported yet; use matmul/permute")

@@ -141,23 +141,32 @@ for _name in ("reshape view view_as reshape_as flatten unflatten permute transpo
               "argwhere").split():
     _METHODS[_name] = getattr(shape_ops, _name)
 _METHODS["where"] = lambda self, cond, other: ops.where(cond, self, other)
-_METHODS["new_zeros"] = lambda self, *size, dtype=None, requires_grad=False: __import__(
-    "aotgrad.runtime.factories", fromlist=["zeros"]).zeros(*size, dtype=dtype or self.dtype,
-                                                           requires_grad=requires_grad)
-_METHODS["new_ones"] = lambda self, *size, dtype=None, requires_grad=False: __import__(
-    "aotgrad.runtime.factories", fromlist=["ones"]).ones(*size, dtype=dtype or self.dtype,
-                                                         requires_grad=requires_grad)
-_METHODS["new_empty"] = _METHODS["new_zeros"]
-_METHODS["new_full"] = lambda self, size, value, dtype=None: __import__(
-    "aotgrad.runtime.factories", fromlist=["full"]).full(size, value, dtype=dtype or self.dtype)
-_METHODS["new_tensor"] = lambda self, data, dtype=None: __import__(
-    "aotgrad.runtime.factories", fromlist=["tensor"]).tensor(data, dtype=dtype or self.dtype)
+
+# ops of the newer op modules (einsum, addmm family, scans, trig, special, comparisons)
+from aotgrad.runtime import (addmm_ops, compare_ops, scan_ops, special_ops,  # noqa: E402
+                             tensor_new, trig_ops)
+for _mod, _names in ((addmm_ops, "addmm addmv addr addbmm baddbmm addcmul addcdiv lerp"),
+                     (scan_ops, "cumprod cummax cummin logcumsumexp logaddexp logaddexp2"),
+                     (trig_ops, "sinh cosh asinh acosh atanh asin acos atan arcsin arccos "
+                                "arctan arcsinh arccosh arctanh arctan2"),
+                     (special_ops, "erfc erfinv lgamma digamma logit xlogy sinc i0"),
+                     (compare_ops, "isclose allclose equal"),
+                     (tensor_new, "new_zeros new_ones new_full new_empty new_tensor new")):
+    for _name in _names.split():
+        _METHODS[_name] = getattr(_mod, _name)
+_METHODS["polygamma"] = lambda self, n: special_ops.polygamma(n, self)
+_METHODS["mvlgamma"] = lambda self, p: special_ops.multigammaln(self, p)
+_METHODS["arctan2"] = ops.atan2
+del _mod, _names
 
 # in-place variants: computed out of place, written back, version bumped
 for _name in ("add sub mul div pow clamp clip neg abs exp log sqrt sigmoid tanh relu "
               "masked_fill floor ceil round sign reciprocal square t transpose unsqueeze "
               "squeeze maximum minimum scatter scatter_add index_add index_copy "
-              "index_fill").split():
+              "index_fill addmm addmv addr addbmm baddbmm addcmul addcdiv lerp cumprod atan2 "
+              "sinh cosh asinh acosh atanh asin acos atan arcsin arccos arctan "
+              "arcsinh arccosh arctanh arctan2 erfc erfinv lgamma digamma logit xlogy sinc "
+              "polygamma i0 mvlgamma").split():
     _fn = _METHODS[_name]
     _METHODS[_name + "_"] = _inplace(_fn, _name + "_")
 for _op, _name in (("__iadd__", "add"), ("__isub__", "sub"), ("__imul__", "mul"),

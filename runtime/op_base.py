@@ -97,7 +97,8 @@ def _return_type(name):
                                       "__qualname__": name})
 
 
-return_types = {n: _return_type(n) for n in ("max", "min", "sort", "topk", "kthvalue", "mode")}
+return_types = {n: _return_type(n) for n in ("max", "min", "sort", "topk", "kthvalue", "mode",
+                                                   "cummax", "cummin")}
 
 
 # ---- conversion helpers --------------------------------------------------------------------

@@ -36,7 +36,8 @@ from aotgrad.runtime.elementwise_ops import (abs, absolute, add, add_, atan2, ce
                                              sign, sin, sqrt, square, sub, tan, tanh,
                                              true_divide, where)
 from aotgrad.runtime.index_ops import take_along_dim
-from aotgrad.runtime.linalg_ops import bmm, dot, einsum, matmul, mm, mv, outer
+from aotgrad.runtime.einsum_ops import einsum
+from aotgrad.runtime.linalg_ops import bmm, dot, matmul, mm, mv, outer
 from aotgrad.runtime.op_base import (ReturnType, as_tensor_like, broadcast_shapes, cast,
                                      is_weak, mark_weak, norm_dims, op, return_types,
                                      scalar_dtype)
