@@ -57,4 +57,12 @@ from aotgrad import nn, optim  # noqa: E402
 from aotgrad import serialization  # noqa: E402
 from aotgrad.serialization import load, save  # noqa: E402
 from aotgrad import utils  # noqa: E402
-from aotgrad.codegen import cache_clear, cache_info  # noqa: E402
+
+
+def __getattr__(name):
+    # The compile cache's functions come from codegen, which loads numba: imported on first
+    # use, so that `import aotgrad` and eager code do not pay for numba.
+    if name in ("cache_clear", "cache_info"):
+        from aotgrad import codegen
+        return getattr(codegen, name)
+    raise AttributeError(f"module 'aotgrad' has no attribute {name!r}")

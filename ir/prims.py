@@ -7,6 +7,7 @@ broadcasting and type promotion are the op layer's job (runtime/ops.py).
 Tags: pointwise, reduction, shape, contraction, random, index, creation.
 """
 import builtins
+import functools
 import math
 
 import numpy as np
@@ -243,14 +244,20 @@ def _logistic(x):
     return np.exp(-np.logaddexp(_c(x, 0), -x)).astype(x.dtype, copy=False)
 
 
-try:
-    from scipy.special import erf as _erf_impl
-except ImportError:  # scipy is optional: exact but slower fallback
-    _erf_impl = np.vectorize(math.erf, otypes=[np.float64])
+def _libm_erf(x):
+    return math.erf(x)
+
+
+@functools.cache
+def _erf_ufunc():
+    """The C library's erf (math.erf's, bit for bit) as a float64 numpy ufunc, compiled by
+    numba on the first erf: `import aotgrad` does not pay for numba."""
+    import numba
+    return numba.vectorize(["float64(float64)"], cache=True)(_libm_erf)
 
 
 def _erf(x):
-    return np.asarray(_erf_impl(x)).astype(x.dtype, copy=False)
+    return np.asarray(_erf_ufunc()(x)).astype(x.dtype, copy=False)
 
 
 def _pad(x, *, config, value=0.0):

@@ -1,0 +1,77 @@
+"""The conventions of a well-kept package: a light `import aotgrad`, exact reference erf."""
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import aotgrad
+
+
+def run_python(code, **env):
+    """Run `code` in a fresh interpreter that imports this checkout's aotgrad."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(aotgrad.__file__)))
+    full = dict(os.environ, **env)
+    full["PYTHONPATH"] = os.pathsep.join([root] + [p for p in [full.get("PYTHONPATH")] if p])
+    return subprocess.run([sys.executable, "-c", code], env=full, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_import_loads_no_scipy_networkx_or_numba():
+    # networkx is needed by the partitioner of a compile, numba by codegen and the reference
+    # erf; scipy by nothing. None of them belongs to `import aotgrad` or to eager code.
+    code = ("import sys, aotgrad\n"
+            "x = aotgrad.randn(3, 2, requires_grad=True)\n"
+            "(x.tanh() * x).sum().backward()\n"
+            "print(sorted(m for m in ('scipy', 'networkx', 'numba') if m in sys.modules))")
+    out = run_python(code)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_cache_functions_still_reachable_from_the_top_level():
+    assert callable(aotgrad.cache_info) and callable(aotgrad.cache_clear)
+    from aotgrad import cache_info
+    assert cache_info is aotgrad.codegen.cache_info
+    with pytest.raises(AttributeError, match="no_such_name"):
+        aotgrad.no_such_name  # noqa: B018
+
+
+def _erf_samples():
+    rng = np.random.default_rng(7)
+    tiny = 10.0 ** rng.uniform(-320, -1, 20000) * rng.choice([-1.0, 1.0], 20000)
+    return np.concatenate([np.linspace(-7, 7, 40001), rng.standard_normal(20000) * 3, tiny,
+                           [0.0, -0.0, 5e-324, -5e-324, 6.0, 5.92, 27.0, 1e300, -1e300,
+                            np.inf, -np.inf, np.nan]])
+
+
+def test_reference_erf_matches_libm_erf_in_float64():
+    x = _erf_samples()
+    got = aotgrad.erf(aotgrad.tensor(x, dtype=aotgrad.float64)).numpy()
+    want = np.array([math.erf(v) for v in x])
+    assert got.dtype == np.float64
+    nan = np.isnan(want)
+    assert np.array_equal(np.isnan(got), nan)
+    # within one unit in the last place (in practice bit for bit: both are libm's erf)
+    ulps = np.abs(got[~nan].view(np.int64) - want[~nan].view(np.int64))
+    assert ulps.max() <= 1
+    assert np.signbit(got[x == 0]).tolist() == np.signbit(x[x == 0]).tolist()
+
+
+def test_reference_erf_float32_is_the_rounded_float64_erf():
+    x = _erf_samples()
+    x = x[~(np.abs(x) > 1e30)].astype(np.float32)   # in float32 range (NaN kept)
+    got = aotgrad.erf(aotgrad.tensor(x)).numpy()
+    assert got.dtype == np.float32
+    want = np.array([math.erf(v) for v in x.astype(np.float64)]).astype(np.float32)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_erf_gradient_still_matches_its_closed_form():
+    x = aotgrad.tensor([-2.0, -0.5, 0.0, 0.3, 1.7], dtype=aotgrad.float64, requires_grad=True)
+    aotgrad.erf(x).sum().backward()
+    xs = x.detach().numpy()
+    np.testing.assert_allclose(x.grad.numpy(), 2 / np.sqrt(np.pi) * np.exp(-xs * xs),
+                               rtol=1e-14)
