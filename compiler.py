@@ -9,6 +9,7 @@ the runtime's executor.
     print(loss_fn.ir(x, w))                    # forward / backward graphs, saved values, source
 """
 import functools
+import logging
 import math
 import os
 import warnings
@@ -30,6 +31,8 @@ from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.tracer.pytree import flatten, unflatten
 from aotgrad.tracer.trace import GraphBreakError, trace
+
+log = logging.getLogger(__name__)
 
 BACKENDS = ("numba", "interpret")
 cache_size_limit = 8  # programs per compiled function before it warns and runs eagerly
@@ -573,11 +576,13 @@ class CompiledFunction:
         except dispatch.GraphBreak as e:
             msg = f"aotgrad.compile({self.name}): graph break at {e}"
             self.graph_breaks.append(str(e))
+            log.info("%s", msg)
             if self.fullgraph:
                 raise GraphBreakError(msg) from None
             self._warn_once(msg + "; running this call eagerly")
             return "eager"
         except GraphBreakError as e:
+            log.info("aotgrad.compile(%s): %s", self.name, e)
             if self.fullgraph:
                 raise
             self._warn_once(f"aotgrad.compile({self.name}): {e}; running this call eagerly")
@@ -603,6 +608,8 @@ class CompiledFunction:
                             f"whether its .grad is set changed since the trace, or another "
                             f"tensor took its place)")
         if prog is None:
+            log.info("compile(%s): %s (guard key %s)", self.name,
+                     "recompiling" if self.cache else "tracing", key)
             if len(self.cache) >= self.cache_size_limit:
                 self._warn_once(f"aotgrad.compile({self.name}): cache_size_limit "
                                 f"({self.cache_size_limit}) reached; running eagerly from now "
