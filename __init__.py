@@ -46,7 +46,7 @@ from aotgrad.runtime.shape_ops import (argwhere, diag, diag_embed, diagonal, ind
 from aotgrad.runtime.shape_ops import one_hot as _one_hot  # noqa: F401  (nn.functional.one_hot)
 from aotgrad import autograd  # noqa: E402
 
-__version__ = "0.1.0"
+from aotgrad._version import __version__  # noqa: E402  (one place: pyproject reads it)
 float = float32  # noqa: A001  (aotgrad.float, like torch.float)
 double = float64
 long = int64
@@ -57,6 +57,40 @@ from aotgrad import nn, optim  # noqa: E402
 from aotgrad import serialization  # noqa: E402
 from aotgrad.serialization import load, save  # noqa: E402
 from aotgrad import utils  # noqa: E402
+from aotgrad.utils import log as _log  # noqa: E402
+
+_log.configure()  # AOTGRAD_LOG=info|debug|...: the aotgrad logger's level, on stderr
+
+
+# The public names (`from aotgrad import *`). Not the dtype aliases `bool`, `float` and `int`,
+# which would shadow Python's builtins there: reach them as aotgrad.float and so on.
+__all__ = [
+    "autograd", "nn", "optim", "serialization", "utils", "DType", "bool_", "float32",
+    "float64", "int32", "int64", "PrimError", "Size", "Tensor", "Generator", "arange",
+    "as_tensor", "bernoulli", "empty", "empty_like", "eye", "from_numpy", "full", "full_like",
+    "get_rng_state", "initial_seed", "linspace", "logspace", "manual_seed", "multinomial",
+    "normal", "ones", "ones_like", "rand", "rand_like", "randint", "randn", "randn_like",
+    "randperm", "seed", "set_rng_state", "tensor", "zeros", "zeros_like", "enable_grad",
+    "inference_mode", "is_grad_enabled", "is_inference_mode_enabled", "no_grad",
+    "set_grad_enabled", "is_anomaly_check_nan_enabled", "is_anomaly_enabled", "abs",
+    "absolute", "add", "all", "amax", "amin", "any", "argmax", "argmin", "atan2", "bmm",
+    "ceil", "clamp", "clip", "cos", "count_nonzero", "cumsum", "div", "divide", "dot", "eq",
+    "erf", "exp", "exp2", "expm1", "floor", "floor_divide", "ge", "gt", "isfinite", "isinf",
+    "isnan", "le", "log", "log1p", "log2", "log10", "log_softmax", "logical_and",
+    "logical_not", "logical_or", "logical_xor", "logsumexp", "lt", "matmul", "max", "maximum",
+    "mean", "min", "minimum", "mm", "mul", "mv", "nan_to_num", "ne", "neg", "negative", "norm",
+    "outer", "pow", "prod", "reciprocal", "relu", "remainder", "round", "rsqrt", "sigmoid",
+    "sign", "sin", "softmax", "sqrt", "square", "std", "std_mean", "sub", "sum", "tan", "tanh",
+    "true_divide", "var", "var_mean", "where", "subtract", "multiply", "argsort",
+    "broadcast_tensors", "broadcast_to", "cat", "chunk", "clone", "concat", "concatenate",
+    "flatten", "flip", "gather", "hstack", "index_select", "masked_fill", "movedim", "narrow",
+    "permute", "repeat", "reshape", "roll", "scatter_add", "select", "sort", "split",
+    "squeeze", "stack", "swapaxes", "t", "take_along_dim", "tile", "topk", "transpose", "tril",
+    "triu", "unbind", "unflatten", "unsqueeze", "vstack", "argwhere", "diag", "diag_embed",
+    "diagonal", "index_add", "index_copy", "index_fill", "masked_select", "nonzero",
+    "repeat_interleave", "rot90", "scatter", "take", "tensor_split", "double", "long",
+    "compile", "explain", "GraphBreakError", "load", "save", "cache_clear", "cache_info",
+]
 
 
 def __getattr__(name):

@@ -75,3 +75,66 @@ def test_erf_gradient_still_matches_its_closed_form():
     xs = x.detach().numpy()
     np.testing.assert_allclose(x.grad.numpy(), 2 / np.sqrt(np.pi) * np.exp(-xs * xs),
                                rtol=1e-14)
+
+
+# ---- public names, version, license, typing marker ---------------------------------------
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHADOWING = {"bool", "float", "int"}     # dtype aliases left out of __all__ on purpose
+
+
+def _public(module):
+    import types
+    return {n for n, v in vars(module).items()
+            if not n.startswith("_") and not isinstance(v, types.ModuleType)}
+
+
+def test_top_level_all_lists_the_public_names():
+    names = set(aotgrad.__all__)
+    assert len(names) == len(aotgrad.__all__)
+    assert names == (_public(aotgrad) - SHADOWING) | {
+        "autograd", "nn", "optim", "serialization", "utils", "cache_clear", "cache_info"}
+    assert all(hasattr(aotgrad, n) for n in names)
+
+
+@pytest.mark.parametrize("name", ["nn", "optim", "autograd", "testing"])
+def test_public_subpackages_declare_all(name):
+    import importlib
+    mod = importlib.import_module(f"aotgrad.{name}")
+    assert len(set(mod.__all__)) == len(mod.__all__)
+    missing = [n for n in mod.__all__ if not hasattr(mod, n)]
+    assert missing == []
+    undeclared = sorted(_public(mod) - set(mod.__all__))
+    assert undeclared == []
+
+
+def test_star_import_does_not_shadow_builtins():
+    ns = {}
+    exec("from aotgrad import *", ns)
+    assert not SHADOWING & set(ns)
+    assert ns["tensor"] is aotgrad.tensor
+
+
+def test_version_is_in_one_place():
+    import tomllib
+    from aotgrad import _version
+    assert aotgrad.__version__ == _version.__version__
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        project = tomllib.load(f)
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {
+        "attr": "aotgrad._version.__version__"}
+    from aotgrad.codegen import cache
+    assert f"aotgrad={aotgrad.__version__} " in cache._VERSION_KEY
+
+
+def test_license_and_typing_marker_ship():
+    import tomllib
+    with open(os.path.join(ROOT, "LICENSE"), encoding="utf-8") as f:
+        text = f.read()
+    assert text.startswith("MIT License") and "Copyright (c) 2026 the aotgrad authors" in text
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        project = tomllib.load(f)
+    assert project["project"]["license"] == "MIT"
+    assert os.path.isfile(os.path.join(ROOT, "py.typed"))
+    assert "py.typed" in project["tool"]["setuptools"]["package-data"]["aotgrad"]
