@@ -387,16 +387,16 @@ class Program:
         for name, text in files.items():
             if name.endswith(".py"):
                 text = HEADER + text
-            with open(os.path.join(directory, name), "w") as f:
+            with open(os.path.join(directory, name), "w", encoding="utf-8") as f:
                 f.write(text)
         if self.source:
-            with open(os.path.join(directory, "kernels.py"), "w") as f:
+            with open(os.path.join(directory, "kernels.py"), "w", encoding="utf-8") as f:
                 f.write(self.source)
-            with open(os.path.join(directory, "schedule.txt"), "w") as f:
+            with open(os.path.join(directory, "schedule.txt"), "w", encoding="utf-8") as f:
                 f.write(self.schedule_report())
             for which, k in self._kernels.items():  # the straight-line step drivers
                 if k is not None:
-                    with open(os.path.join(directory, f"{which}_driver.py"), "w") as f:
+                    with open(os.path.join(directory, f"{which}_driver.py"), "w", encoding="utf-8") as f:
                         f.write(k.plan.source)
         return directory
 

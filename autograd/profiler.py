@@ -355,5 +355,5 @@ def _write_chrome_trace(events, path):
         trace.append({"name": e.name, "cat": e.kind, "ph": "X", "ts": e.time_range.start,
                       "dur": e.cpu_time_total, "pid": pid, "tid": e.thread,
                       "args": {"kind": e.kind}})
-    with open(path, "w") as f:
+    with open(path, "w", encoding="utf-8") as f:
         json.dump({"traceEvents": trace, "displayTimeUnit": "ms"}, f)

@@ -79,7 +79,7 @@ def _write_atomic(path, text):
     d = os.path.dirname(path)
     fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp_", suffix=".py")
     try:
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, path)
     except BaseException:
@@ -112,7 +112,7 @@ def load_module(source, fresh=False):
     text = _header(name) + source
     how = "disk"
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             ok = f.read() == text
         if not ok:
             purge(name, d)

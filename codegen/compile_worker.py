@@ -60,7 +60,7 @@ def compile_task(task):
 
 
 def main():
-    out = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    out = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8")
     sys.stdout = sys.stderr          # anything the compiler prints stays off the answer pipe
     first = sys.stdin.readline()
     if not first:

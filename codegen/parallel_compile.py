@@ -76,7 +76,8 @@ def _start(cwd):
         raise OSError("no Python interpreter to run compile helpers with")
     p = subprocess.Popen([sys.executable, compile_worker.__file__], cwd=cwd,
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         stderr=subprocess.DEVNULL, text=True, bufsize=1)
+                         stderr=subprocess.DEVNULL, text=True, encoding="utf-8",
+                         bufsize=1)
     try:
         p.stdin.write(json.dumps({"sys_path": [x for x in sys.path if isinstance(x, str)]})
                       + "\n")

@@ -138,3 +138,45 @@ def test_license_and_typing_marker_ship():
     assert project["project"]["license"] == "MIT"
     assert os.path.isfile(os.path.join(ROOT, "py.typed"))
     assert "py.typed" in project["tool"]["setuptools"]["package-data"]["aotgrad"]
+
+
+def _library_files():
+    for dirpath, dirnames, files in os.walk(ROOT):
+        rel = os.path.relpath(dirpath, ROOT)
+        dirnames[:] = [d for d in dirnames if not d.startswith((".", "__"))
+                       and not (rel == "." and d in ("tests", "examples", "benchmarks"))]
+        yield from (os.path.join(dirpath, f) for f in files if f.endswith(".py"))
+
+
+def test_library_opens_text_files_with_an_explicit_encoding():
+    import ast
+    bad = []
+    for path in _library_files():
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        for call in ast.walk(tree):
+            if not isinstance(call, ast.Call):
+                continue
+            fn = call.func
+            name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", None)
+            if name not in ("open", "fdopen"):
+                continue
+            mode = call.args[1] if len(call.args) > 1 else next(
+                (k.value for k in call.keywords if k.arg == "mode"), None)
+            binary = isinstance(mode, ast.Constant) and "b" in str(mode.value)
+            if not binary and not any(k.arg == "encoding" for k in call.keywords):
+                bad.append(f"{os.path.relpath(path, ROOT)}:{call.lineno}")
+    assert bad == []
+
+
+def test_library_has_no_bare_prints():
+    import ast
+    bad = []
+    for path in _library_files():
+        if os.path.basename(path) == "__main__.py":   # the command line prints its answers
+            continue
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        bad += [f"{os.path.relpath(path, ROOT)}:{c.lineno}" for c in ast.walk(tree)
+                if isinstance(c, ast.Call) and getattr(c.func, "id", None) == "print"]
+    assert bad == []
