@@ -96,7 +96,8 @@ __all__ = [
 def __getattr__(name):
     # The compile cache's functions come from codegen, which loads numba: imported on first
     # use, so that `import aotgrad` and eager code do not pay for numba.
-    if name in ("cache_clear", "cache_info"):
-        from aotgrad import codegen
-        return getattr(codegen, name)
+    if name in ("cache_clear", "cache_info", "codegen"):
+        import importlib
+        codegen = importlib.import_module("aotgrad.codegen")
+        return codegen if name == "codegen" else getattr(codegen, name)
     raise AttributeError(f"module 'aotgrad' has no attribute {name!r}")

@@ -40,6 +40,9 @@ def test_cache_functions_still_reachable_from_the_top_level():
     assert callable(aotgrad.cache_info) and callable(aotgrad.cache_clear)
     from aotgrad import cache_info
     assert cache_info is aotgrad.codegen.cache_info
+    out = run_python("import aotgrad; print(aotgrad.codegen.blas.provider() in "
+                     "('mkl', 'openblas', None))")
+    assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr
     with pytest.raises(AttributeError, match="no_such_name"):
         aotgrad.no_such_name  # noqa: B018
 
