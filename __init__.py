@@ -56,7 +56,7 @@ from aotgrad.runtime.trig_ops import (acos, acosh, arccos, arccosh, arcsin, arcs
                                       arctan2, arctanh, asin, asinh, atan, atanh, cosh, sinh)
 from aotgrad import autograd  # noqa: E402
 
-__version__ = "0.1.0"
+from aotgrad._version import __version__  # noqa: E402  (one place: pyproject reads it)
 float = float32  # noqa: A001  (aotgrad.float, like torch.float)
 double = float64
 half = float16
@@ -69,7 +69,6 @@ from aotgrad import serialization  # noqa: E402
 from aotgrad.serialization import load, save  # noqa: E402
 from aotgrad import utils  # noqa: E402
 from aotgrad import special  # noqa: E402
-from aotgrad.codegen import cache_clear, cache_info  # noqa: E402
 from aotgrad.runtime.device import device, get_default_device, set_default_device  # noqa: E402
 from aotgrad.runtime.layout import (channels_last, channels_last_3d,  # noqa: E402
                                     contiguous_format, layout, memory_format, preserve_format,
@@ -82,8 +81,6 @@ from aotgrad.runtime.autocast import (autocast, get_autocast_dtype,  # noqa: E40
 from aotgrad.runtime.misc_api import (e, get_default_dtype, inf, is_complex,  # noqa: E402
                                       is_floating_point, is_nonzero, is_tensor, nan, newaxis,
                                       numel, pi, set_default_dtype, typename)
-from aotgrad.codegen.threads import (get_num_interop_threads, get_num_threads,  # noqa: E402
-                                     set_num_interop_threads, set_num_threads)
 from aotgrad.runtime.sparse_ops import sparse_coo_tensor, spmm  # noqa: E402
 from aotgrad.runtime.linalg_functions import (cholesky_solve, det, inverse,  # noqa: E402
                                               logdet, matrix_power, pinverse, slogdet)
@@ -91,3 +88,54 @@ from aotgrad.runtime.linalg_functions import cholesky_legacy as cholesky  # noqa
 from aotgrad.runtime.linalg_functions import qr_legacy as qr, svd_legacy as svd  # noqa: E402
 from aotgrad import accelerator, amp, backends, cpu, cuda, jit, linalg, sparse  # noqa: E402
 dtype = DType
+from aotgrad.utils import log as _log  # noqa: E402
+
+_log.configure()  # AOTGRAD_LOG=info|debug|...: the aotgrad logger's level, on stderr
+
+
+# The public names (`from aotgrad import *`). Not the dtype aliases `bool`, `float` and `int`,
+# which would shadow Python's builtins there: reach them as aotgrad.float and so on.
+__all__ = [
+    "autograd", "nn", "optim", "serialization", "utils", "DType", "bool_", "float32",
+    "float64", "int32", "int64", "PrimError", "Size", "Tensor", "Generator", "arange",
+    "as_tensor", "bernoulli", "empty", "empty_like", "eye", "from_numpy", "full", "full_like",
+    "get_rng_state", "initial_seed", "linspace", "logspace", "manual_seed", "multinomial",
+    "normal", "ones", "ones_like", "rand", "rand_like", "randint", "randn", "randn_like",
+    "randperm", "seed", "set_rng_state", "tensor", "zeros", "zeros_like", "enable_grad",
+    "inference_mode", "is_grad_enabled", "is_inference_mode_enabled", "no_grad",
+    "set_grad_enabled", "is_anomaly_check_nan_enabled", "is_anomaly_enabled", "abs",
+    "absolute", "add", "all", "amax", "amin", "any", "argmax", "argmin", "atan2", "bmm",
+    "ceil", "clamp", "clip", "cos", "count_nonzero", "cumsum", "div", "divide", "dot", "eq",
+    "erf", "exp", "exp2", "expm1", "floor", "floor_divide", "ge", "gt", "isfinite", "isinf",
+    "isnan", "le", "log", "log1p", "log2", "log10", "log_softmax", "logical_and",
+    "logical_not", "logical_or", "logical_xor", "logsumexp", "lt", "matmul", "max", "maximum",
+    "mean", "min", "minimum", "mm", "mul", "mv", "nan_to_num", "ne", "neg", "negative", "norm",
+    "outer", "pow", "prod", "reciprocal", "relu", "remainder", "round", "rsqrt", "sigmoid",
+    "sign", "sin", "softmax", "sqrt", "square", "std", "std_mean", "sub", "sum", "tan", "tanh",
+    "true_divide", "var", "var_mean", "where", "subtract", "multiply", "argsort",
+    "broadcast_tensors", "broadcast_to", "cat", "chunk", "clone", "concat", "concatenate",
+    "flatten", "flip", "gather", "hstack", "index_select", "masked_fill", "movedim", "narrow",
+    "permute", "repeat", "reshape", "roll", "scatter_add", "select", "sort", "split",
+    "squeeze", "stack", "swapaxes", "t", "take_along_dim", "tile", "topk", "transpose", "tril",
+    "triu", "unbind", "unflatten", "unsqueeze", "vstack", "argwhere", "diag", "diag_embed",
+    "diagonal", "index_add", "index_copy", "index_fill", "masked_select", "nonzero",
+    "repeat_interleave", "rot90", "scatter", "take", "tensor_split", "double", "long",
+    "compile", "explain", "GraphBreakError", "load", "save", "cache_clear", "cache_info",
+]
+
+
+_THREAD_FUNCTIONS = ("set_num_threads", "get_num_threads", "set_num_interop_threads",
+                     "get_num_interop_threads")
+
+
+def __getattr__(name):
+    # The compile cache's functions come from codegen, which loads numba: imported on first
+    # use, so that `import aotgrad` and eager code do not pay for numba.
+    if name in ("cache_clear", "cache_info", "codegen"):
+        import importlib
+        codegen = importlib.import_module("aotgrad.codegen")
+        return codegen if name == "codegen" else getattr(codegen, name)
+    if name in _THREAD_FUNCTIONS:  # numba's and the BLAS's pools: loaded on first use too
+        import importlib
+        return getattr(importlib.import_module("aotgrad.codegen.threads"), name)
+    raise AttributeError(f"module 'aotgrad' has no attribute {name!r}")

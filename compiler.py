@@ -10,6 +10,7 @@ the runtime's executor.
 """
 import dataclasses
 import functools
+import logging
 import math
 import os
 import threading
@@ -32,6 +33,8 @@ from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.tracer.pytree import flatten, unflatten
 from aotgrad.tracer.trace import GraphBreakError, trace
+
+log = logging.getLogger(__name__)
 
 BACKENDS = ("numba", "interpret")
 cache_size_limit = 8  # programs per compiled function before it warns and runs eagerly
@@ -400,16 +403,16 @@ class Program:
         for name, text in files.items():
             if name.endswith(".py"):
                 text = HEADER + text
-            with open(os.path.join(directory, name), "w") as f:
+            with open(os.path.join(directory, name), "w", encoding="utf-8") as f:
                 f.write(text)
         if self.source:
-            with open(os.path.join(directory, "kernels.py"), "w") as f:
+            with open(os.path.join(directory, "kernels.py"), "w", encoding="utf-8") as f:
                 f.write(self.source)
-            with open(os.path.join(directory, "schedule.txt"), "w") as f:
+            with open(os.path.join(directory, "schedule.txt"), "w", encoding="utf-8") as f:
                 f.write(self.schedule_report())
             for which, k in self._kernels.items():  # the straight-line step drivers
                 if k is not None:
-                    with open(os.path.join(directory, f"{which}_driver.py"), "w") as f:
+                    with open(os.path.join(directory, f"{which}_driver.py"), "w", encoding="utf-8") as f:
                         f.write(k.plan.source)
         return directory
 
@@ -695,11 +698,13 @@ class CompiledFunction:
         except dispatch.GraphBreak as e:
             msg = f"aotgrad.compile({self.name}): graph break at {e}"
             self.graph_breaks.append(str(e))
+            log.info("%s", msg)
             if self.fullgraph:
                 raise GraphBreakError(msg) from None
             self._warn_once(msg + "; running this call eagerly")
             return "eager"
         except GraphBreakError as e:
+            log.info("aotgrad.compile(%s): %s", self.name, e)
             if self.fullgraph:
                 raise
             self._warn_once(f"aotgrad.compile({self.name}): {e}; running this call eagerly")
@@ -750,6 +755,8 @@ class CompiledFunction:
                     f"other: running this call eagerly")
                 return "eager", leaves
         if prog is None:
+            log.info("compile(%s): %s (guard key %s)", self.name,
+                     "recompiling" if self.cache else "tracing", key)
             if len(self.cache) >= self.cache_size_limit:
                 change = recompile_cause(self.cache, key, self.fn, args, kwargs)
                 self._warn_once(f"aotgrad.compile({self.name}): cache_size_limit "

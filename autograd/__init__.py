@@ -9,3 +9,9 @@ from aotgrad.runtime.grad_mode import is_anomaly_check_nan_enabled
 from aotgrad.autograd import anomaly_mode, function, functional, grad_mode, graph, profiler
 from aotgrad.autograd.function import Function, once_differentiable
 from aotgrad.autograd.gradcheck import gradcheck, gradgradcheck
+
+__all__ = ["backward", "grad", "Node", "Function", "once_differentiable", "gradcheck",
+           "gradgradcheck", "no_grad", "enable_grad", "set_grad_enabled", "inference_mode",
+           "is_grad_enabled", "detect_anomaly", "set_detect_anomaly", "is_anomaly_enabled",
+           "is_anomaly_check_nan_enabled", "anomaly_mode", "function", "functional",
+           "grad_mode", "graph", "profiler"]

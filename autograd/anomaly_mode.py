@@ -1,5 +1,6 @@
 """Anomaly mode, as in `torch.autograd.anomaly_mode`.
 
+>>> x = aotgrad.tensor([4., 9.], requires_grad=True)
 >>> with aotgrad.autograd.detect_anomaly():
 ...     y = x.sqrt()          # every node records this forward stack
 ...     y.sum().backward()    # a NaN gradient raises, naming the node and this line

@@ -168,6 +168,7 @@ def gradgradcheck(func, inputs, grad_outputs=None, *, eps=1e-6, atol=1e-5, rtol=
     create_graph=True). Random float64 `grad_outputs` (requiring grad) are made when not
     given.
 
+    >>> x = aotgrad.randn(3, dtype=aotgrad.float64, requires_grad=True)
     >>> aotgrad.autograd.gradgradcheck(lambda x: x ** 3, (x,))
     True
     """

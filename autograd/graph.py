@@ -49,6 +49,7 @@ class saved_tensors_hooks:
     `unpack_hook(packed) -> Tensor` runs every time it is read back and should return a
     tensor with the original's value, shape and dtype. Only the innermost pair applies.
 
+    >>> x = aotgrad.ones(3, requires_grad=True)
     >>> with saved_tensors_hooks(lambda t: t.detach().clone(), lambda c: c):
     ...     y = x.exp()          # exp saves its result: pack sees it
     """
@@ -126,6 +127,7 @@ class save_on_cpu(saved_tensors_hooks):
     with `pin_memory=True` a copy is made when it is saved (in-place changes made afterwards
     do not reach the backward). `device_type` is accepted for signature compatibility.
 
+    >>> x, w = aotgrad.ones(3, requires_grad=True), aotgrad.ones(3)
     >>> with save_on_cpu(pin_memory=True):
     ...     y = (x * w).sum()
     """
@@ -152,8 +154,10 @@ def disable_saved_tensors_hooks(error_message):
     while such hooks are active raises the same error.
 
     >>> with disable_saved_tensors_hooks("no hooks here"):
-    ...     with save_on_cpu():   # RuntimeError: no hooks here
+    ...     with save_on_cpu():
     ...         pass
+    Traceback (most recent call last):
+    RuntimeError: no hooks here
     """
     prev = saved_hooks.disabled_message
     try:

@@ -26,9 +26,10 @@ executor keeps np.matmul). Without either library (another BLAS, another platfor
 import ctypes
 import ctypes.util
 import functools
-import glob
+import logging
 import os
 import sys
+from typing import NamedTuple
 
 import numpy as np
 from llvmlite import ir
@@ -40,10 +41,23 @@ from numba.extending import intrinsic
 SPLIT_MIN = 1 << 18
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 
+log = logging.getLogger(__name__)
+
+class OpenBLAS(NamedTuple):
+    """A loaded ILP64 OpenBLAS: the library, its cblas gemm addresses by dtype, and its
+    thread-count getter and setter (ctypes functions: cheap enough for every call)."""
+    lib: ctypes.CDLL
+    gemm: dict
+    get_threads: object
+    set_threads: object
+
+
 @functools.cache
 def openblas():
-    """numpy's OpenBLAS as (ctypes library, {dtype: address of cblas gemm}), or None. Found
-    once: the ILP64 scipy-openblas that numpy's wheels ship."""
+    """numpy's OpenBLAS as an OpenBLAS tuple, or None. Found once, by threadpoolctl among
+    the libraries this process has loaded: the ILP64 build numpy's wheels ship, whatever
+    its symbols are called (numpy 2's scipy-openblas `scipy_cblas_sgemm64_`, numpy 1's
+    `cblas_sgemm64_`)."""
     return _find_openblas()
 
 
@@ -132,30 +146,41 @@ def start_threads():
             os.environ.pop("GOMP_SPINCOUNT", None)
 
 
+# ILP64 builds only: the gemm call passes 64-bit sizes. (prefix, suffix) of the symbol names.
+_ILP64_AFFIXES = (("scipy_", "64_"), ("", "64_"), ("scipy_", "_64"), ("", "_64"))
+
+
+def _numpy_first(path):
+    """Sort key: numpy's own OpenBLAS (in its folder or the wheel's numpy.libs) first, as
+    numpy's matmul is what the single-thread guard must control."""
+    here = os.path.dirname(os.path.abspath(np.__file__))
+    inside = path.startswith((here + os.sep, os.path.join(os.path.dirname(here), "numpy.libs")))
+    return (not inside, path)
+
+
 def _find_openblas():
-    paths = []
-    try:   # Linux: the libraries this process has loaded (numpy's is loaded by now)
-        with open("/proc/self/maps") as f:
-            paths = sorted({ln.split()[-1] for ln in f
-                            if "openblas" in ln.lower() and ln.split()[-1].startswith("/")})
-    except OSError:
-        pass
-    here = os.path.dirname(np.__file__)
-    paths += glob.glob(os.path.join(os.path.dirname(here), "numpy.libs", "*openblas*"))
-    paths += glob.glob(os.path.join(here, ".dylibs", "*openblas*"))
-    need = ("scipy_cblas_sgemm64_", "scipy_cblas_dgemm64_",
-            "scipy_openblas_set_num_threads64_", "scipy_openblas_get_num_threads64_")
+    from threadpoolctl import ThreadpoolController
+    paths = sorted({c.filepath for c in ThreadpoolController().lib_controllers
+                    if c.internal_api == "openblas" and c.filepath}, key=_numpy_first)
     for p in paths:
         try:
             lib = ctypes.CDLL(p)
         except OSError:
             continue
-        if all(hasattr(lib, s) for s in need):
-            lib.scipy_openblas_set_num_threads64_.argtypes = [ctypes.c_int]
-            lib.scipy_openblas_get_num_threads64_.restype = ctypes.c_int
+        for pre, suf in _ILP64_AFFIXES:
+            names = [f"{pre}cblas_sgemm{suf}", f"{pre}cblas_dgemm{suf}",
+                     f"{pre}openblas_get_num_threads{suf}", f"{pre}openblas_set_num_threads{suf}"]
+            if not all(hasattr(lib, s) for s in names):
+                continue
+            sgemm, dgemm, get, set_ = (getattr(lib, s) for s in names)
+            get.restype, get.argtypes = ctypes.c_int, []
+            set_.restype, set_.argtypes = None, [ctypes.c_int]
             addr = (lambda f: ctypes.cast(f, ctypes.c_void_p).value)
-            return lib, {np.dtype(np.float32): addr(lib.scipy_cblas_sgemm64_),
-                         np.dtype(np.float64): addr(lib.scipy_cblas_dgemm64_)}
+            log.debug("OpenBLAS %s (symbols %s*%s)", p, pre, suf)
+            return OpenBLAS(lib, {np.dtype(np.float32): addr(sgemm),
+                                  np.dtype(np.float64): addr(dgemm)}, get, set_)
+    log.info("no ILP64 OpenBLAS loaded (found: %s): products stay on np.matmul and its "
+             "thread count is left as it is", ", ".join(paths) or "none")
     return None
 
 
@@ -166,13 +191,13 @@ class single_threaded:
 
     def __enter__(self):
         lib = openblas()
-        self.before = 1 if lib is None else lib[0].scipy_openblas_get_num_threads64_()
+        self.before = 1 if lib is None else lib.get_threads()
         if self.before != 1:
-            lib[0].scipy_openblas_set_num_threads64_(1)
+            lib.set_threads(1)
 
     def __exit__(self, *exc):
         if self.before != 1:
-            openblas()[0].scipy_openblas_set_num_threads64_(self.before)
+            openblas().set_threads(self.before)
 
 
 _WARM = set()

@@ -13,6 +13,7 @@ compiling still works, it is only not kept for the next process.
 import atexit
 import glob
 import hashlib
+import logging
 import os
 import sys
 import shutil
@@ -21,21 +22,16 @@ import warnings
 
 import numba
 
+from aotgrad._version import __version__
 from aotgrad.codegen.compile_worker import import_file
+
+log = logging.getLogger(__name__)
 
 CODEGEN_VERSION = "1"
 _PREFIX = "aotgrad_gen_"
 
 
-def _aotgrad_version():
-    try:
-        from importlib.metadata import version
-        return version("aotgrad")
-    except Exception:
-        return "0"
-
-
-_VERSION_KEY = f"aotgrad={_aotgrad_version()} codegen={CODEGEN_VERSION} numba={numba.__version__}"
+_VERSION_KEY = f"aotgrad={__version__} codegen={CODEGEN_VERSION} numba={numba.__version__}"
 
 
 _usable = {}   # configured dir -> the dir actually used (itself, or a temporary fallback)
@@ -83,7 +79,7 @@ def _write_atomic(path, text):
     d = os.path.dirname(path)
     fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp_", suffix=".py")
     try:
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, path)
     except BaseException:
@@ -109,13 +105,14 @@ def load_module(source, fresh=False):
     ('memory', 'disk', 'new', 'rebuilt')."""
     name = module_name(source)
     if not fresh and name in sys.modules:
+        log.debug("module %s: already loaded", name)
         return sys.modules[name], "memory"
     d = cache_dir()
     path = os.path.join(d, name + ".py")
     text = _header(name) + source
     how = "disk"
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             ok = f.read() == text
         if not ok:
             purge(name, d)
@@ -131,10 +128,17 @@ def load_module(source, fresh=False):
         sys.modules.pop(name, None)
     try:
         mod = import_file(name, path)
-    except Exception:
+    except Exception as e:
+        log.warning("cached module %s did not import (%s: %s); rebuilding it", path,
+                    type(e).__name__, e)
         purge(name, d)
         _write_atomic(path, text)
         mod, how = import_file(name, path), "rebuilt"
+    if how == "disk":
+        log.debug("module %s: cache hit in %s", name, d)
+    else:
+        log.info("module %s: cache %s in %s", name, "miss" if how == "new" else
+                 "entry rebuilt", d)
     return mod, how
 
 

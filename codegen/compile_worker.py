@@ -8,8 +8,8 @@ answers `{"id", "ok", "cpu"[, "error"]}` per task. It exits at the end of stdin.
 `sig` describes the argument types with plain strings so the caller and the helper build
 the same numba signature: `["size"]`, `["scalar", "float32"]`, `["array", "float32", 2]`:
 
-    >>> numba_signature([["size"], ["array", "float32", 2]])
-    (int64, Array(float32, 2, 'C'))
+    >>> [str(t) for t in numba_signature([["size"], ["array", "float32", 2]])]
+    ['int64', 'array(float32, 2d, C)']
 """
 import importlib.util
 import json
@@ -60,7 +60,7 @@ def compile_task(task):
 
 
 def main():
-    out = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    out = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8")
     sys.stdout = sys.stderr          # anything the compiler prints stays off the answer pipe
     first = sys.stdin.readline()
     if not first:

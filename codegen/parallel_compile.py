@@ -20,6 +20,7 @@ exits when this process dies (end of its input).
 """
 import atexit
 import json
+import logging
 import os
 import queue
 import subprocess
@@ -28,6 +29,8 @@ import threading
 import time
 
 from aotgrad.codegen import compile_worker
+
+log = logging.getLogger(__name__)
 
 MIN_UNITS = 3          # fewer kernels than this: starting a helper costs more than it saves
 MAX_WORKERS = 8
@@ -73,7 +76,8 @@ def _start(cwd):
         raise OSError("no Python interpreter to run compile helpers with")
     p = subprocess.Popen([sys.executable, compile_worker.__file__], cwd=cwd,
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         stderr=subprocess.DEVNULL, text=True, bufsize=1)
+                         stderr=subprocess.DEVNULL, text=True, encoding="utf-8",
+                         bufsize=1)
     try:
         p.stdin.write(json.dumps({"sys_path": [x for x in sys.path if isinstance(x, str)]})
                       + "\n")
@@ -136,7 +140,9 @@ def _take(n, cwd):
     while len(got) < n:
         try:
             got.append(_start(cwd))
-        except Exception:      # no processes here (limits, sandbox): the caller does it all
+        except Exception as e:  # no processes here (limits, sandbox): the caller does it all
+            log.debug("could not start a compile helper process (%s: %s); compiling in this "
+                      "process", type(e).__name__, e)
             break
     return got
 
@@ -171,19 +177,28 @@ def _feed(p, todo, done, broken, background=False):
                                       "kernel": u.kernel, "sig": u.sig}) + "\n")
             p.stdin.flush()
             line = p.stdout.readline()
-        except (OSError, ValueError):
+        except (OSError, ValueError) as e:
+            log.warning("compile helper process %d failed (%s: %s); compiling the rest in "
+                        "this process", p.pid, type(e).__name__, e)
             broken.add(p)
             return
         if not line:                       # the helper died: the caller compiles the rest
+            log.warning("compile helper process %d exited (code %s); compiling the rest in "
+                        "this process", p.pid, p.poll())
             broken.add(p)
             return
         try:
             res = json.loads(line)
         except ValueError:
+            log.warning("compile helper process %d answered %.200r; compiling the rest in "
+                        "this process", p.pid, line)
             broken.add(p)
             return
         if res.get("ok"):
             done.append(u)
+        else:   # compile_here compiles it again and raises if the error is real
+            log.debug("compile helper failed on %s.%s: %s", u.module, u.kernel,
+                      res.get("error"))
 
 
 def compile_units(units, compile_here, cwd=None, max_workers=None):
@@ -276,6 +291,9 @@ def _compile_units(units, compile_here, cwd, max_workers):
         for t in threads:
             t.join(max(0.0, deadline - time.monotonic()))
         ok = not any(t.is_alive() for t in threads)
+        if not ok:
+            log.warning("compile helper processes did not finish within %s s; stopping them",
+                        HELPER_TIMEOUT)
     finally:
         if not ok:                       # an error here or a hung helper: stop them all
             for p in procs:

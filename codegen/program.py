@@ -1,6 +1,7 @@
 """compile_graph: schedule -> emit -> load (disk cache) -> plan; the CompiledGraph object."""
 import copy
 import glob
+import logging
 import math
 import os
 import sys
@@ -12,6 +13,8 @@ from aotgrad.ir.passes import cse
 from aotgrad.codegen.emitter import emit_kernel, module_source
 from aotgrad.codegen.executor import Plan
 from aotgrad.codegen.scheduler import Kernel, Scheduler
+
+log = logging.getLogger(__name__)
 
 
 def _sig_desc(spec):
@@ -152,7 +155,9 @@ class CompiledGraph:
         sig = numba_signature(u[3])
         try:
             getattr(mod, name).compile(sig)
-        except Exception:
+        except Exception as e:
+            log.warning("kernel %s of cached module %s did not compile (%s: %s); rebuilding "
+                        "the module", name, mod.__name__, type(e).__name__, e)
             cache.purge(mod.__name__)
             u[1], _ = cache.load_module(module_source([spec], u[4]), fresh=True)
             u[2] = "rebuilt"

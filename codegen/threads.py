@@ -19,7 +19,7 @@ def set_num_threads(n):
     numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
     lib = blas.openblas()
     if lib is not None:
-        lib[0].scipy_openblas_set_num_threads64_(n)
+        lib.set_threads(n)
 
 
 def get_num_threads():

@@ -16,12 +16,15 @@ with it.
 `wait(timeout)` blocks until every queued upgrade is done (benchmarks call it after warm-up).
 """
 import atexit
+import logging
 import os
 import queue
 import threading
 import time
 
 from aotgrad.codegen import parallel_compile
+
+log = logging.getLogger(__name__)
 
 QUIET = 0.5
 
@@ -78,6 +81,8 @@ def _loop():
         try:
             ok = job()
         except Exception:      # an upgrade only speeds things up: the serial kernels stay
+            log.warning("background compile of parallel kernels failed; the serial kernels "
+                        "stay in use", exc_info=True)
             ok = False
         with _cv:
             _state["pending"] -= 1

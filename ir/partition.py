@@ -8,8 +8,6 @@ index ops are never recomputed (AOTAutograd's min-cut rematerialisation, simplif
 """
 import math
 
-import networkx as nx
-
 from aotgrad.ir.core import Graph
 from aotgrad.ir.prims import unit_reshape_map
 
@@ -81,6 +79,7 @@ def partition(joint, n_primals, n_fw_outputs, memory_budget=None):
 
 
 def _partition(joint, n_primals, n_fw_outputs, allow_reductions):
+    import networkx as nx   # here, not at import: only a compile with a backward needs it
     primals, tangents = joint.inputs[:n_primals], joint.inputs[n_primals:]
     fw_outs, grads = joint.outputs[:n_fw_outputs], joint.outputs[n_fw_outputs:]
     producer = joint.producers()

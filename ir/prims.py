@@ -7,6 +7,7 @@ broadcasting and type promotion are the op layer's job (runtime/ops.py).
 Tags: pointwise, reduction, shape, contraction, random, index, creation.
 """
 import builtins
+import functools
 import math
 
 import numpy as np
@@ -244,14 +245,29 @@ def _logistic(x):
     return np.exp(-np.logaddexp(_c(x, 0), -x)).astype(x.dtype, copy=False)
 
 
-try:
-    from scipy.special import erf as _erf_impl
-except ImportError:  # scipy is optional: exact but slower fallback
-    _erf_impl = np.vectorize(math.erf, otypes=[np.float64])
+def _libm_erf(x):
+    return math.erf(x)
+
+
+@functools.cache
+def _erf_ufunc():
+    """The C library's erf (math.erf's, bit for bit) as a float64 numpy ufunc, compiled by
+    numba on the first large erf: `import aotgrad` does not pay for numba."""
+    import numba
+    return numba.vectorize(["float64(float64)"], cache=True)(_libm_erf)
+
+
+# Up to this many elements math.erf runs element by element (well under a millisecond);
+# larger arrays pay once for loading numba (which loads scipy too) and compiling its loop.
+# Both call the C library's erf: the same bits either way.
+ERF_PER_ELEMENT_MAX = 4096
+_erf_per_element = np.frompyfunc(math.erf, 1, 1)
 
 
 def _erf(x):
-    return np.asarray(_erf_impl(_wide(x))).astype(x.dtype, copy=False)
+    x64 = np.asarray(x, np.float64)
+    f = _erf_per_element if x64.size <= ERF_PER_ELEMENT_MAX else _erf_ufunc()
+    return np.asarray(f(x64), np.float64).astype(x.dtype, copy=False)
 
 
 def _wide(x):

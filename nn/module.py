@@ -153,6 +153,7 @@ class Module:
         Tensor or got no gradient). Global pre-hooks
         (`nn.modules.module.register_module_full_backward_pre_hook`) run first.
 
+        >>> model = nn.Linear(3, 2)
         >>> h = model.register_full_backward_pre_hook(lambda m, go: (go[0] * 2,))
         >>> h.remove()
         """
@@ -168,9 +169,13 @@ class Module:
         modifying them in place is an error. Global hooks
         (`nn.modules.module.register_module_full_backward_hook`) run first.
 
+        >>> model = nn.Linear(3, 2)
+        >>> x = aotgrad.randn(4, 3, requires_grad=True)
         >>> seen = []
         >>> h = model.register_full_backward_hook(lambda m, gi, go: seen.append(gi[0].shape))
         >>> model(x).sum().backward(); h.remove()
+        >>> seen
+        [aotgrad.Size([4, 3])]
         """
         return self._add_hook(self._backward_hooks, hook, prepend, False)
 
@@ -179,6 +184,7 @@ class Module:
         `with_kwargs=True`: hook(module, args, kwargs) -> None or (args, kwargs)).
         `prepend=True` runs it before the hooks already registered.
 
+        >>> model = nn.Linear(3, 2)
         >>> h = model.register_forward_pre_hook(lambda m, args: print(args[0].shape))
         >>> h.remove()
         """

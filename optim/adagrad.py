@@ -1,5 +1,6 @@
 """Adagrad (Duchi et al.) with learning-rate decay, as torch.optim.Adagrad.
 
+>>> model = nn.Linear(3, 2)
 >>> opt = optim.Adagrad(model.parameters(), lr=1e-2, lr_decay=1e-4)
 """
 from aotgrad.optim._update import as_f64, check_nonnegative, new_step

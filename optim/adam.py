@@ -1,5 +1,6 @@
 """Adam and AdamW (decoupled weight decay), with optional AMSGrad.
 
+>>> model = nn.Linear(3, 2)
 >>> opt = optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
 """
 

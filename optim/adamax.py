@@ -1,5 +1,6 @@
 """Adamax, Adam's infinity-norm variant (Kingma & Ba, section 7), as torch.optim.Adamax.
 
+>>> model = nn.Linear(3, 2)
 >>> opt = optim.Adamax(model.parameters(), lr=2e-3)
 """
 from aotgrad.optim._update import as_f64, check_betas, check_nonnegative, lerp_, new_step

@@ -1,12 +1,14 @@
 """L-BFGS with an optional strong-Wolfe line search, as torch.optim.LBFGS (`step(closure)`).
 
+>>> model = nn.Linear(3, 2)
 >>> opt = optim.LBFGS(model.parameters(), lr=1, line_search_fn="strong_wolfe")
+>>> x, y, loss_fn = aotgrad.randn(8, 3), aotgrad.randn(8, 2), nn.MSELoss()
 >>> def closure():
 ...     opt.zero_grad()
 ...     loss = loss_fn(model(x), y)
 ...     loss.backward()
 ...     return loss
->>> opt.step(closure)
+>>> loss = opt.step(closure)
 
 The algorithm is PyTorch's (after minFunc): two-loop recursion over the last `history_size`
 curvature pairs, a first step of min(1, 1 / |g|_1) * lr, and the same stopping tests. Its

@@ -43,6 +43,8 @@ class SequentialLR(_Composite):
     """Run `schedulers` one after another, switching at each epoch in `milestones`
     (len(milestones) == len(schedulers) - 1); each starts from its epoch 0 when it takes over.
 
+    >>> opt = optim.SGD(nn.Linear(3, 2).parameters(), lr=0.1)
+    >>> from aotgrad.optim.lr_scheduler import ExponentialLR, LinearLR, SequentialLR
     >>> warm = LinearLR(opt, start_factor=0.1, total_iters=5)
     >>> decay = ExponentialLR(opt, gamma=0.9)
     >>> sched = SequentialLR(opt, schedulers=[warm, decay], milestones=[5])
@@ -91,6 +93,8 @@ class SequentialLR(_Composite):
 class ChainedScheduler(_Composite):
     """Step every scheduler in `schedulers` at each `step()` (their effects compose).
 
+    >>> opt = optim.SGD(nn.Linear(3, 2).parameters(), lr=0.1)
+    >>> from aotgrad.optim.lr_scheduler import ChainedScheduler, ConstantLR, ExponentialLR
     >>> sched = ChainedScheduler([ConstantLR(opt, 0.1, 2), ExponentialLR(opt, 0.9)])
     """
 
@@ -116,8 +120,12 @@ class ReduceLROnPlateau(LRScheduler):
     wait `cooldown` epochs. lr never goes below `min_lr`, and changes smaller than `eps` are
     skipped.
 
-    >>> sched = ReduceLROnPlateau(opt, mode="min", factor=0.5, patience=2)
-    >>> sched.step(val_loss)
+    >>> opt = optim.SGD(nn.Linear(3, 2).parameters(), lr=0.1)
+    >>> sched = optim.lr_scheduler.ReduceLROnPlateau(opt, mode="min", factor=0.5, patience=2)
+    >>> for val_loss in [1.0, 1.0, 1.0, 1.0]:
+    ...     sched.step(val_loss)
+    >>> opt.param_groups[0]["lr"]   # no improvement for more than 2 epochs: halved
+    0.05
     """
 
     def __init__(self, optimizer, mode="min", factor=0.1, patience=10, threshold=1e-4,

@@ -46,7 +46,8 @@ class CyclicLR(LRScheduler):
     'triangular2') or per iteration ('exp_range'), or by `scale_fn`. With cycle_momentum the
     momentum (or Adam's beta1) moves the opposite way. Step it after every batch.
 
-    >>> sched = CyclicLR(opt, base_lr=0.01, max_lr=0.1, step_size_up=4)
+    >>> opt = optim.SGD(nn.Linear(3, 2).parameters(), lr=0.1)
+    >>> sched = optim.lr_scheduler.CyclicLR(opt, base_lr=0.01, max_lr=0.1, step_size_up=4)
     """
 
     def __init__(self, optimizer, base_lr, max_lr, step_size_up=2000, step_size_down=None,
@@ -146,7 +147,8 @@ class OneCycleLR(LRScheduler):
     first returns to the initial lr symmetrically, then anneals to the minimum. Step it after
     every batch; stepping past total_steps raises ValueError.
 
-    >>> sched = OneCycleLR(opt, max_lr=0.1, total_steps=100)
+    >>> opt = optim.SGD(nn.Linear(3, 2).parameters(), lr=0.1)
+    >>> sched = optim.lr_scheduler.OneCycleLR(opt, max_lr=0.1, total_steps=100)
     """
 
     def __init__(self, optimizer, max_lr, total_steps=None, epochs=None, steps_per_epoch=None,

@@ -5,9 +5,12 @@ ReduceLROnPlateau. Each gives the same lr sequence as PyTorch's (same recursive 
 The simple schedules are here; the base class, the cyclical ones and the composite ones
 live in lr_base, lr_cyclic and lr_composite, and are imported from here.
 
+>>> opt = optim.SGD(nn.Linear(3, 2).parameters(), lr=0.1)
 >>> sched = optim.lr_scheduler.StepLR(opt, step_size=10, gamma=0.5)
 >>> for epoch in range(30):
-...     train(...); opt.step(); sched.step()
+...     opt.step(); sched.step()      # after this epoch's training steps
+>>> sched.get_last_lr()
+[0.0125]
 """
 import math
 import types
@@ -142,6 +145,7 @@ class CosineAnnealingLR(LRScheduler):
 class MultiplicativeLR(LRScheduler):
     """Multiply the current lr by lr_lambda(epoch) each epoch (one function, or one per group).
 
+    >>> opt = optim.SGD(nn.Linear(3, 2).parameters(), lr=0.1)
     >>> sched = MultiplicativeLR(opt, lambda epoch: 0.95)
     """
 
@@ -167,6 +171,7 @@ class MultiplicativeLR(LRScheduler):
 class ConstantLR(LRScheduler):
     """Scale the lr by `factor` for the first `total_iters` epochs, then restore it.
 
+    >>> opt = optim.SGD(nn.Linear(3, 2).parameters(), lr=0.1)
     >>> sched = ConstantLR(opt, factor=0.5, total_iters=4)   # 0.5 lr for epochs 0..3
     """
 
@@ -192,6 +197,7 @@ class LinearLR(LRScheduler):
     """Scale the lr by a factor going linearly from `start_factor` to `end_factor` over
     `total_iters` epochs (a warm-up with the defaults).
 
+    >>> opt = optim.SGD(nn.Linear(3, 2).parameters(), lr=0.1)
     >>> sched = LinearLR(opt, start_factor=0.1, total_iters=10)
     """
 
@@ -224,6 +230,7 @@ class LinearLR(LRScheduler):
 class PolynomialLR(LRScheduler):
     """lr = base_lr * (1 - epoch / total_iters) ** power, then constant (0 with power > 0).
 
+    >>> opt = optim.SGD(nn.Linear(3, 2).parameters(), lr=0.1)
     >>> sched = PolynomialLR(opt, total_iters=4, power=2.0)
     """
 
@@ -248,6 +255,7 @@ class CosineAnnealingWarmRestarts(LRScheduler):
     base lr; T_i starts at T_0 and is multiplied by T_mult at each restart. `step(epoch)` may
     take a fractional epoch (step per batch).
 
+    >>> opt = optim.SGD(nn.Linear(3, 2).parameters(), lr=0.1)
     >>> sched = CosineAnnealingWarmRestarts(opt, T_0=10, T_mult=2)
     """
 

@@ -1,5 +1,6 @@
 """NAdam, Adam with Nesterov momentum (Dozat), as torch.optim.NAdam.
 
+>>> model = nn.Linear(3, 2)
 >>> opt = optim.NAdam(model.parameters(), lr=2e-3, momentum_decay=4e-3)
 """
 from aotgrad.ir import dtypes as dt

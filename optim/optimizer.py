@@ -3,7 +3,9 @@
 Subclasses implement `step`; updates run under no_grad with in-place tensor ops
 (`p.add_`, `mul_`, ...), so they work on any Tensor, eager or traced.
 
+>>> model = nn.Linear(3, 2)
 >>> opt = aotgrad.optim.SGD(model.parameters(), lr=0.1)
+>>> loss = model(aotgrad.randn(4, 3)).pow(2).mean()
 >>> opt.zero_grad(); loss.backward(); opt.step()
 """
 import copy

@@ -1,5 +1,6 @@
 """RAdam, Adam with a rectified adaptive learning rate (Liu et al.), as torch.optim.RAdam.
 
+>>> model = nn.Linear(3, 2)
 >>> opt = optim.RAdam(model.parameters(), lr=1e-3)
 """
 from aotgrad.optim._update import addcmul, as_f64, check_betas, check_nonnegative, lerp_, new_step

@@ -1,5 +1,6 @@
 """RMSprop (Hinton's lecture 6e) with optional momentum and centering, as torch.optim.RMSprop.
 
+>>> model = nn.Linear(3, 2)
 >>> opt = optim.RMSprop(model.parameters(), lr=1e-2, momentum=0.9, centered=True)
 """
 from aotgrad.optim._update import addcdiv, addcmul, check_nonnegative, lerp_, new_step

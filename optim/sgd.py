@@ -1,5 +1,6 @@
 """Stochastic gradient descent with momentum, dampening, Nesterov and weight decay.
 
+>>> model = nn.Linear(3, 2)
 >>> opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True)
 """
 from aotgrad.optim.optimizer import Optimizer

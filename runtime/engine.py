@@ -176,6 +176,7 @@ saved_hooks = _SavedTensorsHooks()
 class Node:
     """A node of the backward graph (a `grad_fn`). Calling it maps output grads to input grads.
 
+    >>> x = aotgrad.ones(3, requires_grad=True)
     >>> y = (x * 2).sum(); y.grad_fn.name()
     'SumBackward0'
     """

@@ -1,5 +1,7 @@
 """nn.utils: gradient clipping and flattening parameters to a vector.
 
+>>> model = nn.Linear(3, 2)
+>>> model(aotgrad.randn(4, 3)).sum().backward()
 >>> total = nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
 """
 import math

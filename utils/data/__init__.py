@@ -2,7 +2,10 @@
 the DataLoader.
 
 >>> from aotgrad.utils.data import DataLoader, TensorDataset
+>>> X, y = aotgrad.randn(100, 3), aotgrad.randint(0, 2, (100,))
 >>> loader = DataLoader(TensorDataset(X, y), batch_size=32, shuffle=True)
+>>> [len(xb) for xb, yb in loader]
+[32, 32, 32, 4]
 """
 from aotgrad.utils.data.collate import default_collate, default_convert
 from aotgrad.utils.data.dataloader import DataLoader
