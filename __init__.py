@@ -121,6 +121,23 @@ __all__ = [
     "diagonal", "index_add", "index_copy", "index_fill", "masked_select", "nonzero",
     "repeat_interleave", "rot90", "scatter", "take", "tensor_split", "double", "long",
     "compile", "explain", "GraphBreakError", "load", "save", "cache_clear", "cache_info",
+    "BFloat16Tensor", "BoolTensor", "ByteTensor", "DoubleTensor", "FloatTensor",
+    "HalfTensor", "IntTensor", "LongTensor", "acos", "acosh", "addbmm", "addcdiv",
+    "addcmul", "addmm", "addmv", "addr", "allclose", "arccos", "arccosh", "arcsin",
+    "arcsinh", "arctan", "arctan2", "arctanh", "asin", "asinh", "atan", "atanh", "autocast",
+    "baddbmm", "bfloat16", "bucketize", "cdist", "channels_last", "channels_last_3d",
+    "cholesky", "cholesky_solve", "contiguous_format", "cosh", "cummax", "cummin",
+    "cumprod", "det", "device", "digamma", "dtype", "e", "einsum", "equal", "erfc",
+    "erfinv", "float16", "get_autocast_dtype", "get_default_device", "get_default_dtype",
+    "half", "i0", "inf", "inverse", "is_autocast_enabled", "is_complex",
+    "is_floating_point", "is_nonzero", "is_tensor", "isclose", "layout", "lerp", "lgamma",
+    "logaddexp", "logaddexp2", "logcumsumexp", "logdet", "logit", "matrix_power",
+    "memory_format", "mvlgamma", "nan", "newaxis", "numel", "pi", "pinverse", "polygamma",
+    "preserve_format", "qr", "searchsorted", "set_default_device", "set_default_dtype",
+    "sinc", "sinh", "slogdet", "sparse_coo", "sparse_coo_tensor", "spmm", "strided", "svd",
+    "typename", "xlogy", "special", "linalg", "sparse", "accelerator", "amp", "backends",
+    "cpu", "cuda", "jit", "set_num_threads", "get_num_threads", "set_num_interop_threads",
+    "get_num_interop_threads",
 ]
 
 

@@ -106,7 +106,10 @@ def test_top_level_all_lists_the_public_names():
     names = set(aotgrad.__all__)
     assert len(names) == len(aotgrad.__all__)
     assert names == (_public(aotgrad) - SHADOWING) | {
-        "autograd", "nn", "optim", "serialization", "utils", "cache_clear", "cache_info"}
+        "autograd", "nn", "optim", "serialization", "utils", "cache_clear", "cache_info",
+        "special", "linalg", "sparse", "accelerator", "amp", "backends", "cpu", "cuda", "jit",
+        "set_num_threads", "get_num_threads", "set_num_interop_threads",
+        "get_num_interop_threads"}
     assert all(hasattr(aotgrad, n) for n in names)
 
 
