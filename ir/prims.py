@@ -4,7 +4,7 @@ its inputs, a numpy reference implementation, and tags.
 Prims are strict (like XLA's HLO or jax.lax): binary ops need equal shapes and dtypes;
 broadcasting and type promotion are the op layer's job (runtime/ops.py).
 
-Tags: pointwise, reduction, shape, contraction, random, index, creation.
+Tags: pointwise, reduction, shape, contraction, random, index, creation, check.
 """
 import builtins
 import math
@@ -13,6 +13,7 @@ import numpy as np
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.core import Aval, Prim, PrimError, check
+from aotgrad.ir.value_checks import ValueCheck
 
 PRIMS = {}  # name -> Prim
 
@@ -221,6 +222,18 @@ def _random_rule(seed, *, shape, dtype):
     return Aval(shape, dtype)
 
 
+def _check_values_rule(x, *, check):
+    if not isinstance(check, ValueCheck):
+        raise PrimError(f"check must be a ValueCheck, got {check!r}")
+    return Aval(x.shape, x.dtype)
+
+
+def _check_values(x, *, check):
+    """x itself, once every element passed the check (see ir/value_checks.py)."""
+    check.raise_if_violated(x)
+    return x
+
+
 def _argsort_rule(x, *, dim, descending=False):
     check(0 <= dim < x.ndim, f"dim {dim} out of range")
     return Aval(x.shape, dt.int64)
@@ -371,6 +384,7 @@ register("iota", _iota_rule, lambda *, shape, dim, dtype: np.broadcast_to(
         [shape[dim] if i == dim else 1 for i in range(len(shape))]), shape).copy(), ("creation",))
 register("full", _creation_rule,
          lambda *, shape, value, dtype: np.full(shape, value, dtype=dtype.np), ("creation",))
+register("check_values", _check_values_rule, _check_values, ("check",))
 register("uniform", _random_rule, _random("uniform"), ("random",))
 register("normal", _random_rule, _random("normal"), ("random",))
 

@@ -383,5 +383,5 @@ def _(ctx, g):
 
 NON_DIFFERENTIABLE = frozenset({
     "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_not", "argmax",
-    "argmin", "argsort", "iota", "full", "uniform", "normal"})
+    "argmin", "argsort", "iota", "full", "uniform", "normal", "check_values"})
 del dt

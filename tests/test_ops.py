@@ -531,6 +531,7 @@ PRIM_ERRORS = [  # (prim, args, params, words the message must contain)
     ("iota", [], {"shape": (2, 3), "dim": 2, "dtype": ag.int64}, ["dim 2"]),
     ("full", [], {"shape": (-1,), "value": 0.0, "dtype": ag.float32}, ["negative"]),
     ("uniform", [np.zeros(2, i64)], {"shape": (2,), "dtype": ag.float32}, ["i64[2]", "seed"]),
+    ("check_values", [np.zeros(2, i64)], {"check": "x >= 0"}, ["i64[2]", "ValueCheck"]),
 ]
 
 

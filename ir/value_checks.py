@@ -1,0 +1,59 @@
+"""Run-time checks of values: what eager mode checks on concrete values (an index in range, a
+class label in range, an integer divisor that is not zero), kept in compiled programs.
+
+A check is the prim `check_values(x, check=ValueCheck(...))`: it returns x unchanged, or
+raises `check.error` when an element of x breaks the rule. Ops thread the index through it
+(`gather(x, check_values(idx, ...))`), so the check stays alive through dead-code elimination
+and runs before the value is used; eagerly the same prim raises the same error.
+
+>>> import numpy as np
+>>> c = ValueCheck(low=0, high=3, error=IndexError, message="index {value} is out of range")
+>>> c.first_violation(np.array([0, 2, 5]))
+5
+"""
+import dataclasses
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class ValueCheck:
+    """Every element v of the checked value must satisfy `low <= v < high` (a bound that is
+    None is not checked) and, with `nonzero`, `v != 0`; the element equal to `exempt` (a
+    loss's ignore_index) passes anyway. `message` is formatted with `value`: the first
+    element that fails."""
+    error: type
+    message: str
+    low: int = None
+    high: int = None
+    nonzero: bool = False
+    exempt: int = None
+
+    def first_violation(self, a):
+        """The first element of array `a` that fails the check, or None."""
+        a = np.asarray(a)
+        if a.size == 0:
+            return None
+        bad = np.zeros(a.shape, dtype=bool)
+        if self.low is not None:
+            bad |= a < self.low
+        if self.high is not None:
+            bad |= a >= self.high
+        if self.nonzero:
+            bad |= a == 0
+        if self.exempt is not None:
+            bad &= a != self.exempt
+        if not bad.any():
+            return None
+        return a[bad].flat[0].item()
+
+    def raise_if_violated(self, a):
+        v = self.first_violation(a)
+        if v is not None:
+            raise self.error(self.message.format(value=v))
+
+    def __repr__(self):   # valid Python in a printed graph (the header imports aotgrad)
+        fields = [f"error={self.error.__name__}", f"message={self.message!r}"]
+        fields += [f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self)[2:]
+                   if getattr(self, f.name) != f.default]
+        return f"aotgrad.ir.value_checks.ValueCheck({', '.join(fields)})"
