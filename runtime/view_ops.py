@@ -17,6 +17,7 @@ import numpy as np
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.core import current_builder, current_op
+from aotgrad.runtime import layout
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.op_base import _named, broadcast_shapes, norm_dims, op
@@ -112,9 +113,7 @@ def view(x, *shape):
         raise NotImplementedError(f"view: reinterpreting {x.dtype.name} as {shape[0].name} "
                                   f"(view(dtype)) is not supported")
     out = reshape(x, *shape)
-    v, xv = out._value, x._value
-    if isinstance(v, np.ndarray) and isinstance(xv, np.ndarray) and v.size > 1 and \
-            not np.may_share_memory(v, xv):
+    if out.numel() > 1 and not layout.is_view_of(out, x):   # traced: the eager layout's rule
         raise RuntimeError("view size is not compatible with input tensor's size and stride (at "
                            "least one dimension spans across two contiguous subspaces). Use "
                            ".reshape(...) instead.")
@@ -272,7 +271,9 @@ def clone(x, *, memory_format=None):
         out = tp.reshape(x, shape=tuple(x.shape))
         out._value = np.array(out._value, copy=True)
         return out
-    return tp.reshape(x, shape=tuple(x.shape))
+    out = tp.reshape(x, shape=tuple(x.shape))
+    layout.mark_fresh(out)   # a copy eagerly: C-contiguous, whatever x's layout
+    return out
 
 
 def contiguous(x, memory_format=None):
@@ -280,14 +281,15 @@ def contiguous(x, memory_format=None):
     if is_contiguous(x):
         return x
     out = clone(x)
-    out._value = np.ascontiguousarray(out._value)
+    if isinstance(out._value, np.ndarray):   # traced: a clone is a fresh, contiguous value
+        out._value = np.ascontiguousarray(out._value)
     return out
 
 
 def is_contiguous(x, memory_format=None):
-    """Whether the eager buffer is C-contiguous (traced values always count as contiguous)."""
-    v = x._value
-    return not isinstance(v, np.ndarray) or v.flags.c_contiguous or v.size <= 1 or \
+    """Whether the eager buffer is C-contiguous (traced: the layout eager mode would give)."""
+    v = layout.probe(x)
+    return v is None or v.flags.c_contiguous or v.size <= 1 or \
         _c_contiguous_ignoring_unit_dims(v)
 
 
