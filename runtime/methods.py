@@ -1,5 +1,8 @@
 """Install operators and methods on Tensor from the op modules (one place, one table)."""
+import numpy as np
+
 from aotgrad.ir import dtypes as dt
+from aotgrad.ir.core import format_location
 from aotgrad.runtime import ops, shape_ops
 from aotgrad.runtime.ops import cast
 from aotgrad.runtime.shape_ops import commit_inplace, snapshot
@@ -10,12 +13,20 @@ def _r(fn):
     return lambda self, other: fn(other, self)
 
 
+def _unsupported_dtype(s, method, dtype_name):
+    """A conversion to a dtype aotgrad does not have yet: a clear error, never a tensor of
+    another dtype."""
+    raise TypeError(f"{method}(): aotgrad does not support dtype {dtype_name} yet (tensor "
+                    f"{s.dtype.short}{list(s.shape)}); supported: "
+                    f"{', '.join(d.name for d in dt.ALL)}{format_location()}")
+
+
 def _to(self, *args, **kwargs):
     dtype = kwargs.get("dtype")
     for a in args:
         if isinstance(a, Tensor):
             dtype = a.dtype
-        elif isinstance(a, dt.DType) or a is float or a is int or a is bool:
+        elif isinstance(a, (dt.DType, type, np.dtype)):   # numpy's float16 too: an error
             dtype = a
     if dtype is None:
         return self
@@ -120,7 +131,9 @@ _METHODS = {
     "nelement": lambda s: s.numel(),
     "float": lambda s: cast(s, dt.float32), "double": lambda s: cast(s, dt.float64),
     "long": lambda s: cast(s, dt.int64), "int": lambda s: cast(s, dt.int32),
-    "bool": lambda s: cast(s, dt.bool_), "half": lambda s: cast(s, dt.float32),
+    "bool": lambda s: cast(s, dt.bool_),
+    "half": lambda s: _unsupported_dtype(s, "half", "float16"),
+    "bfloat16": lambda s: _unsupported_dtype(s, "bfloat16", "bfloat16"),
     "cpu": lambda s: s,
     "T": property(lambda s: shape_ops.permute(s, *reversed(range(s.ndim)))),
     "mT": property(lambda s: shape_ops.transpose(s, -2, -1)),
