@@ -74,7 +74,7 @@ _OVERLAP_ALLOWED = ("fill_", "zero_")  # PyTorch writes one value into overlappi
 def _overlaps(a):
     """Whether elements of numpy array `a` share memory (a dimension of size > 1 with
     stride 0, as an expanded tensor's): PyTorch's internal-overlap test."""
-    return any(n > 1 and st == 0 for n, st in zip(a.shape, a.strides))
+    return a.size > 1 and any(n > 1 and st == 0 for n, st in zip(a.shape, a.strides))
 
 
 def _check_overlap(x, opname):
@@ -88,6 +88,8 @@ def _store(x, value, opname, index=None):
     """Write numpy `value` into x's buffer (at `index` if given). A read-only buffer (a view of
     an expanded tensor) is written through the elements of its root it refers to."""
     dst = x._value
+    if dst.size == 0:   # nothing to write (numpy marks some empty views read-only)
+        return
     if dst.flags.writeable:
         if index is None:
             np.copyto(dst, value)
