@@ -22,12 +22,18 @@ from aotgrad.runtime.tensor import Tensor
 def op(name, grad_name=None):
     """Mark a user-level op: provenance name, profiler row, and the grad_fn name of its result."""
     def deco(fn):
+        tensor_args = _tensor_parameters(fn)
+
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
             if current_op.get() is not None:
                 return fn(*args, **kwargs)
             token = current_op.set(name)
             try:
+                for i, pname in tensor_args:
+                    a = args[i] if i < len(args) else kwargs.get(pname)
+                    if type(a) in _NOT_TENSORS:
+                        _not_a_tensor(name, pname, i, a)
                 if profiling._profilers:
                     with profiling.record(name, kind="op"):
                         out = fn(*args, **kwargs)
@@ -53,7 +59,36 @@ def _add_user_line(err, name):
     msg = str(err.args[0]) if err.args and isinstance(err.args[0], str) else None
     if msg is None or " (at " in msg or type(err).__module__ != "builtins":
         return
-    err.args = (f"{name}: {msg}{format_location()}",) + err.args[1:]
+    prefix = "" if msg.startswith(f"{name}(): ") else f"{name}: "
+    err.args = (f"{prefix}{msg}{format_location()}",) + err.args[1:]
+
+
+# Arguments that must be tensors when given (a Python number may stand for one in binary
+# ops; an array or a list may not, as in PyTorch): parameter name -> PyTorch's name for it.
+_TENSOR_PARAMETERS = {"x": "input", "input": "input", "a": "input", "b": "other",
+                      "target": "target", "mask": "mask", "cond": "condition",
+                      "query": "query", "key": "key", "value": "value", "source": "source",
+                      "src": "src", "tensor": "tensor", "weight": "weight", "bias": "bias"}
+_NOT_TENSORS = frozenset((list, tuple, np.ndarray))
+
+
+def _tensor_parameters(fn):
+    """(position, name) of fn's parameters that take tensors (see _TENSOR_PARAMETERS)."""
+    import inspect
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return ()
+    return tuple((i, p.name) for i, p in enumerate(params)
+                 if p.name in _TENSOR_PARAMETERS and
+                 p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+
+
+def _not_a_tensor(opname, pname, i, value):
+    t = type(value)
+    what = t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__name__}"
+    raise TypeError(f"{opname}(): argument '{_TENSOR_PARAMETERS[pname]}' (position {i + 1}) "
+                    f"must be Tensor, not {what}")
 
 
 def _named(out, grad_name):
