@@ -43,7 +43,13 @@ import itertools
 import os
 import re
 
-_FM = 'fastmath={"reassoc", "contract", "arcp"}, error_model="numpy"'
+# No fast-math flags on kernels: "reassoc" let LLVM fold exp(log(x)) to x and regroup
+# x * c1 * c2 (overflow where eager has none), "arcp" turned a / y + b / y into a * (1 / y) +
+# b * (1 / y) (inf for a denormal y), "contract" fused x * x - y * y into an FMA (a tiny
+# negative where eager has 0, NaN after sqrt). Only a reduction's accumulating add (and
+# max/min) carries "reassoc", set on that one instruction (`_radd`, `_maxnum`): sums
+# vectorise, the expression summed keeps eager's rounding.
+_FM = 'error_model="numpy"'
 
 PRELUDE = '''\
 import math
@@ -173,13 +179,31 @@ def _mk_minmax(llname):
         def codegen(context, builder, sig, args):
             t = args[0].type
             fn = builder.module.declare_intrinsic(llname, [t], _llir.FunctionType(t, [t, t]))
-            return builder.call(fn, args)
+            call = builder.call(fn, args)
+            call.fastmath.add("reassoc")   # a reduction's order may change: it vectorises
+            return call
         return a(a, b), codegen
     return _intrinsic(impl)
 
 
 _maxnum = _mk_minmax("llvm.maxnum")  # NaN-ignoring max: vectorises in reductions
 _minnum = _mk_minmax("llvm.minnum")
+''')
+
+_helper("reassoc", (), '''
+def _mk_reassoc(op):
+    def impl(typingctx, a, b):
+        def codegen(context, builder, sig, args):
+            v = context.cast(builder, args[1], sig.args[1], sig.args[0])  # to acc's type
+            r = getattr(builder, op)(args[0], v)
+            r.flags.append("reassoc")   # this accumulation only: the loop vectorises
+            return r
+        return a(a, b), codegen
+    return _intrinsic(impl)
+
+
+_radd = _mk_reassoc("fadd")   # acc = _radd(acc, v): a float sum LLVM may reorder
+_rmul = _mk_reassoc("fmul")
 ''')
 
 _helper("exp_f32", ("bitcast",), '''

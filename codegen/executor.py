@@ -321,6 +321,8 @@ class Plan:
             g["_blas1"] = blas.single_threaded
             body = ["        with _blas1():"] + ["    " + line for line in body]
             step_of = [None] + step_of
+        if not body:
+            body, step_of = ["        pass"], [None]
         # an error raised by a step names its op and the user's line (the node's provenance)
         first = len(lines) + 2     # line number of body[0] in the source
         g["_locate"] = functools.partial(_locate_error, f"<{self.graph.name} program>",
