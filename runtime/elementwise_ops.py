@@ -165,10 +165,6 @@ def pow(a, b):
     if not a2.dtype.is_floating_point:
         if isinstance(b, (int, np.integer)) and not isinstance(b, bool) and b < 0:
             raise RuntimeError("Integers to negative integer powers are not allowed.")
-        if a2.dtype is not dt.bool_:   # a tensor of exponents: checked at run time too
-            b2 = checked(b2, RuntimeError,
-                         f"Integers to negative integer powers are not allowed (base "
-                         f"{type_str(a2)}, exponent {type_str(b2)}).", low=0)
         r = tp.pow(cast(a2, dt.float64), cast(b2, dt.float64))
         return cast(r, dt.int64 if a2.dtype is dt.bool_ else a2.dtype)
     return _named(_binary(tp.pow, float_result=True)(a, b), name)
