@@ -83,7 +83,9 @@ def _abs(ctx, node, a):
 def _sign(ctx, node, a):
     d = node.inputs[0].dtype
     one, zero = ctx.const(1, d), ctx.const(0, d)
-    return f"({one} if {a[0]} > {zero} else (-{one} if {a[0]} < {zero} else {a[0]}))"
+    # sign(-0.0) is +0.0 (numpy and PyTorch); NaN stays NaN: x + 0 gives both
+    tail = f"({a[0]} + {zero})" if d.is_floating_point else a[0]
+    return f"({one} if {a[0]} > {zero} else (-{one} if {a[0]} < {zero} else {tail}))"
 
 
 @template("rsqrt")
@@ -142,7 +144,9 @@ def _pow(ctx, node, a):
     one = ctx.const(1, d)
     special = {2.0: f"({x} * {x})", 1.0: x, 3.0: f"({x} * {x} * {x})",
                0.5: f"np.sqrt({x})", -1.0: f"({one} / {x})",
-               -0.5: f"({one} / np.sqrt({x}))", -2.0: f"({one} / ({x} * {x}))"}
+               -0.5: f"({one} / np.sqrt({x}))", -2.0: f"(({one} / {x}) / {x})"}
+    # (1 / x) / x, not 1 / (x * x): x * x overflows to inf for |x| > 1.8e19 in float32,
+    # where x ** -2 is still a (denormal) number
     if c is not None and float(c) == -0.5 and d.is_floating_point:
         # pow's IEEE cases, unlike 1/sqrt: pow(-0, -0.5) = inf, pow(-inf, -0.5) = 0
         zero = ctx.const(0, d)

@@ -322,6 +322,18 @@ def _argsort(x, *, dim, descending=False):
     return np.flip(idx, dim).copy() if descending else idx
 
 
+def _tie_first(fn):
+    """maximum/minimum as PyTorch computes them: NaN propagates, and where the inputs compare
+    equal (0.0 and -0.0) the first one is the result (numpy returns the second)."""
+    def impl(x, y):
+        r = fn(x, y)
+        if x.dtype.kind != "f":
+            return r
+        return np.where(x == y, x, r)
+    impl.__name__ = fn.__name__
+    return impl
+
+
 def _quiet(fn):
     """numpy warns on log(-1), 1/0, exp overflow; PyTorch returns nan/inf silently."""
     def impl(*args):
@@ -348,8 +360,8 @@ for _name, _fn, _kind in [
 for _name, _fn, _kind, _out in [
     ("add", np.add, "any", None), ("sub", np.subtract, "numeric", None),
     ("mul", np.multiply, "any", None), ("div", np.divide, "float", None),
-    ("pow", np.power, "float", None), ("maximum", np.maximum, "any", None),
-    ("minimum", np.minimum, "any", None), ("atan2", np.arctan2, "float", None),
+    ("pow", np.power, "float", None), ("maximum", _tie_first(np.maximum), "any", None),
+    ("minimum", _tie_first(np.minimum), "any", None), ("atan2", np.arctan2, "float", None),
     ("eq", np.equal, "any", dt.bool_), ("ne", np.not_equal, "any", dt.bool_),
     ("lt", np.less, "any", dt.bool_), ("le", np.less_equal, "any", dt.bool_),
     ("gt", np.greater, "any", dt.bool_), ("ge", np.greater_equal, "any", dt.bool_),
