@@ -7,6 +7,7 @@ implementation; with `Var`s (while a `GraphBuilder` is active) it appends a Node
 import contextvars
 import itertools
 import os
+import re
 import sys
 
 from aotgrad.ir import dtypes as dt
@@ -126,6 +127,15 @@ def make_provenance():
     return Provenance(file, line, src, current_op.get())
 
 
+_LOCATION = re.compile(r" \(at [^\s:]+:\d+: `")
+
+
+def names_location(msg):
+    """Does error message `msg` name a user's line already (as `format_location` writes it)?
+    (PyTorch's own wording has "(at least ...": not a location.)"""
+    return _LOCATION.search(msg) is not None
+
+
 def format_location():
     file, line, src = user_location()
     if file is None:
@@ -140,7 +150,7 @@ def located_error(err, node):
     re-made."""
     prov = node.provenance
     msg = err.args[0] if len(err.args) == 1 and isinstance(err.args[0], str) else None
-    if prov is None or msg is None or " (at " in msg:
+    if prov is None or msg is None or names_location(msg):
         return err
     where = f" (at {os.path.basename(prov.file)}:{prov.line}: `{prov.source}`)" \
         if prov.file else ""

@@ -22,7 +22,7 @@ import weakref
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
-from aotgrad.ir.core import current_builder, current_op
+from aotgrad.ir.core import current_builder, current_op, format_location, type_str
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.elementwise_ops import where
 from aotgrad.runtime.grad_mode import state as _mode
@@ -40,8 +40,8 @@ def _inplace_guard(x, opname):
                            f"doing inplace update.")
     if _mode.grad_enabled:
         if x.grad_fn is None and x.requires_grad:
-            raise RuntimeError(f"a leaf Variable that requires grad is being used in an in-place "
-                               f"operation ({opname}).")
+            raise RuntimeError(f"{opname}: a leaf Variable that requires grad is being used in "
+                               f"an in-place operation (tensor {type_str(x)}).{format_location()}")
         if x._base is not None and x._base.requires_grad and x._base.grad_fn is None:
             where = "" if current_op.get() is not None else f"{opname}: "
             raise RuntimeError(f"{where}a view of a leaf Variable that requires grad is being "
@@ -202,16 +202,17 @@ def commit_inplace(x, new, opname):
     _check_overlap(x, opname)
     if new.dtype is not x.dtype:
         if not x.dtype.is_floating_point and new.dtype.is_floating_point:
-            raise RuntimeError(f"result type {new.dtype.name} can't be cast to the desired "
-                               f"output type {x.dtype.name}")
+            raise RuntimeError(f"{opname}: result type {new.dtype.name} can't be cast to the "
+                               f"desired output type {x.dtype.name} (tensor {type_str(x)})"
+                               f"{format_location()}")
         new = cast(new, x.dtype)
     if x.requires_grad and not new.requires_grad and _mode.grad_enabled:
         # the new value does not depend on x's old one: its history gets a zero gradient
         keep = tp.constant(True, dt.bool_, tuple(x.shape))
         new = tp.where(keep, new, snapshot(x))
     if tuple(new.shape) != tuple(x.shape):
-        raise RuntimeError(f"output with shape {list(x.shape)} doesn't match the broadcast shape "
-                           f"{list(new.shape)}")
+        raise RuntimeError(f"{opname}: output with shape {list(x.shape)} doesn't match the "
+                           f"broadcast shape {list(new.shape)}{format_location()}")
     tracked = new.requires_grad and _mode.grad_enabled
     if tracked and new.grad_fn is None:  # a leaf's value (copy_(leaf)): x gets a node of its
         new = reshape(new, tuple(new.shape))  # own, not the leaf's identity

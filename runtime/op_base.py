@@ -13,7 +13,7 @@ import functools
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
-from aotgrad.ir.core import current_op, format_location
+from aotgrad.ir.core import current_op, format_location, names_location
 from aotgrad.runtime import profiling
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.tensor import Tensor
@@ -57,7 +57,7 @@ def op(name, grad_name=None):
 def _add_user_line(err, name):
     """Errors raised inside an op name the op and the user's source line (once)."""
     msg = str(err.args[0]) if err.args and isinstance(err.args[0], str) else None
-    if msg is None or " (at " in msg or type(err).__module__ != "builtins":
+    if msg is None or names_location(msg) or type(err).__module__ != "builtins":
         return
     prefix = "" if msg.startswith(f"{name}(): ") else f"{name}: "
     err.args = (f"{prefix}{msg}{format_location()}",) + err.args[1:]
@@ -84,9 +84,14 @@ def _tensor_parameters(fn):
                  p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
 
 
-def _not_a_tensor(opname, pname, i, value):
+def type_name(value):
+    """`list`, `numpy.ndarray`: a value's type as PyTorch's argument errors name it."""
     t = type(value)
-    what = t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__name__}"
+    return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__name__}"
+
+
+def _not_a_tensor(opname, pname, i, value):
+    what = type_name(value)
     raise TypeError(f"{opname}(): argument '{_TENSOR_PARAMETERS[pname]}' (position {i + 1}) "
                     f"must be Tensor, not {what}")
 

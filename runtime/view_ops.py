@@ -16,7 +16,7 @@ import weakref
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
-from aotgrad.ir.core import current_builder, current_op
+from aotgrad.ir.core import current_builder, current_op, type_str
 from aotgrad.runtime import layout
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.grad_mode import state as _mode
@@ -106,6 +106,7 @@ def _alias(x):
     return _view_of(tp.reshape(x, shape=tuple(x.shape)), x)
 
 
+@op("view", "ViewBackward0")
 def view(x, *shape):
     """reshape that must not copy: an incompatible non-contiguous layout raises (as in
     PyTorch); `view(dtype)` is not supported."""
@@ -114,10 +115,18 @@ def view(x, *shape):
                                   f"(view(dtype)) is not supported")
     out = reshape(x, *shape)
     if out.numel() > 1 and not layout.is_view_of(out, x):   # traced: the eager layout's rule
-        raise RuntimeError("view size is not compatible with input tensor's size and stride (at "
-                           "least one dimension spans across two contiguous subspaces). Use "
-                           ".reshape(...) instead.")
+        raise RuntimeError(f"view size is not compatible with input tensor's size and stride (at "
+                           f"least one dimension spans across two contiguous subspaces). Use "
+                           f".reshape(...) instead. (input {type_str(x)} with strides "
+                           f"{_elem_strides(x)}, view shape {list(out.shape)})")
     return out
+
+
+def _elem_strides(x):
+    p = layout.probe(x)
+    if p is None:   # C-contiguous
+        return tuple(math.prod(x.shape[i + 1:]) for i in range(x.ndim))
+    return tuple(s // p.itemsize for s in p.strides)
 
 
 def view_as(x, other):
@@ -150,6 +159,9 @@ def permute(x, *dims):
                            f"not match the length of the desired ordering of dimensions i.e. "
                            f"input.dim() = {x.ndim} is not equal to len(dims) = {len(dims)}")
     perm = tuple(_dim(d, x.ndim) for d in dims)
+    if len(set(perm)) != len(perm):
+        raise RuntimeError(f"permute(): duplicate dims are not allowed (dims {dims} for input "
+                           f"{type_str(x)})")
     return _view_of(tp.transpose(x, perm=perm), x)
 
 
