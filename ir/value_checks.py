@@ -18,16 +18,17 @@ import numpy as np
 
 @dataclasses.dataclass(frozen=True)
 class ValueCheck:
-    """Every element v of the checked value must satisfy `low <= v < high` (a bound that is
-    None is not checked) and, with `nonzero`, `v != 0`; the element equal to `exempt` (a
-    loss's ignore_index) passes anyway. `message` is formatted with `value`: the first
-    element that fails."""
+    """Every element v of the checked value must satisfy `low <= v < high` (`low <= v <=
+    high` with `high_inclusive`; a bound that is None is not checked; NaN fails a bound) and,
+    with `nonzero`, `v != 0`; the element equal to `exempt` (a loss's ignore_index) passes
+    anyway. `message` is formatted with `value`: the first element that fails."""
     error: type
     message: str
-    low: int = None
-    high: int = None
+    low: float = None
+    high: float = None
     nonzero: bool = False
     exempt: int = None
+    high_inclusive: bool = False
 
     def first_violation(self, a):
         """The first element of array `a` that fails the check, or None."""
@@ -38,7 +39,9 @@ class ValueCheck:
         if self.low is not None:
             bad |= a < self.low
         if self.high is not None:
-            bad |= a >= self.high
+            bad |= a > self.high if self.high_inclusive else a >= self.high
+        if a.dtype.kind == "f" and (self.low is not None or self.high is not None):
+            bad |= np.isnan(a)
         if self.nonzero:
             bad |= a == 0
         if self.exempt is not None:

@@ -178,10 +178,6 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
         raise ValueError(f"Using a target size ({list(target.shape)}) that is different to the "
                          f"input size ({list(input.shape)}) is deprecated. Please ensure they "
                          f"have the same size.")
-    if isinstance(input._value, np.ndarray) and input.numel():
-        v = input._value
-        if v.min() < 0 or v.max() > 1:
-            raise RuntimeError("all elements of input should be between 0 and 1")
     target_term, logs_target = None, target
     if target.requires_grad and _grad_mode.grad_enabled:
         # PyTorch's gradient in the target is -logit(input), not the clamped logs' (+-100):
@@ -189,14 +185,14 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
         target_term = _bce_target_term(input.detach(), target)
         logs_target = target.detach()
     if not (input.requires_grad and _grad_mode.grad_enabled):
-        loss = _bce_clamped_logs(input, logs_target)
+        loss = _bce_clamped_logs(_bce_checked(input), logs_target)
     else:
         # PyTorch's derivatives in the input, not the clamped logs' (those are 0, or 1/x^2
         # overflowing, where the input saturates): first (x - t) / max(x (1 - x), 1e-12),
         # second (x^2 - 2xt + t) / ((x + 1e-12)^2 (1 - x + 1e-12)^2). The loss is the clamped
         # logs at the detached input plus the Taylor terms d1 h + d2 h^2 / 2 in h = input -
         # detached input, which are 0 in value and give exactly those two derivatives
-        xd = input.detach()
+        xd = _bce_checked(input.detach())   # the values; the gradient flows through h
         h = ops.sub(input, xd)
         one_m = ops.sub(1.0, xd)
         d1 = ops.div(ops.sub(xd, target), ops.clamp(ops.mul(one_m, xd), min=1e-12))
@@ -210,6 +206,13 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     if weight is not None:
         loss = ops.mul(loss, weight)
     return _reduce(loss, reduction, "binary_cross_entropy")
+
+
+def _bce_checked(x):
+    """x, whose values must lie in [0, 1] (checked eagerly, and at run time compiled)."""
+    return checked(x, RuntimeError, f"all elements of input should be between 0 and 1 (got "
+                                    f"{{value}} in input {type_str(x)})", low=0.0, high=1.0,
+                   high_inclusive=True)
 
 
 def _bce_target_term(xd, target):

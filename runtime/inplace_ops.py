@@ -23,6 +23,7 @@ import numpy as np
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.core import current_builder, current_op, format_location, type_str
+from aotgrad.runtime import layout
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.elementwise_ops import where
 from aotgrad.runtime.grad_mode import state as _mode
@@ -78,10 +79,12 @@ def _overlaps(a):
 
 
 def _check_overlap(x, opname):
-    if opname not in _OVERLAP_ALLOWED and isinstance(x._value, np.ndarray) and \
-            _overlaps(x._value):
+    v = layout.probe(x)   # traced: the layout eager mode would give x
+    if opname not in _OVERLAP_ALLOWED and v is not None and _overlaps(v):
         where = "" if current_op.get() is not None else f"{opname}: "
-        raise RuntimeError(where + _OVERLAP_MESSAGE)
+        raise RuntimeError(f"{where}{_OVERLAP_MESSAGE} (tensor {type_str(x)}, strides "
+                           f"{tuple(st // v.itemsize for st in v.strides)})"
+                           f"{format_location() if where else ''}")
 
 
 def _store(x, value, opname, index=None):

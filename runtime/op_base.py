@@ -54,12 +54,14 @@ def op(name, grad_name=None):
     return deco
 
 
-def _add_user_line(err, name):
-    """Errors raised inside an op name the op and the user's source line (once)."""
+def _add_user_line(err, name, prefix=True):
+    """Errors raised inside an op name the op and the user's source line (once). Without
+    `prefix` only the line is added (the source text names the call; PyTorch's wording stays
+    as it is at the start of the message)."""
     msg = str(err.args[0]) if err.args and isinstance(err.args[0], str) else None
     if msg is None or names_location(msg) or type(err).__module__ != "builtins":
         return
-    prefix = "" if msg.startswith(f"{name}(): ") else f"{name}: "
+    prefix = "" if not prefix or msg.startswith(f"{name}(): ") else f"{name}: "
     err.args = (f"{prefix}{msg}{format_location()}",) + err.args[1:]
 
 

@@ -241,7 +241,7 @@ class Tensor:
             _autograd_backward(self, gradient, retain_graph, create_graph, inputs=inputs)
         except (RuntimeError, ValueError, TypeError, IndexError) as e:
             from aotgrad.runtime.op_base import _add_user_line
-            _add_user_line(e, "backward")   # the error names backward() and the user's line
+            _add_user_line(e, "backward", prefix=False)   # the user's line of backward()
             raise
 
     def detach(self):

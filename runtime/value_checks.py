@@ -14,9 +14,13 @@ from aotgrad.runtime import tprims as tp
 __all__ = ["checked", "type_str"]
 
 
-def checked(t, error, message, *, low=None, high=None, nonzero=False, exempt=None):
+def checked(t, error, message, *, low=None, high=None, nonzero=False, exempt=None,
+            high_inclusive=False):
     """t itself (a new tensor with the same value when traced); raises `error(message)`, with
     `{value}` in message replaced by the first element that fails, when an element is outside
-    [low, high), or is 0 with `nonzero`, unless it equals `exempt`."""
+    [low, high) ([low, high] with high_inclusive; NaN is outside), or is 0 with `nonzero`,
+    unless it equals `exempt`. The result has no gradient: check what no gradient flows
+    through (indices, labels, a detached value)."""
     return tp.check_values(t, check=ValueCheck(error, message, low=low, high=high,
-                                               nonzero=nonzero, exempt=exempt))
+                                               nonzero=nonzero, exempt=exempt,
+                                               high_inclusive=high_inclusive))

@@ -81,6 +81,8 @@ BOTH = ("interpret", "numba")
 
 ROWS = [
     # ---- elementwise: shapes, dtypes, operand types ---------------------------------------
+    Row("inplace_expanded", lambda a: (a * 1.0).expand(3, 4).add_(1), lambda: (_f(1, 4),),
+        RuntimeError, ("add_", "single memory location", "f32[3,4]", "(0, 1)")),
     Row("add_shapes", lambda a, b: a + b, lambda: (_f(3, 4), _f(5)), RuntimeError,
         ("add", "[3, 4]", "[5]"), good=lambda: (_f(3, 4), _f(4))),
     Row("mul_shapes", lambda a, b: ag.mul(a, b), lambda: (_f(2, 3), _f(3, 2)), RuntimeError,
@@ -173,6 +175,14 @@ ROWS = [
         lambda: (_p(3, 4), _f(3)), RuntimeError, ("cross_entropy", "[3, 4]", "[3]")),
     Row("mse_shapes", lambda x, t: F.mse_loss(x, t), lambda: (_p(3), _f(4)), RuntimeError,
         ("mse_loss", "[3]", "[4]"), good=lambda: (_p(3), _f(3))),
+    Row("bce_out_of_range", lambda x, t: F.binary_cross_entropy(x, t),
+        lambda: (ag.tensor([0.5, 1.5], requires_grad=True), ag.tensor([1.0, 0.0])),
+        RuntimeError, ("binary_cross_entropy", "between 0 and 1", "1.5", "f32[2]"),
+        good=lambda: (ag.tensor([0.5, 0.25], requires_grad=True), ag.tensor([1.0, 0.0])),
+        backends=BOTH, data_check=True),
+    Row("multinomial_negative", lambda p: ag.multinomial(p, 1),
+        lambda: (ag.tensor([0.5, -1.0]),), RuntimeError,
+        ("multinomial", "element < 0", "-1.0", "f32[2]"), data_check=True),
     Row("train_step_bad_label", _train_step, lambda: (_linear_model(), _f(5, 4),
                                                       _i([0, 1, 2, 1, 0])),
         IndexError, ("cross_entropy", "Target 2", "number of classes 2"),
@@ -180,14 +190,14 @@ ROWS = [
         data_check=True, watch=lambda a: list(a[0].parameters())),
     # ---- autograd misuse -------------------------------------------------------------------
     Row("backward_non_scalar", lambda x: (x * 2).backward(), lambda: (_p(3),), RuntimeError,
-        ("backward", "scalar outputs", "[3]")),
+        (".backward()", "scalar outputs", "[3]")),
     Row("backward_twice", _backward_twice, lambda: (_p(3),), RuntimeError,
-        ("backward", "second time"), backends=(), watch=lambda a: [],
+        (".backward()", "second time"), backends=(), watch=lambda a: [],
         after=lambda a: np.testing.assert_allclose(a[0].grad.numpy(), 2 * a[0].detach().numpy())),
     Row("inplace_leaf", lambda w: w.add_(1), lambda: (_p(3),), RuntimeError,
         ("add_", "leaf Variable", "requires grad", "f32[3]")),
     Row("inplace_saved", _inplace_saved, lambda: (_p(3),), RuntimeError,
-        ("backward", "modified by an inplace operation", "[3]"), backends=()),
+        (".backward()", "modified by an inplace operation", "[3]"), backends=()),
     Row("int_requires_grad", _grad_of_int, lambda: (), RuntimeError,
         ("requires_grad", "floating point", "i64[2]")),
     # ---- integer division by zero ----------------------------------------------------------
