@@ -142,16 +142,18 @@ def _pow(ctx, node, a):
     c = ctx.const_of(node.inputs[1])
     x, d = a[0], node.inputs[0].dtype
     one = ctx.const(1, d)
+    zero, ninf = ctx.const(0, d), ctx.const(-float("inf"), d)
+    # pow's IEEE cases, unlike sqrt: pow(-0, 0.5) = +0, pow(-inf, 0.5) = +inf
     special = {2.0: f"({x} * {x})", 1.0: x, 3.0: f"({x} * {x} * {x})",
-               0.5: f"np.sqrt({x})", -1.0: f"({one} / {x})",
+               0.5: f"(-{ninf} if {x} == {ninf} else np.sqrt({x} + {zero}))",
+               -1.0: f"({one} / {x})",
                -0.5: f"({one} / np.sqrt({x}))", -2.0: f"(({one} / {x}) / {x})"}
     # (1 / x) / x, not 1 / (x * x): x * x overflows to inf for |x| > 1.8e19 in float32,
     # where x ** -2 is still a (denormal) number
     if c is not None and float(c) == -0.5 and d.is_floating_point:
         # pow's IEEE cases, unlike 1/sqrt: pow(-0, -0.5) = inf, pow(-inf, -0.5) = 0
-        zero = ctx.const(0, d)
         r = _rsqrt(ctx, node, [f"({x} if {x} != {zero} else {zero})"])
-        return f"({zero} if {x} == {ctx.const(-float('inf'), d)} else {r})"
+        return f"({zero} if {x} == {ninf} else {r})"
     if c is not None and float(c) in special:
         return special[float(c)]
     return f"np.power({x}, {a[1]})"

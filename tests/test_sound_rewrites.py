@@ -40,6 +40,8 @@ PATTERNS = [
     ("pow_half", lambda x: x ** 0.5, False),
     ("pow_m1", lambda x: x ** -1, False),
     ("pow_m_half", lambda x: x ** -0.5, True),
+    ("pow_1_5", lambda x: x ** 1.5, True),     # its gradient is 1.5 * pow(x, 0.5)
+    ("pow_tensor_half", lambda x: ag.pow(x, ag.full_like(x, 0.5)), True),   # sqrt vs powf: 1 ulp
     ("pow_m2", lambda x: x ** -2, True),
     ("x_times_0", lambda x: x * 0.0, False),
     ("x_minus_x", lambda x: x - x, False),
