@@ -29,8 +29,8 @@ finite float32 range, normal results; measured by tests/test_codegen_approx.py):
   logistic_f32  <= 5e-7   (1/(1+e) or e/(1+e), e = exp(-|x|) <= 1; results below ~1e-38
                            (denormals) flush toward 0)
   logistic_c_f32 <= 5e-7  (1 - logistic(x), the other of the two, from the same e)
-  rsqrt_f32     <= 2e-7   (1/sqrt(x) is LLVM's estimate plus a Newton step under "arcp";
-                           denormals scaled by 2^24 first, 0 and inf patched)
+  rsqrt_f32     <= 2e-7   (1/sqrt(x), correctly rounded twice now that kernels have no
+                           "arcp"; the denormal scaling and 0/inf patches stay harmless)
   erf_f32       <= 5e-7   (|x| < 1: odd polynomial fitted here; 1 <= |x| < 4:
                            1 - exp(-x^2) P(1/x) with P fitted to erfc(x)exp(x^2); else +-1)
 
@@ -245,9 +245,9 @@ def exp_f32(x):
 _helper("rsqrt_f32", (), '''
 @_ijit
 def rsqrt_f32(x):
-    # LLVM turns 1/sqrt(x) under "arcp" into its reciprocal-sqrt estimate plus a Newton step
-    # (1 ulp), which gives NaN at 0 and inf and -inf at denormals: scale denormals (and 0)
-    # up by 2^24 and patch 0 and inf after
+    # Under "arcp" LLVM turned 1/sqrt(x) into its reciprocal-sqrt estimate plus a Newton
+    # step, NaN at 0 and inf and -inf at denormals; kernels no longer get "arcp", and the
+    # scaling of denormals (and 0) by 2^24 and the 0/inf patches keep any such lowering right
     small = x < np.float32(1.1754944e-38)
     y = x * np.float32(16777216.0) if small else x
     r = np.float32(1.0) / np.sqrt(y)

@@ -194,29 +194,15 @@ TEMPLATES["iota"] = _iota
 def peephole(ctx, node, value_of):
     """An expression for `node` that looks through its operands, or None.
 
-    Float32 `x / sqrt(y)` becomes `x * rsqrt_f32(y)`, and `x / (sqrt(y) * c)` becomes
-    `x * rsqrt_f32(y) / c` (LLVM would use its reciprocal-sqrt estimate, NaN where y is 0 or
-    inf: sqrt's gradient at 0 came out NaN instead of inf). Float32 `1 - tanh(y)*tanh(y)` becomes `tanh_d_f32(y)` and `1 - logistic(x)` becomes
+    Float32 `1 - tanh(y)*tanh(y)` becomes `tanh_d_f32(y)` and `1 - logistic(x)` becomes
     `logistic_c_f32(x)`: accurate where tanh/logistic saturate, and sharing their exponential
-    and division with tanh(y)/logistic(x) computed in the same loop. `value_of(var)` emits an
-    operand (at the node's index); `ctx.inner_producer(var)` is var's node when it is computed
-    inside the kernel (not read from memory)."""
+    and division with tanh(y)/logistic(x) computed in the same loop. (`x / sqrt(y)` is left
+    as it is: without fast-math flags it is eager's sqrt and division, bit for bit; it
+    became `x * rsqrt_f32(y)` while LLVM's "arcp" estimate made it NaN at y = 0.)
+    `value_of(var)` emits an operand (at the node's index); `ctx.inner_producer(var)` is
+    var's node when it is computed inside the kernel (not read from memory)."""
     if not node.inputs or node.inputs[0].dtype is not dt.float32:
         return None
-    if node.prim.name == "div":   # x / sqrt(y), x / (sqrt(y) * c): see rsqrt_f32
-        p = ctx.inner_producer(node.inputs[1])
-        rest = None
-        if p is not None and p.prim.name == "mul":   # sqrt's backward: g / (2 * sqrt(y))
-            for i in (0, 1):
-                q = ctx.inner_producer(p.inputs[i])
-                if q is not None and q.prim.name == "sqrt":
-                    p, rest = q, p.inputs[1 - i]
-                    break
-        if p is None or p.prim.name != "sqrt":
-            return None
-        ctx.need("rsqrt_f32")
-        e = f"({value_of(node.inputs[0])} * rsqrt_f32({value_of(p.inputs[0])}))"
-        return e if rest is None else f"({e} / {value_of(rest)})"
     if node.prim.name != "sub":
         return None
     c = ctx.const_of(node.inputs[0])
