@@ -118,6 +118,10 @@ ROWS = [
         lambda: (_p(2, 4, 3, 3), _f(1, 3, 5, 5)), RuntimeError,
         ("conv2d", "[2, 4, 3, 3]", "[1, 3, 5, 5]", "4 channels"),
         good=lambda: (_p(2, 3, 3, 3), _f(1, 3, 5, 5))),
+    Row("conv_module_channels", lambda m, x: m(x), lambda: (nn.Conv2d(4, 2, 3), _f(1, 3, 5, 5)),
+        RuntimeError, ("conv2d", "[2, 4, 3, 3]", "[1, 3, 5, 5]"),
+        good=lambda: (nn.Conv2d(3, 2, 3), _f(1, 3, 5, 5)),
+        watch=lambda a: list(a[0].parameters())),
     # ---- reductions ------------------------------------------------------------------------
     Row("sum_dim", lambda a: a.sum(5), lambda: (_f(3, 4),), IndexError,
         ("sum", "Dimension out of range", "[-2, 1]", "got 5")),
