@@ -33,7 +33,7 @@ class ValueCheck:
     def first_violation(self, a):
         """The first element of array `a` that fails the check, or None."""
         a = np.asarray(a)
-        if a.size == 0:
+        if a.size == 0 or self._all_pass(a):
             return None
         bad = np.zeros(a.shape, dtype=bool)
         if self.low is not None:
@@ -49,6 +49,18 @@ class ValueCheck:
         if not bad.any():
             return None
         return a[bad].flat[0].item()
+
+    def _all_pass(self, a):
+        """The common case in two reductions (min, max; NaN fails them): every element is
+        inside the bounds, and nonzero where that is asked."""
+        if self.low is not None or self.high is not None:
+            lo, hi = a.min(), a.max()
+            if self.low is not None and not lo >= self.low:
+                return False
+            if self.high is not None and not (hi <= self.high if self.high_inclusive
+                                              else hi < self.high):
+                return False
+        return not self.nonzero or np.count_nonzero(a) == a.size
 
     def raise_if_violated(self, a):
         v = self.first_violation(a)
