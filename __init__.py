@@ -70,7 +70,7 @@ from aotgrad.serialization import load, save  # noqa: E402
 from aotgrad import utils  # noqa: E402
 from aotgrad import special  # noqa: E402
 from aotgrad.runtime.device import device, get_default_device, set_default_device  # noqa: E402
-from aotgrad.runtime.layout import (channels_last, channels_last_3d,  # noqa: E402
+from aotgrad.runtime.memory_format import (channels_last, channels_last_3d,  # noqa: E402
                                     contiguous_format, layout, memory_format, preserve_format,
                                     sparse_coo, strided)
 from aotgrad.runtime.legacy import (BFloat16Tensor, BoolTensor, ByteTensor,  # noqa: E402

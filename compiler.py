@@ -423,7 +423,7 @@ class Program:
 
 
 _VIEW_PRIMS = frozenset(("reshape", "transpose", "broadcast_in_dim", "slice", "rev",
-                         "convert_element_type"))
+                         "convert_element_type", "check_values"))
 
 
 def _aliases_of_inputs(graph):

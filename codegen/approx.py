@@ -29,8 +29,8 @@ finite float32 range, normal results; measured by tests/test_codegen_approx.py):
   logistic_f32  <= 5e-7   (1/(1+e) or e/(1+e), e = exp(-|x|) <= 1; results below ~1e-38
                            (denormals) flush toward 0)
   logistic_c_f32 <= 5e-7  (1 - logistic(x), the other of the two, from the same e)
-  rsqrt_f32     <= 2e-7   (1/sqrt(x) is LLVM's estimate plus a Newton step under "arcp";
-                           denormals scaled by 2^24 first, 0 and inf patched)
+  rsqrt_f32     <= 2e-7   (1/sqrt(x), correctly rounded twice now that kernels have no
+                           "arcp"; the denormal scaling and 0/inf patches stay harmless)
   erf_f32       <= 5e-7   (|x| < 1: odd polynomial fitted here; 1 <= |x| < 4:
                            1 - exp(-x^2) P(1/x) with P fitted to erfc(x)exp(x^2); else +-1)
 
@@ -43,7 +43,13 @@ import itertools
 import os
 import re
 
-_FM = 'fastmath={"reassoc", "contract", "arcp"}, error_model="numpy"'
+# No fast-math flags on kernels: "reassoc" let LLVM fold exp(log(x)) to x and regroup
+# x * c1 * c2 (overflow where eager has none), "arcp" turned a / y + b / y into a * (1 / y) +
+# b * (1 / y) (inf for a denormal y), "contract" fused x * x - y * y into an FMA (a tiny
+# negative where eager has 0, NaN after sqrt). Only a reduction's accumulating add (and
+# max/min) carries "reassoc", set on that one instruction (`_radd`, `_maxnum`): sums
+# vectorise, the expression summed keeps eager's rounding.
+_FM = 'error_model="numpy"'
 
 PRELUDE = '''\
 import math
@@ -173,7 +179,9 @@ def _mk_minmax(llname):
         def codegen(context, builder, sig, args):
             t = args[0].type
             fn = builder.module.declare_intrinsic(llname, [t], _llir.FunctionType(t, [t, t]))
-            return builder.call(fn, args)
+            call = builder.call(fn, args)
+            call.fastmath.add("reassoc")   # a reduction's order may change: it vectorises
+            return call
         return a(a, b), codegen
     return _intrinsic(impl)
 
@@ -182,7 +190,34 @@ _maxnum = _mk_minmax("llvm.maxnum")  # NaN-ignoring max: vectorises in reduction
 _minnum = _mk_minmax("llvm.minnum")
 ''')
 
-_helper("exp_f32", ("bitcast",), '''
+_helper("reassoc", (), '''
+def _mk_reassoc(op):
+    def impl(typingctx, a, b):
+        def codegen(context, builder, sig, args):
+            v = context.cast(builder, args[1], sig.args[1], sig.args[0])  # to acc's type
+            r = getattr(builder, op)(args[0], v)
+            r.flags.append("reassoc")   # this accumulation only: the loop vectorises
+            return r
+        return a(a, b), codegen
+    return _intrinsic(impl)
+
+
+_radd = _mk_reassoc("fadd")   # acc = _radd(acc, v): a float sum LLVM may reorder
+_rmul = _mk_reassoc("fmul")
+''')
+
+_helper("fma", (), '''
+@_intrinsic
+def _fma(typingctx, a, b, c):   # a * b + c rounded once (llvm.fma: vectorises)
+    def codegen(context, builder, sig, args):
+        t = args[0].type
+        fn = builder.module.declare_intrinsic("llvm.fma", [t], _llir.FunctionType(t, [t, t, t]))
+        ops = [context.cast(builder, v, ty, sig.args[0]) for v, ty in zip(args, sig.args)]
+        return builder.call(fn, ops)
+    return a(a, b, c), codegen
+''')
+
+_helper("exp_f32", ("bitcast", "fma"), '''
 @_ijit
 def exp_f32(x):
     xc = np.float32(89.0) if x > np.float32(89.0) else x
@@ -194,12 +229,12 @@ def exp_f32(x):
     r = xc - fn * np.float32(0.693359375)
     r = r - fn * np.float32(-2.12194440e-4)
     p = np.float32(0.0013903575018048286)
-    p = p * r + np.float32(0.00836635660380125)
-    p = p * r + np.float32(0.04166676849126816)
-    p = p * r + np.float32(0.16666541993618011)
-    p = p * r + np.float32(0.5)
-    p = p * r + np.float32(1.0)
-    p = p * r + np.float32(1.0)
+    p = _fma(p, r, np.float32(0.00836635660380125))
+    p = _fma(p, r, np.float32(0.04166676849126816))
+    p = _fma(p, r, np.float32(0.16666541993618011))
+    p = _fma(p, r, np.float32(0.5))
+    p = _fma(p, r, np.float32(1.0))
+    p = _fma(p, r, np.float32(1.0))
     n = np.int32(fn if fn == fn else np.float32(0.0))
     n1 = n >> 1
     # p * 2^(n - n1) stays normal (|n - n1| <= 76): add to p's exponent bits directly
@@ -210,9 +245,9 @@ def exp_f32(x):
 _helper("rsqrt_f32", (), '''
 @_ijit
 def rsqrt_f32(x):
-    # LLVM turns 1/sqrt(x) under "arcp" into its reciprocal-sqrt estimate plus a Newton step
-    # (1 ulp), which gives NaN at 0 and inf and -inf at denormals: scale denormals (and 0)
-    # up by 2^24 and patch 0 and inf after
+    # Under "arcp" LLVM turned 1/sqrt(x) into its reciprocal-sqrt estimate plus a Newton
+    # step, NaN at 0 and inf and -inf at denormals; kernels no longer get "arcp", and the
+    # scaling of denormals (and 0) by 2^24 and the 0/inf patches keep any such lowering right
     small = x < np.float32(1.1754944e-38)
     y = x * np.float32(16777216.0) if small else x
     r = np.float32(1.0) / np.sqrt(y)
@@ -221,7 +256,7 @@ def rsqrt_f32(x):
     return np.float32(1.0) / x if x == np.float32(0.0) else r
 ''')
 
-_helper("log_f32", ("bitcast",), '''
+_helper("log_f32", ("bitcast", "fma"), '''
 @_ijit
 def log_f32(x):
     tiny = x < np.float32(1.1754943508222875e-38)
@@ -237,10 +272,10 @@ def log_f32(x):
     s = f / (np.float32(2.0) + f)
     z = s * s
     p = np.float32(2.0 / 11.0)
-    p = p * z + np.float32(2.0 / 9.0)
-    p = p * z + np.float32(2.0 / 7.0)
-    p = p * z + np.float32(2.0 / 5.0)
-    p = p * z + np.float32(2.0 / 3.0)
+    p = _fma(p, z, np.float32(2.0 / 9.0))
+    p = _fma(p, z, np.float32(2.0 / 7.0))
+    p = _fma(p, z, np.float32(2.0 / 5.0))
+    p = _fma(p, z, np.float32(2.0 / 3.0))
     ef = np.float32(e)
     r = ef * np.float32(0.693359375) + (s * z * p + (ef * np.float32(-2.12194440e-4) + s + s))
     r = NAN32 if x < np.float32(0.0) else r
@@ -248,16 +283,16 @@ def log_f32(x):
     return x if (x != x or x == INF32) else r
 ''')
 
-_helper("tanh_small", (), '''
+_helper("tanh_small", ("fma",), '''
 @_ijit
 def _tanh_small(x):
     z = x * x
     p = np.float32(-0.005652355260045331)
-    p = p * z + np.float32(0.020583488975110854)
-    p = p * z + np.float32(-0.053718484978778264)
-    p = p * z + np.float32(0.13331091126750527)
-    p = p * z + np.float32(-0.3333325872294498)
-    p = p * z + np.float32(0.9999999959311561)
+    p = _fma(p, z, np.float32(0.020583488975110854))
+    p = _fma(p, z, np.float32(-0.053718484978778264))
+    p = _fma(p, z, np.float32(0.13331091126750527))
+    p = _fma(p, z, np.float32(-0.3333325872294498))
+    p = _fma(p, z, np.float32(0.9999999959311561))
     return x * p
 ''')
 
@@ -265,23 +300,23 @@ def _tanh_small(x):
 # squares: 7e-9 relative in exact arithmetic; tanh(9.02) rounds to 1 in float32), about 14
 # operations and a division against tanh_e_f32's ~35 and a division (W4's GELU forward
 # kernel: its tanh took ~0.27 of 0.45 ms). NaN passes the clamps (comparisons are false).
-_helper("tanh_f32", (), '''
+_helper("tanh_f32", ("fma",), '''
 @_ijit
 def tanh_f32(x):
     xc = np.float32(9.02) if x > np.float32(9.02) else x
     xc = np.float32(-9.02) if xc < np.float32(-9.02) else xc
     z = xc * xc
     p = np.float32(-8.436095111320416e-14)
-    p = p * z + np.float32(5.257798363356159e-11)
-    p = p * z + np.float32(-2.0184007354373534e-08)
-    p = p * z + np.float32(1.1144265954499133e-05)
-    p = p * z + np.float32(0.003103002207353711)
-    p = p * z + np.float32(0.13083158433437347)
-    p = p * z + np.float32(1.0)
+    p = _fma(p, z, np.float32(5.257798363356159e-11))
+    p = _fma(p, z, np.float32(-2.0184007354373534e-08))
+    p = _fma(p, z, np.float32(1.1144265954499133e-05))
+    p = _fma(p, z, np.float32(0.003103002207353711))
+    p = _fma(p, z, np.float32(0.13083158433437347))
+    p = _fma(p, z, np.float32(1.0))
     q = np.float32(0.00025447524967603385)
-    q = q * z + np.float32(0.024491384625434875)
-    q = q * z + np.float32(0.4641648530960083)
-    q = q * z + np.float32(1.0)
+    q = _fma(q, z, np.float32(0.024491384625434875))
+    q = _fma(q, z, np.float32(0.4641648530960083))
+    q = _fma(q, z, np.float32(1.0))
     return xc * p / q
 ''')
 
@@ -327,32 +362,32 @@ def logistic_c_f32(x):
     return e * r if x >= np.float32(0.0) else r
 ''')
 
-_helper("erf_f32", ("exp_f32",), '''
+_helper("erf_f32", ("exp_f32", "fma"), '''
 @_ijit
 def erf_f32(x):
     a = abs(x)
     z = x * x
     p = np.float32(7.847259125890057e-05)
-    p = p * z + np.float32(-0.0008008189322920663)
-    p = p * z + np.float32(0.005188098889382647)
-    p = p * z + np.float32(-0.026853691099711037)
-    p = p * z + np.float32(0.11283582247992917)
-    p = p * z + np.float32(-0.37612625567399366)
-    p = p * z + np.float32(1.1283791656893232)
+    p = _fma(p, z, np.float32(-0.0008008189322920663))
+    p = _fma(p, z, np.float32(0.005188098889382647))
+    p = _fma(p, z, np.float32(-0.026853691099711037))
+    p = _fma(p, z, np.float32(0.11283582247992917))
+    p = _fma(p, z, np.float32(-0.37612625567399366))
+    p = _fma(p, z, np.float32(1.1283791656893232))
     small = x * p
     ac = a if a < np.float32(4.0) else np.float32(4.0)
     ac = ac if ac > np.float32(1.0) else np.float32(1.0)
     t = np.float32(1.0) / ac
     q = np.float32(0.029677235921373318)
-    q = q * t + np.float32(-0.17400144139302975)
-    q = q * t + np.float32(0.4245884457549048)
-    q = q * t + np.float32(-0.5183950057065959)
-    q = q * t + np.float32(0.22255830181307829)
-    q = q * t + np.float32(0.23908537340328098)
-    q = q * t + np.float32(-0.3789607463914581)
-    q = q * t + np.float32(0.02122417237224886)
-    q = q * t + np.float32(0.5616814878354662)
-    q = q * t + np.float32(0.00012575778948768806)
+    q = _fma(q, t, np.float32(-0.17400144139302975))
+    q = _fma(q, t, np.float32(0.4245884457549048))
+    q = _fma(q, t, np.float32(-0.5183950057065959))
+    q = _fma(q, t, np.float32(0.22255830181307829))
+    q = _fma(q, t, np.float32(0.23908537340328098))
+    q = _fma(q, t, np.float32(-0.3789607463914581))
+    q = _fma(q, t, np.float32(0.02122417237224886))
+    q = _fma(q, t, np.float32(0.5616814878354662))
+    q = _fma(q, t, np.float32(0.00012575778948768806))
     big = np.float32(1.0) - exp_f32(-(ac * ac)) * q
     big = big if x >= np.float32(0.0) else -big
     r = small if a < np.float32(1.0) else big
@@ -654,7 +689,7 @@ def inline_helpers(lines):
 # function, ends the run.
 _ASSIGN_LINE = re.compile(r"^(\s*)([A-Za-z_]\w*) = (.+)$")
 _PURE_CALLS = frozenset({"abs", "np.floor", "np.sqrt", "np.int32", "np.int64", "np.float32",
-                         "np.float64", "_i2f", "_f2i"})
+                         "np.float64", "_i2f", "_f2i", "_fma"})
 
 
 def _pure(tree):

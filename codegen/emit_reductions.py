@@ -45,9 +45,13 @@ class ReductionEmitter:
         if op == "sum":
             if d is dt.bool_ or not d.is_floating_point:
                 return f"{acc} += np.int64({v})"
-            return f"{acc} += {v}"
+            self.need("reassoc")
+            return f"{acc} = _radd({acc}, {v})"
         if op == "prod":
-            return f"{acc} *= {v}"
+            if not ad.is_floating_point:
+                return f"{acc} *= {v}"
+            self.need("reassoc")
+            return f"{acc} = _rmul({acc}, {v})"
         if op in ("max", "min"):
             if d.is_floating_point:
                 self.need("minmax")

@@ -7,6 +7,7 @@ the kernels): a line per kernel call, np.matmul or reference step, with workspac
 kernel constants and reshaped views bound once as globals. A call checks its inputs,
 allocates the outputs and runs the lines: no per-step dispatch, no env list.
 """
+import functools
 import math
 import os
 import threading
@@ -16,6 +17,7 @@ import numpy as np
 
 from aotgrad.codegen import blas, parallel_compile
 from aotgrad.codegen.scheduler import Kernel
+from aotgrad.ir.core import located_error
 
 _MALLOC_TUNED = []
 
@@ -82,6 +84,21 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def _locate_error(filename, step_at_line, err):
+    """err re-made to name the op and user line of the step of a generated driver (source
+    `filename`) that raised it; err itself when that step is not known."""
+    tb, line = err.__traceback__, None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == filename:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    st = step_at_line.get(line)
+    if st is None:
+        return err
+    checked = [n for n in st.nodes if n.prim.name in ("gather", "scatter_add")]
+    return located_error(err, (checked or st.nodes)[0])
+
+
 def _dot_plan(node):
     a, b = node.inputs
     (lc, rc), (lb, rb) = node.params["contract"], node.params.get("batch", ((), ()))
@@ -131,7 +148,7 @@ class Plan:
         outs = set(g.outputs)
         ins = set(g.inputs)
         for st in steps:
-            if st.kind == "view":
+            if st.kind in ("view", "check"):
                 self.alias[st.outputs[0]] = st.inputs[0]
             elif st.out_view is not None:     # a product written into its transposed output
                 self.alias[st.out_view[0]] = st.outputs[0]
@@ -148,7 +165,7 @@ class Plan:
         for i, st in enumerate(steps):
             for v in st.outputs:
                 self._slot(v)
-                if st.kind in ("ref", "view"):
+                if st.kind in ("ref", "view", "check"):
                     continue
                 if v in outs and not self.reuse_outputs:
                     self.out_alloc.append(v)
@@ -292,16 +309,27 @@ class Plan:
         if timed:
             lines.append("    _t = [_clock()]")
             g["_clock"] = __import__("time").perf_counter
-        body = []
+        body, step_of = [], []   # step_of[i]: the step body line i belongs to
         for st in self.schedule.steps:
-            body += ["    " + line for line in self._step_lines(st, bind, name_of, shaped,
-                                                                operand, knames)]
+            step_lines = self._step_lines(st, bind, name_of, shaped, operand, knames)
+            body += ["        " + line for line in step_lines]
+            step_of += [st] * len(step_lines)
             if timed:
-                body.append("    _t.append(_clock())")
+                body.append("        _t.append(_clock())")
+                step_of.append(None)
         if self._gemms:   # products shared out over numba's threads: OpenBLAS on one thread
             g["_blas1"] = blas.single_threaded
-            body = ["    with _blas1():"] + ["    " + line for line in body]
-        lines += body
+            body = ["        with _blas1():"] + ["    " + line for line in body]
+            step_of = [None] + step_of
+        if not body:
+            body, step_of = ["        pass"], [None]
+        # an error raised by a step names its op and the user's line (the node's provenance)
+        first = len(lines) + 2     # line number of body[0] in the source
+        g["_locate"] = functools.partial(_locate_error, f"<{self.graph.name} program>",
+                                         {first + i: st for i, st in enumerate(step_of) if st})
+        lines += ["    try:"] + body + ["    except Exception as _e:", "        _n = _locate(_e)",
+                                          "        if _n is _e:", "            raise",
+                                          "        raise _n from None"]
         outs = [name_of(v) if v in fixed else f"v{s}.copy()" if s in self.copy_slots else
                 f"v{s}" for v, s in zip(self.graph.outputs, self.out_slots)]
         lines.append(f"    return [{', '.join(outs)}]" + (", _t" if timed else ""))
@@ -349,6 +377,10 @@ class Plan:
                 return [call]
             ea, eb = (operand(v, p, s) for v, p, s in zip(n.inputs, (pa, pb), (sa, sb)))
             return pre + [f"_mm({ea}, {eb}, out={shaped(n.outputs[0], so)})"]
+        if st.kind == "check":   # raises, or its output is its input
+            return [f"{bind(n.prim.impl, '_ref_')}({name_of(n.inputs[0])}, "
+                    f"**{bind(dict(n.params), '_p')})",
+                    f"{name_of(n.outputs[0])} = {name_of(n.inputs[0])}"]
         if st.kind == "view" and getattr(st, "view_expr", None):  # a strided view
             return [f"{name_of(st.outputs[0])} = {name_of(st.inputs[0])}{st.view_expr}"]
         if st.kind == "view":
@@ -374,6 +406,9 @@ class Plan:
         for v in self.graph.inputs:
             root(v)
         for st in self.schedule.steps:
+            if st.kind == "check":
+                probes[st.outputs[0]] = probes[st.inputs[0]]
+                continue
             if st.kind != "view":
                 for v in st.outputs:
                     root(v)

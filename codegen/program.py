@@ -203,7 +203,8 @@ class CompiledGraph:
                 n = st.nodes[0]
                 what = plan.gemm_how.get(n) or {
                     "dot": "BLAS np.matmul", "ref": "reference (numpy impl)",
-                    "view": "view (reshape)"}[st.kind]
+                    "view": "view (reshape)",
+                    "check": "run-time check of values (numpy)"}[st.kind]
                 lines.append(f"  [{i}] {what}: {n.prim.name} -> "
                              f"{', '.join(v.name for v in st.outputs)}")
         lines.append("refused fusions:")

@@ -49,6 +49,8 @@ def node_kind(n):
         return "ref"
     if name == "dot_general":
         return "dot"
+    if name == "check_values":   # raises or passes its input through: an alias, no copy
+        return "check"
     if name in ("gather", "scatter_add") and last_dim_row_index(n):
         return "rowgather" if name == "gather" else "rowscatter"
     return "ref"
@@ -183,7 +185,8 @@ def row_index(rowshape, shape):
 
 
 class Step:
-    """One step of a program. kind: kernel | dot | ref | view. A dot step may write its
+    """One step of a program. kind: kernel | dot | ref | view | check (a run-time check of
+    values whose output is its input: an alias, like a view). A dot step may write its
     result into a transposed view of its output (`out_view`: (result var, permutation))."""
 
     def __init__(self, kind, nodes=(), outputs=()):
@@ -267,7 +270,7 @@ class Scheduler:
         outs = set(g.outputs)
         for n in g.nodes:
             k = self.kind[n]
-            if k in ("dot", "ref", "reshape"):
+            if k in ("dot", "ref", "reshape", "check"):
                 mat.update(n.outputs)
                 for v in n.inputs:
                     if v in self.strided:
@@ -293,7 +296,7 @@ class Scheduler:
         ops, nodes, u = [], [], v
         while True:
             n = self.prod.get(u)
-            if n is None or self.kind[n] in ("dot", "ref", "reshape"):
+            if n is None or self.kind[n] in ("dot", "ref", "reshape", "check"):
                 break
             if self.kind[n] != "view" or n.prim.name in ("broadcast_in_dim", "rev"):
                 return None
@@ -350,7 +353,7 @@ class Scheduler:
                 st.inputs, st.view_expr = [base], expr
                 steps.append(st)
                 continue
-            if k in ("dot", "ref"):
+            if k in ("dot", "ref", "check"):
                 st = Step(k, [n], n.outputs)
                 st.inputs = list(n.inputs)
                 steps.append(st)

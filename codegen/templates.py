@@ -128,7 +128,9 @@ def _abs(ctx, node, a):
 def _sign(ctx, node, a):
     d = node.inputs[0].dtype
     one, zero = ctx.const(1, d), ctx.const(0, d)
-    return f"({one} if {a[0]} > {zero} else (-{one} if {a[0]} < {zero} else {a[0]}))"
+    # sign(-0.0) is +0.0 (numpy and PyTorch); NaN stays NaN: x + 0 gives both
+    tail = f"({a[0]} + {zero})" if d.is_floating_point else a[0]
+    return f"({one} if {a[0]} > {zero} else (-{one} if {a[0]} < {zero} else {tail}))"
 
 
 @template("rsqrt")
@@ -185,14 +187,18 @@ def _pow(ctx, node, a):
     c = ctx.const_of(node.inputs[1])
     x, d = a[0], node.inputs[0].dtype
     one = ctx.const(1, d)
+    zero, ninf = ctx.const(0, d), ctx.const(-float("inf"), d)
+    # pow's IEEE cases, unlike sqrt: pow(-0, 0.5) = +0, pow(-inf, 0.5) = +inf
     special = {2.0: f"({x} * {x})", 1.0: x, 3.0: f"({x} * {x} * {x})",
-               0.5: f"np.sqrt({x})", -1.0: f"({one} / {x})",
-               -0.5: f"({one} / np.sqrt({x}))", -2.0: f"({one} / ({x} * {x}))"}
+               0.5: f"(-{ninf} if {x} == {ninf} else np.sqrt({x} + {zero}))",
+               -1.0: f"({one} / {x})",
+               -0.5: f"({one} / np.sqrt({x}))", -2.0: f"(({one} / {x}) / {x})"}
+    # (1 / x) / x, not 1 / (x * x): x * x overflows to inf for |x| > 1.8e19 in float32,
+    # where x ** -2 is still a (denormal) number
     if c is not None and float(c) == -0.5 and d.is_floating_point:
         # pow's IEEE cases, unlike 1/sqrt: pow(-0, -0.5) = inf, pow(-inf, -0.5) = 0
-        zero = ctx.const(0, d)
         r = _rsqrt(ctx, node, [f"({x} if {x} != {zero} else {zero})"])
-        return f"({zero} if {x} == {ctx.const(-float('inf'), d)} else {r})"
+        return f"({zero} if {x} == {ninf} else {r})"
     if c is not None and float(c) in special:
         return special[float(c)]
     return f"np.power({x}, {a[1]})"
@@ -233,29 +239,15 @@ TEMPLATES["iota"] = _iota
 def peephole(ctx, node, value_of):
     """An expression for `node` that looks through its operands, or None.
 
-    Float32 `x / sqrt(y)` becomes `x * rsqrt_f32(y)`, and `x / (sqrt(y) * c)` becomes
-    `x * rsqrt_f32(y) / c` (LLVM would use its reciprocal-sqrt estimate, NaN where y is 0 or
-    inf: sqrt's gradient at 0 came out NaN instead of inf). Float32 `1 - tanh(y)*tanh(y)` becomes `tanh_d_f32(y)` and `1 - logistic(x)` becomes
+    Float32 `1 - tanh(y)*tanh(y)` becomes `tanh_d_f32(y)` and `1 - logistic(x)` becomes
     `logistic_c_f32(x)`: accurate where tanh/logistic saturate, and sharing their exponential
-    and division with tanh(y)/logistic(x) computed in the same loop. `value_of(var)` emits an
-    operand (at the node's index); `ctx.inner_producer(var)` is var's node when it is computed
-    inside the kernel (not read from memory)."""
+    and division with tanh(y)/logistic(x) computed in the same loop. (`x / sqrt(y)` is left
+    as it is: without fast-math flags it is eager's sqrt and division, bit for bit; it
+    became `x * rsqrt_f32(y)` while LLVM's "arcp" estimate made it NaN at y = 0.)
+    `value_of(var)` emits an operand (at the node's index); `ctx.inner_producer(var)` is
+    var's node when it is computed inside the kernel (not read from memory)."""
     if not node.inputs or node.inputs[0].dtype is not dt.float32:
         return None
-    if node.prim.name == "div":   # x / sqrt(y), x / (sqrt(y) * c): see rsqrt_f32
-        p = ctx.inner_producer(node.inputs[1])
-        rest = None
-        if p is not None and p.prim.name == "mul":   # sqrt's backward: g / (2 * sqrt(y))
-            for i in (0, 1):
-                q = ctx.inner_producer(p.inputs[i])
-                if q is not None and q.prim.name == "sqrt":
-                    p, rest = q, p.inputs[1 - i]
-                    break
-        if p is None or p.prim.name != "sqrt":
-            return None
-        ctx.need("rsqrt_f32")
-        e = f"({value_of(node.inputs[0])} * rsqrt_f32({value_of(p.inputs[0])}))"
-        return e if rest is None else f"({e} / {value_of(rest)})"
     if node.prim.name != "sub":
         return None
     c = ctx.const_of(node.inputs[0])

@@ -7,6 +7,7 @@ implementation; with `Var`s (while a `GraphBuilder` is active) it appends a Node
 import contextvars
 import itertools
 import os
+import re
 import sys
 
 from aotgrad.ir import dtypes as dt
@@ -126,11 +127,40 @@ def make_provenance():
     return Provenance(file, line, src, current_op.get())
 
 
+_LOCATION = re.compile(r" \(at [^\s:]+:\d+: `")
+
+
+def names_location(msg):
+    """Does error message `msg` name a user's line already (as `format_location` writes it)?
+    (PyTorch's own wording has "(at least ...": not a location.)"""
+    return _LOCATION.search(msg) is not None
+
+
 def format_location():
     file, line, src = user_location()
     if file is None:
         return ""
     return f" (at {os.path.basename(file)}:{line}: `{src}`)"
+
+
+def located_error(err, node):
+    """An error raised while a compiled program ran `node`, re-made (same type) to name the
+    user-level op and the user's source line from the node's provenance, as errors raised
+    eagerly and while tracing do. err itself when it names a line already or cannot be
+    re-made."""
+    prov = node.provenance
+    msg = err.args[0] if len(err.args) == 1 and isinstance(err.args[0], str) else None
+    if prov is None or msg is None or names_location(msg):
+        return err
+    where = f" (at {os.path.basename(prov.file)}:{prov.line}: `{prov.source}`)" \
+        if prov.file else ""
+    phase = " (backward)" if prov.phase == "bw" else ""
+    try:
+        new = type(err)(f"{prov.op or 'prims.' + node.prim.name}{phase}: {msg}{where}")
+    except Exception:   # an exception type that takes other arguments: leave it as it is
+        return err
+    new.__traceback__ = err.__traceback__
+    return new
 
 
 class Prim:
@@ -230,7 +260,13 @@ class Graph:
 def evaluate(graph, args):
     env = dict(zip(graph.inputs, args))
     for n in graph.nodes:
-        outs = n.prim.impl(*[env[v] for v in n.inputs], **n.params)
+        try:
+            outs = n.prim.impl(*[env[v] for v in n.inputs], **n.params)
+        except Exception as e:
+            located = located_error(e, n)
+            if located is e:
+                raise
+            raise located from None
         if not n.prim.multiple_results:
             outs = (outs,)
         env.update(zip(n.outputs, outs))

@@ -4,7 +4,7 @@ its inputs, a numpy reference implementation, and tags.
 Prims are strict (like XLA's HLO or jax.lax): binary ops need equal shapes and dtypes;
 broadcasting and type promotion are the op layer's job (runtime/ops.py).
 
-Tags: pointwise, reduction, shape, contraction, random, index, creation.
+Tags: pointwise, reduction, shape, contraction, random, index, creation, check.
 """
 import builtins
 import functools
@@ -15,6 +15,7 @@ import numpy as np
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir import special_math
 from aotgrad.ir.core import Aval, Prim, PrimError, check
+from aotgrad.ir.value_checks import ValueCheck
 
 PRIMS = {}  # name -> Prim
 
@@ -223,6 +224,18 @@ def _random_rule(seed, *, shape, dtype):
     return Aval(shape, dtype)
 
 
+def _check_values_rule(x, *, check):
+    if not isinstance(check, ValueCheck):
+        raise PrimError(f"check must be a ValueCheck, got {check!r}")
+    return Aval(x.shape, x.dtype)
+
+
+def _check_values(x, *, check):
+    """x itself, once every element passed the check (see ir/value_checks.py)."""
+    check.raise_if_violated(x)
+    return x
+
+
 def _argsort_rule(x, *, dim, descending=False):
     check(0 <= dim < x.ndim, f"dim {dim} out of range")
     return Aval(x.shape, dt.int64)
@@ -333,6 +346,18 @@ def _argsort(x, *, dim, descending=False):
     return np.flip(idx, dim).copy() if descending else idx
 
 
+def _tie_first(fn):
+    """maximum/minimum as PyTorch computes them: NaN propagates, and where the inputs compare
+    equal (0.0 and -0.0) the first one is the result (numpy returns the second)."""
+    def impl(x, y):
+        r = fn(x, y)
+        if x.dtype.kind != "f":
+            return r
+        return np.where(x == y, x, r)
+    impl.__name__ = fn.__name__
+    return impl
+
+
 def _quiet(fn):
     """numpy warns on log(-1), 1/0, exp overflow; PyTorch returns nan/inf silently."""
     def impl(*args):
@@ -359,8 +384,8 @@ for _name, _fn, _kind in [
 for _name, _fn, _kind, _out in [
     ("add", np.add, "any", None), ("sub", np.subtract, "numeric", None),
     ("mul", np.multiply, "any", None), ("div", np.divide, "float", None),
-    ("pow", np.power, "float", None), ("maximum", np.maximum, "any", None),
-    ("minimum", np.minimum, "any", None), ("atan2", np.arctan2, "float", None),
+    ("pow", np.power, "float", None), ("maximum", _tie_first(np.maximum), "any", None),
+    ("minimum", _tie_first(np.minimum), "any", None), ("atan2", np.arctan2, "float", None),
     ("eq", np.equal, "any", dt.bool_), ("ne", np.not_equal, "any", dt.bool_),
     ("lt", np.less, "any", dt.bool_), ("le", np.less_equal, "any", dt.bool_),
     ("gt", np.greater, "any", dt.bool_), ("ge", np.greater_equal, "any", dt.bool_),
@@ -507,6 +532,7 @@ register("iota", _iota_rule, lambda *, shape, dim, dtype: np.broadcast_to(
         [shape[dim] if i == dim else 1 for i in range(len(shape))]), shape).copy(), ("creation",))
 register("full", _creation_rule,
          lambda *, shape, value, dtype: np.full(shape, value, dtype=dtype.np), ("creation",))
+register("check_values", _check_values_rule, _check_values, ("check",))
 register("uniform", _random_rule, _random("uniform"), ("random",))
 register("normal", _random_rule, _random("normal"), ("random",))
 

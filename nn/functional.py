@@ -20,6 +20,7 @@ from aotgrad.runtime.grad_mode import no_grad
 from aotgrad.runtime.ops import op
 from aotgrad.runtime.shape_ops import one_hot  # noqa: F401  (F.one_hot)
 from aotgrad.runtime.tensor import Tensor
+from aotgrad.runtime.value_checks import checked, type_str
 from aotgrad.nn._checks import _check_float, _check_tensor  # noqa: F401
 
 
@@ -554,11 +555,10 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
         raise NotImplementedError("embedding(): max_norm, scale_grad_by_freq and sparse are not "
                                   "supported")
     n = weight.shape[0]
-    if isinstance(input._value, np.ndarray) and input.numel():
-        lo, hi = int(input._value.min()), int(input._value.max())
-        if lo < 0 or hi >= n:
-            raise IndexError(f"embedding(): index out of range in self (indices span "
-                             f"[{lo}, {hi}], num_embeddings={n})")
+    input = checked(input, IndexError,   # eagerly, and at run time when compiled
+                    f"embedding(): index out of range in self (index {{value}}, "
+                    f"num_embeddings={n}; indices {type_str(input)}, weight "
+                    f"{type_str(weight)})", low=0, high=n)
     flat = shape_ops.index_select(weight, 0, input.reshape(-1))
     out = flat.reshape(tuple(input.shape) + (weight.shape[1],))
     if padding_idx is not None:

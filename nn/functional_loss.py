@@ -6,6 +6,7 @@ import numpy as np
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.core import current_op
+from aotgrad.runtime.value_checks import checked, type_str
 from aotgrad.runtime import ops, shape_ops
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.factories import rand, tensor
@@ -79,24 +80,24 @@ def _class_targets(name, input, target, ignore_index):
     if input.ndim == 0:
         raise ValueError(f"{name}: input must be at least 1-D, got a scalar")
     if target.dtype not in (dt.int64, dt.int32):
-        raise RuntimeError(f"{name}: expected target of dtype int64 (class indices), got "
-                           f"{target.dtype.name}")
+        raise RuntimeError(f"expected target of dtype int64 (class indices), got "
+                           f"{target.dtype.name} (input {type_str(input)}, target "
+                           f"{type_str(target)})")
     cdim = 0 if input.ndim == 1 else 1
     expect = tuple(input.shape[:cdim]) + tuple(input.shape[cdim + 1:])
     if tuple(target.shape) != expect:
         if input.ndim >= 2 and target.ndim >= 1 and target.shape[0] != input.shape[0]:
             raise ValueError(f"Expected input batch_size ({input.shape[0]}) to match target "
                              f"batch_size ({target.shape[0]}).")
-        raise RuntimeError(f"{name}: expected target of shape {list(expect)} for input of shape "
+        raise RuntimeError(f"expected target of shape {list(expect)} for input of shape "
                            f"{list(input.shape)}, got {list(target.shape)}")
     c = input.shape[cdim]
-    if isinstance(target._value, np.ndarray) and target.numel():
-        v = target._value
-        bad = v[(v != ignore_index) & ((v < 0) | (v >= c))]
-        if bad.size:
-            raise IndexError(f"{name}: Target {int(bad.flat[0])} is out of bounds (number of "
-                             f"classes {c}).")
-    return cdim, c
+    # checked eagerly, and at run time in a compiled program (the labels are its data)
+    target = checked(target, IndexError,
+                     f"Target {{value}} is out of bounds (number of classes {c}; input "
+                     f"{type_str(input)}, target {type_str(target)}).", low=0, high=c,
+                     exempt=ignore_index)
+    return cdim, c, target
 
 
 @op("nll_loss", "NllLossBackward0")
@@ -104,7 +105,7 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
              reduction="mean"):
     """-input[i, target[i]] (times weight[target[i]]); mean divides by the summed weights of
     the targets that are not ignore_index."""
-    cdim, c = _class_targets("nll_loss", input, target, ignore_index)
+    cdim, c, target = _class_targets("nll_loss", input, target, ignore_index)
     return _nll(input, target, weight, ignore_index, reduction, cdim, c, "nll_loss")
 
 
@@ -164,7 +165,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
             n = input.numel() // c if input.ndim > 1 else 1
             return ops.div(ops.sum(loss), float(n))
         return _reduce(loss, reduction, "cross_entropy")
-    cdim, c = _class_targets("cross_entropy", input, target, ignore_index)
+    cdim, c, target = _class_targets("cross_entropy", input, target, ignore_index)
     return _nll(logp, target, weight, ignore_index, reduction, cdim, c, "cross_entropy",
                 label_smoothing)
 
@@ -177,10 +178,6 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
         raise ValueError(f"Using a target size ({list(target.shape)}) that is different to the "
                          f"input size ({list(input.shape)}) is deprecated. Please ensure they "
                          f"have the same size.")
-    if isinstance(input._value, np.ndarray) and input.numel():
-        v = input._value
-        if v.min() < 0 or v.max() > 1:
-            raise RuntimeError("all elements of input should be between 0 and 1")
     target_term, logs_target = None, target
     if target.requires_grad and _grad_mode.grad_enabled:
         # PyTorch's gradient in the target is -logit(input), not the clamped logs' (+-100):
@@ -188,14 +185,14 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
         target_term = _bce_target_term(input.detach(), target)
         logs_target = target.detach()
     if not (input.requires_grad and _grad_mode.grad_enabled):
-        loss = _bce_clamped_logs(input, logs_target)
+        loss = _bce_clamped_logs(_bce_checked(input), logs_target)
     else:
         # PyTorch's derivatives in the input, not the clamped logs' (those are 0, or 1/x^2
         # overflowing, where the input saturates): first (x - t) / max(x (1 - x), 1e-12),
         # second (x^2 - 2xt + t) / ((x + 1e-12)^2 (1 - x + 1e-12)^2). The loss is the clamped
         # logs at the detached input plus the Taylor terms d1 h + d2 h^2 / 2 in h = input -
         # detached input, which are 0 in value and give exactly those two derivatives
-        xd = input.detach()
+        xd = _bce_checked(input.detach())   # the values; the gradient flows through h
         h = ops.sub(input, xd)
         one_m = ops.sub(1.0, xd)
         d1 = ops.div(ops.sub(xd, target), ops.clamp(ops.mul(one_m, xd), min=1e-12))
@@ -209,6 +206,13 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     if weight is not None:
         loss = ops.mul(loss, weight)
     return _reduce(loss, reduction, "binary_cross_entropy")
+
+
+def _bce_checked(x):
+    """x, whose values must lie in [0, 1] (checked eagerly, and at run time compiled)."""
+    return checked(x, RuntimeError, f"all elements of input should be between 0 and 1 (got "
+                                    f"{{value}} in input {type_str(x)})", low=0.0, high=1.0,
+                   high_inclusive=True)
 
 
 def _bce_target_term(xd, target):

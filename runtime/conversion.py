@@ -9,7 +9,7 @@ overloads, `cpu`/`cuda`, `pin_memory`, `__format__`, and the layout/device predi
 """
 from aotgrad.ir import dtypes as dt
 from aotgrad.runtime import device as _device
-from aotgrad.runtime import layout as _mf
+from aotgrad.runtime import memory_format as _mf
 from aotgrad.runtime.op_base import cast
 from aotgrad.runtime.tensor import Tensor
 

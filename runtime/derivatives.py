@@ -527,5 +527,5 @@ def _(ctx, g):
 NON_DIFFERENTIABLE = frozenset({
     "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_not", "argmax",
     "argmin", "argsort", "searchsorted", "cumargmax", "cumargmin", "iota", "full", "uniform",
-    "normal", "linalg_slogdet_sign"})
+    "normal", "linalg_slogdet_sign", "check_values"})
 del dt

@@ -7,7 +7,7 @@ import numpy as _np
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.core import Aval, aval_of, current_builder, Var
-from aotgrad.runtime import profiling
+from aotgrad.runtime import layout, profiling
 from aotgrad.runtime.engine import Node, SavedTensor, _node_of
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.tensor import Tensor
@@ -147,6 +147,8 @@ def apply(prim, *inputs, **params):
     out = Tensor._make(out_val, False)
     if builder is not None:
         builder.track(out)
+        if prim.name in layout.VIEW_PRIMS:
+            layout.propagate(prim, params, inputs[0], out)
     if _mode.grad_enabled and inputs:
         rule = VJP.get(prim.name)
         if rule is not None and any(t.requires_grad for t in inputs) and \

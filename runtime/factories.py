@@ -4,6 +4,7 @@ import numpy as np
 from aotgrad.ir import dtypes as dt
 from aotgrad.runtime import device as _device
 from aotgrad.runtime import tprims as tp
+from aotgrad.runtime.op_base import op
 from aotgrad.runtime.tensor import Tensor
 
 
@@ -324,27 +325,29 @@ class Generator:
         return self._rng.initial
 
 
+@op("multinomial")
 def multinomial(input, num_samples, replacement=False, *, generator=None):
     """Draw `num_samples` category indices per row of the (unnormalised) probabilities
     `input`: `multinomial(tensor([0.2, 0.8]), 3, replacement=True)` is int64 of shape (3,).
     Without replacement the draws are distinct (Gumbel top-k)."""
     from aotgrad.runtime import ops, shape_ops
     if input.ndim not in (1, 2):
-        raise RuntimeError(f"multinomial: prob_dist must be 1 or 2 dim, got {input.ndim}")
+        raise RuntimeError(f"prob_dist must be 1 or 2 dim, got {input.ndim}")
     n = input.shape[-1]
     if not replacement and num_samples > n:
-        raise RuntimeError("multinomial: cannot sample n_sample > prob_dist.size(-1) samples "
+        raise RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples "
                            "without replacement")
-    if isinstance(input._value, np.ndarray):
+    from aotgrad.runtime.value_checks import checked, type_str
+    input = checked(input.detach(), RuntimeError,   # eagerly, and at run time compiled
+                    f"probability tensor contains either `inf`, `nan` or element < 0 (got "
+                    f"{{value}} in {type_str(input)})", low=0.0, high=float("inf"))
+    if isinstance(input._value, np.ndarray):   # (the sums are checked eagerly only)
         v = input._value
-        if (v < 0).any() or not np.isfinite(v).all():
-            raise RuntimeError("multinomial: probability tensor contains either `inf`, `nan` "
-                               "or element < 0")
         if (v.reshape(-1, n).sum(-1) == 0).any():
-            raise RuntimeError("multinomial: invalid multinomial distribution (sum of "
+            raise RuntimeError("invalid multinomial distribution (sum of "
                                "probabilities <= 0)")
         if not replacement and ((v.reshape(-1, n) > 0).sum(-1) < num_samples).any():
-            raise RuntimeError("multinomial: invalid multinomial distribution (with "
+            raise RuntimeError("invalid multinomial distribution (with "
                                "replacement=False, not enough non-negative category to sample)")
     p = ops.cast(input, dt.float64)
     rows = tuple(input.shape[:-1])

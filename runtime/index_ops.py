@@ -17,6 +17,7 @@ import math
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
+from aotgrad.runtime.value_checks import checked, type_str
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.elementwise_ops import add, mul, where
 from aotgrad.runtime.join_ops import narrow
@@ -74,15 +75,18 @@ def masked_fill(x, mask, value):
 
 
 def _normalize_index(idx, n, negative_ok=True):
-    """Negative indices wrap; out-of-range indices raise (checked eagerly on concrete values).
-    With negative_ok=False (gather, index_select) a negative index is out of range."""
+    """Negative indices wrap; out-of-range indices raise, eagerly and in compiled programs
+    (a run-time check the index passes through). With negative_ok=False (gather,
+    index_select) a negative index is out of range."""
+    idx = checked(idx, IndexError,
+                  f"index {{value}} is out of bounds for dimension with size {n} "
+                  f"(index {type_str(idx)})", low=-n if negative_ok else 0, high=n)
     if isinstance(idx._value, np.ndarray):
         v = idx._value
-        if v.size and (v.min() < (-n if negative_ok else 0) or v.max() >= n):
-            bad = v[(v < (-n if negative_ok else 0)) | (v >= n)].flat[0]
-            raise IndexError(f"index {bad} is out of bounds for dimension with size {n}")
-        if v.size and v.min() < 0:
+        if negative_ok and v.size and v.min() < 0:
             return as_tensor_like(np.where(v < 0, v + n, v))
+        return idx
+    if not negative_ok:
         return idx
     zero = tp.zeros(tuple(idx.shape), idx.dtype)
     return tp.where(tp.lt(idx, zero), tp.add(idx, tp.broadcast_to(tp.constant(n, idx.dtype),
@@ -424,8 +428,15 @@ def argwhere(x):
 def one_hot(x, num_classes=-1):
     if x.dtype is not dt.int64 and x.dtype is not dt.int32:
         raise RuntimeError("one_hot is only applicable to index tensor.")
+    x = checked(x, RuntimeError, f"Class values must be non-negative (got {{value}} in "
+                                 f"{type_str(x)}).", low=0)
     if num_classes == -1:
-        num_classes = int(x._concrete("one_hot without num_classes").max()) + 1
+        num_classes = int(x._concrete("one_hot without num_classes").max()) + 1 \
+            if x.numel() else 0
+    else:
+        x = checked(x, RuntimeError, f"Class values must be smaller than num_classes (got "
+                                     f"{{value}} in {type_str(x)}, num_classes={num_classes}).",
+                    high=num_classes)
     shape = tuple(x.shape) + (num_classes,)
     classes = tp.iota(shape=shape, dim=x.ndim, dtype=x.dtype)
     xb = tp.broadcast_in_dim(x, shape=shape, dims=tuple(range(x.ndim)))

@@ -22,7 +22,8 @@ import weakref
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
-from aotgrad.ir.core import current_builder, current_op
+from aotgrad.ir.core import current_builder, current_op, format_location, type_str
+from aotgrad.runtime import layout
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.elementwise_ops import where
 from aotgrad.runtime.grad_mode import state as _mode
@@ -40,8 +41,8 @@ def _inplace_guard(x, opname):
                            f"doing inplace update.")
     if _mode.grad_enabled:
         if x.grad_fn is None and x.requires_grad:
-            raise RuntimeError(f"a leaf Variable that requires grad is being used in an in-place "
-                               f"operation ({opname}).")
+            raise RuntimeError(f"{opname}: a leaf Variable that requires grad is being used in "
+                               f"an in-place operation (tensor {type_str(x)}).{format_location()}")
         if x._base is not None and x._base.requires_grad and x._base.grad_fn is None:
             where = "" if current_op.get() is not None else f"{opname}: "
             raise RuntimeError(f"{where}a view of a leaf Variable that requires grad is being "
@@ -74,20 +75,24 @@ _OVERLAP_ALLOWED = ("fill_", "zero_")  # PyTorch writes one value into overlappi
 def _overlaps(a):
     """Whether elements of numpy array `a` share memory (a dimension of size > 1 with
     stride 0, as an expanded tensor's): PyTorch's internal-overlap test."""
-    return any(n > 1 and st == 0 for n, st in zip(a.shape, a.strides))
+    return a.size > 1 and any(n > 1 and st == 0 for n, st in zip(a.shape, a.strides))
 
 
 def _check_overlap(x, opname):
-    if opname not in _OVERLAP_ALLOWED and isinstance(x._value, np.ndarray) and \
-            _overlaps(x._value):
+    v = layout.probe(x)   # traced: the layout eager mode would give x
+    if opname not in _OVERLAP_ALLOWED and v is not None and _overlaps(v):
         where = "" if current_op.get() is not None else f"{opname}: "
-        raise RuntimeError(where + _OVERLAP_MESSAGE)
+        raise RuntimeError(f"{where}{_OVERLAP_MESSAGE} (tensor {type_str(x)}, strides "
+                           f"{tuple(st // v.itemsize for st in v.strides)})"
+                           f"{format_location() if where else ''}")
 
 
 def _store(x, value, opname, index=None):
     """Write numpy `value` into x's buffer (at `index` if given). A read-only buffer (a view of
     an expanded tensor) is written through the elements of its root it refers to."""
     dst = x._value
+    if dst.size == 0:   # nothing to write (numpy marks some empty views read-only)
+        return
     if dst.flags.writeable:
         if index is None:
             np.copyto(dst, value)
@@ -200,16 +205,17 @@ def commit_inplace(x, new, opname):
     _check_overlap(x, opname)
     if new.dtype is not x.dtype:
         if not x.dtype.is_floating_point and new.dtype.is_floating_point:
-            raise RuntimeError(f"result type {new.dtype.name} can't be cast to the desired "
-                               f"output type {x.dtype.name}")
+            raise RuntimeError(f"{opname}: result type {new.dtype.name} can't be cast to the "
+                               f"desired output type {x.dtype.name} (tensor {type_str(x)})"
+                               f"{format_location()}")
         new = cast(new, x.dtype)
     if x.requires_grad and not new.requires_grad and _mode.grad_enabled:
         # the new value does not depend on x's old one: its history gets a zero gradient
         keep = tp.constant(True, dt.bool_, tuple(x.shape))
         new = tp.where(keep, new, snapshot(x))
     if tuple(new.shape) != tuple(x.shape):
-        raise RuntimeError(f"output with shape {list(x.shape)} doesn't match the broadcast shape "
-                           f"{list(new.shape)}")
+        raise RuntimeError(f"{opname}: output with shape {list(x.shape)} doesn't match the "
+                           f"broadcast shape {list(new.shape)}{format_location()}")
     tracked = new.requires_grad and _mode.grad_enabled
     if tracked and new.grad_fn is None:  # a leaf's value (copy_(leaf)): x gets a node of its
         new = reshape(new, tuple(new.shape))  # own, not the leaf's identity

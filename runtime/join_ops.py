@@ -12,15 +12,27 @@ import numpy as np
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.runtime import tprims as tp
-from aotgrad.runtime.op_base import _named, as_tensor_like, cast, norm_dims, op
+from aotgrad.runtime.op_base import _named, as_tensor_like, cast, norm_dims, op, type_name
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.runtime.view_ops import _alias, _dim, _view_of, flatten, reshape, unsqueeze
 
 
 # ---- joining and splitting -----------------------------------------------------------------
+def _tensor_list(tensors):
+    """The sequence of tensors cat/stack take; anything else in it is PyTorch's TypeError."""
+    if isinstance(tensors, Tensor) or not isinstance(tensors, (list, tuple)):
+        raise TypeError(f"expected a tuple or list of Tensors as argument 0, but got "
+                        f"{type_name(tensors)}")
+    for i, t in enumerate(tensors):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"expected Tensor as element {i} in argument 0, but got "
+                            f"{type_name(t)}")
+    return list(tensors)
+
+
 @op("cat", "CatBackward0")
 def cat(tensors, dim=0):
-    tensors = [as_tensor_like(t) for t in tensors]
+    tensors = _tensor_list(tensors)
     if not tensors:
         raise RuntimeError("cat(): expected a non-empty list of Tensors")
     for i, t in enumerate(tensors):
@@ -55,7 +67,7 @@ concat = concatenate = cat
 
 @op("stack", "StackBackward0")
 def stack(tensors, dim=0):
-    tensors = list(tensors)
+    tensors = _tensor_list(tensors)
     if not tensors:
         raise RuntimeError("stack expects a non-empty TensorList")
     s0 = tuple(tensors[0].shape)

@@ -1,56 +1,48 @@
-"""Memory formats and layouts, PyTorch's names: `aotgrad.contiguous_format`,
-`preserve_format`, `channels_last`, `channels_last_3d` (accepted by `contiguous`, `clone`,
-`to`, `empty_like`, ...) and the layouts `aotgrad.strided` and `aotgrad.sparse_coo`.
+"""The memory layout a traced tensor would have eagerly, so that a trace applies eager mode's
+stride rules (`x.t().view(-1)` raises, as eagerly: a view cannot flatten a transposed
+tensor).
 
-aotgrad's eager buffers are numpy arrays in C order, and compiled programs assume it, so a
-channels-last request is validated (rank 4, or 5 for `channels_last_3d`, as PyTorch
-checks) and the tensor keeps its C-order layout: values and results are the same, only
-`stride()` differs from PyTorch's.
+A traced tensor's value is an IR Var, which has no strides. A view prim applied while
+tracing also runs on a *layout probe*: an int8 numpy array of the tensor's shape whose
+strides (in elements) are the eager tensor's, carried on the traced tensor. A tensor without
+a probe is C-contiguous (a fresh result). Probes are never read: their buffers are
+`np.empty` (pages the OS maps only when touched).
 """
+import numpy as np
+
+VIEW_PRIMS = frozenset(("transpose", "slice", "broadcast_in_dim", "reshape", "rev"))
 
 
-class memory_format:  # noqa: N801  (torch.memory_format's spelling)
-    __slots__ = ("name", "rank")
-
-    def __init__(self, name, rank=None):
-        self.name, self.rank = name, rank
-
-    def __repr__(self):
-        return f"aotgrad.{self.name}"
-
-    def __reduce__(self):
-        return self.name
+def probe(t):
+    """An array with t's layout: its eager array, its probe, or None (C-contiguous)."""
+    v = t._value
+    if isinstance(v, np.ndarray):
+        return v
+    return t.__dict__.get("_layout_probe")
 
 
-contiguous_format = memory_format("contiguous_format")
-preserve_format = memory_format("preserve_format")
-channels_last = memory_format("channels_last", 4)
-channels_last_3d = memory_format("channels_last_3d", 5)
+def propagate(prim, params, x, out):
+    """Give `out` (traced, made by view prim `prim` from x) the layout eager mode gives it."""
+    p = probe(x)
+    if p is None:
+        if prim.name == "reshape":   # contiguous in, contiguous out
+            return
+        p = np.empty(tuple(x.shape), np.int8)
+    r = prim.impl(p, **params)
+    if not r.flags.c_contiguous or r.size <= 1 or np.may_share_memory(r, p):
+        out.__dict__["_layout_probe"] = r
 
 
-def check(t, fmt, what):
-    """Validate a `memory_format=` argument of `what` for tensor `t`."""
-    if fmt is None:
-        return
-    if not isinstance(fmt, memory_format):
-        raise TypeError(f"{what}: memory_format must be an aotgrad memory format (e.g. "
-                        f"aotgrad.contiguous_format), got {type(fmt).__name__}")
-    if fmt.rank is not None and t.ndim != fmt.rank:
-        raise RuntimeError(f"required rank {fmt.rank} tensor to use {fmt.name} format")
+def mark_fresh(t):
+    """t (traced) is a new C-contiguous value eagerly (a copy), whatever it was made from."""
+    t.__dict__.pop("_layout_probe", None)
 
 
-class layout:  # noqa: N801  (torch.layout's spelling)
-    __slots__ = ("name",)
-
-    def __init__(self, name):
-        self.name = name
-
-    def __repr__(self):
-        return f"aotgrad.{self.name}"
-
-    def __reduce__(self):
-        return self.name
-
-
-strided = layout("strided")
-sparse_coo = layout("sparse_coo")
+def is_view_of(out, x):
+    """Would eager mode's result `out` of a reshape of x share x's memory (a view)?"""
+    po, px = probe(out), probe(x)
+    if po is None and px is None:
+        return True   # both fresh and contiguous: a reshape is a view
+    if po is None or px is None:   # a reshape whose result got no probe copied x
+        return px is None
+    return po.size <= 1 or np.may_share_memory(po, px)

@@ -1,4 +1,6 @@
 """Install operators and methods on Tensor from the op modules (one place, one table)."""
+import numpy as np
+
 from aotgrad.ir import dtypes as dt
 from aotgrad.runtime import conversion, linalg_functions, ops, shape_ops, sparse_ops
 from aotgrad.runtime.ops import cast

@@ -13,7 +13,7 @@ import functools
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
-from aotgrad.ir.core import current_op, current_provenance, format_location
+from aotgrad.ir.core import current_op, current_provenance, format_location, names_location
 from aotgrad.runtime import autocast as _autocast
 from aotgrad.runtime import profiling
 from aotgrad.runtime import tprims as tp
@@ -23,6 +23,8 @@ from aotgrad.runtime.tensor import Tensor
 def op(name, grad_name=None):
     """Mark a user-level op: provenance name, profiler row, and the grad_fn name of its result."""
     def deco(fn):
+        tensor_args = _tensor_parameters(fn)
+
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
             if current_op.get() is not None:
@@ -31,6 +33,10 @@ def op(name, grad_name=None):
                 args, kwargs = _autocast.cast_args(name, args, kwargs)
             token = current_op.set(name)
             try:
+                for i, pname in tensor_args:
+                    a = args[i] if i < len(args) else kwargs.get(pname)
+                    if type(a) in _NOT_TENSORS:
+                        _not_a_tensor(name, pname, i, a)
                 if profiling._profilers:
                     with profiling.record(name, kind="op"):
                         out = fn(*args, **kwargs)
@@ -51,13 +57,48 @@ def op(name, grad_name=None):
     return deco
 
 
-def _add_user_line(err, name):
-    """Errors raised inside an op name the op and the user's source line (once)."""
+def _add_user_line(err, name, prefix=True):
+    """Errors raised inside an op name the op and the user's source line (once). Without
+    `prefix` only the line is added (the source text names the call; PyTorch's wording stays
+    as it is at the start of the message)."""
     msg = str(err.args[0]) if err.args and isinstance(err.args[0], str) else None
-    if msg is None or " (at " in msg or type(err).__module__ != "builtins":
+    if msg is None or names_location(msg) or type(err).__module__ != "builtins":
         return
-    prefix = "" if msg.startswith(name + ":") else f"{name}: "  # PyTorch-worded: named
+    prefix = "" if not prefix or msg.startswith((f"{name}(): ", f"{name}:")) else f"{name}: "
     err.args = (f"{prefix}{msg}{format_location()}",) + err.args[1:]
+
+
+# Arguments that must be tensors when given (a Python number may stand for one in binary
+# ops; an array or a list may not, as in PyTorch): parameter name -> PyTorch's name for it.
+_TENSOR_PARAMETERS = {"x": "input", "input": "input", "a": "input", "b": "other",
+                      "target": "target", "mask": "mask", "cond": "condition",
+                      "query": "query", "key": "key", "value": "value", "source": "source",
+                      "src": "src", "tensor": "tensor", "weight": "weight", "bias": "bias"}
+_NOT_TENSORS = frozenset((list, tuple, np.ndarray))
+
+
+def _tensor_parameters(fn):
+    """(position, name) of fn's parameters that take tensors (see _TENSOR_PARAMETERS)."""
+    import inspect
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return ()
+    return tuple((i, p.name) for i, p in enumerate(params)
+                 if p.name in _TENSOR_PARAMETERS and
+                 p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+
+
+def type_name(value):
+    """`list`, `numpy.ndarray`: a value's type as PyTorch's argument errors name it."""
+    t = type(value)
+    return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__name__}"
+
+
+def _not_a_tensor(opname, pname, i, value):
+    what = type_name(value)
+    raise TypeError(f"{opname}(): argument '{_TENSOR_PARAMETERS[pname]}' (position {i + 1}) "
+                    f"must be Tensor, not {what}")
 
 
 def _named(out, grad_name):

@@ -26,7 +26,7 @@ import numpy as np
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.runtime import device as _device
-from aotgrad.runtime import layout as _layout
+from aotgrad.runtime import memory_format as _layout
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.index_ops import index_add, index_select
 from aotgrad.runtime.op_base import cast, op

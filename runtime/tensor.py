@@ -181,8 +181,10 @@ class Tensor:
             raise RuntimeError("Setting requires_grad=True on inference tensor outside "
                                "InferenceMode is not allowed.")
         if requires_grad and not self.dtype.is_floating_point:
-            raise RuntimeError(f"only Tensors of floating point dtype can require gradients "
-                               f"(got {self.dtype.name})")
+            from aotgrad.ir.core import format_location, type_str
+            raise RuntimeError(f"requires_grad: only Tensors of floating point dtype can "
+                               f"require gradients (got {type_str(self)}, dtype "
+                               f"{self.dtype.name}){format_location()}")
         self.requires_grad = bool(requires_grad)
         return self
 
@@ -233,12 +235,17 @@ class Tensor:
 
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
         """Compute the gradient of this tensor w.r.t. graph leaves, accumulated into `.grad`."""
-        if gradient is None and inputs is None and not create_graph:
-            node = self.grad_fn
-            if node is not None and node._fast_backward is not None and \
-                    node._fast_backward(self, bool(retain_graph)):
-                return
-        _autograd_backward(self, gradient, retain_graph, create_graph, inputs=inputs)
+        try:
+            if gradient is None and inputs is None and not create_graph:
+                node = self.grad_fn
+                if node is not None and node._fast_backward is not None and \
+                        node._fast_backward(self, bool(retain_graph)):
+                    return
+            _autograd_backward(self, gradient, retain_graph, create_graph, inputs=inputs)
+        except (RuntimeError, ValueError, TypeError, IndexError) as e:
+            from aotgrad.runtime.op_base import _add_user_line
+            _add_user_line(e, "backward", prefix=False)   # the user's line of backward()
+            raise
 
     def detach(self):
         """A new tensor sharing storage and version counter, outside the autograd graph."""

@@ -16,8 +16,9 @@ import weakref
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
-from aotgrad.ir.core import current_builder, current_op
-from aotgrad.runtime import layout as _layout
+from aotgrad.ir.core import current_builder, current_op, type_str
+from aotgrad.runtime import layout
+from aotgrad.runtime import memory_format as _layout
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.op_base import _named, broadcast_shapes, norm_dims, op
@@ -106,6 +107,7 @@ def _alias(x):
     return _view_of(tp.reshape(x, shape=tuple(x.shape)), x)
 
 
+@op("view", "ViewBackward0")
 def view(x, *shape):
     """reshape that must not copy: an incompatible non-contiguous layout raises (as in
     PyTorch); `view(dtype)` is not supported."""
@@ -113,13 +115,19 @@ def view(x, *shape):
         raise NotImplementedError(f"view: reinterpreting {x.dtype.name} as {shape[0].name} "
                                   f"(view(dtype)) is not supported")
     out = reshape(x, *shape)
-    v, xv = out._value, x._value
-    if isinstance(v, np.ndarray) and isinstance(xv, np.ndarray) and v.size > 1 and \
-            not np.may_share_memory(v, xv):
-        raise RuntimeError("view size is not compatible with input tensor's size and stride (at "
-                           "least one dimension spans across two contiguous subspaces). Use "
-                           ".reshape(...) instead.")
+    if out.numel() > 1 and not layout.is_view_of(out, x):   # traced: the eager layout's rule
+        raise RuntimeError(f"view size is not compatible with input tensor's size and stride (at "
+                           f"least one dimension spans across two contiguous subspaces). Use "
+                           f".reshape(...) instead. (input {type_str(x)} with strides "
+                           f"{_elem_strides(x)}, view shape {list(out.shape)})")
     return out
+
+
+def _elem_strides(x):
+    p = layout.probe(x)
+    if p is None:   # C-contiguous
+        return tuple(math.prod(x.shape[i + 1:]) for i in range(x.ndim))
+    return tuple(s // p.itemsize for s in p.strides)
 
 
 def view_as(x, other):
@@ -152,6 +160,9 @@ def permute(x, *dims):
                            f"not match the length of the desired ordering of dimensions i.e. "
                            f"input.dim() = {x.ndim} is not equal to len(dims) = {len(dims)}")
     perm = tuple(_dim(d, x.ndim) for d in dims)
+    if len(set(perm)) != len(perm):
+        raise RuntimeError(f"permute(): duplicate dims are not allowed (dims {dims} for input "
+                           f"{type_str(x)})")
     return _view_of(tp.transpose(x, perm=perm), x)
 
 
@@ -274,24 +285,27 @@ def clone(x, *, memory_format=None):
         out = tp.reshape(x, shape=tuple(x.shape))
         out._value = np.array(out._value, copy=True)
         return out
-    return tp.reshape(x, shape=tuple(x.shape))
+    out = tp.reshape(x, shape=tuple(x.shape))
+    layout.mark_fresh(out)   # a copy eagerly: C-contiguous, whatever x's layout
+    return out
 
 
 def contiguous(x, memory_format=None):
     """x itself when its memory is already C-contiguous, else a contiguous copy (a
-    channels-last request is validated and keeps C order, see runtime/layout.py)."""
+    channels-last request is validated and keeps C order, see runtime/memory_format.py)."""
     _layout.check(x, memory_format, "contiguous")
     if is_contiguous(x):
         return x
     out = clone(x)
-    out._value = np.ascontiguousarray(out._value)
+    if isinstance(out._value, np.ndarray):   # traced: a clone is a fresh, contiguous value
+        out._value = np.ascontiguousarray(out._value)
     return out
 
 
 def is_contiguous(x, memory_format=None):
-    """Whether the eager buffer is C-contiguous (traced values always count as contiguous)."""
-    v = x._value
-    return not isinstance(v, np.ndarray) or v.flags.c_contiguous or v.size <= 1 or \
+    """Whether the eager buffer is C-contiguous (traced: the layout eager mode would give)."""
+    v = layout.probe(x)
+    return v is None or v.flags.c_contiguous or v.size <= 1 or \
         _c_contiguous_ignoring_unit_dims(v)
 
 

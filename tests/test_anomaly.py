@@ -39,7 +39,10 @@ def test_nan_raises_with_forward_traceback():
             with pytest.raises(RuntimeError) as info:
                 y.sum().backward()
     assert not aotgrad.autograd.is_anomaly_enabled()
-    assert str(info.value) == "Function 'SqrtBackward0' returned nan values in its 0th output."
+    # PyTorch's message, then the user's line of the backward() call
+    line = info.traceback[0].lineno + 1   # the pytest.raises block's backward() call
+    assert str(info.value) == ("Function 'SqrtBackward0' returned nan values in its 0th output."
+                               f" (at test_anomaly.py:{line}: `y.sum().backward()`)")
     msgs = [str(w.message) for w in rec if "Error detected" in str(w.message)]
     assert len(msgs) == 1
     msg = msgs[0]
@@ -148,4 +151,5 @@ def test_matches_torch_messages(torch):
         with detect_anomaly():
             with pytest.raises(RuntimeError) as a_err:
                 ax.sqrt().sum().backward()
-    assert str(a_err.value) == str(t_err.value)
+    assert str(a_err.value) == str(t_err.value) + \
+        f" (at test_anomaly.py:{_line_of('ax.sqrt().sum().backward()')}: `ax.sqrt().sum().backward()`)"

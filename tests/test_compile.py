@@ -73,7 +73,14 @@ def test_corpus_matches_eager(name, backend):
     fn, make = CORPUS[name]
     ag.manual_seed(0)
     # float32 sums reassociate in fused kernels: compare within a few ulp of the magnitude
-    compare_with_eager(fn, *make(), backend=backend, rtol=2e-5, atol=1e-4)
+    compare_with_eager(fn, *make(), backend=backend, rtol=2e-5, atol=ATOL.get(name, 1e-4))
+
+
+# The attention gradient (magnitude ~140) has elements near 1.5 made by cancellation: eager
+# float32 is itself 9e-5 from the float64 result there, compiled (exact float32 ops, no
+# fast-math contraction, exp approximated to 2e-7) 2e-4; 1e-4 was met only by the rounding
+# luck of fast-math kernels.
+ATOL = {"attention": 3e-4}
 
 
 def test_closure_parameters_are_lifted_and_read_at_call_time():

@@ -179,7 +179,7 @@ def test_pointwise_reference_values():
 
 def test_every_prim_has_tags_and_impl():
     kinds = {"pointwise", "reduction", "shape", "contraction", "random", "index", "creation",
-             "linalg"}
+             "linalg", "check"}
     for name, p in prims.PRIMS.items():
         assert p.tags and p.tags <= kinds, name
         assert callable(p.impl) and callable(p.shape_rule)

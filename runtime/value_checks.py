@@ -1,0 +1,26 @@
+"""`checked(t, ...)`: t, once its values passed a check that eager mode makes on concrete
+values and a compiled program makes at run time (the prim `check_values`, see
+ir/value_checks.py). The op layer and nn use this to validate data: indices, class labels,
+integer divisors.
+
+>>> import aotgrad
+>>> checked(aotgrad.tensor([0, 2]), IndexError, "index {value} out of range", low=0, high=3)
+tensor([0, 2])
+"""
+from aotgrad.ir.core import type_str
+from aotgrad.ir.value_checks import ValueCheck
+from aotgrad.runtime import tprims as tp
+
+__all__ = ["checked", "type_str"]
+
+
+def checked(t, error, message, *, low=None, high=None, nonzero=False, exempt=None,
+            high_inclusive=False):
+    """t itself (a new tensor with the same value when traced); raises `error(message)`, with
+    `{value}` in message replaced by the first element that fails, when an element is outside
+    [low, high) ([low, high] with high_inclusive; NaN is outside), or is 0 with `nonzero`,
+    unless it equals `exempt`. The result has no gradient: check what no gradient flows
+    through (indices, labels, a detached value)."""
+    return tp.check_values(t, check=ValueCheck(error, message, low=low, high=high,
+                                               nonzero=nonzero, exempt=exempt,
+                                               high_inclusive=high_inclusive))
