@@ -289,5 +289,5 @@ def test_every_family_has_rows():
     names = {r.name for r in ROWS}
     for prefix in ("add", "matmul", "sum", "view", "cat", "stack", "getitem", "gather",
                    "cross_entropy", "conv2d", "linear", "backward", "inplace", "int_requires",
-                   "floor_divide", "exp_list", "exp_numpy", "half", "one_hot", "embedding"):
+                   "floor_divide", "exp_list", "exp_numpy", "one_hot", "embedding"):
         assert any(n.startswith(prefix) for n in names), prefix
