@@ -7,5 +7,6 @@ from aotgrad.runtime.grad_mode import (detect_anomaly, enable_grad, inference_mo
                                        set_detect_anomaly, set_grad_enabled)
 from aotgrad.runtime.grad_mode import is_anomaly_check_nan_enabled
 from aotgrad.autograd import anomaly_mode, function, functional, grad_mode, graph, profiler
-from aotgrad.autograd.function import Function, once_differentiable
+from aotgrad.autograd.function import Function, InplaceFunction, once_differentiable
+from aotgrad.autograd.variable import Variable
 from aotgrad.autograd.gradcheck import gradcheck, gradgradcheck

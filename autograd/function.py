@@ -28,7 +28,8 @@ from aotgrad.runtime.engine import Node, SavedTensor, _node_of
 from aotgrad.runtime.grad_mode import no_grad, state as _mode
 from aotgrad.runtime.tensor import Tensor
 
-__all__ = ["Function", "FunctionCtx", "BackwardCFunction", "once_differentiable"]
+__all__ = ["Function", "FunctionCtx", "BackwardCFunction", "InplaceFunction",
+           "once_differentiable"]
 
 
 class FunctionCtx:
@@ -59,6 +60,14 @@ class FunctionCtx:
 
     def save_for_forward(self, *tensors):
         raise NotImplementedError("forward-mode AD (save_for_forward) is not supported")
+
+    @property
+    def saved_variables(self):
+        """The old name of `saved_tensors` (deprecated, as in PyTorch)."""
+        import warnings
+        warnings.warn("'saved_variables' is deprecated; use 'saved_tensors'", DeprecationWarning,
+                      stacklevel=2)
+        return self.saved_tensors
 
     @property
     def saved_tensors(self):
@@ -275,6 +284,15 @@ def _alias(t):
     a = Tensor._make(t._value, False)
     a._version_counter = t._version_counter
     return a
+
+
+class InplaceFunction(Function):
+    """A Function with an `inplace` flag, kept for old code (as in PyTorch); new code
+    subclasses Function."""
+
+    def __init__(self, inplace=False):
+        super().__init__()
+        self.inplace = inplace
 
 
 # ---- once_differentiable ---------------------------------------------------------------------

@@ -52,22 +52,27 @@ def _numerical(func, inputs, diff_idx, eps):
             for k in range(work.size):
                 idx = np.unravel_index(k, work.shape)
                 v = work[idx]
+                # the outputs' values are copied at once: an output that is a view of the
+                # input would otherwise read the restored input
                 work[idx] = v - eps
-                with no_grad():
-                    lo = _as_tuple(func(*inputs))
+                lo = _values(func, inputs, float_outs)
                 work[idx] = v + eps
-                with no_grad():
-                    hi = _as_tuple(func(*inputs))
+                hi = _values(func, inputs, float_outs)
                 work[idx] = v
                 for j, _ in float_outs:
-                    d = (np.asarray(hi[j]._value, np.float64) -
-                         np.asarray(lo[j]._value, np.float64)) / (2 * eps)
-                    cols[j][k] = d.reshape(-1)
+                    cols[j][k] = ((hi[j] - lo[j]) / (2 * eps)).reshape(-1)
         finally:
             x._value = orig
         for j, _ in float_outs:
             jac[(j, i)] = cols[j]
     return outs, jac
+
+
+def _values(func, inputs, float_outs):
+    """{output j: a float64 copy of its value} for func(*inputs) under no_grad."""
+    with no_grad():
+        outs = _as_tuple(func(*inputs))
+    return {j: np.array(outs[j]._value, np.float64, copy=True) for j, _ in float_outs}
 
 
 def _analytical(func, inputs, diff_idx, check_grad_dtypes):

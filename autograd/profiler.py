@@ -18,7 +18,8 @@ import time
 
 from aotgrad.runtime import profiling
 
-__all__ = ["profile", "record_function", "EventList", "FunctionEvent", "FunctionEventAvg"]
+__all__ = ["profile", "record_function", "EventList", "FunctionEvent", "FunctionEventAvg",
+           "kineto_available"]
 
 
 class Interval:
@@ -357,3 +358,9 @@ def _write_chrome_trace(events, path):
                       "args": {"kind": e.kind}})
     with open(path, "w") as f:
         json.dump({"traceEvents": trace, "displayTimeUnit": "ms"}, f)
+
+
+def kineto_available():
+    """Whether the profiler is backed by PyTorch's Kineto tracer: never here (aotgrad's
+    profiler records its own events, on the CPU)."""
+    return False

@@ -77,15 +77,28 @@ class PrimBackward(Node):
     def __getattr__(self, name):
         """`grad_fn._saved_self` / `_saved_other` / `_saved_result` (PyTorch's saved-tensor
         accessors) for what this prim saved: its first / second input, its output. Raises the
-        "backward through the graph a second time" error once they were freed."""
+        "backward through the graph a second time" error once they were freed.
+        `_raw_saved_self` (and so on) is the SavedTensor itself, whose `register_hooks(pack,
+        unpack)` sets hooks for that one saved tensor."""
+        raw = name.startswith("_raw_saved_")
+        if raw:
+            name = "_saved_" + name[len("_raw_saved_"):]
+        s = None
         if name == "_saved_result" and self.rule.save_output:
-            return self._saved[-1].unpack(self)
-        i = self._SAVED_NAMES.get(name)
-        if i is not None and i in self.rule.save_inputs:
-            s = self._saved[list(self.rule.save_inputs).index(i)]
-            return None if s is None else s.unpack(self)
+            s = self._saved[-1]
+        else:
+            i = self._SAVED_NAMES.get(name)
+            if i is None or i not in self.rule.save_inputs:
+                s = _MISSING
+            else:
+                s = self._saved[list(self.rule.save_inputs).index(i)]
+        if s is not _MISSING:
+            return s if raw or s is None else s.unpack(self)
         raise AttributeError(f"'{type(self).__name__}' object ({self.name()}) has no attribute "
                              f"'{name}'")
+
+
+_MISSING = object()  # PrimBackward.__getattr__: no saved tensor of that name
 
 
 class ScalarOperandBackward(Node):

@@ -116,6 +116,34 @@ class SavedTensor:
         self.ref = weakref.ref(t)  # to name its current grad_fn if it is modified in place
         if saved_hooks.stack:  # autograd.graph.saved_tensors_hooks: keep what pack returns
             saved_hooks.stack[-1]._pack_saved(self, t)  # sets .hooks and .value
+        elif saved_hooks.copy_saved and isinstance(self.value, np.ndarray):
+            self._keep_copy()
+
+    def _keep_copy(self):
+        """autograd.graph.allow_mutation_on_saved_tensors: keep the value as it is now, so that
+        later in-place changes of the tensor do not reach the backward (a saved leaf becomes a
+        copy whose gradient still reaches the leaf's .grad)."""
+        self.value = np.array(self.value, copy=True)
+        self.counter, self.version = VersionCounter(), 0
+        if self.leaf is not None:
+            self.grad_fn = self.leaf._grad_accumulator()
+            self.leaf = None
+
+    def register_hooks(self, pack_hook, unpack_hook):
+        """`grad_fn._raw_saved_<name>.register_hooks(pack, unpack)`: pack the saved value now
+        and unpack it whenever the backward reads it (as a `saved_tensors_hooks` pair would
+        have done for this one saved tensor)."""
+        if not callable(pack_hook) or not callable(unpack_hook):
+            raise TypeError("Expected pack_hook and unpack_hook to be callable")
+        if self.hooks is not None:
+            raise RuntimeError("Calling register_hooks on a saved tensor whose hooks have "
+                               "already been set. Hint: only one pair of hooks is allowed at a "
+                               "time.")
+        if self.value is None:
+            raise RuntimeError(FREED_MESSAGE)
+        from aotgrad.autograd.graph import saved_tensors_hooks
+        t = self.leaf if self.leaf is not None else Tensor._make(self.value, False)
+        saved_tensors_hooks(pack_hook, unpack_hook)._pack_saved(self, t)
 
     def unpack(self, node):
         if self.value is None:
@@ -128,6 +156,9 @@ class SavedTensor:
             return self.leaf
         t = Tensor._make(self.value, self.requires_grad)
         t.grad_fn = node if self.is_output else self.grad_fn
+        if type(t.grad_fn) is AccumulateGrad:  # a copied leaf (allow_mutation_on_saved_tensors)
+            acc = t.grad_fn
+            t.grad_fn, t._accumulator = None, (lambda: acc)
         t._output_nr = self.output_nr
         t._version_counter = self.counter
         return t
@@ -165,6 +196,7 @@ class _SavedTensorsHooks(threading.local):
     def __init__(self):
         self.stack = []
         self.disabled_message = None
+        self.copy_saved = 0  # depth of autograd.graph.allow_mutation_on_saved_tensors
 
 
 saved_hooks = _SavedTensorsHooks()
@@ -232,8 +264,17 @@ class Node:
         pass
 
     def __call__(self, *grads):
-        grads = [g if g is not None else None for g in grads]
-        return tuple(self._backward(self._materialize(list(grads))))
+        """Run the node's backward by hand, as `grad_fn(grad)` in PyTorch: one gradient per
+        output of the forward (a gradient broadcastable to the output's shape is expanded;
+        when every gradient is None, so is every result)."""
+        avals = self._out_avals
+        if len(grads) != len(avals):
+            raise TypeError(f"expected {len(avals)} arguments, got {len(grads)} instead")
+        if all(g is None for g in grads):
+            return (None,) * len(self.next_functions)
+        grads = [g.expand(a.shape) if g is not None and a is not None and
+                 tuple(g.shape) != tuple(a.shape) else g for g, a in zip(grads, avals)]
+        return tuple(self._backward(self._materialize(grads)))
 
     def _materialize(self, grads):
         for g in grads:  # (not `None in grads`: that would call Tensor.__eq__)
@@ -299,6 +340,10 @@ class AccumulateGrad(Node):
 def accumulate_grad(var, g, create_graph):
     if g is None:
         return
+    if "_grad_dtype" in var.__dict__:  # Tensor.grad_dtype was set: cast to it (None: keep)
+        grad_dtype = var.__dict__["_grad_dtype"]
+        if grad_dtype is not None and g.dtype is not grad_dtype:
+            g = g.to(grad_dtype)
     note_grad_write(var)
     if create_graph:
         var._grad = g if var._grad is None else var._grad + g
@@ -324,7 +369,7 @@ def plain_leaves(leaves):
     no tensor hooks, no post-accumulate hooks, no hooks on a live AccumulateGrad node, and no
     tensor twice (its gradients are summed first, as the general engine does)."""
     for v in leaves:
-        if v._hooks or v._post_acc_hooks:
+        if v._hooks or v._post_acc_hooks or "_grad_dtype" in v.__dict__:
             return False
         ref = v._accumulator
         if ref is not None:
@@ -361,8 +406,49 @@ def fresh(t):
     return t
 
 
+class GradientEdge(tuple):
+    """(node, output_nr): where a gradient enters the backward graph. `autograd.grad` and
+    `backward` accept one wherever they take a tensor (see autograd.graph.get_gradient_edge)."""
+    __slots__ = ()
+
+    def __new__(cls, node, output_nr):
+        return tuple.__new__(cls, (node, output_nr))
+
+    @property
+    def node(self):
+        return self[0]
+
+    @property
+    def output_nr(self):
+        return self[1]
+
+    def __repr__(self):
+        return f"GradientEdge(node={self[0]!r}, output_nr={self[1]})"
+
+
+class GraphTask:
+    """One running backward pass, as hooks see it: `deps`, the nodes it will reach."""
+    __slots__ = ("deps", "__weakref__")
+
+    def __init__(self, deps):
+        self.deps = deps
+
+
+class _GraphTasks(threading.local):
+    """The backward passes running in this thread (innermost last), which
+    `autograd.graph.register_multi_grad_hook` asks about."""
+
+    def __init__(self):
+        self.stack = []
+
+
+graph_tasks = _GraphTasks()
+
+
 def _node_of(t):
-    """(node, output_nr) a gradient for tensor t flows into."""
+    """(node, output_nr) a gradient for tensor t (or GradientEdge t) flows into."""
+    if type(t) is GradientEdge:
+        return t
     if t.grad_fn is not None:
         return t.grad_fn, t._output_nr
     if t.requires_grad:
@@ -516,7 +602,9 @@ def run_backward(tensors, grad_tensors, retain_graph=False, create_graph=False, 
             if n in targets or any(nf in needed for nf, _ in n.next_functions):
                 needed.add(n)
         run = {n for n in needed if any(nf in needed for nf, _ in n.next_functions)
-               or (accumulate and isinstance(n, AccumulateGrad))}
+               or (accumulate and (isinstance(n, AccumulateGrad) or n in targets))}
+        # (backward(inputs=...) runs the nodes of the inputs, their hooks included, as
+        # PyTorch does; autograd.grad only reads the gradient flowing into them)
         deps = dict.fromkeys(needed, 0)
         for n in run:
             for nf, _ in n.next_functions:
@@ -538,6 +626,25 @@ def run_backward(tensors, grad_tensors, retain_graph=False, create_graph=False, 
     heap = [(-n._seq, n) for n in {n for n, _, _ in roots} if deps.get(n, 0) == 0]
     # roots that are also inputs of other roots wait for their dependencies
     heapq.heapify(heap)
+    graph_tasks.stack.append(GraphTask(deps))
+    try:
+        _drain(heap, buffers, deps, run, capture, results, accumulate, retain_graph,
+               create_graph, add_grad)
+    finally:
+        graph_tasks.stack.pop()
+    if inputs is not None:
+        for i, r in enumerate(results):
+            if r is None and not allow_unused:
+                raise RuntimeError(f"The differentiated Tensor at index {i} appears to not have "
+                                   f"been used in the graph. Set allow_unused=True if this is "
+                                   f"the desired behavior.")
+        return results
+    return None
+
+
+def _drain(heap, buffers, deps, run, capture, results, accumulate, retain_graph, create_graph,
+           add_grad):
+    """Run the ready nodes of a backward pass, latest-made first."""
     with grad_mode.set_grad_enabled(create_graph):
         while heap:
             _, node = heapq.heappop(heap)
@@ -568,14 +675,6 @@ def run_backward(tensors, grad_tensors, retain_graph=False, create_graph=False, 
                 deps[nf] -= 1
                 if deps[nf] == 0:
                     heapq.heappush(heap, (-nf._seq, nf))
-    if inputs is not None:
-        for i, r in enumerate(results):
-            if r is None and not allow_unused:
-                raise RuntimeError(f"The differentiated Tensor at index {i} appears to not have "
-                                   f"been used in the graph. Set allow_unused=True if this is "
-                                   f"the desired behavior.")
-        return results
-    return None
 
 
 def _one_node_backward(t, g, retain_graph):
