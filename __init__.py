@@ -44,6 +44,7 @@ from aotgrad.runtime.shape_ops import (argwhere, diag, diag_embed, diagonal, ind
                                        index_copy, index_fill, masked_select, nonzero,
                                        repeat_interleave, rot90, scatter, take, tensor_split)
 from aotgrad.runtime.shape_ops import one_hot as _one_hot  # noqa: F401  (nn.functional.one_hot)
+from aotgrad.runtime.scatter_reduce_ops import scatter_reduce  # noqa: E402
 from aotgrad import autograd  # noqa: E402
 
 __version__ = "0.1.0"

@@ -102,10 +102,17 @@ class BackwardCFunction(FunctionCtx, Node):
     def name(self):
         return type(self)._name
 
+    # with False, a non-differentiable output's missing gradient stays None even when
+    # materialize_grads is on (PyTorch's ctx._materialize_non_diff_grads)
+    _materialize_non_diff_grads = True
+    _non_diff_outputs = frozenset()  # indices of the outputs marked non-differentiable
+
     def _materialize(self, grads):
         from aotgrad.runtime import tprims
-        return [g if g is not None or a is None else tprims.zeros(a.shape, a.dtype)
-                for g, a in zip(grads, self._out_avals)]
+        keep_none = () if self._materialize_non_diff_grads else self._non_diff_outputs
+        return [g if g is not None or a is None or i in keep_none
+                else tprims.zeros(a.shape, a.dtype)
+                for i, (g, a) in enumerate(zip(grads, self._out_avals))]
 
     def _backward(self, grads):
         cls = self._forward_cls
@@ -270,6 +277,8 @@ def _wrap_outputs(ctx, inputs, outputs, record):
             o.grad_fn, o.requires_grad = None, False
         wrapped.append(o)
     ctx._out_avals = avals
+    if non_diff:
+        ctx._non_diff_outputs = frozenset(i for i, o in enumerate(outputs) if id(o) in non_diff)
     if ctx._to_save is not None:
         outs = {id(o) for o in wrapped if isinstance(o, Tensor)} if record else set()
         ctx._saved = [None if t is None else SavedTensor(t, is_output=id(t) in outs)

@@ -3,7 +3,7 @@ import numpy as np
 
 from aotgrad.runtime import tensor as _tensor
 from aotgrad.runtime.engine import GradientEdge, run_backward
-from aotgrad.runtime.tensor import Tensor
+from aotgrad.runtime.tensor import Size, Tensor
 
 
 def _as_tuple(x):
@@ -46,8 +46,8 @@ def _make_grads(outputs, grad_outputs):
             g = tensor(g, dtype=o.dtype)
         elif tuple(g.shape) != tuple(o.shape):
             raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of "
-                               f"{list(g.shape)} and output[{i}] has a shape of "
-                               f"{list(o.shape)}.")
+                               f"{Size(g.shape)!r} and output[{i}] has a shape of "
+                               f"{Size(o.shape)!r}.")
         if g.dtype is not o.dtype:  # like PyTorch, a gradient of another dtype is cast
             if not o.dtype.is_floating_point:
                 raise RuntimeError(f"grad_output[{i}] has dtype {g.dtype.name} but output[{i}] "

@@ -246,6 +246,11 @@ class Node:
             self._tensor_pre_hooks = {}
         return self._tensor_pre_hooks.setdefault(output_nr, [])
 
+    def _drop_tensor_hooks(self, output_nr):
+        """Forget the Tensor.register_hook hooks of one output."""
+        if output_nr in self._tensor_pre_hooks:
+            del self._tensor_pre_hooks[output_nr]
+
     def _set_retain_grad(self, output_nr, ref):
         if self._retain_grad is _EMPTY:
             self._retain_grad = {}

@@ -214,6 +214,8 @@ def commit_inplace(x, new, opname):
     if tracked and new.grad_fn is None:  # a leaf's value (copy_(leaf)): x gets a node of its
         new = reshape(new, tuple(new.shape))  # own, not the leaf's identity
     if tracked and _rebases(x):
+        if x.grad_fn is not None:  # (PyTorch's CopySlices skips the view's old node: the
+            x.grad_fn._drop_tensor_hooks(x._output_nr)  # hooks registered on it never fire)
         new_root, new = _rebase(x, new)
     if isinstance(x._value, np.ndarray) and not isinstance(new._value, np.ndarray):
         # a real tensor written inside a trace holds the traced value (history, version)

@@ -2,6 +2,7 @@
 from aotgrad.ir import dtypes as dt
 from aotgrad.runtime import ops, shape_ops
 from aotgrad.runtime.ops import cast
+from aotgrad.runtime.scatter_reduce_ops import scatter_reduce
 from aotgrad.runtime.shape_ops import commit_inplace, snapshot
 from aotgrad.runtime.tensor import Tensor
 
@@ -145,6 +146,7 @@ for _name in ("reshape view view_as reshape_as flatten unflatten permute transpo
               "argwhere").split():
     _METHODS[_name] = getattr(shape_ops, _name)
 _METHODS["where"] = lambda self, cond, other: ops.where(cond, self, other)
+_METHODS["scatter_reduce"] = scatter_reduce
 _METHODS["new_zeros"] = lambda self, *size, dtype=None, requires_grad=False: __import__(
     "aotgrad.runtime.factories", fromlist=["zeros"]).zeros(*size, dtype=dtype or self.dtype,
                                                            requires_grad=requires_grad)
@@ -161,7 +163,7 @@ _METHODS["new_tensor"] = lambda self, data, dtype=None: __import__(
 for _name in ("add sub mul div pow clamp clip neg abs exp log sqrt sigmoid tanh relu "
               "masked_fill floor ceil round sign reciprocal square t transpose unsqueeze "
               "squeeze maximum minimum scatter scatter_add index_add index_copy "
-              "index_fill").split():
+              "index_fill scatter_reduce").split():
     _fn = _METHODS[_name]
     _METHODS[_name + "_"] = _inplace(_fn, _name + "_")
 for _op, _name in (("__iadd__", "add"), ("__isub__", "sub"), ("__imul__", "mul"),
