@@ -682,6 +682,69 @@ def _drain(heap, buffers, deps, run, capture, results, accumulate, retain_graph,
                     heapq.heappush(heap, (-nf._seq, nf))
 
 
+def run_subgraph(roots, grads, stops, create_graph):
+    """Backward through a closed piece of the graph: from the (node, output_nr) edges
+    `roots`, given their gradients, down to the edges `stops`; returns one gradient per stop
+    edge (None where none arrives; a stop edge listed twice gets it once). Nodes beyond the
+    stops are not visited. A node that stands for several prims (runtime.composite) runs its
+    prims' nodes with this."""
+    where = {}
+    for i, (n, nr) in enumerate(stops):
+        if n is not None:
+            where.setdefault((n, nr), i)
+    stop_nodes = {n for n, _ in where}
+    results = [None] * len(stops)
+
+    def capture(node, nr, g):
+        i = where[(node, nr)]
+        results[i] = g if results[i] is None else results[i] + g
+
+    seen, stack = set(), [n for n, _ in roots if n is not None and n not in stop_nodes]
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        stack.extend(nf for nf, _ in n.next_functions
+                     if nf is not None and nf not in seen and nf not in stop_nodes)
+    deps = dict.fromkeys(seen, 0)
+    for n in seen:
+        for nf, _ in n.next_functions:
+            if nf in deps:
+                deps[nf] += 1
+    buffers = {}
+    for (n, nr), g in zip(roots, grads):
+        if n is None or g is None:
+            continue
+        if (n, nr) in where:
+            capture(n, nr, g)
+            continue
+        buf = buffers.setdefault(n, [None] * max(1, len(n._out_avals)))
+        buf[nr] = g if buf[nr] is None else buf[nr] + g
+    heap = [(-n._seq, n) for n in {n for n, _ in roots if n in deps} if deps[n] == 0]
+    heapq.heapify(heap)
+    while heap:
+        _, node = heapq.heappop(heap)
+        grads_in = buffers.pop(node, [None] * max(1, len(node._out_avals)))
+        outs = _run_node(node, grads_in, create_graph)
+        for (nf, nr), g in zip(node.next_functions, outs):
+            if nf is None:
+                continue
+            if (nf, nr) in where:
+                if g is not None:
+                    capture(nf, nr, g)
+                continue
+            if nf not in deps:
+                continue
+            if g is not None:
+                buf = buffers.setdefault(nf, [None] * max(1, len(nf._out_avals)))
+                buf[nr] = g if buf[nr] is None else buf[nr] + g
+            deps[nf] -= 1
+            if deps[nf] == 0:
+                heapq.heappush(heap, (-nf._seq, nf))
+    return results
+
+
 def _one_node_backward(t, g, retain_graph):
     """`loss.backward()` where loss's grad_fn feeds only plain leaves (a compiled function's
     output, or `x * w`): the general loop's result without its bookkeeping. Returns
