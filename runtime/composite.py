@@ -13,7 +13,8 @@ rules stay those of the prims, and a backward under create_graph records them as
 (True, 'VarMeanBackward0')
 """
 from aotgrad.ir.core import Aval
-from aotgrad.runtime.engine import GradientEdge, Node, _node_of, run_subgraph
+from aotgrad.runtime.engine import GradientEdge, Node, _node_of, release_after_pass, \
+    run_subgraph
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.tensor import Tensor
 
@@ -30,29 +31,29 @@ class CompositeBackward(Node):
                          [Aval(o._value.shape, o.dtype) for o in outputs])
         self._name = name
         self._inner = [GradientEdge(o.grad_fn, o._output_nr) for o in outputs]
-        self._released = False
+        self._inner_nodes = self._find_inner_nodes()
+        for n in self._inner_nodes:
+            n._owner = self
 
     def _backward(self, grads):
-        if self._released:
-            from aotgrad.runtime.engine import FREED_MESSAGE
-            raise RuntimeError(FREED_MESSAGE)
         return run_subgraph(self._inner, grads, self.next_functions, _mode.grad_enabled)
 
-    def _inner_nodes(self):
+    def _find_inner_nodes(self):
+        """The prims' nodes between the outputs and the inputs."""
         stops = {n for n, _ in self.next_functions if n is not None}
-        seen, stack = set(), [n for n, _ in self._inner]
+        seen, stack = [], [n for n, _ in self._inner]
         while stack:
             n = stack.pop()
             if n is None or n in seen or n in stops:
                 continue
-            seen.add(n)
+            seen.append(n)
             stack.extend(nf for nf, _ in n.next_functions)
         return seen
 
     def _release(self):
-        for n in self._inner_nodes():
-            n._release()
-        self._released = True
+        # (a backward under create_graph may reach these nodes again, through saved tensors,
+        # in the same pass: they are freed when it ends)
+        release_after_pass(self._inner_nodes)
 
 
 def share_node(name, inputs, outputs):

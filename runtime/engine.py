@@ -213,6 +213,7 @@ class Node:
     _pre_hooks = _hooks = ()
     _tensor_pre_hooks = _retain_grad = _EMPTY  # output_nr -> [hook(grad)] / weakref(tensor)
     _stack = _provenance = None
+    _owner = None  # the composite node (runtime.composite) whose prims' nodes include this one
     # optional: fast_backward(t, retain_graph) -> bool runs `t.backward()` (implicit gradient,
     # no create_graph, no inputs) when nothing needs the general engine; False: nothing done
     _fast_backward = None
@@ -276,10 +277,12 @@ class Node:
         if len(grads) != len(avals):
             raise TypeError(f"expected {len(avals)} arguments, got {len(grads)} instead")
         if all(g is None for g in grads):
-            return (None,) * len(self.next_functions)
-        grads = [g.expand(a.shape) if g is not None and a is not None and
-                 tuple(g.shape) != tuple(a.shape) else g for g, a in zip(grads, avals)]
-        return tuple(self._backward(self._materialize(grads)))
+            outs = (None,) * len(self.next_functions)
+        else:
+            grads = [g.expand(a.shape) if g is not None and a is not None and
+                     tuple(g.shape) != tuple(a.shape) else g for g, a in zip(grads, avals)]
+            outs = tuple(self._backward(self._materialize(grads)))
+        return outs[0] if len(outs) == 1 else outs  # (one gradient: the tensor itself)
 
     def _materialize(self, grads):
         for g in grads:  # (not `None in grads`: that would call Tensor.__eq__)
@@ -432,11 +435,24 @@ class GradientEdge(tuple):
 
 
 class GraphTask:
-    """One running backward pass, as hooks see it: `deps`, the nodes it will reach."""
-    __slots__ = ("deps", "__weakref__")
+    """One running backward pass: `deps`, the nodes it will reach (which hooks ask about),
+    and `deferred`, nodes whose saved tensors are freed when it ends rather than when they
+    ran (the prims' nodes inside a composite node, which may run again through it)."""
+    __slots__ = ("deps", "deferred", "__weakref__")
 
     def __init__(self, deps):
         self.deps = deps
+        self.deferred = []
+
+
+def release_after_pass(nodes):
+    """Free the saved tensors of `nodes` when the running backward pass ends (now if none
+    runs)."""
+    if graph_tasks.stack:
+        graph_tasks.stack[-1].deferred.extend(nodes)
+    else:
+        for n in nodes:
+            n._release()
 
 
 class _GraphTasks(threading.local):
@@ -631,12 +647,15 @@ def run_backward(tensors, grad_tensors, retain_graph=False, create_graph=False, 
     heap = [(-n._seq, n) for n in {n for n, _, _ in roots} if deps.get(n, 0) == 0]
     # roots that are also inputs of other roots wait for their dependencies
     heapq.heapify(heap)
-    graph_tasks.stack.append(GraphTask(deps))
+    task = GraphTask(deps)
+    graph_tasks.stack.append(task)
     try:
         _drain(heap, buffers, deps, run, capture, results, accumulate, retain_graph,
                create_graph, add_grad)
     finally:
         graph_tasks.stack.pop()
+        for n in task.deferred:
+            n._release()
     if inputs is not None:
         for i, r in enumerate(results):
             if r is None and not allow_unused:
@@ -671,7 +690,10 @@ def _drain(heap, buffers, deps, run, capture, results, accumulate, retain_graph,
                 continue
             outs = _run_node(node, grads, create_graph)
             if not retain_graph:
-                node._release()
+                if node._owner is None:
+                    node._release()
+                else:  # a prim's node inside a composite node: that node may run it again
+                    release_after_pass((node,))
             for (nf, nr), g in zip(node.next_functions, outs):
                 if nf is None or nf not in deps:
                     continue

@@ -20,6 +20,7 @@ from aotgrad.runtime.op_base import cast, op
 from aotgrad.runtime.tensor import Tensor
 
 REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
+_ALIASES = {"max": "amax", "min": "amin"}  # accepted by PyTorch too
 
 
 def _identity(reduce, dtype):
@@ -39,6 +40,7 @@ def _identity(reduce, dtype):
 def scatter_reduce(x, dim, index, src, reduce, *, include_self=True):
     from aotgrad.runtime import ops, shape_ops
     from aotgrad.runtime.view_ops import _dim
+    reduce = _ALIASES.get(reduce, reduce)
     if reduce not in REDUCTIONS:
         raise RuntimeError(f"reduce argument must be either sum, prod, mean, amax or amin, got "
                            f"{reduce}")
