@@ -82,6 +82,7 @@ class FunctionCtx:
 
 class BackwardCFunction(FunctionCtx, Node):
     """Base of the generated `<Name>Backward` node classes; an instance is a Function's ctx."""
+    _none_in_none_out = False  # backward runs on materialized zeros, as in PyTorch
     _forward_cls = None
     _name = "BackwardCFunction"
 

@@ -214,6 +214,10 @@ class Node:
     _tensor_pre_hooks = _retain_grad = _EMPTY  # output_nr -> [hook(grad)] / weakref(tensor)
     _stack = _provenance = None
     _owner = None  # the composite node (runtime.composite) whose prims' nodes include this one
+    # a built-in node that receives no gradient at all gives none (PyTorch's derivative
+    # formulas skip an undefined gradient); custom Functions and compiled backwards run on
+    # materialized zeros instead
+    _none_in_none_out = True
     # optional: fast_backward(t, retain_graph) -> bool runs `t.backward()` (implicit gradient,
     # no create_graph, no inputs) when nothing needs the general engine; False: nothing done
     _fast_backward = None
@@ -507,6 +511,13 @@ def _run_node(node, grads, create_graph):
             grads = _checked_node_hook_result(hook, grads, r)
     if isinstance(node, AccumulateGrad):
         grads_in = grads
+    elif node._none_in_none_out and all(g is None for g in grads):
+        outs = [None] * len(node.next_functions)
+        for hook in node._hooks:
+            r = hook(tuple(outs), tuple(grads))
+            if r is not None:
+                outs = _checked_node_hook_result(hook, outs, r)
+        return outs
     else:
         grads_in = node._materialize(grads) if getattr(node, "materialize_grads", True) else grads
     prof = profiling.active()

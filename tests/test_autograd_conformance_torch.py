@@ -486,3 +486,23 @@ def test_checkpoint_warns_without_use_reentrant(torch):
             y = cp.checkpoint(lambda t: t * 2, x)
         return y, len(w)
     _same(case, torch)
+
+
+def test_no_gradient_in_gives_none_out(torch):
+    def case(M):
+        class Drop(M.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x * 2
+
+            @staticmethod
+            def backward(ctx, g):
+                return None
+        x = _L(M, 1., 2.)
+        Drop.apply(x.exp() * 3).sum().backward()
+        first = x.grad
+        g, = M.autograd.grad(Drop.apply(x.sin()).sum(), x, allow_unused=True)
+        w = _L(M, 1.)
+        (Drop.apply(x.exp()).sum() + w * 2).backward()
+        return first, g, x.grad, w.grad
+    _same(case, torch)
