@@ -9,4 +9,5 @@ from aotgrad.runtime.grad_mode import is_anomaly_check_nan_enabled
 from aotgrad.autograd import anomaly_mode, function, functional, grad_mode, graph, profiler
 from aotgrad.autograd.function import Function, InplaceFunction, once_differentiable
 from aotgrad.autograd.variable import Variable
+from aotgrad.autograd.grad_mode import set_multithreading_enabled
 from aotgrad.autograd.gradcheck import gradcheck, gradgradcheck

@@ -157,6 +157,9 @@ class _FunctionMeta(type):
         super().__init__(name, bases, attrs)
 
 
+FunctionMeta = _FunctionMeta  # (PyTorch's public name of the metaclass)
+
+
 class Function(metaclass=_FunctionMeta):
     """Base class for custom differentiable operations: subclass it, write static
     `forward(ctx, *args)` and `backward(ctx, *grad_outputs)`, call `Fn.apply(*args)`.

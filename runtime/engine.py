@@ -442,11 +442,12 @@ class GraphTask:
     """One running backward pass: `deps`, the nodes it will reach (which hooks ask about),
     and `deferred`, nodes whose saved tensors are freed when it ends rather than when they
     ran (the prims' nodes inside a composite node, which may run again through it)."""
-    __slots__ = ("deps", "deferred", "__weakref__")
+    __slots__ = ("deps", "deferred", "only_inputs", "__weakref__")
 
-    def __init__(self, deps):
+    def __init__(self, deps, only_inputs):
         self.deps = deps
         self.deferred = []
+        self.only_inputs = only_inputs  # autograd.grad or backward(inputs=...)
 
 
 def release_after_pass(nodes):
@@ -658,7 +659,7 @@ def run_backward(tensors, grad_tensors, retain_graph=False, create_graph=False, 
     heap = [(-n._seq, n) for n in {n for n, _, _ in roots} if deps.get(n, 0) == 0]
     # roots that are also inputs of other roots wait for their dependencies
     heapq.heapify(heap)
-    task = GraphTask(deps)
+    task = GraphTask(deps, inputs is not None)
     graph_tasks.stack.append(task)
     try:
         _drain(heap, buffers, deps, run, capture, results, accumulate, retain_graph,

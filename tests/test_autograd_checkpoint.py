@@ -120,3 +120,34 @@ def test_compiled_function_that_checkpoints_matches_eager():
     np.testing.assert_allclose(out.item(), eager.item(), rtol=1e-6)
     for p, g in zip(lin.parameters(), eager_grads):
         np.testing.assert_allclose(p.grad.numpy(), g, rtol=1e-5, atol=1e-6)
+
+
+def test_reentrant_checkpoint_refuses_grad_and_backward_inputs():
+    x = _x(0.5, 1.0)
+    y = checkpoint(lambda t: t.exp(), x, use_reentrant=True).sum()
+    with pytest.raises(RuntimeError, match="use_reentrant=True"):
+        ag.autograd.grad(y, x, retain_graph=True)
+    with pytest.raises(RuntimeError, match="use_reentrant=True"):
+        y.backward(inputs=[x], retain_graph=True)
+    y.backward()  # a plain backward is fine
+    np.testing.assert_allclose(x.grad.numpy(), np.exp(x.detach().numpy()))
+
+
+def test_non_reentrant_retain_graph_and_double_backward():
+    x = _x(0.2, -0.4)
+    y = checkpoint(lambda t: t.sin(), x, use_reentrant=False).sum()
+    y.backward(retain_graph=True)
+    y.backward()
+    np.testing.assert_allclose(x.grad.numpy(), 2 * np.cos(x.detach().numpy()))
+    y = checkpoint(lambda t: t.sin(), x, use_reentrant=False).sum()
+    g, = ag.autograd.grad(y, x, create_graph=True)
+    gg, = ag.autograd.grad(g.sum(), x)
+    np.testing.assert_allclose(gg.numpy(), -np.sin(x.detach().numpy()))
+
+
+def test_set_multithreading_enabled_is_a_context_manager_and_a_function():
+    with ag.autograd.set_multithreading_enabled(False):
+        x = _x(1.0)
+        (x * 2).backward()
+    ag.autograd.set_multithreading_enabled(True)
+    assert x.grad.item() == 2.0

@@ -28,6 +28,7 @@ import warnings
 from aotgrad.autograd.function import Function
 from aotgrad.autograd.graph import saved_tensors_hooks
 from aotgrad.ir.core import current_builder
+from aotgrad.runtime.engine import graph_tasks
 from aotgrad.runtime.factories import get_rng_state, set_rng_state
 from aotgrad.runtime.grad_mode import enable_grad
 from aotgrad.runtime.tensor import Tensor
@@ -116,6 +117,12 @@ class _ReentrantCheckpoint(Function):
     @staticmethod
     def backward(ctx, *grads):
         from aotgrad.runtime.autograd_api import backward
+        if graph_tasks.stack and graph_tasks.stack[-1].only_inputs:
+            raise RuntimeError(
+                "When use_reentrant=True, aotgrad.utils.checkpoint is incompatible with .grad() "
+                "or passing an `inputs` parameter to .backward(). To resolve this error, you can "
+                "either set use_reentrant=False, or call .backward() without passing the "
+                "`inputs` argument.")
         inputs = list(ctx.inputs)
         for i, t in zip(ctx.tensor_indices, ctx.saved_tensors):
             d = t.detach()
