@@ -19,11 +19,12 @@ tensors alike); `apply` then attaches one graph node, an instance of the generat
 gets Tensors and runs under the engine's grad mode, so a backward written with tensor ops
 is itself differentiable (`create_graph=True`).
 """
+import contextlib
 import functools
 import inspect
 
 from aotgrad.ir.core import Aval
-from aotgrad.runtime import profiling
+from aotgrad.runtime import forward_mode, profiling
 from aotgrad.runtime.engine import Node, SavedTensor, _node_of
 from aotgrad.runtime.grad_mode import no_grad, state as _mode
 from aotgrad.runtime.tensor import Tensor
@@ -215,7 +216,8 @@ class Function(metaclass=_FunctionMeta):
             kwargs = {}
         ctx = cls._backward_cls(args)
         record = _mode.grad_enabled and any(ctx.needs_input_grad)
-        with no_grad():
+        tangents = _input_tangents(args)
+        with no_grad(), _tangents_suspended(tangents is not None):
             if profiling._profilers:
                 with profiling.record(cls.__name__, kind="op"):
                     raw = _call_forward(cls, ctx, args, has_setup)
@@ -224,7 +226,52 @@ class Function(metaclass=_FunctionMeta):
         is_tuple = isinstance(raw, tuple)
         outputs = raw if is_tuple else (raw,)
         outputs = _wrap_outputs(ctx, args, outputs, record)
+        if tangents is not None:
+            _set_output_tangents(cls, ctx, args, tangents, outputs)
         return outputs if is_tuple else outputs[0]
+
+
+def _input_tangents(args):
+    """The forward-mode tangents of the tensor arguments (None if no argument has one)."""
+    if forward_mode.state.level is None or forward_mode.state.suspended:
+        return None
+    tangents = [forward_mode.tangent_of(a) if isinstance(a, Tensor) else None for a in args]
+    return tangents if any(t is not None for t in tangents) else None
+
+
+@contextlib.contextmanager
+def _tangents_suspended(on):
+    """The forward of a Function given dual tensors runs without tangents: its `jvp` gives
+    the outputs' tangents, as in PyTorch."""
+    prev = forward_mode.state.suspended
+    forward_mode.state.suspended = prev or on
+    try:
+        yield
+    finally:
+        forward_mode.state.suspended = prev
+
+
+def _set_output_tangents(cls, ctx, args, tangents, outputs):
+    if cls.jvp is Function.jvp:
+        raise RuntimeError(f"You must implement the jvp function for custom autograd.Function "
+                           f"to use it with forward mode AD ({cls.__name__} was given a dual "
+                           f"tensor).")
+    from aotgrad.runtime.factories import zeros_like
+    grads_in = [(t if t is not None else zeros_like(a)) if isinstance(a, Tensor) else None
+                for a, t in zip(args, tangents)]
+    with no_grad(), _tangents_suspended(True):
+        out_tangents = cls.jvp(ctx, *grads_in)
+    if not isinstance(out_tangents, tuple):
+        out_tangents = (out_tangents,)
+    tensors = [o for o in outputs if isinstance(o, Tensor)]
+    if len(out_tangents) != len(outputs) and len(out_tangents) != len(tensors):
+        raise RuntimeError(f"jvp of {cls.__name__} returned {len(out_tangents)} tangents for "
+                           f"{len(outputs)} outputs")
+    pairs = zip(outputs, out_tangents) if len(out_tangents) == len(outputs) else \
+        zip(tensors, out_tangents)
+    for o, t in pairs:
+        if isinstance(o, Tensor) and t is not None and o.dtype.is_floating_point:
+            forward_mode.set_tangent(o, t)
 
 
 def _bind(forward, has_setup, args, kwargs):

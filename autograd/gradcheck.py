@@ -68,6 +68,30 @@ def _numerical(func, inputs, diff_idx, eps):
     return outs, jac
 
 
+def _forward_jacobian(func, inputs, diff_idx):
+    """{(output j, input i): (numel_in, numel_out) array} by forward-mode AD, one basis
+    tangent per element of each input."""
+    from aotgrad.autograd import forward_ad
+    from aotgrad.runtime.factories import tensor
+    jac = {}
+    for i in diff_idx:
+        x = inputs[i]
+        n = x.numel()
+        for k in range(n):
+            basis = np.zeros(n, dtype=x.dtype.np)
+            basis[k] = 1
+            with forward_ad.dual_level(), no_grad():
+                args = list(inputs)
+                args[i] = forward_ad.make_dual(x.detach(), tensor(basis.reshape(tuple(x.shape)),
+                                                                  dtype=x.dtype))
+                for j, o in _float_outputs(_as_tuple(func(*args))):
+                    col = jac.setdefault((j, i), np.zeros((n, o.numel())))
+                    t = forward_ad.unpack_dual(o).tangent
+                    if t is not None:
+                        col[k] = np.asarray(t._value, np.float64).reshape(-1)
+    return jac
+
+
 def _values(func, inputs, float_outs):
     """{output j: a float64 copy of its value} for func(*inputs) under no_grad."""
     with no_grad():
@@ -126,8 +150,10 @@ def gradcheck(func, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=T
     |analytical - numerical| <= atol + rtol * |numerical|. Returns True, or raises a
     GradcheckError (returns False with raise_exception=False). Use float64 inputs.
 
-    The batched, forward-AD, undefined-grad and fast-mode checks of PyTorch are accepted
-    and not run; `check_backward_ad=False` skips everything (returns True).
+    `check_forward_ad=True` also checks the forward-mode Jacobian (autograd.forward_ad, one
+    basis tangent per input element) against the same finite differences;
+    `check_backward_ad=False` skips the reverse-mode check. The batched, undefined-grad and
+    fast-mode checks of PyTorch are accepted and not run.
     """
     inputs = _as_tuple(inputs)
     diff_idx = [i for i, x in enumerate(inputs) if isinstance(x, Tensor) and x.requires_grad]
@@ -139,9 +165,22 @@ def gradcheck(func, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=T
             warnings.warn(f"Input #{i} requires gradient and is not a double precision floating "
                           f"point or complex. This check will likely fail if all the inputs are "
                           f"not of double precision floating point or complex. ", stacklevel=2)
+    if not check_backward_ad and not check_forward_ad:
+        return True
+    outs, numerical = _numerical(func, inputs, diff_idx, eps)
+    if check_forward_ad:
+        forward = _forward_jacobian(func, inputs, diff_idx)
+        for j, o in _float_outputs(outs):
+            for i in diff_idx:
+                f, n = forward.get((j, i)), numerical[(j, i)]
+                if f is None:
+                    f = np.zeros_like(n)
+                if not np.allclose(f, n, rtol=rtol, atol=atol, equal_nan=False):
+                    return _fail(f"Jacobian computed with forward mode mismatch for output {j} "
+                                 f"with respect to input {i},\nnumerical:{_fmt(n)}\n"
+                                 f"analytical:{_fmt(f)}\n", raise_exception)
     if not check_backward_ad:
         return True
-    _, numerical = _numerical(func, inputs, diff_idx, eps)
     grad_outs, (analytical, again) = _analytical(func, inputs, diff_idx, check_grad_dtypes)
     for j, o in _float_outputs(grad_outs):
         if not o.requires_grad:

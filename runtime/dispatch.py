@@ -6,7 +6,8 @@ numpy arrays; while a GraphBuilder is active they are IR Vars and the bind recor
 import numpy as _np
 
 from aotgrad.ir.core import Aval, aval_of, current_builder, Var
-from aotgrad.runtime import profiling
+from aotgrad.runtime import forward_mode, profiling
+from aotgrad.runtime.forward_mode import state as _forward
 from aotgrad.runtime.engine import Node, SavedTensor, _node_of
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.tensor import Tensor
@@ -147,6 +148,8 @@ def apply(prim, *inputs, **params):
     out = Tensor._make(out_val, False)
     if builder is not None:
         builder.track(out)
+    if _forward.level is not None and not _forward.suspended and inputs:
+        _forward_tangent(prim, params, inputs, out)
     if _mode.grad_enabled and inputs:
         rule = VJP.get(prim.name)
         if rule is not None and any(t.requires_grad for t in inputs) and \
@@ -154,3 +157,15 @@ def apply(prim, *inputs, **params):
             out.requires_grad = True
             out.grad_fn = PrimBackward(prim, rule, params, inputs, out)
     return out
+
+
+def _forward_tangent(prim, params, inputs, out):
+    """Forward-mode AD: out's tangent from the inputs' tangents (runtime/forward_mode.py)."""
+    tangents = [forward_mode.tangent_of(t) for t in inputs]
+    rule = VJP.get(prim.name)
+    if rule is None or not out.dtype.is_floating_point or all(t is None for t in tangents):
+        return
+    if current_builder() is not None:
+        graph_break("forward-mode AD (a dual tensor) inside a compiled function", out)
+    forward_mode.set_tangent(out, forward_mode.prim_tangent(rule, PrimBackward, prim, params,
+                                                            inputs, out, tangents))
