@@ -512,7 +512,7 @@ def _run_node(node, grads, create_graph):
             grads = _checked_node_hook_result(hook, grads, r)
     if isinstance(node, AccumulateGrad):
         grads_in = grads
-    elif node._none_in_none_out and all(g is None for g in grads):
+    elif node._none_in_none_out and _all_none(grads):
         outs = [None] * len(node.next_functions)
         for hook in node._hooks:
             r = hook(tuple(outs), tuple(grads))
@@ -557,6 +557,13 @@ def _run_node(node, grads, create_graph):
         if r is not None:
             outs = _checked_node_hook_result(hook, outs, r)
     return outs
+
+
+def _all_none(grads):
+    for g in grads:  # (not `None in grads` nor all(): that calls Tensor.__eq__ / costs more)
+        if g is not None:
+            return False
+    return True
 
 
 def _checked_node_hook_result(hook, grads, r):
