@@ -186,3 +186,16 @@ def test_compiled_function_inside_a_dual_level_runs_eagerly():
             t = fw.unpack_dual(f(fw.make_dual(x0, t0))).tangent
     x = x0.numpy()
     np.testing.assert_allclose(t.numpy(), np.cos(x * x) * 2 * x * t0.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("kwargs", [dict(strategy="forward-mode"),
+                                    dict(strategy="forward-mode", vectorize=True,
+                                         create_graph=True),
+                                    dict(strategy="forward-mode", vectorize=True, strict=True),
+                                    dict(vectorize=True, strict=True),
+                                    dict(strategy="forward-mode", vectorize=True)])
+def test_jacobian_strategy_restrictions(kwargs, torch):
+    def case(M):
+        x = M.tensor([0.5, -1.0], dtype=M.float64)
+        return M.autograd.functional.jacobian(lambda a: (a.sin(), a * a), x, **kwargs)
+    _same(case, torch)
