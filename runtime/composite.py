@@ -33,7 +33,7 @@ class CompositeBackward(Node):
         self._inner = [GradientEdge(o.grad_fn, o._output_nr) for o in outputs]
         self._inner_nodes = self._find_inner_nodes()
         for n in self._inner_nodes:
-            n._owner = self
+            n._in_composite = True
 
     def _backward(self, grads):
         return run_subgraph(self._inner, grads, self.next_functions, _mode.grad_enabled)

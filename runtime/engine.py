@@ -213,7 +213,7 @@ class Node:
     _pre_hooks = _hooks = ()
     _tensor_pre_hooks = _retain_grad = _EMPTY  # output_nr -> [hook(grad)] / weakref(tensor)
     _stack = _provenance = None
-    _owner = None  # the composite node (runtime.composite) whose prims' nodes include this one
+    _in_composite = False  # one of the prims' nodes a composite node (runtime.composite) runs
     # a built-in node that receives no gradient at all gives none (PyTorch's derivative
     # formulas skip an undefined gradient); custom Functions and compiled backwards run on
     # materialized zeros instead
@@ -709,7 +709,7 @@ def _drain(heap, buffers, deps, run, capture, results, accumulate, retain_graph,
                 continue
             outs = _run_node(node, grads, create_graph)
             if not retain_graph:
-                if node._owner is None:
+                if not node._in_composite:
                     node._release()
                 else:  # a prim's node inside a composite node: that node may run it again
                     release_after_pass((node,))
