@@ -151,3 +151,22 @@ def test_set_multithreading_enabled_is_a_context_manager_and_a_function():
         (x * 2).backward()
     ag.autograd.set_multithreading_enabled(True)
     assert x.grad.item() == 2.0
+
+
+def test_recomputation_that_saves_otherwise_raises():
+    from aotgrad.utils.checkpoint import CheckpointError
+    state = {"n": 0}
+
+    def unstable(t):
+        state["n"] += 1
+        return t.exp() if state["n"] == 1 else (t * t).exp()   # one more saved tensor
+
+    def reshaping(t):
+        state["n"] += 1
+        return (t if state["n"] == 1 else t[:1]).exp()   # a saved tensor of another shape
+
+    for fn in (unstable, reshaping):
+        state["n"] = 0
+        y = checkpoint(fn, _x(0.5, 1.0), use_reentrant=False)
+        with pytest.raises(CheckpointError):
+            y.sum().backward()

@@ -33,7 +33,8 @@ from aotgrad.runtime.factories import get_rng_state, set_rng_state
 from aotgrad.runtime.grad_mode import enable_grad
 from aotgrad.runtime.tensor import Tensor
 
-__all__ = ["checkpoint", "checkpoint_sequential", "noop_context_fn", "detach_variable"]
+__all__ = ["checkpoint", "checkpoint_sequential", "noop_context_fn", "detach_variable",
+           "CheckpointError"]
 
 _PASS_EXPLICITLY = (
     "{where}: the use_reentrant parameter should be passed explicitly. use_reentrant=False is "
@@ -97,7 +98,8 @@ def checkpoint(function, *args, use_reentrant=None, context_fn=noop_context_fn,
         return function(*args, **kwargs)
     if use_reentrant:
         return _ReentrantCheckpoint.apply(function, preserve, *args)
-    return _checkpoint_with_hooks(function, preserve, context_fn, args, kwargs)
+    return _checkpoint_with_hooks(function, preserve, context_fn, determinism_check, args,
+                                  kwargs)
 
 
 # ---- use_reentrant=True -----------------------------------------------------------------
@@ -142,24 +144,28 @@ class _ReentrantCheckpoint(Function):
 
 
 # ---- use_reentrant=False ----------------------------------------------------------------
-class _Frame:
-    """One checkpointed call: what recomputing it needs, and the saved tensors the last
-    recomputation produced (each handed out once, then dropped)."""
+class CheckpointError(RuntimeError):
+    """The recomputation of a checkpointed function did not save what its forward saved."""
 
-    def __init__(self, function, args, kwargs, rng, recompute_context):
+
+class _Frame:
+    """One checkpointed call: what recomputing it needs, the shape and dtype of each tensor
+    its forward saved, and the saved tensors the last recomputation produced (each handed out
+    once, then dropped)."""
+
+    def __init__(self, function, args, kwargs, rng, recompute_context, check):
         self.function, self.args, self.kwargs = function, args, kwargs
-        self.rng, self.recompute_context = rng, recompute_context
-        self.count = 0          # saved tensors packed by the forward
+        self.rng, self.recompute_context, self.check = rng, recompute_context, check
+        self.metadata = []      # (shape, dtype) of each tensor packed by the forward
         self.recomputed = {}    # index -> tensor value rebuilt by the recomputation
+
+    def pack(self, t):
+        self.metadata.append((tuple(t.shape), t.dtype))
+        return len(self.metadata) - 1
 
     def unpack(self, index):
         if index not in self.recomputed:
             self._recompute()
-        if index not in self.recomputed:
-            raise RuntimeError(
-                f"aotgrad.utils.checkpoint: the recomputation saved fewer tensors than the "
-                f"forward ({len(self.recomputed)} vs {self.count}); the checkpointed function "
-                f"must run the same operations when it runs again")
         return self.recomputed.pop(index)
 
     def _recompute(self):
@@ -168,11 +174,21 @@ class _Frame:
         with _rng_state(self.rng), enable_grad(), self.recompute_context, \
                 saved_tensors_hooks(lambda t: saved.append(t.detach()), _unreachable):
             self.function(*args, **self.kwargs)
-        if len(saved) != self.count:
-            raise RuntimeError(
-                f"aotgrad.utils.checkpoint: the recomputation saved {len(saved)} tensors but "
-                f"the forward saved {self.count}; the checkpointed function must run the same "
-                f"operations when it runs again")
+        if len(saved) != len(self.metadata):
+            raise CheckpointError(
+                f"aotgrad.utils.checkpoint: a different number of tensors was saved during "
+                f"the original forward ({len(self.metadata)}) and the recomputation "
+                f"({len(saved)}); the checkpointed function must run the same operations when "
+                f"it runs again")
+        if self.check:
+            diffs = [f"  tensor {i}: saved {list(shape)} {dtype.name} in the forward, "
+                     f"{list(t.shape)} {t.dtype.name} when recomputed"
+                     for i, ((shape, dtype), t) in enumerate(zip(self.metadata, saved))
+                     if shape != tuple(t.shape) or dtype is not t.dtype]
+            if diffs:
+                raise CheckpointError("aotgrad.utils.checkpoint: Recomputed values for the "
+                                      "following tensors have different metadata than during "
+                                      "the forward pass.\n" + "\n".join(diffs))
         self.recomputed = dict(enumerate(saved))
 
 
@@ -181,17 +197,11 @@ def _unreachable(packed):
                        "back")
 
 
-def _checkpoint_with_hooks(function, preserve, context_fn, args, kwargs):
+def _checkpoint_with_hooks(function, preserve, context_fn, determinism_check, args, kwargs):
     forward_context, recompute_context = context_fn()
     frame = _Frame(function, args, kwargs, get_rng_state() if preserve else None,
-                   recompute_context)
-
-    def pack(t):
-        index = frame.count
-        frame.count += 1
-        return index
-
-    with forward_context, saved_tensors_hooks(pack, frame.unpack):
+                   recompute_context, check=determinism_check == "default")
+    with forward_context, saved_tensors_hooks(frame.pack, frame.unpack):
         return function(*args, **kwargs)
 
 
