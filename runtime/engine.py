@@ -264,6 +264,10 @@ class Node:
     def name(self):
         return self._name
 
+    def _sequence_nr(self):
+        """The order the node was made in (later nodes run first), as PyTorch's."""
+        return self._seq
+
     def __repr__(self):
         return f"<{self.name()} object at {hex(id(self))}>"
 
