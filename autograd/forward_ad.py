@@ -10,12 +10,13 @@ tensors.
 Every op propagates tangents (J·t), derived from the reverse-mode rule of each prim
 (runtime/forward_mode.py), so every differentiable op supports it, and under grad mode a
 tangent is itself differentiable (reverse-over-forward). A custom `autograd.Function` given a
-dual tensor uses its `jvp` staticmethod (and raises without one), as in PyTorch.
+dual tensor uses its `jvp` staticmethod (and raises without one), which reads what
+`ctx.save_for_forward` saved as `ctx.saved_tensors`, as in PyTorch.
 
 Limits: one dual level at a time (nesting raises); a compiled function called inside a dual
 level runs eagerly; an in-place op on a view updates the tangent of the view and of its base,
 but other views of that base keep the tangent they had (in PyTorch a view's tangent is a view
-of its base's tangent); `ctx.save_for_forward` is not supported.
+of its base's tangent).
 """
 import collections
 import contextlib

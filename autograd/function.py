@@ -60,7 +60,12 @@ class FunctionCtx:
         self.materialize_grads = bool(value)
 
     def save_for_forward(self, *tensors):
-        raise NotImplementedError("forward-mode AD (save_for_forward) is not supported")
+        """Save tensors (or None) for `jvp`, which reads them as `ctx.saved_tensors`."""
+        for i, t in enumerate(tensors):
+            if t is not None and not isinstance(t, Tensor):
+                raise TypeError(f"save_for_forward expects all arguments to be tensors; but "
+                                f"got {type(t).__name__} at position {i}")
+        self._saved_for_forward = tensors
 
     @property
     def saved_variables(self):
@@ -72,6 +77,8 @@ class FunctionCtx:
 
     @property
     def saved_tensors(self):
+        if getattr(self, "_in_jvp", False):  # jvp reads what save_for_forward saved
+            return tuple(getattr(self, "_saved_for_forward", ()))
         saved = getattr(self, "_saved", None)
         if saved is None:
             if getattr(self, "_to_save", None) is not None:
@@ -259,8 +266,12 @@ def _set_output_tangents(cls, ctx, args, tangents, outputs):
     from aotgrad.runtime.factories import zeros_like
     grads_in = [(t if t is not None else zeros_like(a)) if isinstance(a, Tensor) else None
                 for a, t in zip(args, tangents)]
-    with no_grad(), _tangents_suspended(True):
-        out_tangents = cls.jvp(ctx, *grads_in)
+    ctx._in_jvp = True
+    try:
+        with no_grad(), _tangents_suspended(True):
+            out_tangents = cls.jvp(ctx, *grads_in)
+    finally:
+        ctx._in_jvp = False
     if not isinstance(out_tangents, tuple):
         out_tangents = (out_tangents,)
     tensors = [o for o in outputs if isinstance(o, Tensor)]

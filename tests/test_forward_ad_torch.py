@@ -199,3 +199,34 @@ def test_jacobian_strategy_restrictions(kwargs, torch):
         x = M.tensor([0.5, -1.0], dtype=M.float64)
         return M.autograd.functional.jacobian(lambda a: (a.sin(), a * a), x, **kwargs)
     _same(case, torch)
+
+
+def test_custom_function_save_for_forward(torch):
+    def case(M):
+        fw = M.autograd.forward_ad
+
+        class Mul(M.autograd.Function):
+            @staticmethod
+            def forward(ctx, a, b):
+                ctx.save_for_forward(a, b)
+                ctx.save_for_backward(a, b)
+                return a * b
+
+            @staticmethod
+            def backward(ctx, g):
+                a, b = ctx.saved_tensors
+                return g * b, g * a
+
+            @staticmethod
+            def jvp(ctx, ta, tb):
+                a, b = ctx.saved_tensors
+                return ta * b + a * tb
+        a0, b0 = M.tensor([1., 2.]), M.tensor([3., -1.])
+        with fw.dual_level():
+            a = fw.make_dual(a0, M.tensor([1., 1.]))
+            b = fw.make_dual(b0, M.tensor([0.5, 2.]))
+            t = fw.unpack_dual(Mul.apply(a, b)).tangent
+        x, y = a0.clone().requires_grad_(), b0.clone().requires_grad_()
+        Mul.apply(x, y).sum().backward()
+        return t, x.grad, y.grad
+    _same(case, torch)
