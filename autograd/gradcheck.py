@@ -18,7 +18,8 @@ from aotgrad.runtime.autograd_api import grad as _grad
 from aotgrad.runtime.grad_mode import enable_grad, no_grad
 from aotgrad.runtime.tensor import Tensor
 
-__all__ = ["gradcheck", "gradgradcheck", "GradcheckError"]
+__all__ = ["gradcheck", "gradgradcheck", "GradcheckError", "get_numerical_jacobian",
+           "get_analytical_jacobian"]
 
 
 class GradcheckError(RuntimeError):
@@ -246,3 +247,66 @@ def gradgradcheck(func, inputs, grad_outputs=None, *, eps=1e-6, atol=1e-5, rtol=
                      check_undefined_grad=check_undefined_grad,
                      check_grad_dtypes=check_grad_dtypes, check_backward_ad=check_rev_over_rev,
                      fast_mode=fast_mode)
+
+
+def _deprecated_warning(name):
+    warnings.warn(f"`{name}` is deprecated (it was never meant to be public, in PyTorch "
+                  f"either); use gradcheck or autograd.functional.jacobian", FutureWarning,
+                  stacklevel=3)
+
+
+def get_numerical_jacobian(fn, inputs, target=None, eps=1e-3, grad_out=1.0):
+    """Deprecated, as in PyTorch: the finite-difference Jacobians of `fn(inputs)` (fn takes
+    the tuple of inputs; only its first output counts) with respect to each input that
+    requires grad, each of shape (input numel, output numel)."""
+    _deprecated_warning("get_numerical_jacobian")
+    if grad_out != 1.0:
+        raise ValueError("Expected grad_out to be 1.0. get_numerical_jacobian no longer "
+                         "supports values of grad_out != 1.0.")
+    inputs = _as_tuple(inputs)
+    if target is not None and tuple(_as_tuple(target)) != inputs:
+        raise NotImplementedError("get_numerical_jacobian: a target other than the inputs is "
+                                  "not supported")
+    diff_idx = [i for i, x in enumerate(inputs) if isinstance(x, Tensor) and x.requires_grad]
+    outs, jac = _numerical(lambda *a: fn(a), inputs, diff_idx, eps)
+    from aotgrad.runtime.factories import tensor
+    first = _float_outputs(outs)[0][0]
+    return tuple(tensor(jac[(first, i)], dtype=inputs[i].dtype) for i in diff_idx)
+
+
+def get_analytical_jacobian(inputs, output, nondet_tol=0.0, grad_out=1.0):
+    """Deprecated, as in PyTorch: the backward-mode Jacobians of `output` with respect to
+    each input that requires grad (shape (input numel, output numel)), and whether the
+    backward is reentrant (same result twice), the gradient sizes and the dtypes are right:
+    `(jacobians, reentrant, correct_grad_sizes, correct_grad_types)`."""
+    _deprecated_warning("get_analytical_jacobian")
+    if grad_out != 1.0:
+        raise ValueError("Expected grad_out to be 1.0. get_analytical_jacobian no longer "
+                         "supports values of grad_out != 1.0.")
+    from aotgrad.runtime.factories import tensor
+    inputs = _as_tuple(inputs)
+    diff = [x for x in inputs if isinstance(x, Tensor) and x.requires_grad]
+    n_out = output.numel()
+    runs, sizes_ok, types_ok = [], True, True
+    for _ in range(2):
+        jacs = [np.zeros((x.numel(), n_out)) for x in diff]
+        for k in range(n_out):
+            basis = np.zeros(n_out, dtype=output.dtype.np)
+            basis[k] = 1
+            gs = _grad(output, diff, tensor(basis.reshape(tuple(output.shape)),
+                                            dtype=output.dtype),
+                       retain_graph=True, allow_unused=True)
+            for jac, g, x in zip(jacs, gs, diff):
+                if g is None:
+                    continue
+                if tuple(g.shape) != tuple(x.shape):
+                    sizes_ok = False
+                    continue
+                if g.dtype is not x.dtype:
+                    types_ok = False
+                jac[:, k] = np.asarray(g._value, np.float64).reshape(-1)
+        runs.append(jacs)
+    reentrant = all(np.max(np.abs(a - b), initial=0.0) <= nondet_tol
+                    for a, b in zip(*runs))
+    return (tuple(tensor(j, dtype=x.dtype) for j, x in zip(runs[0], diff)), reentrant,
+            sizes_ok, types_ok)

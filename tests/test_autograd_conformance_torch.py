@@ -506,3 +506,19 @@ def test_no_gradient_in_gives_none_out(torch):
         (Drop.apply(x.exp()).sum() + w * 2).backward()
         return first, g, x.grad, w.grad
     _same(case, torch)
+
+
+def test_deprecated_jacobian_helpers(torch):
+    def case(M):
+        gc = M.autograd.gradcheck
+        a = M.tensor([0.5, -1.0], dtype=M.float64, requires_grad=True)
+        b = M.tensor([2.0, 3.0, 4.0], dtype=M.float64, requires_grad=True)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            num = gc.get_numerical_jacobian(lambda ab: (ab[0].sum() * ab[1]).exp(), (a, b),
+                                            eps=1e-6)
+            out = (a.sum() * b).exp()
+            ana, reentrant, sizes, types = gc.get_analytical_jacobian((a, b), out)
+        return ([np.round(n.detach().numpy(), 4).tolist() for n in num], ana, reentrant,
+                sizes, types, sorted({c.category.__name__ for c in w}))
+    _same(case, torch)
