@@ -170,3 +170,13 @@ def test_recomputation_that_saves_otherwise_raises():
         y = checkpoint(fn, _x(0.5, 1.0), use_reentrant=False)
         with pytest.raises(CheckpointError):
             y.sum().backward()
+
+
+def test_early_stop_and_debug_switches_leave_gradients_unchanged():
+    from aotgrad.utils.checkpoint import set_checkpoint_debug_enabled, set_checkpoint_early_stop
+    x = _x(0.1, 0.9)
+    with set_checkpoint_early_stop(False), set_checkpoint_debug_enabled(True):
+        y = checkpoint(lambda t: t.exp() * t, x, use_reentrant=False)
+    y.sum().backward()
+    e = np.exp(x.detach().numpy())
+    np.testing.assert_allclose(x.grad.numpy(), e * (x.detach().numpy() + 1))

@@ -34,13 +34,28 @@ from aotgrad.runtime.grad_mode import enable_grad
 from aotgrad.runtime.tensor import Tensor
 
 __all__ = ["checkpoint", "checkpoint_sequential", "noop_context_fn", "detach_variable",
-           "CheckpointError"]
+           "CheckpointError", "set_checkpoint_early_stop", "set_checkpoint_debug_enabled"]
 
 _PASS_EXPLICITLY = (
     "{where}: the use_reentrant parameter should be passed explicitly. use_reentrant=False is "
     "recommended, but if you need to preserve the current default behavior, you can pass "
     "use_reentrant=True. Refer to docs for more details on the differences between the two "
     "variants.")
+
+
+@contextlib.contextmanager
+def set_checkpoint_early_stop(enable):
+    """Whether a non-reentrant recomputation stops once it has rebuilt every saved tensor
+    the backward needs (PyTorch's default). aotgrad always runs the whole checkpointed
+    function again; the gradients are the same either way, so the setting has no effect."""
+    yield
+
+
+@contextlib.contextmanager
+def set_checkpoint_debug_enabled(enabled):
+    """PyTorch's switch for the operator traces in non-deterministic-recomputation errors;
+    aotgrad's CheckpointError names the differing saved tensors in every case."""
+    yield
 
 
 def noop_context_fn():
