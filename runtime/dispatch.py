@@ -148,7 +148,8 @@ def apply(prim, *inputs, **params):
     out = Tensor._make(out_val, False)
     if builder is not None:
         builder.track(out)
-    if _forward.level is not None and not _forward.suspended and inputs:
+    if _forward.level is not None and not _forward.suspended and inputs and \
+            not _mode.inference:  # (inference mode records no tangents, as in PyTorch)
         _forward_tangent(prim, params, inputs, out)
     if _mode.grad_enabled and inputs:
         rule = VJP.get(prim.name)

@@ -234,3 +234,15 @@ def test_custom_function_save_for_forward(torch):
         Mul.apply(x, y).sum().backward()
         return t, x.grad, y.grad
     _same(case, torch)
+
+
+def test_grad_modes(torch):
+    def case(M):
+        fw = M.autograd.forward_ad
+        out = []
+        for mode in (M.no_grad, M.inference_mode, M.enable_grad):
+            with mode(), fw.dual_level():
+                x = fw.make_dual(M.tensor([1., 2.]), M.tensor([1., -1.]))
+                out.append(fw.unpack_dual((x * x).exp()).tangent)
+        return out
+    _same(case, torch)
