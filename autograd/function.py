@@ -367,10 +367,10 @@ class InplaceFunction(Function):
 
 
 # ---- once_differentiable ---------------------------------------------------------------------
-class DelayedError(Node):
+class Error(Node):
     """A node that raises when differentiated: marks the output of a once_differentiable
-    backward that ran with create_graph=True."""
-    _name = "DelayedError"
+    backward that ran with create_graph=True (named as PyTorch's)."""
+    _name = "Error"
 
     def __init__(self, msg, grads):
         super().__init__([_node_of(g) if isinstance(g, Tensor) and g.requires_grad
@@ -396,7 +396,7 @@ def once_differentiable(fn):
             return outputs
         single = not isinstance(outputs, tuple)
         outs = (outputs,) if single else outputs
-        node = DelayedError("trying to differentiate twice a function that was marked with "
+        node = Error("trying to differentiate twice a function that was marked with "
                             "@once_differentiable", grads)
         node._out_avals = [Aval(o.shape, o.dtype) if isinstance(o, Tensor) else None
                            for o in outs]

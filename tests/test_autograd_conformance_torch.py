@@ -520,3 +520,31 @@ def test_deprecated_jacobian_helpers(torch):
         return ([np.round(n.detach().numpy(), 4).tolist() for n in num], ana, reentrant,
                 sizes, types, sorted({c.category.__name__ for c in w}))
     _same(case, torch)
+
+
+def test_once_differentiable_graph(torch):
+    def case(M):
+        from importlib import import_module
+        once = import_module(f"{M.__name__}.autograd.function").once_differentiable
+
+        class Twice(M.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x * 2
+
+            @staticmethod
+            @once
+            def backward(ctx, g):
+                return g * 2
+        x, go = _L(M, 1., 2.), _L(M, 1., 1.)
+        g, = M.autograd.grad(Twice.apply(x), x, go, create_graph=True)
+        plain, = M.autograd.grad(Twice.apply(x).sum(), x, create_graph=True)
+        try:
+            g.sum().backward()
+            err = None
+        except RuntimeError as e:
+            err = str(e)
+        return (type(g.grad_fn).__name__, len(g.grad_fn.next_functions),
+                g.grad_fn.next_functions[0][0].name().endswith("AccumulateGrad"),
+                plain.requires_grad, err)
+    _same(case, torch)
