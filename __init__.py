@@ -54,6 +54,7 @@ from aotgrad.runtime.special_ops import (digamma, erfc, erfinv, i0, lgamma, logi
                                          polygamma, sinc, xlogy)
 from aotgrad.runtime.trig_ops import (acos, acosh, arccos, arccosh, arcsin, arcsinh, arctan,
                                       arctan2, arctanh, asin, asinh, atan, atanh, cosh, sinh)
+from aotgrad.runtime.scatter_reduce_ops import scatter_reduce  # noqa: E402
 from aotgrad import autograd  # noqa: E402
 
 from aotgrad._version import __version__  # noqa: E402  (one place: pyproject reads it)
@@ -138,6 +139,7 @@ __all__ = [
     "typename", "xlogy", "special", "linalg", "sparse", "accelerator", "amp", "backends",
     "cpu", "cuda", "jit", "set_num_threads", "get_num_threads", "set_num_interop_threads",
     "get_num_interop_threads",
+    "scatter_reduce",
 ]
 
 

@@ -27,6 +27,7 @@ from aotgrad import call_path
 from aotgrad.runtime import dispatch
 from aotgrad.runtime import profiling
 from aotgrad.runtime.engine import _checked_hook_result, accumulate_retained, saved_hooks
+from aotgrad.runtime.forward_mode import state as _forward
 from aotgrad.runtime.executor import CompiledBackward, check_nan, write_back, write_grad
 from aotgrad.runtime.factories import default_generator
 from aotgrad.runtime.grad_mode import state as _mode
@@ -799,6 +800,11 @@ class CompiledFunction:
                             f"autograd.graph.saved_tensors_hooks, whose hooks must see the "
                             f"tensors saved for backward; running this call eagerly")
             self.eager_calls += 1
+            return self.fn(*args, **kwargs)
+        if _forward.level is not None:
+            # tangents of forward-mode AD are not part of the compiled program
+            self._warn_once(f"aotgrad.compile({self.name}): called inside a forward-mode AD "
+                            f"dual level; running this call eagerly")
             return self.fn(*args, **kwargs)
         call = self._specialised
         if call is not None and not kwargs:

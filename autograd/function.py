@@ -19,16 +19,18 @@ tensors alike); `apply` then attaches one graph node, an instance of the generat
 gets Tensors and runs under the engine's grad mode, so a backward written with tensor ops
 is itself differentiable (`create_graph=True`).
 """
+import contextlib
 import functools
 import inspect
 
 from aotgrad.ir.core import Aval
-from aotgrad.runtime import profiling
+from aotgrad.runtime import forward_mode, profiling
 from aotgrad.runtime.engine import Node, SavedTensor, _node_of
 from aotgrad.runtime.grad_mode import no_grad, state as _mode
 from aotgrad.runtime.tensor import Tensor
 
-__all__ = ["Function", "FunctionCtx", "BackwardCFunction", "once_differentiable"]
+__all__ = ["Function", "FunctionCtx", "BackwardCFunction", "InplaceFunction",
+           "once_differentiable"]
 
 
 class FunctionCtx:
@@ -58,10 +60,25 @@ class FunctionCtx:
         self.materialize_grads = bool(value)
 
     def save_for_forward(self, *tensors):
-        raise NotImplementedError("forward-mode AD (save_for_forward) is not supported")
+        """Save tensors (or None) for `jvp`, which reads them as `ctx.saved_tensors`."""
+        for i, t in enumerate(tensors):
+            if t is not None and not isinstance(t, Tensor):
+                raise TypeError(f"save_for_forward expects all arguments to be tensors; but "
+                                f"got {type(t).__name__} at position {i}")
+        self._saved_for_forward = tensors
+
+    @property
+    def saved_variables(self):
+        """The old name of `saved_tensors` (deprecated, as in PyTorch)."""
+        import warnings
+        warnings.warn("'saved_variables' is deprecated; use 'saved_tensors'", DeprecationWarning,
+                      stacklevel=2)
+        return self.saved_tensors
 
     @property
     def saved_tensors(self):
+        if getattr(self, "_in_jvp", False):  # jvp reads what save_for_forward saved
+            return tuple(getattr(self, "_saved_for_forward", ()))
         saved = getattr(self, "_saved", None)
         if saved is None:
             if getattr(self, "_to_save", None) is not None:
@@ -73,6 +90,7 @@ class FunctionCtx:
 
 class BackwardCFunction(FunctionCtx, Node):
     """Base of the generated `<Name>Backward` node classes; an instance is a Function's ctx."""
+    _none_in_none_out = False  # backward runs on materialized zeros, as in PyTorch
     _forward_cls = None
     _name = "BackwardCFunction"
 
@@ -93,10 +111,17 @@ class BackwardCFunction(FunctionCtx, Node):
     def name(self):
         return type(self)._name
 
+    # with False, a non-differentiable output's missing gradient stays None even when
+    # materialize_grads is on (PyTorch's ctx._materialize_non_diff_grads)
+    _materialize_non_diff_grads = True
+    _non_diff_outputs = frozenset()  # indices of the outputs marked non-differentiable
+
     def _materialize(self, grads):
         from aotgrad.runtime import tprims
-        return [g if g is not None or a is None else tprims.zeros(a.shape, a.dtype)
-                for g, a in zip(grads, self._out_avals)]
+        keep_none = () if self._materialize_non_diff_grads else self._non_diff_outputs
+        return [g if g is not None or a is None or i in keep_none
+                else tprims.zeros(a.shape, a.dtype)
+                for i, (g, a) in enumerate(zip(grads, self._out_avals))]
 
     def _backward(self, grads):
         cls = self._forward_cls
@@ -138,6 +163,9 @@ class _FunctionMeta(type):
                              "__module__": cls.__module__})
         cls._backward_cls = backward_cls
         super().__init__(name, bases, attrs)
+
+
+FunctionMeta = _FunctionMeta  # (PyTorch's public name of the metaclass)
 
 
 class Function(metaclass=_FunctionMeta):
@@ -195,7 +223,8 @@ class Function(metaclass=_FunctionMeta):
             kwargs = {}
         ctx = cls._backward_cls(args)
         record = _mode.grad_enabled and any(ctx.needs_input_grad)
-        with no_grad():
+        tangents = _input_tangents(args)
+        with no_grad(), _tangents_suspended(tangents is not None):
             if profiling._profilers:
                 with profiling.record(cls.__name__, kind="op"):
                     raw = _call_forward(cls, ctx, args, has_setup)
@@ -204,7 +233,56 @@ class Function(metaclass=_FunctionMeta):
         is_tuple = isinstance(raw, tuple)
         outputs = raw if is_tuple else (raw,)
         outputs = _wrap_outputs(ctx, args, outputs, record)
+        if tangents is not None:
+            _set_output_tangents(cls, ctx, args, tangents, outputs)
         return outputs if is_tuple else outputs[0]
+
+
+def _input_tangents(args):
+    """The forward-mode tangents of the tensor arguments (None if no argument has one)."""
+    if forward_mode.state.level is None or forward_mode.state.suspended:
+        return None
+    tangents = [forward_mode.tangent_of(a) if isinstance(a, Tensor) else None for a in args]
+    return tangents if any(t is not None for t in tangents) else None
+
+
+@contextlib.contextmanager
+def _tangents_suspended(on):
+    """The forward of a Function given dual tensors runs without tangents: its `jvp` gives
+    the outputs' tangents, as in PyTorch."""
+    prev = forward_mode.state.suspended
+    forward_mode.state.suspended = prev or on
+    try:
+        yield
+    finally:
+        forward_mode.state.suspended = prev
+
+
+def _set_output_tangents(cls, ctx, args, tangents, outputs):
+    if cls.jvp is Function.jvp:
+        raise RuntimeError(f"You must implement the jvp function for custom autograd.Function "
+                           f"to use it with forward mode AD ({cls.__name__} was given a dual "
+                           f"tensor).")
+    from aotgrad.runtime.factories import zeros_like
+    grads_in = [(t if t is not None else zeros_like(a)) if isinstance(a, Tensor) else None
+                for a, t in zip(args, tangents)]
+    ctx._in_jvp = True
+    try:
+        with no_grad(), _tangents_suspended(True):
+            out_tangents = cls.jvp(ctx, *grads_in)
+    finally:
+        ctx._in_jvp = False
+    if not isinstance(out_tangents, tuple):
+        out_tangents = (out_tangents,)
+    tensors = [o for o in outputs if isinstance(o, Tensor)]
+    if len(out_tangents) != len(outputs) and len(out_tangents) != len(tensors):
+        raise RuntimeError(f"jvp of {cls.__name__} returned {len(out_tangents)} tangents for "
+                           f"{len(outputs)} outputs")
+    pairs = zip(outputs, out_tangents) if len(out_tangents) == len(outputs) else \
+        zip(tensors, out_tangents)
+    for o, t in pairs:
+        if isinstance(o, Tensor) and t is not None and o.dtype.is_floating_point:
+            forward_mode.set_tangent(o, t)
 
 
 def _bind(forward, has_setup, args, kwargs):
@@ -261,6 +339,8 @@ def _wrap_outputs(ctx, inputs, outputs, record):
             o.grad_fn, o.requires_grad = None, False
         wrapped.append(o)
     ctx._out_avals = avals
+    if non_diff:
+        ctx._non_diff_outputs = frozenset(i for i, o in enumerate(outputs) if id(o) in non_diff)
     if ctx._to_save is not None:
         outs = {id(o) for o in wrapped if isinstance(o, Tensor)} if record else set()
         ctx._saved = [None if t is None else SavedTensor(t, is_output=id(t) in outs)
@@ -277,11 +357,20 @@ def _alias(t):
     return a
 
 
+class InplaceFunction(Function):
+    """A Function with an `inplace` flag, kept for old code (as in PyTorch); new code
+    subclasses Function."""
+
+    def __init__(self, inplace=False):
+        super().__init__()
+        self.inplace = inplace
+
+
 # ---- once_differentiable ---------------------------------------------------------------------
-class DelayedError(Node):
+class Error(Node):
     """A node that raises when differentiated: marks the output of a once_differentiable
-    backward that ran with create_graph=True."""
-    _name = "DelayedError"
+    backward that ran with create_graph=True (named as PyTorch's)."""
+    _name = "Error"
 
     def __init__(self, msg, grads):
         super().__init__([_node_of(g) if isinstance(g, Tensor) and g.requires_grad
@@ -307,7 +396,7 @@ def once_differentiable(fn):
             return outputs
         single = not isinstance(outputs, tuple)
         outs = (outputs,) if single else outputs
-        node = DelayedError("trying to differentiate twice a function that was marked with "
+        node = Error("trying to differentiate twice a function that was marked with "
                             "@once_differentiable", grads)
         node._out_avals = [Aval(o.shape, o.dtype) if isinstance(o, Tensor) else None
                            for o in outs]

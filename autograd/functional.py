@@ -200,6 +200,19 @@ def jacobian(func, inputs, create_graph=False, strict=False, vectorize=False,
                          'Hint: If your function has more outputs than inputs, "forward-mode" '
                          'tends to be more performant. Otherwise, prefer to use '
                          '"reverse-mode".')
+    if strategy == "forward-mode":  # PyTorch's restrictions of the forward-mode strategy
+        if create_graph:
+            raise NotImplementedError('aotgrad.autograd.functional.jacobian: `create_graph=True` '
+                                      'and `strategy="forward-mode"` are not supported together.')
+        if strict:
+            raise RuntimeError('aotgrad.autograd.functional.jacobian: `strict=True` and '
+                               '`strategy="forward-mode"` are not supported together.')
+        if not vectorize:
+            raise NotImplementedError("Computing Jacobian using forward-AD or forward-over-reverse "
+                                      "Hessian is only implemented for `vectorize=True`.")
+    elif vectorize and strict:
+        raise RuntimeError("aotgrad.autograd.functional.jacobian: `strict=True` and "
+                           "`vectorized=True` are not supported together.")
     from aotgrad.runtime.shape_ops import stack
     with enable_grad():
         in_tuple, inputs = _as_tuple(inputs, "inputs", "jacobian")

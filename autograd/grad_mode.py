@@ -10,4 +10,25 @@ from aotgrad.runtime.grad_mode import (enable_grad, inference_mode, is_grad_enab
                                        is_inference_mode_enabled, no_grad, set_grad_enabled)
 
 __all__ = ["no_grad", "enable_grad", "set_grad_enabled", "inference_mode", "is_grad_enabled",
-           "is_inference_mode_enabled"]
+           "is_inference_mode_enabled", "set_multithreading_enabled"]
+
+
+class set_multithreading_enabled:
+    """Whether the backward pass may run on worker threads (a function or a context manager,
+    as in PyTorch). aotgrad's engine always runs the backward on the calling thread, so the
+    setting is recorded and restored but changes nothing."""
+    _enabled = True
+
+    def __init__(self, mode):
+        self.prev = set_multithreading_enabled._enabled
+        set_multithreading_enabled._enabled = bool(mode)
+        self.mode = mode
+
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        set_multithreading_enabled._enabled = self.prev
+
+    def clone(self):
+        return type(self)(self.mode)

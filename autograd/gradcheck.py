@@ -18,7 +18,8 @@ from aotgrad.runtime.autograd_api import grad as _grad
 from aotgrad.runtime.grad_mode import enable_grad, no_grad
 from aotgrad.runtime.tensor import Tensor
 
-__all__ = ["gradcheck", "gradgradcheck", "GradcheckError"]
+__all__ = ["gradcheck", "gradgradcheck", "GradcheckError", "get_numerical_jacobian",
+           "get_analytical_jacobian"]
 
 
 class GradcheckError(RuntimeError):
@@ -52,22 +53,51 @@ def _numerical(func, inputs, diff_idx, eps):
             for k in range(work.size):
                 idx = np.unravel_index(k, work.shape)
                 v = work[idx]
+                # the outputs' values are copied at once: an output that is a view of the
+                # input would otherwise read the restored input
                 work[idx] = v - eps
-                with no_grad():
-                    lo = _as_tuple(func(*inputs))
+                lo = _values(func, inputs, float_outs)
                 work[idx] = v + eps
-                with no_grad():
-                    hi = _as_tuple(func(*inputs))
+                hi = _values(func, inputs, float_outs)
                 work[idx] = v
                 for j, _ in float_outs:
-                    d = (np.asarray(hi[j]._value, np.float64) -
-                         np.asarray(lo[j]._value, np.float64)) / (2 * eps)
-                    cols[j][k] = d.reshape(-1)
+                    cols[j][k] = ((hi[j] - lo[j]) / (2 * eps)).reshape(-1)
         finally:
             x._value = orig
         for j, _ in float_outs:
             jac[(j, i)] = cols[j]
     return outs, jac
+
+
+def _forward_jacobian(func, inputs, diff_idx):
+    """{(output j, input i): (numel_in, numel_out) array} by forward-mode AD, one basis
+    tangent per element of each input."""
+    from aotgrad.autograd import forward_ad
+    from aotgrad.runtime.factories import tensor
+    jac = {}
+    for i in diff_idx:
+        x = inputs[i]
+        n = x.numel()
+        for k in range(n):
+            basis = np.zeros(n, dtype=x.dtype.np)
+            basis[k] = 1
+            with forward_ad.dual_level(), no_grad():
+                args = list(inputs)
+                args[i] = forward_ad.make_dual(x.detach(), tensor(basis.reshape(tuple(x.shape)),
+                                                                  dtype=x.dtype))
+                for j, o in _float_outputs(_as_tuple(func(*args))):
+                    col = jac.setdefault((j, i), np.zeros((n, o.numel())))
+                    t = forward_ad.unpack_dual(o).tangent
+                    if t is not None:
+                        col[k] = np.asarray(t._value, np.float64).reshape(-1)
+    return jac
+
+
+def _values(func, inputs, float_outs):
+    """{output j: a float64 copy of its value} for func(*inputs) under no_grad."""
+    with no_grad():
+        outs = _as_tuple(func(*inputs))
+    return {j: np.array(outs[j]._value, np.float64, copy=True) for j, _ in float_outs}
 
 
 def _analytical(func, inputs, diff_idx, check_grad_dtypes):
@@ -121,8 +151,10 @@ def gradcheck(func, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=T
     |analytical - numerical| <= atol + rtol * |numerical|. Returns True, or raises a
     GradcheckError (returns False with raise_exception=False). Use float64 inputs.
 
-    The batched, forward-AD, undefined-grad and fast-mode checks of PyTorch are accepted
-    and not run; `check_backward_ad=False` skips everything (returns True).
+    `check_forward_ad=True` also checks the forward-mode Jacobian (autograd.forward_ad, one
+    basis tangent per input element) against the same finite differences;
+    `check_backward_ad=False` skips the reverse-mode check. The batched, undefined-grad and
+    fast-mode checks of PyTorch are accepted and not run.
     """
     inputs = _as_tuple(inputs)
     diff_idx = [i for i, x in enumerate(inputs) if isinstance(x, Tensor) and x.requires_grad]
@@ -134,9 +166,22 @@ def gradcheck(func, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=T
             warnings.warn(f"Input #{i} requires gradient and is not a double precision floating "
                           f"point or complex. This check will likely fail if all the inputs are "
                           f"not of double precision floating point or complex. ", stacklevel=2)
+    if not check_backward_ad and not check_forward_ad:
+        return True
+    outs, numerical = _numerical(func, inputs, diff_idx, eps)
+    if check_forward_ad:
+        forward = _forward_jacobian(func, inputs, diff_idx)
+        for j, o in _float_outputs(outs):
+            for i in diff_idx:
+                f, n = forward.get((j, i)), numerical[(j, i)]
+                if f is None:
+                    f = np.zeros_like(n)
+                if not np.allclose(f, n, rtol=rtol, atol=atol, equal_nan=False):
+                    return _fail(f"Jacobian computed with forward mode mismatch for output {j} "
+                                 f"with respect to input {i},\nnumerical:{_fmt(n)}\n"
+                                 f"analytical:{_fmt(f)}\n", raise_exception)
     if not check_backward_ad:
         return True
-    _, numerical = _numerical(func, inputs, diff_idx, eps)
     grad_outs, (analytical, again) = _analytical(func, inputs, diff_idx, check_grad_dtypes)
     for j, o in _float_outputs(grad_outs):
         if not o.requires_grad:
@@ -203,3 +248,66 @@ def gradgradcheck(func, inputs, grad_outputs=None, *, eps=1e-6, atol=1e-5, rtol=
                      check_undefined_grad=check_undefined_grad,
                      check_grad_dtypes=check_grad_dtypes, check_backward_ad=check_rev_over_rev,
                      fast_mode=fast_mode)
+
+
+def _deprecated_warning(name):
+    warnings.warn(f"`{name}` is deprecated (it was never meant to be public, in PyTorch "
+                  f"either); use gradcheck or autograd.functional.jacobian", FutureWarning,
+                  stacklevel=3)
+
+
+def get_numerical_jacobian(fn, inputs, target=None, eps=1e-3, grad_out=1.0):
+    """Deprecated, as in PyTorch: the finite-difference Jacobians of `fn(inputs)` (fn takes
+    the tuple of inputs; only its first output counts) with respect to each input that
+    requires grad, each of shape (input numel, output numel)."""
+    _deprecated_warning("get_numerical_jacobian")
+    if grad_out != 1.0:
+        raise ValueError("Expected grad_out to be 1.0. get_numerical_jacobian no longer "
+                         "supports values of grad_out != 1.0.")
+    inputs = _as_tuple(inputs)
+    if target is not None and tuple(_as_tuple(target)) != inputs:
+        raise NotImplementedError("get_numerical_jacobian: a target other than the inputs is "
+                                  "not supported")
+    diff_idx = [i for i, x in enumerate(inputs) if isinstance(x, Tensor) and x.requires_grad]
+    outs, jac = _numerical(lambda *a: fn(a), inputs, diff_idx, eps)
+    from aotgrad.runtime.factories import tensor
+    first = _float_outputs(outs)[0][0]
+    return tuple(tensor(jac[(first, i)], dtype=inputs[i].dtype) for i in diff_idx)
+
+
+def get_analytical_jacobian(inputs, output, nondet_tol=0.0, grad_out=1.0):
+    """Deprecated, as in PyTorch: the backward-mode Jacobians of `output` with respect to
+    each input that requires grad (shape (input numel, output numel)), and whether the
+    backward is reentrant (same result twice), the gradient sizes and the dtypes are right:
+    `(jacobians, reentrant, correct_grad_sizes, correct_grad_types)`."""
+    _deprecated_warning("get_analytical_jacobian")
+    if grad_out != 1.0:
+        raise ValueError("Expected grad_out to be 1.0. get_analytical_jacobian no longer "
+                         "supports values of grad_out != 1.0.")
+    from aotgrad.runtime.factories import tensor
+    inputs = _as_tuple(inputs)
+    diff = [x for x in inputs if isinstance(x, Tensor) and x.requires_grad]
+    n_out = output.numel()
+    runs, sizes_ok, types_ok = [], True, True
+    for _ in range(2):
+        jacs = [np.zeros((x.numel(), n_out)) for x in diff]
+        for k in range(n_out):
+            basis = np.zeros(n_out, dtype=output.dtype.np)
+            basis[k] = 1
+            gs = _grad(output, diff, tensor(basis.reshape(tuple(output.shape)),
+                                            dtype=output.dtype),
+                       retain_graph=True, allow_unused=True)
+            for jac, g, x in zip(jacs, gs, diff):
+                if g is None:
+                    continue
+                if tuple(g.shape) != tuple(x.shape):
+                    sizes_ok = False
+                    continue
+                if g.dtype is not x.dtype:
+                    types_ok = False
+                jac[:, k] = np.asarray(g._value, np.float64).reshape(-1)
+        runs.append(jacs)
+    reentrant = all(np.max(np.abs(a - b), initial=0.0) <= nondet_tol
+                    for a, b in zip(*runs))
+    return (tuple(tensor(j, dtype=x.dtype) for j, x in zip(runs[0], diff)), reentrant,
+            sizes_ok, types_ok)

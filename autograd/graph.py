@@ -24,13 +24,134 @@ Compiled functions (`aotgrad.compile`) keep their saved values inside the compil
 program: tracing under saved-tensor hooks is a graph break, so such a call runs eagerly.
 """
 import contextlib
+import threading
+import weakref
 
 from aotgrad.ir.core import Var
-from aotgrad.runtime.engine import Node, saved_hooks
+from aotgrad.runtime.engine import GradientEdge, Node, _node_of, graph_tasks, \
+    saved_hooks
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.tensor import Tensor
 
-__all__ = ["saved_tensors_hooks", "save_on_cpu", "disable_saved_tensors_hooks", "Node"]
+__all__ = ["saved_tensors_hooks", "save_on_cpu", "disable_saved_tensors_hooks",
+           "register_multi_grad_hook", "allow_mutation_on_saved_tensors", "Node",
+           "GradientEdge", "get_gradient_edge", "increment_version"]
+
+
+def get_gradient_edge(tensor):
+    """The GradientEdge (node, output_nr) through which `tensor`'s gradient enters the graph:
+    its grad_fn and output number, or a leaf's AccumulateGrad. `autograd.grad` and `backward`
+    accept it in place of the tensor (the gradient of an edge outlives a tensor modified in
+    place, or one not kept alive)."""
+    if not tensor.requires_grad:
+        raise RuntimeError("It is not possible to get the gradient edge for a Tensor that does "
+                           "not require gradients")
+    return GradientEdge(*_node_of(tensor))
+
+
+def increment_version(tensor):
+    """Bump the version counter of `tensor` (or of each tensor of an iterable), as an in-place
+    change made outside aotgrad's ops (e.g. through `.numpy()`) would have to."""
+    for t in (tensor,) if isinstance(tensor, Tensor) else tensor:
+        t._version_counter.v += 1
+
+
+class _MultiHandle:
+    """The handle of a multi-grad hook: removes the hook from every tensor."""
+
+    def __init__(self, handles):
+        self.handles = handles
+
+    def remove(self):
+        for h in self.handles:
+            h.remove()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
+
+
+def _will_receive(tensor, task):
+    """Whether the running backward pass reaches the node `tensor`'s gradient flows into."""
+    node, _ = _node_of(tensor)
+    return node is not None and node in task.deps
+
+
+def register_multi_grad_hook(tensors, fn, *, mode="all"):
+    """Call `fn` once per backward pass from the gradients of several tensors.
+
+    mode="all": `fn(grads)` after every tensor of `tensors` that this backward pass reaches
+    got its gradient; `grads` has one entry per tensor, None for those it does not reach.
+    mode="any": `fn(grad)` with the first gradient computed for any of the tensors.
+    Returns a handle whose `remove()` unregisters it.
+
+    >>> register_multi_grad_hook((a, b), lambda grads: print([g is None for g in grads]))
+    >>> (a * 2).sum().backward()        # prints [False, True]
+    """
+    if mode not in ("all", "any"):
+        raise ValueError(f"Expects mode to be one of ('all', 'any') but got {mode}")
+    tensors = tuple(tensors)
+    lock = threading.Lock()
+    if mode == "all":
+        pending = weakref.WeakKeyDictionary()  # backward pass -> [left to come, grads]
+
+        def hook_for(i):
+            def hook(grad):
+                task = graph_tasks.stack[-1] if graph_tasks.stack else None
+                if task is None:  # reached outside the engine's loop: nothing else to wait for
+                    return fn(tuple(grad if j == i else None for j in range(len(tensors))))
+                with lock:
+                    entry = pending.get(task)
+                    if entry is None:
+                        left = sum(_will_receive(t, task) for t in tensors)
+                        entry = pending[task] = [left, [None] * len(tensors)]
+                    entry[1][i] = grad
+                    entry[0] -= 1
+                    done = entry[0] <= 0
+                    if done:
+                        del pending[task]
+                if done:
+                    fn(tuple(entry[1]))
+            return hook
+        handles = [t.register_hook(hook_for(i)) for i, t in enumerate(tensors)
+                   if t.requires_grad]
+    else:
+        fired = weakref.WeakSet()  # backward passes in which fn already ran
+
+        def hook(grad):
+            task = graph_tasks.stack[-1] if graph_tasks.stack else None
+            if task is None:
+                return fn(grad)
+            with lock:
+                if task in fired:
+                    return
+                fired.add(task)
+            fn(grad)
+        handles = [t.register_hook(hook) for t in tensors if t.requires_grad]
+    return _MultiHandle(handles)
+
+
+class allow_mutation_on_saved_tensors:
+    """Context manager under which a tensor saved for backward may be modified in place:
+    the backward uses its value from when it was saved (aotgrad keeps a copy of every tensor
+    saved inside the context, where PyTorch copies it when it is first modified).
+
+    >>> with allow_mutation_on_saved_tensors():
+    ...     y = (b ** 2).sum()
+    ...     b.sin_()          # no "modified by an inplace operation" error in backward
+    ...     y.backward()
+    """
+
+    def __enter__(self):
+        if saved_hooks.copy_saved:
+            raise RuntimeError("allow_mutation_on_saved_tensors contexts cannot be nested")
+        saved_hooks.copy_saved += 1
+        return self
+
+    def __exit__(self, *exc):
+        saved_hooks.copy_saved -= 1
 
 PACK_INPLACE_MESSAGE = (
     "A saved tensor pack hook is modifying its input in place. Tensors provided as input to "

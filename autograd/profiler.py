@@ -20,7 +20,8 @@ import time
 
 from aotgrad.runtime import profiling
 
-__all__ = ["profile", "record_function", "EventList", "FunctionEvent", "FunctionEventAvg"]
+__all__ = ["profile", "record_function", "EventList", "FunctionEvent", "FunctionEventAvg",
+           "kineto_available"]
 
 
 class Interval:
@@ -359,3 +360,9 @@ def _write_chrome_trace(events, path):
                       "args": {"kind": e.kind}})
     with open(path, "w", encoding="utf-8") as f:
         json.dump({"traceEvents": trace, "displayTimeUnit": "ms"}, f)
+
+
+def kineto_available():
+    """Whether the profiler is backed by PyTorch's Kineto tracer: never here (aotgrad's
+    profiler records its own events, on the CPU)."""
+    return False

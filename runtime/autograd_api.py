@@ -2,14 +2,18 @@
 import numpy as np
 
 from aotgrad.runtime import tensor as _tensor
-from aotgrad.runtime.engine import run_backward
-from aotgrad.runtime.tensor import Tensor
+from aotgrad.runtime.engine import GradientEdge, run_backward
+from aotgrad.runtime.tensor import Size, Tensor
 
 
 def _as_tuple(x):
     if x is None:
         return None
-    return (x,) if isinstance(x, Tensor) else tuple(x)
+    return (x,) if isinstance(x, (Tensor, GradientEdge)) else tuple(x)
+
+
+def _requires_grad(t):
+    return t.node is not None if type(t) is GradientEdge else t.requires_grad
 
 
 _ONE = {}  # (shape, dtype) -> a 1-element array of ones, copied for each implicit grad
@@ -18,6 +22,8 @@ _ONE = {}  # (shape, dtype) -> a 1-element array of ones, copied for each implic
 def _make_grads(outputs, grad_outputs):
     out = []
     for i, (o, g) in enumerate(zip(outputs, grad_outputs)):
+        if type(o) is GradientEdge:  # an edge stands for its node's output: shape and dtype
+            o = _EdgeOutput(o)
         if g is None:
             v = o._value
             if o.numel() != 1:
@@ -40,8 +46,8 @@ def _make_grads(outputs, grad_outputs):
             g = tensor(g, dtype=o.dtype)
         elif tuple(g.shape) != tuple(o.shape):
             raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of "
-                               f"{list(g.shape)} and output[{i}] has a shape of "
-                               f"{list(o.shape)}.")
+                               f"{Size(g.shape)!r} and output[{i}] has a shape of "
+                               f"{Size(o.shape)!r}.")
         if g.dtype is not o.dtype:  # like PyTorch, a gradient of another dtype is cast
             if not o.dtype.is_floating_point:
                 raise RuntimeError(f"grad_output[{i}] has dtype {g.dtype.name} but output[{i}] "
@@ -51,6 +57,20 @@ def _make_grads(outputs, grad_outputs):
     return out
 
 
+class _EdgeOutput:
+    """The shape and dtype of the output a GradientEdge stands for (as _make_grads reads
+    them from an output tensor)."""
+
+    def __init__(self, edge):
+        from aotgrad.runtime.factories import zeros
+        aval = edge.node._out_avals[edge.output_nr]
+        self.shape, self.dtype = aval.shape, aval.dtype
+        self._value = zeros(aval.shape, dtype=aval.dtype)._value
+
+    def numel(self):
+        return int(np.prod(self.shape))
+
+
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
     """Accumulate d(tensors)/d(leaves) into the leaves' `.grad` (torch.autograd.backward)."""
     tensors = _as_tuple(tensors)
@@ -58,7 +78,7 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     if len(grads) != len(tensors):
         raise RuntimeError(f"got {len(tensors)} tensors and {len(grads)} gradients")
     for i, t in enumerate(tensors):
-        if not t.requires_grad:
+        if not _requires_grad(t):
             raise RuntimeError(f"element {i} of tensors does not require grad and does not have "
                                f"a grad_fn")
     if retain_graph is None:
@@ -70,7 +90,7 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
         raise RuntimeError("`inputs` argument to `backward()` cannot be empty.")
     if inputs is not None:  # like PyTorch, a non-leaf named in `inputs` retains its grad
         for t in inputs:
-            if t.grad_fn is not None or not t.requires_grad:
+            if type(t) is not GradientEdge and (t.grad_fn is not None or not t.requires_grad):
                 t.retain_grad()
     run_backward(tensors, _make_grads(tensors, grads), retain_graph, create_graph,
                  inputs=inputs, accumulate=True, allow_unused=True)
@@ -114,8 +134,10 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     if len(grad_outputs) != len(outputs):
         raise RuntimeError(f"grad requires one grad_output per output: got {len(grad_outputs)} "
                            f"for {len(outputs)} outputs")
+    if not inputs:
+        raise RuntimeError("`inputs` argument to `grad()` cannot be empty.")
     for i, o in enumerate(outputs):
-        if not o.requires_grad:
+        if not _requires_grad(o):
             raise RuntimeError(f"element {i} of tensors does not require grad and does not have "
                                f"a grad_fn")
     if retain_graph is None:
@@ -126,7 +148,12 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
                        inputs=inputs, allow_unused=allow_unused, accumulate=False)
     if materialize_grads:
         from aotgrad.runtime.factories import zeros_like
-        res = [r if r is not None else zeros_like(i) for r, i in zip(res, inputs)]
+        if any(r is None and type(i) is GradientEdge for r, i in zip(res, inputs)):
+            raise RuntimeError("materialize_grads cannot be used when the given input is a "
+                               "GradientEdge")
+        # (a materialized zero is a leaf that requires grad under create_graph, as in PyTorch)
+        res = [r if r is not None else zeros_like(i).requires_grad_(create_graph)
+               for r, i in zip(res, inputs)]
     if not create_graph:
         res = [r.detach() if r is not None else None for r in res]
     return tuple(res)

@@ -7,7 +7,8 @@ import numpy as _np
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.core import Aval, aval_of, current_builder, Var
-from aotgrad.runtime import layout, profiling
+from aotgrad.runtime import forward_mode, layout, profiling
+from aotgrad.runtime.forward_mode import state as _forward
 from aotgrad.runtime.engine import Node, SavedTensor, _node_of
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.tensor import Tensor
@@ -78,15 +79,28 @@ class PrimBackward(Node):
     def __getattr__(self, name):
         """`grad_fn._saved_self` / `_saved_other` / `_saved_result` (PyTorch's saved-tensor
         accessors) for what this prim saved: its first / second input, its output. Raises the
-        "backward through the graph a second time" error once they were freed."""
+        "backward through the graph a second time" error once they were freed.
+        `_raw_saved_self` (and so on) is the SavedTensor itself, whose `register_hooks(pack,
+        unpack)` sets hooks for that one saved tensor."""
+        raw = name.startswith("_raw_saved_")
+        if raw:
+            name = "_saved_" + name[len("_raw_saved_"):]
+        s = None
         if name == "_saved_result" and self.rule.save_output:
-            return self._saved[-1].unpack(self)
-        i = self._SAVED_NAMES.get(name)
-        if i is not None and i in self.rule.save_inputs:
-            s = self._saved[list(self.rule.save_inputs).index(i)]
-            return None if s is None else s.unpack(self)
+            s = self._saved[-1]
+        else:
+            i = self._SAVED_NAMES.get(name)
+            if i is None or i not in self.rule.save_inputs:
+                s = _MISSING
+            else:
+                s = self._saved[list(self.rule.save_inputs).index(i)]
+        if s is not _MISSING:
+            return s if raw or s is None else s.unpack(self)
         raise AttributeError(f"'{type(self).__name__}' object ({self.name()}) has no attribute "
                              f"'{name}'")
+
+
+_MISSING = object()  # PrimBackward.__getattr__: no saved tensor of that name
 
 
 class ScalarOperandBackward(Node):
@@ -149,6 +163,9 @@ def apply(prim, *inputs, **params):
         builder.track(out)
         if prim.name in layout.VIEW_PRIMS:
             layout.propagate(prim, params, inputs[0], out)
+    if _forward.level is not None and not _forward.suspended and inputs and \
+            not _mode.inference:  # (inference mode records no tangents, as in PyTorch)
+        _forward_tangent(prim, params, inputs, out)
     if _mode.grad_enabled and inputs:
         rule = VJP.get(prim.name)
         if rule is not None and any(t.requires_grad for t in inputs) and \
@@ -156,3 +173,15 @@ def apply(prim, *inputs, **params):
             out.requires_grad = True
             out.grad_fn = PrimBackward(prim, rule, params, inputs, out)
     return out
+
+
+def _forward_tangent(prim, params, inputs, out):
+    """Forward-mode AD: out's tangent from the inputs' tangents (runtime/forward_mode.py)."""
+    tangents = [forward_mode.tangent_of(t) for t in inputs]
+    rule = VJP.get(prim.name)
+    if rule is None or not out.dtype.is_floating_point or all(t is None for t in tangents):
+        return
+    if current_builder() is not None:
+        graph_break("forward-mode AD (a dual tensor) inside a compiled function", out)
+    forward_mode.set_tangent(out, forward_mode.prim_tangent(rule, PrimBackward, prim, params,
+                                                            inputs, out, tangents))

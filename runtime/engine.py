@@ -117,6 +117,34 @@ class SavedTensor:
         self.sparse = t.__dict__.get("_sparse")  # a sparse COO tensor's indices (sparse_ops)
         if saved_hooks.stack:  # autograd.graph.saved_tensors_hooks: keep what pack returns
             saved_hooks.stack[-1]._pack_saved(self, t)  # sets .hooks and .value
+        elif saved_hooks.copy_saved and isinstance(self.value, np.ndarray):
+            self._keep_copy()
+
+    def _keep_copy(self):
+        """autograd.graph.allow_mutation_on_saved_tensors: keep the value as it is now, so that
+        later in-place changes of the tensor do not reach the backward (a saved leaf becomes a
+        copy whose gradient still reaches the leaf's .grad)."""
+        self.value = np.array(self.value, copy=True)
+        self.counter, self.version = VersionCounter(), 0
+        if self.leaf is not None:
+            self.grad_fn = self.leaf._grad_accumulator()
+            self.leaf = None
+
+    def register_hooks(self, pack_hook, unpack_hook):
+        """`grad_fn._raw_saved_<name>.register_hooks(pack, unpack)`: pack the saved value now
+        and unpack it whenever the backward reads it (as a `saved_tensors_hooks` pair would
+        have done for this one saved tensor)."""
+        if not callable(pack_hook) or not callable(unpack_hook):
+            raise TypeError("Expected pack_hook and unpack_hook to be callable")
+        if self.hooks is not None:
+            raise RuntimeError("Calling register_hooks on a saved tensor whose hooks have "
+                               "already been set. Hint: only one pair of hooks is allowed at a "
+                               "time.")
+        if self.value is None:
+            raise RuntimeError(FREED_MESSAGE)
+        from aotgrad.autograd.graph import saved_tensors_hooks
+        t = self.leaf if self.leaf is not None else Tensor._make(self.value, False)
+        saved_tensors_hooks(pack_hook, unpack_hook)._pack_saved(self, t)
 
     def unpack(self, node):
         if self.value is None:
@@ -129,6 +157,9 @@ class SavedTensor:
             return self.leaf
         t = Tensor._make(self.value, self.requires_grad)
         t.grad_fn = node if self.is_output else self.grad_fn
+        if type(t.grad_fn) is AccumulateGrad:  # a copied leaf (allow_mutation_on_saved_tensors)
+            acc = t.grad_fn
+            t.grad_fn, t._accumulator = None, (lambda: acc)
         t._output_nr = self.output_nr
         t._version_counter = self.counter
         if self.sparse is not None:
@@ -168,6 +199,7 @@ class _SavedTensorsHooks(threading.local):
     def __init__(self):
         self.stack = []
         self.disabled_message = None
+        self.copy_saved = 0  # depth of autograd.graph.allow_mutation_on_saved_tensors
 
 
 saved_hooks = _SavedTensorsHooks()
@@ -185,6 +217,11 @@ class Node:
     _pre_hooks = _hooks = ()
     _tensor_pre_hooks = _retain_grad = _EMPTY  # output_nr -> [hook(grad)] / weakref(tensor)
     _stack = _provenance = None
+    _in_composite = False  # one of the prims' nodes a composite node (runtime.composite) runs
+    # a built-in node that receives no gradient at all gives none (PyTorch's derivative
+    # formulas skip an undefined gradient); custom Functions and compiled backwards run on
+    # materialized zeros instead
+    _none_in_none_out = True
     # optional: fast_backward(t, retain_graph) -> bool runs `t.backward()` (implicit gradient,
     # no create_graph, no inputs) when nothing needs the general engine; False: nothing done
     _fast_backward = None
@@ -218,6 +255,11 @@ class Node:
             self._tensor_pre_hooks = {}
         return self._tensor_pre_hooks.setdefault(output_nr, [])
 
+    def _drop_tensor_hooks(self, output_nr):
+        """Forget the Tensor.register_hook hooks of one output."""
+        if output_nr in self._tensor_pre_hooks:
+            del self._tensor_pre_hooks[output_nr]
+
     def _set_retain_grad(self, output_nr, ref):
         if self._retain_grad is _EMPTY:
             self._retain_grad = {}
@@ -225,6 +267,10 @@ class Node:
 
     def name(self):
         return self._name
+
+    def _sequence_nr(self):
+        """The order the node was made in (later nodes run first), as PyTorch's."""
+        return self._seq
 
     def __repr__(self):
         return f"<{self.name()} object at {hex(id(self))}>"
@@ -236,8 +282,19 @@ class Node:
         pass
 
     def __call__(self, *grads):
-        grads = [g if g is not None else None for g in grads]
-        return tuple(self._backward(self._materialize(list(grads))))
+        """Run the node's backward by hand, as `grad_fn(grad)` in PyTorch: one gradient per
+        output of the forward (a gradient broadcastable to the output's shape is expanded;
+        when every gradient is None, so is every result)."""
+        avals = self._out_avals
+        if len(grads) != len(avals):
+            raise TypeError(f"expected {len(avals)} arguments, got {len(grads)} instead")
+        if all(g is None for g in grads):
+            outs = (None,) * len(self.next_functions)
+        else:
+            grads = [g.expand(a.shape) if g is not None and a is not None and
+                     tuple(g.shape) != tuple(a.shape) else g for g, a in zip(grads, avals)]
+            outs = tuple(self._backward(self._materialize(grads)))
+        return outs[0] if len(outs) == 1 else outs  # (one gradient: the tensor itself)
 
     def _materialize(self, grads):
         for g in grads:  # (not `None in grads`: that would call Tensor.__eq__)
@@ -303,6 +360,10 @@ class AccumulateGrad(Node):
 def accumulate_grad(var, g, create_graph):
     if g is None:
         return
+    if "_grad_dtype" in var.__dict__:  # Tensor.grad_dtype was set: cast to it (None: keep)
+        grad_dtype = var.__dict__["_grad_dtype"]
+        if grad_dtype is not None and g.dtype is not grad_dtype:
+            g = g.to(grad_dtype)
     note_grad_write(var)
     if create_graph:
         var._grad = g if var._grad is None else var._grad + g
@@ -328,7 +389,7 @@ def plain_leaves(leaves):
     no tensor hooks, no post-accumulate hooks, no hooks on a live AccumulateGrad node, and no
     tensor twice (its gradients are summed first, as the general engine does)."""
     for v in leaves:
-        if v._hooks or v._post_acc_hooks:
+        if v._hooks or v._post_acc_hooks or "_grad_dtype" in v.__dict__:
             return False
         ref = v._accumulator
         if ref is not None:
@@ -365,8 +426,63 @@ def fresh(t):
     return t
 
 
+class GradientEdge(tuple):
+    """(node, output_nr): where a gradient enters the backward graph. `autograd.grad` and
+    `backward` accept one wherever they take a tensor (see autograd.graph.get_gradient_edge)."""
+    __slots__ = ()
+
+    def __new__(cls, node, output_nr):
+        return tuple.__new__(cls, (node, output_nr))
+
+    @property
+    def node(self):
+        return self[0]
+
+    @property
+    def output_nr(self):
+        return self[1]
+
+    def __repr__(self):
+        return f"GradientEdge(node={self[0]!r}, output_nr={self[1]})"
+
+
+class GraphTask:
+    """One running backward pass: `deps`, the nodes it will reach (which hooks ask about),
+    and `deferred`, nodes whose saved tensors are freed when it ends rather than when they
+    ran (the prims' nodes inside a composite node, which may run again through it)."""
+    __slots__ = ("deps", "deferred", "only_inputs", "__weakref__")
+
+    def __init__(self, deps, only_inputs):
+        self.deps = deps
+        self.deferred = []
+        self.only_inputs = only_inputs  # autograd.grad or backward(inputs=...)
+
+
+def release_after_pass(nodes):
+    """Free the saved tensors of `nodes` when the running backward pass ends (now if none
+    runs)."""
+    if graph_tasks.stack:
+        graph_tasks.stack[-1].deferred.extend(nodes)
+    else:
+        for n in nodes:
+            n._release()
+
+
+class _GraphTasks(threading.local):
+    """The backward passes running in this thread (innermost last), which
+    `autograd.graph.register_multi_grad_hook` asks about."""
+
+    def __init__(self):
+        self.stack = []
+
+
+graph_tasks = _GraphTasks()
+
+
 def _node_of(t):
-    """(node, output_nr) a gradient for tensor t flows into."""
+    """(node, output_nr) a gradient for tensor t (or GradientEdge t) flows into."""
+    if type(t) is GradientEdge:
+        return t
     if t.grad_fn is not None:
         return t.grad_fn, t._output_nr
     if t.requires_grad:
@@ -404,6 +520,13 @@ def _run_node(node, grads, create_graph):
             grads = _checked_node_hook_result(hook, grads, r)
     if isinstance(node, AccumulateGrad):
         grads_in = grads
+    elif node._none_in_none_out and _all_none(grads):
+        outs = [None] * len(node.next_functions)
+        for hook in node._hooks:
+            r = hook(tuple(outs), tuple(grads))
+            if r is not None:
+                outs = _checked_node_hook_result(hook, outs, r)
+        return outs
     else:
         grads_in = node._materialize(grads) if getattr(node, "materialize_grads", True) else grads
     prof = profiling.active()
@@ -442,6 +565,13 @@ def _run_node(node, grads, create_graph):
         if r is not None:
             outs = _checked_node_hook_result(hook, outs, r)
     return outs
+
+
+def _all_none(grads):
+    for g in grads:  # (not `None in grads` nor all(): that calls Tensor.__eq__ / costs more)
+        if g is not None:
+            return False
+    return True
 
 
 def _checked_node_hook_result(hook, grads, r):
@@ -520,7 +650,9 @@ def run_backward(tensors, grad_tensors, retain_graph=False, create_graph=False, 
             if n in targets or any(nf in needed for nf, _ in n.next_functions):
                 needed.add(n)
         run = {n for n in needed if any(nf in needed for nf, _ in n.next_functions)
-               or (accumulate and isinstance(n, AccumulateGrad))}
+               or (accumulate and (isinstance(n, AccumulateGrad) or n in targets))}
+        # (backward(inputs=...) runs the nodes of the inputs, their hooks included, as
+        # PyTorch does; autograd.grad only reads the gradient flowing into them)
         deps = dict.fromkeys(needed, 0)
         for n in run:
             for nf, _ in n.next_functions:
@@ -542,6 +674,28 @@ def run_backward(tensors, grad_tensors, retain_graph=False, create_graph=False, 
     heap = [(-n._seq, n) for n in {n for n, _, _ in roots} if deps.get(n, 0) == 0]
     # roots that are also inputs of other roots wait for their dependencies
     heapq.heapify(heap)
+    task = GraphTask(deps, inputs is not None)
+    graph_tasks.stack.append(task)
+    try:
+        _drain(heap, buffers, deps, run, capture, results, accumulate, retain_graph,
+               create_graph, add_grad)
+    finally:
+        graph_tasks.stack.pop()
+        for n in task.deferred:
+            n._release()
+    if inputs is not None:
+        for i, r in enumerate(results):
+            if r is None and not allow_unused:
+                raise RuntimeError(f"The differentiated Tensor at index {i} appears to not have "
+                                   f"been used in the graph. Set allow_unused=True if this is "
+                                   f"the desired behavior.")
+        return results
+    return None
+
+
+def _drain(heap, buffers, deps, run, capture, results, accumulate, retain_graph, create_graph,
+           add_grad):
+    """Run the ready nodes of a backward pass, latest-made first."""
     with grad_mode.set_grad_enabled(create_graph):
         while heap:
             _, node = heapq.heappop(heap)
@@ -563,7 +717,10 @@ def run_backward(tensors, grad_tensors, retain_graph=False, create_graph=False, 
                 continue
             outs = _run_node(node, grads, create_graph)
             if not retain_graph:
-                node._release()
+                if not node._in_composite:
+                    node._release()
+                else:  # a prim's node inside a composite node: that node may run it again
+                    release_after_pass((node,))
             for (nf, nr), g in zip(node.next_functions, outs):
                 if nf is None or nf not in deps:
                     continue
@@ -572,14 +729,69 @@ def run_backward(tensors, grad_tensors, retain_graph=False, create_graph=False, 
                 deps[nf] -= 1
                 if deps[nf] == 0:
                     heapq.heappush(heap, (-nf._seq, nf))
-    if inputs is not None:
-        for i, r in enumerate(results):
-            if r is None and not allow_unused:
-                raise RuntimeError(f"The differentiated Tensor at index {i} appears to not have "
-                                   f"been used in the graph. Set allow_unused=True if this is "
-                                   f"the desired behavior.")
-        return results
-    return None
+
+
+def run_subgraph(roots, grads, stops, create_graph):
+    """Backward through a closed piece of the graph: from the (node, output_nr) edges
+    `roots`, given their gradients, down to the edges `stops`; returns one gradient per stop
+    edge (None where none arrives; a stop edge listed twice gets it once). Nodes beyond the
+    stops are not visited. A node that stands for several prims (runtime.composite) runs its
+    prims' nodes with this."""
+    where = {}
+    for i, (n, nr) in enumerate(stops):
+        if n is not None:
+            where.setdefault((n, nr), i)
+    stop_nodes = {n for n, _ in where}
+    results = [None] * len(stops)
+
+    def capture(node, nr, g):
+        i = where[(node, nr)]
+        results[i] = g if results[i] is None else results[i] + g
+
+    seen, stack = set(), [n for n, _ in roots if n is not None and n not in stop_nodes]
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        stack.extend(nf for nf, _ in n.next_functions
+                     if nf is not None and nf not in seen and nf not in stop_nodes)
+    deps = dict.fromkeys(seen, 0)
+    for n in seen:
+        for nf, _ in n.next_functions:
+            if nf in deps:
+                deps[nf] += 1
+    buffers = {}
+    for (n, nr), g in zip(roots, grads):
+        if n is None or g is None:
+            continue
+        if (n, nr) in where:
+            capture(n, nr, g)
+            continue
+        buf = buffers.setdefault(n, [None] * max(1, len(n._out_avals)))
+        buf[nr] = g if buf[nr] is None else buf[nr] + g
+    heap = [(-n._seq, n) for n in {n for n, _ in roots if n in deps} if deps[n] == 0]
+    heapq.heapify(heap)
+    while heap:
+        _, node = heapq.heappop(heap)
+        grads_in = buffers.pop(node, [None] * max(1, len(node._out_avals)))
+        outs = _run_node(node, grads_in, create_graph)
+        for (nf, nr), g in zip(node.next_functions, outs):
+            if nf is None:
+                continue
+            if (nf, nr) in where:
+                if g is not None:
+                    capture(nf, nr, g)
+                continue
+            if nf not in deps:
+                continue
+            if g is not None:
+                buf = buffers.setdefault(nf, [None] * max(1, len(nf._out_avals)))
+                buf[nr] = g if buf[nr] is None else buf[nr] + g
+            deps[nf] -= 1
+            if deps[nf] == 0:
+                heapq.heappush(heap, (-nf._seq, nf))
+    return results
 
 
 def _one_node_backward(t, g, retain_graph):

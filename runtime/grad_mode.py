@@ -61,6 +61,16 @@ class _Mode:
     """Base: a context manager that is also a decorator (bare or called)."""
 
     def __call__(self, fn):
+        if inspect.isclass(fn):  # as PyTorch: deprecated; constructing runs under the mode
+            import warnings
+            warnings.warn("Decorating classes is deprecated and will be disabled in future "
+                          "versions. You should only decorate functions or methods. To preserve "
+                          "the current behavior of class decoration, you can directly decorate "
+                          "the `__init__` method and nothing else.", FutureWarning, stacklevel=2)
+            cls = fn
+
+            def fn(*args, **kwargs):
+                return cls(*args, **kwargs)
         if inspect.isgeneratorfunction(fn):
             return self._wrap_generator(fn)
 

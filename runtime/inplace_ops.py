@@ -23,7 +23,8 @@ import numpy as np
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.core import current_builder, current_op, format_location, type_str
-from aotgrad.runtime import layout
+from aotgrad.runtime import forward_mode, layout
+from aotgrad.runtime.forward_mode import state as _forward
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.elementwise_ops import where
 from aotgrad.runtime.grad_mode import state as _mode
@@ -220,6 +221,8 @@ def commit_inplace(x, new, opname):
     if tracked and new.grad_fn is None:  # a leaf's value (copy_(leaf)): x gets a node of its
         new = reshape(new, tuple(new.shape))  # own, not the leaf's identity
     if tracked and _rebases(x):
+        if x.grad_fn is not None:  # (PyTorch's CopySlices skips the view's old node: the
+            x.grad_fn._drop_tensor_hooks(x._output_nr)  # hooks registered on it never fire)
         new_root, new = _rebase(x, new)
     if isinstance(x._value, np.ndarray) and not isinstance(new._value, np.ndarray):
         # a real tensor written inside a trace holds the traced value (history, version)
@@ -230,6 +233,8 @@ def commit_inplace(x, new, opname):
     else:
         x._value = new._value
     x._version_counter.v += 1
+    if _forward.level is not None and not _forward.suspended:
+        _update_tangents(x, forward_mode.tangent_of(new))
     if tracked:
         _set_history(x, new)
         if _rebases(x):
@@ -241,7 +246,34 @@ def commit_inplace(x, new, opname):
     return x
 
 
+def _update_tangents(x, tangent):
+    """Forward-mode AD after an in-place op: x's tangent is the new value's; when x is a view,
+    its root's tangent takes it at x's elements (eager). Other views of the root keep the
+    tangent they had."""
+    forward_mode.set_tangent(x, tangent)
+    root = x._base
+    if root is None or not isinstance(root._value, np.ndarray) or \
+            not isinstance(x._value, np.ndarray):
+        return
+    old = forward_mode.tangent_of(root)
+    if old is None and tangent is None:
+        return
+    flat = np.zeros(root._value.size, root._value.dtype) if old is None else \
+        np.array(old._value, dtype=root._value.dtype, copy=True).reshape(-1)
+    pos = _positions(root._value, x._value).reshape(-1)
+    flat[pos] = 0 if tangent is None else np.asarray(tangent._value).reshape(-1)
+    forward_mode.set_tangent(root, Tensor._make(flat.reshape(root._value.shape)))
+
+
 def snapshot(x, *others):
+    """_snapshot, keeping x's forward-mode tangent on the copy."""
+    s = _snapshot(x, *others)
+    if s is not x and _forward.level is not None:
+        forward_mode.set_tangent(s, forward_mode.tangent_of(x))
+    return s
+
+
+def _snapshot(x, *others):
     """x, or (when its old value may be saved for backward by an in-place op) a copy of it
     with the same autograd identity, so the in-place write cannot corrupt what was saved.
     `others` are the op's other arguments: when x does not require grad but one of them does,
@@ -277,7 +309,9 @@ def _basic_index(index):
 @op("setitem", "CopySlices")
 def setitem(x, index, value):
     value = as_tensor_like(value, x.dtype)
-    needs_grad = _mode.grad_enabled and (x.requires_grad or value.requires_grad)
+    needs_grad = _mode.grad_enabled and (x.requires_grad or value.requires_grad) or \
+        _forward.level is not None and (forward_mode.tangent_of(x) is not None or
+                                        forward_mode.tangent_of(value) is not None)
     for i in (index if isinstance(index, tuple) else (index,)):
         if isinstance(i, slice) and i.step is not None and i.step <= 0:
             raise ValueError("step must be greater than zero")

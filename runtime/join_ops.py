@@ -12,6 +12,7 @@ import numpy as np
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.runtime import tprims as tp
+from aotgrad.runtime.composite import share_node
 from aotgrad.runtime.op_base import _named, as_tensor_like, cast, norm_dims, op, type_name
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.runtime.view_ops import _alias, _dim, _view_of, flatten, reshape, unsqueeze
@@ -113,11 +114,10 @@ def split(x, split_size_or_sections, dim=0):
                                f"{sizes}")
     out, off = [], 0
     for s in sizes:
-        out.append(_named(narrow(x, d, off, s),
-                          "SplitBackward0" if isinstance(split_size_or_sections, int)
-                          else "SplitWithSizesBackward0"))
+        out.append(narrow(x, d, off, s))
         off += s
-    return tuple(out)
+    return share_node("SplitBackward0" if isinstance(split_size_or_sections, int)
+                      else "SplitWithSizesBackward0", [x], tuple(out))
 
 
 def chunk(x, chunks, dim=0):
@@ -127,7 +127,7 @@ def chunk(x, chunks, dim=0):
 
 def unbind(x, dim=0):
     d = _dim(dim, x.ndim)
-    return tuple(_named(select(x, d, i), "UnbindBackward0") for i in range(x.shape[d]))
+    return share_node("UnbindBackward0", [x], tuple(select(x, d, i) for i in range(x.shape[d])))
 
 
 def select(x, dim, index):

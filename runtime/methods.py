@@ -4,6 +4,7 @@ import numpy as np
 from aotgrad.ir import dtypes as dt
 from aotgrad.runtime import conversion, linalg_functions, ops, shape_ops, sparse_ops
 from aotgrad.runtime.ops import cast
+from aotgrad.runtime.scatter_reduce_ops import scatter_reduce
 from aotgrad.runtime.shape_ops import commit_inplace, snapshot
 from aotgrad.runtime.tensor import Tensor
 
@@ -160,6 +161,7 @@ _METHODS["polygamma"] = lambda self, n: special_ops.polygamma(n, self)
 _METHODS["mvlgamma"] = lambda self, p: special_ops.multigammaln(self, p)
 _METHODS["arctan2"] = ops.atan2
 del _mod, _names
+_METHODS["scatter_reduce"] = scatter_reduce
 
 # in-place variants: computed out of place, written back, version bumped
 for _name in ("add sub mul div pow clamp clip neg abs exp log sqrt sigmoid tanh relu "
@@ -168,7 +170,7 @@ for _name in ("add sub mul div pow clamp clip neg abs exp log sqrt sigmoid tanh 
               "index_fill addmm addmv addr addbmm baddbmm addcmul addcdiv lerp cumprod atan2 "
               "sinh cosh asinh acosh atanh asin acos atan arcsin arccos arctan "
               "arcsinh arccosh arctanh arctan2 erfc erfinv lgamma digamma logit xlogy sinc "
-              "polygamma i0 mvlgamma").split():
+              "polygamma i0 mvlgamma scatter_reduce").split():
     _fn = _METHODS[_name]
     _METHODS[_name + "_"] = _inplace(_fn, _name + "_")
 for _op, _name in (("__iadd__", "add"), ("__isub__", "sub"), ("__imul__", "mul"),

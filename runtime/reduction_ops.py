@@ -12,6 +12,7 @@ import math
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.runtime import tprims as tp
+from aotgrad.runtime.composite import share_node
 from aotgrad.runtime.elementwise_ops import (_zero_grad, abs, div, eq, exp, isfinite, log,
                                              maximum, minimum, mul, ne, pow, sqrt, sub, where)
 from aotgrad.runtime.index_ops import take_along_dim
@@ -163,11 +164,15 @@ def _sqrt0(v):
 
 
 def var_mean(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
-    return var(x, dim, unbiased, keepdim, correction=correction), mean(x, dim, keepdim)
+    return share_node("VarMeanBackward0", [x], (var(x, dim, unbiased, keepdim,
+                                                    correction=correction),
+                                                mean(x, dim, keepdim)))
 
 
 def std_mean(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
-    return std(x, dim, unbiased, keepdim, correction=correction), mean(x, dim, keepdim)
+    return share_node("StdMeanBackward0", [x], (std(x, dim, unbiased, keepdim,
+                                                    correction=correction),
+                                                mean(x, dim, keepdim)))
 
 
 @op("norm", "NormBackward1")

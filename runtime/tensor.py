@@ -164,10 +164,34 @@ class Tensor:
             if tuple(g.shape) != tuple(self.shape):
                 raise RuntimeError(f"assigned grad has data of a different size: got "
                                    f"{list(g.shape)}, expected {list(self.shape)}")
-            if g.dtype is not self.dtype:
+            grad_dtype = self.__dict__.get("_grad_dtype", self.dtype)
+            if grad_dtype is not None and g.dtype is not grad_dtype:
+                if "_grad_dtype" in self.__dict__:
+                    raise RuntimeError(
+                        f"attempting to assign a gradient with dtype '{g.dtype.name}' to a "
+                        f"tensor with grad_dtype '{grad_dtype.name}'. The gradient must match "
+                        f"the tensor's grad_dtype (defaults to the tensor's dtype).")
                 raise RuntimeError(f"assigned grad has data of a different type: got "
                                    f"{g.dtype.name}, expected {self.dtype.name}")
         self._grad = g
+
+    @grad.deleter
+    def grad(self):
+        self.grad = None
+
+    @property
+    def grad_dtype(self):
+        """The dtype the gradients accumulated into this leaf's `.grad` are cast to (the
+        tensor's dtype unless set; None: any dtype is kept)."""
+        if self.grad_fn is not None:
+            raise RuntimeError("grad_dtype can only be accessed on leaf tensors.")
+        return self.__dict__.get("_grad_dtype", self.dtype)
+
+    @grad_dtype.setter
+    def grad_dtype(self, dtype):
+        if self.grad_fn is not None:
+            raise RuntimeError("grad_dtype can only be set on leaf tensors.")
+        self.__dict__["_grad_dtype"] = dtype
 
     def requires_grad_(self, requires_grad=True):
         if not self.is_leaf:

@@ -8,6 +8,8 @@ import numpy as np
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.prims import PRIMS
 from aotgrad.ir.core import current_builder
+from aotgrad.runtime import forward_mode
+from aotgrad.runtime.forward_mode import state as _forward
 from aotgrad.runtime.dispatch import apply
 from aotgrad.runtime.tensor import Tensor
 
@@ -60,7 +62,8 @@ def broadcast_to(t, shape):
     nd = len(shape)
     if t.ndim > nd:
         raise ValueError(f"cannot broadcast {list(t.shape)} to {list(shape)}")
-    if not t.requires_grad and current_builder() is None:  # eager, nothing to record
+    if not t.requires_grad and current_builder() is None and \
+            (_forward.level is None or forward_mode.tangent_of(t) is None):  # nothing to record
         try:
             return Tensor._make(np.broadcast_to(t._value, shape))
         except ValueError:

@@ -1,4 +1,5 @@
-"""`aotgrad.utils`, laid out like torch.utils: `data` (datasets, samplers, DataLoader)."""
-from aotgrad.utils import data
+"""`aotgrad.utils`, laid out like torch.utils: `data` (datasets, samplers, DataLoader) and
+`checkpoint` (activation checkpointing)."""
+from aotgrad.utils import checkpoint, data
 
-__all__ = ["data"]
+__all__ = ["checkpoint", "data"]
