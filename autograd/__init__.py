@@ -17,4 +17,5 @@ __all__ = ["backward", "grad", "Node", "Function", "once_differentiable", "gradc
            "gradgradcheck", "no_grad", "enable_grad", "set_grad_enabled", "inference_mode",
            "is_grad_enabled", "detect_anomaly", "set_detect_anomaly", "is_anomaly_enabled",
            "is_anomaly_check_nan_enabled", "anomaly_mode", "function", "functional",
-           "grad_mode", "graph", "profiler"]
+           "grad_mode", "graph", "profiler", "InplaceFunction", "Variable",
+           "set_multithreading_enabled"]

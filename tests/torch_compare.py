@@ -42,6 +42,8 @@ def _match(ours, ref, path="result"):
         assert ours.keys() == ref.keys(), f"{path}: keys {list(ours)} vs {list(ref)}"
         for k in ref:
             _match(ours[k], ref[k], f"{path}[{k!r}]")
+    elif isinstance(ours, str) and isinstance(ref, str):  # messages: without our user line
+        assert _USER_LINE.sub("", ours) == ref, f"{path}: {ours!r} vs {ref!r}"
     else:
         nan = isinstance(ours, float) and isinstance(ref, float) and ours != ours and ref != ref
         assert nan or ours == ref, f"{path}: {ours!r} vs {ref!r}"
@@ -89,10 +91,14 @@ def _close(a, b, what, atol=2e-5, rtol=1e-4):
     assert_close(_np(a), _np(b), rtol=rtol, atol=atol, equal_nan=True, msg=f"{what}: ")
 
 
+# the user's line aotgrad appends to an error: ` (at file.py:12: `source`)`
+_USER_LINE = re.compile(r" \(at [^\s:]+:\d+: `.*`\)")
+
+
 def _same_text(ours, theirs):
     """Messages compared with the library names taken out, and without the user's line that
     aotgrad appends to an error (` (at file.py:12: `source`)`)."""
-    ours = re.sub(r" \(at [^\s:]+:\d+: `.*`\)", "", ours)
+    ours = _USER_LINE.sub("", ours)
     return ours.replace("aotgrad", "LIB") == theirs.replace("torch", "LIB")
 
 
