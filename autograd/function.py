@@ -75,6 +75,7 @@ class BackwardCFunction(FunctionCtx, Node):
     """Base of the generated `<Name>Backward` node classes; an instance is a Function's ctx."""
     _forward_cls = None
     _name = "BackwardCFunction"
+    runs_without_grads = True  # backward() sees zeros (or None without materialize_grads)
 
     def __init__(self, inputs):
         tensors = [a if isinstance(a, Tensor) else None for a in inputs]
