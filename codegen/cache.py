@@ -20,6 +20,7 @@ directory is used instead (a warning, once, says which directory and why): compi
 works, it is only not kept for the next process.
 """
 import atexit
+import contextlib
 import glob
 import hashlib
 import os
@@ -187,6 +188,25 @@ def purge(name, directory=None):
             pass
 
 
+@contextlib.contextmanager
+def _dir_lock(d, exclusive):
+    """Held (shared) while a process writes and imports a module, and (exclusive) while
+    cache_clear deletes: numba needs the module's file while it is imported, so another
+    process's cache_clear must not delete it in between. Without flock: no lock."""
+    fd = None
+    try:
+        import fcntl
+        fd = os.open(os.path.join(d, ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+    except (ImportError, OSError):
+        pass
+    try:
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
 def load_module(source, fresh=False):
     """Import the generated module for `source`; returns (module, how) with how in
     ('memory', 'disk', 'new', 'rebuilt')."""
@@ -194,6 +214,11 @@ def load_module(source, fresh=False):
     if not fresh and name in sys.modules:
         return sys.modules[name], "memory"
     d = cache_dir()
+    with _dir_lock(d, exclusive=False):
+        return _load_module(name, source, d, fresh)
+
+
+def _load_module(name, source, d, fresh):
     path = os.path.join(d, name + ".py")
     text = _header(name) + source
     how = "disk"
@@ -231,17 +256,39 @@ def cache_info():
             "bytes": sum(os.path.getsize(p) for p in files)}
 
 
+STALE_TEMP_SECONDS = 3600   # a temporary file this old was left by a process that died
+
+
+def _in_flight(path, now):
+    """A temporary file another process may be writing right now (ours `.tmp_*`, numba's
+    `<file>.tmp.<uuid>`); deleting it would make that process's rename fail."""
+    name = os.path.basename(path)
+    if not (name.startswith(".tmp_") or ".tmp." in name):
+        return False
+    try:
+        return now - os.path.getmtime(path) < STALE_TEMP_SECONDS
+    except OSError:
+        return False
+
+
 def cache_clear():
-    """Delete every cached module and its numba cache; returns the bytes freed."""
-    info = cache_info()
-    d = info["dir"]
-    for p in glob.glob(os.path.join(d, _PREFIX + "*.py")) + \
-            glob.glob(os.path.join(d, "__pycache__", _PREFIX + "*")) + \
-            glob.glob(os.path.join(d, ".tmp_*")):
-        try:
-            os.unlink(p)
-        except FileNotFoundError:
-            pass
+    """Delete every cached module and its numba cache; returns the bytes freed. Temporary
+    files other processes may be writing are left alone (unless older than an hour)."""
+    import time
+    d = cache_dir()
+    now, freed = time.time(), 0
+    with _dir_lock(d, exclusive=True):
+        for p in glob.glob(os.path.join(d, _PREFIX + "*.py")) + \
+                glob.glob(os.path.join(d, "__pycache__", _PREFIX + "*")) + \
+                glob.glob(os.path.join(d, ".tmp_*")):
+            if _in_flight(p, now):
+                continue
+            try:
+                size = os.path.getsize(p)
+                os.unlink(p)
+                freed += size
+            except FileNotFoundError:
+                pass
     for name in [n for n in sys.modules if n.startswith(_PREFIX)]:
         del sys.modules[name]
-    return info["bytes"]
+    return freed
