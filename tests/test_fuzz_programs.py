@@ -203,3 +203,31 @@ def test_in_place_on_a_view_of_an_empty_leaf_raises():
     v = x[:, :1]
     v.add_(1)
     assert x._version == 1
+
+
+@pytest.mark.parametrize("backend", [None, "interpret"])
+def test_an_empty_1d_tensor_joined_by_cat_gets_a_gradient(backend):
+    # cat dropped every 1-D empty tensor (PyTorch's legacy rule for joining tensors of any
+    # shape), which cut it out of the graph: its leaf's .grad stayed None (PyTorch: zeros)
+    def f(a, b):
+        return aotgrad.cat([a, b.expand(0)]) * 2
+
+    if backend:
+        f = aotgrad.compile(f, backend=backend)
+    a, b = aotgrad.ones(2, requires_grad=True), aotgrad.ones(1, requires_grad=True)
+    f(a, b).sum().backward()
+    assert np.array_equal(b.grad.numpy(), [0.0]) and np.array_equal(a.grad.numpy(), [2.0, 2.0])
+    assert aotgrad.cat([aotgrad.ones(2, 3), aotgrad.ones(0)]).shape == (2, 3)   # legacy rule
+
+
+@pytest.mark.parametrize("method", ["copy_", "fill_"])
+def test_copy_and_fill_give_the_overwritten_history_a_zero_gradient(method):
+    # when the new value required grad itself, the old history was dropped: the leaves behind
+    # it got no .grad at all (PyTorch: zeros)
+    x = aotgrad.tensor([0.8, -1.0], requires_grad=True)
+    c = aotgrad.tensor(5.5, requires_grad=True)
+    y = x * 3
+    getattr(y, method)(c)
+    (y * 2).sum().backward()
+    assert np.array_equal(x.grad.numpy(), [0.0, 0.0])
+    assert float(c.grad) == 4.0
