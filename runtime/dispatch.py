@@ -50,15 +50,17 @@ class PrimBackward(Node):
         self._name, self.prim, self.rule, self.params = rule.node_name, prim, rule, params
         self.needs_input_grad = tuple(t.requires_grad for t in inputs)
         save_if = rule.save_if
+        need = self.needs_input_grad
         if save_if is None:
             self._saved = [SavedTensor(inputs[i]) for i in rule.save_inputs]
         else:  # an input only some gradients need is saved only when one of them is wanted
-            need = self.needs_input_grad
             self._saved = [SavedTensor(inputs[i])
                            if i not in save_if or any(need[j] for j in save_if[i]) else None
                            for i in rule.save_inputs]
-        if rule.save_output:
-            self._saved.append(SavedTensor(out, is_output=True))
+        if rule.save_output:  # (the output likewise: then modifying it in place is no error)
+            wanted = save_if is None or "out" not in save_if or \
+                any(need[j] for j in save_if["out"])
+            self._saved.append(SavedTensor(out, is_output=True) if wanted else None)
 
     @property
     def saved_tensors(self):
@@ -79,7 +81,7 @@ class PrimBackward(Node):
         accessors) for what this prim saved: its first / second input, its output. Raises the
         "backward through the graph a second time" error once they were freed."""
         if name == "_saved_result" and self.rule.save_output:
-            return self._saved[-1].unpack(self)
+            return None if self._saved[-1] is None else self._saved[-1].unpack(self)
         i = self._SAVED_NAMES.get(name)
         if i is not None and i in self.rule.save_inputs:
             s = self._saved[list(self.rule.save_inputs).index(i)]

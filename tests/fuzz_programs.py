@@ -832,6 +832,12 @@ def _check_program(prog, backends, torch, breaks):
         ref = run(prog, "torch")
         if ref.error and eager.error:
             return None
+        if ref.backward_error and not eager.backward_error and \
+                "modified by an inplace operation" in ref.backward_error:
+            # PyTorch saves the outputs of some ops (softmax, log_softmax, norm) whose
+            # backward here needs only their inputs: writing to such an output in place
+            # makes only PyTorch's backward raise. The outputs must still agree.
+            ref.backward_error, ref.grads = None, eager.grads
         msg = compare_results(ref, eager, "eager vs torch")
         if msg:
             return msg
