@@ -136,6 +136,14 @@ def apply(prim, *inputs, **params):
     out = Tensor._make(out_val, False)
     if builder is not None:
         builder.track(out)
+    elif out_val.base is not None:
+        # a numpy view of an input (a reshape or transpose inside an op's decomposition)
+        # shares the input's version counter, as views do, so that writing to one in place
+        # is seen by a backward that saved the other (it used the modified values)
+        for t, v in zip(inputs, vals):
+            if isinstance(v, _np.ndarray) and _np.may_share_memory(out_val, v):
+                out._version_counter = t._version_counter
+                break
     if _mode.grad_enabled and inputs:
         rule = VJP.get(prim.name)
         if rule is not None and any(t.requires_grad for t in inputs) and \
