@@ -7,6 +7,7 @@ denormals), run eagerly, compiled with the interpret and numba backends, and in 
     python tests/fuzz_programs.py 0 500                   # seeds 0..499, interpret backend
     python tests/fuzz_programs.py 0 50 --numba            # and the numba backend
     python tests/fuzz_programs.py 17 18 -v                # one seed, with its program
+    python tests/fuzz_programs.py 0 500 --aliased-writes  # also write to aliased arguments
 
 `Generator(chooser).program()` -> Program is deterministic given the chooser's choices
 (a random.Random here, hypothesis' data in tests/test_fuzz_programs.py). A program is data:
@@ -33,7 +34,8 @@ from codegen_fuzz import compare
 SPECIAL = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-40, -1e-42, 3.0e38, -3.0e38,
                     88.5, -103.0, 1.0, -1.0], np.float32)
 SIZES = (0, 1, 1, 2, 3, 4, 5)
-RTOL, ATOL = 1e-4, 1e-5      # float32; ATOL is scaled by the largest finite |value| of a result
+RTOL, ATOL = 1e-4, 1e-4      # float32; ATOL is scaled by the largest finite |value| of a result
+# (cancellation: x / x's gradient is a difference of two large terms, exactly 0 eagerly)
 
 
 # -- choices ------------------------------------------------------------------------------------
@@ -592,9 +594,13 @@ op("masked_fill_", _masked_fill_draw)(lambda L, a, value: a[0].masked_fill_(a[0]
 class Generator:
     """Draws a Program; `counts` records how often each op was drawn."""
 
-    def __init__(self, chooser, max_steps=8):
+    def __init__(self, chooser, max_steps=8, aliased_writes=False):
         self.c = chooser
         self.max_steps = max_steps
+        # in-place writes to an argument passed twice (a known gap, tracked by a strict xfail
+        # in tests/test_fuzz_programs.py): off, they are not drawn; on, the first argument
+        # is often made without grad so that the write is allowed
+        self.aliased_writes = aliased_writes
         self.np_rng = np.random.default_rng(chooser.seed())
         self.L = lib("aotgrad")
         self.inputs, self.args, self.vals, self.steps = [], [], [], []
@@ -683,7 +689,13 @@ class Generator:
             nd = self.integer(0, 3)
             self.new_input(tuple(self.size() for _ in range(nd)))
         if self.integer(0, 3) == 0:       # the same tensor passed twice
+            if self.aliased_writes and self.integer(0, 1):
+                self.inputs[0].requires_grad = False
+                _, self.args[0] = make_arg(self.L, self.inputs[0], [])
+                self.vals[self.inputs[0].pos] = self.args[0]
             self.new_input(tuple(self.vals[0].shape), alias=True)
+        aliased = {a.pos for a in self.inputs if a.alias_of >= 0} | \
+            {self.inputs[a.alias_of].pos for a in self.inputs if a.alias_of >= 0}
         n_steps = self.integer(1, self.max_steps)
         tries = 0
         while len(self.steps) < n_steps and tries < 20 * n_steps:
@@ -695,6 +707,10 @@ class Generator:
                 self._restore(saved)
                 continue
             args, params = drawn
+            if not self.aliased_writes and args[0] in aliased and \
+                    (name.endswith("_") or name == "setitem_slice"):
+                self._restore(saved)
+                continue
             step = Step(name, tuple(args), params)
             try:
                 out = OPS[name].apply(self.L, [self.vals[i] for i in step.args], **params)
@@ -722,8 +738,8 @@ class Generator:
         del self.inputs[ni:], self.args[ni:], self.vals[nv:]
 
 
-def random_program(seed, max_steps=8):
-    return Generator(RandomChooser(seed), max_steps).program()
+def random_program(seed, max_steps=8, aliased_writes=False):
+    return Generator(RandomChooser(seed), max_steps, aliased_writes).program()
 
 
 # -- running and comparing ----------------------------------------------------------------------
@@ -854,7 +870,7 @@ def main(argv):
         torch = None
     nbad, nbreak = 0, 0
     for seed in range(lo, hi):
-        prog = random_program(seed)
+        prog = random_program(seed, aliased_writes="--aliased-writes" in argv)
         breaks = []
         try:
             msg = check_program(prog, backends, torch, breaks)

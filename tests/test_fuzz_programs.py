@@ -282,3 +282,37 @@ def test_compiled_write_to_a_reduction_over_a_size_1_dim_raises_as_eagerly():
     b = aotgrad.tensor([[0.178, 0.125]], requires_grad=True)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         cf(b).backward(aotgrad.ones(1, 2))
+
+
+@pytest.mark.parametrize("backend", [None, "interpret", "numba"])
+def test_a_zero_gradient_through_floor_reaches_a_leaf_as_eagerly(backend):
+    # the compiled backward decided whether an input's gradient was reached by the tangents
+    # it reads; floor's gradient (zero) reads none, so the leaf got None instead of zeros
+    # when only some outputs got a gradient (here: the argument written in place)
+    def f(x, c, z):
+        y = x.floor()
+        c.sub_(y)
+        return y, c, z * 2
+
+    if backend:
+        f = aotgrad.compile(f, backend=backend)
+    x, z = aotgrad.tensor([1.5], requires_grad=True), aotgrad.tensor([1.0], requires_grad=True)
+    c = aotgrad.tensor([0.5], dtype=aotgrad.float64)
+    y, c2, w = f(x, c, z)
+    aotgrad.autograd.backward([c2], [aotgrad.ones(1, dtype=aotgrad.float64)])
+    assert np.array_equal(x.grad.numpy(), [0.0]) and z.grad is None
+    x2 = aotgrad.tensor([1.5], requires_grad=True)
+    y, c2, w = f(x2, aotgrad.tensor([0.5], dtype=aotgrad.float64), z)
+    w.backward(aotgrad.ones(1))          # only an output x2 does not reach
+    assert x2.grad is None and np.array_equal(z.grad.numpy(), [2.0])
+
+
+@pytest.mark.xfail(strict=True, reason="arguments that alias each other, one written in place: "
+                   "the compiled program treats them as independent (issue 16, guards and "
+                   "aliasing); then turn on Generator(aliased_writes=True) in the tests above")
+def test_an_argument_passed_twice_and_written_in_place():
+    x = fp.Input((1,), "float32", fp.Layout.CONTIGUOUS, False, np.ones(1, np.float32), pos=0)
+    again = fp.Input((1,), "", "", False, None, alias_of=0, pos=1)
+    prog = fp.Program([x, again], [fp.Step("add_", (0,), {"number": 1.0}),
+                                   fp.Step("mul", (2, 1), {"swap": False})], [3], [None])
+    assert fp.check_program(prog) is None, str(prog)
