@@ -2,16 +2,21 @@
 read-only directory, cache_clear racing a compile, a process killed in a cold compile, and
 several processes compiling into one cache at once. Each must end in correct results (the
 cache is rebuilt where needed), never a crash or a wrong answer."""
+import errno
 import os
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+import warnings
 
+import numpy as np
 import pytest
 
-from aotgrad.codegen import cache
+from aotgrad.codegen import cache, compile_graph
+from aotgrad.ir import Aval, GraphBuilder, prims
+from aotgrad.ir import dtypes as dt
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -93,6 +98,35 @@ def test_read_only_cache_directory_falls_back_with_one_warning(tmp_path):
         assert _child(d) == ("new", 1)       # a private temporary directory, said once
     finally:
         d.chmod(0o700)
+
+
+def test_read_only_cache_directory_as_seen_by_any_user(monkeypatch, tmp_path):
+    # (root writes through a mode-0500 directory: simulate the refused write instead)
+    d = tmp_path / "cache"
+    d.mkdir(mode=0o700)
+    monkeypatch.setenv("AOTGRAD_CACHE_DIR", str(d))
+    monkeypatch.setattr(cache, "_usable", {})
+    real_mkstemp = cache.tempfile.mkstemp
+
+    def mkstemp(*a, dir=None, **k):
+        if dir is not None and os.path.realpath(dir) == os.path.realpath(d):
+            raise OSError(errno.EROFS, "Read-only file system")
+        return real_mkstemp(*a, dir=dir, **k)
+
+    monkeypatch.setattr(cache.tempfile, "mkstemp", mkstemp)
+    with pytest.warns(RuntimeWarning, match="not writable.*Read-only file system"):
+        use = cache.cache_dir()
+    b = GraphBuilder("ro")
+    x = b.add_input(Aval((5,), dt.float32), "x")
+    with b:
+        y = prims.mul(prims.cos(x), x)
+    b.graph.outputs = [y]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")      # said once
+        prog = compile_graph(b.graph)
+        v = np.linspace(-1, 1, 5).astype(np.float32)
+        assert np.allclose(prog(v)[0], np.cos(v) * v, rtol=1e-6)
+    assert not list(d.iterdir()) and list(os.scandir(use))
 
 
 def test_cache_clear_keeps_temporary_files_of_writes_in_flight(monkeypatch, tmp_path):
