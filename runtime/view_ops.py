@@ -18,6 +18,7 @@ import numpy as np
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.core import current_builder, current_op
 from aotgrad.runtime import tprims as tp
+from aotgrad.runtime.engine import VersionCounter
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.op_base import _named, broadcast_shapes, norm_dims, op
 
@@ -284,6 +285,7 @@ def clone(x, *, memory_format=None):
     if isinstance(x._value, np.ndarray):
         out = tp.reshape(x, shape=tuple(x.shape))
         out._value = np.array(out._value, copy=True)
+        out._version_counter = VersionCounter()  # its own memory now: not a view's counter
         return out
     return tp.reshape(x, shape=tuple(x.shape))
 
