@@ -119,6 +119,9 @@ def _lift(builder, t):
     return t._value if isinstance(t._value, Var) else builder.lift_object(t)
 
 
+_MAY_VIEW = frozenset({"reshape", "transpose", "broadcast_in_dim", "slice"})
+
+
 def apply(prim, *inputs, **params):
     """Bind `prim` on the tensors' values and record its autograd node when needed."""
     builder = current_builder()
@@ -136,6 +139,10 @@ def apply(prim, *inputs, **params):
     out = Tensor._make(out_val, False)
     if builder is not None:
         builder.track(out)
+        if prim.name in _MAY_VIEW and inputs[0].__dict__.get("_traced_saved"):
+            # eagerly a view of a tensor saved for the backward: writing to it in place
+            # makes that backward raise, so the trace breaks there (see commit_inplace)
+            out.__dict__["_views_saved"] = True
     elif out_val.base is not None:
         # a numpy view of an input (a reshape or transpose inside an op's decomposition)
         # shares the input's version counter, as views do, so that writing to one in place

@@ -14,7 +14,7 @@ import weakref
 
 import numpy as np
 
-from aotgrad.ir.core import Aval, current_provenance
+from aotgrad.ir.core import Aval, Var, current_provenance
 from aotgrad.ir.core import current_builder as _current_builder
 from aotgrad.ir.core import make_provenance as _make_provenance
 from aotgrad.runtime import grad_mode, profiling
@@ -118,6 +118,8 @@ class SavedTensor:
         self.leaf = t if (not is_output and t.grad_fn is None and t.requires_grad) else None
         self.hooks = None
         self.ref = weakref.ref(t)  # to name its current grad_fn if it is modified in place
+        if isinstance(t._value, Var):  # traced: a reshape of it may be a view eagerly
+            t.__dict__["_traced_saved"] = True
         if saved_hooks.stack:  # autograd.graph.saved_tensors_hooks: keep what pack returns
             saved_hooks.stack[-1]._pack_saved(self, t)  # sets .hooks and .value
 

@@ -198,6 +198,11 @@ def commit_inplace(x, new, opname, replaces=False):
         raise dispatch.GraphBreak(dispatch.describe_break(
             f"{opname} on a tensor that aliases another (a view, or viewed) inside the "
             f"compiled function"))
+    if current_builder() is not None and x.__dict__.get("_views_saved"):
+        from aotgrad.runtime import dispatch
+        raise dispatch.GraphBreak(dispatch.describe_break(
+            f"{opname} on a view of a tensor saved for the backward (eagerly the backward "
+            f"raises)"))
     _inplace_guard(x, opname)
     _check_overlap(x, opname)
     if new.dtype is not x.dtype:
