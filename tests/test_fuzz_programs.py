@@ -48,7 +48,7 @@ def test_programs_interpret_match_eager(data):
 @given(st.data())
 def test_programs_numba_match_eager_and_interpret(data):
     # numba compiles take seconds: a handful here, more in the campaign
-    _check(data, ("numba",), max_steps=5)
+    _check(data, ("interpret", "numba"), max_steps=5)
 
 
 def _tame(prog):
