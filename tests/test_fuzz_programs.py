@@ -347,3 +347,27 @@ def test_normalize_of_an_overflowing_reciprocal_numba():
     assert np.isnan(want).all()
     got = aotgrad.compile(f, backend="numba")(a, b).numpy()
     assert np.isnan(got).all(), got
+
+
+@pytest.mark.parametrize("make", [lambda x: x.flip(1), lambda x: x.flip(0, 1),
+                                  lambda x: aotgrad.rot90(x, 1, (0, 1))],
+                         ids=["flip", "flip2", "rot90"])
+def test_flip_is_a_copy_not_a_view(make):
+    # numpy's flip is a view: writing to the flipped tensor changed its input (PyTorch's
+    # flip copies), and the compiled program, which copies, disagreed with eager
+    x = aotgrad.tensor([[1.0, 2.0], [3.0, 4.0]])
+    y = make(x)
+    y.mul_(0)
+    assert np.array_equal(x.numpy(), [[1.0, 2.0], [3.0, 4.0]])
+    h = aotgrad.tensor([[1.0, 2.0], [3.0, 4.0]])
+
+    def f(a):
+        b = a.clamp(-5, 5)
+        c = b.flip(0)
+        b.clamp_(0, 1.5)
+        return c
+
+    want = f(h)
+    got = aotgrad.compile(f, backend="interpret")(h)
+    assert np.array_equal(want.numpy(), [[3.0, 4.0], [1.0, 2.0]])
+    assert np.array_equal(got.numpy(), want.numpy())
