@@ -62,8 +62,10 @@ def _is_identity(n):
         return x.dtype is out.dtype
     if name == "slice":
         return x.shape == out.shape and all(s == 1 for s in (p.get("strides") or ()))
-    if name in ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod"):
+    if name in ("reduce_max", "reduce_min", "reduce_prod"):
         return not p["dims"]
+    if name == "reduce_sum":   # a float sum over nothing is x + 0: -0.0 becomes +0.0
+        return not p["dims"] and not out.dtype.is_floating_point
     return False
 
 
