@@ -182,10 +182,39 @@ class Program:
         if r is None:
             deps = self.grad_dependencies()
             bits = sum(1 << j for j, g in enumerate(given) if g)
-            it = iter(deps)
-            r = self._reached[key] = [bool(next(it) & bits) if p else False
-                                      for p in self.trace.grad_present]
+            it, r = iter(deps), []
+            for j, p in enumerate(self.trace.grad_present):
+                d = next(it) if p else 0
+                if p and not d:
+                    # a constant gradient (through floor, sign, round: zero) reads no
+                    # tangent; eagerly it flows wherever the input reaches an output that
+                    # got a gradient, so it goes by the forward graph
+                    d = self._outputs_reached()[j]
+                r.append(bool(d & bits))
+            self._reached[key] = r
         return r
+
+    def _outputs_reached(self):
+        """Per differentiable input: a bit mask of the differentiable outputs whose value
+        depends on it (in the forward graph)."""
+        tr = self.trace
+        g = tr.graph
+        pos = {("arg", x) if kind == "arg" else ("lifted", id(x)): i
+               for i, (kind, x) in enumerate(tr.roles)}
+        dep = {}
+        for j, (kind, x) in enumerate(tr.diff_roles):
+            v = g.inputs[pos[("arg", x) if kind == "arg" else ("lifted", id(x))]]
+            dep[v] = dep.get(v, 0) | 1 << j
+        for n in g.nodes:
+            m = 0
+            for v in n.inputs:
+                m |= dep.get(v, 0)
+            if m:
+                for v in n.outputs:
+                    dep[v] = dep.get(v, 0) | m
+        out = [dep.get(g.outputs[k], 0) for k in tr.diff_outs]
+        return [sum(1 << nr for nr, m in enumerate(out) if m >> j & 1)
+                for j in range(len(tr.diff_roles))]
 
     def written_reached(self, given):
         """Per tensor written in place whose gradient the backward returns (`written_grads`):

@@ -93,6 +93,7 @@ class BackwardCFunction(FunctionCtx, Node):
     _none_in_none_out = False  # backward runs on materialized zeros, as in PyTorch
     _forward_cls = None
     _name = "BackwardCFunction"
+    runs_without_grads = True  # backward() sees zeros (or None without materialize_grads)
 
     def __init__(self, inputs):
         tensors = [a if isinstance(a, Tensor) else None for a in inputs]

@@ -6,17 +6,28 @@ and the numba version; it is imported under that stable name and registered in
 second process starts warm. Writes are atomic (temp file + rename). An entry whose text does
 not match its name, or whose numba cache cannot be loaded, is removed and rebuilt.
 
-`AOTGRAD_CACHE_DIR` overrides the default `~/.cache/aotgrad`. Where that directory cannot be
-created or written, a private temporary directory is used instead (with a warning, once):
-compiling still works, it is only not kept for the next process.
+`AOTGRAD_CACHE_DIR` overrides the default `$XDG_CACHE_HOME/aotgrad` (`~/.cache/aotgrad`
+without XDG_CACHE_HOME); the directories aotgrad creates for it are private (mode 0700).
+
+Trust: numba's cached machine code is unpickled when a kernel loads, so whoever can write
+the cache directory can run code in this process. A directory is used only if it belongs
+to this user and no one else can write it or swap it (the checks ssh and pip make): the
+directory itself (after symlinks) is owned by the user and not writable by group or
+others; each directory above it, and each symlink on the way, is owned by the user or root,
+and one that others can write has the sticky bit (as /tmp), so they cannot rename what is
+in it. Otherwise, or where the directory cannot be created or written, a private temporary
+directory is used instead (a warning, once, says which directory and why): compiling still
+works, it is only not kept for the next process.
 """
 import atexit
+import contextlib
 import glob
 import hashlib
 import logging
 import os
 import sys
 import shutil
+import stat
 import tempfile
 import warnings
 
@@ -37,31 +48,104 @@ _VERSION_KEY = f"aotgrad={__version__} codegen={CODEGEN_VERSION} numba={numba.__
 _usable = {}   # configured dir -> the dir actually used (itself, or a temporary fallback)
 
 
+def default_cache_dir():
+    """`$AOTGRAD_CACHE_DIR`, else `$XDG_CACHE_HOME/aotgrad`, else `~/.cache/aotgrad`."""
+    d = os.environ.get("AOTGRAD_CACHE_DIR")
+    if d:
+        return d
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    if not xdg or not os.path.isabs(xdg):   # the XDG spec: a relative path is ignored
+        xdg = os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(xdg, "aotgrad")
+
+
+def _make_private(d):
+    """Create `d` and the missing directories above it, each with mode 0700."""
+    d = os.path.abspath(d)
+    missing = []
+    while not os.path.lexists(d):
+        missing.append(d)
+        parent = os.path.dirname(d)
+        if parent == d:
+            break
+        d = parent
+    for p in reversed(missing):
+        try:
+            os.mkdir(p, 0o700)
+        except FileExistsError:   # another process made it meanwhile: checked below
+            pass
+
+
+def unsafe_reason(d):
+    """None if the existing directory `d` can be trusted with machine code (see the module
+    docstring), else why not."""
+    uid = os.getuid()
+    path = os.path.abspath(d)
+    # symlinks on the way: one someone else owns can be pointed elsewhere later
+    p = os.sep
+    for part in path.split(os.sep)[1:]:
+        p = os.path.join(p, part)
+        st = os.lstat(p)
+        if stat.S_ISLNK(st.st_mode) and st.st_uid not in (uid, 0):
+            return f"the symlink {p!r} belongs to another user (uid {st.st_uid})"
+    real = os.path.realpath(path)
+    st = os.stat(real)
+    where = "" if real == path else f" ({path!r} leads to {real!r})"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"it is not a directory{where}"
+    if st.st_uid != uid:
+        return f"it belongs to another user (uid {st.st_uid}){where}"
+    if st.st_mode & 0o022:
+        return f"it is writable by {_who(st.st_mode)}{where}"
+    p = os.path.dirname(real)
+    while True:
+        st = os.stat(p)
+        if st.st_uid not in (uid, 0):
+            return f"the directory above it, {p!r}, belongs to another user (uid {st.st_uid})"
+        if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+            return f"the directory above it, {p!r}, is writable by {_who(st.st_mode)} " \
+                   f"(without the sticky bit)"
+        parent = os.path.dirname(p)
+        if parent == p:
+            return None
+        p = parent
+
+
+def _who(mode):
+    return " and ".join(w for w, bit in (("group", 0o020), ("others", 0o002)) if mode & bit)
+
+
 def _writable(d):
     try:
-        os.makedirs(d, exist_ok=True)
+        _make_private(d)
         fd, probe = tempfile.mkstemp(dir=d, prefix=".tmp_probe_")
         os.close(fd)
         os.unlink(probe)
-        return True
-    except OSError:
-        return False
+        return None
+    except OSError as e:
+        return f"it is not writable ({e.strerror or e})"
 
 
 def cache_dir():
     """The directory generated modules and numba's machine code live in."""
-    d = os.environ.get("AOTGRAD_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "aotgrad")
+    d = default_cache_dir()
     use = _usable.get(d)
     if use is None or not os.path.isdir(use):
-        if _writable(d):
+        why = _writable(d)
+        if why is None:
+            try:
+                why = unsafe_reason(d)
+            except OSError as e:
+                why = f"it cannot be checked ({e.strerror or e})"
+        if why is None:
             use = d
         else:
-            use = tempfile.mkdtemp(prefix="aotgrad-cache-")
+            use = tempfile.mkdtemp(prefix="aotgrad-cache-")   # mode 0700
             atexit.register(shutil.rmtree, use, True)
-            warnings.warn(f"aotgrad: compile cache directory {d!r} is not writable; using "
-                          f"{use!r} for this process (set AOTGRAD_CACHE_DIR to a writable "
-                          f"directory to keep compiled kernels)", RuntimeWarning, stacklevel=2)
+            warnings.warn(f"aotgrad: not using the compile cache directory {d!r}: {why}. "
+                          f"Using {use!r} for this process (compiled kernels are not kept; "
+                          f"set AOTGRAD_CACHE_DIR to a private directory of yours to keep "
+                          f"them)", RuntimeWarning, stacklevel=2)
         _usable[d] = use
     return use
 
@@ -100,6 +184,25 @@ def purge(name, directory=None):
             pass
 
 
+@contextlib.contextmanager
+def _dir_lock(d, exclusive):
+    """Held (shared) while a process writes and imports a module, and (exclusive) while
+    cache_clear deletes: numba needs the module's file while it is imported, so another
+    process's cache_clear must not delete it in between. Without flock: no lock."""
+    fd = None
+    try:
+        import fcntl
+        fd = os.open(os.path.join(d, ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+    except (ImportError, OSError):
+        pass
+    try:
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
 def load_module(source, fresh=False):
     """Import the generated module for `source`; returns (module, how) with how in
     ('memory', 'disk', 'new', 'rebuilt')."""
@@ -108,6 +211,11 @@ def load_module(source, fresh=False):
         log.debug("module %s: already loaded", name)
         return sys.modules[name], "memory"
     d = cache_dir()
+    with _dir_lock(d, exclusive=False):
+        return _load_module(name, source, d, fresh)
+
+
+def _load_module(name, source, d, fresh):
     path = os.path.join(d, name + ".py")
     text = _header(name) + source
     how = "disk"
@@ -152,17 +260,39 @@ def cache_info():
             "bytes": sum(os.path.getsize(p) for p in files)}
 
 
+STALE_TEMP_SECONDS = 3600   # a temporary file this old was left by a process that died
+
+
+def _in_flight(path, now):
+    """A temporary file another process may be writing right now (ours `.tmp_*`, numba's
+    `<file>.tmp.<uuid>`); deleting it would make that process's rename fail."""
+    name = os.path.basename(path)
+    if not (name.startswith(".tmp_") or ".tmp." in name):
+        return False
+    try:
+        return now - os.path.getmtime(path) < STALE_TEMP_SECONDS
+    except OSError:
+        return False
+
+
 def cache_clear():
-    """Delete every cached module and its numba cache; returns the bytes freed."""
-    info = cache_info()
-    d = info["dir"]
-    for p in glob.glob(os.path.join(d, _PREFIX + "*.py")) + \
-            glob.glob(os.path.join(d, "__pycache__", _PREFIX + "*")) + \
-            glob.glob(os.path.join(d, ".tmp_*")):
-        try:
-            os.unlink(p)
-        except FileNotFoundError:
-            pass
+    """Delete every cached module and its numba cache; returns the bytes freed. Temporary
+    files other processes may be writing are left alone (unless older than an hour)."""
+    import time
+    d = cache_dir()
+    now, freed = time.time(), 0
+    with _dir_lock(d, exclusive=True):
+        for p in glob.glob(os.path.join(d, _PREFIX + "*.py")) + \
+                glob.glob(os.path.join(d, "__pycache__", _PREFIX + "*")) + \
+                glob.glob(os.path.join(d, ".tmp_*")):
+            if _in_flight(p, now):
+                continue
+            try:
+                size = os.path.getsize(p)
+                os.unlink(p)
+                freed += size
+            except FileNotFoundError:
+                pass
     for name in [n for n in sys.modules if n.startswith(_PREFIX)]:
         del sys.modules[name]
-    return info["bytes"]
+    return freed

@@ -1,5 +1,7 @@
 """Graph passes: dead code elimination, common subexpression elimination, simplification.
 Each takes a Graph and returns a new Graph (inputs and outputs keep their Vars)."""
+import math
+
 from aotgrad.ir.core import Graph
 
 
@@ -60,8 +62,10 @@ def _is_identity(n):
         return x.dtype is out.dtype
     if name == "slice":
         return x.shape == out.shape and all(s == 1 for s in (p.get("strides") or ()))
-    if name in ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod"):
+    if name in ("reduce_max", "reduce_min", "reduce_prod"):
         return not p["dims"]
+    if name == "reduce_sum":   # a float sum over nothing is x + 0: -0.0 becomes +0.0
+        return not p["dims"] and not out.dtype.is_floating_point
     return False
 
 
@@ -195,8 +199,11 @@ def reduce_before_reshape(graph):
         if n.prim.name in _REDUCTIONS and src is not None and src.prim.name == "reshape":
             x, y = src.inputs[0], n.inputs[0]
             k = len(n.params["dims"])
+            # the trailing sizes must hold as many elements as well: with a size-0 leading
+            # dim equal leading dims say nothing about them ([0, 0] -> [0])
             if k and tuple(sorted(n.params["dims"])) == tuple(range(k)) and \
-                    tuple(x.shape[:k]) == tuple(y.shape[:k]) and x.ndim > k:
+                    tuple(x.shape[:k]) == tuple(y.shape[:k]) and x.ndim > k and \
+                    math.prod(x.shape[k:]) == math.prod(y.shape[k:]):
                 part = Var(f"{n.outputs[0].name}p", x.shape[k:], n.outputs[0].dtype)
                 nodes.append(Node(n.prim, [x], [part], n.params, n.provenance))
                 n = Node(src.prim, [part], n.outputs, {"shape": tuple(n.outputs[0].shape)},

@@ -6,7 +6,7 @@ entry per prim input (None where not differentiable); `ctx.saved_tensors` holds 
 rule declared with `save` (input positions, and "out" for the prim's output). `save_if` makes
 saving an input conditional, `{i: (j, ...)}`: input i is saved only when one of inputs j needs
 a gradient, else its entry in `ctx.saved_tensors` is None (as PyTorch saves mul's `other`
-only when `self` requires grad).
+only when `self` requires grad); the key "out" does the same for the output.
 """
 import math
 
@@ -274,7 +274,7 @@ def _(ctx, g):
     return (gx if ctx.needs_input_grad[0] else None), gy
 
 
-@defvjp("pow", save=(0, 1, "out"))
+@defvjp("pow", save=(0, 1, "out"), save_if={"out": (1,)})  # x ** 3 saves only x (PyTorch)
 def _(ctx, g):
     x, y, out = ctx.saved_tensors
     zero = _bc(_c(0, x), x)

@@ -52,15 +52,17 @@ class PrimBackward(Node):
         self._name, self.prim, self.rule, self.params = rule.node_name, prim, rule, params
         self.needs_input_grad = tuple(t.requires_grad for t in inputs)
         save_if = rule.save_if
+        need = self.needs_input_grad
         if save_if is None:
             self._saved = [SavedTensor(inputs[i]) for i in rule.save_inputs]
         else:  # an input only some gradients need is saved only when one of them is wanted
-            need = self.needs_input_grad
             self._saved = [SavedTensor(inputs[i])
                            if i not in save_if or any(need[j] for j in save_if[i]) else None
                            for i in rule.save_inputs]
-        if rule.save_output:
-            self._saved.append(SavedTensor(out, is_output=True))
+        if rule.save_output:  # (the output likewise: then modifying it in place is no error)
+            wanted = save_if is None or "out" not in save_if or \
+                any(need[j] for j in save_if["out"])
+            self._saved.append(SavedTensor(out, is_output=True) if wanted else None)
 
     @property
     def saved_tensors(self):
@@ -143,6 +145,9 @@ def _lift(builder, t):
     return t._value if isinstance(t._value, Var) else builder.lift_object(t)
 
 
+_MAY_VIEW = frozenset({"reshape", "transpose", "broadcast_in_dim", "slice"})
+
+
 def apply(prim, *inputs, **params):
     """Bind `prim` on the tensors' values and record its autograd node when needed."""
     builder = current_builder()
@@ -163,6 +168,18 @@ def apply(prim, *inputs, **params):
         builder.track(out)
         if prim.name in layout.VIEW_PRIMS:
             layout.propagate(prim, params, inputs[0], out)
+        if prim.name in _MAY_VIEW and inputs[0].__dict__.get("_traced_saved"):
+            # eagerly a view of a tensor saved for the backward: writing to it in place
+            # makes that backward raise, so the trace breaks there (see commit_inplace)
+            out.__dict__["_views_saved"] = True
+    elif out_val.base is not None:
+        # a numpy view of an input (a reshape or transpose inside an op's decomposition)
+        # shares the input's version counter, as views do, so that writing to one in place
+        # is seen by a backward that saved the other (it used the modified values)
+        for t, v in zip(inputs, vals):
+            if isinstance(v, _np.ndarray) and _np.may_share_memory(out_val, v):
+                out._version_counter = t._version_counter
+                break
     if _forward.level is not None and not _forward.suspended and inputs and \
             not _mode.inference:  # (inference mode records no tangents, as in PyTorch)
         _forward_tangent(prim, params, inputs, out)

@@ -14,7 +14,7 @@ import weakref
 
 import numpy as np
 
-from aotgrad.ir.core import Aval, current_provenance
+from aotgrad.ir.core import Aval, Var, current_provenance
 from aotgrad.ir.core import current_builder as _current_builder
 from aotgrad.ir.core import make_provenance as _make_provenance
 from aotgrad.runtime import grad_mode, profiling
@@ -96,6 +96,10 @@ INFERENCE_SAVE_MESSAGE = (
     "of `aotgrad.inference_mode()`.")
 
 
+class SavedTensorModifiedError(RuntimeError):
+    """A tensor saved for the backward was modified in place after it was saved."""
+
+
 class SavedTensor:
     """A tensor saved for backward: its value, its version at save time, and how to rebuild it.
     Outputs of the saving node are stored without their grad_fn to avoid a reference cycle."""
@@ -115,6 +119,8 @@ class SavedTensor:
         self.hooks = None
         self.ref = weakref.ref(t)  # to name its current grad_fn if it is modified in place
         self.sparse = t.__dict__.get("_sparse")  # a sparse COO tensor's indices (sparse_ops)
+        if isinstance(t._value, Var):  # traced: a reshape of it may be a view eagerly
+            t.__dict__["_traced_saved"] = True
         if saved_hooks.stack:  # autograd.graph.saved_tensors_hooks: keep what pack returns
             saved_hooks.stack[-1]._pack_saved(self, t)  # sets .hooks and .value
         elif saved_hooks.copy_saved and isinstance(self.value, np.ndarray):
@@ -179,7 +185,7 @@ class SavedTensor:
             name = fn.name()
             base = name.rsplit("Backward", 1)[0] if "Backward" in name else name
             which = f", which is output {self.output_nr} of {base or name},"
-        raise RuntimeError(
+        raise SavedTensorModifiedError(
             f"one of the variables needed for gradient computation has been modified by an "
             f"inplace operation: [aotgrad.{_LEGACY_TYPE.get(dtype, dtype)} [{shape}]]{which} "
             f"is at version {self.counter.v}; expected version {self.version} instead. Hint: "
@@ -225,6 +231,9 @@ class Node:
     # optional: fast_backward(t, retain_graph) -> bool runs `t.backward()` (implicit gradient,
     # no create_graph, no inputs) when nothing needs the general engine; False: nothing done
     _fast_backward = None
+    # a node none of whose outputs got a gradient gives its inputs none (it does not run on
+    # zeros), as PyTorch's built-in nodes; custom Functions run on zeros (BackwardCFunction)
+    runs_without_grads = False
 
     def __init__(self, next_functions, in_avals, out_avals):
         self.next_functions = tuple(next_functions)
@@ -518,7 +527,8 @@ def _run_node(node, grads, create_graph):
         r = hook(tuple(grads))
         if r is not None:
             grads = _checked_node_hook_result(hook, grads, r)
-    if isinstance(node, AccumulateGrad):
+    skip = not node.runs_without_grads and all(g is None for g in grads)
+    if isinstance(node, AccumulateGrad) or skip:
         grads_in = grads
     elif node._none_in_none_out and _all_none(grads):
         outs = [None] * len(node.next_functions)
@@ -533,7 +543,9 @@ def _run_node(node, grads, create_graph):
     token = current_provenance.set(node._provenance.with_phase("bw")) \
         if node._provenance is not None else None
     try:
-        if prof:
+        if skip:
+            outs = [None] * len(node.next_functions)
+        elif prof:
             with profiling.record(node.name(), kind="backward"):
                 outs = node._backward(grads_in)
         else:

@@ -195,13 +195,20 @@ def _regenerate_views(root, new_root, skip):
         _set_history(v, _read_view(flat, _positions(root._value, v._value), tuple(v.shape)))
 
 
-def commit_inplace(x, new, opname):
-    """Make `new` (computed out of place) the value and history of `x`; bump its version."""
+def commit_inplace(x, new, opname, replaces=False):
+    """Make `new` (computed out of place) the value and history of `x`; bump its version.
+    `replaces`: new never depends on x's old value (copy_, fill_), whose history then gets a
+    zero gradient, as in PyTorch, even where new requires grad itself."""
     if current_builder() is not None and traced_aliases(x):
         from aotgrad.runtime import dispatch
         raise dispatch.GraphBreak(dispatch.describe_break(
             f"{opname} on a tensor that aliases another (a view, or viewed) inside the "
             f"compiled function"))
+    if current_builder() is not None and x.__dict__.get("_views_saved"):
+        from aotgrad.runtime import dispatch
+        raise dispatch.GraphBreak(dispatch.describe_break(
+            f"{opname} on a view of a tensor saved for the backward (eagerly the backward "
+            f"raises)"))
     _inplace_guard(x, opname)
     _check_overlap(x, opname)
     if new.dtype is not x.dtype:
@@ -210,7 +217,7 @@ def commit_inplace(x, new, opname):
                                f"desired output type {x.dtype.name} (tensor {type_str(x)})"
                                f"{format_location()}")
         new = cast(new, x.dtype)
-    if x.requires_grad and not new.requires_grad and _mode.grad_enabled:
+    if x.requires_grad and (replaces or not new.requires_grad) and _mode.grad_enabled:
         # the new value does not depend on x's old one: its history gets a zero gradient
         keep = tp.constant(True, dt.bool_, tuple(x.shape))
         new = tp.where(keep, new, snapshot(x))

@@ -40,7 +40,9 @@ def cat(tensors, dim=0):
         if t.ndim == 0:
             raise RuntimeError(f"zero-dimensional tensor (at position {i}) cannot be "
                                f"concatenated")
-    tensors = [t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)] or tensors[:1]
+    if any(t.ndim != 1 for t in tensors):  # (PyTorch's legacy rule: a 1-D empty tensor
+        # joins tensors of any shape; among 1-D ones it stays, so its gradient reaches it)
+        tensors = [t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)] or tensors[:1]
     d = _dim(dim, tensors[0].ndim)
     dtype = tensors[0].dtype
     for t in tensors[1:]:

@@ -27,7 +27,7 @@ def _fill_(self, value):
     else:
         from aotgrad.runtime import tprims
         new = tprims.constant(value, self.dtype, tuple(self.shape))
-    return commit_inplace(self, new, "fill_")
+    return commit_inplace(self, new, "fill_", replaces=True)
 
 
 def _zero_(self):
@@ -37,7 +37,7 @@ def _zero_(self):
 def _copy_(self, src, non_blocking=False):
     src = ops.as_tensor_like(src, self.dtype)
     return commit_inplace(self, shape_ops.expand(cast(src, self.dtype), tuple(self.shape)),
-                          "copy_")
+                          "copy_", replaces=True)
 
 
 def _type_as(self, other):

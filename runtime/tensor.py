@@ -280,6 +280,8 @@ class Tensor:
             b = current_builder()
             if b is not None:
                 b.track(t)
+                from aotgrad.runtime.view_ops import note_traced_alias
+                note_traced_alias(t, self)  # it shares self's storage: writes reach self
         return t
 
     def detach_(self):

@@ -20,6 +20,7 @@ from aotgrad.ir.core import current_builder, current_op, type_str
 from aotgrad.runtime import layout
 from aotgrad.runtime import memory_format as _layout
 from aotgrad.runtime import tprims as tp
+from aotgrad.runtime.engine import VersionCounter
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.op_base import _named, broadcast_shapes, norm_dims, op
 
@@ -27,8 +28,10 @@ from aotgrad.runtime.op_base import _named, broadcast_shapes, norm_dims, op
 def _view_of(out, base):
     """Share the version counter with `base` when numpy made a view (eager only)."""
     v = out._value
-    if isinstance(v, np.ndarray) and isinstance(base._value, np.ndarray) and \
-            np.may_share_memory(v, base._value):
+    if isinstance(v, np.ndarray) and isinstance(base._value, np.ndarray) and (
+            np.may_share_memory(v, base._value) or
+            # an empty array shares no memory, yet a view of an empty tensor is a view
+            (v.size == 0 and v.base is not None and _buffer(v) is _buffer(base._value))):
         out._version_counter = base._version_counter
         root = out._base = base if base._base is None else base._base
         if base._inference:  # a view of an inference tensor is one (as in PyTorch)
@@ -45,16 +48,27 @@ def _view_of(out, base):
             views[k] = weakref.ref(out, lambda r, d=views, k=k: d.pop(k, None) if d.get(k) is r
                                    else None)
     elif current_builder() is not None and not _inplace_op_running():
-        # inside a trace a view is a value of its own: remember whom it aliases, so that an
-        # in-place write that other aliases would have to see breaks the graph (runs eagerly)
-        # instead of giving them stale values. (Views an in-place op makes for itself are
-        # its own business.)
-        root = base.__dict__.get("_traced_root")
-        root = base if root is None or root() is None else root()
-        out.__dict__["_traced_root"] = weakref.ref(root)
-        views = root.__dict__.setdefault("_traced_views", weakref.WeakValueDictionary())
-        views[id(out)] = out
+        note_traced_alias(out, base)
     return out
+
+
+def note_traced_alias(out, base):
+    """Inside a trace a view (or a detached tensor) is a value of its own: remember whom it
+    aliases, so that an in-place write that other aliases would have to see breaks the graph
+    (runs eagerly) instead of giving them stale values. (Views an in-place op makes for
+    itself are its own business.)"""
+    root = base.__dict__.get("_traced_root")
+    root = base if root is None or root() is None else root()
+    out.__dict__["_traced_root"] = weakref.ref(root)
+    views = root.__dict__.setdefault("_traced_views", weakref.WeakValueDictionary())
+    views[id(out)] = out
+
+
+def _buffer(a):
+    """The numpy array owning `a`'s memory."""
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
 
 
 def _inplace_op_running():
@@ -284,6 +298,7 @@ def clone(x, *, memory_format=None):
     if isinstance(x._value, np.ndarray):
         out = tp.reshape(x, shape=tuple(x.shape))
         out._value = np.array(out._value, copy=True)
+        out._version_counter = VersionCounter()  # its own memory now: not a view's counter
         return out
     out = tp.reshape(x, shape=tuple(x.shape))
     layout.mark_fresh(out)   # a copy eagerly: C-contiguous, whatever x's layout

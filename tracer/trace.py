@@ -11,7 +11,8 @@ import weakref
 
 from aotgrad.ir.core import Aval, GraphBuilder, Var, aval_of
 from aotgrad.runtime import dispatch
-from aotgrad.runtime.engine import Node, VersionCounter, _node_of, run_backward
+from aotgrad.runtime.engine import (Node, SavedTensorModifiedError, VersionCounter,
+                                    _node_of, run_backward)
 from aotgrad.runtime.factories import default_generator
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.tensor import Tensor
@@ -440,10 +441,15 @@ def derive_backward(builder, outs, written, proxies, diff_leaves, want_grad):
     tangents = [Tensor._make(builder.add_input(aval_of(targets[k]._value), f"g{j}"))
                 for j, k in enumerate(diff_outs)]
     builder.tangents = [t._value for t in tangents]
-    grads = run_backward([targets[k] for k in diff_outs], tangents, retain_graph=True,
-                         create_graph=False, inputs=diff_inputs + [targets[diff_outs[nr]] for
-                                                                   nr in written_slots],
-                         allow_unused=True, accumulate=False)
+    try:
+        grads = run_backward([targets[k] for k in diff_outs], tangents, retain_graph=True,
+                             create_graph=False, inputs=diff_inputs + [
+                                 targets[diff_outs[nr]] for nr in written_slots],
+                             allow_unused=True, accumulate=False)
+    except SavedTensorModifiedError as e:
+        # eagerly the forward succeeds and only a backward raises: run it eagerly
+        raise dispatch.GraphBreak(dispatch.describe_break(
+            f"the backward needs a tensor modified in place after it was saved ({e})")) from None
     grads = [None if g is None else _value_of(builder, g) for g in grads]
     n = len(diff_inputs)
     written_grads = [(nr, g) for nr, g in zip(written_slots, grads[n:]) if g is not None]
