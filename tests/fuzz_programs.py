@@ -820,7 +820,7 @@ def compare_results(ref, got, what, exact=False):
                     np.array_equal(r, g, equal_nan=r.dtype.kind == "f")
                 msg = None if same else "not bit for bit equal"
             else:
-                msg = compare(r, g, *_tolerance(r.dtype))
+                msg = compare(r, g, tol=_tolerance(r.dtype))
             if msg:
                 return f"{what}: {kind}[{k}]: {msg}"
     return None
