@@ -7,8 +7,11 @@ Vocabulary
   fill value). It is never stored unless it must be; a kernel that reads it recomputes it at
   the index it needs (index arithmetic).
 - *materialised* value: a graph input, the output of a BLAS/reference step, a reduction
-  result needed outside its kernel, or a virtual value that a non-kernel step, a graph
-  output or another kernel reads.
+  result needed outside its kernel, a virtual value that a non-kernel step or a graph
+  output reads, or one whose recomputation would cost too much (see `recompute_cuts`: a
+  value several kernels recompute, or one kernel evaluates at several padded positions, e.g.
+  the cell state of an unrolled recurrent network, which every later step would otherwise
+  recompute from the first).
 - *kernel*: one loop nest over a domain D. `elementwise` kernels write outputs of shape D.
   `rows` kernels reduce the trailing `k` dims of D (softmax, layer norm, cross-entropy):
   per row, one column pass per dependency level of its reductions, then the epilogue
@@ -20,6 +23,7 @@ import math
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.prims import unit_reshape_map
+from aotgrad.codegen.emit_base import _EXPENSIVE
 
 VIEW_PRIMS = ("broadcast_in_dim", "transpose", "slice", "rev", "reshape")
 RED_PRIMS = ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "argmax", "argmin")
@@ -244,6 +248,7 @@ class Scheduler:
     def __init__(self, graph):
         self.g = graph
         self.prod = graph.producers()
+        self.position = {n: i for i, n in enumerate(graph.nodes)}
         self.users = graph.users()
         self.kind = {n: node_kind(n) for n in graph.nodes}
         for n in graph.nodes:   # a gathered value reached through slice/rev: not fused
@@ -334,9 +339,25 @@ class Scheduler:
         return out
 
     def run(self):
-        g, sch = self.g, self.sched
+        """Group the nodes into steps. A schedule that recomputes an expensive value many
+        times (recompute_cuts) is redone with those values materialised; each round only
+        cuts values the previous one recomputed, so a few rounds reach a fixed point."""
+        self.forced = set()
+        for round_ in range(_CUT_ROUNDS):
+            sch = self._run_once()
+            if round_ == _CUT_ROUNDS - 1:
+                break
+            cuts = recompute_cuts(self, sch) - self.forced
+            if not cuts:
+                break
+            self.forced |= cuts
+        return sch
+
+    def _run_once(self):
+        g = self.g
+        sch = self.sched = Schedule(g)
         self.strided = self._strided_operands()
-        mat = self._materialised()
+        mat = self._materialised() | self.forced
         # reduction results are materialised unless fused into their consumer's kernel:
         # decided by merging below. Start: one kernel per reduction, one per materialised
         # virtual value.
@@ -429,9 +450,10 @@ class Scheduler:
         return kept
 
     # -- expression walk --------------------------------------------------------------------
-    def walk(self, kernel, var, idx, visit, stop):
-        """Walk var's definition at index idx; visit(kind, var, idx) for nodes & leaves."""
-        seen = set()
+    def walk(self, kernel, var, idx, visit, stop, seen=None):
+        """Walk var's definition at index idx; visit(kind, var, idx) for nodes & leaves.
+        `seen`: (var, idx) pairs already walked (shared by walks of one kernel's roots)."""
+        seen = set() if seen is None else seen
 
         def rec(v, ix):
             key = (v, ix)
@@ -513,25 +535,30 @@ class Scheduler:
             o = self.owner.get(v)
             return v in self.g.inputs or (o is not None and o is not kt)
 
+        node_index = {}     # value computed here -> the indices it is computed at
+
         def visit(kind, v, ix):
             if kind == "leaf":
                 leaves.append((v, ix))
             else:
+                node_index.setdefault(v, set()).add(ix)
                 n = self.prod[v]
                 if n not in nodeset:
                     nodeset.add(n)
                     nodes.append(n)
+        seen = set()
         for v, ix in self._roots(kt):
             if v in own and v not in red_outs:
                 n = self.prod.get(v)
                 if n is not None and n not in nodeset:
                     nodeset.add(n)
                     nodes.append(n)
-                self.walk(kt, v, ix, visit, lambda u, v=v: u is not v and stop(u))
+                self.walk(kt, v, ix, visit, lambda u, v=v: u is not v and stop(u), seen)
             else:
-                self.walk(kt, v, ix, visit, stop)
+                self.walk(kt, v, ix, visit, stop, seen)
         kt.leaf_refs = leaves
-        kt.nodes = [n for n in self.g.nodes if n in nodeset or n in kt.reds]
+        kt.node_index = node_index
+        kt.nodes = sorted(nodeset.union(kt.reds), key=self.position.__getitem__)
         kt.inputs = []
         for v, _ in leaves:
             if v not in red_outs and v not in kt.inputs:
@@ -622,6 +649,9 @@ class Scheduler:
 
     def _merge(self, steps):
         changed = True
+        # pairs found incompatible, with both kernels' merge counts then: a refusal holds
+        # until one of the two kernels absorbs another (paths between steps only grow)
+        refused = set()
         while changed:
             changed = False
             dep = self._deps(steps)
@@ -634,18 +664,28 @@ class Scheduler:
                 for a in sorted(dep[b], key=order.__getitem__):
                     if isinstance(a, Kernel):
                         pairs.append((a, b))
-            # siblings with the same domain reading the same inputs (one pass reads them)
-            for i, a in enumerate(kernels):
-                for b in kernels[i + 1:]:
+            # siblings with the same domain reading the same inputs (one pass reads them);
+            # candidates come from the readers of each input, not from all pairs
+            readers = {}
+            for a in kernels:
+                for v in set(a.inputs):
+                    readers.setdefault(v, []).append(a)
+            for a in kernels:
+                later = {b for v in set(a.inputs) for b in readers[v]
+                         if order[b] > order[a]}
+                for b in sorted(later, key=order.__getitem__):
                     same = a.key() == b.key() or a.domain == b.domain and (
                         {a.ktype, b.ktype} == {"rows", "cols"} or
                         "elementwise" in (a.ktype, b.ktype))
-                    if same and b not in dep[a] and a not in dep[b] and \
-                            set(a.inputs) & set(b.inputs):
+                    if same and b not in dep[a] and a not in dep[b]:
                         pairs.append((a, b))
             for a, b in pairs:
+                state = (a, a.merged_from, b, b.merged_from)
+                if state in refused:
+                    continue
                 ok, why = self._compatible(a, b, dep)
                 if not ok:
+                    refused.add(state)
                     rec = (f"kernel[{', '.join(v.name for v in a.outputs)}] + "
                            f"kernel[{', '.join(v.name for v in b.outputs)}]", why)
                     if rec not in self.sched.refused:
@@ -697,6 +737,66 @@ class Scheduler:
             if self.owner[v] is b:
                 self.owner[v] = a
         self._analyse(a)
+
+
+# -- recomputation cuts ------------------------------------------------------------------
+_CUT_ROUNDS = 4
+# a value whose expression (weighted like emit_base._EXPENSIVE: a transcendental ~20, an
+# add 1) times its redundant evaluations reaches this is stored once instead: a store and
+# a load per element cost less than three transcendentals, and the generated source (and
+# so Numba's compile time) no longer grows with each kernel that recomputes it
+RECOMPUTE_LIMIT = 64
+_VIRTUAL_WEIGHT = {"view": 0, "pwcopy": 0, "pad": 1, "rowscatter": 2}
+
+
+def _clamped_index(ix):
+    """Does index ix read through a pad (a clamped term: positions whose value is
+    evaluated and then discarded for the fill)?"""
+    return any(t[0] == "d" and len(t) > 4 for t in ix)
+
+
+def redundant_evaluations(scheduler, steps):
+    """Virtual value -> how many times the kernels of `steps` evaluate it beyond the first:
+    once per further kernel that recomputes it, and once per further index a kernel
+    evaluates it at through a pad (each element is computed at every padded position and
+    all but one are thrown away)."""
+    extra = {}
+    for kt in steps:
+        if not isinstance(kt, Kernel):
+            continue
+        for v, ixs in kt.node_index.items():
+            if scheduler.kind[scheduler.prod[v]] not in ("pw", "view", "pwcopy", "pad",
+                                                          "rowscatter"):
+                continue
+            here = len(ixs) if len(ixs) > 1 and any(_clamped_index(ix) for ix in ixs) else 1
+            extra[v] = extra.get(v, -1) + here
+    return {v: n for v, n in extra.items() if n > 0}
+
+
+def recompute_cuts(scheduler, sch):
+    """Virtual values worth materialising in schedule `sch`: in graph order, each value
+    whose recomputation cost (its expression down to stored values and the cuts already
+    chosen) times its redundant evaluations reaches RECOMPUTE_LIMIT. Graph order cuts the
+    earliest such value first, so a chain (c_t = f_t * c_{t-1} + ...) is cut at every link
+    and no kernel recomputes more than one link of it."""
+    extra = redundant_evaluations(scheduler, sch.steps)
+    if not extra:
+        return set()
+    mat, cost, cuts = sch.materialised, {}, set()
+    for n in scheduler.g.nodes:
+        k = scheduler.kind[n]
+        if k not in ("pw", "view", "pwcopy", "pad", "rowscatter") or len(n.outputs) != 1:
+            continue
+        v = n.outputs[0]
+        if v in mat:
+            continue
+        w = _EXPENSIVE.get(n.prim.name, 1) if k == "pw" else _VIRTUAL_WEIGHT[k]
+        c = min(w + sum(cost.get(u, 0) for u in n.inputs), 1 << 30)
+        if c * extra.get(v, 0) >= RECOMPUTE_LIMIT:
+            cuts.add(v)
+            c = 0
+        cost[v] = c
+    return cuts
 
 
 def schedule(graph):
