@@ -194,15 +194,27 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
                 lv = max(lv, 1)
         return lv
 
-    def term(self, t):
+    def index_arg(self, value, site=None):
+        """A constant index or index offset (where a slice starts: a time step of an
+        unrolled loop), passed at run time like the loop sizes, so that kernels that differ
+        only in where they read share one source and one compiled function. `site` (the
+        array and dim read, and the term) names the argument where known, so that whether
+        two reads share one does not depend on their offsets being equal."""
+        key = ("index", value) if site is None else ("index",) + site
+        if key not in self.argnames:
+            self.argnames[key] = f"n{sum(1 for a in self.args if a.kind == 'size')}"
+            self.args.append(ArgSpec("size", value=value))
+        return self.argnames[key]
+
+    def term(self, t, site=None):
         if t[0] == "c":
-            return str(t[1])
+            return str(t[1]) if t[1] == 0 else self.index_arg(t[1], site and site + (t,))
         if t[0] == "g":
             return self.gather_idx(t)
         P, s, o = t[1:4]
         base = self.loopvar[P]
         e = base if s == 1 else f"{s} * {base}"
-        e = e if o == 0 else f"({e} + {o})"
+        e = e if o == 0 else f"({e} + {self.index_arg(o, site and site + (t,))})"
         return e if len(t) == 4 else f"_imin(_imax({e}, {t[4]}), {t[5]})"
 
     def scope_for(self, lv):
@@ -225,7 +237,7 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
             vs = self.view_scope
             if key not in vs.memo:
                 vn = self.fresh("v")
-                pre = ", ".join(self.term(t) for t in cix[:-1])
+                pre = ", ".join(self.term(t, (name, i)) for i, t in enumerate(cix[:-1]))
                 if self.slice_mode:
                     pre = (pre + ", " if pre else "") + "lo:hi"
                     vs.add(f"{vn} = {name}[{pre}]")
@@ -235,7 +247,7 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
                     vn = name
                 vs.memo[key] = vn
             return f"{vs.memo[key]}[{self.jvar}]"
-        return f"{name}[{', '.join(self.term(t) for t in cix)}]"
+        return f"{name}[{', '.join(self.term(t, (name, i)) for i, t in enumerate(cix))}]"
 
     def val(self, v, ix):
         """Variable name holding value v at (original-domain) index ix."""

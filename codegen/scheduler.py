@@ -19,6 +19,7 @@ Vocabulary
 
 Every refused fusion is recorded (`Schedule.refused`) with its reason.
 """
+import heapq
 import math
 
 from aotgrad.ir import dtypes as dt
@@ -621,6 +622,9 @@ class Scheduler:
             return False, "column reduction result used inside the loop"
         if "rows" in kinds and a.ktype == b.ktype == "rows" and a.k != b.k:
             return False, "reduce different numbers of trailing dims"
+        if len(a.nodes) + len(b.nodes) > MAX_KERNEL_NODES and \
+                len(set(a.nodes).union(b.nodes)) > MAX_KERNEL_NODES:
+            return False, f"the kernel would exceed {MAX_KERNEL_NODES} nodes"
         if self._reaches_indirectly(dep, b, a) or self._reaches_indirectly(dep, a, b):
             return False, "a step between them depends on one and feeds the other"
         # b's references to a's values must be at the matching index
@@ -647,39 +651,56 @@ class Scheduler:
             return False, f"{v.name} is read at a different index (transposed/broadcast)"
         return True, ""
 
+    def _merge_pairs(self, steps, dep):
+        """Candidate merges in step order: (producer, consumer, False) for each kernel and
+        the kernels it reads, then (a, b, True) for siblings with the same domain reading
+        the same inputs (one pass reads them); sibling candidates come from the readers of
+        each input, not from all pairs."""
+        kernels = [s for s in steps if isinstance(s, Kernel)]
+        pairs = []
+        order = {s: i for i, s in enumerate(steps)}
+        for b in kernels:
+            # dep[b] is a set: visit it in step order, so merges (and so the generated
+            # source, the cache key) are the same in every process
+            for a in sorted(dep[b], key=order.__getitem__):
+                if isinstance(a, Kernel):
+                    pairs.append((a, b, False))
+        readers = {}
+        for a in kernels:
+            for v in set(a.inputs):
+                readers.setdefault(v, []).append(a)
+        for a in kernels:
+            later = {b for v in set(a.inputs) for b in readers[v] if order[b] > order[a]}
+            for b in sorted(later, key=order.__getitem__):
+                if self._siblings(a, b, dep):
+                    pairs.append((a, b, True))
+        return pairs
+
+    @staticmethod
+    def _siblings(a, b, dep):
+        same = a.key() == b.key() or a.domain == b.domain and (
+            {a.ktype, b.ktype} == {"rows", "cols"} or "elementwise" in (a.ktype, b.ktype))
+        return same and b not in dep[a] and a not in dep[b]
+
     def _merge(self, steps):
-        changed = True
+        """Merge kernels greedily, in passes over the candidate pairs (_merge_pairs) until
+        a pass merges nothing. A pair is rechecked against the current kernels before it
+        is tried (an earlier merge of the pass may have changed either), and the step
+        dependencies are updated per merge rather than recomputed."""
+        steps = list(steps)
         # pairs found incompatible, with both kernels' merge counts then: a refusal holds
         # until one of the two kernels absorbs another (paths between steps only grow)
-        refused = set()
+        refused, recorded = set(), set(self.sched.refused)
+        dep = self._deps(steps)
+        changed = True
         while changed:
             changed = False
-            dep = self._deps(steps)
-            kernels = [s for s in steps if isinstance(s, Kernel)]
-            pairs = []
-            order = {s: i for i, s in enumerate(steps)}
-            for b in kernels:
-                # dep[b] is a set: visit it in step order, so merges (and so the generated
-                # source, the cache key) are the same in every process
-                for a in sorted(dep[b], key=order.__getitem__):
-                    if isinstance(a, Kernel):
-                        pairs.append((a, b))
-            # siblings with the same domain reading the same inputs (one pass reads them);
-            # candidates come from the readers of each input, not from all pairs
-            readers = {}
-            for a in kernels:
-                for v in set(a.inputs):
-                    readers.setdefault(v, []).append(a)
-            for a in kernels:
-                later = {b for v in set(a.inputs) for b in readers[v]
-                         if order[b] > order[a]}
-                for b in sorted(later, key=order.__getitem__):
-                    same = a.key() == b.key() or a.domain == b.domain and (
-                        {a.ktype, b.ktype} == {"rows", "cols"} or
-                        "elementwise" in (a.ktype, b.ktype))
-                    if same and b not in dep[a] and a not in dep[b]:
-                        pairs.append((a, b))
-            for a, b in pairs:
+            for a, b, sibling in self._merge_pairs(steps, dep):
+                if a not in dep or b not in dep:        # absorbed earlier in this pass
+                    continue
+                if (not self._siblings(a, b, dep)) if sibling else \
+                        (a not in dep[b] or b in dep[a]):
+                    continue
                 state = (a, a.merged_from, b, b.merged_from)
                 if state in refused:
                     continue
@@ -688,7 +709,8 @@ class Scheduler:
                     refused.add(state)
                     rec = (f"kernel[{', '.join(v.name for v in a.outputs)}] + "
                            f"kernel[{', '.join(v.name for v in b.outputs)}]", why)
-                    if rec not in self.sched.refused:
+                    if rec not in recorded:
+                        recorded.add(rec)
                         self.sched.refused.append(rec)
                     continue
                 self._absorb(a, b)
@@ -698,24 +720,49 @@ class Scheduler:
                 if i_b > i_a:
                     steps.remove(a)
                     steps.insert(i_b - 1, a)
+                self._merged_deps(dep, a, b)
                 changed = True
-                break
         return self._toposort(steps)
 
+    def _merged_deps(self, dep, a, b):
+        """Update the step dependencies `dep` after kernel a absorbed kernel b."""
+        del dep[b]
+        own = {}
+        for s in dep:
+            if b in dep[s]:
+                dep[s].discard(b)
+                if s is not a:
+                    dep[s].add(a)
+        for s in dep:
+            for v in s.outputs:
+                own[v] = s
+            if isinstance(s, Kernel):
+                for r in s.reds:
+                    own[r.outputs[0]] = s
+        dep[a] = {own[v] for v in a.inputs if v in own and own[v] is not a}
+
     def _toposort(self, steps):
-        """Stable topological order of steps (merging can move a producer after a reader)."""
+        """Stable topological order of steps (merging can move a producer after a reader):
+        each time, the earliest step whose dependencies are placed."""
         dep = self._deps(steps)
-        done, out = set(), []
-        pending = list(steps)
-        while pending:
-            for s in pending:
-                if all(d in done for d in dep[s]):
-                    out.append(s)
-                    done.add(s)
-                    pending.remove(s)
-                    break
-            else:
-                raise AssertionError("cycle between steps after fusion")
+        pos = {s: i for i, s in enumerate(steps)}
+        users = {s: [] for s in steps}
+        waiting = {s: len(dep[s]) for s in steps}
+        for s in steps:
+            for d in dep[s]:
+                users[d].append(s)
+        ready = [pos[s] for s in steps if not waiting[s]]
+        heapq.heapify(ready)
+        out = []
+        while ready:
+            s = steps[heapq.heappop(ready)]
+            out.append(s)
+            for u in users[s]:
+                waiting[u] -= 1
+                if not waiting[u]:
+                    heapq.heappush(ready, pos[u])
+        if len(out) != len(steps):
+            raise AssertionError("cycle between steps after fusion")
         return out
 
     def _absorb(self, a, b):
@@ -739,6 +786,12 @@ class Scheduler:
         self._analyse(a)
 
 
+# a merge that would make a kernel of more nodes is refused: Numba's compile time grows
+# faster than the function, and an unrolled loop would otherwise fuse all its steps' state
+# updates into one kernel that no other program (nor another length) can share
+MAX_KERNEL_NODES = 128
+
+
 # -- recomputation cuts ------------------------------------------------------------------
 _CUT_ROUNDS = 4
 # a value whose expression (weighted like emit_base._EXPENSIVE: a transcendental ~20, an
@@ -755,12 +808,12 @@ def _clamped_index(ix):
     return any(t[0] == "d" and len(t) > 4 for t in ix)
 
 
-def redundant_evaluations(scheduler, steps):
-    """Virtual value -> how many times the kernels of `steps` evaluate it beyond the first:
-    once per further kernel that recomputes it, and once per further index a kernel
-    evaluates it at through a pad (each element is computed at every padded position and
-    all but one are thrown away)."""
-    extra = {}
+def evaluations(scheduler, steps):
+    """Virtual value -> (how many times the kernels of `steps` evaluate it beyond the first,
+    the kernels that evaluate it). A further evaluation is one per further kernel that
+    recomputes it, and one per further index a kernel evaluates it at through a pad (each
+    element is computed at every padded position and all but one are thrown away)."""
+    extra, where = {}, {}
     for kt in steps:
         if not isinstance(kt, Kernel):
             continue
@@ -770,17 +823,20 @@ def redundant_evaluations(scheduler, steps):
                 continue
             here = len(ixs) if len(ixs) > 1 and any(_clamped_index(ix) for ix in ixs) else 1
             extra[v] = extra.get(v, -1) + here
-    return {v: n for v, n in extra.items() if n > 0}
+            where.setdefault(v, set()).add(kt)
+    return {v: (n, where[v]) for v, n in extra.items() if n > 0}
 
 
 def recompute_cuts(scheduler, sch):
-    """Virtual values worth materialising in schedule `sch`: in graph order, each value
-    whose recomputation cost (its expression down to stored values and the cuts already
-    chosen) times its redundant evaluations reaches RECOMPUTE_LIMIT. Graph order cuts the
-    earliest such value first, so a chain (c_t = f_t * c_{t-1} + ...) is cut at every link
-    and no kernel recomputes more than one link of it."""
-    extra = redundant_evaluations(scheduler, sch.steps)
-    if not extra:
+    """Virtual values worth materialising in schedule `sch`, chosen in graph order:
+    - a value whose recomputation cost (its expression down to stored values and the cuts
+      already chosen) times its redundant evaluations reaches RECOMPUTE_LIMIT;
+    - a link of a recomputation chain: a recomputed value that a recomputed value of fewer
+      kernels is made from (an unrolled recurrence c_t = f_t * c_{t-1} + ...: without the
+      cut, step t's kernel recomputes c_1 .. c_{t-1}, so the kernels grow with the steps
+      and no two steps' kernels are alike; with it every step's kernel is the same)."""
+    evals = evaluations(scheduler, sch.steps)
+    if not evals:
         return set()
     mat, cost, cuts = sch.materialised, {}, set()
     for n in scheduler.g.nodes:
@@ -790,9 +846,16 @@ def recompute_cuts(scheduler, sch):
         v = n.outputs[0]
         if v in mat:
             continue
+        extra, kernels = evals.get(v, (0, ()))
+        if extra:
+            for u in n.inputs:
+                if u in evals and u not in cuts and cost.get(u, 0) >= 2 and \
+                        evals[u][1] != kernels:
+                    cuts.add(u)
+                    cost[u] = 0
         w = _EXPENSIVE.get(n.prim.name, 1) if k == "pw" else _VIRTUAL_WEIGHT[k]
         c = min(w + sum(cost.get(u, 0) for u in n.inputs), 1 << 30)
-        if c * extra.get(v, 0) >= RECOMPUTE_LIMIT:
+        if c * extra >= RECOMPUTE_LIMIT:
             cuts.add(v)
             c = 0
         cost[v] = c
