@@ -9,6 +9,7 @@ so the innermost loop is unit-stride and vectorises; blocks of a `prange` index 
 slice of the block. Float32 sums accumulate in float32 within blocks of 4096 and in float64
 across blocks. Row max/min use LLVM's maxnum/minnum (vectorisable) and re-check for NaN.
 """
+import functools
 import hashlib
 import math
 
@@ -420,7 +421,7 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         if self.checks:
             text.append("    gerr = _zeros(1, np.int64)")
         # approximations pasted in; prange bodies become functions of their own: widen them
-        for line in approx.inline_helpers(body):
+        for line in _inlined(tuple(body)):
             text.append(line)
             if "in prange(" in line:
                 text.append(" " * (len(line) - len(line.lstrip()) + 4) + "_wide()")
@@ -593,6 +594,14 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         self.inner_scope.add(f"{view}[{self.jvar}] = {name}")
         self.cache_pending.add(v)
         return name
+
+@functools.lru_cache(maxsize=4096)
+def _inlined(body):
+    """approx.inline_helpers of a kernel body (a tuple of lines), remembered: the steps of
+    an unrolled loop emit the same body many times, and pasting the approximations is the
+    slowest part of emitting one."""
+    return tuple(approx.inline_helpers(list(body)))
+
 
 def emit_kernel(scheduler, kt, helpers):
     return KernelEmitter(scheduler, kt, helpers).build()
