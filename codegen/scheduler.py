@@ -665,12 +665,16 @@ class Scheduler:
             for a in sorted(dep[b], key=order.__getitem__):
                 if isinstance(a, Kernel):
                     pairs.append((a, b, False))
-        readers = {}
+        readers, rank = {}, {}
         for a in kernels:
             for v in set(a.inputs):
-                readers.setdefault(v, []).append(a)
+                rank[a, v] = len(readers.setdefault(v, []))
+                readers[v].append(a)
         for a in kernels:
-            later = {b for v in set(a.inputs) for b in readers[v] if order[b] > order[a]}
+            # the next few readers of each input: a weight or bias read by every step of an
+            # unrolled loop would otherwise make every pair of steps a candidate
+            later = {b for v in set(a.inputs)
+                     for b in readers[v][rank[a, v] + 1:rank[a, v] + 1 + _SIBLING_WINDOW]}
             for b in sorted(later, key=order.__getitem__):
                 if self._siblings(a, b, dep):
                     pairs.append((a, b, True))
@@ -792,6 +796,10 @@ class Scheduler:
 MAX_KERNEL_NODES = 128
 
 
+# sibling candidates of a kernel: the next readers of each of its inputs, this many
+_SIBLING_WINDOW = 8
+
+
 # -- recomputation cuts ------------------------------------------------------------------
 _CUT_ROUNDS = 4
 # a value whose expression (weighted like emit_base._EXPENSIVE: a transcendental ~20, an
@@ -799,6 +807,9 @@ _CUT_ROUNDS = 4
 # a load per element cost less than three transcendentals, and the generated source (and
 # so Numba's compile time) no longer grows with each kernel that recomputes it
 RECOMPUTE_LIMIT = 64
+# ... unless it costs less than a few operations per element (a constant, a scaled input):
+# loading it would cost about as much as computing it, however many kernels do
+_MIN_CUT_COST = 4
 _VIRTUAL_WEIGHT = {"view": 0, "pwcopy": 0, "pad": 1, "rowscatter": 2}
 
 
@@ -853,9 +864,10 @@ def recompute_cuts(scheduler, sch):
                         evals[u][1] != kernels:
                     cuts.add(u)
                     cost[u] = 0
-        w = _EXPENSIVE.get(n.prim.name, 1) if k == "pw" else _VIRTUAL_WEIGHT[k]
+        w = 0 if n.prim.name in CREATION_PW else \
+            _EXPENSIVE.get(n.prim.name, 1) if k == "pw" else _VIRTUAL_WEIGHT[k]
         c = min(w + sum(cost.get(u, 0) for u in n.inputs), 1 << 30)
-        if c * extra >= RECOMPUTE_LIMIT:
+        if c >= _MIN_CUT_COST and c * extra >= RECOMPUTE_LIMIT:
             cuts.add(v)
             c = 0
         cost[v] = c
