@@ -595,6 +595,7 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         self.cache_pending.add(v)
         return name
 
+
 @functools.lru_cache(maxsize=4096)
 def _inlined(body):
     """approx.inline_helpers of a kernel body (a tuple of lines), remembered: the steps of
