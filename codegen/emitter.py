@@ -9,6 +9,7 @@ so the innermost loop is unit-stride and vectorises; blocks of a `prange` index 
 slice of the block. Float32 sums accumulate in float32 within blocks of 4096 and in float64
 across blocks. Row max/min use LLVM's maxnum/minnum (vectorisable) and re-check for NaN.
 """
+import functools
 import hashlib
 import math
 
@@ -194,15 +195,27 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
                 lv = max(lv, 1)
         return lv
 
-    def term(self, t):
+    def index_arg(self, value, site=None):
+        """A constant index or index offset (where a slice starts: a time step of an
+        unrolled loop), passed at run time like the loop sizes, so that kernels that differ
+        only in where they read share one source and one compiled function. `site` (the
+        array and dim read, and the term) names the argument where known, so that whether
+        two reads share one does not depend on their offsets being equal."""
+        key = ("index", value) if site is None else ("index",) + site
+        if key not in self.argnames:
+            self.argnames[key] = f"n{sum(1 for a in self.args if a.kind == 'size')}"
+            self.args.append(ArgSpec("size", value=value))
+        return self.argnames[key]
+
+    def term(self, t, site=None):
         if t[0] == "c":
-            return str(t[1])
+            return str(t[1]) if t[1] == 0 else self.index_arg(t[1], site and site + (t,))
         if t[0] == "g":
             return self.gather_idx(t)
         P, s, o = t[1:4]
         base = self.loopvar[P]
         e = base if s == 1 else f"{s} * {base}"
-        e = e if o == 0 else f"({e} + {o})"
+        e = e if o == 0 else f"({e} + {self.index_arg(o, site and site + (t,))})"
         return e if len(t) == 4 else f"_imin(_imax({e}, {t[4]}), {t[5]})"
 
     def scope_for(self, lv):
@@ -225,7 +238,7 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
             vs = self.view_scope
             if key not in vs.memo:
                 vn = self.fresh("v")
-                pre = ", ".join(self.term(t) for t in cix[:-1])
+                pre = ", ".join(self.term(t, (name, i)) for i, t in enumerate(cix[:-1]))
                 if self.slice_mode:
                     pre = (pre + ", " if pre else "") + "lo:hi"
                     vs.add(f"{vn} = {name}[{pre}]")
@@ -235,7 +248,7 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
                     vn = name
                 vs.memo[key] = vn
             return f"{vs.memo[key]}[{self.jvar}]"
-        return f"{name}[{', '.join(self.term(t) for t in cix)}]"
+        return f"{name}[{', '.join(self.term(t, (name, i)) for i, t in enumerate(cix))}]"
 
     def val(self, v, ix):
         """Variable name holding value v at (original-domain) index ix."""
@@ -408,7 +421,7 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         if self.checks:
             text.append("    gerr = _zeros(1, np.int64)")
         # approximations pasted in; prange bodies become functions of their own: widen them
-        for line in approx.inline_helpers(body):
+        for line in _inlined(tuple(body)):
             text.append(line)
             if "in prange(" in line:
                 text.append(" " * (len(line) - len(line.lstrip()) + 4) + "_wide()")
@@ -581,6 +594,15 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         self.inner_scope.add(f"{view}[{self.jvar}] = {name}")
         self.cache_pending.add(v)
         return name
+
+
+@functools.lru_cache(maxsize=4096)
+def _inlined(body):
+    """approx.inline_helpers of a kernel body (a tuple of lines), remembered: the steps of
+    an unrolled loop emit the same body many times, and pasting the approximations is the
+    slowest part of emitting one."""
+    return tuple(approx.inline_helpers(list(body)))
+
 
 def emit_kernel(scheduler, kt, helpers):
     return KernelEmitter(scheduler, kt, helpers).build()

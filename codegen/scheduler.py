@@ -7,8 +7,11 @@ Vocabulary
   fill value). It is never stored unless it must be; a kernel that reads it recomputes it at
   the index it needs (index arithmetic).
 - *materialised* value: a graph input, the output of a BLAS/reference step, a reduction
-  result needed outside its kernel, or a virtual value that a non-kernel step, a graph
-  output or another kernel reads.
+  result needed outside its kernel, a virtual value that a non-kernel step or a graph
+  output reads, or one whose recomputation would cost too much (see `recompute_cuts`: a
+  value several kernels recompute, or one kernel evaluates at several padded positions, e.g.
+  the cell state of an unrolled recurrent network, which every later step would otherwise
+  recompute from the first).
 - *kernel*: one loop nest over a domain D. `elementwise` kernels write outputs of shape D.
   `rows` kernels reduce the trailing `k` dims of D (softmax, layer norm, cross-entropy):
   per row, one column pass per dependency level of its reductions, then the epilogue
@@ -16,10 +19,12 @@ Vocabulary
 
 Every refused fusion is recorded (`Schedule.refused`) with its reason.
 """
+import heapq
 import math
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.prims import unit_reshape_map
+from aotgrad.codegen.emit_base import _EXPENSIVE
 
 VIEW_PRIMS = ("broadcast_in_dim", "transpose", "slice", "rev", "reshape")
 RED_PRIMS = ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "argmax", "argmin")
@@ -247,6 +252,7 @@ class Scheduler:
     def __init__(self, graph):
         self.g = graph
         self.prod = graph.producers()
+        self.position = {n: i for i, n in enumerate(graph.nodes)}
         self.users = graph.users()
         self.kind = {n: node_kind(n) for n in graph.nodes}
         for n in graph.nodes:   # a gathered value reached through slice/rev: not fused
@@ -337,9 +343,25 @@ class Scheduler:
         return out
 
     def run(self):
-        g, sch = self.g, self.sched
+        """Group the nodes into steps. A schedule that recomputes an expensive value many
+        times (recompute_cuts) is redone with those values materialised; each round only
+        cuts values the previous one recomputed, so a few rounds reach a fixed point."""
+        self.forced = set()
+        for round_ in range(_CUT_ROUNDS):
+            sch = self._run_once()
+            if round_ == _CUT_ROUNDS - 1:
+                break
+            cuts = recompute_cuts(self, sch) - self.forced
+            if not cuts:
+                break
+            self.forced |= cuts
+        return sch
+
+    def _run_once(self):
+        g = self.g
+        sch = self.sched = Schedule(g)
         self.strided = self._strided_operands()
-        mat = self._materialised()
+        mat = self._materialised() | self.forced
         # reduction results are materialised unless fused into their consumer's kernel:
         # decided by merging below. Start: one kernel per reduction, one per materialised
         # virtual value.
@@ -432,9 +454,10 @@ class Scheduler:
         return kept
 
     # -- expression walk --------------------------------------------------------------------
-    def walk(self, kernel, var, idx, visit, stop):
-        """Walk var's definition at index idx; visit(kind, var, idx) for nodes & leaves."""
-        seen = set()
+    def walk(self, kernel, var, idx, visit, stop, seen=None):
+        """Walk var's definition at index idx; visit(kind, var, idx) for nodes & leaves.
+        `seen`: (var, idx) pairs already walked (shared by walks of one kernel's roots)."""
+        seen = set() if seen is None else seen
 
         def rec(v, ix):
             key = (v, ix)
@@ -516,25 +539,30 @@ class Scheduler:
             o = self.owner.get(v)
             return v in self.g.inputs or (o is not None and o is not kt)
 
+        node_index = {}     # value computed here -> the indices it is computed at
+
         def visit(kind, v, ix):
             if kind == "leaf":
                 leaves.append((v, ix))
             else:
+                node_index.setdefault(v, set()).add(ix)
                 n = self.prod[v]
                 if n not in nodeset:
                     nodeset.add(n)
                     nodes.append(n)
+        seen = set()
         for v, ix in self._roots(kt):
             if v in own and v not in red_outs:
                 n = self.prod.get(v)
                 if n is not None and n not in nodeset:
                     nodeset.add(n)
                     nodes.append(n)
-                self.walk(kt, v, ix, visit, lambda u, v=v: u is not v and stop(u))
+                self.walk(kt, v, ix, visit, lambda u, v=v: u is not v and stop(u), seen)
             else:
-                self.walk(kt, v, ix, visit, stop)
+                self.walk(kt, v, ix, visit, stop, seen)
         kt.leaf_refs = leaves
-        kt.nodes = [n for n in self.g.nodes if n in nodeset or n in kt.reds]
+        kt.node_index = node_index
+        kt.nodes = sorted(nodeset.union(kt.reds), key=self.position.__getitem__)
         kt.inputs = []
         for v, _ in leaves:
             if v not in red_outs and v not in kt.inputs:
@@ -597,6 +625,9 @@ class Scheduler:
             return False, "column reduction result used inside the loop"
         if "rows" in kinds and a.ktype == b.ktype == "rows" and a.k != b.k:
             return False, "reduce different numbers of trailing dims"
+        if len(a.nodes) + len(b.nodes) > MAX_KERNEL_NODES and \
+                len(set(a.nodes).union(b.nodes)) > MAX_KERNEL_NODES:
+            return False, f"the kernel would exceed {MAX_KERNEL_NODES} nodes"
         if self._reaches_indirectly(dep, b, a) or self._reaches_indirectly(dep, a, b):
             return False, "a step between them depends on one and feeds the other"
         # b's references to a's values must be at the matching index
@@ -623,35 +654,70 @@ class Scheduler:
             return False, f"{v.name} is read at a different index (transposed/broadcast)"
         return True, ""
 
+    def _merge_pairs(self, steps, dep):
+        """Candidate merges in step order: (producer, consumer, False) for each kernel and
+        the kernels it reads, then (a, b, True) for siblings with the same domain reading
+        the same inputs (one pass reads them); sibling candidates come from the readers of
+        each input, not from all pairs."""
+        kernels = [s for s in steps if isinstance(s, Kernel)]
+        pairs = []
+        order = {s: i for i, s in enumerate(steps)}
+        for b in kernels:
+            # dep[b] is a set: visit it in step order, so merges (and so the generated
+            # source, the cache key) are the same in every process
+            for a in sorted(dep[b], key=order.__getitem__):
+                if isinstance(a, Kernel):
+                    pairs.append((a, b, False))
+        readers, rank = {}, {}
+        for a in kernels:
+            for v in set(a.inputs):
+                rank[a, v] = len(readers.setdefault(v, []))
+                readers[v].append(a)
+        for a in kernels:
+            # the next few readers of each input: a weight or bias read by every step of an
+            # unrolled loop would otherwise make every pair of steps a candidate
+            later = {b for v in set(a.inputs)
+                     for b in readers[v][rank[a, v] + 1:rank[a, v] + 1 + _SIBLING_WINDOW]}
+            for b in sorted(later, key=order.__getitem__):
+                if self._siblings(a, b, dep):
+                    pairs.append((a, b, True))
+        return pairs
+
+    @staticmethod
+    def _siblings(a, b, dep):
+        same = a.key() == b.key() or a.domain == b.domain and (
+            {a.ktype, b.ktype} == {"rows", "cols"} or "elementwise" in (a.ktype, b.ktype))
+        return same and b not in dep[a] and a not in dep[b]
+
     def _merge(self, steps):
+        """Merge kernels greedily, in passes over the candidate pairs (_merge_pairs) until
+        a pass merges nothing. A pair is rechecked against the current kernels before it
+        is tried (an earlier merge of the pass may have changed either), and the step
+        dependencies are updated per merge rather than recomputed."""
+        steps = list(steps)
+        # pairs found incompatible, with both kernels' merge counts then: a refusal holds
+        # until one of the two kernels absorbs another (paths between steps only grow)
+        refused, recorded = set(), set(self.sched.refused)
+        dep = self._deps(steps)
         changed = True
         while changed:
             changed = False
-            dep = self._deps(steps)
-            kernels = [s for s in steps if isinstance(s, Kernel)]
-            pairs = []
-            order = {s: i for i, s in enumerate(steps)}
-            for b in kernels:
-                # dep[b] is a set: visit it in step order, so merges (and so the generated
-                # source, the cache key) are the same in every process
-                for a in sorted(dep[b], key=order.__getitem__):
-                    if isinstance(a, Kernel):
-                        pairs.append((a, b))
-            # siblings with the same domain reading the same inputs (one pass reads them)
-            for i, a in enumerate(kernels):
-                for b in kernels[i + 1:]:
-                    same = a.key() == b.key() or a.domain == b.domain and (
-                        {a.ktype, b.ktype} == {"rows", "cols"} or
-                        "elementwise" in (a.ktype, b.ktype))
-                    if same and b not in dep[a] and a not in dep[b] and \
-                            set(a.inputs) & set(b.inputs):
-                        pairs.append((a, b))
-            for a, b in pairs:
+            for a, b, sibling in self._merge_pairs(steps, dep):
+                if a not in dep or b not in dep:        # absorbed earlier in this pass
+                    continue
+                if (not self._siblings(a, b, dep)) if sibling else \
+                        (a not in dep[b] or b in dep[a]):
+                    continue
+                state = (a, a.merged_from, b, b.merged_from)
+                if state in refused:
+                    continue
                 ok, why = self._compatible(a, b, dep)
                 if not ok:
+                    refused.add(state)
                     rec = (f"kernel[{', '.join(v.name for v in a.outputs)}] + "
                            f"kernel[{', '.join(v.name for v in b.outputs)}]", why)
-                    if rec not in self.sched.refused:
+                    if rec not in recorded:
+                        recorded.add(rec)
                         self.sched.refused.append(rec)
                     continue
                 self._absorb(a, b)
@@ -661,24 +727,49 @@ class Scheduler:
                 if i_b > i_a:
                     steps.remove(a)
                     steps.insert(i_b - 1, a)
+                self._merged_deps(dep, a, b)
                 changed = True
-                break
         return self._toposort(steps)
 
+    def _merged_deps(self, dep, a, b):
+        """Update the step dependencies `dep` after kernel a absorbed kernel b."""
+        del dep[b]
+        own = {}
+        for s in dep:
+            if b in dep[s]:
+                dep[s].discard(b)
+                if s is not a:
+                    dep[s].add(a)
+        for s in dep:
+            for v in s.outputs:
+                own[v] = s
+            if isinstance(s, Kernel):
+                for r in s.reds:
+                    own[r.outputs[0]] = s
+        dep[a] = {own[v] for v in a.inputs if v in own and own[v] is not a}
+
     def _toposort(self, steps):
-        """Stable topological order of steps (merging can move a producer after a reader)."""
+        """Stable topological order of steps (merging can move a producer after a reader):
+        each time, the earliest step whose dependencies are placed."""
         dep = self._deps(steps)
-        done, out = set(), []
-        pending = list(steps)
-        while pending:
-            for s in pending:
-                if all(d in done for d in dep[s]):
-                    out.append(s)
-                    done.add(s)
-                    pending.remove(s)
-                    break
-            else:
-                raise AssertionError("cycle between steps after fusion")
+        pos = {s: i for i, s in enumerate(steps)}
+        users = {s: [] for s in steps}
+        waiting = {s: len(dep[s]) for s in steps}
+        for s in steps:
+            for d in dep[s]:
+                users[d].append(s)
+        ready = [pos[s] for s in steps if not waiting[s]]
+        heapq.heapify(ready)
+        out = []
+        while ready:
+            s = steps[heapq.heappop(ready)]
+            out.append(s)
+            for u in users[s]:
+                waiting[u] -= 1
+                if not waiting[u]:
+                    heapq.heappush(ready, pos[u])
+        if len(out) != len(steps):
+            raise AssertionError("cycle between steps after fusion")
         return out
 
     def _absorb(self, a, b):
@@ -700,6 +791,90 @@ class Scheduler:
             if self.owner[v] is b:
                 self.owner[v] = a
         self._analyse(a)
+
+
+# a merge that would make a kernel of more nodes is refused: Numba's compile time grows
+# faster than the function, and an unrolled loop would otherwise fuse all its steps' state
+# updates into one kernel that no other program (nor another length) can share
+MAX_KERNEL_NODES = 128
+
+
+# sibling candidates of a kernel: the next readers of each of its inputs, this many
+_SIBLING_WINDOW = 8
+
+
+# -- recomputation cuts ------------------------------------------------------------------
+_CUT_ROUNDS = 4
+# a value whose expression (weighted like emit_base._EXPENSIVE: a transcendental ~20, an
+# add 1) times its redundant evaluations reaches this is stored once instead: a store and
+# a load per element cost less than three transcendentals, and the generated source (and
+# so Numba's compile time) no longer grows with each kernel that recomputes it
+RECOMPUTE_LIMIT = 64
+# ... unless it costs less than a few operations per element (a constant, a scaled input):
+# loading it would cost about as much as computing it, however many kernels do
+_MIN_CUT_COST = 4
+_VIRTUAL_WEIGHT = {"view": 0, "pwcopy": 0, "pad": 1, "rowscatter": 2}
+
+
+def _clamped_index(ix):
+    """Does index ix read through a pad (a clamped term: positions whose value is
+    evaluated and then discarded for the fill)?"""
+    return any(t[0] == "d" and len(t) > 4 for t in ix)
+
+
+def evaluations(scheduler, steps):
+    """Virtual value -> (how many times the kernels of `steps` evaluate it beyond the first,
+    the kernels that evaluate it). A further evaluation is one per further kernel that
+    recomputes it, and one per further index a kernel evaluates it at through a pad (each
+    element is computed at every padded position and all but one are thrown away)."""
+    extra, where = {}, {}
+    for kt in steps:
+        if not isinstance(kt, Kernel):
+            continue
+        for v, ixs in kt.node_index.items():
+            if scheduler.kind[scheduler.prod[v]] not in ("pw", "view", "pwcopy", "pad",
+                                                          "rowscatter"):
+                continue
+            here = len(ixs) if len(ixs) > 1 and any(_clamped_index(ix) for ix in ixs) else 1
+            extra[v] = extra.get(v, -1) + here
+            where.setdefault(v, set()).add(kt)
+    return {v: (n, where[v]) for v, n in extra.items() if n > 0}
+
+
+def recompute_cuts(scheduler, sch):
+    """Virtual values worth materialising in schedule `sch`, chosen in graph order:
+    - a value whose recomputation cost (its expression down to stored values and the cuts
+      already chosen) times its redundant evaluations reaches RECOMPUTE_LIMIT;
+    - a link of a recomputation chain: a recomputed value that a recomputed value of fewer
+      kernels is made from (an unrolled recurrence c_t = f_t * c_{t-1} + ...: without the
+      cut, step t's kernel recomputes c_1 .. c_{t-1}, so the kernels grow with the steps
+      and no two steps' kernels are alike; with it every step's kernel is the same)."""
+    evals = evaluations(scheduler, sch.steps)
+    if not evals:
+        return set()
+    mat, cost, cuts = sch.materialised, {}, set()
+    for n in scheduler.g.nodes:
+        k = scheduler.kind[n]
+        if k not in ("pw", "view", "pwcopy", "pad", "rowscatter") or len(n.outputs) != 1:
+            continue
+        v = n.outputs[0]
+        if v in mat:
+            continue
+        extra, kernels = evals.get(v, (0, ()))
+        if extra:
+            for u in n.inputs:
+                if u in evals and u not in cuts and cost.get(u, 0) >= 2 and \
+                        evals[u][1] != kernels:
+                    cuts.add(u)
+                    cost[u] = 0
+        w = 0 if n.prim.name in CREATION_PW else \
+            _EXPENSIVE.get(n.prim.name, 1) if k == "pw" else _VIRTUAL_WEIGHT[k]
+        c = min(w + sum(cost.get(u, 0) for u in n.inputs), 1 << 30)
+        if c >= _MIN_CUT_COST and c * extra >= RECOMPUTE_LIMIT:
+            cuts.add(v)
+            c = 0
+        cost[v] = c
+    return cuts
 
 
 def schedule(graph):
