@@ -594,12 +594,11 @@ op("masked_fill_", _masked_fill_draw)(lambda L, a, value: a[0].masked_fill_(a[0]
 class Generator:
     """Draws a Program; `counts` records how often each op was drawn."""
 
-    def __init__(self, chooser, max_steps=8, aliased_writes=False):
+    def __init__(self, chooser, max_steps=8, aliased_writes=True):
         self.c = chooser
         self.max_steps = max_steps
-        # in-place writes to an argument passed twice (a known gap, tracked by a strict xfail
-        # in tests/test_fuzz_programs.py): off, they are not drawn; on, the first argument
-        # is often made without grad so that the write is allowed
+        # in-place writes to an argument passed twice: on, the first argument is often made
+        # without grad so that the write is allowed; off, they are not drawn
         self.aliased_writes = aliased_writes
         self.np_rng = np.random.default_rng(chooser.seed())
         self.L = lib("aotgrad")

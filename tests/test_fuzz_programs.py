@@ -324,10 +324,8 @@ def test_a_zero_gradient_through_floor_reaches_a_leaf_as_eagerly(backend):
     assert x2.grad is None and np.array_equal(z.grad.numpy(), [2.0])
 
 
-@pytest.mark.xfail(strict=True, reason="arguments that alias each other, one written in place: "
-                   "the compiled program treats them as independent (issue 16, guards and "
-                   "aliasing); then turn on Generator(aliased_writes=True) in the tests above")
 def test_an_argument_passed_twice_and_written_in_place():
+    # the compiled program used to treat the two arguments as independent
     x = fp.Input((1,), "float32", fp.Layout.CONTIGUOUS, False, np.ones(1, np.float32), pos=0)
     again = fp.Input((1,), "", "", False, None, alias_of=0, pos=1)
     prog = fp.Program([x, again], [fp.Step("add_", (0,), {"number": 1.0}),
@@ -335,11 +333,9 @@ def test_an_argument_passed_twice_and_written_in_place():
     assert fp.check_program(prog) is None, str(prog)
 
 
-@pytest.mark.xfail(strict=True, reason="the kernels' fast-math 'arcp' lets LLVM rewrite "
-                   "(1/a)/b as 1/(a*b): with a*b = -inf the result is -0.0 where eager gives "
-                   "NaN (removing 'arcp' from codegen/approx._FM fixes it: a speed trade-off "
-                   "left to the codegen owners)")
 def test_normalize_of_an_overflowing_reciprocal_numba():
+    # the kernels' fast-math 'arcp' let LLVM rewrite (1/a)/b as 1/(a*b): with a*b = -inf the
+    # result was -0.0 where eager gives NaN (kernels now compile without fast-math flags)
     def f(a, b):
         return aotgrad.nn.functional.normalize((a * b).reciprocal(), dim=-1)
 
