@@ -1,11 +1,15 @@
 """`aotgrad.autograd.forward_ad`, as `torch.autograd.forward_ad`: forward-mode AD with dual
 tensors.
 
+>>> import aotgrad
 >>> import aotgrad.autograd.forward_ad as fwAD
+>>> primal, tangent = aotgrad.tensor([0.0, 1.0]), aotgrad.tensor([1.0, 1.0])
 >>> with fwAD.dual_level():
 ...     x = fwAD.make_dual(primal, tangent)
 ...     y = x.sin() * 2
 ...     jvp = fwAD.unpack_dual(y).tangent      # 2 * cos(primal) * tangent
+>>> jvp
+tensor([2.0000, 1.0806])
 
 Every op propagates tangents (J·t), derived from the reverse-mode rule of each prim
 (runtime/forward_mode.py), so every differentiable op supports it, and under grad mode a

@@ -27,10 +27,9 @@ import contextlib
 import threading
 import weakref
 
-from aotgrad.ir.core import Var
 from aotgrad.runtime.engine import GradientEdge, Node, _node_of, graph_tasks, \
     saved_hooks
-from aotgrad.runtime.grad_mode import state as _mode
+from aotgrad.runtime.saved_hooks import SavedTensorHooks
 from aotgrad.runtime.tensor import Tensor
 
 __all__ = ["saved_tensors_hooks", "save_on_cpu", "disable_saved_tensors_hooks",
@@ -87,8 +86,10 @@ def register_multi_grad_hook(tensors, fn, *, mode="all"):
     mode="any": `fn(grad)` with the first gradient computed for any of the tensors.
     Returns a handle whose `remove()` unregisters it.
 
-    >>> register_multi_grad_hook((a, b), lambda grads: print([g is None for g in grads]))
-    >>> (a * 2).sum().backward()        # prints [False, True]
+    >>> a, b = aotgrad.ones(2, requires_grad=True), aotgrad.ones(2, requires_grad=True)
+    >>> handle = register_multi_grad_hook((a, b), lambda grads: print([g is None for g in grads]))
+    >>> (a * 2).sum().backward()
+    [False, True]
     """
     if mode not in ("all", "any"):
         raise ValueError(f"Expects mode to be one of ('all', 'any') but got {mode}")
@@ -138,9 +139,10 @@ class allow_mutation_on_saved_tensors:
     the backward uses its value from when it was saved (aotgrad keeps a copy of every tensor
     saved inside the context, where PyTorch copies it when it is first modified).
 
+    >>> b = aotgrad.tensor([1.0, 2.0], requires_grad=True).clone()
     >>> with allow_mutation_on_saved_tensors():
     ...     y = (b ** 2).sum()
-    ...     b.sin_()          # no "modified by an inplace operation" error in backward
+    ...     b.mul_(3)         # no "modified by an inplace operation" error in backward
     ...     y.backward()
     """
 
@@ -153,17 +155,7 @@ class allow_mutation_on_saved_tensors:
     def __exit__(self, *exc):
         saved_hooks.copy_saved -= 1
 
-PACK_INPLACE_MESSAGE = (
-    "A saved tensor pack hook is modifying its input in place. Tensors provided as input to "
-    "pack hook cannot be modified by in-place operations as this can lead to unexpected "
-    "side-effects. Please open an issue if you need to perform in-place operations on the "
-    "input to a pack hook.")
-
-
-_PACKED = object()  # a SavedTensor's value once a pack hook holds the tensor instead
-
-
-class saved_tensors_hooks:
+class saved_tensors_hooks(SavedTensorHooks):
     """Context manager that sets a pair of pack / unpack hooks for saved tensors.
 
     `pack_hook(tensor) -> Any` runs every time an operation saves a tensor for backward;
@@ -174,10 +166,6 @@ class saved_tensors_hooks:
     >>> with saved_tensors_hooks(lambda t: t.detach().clone(), lambda c: c):
     ...     y = x.exp()          # exp saves its result: pack sees it
     """
-
-    def __init__(self, pack_hook, unpack_hook):
-        self.pack_hook = pack_hook
-        self.unpack_hook = unpack_hook
 
     def __enter__(self):
         if saved_hooks.disabled_message is not None:
@@ -190,54 +178,6 @@ class saved_tensors_hooks:
             stack.pop()
         elif self in stack:  # exited out of order: drop this pair only
             stack.remove(self)
-
-    # ---- called by runtime.engine.SavedTensor ----------------------------------------------
-    def _pack_saved(self, saved, t):
-        """Run pack_hook on tensor t being saved: `saved` (a SavedTensor) keeps what it
-        returns instead of t's value (and no reference to an output of the saving op)."""
-        if isinstance(t._value, Var):
-            from aotgrad.runtime import dispatch
-            dispatch.graph_break(
-                "a tensor saved for backward under autograd.graph.saved_tensors_hooks (the "
-                "hooks run Python on every save and backward; the compiled program keeps its "
-                "saved values itself)", t)
-        version = t._version_counter.v
-        prev, _mode.grad_enabled = _mode.grad_enabled, False
-        try:
-            packed = self.pack_hook(t)
-        finally:
-            _mode.grad_enabled = prev
-        if t._version_counter.v != version:
-            raise RuntimeError(PACK_INPLACE_MESSAGE)
-        saved.hooks, saved.value = (self, packed, t.dtype), _PACKED
-        if saved.is_output:
-            saved.leaf = None
-
-    def _unpack_saved(self, saved, node):
-        """Run unpack_hook -> a tensor with the saved tensor's place in the graph: the saving
-        node's output, the same grad_fn as the saved tensor, or a leaf that accumulates into
-        the saved leaf's `.grad`."""
-        data = self.unpack_hook(saved.hooks[1])
-        if not isinstance(data, Tensor):
-            raise TypeError(f"Output of saved tensor unpack_hook expected to be a Tensor but "
-                            f"got result of type {type(data).__name__}")
-        if data.dtype is not saved.hooks[2] and data.dtype.is_floating_point and \
-                saved.hooks[2].is_floating_point:
-            data = data.to(saved.hooks[2])  # the derivative rules do not promote dtypes
-        t = Tensor._make(data._value, False)
-        t._version_counter = data._version_counter
-        leaf = saved.leaf
-        if leaf is not None:
-            t.requires_grad = True
-            acc = leaf._grad_accumulator()
-            t._accumulator = lambda: acc  # gradients reach the saved leaf's AccumulateGrad
-            return t
-        t.requires_grad = saved.requires_grad
-        t.grad_fn = node if saved.is_output else saved.grad_fn
-        t._output_nr = saved.output_nr
-        if t.grad_fn is not None:
-            t.requires_grad = True
-        return t
 
 
 class save_on_cpu(saved_tensors_hooks):

@@ -8,6 +8,8 @@ one `CompositeBackward` node whose edges are the op's inputs. Its backward runs 
 nodes, from the outputs down to the inputs, with the engine's `run_subgraph`: the derivative
 rules stay those of the prims, and a backward under create_graph records them as usual.
 
+>>> import aotgrad
+>>> x = aotgrad.randn(4, 3, requires_grad=True)
 >>> v, m = aotgrad.var_mean(x, 0)
 >>> v.grad_fn is m.grad_fn, v.grad_fn.name()
 (True, 'VarMeanBackward0')

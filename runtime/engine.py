@@ -148,9 +148,9 @@ class SavedTensor:
                                "time.")
         if self.value is None:
             raise RuntimeError(FREED_MESSAGE)
-        from aotgrad.autograd.graph import saved_tensors_hooks
+        from aotgrad.runtime.saved_hooks import SavedTensorHooks
         t = self.leaf if self.leaf is not None else Tensor._make(self.value, False)
-        saved_tensors_hooks(pack_hook, unpack_hook)._pack_saved(self, t)
+        SavedTensorHooks(pack_hook, unpack_hook)._pack_saved(self, t)
 
     def unpack(self, node):
         if self.value is None:

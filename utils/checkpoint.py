@@ -1,5 +1,8 @@
 """`aotgrad.utils.checkpoint`, as `torch.utils.checkpoint`: activation checkpointing.
 
+>>> import aotgrad
+>>> block = aotgrad.nn.Sequential(aotgrad.nn.Linear(3, 3), aotgrad.nn.Tanh())
+>>> x = aotgrad.randn(2, 3, requires_grad=True)
 >>> y = checkpoint(block, x, use_reentrant=False)   # block's intermediates are not kept
 >>> y.sum().backward()                              # block runs again to rebuild them
 
