@@ -142,7 +142,7 @@ class allow_mutation_on_saved_tensors:
     >>> b = aotgrad.tensor([1.0, 2.0], requires_grad=True).clone()
     >>> with allow_mutation_on_saved_tensors():
     ...     y = (b ** 2).sum()
-    ...     b.mul_(3)         # no "modified by an inplace operation" error in backward
+    ...     _ = b.mul_(3)     # no "modified by an inplace operation" error in backward
     ...     y.backward()
     """
 
