@@ -62,7 +62,8 @@ def _add_user_line(err, name, prefix=True):
     `prefix` only the line is added (the source text names the call; PyTorch's wording stays
     as it is at the start of the message)."""
     msg = str(err.args[0]) if err.args and isinstance(err.args[0], str) else None
-    if msg is None or names_location(msg) or type(err).__module__ != "builtins":
+    if msg is None or names_location(msg) or \
+            type(err).__module__.split(".")[0] not in ("builtins", "aotgrad"):
         return
     prefix = "" if not prefix or msg.startswith((f"{name}(): ", f"{name}:")) else f"{name}: "
     err.args = (f"{prefix}{msg}{format_location()}",) + err.args[1:]
