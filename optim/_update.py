@@ -9,7 +9,25 @@ them like any other op.
 """
 from aotgrad.ir import dtypes as dt
 from aotgrad.runtime import ops
-from aotgrad.runtime.factories import tensor
+from aotgrad.runtime.factories import tensor, zeros_like
+
+
+def grads_of(group):
+    """(parameter, gradient) for each parameter of the group that has a .grad; the gradient
+    is negated where the group maximizes."""
+    for p in group["params"]:
+        if p.grad is not None:
+            yield p, (ops.neg(p.grad) if group["maximize"] else p.grad)
+
+
+def first_step_state(state, p, *moments):
+    """A parameter's state on its first step: the step count, then zeroed moments (in
+    PyTorch's order of keys, which state_dict() keeps)."""
+    if not state:
+        state["step"] = new_step()
+        for name in moments:
+            state[name] = zeros_like(p.detach())
+    return state
 
 
 def new_step():

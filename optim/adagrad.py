@@ -3,7 +3,7 @@
 >>> model = nn.Linear(3, 2)
 >>> opt = optim.Adagrad(model.parameters(), lr=1e-2, lr_decay=1e-4)
 """
-from aotgrad.optim._update import as_f64, check_nonnegative, new_step
+from aotgrad.optim._update import as_f64, check_nonnegative, grads_of, new_step
 from aotgrad.optim.optimizer import Optimizer
 from aotgrad.runtime import ops
 from aotgrad.runtime.factories import full_like
@@ -45,10 +45,7 @@ class Adagrad(Optimizer):
             for g in self.param_groups:
                 lr, lr_decay, eps, wd = g.scalar("lr"), g["lr_decay"], g["eps"], \
                     g["weight_decay"]
-                for p in g["params"]:
-                    if p.grad is None:
-                        continue
-                    grad = ops.neg(p.grad) if g["maximize"] else p.grad
+                for p, grad in grads_of(g):
                     state = self._init_state(p, g)
                     step = state["step"].add_(1)
                     if wd != 0:

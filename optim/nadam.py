@@ -4,8 +4,8 @@
 >>> opt = optim.NAdam(model.parameters(), lr=2e-3, momentum_decay=4e-3)
 """
 from aotgrad.ir import dtypes as dt
-from aotgrad.optim._update import (addcmul, as_f64, check_betas, check_nonnegative, lerp_,
-                                   new_step)
+from aotgrad.optim._update import (addcmul, as_f64, check_betas, check_nonnegative, grads_of,
+                                   lerp_, new_step)
 from aotgrad.optim.optimizer import Optimizer
 from aotgrad.runtime import ops
 from aotgrad.runtime.factories import tensor, zeros_like
@@ -43,10 +43,7 @@ class NAdam(Optimizer):
             for g in self.param_groups:
                 lr, (b1, b2), eps, wd = g.scalar("lr"), g["betas"], g["eps"], g["weight_decay"]
                 psi = g["momentum_decay"]
-                for p in g["params"]:
-                    if p.grad is None:
-                        continue
-                    grad = ops.neg(p.grad) if g["maximize"] else p.grad
+                for p, grad in grads_of(g):
                     state = self.state[p]
                     if not state:
                         state["step"] = new_step()

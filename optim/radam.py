@@ -3,10 +3,10 @@
 >>> model = nn.Linear(3, 2)
 >>> opt = optim.RAdam(model.parameters(), lr=1e-3)
 """
-from aotgrad.optim._update import addcmul, as_f64, check_betas, check_nonnegative, lerp_, new_step
+from aotgrad.optim._update import (addcmul, as_f64, check_betas, check_nonnegative,
+                                   first_step_state, grads_of, lerp_)
 from aotgrad.optim.optimizer import Optimizer
 from aotgrad.runtime import ops
-from aotgrad.runtime.factories import zeros_like
 from aotgrad.runtime.grad_mode import no_grad
 
 
@@ -39,15 +39,8 @@ class RAdam(Optimizer):
             for g in self.param_groups:
                 lr, (b1, b2), eps, wd = g.scalar("lr"), g["betas"], g["eps"], g["weight_decay"]
                 rho_inf = 2 / (1 - b2) - 1
-                for p in g["params"]:
-                    if p.grad is None:
-                        continue
-                    grad = ops.neg(p.grad) if g["maximize"] else p.grad
-                    state = self.state[p]
-                    if not state:
-                        state["step"] = new_step()
-                        state["exp_avg"] = zeros_like(p.detach())
-                        state["exp_avg_sq"] = zeros_like(p.detach())
+                for p, grad in grads_of(g):
+                    state = first_step_state(self.state[p], p, "exp_avg", "exp_avg_sq")
                     t = as_f64(state["step"].add_(1))
                     if wd != 0:
                         if g["decoupled_weight_decay"]:

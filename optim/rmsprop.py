@@ -3,7 +3,8 @@
 >>> model = nn.Linear(3, 2)
 >>> opt = optim.RMSprop(model.parameters(), lr=1e-2, momentum=0.9, centered=True)
 """
-from aotgrad.optim._update import addcdiv, addcmul, check_nonnegative, lerp_, new_step
+from aotgrad.optim._update import (addcdiv, addcmul, check_nonnegative, grads_of, lerp_,
+                                   new_step)
 from aotgrad.optim.optimizer import Optimizer
 from aotgrad.runtime import ops
 from aotgrad.runtime.factories import zeros_like
@@ -37,10 +38,7 @@ class RMSprop(Optimizer):
             for g in self.param_groups:
                 lr, alpha, eps = g.scalar("lr"), g["alpha"], g["eps"]
                 wd, mom, centered = g["weight_decay"], g["momentum"], g["centered"]
-                for p in g["params"]:
-                    if p.grad is None:
-                        continue
-                    grad = ops.neg(p.grad) if g["maximize"] else p.grad
+                for p, grad in grads_of(g):
                     state = self.state[p]
                     if not state:
                         state["step"] = new_step()
