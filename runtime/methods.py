@@ -170,7 +170,8 @@ for _name in ("add sub mul div pow clamp clip neg abs exp log sqrt sigmoid tanh 
               "index_fill addmm addmv addr addbmm baddbmm addcmul addcdiv lerp cumprod atan2 "
               "sinh cosh asinh acosh atanh asin acos atan arcsin arccos arctan "
               "arcsinh arccosh arctanh arctan2 erfc erfinv lgamma digamma logit xlogy sinc "
-              "polygamma i0 mvlgamma scatter_reduce").split():
+              "polygamma i0 mvlgamma scatter_reduce sin cos tan rsqrt log1p expm1 log2 "
+              "log10 erf").split():
     _fn = _METHODS[_name]
     _METHODS[_name + "_"] = _inplace(_fn, _name + "_")
 for _op, _name in (("__iadd__", "add"), ("__isub__", "sub"), ("__imul__", "mul"),
