@@ -73,6 +73,8 @@ class _ConvNd(Module):
             s += f", padding={self.padding}"  # a string prints bare, as in PyTorch
         if self.dilation != (1,) * self._nd:
             s += f", dilation={self.dilation}"
+        if getattr(self, "output_padding", (0,) * self._nd) != (0,) * self._nd:  # transposed
+            s += f", output_padding={self.output_padding}"
         if self.groups != 1:
             s += f", groups={self.groups}"
         if self.bias is None:
@@ -166,20 +168,7 @@ class _ConvTransposeNd(Module):
             pads.append(output_size[i] - lo)
         return tuple(pads)
 
-    def extra_repr(self):
-        s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-             f"stride={self.stride}")
-        if self.padding != (0,) * self._nd:
-            s += f", padding={self.padding}"
-        if self.dilation != (1,) * self._nd:
-            s += f", dilation={self.dilation}"
-        if self.output_padding != (0,) * self._nd:
-            s += f", output_padding={self.output_padding}"
-        if self.groups != 1:
-            s += f", groups={self.groups}"
-        if self.bias is None:
-            s += ", bias=False"
-        return s
+    extra_repr = _ConvNd.extra_repr
 
 
 class ConvTranspose2d(_ConvTransposeNd):
