@@ -13,7 +13,6 @@ import numpy as np
 import aotgrad as ag
 import aotgrad.nn.functional as F
 
-sys.path.insert(0, __import__("os").path.dirname(__file__))
 from codegen_fuzz import compare  # noqa: E402
 
 # op name -> fn(x, r) where r is a random.Random; each keeps float dtype

@@ -5,14 +5,11 @@ eager/compiled agreement for what randomness or recomputation counts make librar
 
 Each `_case(M)` runs with M = aotgrad or torch; `_same` compares results or error texts.
 """
-import os
-import sys
 import warnings
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
 from torch_compare import _L, _same, _val  # noqa: E402
 
 

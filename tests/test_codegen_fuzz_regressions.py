@@ -1,8 +1,6 @@
 """Regressions found by differential fuzzing of the code generator (tests/codegen_fuzz.py:
 random IR graphs, compiled against the numpy reference prims), and a fixed-seed fuzz run."""
 import math
-import os
-import sys
 
 import numpy as np
 import pytest
@@ -11,7 +9,6 @@ from aotgrad.codegen import compile_graph
 from aotgrad.ir import Aval, GraphBuilder, evaluate, prims
 from aotgrad.ir import dtypes as dt
 
-sys.path.insert(0, os.path.dirname(__file__))
 import codegen_fuzz  # noqa: E402
 
 SPECIALS = [math.nan, math.inf, -math.inf, 0.0, -0.0, 1e-30, -1e-30, 88.8, 1e38, 3.5,

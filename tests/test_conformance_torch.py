@@ -5,8 +5,6 @@ autograd extras are in test_conformance_torch_train.py. Every test takes the `to
 fixture, so the file skips where PyTorch is not installed."""
 import inspect
 import math
-import os
-import sys
 
 import numpy as np
 import pytest
@@ -15,7 +13,6 @@ import aotgrad
 import aotgrad.autograd.functional as AF
 from aotgrad import nn, optim
 
-sys.path.insert(0, os.path.dirname(__file__))
 from torch_compare import _both, _close, _err, _np, _same_text, rn  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")

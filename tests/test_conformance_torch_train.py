@@ -3,8 +3,6 @@ autograd.functional, gradcheck, autograd.Function, anomaly mode and the profiler
 gradients, names, orders, messages and signatures compared. Every test takes the `torch`
 fixture, so the file skips where PyTorch is not installed."""
 import itertools
-import os
-import sys
 
 import numpy as np
 import pytest
@@ -14,7 +12,6 @@ import aotgrad.autograd.functional as AF
 import aotgrad.nn.functional as F
 from aotgrad import nn, optim
 
-sys.path.insert(0, os.path.dirname(__file__))
 from torch_compare import _both, _close, _err, _np, _same_text, rn  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")

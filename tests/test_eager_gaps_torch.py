@@ -5,8 +5,6 @@ tensors, and binary_cross_entropy's gradient in the target at saturated inputs.
 Each `_case(M)` builds the same computation with M = aotgrad or torch; `_same` (from
 torch_compare.py) runs both and compares the results, or the error class and text.
 """
-import os
-import sys
 
 import numpy as np
 import pytest
@@ -14,7 +12,6 @@ import pytest
 import aotgrad
 from aotgrad import nn
 
-sys.path.insert(0, os.path.dirname(__file__))
 from torch_compare import _same  # noqa: E402
 
 

@@ -5,12 +5,9 @@ autograd.Function are in test_engine_torch_graph.py).
 Each `_case(M)` builds the same computation with M = aotgrad or torch; the torch-tests run
 both and compare results (or error texts); helpers in torch_compare.py.
 """
-import os
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
 from torch_compare import _L, _same, _val  # noqa: E402
 
 

@@ -2,9 +2,7 @@
 autograd.Function edge cases, gaps fixed in the ops and tensor slots, and torch-free pins of
 the fixes (closed forms, so they run without torch). Helpers in torch_compare.py.
 """
-import os
 import re
-import sys
 import warnings
 
 import numpy as np
@@ -12,7 +10,6 @@ import pytest
 
 import aotgrad as ag
 
-sys.path.insert(0, os.path.dirname(__file__))
 from torch_compare import _same  # noqa: E402
 
 

@@ -2,8 +2,6 @@
 rules), in-place ops and views, custom Functions with jvp, reverse-over-forward, gradcheck's
 forward-mode check; and without PyTorch: closed forms and a compiled function called inside
 a dual level (runs eagerly, same tangents)."""
-import os
-import sys
 import warnings
 
 import numpy as np
@@ -11,7 +9,6 @@ import pytest
 
 import aotgrad as ag
 
-sys.path.insert(0, os.path.dirname(__file__))
 from torch_compare import _same  # noqa: E402
 
 _OPS = {

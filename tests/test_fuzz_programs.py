@@ -10,7 +10,6 @@ The default run draws a fixed set of examples (derandomized). A long campaign:
 """
 import math
 import os
-import sys
 
 import numpy as np
 import pytest
@@ -19,7 +18,6 @@ from hypothesis import strategies as st
 
 import aotgrad
 
-sys.path.insert(0, os.path.dirname(__file__))
 import fuzz_programs as fp  # noqa: E402
 
 CAMPAIGN = int(os.environ.get("AOTGRAD_FUZZ_EXAMPLES", "0"))
