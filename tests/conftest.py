@@ -40,7 +40,7 @@ os.environ["AOTGRAD_CACHE_DIR"] = _CACHE
 # small arrays exercise numba's parallel backend (the default compiles medium ones serially)
 os.environ["AOTGRAD_PARALLEL_MIN"] = "0"
 # ... and up front, not first serially with a parallel variant compiled in the background
-# (tests/test_codegen_tiers.py turns that on)
+# (tests/codegen/test_codegen_tiers.py turns that on)
 os.environ["AOTGRAD_BACKGROUND_COMPILE"] = "0"
 
 

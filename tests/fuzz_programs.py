@@ -10,7 +10,7 @@ denormals), run eagerly, compiled with the interpret and numba backends, and in 
     python tests/fuzz_programs.py 0 500 --aliased-writes  # also write to aliased arguments
 
 `Generator(chooser).program()` -> Program is deterministic given the chooser's choices
-(a random.Random here, hypothesis' data in tests/test_fuzz_programs.py). A program is data:
+(a random.Random here, hypothesis' data in tests/compile/test_fuzz_programs.py). A program is data:
 input specs plus steps `(op name, argument indices, params)`, replayed by `run_steps` on any
 library with the torch-style API (aotgrad or torch). `check_program(prog, backends)` returns
 None or a text describing the first disagreement.

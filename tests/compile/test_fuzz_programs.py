@@ -5,7 +5,7 @@ plus the regressions the fuzzer found.
 
 The default run draws a fixed set of examples (derandomized). A long campaign:
 
-    AOTGRAD_FUZZ_EXAMPLES=5000 pytest -m slow tests/test_fuzz_programs.py   # random draws
+    AOTGRAD_FUZZ_EXAMPLES=5000 pytest -m slow tests/compile/test_fuzz_programs.py   # random draws
     python tests/fuzz_programs.py 0 5000 [--numba]                          # by seed
 """
 import math

@@ -2,8 +2,9 @@
 import os
 import re
 import tomllib
+from repo_paths import REPO_ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = REPO_ROOT
 NOT_SHIPPED = {"tests", "examples", "benchmarks"}
 
 

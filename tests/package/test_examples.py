@@ -6,9 +6,10 @@ import sys
 
 import numpy as np
 import pytest
+from repo_paths import REPO_ROOT
 
 
-EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+EXAMPLES = os.path.join(REPO_ROOT, "examples")
 
 
 @pytest.fixture

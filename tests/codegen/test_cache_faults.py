@@ -17,8 +17,9 @@ import pytest
 from aotgrad.codegen import cache, compile_graph
 from aotgrad.ir import Aval, GraphBuilder, prims
 from aotgrad.ir import dtypes as dt
+from repo_paths import REPO_PARENT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = REPO_PARENT
 
 # three kernels that cannot fuse, so a helper process takes some of them (workers=1)
 CHILD = textwrap.dedent("""

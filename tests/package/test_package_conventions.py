@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import aotgrad
+from repo_paths import REPO_ROOT
 
 
 def run_python(code, **env):
@@ -92,7 +93,7 @@ def test_erf_gradient_still_matches_its_closed_form():
 
 # ---- public names, version, license, typing marker ---------------------------------------
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = REPO_ROOT
 SHADOWING = {"bool", "float", "int"}     # dtype aliases left out of __all__ on purpose
 
 

@@ -8,8 +8,9 @@ import sys
 
 import numpy as np
 import pytest
+from repo_paths import REPO_ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = REPO_ROOT
 BENCH = os.path.join(ROOT, "benchmarks")
 SYSTEMS = ["aotgrad_eager", "aotgrad_compiled", "torch_eager"]  # torch.compile: ~30 s cold
 

@@ -11,6 +11,7 @@ import pytest
 from aotgrad.ir import Aval, GraphBuilder, evaluate, prims
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.prims import PRIMS
+from repo_paths import REPO_PARENT
 
 F32, F64 = dt.float32, dt.float64
 
@@ -410,7 +411,7 @@ _CHILD = textwrap.dedent("""
 
 
 def _run_child(env):
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    root = REPO_PARENT
     r = subprocess.run([sys.executable, "-c", _CHILD.format(root=root)], env=env,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr

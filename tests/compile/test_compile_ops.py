@@ -1,4 +1,4 @@
-"""Every row of the op table (tests/test_ops.py) compiled and compared with eager: outputs and
+"""Every row of the op table (tests/op_table.py) compiled and compared with eager: outputs and
 the gradients of every float input, with the reference (`interpret`) backend and with Numba.
 
 The Numba run compiles up to three programs per row (about 80 s for the table with a cold
@@ -9,7 +9,7 @@ import pytest
 
 import aotgrad as ag
 from aotgrad.testing import compare_with_eager
-from test_ops import OPS, _make, _setup
+from op_table import OPS, _make, _setup
 
 def _compile_row(request, fn, specs, opts, backend):
     rng, arrays = _setup(request, specs)
