@@ -4,10 +4,12 @@
 >>> opt = optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
 """
 
-from aotgrad.ir import dtypes as dt
+import numpy as np
+
+from aotgrad.runtime import multi_tensor
+from aotgrad.optim._update import as_f64, first_step_state, grads_of
 from aotgrad.optim.optimizer import Optimizer
 from aotgrad.runtime import ops
-from aotgrad.runtime.factories import tensor, zeros_like
 from aotgrad.runtime.grad_mode import no_grad
 
 
@@ -38,8 +40,9 @@ class Adam(Optimizer):
                  amsgrad=False, *, foreach=None, maximize=False, capturable=False,
                  differentiable=False, fused=None, decoupled_weight_decay=False):
         _check(lr, betas, eps, weight_decay)
-        # foreach/capturable/differentiable/fused are kept in the groups like PyTorch's (they
-        # change nothing here)
+        multi_tensor.check_flags(foreach, fused)
+        # foreach (None: the multi-tensor path where it can run) and fused (the same path)
+        # choose the multi-tensor step; capturable is kept in the groups like PyTorch's
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
                                       weight_decay=weight_decay, amsgrad=amsgrad,
                                       maximize=maximize, foreach=foreach,
@@ -52,43 +55,84 @@ class Adam(Optimizer):
         loss = self._closure(closure)
         with no_grad():
             for g in self.param_groups:
-                lr, (b1, b2), eps = g.scalar("lr"), g["betas"], g["eps"]
-                wd, amsgrad, maximize = g["weight_decay"], g["amsgrad"], g["maximize"]
-                decoupled = g.get("decoupled_weight_decay", self._decoupled)
-                for p in g["params"]:
-                    if p.grad is None:
-                        continue
-                    grad = ops.neg(p.grad) if maximize else p.grad
-                    state = self.state[p]
-                    if not state:
-                        state["step"] = tensor(0.0, dtype=dt.float32)
-                        state["exp_avg"] = zeros_like(p.detach())
-                        state["exp_avg_sq"] = zeros_like(p.detach())
-                        if amsgrad:
-                            state["max_exp_avg_sq"] = zeros_like(p.detach())
-                    step, m, v = state["step"], state["exp_avg"], state["exp_avg_sq"]
-                    step.add_(1)
-                    if wd != 0:
-                        if decoupled:
-                            p.mul_(1 - lr * wd)
-                        else:
-                            grad = ops.add(grad, p.detach(), alpha=wd)
-                    m.add_(ops.mul(ops.sub(grad, m), 1 - b1))          # lerp toward grad
-                    v.mul_(b2).add_(ops.mul(ops.mul(grad, 1 - b2), grad))
-                    # bias corrections in float64 from the float32 step count (PyTorch does
-                    # them in Python floats), rounded to the parameter dtype once
-                    t64 = step.to(dt.float64)
-                    bc1 = ops.sub(1.0, ops.pow(b1, t64))
-                    bc2_sqrt = ops.sqrt(ops.sub(1.0, ops.pow(b2, t64))).to(p.dtype)
-                    if amsgrad:
-                        mx = state["max_exp_avg_sq"]
-                        mx.copy_(ops.maximum(mx, v))
-                        denom = ops.add(ops.div(ops.sqrt(mx), bc2_sqrt), eps)
-                    else:
-                        denom = ops.add(ops.div(ops.sqrt(v), bc2_sqrt), eps)
-                    step_size = ops.div(lr, bc1).to(p.dtype)
-                    p.sub_(ops.mul(ops.div(m, denom), step_size))
+                pairs = list(grads_of(g))
+                for p, _ in pairs:
+                    first_step_state(self.state[p], p, "exp_avg", "exp_avg_sq",
+                                     *(["max_exp_avg_sq"] if g["amsgrad"] else []))
+                if not self._multi_tensor_step(g, pairs):
+                    for p, grad in pairs:
+                        self._one_param_step(g, p, grad)
         return loss
+
+    def _one_param_step(self, g, p, grad):
+        """The per-parameter path, written with tensor ops (what a traced step records)."""
+        lr, (b1, b2), eps, wd = g.scalar("lr"), g["betas"], g["eps"], g["weight_decay"]
+        state = self.state[p]
+        step, m, v = state["step"], state["exp_avg"], state["exp_avg_sq"]
+        step.add_(1)
+        if wd != 0:
+            if g.get("decoupled_weight_decay", self._decoupled):
+                p.mul_(1 - lr * wd)
+            else:
+                grad = ops.add(grad, p.detach(), alpha=wd)
+        m.add_(ops.mul(ops.sub(grad, m), 1 - b1))          # lerp toward grad
+        v.mul_(b2).add_(ops.mul(ops.mul(grad, 1 - b2), grad))
+        # bias corrections in float64 from the float32 step count (PyTorch does them in
+        # Python floats), rounded to the parameter dtype once
+        t64 = as_f64(step)
+        bc1 = ops.sub(1.0, ops.pow(b1, t64))
+        bc2_sqrt = ops.sqrt(ops.sub(1.0, ops.pow(b2, t64))).to(p.dtype)
+        if g["amsgrad"]:
+            mx = state["max_exp_avg_sq"]
+            mx.copy_(ops.maximum(mx, v))
+            denom = ops.add(ops.div(ops.sqrt(mx), bc2_sqrt), eps)
+        else:
+            denom = ops.add(ops.div(ops.sqrt(v), bc2_sqrt), eps)
+        step_size = ops.div(lr, bc1).to(p.dtype)
+        p.sub_(ops.mul(ops.div(m, denom), step_size))
+
+    def _multi_tensor_step(self, g, pairs):
+        """The same step on the numpy buffers of the whole group (optim/_foreach.py); False
+        where the group must take the per-parameter path."""
+        lr, (b1, b2), eps, wd = g["lr"], g["betas"], g["eps"], g["weight_decay"]
+        if not pairs or not multi_tensor.wanted(g) or not isinstance(lr, (int, float)):
+            return False
+        amsgrad = g["amsgrad"]
+        keys = ("step", "exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if amsgrad else ())
+        rows = [(p, grad, *(self.state[p][k] for k in keys)) for p, grad in pairs]
+        arrays = multi_tensor.arrays_of(rows, free=(2,))
+        if arrays is None:
+            return False
+        decoupled = g.get("decoupled_weight_decay", self._decoupled)
+        for p, grad, step, m, v, *mx in arrays:
+            f = p.dtype.type
+            step += np.float32(1)
+            if wd != 0:
+                if decoupled:
+                    p *= f(1 - lr * wd)
+                else:
+                    grad = grad + p * f(wd)
+            tmp = np.empty_like(m)                 # one scratch buffer per parameter
+            np.subtract(grad, m, out=tmp)
+            tmp *= f(1 - b1)
+            m += tmp
+            v *= f(b2)
+            np.multiply(grad, f(1 - b2), out=tmp)
+            tmp *= grad
+            v += tmp
+            t64 = step.astype(np.float64)
+            bc1 = 1.0 - np.power(np.float64(b1), t64)
+            bc2_sqrt = np.sqrt(1.0 - np.power(np.float64(b2), t64)).astype(p.dtype)
+            if amsgrad:
+                np.maximum(mx[0], v, out=mx[0])
+            np.sqrt(mx[0] if amsgrad else v, out=tmp)
+            tmp /= bc2_sqrt
+            tmp += f(eps)
+            np.divide(m, tmp, out=tmp)
+            tmp *= (lr / bc1).astype(p.dtype)
+            p -= tmp
+        multi_tensor.written(*(t for row in rows for j, t in enumerate(row) if j != 1))
+        return True
 
 
 class AdamW(Adam):

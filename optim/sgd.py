@@ -3,9 +3,14 @@
 >>> model = nn.Linear(3, 2)
 >>> opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True)
 """
+import numpy as np
+
+from aotgrad.runtime import multi_tensor
+from aotgrad.optim._update import grads_of
 from aotgrad.optim.optimizer import Optimizer
 from aotgrad.runtime import ops
 from aotgrad.runtime.grad_mode import no_grad
+from aotgrad.runtime.tensor import Tensor
 
 
 class SGD(Optimizer):
@@ -24,8 +29,9 @@ class SGD(Optimizer):
             raise ValueError(f"Invalid weight_decay value: {weight_decay}")
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("Nesterov momentum requires a momentum and zero dampening")
-        # foreach/differentiable/fused are kept in the groups (state dicts and reprs match
-        # PyTorch's); aotgrad has one implementation, so they change nothing
+        multi_tensor.check_flags(foreach, fused)
+        # foreach (None: the multi-tensor path where it can run) and fused (the same path)
+        # choose the multi-tensor step; differentiable=True keeps the per-parameter one
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening,
                                       weight_decay=weight_decay, nesterov=nesterov,
                                       maximize=maximize, foreach=foreach,
@@ -35,21 +41,52 @@ class SGD(Optimizer):
         loss = self._closure(closure)
         with no_grad():
             for g in self.param_groups:
-                lr, mu, damp = g.scalar("lr"), g["momentum"], g["dampening"]
-                wd, nesterov, maximize = g["weight_decay"], g["nesterov"], g["maximize"]
-                for p in g["params"]:
-                    if p.grad is None:
-                        continue
-                    d_p = ops.neg(p.grad) if maximize else p.grad
-                    if wd != 0:
-                        d_p = ops.add(d_p, p.detach(), alpha=wd)
-                    if mu != 0:
-                        state = self.state[p]
-                        buf = state.get("momentum_buffer")
-                        if buf is None:
-                            buf = state["momentum_buffer"] = d_p.detach().clone()
-                        else:
-                            buf.mul_(mu).add_(d_p, alpha=1 - damp)
-                        d_p = ops.add(d_p, buf, alpha=mu) if nesterov else buf
-                    p.add_(d_p, alpha=-lr)
+                pairs = list(grads_of(g))
+                if not self._multi_tensor_step(g, pairs):
+                    for p, d_p in pairs:
+                        self._one_param_step(g, p, d_p)
         return loss
+
+    def _one_param_step(self, g, p, d_p):
+        """The per-parameter path, written with tensor ops (what a traced step records)."""
+        lr, mu, damp, wd = g.scalar("lr"), g["momentum"], g["dampening"], g["weight_decay"]
+        if wd != 0:
+            d_p = ops.add(d_p, p.detach(), alpha=wd)
+        if mu != 0:
+            state = self.state[p]
+            buf = state.get("momentum_buffer")
+            if buf is None:
+                buf = state["momentum_buffer"] = d_p.detach().clone()
+            else:
+                buf.mul_(mu).add_(d_p, alpha=1 - damp)
+            d_p = ops.add(d_p, buf, alpha=mu) if g["nesterov"] else buf
+        p.add_(d_p, alpha=-lr)
+
+    def _multi_tensor_step(self, g, pairs):
+        """The same step on the numpy buffers of the whole group (optim/_foreach.py); False
+        where the group must take the per-parameter path."""
+        lr, mu, damp, wd = g["lr"], g["momentum"], g["dampening"], g["weight_decay"]
+        if not pairs or not multi_tensor.wanted(g) or not isinstance(lr, (int, float)):
+            return False
+        bufs = [self.state[p].get("momentum_buffer") for p, _ in pairs] if mu != 0 else []
+        rows = [(p, d_p) + ((b,) if b is not None else ()) for (p, d_p), b in
+                zip(pairs, bufs or [None] * len(pairs))]
+        arrays = multi_tensor.arrays_of(rows)
+        if arrays is None:
+            return False
+        for i, (p, d_p, *buf) in enumerate(arrays):
+            f = p.dtype.type
+            if wd != 0:
+                d_p = d_p + p * f(wd)
+            if mu != 0:
+                if not buf:
+                    buf = np.array(d_p, copy=True)   # the first step's buffer: a clone of d_p
+                    self.state[pairs[i][0]]["momentum_buffer"] = Tensor._make(buf)
+                else:
+                    buf = buf[0]
+                    buf *= f(mu)
+                    buf += d_p if damp == 0 else d_p * f(1 - damp)
+                d_p = d_p + buf * f(mu) if g["nesterov"] else buf
+            p += d_p * f(-lr)
+        multi_tensor.written(*(t for row in rows for j, t in enumerate(row) if j != 1))
+        return True

@@ -6,7 +6,9 @@
 """
 import math
 
-from aotgrad.runtime import ops, shape_ops
+import numpy as np
+
+from aotgrad.runtime import multi_tensor, ops, shape_ops
 from aotgrad.runtime.grad_mode import no_grad
 from aotgrad.runtime.tensor import Tensor
 
@@ -24,7 +26,13 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     if not grads:
         return tensor(0.0)
     norm_type = float(norm_type)
+    arrays = multi_tensor.arrays_of([grads]) if foreach is not False and norm_type == 2.0 \
+        else None
     with no_grad():
+        if arrays is not None:
+            total = _total_2norm_in_place(arrays[0], max_norm, error_if_nonfinite)
+            multi_tensor.written(*grads)
+            return Tensor._make(total)
         if math.isinf(norm_type):
             norms = [ops.amax(ops.abs(g)) for g in grads]
             total = norms[0] if len(norms) == 1 else ops.amax(shape_ops.stack(norms))
@@ -32,14 +40,36 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
             norms = [ops.norm(g, norm_type) for g in grads]
             total = ops.norm(shape_ops.stack(norms), norm_type)
         if error_if_nonfinite and not bool(ops.isfinite(total)):
-            raise RuntimeError(f"The total norm of order {norm_type} for gradients from "
-                               f"`parameters` is non-finite, so it cannot be clipped. To disable "
-                               f"this error and scale the gradients by the non-finite norm "
-                               f"anyway, set `error_if_nonfinite=False`")
+            _nonfinite(norm_type)
         coef = ops.clamp(ops.div(float(max_norm), ops.add(total, 1e-6)), max=1.0)
         for g in grads:
             g.mul_(coef.to(g.dtype))
     return total
+
+
+def _total_2norm_in_place(grads, max_norm, error_if_nonfinite):
+    """The multi-tensor path of clip_grad_norm_ (2-norm, one dtype): the op path's numpy
+    steps (sqrt of the sum of squares per gradient, then of the stacked norms) on the buffers,
+    so that the two paths agree bit for bit."""
+    f = grads[0].dtype.type
+
+    def norm(a):
+        return np.sqrt(np.sum(np.multiply(a, a), axis=tuple(range(a.ndim))).astype(a.dtype))
+
+    total = norm(np.stack([norm(g) for g in grads]))
+    if error_if_nonfinite and not np.isfinite(total):
+        _nonfinite(2.0)
+    coef = np.minimum(f(max_norm) / (total + f(1e-6)), f(1.0))
+    for g in grads:
+        g *= coef
+    return np.asarray(total)
+
+
+def _nonfinite(norm_type):
+    raise RuntimeError(f"The total norm of order {norm_type} for gradients from "
+                       f"`parameters` is non-finite, so it cannot be clipped. To disable "
+                       f"this error and scale the gradients by the non-finite norm "
+                       f"anyway, set `error_if_nonfinite=False`")
 
 
 def clip_grad_value_(parameters, clip_value, foreach=None):

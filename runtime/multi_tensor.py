@@ -1,0 +1,64 @@
+"""The multi-tensor path of the optimizers and of gradient clipping (PyTorch's `foreach`): a
+step written on the tensors' numpy buffers in place, without a tensor op (dispatch, autograd
+node, temporary tensor) per arithmetic step.
+
+It computes what the per-parameter path (`foreach=False`, written with tensor ops, and the
+only path a traced step takes) computes, rounding for rounding: each step below is the same
+numpy operation on the same dtypes, with Python-number factors cast to the parameter dtype
+first, as the op layer casts a weak scalar. tests/optim/test_optim_foreach.py checks the two
+paths equal bit for bit.
+
+`arrays_of(group, tensors)` decides: the multi-tensor path runs only where every tensor is a
+concrete, writable numpy buffer of one floating dtype, nothing traces, no forward-mode level
+is active and the group is not `differentiable`.
+"""
+import numpy as np
+
+from aotgrad.ir.core import current_builder
+from aotgrad.runtime.forward_mode import state as forward_state
+
+
+def check_flags(foreach, fused):
+    """PyTorch's constructor check."""
+    if foreach and fused:
+        raise RuntimeError("`fused` and `foreach` cannot be `True` together.")
+
+
+def wanted(group):
+    """Does the group ask for (or leave open) the multi-tensor path? `foreach=False` and
+    `differentiable=True` keep the per-parameter path, as in PyTorch."""
+    return group.get("foreach") is not False and not group.get("differentiable", False)
+
+
+def arrays_of(rows, free=()):
+    """The numpy buffers of `rows` (one tuple of tensors per parameter: the parameter, its
+    gradient, its state), or None where the multi-tensor path cannot run on them: a traced
+    value, a dtype other than float32/float64, a row whose tensors differ in dtype (the
+    positions in `free`, such as a float32 step count, may differ), a read-only buffer (a
+    view of an expanded tensor), or an active forward-mode level (tangents follow in-place
+    ops through the op layer)."""
+    if current_builder() is not None or forward_state.level is not None:
+        return None
+    out = []
+    for row in rows:
+        arrays = tuple(t._value for t in row)
+        for i, a in enumerate(arrays):
+            if type(a) is not np.ndarray or not a.flags.writeable or \
+                    a.dtype not in _FLOATS or (i not in free and a.dtype != arrays[0].dtype):
+                return None
+        out.append(arrays)
+    return out
+
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def written(*tensors):
+    """Bump the version of every tensor the step wrote in place (as an in-place op does)."""
+    for t in tensors:
+        t._version_counter.v += 1
+
+
+def scalar(value, dtype):
+    """A Python-number factor as the op layer uses it against a tensor of `dtype`."""
+    return dtype.type(value)
