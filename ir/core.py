@@ -195,6 +195,20 @@ class Prim:
         return self.impl(*args, **params)
 
 
+# Every prim, by name (the printer, the tensor-level prims and the tests list them from here).
+PRIMS = {}
+
+
+def register(name, rule, impl, tags=(), multiple_results=False):
+    """Make the prim `name` and enter it in PRIMS; the caller binds it to a module-level name
+    of the same spelling (`exp = register("exp", ...)`), so each prim has one definition."""
+    if name in PRIMS:
+        raise ValueError(f"prims.{name} is defined twice")
+    p = Prim(name, rule, impl, tags, multiple_results)
+    PRIMS[name] = p
+    return p
+
+
 def check(cond, msg):
     if not cond:
         raise PrimError(msg)
