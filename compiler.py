@@ -23,6 +23,7 @@ from aotgrad.ir import passes
 from aotgrad.ir.core import Aval, current_builder
 from aotgrad.ir.partition import partition
 from aotgrad.ir.printer import HEADER, format_graph
+from aotgrad.ir.tags import Tag
 from aotgrad import call_path
 from aotgrad.runtime import dispatch
 from aotgrad.runtime import profiling
@@ -452,15 +453,11 @@ class Program:
                          self._kernels.items() if k is not None and hasattr(k, "report"))
 
 
-_VIEW_PRIMS = frozenset(("reshape", "transpose", "broadcast_in_dim", "slice", "rev",
-                         "convert_element_type", "check_values"))
-
-
 def _aliases_of_inputs(graph):
     """Vars that may share memory with a graph input (an input, or a view chain of one)."""
     alias = set(graph.inputs)
     for n in graph.nodes:
-        if n.prim.name in _VIEW_PRIMS and n.inputs and n.inputs[0] in alias:
+        if Tag.MAY_ALIAS_INPUT in n.prim.tags and n.inputs and n.inputs[0] in alias:
             alias.update(n.outputs)
     return alias
 

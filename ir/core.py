@@ -11,6 +11,7 @@ import re
 import sys
 
 from aotgrad.ir import dtypes as dt
+from aotgrad.ir.tags import KINDS, Tag
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _USER_DIRS = tuple(os.path.join(_PKG_DIR, d) + os.sep for d in ("tests", "examples", "benchmarks"))
@@ -164,7 +165,8 @@ def located_error(err, node):
 
 
 class Prim:
-    """A primitive op: a shape/dtype rule, a numpy reference implementation and tags.
+    """A primitive op: a shape/dtype rule, a numpy reference implementation and tags (its
+    kind and the facts other modules ask about it: see ir/tags.py).
 
     >>> from aotgrad.ir import prims
     >>> prims.add.bind(np.ones(2, np.float32), np.ones(2, np.float32))
@@ -173,7 +175,12 @@ class Prim:
 
     def __init__(self, name, shape_rule, impl, tags=(), multiple_results=False):
         self.name, self.shape_rule, self.impl = name, shape_rule, impl
-        self.tags = frozenset(tags)
+        self.tags = frozenset(Tag(t) for t in tags)
+        kinds = self.tags & KINDS
+        if len(kinds) != 1:
+            raise ValueError(f"prims.{name} needs exactly one kind tag of "
+                             f"{sorted(KINDS)}, got {sorted(kinds)}")
+        self.kind, = kinds
         self.multiple_results = multiple_results
 
     def __repr__(self):

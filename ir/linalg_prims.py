@@ -6,13 +6,14 @@ A factorisation with several results is one prim per result (`linalg_qr_q`,
 gradient of a use of both is the sum of each one's rule. Code generation runs them as
 reference steps between kernels.
 
-Tag: linalg. Shape rules check: floating-point input, at least 2-d, square where the math
-needs it, matching batch dims.
+Tag: linalg (linalg_slogdet_sign: non-differentiable too). Shape rules check: floating-point
+input, at least 2-d, square where the math needs it, matching batch dims.
 """
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.core import Aval, check, register
+from aotgrad.ir.tags import Tag
 
 
 class LinAlgError(RuntimeError):
@@ -178,13 +179,14 @@ def _pinv(a, *, rtol, atol, hermitian):
     return np.swapaxes(vh, -1, -2) @ (inv[..., :, None] * np.swapaxes(u, -1, -2))
 
 
-L = ("linalg",)
+L = (Tag.LINALG,)
 linalg_inv = register("linalg_inv", _square_rule, _lapack("inv", np.linalg.inv, _SINGULAR), L)
 linalg_solve = register("linalg_solve", _solve_rule,
                         _lapack("solve", np.linalg.solve, _SINGULAR), L)
 linalg_det = register("linalg_det", _scalar_rule, _lapack("det", np.linalg.det, _SINGULAR), L)
 linalg_slogdet_sign = register("linalg_slogdet_sign", _scalar_rule,
-                               _lapack("slogdet", _slogdet_sign, _SINGULAR), L)
+                               _lapack("slogdet", _slogdet_sign, _SINGULAR),
+                               (Tag.LINALG, Tag.NON_DIFFERENTIABLE))
 linalg_logabsdet = register("linalg_logabsdet", _scalar_rule,
                             _lapack("slogdet", _logabsdet, _SINGULAR), L)
 linalg_cholesky = register("linalg_cholesky", _square_rule, _lapack(

@@ -3,6 +3,7 @@ Each takes a Graph and returns a new Graph (inputs and outputs keep their Vars).
 import math
 
 from aotgrad.ir.core import Graph
+from aotgrad.ir.tags import Tag
 
 
 def dce(graph):
@@ -181,9 +182,6 @@ def fold_transposes(graph):
     return Graph(graph.inputs, nodes, [rename.get(v, v) for v in graph.outputs], graph.name)
 
 
-_REDUCTIONS = ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod")
-
-
 def reduce_before_reshape(graph):
     """reduce(reshape(x)) over leading dims the reshape keeps (it only regroups the trailing
     ones) -> reshape(reduce(x)): the same elements reduced, now in x's own shape, so a code
@@ -196,7 +194,7 @@ def reduce_before_reshape(graph):
     prod, nodes = {}, []
     for n in graph.nodes:
         src = prod.get(n.inputs[0]) if n.inputs else None
-        if n.prim.name in _REDUCTIONS and src is not None and src.prim.name == "reshape":
+        if Tag.AXIS_REDUCTION in n.prim.tags and src is not None and src.prim.name == "reshape":
             x, y = src.inputs[0], n.inputs[0]
             k = len(n.params["dims"])
             # the trailing sizes must hold as many elements as well: with a size-0 leading

@@ -4,7 +4,8 @@ its inputs, a numpy reference implementation, and tags.
 Prims are strict (like XLA's HLO or jax.lax): binary ops need equal shapes and dtypes;
 broadcasting and type promotion are the op layer's job (runtime/ops.py).
 
-Tags: pointwise, reduction, shape, contraction, random, index, creation, check.
+Tags (ir/tags.py): one kind (pointwise, reduction, shape, contraction, random, index,
+creation, check) and the facts other modules ask about (view, non-differentiable, ...).
 """
 import builtins
 import functools
@@ -15,6 +16,7 @@ import numpy as np
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir import special_math
 from aotgrad.ir.core import PRIMS, Aval, PrimError, check, register
+from aotgrad.ir.tags import Tag
 from aotgrad.ir.value_checks import ValueCheck
 
 
@@ -362,7 +364,13 @@ def _quiet(fn):
 # ---- the table ----------------------------------------------------------------------------
 # One definition per prim: `name = register("name", shape rule, reference impl, tags)`.
 # _quiet(...) marks the impls for which numpy would warn where PyTorch returns nan/inf.
-P, R = ("pointwise",), ("reduction",)
+P, R = (Tag.POINTWISE,), (Tag.REDUCTION,)
+AXIS_RED = (Tag.REDUCTION, Tag.AXIS_REDUCTION)
+ARG_RED = (Tag.REDUCTION, Tag.ARG_REDUCTION, Tag.NON_DIFFERENTIABLE)
+CMP = (Tag.POINTWISE, Tag.NON_DIFFERENTIABLE)   # bool results
+# a view of the input's elements: eagerly a numpy view (not rev: flip is copied), compiled
+# possibly the input's buffer
+VIEW = (Tag.SHAPE, Tag.VIEW, Tag.SHARES_MEMORY, Tag.MAY_ALIAS_INPUT)
 
 neg = register("neg", _unary_rule("numeric"), np.negative, P)
 abs = register("abs", _unary_rule("numeric"), np.abs, P)
@@ -381,7 +389,7 @@ sign = register("sign", _unary_rule("numeric"), np.sign, P)
 floor = register("floor", _unary_rule("float"), np.floor, P)
 ceil = register("ceil", _unary_rule("float"), np.ceil, P)
 reciprocal = register("reciprocal", _unary_rule("float"), _quiet(lambda x: _c(x, 1) / x), P)
-logical_not = register("logical_not", _unary_rule("bool"), np.logical_not, P)
+logical_not = register("logical_not", _unary_rule("bool"), np.logical_not, CMP)
 
 add = register("add", _binary_rule("any"), np.add, P)
 sub = register("sub", _binary_rule("numeric"), np.subtract, P)
@@ -391,14 +399,14 @@ pow = register("pow", _binary_rule("float"), _quiet(np.power), P)
 maximum = register("maximum", _binary_rule("any"), _tie_first(np.maximum), P)
 minimum = register("minimum", _binary_rule("any"), _tie_first(np.minimum), P)
 atan2 = register("atan2", _binary_rule("float"), np.arctan2, P)
-eq = register("eq", _binary_rule("any", dt.bool_), np.equal, P)
-ne = register("ne", _binary_rule("any", dt.bool_), np.not_equal, P)
-lt = register("lt", _binary_rule("any", dt.bool_), np.less, P)
-le = register("le", _binary_rule("any", dt.bool_), np.less_equal, P)
-gt = register("gt", _binary_rule("any", dt.bool_), np.greater, P)
-ge = register("ge", _binary_rule("any", dt.bool_), np.greater_equal, P)
-logical_and = register("logical_and", _binary_rule("bool"), np.logical_and, P)
-logical_or = register("logical_or", _binary_rule("bool"), np.logical_or, P)
+eq = register("eq", _binary_rule("any", dt.bool_), np.equal, CMP)
+ne = register("ne", _binary_rule("any", dt.bool_), np.not_equal, CMP)
+lt = register("lt", _binary_rule("any", dt.bool_), np.less, CMP)
+le = register("le", _binary_rule("any", dt.bool_), np.less_equal, CMP)
+gt = register("gt", _binary_rule("any", dt.bool_), np.greater, CMP)
+ge = register("ge", _binary_rule("any", dt.bool_), np.greater_equal, CMP)
+logical_and = register("logical_and", _binary_rule("bool"), np.logical_and, CMP)
+logical_or = register("logical_or", _binary_rule("bool"), np.logical_or, CMP)
 
 # hyperbolic, inverse trigonometric and special functions (reference impls: numpy or
 # ir/special_math.py; kernels call libm/`math` or the scalar helpers of codegen/approx.py)
@@ -462,7 +470,8 @@ def _searchsorted(seq, values, *, right):
     return lo.reshape(values.shape)
 
 
-searchsorted = register("searchsorted", _searchsorted_rule, _searchsorted, ("index",))
+searchsorted = register("searchsorted", _searchsorted_rule, _searchsorted,
+                      (Tag.INDEX, Tag.NON_DIFFERENTIABLE))
 
 where = register("where", _where_rule, np.where, P)
 def _convert(x, *, dtype):
@@ -472,29 +481,30 @@ def _convert(x, *, dtype):
         return x.astype(dtype.np)
 
 
-convert_element_type = register("convert_element_type", _convert_rule, _convert, P)
+convert_element_type = register("convert_element_type", _convert_rule, _convert,
+                                (Tag.POINTWISE, Tag.MAY_ALIAS_INPUT))
 broadcast_in_dim = register(
     "broadcast_in_dim", _broadcast_rule, lambda x, *, shape, dims: np.broadcast_to(
         x.reshape([x.shape[dims.index(d)] if d in dims else 1 for d in range(len(shape))]),
-        shape), ("shape",))
-reshape = register("reshape", _reshape_rule, lambda x, *, shape: x.reshape(shape), ("shape",))
+        shape), VIEW)
+reshape = register("reshape", _reshape_rule, lambda x, *, shape: x.reshape(shape), VIEW)
 transpose = register("transpose", _transpose_rule,
-                     lambda x, *, perm: np.transpose(x, perm), ("shape",))
-slice = register("slice", _slice_rule, _slice, ("shape",))
-pad = register("pad", _pad_rule, _pad, ("shape",))
+                     lambda x, *, perm: np.transpose(x, perm), VIEW)
+slice = register("slice", _slice_rule, _slice, VIEW)
+pad = register("pad", _pad_rule, _pad, (Tag.SHAPE,))
 concatenate = register("concatenate", _concat_rule,
-                       lambda *xs, dim: np.concatenate(xs, axis=dim), ("shape",))
+                       lambda *xs, dim: np.concatenate(xs, axis=dim), (Tag.SHAPE,))
 # a copy: flip is not a view (numpy's flip is; writing to it reached the input)
 rev = register("rev", _rev_rule, lambda x, *, dims: np.flip(x, tuple(dims)).copy(),
-               ("shape",))
-reduce_sum = register("reduce_sum", _reduce_rule("sum"), _reduce(np.sum), R)
-reduce_max = register("reduce_max", _reduce_rule("max"), _reduce(np.max), R)
-reduce_min = register("reduce_min", _reduce_rule("min"), _reduce(np.min), R)
-reduce_prod = register("reduce_prod", _reduce_rule("prod"), _reduce(np.prod), R)
+               (Tag.SHAPE, Tag.VIEW, Tag.MAY_ALIAS_INPUT))
+reduce_sum = register("reduce_sum", _reduce_rule("sum"), _reduce(np.sum), AXIS_RED)
+reduce_max = register("reduce_max", _reduce_rule("max"), _reduce(np.max), AXIS_RED)
+reduce_min = register("reduce_min", _reduce_rule("min"), _reduce(np.min), AXIS_RED)
+reduce_prod = register("reduce_prod", _reduce_rule("prod"), _reduce(np.prod), AXIS_RED)
 argmax = register("argmax", _arg_rule,
-                  lambda x, *, dim: np.argmax(x, axis=dim).astype(np.int64), R)
+                  lambda x, *, dim: np.argmax(x, axis=dim).astype(np.int64), ARG_RED)
 argmin = register("argmin", _arg_rule,
-                  lambda x, *, dim: np.argmin(x, axis=dim).astype(np.int64), R)
+                  lambda x, *, dim: np.argmin(x, axis=dim).astype(np.int64), ARG_RED)
 cumsum = register("cumsum", _cumsum_rule, lambda x, *, dim: np.cumsum(
     _wide(x), axis=dim, dtype=_wide(x).dtype).astype(x.dtype, copy=False), R)
 def _cumprod(x, *, dim):
@@ -528,8 +538,10 @@ def _cumarg_rule(x, *, dim):
     return Aval(x.shape, dt.int64)
 
 
-cumargmax = register("cumargmax", _cumarg_rule, _cumarg(True), R)
-cumargmin = register("cumargmin", _cumarg_rule, _cumarg(False), R)
+cumargmax = register("cumargmax", _cumarg_rule, _cumarg(True),
+                     (Tag.REDUCTION, Tag.NON_DIFFERENTIABLE))
+cumargmin = register("cumargmin", _cumarg_rule, _cumarg(False),
+                     (Tag.REDUCTION, Tag.NON_DIFFERENTIABLE))
 
 
 def _logcumsumexp_rule(x, *, dim):
@@ -543,18 +555,24 @@ def _logcumsumexp(x, *, dim):
 
 
 logcumsumexp = register("logcumsumexp", _logcumsumexp_rule, _logcumsumexp, R)
-argsort = register("argsort", _argsort_rule, _argsort, ("index",))
-dot_general = register("dot_general", _dot_rule, _dot_general, ("contraction",))
-gather = register("gather", _gather_rule, _gather, ("index",))
-scatter_add = register("scatter_add", _scatter_add_rule, _scatter_add, ("index",))
+argsort = register("argsort", _argsort_rule, _argsort, (Tag.INDEX, Tag.NON_DIFFERENTIABLE))
+dot_general = register("dot_general", _dot_rule, _dot_general, (Tag.CONTRACTION,))
+gather = register("gather", _gather_rule, _gather, (Tag.INDEX, Tag.BOUNDS_CHECKED))
+scatter_add = register("scatter_add", _scatter_add_rule, _scatter_add,
+                       (Tag.INDEX, Tag.BOUNDS_CHECKED))
 iota = register("iota", _iota_rule, lambda *, shape, dim, dtype: np.broadcast_to(
     np.arange(shape[dim], dtype=dtype.np).reshape(
-        [shape[dim] if i == dim else 1 for i in range(len(shape))]), shape).copy(), ("creation",))
+        [shape[dim] if i == dim else 1 for i in range(len(shape))]), shape).copy(),
+    (Tag.CREATION, Tag.NON_DIFFERENTIABLE))
 full = register("full", _creation_rule,
-         lambda *, shape, value, dtype: np.full(shape, value, dtype=dtype.np), ("creation",))
-check_values = register("check_values", _check_values_rule, _check_values, ("check",))
-uniform = register("uniform", _random_rule, _random("uniform"), ("random",))
-normal = register("normal", _random_rule, _random("normal"), ("random",))
+         lambda *, shape, value, dtype: np.full(shape, value, dtype=dtype.np),
+              (Tag.CREATION, Tag.NON_DIFFERENTIABLE))
+check_values = register("check_values", _check_values_rule, _check_values,
+                        (Tag.CHECK, Tag.MAY_ALIAS_INPUT, Tag.NON_DIFFERENTIABLE))
+uniform = register("uniform", _random_rule, _random("uniform"),
+                   (Tag.RANDOM, Tag.NON_DIFFERENTIABLE))
+normal = register("normal", _random_rule, _random("normal"),
+                  (Tag.RANDOM, Tag.NON_DIFFERENTIABLE))
 
 # the linear-algebra prims have their own module; printed graphs call them as prims.<name>
 from aotgrad.ir.linalg_prims import (  # noqa: E402  (defined there, named here too)
