@@ -12,6 +12,7 @@ import sys
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.tags import KINDS, Tag
+from aotgrad.ir.text import format_graph, format_node, type_str
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _USER_DIRS = tuple(os.path.join(_PKG_DIR, d) + os.sep for d in ("tests", "examples", "benchmarks"))
@@ -41,10 +42,6 @@ class Aval:
 
     def __repr__(self):
         return type_str(self)
-
-
-def type_str(a):
-    return f"{a.dtype.short}[{','.join(map(str, a.shape))}]"
 
 
 _NP_DTYPES = {d.np: d for d in dt.ALL}
@@ -230,7 +227,6 @@ class Node:
         self.params, self.provenance = dict(params), provenance
 
     def __repr__(self):
-        from aotgrad.ir.printer import format_node
         return format_node(self)
 
 
@@ -245,7 +241,6 @@ class Graph:
         self.name = name
 
     def __str__(self):
-        from aotgrad.ir.printer import format_graph
         return format_graph(self)
 
     def producers(self):

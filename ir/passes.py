@@ -2,7 +2,7 @@
 Each takes a Graph and returns a new Graph (inputs and outputs keep their Vars)."""
 import math
 
-from aotgrad.ir.core import Graph
+from aotgrad.ir.core import Graph, Node, Var
 from aotgrad.ir.tags import Tag
 
 
@@ -45,7 +45,6 @@ def cse(graph, keep_outputs=False):
 def _renamed(n, rename):
     if not any(v in rename for v in n.inputs):
         return n
-    from aotgrad.ir.core import Node
     return Node(n.prim, [rename.get(v, v) for v in n.inputs], n.outputs, n.params, n.provenance)
 
 
@@ -72,7 +71,6 @@ def _is_identity(n):
 
 def simplify(graph):
     """Remove identity reshapes/transposes/casts/broadcasts and fold reshape chains."""
-    from aotgrad.ir.core import Node
     rename, producer, nodes = {}, {}, []
     for n in graph.nodes:
         n = _renamed(n, rename)
@@ -121,7 +119,6 @@ def _absorb_operand_transpose(n, prod):
         changed = True
     if not changed:
         return n
-    from aotgrad.ir.core import Node
     (lc, lb), (rc, rb) = dims
     params = dict(n.params, contract=(lc, rc), batch=(lb, rb))
     return Node(n.prim, ins, n.outputs, params, n.provenance)
@@ -137,7 +134,6 @@ def _swapped_dot(dot, perm, out):
     want = tuple(range(nb)) + tuple(range(nb + na, nb + na + nf)) + tuple(range(nb, nb + na))
     if tuple(perm) != want or want == tuple(range(len(want))):
         return None
-    from aotgrad.ir.core import Node
     params = dict(dot.params, contract=(rc, lc), batch=(rb, lb))
     return Node(dot.prim, [b, a], [out], params, dot.provenance)
 
@@ -150,7 +146,6 @@ def fold_transposes(graph):
     - a transpose feeding dot_general as an operand -> the dot's contracted/batch dims.
     >>> # t1 = transpose(t0, (0, 1, 3, 2)); t2 = transpose(t1, (0, 1, 3, 2))  ->  t2 is t0
     """
-    from aotgrad.ir.core import Node
     users = graph.users()
     outs = set(graph.outputs)
     rename, prod, nodes = {}, {}, []
@@ -190,7 +185,6 @@ def reduce_before_reshape(graph):
     >>> # t1 = reshape(t0 [8,128,3,4,64], [8,128,768]); t2 = reduce_sum(t1, dims=(0, 1))
     >>> # ->  t3 = reduce_sum(t0, dims=(0, 1)) [3,4,64]; t2 = reshape(t3, [768])
     """
-    from aotgrad.ir.core import Node, Var
     prod, nodes = {}, []
     for n in graph.nodes:
         src = prod.get(n.inputs[0]) if n.inputs else None

@@ -93,3 +93,30 @@ def test_no_module_keeps_a_set_of_view_prim_names():
 def test_kinds_are_tags():
     assert KINDS <= set(Tag)
     assert {p.kind for p in PRIMS.values()} == KINDS
+
+
+def _ir_imports(path):
+    """The ir modules `path` imports (at module level or inside functions)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and \
+                node.module.startswith("aotgrad"):
+            assert node.module.startswith("aotgrad.ir"), (path.name, node.module)  # ir imports
+            if node.module == "aotgrad.ir":                                         # only ir
+                out.update(a.name for a in node.names)
+            else:
+                out.add(node.module.split(".")[2])
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                assert not a.name.startswith("aotgrad") or a.name.startswith("aotgrad.ir")
+    return out
+
+
+def test_ir_modules_import_without_a_circle():
+    import networkx as nx
+    g = nx.DiGraph()
+    for path in IR.glob("*.py"):
+        if path.name != "__init__.py":
+            g.add_edges_from((path.stem, m) for m in _ir_imports(path))
+    assert nx.is_directed_acyclic_graph(g), nx.find_cycle(g)
+    assert "printer" not in nx.descendants(g, "core")
