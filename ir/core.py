@@ -230,6 +230,15 @@ class Node:
         return format_node(self)
 
 
+def make_node(prim, inputs, params, provenance, names):
+    """A Node applying `prim`, its output Vars typed by the prim's shape rule (named `names`,
+    one per output): how a pass builds a node that computes a new value."""
+    out = prim.abstract_eval(*inputs, **params)
+    outs = out if prim.multiple_results else (out,)
+    return Node(prim, inputs, [Var(nm, a.shape, a.dtype) for nm, a in zip(names, outs)],
+                params, provenance)
+
+
 class Graph:
     """A function in SSA form: typed inputs, Nodes in topological order, outputs.
 

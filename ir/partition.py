@@ -11,6 +11,7 @@ import math
 from aotgrad.ir.core import Graph
 from aotgrad.ir.prims import unit_reshape_map
 from aotgrad.ir.tags import Tag
+from aotgrad.ir.verifier import verified
 
 RECOMPUTABLE_TAGS = frozenset({Tag.POINTWISE, Tag.SHAPE, Tag.CREATION})  # kinds
 
@@ -59,6 +60,7 @@ def _fmt_bytes(b):
         b /= 1024
 
 
+@verified
 def partition(joint, n_primals, n_fw_outputs, memory_budget=None):
     """joint: inputs = primals + tangents; outputs = forward outputs + grads.
 

@@ -1,11 +1,15 @@
 """Graph passes: dead code elimination, common subexpression elimination, simplification.
-Each takes a Graph and returns a new Graph (inputs and outputs keep their Vars)."""
+Each takes a Graph and returns a new Graph (inputs and outputs keep their Vars), verified
+when checking is on (ir/verifier.py). `run_pipeline` records every stage (ir/stages.py)."""
 import math
 
-from aotgrad.ir.core import Graph, Node, Var
+from aotgrad.ir.core import Graph, Node, make_node
+from aotgrad.ir.stages import Stage, StageHistory
 from aotgrad.ir.tags import Tag
+from aotgrad.ir.verifier import enabled, verified, verify
 
 
+@verified
 def dce(graph):
     """Drop nodes whose outputs reach no graph output (prims are pure; random ones take
     their seed as an input, so dropping them is safe too)."""
@@ -23,6 +27,7 @@ def _key(node, rename):
     return (node.prim.name, tuple(rename.get(v, v) for v in node.inputs), params)
 
 
+@verified
 def cse(graph, keep_outputs=False):
     """Merge nodes that apply the same prim with the same params to the same inputs.
     With keep_outputs, a node producing a graph output keeps its own Var (so a code generator
@@ -69,6 +74,7 @@ def _is_identity(n):
     return False
 
 
+@verified
 def simplify(graph):
     """Remove identity reshapes/transposes/casts/broadcasts and fold reshape chains."""
     rename, producer, nodes = {}, {}, []
@@ -138,6 +144,7 @@ def _swapped_dot(dot, perm, out):
     return Node(dot.prim, [b, a], [out], params, dot.provenance)
 
 
+@verified
 def fold_transposes(graph):
     """Transposes around contractions, as BLAS takes them for free:
     - transpose(transpose(x)) -> one transpose (dropped when it is the identity);
@@ -177,6 +184,7 @@ def fold_transposes(graph):
     return Graph(graph.inputs, nodes, [rename.get(v, v) for v in graph.outputs], graph.name)
 
 
+@verified
 def reduce_before_reshape(graph):
     """reduce(reshape(x)) over leading dims the reshape keeps (it only regroups the trailing
     ones) -> reshape(reduce(x)): the same elements reduced, now in x's own shape, so a code
@@ -196,17 +204,35 @@ def reduce_before_reshape(graph):
             if k and tuple(sorted(n.params["dims"])) == tuple(range(k)) and \
                     tuple(x.shape[:k]) == tuple(y.shape[:k]) and x.ndim > k and \
                     math.prod(x.shape[k:]) == math.prod(y.shape[k:]):
-                part = Var(f"{n.outputs[0].name}p", x.shape[k:], n.outputs[0].dtype)
-                nodes.append(Node(n.prim, [x], [part], n.params, n.provenance))
-                n = Node(src.prim, [part], n.outputs, {"shape": tuple(n.outputs[0].shape)},
-                         n.provenance)
+                reduced = make_node(n.prim, [x], n.params, n.provenance,
+                                    [f"{n.outputs[0].name}p"])
+                nodes.append(reduced)
+                n = Node(src.prim, reduced.outputs, n.outputs,
+                         {"shape": tuple(n.outputs[0].shape)}, n.provenance)
         for v in n.outputs:
             prod[v] = n
         nodes.append(n)
     return Graph(graph.inputs, nodes, graph.outputs, graph.name)
 
 
+# The standard pipeline: simplify, fold transposes into contractions, move reductions above
+# regrouping reshapes, CSE, DCE.
+PIPELINE = (simplify, fold_transposes, reduce_before_reshape, cse, dce)
+
+
+def run_pipeline(graph, pipeline=PIPELINE):
+    """Run the passes in order; the StageHistory holds the traced graph ("trace") and each
+    pass's result under the pass's name. With checking on, the traced graph is verified
+    too (each pass verifies its own result)."""
+    if enabled():
+        verify(graph, "trace")
+    stages = [Stage("trace", graph)]
+    for graph_pass in pipeline:
+        graph = graph_pass(graph)
+        stages.append(Stage(graph_pass.__name__, graph))
+    return StageHistory(tuple(stages))
+
+
 def optimize(graph):
-    """The standard pipeline: simplify, fold transposes into contractions, move reductions
-    above regrouping reshapes, CSE, DCE."""
-    return dce(cse(reduce_before_reshape(fold_transposes(simplify(graph)))))
+    """The standard pipeline's result (`run_pipeline(graph).final`)."""
+    return run_pipeline(graph).final
