@@ -23,6 +23,7 @@ from aotgrad.ir import passes
 from aotgrad.ir.core import Aval, current_builder
 from aotgrad.ir.partition import partition
 from aotgrad.ir.printer import HEADER, format_graph
+from aotgrad.ir.tags import Tag
 from aotgrad import call_path
 from aotgrad.runtime import dispatch
 from aotgrad.runtime import profiling
@@ -63,7 +64,8 @@ class Program:
     def __init__(self, tr, backend, memory_budget, name):
         self.trace, self.name, self.backend = tr, name, backend
         self.returned_args = _returned_written_args(tr)
-        self.joint = passes.optimize(tr.graph)
+        self.stages = passes.run_pipeline(tr.graph)  # the trace and each pass (a dump writes)
+        self.joint = self.stages.final
         self.n_fw_outputs = len(tr.out_is_tensor) - tr.out_is_tensor.count(False) + \
             len(tr.mutations)
         self.has_backward = bool(tr.diff_roles) and any(tr.grad_present)
@@ -419,11 +421,13 @@ class Program:
         return "\n".join(parts)
 
     def dump(self, directory):
-        """Write forward.py, joint.py, backward.py, partition.txt, and with the numba backend
+        """Write forward.py, joint.py, backward.py, partition.txt, the traced graph and each
+        pass's result (stage00_trace.py, stage01_simplify.py, ...), and with the numba backend
         kernels.py, schedule.txt and each program's driver (forward_driver.py, ...)."""
         os.makedirs(directory, exist_ok=True)
         files = {"joint.py": format_graph(self.joint, "joint"),
-                 "inference.py": format_graph(self.inference, "inference")}
+                 "inference.py": format_graph(self.inference, "inference"),
+                 **self.stages.files()}
         if self.has_backward:
             files["forward.py"] = format_graph(self.forward, "forward")
             files["backward.py"] = format_graph(self.backward, "backward")
@@ -452,15 +456,11 @@ class Program:
                          self._kernels.items() if k is not None and hasattr(k, "report"))
 
 
-_VIEW_PRIMS = frozenset(("reshape", "transpose", "broadcast_in_dim", "slice", "rev",
-                         "convert_element_type", "check_values"))
-
-
 def _aliases_of_inputs(graph):
     """Vars that may share memory with a graph input (an input, or a view chain of one)."""
     alias = set(graph.inputs)
     for n in graph.nodes:
-        if n.prim.name in _VIEW_PRIMS and n.inputs and n.inputs[0] in alias:
+        if Tag.MAY_ALIAS_INPUT in n.prim.tags and n.inputs and n.inputs[0] in alias:
             alias.update(n.outputs)
     return alias
 

@@ -8,6 +8,7 @@ import numpy as np
 from aotgrad.codegen.emit_base import BLOCK, COL_CHUNK, ROW_BLOCK, _Scope, const_expr, np_name  # noqa: F401
 from aotgrad.codegen.scheduler import identity  # noqa: F401
 from aotgrad.ir import dtypes as dt  # noqa: F401
+from aotgrad.ir.tags import Tag
 
 
 class ReductionEmitter:
@@ -96,7 +97,7 @@ class ReductionEmitter:
             if r in float_sums:
                 blocks[r] = self.fresh("s")
                 a = blocks[r]
-            if r.prim.name in ("argmax", "argmin"):
+            if Tag.ARG_REDUCTION in r.prim.tags:
                 cmp = ">" if r.prim.name == "argmax" else "<"
                 ai = accs[r] + "_i"
                 idxe = jvar if not slice_mode else f"(lo + {jvar})"
@@ -201,7 +202,7 @@ class ReductionEmitter:
     def init_acc(self, scope, r):
         acc = self.fresh("acc")
         scope.add(f"{acc} = {self.init_expr(r)}")
-        if r.prim.name in ("argmax", "argmin"):
+        if Tag.ARG_REDUCTION in r.prim.tags:
             scope.add(f"{acc}_i = 0")
         self.red_vals_acc[r] = acc
         return acc

@@ -25,6 +25,7 @@ from aotgrad.codegen.scheduler import (Kernel, gather_index, gather_row_index, i
                                        pad_index, view_index)
 from aotgrad.codegen.templates import TEMPLATES, peephole
 from aotgrad.ir import dtypes as dt
+from aotgrad.ir.tags import Tag
 
 
 class KernelEmitter(ReductionEmitter, LoopNestEmitter):
@@ -381,7 +382,7 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         for P in range(m):
             self.args.append(ArgSpec("size", value=self.cdom[P]))
         self.loopvar = {}
-        has_arg = any(r.prim.name in ("argmax", "argmin") for r in kt.reds)
+        has_arg = any(Tag.ARG_REDUCTION in r.prim.tags for r in kt.reds)
         if kt.ktype == "elementwise":
             outer = list(range(m - 1))
             inner = [m - 1]

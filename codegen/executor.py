@@ -18,6 +18,7 @@ import numpy as np
 from aotgrad.codegen import blas, parallel_compile
 from aotgrad.codegen.scheduler import Kernel
 from aotgrad.ir.core import located_error
+from aotgrad.ir.tags import Tag
 
 _MALLOC_TUNED = []
 
@@ -95,7 +96,7 @@ def _locate_error(filename, step_at_line, err):
     st = step_at_line.get(line)
     if st is None:
         return err
-    checked = [n for n in st.nodes if n.prim.name in ("gather", "scatter_add")]
+    checked = [n for n in st.nodes if Tag.BOUNDS_CHECKED in n.prim.tags]
     return located_error(err, (checked or st.nodes)[0])
 
 
@@ -361,8 +362,8 @@ class Plan:
             call = f"{knames[st]}({', '.join(args)})"
             if not spec.checks:
                 return [call]
-            names = sorted({n.prim.name for n in st.nodes if n.prim.name in
-                            ("gather", "scatter_add")})
+            names = sorted({n.prim.name for n in st.nodes
+                            if Tag.BOUNDS_CHECKED in n.prim.tags})
             msg = f"{'/'.join(names) or 'gather'}(): {'; '.join(spec.checks)}"
             return [f"if {call}:", f"    raise IndexError({msg!r})"]
         n = st.nodes[0]

@@ -24,11 +24,9 @@ import math
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.prims import unit_reshape_map
+from aotgrad.ir.tags import Tag, reduced_dims
 from aotgrad.codegen.emit_base import _EXPENSIVE
 
-VIEW_PRIMS = ("broadcast_in_dim", "transpose", "slice", "rev", "reshape")
-RED_PRIMS = ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "argmax", "argmin")
-CREATION_PW = ("full", "iota")
 
 
 def node_kind(n):
@@ -36,27 +34,28 @@ def node_kind(n):
     if name == "reshape":
         return "view" if unit_reshape_map(n.inputs[0].shape, n.params["shape"]) is not None \
             else "reshape"
-    if name in VIEW_PRIMS:
+    if Tag.VIEW in n.prim.tags:
         return "view"
     if name == "pad" and all(it == 0 for _, _, it in n.params["config"]):
         return "pad"
-    if "pointwise" in n.prim.tags or name in CREATION_PW:
+    if n.prim.kind in (Tag.POINTWISE, Tag.CREATION):
         return "pw"
-    if name in RED_PRIMS:
-        dims = (n.params["dim"],) if name in ("argmax", "argmin") else tuple(n.params["dims"])
+    dims = reduced_dims(n.prim, n.params)
+    if dims is not None:
+        arg = Tag.ARG_REDUCTION in n.prim.tags
         nd = n.inputs[0].ndim
         if not dims:
-            return "pwcopy" if name not in ("argmax", "argmin") else "ref"
+            return "pwcopy" if not arg else "ref"
         if sorted(dims) == list(range(nd - len(dims), nd)):
             return "rowred"
-        if sorted(dims) == list(range(len(dims))) and name not in ("argmax", "argmin"):
+        if sorted(dims) == list(range(len(dims))) and not arg:
             return "colred"
         return "ref"
     if name == "dot_general":
         return "dot"
     if name == "check_values":   # raises or passes its input through: an alias, no copy
         return "check"
-    if name in ("gather", "scatter_add") and last_dim_row_index(n):
+    if Tag.BOUNDS_CHECKED in n.prim.tags and last_dim_row_index(n):
         return "rowgather" if name == "gather" else "rowscatter"
     return "ref"
 
@@ -73,7 +72,7 @@ def last_dim_row_index(n):
 
 
 def red_dims(n):
-    return (n.params["dim"],) if n.prim.name in ("argmax", "argmin") else tuple(n.params["dims"])
+    return reduced_dims(n.prim, n.params)
 
 
 # --- index maps: a value's index is a tuple of terms, one per dim of the value -------------
@@ -867,7 +866,7 @@ def recompute_cuts(scheduler, sch):
                         evals[u][1] != kernels:
                     cuts.add(u)
                     cost[u] = 0
-        w = 0 if n.prim.name in CREATION_PW else \
+        w = 0 if n.prim.kind is Tag.CREATION else \
             _EXPENSIVE.get(n.prim.name, 1) if k == "pw" else _VIRTUAL_WEIGHT[k]
         c = min(w + sum(cost.get(u, 0) for u in n.inputs), 1 << 30)
         if c >= _MIN_CUT_COST and c * extra >= RECOMPUTE_LIMIT:

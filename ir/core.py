@@ -11,6 +11,8 @@ import re
 import sys
 
 from aotgrad.ir import dtypes as dt
+from aotgrad.ir.tags import KINDS, Tag
+from aotgrad.ir.text import format_graph, format_node, type_str
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _USER_DIRS = tuple(os.path.join(_PKG_DIR, d) + os.sep for d in ("tests", "examples", "benchmarks"))
@@ -40,10 +42,6 @@ class Aval:
 
     def __repr__(self):
         return type_str(self)
-
-
-def type_str(a):
-    return f"{a.dtype.short}[{','.join(map(str, a.shape))}]"
 
 
 _NP_DTYPES = {d.np: d for d in dt.ALL}
@@ -164,7 +162,8 @@ def located_error(err, node):
 
 
 class Prim:
-    """A primitive op: a shape/dtype rule, a numpy reference implementation and tags.
+    """A primitive op: a shape/dtype rule, a numpy reference implementation and tags (its
+    kind and the facts other modules ask about it: see ir/tags.py).
 
     >>> from aotgrad.ir import prims
     >>> prims.add.bind(np.ones(2, np.float32), np.ones(2, np.float32))
@@ -173,7 +172,12 @@ class Prim:
 
     def __init__(self, name, shape_rule, impl, tags=(), multiple_results=False):
         self.name, self.shape_rule, self.impl = name, shape_rule, impl
-        self.tags = frozenset(tags)
+        self.tags = frozenset(Tag(t) for t in tags)
+        kinds = self.tags & KINDS
+        if len(kinds) != 1:
+            raise ValueError(f"prims.{name} needs exactly one kind tag of "
+                             f"{sorted(KINDS)}, got {sorted(kinds)}")
+        self.kind, = kinds
         self.multiple_results = multiple_results
 
     def __repr__(self):
@@ -195,6 +199,20 @@ class Prim:
         return self.impl(*args, **params)
 
 
+# Every prim, by name (the printer, the tensor-level prims and the tests list them from here).
+PRIMS = {}
+
+
+def register(name, rule, impl, tags=(), multiple_results=False):
+    """Make the prim `name` and enter it in PRIMS; the caller binds it to a module-level name
+    of the same spelling (`exp = register("exp", ...)`), so each prim has one definition."""
+    if name in PRIMS:
+        raise ValueError(f"prims.{name} is defined twice")
+    p = Prim(name, rule, impl, tags, multiple_results)
+    PRIMS[name] = p
+    return p
+
+
 def check(cond, msg):
     if not cond:
         raise PrimError(msg)
@@ -209,8 +227,16 @@ class Node:
         self.params, self.provenance = dict(params), provenance
 
     def __repr__(self):
-        from aotgrad.ir.printer import format_node
         return format_node(self)
+
+
+def make_node(prim, inputs, params, provenance, names):
+    """A Node applying `prim`, its output Vars typed by the prim's shape rule (named `names`,
+    one per output): how a pass builds a node that computes a new value."""
+    out = prim.abstract_eval(*inputs, **params)
+    outs = out if prim.multiple_results else (out,)
+    return Node(prim, inputs, [Var(nm, a.shape, a.dtype) for nm, a in zip(names, outs)],
+                params, provenance)
 
 
 class Graph:
@@ -224,7 +250,6 @@ class Graph:
         self.name = name
 
     def __str__(self):
-        from aotgrad.ir.printer import format_graph
         return format_graph(self)
 
     def producers(self):

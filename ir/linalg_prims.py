@@ -6,14 +6,14 @@ A factorisation with several results is one prim per result (`linalg_qr_q`,
 gradient of a use of both is the sum of each one's rule. Code generation runs them as
 reference steps between kernels.
 
-Tag: linalg. Shape rules check: floating-point input, at least 2-d, square where the math
-needs it, matching batch dims.
+Tag: linalg (linalg_slogdet_sign: non-differentiable too). Shape rules check: floating-point
+input, at least 2-d, square where the math needs it, matching batch dims.
 """
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
-from aotgrad.ir.core import Aval, check
-from aotgrad.ir.prims import register
+from aotgrad.ir.core import Aval, check, register
+from aotgrad.ir.tags import Tag
 
 
 class LinAlgError(RuntimeError):
@@ -179,21 +179,28 @@ def _pinv(a, *, rtol, atol, hermitian):
     return np.swapaxes(vh, -1, -2) @ (inv[..., :, None] * np.swapaxes(u, -1, -2))
 
 
-L = ("linalg",)
-register("linalg_inv", _square_rule, _lapack("inv", np.linalg.inv, _SINGULAR), L)
-register("linalg_solve", _solve_rule, _lapack("solve", np.linalg.solve, _SINGULAR), L)
-register("linalg_det", _scalar_rule, _lapack("det", np.linalg.det, _SINGULAR), L)
-register("linalg_slogdet_sign", _scalar_rule, _lapack("slogdet", _slogdet_sign, _SINGULAR), L)
-register("linalg_logabsdet", _scalar_rule, _lapack("slogdet", _logabsdet, _SINGULAR), L)
-register("linalg_cholesky", _square_rule, _lapack(
+L = (Tag.LINALG,)
+linalg_inv = register("linalg_inv", _square_rule, _lapack("inv", np.linalg.inv, _SINGULAR), L)
+linalg_solve = register("linalg_solve", _solve_rule,
+                        _lapack("solve", np.linalg.solve, _SINGULAR), L)
+linalg_det = register("linalg_det", _scalar_rule, _lapack("det", np.linalg.det, _SINGULAR), L)
+linalg_slogdet_sign = register("linalg_slogdet_sign", _scalar_rule,
+                               _lapack("slogdet", _slogdet_sign, _SINGULAR),
+                               (Tag.LINALG, Tag.NON_DIFFERENTIABLE))
+linalg_logabsdet = register("linalg_logabsdet", _scalar_rule,
+                            _lapack("slogdet", _logabsdet, _SINGULAR), L)
+linalg_cholesky = register("linalg_cholesky", _square_rule, _lapack(
     "cholesky", _cholesky, "the factorization could not be completed because the input is not "
     "positive-definite"), L)
-register("linalg_qr_q", _qr_q_rule, _lapack("qr", _qr(0), "no convergence"), L)
-register("linalg_qr_r", _qr_r_rule, _lapack("qr", _qr(1), "no convergence"), L)
-register("linalg_svd_u", _svd_u_rule, _lapack("svd", _svd(0), "no convergence"), L)
-register("linalg_svdvals", _svdvals_rule, _lapack("svd", _svdvals, "no convergence"), L)
-register("linalg_svd_vh", _svd_vh_rule, _lapack("svd", _svd(2), "no convergence"), L)
-register("linalg_eigvalsh", _eigvalsh_rule, _lapack("eigh", _eigvalsh, "no convergence"), L)
-register("linalg_eigh_vectors", _eigh_vectors_rule,
-         _lapack("eigh", _eigh_vectors, "no convergence"), L)
-register("linalg_pinv", _pinv_rule, _lapack("pinv", _pinv, "no convergence"), L)
+linalg_qr_q = register("linalg_qr_q", _qr_q_rule, _lapack("qr", _qr(0), "no convergence"), L)
+linalg_qr_r = register("linalg_qr_r", _qr_r_rule, _lapack("qr", _qr(1), "no convergence"), L)
+linalg_svd_u = register("linalg_svd_u", _svd_u_rule, _lapack("svd", _svd(0), "no convergence"), L)
+linalg_svdvals = register("linalg_svdvals", _svdvals_rule,
+                          _lapack("svd", _svdvals, "no convergence"), L)
+linalg_svd_vh = register("linalg_svd_vh", _svd_vh_rule,
+                         _lapack("svd", _svd(2), "no convergence"), L)
+linalg_eigvalsh = register("linalg_eigvalsh", _eigvalsh_rule,
+                           _lapack("eigh", _eigvalsh, "no convergence"), L)
+linalg_eigh_vectors = register("linalg_eigh_vectors", _eigh_vectors_rule,
+                               _lapack("eigh", _eigh_vectors, "no convergence"), L)
+linalg_pinv = register("linalg_pinv", _pinv_rule, _lapack("pinv", _pinv, "no convergence"), L)

@@ -10,8 +10,10 @@ import math
 
 from aotgrad.ir.core import Graph
 from aotgrad.ir.prims import unit_reshape_map
+from aotgrad.ir.tags import Tag
+from aotgrad.ir.verifier import verified
 
-RECOMPUTABLE_TAGS = {"pointwise", "shape", "creation"}
+RECOMPUTABLE_TAGS = frozenset({Tag.POINTWISE, Tag.SHAPE, Tag.CREATION})  # kinds
 
 
 def nbytes(v):
@@ -41,7 +43,7 @@ class Partition:
         groups = {}  # recomputed ops grouped by the user line they came from
         for n in self.recomputed:
             where = n.provenance.where() if n.provenance is not None else "<unknown>"
-            kind = sorted(n.prim.tags)[0] if n.prim.tags else "other"
+            kind = n.prim.kind.value
             groups.setdefault(where, {}).setdefault(kind, 0)
             groups[where][kind] += 1
         for where, kinds in groups.items():
@@ -58,6 +60,7 @@ def _fmt_bytes(b):
         b /= 1024
 
 
+@verified
 def partition(joint, n_primals, n_fw_outputs, memory_budget=None):
     """joint: inputs = primals + tangents; outputs = forward outputs + grads.
 
@@ -101,8 +104,8 @@ def _partition(joint, n_primals, n_fw_outputs, allow_reductions):
     for n in joint.nodes:
         if n in bw_nodes:
             continue
-        recomputable = bool(n.prim.tags & RECOMPUTABLE_TAGS) or \
-            (allow_reductions and "reduction" in n.prim.tags)
+        recomputable = n.prim.kind in RECOMPUTABLE_TAGS or \
+            (allow_reductions and n.prim.kind is Tag.REDUCTION)
         for v in n.outputs:
             if not recomputable:
                 g.add_edge(S, ("in", v))
@@ -121,7 +124,7 @@ def _partition(joint, n_primals, n_fw_outputs, allow_reductions):
     # backward a write of its size (paid when its "in" node falls on the sink side)
     for v in _contraction_operands(bw_nodes, producer):
         if v not in bw_vals and producer.get(v) is not None and \
-                producer[v].prim.tags & RECOMPUTABLE_TAGS:
+                producer[v].prim.kind in RECOMPUTABLE_TAGS:
             g.add_edge(S, ("in", v), capacity=nbytes(v))
     for v in grads:
         if v not in bw_vals:  # a grad that does not depend on tangents (rare): save it
@@ -143,9 +146,8 @@ def _partition(joint, n_primals, n_fw_outputs, allow_reductions):
         if p is None:
             reasons[v] = "graph input"
         else:
-            kind = "contraction" if "contraction" in p.prim.tags else \
-                ("random" if "random" in p.prim.tags else
-                 ("reduction" if "reduction" in p.prim.tags else None))
+            kind = p.prim.kind.value if p.prim.kind in (
+                Tag.CONTRACTION, Tag.RANDOM, Tag.REDUCTION) else None
             where = f" at {p.provenance.where()}" if p.provenance is not None else ""
             reasons[v] = f"output of {p.prim.name}{where}" + (
                 f" (never recomputed: {kind})" if kind else
@@ -163,7 +165,7 @@ def _save_cost(v, producer, in_memory=False):
     its size, a hair less than the value it was computed from, so that of two equal-sized
     candidates the later one is saved and the backward does not run a kernel to rebuild it
     (the transformer block's qkv bias add, 0.35 ms)."""
-    if producer is None or not (producer.prim.tags & RECOMPUTABLE_TAGS):
+    if producer is None or producer.prim.kind not in RECOMPUTABLE_TAGS:
         return nbytes(v)
     if in_memory:
         return nbytes(v) - 1e-3
@@ -178,19 +180,19 @@ def _contraction_operands(nodes, producer):
     transposed back and merged, reads that output from memory: the codegen writes it out
     contiguously (saving it spares the backward a transpose kernel)."""
     out, seen = set(), set()
-    stack = [u for n in nodes if "contraction" in n.prim.tags for u in n.inputs]
+    stack = [u for n in nodes if n.prim.kind is Tag.CONTRACTION for u in n.inputs]
     while stack:
         v = stack.pop()
         if v in seen:
             continue
         seen.add(v)
         p = producer.get(v)
-        if p is None or "shape" not in p.prim.tags:
+        if p is None or p.prim.kind is not Tag.SHAPE:
             out.add(v)
             continue
         u = p.inputs[0]
         if p.prim.name == "reshape" and unit_reshape_map(u.shape, p.params["shape"]) is None \
-                and producer.get(u) is not None and "shape" in producer[u].prim.tags:
+                and producer.get(u) is not None and producer[u].prim.kind is Tag.SHAPE:
             out.add(u)
         else:
             stack.extend(p.inputs)

@@ -1,10 +1,15 @@
 """Graph passes: dead code elimination, common subexpression elimination, simplification.
-Each takes a Graph and returns a new Graph (inputs and outputs keep their Vars)."""
+Each takes a Graph and returns a new Graph (inputs and outputs keep their Vars), verified
+when checking is on (ir/verifier.py). `run_pipeline` records every stage (ir/stages.py)."""
 import math
 
-from aotgrad.ir.core import Graph
+from aotgrad.ir.core import Graph, Node, make_node
+from aotgrad.ir.stages import Stage, StageHistory
+from aotgrad.ir.tags import Tag
+from aotgrad.ir.verifier import enabled, verified, verify
 
 
+@verified
 def dce(graph):
     """Drop nodes whose outputs reach no graph output (prims are pure; random ones take
     their seed as an input, so dropping them is safe too)."""
@@ -22,6 +27,7 @@ def _key(node, rename):
     return (node.prim.name, tuple(rename.get(v, v) for v in node.inputs), params)
 
 
+@verified
 def cse(graph, keep_outputs=False):
     """Merge nodes that apply the same prim with the same params to the same inputs.
     With keep_outputs, a node producing a graph output keeps its own Var (so a code generator
@@ -44,7 +50,6 @@ def cse(graph, keep_outputs=False):
 def _renamed(n, rename):
     if not any(v in rename for v in n.inputs):
         return n
-    from aotgrad.ir.core import Node
     return Node(n.prim, [rename.get(v, v) for v in n.inputs], n.outputs, n.params, n.provenance)
 
 
@@ -69,9 +74,9 @@ def _is_identity(n):
     return False
 
 
+@verified
 def simplify(graph):
     """Remove identity reshapes/transposes/casts/broadcasts and fold reshape chains."""
-    from aotgrad.ir.core import Node
     rename, producer, nodes = {}, {}, []
     for n in graph.nodes:
         n = _renamed(n, rename)
@@ -120,7 +125,6 @@ def _absorb_operand_transpose(n, prod):
         changed = True
     if not changed:
         return n
-    from aotgrad.ir.core import Node
     (lc, lb), (rc, rb) = dims
     params = dict(n.params, contract=(lc, rc), batch=(lb, rb))
     return Node(n.prim, ins, n.outputs, params, n.provenance)
@@ -136,11 +140,11 @@ def _swapped_dot(dot, perm, out):
     want = tuple(range(nb)) + tuple(range(nb + na, nb + na + nf)) + tuple(range(nb, nb + na))
     if tuple(perm) != want or want == tuple(range(len(want))):
         return None
-    from aotgrad.ir.core import Node
     params = dict(dot.params, contract=(rc, lc), batch=(rb, lb))
     return Node(dot.prim, [b, a], [out], params, dot.provenance)
 
 
+@verified
 def fold_transposes(graph):
     """Transposes around contractions, as BLAS takes them for free:
     - transpose(transpose(x)) -> one transpose (dropped when it is the identity);
@@ -149,7 +153,6 @@ def fold_transposes(graph):
     - a transpose feeding dot_general as an operand -> the dot's contracted/batch dims.
     >>> # t1 = transpose(t0, (0, 1, 3, 2)); t2 = transpose(t1, (0, 1, 3, 2))  ->  t2 is t0
     """
-    from aotgrad.ir.core import Node
     users = graph.users()
     outs = set(graph.outputs)
     rename, prod, nodes = {}, {}, []
@@ -181,9 +184,7 @@ def fold_transposes(graph):
     return Graph(graph.inputs, nodes, [rename.get(v, v) for v in graph.outputs], graph.name)
 
 
-_REDUCTIONS = ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod")
-
-
+@verified
 def reduce_before_reshape(graph):
     """reduce(reshape(x)) over leading dims the reshape keeps (it only regroups the trailing
     ones) -> reshape(reduce(x)): the same elements reduced, now in x's own shape, so a code
@@ -192,11 +193,10 @@ def reduce_before_reshape(graph):
     >>> # t1 = reshape(t0 [8,128,3,4,64], [8,128,768]); t2 = reduce_sum(t1, dims=(0, 1))
     >>> # ->  t3 = reduce_sum(t0, dims=(0, 1)) [3,4,64]; t2 = reshape(t3, [768])
     """
-    from aotgrad.ir.core import Node, Var
     prod, nodes = {}, []
     for n in graph.nodes:
         src = prod.get(n.inputs[0]) if n.inputs else None
-        if n.prim.name in _REDUCTIONS and src is not None and src.prim.name == "reshape":
+        if Tag.AXIS_REDUCTION in n.prim.tags and src is not None and src.prim.name == "reshape":
             x, y = src.inputs[0], n.inputs[0]
             k = len(n.params["dims"])
             # the trailing sizes must hold as many elements as well: with a size-0 leading
@@ -204,17 +204,35 @@ def reduce_before_reshape(graph):
             if k and tuple(sorted(n.params["dims"])) == tuple(range(k)) and \
                     tuple(x.shape[:k]) == tuple(y.shape[:k]) and x.ndim > k and \
                     math.prod(x.shape[k:]) == math.prod(y.shape[k:]):
-                part = Var(f"{n.outputs[0].name}p", x.shape[k:], n.outputs[0].dtype)
-                nodes.append(Node(n.prim, [x], [part], n.params, n.provenance))
-                n = Node(src.prim, [part], n.outputs, {"shape": tuple(n.outputs[0].shape)},
-                         n.provenance)
+                reduced = make_node(n.prim, [x], n.params, n.provenance,
+                                    [f"{n.outputs[0].name}p"])
+                nodes.append(reduced)
+                n = Node(src.prim, reduced.outputs, n.outputs,
+                         {"shape": tuple(n.outputs[0].shape)}, n.provenance)
         for v in n.outputs:
             prod[v] = n
         nodes.append(n)
     return Graph(graph.inputs, nodes, graph.outputs, graph.name)
 
 
+# The standard pipeline: simplify, fold transposes into contractions, move reductions above
+# regrouping reshapes, CSE, DCE.
+PIPELINE = (simplify, fold_transposes, reduce_before_reshape, cse, dce)
+
+
+def run_pipeline(graph, pipeline=PIPELINE):
+    """Run the passes in order; the StageHistory holds the traced graph ("trace") and each
+    pass's result under the pass's name. With checking on, the traced graph is verified
+    too (each pass verifies its own result)."""
+    if enabled():
+        verify(graph, "trace")
+    stages = [Stage("trace", graph)]
+    for graph_pass in pipeline:
+        graph = graph_pass(graph)
+        stages.append(Stage(graph_pass.__name__, graph))
+    return StageHistory(tuple(stages))
+
+
 def optimize(graph):
-    """The standard pipeline: simplify, fold transposes into contractions, move reductions
-    above regrouping reshapes, CSE, DCE."""
-    return dce(cse(reduce_before_reshape(fold_transposes(simplify(graph)))))
+    """The standard pipeline's result (`run_pipeline(graph).final`)."""
+    return run_pipeline(graph).final

@@ -4,7 +4,8 @@ its inputs, a numpy reference implementation, and tags.
 Prims are strict (like XLA's HLO or jax.lax): binary ops need equal shapes and dtypes;
 broadcasting and type promotion are the op layer's job (runtime/ops.py).
 
-Tags: pointwise, reduction, shape, contraction, random, index, creation, check.
+Tags (ir/tags.py): one kind (pointwise, reduction, shape, contraction, random, index,
+creation, check) and the facts other modules ask about (view, non-differentiable, ...).
 """
 import builtins
 import functools
@@ -14,17 +15,10 @@ import numpy as np
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir import special_math
-from aotgrad.ir.core import Aval, Prim, PrimError, check
+from aotgrad.ir.core import PRIMS, Aval, PrimError, check, register
+from aotgrad.ir.tags import Tag
 from aotgrad.ir.value_checks import ValueCheck
 
-PRIMS = {}  # name -> Prim
-
-
-def register(name, rule, impl, tags=(), multiple_results=False):
-    p = Prim(name, rule, impl, tags, multiple_results)
-    PRIMS[name] = p
-    globals()[name] = p
-    return p
 
 
 # ---- shape rules -------------------------------------------------------------------------
@@ -368,41 +362,68 @@ def _quiet(fn):
 
 
 # ---- the table ----------------------------------------------------------------------------
-P, R = ("pointwise",), ("reduction",)
-_QUIET = {"exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "reciprocal", "div", "pow"}
-for _name, _fn, _kind in [
-    ("neg", np.negative, "numeric"), ("abs", np.abs, "numeric"), ("exp", np.exp, "float"),
-    ("log", np.log, "float"), ("log1p", np.log1p, "float"), ("expm1", np.expm1, "float"),
-    ("sqrt", np.sqrt, "float"), ("rsqrt", lambda x: _c(x, 1) / np.sqrt(x), "float"),
-    ("sin", np.sin, "float"), ("cos", np.cos, "float"), ("tanh", np.tanh, "float"),
-    ("logistic", _logistic, "float"), ("erf", _erf, "float"), ("sign", np.sign, "numeric"),
-    ("floor", np.floor, "float"), ("ceil", np.ceil, "float"),
-    ("reciprocal", lambda x: _c(x, 1) / x, "float"), ("logical_not", np.logical_not, "bool"),
-]:
-    register(_name, _unary_rule(_kind), _quiet(_fn) if _name in _QUIET else _fn, P)
+# One definition per prim: `name = register("name", shape rule, reference impl, tags)`.
+# _quiet(...) marks the impls for which numpy would warn where PyTorch returns nan/inf.
+P, R = (Tag.POINTWISE,), (Tag.REDUCTION,)
+AXIS_RED = (Tag.REDUCTION, Tag.AXIS_REDUCTION)
+ARG_RED = (Tag.REDUCTION, Tag.ARG_REDUCTION, Tag.NON_DIFFERENTIABLE)
+CMP = (Tag.POINTWISE, Tag.NON_DIFFERENTIABLE)   # bool results
+# a view of the input's elements: eagerly a numpy view (not rev: flip is copied), compiled
+# possibly the input's buffer
+VIEW = (Tag.SHAPE, Tag.VIEW, Tag.SHARES_MEMORY, Tag.MAY_ALIAS_INPUT)
 
-for _name, _fn, _kind, _out in [
-    ("add", np.add, "any", None), ("sub", np.subtract, "numeric", None),
-    ("mul", np.multiply, "any", None), ("div", np.divide, "float", None),
-    ("pow", np.power, "float", None), ("maximum", _tie_first(np.maximum), "any", None),
-    ("minimum", _tie_first(np.minimum), "any", None), ("atan2", np.arctan2, "float", None),
-    ("eq", np.equal, "any", dt.bool_), ("ne", np.not_equal, "any", dt.bool_),
-    ("lt", np.less, "any", dt.bool_), ("le", np.less_equal, "any", dt.bool_),
-    ("gt", np.greater, "any", dt.bool_), ("ge", np.greater_equal, "any", dt.bool_),
-    ("logical_and", np.logical_and, "bool", None), ("logical_or", np.logical_or, "bool", None),
-]:
-    register(_name, _binary_rule(_kind, _out), _quiet(_fn) if _name in _QUIET else _fn, P)
+neg = register("neg", _unary_rule("numeric"), np.negative, P)
+abs = register("abs", _unary_rule("numeric"), np.abs, P)
+exp = register("exp", _unary_rule("float"), _quiet(np.exp), P)
+log = register("log", _unary_rule("float"), _quiet(np.log), P)
+log1p = register("log1p", _unary_rule("float"), _quiet(np.log1p), P)
+expm1 = register("expm1", _unary_rule("float"), _quiet(np.expm1), P)
+sqrt = register("sqrt", _unary_rule("float"), _quiet(np.sqrt), P)
+rsqrt = register("rsqrt", _unary_rule("float"), _quiet(lambda x: _c(x, 1) / np.sqrt(x)), P)
+sin = register("sin", _unary_rule("float"), np.sin, P)
+cos = register("cos", _unary_rule("float"), np.cos, P)
+tanh = register("tanh", _unary_rule("float"), np.tanh, P)
+logistic = register("logistic", _unary_rule("float"), _logistic, P)
+erf = register("erf", _unary_rule("float"), _erf, P)
+sign = register("sign", _unary_rule("numeric"), np.sign, P)
+floor = register("floor", _unary_rule("float"), np.floor, P)
+ceil = register("ceil", _unary_rule("float"), np.ceil, P)
+reciprocal = register("reciprocal", _unary_rule("float"), _quiet(lambda x: _c(x, 1) / x), P)
+logical_not = register("logical_not", _unary_rule("bool"), np.logical_not, CMP)
+
+add = register("add", _binary_rule("any"), np.add, P)
+sub = register("sub", _binary_rule("numeric"), np.subtract, P)
+mul = register("mul", _binary_rule("any"), np.multiply, P)
+div = register("div", _binary_rule("float"), _quiet(np.divide), P)
+pow = register("pow", _binary_rule("float"), _quiet(np.power), P)
+maximum = register("maximum", _binary_rule("any"), _tie_first(np.maximum), P)
+minimum = register("minimum", _binary_rule("any"), _tie_first(np.minimum), P)
+atan2 = register("atan2", _binary_rule("float"), np.arctan2, P)
+eq = register("eq", _binary_rule("any", dt.bool_), np.equal, CMP)
+ne = register("ne", _binary_rule("any", dt.bool_), np.not_equal, CMP)
+lt = register("lt", _binary_rule("any", dt.bool_), np.less, CMP)
+le = register("le", _binary_rule("any", dt.bool_), np.less_equal, CMP)
+gt = register("gt", _binary_rule("any", dt.bool_), np.greater, CMP)
+ge = register("ge", _binary_rule("any", dt.bool_), np.greater_equal, CMP)
+logical_and = register("logical_and", _binary_rule("bool"), np.logical_and, CMP)
+logical_or = register("logical_or", _binary_rule("bool"), np.logical_or, CMP)
 
 # hyperbolic, inverse trigonometric and special functions (reference impls: numpy or
 # ir/special_math.py; kernels call libm/`math` or the scalar helpers of codegen/approx.py)
-for _name, _fn in [
-    ("sinh", np.sinh), ("cosh", np.cosh), ("asinh", np.arcsinh), ("acosh", np.arccosh),
-    ("atanh", np.arctanh), ("asin", np.arcsin), ("acos", np.arccos),
-    ("erfc", special_math.erfc), ("erfcx", special_math.erfcx), ("erfinv", special_math.erfinv),
-    ("lgamma", special_math.lgamma), ("ndtri", special_math.ndtri),
-    ("i0e", special_math.i0e), ("i1e", special_math.i1e),
-]:
-    register(_name, _unary_rule("float"), _quiet(_fn), P)
+sinh = register("sinh", _unary_rule("float"), _quiet(np.sinh), P)
+cosh = register("cosh", _unary_rule("float"), _quiet(np.cosh), P)
+asinh = register("asinh", _unary_rule("float"), _quiet(np.arcsinh), P)
+acosh = register("acosh", _unary_rule("float"), _quiet(np.arccosh), P)
+atanh = register("atanh", _unary_rule("float"), _quiet(np.arctanh), P)
+asin = register("asin", _unary_rule("float"), _quiet(np.arcsin), P)
+acos = register("acos", _unary_rule("float"), _quiet(np.arccos), P)
+erfc = register("erfc", _unary_rule("float"), _quiet(special_math.erfc), P)
+erfcx = register("erfcx", _unary_rule("float"), _quiet(special_math.erfcx), P)
+erfinv = register("erfinv", _unary_rule("float"), _quiet(special_math.erfinv), P)
+lgamma = register("lgamma", _unary_rule("float"), _quiet(special_math.lgamma), P)
+ndtri = register("ndtri", _unary_rule("float"), _quiet(special_math.ndtri), P)
+i0e = register("i0e", _unary_rule("float"), _quiet(special_math.i0e), P)
+i1e = register("i1e", _unary_rule("float"), _quiet(special_math.i1e), P)
 
 
 def _polygamma_rule(x, *, n):
@@ -411,7 +432,7 @@ def _polygamma_rule(x, *, n):
     return Aval(x.shape, x.dtype)
 
 
-register("polygamma", _polygamma_rule, special_math.polygamma, P)
+polygamma = register("polygamma", _polygamma_rule, special_math.polygamma, P)
 
 
 def _searchsorted_rule(seq, values, *, right):
@@ -449,9 +470,10 @@ def _searchsorted(seq, values, *, right):
     return lo.reshape(values.shape)
 
 
-register("searchsorted", _searchsorted_rule, _searchsorted, ("index",))
+searchsorted = register("searchsorted", _searchsorted_rule, _searchsorted,
+                      (Tag.INDEX, Tag.NON_DIFFERENTIABLE))
 
-register("where", _where_rule, np.where, P)
+where = register("where", _where_rule, np.where, P)
 def _convert(x, *, dtype):
     if dtype.itemsize != 2:
         return x.astype(dtype.np)
@@ -459,31 +481,38 @@ def _convert(x, *, dtype):
         return x.astype(dtype.np)
 
 
-register("convert_element_type", _convert_rule, _convert, P)
-register("broadcast_in_dim", _broadcast_rule, lambda x, *, shape, dims: np.broadcast_to(
-    x.reshape([x.shape[dims.index(d)] if d in dims else 1 for d in range(len(shape))]), shape),
-    ("shape",))
-register("reshape", _reshape_rule, lambda x, *, shape: x.reshape(shape), ("shape",))
-register("transpose", _transpose_rule, lambda x, *, perm: np.transpose(x, perm), ("shape",))
-register("slice", _slice_rule, _slice, ("shape",))
-register("pad", _pad_rule, _pad, ("shape",))
-register("concatenate", _concat_rule, lambda *xs, dim: np.concatenate(xs, axis=dim), ("shape",))
+convert_element_type = register("convert_element_type", _convert_rule, _convert,
+                                (Tag.POINTWISE, Tag.MAY_ALIAS_INPUT))
+broadcast_in_dim = register(
+    "broadcast_in_dim", _broadcast_rule, lambda x, *, shape, dims: np.broadcast_to(
+        x.reshape([x.shape[dims.index(d)] if d in dims else 1 for d in range(len(shape))]),
+        shape), VIEW)
+reshape = register("reshape", _reshape_rule, lambda x, *, shape: x.reshape(shape), VIEW)
+transpose = register("transpose", _transpose_rule,
+                     lambda x, *, perm: np.transpose(x, perm), VIEW)
+slice = register("slice", _slice_rule, _slice, VIEW)
+pad = register("pad", _pad_rule, _pad, (Tag.SHAPE,))
+concatenate = register("concatenate", _concat_rule,
+                       lambda *xs, dim: np.concatenate(xs, axis=dim), (Tag.SHAPE,))
 # a copy: flip is not a view (numpy's flip is; writing to it reached the input)
-register("rev", _rev_rule, lambda x, *, dims: np.flip(x, tuple(dims)).copy(), ("shape",))
-register("reduce_sum", _reduce_rule("sum"), _reduce(np.sum), R)
-register("reduce_max", _reduce_rule("max"), _reduce(np.max), R)
-register("reduce_min", _reduce_rule("min"), _reduce(np.min), R)
-register("reduce_prod", _reduce_rule("prod"), _reduce(np.prod), R)
-register("argmax", _arg_rule, lambda x, *, dim: np.argmax(x, axis=dim).astype(np.int64), R)
-register("argmin", _arg_rule, lambda x, *, dim: np.argmin(x, axis=dim).astype(np.int64), R)
-register("cumsum", _cumsum_rule, lambda x, *, dim: np.cumsum(
+rev = register("rev", _rev_rule, lambda x, *, dims: np.flip(x, tuple(dims)).copy(),
+               (Tag.SHAPE, Tag.VIEW, Tag.MAY_ALIAS_INPUT))
+reduce_sum = register("reduce_sum", _reduce_rule("sum"), _reduce(np.sum), AXIS_RED)
+reduce_max = register("reduce_max", _reduce_rule("max"), _reduce(np.max), AXIS_RED)
+reduce_min = register("reduce_min", _reduce_rule("min"), _reduce(np.min), AXIS_RED)
+reduce_prod = register("reduce_prod", _reduce_rule("prod"), _reduce(np.prod), AXIS_RED)
+argmax = register("argmax", _arg_rule,
+                  lambda x, *, dim: np.argmax(x, axis=dim).astype(np.int64), ARG_RED)
+argmin = register("argmin", _arg_rule,
+                  lambda x, *, dim: np.argmin(x, axis=dim).astype(np.int64), ARG_RED)
+cumsum = register("cumsum", _cumsum_rule, lambda x, *, dim: np.cumsum(
     _wide(x), axis=dim, dtype=_wide(x).dtype).astype(x.dtype, copy=False), R)
 def _cumprod(x, *, dim):
     with np.errstate(all="ignore"):  # inf * 0 is NaN silently, as in PyTorch
         return np.cumprod(x, axis=dim, dtype=x.dtype)
 
 
-register("cumprod", _cumsum_rule, _cumprod, R)
+cumprod = register("cumprod", _cumsum_rule, _cumprod, R)
 
 
 def _cumarg(largest):
@@ -509,8 +538,10 @@ def _cumarg_rule(x, *, dim):
     return Aval(x.shape, dt.int64)
 
 
-register("cumargmax", _cumarg_rule, _cumarg(True), R)
-register("cumargmin", _cumarg_rule, _cumarg(False), R)
+cumargmax = register("cumargmax", _cumarg_rule, _cumarg(True),
+                     (Tag.REDUCTION, Tag.NON_DIFFERENTIABLE))
+cumargmin = register("cumargmin", _cumarg_rule, _cumarg(False),
+                     (Tag.REDUCTION, Tag.NON_DIFFERENTIABLE))
 
 
 def _logcumsumexp_rule(x, *, dim):
@@ -523,18 +554,30 @@ def _logcumsumexp(x, *, dim):
         return np.logaddexp.accumulate(x, axis=dim, dtype=x.dtype)
 
 
-register("logcumsumexp", _logcumsumexp_rule, _logcumsumexp, R)
-register("argsort", _argsort_rule, _argsort, ("index",))
-register("dot_general", _dot_rule, _dot_general, ("contraction",))
-register("gather", _gather_rule, _gather, ("index",))
-register("scatter_add", _scatter_add_rule, _scatter_add, ("index",))
-register("iota", _iota_rule, lambda *, shape, dim, dtype: np.broadcast_to(
+logcumsumexp = register("logcumsumexp", _logcumsumexp_rule, _logcumsumexp, R)
+argsort = register("argsort", _argsort_rule, _argsort, (Tag.INDEX, Tag.NON_DIFFERENTIABLE))
+dot_general = register("dot_general", _dot_rule, _dot_general, (Tag.CONTRACTION,))
+gather = register("gather", _gather_rule, _gather, (Tag.INDEX, Tag.BOUNDS_CHECKED))
+scatter_add = register("scatter_add", _scatter_add_rule, _scatter_add,
+                       (Tag.INDEX, Tag.BOUNDS_CHECKED))
+iota = register("iota", _iota_rule, lambda *, shape, dim, dtype: np.broadcast_to(
     np.arange(shape[dim], dtype=dtype.np).reshape(
-        [shape[dim] if i == dim else 1 for i in range(len(shape))]), shape).copy(), ("creation",))
-register("full", _creation_rule,
-         lambda *, shape, value, dtype: np.full(shape, value, dtype=dtype.np), ("creation",))
-register("check_values", _check_values_rule, _check_values, ("check",))
-register("uniform", _random_rule, _random("uniform"), ("random",))
-register("normal", _random_rule, _random("normal"), ("random",))
+        [shape[dim] if i == dim else 1 for i in range(len(shape))]), shape).copy(),
+    (Tag.CREATION, Tag.NON_DIFFERENTIABLE))
+full = register("full", _creation_rule,
+         lambda *, shape, value, dtype: np.full(shape, value, dtype=dtype.np),
+              (Tag.CREATION, Tag.NON_DIFFERENTIABLE))
+check_values = register("check_values", _check_values_rule, _check_values,
+                        (Tag.CHECK, Tag.MAY_ALIAS_INPUT, Tag.NON_DIFFERENTIABLE))
+uniform = register("uniform", _random_rule, _random("uniform"),
+                   (Tag.RANDOM, Tag.NON_DIFFERENTIABLE))
+normal = register("normal", _random_rule, _random("normal"),
+                  (Tag.RANDOM, Tag.NON_DIFFERENTIABLE))
+
+# the linear-algebra prims have their own module; printed graphs call them as prims.<name>
+from aotgrad.ir.linalg_prims import (  # noqa: E402  (defined there, named here too)
+    linalg_inv, linalg_solve, linalg_det, linalg_slogdet_sign, linalg_logabsdet,
+    linalg_cholesky, linalg_qr_q, linalg_qr_r, linalg_svd_u, linalg_svdvals, linalg_svd_vh,
+    linalg_eigvalsh, linalg_eigh_vectors, linalg_pinv)
 
 __all__ = sorted(PRIMS) + ["PRIMS", "PrimError"]

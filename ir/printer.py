@@ -9,12 +9,8 @@ starting with `HEADER`) gives back a function over numpy arrays.
 """
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir import prims
-from aotgrad.ir.core import type_str as _type_str
-
-
-def type_str(v):
-    """`f32[2,3]`; a 0-d value prints as `f32[()]` so the annotation stays valid Python."""
-    return _type_str(v) if v.shape else f"{v.dtype.short}[()]"
+from aotgrad.ir.text import annotation_str as type_str  # noqa: F401  (the printer's name)
+from aotgrad.ir.text import format_graph, format_node  # noqa: F401  (printed here)
 
 HEADER = "import aotgrad\nfrom aotgrad.ir.printer import prims, f32, f64, i32, i64, b1\n\n"
 
@@ -30,37 +26,6 @@ class _Annotation:
 
 
 f32, f64, i32, i64, b1 = (_Annotation(s) for s in ("f32", "f64", "i32", "i64", "b1"))
-
-
-def _fmt_param(v):
-    if isinstance(v, float) and v != v:
-        return "float('nan')"
-    if isinstance(v, float) and v in (float("inf"), float("-inf")):
-        return f"float('{v}')"
-    if isinstance(v, list):
-        return repr(tuple(v))
-    return repr(v)
-
-
-def format_node(node, width=72):
-    outs = ", ".join(f"{v.name}: {type_str(v)}" for v in node.outputs)
-    if len(node.outputs) > 1:  # annotated tuple targets are not Python: annotate in a comment
-        outs = ", ".join(v.name for v in node.outputs)
-    args = [v.name for v in node.inputs]
-    args += [f"{k}={_fmt_param(v)}" for k, v in node.params.items()]
-    line = f"{outs} = prims.{node.prim.name}({', '.join(args)})"
-    if node.provenance is not None:
-        line = line.ljust(width) + f"  # {node.provenance!r}"
-    return line
-
-
-def format_graph(graph, name=None):
-    sig = ", ".join(f"{v.name}: {type_str(v)}" for v in graph.inputs)
-    lines = [f"def {name or graph.name}({sig}):"]
-    lines += ["    " + format_node(n) for n in graph.nodes]
-    outs = "".join(f"{v.name}, " for v in graph.outputs)
-    lines.append(f"    return ({outs.rstrip(' ')})")
-    return "\n".join(lines) + "\n"
 
 
 def load_graph_source(text, name=None):

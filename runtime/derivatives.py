@@ -11,6 +11,8 @@ only when `self` requires grad); the key "out" does the same for the output.
 import math
 
 from aotgrad.ir import dtypes as dt
+from aotgrad.ir.core import PRIMS
+from aotgrad.ir.tags import Tag
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.dispatch import VJP
 
@@ -524,8 +526,6 @@ def _(ctx, g):
     return g, None, gsrc
 
 
-NON_DIFFERENTIABLE = frozenset({
-    "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_not", "argmax",
-    "argmin", "argsort", "searchsorted", "cumargmax", "cumargmin", "iota", "full", "uniform",
-    "normal", "linalg_slogdet_sign", "check_values"})
+NON_DIFFERENTIABLE = frozenset(name for name, p in PRIMS.items()
+                               if Tag.NON_DIFFERENTIABLE in p.tags)
 del dt

@@ -7,6 +7,7 @@ import numpy as _np
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.core import Aval, aval_of, current_builder, Var
+from aotgrad.ir.tags import Tag
 from aotgrad.runtime import forward_mode, layout, profiling
 from aotgrad.runtime.forward_mode import state as _forward
 from aotgrad.runtime.engine import Node, SavedTensor, _node_of
@@ -145,9 +146,6 @@ def _lift(builder, t):
     return t._value if isinstance(t._value, Var) else builder.lift_object(t)
 
 
-_MAY_VIEW = frozenset({"reshape", "transpose", "broadcast_in_dim", "slice"})
-
-
 def apply(prim, *inputs, **params):
     """Bind `prim` on the tensors' values and record its autograd node when needed."""
     builder = current_builder()
@@ -166,9 +164,9 @@ def apply(prim, *inputs, **params):
     out = Tensor._make(out_val, False)
     if builder is not None:
         builder.track(out)
-        if prim.name in layout.VIEW_PRIMS:
+        if Tag.VIEW in prim.tags:
             layout.propagate(prim, params, inputs[0], out)
-        if prim.name in _MAY_VIEW and inputs[0].__dict__.get("_traced_saved"):
+        if Tag.SHARES_MEMORY in prim.tags and inputs[0].__dict__.get("_traced_saved"):
             # eagerly a view of a tensor saved for the backward: writing to it in place
             # makes that backward raise, so the trace breaks there (see commit_inplace)
             out.__dict__["_views_saved"] = True

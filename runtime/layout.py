@@ -10,9 +10,6 @@ a probe is C-contiguous (a fresh result). Probes are never read: their buffers a
 """
 import numpy as np
 
-VIEW_PRIMS = frozenset(("transpose", "slice", "broadcast_in_dim", "reshape", "rev"))
-
-
 def probe(t):
     """An array with t's layout: its eager array, its probe, or None (C-contiguous)."""
     v = t._value

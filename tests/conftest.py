@@ -42,6 +42,9 @@ os.environ["AOTGRAD_PARALLEL_MIN"] = "0"
 # ... and up front, not first serially with a parallel variant compiled in the background
 # (tests/codegen/test_codegen_tiers.py turns that on)
 os.environ["AOTGRAD_BACKGROUND_COMPILE"] = "0"
+# every IR pass checks the graph it returns (ir/verifier.py): a pass that breaks an IR
+# invariant fails the test that compiled through it
+os.environ["AOTGRAD_VERIFY"] = "1"
 
 
 def _plugin_autoloads():
