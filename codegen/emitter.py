@@ -51,12 +51,11 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         return const_expr(value, d)
 
     def const_of(self, var):
+        """The value of var when it is a `full` (possibly broadcast), else None."""
         n = self.S.prod.get(var)
-        if n is not None and n.prim.name == "full":
-            return n.params["value"]
-        if n is not None and n.prim.name == "broadcast_in_dim":
-            return self.const_of(n.inputs[0])
-        return None
+        while n is not None and n.prim.name == "broadcast_in_dim":
+            n = self.S.prod.get(n.inputs[0])
+        return n.params["value"] if n is not None and n.prim.name == "full" else None
 
     def inner_producer(self, var):
         """The node computing var inside this kernel (None when var is read from memory)."""
@@ -251,7 +250,14 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         return f"{name}[{', '.join(self.term(t, (name, i)) for i, t in enumerate(cix))}]"
 
     def val(self, v, ix):
-        """Variable name holding value v at (original-domain) index ix."""
+        """Variable name holding value v at (original-domain) index ix. The expression is
+        expanded from an explicit stack (`_drive`), not by recursion: it may be as deep as
+        the program (an unrolled loop's state)."""
+        return _drive(self._value(v, ix))
+
+    def _value(self, v, ix):
+        """The generator behind `val`: it yields a generator for each operand value it needs
+        (the driver sends back that value's name) and returns v's name."""
         kt = self.kt
         key = (v, ix)
         red_outs = {r.outputs[0]: r for r in kt.reds}
@@ -267,21 +273,21 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
                 self.level([("d", self.dimmap[t[1]]) + t[2:] for t in ix]) == 2:
             memo = self.inner_scope.memo
             if key not in memo:
-                memo[key] = self.cached_val(v, ix, lambda: self._val_pw(v, ix, key))
+                memo[key] = yield from self._cached_value(v, ix, key)
             return memo[key]
-        return self._val_pw(v, ix, key)
+        return (yield from self._value_pw(v, ix, key))
 
-    def _val_pw(self, v, ix, key):
+    def _value_pw(self, v, ix, key):
         n = self.S.prod[v]
         k = self.S.kind[n]
         if k == "view":
-            return self.val(n.inputs[0], view_index(n, ix))
+            return (yield self._value(n.inputs[0], view_index(n, ix)))
         if k == "pwcopy":
-            return self.val(n.inputs[0], ix)
+            return (yield self._value(n.inputs[0], ix))
         if k == "pad":
-            return self._val_pad(n, ix, key)
+            return (yield from self._value_pad(n, ix, key))
         if k == "rowgather":
-            return self.val(n.inputs[0], gather_index(n, ix))
+            return (yield self._value(n.inputs[0], gather_index(n, ix)))
         # pointwise: its level is that of its index
         cix = [("d", self.dimmap[t[1]]) + t[2:] if t[0] == "d" else t for t in ix] \
             if all(t[0] == "c" or t[1] in self.dimmap for t in ix) else ix
@@ -298,21 +304,24 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
             args = []
         elif k == "rowscatter":   # x[r, j] + (src[r] if j == idx[r] else 0)
             rix = gather_row_index(n, ix)
-            x, src = self.val(n.inputs[0], ix), self.val(n.inputs[2], rix)
+            x = yield self._value(n.inputs[0], ix)
+            src = yield self._value(n.inputs[2], rix)
             gi = self.term(gather_index(n, ix)[-1])
             jt = cix[-1]
             zero = const_expr(0, n.outputs[0].dtype)
             expr = f"({x} + ({src} if {self.term(jt)} == {gi} else {zero}))"
             args = [x, src, gi]
         else:
+            rewrite = peephole(self, n)
             args = []
-
-            def value_of(u):
-                args.append(self.val(u, ix))
-                return args[-1]
-            expr = peephole(self, n, value_of)
-            if expr is None:
-                args = [self.val(u, ix) for u in n.inputs]
+            if rewrite is not None:
+                helper, operand = rewrite
+                self.need(helper)
+                args.append((yield self._value(operand, ix)))
+                expr = f"{helper}({args[0]})"
+            else:
+                for u in n.inputs:
+                    args.append((yield self._value(u, ix)))
                 expr = TEMPLATES[n.prim.name](self, n, args)
         if n.prim.name == "full":
             sc.memo[key] = expr
@@ -329,7 +338,7 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
             self.rowdep.add(name)
         return name
 
-    def _val_pad(self, n, ix, key):
+    def _value_pad(self, n, ix, key):
         """pad (no interior): the input at the shifted, clamped index where every padded
         dim's index is in range, else the fill value. The range check is computed at the
         level of its loop vars (outside the inner loop when the padded dims are outer)."""
@@ -338,7 +347,7 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         if inner is None:
             return fill
         iix, conds = inner
-        xv = self.val(n.inputs[0], iix)
+        xv = yield self._value(n.inputs[0], iix)
         if not conds:
             return xv
         cterms = [(("d", self.dimmap[t[1]]) + t[2:], m) for t, m in conds]
@@ -483,13 +492,19 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         for r in kt.reds:
             deps[r] = red_deps(r.inputs[0], identity(nd))
         level = {}
-
-        def lvl(r):
-            if r not in level:
-                level[r] = 1 + max([lvl(d) for d in deps[r]] + [-1])
-            return level[r]
-        for r in kt.reds:
-            lvl(r)
+        for r0 in kt.reds:      # level = 1 + the deepest level it depends on (no recursion)
+            stack = [r0]
+            while stack:
+                r = stack[-1]
+                if r in level:
+                    stack.pop()
+                    continue
+                todo = [d for d in deps[r] if d not in level]
+                if todo:
+                    stack.extend(todo)
+                    continue
+                level[r] = 1 + max([level[d] for d in deps[r]] + [-1])
+                stack.pop()
         fulls = [v for v in kt.outputs if v.shape == kt.domain and v not in red_outs]
         out_lvl = {}
         for v in fulls:
@@ -527,25 +542,41 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         S = self.S
         dep, cost = {}, {}
 
+        def inside(v):       # v's node when the kernel computes v, else None
+            n = S.prod.get(v)
+            return None if n is None or self._is_leaf(v) else n
+
         def reddep(v):
-            if v not in dep:
-                n = S.prod.get(v)
-                dep[v] = v in red_outs or (n is not None and not self._is_leaf(v) and
-                                           any(reddep(u) for u in n.inputs))
+            """Does v depend on one of the kernel's reductions? (memoised in `dep`)"""
+            stack = [v]
+            while stack:
+                u = stack[-1]
+                if u in dep:
+                    stack.pop()
+                    continue
+                n = inside(u)
+                if u in red_outs or n is None:
+                    dep[u] = u in red_outs
+                    stack.pop()
+                    continue
+                todo = [w for w in n.inputs if w not in dep]
+                if todo:
+                    stack.extend(todo)
+                    continue
+                dep[u] = any(dep[w] for w in n.inputs)
+                stack.pop()
             return dep[v]
 
-        def subtree(v, acc):
-            n = S.prod.get(v)
-            if n is None or self._is_leaf(v) or n in acc:
-                return acc
-            acc.add(n)
-            for u in n.inputs:
-                subtree(u, acc)
-            return acc
-
         def expense(v):
+            """Cost of v's expression down to the values read from memory."""
             if v not in cost:
-                cost[v] = sum(_EXPENSIVE.get(n.prim.name, 1) for n in subtree(v, set()))
+                nodes, stack = set(), [v]
+                while stack:
+                    n = inside(stack.pop())
+                    if n is not None and n not in nodes:
+                        nodes.add(n)
+                        stack.extend(n.inputs)
+                cost[v] = sum(_EXPENSIVE.get(n.prim.name, 1) for n in nodes)
             return cost[v]
         uses = []
         for reds, fulls in active:
@@ -576,24 +607,42 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         for v in sorted(keep, key=lambda v: v.name):
             self.cache_buf[v] = self.fresh("scr")
 
-    def cached_val(self, v, ix, compute):
-        """Load v from its row scratch buffer, or compute it and store it there."""
+    def _cached_value(self, v, ix, key):
+        """Load v from its row scratch buffer, or compute it and store it there (a
+        generator, like `_value`)."""
         vs = self.view_scope
-        key = ("scratch", v)
-        if key not in vs.memo:
+        sk = ("scratch", v)
+        if sk not in vs.memo:
             vn = self.fresh("v")
             buf = self.cache_buf[v]
             vs.add(f"{vn} = {buf}[lo:hi]" if self.slice_mode else f"{vn} = {buf}")
-            vs.memo[key] = vn
-        view = vs.memo[key]
+            vs.memo[sk] = vn
+        view = vs.memo[sk]
         if v in self.cache_ready:
             name = self.fresh()
             self.inner_scope.add(f"{name} = {view}[{self.jvar}]")
             return name
-        name = compute()
+        name = yield from self._value_pw(v, ix, key)
         self.inner_scope.add(f"{view}[{self.jvar}] = {name}")
         self.cache_pending.add(v)
         return name
+
+
+def _drive(gen):
+    """Run a value generator of KernelEmitter (`_value`) to its result: each generator it
+    yields is run first (on this explicit stack, not Python's) and its result sent back."""
+    stack, sent = [gen], None
+    while True:
+        try:
+            sub = stack[-1].send(sent)
+        except StopIteration as done:
+            stack.pop()
+            if not stack:
+                return done.value
+            sent = done.value
+            continue
+        stack.append(sub)
+        sent = None
 
 
 @functools.lru_cache(maxsize=4096)

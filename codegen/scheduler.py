@@ -260,15 +260,18 @@ class Scheduler:
                 self.kind[n] = "ref"
         self.sched = Schedule(graph)
 
-    def _through_offset_view(self, v, seen=None):
-        seen = set() if seen is None else seen
-        n = self.prod.get(v)
-        if n is None or n in seen or self.kind.get(n) not in ("pw", "view", "pwcopy", "pad"):
-            return False
-        seen.add(n)
-        if n.prim.name in ("slice", "rev", "pad"):
-            return True
-        return any(self._through_offset_view(u, seen) for u in n.inputs)
+    def _through_offset_view(self, v):
+        """Is v computed (inside a kernel) through a slice, rev or pad?"""
+        stack, seen = [v], set()
+        while stack:
+            n = self.prod.get(stack.pop())
+            if n is None or n in seen or self.kind.get(n) not in ("pw", "view", "pwcopy", "pad"):
+                continue
+            seen.add(n)
+            if n.prim.name in ("slice", "rev", "pad"):
+                return True
+            stack.extend(n.inputs)
+        return False
 
     # -- which values must exist in memory -------------------------------------------------
     def _materialised(self):
@@ -351,7 +354,7 @@ class Scheduler:
             sch = self._run_once()
             if round_ == _CUT_ROUNDS - 1:
                 break
-            cuts = recompute_cuts(self, sch) - self.forced
+            cuts = (recompute_cuts(self, sch) | size_cuts(self, sch)) - self.forced
             if not cuts:
                 break
             self.forced |= cuts
@@ -455,44 +458,44 @@ class Scheduler:
 
     # -- expression walk --------------------------------------------------------------------
     def walk(self, kernel, var, idx, visit, stop, seen=None):
-        """Walk var's definition at index idx; visit(kind, var, idx) for nodes & leaves.
-        `seen`: (var, idx) pairs already walked (shared by walks of one kernel's roots)."""
+        """Walk var's definition at index idx; visit(kind, var, idx) for nodes & leaves, in
+        depth-first pre-order (operands in order). `seen`: (var, idx) pairs already walked
+        (shared by walks of one kernel's roots). An explicit stack: an expression may be as
+        deep as the program (an unrolled loop's state)."""
         seen = set() if seen is None else seen
-
-        def rec(v, ix):
+        stack = [(var, idx)]
+        while stack:
+            v, ix = stack.pop()
             key = (v, ix)
             if key in seen:
-                return
+                continue
             seen.add(key)
             if stop(v):
                 visit("leaf", v, ix)
-                return
+                continue
             n = self.prod.get(v)
             if n is None:
                 visit("leaf", v, ix)
-                return
+                continue
             visit("node", v, ix)
-            k = self.kind[n]
-            if k == "view":
-                rec(n.inputs[0], view_index(n, ix))
-            elif k == "pad":
-                inner = pad_index(n, ix)
-                if inner is not None:
-                    rec(n.inputs[0], inner[0])
-            elif k == "pwcopy":
-                rec(n.inputs[0], ix)
-            elif k in ("rowgather", "rowscatter"):
-                rix = gather_row_index(n, ix)
-                rec(n.inputs[1], rix)
-                if k == "rowgather":
-                    rec(n.inputs[0], gather_index(n, ix))
-                else:
-                    rec(n.inputs[0], ix)
-                    rec(n.inputs[2], rix)
-            else:
-                for u in n.inputs:
-                    rec(u, ix)
-        rec(var, idx)
+            stack.extend(reversed(self.operand_indices(n, ix)))
+
+    def operand_indices(self, n, ix):
+        """(operand, index) pairs that node n's value at index ix reads, in order."""
+        k = self.kind[n]
+        if k == "view":
+            return [(n.inputs[0], view_index(n, ix))]
+        if k == "pad":
+            inner = pad_index(n, ix)
+            return [] if inner is None else [(n.inputs[0], inner[0])]
+        if k == "pwcopy":
+            return [(n.inputs[0], ix)]
+        if k in ("rowgather", "rowscatter"):
+            rix = gather_row_index(n, ix)
+            if k == "rowgather":
+                return [(n.inputs[1], rix), (n.inputs[0], gather_index(n, ix))]
+            return [(n.inputs[1], rix), (n.inputs[0], ix), (n.inputs[2], rix)]
+        return [(u, ix) for u in n.inputs]
 
     def out_index(self, kt, v):
         """Index at which kernel kt writes its output v (full-domain or per-row)."""
@@ -628,6 +631,8 @@ class Scheduler:
         if len(a.nodes) + len(b.nodes) > MAX_KERNEL_NODES and \
                 len(set(a.nodes).union(b.nodes)) > MAX_KERNEL_NODES:
             return False, f"the kernel would exceed {MAX_KERNEL_NODES} nodes"
+        if len(set(a.inputs).union(b.inputs)) > MAX_KERNEL_INPUTS:
+            return False, f"the kernel would read more than {MAX_KERNEL_INPUTS} arrays"
         if self._reaches_indirectly(dep, b, a) or self._reaches_indirectly(dep, a, b):
             return False, "a step between them depends on one and feeds the other"
         # b's references to a's values must be at the matching index
@@ -874,6 +879,45 @@ def recompute_cuts(scheduler, sch):
             cuts.add(v)
             c = 0
         cost[v] = c
+    return cuts
+
+
+# a kernel that would read more arrays than this is not made by merging: Numba's compile
+# time grows fast with a function's arguments (a kernel of 100 array arguments took seconds)
+MAX_KERNEL_INPUTS = 32
+# a kernel over more nodes or inputs than those limits (one materialised value whose
+# expression is as long as the program: an unrolled loop's gradient accumulated over every
+# step) is split into kernels of at most about this many nodes and reads; the pieces of a
+# regular chain are alike, so they share one compiled function
+SPLIT_SIZE = 32
+
+
+def oversized(kt):
+    return len(kt.nodes) > MAX_KERNEL_NODES or len(kt.inputs) > MAX_KERNEL_INPUTS
+
+
+def size_cuts(scheduler, sch):
+    """Virtual values to materialise so that no kernel of `sch` is oversized: in graph
+    order, a value of an oversized kernel whose expression (its nodes and reads down to
+    stored values and the cuts already chosen; shared operands counted each time) reaches
+    SPLIT_SIZE is stored."""
+    big = set()
+    for kt in sch.steps:
+        if isinstance(kt, Kernel) and oversized(kt):
+            big.update(kt.node_index)
+    if not big:
+        return set()
+    size, cuts = {}, set()
+    for n in scheduler.g.nodes:
+        if len(n.outputs) != 1 or n.outputs[0] not in big or \
+                n.outputs[0] in sch.materialised:
+            continue
+        v = n.outputs[0]
+        s = min(1 + sum(size.get(u, 1) for u in n.inputs), 1 << 30)
+        if s >= SPLIT_SIZE:
+            cuts.add(v)
+            s = 0
+        size[v] = s
     return cuts
 
 
