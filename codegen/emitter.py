@@ -179,10 +179,10 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
 
     def _is_leaf(self, u):
         kt = self.kt
-        if u in {r.outputs[0] for r in kt.reds}:
+        if any(u is r.outputs[0] for r in kt.reds):
             return True
         o = self.S.owner.get(u)
-        return u in self.S.g.inputs or (o is not None and o is not kt)
+        return u in self.S.graph_inputs or (o is not None and o is not kt)
 
     # -- expression emission ------------------------------------------------------------------
     def level(self, cix):

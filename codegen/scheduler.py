@@ -229,6 +229,13 @@ class Kernel(Step):
                 f"({', '.join(ops)}) -> {', '.join(v.name for v in self.outputs)}")
 
 
+def _produced(st):
+    """The values step st produces: its outputs and (a kernel's) reduction results."""
+    if isinstance(st, Kernel):
+        return list(st.outputs) + [r.outputs[0] for r in st.reds]
+    return list(st.outputs)
+
+
 def col_reds(kt):
     """Reductions over leading dims in kernel kt (all of them for a `cols` kernel)."""
     if not isinstance(kt, Kernel):
@@ -252,6 +259,7 @@ class Scheduler:
     def __init__(self, graph):
         self.g = graph
         self.prod = graph.producers()
+        self.graph_inputs = frozenset(graph.inputs)
         self.position = {n: i for i, n in enumerate(graph.nodes)}
         self.users = graph.users()
         self.kind = {n: node_kind(n) for n in graph.nodes}
@@ -333,7 +341,7 @@ class Scheduler:
             if self.kind[n] != "dot":
                 continue
             for v in n.inputs:
-                if v in out or v in outs or v in self.g.inputs:
+                if v in out or v in outs or v in self.graph_inputs:
                     continue
                 readers = [u for u in self.users.get(v, ()) if self.kind[u] not in
                            ("pw", "view", "pwcopy", "pad", "rowred", "colred", "rowgather",
@@ -350,14 +358,23 @@ class Scheduler:
         times (recompute_cuts) is redone with those values materialised; each round only
         cuts values the previous one recomputed, so a few rounds reach a fixed point."""
         self.forced = set()
+        self.split = set()      # the values stored to split an oversized kernel
         for round_ in range(_CUT_ROUNDS):
             sch = self._run_once()
             if round_ == _CUT_ROUNDS - 1:
                 break
-            cuts = (recompute_cuts(self, sch) | size_cuts(self, sch)) - self.forced
+            cuts = recompute_cuts(self, sch) - self.forced
             if not cuts:
                 break
             self.forced |= cuts
+        # then a kernel still oversized (a chain as long as the program) is split
+        for _ in range(_CUT_ROUNDS):
+            cuts = size_cuts(self, sch) - self.forced
+            if not cuts:
+                break
+            self.forced |= cuts
+            self.split |= cuts
+            sch = self._run_once()
         return sch
 
     def _run_once(self):
@@ -540,7 +557,7 @@ class Scheduler:
             if v in red_outs:
                 return True
             o = self.owner.get(v)
-            return v in self.g.inputs or (o is not None and o is not kt)
+            return v in self.graph_inputs or (o is not None and o is not kt)
 
         node_index = {}     # value computed here -> the indices it is computed at
 
@@ -574,14 +591,9 @@ class Scheduler:
 
     # -- merging -----------------------------------------------------------------------------
     def _deps(self, steps):
+        """Step -> the steps whose values it reads."""
         dep = {s: set() for s in steps}
-        own = {}
-        for s in steps:
-            for v in s.outputs:
-                own[v] = s
-            if isinstance(s, Kernel):
-                for r in s.reds:
-                    own[r.outputs[0]] = s
+        own = {v: s for s in steps for v in _produced(s)}
         for s in steps:
             for v in s.inputs:
                 if v in own and own[v] is not s:
@@ -633,6 +645,8 @@ class Scheduler:
             return False, f"the kernel would exceed {MAX_KERNEL_NODES} nodes"
         if len(set(a.inputs).union(b.inputs)) > MAX_KERNEL_INPUTS:
             return False, f"the kernel would read more than {MAX_KERNEL_INPUTS} arrays"
+        if self.split and any(v in self.split for v in b.inputs if self.owner.get(v) is a):
+            return False, "the pieces of a split kernel stay apart"
         if self._reaches_indirectly(dep, b, a) or self._reaches_indirectly(dep, a, b):
             return False, "a step between them depends on one and feeds the other"
         # b's references to a's values must be at the matching index
@@ -704,6 +718,11 @@ class Scheduler:
         # until one of the two kernels absorbs another (paths between steps only grow)
         refused, recorded = set(), set(self.sched.refused)
         dep = self._deps(steps)
+        users = {s: set() for s in steps}
+        for s, ds in dep.items():
+            for t in ds:
+                users[t].add(s)
+        step_of = {v: s for s in steps for v in _produced(s)}
         changed = True
         while changed:
             changed = False
@@ -732,26 +751,31 @@ class Scheduler:
                 if i_b > i_a:
                     steps.remove(a)
                     steps.insert(i_b - 1, a)
-                self._merged_deps(dep, a, b)
+                self._merged_deps(dep, users, step_of, a, b)
                 changed = True
         return self._toposort(steps)
 
-    def _merged_deps(self, dep, a, b):
-        """Update the step dependencies `dep` after kernel a absorbed kernel b."""
-        del dep[b]
-        own = {}
-        for s in dep:
-            if b in dep[s]:
-                dep[s].discard(b)
-                if s is not a:
-                    dep[s].add(a)
-        for s in dep:
-            for v in s.outputs:
-                own[v] = s
-            if isinstance(s, Kernel):
-                for r in s.reds:
-                    own[r.outputs[0]] = s
-        dep[a] = {own[v] for v in a.inputs if v in own and own[v] is not a}
+    def _merged_deps(self, dep, users, step_of, a, b):
+        """Update the step dependencies `dep`, their reverse `users` and `step_of` (value ->
+        the step producing it) after kernel a absorbed kernel b: only the steps next to a
+        or b change."""
+        for v in _produced(b):
+            step_of[v] = a
+        for t in dep.pop(b):
+            users[t].discard(b)
+        for s in users.pop(b):
+            dep[s].discard(b)
+            if s is not a:
+                dep[s].add(a)
+                users[a].add(s)
+        for t in dep[a]:
+            users[t].discard(a)
+        dep[a] = set()
+        for v in a.inputs:
+            t = step_of.get(v)
+            if t is not None and t is not a:
+                dep[a].add(t)
+                users[t].add(a)
 
     def _toposort(self, steps):
         """Stable topological order of steps (merging can move a producer after a reader):
@@ -792,8 +816,8 @@ class Scheduler:
         a.reds += [r for r in b.reds if r not in a.reds]
         a.outputs += [v for v in b.outputs if v not in a.outputs]
         a.merged_from += b.merged_from
-        for v in list(self.owner):
-            if self.owner[v] is b:
+        for v in b.outputs:        # every value b owned is one of its outputs
+            if self.owner.get(v) is b:
                 self.owner[v] = a
         self._analyse(a)
 
@@ -884,7 +908,7 @@ def recompute_cuts(scheduler, sch):
 
 # a kernel that would read more arrays than this is not made by merging: Numba's compile
 # time grows fast with a function's arguments (a kernel of 100 array arguments took seconds)
-MAX_KERNEL_INPUTS = 32
+MAX_KERNEL_INPUTS = 64
 # a kernel over more nodes or inputs than those limits (one materialised value whose
 # expression is as long as the program: an unrolled loop's gradient accumulated over every
 # step) is split into kernels of at most about this many nodes and reads; the pieces of a
