@@ -16,6 +16,7 @@ import math
 import numpy as np
 
 from aotgrad.codegen import approx
+from aotgrad.codegen.inline import inline_helpers
 from aotgrad.codegen.emit_base import (  # noqa: F401
     BLOCK, COL_CHUNK, PAR_MIN, ROW_BLOCK, ArgSpec, KernelSpec, _EXPENSIVE, _LITERALS, _NP, _Scope,
     const_expr, np_name)
@@ -647,10 +648,10 @@ def _drive(gen):
 
 @functools.lru_cache(maxsize=4096)
 def _inlined(body):
-    """approx.inline_helpers of a kernel body (a tuple of lines), remembered: the steps of
+    """inline_helpers of a kernel body (a tuple of lines), remembered: the steps of
     an unrolled loop emit the same body many times, and pasting the approximations is the
     slowest part of emitting one."""
-    return tuple(approx.inline_helpers(list(body)))
+    return tuple(inline_helpers(list(body)))
 
 
 def emit_kernel(scheduler, kt, helpers):
