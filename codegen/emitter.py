@@ -22,8 +22,8 @@ from aotgrad.codegen.emit_base import (  # noqa: F401
     const_expr, np_name)
 from aotgrad.codegen.emit_loops import LoopNestEmitter
 from aotgrad.codegen.emit_reductions import ReductionEmitter
-from aotgrad.codegen.scheduler import (Kernel, gather_index, gather_row_index, identity,
-                                       pad_index, view_index)
+from aotgrad.codegen.index import (Const, Dim, Gathered, gather_index, gather_row_index,
+                                   identity, pad_index, view_index)
 from aotgrad.codegen.templates import TEMPLATES, peephole
 from aotgrad.ir import dtypes as dt
 
@@ -109,12 +109,12 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
             elif self.S.prod[v].prim.name == "iota" or self.S.kind[self.S.prod[v]] == \
                     "rowscatter":
                 for t in ix:
-                    if t[0] == "d":
-                        blocked.add(t[1])
+                    if isinstance(t, Dim):
+                        blocked.add(t.dim)
             elif self.S.kind[self.S.prod[v]] == "pad":   # its checks read these loop vars
                 inner = pad_index(self.S.prod[v], ix)
                 for t, _ in inner[1] if inner is not None else ():
-                    blocked.add(t[1])
+                    blocked.add(t.dim)
         for v, ix in self.S._roots(kt):
             if v in red_outs:
                 continue
@@ -126,7 +126,7 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
             if r in kt.col_reds:
                 continue
             refs.append((("red", r.outputs[0]), list(rowsh), list(identity(len(rowsh)))))
-        if any(t[0] == "g" for _, _, ix in refs for t in ix):
+        if any(isinstance(t, Gathered) for _, _, ix in refs for t in ix):
             blocked.update(range(len(D)))     # a gathered index: keep dims as they are
         groups = [[p] for p in range(len(D))]
         cur = list(D)
@@ -140,24 +140,24 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
                     continue
                 ok = True
                 for _, shape, ix in refs:
-                    qa = [q for q, t in enumerate(ix) if t[0] == "d" and t[1] == P]
-                    qb = [q for q, t in enumerate(ix) if t[0] == "d" and t[1] == P + 1]
+                    qa = [q for q, t in enumerate(ix) if isinstance(t, Dim) and t.dim == P]
+                    qb = [q for q, t in enumerate(ix) if isinstance(t, Dim) and t.dim == P + 1]
                     if not qa and not qb:
                         continue
                     if len(qa) != 1 or len(qb) != 1 or qb[0] != qa[0] + 1 or \
-                            ix[qa[0]][2:] != (1, 0) or ix[qb[0]][2:] != (1, 0) or \
+                            not ix[qa[0]].plain or not ix[qb[0]].plain or \
                             shape[qb[0]] != cur[P + 1] or shape[qa[0]] != cur[P]:
                         ok = False
                         break
                 if not ok:
                     continue
                 for i, (key, shape, ix) in enumerate(refs):
-                    qa = [q for q, t in enumerate(ix) if t[0] == "d" and t[1] == P]
+                    qa = [q for q, t in enumerate(ix) if isinstance(t, Dim) and t.dim == P]
                     if qa:
                         q = qa[0]
                         shape = shape[:q] + [shape[q] * shape[q + 1]] + shape[q + 2:]
-                        ix = ix[:q] + [("d", P, 1, 0)] + ix[q + 2:]
-                    ix = [("d", t[1] - 1) + t[2:] if t[0] == "d" and t[1] > P + 1 else t
+                        ix = ix[:q] + [Dim(P)] + ix[q + 2:]
+                    ix = [t.on(t.dim - 1) if isinstance(t, Dim) and t.dim > P + 1 else t
                           for t in ix]
                     refs[i] = (key, shape, ix)
                 groups[P] = groups[P] + groups[P + 1]
@@ -186,12 +186,16 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         return u in self.S.graph_inputs or (o is not None and o is not kt)
 
     # -- expression emission ------------------------------------------------------------------
+    def collapsed(self, ix):
+        """Index ix over the collapsed domain (each Dim term on its merged dim)."""
+        return [t.on(self.dimmap[t.dim]) if isinstance(t, Dim) else t for t in ix]
+
     def level(self, cix):
         lv = 0
         for t in cix:
-            if t[0] == "d":
-                lv = max(lv, 2 if t[1] in self.inner else 1)
-            elif t[0] == "g":
+            if isinstance(t, Dim):
+                lv = max(lv, 2 if t.dim in self.inner else 1)
+            elif isinstance(t, Gathered):
                 lv = max(lv, 1)
         return lv
 
@@ -208,15 +212,15 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         return self.argnames[key]
 
     def term(self, t, site=None):
-        if t[0] == "c":
-            return str(t[1]) if t[1] == 0 else self.index_arg(t[1], site and site + (t,))
-        if t[0] == "g":
+        if isinstance(t, Const):
+            return str(t.value) if t.value == 0 else \
+                self.index_arg(t.value, site and site + (t,))
+        if isinstance(t, Gathered):
             return self.gather_idx(t)
-        P, s, o = t[1:4]
-        base = self.loopvar[P]
+        base, s, o = self.loopvar[t.dim], t.scale, t.offset
         e = base if s == 1 else f"{s} * {base}"
         e = e if o == 0 else f"({e} + {self.index_arg(o, site and site + (t,))})"
-        return e if len(t) == 4 else f"_imin(_imax({e}, {t[4]}), {t[5]})"
+        return e if t.clamp is None else f"_imin(_imax({e}, {t.clamp[0]}), {t.clamp[1]})"
 
     def scope_for(self, lv):
         if lv == 2:
@@ -232,8 +236,8 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
             return f"{name}[0]"
         lv = self.level(cix)
         last = cix[-1]
-        if lv == 2 and last[0] == "d" and last[1] == self.innermost and last[2:] == (1, 0) and \
-                not any(t[0] == "d" and t[1] == self.innermost for t in cix[:-1]):
+        if lv == 2 and isinstance(last, Dim) and last.dim == self.innermost and last.plain and \
+                not any(isinstance(t, Dim) and t.dim == self.innermost for t in cix[:-1]):
             key = ("view", name, tuple(cix[:-1]))
             vs = self.view_scope
             if key not in vs.memo:
@@ -271,7 +275,7 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
                                            lambda: self.access("in", v, shape, cix))
         if getattr(self, "pass_active", False) and v in self.cache_buf and \
                 ix == identity(len(kt.domain)) and \
-                self.level([("d", self.dimmap[t[1]]) + t[2:] for t in ix]) == 2:
+                self.level([t.on(self.dimmap[t.dim]) for t in ix]) == 2:
             memo = self.inner_scope.memo
             if key not in memo:
                 memo[key] = yield from self._cached_value(v, ix, key)
@@ -290,8 +294,7 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         if k == "rowgather":
             return (yield self._value(n.inputs[0], gather_index(n, ix)))
         # pointwise: its level is that of its index
-        cix = [("d", self.dimmap[t[1]]) + t[2:] if t[0] == "d" else t for t in ix] \
-            if all(t[0] == "c" or t[1] in self.dimmap for t in ix) else ix
+        cix = self.collapsed(ix) if not any(isinstance(t, Gathered) for t in ix) else ix
         lv = max([self.level(cix)] + [0])
         sc = self.scope_for(lv)
         if key in sc.memo:
@@ -300,7 +303,7 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
             return self.scope_for(1).memo[key]
         if n.prim.name == "iota":
             t = ix[n.params["dim"]]
-            t = ("c", t[1]) if t[0] == "c" else ("d", self.dimmap[t[1]], t[2], t[3])
+            t = t if isinstance(t, Const) else Dim(self.dimmap[t.dim], t.scale, t.offset)
             expr = f"{np_name(n.params['dtype'])}({self.term(t)})"
             args = []
         elif k == "rowscatter":   # x[r, j] + (src[r] if j == idx[r] else 0)
@@ -351,11 +354,11 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         xv = yield self._value(n.inputs[0], iix)
         if not conds:
             return xv
-        cterms = [(("d", self.dimmap[t[1]]) + t[2:], m) for t, m in conds]
+        cterms = [(t.on(self.dimmap[t.dim]), m) for t, m in conds]
         csc = self.scope_for(self.level([t for t, _ in cterms]))
         ok = csc.bind(("padok", tuple(cterms)), lambda: self.fresh("ok"),
                       lambda: " and ".join(f"(0 <= {self.term(t)} < {m})" for t, m in cterms))
-        cix = [("d", self.dimmap[t[1]]) + t[2:] if t[0] == "d" else t for t in ix]
+        cix = self.collapsed(ix)
         return self.scope_for(self.level(cix)).bind(key, self.fresh,
                                                     lambda: f"{xv} if {ok} else {fill}")
 
@@ -363,8 +366,8 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         """Name of a checked per-row gather/scatter index (negative values wrap, like numpy);
         an out-of-range index sets the kernel's error flag (checked by the executor) and
         reads element 0 instead."""
-        _, var, ix2, size = t
-        cix2 = [("d", self.dimmap[u[1]]) + u[2:] if u[0] == "d" else u for u in ix2]
+        var, ix2, size = t.var, t.index, t.size
+        cix2 = self.collapsed(ix2)
         sc = self.scope_for(self.level(cix2))
         key = ("gidx", var, ix2)
         if key in sc.memo:

@@ -20,11 +20,12 @@ Vocabulary
 Every refused fusion is recorded (`Schedule.refused`) with its reason.
 """
 import heapq
-import math
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.prims import unit_reshape_map
 from aotgrad.codegen.emit_base import _EXPENSIVE
+from aotgrad.codegen.index import (Dim, gather_index, gather_row_index, identity, pad_index,
+                                   row_index, view_index)
 
 VIEW_PRIMS = ("broadcast_in_dim", "transpose", "slice", "rev", "reshape")
 RED_PRIMS = ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "argmax", "argmin")
@@ -74,119 +75,6 @@ def last_dim_row_index(n):
 
 def red_dims(n):
     return (n.params["dim"],) if n.prim.name in ("argmax", "argmin") else tuple(n.params["dims"])
-
-
-# --- index maps: a value's index is a tuple of terms, one per dim of the value -------------
-# term = ("c", const) | ("d", domain_dim, scale, offset)
-#      | ("g", index_var, index_idx, size): the value of integer index_var at index_idx (a
-#        per-row gather/scatter index, bounds-checked against size)
-
-def view_index(node, idx):
-    """Index into node.inputs[0] given the index `idx` into node's output."""
-    name, p, x = node.prim.name, node.params, node.inputs[0]
-    if name == "broadcast_in_dim":
-        out = []
-        for i, d in enumerate(p["dims"]):
-            out.append(("c", 0) if x.shape[i] == 1 and p["shape"][d] != 1 else idx[d])
-        return tuple(out)
-    if name == "transpose":
-        out = [None] * x.ndim
-        for j, pj in enumerate(p["perm"]):
-            out[pj] = idx[j]
-        return tuple(out)
-    if name == "slice":
-        st = p.get("strides") or (1,) * x.ndim
-        return tuple(shifted(t, s, s0) for t, s0, s in zip(idx, p["start"], st))
-    if name == "rev":
-        out = list(idx)
-        for d in p["dims"]:
-            out[d] = shifted(idx[d], -1, x.shape[d] - 1)
-        return tuple(out)
-    if name == "reshape":
-        m = unit_reshape_map(x.shape, p["shape"])
-        out = [("c", 0)] * x.ndim
-        for di, si in enumerate(m):
-            if si is not None:
-                out[si] = idx[di]
-        return tuple(out)
-    raise AssertionError(name)
-
-
-def clamped(t, lo, hi):
-    """Term t clamped to [lo, hi] (a padded input is read at a valid index; the value there
-    is discarded where the pad fills). A "d" term may carry clamp bounds as two more fields."""
-    if t[0] == "c":
-        return ("c", min(max(t[1], lo), hi))
-    if len(t) > 4:
-        lo, hi = max(lo, t[4]), min(hi, t[5])
-    return ("d", t[1], t[2], t[3], lo, hi)
-
-
-def shifted(t, a, b):
-    """Term for a * t + b (a != 0), clamp bounds mapped along."""
-    if t[0] == "c":
-        return ("c", a * t[1] + b)
-    if t[0] != "d":
-        raise AssertionError(t)
-    out = ("d", t[1], a * t[2], a * t[3] + b)
-    if len(t) > 4:
-        lo, hi = a * t[4] + b, a * t[5] + b
-        out += (min(lo, hi), max(lo, hi))
-    return out
-
-
-def pad_index(node, idx):
-    """Index into a pad's input for the output index `idx`, and the padded dims' checks:
-    (input index, [(term, n)] meaning `0 <= term < n` must hold for the input value to be
-    used). None when a constant index lies in the padding (the value is the fill)."""
-    x, out, conds = node.inputs[0], [], []
-    for t, (lo, hi, _), n in zip(idx, node.params["config"], x.shape):
-        if lo == 0 and hi == 0:
-            out.append(t)
-            continue
-        u = shifted(t, 1, -lo)
-        if u[0] == "c":
-            if not 0 <= u[1] < n:
-                return None
-            out.append(u)
-            continue
-        conds.append((u, n))
-        out.append(clamped(u, 0, n - 1))
-    return tuple(out), conds
-
-
-def gather_row_index(node, idx):
-    """Index of the (rows, 1) index/src operands of a row gather/scatter at `idx`."""
-    return tuple(idx[:-1]) + (("c", 0),)
-
-
-def gather_index(node, idx):
-    """Index into a row gather's input for the output index `idx`: the last dim is the
-    gathered index value."""
-    x = node.inputs[0]
-    return tuple(idx[:-1]) + (("g", node.inputs[1], gather_row_index(node, idx),
-                                x.shape[-1]),)
-
-
-def identity(nd, start=0):
-    return tuple(("d", start + i, 1, 0) for i in range(nd))
-
-
-def squeezed(shape):
-    return tuple(n for n in shape if n != 1)
-
-
-def row_index(rowshape, shape):
-    """Index of a per-row value of `shape` in a kernel whose rows have `rowshape`: the
-    identity, or (when the two differ only by unit dims, e.g. a keepdim mean (R, 1) of rows
-    (R,)) each dim mapped to its row dim, unit dims to 0. None when they do not match."""
-    shape, rowshape = tuple(shape), tuple(rowshape)
-    if shape == rowshape:
-        return identity(len(shape))
-    m = unit_reshape_map(rowshape, shape)
-    if m is None:
-        return None
-    return tuple(("c", 0) if si is None else ("d", si, 1, 0) for si in m)
 
 
 class Step:
@@ -848,7 +736,7 @@ _VIRTUAL_WEIGHT = {"view": 0, "pwcopy": 0, "pad": 1, "rowscatter": 2}
 def _clamped_index(ix):
     """Does index ix read through a pad (a clamped term: positions whose value is
     evaluated and then discarded for the fill)?"""
-    return any(t[0] == "d" and len(t) > 4 for t in ix)
+    return any(isinstance(t, Dim) and t.clamp is not None for t in ix)
 
 
 def evaluations(scheduler, steps):
@@ -948,11 +836,3 @@ def size_cuts(scheduler, sch):
 def schedule(graph):
     """Group graph nodes into steps; returns a Schedule."""
     return Scheduler(graph).run()
-
-
-def is_float(d):
-    return d in (dt.float32, dt.float64)
-
-
-def prod(xs):
-    return math.prod(xs)
