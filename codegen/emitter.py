@@ -24,6 +24,7 @@ from aotgrad.codegen.emit_loops import LoopNestEmitter
 from aotgrad.codegen.emit_reductions import ReductionEmitter
 from aotgrad.codegen.index import (Const, Dim, Gathered, gather_index, gather_row_index,
                                    identity, pad_index, view_index)
+from aotgrad.codegen.scheduler import KernelType, NodeKind
 from aotgrad.codegen.templates import TEMPLATES, peephole
 from aotgrad.ir import dtypes as dt
 
@@ -85,12 +86,13 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
 
     # -- dim collapsing -----------------------------------------------------------------------
     def collapse(self):
+        """Collapse the kernel's domain (`collapse_dims` over every access of the kernel)."""
         kt = self.kt
         D = list(kt.domain) or [1]
         nd = len(kt.domain)
-        if kt.ktype == "rows":
+        if kt.ktype == KernelType.ROWS:
             part = [0 if p < nd - kt.k else 1 for p in range(nd)]
-        elif kt.ktype == "cols":
+        elif kt.ktype == KernelType.COLS:
             part = [0 if p < kt.k else 1 for p in range(nd)]
         else:
             part = [0] * nd
@@ -100,22 +102,21 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         refs = []   # (key, shape, idx)
         red_outs = {r.outputs[0] for r in kt.reds}
         rowsh = kt.rowshape
-        self.iota_refs = []
 
         def visit(kind, v, ix):
             if kind == "leaf":
                 shape = rowsh if v in red_outs else v.shape
                 refs.append(((v, ix), list(shape), list(ix)))
             elif self.S.prod[v].prim.name == "iota" or self.S.kind[self.S.prod[v]] == \
-                    "rowscatter":
+                    NodeKind.ROW_SCATTER:
                 for t in ix:
                     if isinstance(t, Dim):
                         blocked.add(t.dim)
-            elif self.S.kind[self.S.prod[v]] == "pad":   # its checks read these loop vars
+            elif self.S.kind[self.S.prod[v]] == NodeKind.PAD:   # its checks read these loop vars
                 inner = pad_index(self.S.prod[v], ix)
                 for t, _ in inner[1] if inner is not None else ():
                     blocked.add(t.dim)
-        for v, ix in self.S._roots(kt):
+        for v, ix in self.S.roots(kt):
             if v in red_outs:
                 continue
             self.S.walk(kt, v, ix, visit, self._stop_for(v))
@@ -128,48 +129,7 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
             refs.append((("red", r.outputs[0]), list(rowsh), list(identity(len(rowsh)))))
         if any(isinstance(t, Gathered) for _, _, ix in refs for t in ix):
             blocked.update(range(len(D)))     # a gathered index: keep dims as they are
-        groups = [[p] for p in range(len(D))]
-        cur = list(D)
-        changed = True
-        while changed:
-            changed = False
-            for P in range(len(cur) - 1):
-                if part[groups[P][0]] != part[groups[P + 1][0]]:
-                    continue
-                if any(p in blocked for p in groups[P] + groups[P + 1]):
-                    continue
-                ok = True
-                for _, shape, ix in refs:
-                    qa = [q for q, t in enumerate(ix) if isinstance(t, Dim) and t.dim == P]
-                    qb = [q for q, t in enumerate(ix) if isinstance(t, Dim) and t.dim == P + 1]
-                    if not qa and not qb:
-                        continue
-                    if len(qa) != 1 or len(qb) != 1 or qb[0] != qa[0] + 1 or \
-                            not ix[qa[0]].plain or not ix[qb[0]].plain or \
-                            shape[qb[0]] != cur[P + 1] or shape[qa[0]] != cur[P]:
-                        ok = False
-                        break
-                if not ok:
-                    continue
-                for i, (key, shape, ix) in enumerate(refs):
-                    qa = [q for q, t in enumerate(ix) if isinstance(t, Dim) and t.dim == P]
-                    if qa:
-                        q = qa[0]
-                        shape = shape[:q] + [shape[q] * shape[q + 1]] + shape[q + 2:]
-                        ix = ix[:q] + [Dim(P)] + ix[q + 2:]
-                    ix = [t.on(t.dim - 1) if isinstance(t, Dim) and t.dim > P + 1 else t
-                          for t in ix]
-                    refs[i] = (key, shape, ix)
-                groups[P] = groups[P] + groups[P + 1]
-                del groups[P + 1]
-                cur[P] = cur[P] * cur[P + 1]
-                del cur[P + 1]
-                changed = True
-                break
-        self.cdom = cur
-        self.cpart = [part[g[0]] for g in groups]
-        self.dimmap = {p: P for P, g in enumerate(groups) for p in g}
-        self.refmap = {key: (shape, ix) for key, shape, ix in refs}
+        self.cdom, self.cpart, self.dimmap, self.refmap = collapse_dims(D, part, refs, blocked)
 
     def _stop_for(self, root):
         """Leaf test for a walk from `root`: a value this kernel writes is expanded at its own
@@ -285,13 +245,13 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
     def _value_pw(self, v, ix, key):
         n = self.S.prod[v]
         k = self.S.kind[n]
-        if k == "view":
+        if k == NodeKind.VIEW:
             return (yield self._value(n.inputs[0], view_index(n, ix)))
-        if k == "pwcopy":
+        if k == NodeKind.COPY:
             return (yield self._value(n.inputs[0], ix))
-        if k == "pad":
+        if k == NodeKind.PAD:
             return (yield from self._value_pad(n, ix, key))
-        if k == "rowgather":
+        if k == NodeKind.ROW_GATHER:
             return (yield self._value(n.inputs[0], gather_index(n, ix)))
         # pointwise: its level is that of its index
         cix = self.collapsed(ix) if not any(isinstance(t, Gathered) for t in ix) else ix
@@ -306,7 +266,7 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
             t = t if isinstance(t, Const) else Dim(self.dimmap[t.dim], t.scale, t.offset)
             expr = f"{np_name(n.params['dtype'])}({self.term(t)})"
             args = []
-        elif k == "rowscatter":   # x[r, j] + (src[r] if j == idx[r] else 0)
+        elif k == NodeKind.ROW_SCATTER:   # x[r, j] + (src[r] if j == idx[r] else 0)
             rix = gather_row_index(n, ix)
             x = yield self._value(n.inputs[0], ix)
             src = yield self._value(n.inputs[2], rix)
@@ -395,13 +355,13 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
             self.args.append(ArgSpec("size", value=self.cdom[P]))
         self.loopvar = {}
         has_arg = any(r.prim.name in ("argmax", "argmin") for r in kt.reds)
-        if kt.ktype == "elementwise":
+        if kt.ktype == KernelType.ELEMENTWISE:
             outer = list(range(m - 1))
             inner = [m - 1]
         else:
             outer = [P for P in range(m) if self.cpart[P] == 0]
             inner = [P for P in range(m) if self.cpart[P] == 1]
-        if kt.ktype == "rows" and not inner:
+        if kt.ktype == KernelType.ROWS and not inner:
             inner = []
         self.outer, self.inner = outer, inner
         self.innermost = inner[-1] if inner else None
@@ -410,13 +370,13 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         self.row_scope = None
         self.red_vals = {}
         self.rowdep = set()        # names whose value is only known after a reduction
-        if kt.ktype == "elementwise" and m == 1 or \
-                kt.ktype == "rows" and not outer and len(inner) == 1 and not has_arg:
+        if kt.ktype == KernelType.ELEMENTWISE and m == 1 or \
+                kt.ktype == KernelType.ROWS and not outer and len(inner) == 1 and not has_arg:
             self.blocked(body)
-        elif kt.ktype == "rows" and not outer and len(inner) > 1 and not has_arg and \
+        elif kt.ktype == KernelType.ROWS and not outer and len(inner) > 1 and not has_arg and \
                 self.parallel:
             self.full_nest(body)
-        elif kt.ktype == "cols" and len(inner) == 1 and not self.rows_split(outer):
+        elif kt.ktype == KernelType.COLS and len(inner) == 1 and not self.rows_split(outer):
             self.cols_chunked(body)
         else:
             self.nest(body)
@@ -521,8 +481,8 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
     def write_row_outputs(self, scope):
         kt = self.kt
         cols = {r.outputs[0] for r in kt.col_reds}
-        for v in kt.row_outputs if kt.ktype != "elementwise" else []:
-            if kt.ktype == "cols" and v in {r.outputs[0] for r in kt.reds} or v in cols:
+        for v in kt.row_outputs if kt.ktype != KernelType.ELEMENTWISE else []:
+            if kt.ktype == KernelType.COLS and v in {r.outputs[0] for r in kt.reds} or v in cols:
                 continue
             shape, cix = self.refmap[("out", v)]
             e = self.val(v, self.S.out_index(kt, v))
@@ -538,7 +498,7 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         self.pass_active = False
         kt = self.kt
         active = [(r, f) for r, f in phases if r or f]
-        if kt.ktype != "rows" or len(self.inner) != 1 or len(active) < 2:
+        if kt.ktype != KernelType.ROWS or len(self.inner) != 1 or len(active) < 2:
             return
         nd = len(kt.domain)
         idn = identity(nd)
@@ -587,7 +547,7 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
             seen = set()
 
             def visit(kind, v, ix, seen=seen):
-                if kind == "node" and ix == idn and S.kind[S.prod[v]] == "pw":
+                if kind == "node" and ix == idn and S.kind[S.prod[v]] == NodeKind.POINTWISE:
                     seen.add(v)
             for root in [r.inputs[0] for r in reds] + list(fulls):
                 S.walk(kt, root, idn, visit, self._stop_for(root))
@@ -630,6 +590,59 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         self.inner_scope.add(f"{view}[{self.jvar}] = {name}")
         self.cache_pending.add(v)
         return name
+
+
+def collapse_dims(domain, part, refs, blocked):
+    """Merge adjacent dims of a kernel's loop domain that every access treats alike.
+
+    domain: the loop sizes; part: per dim, 0 for a row (outer) dim, 1 for a reduced one
+    (dims of different parts never merge); refs: every access, (key, shape, index) with
+    the accessed value's shape and its index terms over the domain; blocked: dims that
+    stay apart (an iota or a pad check reads their loop variable). Two dims P, P + 1 merge
+    when each access reads both as consecutive plain Dim terms over dims of the same sizes
+    (or reads neither). Returns (collapsed sizes, their parts, domain dim -> collapsed dim,
+    key -> (collapsed shape, collapsed index)). Pure: the arguments are not changed."""
+    refs = [(key, list(shape), list(ix)) for key, shape, ix in refs]
+    groups = [[p] for p in range(len(domain))]
+    cur = list(domain)
+    changed = True
+    while changed:
+        changed = False
+        for P in range(len(cur) - 1):
+            if part[groups[P][0]] != part[groups[P + 1][0]]:
+                continue
+            if any(p in blocked for p in groups[P] + groups[P + 1]):
+                continue
+            ok = True
+            for _, shape, ix in refs:
+                qa = [q for q, t in enumerate(ix) if isinstance(t, Dim) and t.dim == P]
+                qb = [q for q, t in enumerate(ix) if isinstance(t, Dim) and t.dim == P + 1]
+                if not qa and not qb:
+                    continue
+                if len(qa) != 1 or len(qb) != 1 or qb[0] != qa[0] + 1 or \
+                        not ix[qa[0]].plain or not ix[qb[0]].plain or \
+                        shape[qb[0]] != cur[P + 1] or shape[qa[0]] != cur[P]:
+                    ok = False
+                    break
+            if not ok:
+                continue
+            for i, (key, shape, ix) in enumerate(refs):
+                qa = [q for q, t in enumerate(ix) if isinstance(t, Dim) and t.dim == P]
+                if qa:
+                    q = qa[0]
+                    shape = shape[:q] + [shape[q] * shape[q + 1]] + shape[q + 2:]
+                    ix = ix[:q] + [Dim(P)] + ix[q + 2:]
+                ix = [t.on(t.dim - 1) if isinstance(t, Dim) and t.dim > P + 1 else t
+                      for t in ix]
+                refs[i] = (key, shape, ix)
+            groups[P] = groups[P] + groups[P + 1]
+            del groups[P + 1]
+            cur[P] = cur[P] * cur[P + 1]
+            del cur[P + 1]
+            changed = True
+            break
+    return (cur, [part[g[0]] for g in groups], {p: P for P, g in enumerate(groups) for p in g},
+            {key: (shape, ix) for key, shape, ix in refs})
 
 
 def _drive(gen):

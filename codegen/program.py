@@ -12,7 +12,7 @@ from aotgrad.codegen.compile_worker import numba_signature
 from aotgrad.ir.passes import cse
 from aotgrad.codegen.emitter import emit_kernel, module_source
 from aotgrad.codegen.executor import Plan
-from aotgrad.codegen.scheduler import Kernel, Scheduler
+from aotgrad.codegen.scheduler import Kernel, Scheduler, StepKind
 
 log = logging.getLogger(__name__)
 
@@ -209,9 +209,9 @@ class CompiledGraph:
             else:
                 n = st.nodes[0]
                 what = plan.gemm_how.get(n) or {
-                    "dot": "BLAS np.matmul", "ref": "reference (numpy impl)",
-                    "view": "view (reshape)",
-                    "check": "run-time check of values (numpy)"}[st.kind]
+                    StepKind.DOT: "BLAS np.matmul", StepKind.REFERENCE: "reference (numpy impl)",
+                    StepKind.VIEW: "view (reshape)",
+                    StepKind.CHECK: "run-time check of values (numpy)"}[st.kind]
                 lines.append(f"  [{i}] {what}: {n.prim.name} -> "
                              f"{', '.join(v.name for v in st.outputs)}")
         lines.append("refused fusions:")
