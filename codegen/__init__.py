@@ -8,7 +8,9 @@
 Modules, one job each:
   scheduler   groups nodes into fused kernels / BLAS / reference steps
   templates   per-prim emit templates for pointwise prims
-  approx      vectorisable float32 exp/log/tanh/logistic/erf (source text)
+  approx      vectorisable float32 exp/log/tanh/logistic/erf (source text) and the prelude
+  inline      pastes the approximations' statements into kernel bodies
+  text_cse    shares equal right-hand sides of emitted kernel text (value numbering)
   emitter     Numba source for kernels: values and index arithmetic (emit_base: shared
               records; emit_reductions, emit_loops: reductions and loop nests)
   executor    the flat step list over planned buffers

@@ -6,7 +6,8 @@ import numba
 import numpy as np
 
 from aotgrad.codegen.emit_base import BLOCK, COL_CHUNK, ROW_BLOCK, _Scope, const_expr, np_name  # noqa: F401
-from aotgrad.codegen.scheduler import identity  # noqa: F401
+from aotgrad.codegen.index import identity
+from aotgrad.codegen.scheduler import KernelType
 from aotgrad.ir import dtypes as dt  # noqa: F401
 
 
@@ -19,13 +20,13 @@ class LoopNestEmitter:
         self.red_vals_acc = {}
         outer = self.outer
         rows = " * ".join(f"n{P}" for P in outer) or "1"
-        if kt.ktype == "cols":
+        if kt.ktype == KernelType.COLS:
             if self.float_sums_in_parallel():
                 self.cols_blocked(body, rows)
                 return
             self.parallel = False
         cparts = {}
-        if kt.col_reds and kt.ktype == "rows":
+        if kt.col_reds and kt.ktype == KernelType.ROWS:
             # column sums riding along (2-d domain): rows run in blocks of ROW_BLOCK, each
             # block with a float64 partial per column, combined after the loop
             body.append(f"    nrb = ({rows} + {ROW_BLOCK - 1}) // {ROW_BLOCK}")
@@ -45,7 +46,7 @@ class LoopNestEmitter:
             rb = [f"    for r in {self.rng(rows)}:"]
             self.row_scope = _Scope(rb, "        ")
         self.decode(self.row_scope, outer)
-        if kt.ktype == "cols":
+        if kt.ktype == KernelType.COLS:
             self.cols_nest(body, rb)
             return
         phases = self.phases()

@@ -6,7 +6,7 @@ import math
 import numpy as np
 
 from aotgrad.codegen.emit_base import BLOCK, COL_CHUNK, ROW_BLOCK, _Scope, const_expr, np_name  # noqa: F401
-from aotgrad.codegen.scheduler import identity  # noqa: F401
+from aotgrad.codegen.index import identity
 from aotgrad.ir import dtypes as dt  # noqa: F401
 from aotgrad.ir.tags import Tag
 

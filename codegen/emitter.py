@@ -16,13 +16,15 @@ import math
 import numpy as np
 
 from aotgrad.codegen import approx
+from aotgrad.codegen.inline import inline_helpers
 from aotgrad.codegen.emit_base import (  # noqa: F401
     BLOCK, COL_CHUNK, PAR_MIN, ROW_BLOCK, ArgSpec, KernelSpec, _EXPENSIVE, _LITERALS, _NP, _Scope,
     const_expr, np_name)
 from aotgrad.codegen.emit_loops import LoopNestEmitter
 from aotgrad.codegen.emit_reductions import ReductionEmitter
-from aotgrad.codegen.scheduler import (Kernel, gather_index, gather_row_index, identity,
-                                       pad_index, view_index)
+from aotgrad.codegen.index import (Const, Dim, Gathered, gather_index, gather_row_index,
+                                   identity, pad_index, view_index)
+from aotgrad.codegen.scheduler import KernelType, NodeKind
 from aotgrad.codegen.templates import TEMPLATES, peephole
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.tags import Tag
@@ -52,12 +54,11 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         return const_expr(value, d)
 
     def const_of(self, var):
+        """The value of var when it is a `full` (possibly broadcast), else None."""
         n = self.S.prod.get(var)
-        if n is not None and n.prim.name == "full":
-            return n.params["value"]
-        if n is not None and n.prim.name == "broadcast_in_dim":
-            return self.const_of(n.inputs[0])
-        return None
+        while n is not None and n.prim.name == "broadcast_in_dim":
+            n = self.S.prod.get(n.inputs[0])
+        return n.params["value"] if n is not None and n.prim.name == "full" else None
 
     def inner_producer(self, var):
         """The node computing var inside this kernel (None when var is read from memory)."""
@@ -86,12 +87,13 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
 
     # -- dim collapsing -----------------------------------------------------------------------
     def collapse(self):
+        """Collapse the kernel's domain (`collapse_dims` over every access of the kernel)."""
         kt = self.kt
         D = list(kt.domain) or [1]
         nd = len(kt.domain)
-        if kt.ktype == "rows":
+        if kt.ktype == KernelType.ROWS:
             part = [0 if p < nd - kt.k else 1 for p in range(nd)]
-        elif kt.ktype == "cols":
+        elif kt.ktype == KernelType.COLS:
             part = [0 if p < kt.k else 1 for p in range(nd)]
         else:
             part = [0] * nd
@@ -101,22 +103,21 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         refs = []   # (key, shape, idx)
         red_outs = {r.outputs[0] for r in kt.reds}
         rowsh = kt.rowshape
-        self.iota_refs = []
 
         def visit(kind, v, ix):
             if kind == "leaf":
                 shape = rowsh if v in red_outs else v.shape
                 refs.append(((v, ix), list(shape), list(ix)))
             elif self.S.prod[v].prim.name == "iota" or self.S.kind[self.S.prod[v]] == \
-                    "rowscatter":
+                    NodeKind.ROW_SCATTER:
                 for t in ix:
-                    if t[0] == "d":
-                        blocked.add(t[1])
-            elif self.S.kind[self.S.prod[v]] == "pad":   # its checks read these loop vars
+                    if isinstance(t, Dim):
+                        blocked.add(t.dim)
+            elif self.S.kind[self.S.prod[v]] == NodeKind.PAD:   # its checks read these loop vars
                 inner = pad_index(self.S.prod[v], ix)
                 for t, _ in inner[1] if inner is not None else ():
-                    blocked.add(t[1])
-        for v, ix in self.S._roots(kt):
+                    blocked.add(t.dim)
+        for v, ix in self.S.roots(kt):
             if v in red_outs:
                 continue
             self.S.walk(kt, v, ix, visit, self._stop_for(v))
@@ -127,50 +128,9 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
             if r in kt.col_reds:
                 continue
             refs.append((("red", r.outputs[0]), list(rowsh), list(identity(len(rowsh)))))
-        if any(t[0] == "g" for _, _, ix in refs for t in ix):
+        if any(isinstance(t, Gathered) for _, _, ix in refs for t in ix):
             blocked.update(range(len(D)))     # a gathered index: keep dims as they are
-        groups = [[p] for p in range(len(D))]
-        cur = list(D)
-        changed = True
-        while changed:
-            changed = False
-            for P in range(len(cur) - 1):
-                if part[groups[P][0]] != part[groups[P + 1][0]]:
-                    continue
-                if any(p in blocked for p in groups[P] + groups[P + 1]):
-                    continue
-                ok = True
-                for _, shape, ix in refs:
-                    qa = [q for q, t in enumerate(ix) if t[0] == "d" and t[1] == P]
-                    qb = [q for q, t in enumerate(ix) if t[0] == "d" and t[1] == P + 1]
-                    if not qa and not qb:
-                        continue
-                    if len(qa) != 1 or len(qb) != 1 or qb[0] != qa[0] + 1 or \
-                            ix[qa[0]][2:] != (1, 0) or ix[qb[0]][2:] != (1, 0) or \
-                            shape[qb[0]] != cur[P + 1] or shape[qa[0]] != cur[P]:
-                        ok = False
-                        break
-                if not ok:
-                    continue
-                for i, (key, shape, ix) in enumerate(refs):
-                    qa = [q for q, t in enumerate(ix) if t[0] == "d" and t[1] == P]
-                    if qa:
-                        q = qa[0]
-                        shape = shape[:q] + [shape[q] * shape[q + 1]] + shape[q + 2:]
-                        ix = ix[:q] + [("d", P, 1, 0)] + ix[q + 2:]
-                    ix = [("d", t[1] - 1) + t[2:] if t[0] == "d" and t[1] > P + 1 else t
-                          for t in ix]
-                    refs[i] = (key, shape, ix)
-                groups[P] = groups[P] + groups[P + 1]
-                del groups[P + 1]
-                cur[P] = cur[P] * cur[P + 1]
-                del cur[P + 1]
-                changed = True
-                break
-        self.cdom = cur
-        self.cpart = [part[g[0]] for g in groups]
-        self.dimmap = {p: P for P, g in enumerate(groups) for p in g}
-        self.refmap = {key: (shape, ix) for key, shape, ix in refs}
+        self.cdom, self.cpart, self.dimmap, self.refmap = collapse_dims(D, part, refs, blocked)
 
     def _stop_for(self, root):
         """Leaf test for a walk from `root`: a value this kernel writes is expanded at its own
@@ -181,18 +141,22 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
 
     def _is_leaf(self, u):
         kt = self.kt
-        if u in {r.outputs[0] for r in kt.reds}:
+        if any(u is r.outputs[0] for r in kt.reds):
             return True
         o = self.S.owner.get(u)
-        return u in self.S.g.inputs or (o is not None and o is not kt)
+        return u in self.S.graph_inputs or (o is not None and o is not kt)
 
     # -- expression emission ------------------------------------------------------------------
+    def collapsed(self, ix):
+        """Index ix over the collapsed domain (each Dim term on its merged dim)."""
+        return [t.on(self.dimmap[t.dim]) if isinstance(t, Dim) else t for t in ix]
+
     def level(self, cix):
         lv = 0
         for t in cix:
-            if t[0] == "d":
-                lv = max(lv, 2 if t[1] in self.inner else 1)
-            elif t[0] == "g":
+            if isinstance(t, Dim):
+                lv = max(lv, 2 if t.dim in self.inner else 1)
+            elif isinstance(t, Gathered):
                 lv = max(lv, 1)
         return lv
 
@@ -209,15 +173,15 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         return self.argnames[key]
 
     def term(self, t, site=None):
-        if t[0] == "c":
-            return str(t[1]) if t[1] == 0 else self.index_arg(t[1], site and site + (t,))
-        if t[0] == "g":
+        if isinstance(t, Const):
+            return str(t.value) if t.value == 0 else \
+                self.index_arg(t.value, site and site + (t,))
+        if isinstance(t, Gathered):
             return self.gather_idx(t)
-        P, s, o = t[1:4]
-        base = self.loopvar[P]
+        base, s, o = self.loopvar[t.dim], t.scale, t.offset
         e = base if s == 1 else f"{s} * {base}"
         e = e if o == 0 else f"({e} + {self.index_arg(o, site and site + (t,))})"
-        return e if len(t) == 4 else f"_imin(_imax({e}, {t[4]}), {t[5]})"
+        return e if t.clamp is None else f"_imin(_imax({e}, {t.clamp[0]}), {t.clamp[1]})"
 
     def scope_for(self, lv):
         if lv == 2:
@@ -233,8 +197,8 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
             return f"{name}[0]"
         lv = self.level(cix)
         last = cix[-1]
-        if lv == 2 and last[0] == "d" and last[1] == self.innermost and last[2:] == (1, 0) and \
-                not any(t[0] == "d" and t[1] == self.innermost for t in cix[:-1]):
+        if lv == 2 and isinstance(last, Dim) and last.dim == self.innermost and last.plain and \
+                not any(isinstance(t, Dim) and t.dim == self.innermost for t in cix[:-1]):
             key = ("view", name, tuple(cix[:-1]))
             vs = self.view_scope
             if key not in vs.memo:
@@ -252,7 +216,14 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         return f"{name}[{', '.join(self.term(t, (name, i)) for i, t in enumerate(cix))}]"
 
     def val(self, v, ix):
-        """Variable name holding value v at (original-domain) index ix."""
+        """Variable name holding value v at (original-domain) index ix. The expression is
+        expanded from an explicit stack (`_drive`), not by recursion: it may be as deep as
+        the program (an unrolled loop's state)."""
+        return _drive(self._value(v, ix))
+
+    def _value(self, v, ix):
+        """The generator behind `val`: it yields a generator for each operand value it needs
+        (the driver sends back that value's name) and returns v's name."""
         kt = self.kt
         key = (v, ix)
         red_outs = {r.outputs[0]: r for r in kt.reds}
@@ -265,27 +236,26 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
                                            lambda: self.access("in", v, shape, cix))
         if getattr(self, "pass_active", False) and v in self.cache_buf and \
                 ix == identity(len(kt.domain)) and \
-                self.level([("d", self.dimmap[t[1]]) + t[2:] for t in ix]) == 2:
+                self.level([t.on(self.dimmap[t.dim]) for t in ix]) == 2:
             memo = self.inner_scope.memo
             if key not in memo:
-                memo[key] = self.cached_val(v, ix, lambda: self._val_pw(v, ix, key))
+                memo[key] = yield from self._cached_value(v, ix, key)
             return memo[key]
-        return self._val_pw(v, ix, key)
+        return (yield from self._value_pw(v, ix, key))
 
-    def _val_pw(self, v, ix, key):
+    def _value_pw(self, v, ix, key):
         n = self.S.prod[v]
         k = self.S.kind[n]
-        if k == "view":
-            return self.val(n.inputs[0], view_index(n, ix))
-        if k == "pwcopy":
-            return self.val(n.inputs[0], ix)
-        if k == "pad":
-            return self._val_pad(n, ix, key)
-        if k == "rowgather":
-            return self.val(n.inputs[0], gather_index(n, ix))
+        if k == NodeKind.VIEW:
+            return (yield self._value(n.inputs[0], view_index(n, ix)))
+        if k == NodeKind.COPY:
+            return (yield self._value(n.inputs[0], ix))
+        if k == NodeKind.PAD:
+            return (yield from self._value_pad(n, ix, key))
+        if k == NodeKind.ROW_GATHER:
+            return (yield self._value(n.inputs[0], gather_index(n, ix)))
         # pointwise: its level is that of its index
-        cix = [("d", self.dimmap[t[1]]) + t[2:] if t[0] == "d" else t for t in ix] \
-            if all(t[0] == "c" or t[1] in self.dimmap for t in ix) else ix
+        cix = self.collapsed(ix) if not any(isinstance(t, Gathered) for t in ix) else ix
         lv = max([self.level(cix)] + [0])
         sc = self.scope_for(lv)
         if key in sc.memo:
@@ -294,26 +264,29 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
             return self.scope_for(1).memo[key]
         if n.prim.name == "iota":
             t = ix[n.params["dim"]]
-            t = ("c", t[1]) if t[0] == "c" else ("d", self.dimmap[t[1]], t[2], t[3])
+            t = t if isinstance(t, Const) else Dim(self.dimmap[t.dim], t.scale, t.offset)
             expr = f"{np_name(n.params['dtype'])}({self.term(t)})"
             args = []
-        elif k == "rowscatter":   # x[r, j] + (src[r] if j == idx[r] else 0)
+        elif k == NodeKind.ROW_SCATTER:   # x[r, j] + (src[r] if j == idx[r] else 0)
             rix = gather_row_index(n, ix)
-            x, src = self.val(n.inputs[0], ix), self.val(n.inputs[2], rix)
+            x = yield self._value(n.inputs[0], ix)
+            src = yield self._value(n.inputs[2], rix)
             gi = self.term(gather_index(n, ix)[-1])
             jt = cix[-1]
             zero = const_expr(0, n.outputs[0].dtype)
             expr = f"({x} + ({src} if {self.term(jt)} == {gi} else {zero}))"
             args = [x, src, gi]
         else:
+            rewrite = peephole(self, n)
             args = []
-
-            def value_of(u):
-                args.append(self.val(u, ix))
-                return args[-1]
-            expr = peephole(self, n, value_of)
-            if expr is None:
-                args = [self.val(u, ix) for u in n.inputs]
+            if rewrite is not None:
+                helper, operand = rewrite
+                self.need(helper)
+                args.append((yield self._value(operand, ix)))
+                expr = f"{helper}({args[0]})"
+            else:
+                for u in n.inputs:
+                    args.append((yield self._value(u, ix)))
                 expr = TEMPLATES[n.prim.name](self, n, args)
         if n.prim.name == "full":
             sc.memo[key] = expr
@@ -330,7 +303,7 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
             self.rowdep.add(name)
         return name
 
-    def _val_pad(self, n, ix, key):
+    def _value_pad(self, n, ix, key):
         """pad (no interior): the input at the shifted, clamped index where every padded
         dim's index is in range, else the fill value. The range check is computed at the
         level of its loop vars (outside the inner loop when the padded dims are outer)."""
@@ -339,14 +312,14 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         if inner is None:
             return fill
         iix, conds = inner
-        xv = self.val(n.inputs[0], iix)
+        xv = yield self._value(n.inputs[0], iix)
         if not conds:
             return xv
-        cterms = [(("d", self.dimmap[t[1]]) + t[2:], m) for t, m in conds]
+        cterms = [(t.on(self.dimmap[t.dim]), m) for t, m in conds]
         csc = self.scope_for(self.level([t for t, _ in cterms]))
         ok = csc.bind(("padok", tuple(cterms)), lambda: self.fresh("ok"),
                       lambda: " and ".join(f"(0 <= {self.term(t)} < {m})" for t, m in cterms))
-        cix = [("d", self.dimmap[t[1]]) + t[2:] if t[0] == "d" else t for t in ix]
+        cix = self.collapsed(ix)
         return self.scope_for(self.level(cix)).bind(key, self.fresh,
                                                     lambda: f"{xv} if {ok} else {fill}")
 
@@ -354,8 +327,8 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         """Name of a checked per-row gather/scatter index (negative values wrap, like numpy);
         an out-of-range index sets the kernel's error flag (checked by the executor) and
         reads element 0 instead."""
-        _, var, ix2, size = t
-        cix2 = [("d", self.dimmap[u[1]]) + u[2:] if u[0] == "d" else u for u in ix2]
+        var, ix2, size = t.var, t.index, t.size
+        cix2 = self.collapsed(ix2)
         sc = self.scope_for(self.level(cix2))
         key = ("gidx", var, ix2)
         if key in sc.memo:
@@ -383,13 +356,13 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
             self.args.append(ArgSpec("size", value=self.cdom[P]))
         self.loopvar = {}
         has_arg = any(Tag.ARG_REDUCTION in r.prim.tags for r in kt.reds)
-        if kt.ktype == "elementwise":
+        if kt.ktype == KernelType.ELEMENTWISE:
             outer = list(range(m - 1))
             inner = [m - 1]
         else:
             outer = [P for P in range(m) if self.cpart[P] == 0]
             inner = [P for P in range(m) if self.cpart[P] == 1]
-        if kt.ktype == "rows" and not inner:
+        if kt.ktype == KernelType.ROWS and not inner:
             inner = []
         self.outer, self.inner = outer, inner
         self.innermost = inner[-1] if inner else None
@@ -398,13 +371,13 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         self.row_scope = None
         self.red_vals = {}
         self.rowdep = set()        # names whose value is only known after a reduction
-        if kt.ktype == "elementwise" and m == 1 or \
-                kt.ktype == "rows" and not outer and len(inner) == 1 and not has_arg:
+        if kt.ktype == KernelType.ELEMENTWISE and m == 1 or \
+                kt.ktype == KernelType.ROWS and not outer and len(inner) == 1 and not has_arg:
             self.blocked(body)
-        elif kt.ktype == "rows" and not outer and len(inner) > 1 and not has_arg and \
+        elif kt.ktype == KernelType.ROWS and not outer and len(inner) > 1 and not has_arg and \
                 self.parallel:
             self.full_nest(body)
-        elif kt.ktype == "cols" and len(inner) == 1 and not self.rows_split(outer):
+        elif kt.ktype == KernelType.COLS and len(inner) == 1 and not self.rows_split(outer):
             self.cols_chunked(body)
         else:
             self.nest(body)
@@ -484,13 +457,19 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         for r in kt.reds:
             deps[r] = red_deps(r.inputs[0], identity(nd))
         level = {}
-
-        def lvl(r):
-            if r not in level:
-                level[r] = 1 + max([lvl(d) for d in deps[r]] + [-1])
-            return level[r]
-        for r in kt.reds:
-            lvl(r)
+        for r0 in kt.reds:      # level = 1 + the deepest level it depends on (no recursion)
+            stack = [r0]
+            while stack:
+                r = stack[-1]
+                if r in level:
+                    stack.pop()
+                    continue
+                todo = [d for d in deps[r] if d not in level]
+                if todo:
+                    stack.extend(todo)
+                    continue
+                level[r] = 1 + max([level[d] for d in deps[r]] + [-1])
+                stack.pop()
         fulls = [v for v in kt.outputs if v.shape == kt.domain and v not in red_outs]
         out_lvl = {}
         for v in fulls:
@@ -503,8 +482,8 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
     def write_row_outputs(self, scope):
         kt = self.kt
         cols = {r.outputs[0] for r in kt.col_reds}
-        for v in kt.row_outputs if kt.ktype != "elementwise" else []:
-            if kt.ktype == "cols" and v in {r.outputs[0] for r in kt.reds} or v in cols:
+        for v in kt.row_outputs if kt.ktype != KernelType.ELEMENTWISE else []:
+            if kt.ktype == KernelType.COLS and v in {r.outputs[0] for r in kt.reds} or v in cols:
                 continue
             shape, cix = self.refmap[("out", v)]
             e = self.val(v, self.S.out_index(kt, v))
@@ -520,7 +499,7 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         self.pass_active = False
         kt = self.kt
         active = [(r, f) for r, f in phases if r or f]
-        if kt.ktype != "rows" or len(self.inner) != 1 or len(active) < 2:
+        if kt.ktype != KernelType.ROWS or len(self.inner) != 1 or len(active) < 2:
             return
         nd = len(kt.domain)
         idn = identity(nd)
@@ -528,32 +507,48 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         S = self.S
         dep, cost = {}, {}
 
+        def inside(v):       # v's node when the kernel computes v, else None
+            n = S.prod.get(v)
+            return None if n is None or self._is_leaf(v) else n
+
         def reddep(v):
-            if v not in dep:
-                n = S.prod.get(v)
-                dep[v] = v in red_outs or (n is not None and not self._is_leaf(v) and
-                                           any(reddep(u) for u in n.inputs))
+            """Does v depend on one of the kernel's reductions? (memoised in `dep`)"""
+            stack = [v]
+            while stack:
+                u = stack[-1]
+                if u in dep:
+                    stack.pop()
+                    continue
+                n = inside(u)
+                if u in red_outs or n is None:
+                    dep[u] = u in red_outs
+                    stack.pop()
+                    continue
+                todo = [w for w in n.inputs if w not in dep]
+                if todo:
+                    stack.extend(todo)
+                    continue
+                dep[u] = any(dep[w] for w in n.inputs)
+                stack.pop()
             return dep[v]
 
-        def subtree(v, acc):
-            n = S.prod.get(v)
-            if n is None or self._is_leaf(v) or n in acc:
-                return acc
-            acc.add(n)
-            for u in n.inputs:
-                subtree(u, acc)
-            return acc
-
         def expense(v):
+            """Cost of v's expression down to the values read from memory."""
             if v not in cost:
-                cost[v] = sum(_EXPENSIVE.get(n.prim.name, 1) for n in subtree(v, set()))
+                nodes, stack = set(), [v]
+                while stack:
+                    n = inside(stack.pop())
+                    if n is not None and n not in nodes:
+                        nodes.add(n)
+                        stack.extend(n.inputs)
+                cost[v] = sum(_EXPENSIVE.get(n.prim.name, 1) for n in nodes)
             return cost[v]
         uses = []
         for reds, fulls in active:
             seen = set()
 
             def visit(kind, v, ix, seen=seen):
-                if kind == "node" and ix == idn and S.kind[S.prod[v]] == "pw":
+                if kind == "node" and ix == idn and S.kind[S.prod[v]] == NodeKind.POINTWISE:
                     seen.add(v)
             for root in [r.inputs[0] for r in reds] + list(fulls):
                 S.walk(kt, root, idn, visit, self._stop_for(root))
@@ -577,32 +572,103 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         for v in sorted(keep, key=lambda v: v.name):
             self.cache_buf[v] = self.fresh("scr")
 
-    def cached_val(self, v, ix, compute):
-        """Load v from its row scratch buffer, or compute it and store it there."""
+    def _cached_value(self, v, ix, key):
+        """Load v from its row scratch buffer, or compute it and store it there (a
+        generator, like `_value`)."""
         vs = self.view_scope
-        key = ("scratch", v)
-        if key not in vs.memo:
+        sk = ("scratch", v)
+        if sk not in vs.memo:
             vn = self.fresh("v")
             buf = self.cache_buf[v]
             vs.add(f"{vn} = {buf}[lo:hi]" if self.slice_mode else f"{vn} = {buf}")
-            vs.memo[key] = vn
-        view = vs.memo[key]
+            vs.memo[sk] = vn
+        view = vs.memo[sk]
         if v in self.cache_ready:
             name = self.fresh()
             self.inner_scope.add(f"{name} = {view}[{self.jvar}]")
             return name
-        name = compute()
+        name = yield from self._value_pw(v, ix, key)
         self.inner_scope.add(f"{view}[{self.jvar}] = {name}")
         self.cache_pending.add(v)
         return name
 
 
+def collapse_dims(domain, part, refs, blocked):
+    """Merge adjacent dims of a kernel's loop domain that every access treats alike.
+
+    domain: the loop sizes; part: per dim, 0 for a row (outer) dim, 1 for a reduced one
+    (dims of different parts never merge); refs: every access, (key, shape, index) with
+    the accessed value's shape and its index terms over the domain; blocked: dims that
+    stay apart (an iota or a pad check reads their loop variable). Two dims P, P + 1 merge
+    when each access reads both as consecutive plain Dim terms over dims of the same sizes
+    (or reads neither). Returns (collapsed sizes, their parts, domain dim -> collapsed dim,
+    key -> (collapsed shape, collapsed index)). Pure: the arguments are not changed."""
+    refs = [(key, list(shape), list(ix)) for key, shape, ix in refs]
+    groups = [[p] for p in range(len(domain))]
+    cur = list(domain)
+    changed = True
+    while changed:
+        changed = False
+        for P in range(len(cur) - 1):
+            if part[groups[P][0]] != part[groups[P + 1][0]]:
+                continue
+            if any(p in blocked for p in groups[P] + groups[P + 1]):
+                continue
+            ok = True
+            for _, shape, ix in refs:
+                qa = [q for q, t in enumerate(ix) if isinstance(t, Dim) and t.dim == P]
+                qb = [q for q, t in enumerate(ix) if isinstance(t, Dim) and t.dim == P + 1]
+                if not qa and not qb:
+                    continue
+                if len(qa) != 1 or len(qb) != 1 or qb[0] != qa[0] + 1 or \
+                        not ix[qa[0]].plain or not ix[qb[0]].plain or \
+                        shape[qb[0]] != cur[P + 1] or shape[qa[0]] != cur[P]:
+                    ok = False
+                    break
+            if not ok:
+                continue
+            for i, (key, shape, ix) in enumerate(refs):
+                qa = [q for q, t in enumerate(ix) if isinstance(t, Dim) and t.dim == P]
+                if qa:
+                    q = qa[0]
+                    shape = shape[:q] + [shape[q] * shape[q + 1]] + shape[q + 2:]
+                    ix = ix[:q] + [Dim(P)] + ix[q + 2:]
+                ix = [t.on(t.dim - 1) if isinstance(t, Dim) and t.dim > P + 1 else t
+                      for t in ix]
+                refs[i] = (key, shape, ix)
+            groups[P] = groups[P] + groups[P + 1]
+            del groups[P + 1]
+            cur[P] = cur[P] * cur[P + 1]
+            del cur[P + 1]
+            changed = True
+            break
+    return (cur, [part[g[0]] for g in groups], {p: P for P, g in enumerate(groups) for p in g},
+            {key: (shape, ix) for key, shape, ix in refs})
+
+
+def _drive(gen):
+    """Run a value generator of KernelEmitter (`_value`) to its result: each generator it
+    yields is run first (on this explicit stack, not Python's) and its result sent back."""
+    stack, sent = [gen], None
+    while True:
+        try:
+            sub = stack[-1].send(sent)
+        except StopIteration as done:
+            stack.pop()
+            if not stack:
+                return done.value
+            sent = done.value
+            continue
+        stack.append(sub)
+        sent = None
+
+
 @functools.lru_cache(maxsize=4096)
 def _inlined(body):
-    """approx.inline_helpers of a kernel body (a tuple of lines), remembered: the steps of
+    """inline_helpers of a kernel body (a tuple of lines), remembered: the steps of
     an unrolled loop emit the same body many times, and pasting the approximations is the
     slowest part of emitting one."""
-    return tuple(approx.inline_helpers(list(body)))
+    return tuple(inline_helpers(list(body)))
 
 
 def emit_kernel(scheduler, kt, helpers):

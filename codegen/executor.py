@@ -16,7 +16,7 @@ import weakref
 import numpy as np
 
 from aotgrad.codegen import blas, parallel_compile
-from aotgrad.codegen.scheduler import Kernel
+from aotgrad.codegen.scheduler import Kernel, StepKind
 from aotgrad.ir.core import located_error
 from aotgrad.ir.tags import Tag
 
@@ -149,7 +149,7 @@ class Plan:
         outs = set(g.outputs)
         ins = set(g.inputs)
         for st in steps:
-            if st.kind in ("view", "check"):
+            if st.kind in (StepKind.VIEW, StepKind.CHECK):
                 self.alias[st.outputs[0]] = st.inputs[0]
             elif st.out_view is not None:     # a product written into its transposed output
                 self.alias[st.out_view[0]] = st.outputs[0]
@@ -166,7 +166,7 @@ class Plan:
         for i, st in enumerate(steps):
             for v in st.outputs:
                 self._slot(v)
-                if st.kind in ("ref", "view", "check"):
+                if st.kind in (StepKind.REFERENCE, StepKind.VIEW, StepKind.CHECK):
                     continue
                 if v in outs and not self.reuse_outputs:
                     self.out_alloc.append(v)
@@ -367,7 +367,7 @@ class Plan:
             msg = f"{'/'.join(names) or 'gather'}(): {'; '.join(spec.checks)}"
             return [f"if {call}:", f"    raise IndexError({msg!r})"]
         n = st.nodes[0]
-        if st.kind == "dot":
+        if st.kind == StepKind.DOT:
             pre = []
             if st.out_view is not None and st.out_view[0] not in self._fixed:
                 d, inv = st.out_view
@@ -378,13 +378,13 @@ class Plan:
                 return [call]
             ea, eb = (operand(v, p, s) for v, p, s in zip(n.inputs, (pa, pb), (sa, sb)))
             return pre + [f"_mm({ea}, {eb}, out={shaped(n.outputs[0], so)})"]
-        if st.kind == "check":   # raises, or its output is its input
+        if st.kind == StepKind.CHECK:   # raises, or its output is its input
             return [f"{bind(n.prim.impl, '_ref_')}({name_of(n.inputs[0])}, "
                     f"**{bind(dict(n.params), '_p')})",
                     f"{name_of(n.outputs[0])} = {name_of(n.inputs[0])}"]
-        if st.kind == "view" and getattr(st, "view_expr", None):  # a strided view
+        if st.kind == StepKind.VIEW and st.view_expr:  # a strided view
             return [f"{name_of(st.outputs[0])} = {name_of(st.inputs[0])}{st.view_expr}"]
-        if st.kind == "view":
+        if st.kind == StepKind.VIEW:
             return [f"{name_of(n.outputs[0])} = "
                     f"{name_of(n.inputs[0])}.reshape({tuple(n.params['shape'])!r})"]
         impl = bind(n.prim.impl, "_ref_")
@@ -407,10 +407,10 @@ class Plan:
         for v in self.graph.inputs:
             root(v)
         for st in self.schedule.steps:
-            if st.kind == "check":
+            if st.kind == StepKind.CHECK:
                 probes[st.outputs[0]] = probes[st.inputs[0]]
                 continue
-            if st.kind != "view":
+            if st.kind != StepKind.VIEW:
                 for v in st.outputs:
                     root(v)
                 if st.out_view is not None:
@@ -420,7 +420,7 @@ class Plan:
                 continue
             out, src = st.outputs[0], st.inputs[0]
             r, p, x = probes[src]
-            expr = getattr(st, "view_expr", None)
+            expr = st.view_expr
             y = eval(f"x{expr}", {"x": x}) if expr else \
                 x.reshape(tuple(st.nodes[0].params["shape"]))
             if np.may_share_memory(y, p):

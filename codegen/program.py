@@ -12,7 +12,7 @@ from aotgrad.codegen.compile_worker import numba_signature
 from aotgrad.ir.passes import cse
 from aotgrad.codegen.emitter import emit_kernel, module_source
 from aotgrad.codegen.executor import Plan
-from aotgrad.codegen.scheduler import Kernel, Scheduler
+from aotgrad.codegen.scheduler import Kernel, Scheduler, StepKind
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +77,7 @@ class CompiledGraph:
         self.scheduled_graph = graph
         self.scheduler = Scheduler(graph)
         self.schedule = self.scheduler.run()
+        t1 = time.perf_counter()
         helpers, own = set(), {}
         self.specs = {}
         for st in self.schedule.steps:
@@ -99,6 +100,7 @@ class CompiledGraph:
                 self.upgrading[spec] = (st, own[st])
         # the whole program as one text (what `source` shows); names the kernels k_<hash>
         self.source = module_source(list(self.specs.values()), helpers)
+        t2 = time.perf_counter()
         self._units = {}  # kernel name -> [spec, module, how, signature, helpers]
         for st, spec in self.specs.items():
             if spec.name not in self._units:
@@ -108,8 +110,13 @@ class CompiledGraph:
         self.cache_status = next((h for h in _STATUS_ORDER if h in hows), "memory")
         self.helper_compiled = 0
         fns = self._compile_all()
+        t3 = time.perf_counter()
         self.plan = Plan(graph, self.schedule, fns, reuse_outputs=reuse_outputs)
         self.compile_seconds = time.perf_counter() - t0
+        # seconds per stage: schedule (CSE included), codegen (kernel and driver source),
+        # numba (loading the modules and compiling the kernels)
+        self.stage_seconds = {"schedule": t1 - t0, "codegen": t2 - t1 + time.perf_counter() - t3,
+                              "numba": t3 - t2}
         if self.upgrading:
             tiers.submit(self._upgrade)
 
@@ -202,9 +209,9 @@ class CompiledGraph:
             else:
                 n = st.nodes[0]
                 what = plan.gemm_how.get(n) or {
-                    "dot": "BLAS np.matmul", "ref": "reference (numpy impl)",
-                    "view": "view (reshape)",
-                    "check": "run-time check of values (numpy)"}[st.kind]
+                    StepKind.DOT: "BLAS np.matmul", StepKind.REFERENCE: "reference (numpy impl)",
+                    StepKind.VIEW: "view (reshape)",
+                    StepKind.CHECK: "run-time check of values (numpy)"}[st.kind]
                 lines.append(f"  [{i}] {what}: {n.prim.name} -> "
                              f"{', '.join(v.name for v in st.outputs)}")
         lines.append("refused fusions:")

@@ -20,44 +20,88 @@ Vocabulary
 Every refused fusion is recorded (`Schedule.refused`) with its reason.
 """
 import heapq
-import math
+from enum import Enum
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.prims import unit_reshape_map
 from aotgrad.ir.tags import Tag, reduced_dims
 from aotgrad.codegen.emit_base import _EXPENSIVE
+from aotgrad.codegen.index import (Dim, gather_index, gather_row_index, identity, pad_index,
+                                   row_index, view_index)
+
+class NodeKind(Enum):
+    """How the scheduler treats a node."""
+    POINTWISE = "pw"           # computed in a kernel's loop (incl. full/iota)
+    VIEW = "view"              # index arithmetic (broadcast, transpose, slice, rev, unit reshape)
+    PAD = "pad"                # a select between the input at a clamped index and the fill
+    COPY = "pwcopy"            # a reduction over no dims: the input itself
+    ROW_REDUCTION = "rowred"   # reduces trailing dims: a `rows` kernel
+    COL_REDUCTION = "colred"   # reduces leading dims: a `cols` kernel
+    ROW_GATHER = "rowgather"   # one element per row, picked by an index (fused)
+    ROW_SCATTER = "rowscatter"  # its transpose: pointwise with a per-row index
+    RESHAPE = "reshape"        # a general reshape: a view step of a materialised value
+    DOT = "dot"                # a product: BLAS
+    CHECK = "check"            # a run-time check of values: an alias of its input
+    REFERENCE = "ref"          # the prim's numpy implementation
+
+
+class StepKind(str, Enum):
+    """What a Step is (a str, so that a report or a test may name it)."""
+    KERNEL = "kernel"
+    DOT = "dot"
+    REFERENCE = "ref"
+    VIEW = "view"
+    CHECK = "check"
+
+
+class KernelType(str, Enum):
+    """The loop structure of a kernel: see the module docstring."""
+    ELEMENTWISE = "elementwise"
+    ROWS = "rows"
+    COLS = "cols"
+
+
+_STEP_OF_NODE = {NodeKind.DOT: StepKind.DOT, NodeKind.REFERENCE: StepKind.REFERENCE,
+                 NodeKind.CHECK: StepKind.CHECK}
+# values a kernel computes at whatever index it reads them (never stored unless they must be)
+EXPANDED = frozenset({NodeKind.POINTWISE, NodeKind.VIEW, NodeKind.COPY, NodeKind.PAD})
+VIRTUAL = EXPANDED | {NodeKind.ROW_SCATTER}
+# nodes whose values are in memory: products, reference steps, general reshapes, checks
+STORED = frozenset({NodeKind.DOT, NodeKind.REFERENCE, NodeKind.RESHAPE, NodeKind.CHECK})
+# nodes that a kernel computes
+IN_KERNEL = VIRTUAL | {NodeKind.ROW_REDUCTION, NodeKind.COL_REDUCTION, NodeKind.ROW_GATHER}
 
 
 
 def node_kind(n):
     name = n.prim.name
     if name == "reshape":
-        return "view" if unit_reshape_map(n.inputs[0].shape, n.params["shape"]) is not None \
-            else "reshape"
+        unit = unit_reshape_map(n.inputs[0].shape, n.params["shape"]) is not None
+        return NodeKind.VIEW if unit else NodeKind.RESHAPE
     if Tag.VIEW in n.prim.tags:
-        return "view"
+        return NodeKind.VIEW
     if name == "pad" and all(it == 0 for _, _, it in n.params["config"]):
-        return "pad"
+        return NodeKind.PAD
     if n.prim.kind in (Tag.POINTWISE, Tag.CREATION):
-        return "pw"
+        return NodeKind.POINTWISE
     dims = reduced_dims(n.prim, n.params)
     if dims is not None:
         arg = Tag.ARG_REDUCTION in n.prim.tags
         nd = n.inputs[0].ndim
         if not dims:
-            return "pwcopy" if not arg else "ref"
+            return NodeKind.COPY if not arg else NodeKind.REFERENCE
         if sorted(dims) == list(range(nd - len(dims), nd)):
-            return "rowred"
+            return NodeKind.ROW_REDUCTION
         if sorted(dims) == list(range(len(dims))) and not arg:
-            return "colred"
-        return "ref"
+            return NodeKind.COL_REDUCTION
+        return NodeKind.REFERENCE
     if name == "dot_general":
-        return "dot"
+        return NodeKind.DOT
     if name == "check_values":   # raises or passes its input through: an alias, no copy
-        return "check"
+        return NodeKind.CHECK
     if Tag.BOUNDS_CHECKED in n.prim.tags and last_dim_row_index(n):
-        return "rowgather" if name == "gather" else "rowscatter"
-    return "ref"
+        return NodeKind.ROW_GATHER if name == "gather" else NodeKind.ROW_SCATTER
+    return NodeKind.REFERENCE
 
 
 def last_dim_row_index(n):
@@ -75,145 +119,48 @@ def red_dims(n):
     return reduced_dims(n.prim, n.params)
 
 
-# --- index maps: a value's index is a tuple of terms, one per dim of the value -------------
-# term = ("c", const) | ("d", domain_dim, scale, offset)
-#      | ("g", index_var, index_idx, size): the value of integer index_var at index_idx (a
-#        per-row gather/scatter index, bounds-checked against size)
-
-def view_index(node, idx):
-    """Index into node.inputs[0] given the index `idx` into node's output."""
-    name, p, x = node.prim.name, node.params, node.inputs[0]
-    if name == "broadcast_in_dim":
-        out = []
-        for i, d in enumerate(p["dims"]):
-            out.append(("c", 0) if x.shape[i] == 1 and p["shape"][d] != 1 else idx[d])
-        return tuple(out)
-    if name == "transpose":
-        out = [None] * x.ndim
-        for j, pj in enumerate(p["perm"]):
-            out[pj] = idx[j]
-        return tuple(out)
-    if name == "slice":
-        st = p.get("strides") or (1,) * x.ndim
-        return tuple(shifted(t, s, s0) for t, s0, s in zip(idx, p["start"], st))
-    if name == "rev":
-        out = list(idx)
-        for d in p["dims"]:
-            out[d] = shifted(idx[d], -1, x.shape[d] - 1)
-        return tuple(out)
-    if name == "reshape":
-        m = unit_reshape_map(x.shape, p["shape"])
-        out = [("c", 0)] * x.ndim
-        for di, si in enumerate(m):
-            if si is not None:
-                out[si] = idx[di]
-        return tuple(out)
-    raise AssertionError(name)
-
-
-def clamped(t, lo, hi):
-    """Term t clamped to [lo, hi] (a padded input is read at a valid index; the value there
-    is discarded where the pad fills). A "d" term may carry clamp bounds as two more fields."""
-    if t[0] == "c":
-        return ("c", min(max(t[1], lo), hi))
-    if len(t) > 4:
-        lo, hi = max(lo, t[4]), min(hi, t[5])
-    return ("d", t[1], t[2], t[3], lo, hi)
-
-
-def shifted(t, a, b):
-    """Term for a * t + b (a != 0), clamp bounds mapped along."""
-    if t[0] == "c":
-        return ("c", a * t[1] + b)
-    if t[0] != "d":
-        raise AssertionError(t)
-    out = ("d", t[1], a * t[2], a * t[3] + b)
-    if len(t) > 4:
-        lo, hi = a * t[4] + b, a * t[5] + b
-        out += (min(lo, hi), max(lo, hi))
-    return out
-
-
-def pad_index(node, idx):
-    """Index into a pad's input for the output index `idx`, and the padded dims' checks:
-    (input index, [(term, n)] meaning `0 <= term < n` must hold for the input value to be
-    used). None when a constant index lies in the padding (the value is the fill)."""
-    x, out, conds = node.inputs[0], [], []
-    for t, (lo, hi, _), n in zip(idx, node.params["config"], x.shape):
-        if lo == 0 and hi == 0:
-            out.append(t)
-            continue
-        u = shifted(t, 1, -lo)
-        if u[0] == "c":
-            if not 0 <= u[1] < n:
-                return None
-            out.append(u)
-            continue
-        conds.append((u, n))
-        out.append(clamped(u, 0, n - 1))
-    return tuple(out), conds
-
-
-def gather_row_index(node, idx):
-    """Index of the (rows, 1) index/src operands of a row gather/scatter at `idx`."""
-    return tuple(idx[:-1]) + (("c", 0),)
-
-
-def gather_index(node, idx):
-    """Index into a row gather's input for the output index `idx`: the last dim is the
-    gathered index value."""
-    x = node.inputs[0]
-    return tuple(idx[:-1]) + (("g", node.inputs[1], gather_row_index(node, idx),
-                                x.shape[-1]),)
-
-
-def identity(nd, start=0):
-    return tuple(("d", start + i, 1, 0) for i in range(nd))
-
-
-def squeezed(shape):
-    return tuple(n for n in shape if n != 1)
-
-
-def row_index(rowshape, shape):
-    """Index of a per-row value of `shape` in a kernel whose rows have `rowshape`: the
-    identity, or (when the two differ only by unit dims, e.g. a keepdim mean (R, 1) of rows
-    (R,)) each dim mapped to its row dim, unit dims to 0. None when they do not match."""
-    shape, rowshape = tuple(shape), tuple(rowshape)
-    if shape == rowshape:
-        return identity(len(shape))
-    m = unit_reshape_map(rowshape, shape)
-    if m is None:
-        return None
-    return tuple(("c", 0) if si is None else ("d", si, 1, 0) for si in m)
-
-
 class Step:
-    """One step of a program. kind: kernel | dot | ref | view | check (a run-time check of
-    values whose output is its input: an alias, like a view). A dot step may write its
-    result into a transposed view of its output (`out_view`: (result var, permutation))."""
+    """One step of a program (`kind`: a StepKind; a CHECK step checks values at run time
+    and its output is its input: an alias, like a view).
+
+    nodes: the IR nodes it computes; inputs / outputs: the values it reads and stores.
+    out_view: a DOT step that writes its result into a transposed view of its output
+    (attention's heads going back to (batch, seq, heads, dim)): (result var, permutation).
+    view_expr: a VIEW step that is a strided view of `inputs[0]` (numpy suffix text), read
+    in place by BLAS."""
 
     def __init__(self, kind, nodes=(), outputs=()):
         self.kind, self.nodes, self.outputs = kind, list(nodes), list(outputs)
         self.inputs = []
         self.out_view = None
+        self.view_expr = None
 
 
 class Kernel(Step):
+    """A fused loop nest over `domain` (see KernelType). The scheduler's analysis of its
+    expressions (`Scheduler.analyse`) fills leaf_refs (the (value, index) pairs read from
+    memory), node_index (value computed here -> the indices it is computed at) and
+    internal_red_refs (reads of its own reductions' results); row_outputs are the outputs
+    of a rows/cols kernel written once per row."""
+
     def __init__(self, ktype, domain, k=0):
-        super().__init__("kernel")
-        self.ktype = ktype          # elementwise | rows | cols
+        super().__init__(StepKind.KERNEL)
+        self.ktype = ktype          # a KernelType
         self.domain = tuple(domain)
         self.k = k                  # rows: trailing reduced dims; cols: leading reduced dims
         self.reds = []              # reduction nodes computed here
         self.col_reds = []          # of those, column sums riding along a rows kernel
         self.merged_from = 1
+        self.leaf_refs = []
+        self.node_index = {}
+        self.internal_red_refs = []
+        self.row_outputs = []
 
     @property
     def rowshape(self):
-        if self.ktype == "rows":
+        if self.ktype == KernelType.ROWS:
             return self.domain[:len(self.domain) - self.k]
-        if self.ktype == "cols":
+        if self.ktype == KernelType.COLS:
             return self.domain[self.k:]
         return self.domain
 
@@ -222,17 +169,25 @@ class Kernel(Step):
 
     def describe(self):
         ops = sorted({n.prim.name for n in self.nodes})
-        what = {"elementwise": "elementwise", "rows": f"row-reduction over last {self.k} dim(s)",
-                "cols": f"column-reduction over first {self.k} dim(s)"}[self.ktype]
+        what = {KernelType.ELEMENTWISE: "elementwise",
+                KernelType.ROWS: f"row-reduction over last {self.k} dim(s)",
+                KernelType.COLS: f"column-reduction over first {self.k} dim(s)"}[self.ktype]
         return (f"{what} over {list(self.domain)}: {len(self.nodes)} nodes "
                 f"({', '.join(ops)}) -> {', '.join(v.name for v in self.outputs)}")
+
+
+def _produced(st):
+    """The values step st produces: its outputs and (a kernel's) reduction results."""
+    if isinstance(st, Kernel):
+        return list(st.outputs) + [r.outputs[0] for r in st.reds]
+    return list(st.outputs)
 
 
 def col_reds(kt):
     """Reductions over leading dims in kernel kt (all of them for a `cols` kernel)."""
     if not isinstance(kt, Kernel):
         return []
-    return list(kt.reds) if kt.ktype == "cols" else list(kt.col_reds)
+    return list(kt.reds) if kt.ktype == KernelType.COLS else list(kt.col_reds)
 
 
 def col_outputs(kt):
@@ -251,23 +206,27 @@ class Scheduler:
     def __init__(self, graph):
         self.g = graph
         self.prod = graph.producers()
+        self.graph_inputs = frozenset(graph.inputs)
         self.position = {n: i for i, n in enumerate(graph.nodes)}
         self.users = graph.users()
         self.kind = {n: node_kind(n) for n in graph.nodes}
         for n in graph.nodes:   # a gathered value reached through slice/rev: not fused
-            if self.kind[n] == "rowgather" and self._through_offset_view(n.inputs[0]):
-                self.kind[n] = "ref"
+            if self.kind[n] == NodeKind.ROW_GATHER and self._through_offset_view(n.inputs[0]):
+                self.kind[n] = NodeKind.REFERENCE
         self.sched = Schedule(graph)
 
-    def _through_offset_view(self, v, seen=None):
-        seen = set() if seen is None else seen
-        n = self.prod.get(v)
-        if n is None or n in seen or self.kind.get(n) not in ("pw", "view", "pwcopy", "pad"):
-            return False
-        seen.add(n)
-        if n.prim.name in ("slice", "rev", "pad"):
-            return True
-        return any(self._through_offset_view(u, seen) for u in n.inputs)
+    def _through_offset_view(self, v):
+        """Is v computed (inside a kernel) through a slice, rev or pad?"""
+        stack, seen = [v], set()
+        while stack:
+            n = self.prod.get(stack.pop())
+            if n is None or n in seen or self.kind.get(n) not in EXPANDED:
+                continue
+            seen.add(n)
+            if n.prim.name in ("slice", "rev", "pad"):
+                return True
+            stack.extend(n.inputs)
+        return False
 
     # -- which values must exist in memory -------------------------------------------------
     def _materialised(self):
@@ -275,17 +234,16 @@ class Scheduler:
         outs = set(g.outputs)
         for n in g.nodes:
             k = self.kind[n]
-            if k in ("dot", "ref", "reshape", "check"):
+            if k in STORED:
                 mat.update(n.outputs)
                 for v in n.inputs:
                     if v in self.strided:
                         continue
-                    if v in self.prod and self.kind[self.prod[v]] in ("pw", "view", "pwcopy",
-                                                                      "pad"):
+                    if v in self.prod and self.kind[self.prod[v]] in EXPANDED:
                         if v not in mat:
                             self.sched.refused.append(
                                 (f"{v.name} -> {n.prim.name}",
-                                 f"{n.prim.name} is not fusable ({k} step): its input "
+                                 f"{n.prim.name} is not fusable ({k.value} step): its input "
                                  f"{v.name} is materialised"))
                     mat.add(v)
         for v in outs:
@@ -301,9 +259,9 @@ class Scheduler:
         ops, nodes, u = [], [], v
         while True:
             n = self.prod.get(u)
-            if n is None or self.kind[n] in ("dot", "ref", "reshape", "check"):
+            if n is None or self.kind[n] in STORED:
                 break
-            if self.kind[n] != "view" or n.prim.name in ("broadcast_in_dim", "rev"):
+            if self.kind[n] != NodeKind.VIEW or n.prim.name in ("broadcast_in_dim", "rev"):
                 return None
             p = n.params
             if n.prim.name == "transpose":
@@ -326,15 +284,14 @@ class Scheduler:
         and that are not graph outputs."""
         out, outs = {}, set(self.g.outputs)
         for n in self.g.nodes:
-            if self.kind[n] != "dot":
+            if self.kind[n] != NodeKind.DOT:
                 continue
             for v in n.inputs:
-                if v in out or v in outs or v in self.g.inputs:
+                if v in out or v in outs or v in self.graph_inputs:
                     continue
                 readers = [u for u in self.users.get(v, ()) if self.kind[u] not in
-                           ("pw", "view", "pwcopy", "pad", "rowred", "colred", "rowgather",
-                            "rowscatter")]
-                if any(self.kind[u] != "dot" for u in readers):
+                           IN_KERNEL]
+                if any(self.kind[u] != NodeKind.DOT for u in readers):
                     continue
                 chain = self._strided_chain(v)
                 if chain is not None:
@@ -346,6 +303,7 @@ class Scheduler:
         times (recompute_cuts) is redone with those values materialised; each round only
         cuts values the previous one recomputed, so a few rounds reach a fixed point."""
         self.forced = set()
+        self.split = set()      # the values stored to split an oversized kernel
         for round_ in range(_CUT_ROUNDS):
             sch = self._run_once()
             if round_ == _CUT_ROUNDS - 1:
@@ -354,6 +312,14 @@ class Scheduler:
             if not cuts:
                 break
             self.forced |= cuts
+        # then a kernel still oversized (a chain as long as the program) is split
+        for _ in range(_CUT_ROUNDS):
+            cuts = size_cuts(self, sch) - self.forced
+            if not cuts:
+                break
+            self.forced |= cuts
+            self.split |= cuts
+            sch = self._run_once()
         return sch
 
     def _run_once(self):
@@ -370,40 +336,41 @@ class Scheduler:
             k = self.kind[n]
             if n.outputs[0] in self.strided:
                 base, expr, chain = self.strided[n.outputs[0]]
-                st = Step("view", [n], n.outputs)
+                st = Step(StepKind.VIEW, [n], n.outputs)
                 st.inputs, st.view_expr = [base], expr
                 steps.append(st)
                 continue
-            if k in ("dot", "ref", "check"):
-                st = Step(k, [n], n.outputs)
+            if k in (NodeKind.DOT, NodeKind.REFERENCE, NodeKind.CHECK):
+                st = Step(_STEP_OF_NODE[k], [n], n.outputs)
                 st.inputs = list(n.inputs)
                 steps.append(st)
                 for v in n.outputs:
                     owner[v] = st
-            elif k == "rowgather":
+            elif k == NodeKind.ROW_GATHER:
                 # its own (row-shaped) kernel over the gathered value's domain: merges with
                 # the row kernel that computes that value, which then reads one element/row
                 x = n.inputs[0]
-                kt = Kernel("rows", x.shape, 1)
+                kt = Kernel(KernelType.ROWS, x.shape, 1)
                 kt.outputs.append(n.outputs[0])
                 steps.append(kt)
                 owner[n.outputs[0]] = kt
-            elif k == "reshape":
-                st = Step("view", [n], n.outputs)
+            elif k == NodeKind.RESHAPE:
+                st = Step(StepKind.VIEW, [n], n.outputs)
                 st.inputs = list(n.inputs)
                 steps.append(st)
                 owner[n.outputs[0]] = st
-            elif k in ("rowred", "colred"):
+            elif k in (NodeKind.ROW_REDUCTION, NodeKind.COL_REDUCTION):
                 x = n.inputs[0]
                 nk = len(red_dims(n))
-                kt = Kernel("rows" if k == "rowred" else "cols", x.shape, nk)
+                kt = Kernel(KernelType.ROWS if k is NodeKind.ROW_REDUCTION else KernelType.COLS,
+                            x.shape, nk)
                 kt.reds.append(n)
                 kt.outputs.append(n.outputs[0])
                 steps.append(kt)
                 owner[n.outputs[0]] = kt
             elif n.outputs[0] in mat and n.outputs[0] not in owner:
                 v = n.outputs[0]
-                kt = Kernel("elementwise", v.shape)
+                kt = Kernel(KernelType.ELEMENTWISE, v.shape)
                 kt.outputs.append(v)
                 steps.append(kt)
                 owner[v] = kt
@@ -411,19 +378,19 @@ class Scheduler:
         # leaf references of each kernel
         for st in steps:
             if isinstance(st, Kernel):
-                self._analyse(st)
+                self.analyse(st)
         steps = self._merge(steps)
         # reduction outputs read outside their kernel are materialised
         for st in steps:
             if isinstance(st, Kernel):
-                self._analyse(st)
+                self.analyse(st)
         for st in steps:
             for v in st.inputs:
                 mat.add(v)
         for st in steps:
             if isinstance(st, Kernel):
                 st.outputs = [v for v in st.outputs if v in mat]
-                st.row_outputs = [v for v in st.outputs if st.ktype != "elementwise"
+                st.row_outputs = [v for v in st.outputs if st.ktype != KernelType.ELEMENTWISE
                                   and v.shape != st.domain]
         sch.steps = self._products_written_transposed(
             [s for s in steps if not isinstance(s, Kernel) or s.outputs])
@@ -442,7 +409,7 @@ class Scheduler:
             n = st.nodes[0] if isinstance(st, Kernel) and len(st.nodes) == 1 else None
             if n is not None and n.prim.name == "transpose" and st.outputs == n.outputs:
                 d, dot = n.inputs[0], made_by.get(n.inputs[0])
-                if dot is not None and dot.kind == "dot" and d not in outs and \
+                if dot is not None and dot.kind == StepKind.DOT and d not in outs and \
                         len(self.users.get(d, ())) == 1 and d.ndim == len(
                             dot.nodes[0].params.get("batch", ((), ()))[0]) + 2:
                     perm = tuple(n.params["perm"])
@@ -454,64 +421,64 @@ class Scheduler:
 
     # -- expression walk --------------------------------------------------------------------
     def walk(self, kernel, var, idx, visit, stop, seen=None):
-        """Walk var's definition at index idx; visit(kind, var, idx) for nodes & leaves.
-        `seen`: (var, idx) pairs already walked (shared by walks of one kernel's roots)."""
+        """Walk var's definition at index idx; visit(kind, var, idx) for nodes & leaves, in
+        depth-first pre-order (operands in order). `seen`: (var, idx) pairs already walked
+        (shared by walks of one kernel's roots). An explicit stack: an expression may be as
+        deep as the program (an unrolled loop's state)."""
         seen = set() if seen is None else seen
-
-        def rec(v, ix):
+        stack = [(var, idx)]
+        while stack:
+            v, ix = stack.pop()
             key = (v, ix)
             if key in seen:
-                return
+                continue
             seen.add(key)
             if stop(v):
                 visit("leaf", v, ix)
-                return
+                continue
             n = self.prod.get(v)
             if n is None:
                 visit("leaf", v, ix)
-                return
+                continue
             visit("node", v, ix)
-            k = self.kind[n]
-            if k == "view":
-                rec(n.inputs[0], view_index(n, ix))
-            elif k == "pad":
-                inner = pad_index(n, ix)
-                if inner is not None:
-                    rec(n.inputs[0], inner[0])
-            elif k == "pwcopy":
-                rec(n.inputs[0], ix)
-            elif k in ("rowgather", "rowscatter"):
-                rix = gather_row_index(n, ix)
-                rec(n.inputs[1], rix)
-                if k == "rowgather":
-                    rec(n.inputs[0], gather_index(n, ix))
-                else:
-                    rec(n.inputs[0], ix)
-                    rec(n.inputs[2], rix)
-            else:
-                for u in n.inputs:
-                    rec(u, ix)
-        rec(var, idx)
+            stack.extend(reversed(self.operand_indices(n, ix)))
+
+    def operand_indices(self, n, ix):
+        """(operand, index) pairs that node n's value at index ix reads, in order."""
+        k = self.kind[n]
+        if k == NodeKind.VIEW:
+            return [(n.inputs[0], view_index(n, ix))]
+        if k == NodeKind.PAD:
+            inner = pad_index(n, ix)
+            return [] if inner is None else [(n.inputs[0], inner[0])]
+        if k == NodeKind.COPY:
+            return [(n.inputs[0], ix)]
+        if k in (NodeKind.ROW_GATHER, NodeKind.ROW_SCATTER):
+            rix = gather_row_index(n, ix)
+            if k == NodeKind.ROW_GATHER:
+                return [(n.inputs[1], rix), (n.inputs[0], gather_index(n, ix))]
+            return [(n.inputs[1], rix), (n.inputs[0], ix), (n.inputs[2], rix)]
+        return [(u, ix) for u in n.inputs]
 
     def out_index(self, kt, v):
         """Index at which kernel kt writes its output v (full-domain or per-row)."""
         if v.shape == kt.domain:
             return identity(len(kt.domain))
-        if kt.ktype == "rows" and v in col_outputs(kt):
+        if kt.ktype == KernelType.ROWS and v in col_outputs(kt):
             return identity(len(v.shape), start=len(kt.domain) - len(v.shape))
-        if kt.ktype == "rows":
+        if kt.ktype == KernelType.ROWS:
             ix = row_index(kt.rowshape, v.shape)
             if ix is not None:
                 return ix
         return identity(len(v.shape))
 
-    def _roots(self, kt):
+    def roots(self, kt):
         """(var, idx) pairs the kernel evaluates: reduction inputs and outputs."""
         nd = len(kt.domain)
         roots = []
         for r in kt.reds:
             x = r.inputs[0]
-            if kt.ktype == "rows":
+            if kt.ktype == KernelType.ROWS:
                 # input dims are already (rows..., reduced...) since dims are trailing
                 roots.append((x, identity(nd)))
             else:
@@ -526,7 +493,8 @@ class Scheduler:
                 roots.append((v, self.out_index(kt, v)))
         return roots
 
-    def _analyse(self, kt):
+    def analyse(self, kt):
+        """Fill kernel kt's nodes, inputs and references from its roots' expressions."""
         own = set(kt.outputs)
         red_outs = {r.outputs[0] for r in kt.reds}
         leaves, nodes = [], []
@@ -536,7 +504,7 @@ class Scheduler:
             if v in red_outs:
                 return True
             o = self.owner.get(v)
-            return v in self.g.inputs or (o is not None and o is not kt)
+            return v in self.graph_inputs or (o is not None and o is not kt)
 
         node_index = {}     # value computed here -> the indices it is computed at
 
@@ -550,7 +518,7 @@ class Scheduler:
                     nodeset.add(n)
                     nodes.append(n)
         seen = set()
-        for v, ix in self._roots(kt):
+        for v, ix in self.roots(kt):
             if v in own and v not in red_outs:
                 n = self.prod.get(v)
                 if n is not None and n not in nodeset:
@@ -570,14 +538,9 @@ class Scheduler:
 
     # -- merging -----------------------------------------------------------------------------
     def _deps(self, steps):
+        """Step -> the steps whose values it reads."""
         dep = {s: set() for s in steps}
-        own = {}
-        for s in steps:
-            for v in s.outputs:
-                own[v] = s
-            if isinstance(s, Kernel):
-                for r in s.reds:
-                    own[r.outputs[0]] = s
+        own = {v: s for s in steps for v in _produced(s)}
         for s in steps:
             for v in s.inputs:
                 if v in own and own[v] is not s:
@@ -601,41 +564,46 @@ class Scheduler:
     def _compatible(self, a, b, dep):
         """Can kernel b (consumer) be merged into kernel a (producer)?"""
         # a per-row consumer of a rows kernel, or a per-row producer for one
-        row_output = (a.ktype == "rows" and b.ktype == "elementwise" and
+        row_output = (a.ktype == KernelType.ROWS and b.ktype == KernelType.ELEMENTWISE and
                       row_index(a.rowshape, b.domain) is not None) or \
-            (b.ktype == "rows" and a.ktype == "elementwise" and
+            (b.ktype == KernelType.ROWS and a.ktype == KernelType.ELEMENTWISE and
              row_index(b.rowshape, a.domain) is not None and a.domain != b.domain)
         if a.domain != b.domain and not row_output:
             return False, "different loop domains"
         kinds = {a.ktype, b.ktype}
-        mixed = kinds == {"rows", "cols"}
+        mixed = kinds == {KernelType.ROWS, KernelType.COLS}
         # column sums ride along a row kernel that reduces the last dim when they reduce
         # all the others (the row loop covers exactly the summed dims)
         if mixed:
-            rk, ck = (a, b) if a.ktype == "rows" else (b, a)
+            rk, ck = (a, b) if a.ktype == KernelType.ROWS else (b, a)
             if not (rk.k == 1 and ck.k == len(a.domain) - 1 and all(
                     r.prim.name == "reduce_sum" and r.inputs[0].dtype.is_floating_point
                     for r in col_reds(ck))):
                 return False, "row and column reductions iterate differently"
-        if (a.ktype == b.ktype == "cols") and a.k != b.k:
+        if (a.ktype == b.ktype == KernelType.COLS) and a.k != b.k:
             return False, "row and column reductions iterate differently"
         col_a, col_b = col_outputs(a), col_outputs(b)
         if any(v in col_a for v, _ in b.leaf_refs) or any(v in col_b for v, _ in a.leaf_refs):
             return False, "column reduction result used inside the loop"
-        if "rows" in kinds and a.ktype == b.ktype == "rows" and a.k != b.k:
+        if KernelType.ROWS in kinds and a.ktype == b.ktype == KernelType.ROWS and a.k != b.k:
             return False, "reduce different numbers of trailing dims"
         if len(a.nodes) + len(b.nodes) > MAX_KERNEL_NODES and \
                 len(set(a.nodes).union(b.nodes)) > MAX_KERNEL_NODES:
             return False, f"the kernel would exceed {MAX_KERNEL_NODES} nodes"
+        if len(set(a.inputs).union(b.inputs)) > MAX_KERNEL_INPUTS:
+            return False, f"the kernel would read more than {MAX_KERNEL_INPUTS} arrays"
+        if self.split and any(v in self.split for v in b.inputs if self.owner.get(v) is a):
+            return False, "the pieces of a split kernel stay apart"
         if self._reaches_indirectly(dep, b, a) or self._reaches_indirectly(dep, a, b):
             return False, "a step between them depends on one and feeds the other"
         # b's references to a's values must be at the matching index
         a_vals = set(a.outputs) | {r.outputs[0] for r in a.reds}
         nd = len(a.domain)
-        kt = a if a.ktype != "elementwise" else b
+        kt = a if a.ktype != KernelType.ELEMENTWISE else b
         if mixed:
-            kt = a if a.ktype == "rows" else b
-        if kt.ktype == "rows" and a.ktype == "elementwise" and a.domain != b.domain:
+            kt = a if a.ktype == KernelType.ROWS else b
+        if kt.ktype == KernelType.ROWS and a.ktype == KernelType.ELEMENTWISE and \
+                a.domain != b.domain:
             # a (per-row values) joins rows kernel b: b must read them per row
             for v, ix in b.leaf_refs:
                 if v in a_vals and ix != row_index(b.rowshape, v.shape):
@@ -645,10 +613,10 @@ class Scheduler:
             if v not in a_vals:
                 continue
             if v.shape == a.domain and ix == identity(nd) and a.domain == b.domain:
-                if a.ktype == "cols" and any(v is r.outputs[0] for r in a.reds):
+                if a.ktype == KernelType.COLS and any(v is r.outputs[0] for r in a.reds):
                     return False, "column reduction result used inside the loop"
                 continue
-            if kt.ktype == "rows" and ix == row_index(kt.rowshape, v.shape):
+            if kt.ktype == KernelType.ROWS and ix == row_index(kt.rowshape, v.shape):
                 continue
             return False, f"{v.name} is read at a different index (transposed/broadcast)"
         return True, ""
@@ -685,7 +653,8 @@ class Scheduler:
     @staticmethod
     def _siblings(a, b, dep):
         same = a.key() == b.key() or a.domain == b.domain and (
-            {a.ktype, b.ktype} == {"rows", "cols"} or "elementwise" in (a.ktype, b.ktype))
+            {a.ktype, b.ktype} == {KernelType.ROWS, KernelType.COLS} or
+            KernelType.ELEMENTWISE in (a.ktype, b.ktype))
         return same and b not in dep[a] and a not in dep[b]
 
     def _merge(self, steps):
@@ -698,6 +667,11 @@ class Scheduler:
         # until one of the two kernels absorbs another (paths between steps only grow)
         refused, recorded = set(), set(self.sched.refused)
         dep = self._deps(steps)
+        users = {s: set() for s in steps}
+        for s, ds in dep.items():
+            for t in ds:
+                users[t].add(s)
+        step_of = {v: s for s in steps for v in _produced(s)}
         changed = True
         while changed:
             changed = False
@@ -726,26 +700,31 @@ class Scheduler:
                 if i_b > i_a:
                     steps.remove(a)
                     steps.insert(i_b - 1, a)
-                self._merged_deps(dep, a, b)
+                self._merged_deps(dep, users, step_of, a, b)
                 changed = True
         return self._toposort(steps)
 
-    def _merged_deps(self, dep, a, b):
-        """Update the step dependencies `dep` after kernel a absorbed kernel b."""
-        del dep[b]
-        own = {}
-        for s in dep:
-            if b in dep[s]:
-                dep[s].discard(b)
-                if s is not a:
-                    dep[s].add(a)
-        for s in dep:
-            for v in s.outputs:
-                own[v] = s
-            if isinstance(s, Kernel):
-                for r in s.reds:
-                    own[r.outputs[0]] = s
-        dep[a] = {own[v] for v in a.inputs if v in own and own[v] is not a}
+    def _merged_deps(self, dep, users, step_of, a, b):
+        """Update the step dependencies `dep`, their reverse `users` and `step_of` (value ->
+        the step producing it) after kernel a absorbed kernel b: only the steps next to a
+        or b change."""
+        for v in _produced(b):
+            step_of[v] = a
+        for t in dep.pop(b):
+            users[t].discard(b)
+        for s in users.pop(b):
+            dep[s].discard(b)
+            if s is not a:
+                dep[s].add(a)
+                users[a].add(s)
+        for t in dep[a]:
+            users[t].discard(a)
+        dep[a] = set()
+        for v in a.inputs:
+            t = step_of.get(v)
+            if t is not None and t is not a:
+                dep[a].add(t)
+                users[t].add(a)
 
     def _toposort(self, steps):
         """Stable topological order of steps (merging can move a producer after a reader):
@@ -772,24 +751,25 @@ class Scheduler:
         return out
 
     def _absorb(self, a, b):
-        if {a.ktype, b.ktype} == {"rows", "cols"}:
+        if {a.ktype, b.ktype} == {KernelType.ROWS, KernelType.COLS}:
             # column sums ride along a row kernel over the same 2-d domain: per-thread
             # partial sums of each column, combined after the row loop
             a.col_reds = col_reds(a) + col_reds(b)
-            a.ktype, a.k = "rows", 1
-        elif b.ktype == "elementwise" and a.ktype == "rows" and b.domain != a.domain:
+            a.ktype, a.k = KernelType.ROWS, 1
+        elif b.ktype == KernelType.ELEMENTWISE and a.ktype == KernelType.ROWS and \
+                b.domain != a.domain:
             pass
-        elif b.ktype != "elementwise" and a.ktype == "elementwise":
+        elif b.ktype != KernelType.ELEMENTWISE and a.ktype == KernelType.ELEMENTWISE:
             a.ktype, a.k, a.domain = b.ktype, b.k, b.domain
-        if b.col_reds and a.ktype == "rows":
+        if b.col_reds and a.ktype == KernelType.ROWS:
             a.col_reds = col_reds(a) + [r for r in b.col_reds if r not in a.col_reds]
         a.reds += [r for r in b.reds if r not in a.reds]
         a.outputs += [v for v in b.outputs if v not in a.outputs]
         a.merged_from += b.merged_from
-        for v in list(self.owner):
-            if self.owner[v] is b:
+        for v in b.outputs:        # every value b owned is one of its outputs
+            if self.owner.get(v) is b:
                 self.owner[v] = a
-        self._analyse(a)
+        self.analyse(a)
 
 
 # a merge that would make a kernel of more nodes is refused: Numba's compile time grows
@@ -812,13 +792,13 @@ RECOMPUTE_LIMIT = 64
 # ... unless it costs less than a few operations per element (a constant, a scaled input):
 # loading it would cost about as much as computing it, however many kernels do
 _MIN_CUT_COST = 4
-_VIRTUAL_WEIGHT = {"view": 0, "pwcopy": 0, "pad": 1, "rowscatter": 2}
+_VIRTUAL_WEIGHT = {NodeKind.VIEW: 0, NodeKind.COPY: 0, NodeKind.PAD: 1, NodeKind.ROW_SCATTER: 2}
 
 
 def _clamped_index(ix):
     """Does index ix read through a pad (a clamped term: positions whose value is
     evaluated and then discarded for the fill)?"""
-    return any(t[0] == "d" and len(t) > 4 for t in ix)
+    return any(isinstance(t, Dim) and t.clamp is not None for t in ix)
 
 
 def evaluations(scheduler, steps):
@@ -831,8 +811,7 @@ def evaluations(scheduler, steps):
         if not isinstance(kt, Kernel):
             continue
         for v, ixs in kt.node_index.items():
-            if scheduler.kind[scheduler.prod[v]] not in ("pw", "view", "pwcopy", "pad",
-                                                          "rowscatter"):
+            if scheduler.kind[scheduler.prod[v]] not in VIRTUAL:
                 continue
             here = len(ixs) if len(ixs) > 1 and any(_clamped_index(ix) for ix in ixs) else 1
             extra[v] = extra.get(v, -1) + here
@@ -854,7 +833,7 @@ def recompute_cuts(scheduler, sch):
     mat, cost, cuts = sch.materialised, {}, set()
     for n in scheduler.g.nodes:
         k = scheduler.kind[n]
-        if k not in ("pw", "view", "pwcopy", "pad", "rowscatter") or len(n.outputs) != 1:
+        if k not in VIRTUAL or len(n.outputs) != 1:
             continue
         v = n.outputs[0]
         if v in mat:
@@ -867,7 +846,7 @@ def recompute_cuts(scheduler, sch):
                     cuts.add(u)
                     cost[u] = 0
         w = 0 if n.prim.kind is Tag.CREATION else \
-            _EXPENSIVE.get(n.prim.name, 1) if k == "pw" else _VIRTUAL_WEIGHT[k]
+            _EXPENSIVE.get(n.prim.name, 1) if k is NodeKind.POINTWISE else _VIRTUAL_WEIGHT[k]
         c = min(w + sum(cost.get(u, 0) for u in n.inputs), 1 << 30)
         if c >= _MIN_CUT_COST and c * extra >= RECOMPUTE_LIMIT:
             cuts.add(v)
@@ -876,14 +855,45 @@ def recompute_cuts(scheduler, sch):
     return cuts
 
 
+# a kernel that would read more arrays than this is not made by merging: Numba's compile
+# time grows fast with a function's arguments (a kernel of 100 array arguments took seconds)
+MAX_KERNEL_INPUTS = 64
+# a kernel over more nodes or inputs than those limits (one materialised value whose
+# expression is as long as the program: an unrolled loop's gradient accumulated over every
+# step) is split into kernels of at most about this many nodes and reads; the pieces of a
+# regular chain are alike, so they share one compiled function
+SPLIT_SIZE = 32
+
+
+def oversized(kt):
+    return len(kt.nodes) > MAX_KERNEL_NODES or len(kt.inputs) > MAX_KERNEL_INPUTS
+
+
+def size_cuts(scheduler, sch):
+    """Virtual values to materialise so that no kernel of `sch` is oversized: in graph
+    order, a value of an oversized kernel whose expression (its nodes and reads down to
+    stored values and the cuts already chosen; shared operands counted each time) reaches
+    SPLIT_SIZE is stored."""
+    big = set()
+    for kt in sch.steps:
+        if isinstance(kt, Kernel) and oversized(kt):
+            big.update(kt.node_index)
+    if not big:
+        return set()
+    size, cuts = {}, set()
+    for n in scheduler.g.nodes:
+        if len(n.outputs) != 1 or n.outputs[0] not in big or \
+                n.outputs[0] in sch.materialised:
+            continue
+        v = n.outputs[0]
+        s = min(1 + sum(size.get(u, 1) for u in n.inputs), 1 << 30)
+        if s >= SPLIT_SIZE:
+            cuts.add(v)
+            s = 0
+        size[v] = s
+    return cuts
+
+
 def schedule(graph):
     """Group graph nodes into steps; returns a Schedule."""
     return Scheduler(graph).run()
-
-
-def is_float(d):
-    return d in (dt.float32, dt.float64)
-
-
-def prod(xs):
-    return math.prod(xs)

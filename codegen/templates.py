@@ -6,7 +6,7 @@ codegen.approx into the module, `ctx.const_of(var)` is the value of a `full` ope
 None). Float32 exp/log/tanh/logistic/erf use the vectorisable approximations; float64
 uses numpy/libm (exact).
 
-`peephole(ctx, node, value_of)` rewrites a few patterns that need to look through operands
+`peephole(ctx, node)` rewrites a few patterns that need to look through operands
 (derivatives of tanh/logistic written as 1 - t*t and 1 - s, which cancel in float32 where
 t or s saturates) into helpers computed from the same exponential as the value itself.
 
@@ -236,16 +236,17 @@ def _iota(ctx, node, a):  # needs the index: handled by the emitter
 TEMPLATES["iota"] = _iota
 
 
-def peephole(ctx, node, value_of):
-    """An expression for `node` that looks through its operands, or None.
+def peephole(ctx, node):
+    """A rewrite of `node` that looks through its operands: (helper, operand), meaning the
+    node's value is `helper(operand)` (the emitter pulls the helper into the module), or None.
 
     Float32 `1 - tanh(y)*tanh(y)` becomes `tanh_d_f32(y)` and `1 - logistic(x)` becomes
     `logistic_c_f32(x)`: accurate where tanh/logistic saturate, and sharing their exponential
     and division with tanh(y)/logistic(x) computed in the same loop. (`x / sqrt(y)` is left
     as it is: without fast-math flags it is eager's sqrt and division, bit for bit; it
     became `x * rsqrt_f32(y)` while LLVM's "arcp" estimate made it NaN at y = 0.)
-    `value_of(var)` emits an operand (at the node's index); `ctx.inner_producer(var)` is
-    var's node when it is computed inside the kernel (not read from memory)."""
+    `ctx.inner_producer(var)` is var's node when it is computed inside the kernel (not read
+    from memory)."""
     if not node.inputs or node.inputs[0].dtype is not dt.float32:
         return None
     if node.prim.name != "sub":
@@ -257,11 +258,9 @@ def peephole(ctx, node, value_of):
     if p is None:
         return None
     if p.prim.name == "logistic":
-        ctx.need("logistic_c_f32")
-        return f"logistic_c_f32({value_of(p.inputs[0])})"
+        return "logistic_c_f32", p.inputs[0]
     if p.prim.name == "mul" and p.inputs[0] is p.inputs[1]:
         t = ctx.inner_producer(p.inputs[0])
         if t is not None and t.prim.name == "tanh":
-            ctx.need("tanh_d_f32")
-            return f"tanh_d_f32({value_of(t.inputs[0])})"
+            return "tanh_d_f32", t.inputs[0]
     return None

@@ -14,10 +14,11 @@ def mod(tmp_path_factory):
     old = os.environ.get("AOTGRAD_CACHE_DIR")
     os.environ["AOTGRAD_CACHE_DIR"] = str(tmp_path_factory.mktemp("approx_cache"))
     from aotgrad.codegen import approx, cache
+    from aotgrad.codegen.inline import inline_helpers
     src = approx.PRELUDE + approx.helper_source(approx.APPROXIMATED)
     for n in approx.APPROXIMATED:
         # v_: the statements pasted in, as kernels have them; c_: a call of the helper
-        body = approx.inline_helpers([f"        y = {n}(x[i])"])
+        body = inline_helpers([f"        y = {n}(x[i])"])
         assert not any(f"{n}(" in line for line in body)
         src += f"\n\n@_jit\ndef v_{n}(x, out):\n    for i in range(x.size):\n" + \
             "\n".join(body) + "\n        out[i] = y\n"
@@ -123,8 +124,8 @@ def test_allocation_intrinsics(mod):
 def test_shared_subexpressions_merge_equal_values_across_pasted_helpers():
     """tanh(x) and tanh'(x) of the same x (GELU's backward) paste the same exp, reciprocal
     and polynomial: the second copy of each value becomes a copy of the first."""
-    from aotgrad.codegen import approx
-    body = approx.inline_helpers(["        t = tanh_e_f32(x[i])", "        d = tanh_d_f32(x[i])"])
+    from aotgrad.codegen.inline import inline_helpers
+    body = inline_helpers(["        t = tanh_e_f32(x[i])", "        d = tanh_d_f32(x[i])"])
     floors = [line for line in body if "np.floor(" in line]
     divs = [line for line in body if "np.float32(1.0) / (" in line]
     assert len(floors) == 1 and len(divs) == 1, "\n".join(body)
@@ -134,7 +135,7 @@ def test_shared_subexpressions_merge_equal_values_across_pasted_helpers():
 
 
 def test_shared_subexpressions_respect_reassignment_stores_and_runs():
-    from aotgrad.codegen.approx import shared_subexpressions as cse
+    from aotgrad.codegen.text_cse import shared_subexpressions as cse
     lines = ["    a = x * y", "    b = x * y",        # merged: b is a copy of a
              "    f = a * y", "    g = b * y",        # b holds a's value: g copies f
              "    x = x + 1.0", "    c = x * y",      # x changed: not the same value
@@ -154,7 +155,8 @@ def test_shared_subexpressions_keep_the_documented_accuracy(mod):
     differ from the separate helpers' in the last bit: fast-math contraction decides anew
     where a value has two users)."""
     from aotgrad.codegen import approx, cache
-    body = approx.inline_helpers(["        t = tanh_e_f32(x[i])", "        d = tanh_d_f32(x[i])"])
+    from aotgrad.codegen.inline import inline_helpers
+    body = inline_helpers(["        t = tanh_e_f32(x[i])", "        d = tanh_d_f32(x[i])"])
     src = approx.PRELUDE + approx.helper_source(approx.APPROXIMATED) + \
         "\n\n@_jit\ndef both(x, o1, o2):\n    for i in range(x.size):\n" + "\n".join(body) + \
         "\n        o1[i] = t\n        o2[i] = d\n"

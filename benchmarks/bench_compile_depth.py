@@ -1,0 +1,179 @@
+"""First-call compile cost against program depth: an unrolled RNN cell and a deep MLP.
+
+    python benchmarks/bench_compile_depth.py [--model rnn|mlp] [--steps 50 100 200 400 1000]
+                                             [--e2e] [--json out.json]
+
+rnn: `h = tanh(x[t] @ U + h @ W * 0.1)` unrolled over T steps (H 16, batch 8), loss h.sum(),
+forward + backward with respect to x, U and W. mlp: T layers of `h = tanh(h @ W_i + b_i)`
+(width 16, batch 8). Each length runs in a fresh process with an empty kernel cache and
+times the stages the first call goes through, one after another: trace (with the
+ahead-of-time backward), passes (ir.passes.optimize), partition, then for the forward and
+the backward program together: schedule, codegen (Numba source) and numba (loading and
+compiling the kernels, helper processes included). It then runs the compiled forward and
+backward once and checks them against eager. `--e2e` also times the whole first call of
+`aotgrad.compile` (forward and `backward()`) in another fresh process. Run it on a quiet
+machine; the load average is printed with each row.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+H, BATCH = 16, 8
+
+
+def _model(kind, T):
+    import aotgrad as ag
+    rng = np.random.default_rng(0)
+    if kind == "rnn":
+        arrays = [rng.standard_normal((T, BATCH, H)).astype(np.float32) * 0.5,
+                  rng.standard_normal((H, H)).astype(np.float32) * 0.3,
+                  rng.standard_normal((H, H)).astype(np.float32) * 0.3]
+
+        def fn(x, U, W):
+            h = ag.zeros(BATCH, H)
+            for t in range(T):
+                h = ag.tanh(x[t] @ U + h @ W * 0.1)
+            return h.sum()
+    else:
+        arrays = [rng.standard_normal((BATCH, H)).astype(np.float32)]
+        for _ in range(T):
+            arrays += [rng.standard_normal((H, H)).astype(np.float32) * 0.3,
+                       rng.standard_normal((H,)).astype(np.float32) * 0.1]
+
+        def fn(x, *params):
+            h = x
+            for i in range(T):
+                h = ag.tanh(h @ params[2 * i] + params[2 * i + 1])
+            return h.sum()
+    return fn, arrays
+
+
+def _stages(kind, T):
+    """Times of each stage of one first call (run in a fresh process)."""
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 1000))
+    import aotgrad as ag
+    from aotgrad.codegen import compile_graph
+    from aotgrad.ir import passes
+    from aotgrad.ir.partition import partition
+    from aotgrad.tracer.trace import trace
+    fn, arrays = _model(kind, T)
+    out = {"T": T, "model": kind}
+    tensors = [ag.tensor(a, requires_grad=True) for a in arrays]
+    t0 = time.perf_counter()
+    tr = trace(fn, tuple(tensors), {}, want_grad=True)
+    out["trace"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    joint = passes.optimize(tr.graph)
+    out["passes"] = time.perf_counter() - t0
+    n_fw = len(tr.out_is_tensor) - tr.out_is_tensor.count(False) + len(tr.mutations)
+    t0 = time.perf_counter()
+    part = partition(joint, tr.n_primals, n_fw, None)
+    out["partition"] = time.perf_counter() - t0
+    out["nodes"] = len(part.forward.nodes) + len(part.backward.nodes)
+    progs = []
+    for g, name in ((part.forward, "forward"), (part.backward, "backward")):
+        progs.append(compile_graph(g, name=name))
+    for stage in ("schedule", "codegen", "numba"):
+        out[stage] = sum(p.stage_seconds[stage] for p in progs)
+    out["kernels"] = sum(len(p.kernels()) for p in progs)
+    out["distinct"] = sum(len(p.module_names) for p in progs)
+    # the compiled programs against eager
+    fwd_out = progs[0](*arrays)
+    eager = [ag.tensor(a, requires_grad=True) for a in arrays]
+    loss = fn(*eager)
+    loss.backward()
+    out["loss_matches"] = bool(np.allclose(fwd_out[0], loss.detach().numpy(), rtol=1e-4, atol=1e-5))
+    out["load"] = os.getloadavg()[0]
+    return out
+
+
+def _e2e(kind, T):
+    """Wall time of the first call of aotgrad.compile: forward and backward()."""
+    import aotgrad as ag
+    fn, arrays = _model(kind, T)
+    tensors = [ag.tensor(a, requires_grad=True) for a in arrays]
+    step = ag.compile(fn)
+    t0 = time.perf_counter()
+    loss = step(*tensors)
+    loss.backward()
+    first = time.perf_counter() - t0
+    for t in tensors:
+        t.grad = None
+    t0 = time.perf_counter()
+    reps = 20
+    for _ in range(reps):
+        loss = step(*tensors)
+        loss.backward()
+        for t in tensors:
+            t.grad = None
+    return {"T": T, "model": kind, "first_call": first,
+            "later_ms": (time.perf_counter() - t0) / reps * 1e3, "load": os.getloadavg()[0]}
+
+
+def _child(what, kind, T, timeout):
+    """Run one measurement in a fresh process with an empty cache; its JSON, or an error."""
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, AOTGRAD_CACHE_DIR=cache)
+        cmd = [sys.executable, os.path.abspath(__file__), "--child", what, "--model", kind,
+               "--steps", str(T)]
+        t0 = time.perf_counter()
+        try:
+            r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return {"T": T, "model": kind, "error": f"timed out after {timeout} s"}
+        if r.returncode != 0:
+            tail = (r.stderr.strip().splitlines() or ["?"])[-1]
+            return {"T": T, "model": kind, "error": tail,
+                    "after_s": time.perf_counter() - t0}
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", choices=("rnn", "mlp"), default="rnn")
+    ap.add_argument("--steps", type=int, nargs="+", default=[50, 100, 200, 400, 1000])
+    ap.add_argument("--e2e", action="store_true", help="also time aotgrad.compile's first call")
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds per length")
+    ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--child", choices=("stages", "e2e"), help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        row = (_stages if a.child == "stages" else _e2e)(a.model, a.steps[0])
+        print(json.dumps(row))
+        return
+    cols = ("trace", "passes", "partition", "schedule", "codegen", "numba")
+    print(f"{a.model}: first call, seconds per stage (fresh process, empty cache)")
+    print(f"{'T':>5} {'nodes':>6} " + " ".join(f"{c:>9}" for c in cols) +
+          f" {'total':>8} {'kernels':>8} {'load':>5}" + ("  e2e first / later ms" if a.e2e else ""))
+    rows = []
+    for T in a.steps:
+        row = _child("stages", a.model, T, a.timeout)
+        if a.e2e:
+            row["e2e"] = _child("e2e", a.model, T, a.timeout)
+        rows.append(row)
+        if "error" in row:
+            print(f"{T:>5} failed: {row['error']}")
+            continue
+        total = sum(row[c] for c in cols)
+        line = (f"{T:>5} {row['nodes']:>6} " + " ".join(f"{row[c]:>9.2f}" for c in cols) +
+                f" {total:>8.2f} {row['kernels']:>4}/{row['distinct']:<3} {row['load']:>5.2f}")
+        if a.e2e:
+            e = row["e2e"]
+            line += (f"  {e['first_call']:.2f} s / {e['later_ms']:.2f}" if "error" not in e
+                     else f"  failed: {e['error']}")
+        if not row["loss_matches"]:
+            line += "  LOSS DIFFERS FROM EAGER"
+        print(line, flush=True)
+    if a.json:
+        with open(a.json, "w", encoding="utf-8") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
