@@ -15,6 +15,7 @@ from aotgrad.runtime.grad_mode import state as _grad_mode
 from aotgrad.runtime.ops import op
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.nn._checks import _check_float, _check_tensor
+from aotgrad.runtime.composite import composite
 
 
 # ---- losses --------------------------------------------------------------------------------
@@ -39,6 +40,7 @@ def _check_same_size(name, input, target):
 
 
 @op("mse_loss", "MseLossBackward0")
+@composite("MseLossBackward0", ("input", "target"))
 def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
     _check_same_size("mse_loss", input, target)
     d = ops.sub(input, target)
@@ -48,7 +50,7 @@ def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", we
     return _reduce(loss, reduction, "mse_loss")
 
 
-@op("l1_loss", "L1LossBackward0")
+@op("l1_loss")
 def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
     _check_same_size("l1_loss", input, target)
     loss = ops.abs(ops.sub(input, target))
@@ -58,6 +60,7 @@ def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", wei
 
 
 @op("smooth_l1_loss", "SmoothL1LossBackward0")
+@composite("SmoothL1LossBackward0", ("input", "target"))
 def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
     _check_same_size("smooth_l1_loss", input, target)
     d = ops.abs(ops.sub(input, target))
@@ -68,6 +71,8 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mea
     return _reduce(loss, reduction, "smooth_l1_loss")
 
 
+@op("huber_loss", "HuberLossBackward0")
+@composite("HuberLossBackward0", ("input", "target"))
 def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
     loss = ops.mul(smooth_l1_loss(input, target, reduction="none", beta=delta), delta)
     if weight is not None:
@@ -100,13 +105,24 @@ def _class_targets(name, input, target, ignore_index):
     return cdim, c, target
 
 
-@op("nll_loss", "NllLossBackward0")
+@op("nll_loss")
 def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
              reduction="mean"):
     """-input[i, target[i]] (times weight[target[i]]); mean divides by the summed weights of
     the targets that are not ignore_index."""
     cdim, c, target = _class_targets("nll_loss", input, target, ignore_index)
-    return _nll(input, target, weight, ignore_index, reduction, cdim, c, "nll_loss")
+    return _nll_node(input, target, weight, ignore_index, reduction, cdim, c, "nll_loss")
+
+
+def _nll_name(logp, *args, **kwargs):
+    # PyTorch's kernel for spatial targets records another node
+    return "NllLossBackward0" if logp.ndim <= 2 else "NllLoss2DBackward0"
+
+
+@composite(_nll_name, ("logp",))
+def _nll_node(logp, target, weight, ignore_index, reduction, cdim, c, name):
+    """nll_loss as one node (its edge: the log-probabilities only, as PyTorch's)."""
+    return _nll(logp, target, weight, ignore_index, reduction, cdim, c, name)
 
 
 def _nll(logp, target, weight, ignore_index, reduction, cdim, c, name, smoothing=0.0):
@@ -136,7 +152,7 @@ def _nll(logp, target, weight, ignore_index, reduction, cdim, c, name, smoothing
     return _reduce(loss, reduction, name)
 
 
-@op("cross_entropy", "NllLossBackward0")
+@op("cross_entropy")
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100,
                   reduce=None, reduction="mean", label_smoothing=0.0):
     """Cross entropy of logits `input` (N, C, *) against class indices (N, *) or class
@@ -166,11 +182,14 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
             return ops.div(ops.sum(loss), float(n))
         return _reduce(loss, reduction, "cross_entropy")
     cdim, c, target = _class_targets("cross_entropy", input, target, ignore_index)
+    if label_smoothing == 0.0:  # NllLossBackward0 <- LogSoftmaxBackward0, as PyTorch records
+        return _nll_node(logp, target, weight, ignore_index, reduction, cdim, c, "cross_entropy")
     return _nll(logp, target, weight, ignore_index, reduction, cdim, c, "cross_entropy",
                 label_smoothing)
 
 
 @op("binary_cross_entropy", "BinaryCrossEntropyBackward0")
+@composite("BinaryCrossEntropyBackward0", ("input", "target"))
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,
                          reduction="mean"):
     """-(t log x + (1 - t) log(1 - x)) with the logs clamped at -100, like PyTorch."""
@@ -244,6 +263,7 @@ def _safe_log(x):
 
 
 @op("binary_cross_entropy_with_logits", "BinaryCrossEntropyWithLogitsBackward0")
+@composite("BinaryCrossEntropyWithLogitsBackward0", ("input", "target"))
 def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None,
                                      reduce=None, reduction="mean", pos_weight=None):
     """Sigmoid + binary cross entropy in one stable formula (log1p(exp(-|x|)) form)."""

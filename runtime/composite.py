@@ -1,12 +1,16 @@
 """One autograd node for a user-level op that aotgrad computes with several prims, as
 PyTorch records it: `torch.var_mean(x)` gives two outputs sharing one `VarMeanBackward0`, whose
-prehooks see both outputs' gradients, and `x.split(2)` gives outputs sharing one
-`SplitBackward0`.
+prehooks see both outputs' gradients, `x.split(2)` gives outputs sharing one
+`SplitBackward0`, and `F.mse_loss(x, y)` gives one `MseLossBackward0` whose edges are x and y.
 
 The op runs as usual (each prim records its own node); `share_node` then gives its outputs
 one `CompositeBackward` node whose edges are the op's inputs. Its backward runs the prims'
 nodes, from the outputs down to the inputs, with the engine's `run_subgraph`: the derivative
 rules stay those of the prims, and a backward under create_graph records them as usual.
+`composite(name, edges)` does this for a one-output op: the decorated function's arguments
+named in `edges` become the node's edges, in PyTorch's order (an absent one is a None edge).
+An op whose derivative is not the one its prims give registers its own rule instead
+(runtime/composite_rules.py: the JAX custom_vjp idea).
 
 >>> import aotgrad
 >>> x = aotgrad.randn(4, 3, requires_grad=True)
@@ -14,6 +18,9 @@ rules stay those of the prims, and a backward under create_graph records them as
 >>> v.grad_fn is m.grad_fn, v.grad_fn.name()
 (True, 'VarMeanBackward0')
 """
+import functools
+import inspect
+
 from aotgrad.ir.core import Aval
 from aotgrad.runtime.engine import GradientEdge, Node, _node_of, release_after_pass, \
     run_subgraph
@@ -28,8 +35,8 @@ class CompositeBackward(Node):
     materialize_grads = False
 
     def __init__(self, name, inputs, outputs):
-        super().__init__([_node_of(t) if t.requires_grad else (None, 0) for t in inputs],
-                         [Aval(t._value.shape, t.dtype) for t in inputs],
+        super().__init__(_edges(inputs),
+                         [None if t is None else Aval(t._value.shape, t.dtype) for t in inputs],
                          [Aval(o._value.shape, o.dtype) for o in outputs])
         self._name = name
         self._inner = [GradientEdge(o.grad_fn, o._output_nr) for o in outputs]
@@ -70,3 +77,69 @@ def share_node(name, inputs, outputs):
     for i, o in enumerate(tracked):
         o.grad_fn, o._output_nr = node, i
     return outputs
+
+
+def _edges(inputs):
+    """The edges of a node over `inputs` (tensors, or None for an absent argument)."""
+    return [_node_of(t) if t is not None and t.requires_grad else (None, 0) for t in inputs]
+
+
+def edge_positions(fn, edges):
+    """(position, name) of each parameter of `fn` named in `edges`, in that order."""
+    params = list(inspect.signature(fn).parameters)
+    return tuple((params.index(e), e) for e in edges)
+
+
+def edge_arguments(positions, args, kwargs):
+    """The tensors given for the parameters at `positions` (None where absent or not a
+    tensor)."""
+    out = []
+    for i, name in positions:
+        a = args[i] if i < len(args) else kwargs.get(name)
+        out.append(a if isinstance(a, Tensor) else None)
+    return out
+
+
+def untracked_input(inputs, args, kwargs):
+    """Whether a tensor argument that requires grad is not one of the node's `inputs` (its
+    gradient would be lost behind the node: the op keeps its prims' nodes then)."""
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, Tensor) and a.requires_grad and not any(a is t for t in inputs):
+            return True
+    return False
+
+
+def composite(grad_name, edges):
+    """Decorate a one-output op: its result gets one node named `grad_name` (a string, or a
+    function of the op's arguments giving one) whose edges are the arguments named in `edges`;
+    its backward runs the prims' nodes of the decomposition."""
+    def deco(fn):
+        positions = edge_positions(fn, edges)
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            out = fn(*args, **kwargs)
+            if type(out) is Tensor and out.grad_fn is not None:
+                name = grad_name if isinstance(grad_name, str) else grad_name(*args, **kwargs)
+                one_node(name, edge_arguments(positions, args, kwargs), out, args, kwargs)
+            return out
+        return wrapper
+    return deco
+
+
+def one_node(name, inputs, out, args=(), kwargs=None):
+    """Give `out`, computed by prims from `inputs`, one node named `name` over those inputs
+    (the node the prims made is renamed when it already has exactly those edges)."""
+    if any(out is t for t in inputs if t is not None) or \
+            untracked_input(inputs, args, kwargs or {}):
+        out.grad_fn._name = name
+        return out
+    nexts = _edges(inputs)
+    fn = out.grad_fn
+    if len(fn.next_functions) == len(nexts) and \
+            all(a[0] is b[0] and a[1] == b[1] for a, b in zip(fn.next_functions, nexts)):
+        fn._name = name
+        return out
+    node = CompositeBackward(name, inputs, [out])
+    out.grad_fn, out._output_nr = node, 0
+    return out

@@ -19,6 +19,7 @@ from aotgrad.runtime.op_base import (_binary, _binary_args, _named, _weak_or_sca
                                      as_tensor_like, broadcast_shapes, cast, is_weak, mark_weak,
                                      op, scalar_dtype)
 from aotgrad.runtime.tensor import Tensor
+from aotgrad.runtime.composite import composite
 
 
 # ---- binary --------------------------------------------------------------------------------
@@ -296,6 +297,7 @@ def square(x):
 
 
 @op("relu", "ReluBackward0")
+@composite("ReluBackward0", ("x",))
 def relu(x):
     # PyTorch's rule: 0 where x <= 0, so the gradient at 0 is 0 (max(x, 0) would split it,
     # 0.5) and NaN passes through; the backward needs only the mask, which is 1 byte/element
