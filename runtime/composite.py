@@ -21,9 +21,12 @@ An op whose derivative is not the one its prims give registers its own rule inst
 import functools
 import inspect
 
-from aotgrad.ir.core import Aval
-from aotgrad.runtime.engine import GradientEdge, Node, _node_of, release_after_pass, \
-    run_subgraph
+from aotgrad.ir.core import Aval, current_builder
+from aotgrad.runtime import forward_mode, tprims
+from aotgrad.runtime.dispatch import GraphBreak
+from aotgrad.runtime.engine import GradientEdge, Node, SavedTensor, _node_of, \
+    release_after_pass, run_subgraph
+from aotgrad.runtime.forward_mode import state as _forward
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.tensor import Tensor
 
@@ -143,3 +146,112 @@ def one_node(name, inputs, out, args=(), kwargs=None):
     node = CompositeBackward(name, inputs, [out])
     out.grad_fn, out._output_nr = node, 0
     return out
+
+
+# ---- composite ops with a rule of their own ------------------------------------------------
+RULES = {}  # grad_fn name -> the rule of the composite op that records it (see with_rule)
+
+
+class RuleBackward(Node):
+    """The node of a composite op with its own derivative rule: `rule(ctx, g)` gives one
+    gradient per edge, written with tensor ops (so it is itself differentiable, and traced
+    into the ahead-of-time backward like a prim's rule). `ctx.args` holds the op's arguments
+    by name, its tensors as saved (checked against in-place changes); `ctx.result` the
+    output."""
+
+    def __init__(self, name, rule, inputs, out, args):
+        super().__init__(_edges(inputs),
+                         [None if t is None else Aval(t._value.shape, t.dtype) for t in inputs],
+                         [Aval(out._value.shape, out.dtype)])
+        self._name, self.rule = name, rule
+        self.needs_input_grad = tuple(t is not None and t.requires_grad for t in inputs)
+        self._args = {k: SavedTensor(v) if isinstance(v, Tensor) else v for k, v in args.items()}
+        self._result = SavedTensor(out, is_output=True)
+
+    @property
+    def args(self):
+        return {k: v.unpack(self) if isinstance(v, SavedTensor) else v
+                for k, v in self._args.items()}
+
+    @property
+    def result(self):
+        return self._result.unpack(self)
+
+    def _backward(self, grads):
+        return self.rule(self, grads[0])
+
+    def _release(self):
+        for v in self._args.values():
+            if isinstance(v, SavedTensor):
+                v.release()
+        self._result.release()
+
+
+def with_rule(grad_name, edges, rule):
+    """Decorate a one-output composite op whose derivative is `rule` (registered under
+    `grad_name`), not the one its prims would give: the forward runs without recording its
+    prims, its result gets one RuleBackward node over the arguments named in `edges`, and
+    forward-mode AD takes its tangent from the same rule."""
+    RULES[grad_name] = rule
+
+    def deco(fn):
+        sig = inspect.signature(fn)
+        positions = edge_positions(fn, edges)
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            inputs = edge_arguments(positions, args, kwargs)
+            track = _mode.grad_enabled and any(t is not None and t.requires_grad
+                                               for t in inputs)
+            tangents = [None if t is None else forward_mode.tangent_of(t) for t in inputs] \
+                if _forward.level is not None and not _forward.suspended else []
+            dual = any(t is not None for t in tangents)
+            if not (track or dual) or untracked_input(inputs, args, kwargs):
+                return fn(*args, **kwargs)
+            prev = _mode.grad_enabled, _forward.suspended
+            _mode.grad_enabled, _forward.suspended = False, True
+            try:
+                out = fn(*args, **kwargs)
+            finally:
+                _mode.grad_enabled, _forward.suspended = prev
+            if not out.dtype.is_floating_point:
+                return out
+            bound = sig.bind(*args, **kwargs)
+            bound.apply_defaults()
+            node = RuleBackward(grad_name, rule, inputs, out, bound.arguments)
+            if track:
+                out.requires_grad, out.grad_fn = True, node
+            if dual:
+                forward_mode.set_tangent(out, _rule_tangent(node, out, inputs, tangents))
+            return out
+        return wrapper
+    return deco
+
+
+def _rule_tangent(node, out, inputs, tangents):
+    """J.t from the rule (linear in its cotangent u): d/du sum_i <rule(u)_i, t_i>, as
+    forward_mode.prim_tangent does for a prim."""
+    from aotgrad.runtime.autograd_api import grad
+    if current_builder() is not None:
+        raise GraphBreak("forward-mode AD (a dual tensor) inside a compiled function")
+    differentiable = _mode.grad_enabled and any(t is not None and t.requires_grad
+                                                for t in (*inputs, *tangents))
+    prev = _mode.grad_enabled, _forward.suspended
+    _mode.grad_enabled, _forward.suspended = True, True
+    try:
+        u = tprims.zeros(tuple(out.shape), out.dtype)
+        u.requires_grad = True
+        total = None
+        for c, tan in zip(node.rule(node, u), tangents):
+            if c is None or tan is None:
+                continue
+            term = tprims.reduce_sum(tprims.mul(c, tan.to(c.dtype)),
+                                     dims=tuple(range(c.ndim)))
+            total = term if total is None else tprims.add(total, term)
+        if total is None or not total.requires_grad:
+            return None
+        jt, = grad(total, u, allow_unused=True, create_graph=differentiable)
+        return None if jt is None else (jt if differentiable and jt.requires_grad
+                                        else jt.detach())
+    finally:
+        _mode.grad_enabled, _forward.suspended = prev

@@ -19,7 +19,7 @@ from aotgrad.runtime.index_ops import take_along_dim
 from aotgrad.runtime.op_base import _named, cast, norm_dims, op, return_types
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.runtime.view_ops import squeeze
-from aotgrad.runtime.composite import composite, one_node
+from aotgrad.runtime.composite import composite, one_node, with_rule
 
 
 # ---- reductions ----------------------------------------------------------------------------
@@ -182,8 +182,48 @@ def std_mean(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
                                                 mean(x, dim, keepdim)))
 
 
-@op("norm", "NormBackward1")
+def _norm_rule(ctx, g):
+    """PyTorch's norm_backward: sign(x)|x|^(p-1) g / norm^(p-1), 0 where the norm is 0 (and at
+    x == 0 for p < 1); for p = +-inf the gradient is shared by the elements whose |x| is the
+    norm; for p = 0 it is 0."""
+    a = ctx.args
+    x, p, dim, keepdim = a["x"], a["p"], a["dim"], a["keepdim"]
+    out = ctx.result
+    dims = norm_dims(() if dim is None else dim, x.ndim) if dim is not None else \
+        tuple(range(x.ndim))
+    if not keepdim:  # g and the norm at x's rank, 1 over the reduced dims
+        kept = tuple(1 if d in dims else n for d, n in enumerate(x.shape))
+        g, out = tp.reshape(g, shape=kept), tp.reshape(out, shape=kept)
+    g, out = tp.broadcast_to(g, x.shape), tp.broadcast_to(out, x.shape)
+    if p == 0:
+        return (mul(x, 0.0),)
+    if p in (1, 1.0):
+        return (mul(tp.sign_nan0(x), g),)
+    if p in (float("inf"), "inf", float("-inf"), "-inf"):
+        hit = cast(eq(abs(x), out), x.dtype)
+        count = tp.broadcast_to(sum(hit, dims, keepdim=True), x.shape)
+        return (div(mul(mul(tp.sign_nan0(x), hit), g), count),)
+    p = 2.0 if p == "fro" else float(p)
+    zero = eq(out, 0.0)
+    if p == 2.0:
+        scaled = x
+    else:
+        ax = abs(x)
+        scaled = mul(tp.sign_nan0(x), pow(ax, p - 1.0))
+        if p < 1.0:
+            scaled = where(eq(ax, 0.0), 0.0, scaled)
+    scale = div(g, pow(where(zero, 1.0, out), p - 1.0)) if p != 2.0 else \
+        div(g, where(zero, 1.0, out))
+    return (where(zero, 0.0, mul(scaled, scale)),)
+
+
+@op("norm")
 def norm(x, p="fro", dim=None, keepdim=False):
+    return _norm(x, p, dim, keepdim)
+
+
+@with_rule("LinalgVectorNormBackward0", ("x",), _norm_rule)
+def _norm(x, p="fro", dim=None, keepdim=False):
     """The vector p-norm over `dim` (all dims by default), with PyTorch's subgradients: 0
     where the norm is 0, and 0 at x == 0 for p < 1."""
     if p in ("fro", 2, 2.0):
