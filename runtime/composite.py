@@ -178,13 +178,25 @@ class RuleBackward(Node):
         return self._result.unpack(self)
 
     def _backward(self, grads):
-        return self.rule(self, grads[0])
+        return [g if g is None or a is None else _sum_to(g, a.shape)
+                for g, a in zip(self.rule(self, grads[0]), self._in_avals)]
 
     def _release(self):
         for v in self._args.values():
             if isinstance(v, SavedTensor):
                 v.release()
         self._result.release()
+
+
+def _sum_to(g, shape):
+    """A rule's gradient of the broadcast shape, summed to its input's `shape`."""
+    shape = tuple(shape)
+    if tuple(g.shape) == shape:
+        return g
+    lead = g.ndim - len(shape)
+    dims = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape)
+                                      if n == 1 and g.shape[lead + i] != 1)
+    return tprims.reshape(tprims.reduce_sum(g, dims=dims), shape=shape)
 
 
 def with_rule(grad_name, edges, rule):
@@ -238,6 +250,8 @@ def _rule_tangent(node, out, inputs, tangents):
                                                 for t in (*inputs, *tangents))
     prev = _mode.grad_enabled, _forward.suspended
     _mode.grad_enabled, _forward.suspended = True, True
+    need = node.needs_input_grad  # the rule gives the cotangents the tangents pair with
+    node.needs_input_grad = tuple(t is not None for t in tangents)
     try:
         u = tprims.zeros(tuple(out.shape), out.dtype)
         u.requires_grad = True
@@ -255,3 +269,4 @@ def _rule_tangent(node, out, inputs, tangents):
                                         else jt.detach())
     finally:
         _mode.grad_enabled, _forward.suspended = prev
+        node.needs_input_grad = need
