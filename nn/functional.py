@@ -15,7 +15,6 @@ import numpy as np
 from aotgrad.ir import dtypes as dt
 from aotgrad.runtime import ops, shape_ops
 from aotgrad.runtime.addmm_ops import addmm
-from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.factories import rand, tensor, zeros_like
 from aotgrad.runtime.grad_mode import no_grad
 from aotgrad.runtime.ops import op
