@@ -14,7 +14,7 @@ import numpy as np
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.runtime import ops, shape_ops
-from aotgrad.runtime import tprims as tp
+from aotgrad.runtime.addmm_ops import addmm
 from aotgrad.runtime.factories import rand, tensor, zeros_like
 from aotgrad.runtime.grad_mode import no_grad
 from aotgrad.runtime.ops import op
@@ -22,10 +22,11 @@ from aotgrad.runtime.shape_ops import one_hot  # noqa: F401  (F.one_hot)
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.runtime.value_checks import checked, type_str
 from aotgrad.nn._checks import _check_float, _check_tensor  # noqa: F401
+from aotgrad.runtime.composite import composite
 
 
 # ---- linear --------------------------------------------------------------------------------
-@op("linear", "AddmmBackward0")
+@op("linear")
 def linear(input, weight, bias=None):
     """y = input @ weight.T + bias, input (*, in_features), weight (out_features, in_features).
 
@@ -42,10 +43,16 @@ def linear(input, weight, bias=None):
         ishape = "x".join(map(str, input.shape))
         raise RuntimeError(f"linear(): mat1 and mat2 shapes cannot be multiplied ({ishape} and "
                            f"{'x'.join(map(str, reversed(tuple(weight.shape))))})")
-    out = tp.dot_general(input, weight, contract=((input.ndim - 1,), (weight.ndim - 1,)))
-    if bias is not None:
-        out = ops.add(out, bias)
-    return out
+    # the graph PyTorch records: addmm(bias, input, weight.t()), between two reshapes for an
+    # input that is not a matrix; without a bias, matmul(input, weight.t())
+    wt = weight.t()
+    if bias is None or weight.ndim != 2:
+        out = ops.matmul(input, wt)
+        return out if bias is None else ops.add(out, bias)
+    if input.ndim == 2:
+        return addmm(bias, input, wt)
+    out = addmm(bias, input.reshape(-1, input.shape[-1]), wt)
+    return out.view(tuple(input.shape[:-1]) + (weight.shape[0],))
 
 
 def bilinear(input1, input2, weight, bias=None):
@@ -66,6 +73,7 @@ def relu6(input, inplace=False):
 
 
 @op("hardtanh", "HardtanhBackward0")
+@composite("HardtanhBackward0", ("input",))
 def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
     """clamp(input, min_val, max_val), but (as in PyTorch) with gradient 0 at the bounds
     themselves, where clamp's is 1; NaN passes through with gradient 1."""
@@ -76,6 +84,7 @@ def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
 
 
 @op("leaky_relu", "LeakyReluBackward0")
+@composite("LeakyReluBackward0", ("input",))
 def leaky_relu(input, negative_slope=0.01, inplace=False):
     src = _source(input, inplace)
     out = ops.where(ops.gt(src, 0), src, ops.mul(src, negative_slope))
@@ -83,6 +92,7 @@ def leaky_relu(input, negative_slope=0.01, inplace=False):
 
 
 @op("elu", "EluBackward0")
+@composite("EluBackward0", ("input",))
 def elu(input, alpha=1.0, inplace=False):
     src = _source(input, inplace)
     neg = ops.le(src, 0)  # NaN takes the identity branch (gradient 1), as in PyTorch
@@ -92,6 +102,7 @@ def elu(input, alpha=1.0, inplace=False):
 
 
 @op("gelu", "GeluBackward0")
+@composite("GeluBackward0", ("input",))
 def gelu(input, approximate="none"):
     """GELU: x * Phi(x) exactly (erf), or the tanh approximation with approximate='tanh'."""
     _check_float("gelu", input)
@@ -106,12 +117,14 @@ def gelu(input, approximate="none"):
 
 
 @op("silu", "SiluBackward0")
+@composite("SiluBackward0", ("input",))
 def silu(input, inplace=False):
     src = _source(input, inplace)
     return _maybe_inplace(input, ops.mul(src, ops.sigmoid(src)), inplace, "silu")
 
 
 @op("softplus", "SoftplusBackward0")
+@composite("SoftplusBackward0", ("input",))
 def softplus(input, beta=1.0, threshold=20.0):
     """log(1 + exp(beta x)) / beta, linear where beta x > threshold (PyTorch)."""
     bx = ops.mul(input, beta)
@@ -124,6 +137,8 @@ def mish(input, inplace=False):
     return _maybe_inplace(input, ops.mul(src, ops.tanh(softplus(src))), inplace, "mish")
 
 
+@op("logsigmoid", "LogSigmoidBackward0")
+@composite("LogSigmoidBackward0", ("input",))
 def logsigmoid(input):
     """log(sigmoid(x)) = -softplus(-x), without softplus's linear threshold (PyTorch)."""
     return ops.neg(ops._softplus(ops.neg(input)))
@@ -195,6 +210,7 @@ def hardtanh_(input, min_val=-1.0, max_val=1.0):
 
 
 @op("threshold", "ThresholdBackward0")
+@composite("ThresholdBackward0", ("input",))
 def threshold(input, threshold, value, inplace=False):
     """`input` where input > threshold, else `value` (NaN passes through, gradient 1).
 
@@ -245,6 +261,7 @@ def rrelu_(input, lower=1.0 / 8, upper=1.0 / 3, training=False):
 
 
 @op("hardsigmoid", "HardsigmoidBackward0")
+@composite("HardsigmoidBackward0", ("input",))
 def hardsigmoid(input, inplace=False):
     """relu6(x + 3) / 6: 0 for x <= -3, 1 for x >= 3, x / 6 + 1/2 between (gradient 1/6 strictly
     inside, 0 at the bounds and at NaN, as in PyTorch).
@@ -263,6 +280,7 @@ def hardsigmoid(input, inplace=False):
 
 
 @op("hardswish", "HardswishBackward0")
+@composite("HardswishBackward0", ("input",))
 def hardswish(input, inplace=False):
     """x * relu6(x + 3) / 6. The gradient follows PyTorch's piecewise rule: 0 up to -3,
     x / 3 + 1/2 strictly between -3 and 3, 1 from 3 on and at NaN.
@@ -285,6 +303,7 @@ _SELU_SCALE = 1.0507009873554804934193349852946
 
 
 @op("celu", "CeluBackward0")
+@composite("CeluBackward0", ("input",))
 def celu(input, alpha=1.0, inplace=False):
     """max(0, x) + min(0, alpha * (exp(x / alpha) - 1)).
 
@@ -306,6 +325,7 @@ def celu_(input, alpha=1.0):
 
 
 @op("selu", "EluBackward0")
+@composite("EluBackward0", ("input",))
 def selu(input, inplace=False):
     """scale * elu(x, alpha) with PyTorch's constants (alpha ~ 1.6733, scale ~ 1.0507).
 
@@ -322,6 +342,7 @@ def selu_(input):
 
 
 @op("glu", "GluBackward0")
+@composite("GluBackward0", ("input",))
 def glu(input, dim=-1):
     """Gated linear unit: split `input` in halves a, b along `dim`, return a * sigmoid(b).
 
@@ -344,6 +365,7 @@ def glu(input, dim=-1):
 
 
 @op("hardshrink", "HardshrinkBackward0")
+@composite("HardshrinkBackward0", ("input",))
 def hardshrink(input, lambd=0.5):
     """0 where |x| <= lambd, else x (NaN passes through).
 
@@ -356,6 +378,7 @@ def hardshrink(input, lambd=0.5):
 
 
 @op("softshrink", "SoftshrinkBackward0")
+@composite("SoftshrinkBackward0", ("input",))
 def softshrink(input, lambd=0.5):
     """x - lambd above lambd, x + lambd below -lambd, 0 between (NaN passes through).
 
@@ -390,6 +413,7 @@ def tanhshrink(input):
 
 
 @op("prelu", "PreluKernelBackward0")
+@composite("PreluKernelBackward0", ("input", "weight"))
 def prelu(input, weight):
     """x where x > 0, else weight * x; weight has 1 element or one per channel (dim 1).
 
@@ -460,6 +484,7 @@ def dropout(input, p=0.5, training=True, inplace=False):
 
 # ---- normalisation -------------------------------------------------------------------------
 @op("layer_norm", "NativeLayerNormBackward0")
+@composite("NativeLayerNormBackward0", ("input", "weight", "bias"))
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Normalise over the trailing `normalized_shape` dims (two-pass mean/variance)."""
     _check_float("layer_norm", input)

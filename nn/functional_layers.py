@@ -13,6 +13,7 @@ from aotgrad.runtime.factories import arange, rand, tensor
 from aotgrad.runtime.grad_mode import no_grad
 from aotgrad.runtime.ops import op
 from aotgrad.nn._checks import _check_float, _check_tensor
+from aotgrad.runtime.composite import composite
 
 
 # ---- normalisation ---------------------------------------------------------------------------
@@ -33,6 +34,7 @@ def _channel_affine(out, weight, bias):
 
 
 @op("group_norm", "NativeGroupNormBackward0")
+@composite("NativeGroupNormBackward0", ("input", "weight", "bias"))
 def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
     """Normalise (N, C, *) over each group of C/num_groups channels and the spatial dims."""
     _check_float("group_norm", input)

@@ -11,10 +11,10 @@ from aotgrad.runtime import ops, shape_ops
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.factories import rand, tensor
 from aotgrad.runtime.grad_mode import no_grad
-from aotgrad.runtime.grad_mode import state as _grad_mode
 from aotgrad.runtime.ops import op
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.nn._checks import _check_float, _check_tensor
+from aotgrad.runtime.composite import composite, with_rule
 
 
 # ---- losses --------------------------------------------------------------------------------
@@ -39,6 +39,7 @@ def _check_same_size(name, input, target):
 
 
 @op("mse_loss", "MseLossBackward0")
+@composite("MseLossBackward0", ("input", "target"))
 def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
     _check_same_size("mse_loss", input, target)
     d = ops.sub(input, target)
@@ -48,7 +49,7 @@ def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", we
     return _reduce(loss, reduction, "mse_loss")
 
 
-@op("l1_loss", "L1LossBackward0")
+@op("l1_loss")
 def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
     _check_same_size("l1_loss", input, target)
     loss = ops.abs(ops.sub(input, target))
@@ -58,6 +59,7 @@ def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", wei
 
 
 @op("smooth_l1_loss", "SmoothL1LossBackward0")
+@composite("SmoothL1LossBackward0", ("input", "target"))
 def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
     _check_same_size("smooth_l1_loss", input, target)
     d = ops.abs(ops.sub(input, target))
@@ -68,6 +70,8 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mea
     return _reduce(loss, reduction, "smooth_l1_loss")
 
 
+@op("huber_loss", "HuberLossBackward0")
+@composite("HuberLossBackward0", ("input", "target"))
 def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
     loss = ops.mul(smooth_l1_loss(input, target, reduction="none", beta=delta), delta)
     if weight is not None:
@@ -100,13 +104,24 @@ def _class_targets(name, input, target, ignore_index):
     return cdim, c, target
 
 
-@op("nll_loss", "NllLossBackward0")
+@op("nll_loss")
 def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
              reduction="mean"):
     """-input[i, target[i]] (times weight[target[i]]); mean divides by the summed weights of
     the targets that are not ignore_index."""
     cdim, c, target = _class_targets("nll_loss", input, target, ignore_index)
-    return _nll(input, target, weight, ignore_index, reduction, cdim, c, "nll_loss")
+    return _nll_node(input, target, weight, ignore_index, reduction, cdim, c, "nll_loss")
+
+
+def _nll_name(logp, *args, **kwargs):
+    # PyTorch's kernel for spatial targets records another node
+    return "NllLossBackward0" if logp.ndim <= 2 else "NllLoss2DBackward0"
+
+
+@composite(_nll_name, ("logp",))
+def _nll_node(logp, target, weight, ignore_index, reduction, cdim, c, name):
+    """nll_loss as one node (its edge: the log-probabilities only, as PyTorch's)."""
+    return _nll(logp, target, weight, ignore_index, reduction, cdim, c, name)
 
 
 def _nll(logp, target, weight, ignore_index, reduction, cdim, c, name, smoothing=0.0):
@@ -136,7 +151,7 @@ def _nll(logp, target, weight, ignore_index, reduction, cdim, c, name, smoothing
     return _reduce(loss, reduction, name)
 
 
-@op("cross_entropy", "NllLossBackward0")
+@op("cross_entropy")
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100,
                   reduce=None, reduction="mean", label_smoothing=0.0):
     """Cross entropy of logits `input` (N, C, *) against class indices (N, *) or class
@@ -166,46 +181,93 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
             return ops.div(ops.sum(loss), float(n))
         return _reduce(loss, reduction, "cross_entropy")
     cdim, c, target = _class_targets("cross_entropy", input, target, ignore_index)
+    if label_smoothing == 0.0:  # NllLossBackward0 <- LogSoftmaxBackward0, as PyTorch records
+        return _nll_node(logp, target, weight, ignore_index, reduction, cdim, c, "cross_entropy")
     return _nll(logp, target, weight, ignore_index, reduction, cdim, c, "cross_entropy",
                 label_smoothing)
 
 
-@op("binary_cross_entropy", "BinaryCrossEntropyBackward0")
+@op("binary_cross_entropy")
+@with_rule("BinaryCrossEntropyBackward0", ("input", "target"), lambda ctx, g: _bce_rule(ctx, g))
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,
                          reduction="mean"):
-    """-(t log x + (1 - t) log(1 - x)) with the logs clamped at -100, like PyTorch."""
+    """-(t log x + (1 - t) log(1 - x)) with the logs clamped at -100, like PyTorch; its
+    derivatives are PyTorch's (_bce_rule), not those of the clamped logs."""
     if tuple(input.shape) != tuple(target.shape):
         raise ValueError(f"Using a target size ({list(target.shape)}) that is different to the "
                          f"input size ({list(input.shape)}) is deprecated. Please ensure they "
                          f"have the same size.")
-    target_term, logs_target = None, target
-    if target.requires_grad and _grad_mode.grad_enabled:
-        # PyTorch's gradient in the target is -logit(input), not the clamped logs' (+-100):
-        # the logs take the detached target, a zero-valued term carries that gradient
-        target_term = _bce_target_term(input.detach(), target)
-        logs_target = target.detach()
-    if not (input.requires_grad and _grad_mode.grad_enabled):
-        loss = _bce_clamped_logs(_bce_checked(input), logs_target)
-    else:
-        # PyTorch's derivatives in the input, not the clamped logs' (those are 0, or 1/x^2
-        # overflowing, where the input saturates): first (x - t) / max(x (1 - x), 1e-12),
-        # second (x^2 - 2xt + t) / ((x + 1e-12)^2 (1 - x + 1e-12)^2). The loss is the clamped
-        # logs at the detached input plus the Taylor terms d1 h + d2 h^2 / 2 in h = input -
-        # detached input, which are 0 in value and give exactly those two derivatives
-        xd = _bce_checked(input.detach())   # the values; the gradient flows through h
-        h = ops.sub(input, xd)
-        one_m = ops.sub(1.0, xd)
-        d1 = ops.div(ops.sub(xd, target), ops.clamp(ops.mul(one_m, xd), min=1e-12))
-        num = ops.add(ops.sub(ops.mul(xd, xd), ops.mul(ops.mul(xd, target), 2.0)), target)
-        d2 = ops.div(num, ops.mul(ops.square(ops.add(xd, 1e-12)),
-                                  ops.square(ops.add(one_m, 1e-12))))
-        taylor = ops.mul(ops.add(d1, ops.mul(ops.mul(d2, h), 0.5)), h)
-        loss = ops.add(_bce_clamped_logs(xd, logs_target), taylor)
-    if target_term is not None:
-        loss = ops.add(loss, target_term)
+    loss = _bce_clamped_logs(_bce_checked(input), target)
     if weight is not None:
         loss = ops.mul(loss, weight)
     return _reduce(loss, reduction, "binary_cross_entropy")
+
+
+_BCE_EPS = 1e-12  # PyTorch's floor of x (1 - x) in the gradient's denominator
+
+
+def _bce_rule(ctx, g):
+    """d/dx: g (x - t) / max(x (1 - x), 1e-12) (an op of its own, whose derivatives are
+    PyTorch's double backward); d/dt: -g logit(x), infinite where x is 0 or 1. Both times
+    the weight, over the element count for reduction="mean"."""
+    a = ctx.args
+    x, t = a["input"], a["target"]
+    need = ctx.needs_input_grad
+    gx = _bce_backward(g, x, t, a["weight"], a["reduction"]) if need[0] else None
+    gt = None
+    if need[1]:
+        gt = ops.mul(_bce_spread(g, x, a["reduction"]),
+                     ops.neg(ops.log(ops.div(x, ops.sub(1.0, x)))))
+        if a["weight"] is not None:
+            gt = ops.mul(gt, a["weight"])
+    return gx, gt
+
+
+def _bce_spread(g, x, reduction):
+    """The loss's gradient at every element: g broadcast, over the count for a mean."""
+    g = tp.broadcast_to(g, tuple(x.shape)) if reduction != "none" else g
+    return ops.div(g, float(x.numel())) if reduction == "mean" else g
+
+
+def _bce_backward_rule(ctx, h):
+    """PyTorch's binary_cross_entropy double backward, for h the gradient of d/dx:
+    in g: h (x - t) / max(x (1 - x), eps); in x: h g (x^2 - 2xt + t) / ((x + eps)^2
+    (1 - x + eps)^2); in t: -h g / max(x (1 - x), eps); times the weight, over the count
+    for a mean."""
+    a = ctx.args
+    g, x, t, w = a["grad"], a["input"], a["target"], a["weight"]
+    if w is not None:
+        h = ops.mul(h, w)
+    h = _bce_spread_back(h, x, a["reduction"])
+    denom = ops.clamp(ops.mul(ops.sub(1.0, x), x), min=_BCE_EPS)
+    need = ctx.needs_input_grad
+    gg = gx = gt = None
+    if need[0]:
+        gg = ops.div(ops.mul(h, ops.sub(x, t)), denom)
+    gb = tp.broadcast_to(g, tuple(x.shape)) if a["reduction"] != "none" else g
+    if need[1]:
+        num = ops.add(ops.sub(ops.mul(x, x), ops.mul(ops.mul(x, t), 2.0)), t)
+        den = ops.mul(ops.square(ops.add(x, _BCE_EPS)),
+                      ops.square(ops.add(ops.sub(1.0, x), _BCE_EPS)))
+        gx = ops.mul(ops.mul(h, gb), ops.div(num, den))
+    if need[2]:
+        gt = ops.neg(ops.div(ops.mul(h, gb), denom))
+    return gg, gx, gt
+
+
+def _bce_spread_back(h, x, reduction):
+    return ops.div(h, float(x.numel())) if reduction == "mean" else h
+
+
+@with_rule("BinaryCrossEntropyBackwardBackward0", ("grad", "input", "target"),
+           _bce_backward_rule)
+def _bce_backward(grad, input, target, weight, reduction):
+    """The gradient of binary_cross_entropy in its input."""
+    g = _bce_spread(grad, input, reduction)
+    d = ops.div(ops.sub(input, target),
+                ops.clamp(ops.mul(ops.sub(1.0, input), input), min=_BCE_EPS))
+    out = ops.mul(g, d)
+    return out if weight is None else ops.mul(out, weight)
 
 
 def _bce_checked(x):
@@ -213,21 +275,6 @@ def _bce_checked(x):
     return checked(x, RuntimeError, f"all elements of input should be between 0 and 1 (got "
                                     f"{{value}} in input {type_str(x)})", low=0.0, high=1.0,
                    high_inclusive=True)
-
-
-def _bce_target_term(xd, target):
-    """0 in value, with PyTorch's gradient in `target`: -logit(x) = -log(x / (1 - x)), which
-    is +-inf where the (detached) input x is 0 or 1. h = target - target.detach() is 0 with
-    gradient 1; h * c carries a finite c. Where c is infinite, h^(1/3) * sign(c) carries it:
-    its value is 0 and its derivative (1/3) 0^(-2/3) infinite, so g times it is inf with g's
-    sign (NaN where g is 0, as inf * 0 in PyTorch). (Not sqrt: compiled, g / (2 sqrt(0)) may
-    become a reciprocal-sqrt estimate, NaN at 0.)"""
-    c = ops.neg(ops.log(ops.div(xd, ops.sub(1.0, xd))))
-    inf = ops.isinf(c)
-    h = ops.sub(target, target.detach())
-    lin = ops.mul(h, ops.where(inf, 0.0, c))
-    steep = ops.mul(ops.pow(ops.where(inf, h, 1.0), 1.0 / 3.0), ops.sign(c))
-    return ops.add(lin, ops.where(inf, steep, 0.0))
 
 
 def _bce_clamped_logs(input, target):
@@ -244,6 +291,7 @@ def _safe_log(x):
 
 
 @op("binary_cross_entropy_with_logits", "BinaryCrossEntropyWithLogitsBackward0")
+@composite("BinaryCrossEntropyWithLogitsBackward0", ("input", "target"))
 def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None,
                                      reduce=None, reduction="mean", pos_weight=None):
     """Sigmoid + binary cross entropy in one stable formula (log1p(exp(-|x|)) form)."""

@@ -14,6 +14,7 @@ from aotgrad.runtime.elementwise_ops import abs, add, div, lt, mul, sub, where
 from aotgrad.runtime.linalg_ops import matmul, outer
 from aotgrad.runtime.op_base import _named, as_tensor_like, broadcast_shapes, op
 from aotgrad.runtime.tensor import Tensor
+from aotgrad.runtime.composite import composite
 
 
 def _check_dims(name, **tensors):
@@ -46,6 +47,7 @@ def _scaled_sum(name, inp, prod, beta, alpha):
 
 
 @op("addmm", "AddmmBackward0")
+@composite("AddmmBackward0", ("input", "mat1", "mat2"))
 def addmm(input, mat1, mat2, *, beta=1, alpha=1):
     """beta * input + alpha * (mat1 @ mat2)."""
     _check_dims("addmm", mat1=(mat1, 2), mat2=(mat2, 2))
@@ -54,6 +56,7 @@ def addmm(input, mat1, mat2, *, beta=1, alpha=1):
 
 
 @op("addmv", "AddmvBackward0")
+@composite("AddmvBackward0", ("input", "mat", "vec"))
 def addmv(input, mat, vec, *, beta=1, alpha=1):
     """beta * input + alpha * (mat @ vec)."""
     _check_dims("addmv", mat=(mat, 2), vec=(vec, 1))
@@ -62,6 +65,7 @@ def addmv(input, mat, vec, *, beta=1, alpha=1):
 
 
 @op("addr", "AddrBackward0")
+@composite("AddrBackward0", ("input", "vec1", "vec2"))
 def addr(input, vec1, vec2, *, beta=1, alpha=1):
     """beta * input + alpha * outer(vec1, vec2)."""
     _check_dims("addr", vec1=(vec1, 1), vec2=(vec2, 1))
@@ -70,6 +74,7 @@ def addr(input, vec1, vec2, *, beta=1, alpha=1):
 
 
 @op("baddbmm", "BaddbmmBackward0")
+@composite("BaddbmmBackward0", ("input", "batch1", "batch2"))
 def baddbmm(input, batch1, batch2, *, beta=1, alpha=1):
     """beta * input + alpha * (batch1 @ batch2), per batch."""
     _check_dims("baddbmm", batch1=(batch1, 3), batch2=(batch2, 3))
@@ -81,6 +86,7 @@ def baddbmm(input, batch1, batch2, *, beta=1, alpha=1):
 
 
 @op("addbmm", "AddbmmBackward0")
+@composite("AddbmmBackward0", ("input", "batch1", "batch2"))
 def addbmm(input, batch1, batch2, *, beta=1, alpha=1):
     """beta * input + alpha * sum_b (batch1[b] @ batch2[b]): one contraction over the
     batch and inner dims."""
@@ -94,6 +100,7 @@ def addbmm(input, batch1, batch2, *, beta=1, alpha=1):
 
 
 @op("addcmul", "AddcmulBackward0")
+@composite("AddcmulBackward0", ("input", "tensor1", "tensor2"))
 def addcmul(input, tensor1, tensor2, *, value=1):
     """input + value * tensor1 * tensor2 (types promoted across all three)."""
     p = mul(tensor1, tensor2)
@@ -101,6 +108,7 @@ def addcmul(input, tensor1, tensor2, *, value=1):
 
 
 @op("addcdiv", "AddcdivBackward0")
+@composite("AddcdivBackward0", ("input", "tensor1", "tensor2"))
 def addcdiv(input, tensor1, tensor2, *, value=1):
     """input + value * tensor1 / tensor2; integer tensor1 and tensor2 are refused (PyTorch
     no longer supports their integer division here)."""

@@ -10,12 +10,14 @@ from aotgrad.runtime.linalg_ops import matmul
 from aotgrad.runtime.op_base import op
 from aotgrad.runtime.reduction_ops import _sqrt0, norm, sum
 from aotgrad.runtime.view_ops import transpose, unsqueeze
+from aotgrad.runtime.composite import composite
 
 _MODES = ("use_mm_for_euclid_dist_if_necessary", "use_mm_for_euclid_dist",
           "donot_use_mm_for_euclid_dist")
 
 
 @op("cdist", "CdistBackward0")
+@composite("CdistBackward0", ("x1", "x2"))
 def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
     """The p-norm distance between each row of x1 (..., P, M) and each row of x2
     (..., R, M): (..., P, R). For p == 2 and more than 25 rows (or compute_mode

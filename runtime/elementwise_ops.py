@@ -19,6 +19,7 @@ from aotgrad.runtime.op_base import (_binary, _binary_args, _named, _weak_or_sca
                                      as_tensor_like, broadcast_shapes, cast, is_weak, mark_weak,
                                      op, scalar_dtype)
 from aotgrad.runtime.tensor import Tensor
+from aotgrad.runtime.composite import composite, with_rule
 
 
 # ---- binary --------------------------------------------------------------------------------
@@ -296,6 +297,7 @@ def square(x):
 
 
 @op("relu", "ReluBackward0")
+@composite("ReluBackward0", ("x",))
 def relu(x):
     # PyTorch's rule: 0 where x <= 0, so the gradient at 0 is 0 (max(x, 0) would split it,
     # 0.5) and NaN passes through; the backward needs only the mask, which is 1 byte/element
@@ -325,40 +327,67 @@ def _round_half_even(x):
     return where(gt(diff, half), up, where(lt(diff, half), f, where(f_even, f, up)))
 
 
-@op("clamp", "ClampBackward1")
+@op("clamp")
 def clamp(x, min=None, max=None):
     if min is None and max is None:
         raise RuntimeError("clamp: At least one of 'min' or 'max' must not be None")
-    dtype = x.dtype  # a float bound promotes an integer tensor, like PyTorch
+    if isinstance(min, Tensor) or isinstance(max, Tensor):
+        return _clamp_tensors(x, min, max)
+    return _clamp_numbers(x, min, max)
+
+
+def _clamp_rule(ctx, g):
+    """PyTorch's gradients: x's where lo <= x <= hi (none at NaN); a tensor lo's where
+    x < lo < hi; a tensor hi's where x > hi or hi < lo; nobody's elsewhere (NaN, or
+    lo == hi with x outside)."""
+    a = ctx.args
+    x, lo, hi = _clamp_operands(a["x"], a["min"], a["max"])
+    zero = tp.zeros(tuple(g.shape), g.dtype)
+    pred_x = logical_and(ge(x, lo), le(x, hi)) if lo is not None and hi is not None else \
+        (ge(x, lo) if lo is not None else le(x, hi))
+    grads = [where(pred_x, g, zero)]
+    need = ctx.needs_input_grad
+    if len(need) > 1:
+        grads.append(None if not need[1] else where(
+            lt(x, lo) if hi is None else logical_and(lt(x, lo), lt(lo, hi)), g, zero))
+        grads.append(None if not need[2] else where(
+            gt(x, hi) if lo is None else logical_or(gt(x, hi), lt(hi, lo)), g, zero))
+    return grads
+
+
+def _clamp_operands(x, min, max):
+    """x and the bounds in the promoted dtype (a float bound promotes an integer tensor, like
+    PyTorch), broadcast to one shape; an absent bound is None."""
+    dtype = x.dtype
     for bound in (min, max):
         if bound is not None:
             dtype = dt.promote(dtype, bound.dtype if isinstance(bound, Tensor) else
                                scalar_dtype(bound, dtype))
     x = cast(x, dtype)
-    lo = hi = None
-    if min is not None:
-        lo = cast(as_tensor_like(min, x.dtype), x.dtype)
-    if max is not None:
-        hi = cast(as_tensor_like(max, x.dtype), x.dtype)
+    lo = None if min is None else cast(as_tensor_like(min, x.dtype), x.dtype)
+    hi = None if max is None else cast(as_tensor_like(max, x.dtype), x.dtype)
     shape = broadcast_shapes(*[t.shape for t in (x, lo, hi) if t is not None])
-    x, lo, hi = (None if t is None else tp.broadcast_to(t, shape) for t in (x, lo, hi))
-    out = x  # the value: min(max(x, lo), hi); NaN in x or a bound propagates
+    return (None if t is None else tp.broadcast_to(t, shape) for t in (x, lo, hi))
+
+
+def _clamp_value(x, min, max):
+    x, lo, hi = _clamp_operands(x, min, max)
+    out = x  # min(max(x, lo), hi); NaN in x or a bound propagates
     if lo is not None:
         out = where(logical_or(lt(out, lo), ne(lo, lo)), lo, out)
     if hi is not None:
         out = where(logical_or(gt(out, hi), ne(hi, hi)), hi, out)
-    if not builtins.any(t.requires_grad for t in (x, lo, hi) if t is not None):
-        return out
-    # PyTorch's gradients: x's where lo <= x <= hi (none at NaN); lo's where x < lo < hi; hi's
-    # where x > hi or hi < lo; nobody's elsewhere (NaN, or lo == hi with x outside)
-    pred_x = logical_and(ge(x, lo), le(x, hi)) if lo is not None and hi is not None else \
-        (ge(x, lo) if lo is not None else le(x, hi))
-    res = out.detach()
-    if hi is not None and hi.requires_grad:
-        res = where(gt(x, hi) if lo is None else logical_or(gt(x, hi), lt(hi, lo)), hi, res)
-    if lo is not None and lo.requires_grad:
-        res = where(lt(x, lo) if hi is None else logical_and(lt(x, lo), lt(lo, hi)), lo, res)
-    return where(pred_x, x, res)
+    return out
+
+
+@with_rule("ClampBackward0", ("x", "min", "max"), _clamp_rule)
+def _clamp_tensors(x, min, max):
+    return _clamp_value(x, min, max)
+
+
+@with_rule("ClampBackward1", ("x",), _clamp_rule)
+def _clamp_numbers(x, min, max):
+    return _clamp_value(x, min, max)
 
 
 clip = clamp

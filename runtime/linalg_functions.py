@@ -300,7 +300,7 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):  # noqa: A002
         raise RuntimeError(f"linalg.vector_norm: ord must be a number, got '{ord}'")
     dims = _dims(dim, x.ndim)
     if dims is None and not keepdim:
-        return _vector_pnorm(x.reshape(-1), ord, 0, False)
+        return _vector_pnorm(x, ord, None, False)
     if dims is None:
         dims = tuple(range(x.ndim))
     if ord in (math.inf, -math.inf) and builtins.any(x.shape[d] == 0 for d in dims):

@@ -7,6 +7,7 @@ outer.
 [3.0, 3.0]
 """
 from aotgrad.runtime import tprims as tp
+from aotgrad.runtime import view_ops
 from aotgrad.runtime.elementwise_ops import mul
 from aotgrad.runtime.op_base import _named, broadcast_shapes, op
 
@@ -14,13 +15,30 @@ from aotgrad.runtime.op_base import _named, broadcast_shapes, op
 # ---- matmul --------------------------------------------------------------------------------
 @op("matmul")
 def matmul(a, b):
-    """numpy/PyTorch matmul: 1-d vectors, 2-d matrices, broadcast batch dims."""
-    out = _matmul(a, b)
-    return _named(out, "DotBackward0" if a.ndim == b.ndim == 1 else
-                  "MvBackward0" if (a.ndim, b.ndim) == (2, 1) else "MmBackward0")
+    """numpy/PyTorch matmul: 1-d vectors, 2-d matrices, broadcast batch dims. The graph is
+    PyTorch's: dot, mv or mm for vectors and matrices; a batched left operand against a
+    matrix or vector is folded into one mm/mv between two reshapes (ViewBackward0,
+    UnsafeViewBackward0); broadcast batches go through one bmm."""
+    _check_matmul(a, b)
+    if a.ndim == 1 and b.ndim == 1:
+        return _named(tp.dot_general(a, b, contract=((0,), (0,))), "DotBackward0")
+    if a.ndim == 2 and b.ndim == 1:
+        return _named(tp.dot_general(a, b, contract=((1,), (0,))), "MvBackward0")
+    if a.ndim == 2 and b.ndim == 2:
+        return _named(tp.dot_general(a, b, contract=((1,), (0,))), "MmBackward0")
+    if a.ndim == 1 and b.ndim == 2:  # (k,) @ (k, n): a row matrix through mm
+        row = _named(view_ops.unsqueeze(a, 0), "UnsqueezeBackward0")
+        return _named(view_ops.squeeze(matmul(row, b), 0),
+                      "SqueezeBackward4")
+    if b.ndim <= 2:  # (..., m, k) @ (k, n) or (k,): fold the batch into the rows
+        rows = view_ops.reshape(a, (-1, a.shape[-1]))
+        out = matmul(rows, b)
+        return _named(tp.reshape(out, shape=tuple(a.shape[:-1]) + tuple(b.shape[1:])),
+                      "UnsafeViewBackward0")
+    return _batched_matmul(a, b)
 
 
-def _matmul(a, b):
+def _check_matmul(a, b):
     if a.dtype is not b.dtype:
         raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: "
                            f"{a.dtype.name} != {b.dtype.name}")
@@ -30,20 +48,22 @@ def _matmul(a, b):
     if a.shape[-1] != b.shape[-2 if b.ndim > 1 else 0]:
         raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied "
                            f"({'x'.join(map(str, a.shape))} and {'x'.join(map(str, b.shape))})")
-    if a.ndim == 1 and b.ndim == 1:
-        return tp.dot_general(a, b, contract=((0,), (0,)))
-    if b.ndim == 1:
-        return tp.dot_general(a, b, contract=((a.ndim - 1,), (0,)))
+
+
+def _batched_matmul(a, b):
+    """Broadcast batch dims (a vector operand is a one-row or one-column matrix): one
+    batched contraction over the broadcast batch."""
     if a.ndim == 1:
-        return tp.dot_general(a, b, contract=((0,), (b.ndim - 2,)))
-    if b.ndim == 2:  # (..., m, k) @ (k, n): one contraction, no batch dims
-        return tp.dot_general(a, b, contract=((a.ndim - 1,), (0,)))
+        return _named(tp.reshape(_batched_matmul(tp.reshape(a, shape=(1, a.shape[0])), b),
+                                 shape=tuple(b.shape[:-2]) + (b.shape[-1],)),
+                      "UnsafeViewBackward0")
     batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
     a = tp.broadcast_to(a, batch + tuple(a.shape[-2:]))
     b = tp.broadcast_to(b, batch + tuple(b.shape[-2:]))
     nb = len(batch)
-    return tp.dot_general(a, b, contract=((nb + 1,), (nb,)),
-                          batch=(tuple(range(nb)), tuple(range(nb))))
+    return _named(tp.dot_general(a, b, contract=((nb + 1,), (nb,)),
+                                 batch=(tuple(range(nb)), tuple(range(nb)))),
+                  "BmmBackward0" if nb == 1 else "UnsafeViewBackward0")
 
 
 def mm(a, b):

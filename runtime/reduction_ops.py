@@ -19,6 +19,7 @@ from aotgrad.runtime.index_ops import take_along_dim
 from aotgrad.runtime.op_base import _named, cast, norm_dims, op, return_types
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.runtime.view_ops import squeeze
+from aotgrad.runtime.composite import composite, one_node, with_rule
 
 
 # ---- reductions ----------------------------------------------------------------------------
@@ -45,7 +46,7 @@ def sum(x, dim=None, keepdim=False, *, dtype=None):
     dims = norm_dims(dim, x.ndim)
     r = _keep(tp.reduce_sum(x, dims=dims), x.shape, dims, keepdim)
     if r.grad_fn is not None:
-        r.grad_fn._name = "SumBackward0" if dim is None else "SumBackward1"
+        one_node("SumBackward0" if dim is None else "SumBackward1", [x], r)
     return r
 
 
@@ -59,9 +60,11 @@ def mean(x, dim=None, keepdim=False, *, dtype=None):
     dims = norm_dims(dim, x.ndim)
     n = math.prod(x.shape[d] for d in dims)
     r = tp.reduce_sum(x, dims=dims)
-    r = tp.div(r, tp.broadcast_to(tp.constant(n, x.dtype), r.shape))
-    return _named(_keep(r, x.shape, dims, keepdim), "MeanBackward0" if dim is None else
-                  "MeanBackward1")
+    r = _keep(tp.div(r, tp.broadcast_to(tp.constant(n, x.dtype), r.shape)), x.shape, dims,
+              keepdim)
+    if r.grad_fn is not None:
+        one_node("MeanBackward0" if dim is None else "MeanBackward1", [x], r)
+    return r
 
 
 @op("prod")
@@ -73,12 +76,14 @@ def prod(x, dim=None, keepdim=False, *, dtype=None):
 
 
 @op("amax", "AmaxBackward0")
+@composite("AmaxBackward0", ("x",))
 def amax(x, dim=(), keepdim=False):
     dims = norm_dims(None if dim == () else dim, x.ndim)
     return _keep(tp.reduce_max(x, dims=dims), x.shape, dims, keepdim)
 
 
 @op("amin", "AminBackward0")
+@composite("AminBackward0", ("x",))
 def amin(x, dim=(), keepdim=False):
     dims = norm_dims(None if dim == () else dim, x.ndim)
     return _keep(tp.reduce_min(x, dims=dims), x.shape, dims, keepdim)
@@ -145,6 +150,7 @@ def _correction(unbiased, correction):
 
 
 @op("var", "VarBackward0")
+@composite("VarBackward0", ("x",))
 def var(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
     if isinstance(unbiased, bool) is False and unbiased is not None and dim is None:
         dim, unbiased = unbiased, None
@@ -152,6 +158,7 @@ def var(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
 
 
 @op("std", "StdBackward0")
+@composite("StdBackward0", ("x",))
 def std(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
     """sqrt(var); its gradient is 0 (not NaN) where std is 0, as in PyTorch."""
     return _sqrt0(var(x, dim, unbiased, keepdim, correction=correction))
@@ -175,8 +182,48 @@ def std_mean(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
                                                 mean(x, dim, keepdim)))
 
 
-@op("norm", "NormBackward1")
+def _norm_rule(ctx, g):
+    """PyTorch's norm_backward: sign(x)|x|^(p-1) g / norm^(p-1), 0 where the norm is 0 (and at
+    x == 0 for p < 1); for p = +-inf the gradient is shared by the elements whose |x| is the
+    norm; for p = 0 it is 0."""
+    a = ctx.args
+    x, p, dim, keepdim = a["x"], a["p"], a["dim"], a["keepdim"]
+    out = ctx.result
+    dims = norm_dims(() if dim is None else dim, x.ndim) if dim is not None else \
+        tuple(range(x.ndim))
+    if not keepdim:  # g and the norm at x's rank, 1 over the reduced dims
+        kept = tuple(1 if d in dims else n for d, n in enumerate(x.shape))
+        g, out = tp.reshape(g, shape=kept), tp.reshape(out, shape=kept)
+    g, out = tp.broadcast_to(g, x.shape), tp.broadcast_to(out, x.shape)
+    if p == 0:
+        return (mul(x, 0.0),)
+    if p in (1, 1.0):
+        return (mul(tp.sign_nan0(x), g),)
+    if p in (float("inf"), "inf", float("-inf"), "-inf"):
+        hit = cast(eq(abs(x), out), x.dtype)
+        count = tp.broadcast_to(sum(hit, dims, keepdim=True), x.shape)
+        return (div(mul(mul(tp.sign_nan0(x), hit), g), count),)
+    p = 2.0 if p == "fro" else float(p)
+    zero = eq(out, 0.0)
+    if p == 2.0:
+        scaled = x
+    else:
+        ax = abs(x)
+        scaled = mul(tp.sign_nan0(x), pow(ax, p - 1.0))
+        if p < 1.0:
+            scaled = where(eq(ax, 0.0), 0.0, scaled)
+    scale = div(g, pow(where(zero, 1.0, out), p - 1.0)) if p != 2.0 else \
+        div(g, where(zero, 1.0, out))
+    return (where(zero, 0.0, mul(scaled, scale)),)
+
+
+@op("norm")
 def norm(x, p="fro", dim=None, keepdim=False):
+    return _norm(x, p, dim, keepdim)
+
+
+@with_rule("LinalgVectorNormBackward0", ("x",), _norm_rule)
+def _norm(x, p="fro", dim=None, keepdim=False):
     """The vector p-norm over `dim` (all dims by default), with PyTorch's subgradients: 0
     where the norm is 0, and 0 at x == 0 for p < 1."""
     if p in ("fro", 2, 2.0):
@@ -202,6 +249,7 @@ def norm(x, p="fro", dim=None, keepdim=False):
 
 
 @op("logsumexp", "LogsumexpBackward0")
+@composite("LogsumexpBackward0", ("x",))
 def logsumexp(x, dim, keepdim=False):
     """Stable: max-shifted; rows that are all -inf give -inf, not NaN."""
     if not x.dtype.is_floating_point:
@@ -218,6 +266,7 @@ def logsumexp(x, dim, keepdim=False):
 
 
 @op("softmax", "SoftmaxBackward0")
+@composite("SoftmaxBackward0", ("x",))
 def softmax(x, dim, dtype=None):
     if dtype is not None:
         x = cast(x, dt.as_dtype(dtype))
@@ -230,6 +279,7 @@ def softmax(x, dim, dtype=None):
 
 
 @op("log_softmax", "LogSoftmaxBackward0")
+@composite("LogSoftmaxBackward0", ("x",))
 def log_softmax(x, dim, dtype=None):
     """(x - max) - log(sum(exp(x - max))), PyTorch's formula: a +inf in a row gives NaN."""
     if dtype is not None:

@@ -17,6 +17,7 @@ from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.elementwise_ops import mul
 from aotgrad.runtime.index_ops import take_along_dim
 from aotgrad.runtime.op_base import _binary_args, cast, norm_dims, op, return_types
+from aotgrad.runtime.composite import composite
 
 
 def _dim(x, dim):
@@ -30,6 +31,7 @@ def _copy(x):
 
 
 @op("cumprod", "CumprodBackward0")
+@composite("CumprodBackward0", ("x",))
 def cumprod(x, dim, *, dtype=None):
     """Running products along dim (integer and bool inputs give int64, like PyTorch)."""
     if dtype is not None:
@@ -65,6 +67,7 @@ def cummin(x, dim):
 
 
 @op("logcumsumexp", "LogcumsumexpBackward0")
+@composite("LogcumsumexpBackward0", ("x",))
 def logcumsumexp(x, dim):
     """log(cumsum(exp(x))) along dim, without overflow or underflow."""
     if not x.dtype.is_floating_point:
@@ -88,6 +91,7 @@ def _logaddexp(a, b, exp_neg, log1p_scale):
 
 
 @op("logaddexp", "LogaddexpBackward0")
+@composite("LogaddexpBackward0", ("a", "b"))
 def logaddexp(a, b):
     """log(exp(a) + exp(b)), computed without overflow."""
     a, b = _binary_args(a, b, float_result=True)
@@ -95,6 +99,7 @@ def logaddexp(a, b):
 
 
 @op("logaddexp2", "Logaddexp2Backward0")
+@composite("Logaddexp2Backward0", ("a", "b"))
 def logaddexp2(a, b):
     """log2(2**a + 2**b), computed without overflow."""
     a, b = _binary_args(a, b, float_result=True)

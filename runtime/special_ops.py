@@ -17,6 +17,7 @@ from aotgrad.runtime.elementwise_ops import (_unary, abs, add, clamp, div, eq, e
                                              le, log, log1p, logical_and, logical_or, lt, mul,
                                              neg, sigmoid, sin, sub, where)
 from aotgrad.runtime.op_base import _binary_args, cast, op
+from aotgrad.runtime.composite import composite
 
 erfc = _unary(tp.erfc, "erfc", "ErfcBackward0")
 erfcx = _unary(tp.erfcx, "erfcx", "SpecialErfcxBackward0")
@@ -35,6 +36,7 @@ i1e = _unary(tp.i1e, "i1e", "SpecialI1EBackward0")
 
 
 @op("i0", "I0Backward0")
+@composite("I0Backward0", ("x",))
 def i0(x):
     """The modified Bessel function I0, as i0e(x) * exp(|x|) (its gradient is i1)."""
     x = _float(x)
@@ -42,6 +44,7 @@ def i0(x):
 
 
 @op("i1", "SpecialI1Backward0")
+@composite("SpecialI1Backward0", ("x",))
 def i1(x):
     """The modified Bessel function I1, as i1e(x) * exp(|x|)."""
     x = _float(x)
@@ -88,6 +91,7 @@ mvlgamma = multigammaln
 
 
 @op("logit", "LogitBackward0")
+@composite("LogitBackward0", ("x",))
 def logit(x, eps=None):
     """log(x / (1 - x)); with eps, x is first clamped to [eps, 1 - eps] (its gradient is
     then 0 outside that range)."""
@@ -108,18 +112,21 @@ def _x_log(x, y, log_fn, pole):
 
 
 @op("xlogy", "XlogyBackward0")
+@composite("XlogyBackward0", ("x", "y"))
 def xlogy(x, y):
     """x * log(y), 0 where x == 0 (unless y is NaN)."""
     return _x_log(x, y, log, 0)
 
 
 @op("xlog1py", "SpecialXlog1pyBackward0")
+@composite("SpecialXlog1pyBackward0", ("x", "y"))
 def xlog1py(x, y):
     """x * log1p(y), 0 where x == 0 (unless y is NaN)."""
     return _x_log(x, y, log1p, -1)
 
 
 @op("ndtr", "SpecialNdtrBackward0")
+@composite("SpecialNdtrBackward0", ("x",))
 def ndtr(x):
     """The standard normal CDF, 0.5 * erfc(-x / sqrt(2)): accurate in the lower tail."""
     return mul(erfc(mul(_float(x), -1 / math.sqrt(2))), 0.5)
@@ -131,6 +138,7 @@ _LOG_NDTR_ASYMPTOTIC = {dt.float64: -20.0, dt.float32: -10.0}
 
 
 @op("log_ndtr", "SpecialLogNdtrBackward0")
+@composite("SpecialLogNdtrBackward0", ("x",))
 def log_ndtr(x):
     """log of the standard normal CDF: log1p(-ndtr(-x)) for x > 0, log(ndtr(x)) down to
     -20 (-10 in float32), and below that the asymptotic series -x^2/2 - log(-x) - log(2 pi)/2 +
@@ -156,6 +164,7 @@ def log_ndtr(x):
 
 
 @op("sinc", "SincBackward0")
+@composite("SincBackward0", ("x",))
 def sinc(x):
     """sin(pi x) / (pi x), 1 at 0 (gradient 0 there)."""
     x = _float(x)
@@ -165,6 +174,7 @@ def sinc(x):
 
 
 @op("entr", "SpecialEntrBackward0")
+@composite("SpecialEntrBackward0", ("x",))
 def entr(x):
     """-x log(x) for x > 0, 0 at 0, -inf for x < 0, NaN for NaN. The gradient at 0 is 0
     here (PyTorch's is inf)."""

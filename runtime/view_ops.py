@@ -196,9 +196,7 @@ swapaxes = swapdims = transpose
 def t(x):
     if x.ndim > 2:
         raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {x.ndim}D")
-    if x.ndim < 2:
-        return _alias(x)
-    out = transpose(x, 0, 1)
+    out = _alias(x) if x.ndim < 2 else transpose(x, 0, 1)
     if out.grad_fn is not None:
         out.grad_fn._name = "TBackward0"
     return out
