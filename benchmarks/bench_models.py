@@ -1,0 +1,131 @@
+"""Whole training programs as users write them (benchmarks/models.py: a small GPT with AdamW,
+LeNet with SGD momentum), each system in fresh processes: PyTorch eager (and torch.compile
+with --torch-compile), aotgrad eager, aotgrad with `model = aotgrad.compile(model)` and the
+optimizer outside, and aotgrad with the whole step compiled.
+
+For each: the seconds from process start to the end of the first step (imports and compiles
+included), on a cold compile cache (a fresh directory) and on a warm one (the same directory
+again); the median ms per step after the first two; the seconds to all steps; and the
+largest difference of the loss curve from the same library's eager curve.
+
+    python benchmarks/bench_models.py [--steps 50] [--models gpt,lenet] [--quick]
+                                      [--torch-compile] [--json out.json]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+START = time.perf_counter()
+HERE = os.path.dirname(os.path.abspath(__file__))
+MARK = "RESULT "
+SYSTEMS = ["torch eager", "torch.compile(model)", "aotgrad eager", "aotgrad compile(model)",
+           "aotgrad compiled step"]
+
+
+def _worker(model_name, system, steps, quick, threads):
+    sys.path.insert(0, HERE)
+    from models import build
+    if system.startswith("torch"):
+        import torch as M
+        M.set_num_threads(threads)
+    else:
+        import aotgrad as M
+    model, opt, batches = build(M, model_name, quick, steps=min(steps, 8))
+    if system.endswith("compile(model)"):
+        model = M.compile(model)
+
+    def step(x, y):
+        opt.zero_grad()
+        loss = model(x, y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    if system == "aotgrad compiled step":
+        step = M.compile(step)
+    losses, times = [], []
+    first = None
+    for i in range(steps):
+        x, y = batches[i % len(batches)]
+        t0 = time.perf_counter()
+        losses.append(float(step(x, y).item()))
+        times.append(time.perf_counter() - t0)
+        if first is None:
+            first = time.perf_counter() - START
+    later = sorted(times[2:]) or sorted(times)
+    return dict(first_step_s=first, total_s=time.perf_counter() - START,
+                step_ms=1e3 * later[len(later) // 2], losses=losses)
+
+
+def _run(model_name, system, args, cache):
+    env = dict(os.environ, AOTGRAD_CACHE_DIR=cache, PYTHONUNBUFFERED="1")
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", model_name, system,
+           "--steps", str(args.steps), "--threads", str(args.threads)] + \
+        (["--quick"] if args.quick else [])
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
+    for line in r.stdout.splitlines():
+        if line.startswith(MARK):
+            return json.loads(line[len(MARK):])
+    return dict(error=(r.stderr.strip().splitlines() or ["no output"])[-1])
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--worker", nargs=2, metavar=("MODEL", "SYSTEM"))
+    ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--models", default="gpt,lenet")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--torch-compile", action="store_true")
+    ap.add_argument("--json")
+    args = ap.parse_args(argv)
+    if args.worker:
+        print(MARK + json.dumps(_worker(*args.worker, args.steps, args.quick, args.threads)))
+        return 0
+    try:
+        import torch  # noqa: F401
+        systems = SYSTEMS if args.torch_compile else [s for s in SYSTEMS if s != SYSTEMS[1]]
+    except ImportError:
+        systems = [s for s in SYSTEMS if not s.startswith("torch")]
+    rows = []
+    print(f"load average at start {os.getloadavg()[0]:.2f}; {args.steps} steps; "
+          f"threads {args.threads}")
+    head = (f"{'model':6s} {'system':24s} {'cache':5s} {'first step s':>12s} {'ms/step':>8s} "
+            f"{'all steps s':>11s} {'loss vs eager':>13s} {'load':>5s}")
+    print(head)
+    for model_name in args.models.split(","):
+        eager = {}
+        for system in systems:
+            with tempfile.TemporaryDirectory(prefix="aotgrad-bench-") as cache:
+                for cache_state in ("cold", "warm"):
+                    res = _run(model_name, system, args, cache)
+                    res.update(model=model_name, system=system, cache=cache_state,
+                               load=os.getloadavg()[0])
+                    rows.append(res)
+                    if "error" in res:
+                        print(f"{model_name:6s} {system:24s} {cache_state:5s} error: "
+                              f"{res['error'][:100]}")
+                        continue
+                    lib = system.split()[0]
+                    if system.endswith("eager"):
+                        eager[lib] = res["losses"]
+                    ref = eager.get(lib)
+                    diff = max(abs(a - b) for a, b in zip(res["losses"], ref)) if ref else \
+                        float("nan")
+                    print(f"{model_name:6s} {system:24s} {cache_state:5s} "
+                          f"{res['first_step_s']:12.2f} {res['step_ms']:8.2f} "
+                          f"{res['total_s']:11.2f} {diff:13.2e} {res['load']:5.2f}")
+                    if system.endswith("eager"):
+                        break     # eager has no compile cache: one run
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
