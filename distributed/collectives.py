@@ -143,8 +143,8 @@ def _root(r, pg, what, arg):
 
 def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     """Reduce `tensor` over all ranks, in place: every rank gets the result."""
-    from mpi4py import MPI
     pg = default_group(group)
+    from mpi4py import MPI
     buf = _Buffer(tensor, "all_reduce", "tensor", writes=True)
     arr, mop, back = _reduction(buf.mpi, op, "all_reduce")
     req = pg.comm.Iallreduce(MPI.IN_PLACE, arr, mpi_op(mop, MPI))
@@ -157,8 +157,8 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
 
 def reduce(tensor, dst=0, op=ReduceOp.SUM, group=None, async_op=False):
     """Reduce `tensor` over all ranks into rank `dst`'s tensor (the others' are unchanged)."""
-    from mpi4py import MPI
     pg = default_group(group)
+    from mpi4py import MPI
     dst = _root(dst, pg, "reduce", "dst")
     mine = pg.rank() == dst
     buf = _Buffer(tensor, "reduce", "tensor", writes=mine)
@@ -227,8 +227,8 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=Fal
 
 def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=False):
     """output on rank r = the reduction over ranks of their input_list[r]."""
-    from mpi4py import MPI
     pg = default_group(group)
+    from mpi4py import MPI
     out = _Buffer(output, "reduce_scatter", "output", writes=True)
     _check_count(input_list, pg, "reduce_scatter", "input_list")
     _check_same(input_list, out.mpi, "reduce_scatter", "input_list")
@@ -245,8 +245,8 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=Fal
 
 def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=False):
     """reduce_scatter with the inputs as consecutive blocks of one tensor (no copies)."""
-    from mpi4py import MPI
     pg = default_group(group)
+    from mpi4py import MPI
     out = _Buffer(output, "reduce_scatter_tensor", "output", writes=True)
     send = _Buffer(input, "reduce_scatter_tensor", "input", writes=False).mpi
     if send.size != out.mpi.size * pg.size() or send.dtype != out.mpi.dtype:
