@@ -134,3 +134,18 @@ def test_a_failing_rank_ends_the_job(scenario, message):
     assert message in out.stderr, out.stderr
     assert "aborts the job (MPI_Abort)" in out.stderr
     assert seconds < 30, seconds
+
+
+@pytest.mark.mpi
+def test_train_ddp_example_matches_one_process():
+    exe = _mpiexec()
+    script = os.path.join(os.path.dirname(HERE), "examples", "train_ddp.py")
+    out = subprocess.run([exe, "-n", "2", sys.executable, script, "--quick"], env=_env(),
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    found = re.search(r"largest loss difference (\S+), largest parameter difference (\S+),",
+                      out.stdout)
+    assert found, out.stdout
+    loss_diff, param_diff = map(float, found.groups())
+    assert loss_diff < 1e-5 and param_diff < 1e-5, out.stdout
+    assert "2 ranks x 32 samples per step" in out.stdout
