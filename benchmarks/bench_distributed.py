@@ -138,8 +138,8 @@ def main(argv=None):
               f"load average {os.getloadavg()[0]:.2f}")
         print("all_reduce float32 SUM       aotgrad            mpi4py Allreduce")
         for r in bandwidth:
-            print(f"  {r['bytes']:>10d} B   {r['aotgrad_s'] * 1e6:9.1f} us {r['aotgrad_MBps']:8.0f} "
-                  f"MB/s   {r['mpi4py_s'] * 1e6:9.1f} us {r['mpi4py_MBps']:8.0f} MB/s")
+            print(f"  {r['bytes']:>10d} B   {r['aotgrad_s'] * 1e6:9.1f} us "
+                  f"{r['aotgrad_MBps']:8.0f} MB/s   {r['mpi4py_s'] * 1e6:9.1f} us {r['mpi4py_MBps']:8.0f} MB/s")
         print(f"DDP step, MLP 256-{width}x{args.depth}-10, batch {args.batch} per rank, "
               f"bucket_cap_mb {args.bucket_cap_mb}")
         for s in steps:

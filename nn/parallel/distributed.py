@@ -29,6 +29,7 @@ _MB = 1024 * 1024
 
 class _Bucket:
     """Parameters whose gradients travel in one all-reduce, and their flat buffer."""
+    __slots__ = ("dtype", "params", "slices", "nbytes", "buffer", "pending", "work")
 
     def __init__(self, dtype):
         self.dtype = dtype
@@ -103,15 +104,22 @@ def _leaves_reached(outputs):
 
 class _Reducer:
     """The per-backward state of the gradient all-reduce: which parameters are ready, the next
-    bucket to start, the bucket works in flight."""
+    bucket to start, the bucket works in flight. (Slots: this state changes with every
+    backward and is no input of a forward, so aotgrad.compile(ddp) must not guard on it, and
+    the compiler's guards do not look into objects without a __dict__.)"""
+    __slots__ = ("pg", "params", "names", "buckets", "where", "views", "find_unused",
+                 "as_view", "ddp", "unused_at_forward", "active", "ready", "next_bucket",
+                 "locally_used")
 
     def __init__(self, ddp, params, names, buckets):
         self.pg = ddp.process_group
         self.params, self.names, self.buckets = params, names, buckets
         self.where = {}   # param index -> (bucket, position in it)
+        self.views = [None] * len(params)   # param index -> its slot of its bucket
         for bucket in buckets:
             for k, index in enumerate(bucket.params):
                 self.where[index] = (bucket, k)
+                self.views[index] = bucket.view(k, params[index].shape)
         self.find_unused = ddp.find_unused_parameters
         self.as_view = ddp.gradient_as_bucket_view
         self.ddp = weakref.ref(ddp)
@@ -130,8 +138,7 @@ class _Reducer:
             bucket.pending = len(bucket.params)
             bucket.work = None
         for index in self.unused_at_forward:   # their zero contribution is ready now
-            bucket, k = self.where[index]
-            bucket.view(k, self.params[index].shape)[...] = 0
+            self.views[index][...] = 0
             self._mark_ready(index)
 
     def hook(self, index):
@@ -153,8 +160,7 @@ class _Reducer:
                 f"DistributedDataParallel: parameter {self.names[index]} received its gradient "
                 f"twice in one backward pass before the reduction finished (a reentrant "
                 f"backward or a second backward through the same forward is not supported)")
-        bucket, k = self.where[index]
-        view = bucket.view(k, param.shape)
+        view = self.views[index]
         if not (self.as_view and grad._value is view):
             np.copyto(view, grad._value)
             if self.as_view:   # the gradient lives in the bucket from now on
@@ -191,10 +197,9 @@ class _Reducer:
             used = counts._value
         for bucket in self.buckets:
             np.divide(bucket.buffer, size, out=bucket.buffer)
-            for k, index in enumerate(bucket.params):
-                if used is not None and not used[index]:
-                    continue
-                self._write_grad(self.params[index], bucket.view(k, self.params[index].shape))
+            for index in bucket.params:
+                if used is None or used[index]:
+                    self._write_grad(self.params[index], self.views[index])
         self.active = False
 
     def _write_grad(self, param, averaged):
@@ -311,8 +316,9 @@ class DistributedDataParallel(Module):
                 w.wait()
 
     def forward(self, *inputs, **kwargs):
-        self.reducer.check_finished()
         tracing = current_builder() is not None
+        if not tracing:   # (under a trace: the reduction state is no value of the program)
+            self.reducer.check_finished()
         has_buffers = self.broadcast_buffers and any(
             b is not None for _, b in self.module.named_buffers())
         if tracing and (has_buffers or self.find_unused_parameters):
