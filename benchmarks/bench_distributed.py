@@ -79,6 +79,27 @@ def step_fn(model, params, x, y):
     return step
 
 
+def interleaved_medians(fns, reps, warm=2):
+    """Median time of each function, the functions run in turn (so that a change of the
+    machine's load affects them alike); the slowest rank's median."""
+    for _ in range(warm):
+        for fn in fns.values():
+            fn()
+    times = {name: [] for name in fns}
+    for _ in range(reps):
+        for name, fn in fns.items():
+            dist.barrier()
+            t = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t)
+    out = {}
+    for name, ts in times.items():
+        t = aotgrad.tensor([statistics.median(ts)], dtype=aotgrad.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        out[name] = t.item()
+    return out
+
+
 def bench_ddp(width, depth, batch, bucket_cap_mb, reps, compiled):
     rng = np.random.default_rng(dist.get_rank())
     x = aotgrad.tensor(rng.standard_normal((batch, 256)), dtype=aotgrad.float32)
@@ -89,26 +110,27 @@ def bench_ddp(width, depth, batch, bucket_cap_mb, reps, compiled):
         return m, (aotgrad.compile(m) if compiled else m)
 
     m, call = module()
-    local = median_time(step_fn(call, m.parameters(), x, y), reps)
+    local = step_fn(call, m.parameters(), x, y)
     m, call = module()
     ddp = DistributedDataParallel(call, bucket_cap_mb=bucket_cap_mb)
-    overlapped = median_time(step_fn(ddp, ddp.parameters(), x, y), reps)
+    overlapped = step_fn(ddp, ddp.parameters(), x, y)
     buckets = ddp.reducer.buckets
 
     def comm_only():
         works = [dist.all_reduce(aotgrad.from_numpy(b.buffer), async_op=True) for b in buckets]
         for w in works:
             w.wait()
-    comm = median_time(comm_only, reps)
     m, call = module()
     one = DistributedDataParallel(call, bucket_cap_mb=1e6)
-    serial = median_time(step_fn(one, one.parameters(), x, y), reps)
+    serial = step_fn(one, one.parameters(), x, y)
+    t = interleaved_medians({"local": local, "comm": comm_only, "ddp": overlapped,
+                             "one_bucket": serial}, reps)
     grads_mb = sum(b.buffer.nbytes for b in buckets) / 2 ** 20
-    hidden = (local + comm - overlapped) / comm
     return {"compiled": compiled, "params_MB": grads_mb, "buckets": len(buckets),
-            "local_s": local, "comm_s": comm, "ddp_s": overlapped, "one_bucket_s": serial,
-            "hidden_fraction": hidden,
-            "hidden_fraction_one_bucket": (local + comm - serial) / comm}
+            "local_s": t["local"], "comm_s": t["comm"], "ddp_s": t["ddp"],
+            "one_bucket_s": t["one_bucket"],
+            "hidden_fraction": (t["local"] + t["comm"] - t["ddp"]) / t["comm"],
+            "hidden_fraction_one_bucket": (t["local"] + t["comm"] - t["one_bucket"]) / t["comm"]}
 
 
 def main(argv=None):
@@ -139,7 +161,8 @@ def main(argv=None):
         print("all_reduce float32 SUM       aotgrad            mpi4py Allreduce")
         for r in bandwidth:
             print(f"  {r['bytes']:>10d} B   {r['aotgrad_s'] * 1e6:9.1f} us "
-                  f"{r['aotgrad_MBps']:8.0f} MB/s   {r['mpi4py_s'] * 1e6:9.1f} us {r['mpi4py_MBps']:8.0f} MB/s")
+                  f"{r['aotgrad_MBps']:8.0f} MB/s   {r['mpi4py_s'] * 1e6:9.1f} us "
+                  f"{r['mpi4py_MBps']:8.0f} MB/s")
         print(f"DDP step, MLP 256-{width}x{args.depth}-10, batch {args.batch} per rank, "
               f"bucket_cap_mb {args.bucket_cap_mb}")
         for s in steps:

@@ -290,12 +290,13 @@ def check_no_sync(dtype):
         close(g, want[name], dtype, f"grad {name} accumulated over no_sync")
 
 
-def check_unused_on_one_rank(dtype, as_view):
+def check_unused_on_one_rank(dtype, as_view, compiled):
     """Rank 1 leaves `extra` unused: with find_unused_parameters its gradient is the mean of
     the other ranks' contributions and zero's; `never` (no rank uses it) keeps no grad."""
     r, k = dist.get_rank(), dist.get_world_size()
     ref, mine = make_net(dtype, 0, True), make_net(dtype, 0, True)
-    ddp = DDP(mine, find_unused_parameters=True, bucket_cap_mb=1e-4,
+    module = aotgrad.compile(mine, backend="interpret") if compiled else mine
+    ddp = DDP(module, find_unused_parameters=True, bucket_cap_mb=1e-4,
               gradient_as_bucket_view=as_view)
     ref_opt, opt = make_opt("adamw", ref.parameters()), make_opt("adamw", ddp.parameters())
     for step in range(2):
@@ -335,8 +336,8 @@ def check_ddp():
     check_ddp_case(aotgrad.float64, "sgd", 1e-3, "compile_ddp")
     check_whole_step_compiled(aotgrad.float64)
     check_no_sync(aotgrad.float64)
-    for as_view in (False, True):
-        check_unused_on_one_rank(aotgrad.float64, as_view)
+    for as_view, compiled in ((False, False), (True, True)):
+        check_unused_on_one_rank(aotgrad.float64, as_view, compiled)
     ddp = DDP(make_net(aotgrad.float64, 0))
     keys = list(ddp.state_dict())
     assert keys[0] == "module.body.0.weight" and len(keys) == 8, keys
