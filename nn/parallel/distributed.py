@@ -13,6 +13,7 @@ the hook waits for all of them, divides by the world size and writes the average
 shards.
 """
 import contextlib
+import time
 import weakref
 
 import numpy as np
@@ -109,7 +110,7 @@ class _Reducer:
     the compiler's guards do not look into objects without a __dict__.)"""
     __slots__ = ("pg", "params", "names", "buckets", "where", "views", "find_unused",
                  "as_view", "ddp", "unused_at_forward", "active", "ready", "next_bucket",
-                 "locally_used")
+                 "locally_used", "last_wait_s")
 
     def __init__(self, ddp, params, names, buckets):
         self.pg = ddp.process_group
@@ -128,6 +129,9 @@ class _Reducer:
         self.ready = [False] * len(params)
         self.next_bucket = 0
         self.locally_used = np.zeros(len(params), np.int32)
+        # seconds the last reduction blocked the backward, waiting for its buckets: the
+        # communication the backward did not hide
+        self.last_wait_s = 0.0
 
     def start_backward(self):
         self.active = True
@@ -187,8 +191,10 @@ class _Reducer:
     def finish(self):
         """Wait for every bucket, average, and write the gradients back."""
         from aotgrad import distributed as dist
+        start = time.perf_counter()
         for bucket in self.buckets:
             bucket.work.wait()
+        self.last_wait_s = time.perf_counter() - start
         size = self.pg.size()
         used = None
         if self.find_unused:   # a parameter no rank used keeps its .grad as it was
