@@ -149,3 +149,42 @@ def test_train_ddp_example_matches_one_process():
     loss_diff, param_diff = map(float, found.groups())
     assert loss_diff < 1e-5 and param_diff < 1e-5, out.stdout
     assert "2 ranks x 32 samples per step" in out.stdout
+
+
+@pytest.mark.mpi
+def test_init_process_group_checks_in_a_singleton_process():
+    pytest.importorskip("mpi4py")
+    code = r'''
+import sys, datetime, aotgrad, aotgrad.distributed as dist
+hook = sys.excepthook
+for bad, kwargs in ((ValueError, {"world_size": 4}), (ValueError, {"rank": 2}),
+                    (ValueError, {"init_method": "tcp://h:1"})):
+    try:
+        dist.init_process_group("mpi", **kwargs)
+    except bad as e:
+        print("refused:", e)
+dist.init_process_group(timeout=datetime.timedelta(seconds=5))
+assert sys.excepthook is not hook and dist.get_world_size() == 1 and dist.get_rank() == 0
+try:
+    dist.init_process_group()
+except RuntimeError as e:
+    print("twice:", e)
+t = aotgrad.ones(3)
+dist.all_reduce(t, op=dist.ReduceOp.AVG)
+dist.destroy_process_group()
+assert sys.excepthook is hook and not dist.is_initialized()
+print("done")
+'''
+    out = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.count("refused:") == 3 and "world_size=4" in out.stdout
+    assert "twice: trying to initialize the default process group twice!" in out.stdout
+    assert out.stdout.strip().endswith("done")
+    # srun started 4 tasks but this MPI formed a world of one: refused, with the fix
+    env = dict(_env(), SLURM_STEP_NUM_TASKS="4", SLURM_PROCID="0")
+    out = subprocess.run([sys.executable, "-c", "import aotgrad.distributed as d\n"
+                          "d.init_process_group()"], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode != 0 and "srun started 4 tasks but MPI sees a world of 1" in \
+        out.stderr and "--mpi=pmi2" in out.stderr, out.stderr
