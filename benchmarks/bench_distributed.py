@@ -11,7 +11,9 @@
    - `ddp`: DistributedDataParallel, buckets all-reduced from the hooks as the backward runs;
    - `ddp, one bucket at the end`: bucket_cap_mb large enough for one bucket, so that the
      all-reduce starts only after the last gradient (no overlap);
-   and the same with the module compiled (aotgrad.compile, Numba). The fraction of
+   and the same with the module compiled (aotgrad.compile, Numba), whole and layer by
+   layer (each layer's compiled backward hands its gradients to the hooks when it ends, so
+   the buckets of the top layers start while the lower layers' backward runs). The fraction of
    communication hidden behind the backward is 1 - wait / comm, with `wait` the time the
    hook of the last gradient blocked waiting for the buckets (DDP's reducer records it).
 Every rank runs with one BLAS thread (the ranks share the machine's cores).
@@ -69,6 +71,21 @@ def make_mlp(width, depth, seed=0):
     return nn.Sequential(*layers, nn.Linear(width, 10))
 
 
+class CompiledPerLayer(nn.Module):
+    """The MLP with each layer compiled on its own: each compiled backward ends, and its
+    parameters' hooks fire, before the backward of the layer below runs."""
+
+    def __init__(self, mlp):
+        super().__init__()
+        self.mlp = mlp
+        object.__setattr__(self, "stages", [aotgrad.compile(layer) for layer in mlp])
+
+    def forward(self, x):
+        for stage in self.stages:
+            x = stage(x)
+        return x
+
+
 def step_fn(model, params, x, y):
     opt = optim.SGD(params, lr=1e-3)
     loss_fn = nn.CrossEntropyLoss()
@@ -108,6 +125,8 @@ def bench_ddp(width, depth, batch, bucket_cap_mb, reps, compiled):
 
     def module():
         m = make_mlp(width, depth)
+        if compiled == "per_layer":
+            return m, CompiledPerLayer(m)
         return m, (aotgrad.compile(m) if compiled else m)
 
     m, call = module()
@@ -166,7 +185,9 @@ def main(argv=None):
     bandwidth = bench_all_reduce(sizes, 50 if args.quick else 200)
     steps = [bench_ddp(width, args.depth, args.batch, args.bucket_cap_mb, reps, False)]
     if not args.no_compile:
-        steps.append(bench_ddp(width, args.depth, args.batch, args.bucket_cap_mb, reps, True))
+        for compiled in (True, "per_layer"):
+            steps.append(bench_ddp(width, args.depth, args.batch, args.bucket_cap_mb, reps,
+                                   compiled))
     if rank == 0:
         from mpi4py import MPI
         print(f"{world} ranks, {MPI.Get_library_version().splitlines()[0].strip()}, "
@@ -179,11 +200,12 @@ def main(argv=None):
         print(f"DDP step, MLP 256-{width}x{args.depth}-10, batch {args.batch} per rank, "
               f"bucket_cap_mb {args.bucket_cap_mb}")
         for s in steps:
-            mode = "compiled" if s["compiled"] else "eager"
-            print(f"  {mode:8s} grads {s['params_MB']:.1f} MB in {s['buckets']} buckets: step "
+            mode = {False: "eager", True: "compiled", "per_layer": "compiled per layer"}[
+                s["compiled"]]
+            print(f"  {mode}: grads {s['params_MB']:.1f} MB in {s['buckets']} buckets: step "
                   f"alone {s['local_s'] * 1e3:.1f} ms, all-reduce alone "
                   f"{s['comm_s'] * 1e3:.1f} ms")
-            print(f"           ddp {s['ddp_s'] * 1e3:.1f} ms, waited "
+            print(f"    ddp {s['ddp_s'] * 1e3:.1f} ms, waited "
                   f"{s['ddp_wait_s'] * 1e3:.1f} ms (hidden {s['hidden_fraction']:.0%}); one "
                   f"bucket at the end {s['one_bucket_s'] * 1e3:.1f} ms, waited "
                   f"{s['one_bucket_wait_s'] * 1e3:.1f} ms (hidden "
