@@ -91,6 +91,28 @@ def test_distributed_sampler_matches_torch_in_order(torch):
             assert list(ours) == list(theirs) and len(ours) == len(theirs)
 
 
+@pytest.mark.parametrize("compiled", [False, True])
+def test_post_accumulate_hooks_fire_before_the_lower_layers_backward(compiled):
+    # what DDP's overlap rests on: a layer's gradients reach their hooks (which start the
+    # buckets' all-reduces) before the backward of the layer below runs, eagerly and with
+    # each layer compiled on its own
+    layers = [aotgrad.nn.Linear(4, 4) for _ in range(3)]
+    stages = [aotgrad.compile(m, backend="interpret") if compiled else m for m in layers]
+    log = []
+    for k, layer in enumerate(layers):
+        for name, p in layer.named_parameters():
+            p.register_post_accumulate_grad_hook(lambda t, k=k, n=name: log.append(f"{k}.{n}"))
+    h = aotgrad.randn(2, 4, requires_grad=True)
+    for k, stage in enumerate(stages):
+        h = stage(h)
+        # (eagerly, the layer's last node: its backward starts there)
+        h.grad_fn.register_prehook(lambda g, k=k: log.append(f"backward {k}"))
+    h.sum().backward()
+    for k in (2, 1):
+        assert log.index(f"{k}.weight") < log.index(f"backward {k - 1}"), log
+        assert log.index(f"{k}.bias") < log.index(f"backward {k - 1}"), log
+
+
 # ---- under mpiexec -------------------------------------------------------------------------
 
 def _mpiexec():
