@@ -210,3 +210,17 @@ print("done")
                          timeout=120)
     assert out.returncode != 0 and "srun started 4 tasks but MPI sees a world of 1" in \
         out.stderr and "--mpi=pmi2" in out.stderr, out.stderr
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+def test_train_ddp_example_compiled_with_numba_matches_one_process():
+    exe = _mpiexec()
+    script = os.path.join(os.path.dirname(HERE), "examples", "train_ddp.py")
+    out = subprocess.run([exe, "-n", "2", sys.executable, script, "--quick", "--compile"],
+                         env=_env(), capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    found = re.search(r"largest loss difference (\S+), largest parameter difference (\S+),",
+                      out.stdout)
+    assert found and max(map(float, found.groups())) < 1e-5, out.stdout
+    assert "DDP compiled (numba)" in out.stdout
