@@ -19,14 +19,18 @@ from aotgrad.distributed.collectives import (Work, all_gather, all_gather_into_t
                                              all_reduce, barrier, broadcast, gather, reduce,
                                              reduce_scatter, reduce_scatter_tensor, scatter)
 from aotgrad.distributed.process_group import (DEFAULT_TIMEOUT, DistBackendError, DistError,
-                                               ProcessGroup, destroy_process_group,
-                                               get_backend, get_rank, get_world_size,
-                                               init_process_group, is_available,
-                                               is_initialized, is_mpi_available)
+                                               GroupMember, ProcessGroup,
+                                               destroy_process_group, get_backend,
+                                               get_global_rank, get_group_rank,
+                                               get_process_group_ranks, get_rank,
+                                               get_world_size, init_process_group,
+                                               is_available, is_initialized,
+                                               is_mpi_available, new_group)
 from aotgrad.distributed.reduce_op import ReduceOp
 
-__all__ = ["DEFAULT_TIMEOUT", "DistBackendError", "DistError", "ProcessGroup", "ReduceOp",
-           "Work", "all_gather", "all_gather_into_tensor", "all_reduce", "barrier",
-           "broadcast", "destroy_process_group", "gather", "get_backend", "get_rank",
-           "get_world_size", "init_process_group", "is_available", "is_initialized",
-           "is_mpi_available", "reduce", "reduce_scatter", "reduce_scatter_tensor", "scatter"]
+__all__ = ["DEFAULT_TIMEOUT", "DistBackendError", "DistError", "GroupMember", "ProcessGroup",
+           "ReduceOp", "Work", "all_gather", "all_gather_into_tensor", "all_reduce", "barrier",
+           "broadcast", "destroy_process_group", "gather", "get_backend", "get_global_rank",
+           "get_group_rank", "get_process_group_ranks", "get_rank", "get_world_size",
+           "init_process_group", "is_available", "is_initialized", "is_mpi_available",
+           "new_group", "reduce", "reduce_scatter", "reduce_scatter_tensor", "scatter"]

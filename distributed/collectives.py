@@ -7,9 +7,11 @@ the operation completes. `async_op=True` returns the Work at once; otherwise the
 On a tensor being traced by aotgrad.compile a collective is a graph break: communication is
 not part of a compiled program, so the function runs eagerly (with a warning naming the line).
 """
+import warnings
+
 import numpy as np
 
-from aotgrad.distributed.process_group import default_group, wait_requests
+from aotgrad.distributed.process_group import GroupMember, default_group, wait_requests
 from aotgrad.distributed.reduce_op import BOOL_AS_UINT8, ReduceOp, mpi_op
 from aotgrad.runtime import dispatch
 from aotgrad.runtime.tensor import Tensor
@@ -135,15 +137,27 @@ def _check_count(tensors, pg, what, arg):
 
 
 def _root(r, pg, what, arg):
-    if not isinstance(r, (int, np.integer)) or not 0 <= r < pg.size():
+    """The group rank of `r`, a rank of the default group (PyTorch's src/dst)."""
+    if not isinstance(r, (int, np.integer)) or int(r) not in pg.ranks:
         raise ValueError(f"aotgrad.distributed.{what}: {arg}={r!r} is not a rank of the group "
-                         f"(0..{pg.size() - 1})")
-    return int(r)
+                         f"(its ranks in the default group: {pg.ranks})")
+    return pg.group_rank(int(r))
+
+
+def _member_group(group, what):
+    """The group to run on, or None (with PyTorch's warning) on a rank outside it."""
+    if group is GroupMember.NON_GROUP_MEMBER:
+        warnings.warn(f"Running {what} on a rank that does not belong to the given group.",
+                      stacklevel=3)
+        return None
+    return default_group(group)
 
 
 def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     """Reduce `tensor` over all ranks, in place: every rank gets the result."""
-    pg = default_group(group)
+    pg = _member_group(group, "all_reduce")
+    if pg is None:
+        return None
     from mpi4py import MPI
     buf = _Buffer(tensor, "all_reduce", "tensor", writes=True)
     arr, mop, back = _reduction(buf.mpi, op, "all_reduce")
@@ -157,7 +171,9 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
 
 def reduce(tensor, dst=0, op=ReduceOp.SUM, group=None, async_op=False):
     """Reduce `tensor` over all ranks into rank `dst`'s tensor (the others' are unchanged)."""
-    pg = default_group(group)
+    pg = _member_group(group, "reduce")
+    if pg is None:
+        return None
     from mpi4py import MPI
     dst = _root(dst, pg, "reduce", "dst")
     mine = pg.rank() == dst
@@ -180,7 +196,9 @@ def _bytes(arr):
 
 def broadcast(tensor, src, group=None, async_op=False):
     """Copy rank `src`'s tensor into every rank's `tensor`."""
-    pg = default_group(group)
+    pg = _member_group(group, "broadcast")
+    if pg is None:
+        return None
     src = _root(src, pg, "broadcast", "src")
     buf = _Buffer(tensor, "broadcast", "tensor", writes=pg.rank() != src)
     req = pg.comm.Ibcast(_bytes(buf.mpi), root=src)
@@ -202,7 +220,9 @@ def _scatter_into(stacked, tensors):
 
 def all_gather(tensor_list, tensor, group=None, async_op=False):
     """tensor_list[r] = rank r's `tensor`, on every rank."""
-    pg = default_group(group)
+    pg = _member_group(group, "all_gather")
+    if pg is None:
+        return None
     send = _Buffer(tensor, "all_gather", "tensor", writes=False).mpi
     _check_count(tensor_list, pg, "all_gather", "tensor_list")
     _check_same(tensor_list, send, "all_gather", "tensor_list")
@@ -214,7 +234,9 @@ def all_gather(tensor_list, tensor, group=None, async_op=False):
 def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
     """output_tensor (world size times input's first dimension, or stacked) = the ranks'
     input_tensor in rank order, gathered straight into its array."""
-    pg = default_group(group)
+    pg = _member_group(group, "all_gather_into_tensor")
+    if pg is None:
+        return None
     send = _Buffer(input_tensor, "all_gather_into_tensor", "input_tensor", writes=False).mpi
     out = _Buffer(output_tensor, "all_gather_into_tensor", "output_tensor", writes=True)
     if out.mpi.size != send.size * pg.size() or out.mpi.dtype != send.dtype:
@@ -227,7 +249,9 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=Fal
 
 def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=False):
     """output on rank r = the reduction over ranks of their input_list[r]."""
-    pg = default_group(group)
+    pg = _member_group(group, "reduce_scatter")
+    if pg is None:
+        return None
     from mpi4py import MPI
     out = _Buffer(output, "reduce_scatter", "output", writes=True)
     _check_count(input_list, pg, "reduce_scatter", "input_list")
@@ -245,7 +269,9 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=Fal
 
 def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=False):
     """reduce_scatter with the inputs as consecutive blocks of one tensor (no copies)."""
-    pg = default_group(group)
+    pg = _member_group(group, "reduce_scatter_tensor")
+    if pg is None:
+        return None
     from mpi4py import MPI
     out = _Buffer(output, "reduce_scatter_tensor", "output", writes=True)
     send = _Buffer(input, "reduce_scatter_tensor", "input", writes=False).mpi
@@ -265,7 +291,9 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=F
 
 def gather(tensor, gather_list=None, dst=0, group=None, async_op=False):
     """gather_list[r] on rank `dst` = rank r's tensor; other ranks pass no gather_list."""
-    pg = default_group(group)
+    pg = _member_group(group, "gather")
+    if pg is None:
+        return None
     dst = _root(dst, pg, "gather", "dst")
     send = _Buffer(tensor, "gather", "tensor", writes=False).mpi
     if pg.rank() != dst:
@@ -284,7 +312,9 @@ def gather(tensor, gather_list=None, dst=0, group=None, async_op=False):
 
 def scatter(tensor, scatter_list=None, src=0, group=None, async_op=False):
     """tensor on rank r = scatter_list[r] of rank `src`; other ranks pass no scatter_list."""
-    pg = default_group(group)
+    pg = _member_group(group, "scatter")
+    if pg is None:
+        return None
     src = _root(src, pg, "scatter", "src")
     out = _Buffer(tensor, "scatter", "tensor", writes=True)
     if pg.rank() != src:
@@ -303,5 +333,7 @@ def scatter(tensor, scatter_list=None, src=0, group=None, async_op=False):
 
 def barrier(group=None, async_op=False, device_ids=None):
     """Return (or, async, complete) once every rank of the group has called barrier."""
-    pg = default_group(group)
+    pg = _member_group(group, "barrier")
+    if pg is None:
+        return None
     return _finish(pg, [pg.comm.Ibarrier()], "barrier", [], async_op)

@@ -46,12 +46,23 @@ is_mpi_available = is_available
 
 
 class ProcessGroup:
-    """A group of ranks and its own MPI communicator (a duplicate of the launcher's world, so
-    that no message of aotgrad's can match a message of other MPI code in the program)."""
+    """A group of ranks and its own MPI communicator (for the default group a duplicate of
+    the launcher's world, so that no message of aotgrad's can match a message of other MPI
+    code in the program). `ranks`: the members' ranks in the default group, in group order."""
 
-    def __init__(self, comm, timeout):
+    def __init__(self, comm, timeout, ranks):
         self.comm = comm
         self.timeout = timeout
+        self.ranks = list(ranks)
+
+    def group_rank(self, global_rank):
+        """The rank in this group of the process with rank `global_rank` in the default
+        group (PyTorch's src/dst arguments are global ranks)."""
+        try:
+            return self.ranks.index(global_rank)
+        except ValueError:
+            raise ValueError(f"rank {global_rank} is not part of the group (its ranks: "
+                             f"{self.ranks})") from None
 
     def rank(self):
         return self.comm.Get_rank()
@@ -64,6 +75,11 @@ class ProcessGroup:
 
     def __repr__(self):
         return f"ProcessGroup(backend='mpi', rank={self.rank()}, size={self.size()})"
+
+
+class GroupMember:
+    """What new_group returns to the ranks it leaves out (torch.distributed.GroupMember)."""
+    NON_GROUP_MEMBER = object()
 
 
 class _DefaultGroup:
@@ -129,7 +145,8 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     seconds = _timedelta_seconds(DEFAULT_TIMEOUT if timeout is None else timeout)
     MPI = load_mpi()
     _check_launch(MPI, MPI.COMM_WORLD, world_size, rank)
-    _default.group = ProcessGroup(MPI.COMM_WORLD.Dup(), seconds)
+    _default.group = ProcessGroup(MPI.COMM_WORLD.Dup(), seconds,
+                                  range(MPI.COMM_WORLD.Get_size()))
     _default.previous_excepthook = sys.excepthook
     sys.excepthook = _abort_job
 
@@ -148,12 +165,62 @@ def default_group(group=None):
     return _default.group
 
 
+def new_group(ranks=None, timeout=None, backend=None, pg_options=None,
+              use_local_synchronization=False, group_desc=None, device_id=None):
+    """A process group of the default group's `ranks` (all by default, in increasing order),
+    with its own communicator. Every rank of the default group calls it (only the members
+    with use_local_synchronization=True); the others get GroupMember.NON_GROUP_MEMBER, and
+    collectives on it do nothing there (with a warning), as in PyTorch."""
+    world = default_group()
+    if backend is not None and str(backend).lower() != "mpi":
+        raise ValueError(f"new_group: backend {backend!r} is not available (only 'mpi')")
+    size = world.size()
+    members = list(range(size)) if ranks is None else sorted(set(int(r) for r in ranks))
+    bad = [r for r in members if not 0 <= r < size]
+    if bad:
+        raise ValueError(f"new_group: ranks {bad} are not ranks of the default group "
+                         f"(0..{size - 1})")
+    seconds = world.timeout if timeout is None else _timedelta_seconds(timeout)
+    mine = world.rank() in members
+    if use_local_synchronization and not mine:
+        return GroupMember.NON_GROUP_MEMBER
+    group = world.comm.Get_group().Incl(members)
+    try:
+        # Create: collective over the default group; Create_group: over the members only
+        comm = world.comm.Create_group(group) if use_local_synchronization else \
+            world.comm.Create(group)
+    finally:
+        group.Free()
+    if not mine:
+        return GroupMember.NON_GROUP_MEMBER
+    return ProcessGroup(comm, seconds, members)
+
+
 def get_rank(group=None):
+    """This process's rank in `group` (default: the default group); -1 outside it."""
+    if group is GroupMember.NON_GROUP_MEMBER:
+        return -1
     return default_group(group).rank()
 
 
 def get_world_size(group=None):
+    """The number of ranks in `group`; -1 for a group this process is not part of."""
+    if group is GroupMember.NON_GROUP_MEMBER:
+        return -1
     return default_group(group).size()
+
+
+def get_process_group_ranks(group):
+    """The default group's ranks of `group`'s members, in group order."""
+    return list(default_group(group).ranks)
+
+
+def get_global_rank(group, group_rank):
+    return default_group(group).ranks[group_rank]
+
+
+def get_group_rank(group, global_rank):
+    return default_group(group).group_rank(global_rank)
 
 
 def get_backend(group=None):
@@ -164,6 +231,8 @@ def get_backend(group=None):
 def destroy_process_group(group=None):
     """Leave the default group (pending collectives must have been waited for) and put the
     previous excepthook back. MPI itself finalizes when the interpreter exits."""
+    if group is GroupMember.NON_GROUP_MEMBER:
+        return
     pg = default_group(group)
     if pg is not _default.group:
         pg.comm.Free()

@@ -4,9 +4,9 @@ tests/test_distributed.py launches them. Every rank runs the same checks; a fail
 raises, and the excepthook of init_process_group then ends the job with the rank and the
 error. "ok <scenario> <rank>" on stdout marks a rank that got through.
 
-Scenarios: collectives (each collective against numpy), ddp (DistributedDataParallel over K
-ranks against one process on the whole batch), and the failures: raise, unused_error,
-timeout.
+Scenarios: collectives (each collective against numpy), groups (new_group), ddp
+(DistributedDataParallel over K ranks against one process on the whole batch), all (the
+three), and the failures: raise, unused_error, timeout.
 """
 import copy
 import datetime
@@ -154,6 +154,49 @@ def check_collectives():
                 assert set(merged) == set(range(10)) and len(merged) == -(-10 // k) * k
             batches = [xb.tolist() for (xb,) in DataLoader(ds, batch_size=2, sampler=s)]
             assert sum(batches, []) == shards[r]
+
+
+def check_groups():
+    """new_group: the members communicate among themselves (src given as a global rank); the
+    others get NON_GROUP_MEMBER, and collectives on it leave their tensors alone."""
+    r, k = dist.get_rank(), dist.get_world_size()
+    members = list(range(1, k))
+    g = dist.new_group(members)
+    t = aotgrad.tensor([float(r + 1)], dtype=aotgrad.float64)
+    if r in members:
+        assert (dist.get_rank(g), dist.get_world_size(g)) == (members.index(r), len(members))
+        assert dist.get_process_group_ranks(g) == members
+        assert dist.get_global_rank(g, 0) == 1 and dist.get_group_rank(g, k - 1) == k - 2
+        dist.all_reduce(t, group=g)
+        equal(t.numpy(), [sum(q + 1 for q in members)], "all_reduce in a group")
+        b = aotgrad.tensor([float(r)])
+        dist.broadcast(b, src=k - 1, group=g)
+        equal(b.numpy(), [k - 1], "broadcast in a group from a global rank")
+        # DDP over the group: the members' average, rank 0's data left out
+        ref = make_net(aotgrad.float64, 10 + members[0])   # the group's first rank wins
+        mine = make_net(aotgrad.float64, 10 + r)
+        ddp = DDP(mine, process_group=g)
+        x, y = batch(aotgrad.float64, 4 * k, seed=3)
+        sum(LOSS(ref(x[q * 4:(q + 1) * 4]), y[q * 4:(q + 1) * 4]) for q in members).backward()
+        LOSS(ddp(x[r * 4:(r + 1) * 4]), y[r * 4:(r + 1) * 4]).backward()
+        want = grads_of(ref)
+        for name, got in grads_of(mine).items():
+            close(got, want[name] / len(members), aotgrad.float64, f"group DDP grad {name}")
+        dist.destroy_process_group(g)
+    else:
+        assert g is dist.GroupMember.NON_GROUP_MEMBER and dist.get_rank(g) == -1
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert dist.all_reduce(t, group=g) is None
+        assert "does not belong to the given group" in str(caught[0].message)
+        equal(t.numpy(), [r + 1.0], "a non-member's tensor")
+    alone = dist.new_group([0], use_local_synchronization=True)
+    if r == 0:
+        dist.all_reduce(t, group=alone)
+        assert dist.get_world_size(alone) == 1
+    else:
+        assert alone is dist.GroupMember.NON_GROUP_MEMBER
+    dist.barrier()
 
 
 # ---- DistributedDataParallel ---------------------------------------------------------------
@@ -374,10 +417,12 @@ def check_timeout():
 
 def check_all():
     check_collectives()
+    check_groups()
     check_ddp()
 
 
-SCENARIOS = {"all": check_all, "collectives": check_collectives, "ddp": check_ddp,
+SCENARIOS = {"all": check_all, "collectives": check_collectives, "groups": check_groups,
+             "ddp": check_ddp,
              "raise": check_raise,
              "unused_error": check_unused_error, "timeout": check_timeout}
 

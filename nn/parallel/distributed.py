@@ -254,7 +254,7 @@ class DistributedDataParallel(Module):
                  find_unused_parameters=False, check_reduction=False,
                  gradient_as_bucket_view=False, static_graph=False):
         super().__init__()
-        from aotgrad.distributed.process_group import default_group
+        from aotgrad.distributed.process_group import GroupMember, default_group
         if device_ids not in (None, [], ["cpu"]) or output_device not in (None, "cpu"):
             raise ValueError("DistributedDataParallel: device_ids and output_device must be None "
                              "for a CPU module")
@@ -268,6 +268,8 @@ class DistributedDataParallel(Module):
                             f"compiled with aotgrad.compile, got {type(module).__name__}")
         self.module = inner
         object.__setattr__(self, "_call_module", module)
+        if process_group is GroupMember.NON_GROUP_MEMBER:
+            raise ValueError("DistributedDataParallel: this rank is not part of process_group")
         self.process_group = default_group(process_group)
         self.dim, self.broadcast_buffers = dim, broadcast_buffers
         self.find_unused_parameters = find_unused_parameters
@@ -301,13 +303,14 @@ class DistributedDataParallel(Module):
                     f"differs from rank {r}'s: {diff[0]} here, {diff[1]} there")
 
     def _sync_module_states(self):
-        """Rank 0's parameters and buffers everywhere."""
+        """The parameters and buffers of the group's first rank everywhere."""
         from aotgrad import distributed as dist
         states = [p for _, p in self.module.named_parameters()]
         if self.broadcast_buffers:
             states += [b for _, b in self.module.named_buffers() if b is not None]
         with no_grad():
-            works = [dist.broadcast(t, 0, group=self.process_group, async_op=True)
+            works = [dist.broadcast(t, self.process_group.ranks[0],
+                                     group=self.process_group, async_op=True)
                      for t in states]
             for w in works:
                 w.wait()
@@ -316,7 +319,8 @@ class DistributedDataParallel(Module):
         from aotgrad import distributed as dist
         buffers = [b for _, b in self.module.named_buffers() if b is not None]
         with no_grad():
-            works = [dist.broadcast(b, 0, group=self.process_group, async_op=True)
+            works = [dist.broadcast(b, self.process_group.ranks[0],
+                                     group=self.process_group, async_op=True)
                      for b in buffers]
             for w in works:
                 w.wait()
