@@ -98,7 +98,7 @@ def _reduction(arr, op, what):
     """(array to reduce, the ReduceOp MPI applies, a function putting the result back)."""
     if not isinstance(op, ReduceOp):
         raise TypeError(f"aotgrad.distributed.{what}: op must be a ReduceOp, got {op!r}")
-    kind = arr.dtype.kind
+    kind = "f" if arr.dtype.name == "bfloat16" else arr.dtype.kind
     if op is ReduceOp.AVG and kind not in "fc":
         raise ValueError(f"aotgrad.distributed.{what}: ReduceOp.AVG needs a floating dtype, "
                          f"got {arr.dtype}")
@@ -108,17 +108,23 @@ def _reduction(arr, op, what):
     if kind == "b":
         work = arr.view(np.uint8)
         return work, BOOL_AS_UINT8[op], None
-    if arr.dtype.itemsize == 2 and kind == "f" or arr.dtype.name == "bfloat16":
+    if arr.dtype.itemsize == 2 and kind == "f":
         # MPI has no 16-bit floats: reduce in float32 and round once at the end
         work = arr.astype(np.float32)
         return work, op, lambda: np.copyto(arr, work.astype(arr.dtype))
     return arr, op, None
 
 
-def _average(arr, size):
-    def divide():
-        np.divide(arr, size, out=arr, casting="unsafe")
-    return divide
+def _then(op, reduced, pg, back, written):
+    """What follows a reduction into `reduced`: AVG's division (before a 16-bit float result
+    is rounded back), the copy back, the version bump."""
+    steps = []
+    if op is ReduceOp.AVG:
+        steps.append(lambda: np.divide(reduced, pg.size(), out=reduced))
+    if back is not None:
+        steps.append(back)
+    steps.append(written)
+    return steps
 
 
 def _check_same(tensors, like, what, arg):
@@ -162,10 +168,7 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     buf = _Buffer(tensor, "all_reduce", "tensor", writes=True)
     arr, mop, back = _reduction(buf.mpi, op, "all_reduce")
     req = pg.comm.Iallreduce(MPI.IN_PLACE, arr, mpi_op(mop, MPI))
-    finish = [back] if back else []
-    if op is ReduceOp.AVG:
-        finish.append(_average(buf.mpi, pg.size()))
-    finish.append(buf.written)
+    finish = _then(op, arr, pg, back, buf.written)
     return _finish(pg, [req], "all_reduce", finish, async_op)
 
 
@@ -181,10 +184,7 @@ def reduce(tensor, dst=0, op=ReduceOp.SUM, group=None, async_op=False):
     arr, mop, back = _reduction(buf.mpi, op, "reduce")
     if mine:
         req = pg.comm.Ireduce(MPI.IN_PLACE, arr, mpi_op(mop, MPI), root=dst)
-        finish = [back] if back else []
-        if op is ReduceOp.AVG:
-            finish.append(_average(buf.mpi, pg.size()))
-        finish.append(buf.written)
+        finish = _then(op, arr, pg, back, buf.written)
     else:
         req, finish = pg.comm.Ireduce(arr, None, mpi_op(mop, MPI), root=dst), []
     return _finish(pg, [req], "reduce", finish, async_op)
@@ -260,10 +260,7 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=Fal
     send, mop, _ = _reduction(send, op, "reduce_scatter")
     recv, _, back = _reduction(out.mpi, op, "reduce_scatter")
     req = pg.comm.Ireduce_scatter_block(send, recv, mpi_op(mop, MPI))
-    finish = [back] if back else []
-    if op is ReduceOp.AVG:
-        finish.append(_average(out.mpi, pg.size()))
-    finish.append(out.written)
+    finish = _then(op, recv, pg, back, out.written)
     return _finish(pg, [req], "reduce_scatter", finish, async_op)
 
 
@@ -282,10 +279,7 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=F
     send, mop, _ = _reduction(send, op, "reduce_scatter_tensor")
     recv, _, back = _reduction(out.mpi, op, "reduce_scatter_tensor")
     req = pg.comm.Ireduce_scatter_block(send, recv, mpi_op(mop, MPI))
-    finish = [back] if back else []
-    if op is ReduceOp.AVG:
-        finish.append(_average(out.mpi, pg.size()))
-    finish.append(out.written)
+    finish = _then(op, recv, pg, back, out.written)
     return _finish(pg, [req], "reduce_scatter_tensor", finish, async_op)
 
 

@@ -103,6 +103,16 @@ def check_collectives():
         src_parts = [aotgrad.from_numpy(rank_data(50 + q, shape, dtype)) for q in range(k)]
         dist.scatter(got, src_parts if r == 0 else None, src=0)
         equal(got.numpy(), rank_data(50 + r, shape, dtype), "scatter")
+    # 16-bit floats: MPI has none; reduced in float32 and rounded once
+    import ml_dtypes
+    for dtype in (np.float16, ml_dtypes.bfloat16):
+        every = np.stack([rank_data(q, shape, np.float32).astype(dtype) for q in range(k)])
+        for op in (dist.ReduceOp.SUM, dist.ReduceOp.AVG):
+            t = aotgrad.from_numpy(every[r].copy())
+            dist.all_reduce(t, op=op)
+            want = every.astype(np.float32).sum(0) / (k if op is dist.ReduceOp.AVG else 1)
+            assert t.numpy().dtype == dtype
+            equal(t.numpy(), want.astype(dtype), f"all_reduce {op} {np.dtype(dtype).name}")
     # reduce_scatter: rank r gets the sum over ranks of their r-th input
     parts = [aotgrad.from_numpy(rank_data(10 * r + q, (5,), np.float64)) for q in range(k)]
     out = aotgrad.zeros(5, dtype=aotgrad.float64)
