@@ -8,7 +8,6 @@ Scenarios: collectives (each collective against numpy), groups (new_group), ddp
 (DistributedDataParallel over K ranks against one process on the whole batch), all (the
 three), and the failures: raise, unused_error, timeout.
 """
-import copy
 import datetime
 import sys
 import time
