@@ -37,9 +37,10 @@ from aotgrad.nn.upsampling import Upsample, UpsamplingBilinear2d, UpsamplingNear
 
 # torch.nn.modules' layout (nn.modules.rnn.LSTM, nn.modules.module.Module, ...)
 from aotgrad.nn import modules  # noqa: E402
+from aotgrad.nn import parallel  # noqa: E402  (DistributedDataParallel; MPI loads at its use)
 
 __all__ = [
-    "functional", "init", "utils", "modules", "Module", "Parameter", "Sequential", "ModuleList",
+    "functional", "init", "utils", "modules", "parallel", "Module", "Parameter", "Sequential", "ModuleList",
     "ModuleDict", "ParameterList", "ParameterDict", "Identity", "Linear", "Bilinear", "Flatten",
     "Unflatten",
     "ReLU", "ReLU6", "LeakyReLU", "ELU", "GELU", "SiLU", "Mish", "Softplus", "Hardtanh", "Tanh",

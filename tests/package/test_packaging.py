@@ -37,6 +37,8 @@ RULES = {  # folder -> aotgrad subpackages it must not import (DESIGN.md's direc
     "optim": ("tracer", "codegen", "compiler"),
     "serialization": ("tracer", "codegen", "compiler"),
     "utils/data": ("tracer", "codegen", "compiler"),
+    "distributed": ("tracer", "codegen", "compiler"),
+    "nn/parallel": ("tracer", "codegen", "compiler"),
 }
 
 

@@ -9,13 +9,15 @@ the DataLoader.
 """
 from aotgrad.utils.data.collate import default_collate, default_convert
 from aotgrad.utils.data.dataloader import DataLoader
+from aotgrad.utils.data.distributed import DistributedSampler
 from aotgrad.utils.data.dataset import (ConcatDataset, Dataset, IterableDataset, Subset,
                                         TensorDataset, random_split)
 from aotgrad.utils.data.sampler import (BatchSampler, RandomSampler, Sampler,
                                         SequentialSampler, SubsetRandomSampler)
 from aotgrad.utils.data.worker import WorkerInfo, get_worker_info
 
-__all__ = ["BatchSampler", "ConcatDataset", "DataLoader", "Dataset", "IterableDataset",
+__all__ = ["BatchSampler", "ConcatDataset", "DataLoader", "Dataset", "DistributedSampler",
+           "IterableDataset",
            "RandomSampler", "Sampler", "SequentialSampler", "Subset", "SubsetRandomSampler",
            "TensorDataset", "WorkerInfo", "default_collate", "default_convert",
            "get_worker_info", "random_split"]

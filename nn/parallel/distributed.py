@@ -1,0 +1,363 @@
+"""DistributedDataParallel: data-parallel training over the ranks of aotgrad.distributed.
+
+Each rank holds a full replica and runs its own shard of the batch. At construction rank 0's
+parameters and buffers are broadcast so that the replicas start equal. The parameters that
+require grad are grouped into buckets (at most `bucket_cap_mb` each, in reverse registration
+order, which is roughly the order in which a backward produces their gradients). A
+post-accumulate-grad hook per parameter copies its gradient into its bucket; once every
+gradient of a bucket is in, the bucket's non-blocking all-reduce starts, while the backward
+goes on computing the gradients of earlier layers. Buckets start in index order on every rank
+(MPI needs the same sequence of collectives everywhere). When the last bucket has started,
+the hook waits for all of them, divides by the world size and writes the averages back into
+`.grad`: after `loss.backward()` every rank holds the gradient of the mean loss over all
+shards.
+"""
+import contextlib
+import time
+import weakref
+
+import numpy as np
+
+from aotgrad.ir.core import current_builder
+from aotgrad.nn.module import Module
+from aotgrad.runtime import dispatch
+from aotgrad.runtime.engine import AccumulateGrad
+from aotgrad.runtime.grad_mode import no_grad, state as _grad_mode
+from aotgrad.runtime.tensor import Tensor
+
+_MB = 1024 * 1024
+
+
+class _Bucket:
+    """Parameters whose gradients travel in one all-reduce, and their flat buffer."""
+    __slots__ = ("dtype", "params", "slices", "nbytes", "buffer", "pending", "work")
+
+    def __init__(self, dtype):
+        self.dtype = dtype
+        self.params = []     # indices into the reducer's parameter list
+        self.slices = []     # (start, stop) of each parameter in `buffer`
+        self.nbytes = 0
+        self.buffer = None
+        self.pending = 0     # parameters whose gradient has not arrived in this backward
+        self.work = None
+
+    def add(self, index, param):
+        start = self.slices[-1][1] if self.slices else 0
+        self.params.append(index)
+        self.slices.append((start, start + param._value.size))
+        self.nbytes += param._value.nbytes
+
+    def allocate(self):
+        self.buffer = np.zeros(self.slices[-1][1], self.dtype)
+
+    def view(self, k, shape):
+        start, stop = self.slices[k]
+        return self.buffer[start:stop].reshape(shape)
+
+
+def _assign_buckets(params, cap_bytes):
+    """Buckets over `params` in reverse order, one dtype per bucket; a bucket closes once it
+    holds `cap_bytes` (a parameter larger than that gets a bucket of its own)."""
+    buckets, open_by_dtype = [], {}
+    for index in reversed(range(len(params))):
+        p = params[index]
+        dtype = p._value.dtype
+        bucket = open_by_dtype.get(dtype)
+        if bucket is None:
+            bucket = open_by_dtype[dtype] = _Bucket(dtype)
+            buckets.append(bucket)
+        bucket.add(index, p)
+        if bucket.nbytes >= cap_bytes:
+            del open_by_dtype[dtype]
+    for b in buckets:
+        b.allocate()
+    return buckets
+
+
+def _output_tensors(out, found):
+    if isinstance(out, Tensor):
+        found.append(out)
+    elif isinstance(out, (list, tuple)):
+        for o in out:
+            _output_tensors(o, found)
+    elif isinstance(out, dict):
+        for o in out.values():
+            _output_tensors(o, found)
+    return found
+
+
+def _leaves_reached(outputs):
+    """ids of the leaf tensors the autograd graph of `outputs` reaches."""
+    seen, leaves = set(), set()
+    stack = [t.grad_fn for t in outputs if t.grad_fn is not None]
+    leaves.update(id(t) for t in outputs if t.grad_fn is None and t.requires_grad)
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if isinstance(node, AccumulateGrad):
+            leaves.add(id(node.variable))
+            continue
+        stack.extend(nf for nf, _ in node.next_functions if nf is not None)
+    return leaves
+
+
+class _Reducer:
+    """The per-backward state of the gradient all-reduce: which parameters are ready, the next
+    bucket to start, the bucket works in flight. (Slots: this state changes with every
+    backward and is no input of a forward, so aotgrad.compile(ddp) must not guard on it, and
+    the compiler's guards do not look into objects without a __dict__.)"""
+    __slots__ = ("pg", "params", "names", "buckets", "where", "views", "find_unused",
+                 "as_view", "ddp", "unused_at_forward", "active", "ready", "next_bucket",
+                 "locally_used", "last_wait_s")
+
+    def __init__(self, ddp, params, names, buckets):
+        self.pg = ddp.process_group
+        self.params, self.names, self.buckets = params, names, buckets
+        self.where = {}   # param index -> (bucket, position in it)
+        self.views = [None] * len(params)   # param index -> its slot of its bucket
+        for bucket in buckets:
+            for k, index in enumerate(bucket.params):
+                self.where[index] = (bucket, k)
+                self.views[index] = bucket.view(k, params[index].shape)
+        self.find_unused = ddp.find_unused_parameters
+        self.as_view = ddp.gradient_as_bucket_view
+        self.ddp = weakref.ref(ddp)
+        self.unused_at_forward = ()   # indices the last forward's graph does not reach
+        self.active = False           # a backward's reduction has started and not finished
+        self.ready = [False] * len(params)
+        self.next_bucket = 0
+        self.locally_used = np.zeros(len(params), np.int32)
+        # seconds the last reduction blocked the backward, waiting for its buckets: the
+        # communication the backward did not hide
+        self.last_wait_s = 0.0
+
+    def start_backward(self):
+        self.active = True
+        self.ready = [False] * len(self.params)
+        self.next_bucket = 0
+        self.locally_used[:] = 0
+        for bucket in self.buckets:
+            bucket.pending = len(bucket.params)
+            bucket.work = None
+        for index in self.unused_at_forward:   # their zero contribution is ready now
+            self.views[index][...] = 0
+            self._mark_ready(index)
+
+    def hook(self, index):
+        ddp = self.ddp()
+        if ddp is None or not ddp.require_backward_grad_sync:
+            return     # no_sync(): the gradient stays local, accumulating in .grad
+        param = self.params[index]
+        grad = param._grad
+        if not isinstance(grad._value, np.ndarray):
+            dispatch.graph_break(dispatch.describe_break(
+                "DistributedDataParallel's gradient all-reduce inside a compiled function "
+                "(collectives run between compiled programs: compile the module, "
+                "DistributedDataParallel(aotgrad.compile(model)), and call backward() and "
+                "the optimizer outside)"), grad)
+        if not self.active:
+            self.start_backward()
+        if self.ready[index]:
+            raise RuntimeError(
+                f"DistributedDataParallel: parameter {self.names[index]} received its gradient "
+                f"twice in one backward pass before the reduction finished (a reentrant "
+                f"backward or a second backward through the same forward is not supported)")
+        view = self.views[index]
+        if not (self.as_view and grad._value is view):
+            np.copyto(view, grad._value)
+            if self.as_view:   # the gradient lives in the bucket from now on
+                param._grad = Tensor._make(view, False)
+        self.locally_used[index] = 1
+        self._mark_ready(index)
+
+    def _mark_ready(self, index):
+        from aotgrad import distributed as dist
+        self.ready[index] = True
+        bucket, _ = self.where[index]
+        bucket.pending -= 1
+        while self.next_bucket < len(self.buckets) and \
+                self.buckets[self.next_bucket].pending == 0:
+            b = self.buckets[self.next_bucket]
+            b.work = dist.all_reduce(Tensor._make(b.buffer, False), group=self.pg,
+                                     async_op=True)
+            self.next_bucket += 1
+        for b in self.buckets[:self.next_bucket]:   # MPI progresses inside MPI calls only
+            b.work.is_completed()
+        if self.next_bucket == len(self.buckets):
+            self.finish()
+
+    def finish(self):
+        """Wait for every bucket, average, and write the gradients back."""
+        from aotgrad import distributed as dist
+        start = time.perf_counter()
+        for bucket in self.buckets:
+            bucket.work.wait()
+        self.last_wait_s = time.perf_counter() - start
+        size = self.pg.size()
+        used = None
+        if self.find_unused:   # a parameter no rank used keeps its .grad as it was
+            counts = Tensor._make(self.locally_used.copy(), False)
+            dist.all_reduce(counts, group=self.pg)
+            used = counts._value
+        for bucket in self.buckets:
+            np.divide(bucket.buffer, size, out=bucket.buffer)
+            for index in bucket.params:
+                if used is None or used[index]:
+                    self._write_grad(self.params[index], self.views[index])
+        self.active = False
+
+    def _write_grad(self, param, averaged):
+        grad = param._grad
+        if grad is not None and grad._value is averaged:
+            grad._version_counter.v += 1
+            return
+        if self.as_view:
+            param._grad = Tensor._make(averaged, False)
+        elif grad is not None and grad._value.flags.writeable and grad.grad_fn is None:
+            np.copyto(grad._value, averaged)
+            grad._version_counter.v += 1
+        else:
+            param._grad = Tensor._make(averaged.copy(), False)
+
+    def check_finished(self):
+        """At a forward: the previous backward's reduction must have completed."""
+        if not self.active:
+            return
+        missing = [self.names[i] for i, r in enumerate(self.ready) if not r]
+        raise RuntimeError(
+            "Expected to have finished reduction in the prior iteration before starting a new "
+            "one. This error indicates that your module has parameters that were not used in "
+            "producing loss. You can enable unused parameter detection by passing the keyword "
+            "argument `find_unused_parameters=True` to "
+            "`aotgrad.nn.parallel.DistributedDataParallel`, and by making sure all `forward` "
+            "function outputs participate in calculating loss. Parameters which did not "
+            f"receive grad for rank {self.pg.rank()}: {', '.join(missing)}")
+
+
+class DistributedDataParallel(Module):
+    """torch.nn.parallel.DistributedDataParallel on aotgrad.distributed (MPI).
+
+    `module` is an nn.Module, or a module compiled with aotgrad.compile (its compiled forward
+    and backward run; `.module` is then the module it compiles). Call
+    `init_process_group` first. `device_ids` must be None (CPU). `bucket_cap_mb` (default
+    25) bounds a bucket; `find_unused_parameters=True` handles parameters that the forward
+    does not use on some ranks (their gradient counts as zero there; a parameter no rank used
+    keeps its `.grad`); without it such a parameter is an error at the next forward, as in
+    PyTorch. `gradient_as_bucket_view=True` makes each `.grad` a view of its bucket (no copy
+    back after the reduction). The state dict is the module's under the prefix `module.`.
+    """
+
+    def __init__(self, module, device_ids=None, output_device=None, dim=0,
+                 broadcast_buffers=True, process_group=None, bucket_cap_mb=None,
+                 find_unused_parameters=False, check_reduction=False,
+                 gradient_as_bucket_view=False, static_graph=False):
+        super().__init__()
+        from aotgrad.distributed.process_group import GroupMember, default_group
+        if device_ids not in (None, [], ["cpu"]) or output_device not in (None, "cpu"):
+            raise ValueError("DistributedDataParallel: device_ids and output_device must be None "
+                             "for a CPU module")
+        if static_graph:
+            raise NotImplementedError("DistributedDataParallel(static_graph=True) is not "
+                                      "supported; use find_unused_parameters=True for graphs "
+                                      "that leave parameters unused")
+        inner = module if isinstance(module, Module) else getattr(module, "module", None)
+        if not isinstance(inner, Module):
+            raise TypeError(f"DistributedDataParallel: module must be an nn.Module or a module "
+                            f"compiled with aotgrad.compile, got {type(module).__name__}")
+        self.module = inner
+        object.__setattr__(self, "_call_module", module)
+        if process_group is GroupMember.NON_GROUP_MEMBER:
+            raise ValueError("DistributedDataParallel: this rank is not part of process_group")
+        self.process_group = default_group(process_group)
+        self.dim, self.broadcast_buffers = dim, broadcast_buffers
+        self.find_unused_parameters = find_unused_parameters
+        self.gradient_as_bucket_view = gradient_as_bucket_view
+        self.bucket_cap_mb = 25 if bucket_cap_mb is None else bucket_cap_mb
+        self.require_backward_grad_sync = True
+        named = [(n, p) for n, p in inner.named_parameters() if p.requires_grad]
+        if not named:
+            raise RuntimeError("DistributedDataParallel is not needed when a module doesn't "
+                               "have any parameter that requires a gradient.")
+        self._check_same_parameters(named)
+        self._sync_module_states()
+        params = [p for _, p in named]
+        buckets = _assign_buckets(params, self.bucket_cap_mb * _MB)
+        object.__setattr__(self, "reducer", _Reducer(self, params, [n for n, _ in named],
+                                                     buckets))
+        reducer = self.reducer
+        self._hook_handles = [p.register_post_accumulate_grad_hook(
+            lambda _p, i=i: reducer.hook(i)) for i, p in enumerate(params)]
+
+    def _check_same_parameters(self, named):
+        """Every rank must hold the same parameters (names, shapes, dtypes, order)."""
+        mine = [(n, tuple(p.shape), p.dtype.name) for n, p in named]
+        everyone = self.process_group.comm.allgather(mine)
+        for r, theirs in enumerate(everyone):
+            if theirs != mine:
+                diff = next(((a, b) for a, b in zip(mine, theirs) if a != b),
+                            (f"{len(mine)} parameters", f"{len(theirs)} parameters"))
+                raise RuntimeError(
+                    f"DistributedDataParallel: rank {self.process_group.rank()}'s module "
+                    f"differs from rank {r}'s: {diff[0]} here, {diff[1]} there")
+
+    def _sync_module_states(self):
+        """The parameters and buffers of the group's first rank everywhere."""
+        from aotgrad import distributed as dist
+        states = [p for _, p in self.module.named_parameters()]
+        if self.broadcast_buffers:
+            states += [b for _, b in self.module.named_buffers() if b is not None]
+        with no_grad():
+            works = [dist.broadcast(t, self.process_group.ranks[0],
+                                     group=self.process_group, async_op=True)
+                     for t in states]
+            for w in works:
+                w.wait()
+
+    def _sync_buffers(self):
+        from aotgrad import distributed as dist
+        buffers = [b for _, b in self.module.named_buffers() if b is not None]
+        with no_grad():
+            works = [dist.broadcast(b, self.process_group.ranks[0],
+                                     group=self.process_group, async_op=True)
+                     for b in buffers]
+            for w in works:
+                w.wait()
+
+    def forward(self, *inputs, **kwargs):
+        tracing = current_builder() is not None
+        if not tracing:   # (under a trace: the reduction state is no value of the program)
+            self.reducer.check_finished()
+        has_buffers = self.broadcast_buffers and any(
+            b is not None for _, b in self.module.named_buffers())
+        if tracing and (has_buffers or self.find_unused_parameters):
+            dispatch.graph_break(dispatch.describe_break(
+                "DistributedDataParallel.forward communicates on every call (buffer "
+                "broadcast, or the unused-parameter search): compile the module inside it "
+                "instead, DistributedDataParallel(aotgrad.compile(model))"), None)
+        if has_buffers and self.process_group.size() > 1:
+            self._sync_buffers()
+        out = self._call_module(*inputs, **kwargs)
+        if self.find_unused_parameters and _grad_mode.grad_enabled and not tracing and \
+                self.require_backward_grad_sync:
+            reached = _leaves_reached(_output_tensors(out, []))
+            self.reducer.unused_at_forward = [i for i, p in enumerate(self.reducer.params)
+                                              if id(p) not in reached]
+        return out
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Backward passes inside accumulate gradients locally, without communication; the
+        first backward after the block all-reduces the accumulated gradients."""
+        old = self.require_backward_grad_sync
+        self.require_backward_grad_sync = False
+        try:
+            yield
+        finally:
+            self.require_backward_grad_sync = old
+
+    def extra_repr(self):
+        return (f"bucket_cap_mb={self.bucket_cap_mb}, "
+                f"find_unused_parameters={self.find_unused_parameters}, "
+                f"buckets={len(self.reducer.buckets)}")

@@ -1,0 +1,445 @@
+"""Checks that run inside an MPI job: `mpiexec -n K python tests/mpi_checks.py SCENARIO`.
+
+tests/test_distributed.py launches them. Every rank runs the same checks; a failed check
+raises, and the excepthook of init_process_group then ends the job with the rank and the
+error. "ok <scenario> <rank>" on stdout marks a rank that got through.
+
+Scenarios: collectives (each collective against numpy), groups (new_group), ddp
+(DistributedDataParallel over K ranks against one process on the whole batch), all (the
+three), and the failures: raise, unused_error, timeout.
+"""
+import datetime
+import sys
+import time
+import warnings
+
+import numpy as np
+
+import aotgrad
+import aotgrad.distributed as dist
+from aotgrad import nn
+from aotgrad.nn.parallel import DistributedDataParallel as DDP
+
+
+def close(got, want, dtype, what):
+    tol = 1e-12 if dtype == aotgrad.float64 else 1e-5
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    err = np.abs(got - want).max() / max(1.0, np.abs(want).max())
+    if not err <= tol:
+        raise AssertionError(f"rank {dist.get_rank()}: {what}: relative error {err:.3g} > {tol}")
+
+
+def equal(got, want, what):
+    if not np.array_equal(np.asarray(got), np.asarray(want)):
+        raise AssertionError(f"rank {dist.get_rank()}: {what}: {got} != {want}")
+
+
+# ---- collectives -------------------------------------------------------------------------
+
+def rank_data(r, shape, dtype):
+    rng = np.random.default_rng(100 + r)
+    if np.dtype(dtype).kind == "b":
+        return rng.random(shape) < 0.5
+    if np.dtype(dtype).kind in "iu":
+        return rng.integers(1, 5, shape).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+REDUCE = {dist.ReduceOp.SUM: lambda a: a.sum(0), dist.ReduceOp.PRODUCT: lambda a: a.prod(0),
+          dist.ReduceOp.MIN: lambda a: a.min(0), dist.ReduceOp.MAX: lambda a: a.max(0),
+          dist.ReduceOp.AVG: lambda a: a.sum(0) / len(a),
+          dist.ReduceOp.BAND: lambda a: np.bitwise_and.reduce(a, 0),
+          dist.ReduceOp.BOR: lambda a: np.bitwise_or.reduce(a, 0),
+          dist.ReduceOp.BXOR: lambda a: np.bitwise_xor.reduce(a, 0)}
+
+
+def check_collectives():
+    r, k = dist.get_rank(), dist.get_world_size()
+    shape = (3, 4)
+    for dtype in (np.float32, np.float64, np.int64, np.bool_):
+        every = np.stack([rank_data(q, shape, dtype) for q in range(k)])
+        for op, ref in REDUCE.items():
+            kind = np.dtype(dtype).kind
+            if op is dist.ReduceOp.AVG and kind != "f" or \
+                    op in (dist.ReduceOp.BAND, dist.ReduceOp.BOR, dist.ReduceOp.BXOR) and \
+                    kind == "f":
+                continue
+            want = ref(every)
+            if kind == "b":     # sum of bools = any, product = all (PyTorch's)
+                want = {dist.ReduceOp.SUM: every.any(0),
+                        dist.ReduceOp.PRODUCT: every.all(0)}.get(op, want)
+            for async_op in (False, True):
+                t = aotgrad.from_numpy(rank_data(r, shape, dtype).copy())
+                work = dist.all_reduce(t, op=op, async_op=async_op)
+                if async_op:
+                    work.wait()
+                    assert work.is_completed()
+                close(t.numpy(), want, aotgrad.float32 if dtype == np.float32 else
+                      aotgrad.float64, f"all_reduce {op} {np.dtype(dtype).name}")
+            t = aotgrad.from_numpy(rank_data(r, shape, dtype).copy())
+            dist.reduce(t, dst=k - 1, op=op)
+            close(t.numpy(), want if r == k - 1 else rank_data(r, shape, dtype),
+                  aotgrad.float32 if dtype == np.float32 else aotgrad.float64,
+                  f"reduce {op} {np.dtype(dtype).name}")
+        # broadcast: from each source, into a non-contiguous view (written through)
+        for src in range(k):
+            base = aotgrad.from_numpy(rank_data(r, (4, 3), dtype).copy())
+            dist.broadcast(base.t(), src)
+            equal(base.numpy(), rank_data(src, (4, 3), dtype), f"broadcast from {src}")
+        out = [aotgrad.from_numpy(np.zeros(shape, dtype)) for _ in range(k)]
+        work = dist.all_gather(out, aotgrad.from_numpy(rank_data(r, shape, dtype)),
+                               async_op=True)
+        work.wait()
+        equal(np.stack([o.numpy() for o in out]), every, "all_gather")
+        flat = aotgrad.from_numpy(np.zeros((k * 3, 4), dtype))
+        dist.all_gather_into_tensor(flat, aotgrad.from_numpy(rank_data(r, shape, dtype)))
+        equal(flat.numpy(), every.reshape(k * 3, 4), "all_gather_into_tensor")
+        gl = [aotgrad.from_numpy(np.zeros(shape, dtype)) for _ in range(k)] if r == 1 else None
+        dist.gather(aotgrad.from_numpy(rank_data(r, shape, dtype)), gl, dst=1)
+        if r == 1:
+            equal(np.stack([g.numpy() for g in gl]), every, "gather")
+        got = aotgrad.from_numpy(np.zeros(shape, dtype))
+        src_parts = [aotgrad.from_numpy(rank_data(50 + q, shape, dtype)) for q in range(k)]
+        dist.scatter(got, src_parts if r == 0 else None, src=0)
+        equal(got.numpy(), rank_data(50 + r, shape, dtype), "scatter")
+    # 16-bit floats: MPI has none; reduced in float32 and rounded once
+    import ml_dtypes
+    for dtype in (np.float16, ml_dtypes.bfloat16):
+        every = np.stack([rank_data(q, shape, np.float32).astype(dtype) for q in range(k)])
+        for op in (dist.ReduceOp.SUM, dist.ReduceOp.AVG):
+            t = aotgrad.from_numpy(every[r].copy())
+            dist.all_reduce(t, op=op)
+            want = every.astype(np.float32).sum(0) / (k if op is dist.ReduceOp.AVG else 1)
+            assert t.numpy().dtype == dtype
+            equal(t.numpy(), want.astype(dtype), f"all_reduce {op} {np.dtype(dtype).name}")
+    # reduce_scatter: rank r gets the sum over ranks of their r-th input
+    parts = [aotgrad.from_numpy(rank_data(10 * r + q, (5,), np.float64)) for q in range(k)]
+    out = aotgrad.zeros(5, dtype=aotgrad.float64)
+    dist.reduce_scatter(out, parts, op=dist.ReduceOp.SUM)
+    close(out.numpy(), sum(rank_data(10 * q + r, (5,), np.float64) for q in range(k)),
+          aotgrad.float64, "reduce_scatter")
+    whole = aotgrad.from_numpy(np.concatenate([p.numpy() for p in parts]))
+    out = aotgrad.zeros(5, dtype=aotgrad.float64)
+    dist.reduce_scatter_tensor(out, whole, op=dist.ReduceOp.AVG)
+    close(out.numpy(), sum(rank_data(10 * q + r, (5,), np.float64) for q in range(k)) / k,
+          aotgrad.float64, "reduce_scatter_tensor")
+    # no copy for a contiguous tensor: MPI writes the tensor's own array
+    t = aotgrad.ones(4)
+    arr = t.numpy()
+    v = t._version
+    dist.all_reduce(t)
+    assert np.shares_memory(arr, t.numpy()) and t.numpy()[0] == k and t._version > v
+    assert dist.barrier(async_op=True).wait()
+    # a traced tensor: a graph break, the function runs eagerly and communicates every call
+    f = aotgrad.compile(lambda x: (dist.all_reduce(x) or x) * 2, backend="interpret")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        y = f(aotgrad.ones(2))
+    assert any("all_reduce" in str(w.message) for w in caught), [str(w.message) for w in caught]
+    equal(y.numpy(), [2 * k, 2 * k], "all_reduce in a compiled function")
+    # bad input: a clear error naming the collective
+    try:
+        dist.all_gather([aotgrad.zeros(2)], aotgrad.zeros(2))
+    except ValueError as e:
+        assert "all_gather" in str(e) and "one per rank" in str(e), e
+    else:
+        raise AssertionError("all_gather with a short list did not raise")
+    # DistributedSampler: the shards cover the padded index list once, the same per epoch
+    from aotgrad.utils.data import DataLoader, DistributedSampler, TensorDataset
+    ds = TensorDataset(aotgrad.arange(10))
+    for shuffle in (False, True):
+        for drop_last in (False, True):
+            s = DistributedSampler(ds, shuffle=shuffle, seed=3, drop_last=drop_last)
+            s.set_epoch(2)
+            mine = aotgrad.tensor(list(s) + [-1] * (10 - len(s)))
+            everyone = [aotgrad.zeros(10, dtype=mine.dtype) for _ in range(k)]
+            dist.all_gather(everyone, mine)
+            shards = [[i for i in e.tolist() if i >= 0] for e in everyone]
+            assert all(len(x) == len(s) for x in shards)
+            merged = sorted(i for x in shards for i in x)
+            if drop_last:
+                assert len(set(merged)) == len(merged) == (10 // k) * k
+            else:
+                assert set(merged) == set(range(10)) and len(merged) == -(-10 // k) * k
+            batches = [xb.tolist() for (xb,) in DataLoader(ds, batch_size=2, sampler=s)]
+            assert sum(batches, []) == shards[r]
+
+
+def check_groups():
+    """new_group: the members communicate among themselves (src given as a global rank); the
+    others get NON_GROUP_MEMBER, and collectives on it leave their tensors alone."""
+    r, k = dist.get_rank(), dist.get_world_size()
+    members = list(range(1, k))
+    g = dist.new_group(members)
+    t = aotgrad.tensor([float(r + 1)], dtype=aotgrad.float64)
+    if r in members:
+        assert (dist.get_rank(g), dist.get_world_size(g)) == (members.index(r), len(members))
+        assert dist.get_process_group_ranks(g) == members
+        assert dist.get_global_rank(g, 0) == 1 and dist.get_group_rank(g, k - 1) == k - 2
+        dist.all_reduce(t, group=g)
+        equal(t.numpy(), [sum(q + 1 for q in members)], "all_reduce in a group")
+        b = aotgrad.tensor([float(r)])
+        dist.broadcast(b, src=k - 1, group=g)
+        equal(b.numpy(), [k - 1], "broadcast in a group from a global rank")
+        # DDP over the group: the members' average, rank 0's data left out
+        ref = make_net(aotgrad.float64, 10 + members[0])   # the group's first rank wins
+        mine = make_net(aotgrad.float64, 10 + r)
+        ddp = DDP(mine, process_group=g)
+        x, y = batch(aotgrad.float64, 4 * k, seed=3)
+        sum(LOSS(ref(x[q * 4:(q + 1) * 4]), y[q * 4:(q + 1) * 4]) for q in members).backward()
+        LOSS(ddp(x[r * 4:(r + 1) * 4]), y[r * 4:(r + 1) * 4]).backward()
+        want = grads_of(ref)
+        for name, got in grads_of(mine).items():
+            close(got, want[name] / len(members), aotgrad.float64, f"group DDP grad {name}")
+        dist.destroy_process_group(g)
+    else:
+        assert g is dist.GroupMember.NON_GROUP_MEMBER and dist.get_rank(g) == -1
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert dist.all_reduce(t, group=g) is None
+        assert "does not belong to the given group" in str(caught[0].message)
+        equal(t.numpy(), [r + 1.0], "a non-member's tensor")
+    alone = dist.new_group([0], use_local_synchronization=True)
+    if r == 0:
+        dist.all_reduce(t, group=alone)
+        assert dist.get_world_size(alone) == 1
+    else:
+        assert alone is dist.GroupMember.NON_GROUP_MEMBER
+    dist.barrier()
+
+
+# ---- DistributedDataParallel ---------------------------------------------------------------
+
+class Net(nn.Module):
+    """An MLP, and a branch whose parameters some ranks do not use (`use_extra`)."""
+
+    def __init__(self, never=False):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(5, 16), nn.Tanh(), nn.Linear(16, 16), nn.GELU())
+        self.head = nn.Linear(16, 3)
+        self.extra = nn.Linear(16, 3)
+        if never:
+            self.never = nn.Linear(2, 2)   # no rank uses it
+
+    def forward(self, x, use_extra=True):
+        h = self.body(x)
+        out = self.head(h)
+        return out + self.extra(h) if use_extra else out
+
+
+def make_net(dtype, seed, never=False):
+    aotgrad.manual_seed(seed)
+    return Net(never).to(dtype)
+
+
+def batch(dtype, n, seed=0):
+    rng = np.random.default_rng(seed)
+    x = aotgrad.tensor(rng.standard_normal((n, 5)), dtype=dtype)
+    y = aotgrad.tensor(rng.integers(0, 3, n))
+    return x, y
+
+
+LOSS = nn.CrossEntropyLoss()
+
+
+def make_opt(kind, params):
+    if kind == "sgd":
+        return aotgrad.optim.SGD(params, lr=0.1, momentum=0.9)
+    return aotgrad.optim.AdamW(params, lr=0.01, weight_decay=0.1)
+
+
+def grads_of(model):
+    return {n: p.grad.numpy().copy() for n, p in model.named_parameters()
+            if p.grad is not None}
+
+
+def check_ddp_case(dtype, opt_kind, bucket_cap_mb, mode, steps=3):
+    """k ranks with a shard each == one process with the whole batch: grads, then params."""
+    r, k = dist.get_rank(), dist.get_world_size()
+    n = 4 * k
+    ref = make_net(dtype, 1)
+    mine = make_net(dtype, 1 + r)           # rank 0's parameters must win the broadcast
+    module = aotgrad.compile(mine, backend="interpret") if mode == "compiled" else mine
+    ddp = DDP(module, bucket_cap_mb=bucket_cap_mb)
+    ref_opt, opt = make_opt(opt_kind, ref.parameters()), make_opt(opt_kind, ddp.parameters())
+    # compile_ddp: aotgrad.compile around DDP, whose forward (no buffers) traces through
+    call = aotgrad.compile(ddp, backend="interpret") if mode == "compile_ddp" else ddp
+    for p, q in zip(ref.parameters(), mine.parameters()):
+        close(q.detach().numpy(), p.detach().numpy(), dtype, "broadcast at construction")
+    what = dtype.name
+    for step in range(steps):
+        x, y = batch(dtype, n, seed=step)
+        ref_opt.zero_grad()
+        LOSS(ref(x), y).backward()
+        opt.zero_grad()
+        LOSS(call(x[r * 4:(r + 1) * 4]), y[r * 4:(r + 1) * 4]).backward()
+        want = grads_of(ref)
+        got = grads_of(mine)
+        assert set(got) == set(want), (sorted(got), sorted(want))
+        for name in want:
+            close(got[name], want[name], dtype,
+                  f"grad {name} step {step} ({mode}, {opt_kind}, bucket {bucket_cap_mb}) {what}")
+        ref_opt.step()
+        opt.step()
+    for (name, p), q in zip(ref.named_parameters(), mine.parameters()):
+        close(q.detach().numpy(), p.detach().numpy(), dtype,
+              f"param {name} after {steps} steps ({mode}, {opt_kind}, bucket {bucket_cap_mb})")
+    if mode == "compile_ddp":
+        assert (call.eager_calls, call.n_traces) == (0, 1), (call.eager_calls, call.n_traces)
+    return ddp
+
+
+def check_whole_step_compiled(dtype):
+    """A compiled whole step of a DDP model: the all-reduce is a graph break (it runs
+    eagerly, with a warning naming it), and the result is eager's."""
+    r, k = dist.get_rank(), dist.get_world_size()
+    ref, mine = make_net(dtype, 0), make_net(dtype, 0)
+    ddp = DDP(mine)
+    ref_opt, opt = make_opt("sgd", ref.parameters()), make_opt("sgd", ddp.parameters())
+
+    def step(x, y):
+        opt.zero_grad()
+        loss = LOSS(ddp(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    compiled = aotgrad.compile(step, backend="interpret")
+    for s in range(2):
+        x, y = batch(dtype, 4 * k, seed=s)
+        ref_opt.zero_grad()
+        LOSS(ref(x), y).backward()
+        ref_opt.step()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            compiled(x[r * 4:(r + 1) * 4], y[r * 4:(r + 1) * 4])
+        if s == 0:
+            assert any("DistributedDataParallel" in str(w.message) for w in caught), \
+                [str(w.message) for w in caught]
+    for (name, p), q in zip(ref.named_parameters(), mine.parameters()):
+        close(q.detach().numpy(), p.detach().numpy(), dtype,
+              f"param {name} after a compiled whole step")
+
+
+def check_no_sync(dtype):
+    r, k = dist.get_rank(), dist.get_world_size()
+    ref, mine = make_net(dtype, 0), make_net(dtype, 0)
+    ddp = DDP(mine)
+    (xa, ya), (xb, yb) = batch(dtype, 4 * k, seed=7), batch(dtype, 4 * k, seed=8)
+    LOSS(ref(xa), ya).backward()
+    LOSS(ref(xb), yb).backward()
+    shard = slice(r * 4, (r + 1) * 4)
+    local = make_net(dtype, 0)
+    LOSS(local(xa[shard]), ya[shard]).backward()
+    with ddp.no_sync():
+        LOSS(ddp(xa[shard]), ya[shard]).backward()
+    local_grads = grads_of(local)
+    for name, g in grads_of(mine).items():   # inside no_sync: this rank's own gradient
+        close(g, local_grads[name], dtype, f"no_sync local grad {name}")
+    LOSS(ddp(xb[shard]), yb[shard]).backward()
+    want = grads_of(ref)
+    for name, g in grads_of(mine).items():
+        close(g, want[name], dtype, f"grad {name} accumulated over no_sync")
+
+
+def check_unused_on_one_rank(dtype, as_view, compiled):
+    """Rank 1 leaves `extra` unused: with find_unused_parameters its gradient is the mean of
+    the other ranks' contributions and zero's; `never` (no rank uses it) keeps no grad."""
+    r, k = dist.get_rank(), dist.get_world_size()
+    ref, mine = make_net(dtype, 0, True), make_net(dtype, 0, True)
+    module = aotgrad.compile(mine, backend="interpret") if compiled else mine
+    ddp = DDP(module, find_unused_parameters=True, bucket_cap_mb=1e-4,
+              gradient_as_bucket_view=as_view)
+    ref_opt, opt = make_opt("adamw", ref.parameters()), make_opt("adamw", ddp.parameters())
+    for step in range(2):
+        x, y = batch(dtype, 4 * k, seed=20 + step)
+        ref_opt.zero_grad()
+        total = sum(LOSS(ref(x[q * 4:(q + 1) * 4], use_extra=q != 1), y[q * 4:(q + 1) * 4])
+                    for q in range(k)) / k
+        total.backward()
+        opt.zero_grad(set_to_none=not as_view)   # as a view: zeroed in place, in the bucket
+        LOSS(ddp(x[r * 4:(r + 1) * 4], use_extra=r != 1), y[r * 4:(r + 1) * 4]).backward()
+        want, got = grads_of(ref), grads_of(mine)
+        assert set(got) == set(want) and not any(n.startswith("never") for n in got), \
+            (sorted(got), sorted(want))
+        for name in want:
+            close(got[name], want[name], dtype, f"grad {name} (unused on rank 1)")
+        if as_view:   # every used parameter's .grad is its bucket slot itself
+            for i, p in enumerate(ddp.reducer.params):
+                assert p.grad is None or p.grad._value is ddp.reducer.views[i], i
+        ref_opt.step()
+        opt.step()
+    for (name, p), q in zip(ref.named_parameters(), mine.parameters()):
+        close(q.detach().numpy(), p.detach().numpy(), dtype, f"param {name} (unused on rank 1)")
+
+
+def check_ddp():
+    k = dist.get_world_size()
+    for dtype in (aotgrad.float64, aotgrad.float32):
+        for opt_kind in ("sgd", "adamw"):
+            check_ddp_case(dtype, opt_kind, None, "eager")
+    for bucket_cap_mb in (1e-6, 1000):      # one parameter per bucket; all in one
+        ddp = check_ddp_case(aotgrad.float64, "sgd", bucket_cap_mb, "eager", steps=2)
+        sizes = [len(b.params) for b in ddp.reducer.buckets]
+        assert sizes == ([1] * 8 if bucket_cap_mb < 1 else [8]), sizes
+        assert ddp.reducer.buckets[0].params[0] == 7   # reverse registration order
+    for dtype in (aotgrad.float64, aotgrad.float32):
+        check_ddp_case(dtype, "adamw", 1e-3, "compiled")
+    check_ddp_case(aotgrad.float64, "sgd", 1e-3, "compile_ddp")
+    check_whole_step_compiled(aotgrad.float64)
+    check_no_sync(aotgrad.float64)
+    for as_view, compiled in ((False, False), (True, True)):
+        check_unused_on_one_rank(aotgrad.float64, as_view, compiled)
+    ddp = DDP(make_net(aotgrad.float64, 0))
+    keys = list(ddp.state_dict())
+    assert keys[0] == "module.body.0.weight" and len(keys) == 8, keys
+    ddp.load_state_dict(ddp.state_dict())
+    assert k == dist.get_world_size()
+
+
+# ---- failures ------------------------------------------------------------------------------
+
+def check_raise():
+    """Rank 1 raises while the others wait in a collective: the job must end."""
+    if dist.get_rank() == 1:
+        raise ValueError("rank one fails on purpose")
+    dist.barrier()
+    time.sleep(60)
+
+
+def check_unused_error():
+    """An unused parameter without find_unused_parameters: PyTorch's error at the next forward."""
+    r, k = dist.get_rank(), dist.get_world_size()
+    ddp = DDP(make_net(aotgrad.float64, 0), bucket_cap_mb=1e-6)
+    for step in range(2):
+        x, y = batch(aotgrad.float64, 4 * k, seed=step)
+        LOSS(ddp(x[r * 4:(r + 1) * 4], use_extra=r != 1), y[r * 4:(r + 1) * 4]).backward()
+    time.sleep(60)   # (not reached on rank 1, whose second forward raises)
+
+
+def check_timeout():
+    """Rank 1 stops communicating without an error: rank 0's wait ends at the timeout."""
+    if dist.get_rank() == 1:
+        time.sleep(60)
+    dist.all_reduce(aotgrad.ones(3))
+
+
+def check_all():
+    check_collectives()
+    check_groups()
+    check_ddp()
+
+
+SCENARIOS = {"all": check_all, "collectives": check_collectives, "groups": check_groups,
+             "ddp": check_ddp,
+             "raise": check_raise,
+             "unused_error": check_unused_error, "timeout": check_timeout}
+
+
+if __name__ == "__main__":
+    scenario = sys.argv[1]
+    timeout = datetime.timedelta(seconds=float(sys.argv[2])) if len(sys.argv) > 2 else None
+    dist.init_process_group(backend="mpi", timeout=timeout)
+    SCENARIOS[scenario]()
+    print(f"ok {scenario} {dist.get_rank()}", flush=True)
+    dist.destroy_process_group()
