@@ -1,6 +1,6 @@
 """aotgrad.distributed, DistributedDataParallel and DistributedSampler.
 
-The MPI tests launch `mpiexec -n K python tests/mpi_checks.py SCENARIO` (one launch runs many
+The MPI tests launch `mpiexec -n K python tests/distributed/mpi_checks.py SCENARIO` (one launch runs many
 checks: every collective against numpy, DDP against one process on the whole batch, eager
 and compiled); they are marked `mpi` and skip where mpi4py or mpiexec is missing (install
 the `distributed` extra).
@@ -17,6 +17,7 @@ import pytest
 import aotgrad
 import aotgrad.distributed as dist
 from aotgrad.utils.data import DistributedSampler, TensorDataset
+from repo_paths import REPO_ROOT
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -160,7 +161,7 @@ def test_a_failing_rank_ends_the_job(scenario, message):
 @pytest.mark.mpi
 def test_train_ddp_example_matches_one_process():
     exe = _mpiexec()
-    script = os.path.join(os.path.dirname(HERE), "examples", "train_ddp.py")
+    script = os.path.join(REPO_ROOT, "examples", "train_ddp.py")
     out = subprocess.run([exe, "-n", "2", sys.executable, script, "--quick"], env=_env(),
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -215,7 +216,7 @@ print("done")
 @pytest.mark.slow
 def test_train_ddp_example_compiled_with_numba_matches_one_process():
     exe = _mpiexec()
-    script = os.path.join(os.path.dirname(HERE), "examples", "train_ddp.py")
+    script = os.path.join(REPO_ROOT, "examples", "train_ddp.py")
     out = subprocess.run([exe, "-n", "2", sys.executable, script, "--quick", "--compile"],
                          env=_env(), capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
