@@ -163,6 +163,11 @@ def located_error(err, node):
     return new
 
 
+# Value types that a function transform interprets (vmap's batched values, ir/batching.py):
+# type -> handler(prim, args, params), called for a bind that takes such a value.
+INTERPRETED = {}
+
+
 class Prim:
     """A primitive op: a shape/dtype rule, a numpy reference implementation and tags.
 
@@ -188,6 +193,11 @@ class Prim:
             raise PrimError(f"prims.{self.name}({shapes}): {e}{format_location()}") from None
 
     def bind(self, *args, **params):
+        if INTERPRETED:
+            for a in args:
+                handler = INTERPRETED.get(type(a))
+                if handler is not None:
+                    return handler(self, args, params)
         builder = _builder.get()
         if builder is not None and (not args or any(isinstance(a, Var) for a in args)):
             return builder.emit(self, args, params)
