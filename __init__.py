@@ -140,6 +140,7 @@ __all__ = [
     "cpu", "cuda", "jit", "set_num_threads", "get_num_threads", "set_num_interop_threads",
     "get_num_interop_threads",
     "scatter_reduce",
+    "func",
 ]
 
 
@@ -154,6 +155,9 @@ def __getattr__(name):
         import importlib
         codegen = importlib.import_module("aotgrad.codegen")
         return codegen if name == "codegen" else getattr(codegen, name)
+    if name == "func":  # aotgrad.func, imported on first use (import aotgrad stays light)
+        import importlib
+        return importlib.import_module("aotgrad.func")
     if name in _THREAD_FUNCTIONS:  # numba's and the BLAS's pools: loaded on first use too
         import importlib
         return getattr(importlib.import_module("aotgrad.codegen.threads"), name)
