@@ -61,6 +61,16 @@ class BatchedVar(Var):
                         f"which vmap does not compute; write it with tensor ops instead")
 
 
+    def refuse_inplace(self, target, opname):
+        """An in-place op writing this value into `target`: target must be batched at this
+        level too (a tensor captured from outside vmap holds one value for all samples)."""
+        if type(target) is not BatchedVar or target.level is not self.level:
+            raise VmapError(f"vmap: in-place {opname} writes a batched value into a tensor "
+                            f"that is not batched (one captured from outside vmap, or made "
+                            f"without the mapped inputs): it would need a different value "
+                            f"per sample; use the out-of-place op")
+
+
 def wrap(value, bdim, level):
     """The batched value (a plain value when bdim is None)."""
     return value if bdim is None else BatchedVar(value, bdim, level)
