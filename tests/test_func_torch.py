@@ -281,5 +281,3 @@ def test_compositions_compiled_equal_eager(name):
     compiled = aotgrad.compile(fn, fullgraph=True, backend="interpret")
     got = compiled(*args)
     _close(got, eager, 1e-5)
-    nodes = compiled.ir().count("prims.") if hasattr(compiled, "ir") else None
-    assert nodes is None or nodes > 0
