@@ -12,7 +12,7 @@ import functools
 
 from aotgrad.autograd.function import Function
 from aotgrad.ir import batching
-from aotgrad.ir.batching import BatchedVar, BatchLevel
+from aotgrad.ir.batching import BatchedVar, BatchLevel, Randomness
 from aotgrad.runtime import engine
 from aotgrad.runtime import forward_mode
 from aotgrad.runtime.tensor import Tensor
@@ -20,7 +20,6 @@ from aotgrad.tracer import pytree
 
 __all__ = ["vmap"]
 
-_RANDOMNESS = ("error", "different", "same")
 
 
 class _IntoBatch(Function):
@@ -161,9 +160,10 @@ def vmap(func, in_dims=0, out_dims=0, randomness="error", *, chunk_size=None):
     >>> vmap(aotgrad.dot, in_dims=(0, None))(x, y)
     tensor([3., 3., 3., 3.])
     """
-    if randomness not in _RANDOMNESS:
+    if randomness not in [r.value for r in Randomness]:
         raise RuntimeError(f"Only allowed values for randomness are 'error', 'different', or "
                            f"'same'. Got {randomness}")
+    randomness = Randomness(randomness)
     if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size <= 0):
         raise ValueError(f"vmap: chunk_size should be None or greater than 0. (got "
                          f"{chunk_size})")
@@ -193,18 +193,19 @@ def vmap(func, in_dims=0, out_dims=0, randomness="error", *, chunk_size=None):
             raise ValueError("vmap: at least one input must be a tensor mapped over (in_dims "
                              "are all None)")
         if chunk_size is None or chunk_size >= size:
-            return _call(func, leaves, tree, norm, size, kwargs, out_dims)
-        return _chunked(func, leaves, tree, norm, size, kwargs, out_dims, chunk_size)
+            return _call(func, leaves, tree, norm, size, kwargs, out_dims, randomness)
+        return _chunked(func, leaves, tree, norm, size, kwargs, out_dims, chunk_size,
+                        randomness)
     return wrapped
 
 
-def _chunked(func, leaves, tree, dims, size, kwargs, out_dims, chunk):
+def _chunked(func, leaves, tree, dims, size, kwargs, out_dims, chunk, randomness):
     from aotgrad.runtime.join_ops import cat
     parts = []
     for lo in range(0, size, chunk):
         hi = min(size, lo + chunk)
         sub = [x if d is None else x.narrow(d, lo, hi - lo) for x, d in zip(leaves, dims)]
-        parts.append(_call(func, sub, tree, dims, hi - lo, kwargs, out_dims))
+        parts.append(_call(func, sub, tree, dims, hi - lo, kwargs, out_dims, randomness))
     flat = [pytree.flatten(p)[0] for p in parts]
     out_tree = pytree.flatten(parts[0])[1]
     odims = _flat_dims(out_dims, None, len(flat[0]), "out_dims")
@@ -219,11 +220,12 @@ def _into(x, d, level):
     return Tensor._make(BatchedVar(x._value, d, level))
 
 
-def _call(func, leaves, tree, dims, size, kwargs, out_dims):
-    level = BatchLevel(size)
+def _call(func, leaves, tree, dims, size, kwargs, out_dims, randomness):
+    level = BatchLevel(size, randomness)
     first_seq = engine.next_sequence_nr()
     inner = [x if d is None else _into(x, d, level) for x, d in zip(leaves, dims)]
-    out = func(*pytree.unflatten(tree, inner), **kwargs)
+    with batching.running(level):
+        out = func(*pytree.unflatten(tree, inner), **kwargs)
     flat, out_tree = pytree.flatten(out)
     odims = _flat_dims(out_dims, None, len(flat), "out_dims")
     results = []

@@ -15,22 +15,33 @@ that runs after its vmap returned (grad of vmap) is still batched correctly.
 Rules are `rule(size, values, bdims, **params) -> (value, dim)`, where `bdims[i]` is the batch
 dim of `values[i]` (None: not batched) and `size` the batch size.
 """
+import contextlib
+import contextvars
+import enum
 import itertools
 import math
 import warnings
 
 from aotgrad.ir import prims as P
-from aotgrad.ir.core import INTERPRETED, Aval, Var, aval_of
+from aotgrad.ir.core import INTERPRETED, WATCHED_PRIMS, Var, aval_of
 
 _level_ids = itertools.count(1)
 
 
-class BatchLevel:
-    """One vmap call: the batch size and an id (a later, inner level has a larger id)."""
-    __slots__ = ("id", "size")
+class Randomness(enum.Enum):
+    """What a random draw inside vmap does (torch.func's `randomness` argument)."""
+    ERROR = "error"          # raise
+    DIFFERENT = "different"  # one draw per sample
+    SAME = "same"            # one draw shared by every sample
 
-    def __init__(self, size):
-        self.id, self.size = next(_level_ids), int(size)
+
+class BatchLevel:
+    """One vmap call: the batch size, what random draws do, and an id (a later, inner level
+    has a larger id)."""
+    __slots__ = ("id", "size", "randomness")
+
+    def __init__(self, size, randomness=Randomness.ERROR):
+        self.id, self.size, self.randomness = next(_level_ids), int(size), randomness
 
     def __repr__(self):
         return f"BatchLevel(id={self.id}, size={self.size})"
@@ -289,6 +300,45 @@ def bind_batched(prim, args, params):
 INTERPRETED[BatchedVar] = bind_batched
 
 
+# the vmap calls running now, innermost last (random draws ask them what to do)
+_running = contextvars.ContextVar("aotgrad_vmap_levels", default=())
+
+
+@contextlib.contextmanager
+def running(level):
+    """While a vmap call runs its function: random draws follow its `randomness`."""
+    token = _running.set(_running.get() + (level,))
+    try:
+        yield
+    finally:
+        _running.reset(token)
+
+
+def _random_draw(prim, args, params):
+    """A random prim bound inside vmap: an error, one draw per sample, or one for all."""
+    levels = _running.get()
+    if not levels:
+        return None
+    level = levels[-1]
+    if level.randomness is Randomness.SAME:
+        return None
+    if level.randomness is Randomness.ERROR:
+        raise VmapError("vmap: a random op ran inside vmap with randomness='error' (the "
+                        "default); pass randomness='different' (one draw per sample) or "
+                        "'same' (one draw for all) to vmap, or draw outside it")
+    token = _running.set(levels[:-1])   # the enclosing levels batch the draw further
+    try:
+        out = prim.bind(*args, **{**params, "shape": (level.size,) + tuple(params["shape"])})
+    finally:
+        _running.reset(token)
+    return wrap(out, 0, level)
+
+
+for _p in P.PRIMS.values():
+    if "random" in _p.tags:
+        WATCHED_PRIMS[_p] = _random_draw
+
+
 def move_out(value, level, out_dim):
     """The physical value of a vmap result at `level`, its batch at `out_dim` (an unbatched
     value is broadcast along it)."""
@@ -306,5 +356,5 @@ def batch_sum(value, level):
     return value
 
 
-__all__ = ["BatchLevel", "BatchedVar", "VmapError", "BATCHING_RULES", "NO_RULE",
+__all__ = ["BatchLevel", "BatchedVar", "Randomness", "running", "VmapError", "BATCHING_RULES", "NO_RULE",
            "bind_batched", "move_out", "batch_sum", "wrap", "moveaxis", "materialize"]

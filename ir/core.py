@@ -166,6 +166,9 @@ def located_error(err, node):
 # Value types that a function transform interprets (vmap's batched values, ir/batching.py):
 # type -> handler(prim, args, params), called for a bind that takes such a value.
 INTERPRETED = {}
+# Prims a function transform watches whatever their inputs (vmap's random draws): prim ->
+# handler(prim, args, params), whose result is the bind's, or None to bind as usual.
+WATCHED_PRIMS = {}
 
 
 class Prim:
@@ -198,6 +201,11 @@ class Prim:
                 handler = INTERPRETED.get(type(a))
                 if handler is not None:
                     return handler(self, args, params)
+            watch = WATCHED_PRIMS.get(self)
+            if watch is not None:
+                out = watch(self, args, params)
+                if out is not None:
+                    return out
         builder = _builder.get()
         if builder is not None and (not args or any(isinstance(a, Var) for a in args)):
             return builder.emit(self, args, params)

@@ -281,3 +281,37 @@ def test_compositions_compiled_equal_eager(name):
     compiled = aotgrad.compile(fn, fullgraph=True, backend="interpret")
     got = compiled(*args)
     _close(got, eager, 1e-5)
+
+
+def test_vmap_randomness():
+    x = aotgrad.ones(3, 4)
+    with pytest.raises(RuntimeError, match="randomness='error'"):
+        F.vmap(lambda r: r * aotgrad.rand(4))(x)
+    same = F.vmap(lambda r: r * aotgrad.rand(4), randomness="same")(x).numpy()
+    assert (same == same[0]).all()
+    diff = F.vmap(lambda r: r * aotgrad.rand(4), randomness="different")(x).numpy()
+    assert not (diff == diff[0]).all() and ((0 <= diff) & (diff < 1)).all()
+    with pytest.raises(RuntimeError, match="Only allowed values for randomness"):
+        F.vmap(lambda r: r, randomness="sometimes")
+    with pytest.raises(RuntimeError, match="randomness='error'"):
+        F.jacfwd(lambda r: r * aotgrad.rand(4))(aotgrad.ones(4))
+
+
+def test_vmap_runs_one_bind_per_prim_whatever_the_batch():
+    """No loop over the batch: the traced program of vmap(f) has as many nodes at batch 2
+    as at batch 7."""
+    from aotgrad.ir.core import GraphBuilder
+    from aotgrad.runtime.tensor import Tensor
+
+    def count(batch):
+        with GraphBuilder() as b:
+            x = Tensor._make(b.add_input(_aval(batch)))
+            F.vmap(lambda r: (r @ r.T).softmax(-1).sum(0))(x)
+        return len(b.graph.nodes)
+    assert count(2) == count(7) > 0
+
+
+def _aval(batch):
+    from aotgrad.ir import dtypes as dt
+    from aotgrad.ir.core import Aval
+    return Aval((batch, 3, 4), dt.float32)
