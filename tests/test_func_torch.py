@@ -273,12 +273,13 @@ COMPOSITIONS = {
 }
 
 
+@pytest.mark.parametrize("backend", ["interpret", pytest.param("numba", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("name", sorted(COMPOSITIONS))
-def test_compositions_compiled_equal_eager(name):
+def test_compositions_compiled_equal_eager(name, backend):
     fn, shapes = COMPOSITIONS[name]
     args = [aotgrad.tensor(_np(*s, dtype=np.float32)) for s in shapes]
     eager = fn(*args)
-    compiled = aotgrad.compile(fn, fullgraph=True, backend="interpret")
+    compiled = aotgrad.compile(fn, fullgraph=True, backend=backend)
     got = compiled(*args)
     _close(got, eager, 1e-5)
 
@@ -315,3 +316,24 @@ def _aval(batch):
     from aotgrad.ir import dtypes as dt
     from aotgrad.ir.core import Aval
     return Aval((batch, 3, 4), dt.float32)
+
+
+def test_compiled_backward_through_vmap_sums_over_the_batch():
+    w = aotgrad.tensor(_np(4, dtype=np.float32), requires_grad=True)
+    xs = aotgrad.tensor(_np(3, 4, dtype=np.float32))
+
+    def f(ww, x):
+        return F.vmap(lambda r: (r * ww).tanh().sum())(x).sum()
+    f(w, xs).backward()
+    eager = w.grad.numpy().copy()
+    w.grad = None
+    aotgrad.compile(f, fullgraph=True, backend="interpret")(w, xs).backward()
+    _close(w.grad, eager, 1e-6)
+
+
+def test_jacrev_of_jacrev_compiled_equals_eager():
+    h = lambda x: F.jacrev(F.jacrev(lambda y: (y.sin() * y).sum()))(x)  # noqa: E731
+    x = aotgrad.tensor(_np(3))
+    want = np.diag(2 * np.cos(x.numpy()) - x.numpy() * np.sin(x.numpy()))
+    _close(h(x), want, 1e-10)
+    _close(aotgrad.compile(h, fullgraph=True, backend="interpret")(x), want, 1e-10)
