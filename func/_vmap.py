@@ -143,9 +143,27 @@ def _expand_in_dims(in_dims, args):
         raise ValueError(f"vmap: in_dims must be an int, None or a tuple, got {in_dims!r}")
     out = []
     for a, d in zip(args, per_arg):
-        leaves, _ = pytree.flatten(a)
-        out.extend(_flat_dims(d, a, len(leaves), "in_dims"))
+        _dims_along(a, d, out)
     return out
+
+
+def _dims_along(a, d, out):
+    """Append one in_dim per leaf of argument `a`, where `d` is an int/None for all of a's
+    leaves or a container of the same structure as `a` (dicts matched by key)."""
+    if d is None or isinstance(d, int):
+        out.extend([d] * len(pytree.flatten(a)[0]))
+    elif isinstance(d, dict) and isinstance(a, dict):
+        if set(d) != set(a):
+            raise ValueError(f"vmap: in_dims {d!r} has keys {sorted(d)} but the argument has "
+                             f"keys {sorted(a)}")
+        for k in a:
+            _dims_along(a[k], d[k], out)
+    elif isinstance(d, (tuple, list)) and isinstance(a, (tuple, list)) and len(d) == len(a):
+        for x, dx in zip(a, d):
+            _dims_along(x, dx, out)
+    else:
+        raise ValueError(f"vmap: in_dims {d!r} does not match the structure of the "
+                         f"argument ({type(a).__name__})")
 
 
 def vmap(func, in_dims=0, out_dims=0, randomness="error", *, chunk_size=None):

@@ -256,7 +256,7 @@ NO_RULE = {
 
 
 # ---- the bind of a prim on batched values ----------------------------------------------
-def _loop_fallback(prim, size, vals, dims, params):
+def _loop_fallback(prim, size, vals, bdims, params):
     """One bind per sample, stacked: for a prim without a batching rule (warns, naming it)."""
     warnings.warn(f"vmap: prims.{prim.name} has no batching rule; it runs once per sample "
                   f"in a Python loop (slow)", RuntimeWarning, stacklevel=4)

@@ -337,3 +337,32 @@ def test_jacrev_of_jacrev_compiled_equals_eager():
     want = np.diag(2 * np.cos(x.numpy()) - x.numpy() * np.sin(x.numpy()))
     _close(h(x), want, 1e-10)
     _close(aotgrad.compile(h, fullgraph=True, backend="interpret")(x), want, 1e-10)
+
+
+def test_vmap_in_dims_follow_the_argument_structure(torch):
+    a, b = _np(3, 2), _np(5, 3)
+    ours = F.vmap(lambda d: d["a"] * d["b"].sum(), in_dims=({"b": 1, "a": 0},))(
+        {"a": aotgrad.tensor(a), "b": aotgrad.tensor(b)})
+    theirs = torch.func.vmap(lambda d: d["a"] * d["b"].sum(), in_dims=({"a": 0, "b": 1},))(
+        {"a": torch.tensor(a), "b": torch.tensor(b)})
+    _close(ours, theirs)
+    with pytest.raises(ValueError, match="in_dims"):
+        F.vmap(lambda d: d["a"], in_dims=({"a": 0, "c": 1},))({"a": aotgrad.tensor(a),
+                                                             "b": aotgrad.tensor(b)})
+
+
+def test_a_prim_without_rule_falls_back_to_a_loop_with_a_warning(monkeypatch):
+    from aotgrad.ir import batching, prims
+    monkeypatch.delitem(batching.BATCHING_RULES, prims.cumsum)
+    xs = aotgrad.tensor(_np(4, 5))
+    with pytest.warns(RuntimeWarning, match="prims.cumsum has no batching rule"):
+        got = F.vmap(lambda r: r.cumsum(0))(xs)
+    _close(got, np.cumsum(xs.numpy(), axis=1))
+
+
+def test_vmap_of_vmap_of_grad(torch):
+    x = _np(2, 3, 4)
+    f = lambda v: (v.sin() * v).sum()  # noqa: E731
+    ours = F.vmap(F.vmap(F.grad(f)))(aotgrad.tensor(x))
+    theirs = torch.func.vmap(torch.func.vmap(torch.func.grad(f)))(torch.tensor(x))
+    _close(ours, theirs)
