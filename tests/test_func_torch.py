@@ -366,3 +366,29 @@ def test_vmap_of_vmap_of_grad(torch):
     ours = F.vmap(F.vmap(F.grad(f)))(aotgrad.tensor(x))
     theirs = torch.func.vmap(torch.func.vmap(torch.func.grad(f)))(torch.tensor(x))
     _close(ours, theirs)
+
+
+def _fd_jacobian(f, x, eps=1e-6):
+    cols = []
+    for i in range(x.size):
+        e = np.zeros_like(x)
+        e.flat[i] = eps
+        cols.append((f(x + e) - f(x - e)) / (2 * eps))
+    return np.stack(cols, -1).reshape(np.shape(f(x)) + x.shape)
+
+
+def test_jacobians_and_hessian_against_finite_differences_float64():
+    w1, w2 = _np(4, 3), _np(2, 4)
+
+    def net(lib_w1, lib_w2):
+        return lambda x: (lib_w2 @ (lib_w1 @ x).tanh()).sin()
+    f = net(aotgrad.tensor(w1), aotgrad.tensor(w2))
+    x = _np(3)
+    fd = _fd_jacobian(lambda a: f(aotgrad.tensor(a)).numpy(), x)
+    _close(F.jacrev(f)(aotgrad.tensor(x)), fd, 1e-7)
+    _close(F.jacfwd(f)(aotgrad.tensor(x)), fd, 1e-7)
+    scalar = lambda a: (f(a) ** 2).sum()  # noqa: E731
+    fd_h = _fd_jacobian(lambda a: F.grad(scalar)(aotgrad.tensor(a)).numpy(), x)
+    _close(F.hessian(scalar)(aotgrad.tensor(x)), fd_h, 1e-6)
+    _close(F.grad(scalar)(aotgrad.tensor(x)),
+           _fd_jacobian(lambda a: np.asarray(scalar(aotgrad.tensor(a)).numpy()), x), 1e-7)
