@@ -180,7 +180,7 @@ def grad_and_value(func, argnums=0, has_aux=False):
             if not isinstance(out, Tensor):
                 raise RuntimeError(f"grad_and_value(f)(*args): Expected f(*args) to return a "
                                    f"Tensor, got {type(out).__name__}")
-            if out.numel() != 1:
+            if out.ndim != 0:
                 raise RuntimeError(f"grad_and_value(f)(*args): Expected f(*args) to return a "
                                    f"scalar Tensor, got tensor with {out.ndim} dims. Maybe you "
                                    f"wanted to use the vjp or jacrev APIs instead?")

@@ -392,3 +392,19 @@ def test_jacobians_and_hessian_against_finite_differences_float64():
     _close(F.hessian(scalar)(aotgrad.tensor(x)), fd_h, 1e-6)
     _close(F.grad(scalar)(aotgrad.tensor(x)),
            _fd_jacobian(lambda a: np.asarray(scalar(aotgrad.tensor(a)).numpy()), x), 1e-7)
+
+
+def test_jacobians_has_aux_against_torch(torch):
+    x = _np(3)
+
+    def f(lib):
+        return lambda a: (a.sin() * 2, a.sum())
+    jr, auxr = F.jacrev(f(aotgrad), has_aux=True)(aotgrad.tensor(x))
+    jf, auxf = F.jacfwd(f(aotgrad), has_aux=True)(aotgrad.tensor(x))
+    tj, taux = torch.func.jacrev(f(torch), has_aux=True)(torch.tensor(x))
+    _close(jr, tj)
+    _close(jf, tj)
+    _close(auxr, taux)
+    _close(auxf, taux)
+    with pytest.raises(RuntimeError, match="scalar Tensor"):
+        F.grad(lambda a: a.sum(0, keepdim=True))(aotgrad.tensor(x))
