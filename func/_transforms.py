@@ -40,7 +40,6 @@ class _Tracked:
 
     def __init__(self, leaves, what):
         self.start = engine.next_sequence_nr()
-        self.fresh = []
         self.tensors = []
         for x in leaves:
             if not isinstance(x, Tensor):
@@ -54,32 +53,46 @@ class _Tracked:
                 t = x.view_as(x)
             else:
                 tangent = forward_mode.tangent_of(x)
-                t = x.detach().requires_grad_()
+                t = _fresh_leaf(x.detach())
                 if tangent is not None:
                     forward_mode.set_tangent(t, tangent)
-                self.fresh.append(t)
             self.tensors.append(t)
 
     def reaches_outside(self, outputs):
-        """Does the graph of `outputs` reach a tensor from outside this call (an outer
-        transform's input, a captured tensor that requires grad)?"""
-        fresh = {id(t) for t in self.fresh}
-        seen = set()
-        stack = [o.grad_fn for o in outputs if isinstance(o, Tensor) and o.grad_fn is not None]
-        while stack:
-            node = stack.pop()
-            if node is None or id(node) in seen:
-                continue
-            seen.add(id(node))
-            if isinstance(node, engine.AccumulateGrad):
-                if id(node.variable) not in fresh:
-                    return True
-                continue
-            if getattr(node, "_seq", self.start) < self.start:
+        return reaches_outside(self.start, outputs)
+
+
+_MADE_AT = "_func_made_at"  # key in a fresh tensor's __dict__: the sequence number then
+
+
+def _fresh_leaf(t):
+    """t (a detached tensor) made a leaf that requires grad for one transform call, marked
+    with the call's place in the sequence (an enclosing call sees it as its own)."""
+    t = t.requires_grad_()
+    t.__dict__[_MADE_AT] = engine.next_sequence_nr()
+    return t
+
+
+def reaches_outside(start, outputs):
+    """Does the graph of `outputs` reach a tensor from before the transform call that began
+    at sequence number `start` (an outer transform's input, a captured tensor that requires
+    grad)? Leaves that transforms made during the call do not count."""
+    seen = set()
+    stack = [o.grad_fn for o in outputs if isinstance(o, Tensor) and o.grad_fn is not None]
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, engine.AccumulateGrad):
+            if node.variable.__dict__.get(_MADE_AT, -1) < start:
                 return True
-            stack.extend(n for n, _ in node.next_functions if n is not None)
-        return any(isinstance(o, Tensor) and o.requires_grad and o.grad_fn is None and
-                   id(o) not in fresh for o in outputs)
+            continue
+        if getattr(node, "_seq", start) < start:
+            return True
+        stack.extend(n for n, _ in node.next_functions if n is not None)
+    return any(isinstance(o, Tensor) and o.requires_grad and o.grad_fn is None and
+               o.__dict__.get(_MADE_AT, -1) < start for o in outputs)
 
 
 def _dual_active():
@@ -123,7 +136,7 @@ def _argnums_tuple(argnums, n, what):
     return single, tuple(out)
 
 
-def _split_args(args, nums, tracked_leaves_fn):
+def _split_args(args, nums):
     """args with the differentiated ones replaced; returns (new args, [(tree, n leaves)])."""
     args = list(args)
     trees, leaves = [], []
@@ -173,7 +186,7 @@ def grad_and_value(func, argnums=0, has_aux=False):
         single, nums = _argnums_tuple(argnums, len(args), "grad_and_value")
         outer = _mode.grad_enabled
         with _EnableGrad():
-            args, trees, leaves = _split_args(args, nums, None)
+            args, trees, leaves = _split_args(args, nums)
             tracked = _Tracked(leaves, "grad_and_value")
             out = func(*_unsplit(args, nums, trees, tracked.tensors), **kwargs)
             out, aux = _split_aux(out, has_aux, "grad_and_value")
@@ -290,6 +303,8 @@ def jvp(func, primals, tangents, *, strict=False, has_aux=False):
 
 
 def _jvp_forward_mode(func, p_leaves, t_leaves, tree, has_aux):
+    start = engine.next_sequence_nr()
+    outer = _mode.grad_enabled
     with forward_ad.dual_level():
         duals = [forward_ad.make_dual(p, t.to(p.dtype)) for p, t in zip(p_leaves, t_leaves)]
         out = func(*pytree.unflatten(tree, duals))
@@ -303,65 +318,63 @@ def _jvp_forward_mode(func, p_leaves, t_leaves, tree, has_aux):
             p, t = forward_ad.unpack_dual(o)
             primals_out.append(p)
             tangents_out.append(_zeros_like(p) if t is None else t)
-        if has_aux:
-            aux = _detach_tree(aux, True)
-    res = (pytree.unflatten(out_tree, primals_out), pytree.unflatten(out_tree, tangents_out))
-    return res + (aux,) if has_aux else res
+    keep = outer and reaches_outside(start, primals_out + tangents_out)
+    res = (pytree.unflatten(out_tree, [_plain(p, keep) for p in primals_out]),
+           pytree.unflatten(out_tree, [_plain(t, keep) for t in tangents_out]))
+    return res + (_detach_tree(aux, keep),) if has_aux else res
+
+
+class _Transposed:
+    """The vjp of func at the primals, recorded once with fresh cotangents u: u -> J^T u is
+    linear in u, so d/du <J^T u, t> = J t gives a jvp per tangent (linearize, and jvp
+    where forward-mode AD cannot run: nested in another jvp, or traced)."""
+
+    def __init__(self, func, primals, has_aux=False):
+        self.start = engine.next_sequence_nr()
+        with _EnableGrad():
+            res = vjp(func, *primals, has_aux=has_aux)
+            self.out, vjp_fn = res[0], res[1]
+            self.aux = res[2] if has_aux else None
+            self.flat_out, self.out_tree = pytree.flatten(self.out)
+            self.us = [_fresh_leaf(_zeros_like(o)) for o in self.flat_out]
+            cts = vjp_fn(*self.us) if len(self.us) == 1 and isinstance(self.out, Tensor) \
+                else vjp_fn(pytree.unflatten(self.out_tree, self.us))
+            self.cts, _ = pytree.flatten(list(cts))
+
+    def jvp(self, t_leaves, what):
+        if len(t_leaves) != len(self.cts):
+            raise RuntimeError(f"{what}: expected {len(self.cts)} tangents, got "
+                               f"{len(t_leaves)}")
+        outer = _mode.grad_enabled
+        with _EnableGrad():
+            total = None
+            for c, t in zip(self.cts, t_leaves):
+                if c.requires_grad:
+                    term = (c * t.to(c.dtype)).sum()
+                    total = term if total is None else total + term
+            if total is None:
+                return pytree.unflatten(self.out_tree, [_zeros_like(o) for o in self.flat_out])
+            jts = _autograd_grad(total, self.us, retain_graph=True, create_graph=True,
+                                 allow_unused=True)
+        jts = [_zeros_like(o) if j is None else j for j, o in zip(jts, self.flat_out)]
+        keep = outer and (_dual_active() or reaches_outside(self.start, jts))
+        return pytree.unflatten(self.out_tree, [_plain(j, keep) for j in jts])
 
 
 def _jvp_by_transpose(func, p_leaves, t_leaves, tree, has_aux):
-    """J·t as the vjp of the vjp: u -> J^T u is linear in u, and d/du <J^T u, t> = J t."""
-    with _EnableGrad():
-        res = vjp(lambda *a: func(*a), *pytree.unflatten(tree, p_leaves), has_aux=has_aux)
-        out, vjp_fn = res[0], res[1]
-        flat_out, out_tree = pytree.flatten(out)
-        us = [_zeros_like(o).requires_grad_() for o in flat_out]
-        cts = vjp_fn(*us) if len(us) == 1 and isinstance(out, Tensor) else \
-            vjp_fn(pytree.unflatten(out_tree, us))
-        flat_cts, _ = pytree.flatten(list(cts))
-        pairs = [(c, t.to(c.dtype)) for c, t in zip(flat_cts, t_leaves) if c.requires_grad]
-        if pairs:
-            total = None
-            for c, t in pairs:
-                term = (c * t).sum()
-                total = term if total is None else total + term
-            keep = _mode.grad_enabled
-            jts = _autograd_grad(total, us, create_graph=True, allow_unused=True)
-        else:
-            jts = [None] * len(us)
-    outs = [_zeros_like(o) if j is None else j for j, o in zip(jts, flat_out)]
-    result = (out, pytree.unflatten(out_tree, outs))
-    return result + (res[2],) if has_aux else result
+    tr = _Transposed(func, pytree.unflatten(tree, p_leaves), has_aux)
+    result = (tr.out, tr.jvp(t_leaves, "jvp"))
+    return result + (tr.aux,) if has_aux else result
 
 
 def linearize(func, *primals):
     """(func(*primals), jvp_fn) as torch.func.linearize: jvp_fn(*tangents) is J·tangents at
     the primals, reusing one recorded graph (the transpose of the vjp)."""
-    with _EnableGrad():
-        out, vjp_fn = vjp(func, *primals)
-        flat_out, out_tree = pytree.flatten(out)
-        us = [_zeros_like(o).requires_grad_() for o in flat_out]
-        cts = vjp_fn(*us) if len(us) == 1 and isinstance(out, Tensor) else \
-            vjp_fn(pytree.unflatten(out_tree, us))
-        flat_cts, _ = pytree.flatten(list(cts))
+    tr = _Transposed(func, primals)
 
     def jvp_fn(*tangents):
-        t_leaves, _ = pytree.flatten(list(tangents))
-        if len(t_leaves) != len(flat_cts):
-            raise RuntimeError(f"linearize: expected {len(flat_cts)} tangents, got "
-                               f"{len(t_leaves)}")
-        with _EnableGrad():
-            total = None
-            for c, t in zip(flat_cts, t_leaves):
-                if c.requires_grad:
-                    term = (c * t.to(c.dtype)).sum()
-                    total = term if total is None else total + term
-            if total is None:
-                return pytree.unflatten(out_tree, [_zeros_like(o) for o in flat_out])
-            jts = _autograd_grad(total, us, retain_graph=True, allow_unused=True)
-        return pytree.unflatten(out_tree, [_zeros_like(o) if j is None else j
-                                           for j, o in zip(jts, flat_out)])
-    return out, jvp_fn
+        return tr.jvp(pytree.flatten(list(tangents))[0], "linearize")
+    return tr.out, jvp_fn
 
 
 # ---- Jacobians -----------------------------------------------------------------------------
@@ -395,10 +408,10 @@ def jacrev(func, argnums=0, *, has_aux=False, chunk_size=None, _preallocate_and_
         for o in flat_out:
             basis.append(_eye_rows(total, off, tuple(o.shape), o))
             off += o.numel()
-        rows = vmap(lambda *b: vjp_fn(*b) if len(b) > 1 or not isinstance(out, Tensor)
-                    else vjp_fn(b[0]), chunk_size=chunk_size)(
-            *(basis if isinstance(out, Tensor) or len(basis) == 1 and False else
-              [pytree.unflatten(out_tree, basis)]))
+        if isinstance(out, Tensor):
+            rows = vmap(vjp_fn, chunk_size=chunk_size)(basis[0])
+        else:
+            rows = vmap(vjp_fn, chunk_size=chunk_size)(pytree.unflatten(out_tree, basis))
         flat_rows, _ = pytree.flatten(list(rows))   # per input: (total, *input shape)
         per_out, off = [], 0
         for o in flat_out:

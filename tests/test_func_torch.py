@@ -408,3 +408,18 @@ def test_jacobians_has_aux_against_torch(torch):
     _close(auxf, taux)
     with pytest.raises(RuntimeError, match="scalar Tensor"):
         F.grad(lambda a: a.sum(0, keepdim=True))(aotgrad.tensor(x))
+
+
+def test_results_are_plain_unless_something_outside_needs_their_graph():
+    x, v = aotgrad.tensor(_np(3)), aotgrad.tensor(_np(3))
+    f = lambda a: (a.sin() * a).sum()  # noqa: E731
+    nested = F.jvp(lambda a: F.jvp(f, (a,), (v,))[1], (x,), (v,))
+    assert not any(t.requires_grad for t in nested)
+    _close(nested[1], (2 * np.cos(x.numpy()) - x.numpy() * np.sin(x.numpy())) *
+           v.numpy() ** 2 @ np.ones(3))
+    assert not F.grad(f)(x).requires_grad
+    assert not F.jacrev(F.jacrev(f))(x).requires_grad
+    w = aotgrad.tensor(_np(3), requires_grad=True)
+    out = F.jvp(lambda a: a * w, (x,), (v,))[1]     # v * w: differentiable w.r.t. w
+    out.sum().backward()
+    _close(w.grad, v.numpy())
