@@ -187,3 +187,18 @@ def test_prim_jvp_equals_finite_differences(name):
     minus = f(*[xs[i] - eps * tans[i] for i in floats]).numpy()
     fd = (plus - minus) / (2 * eps)
     np.testing.assert_allclose(got.numpy(), fd, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("which", ["lhs", "rhs", "both"])
+def test_dot_general_with_batch_dims_each_side_batched(which):
+    from aotgrad.ir import prims
+    a, b = _f(B, 2, 3, 4), _f(B, 2, 4, 5)        # vmap batch, then a contraction batch dim
+    params = {"contract": ((2,), (1,)), "batch": ((0,), (0,))}
+    level = BatchLevel(B)
+    args = [wrap(np.moveaxis(a, 0, 2).copy(), 2, level) if which in ("lhs", "both") else a[0],
+            wrap(b, 0, level) if which in ("rhs", "both") else b[0]]
+    got = move_out(prims.dot_general.bind(*args, **params), level, 0)
+    want = np.stack([prims.dot_general.impl(a[i] if which != "rhs" else a[0],
+                                            b[i] if which != "lhs" else b[0], **params)
+                     for i in range(B)])
+    np.testing.assert_allclose(got, want, rtol=1e-12)
