@@ -423,3 +423,18 @@ def test_results_are_plain_unless_something_outside_needs_their_graph():
     out = F.jvp(lambda a: a * w, (x,), (v,))[1]     # v * w: differentiable w.r.t. w
     out.sum().backward()
     _close(w.grad, v.numpy())
+
+
+def test_backward_through_per_sample_grads_of_a_captured_parameter():
+    """Meta-learning's pattern: per-sample gradients that depend on a parameter from
+    outside vmap, differentiated by backward(); checked against finite differences."""
+    xs = aotgrad.tensor(_np(3, 4))
+    w0 = _np(4)
+
+    def loss(wv):
+        return F.vmap(F.grad(lambda x: (wv * x).sin().sum()))(xs).pow(2).sum()
+    w = aotgrad.tensor(w0, requires_grad=True)
+    loss(w).backward()
+    fd = [(loss(aotgrad.tensor(w0 + e)).item() - loss(aotgrad.tensor(w0 - e)).item()) / 2e-6
+          for e in np.eye(4) * 1e-6]
+    _close(w.grad, fd, 1e-6)
