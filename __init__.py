@@ -139,7 +139,7 @@ __all__ = [
     "typename", "xlogy", "special", "linalg", "sparse", "accelerator", "amp", "backends",
     "cpu", "cuda", "jit", "set_num_threads", "get_num_threads", "set_num_interop_threads",
     "get_num_interop_threads",
-    "scatter_reduce", "distributed",
+    "scatter_reduce", "distributed", "func",
 ]
 
 
@@ -157,6 +157,9 @@ def __getattr__(name):
     if name == "distributed":  # collectives on MPI: loaded on first use (mpi4py at its init)
         import importlib
         return importlib.import_module("aotgrad.distributed")
+    if name == "func":  # aotgrad.func, imported on first use (import aotgrad stays light)
+        import importlib
+        return importlib.import_module("aotgrad.func")
     if name in _THREAD_FUNCTIONS:  # numba's and the BLAS's pools: loaded on first use too
         import importlib
         return getattr(importlib.import_module("aotgrad.codegen.threads"), name)

@@ -161,6 +161,14 @@ def located_error(err, node):
     return new
 
 
+# Value types that a function transform interprets (vmap's batched values, ir/batching.py):
+# type -> handler(prim, args, params), called for a bind that takes such a value.
+INTERPRETED = {}
+# Prims a function transform watches whatever their inputs (vmap's random draws): prim ->
+# handler(prim, args, params), whose result is the bind's, or None to bind as usual.
+WATCHED_PRIMS = {}
+
+
 class Prim:
     """A primitive op: a shape/dtype rule, a numpy reference implementation and tags (its
     kind and the facts other modules ask about it: see ir/tags.py).
@@ -192,6 +200,16 @@ class Prim:
             raise PrimError(f"prims.{self.name}({shapes}): {e}{format_location()}") from None
 
     def bind(self, *args, **params):
+        if INTERPRETED:
+            for a in args:
+                handler = INTERPRETED.get(type(a))
+                if handler is not None:
+                    return handler(self, args, params)
+            watch = WATCHED_PRIMS.get(self)
+            if watch is not None:
+                out = watch(self, args, params)
+                if out is not None:
+                    return out
         builder = _builder.get()
         if builder is not None and (not args or any(isinstance(a, Var) for a in args)):
             return builder.emit(self, args, params)

@@ -307,7 +307,11 @@ def _dot_general(a, b, *, contract, batch=((), ())):
     k = math.prod(a.shape[i] for i in lc)
     am = at.reshape(bsh + [math.prod(afs), k])
     bm = bt.reshape(bsh + [k, math.prod(bfs)])
-    out = np.matmul(_wide(am), _wide(bm)).reshape(bsh + afs + bfs)
+    if k == 1:  # an outer product (per-sample gradients of a weight): one multiply per
+        out = np.multiply(_wide(am), _wide(bm))  # element, faster than matmul's k=1 loops
+    else:
+        out = np.matmul(_wide(am), _wide(bm))
+    out = out.reshape(bsh + afs + bfs)
     return out.astype(a.dtype, copy=False)  # 16-bit floats: float32 products, rounded once
 
 

@@ -17,7 +17,7 @@ import numpy as np
 from aotgrad.ir.core import Aval, Var, current_provenance
 from aotgrad.ir.core import current_builder as _current_builder
 from aotgrad.ir.core import make_provenance as _make_provenance
-from aotgrad.runtime import grad_mode, profiling
+from aotgrad.runtime import forward_mode, grad_mode, profiling
 from aotgrad.runtime.grad_mode import state as _mode
 
 _seq = itertools.count()
@@ -104,7 +104,7 @@ class SavedTensor:
     """A tensor saved for backward: its value, its version at save time, and how to rebuild it.
     Outputs of the saving node are stored without their grad_fn to avoid a reference cycle."""
     __slots__ = ("value", "counter", "version", "grad_fn", "output_nr", "requires_grad",
-                 "is_output", "leaf", "op_name", "hooks", "ref", "sparse")
+                 "is_output", "leaf", "op_name", "hooks", "ref", "sparse", "tangent")
 
     def __init__(self, t, is_output=False, op_name=None):
         if t._inference and not _mode.inference:
@@ -119,6 +119,11 @@ class SavedTensor:
         self.hooks = None
         self.ref = weakref.ref(t)  # to name its current grad_fn if it is modified in place
         self.sparse = t.__dict__.get("_sparse")  # a sparse COO tensor's indices (sparse_ops)
+        # forward-mode AD through a backward (forward-over-reverse) needs the saved tensor's
+        # tangent: a rebuilt tensor gets it back (while the same dual level is on: its list
+        # of dual tensors identifies it)
+        tangent = forward_mode.tangent_of(t)
+        self.tangent = None if tangent is None else (tangent, forward_mode.state.duals)
         if isinstance(t._value, Var):  # traced: a reshape of it may be a view eagerly
             t.__dict__["_traced_saved"] = True
         if saved_hooks.stack:  # autograd.graph.saved_tensors_hooks: keep what pack returns
@@ -170,6 +175,9 @@ class SavedTensor:
         t._version_counter = self.counter
         if self.sparse is not None:
             t.__dict__["_sparse"] = self.sparse
+        if self.tangent is not None and self.tangent[1] is forward_mode.state.duals and \
+                forward_mode.state.level is not None:
+            forward_mode.set_tangent(t, self.tangent[0])
         return t
 
     def _raise_modified(self, node):

@@ -74,15 +74,18 @@ def prim_tangent(rule, node_cls, prim, params, inputs, out, tangents):
     prev_suspended, prev_grad = state.suspended, _mode.grad_enabled
     state.suspended, _mode.grad_enabled = True, True
     try:
-        # every float input "requires grad" so that the rule gives every cotangent; the ones
-        # that really do are used as they are (the tangent's graph then reaches them)
+        # every float input with a tangent "requires grad" so that the rule gives its
+        # cotangent; the ones that really do are used as they are (the tangent's graph then
+        # reaches them)
         primals = []
-        for t in inputs:
+        for t, tan in zip(inputs, tangents):
             if differentiable and t.requires_grad:
                 primals.append(t)
                 continue
             p = Tensor._make(t._value, False)
-            p.requires_grad = t.dtype.is_floating_point
+            # only the cotangents of inputs with a tangent are needed (an input without one,
+            # a weight in jvp of a matmul, would cost an outer product for nothing)
+            p.requires_grad = t.dtype.is_floating_point and tan is not None
             primals.append(p)
         node = node_cls(prim, rule, params, primals, Tensor._make(out._value, False))
         u = zeros(tuple(out.shape), dtype=out.dtype, requires_grad=True)

@@ -209,6 +209,9 @@ def commit_inplace(x, new, opname, replaces=False):
         raise dispatch.GraphBreak(dispatch.describe_break(
             f"{opname} on a view of a tensor saved for the backward (eagerly the backward "
             f"raises)"))
+    refuse = getattr(new._value, "refuse_inplace", None)
+    if refuse is not None:  # vmap: a batched value written into a tensor that is not batched
+        refuse(x._value, opname)
     _inplace_guard(x, opname)
     _check_overlap(x, opname)
     if new.dtype is not x.dtype:

@@ -62,7 +62,7 @@ def broadcast_to(t, shape):
     nd = len(shape)
     if t.ndim > nd:
         raise ValueError(f"cannot broadcast {list(t.shape)} to {list(shape)}")
-    if not t.requires_grad and current_builder() is None and \
+    if not t.requires_grad and current_builder() is None and type(t._value) is np.ndarray and \
             (_forward.level is None or forward_mode.tangent_of(t) is None):  # nothing to record
         try:
             return Tensor._make(np.broadcast_to(t._value, shape))

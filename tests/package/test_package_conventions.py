@@ -110,12 +110,12 @@ def test_top_level_all_lists_the_public_names():
         "autograd", "nn", "optim", "serialization", "utils", "cache_clear", "cache_info",
         "special", "linalg", "sparse", "accelerator", "amp", "backends", "cpu", "cuda", "jit",
         "set_num_threads", "get_num_threads", "set_num_interop_threads",
-        "get_num_interop_threads", "distributed"}
+        "get_num_interop_threads", "distributed", "func"}
     assert all(hasattr(aotgrad, n) for n in names)
 
 
 @pytest.mark.parametrize("name", ["nn", "optim", "autograd", "testing", "distributed",
-                                  "nn.parallel"])
+                                  "nn.parallel", "func"])
 def test_public_subpackages_declare_all(name):
     import importlib
     mod = importlib.import_module(f"aotgrad.{name}")
