@@ -15,8 +15,8 @@ rules stay those of the prims, and a backward under create_graph records them as
 (True, 'VarMeanBackward0')
 """
 from aotgrad.ir.core import Aval
-from aotgrad.runtime.engine import GradientEdge, Node, _node_of, release_after_pass, \
-    run_subgraph
+from aotgrad.runtime.autograd_node import GradientEdge, Node, _node_of
+from aotgrad.runtime.backward import release_after_pass, run_subgraph
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.tensor import Tensor
 

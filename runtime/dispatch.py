@@ -8,32 +8,18 @@ import numpy as _np
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.core import Aval, aval_of, current_builder, Var
 from aotgrad.runtime import forward_mode, layout, profiling
+from aotgrad.runtime.autograd_node import Node, _node_of
 from aotgrad.runtime.forward_mode import state as _forward
-from aotgrad.runtime.engine import Node, SavedTensor, _node_of
 from aotgrad.runtime.grad_mode import state as _mode
+from aotgrad.runtime.graph_breaks import GraphBreak, describe_break, graph_break, \
+    on_graph_break  # noqa: F401 (the op layer and the tracer reach them through dispatch)
+from aotgrad.runtime.saved_tensors import SavedTensor
 from aotgrad.runtime.tensor import Tensor
 
 VJP = {}  # prim name -> Rule; filled by runtime/derivatives.py
 
 
-class GraphBreak(Exception):
-    """Raised while tracing when the code needs a concrete tensor value."""
-
-
 break_recorder = None  # a list while aotgrad.explain runs the function eagerly
-
-
-def graph_break(what, tensor):
-    raise GraphBreak(what)
-
-
-def describe_break(what):
-    """`model.py:12: Tensor.item()  [`source text`]`: where user code needs a concrete value."""
-    import os
-    from aotgrad.ir.core import user_location
-    file, line, src = user_location()
-    where = f"{os.path.basename(file)}:{line}" if file else "<unknown>"
-    return f"{where}: {what}" + (f"  [`{src}`]" if src else "")
 
 
 def note_concrete(what):

@@ -20,7 +20,7 @@ from aotgrad.ir.core import current_builder, current_op, type_str
 from aotgrad.runtime import layout
 from aotgrad.runtime import memory_format as _layout
 from aotgrad.runtime import tprims as tp
-from aotgrad.runtime.engine import VersionCounter
+from aotgrad.runtime.version_counter import VersionCounter
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.op_base import _named, broadcast_shapes, norm_dims, op
 
