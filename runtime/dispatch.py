@@ -154,10 +154,10 @@ def apply(prim, *inputs, **params):
         builder.track(out)
         if prim.name in layout.VIEW_PRIMS:
             layout.propagate(prim, params, inputs[0], out)
-        if prim.name in _MAY_VIEW and inputs[0].__dict__.get("_traced_saved"):
+        if prim.name in _MAY_VIEW and inputs[0]._traced_saved:
             # eagerly a view of a tensor saved for the backward: writing to it in place
             # makes that backward raise, so the trace breaks there (see commit_inplace)
-            out.__dict__["_views_saved"] = True
+            out._views_saved = True
     elif out_val.base is not None:
         # a numpy view of an input (a reshape or transpose inside an op's decomposition)
         # shares the input's version counter, as views do, so that writing to one in place

@@ -44,9 +44,7 @@ def sum(x, dim=None, keepdim=False, *, dtype=None):
     x = _reduce_dtype(x, dtype)
     dims = norm_dims(dim, x.ndim)
     r = _keep(tp.reduce_sum(x, dims=dims), x.shape, dims, keepdim)
-    if r.grad_fn is not None:
-        r.grad_fn._name = "SumBackward0" if dim is None else "SumBackward1"
-    return r
+    return _named(r, "SumBackward0" if dim is None else "SumBackward1")
 
 
 @op("mean")

@@ -55,9 +55,9 @@ class SavedTensor:
         self.leaf = t if (not is_output and t.grad_fn is None and t.requires_grad) else None
         self.hooks = None
         self.ref = weakref.ref(t)  # to name its current grad_fn if it is modified in place
-        self.sparse = t.__dict__.get("_sparse")  # a sparse COO tensor's indices (sparse_ops)
+        self.sparse = t._sparse  # a sparse COO tensor's indices (sparse_ops)
         if isinstance(t._value, Var):  # traced: a reshape of it may be a view eagerly
-            t.__dict__["_traced_saved"] = True
+            t._traced_saved = True
         if saved_hooks.stack:  # autograd.graph.saved_tensors_hooks: keep what pack returns
             saved_hooks.stack[-1]._pack_saved(self, t)  # sets .hooks and .value
         elif saved_hooks.copy_saved and isinstance(self.value, np.ndarray):
@@ -105,7 +105,7 @@ class SavedTensor:
         t._output_nr = self.output_nr
         t._version_counter = self.counter
         if self.sparse is not None:
-            t.__dict__["_sparse"] = self.sparse
+            t._sparse = self.sparse
         return t
 
     def _raise_modified(self, node):

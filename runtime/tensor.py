@@ -57,6 +57,8 @@ class Tensor:
     _rng_seed = False      # a seed drawn from the default generator (factories, tracer)
     # type promotion (runtime/op_base.py):
     _weak_scalar = False   # a 0-d tensor standing for a Python number (op_base.mark_weak)
+    # forward-mode AD (runtime/forward_mode.py): `_fw_tangent`, the tangent at the active dual
+    # level, read as `__dict__.get(forward_mode.TANGENT)` (no class default: popped per level)
     # sparse tensors (runtime/sparse_ops.py, saved_tensors.py):
     _sparse = None         # a sparse COO tensor's SparseInfo; read as `"_sparse" in __dict__`
 

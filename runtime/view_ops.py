@@ -198,10 +198,7 @@ def t(x):
         raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {x.ndim}D")
     if x.ndim < 2:
         return _alias(x)
-    out = transpose(x, 0, 1)
-    if out.grad_fn is not None:
-        out.grad_fn._name = "TBackward0"
-    return out
+    return _named(transpose(x, 0, 1), "TBackward0")
 
 
 def movedim(x, source, destination):
