@@ -44,7 +44,9 @@ class Node:
     # materialized zeros instead
     _none_in_none_out = True
     # optional: fast_backward(t, retain_graph) -> bool runs `t.backward()` (implicit gradient,
-    # no create_graph, no inputs) when nothing needs the general engine; False: nothing done
+    # no create_graph, no inputs); Tensor.backward calls it only where fast_path_ok(node)
+    # holds, and it checks what only it knows (its leaves, its saved values); False: nothing
+    # done, the general path runs
     _fast_backward = None
     # a node none of whose outputs got a gradient gives its inputs none (it does not run on
     # zeros), as PyTorch's built-in nodes; custom Functions run on zeros (BackwardCFunction)
@@ -226,12 +228,3 @@ def fast_path_ok(node):
     return not (node._pre_hooks or node._hooks or node._tensor_pre_hooks or
                 node._retain_grad or node._provenance is not None or profiling._profilers or
                 _mode.anomaly or _current_builder() is not None)
-
-
-def fast_backward(t, retain_graph):
-    """`t.backward()` with the implicit gradient, no create_graph and no inputs, through
-    t's node's own short backward where it has one and `fast_path_ok` holds. Returns False,
-    having done nothing, where the general path is needed."""
-    node = t.grad_fn
-    return node is not None and node._fast_backward is not None and fast_path_ok(node) and \
-        node._fast_backward(t, retain_graph)

@@ -13,8 +13,8 @@ A node's backward is written with tensor ops, so running it under grad mode
 on traced tensors records the backward into the IR.
 """
 from aotgrad.runtime.autograd_node import (AccumulateGrad, GradientEdge, Node,  # noqa: F401
-                                           RemovableHandle, _node_of, fast_backward,
-                                           fast_path_ok, next_sequence_nr)
+                                           RemovableHandle, _node_of, fast_path_ok,
+                                           next_sequence_nr)
 from aotgrad.runtime.backward import (GraphTask, _one_node_backward, graph_tasks,  # noqa: F401
                                       release_after_pass, run_backward, run_subgraph)
 from aotgrad.runtime.backward_hooks import _checked_hook_result  # noqa: F401

@@ -17,7 +17,7 @@ from aotgrad.ir import dtypes as dt
 from aotgrad.ir.core import Var
 from aotgrad.ir.core import current_builder as _current_builder
 from aotgrad.runtime.device import CPU as _CPU
-from aotgrad.runtime.autograd_node import AccumulateGrad, RemovableHandle, fast_backward
+from aotgrad.runtime.autograd_node import AccumulateGrad, RemovableHandle, fast_path_ok
 from aotgrad.runtime.grad_accumulation import note_grad_write
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.version_counter import VersionCounter
@@ -303,9 +303,13 @@ class Tensor:
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
         """Compute the gradient of this tensor w.r.t. graph leaves, accumulated into `.grad`."""
         try:
-            if gradient is None and inputs is None and not create_graph and \
-                    fast_backward(self, bool(retain_graph)):
-                return
+            if gradient is None and inputs is None and not create_graph:
+                # the node's own short backward (a compiled program's), where the engine
+                # says none of its general work is needed
+                node = self.grad_fn
+                if node is not None and node._fast_backward is not None and \
+                        fast_path_ok(node) and node._fast_backward(self, bool(retain_graph)):
+                    return
             from aotgrad.runtime.autograd_api import backward
             backward(self, gradient, retain_graph, create_graph, inputs=inputs)
         except (RuntimeError, ValueError, TypeError, IndexError) as e:
