@@ -31,7 +31,7 @@ def op(name, grad_name=None):
             if current_op.get() is not None:
                 return fn(*args, **kwargs)
             if _autocast.state.dtype is not None and current_provenance.get() is None:
-                args, kwargs = _autocast.cast_args(name, args, kwargs)
+                args, kwargs = _autocast.cast_args(name, args, kwargs, cast)
             token = current_op.set(name)
             try:
                 for i, pname in tensor_args:
