@@ -148,10 +148,7 @@ def make_fast_backward(prog):
     lines = [
         "def fast_backward(t, retain_graph):",
         "    node = t.grad_fn",
-        "    if node._saved_arrays is None or node._pre_hooks or node._hooks or "
-        "node._tensor_pre_hooks or node._retain_grad or profiling._profilers or "
-        "_mode.anomaly or current_builder() is not None or "
-        "not plain_leaves(node._leaves):",
+        "    if node._saved_arrays is None or not plain_leaves(node._leaves):",
         "        return False"] + get_grads
     if n_replay:
         lines += [f"    {''.join(f'r{i}, ' for i in range(n_replay))}= node._replay",

@@ -18,6 +18,7 @@ import enum
 import functools
 
 from aotgrad.ir import dtypes as dt
+from aotgrad.runtime import device as _device
 from aotgrad.runtime.tensor import Tensor
 
 
@@ -52,23 +53,19 @@ class _State:
 state = _State()
 
 
-def _cast(x, to):
-    from aotgrad.runtime.op_base import cast
-    return cast(x, to)
-
-
-def cast_args(name, args, kwargs):
-    """The op's arguments cast by its policy (unchanged for ops not in the table)."""
+def cast_args(name, args, kwargs, cast):
+    """The op's arguments cast by its policy (unchanged for ops not in the table), with
+    `cast(tensor, dtype)` (the op layer's)."""
     policy = POLICY.get(name)
     if policy is None:
         return args, kwargs
     if policy is Policy.LOWER:
         def conv(a):
-            return _cast(a, state.dtype) if isinstance(a, Tensor) and \
+            return cast(a, state.dtype) if isinstance(a, Tensor) and \
                 a.dtype.is_floating_point and a.dtype is not dt.float64 else a
     else:
         def conv(a):
-            return _cast(a, dt.float32) if isinstance(a, Tensor) and \
+            return cast(a, dt.float32) if isinstance(a, Tensor) and \
                 a.dtype in dt.LOW_PRECISION else a
     return tuple(conv(a) for a in args), {k: conv(v) for k, v in kwargs.items()}
 
@@ -78,7 +75,6 @@ class autocast:  # noqa: N801  (torch.autocast's spelling)
     PyTorch); also a decorator. `enabled=False` turns it off inside. CUDA raises."""
 
     def __init__(self, device_type="cpu", dtype=None, enabled=True, cache_enabled=None):
-        from aotgrad.runtime import device as _device
         if not isinstance(device_type, str):
             raise ValueError(f"Expected `device_type` of type `str`, got: `{type(device_type)}`")
         _device.check(device_type, "autocast")

@@ -1,8 +1,8 @@
 """`backward` and `grad`: the user-facing entry points into the engine."""
 import numpy as np
 
-from aotgrad.runtime import tensor as _tensor
-from aotgrad.runtime.engine import GradientEdge, run_backward
+from aotgrad.runtime.autograd_node import GradientEdge
+from aotgrad.runtime.backward import run_backward
 from aotgrad.runtime.tensor import Size, Tensor
 
 
@@ -191,4 +191,3 @@ def _batched_grad(outputs, inputs, grad_outputs, retain_graph, create_graph, all
     return tuple(out)
 
 
-_tensor._autograd_backward = backward  # Tensor.backward (tensor.py cannot import this module)

@@ -23,10 +23,11 @@ import inspect
 
 from aotgrad.ir.core import Aval, current_builder
 from aotgrad.runtime import forward_mode, tprims
-from aotgrad.runtime.dispatch import GraphBreak
-from aotgrad.runtime.engine import GradientEdge, Node, SavedTensor, _node_of, \
-    release_after_pass, run_subgraph
+from aotgrad.runtime.autograd_node import GradientEdge, Node, _node_of
+from aotgrad.runtime.backward import release_after_pass, run_subgraph
 from aotgrad.runtime.forward_mode import state as _forward
+from aotgrad.runtime.graph_breaks import GraphBreak
+from aotgrad.runtime.saved_tensors import SavedTensor
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.tensor import Tensor
 

@@ -15,14 +15,7 @@ from aotgrad.ir.core import PRIMS
 from aotgrad.ir.tags import Tag
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.dispatch import VJP
-
-# prim -> PyTorch's grad_fn name for the op it implements
-_NAMES = {"logistic": "Sigmoid", "reduce_sum": "Sum", "reduce_max": "Amax", "reduce_min": "Amin",
-          "reduce_prod": "Prod", "dot_general": "Mm", "broadcast_in_dim": "Expand",
-          "reshape": "View", "transpose": "Permute", "convert_element_type": "ToCopy",
-          "concatenate": "Cat", "rev": "Flip", "pad": "ConstantPadNd", "atan2": "Atan2",
-          "scatter_add": "ScatterAdd", "logical_not": "LogicalNot"}
-
+from aotgrad.runtime.grad_fn_names import prim_node_name
 
 class Rule:
     __slots__ = ("fn", "save_inputs", "save_output", "save_if", "node_name")
@@ -30,8 +23,7 @@ class Rule:
     def __init__(self, prim, fn, save_inputs, save_output, save_if=None):
         self.fn, self.save_inputs, self.save_output = fn, save_inputs, save_output
         self.save_if = save_if
-        base = _NAMES.get(prim, "".join(w.capitalize() for w in prim.split("_")))
-        self.node_name = base + "Backward0"
+        self.node_name = prim_node_name(prim)
 
 
 def defvjp(prim, save=(), save_if=None):

@@ -9,32 +9,18 @@ from aotgrad.ir import dtypes as dt
 from aotgrad.ir.core import Aval, aval_of, current_builder, Var
 from aotgrad.ir.tags import Tag
 from aotgrad.runtime import forward_mode, layout, profiling
+from aotgrad.runtime.autograd_node import Node, _node_of
 from aotgrad.runtime.forward_mode import state as _forward
-from aotgrad.runtime.engine import Node, SavedTensor, _node_of
 from aotgrad.runtime.grad_mode import state as _mode
+from aotgrad.runtime.graph_breaks import GraphBreak, describe_break, graph_break, \
+    on_graph_break  # noqa: F401 (the op layer and the tracer reach them through dispatch)
+from aotgrad.runtime.saved_tensors import SavedTensor
 from aotgrad.runtime.tensor import Tensor
 
 VJP = {}  # prim name -> Rule; filled by runtime/derivatives.py
 
 
-class GraphBreak(Exception):
-    """Raised while tracing when the code needs a concrete tensor value."""
-
-
 break_recorder = None  # a list while aotgrad.explain runs the function eagerly
-
-
-def graph_break(what, tensor):
-    raise GraphBreak(what)
-
-
-def describe_break(what):
-    """`model.py:12: Tensor.item()  [`source text`]`: where user code needs a concrete value."""
-    import os
-    from aotgrad.ir.core import user_location
-    file, line, src = user_location()
-    where = f"{os.path.basename(file)}:{line}" if file else "<unknown>"
-    return f"{where}: {what}" + (f"  [`{src}`]" if src else "")
 
 
 def note_concrete(what):
@@ -166,10 +152,10 @@ def apply(prim, *inputs, **params):
         builder.track(out)
         if Tag.VIEW in prim.tags:
             layout.propagate(prim, params, inputs[0], out)
-        if Tag.SHARES_MEMORY in prim.tags and inputs[0].__dict__.get("_traced_saved"):
+        if Tag.SHARES_MEMORY in prim.tags and inputs[0]._traced_saved:
             # eagerly a view of a tensor saved for the backward: writing to it in place
             # makes that backward raise, so the trace breaks there (see commit_inplace)
-            out.__dict__["_views_saved"] = True
+            out._views_saved = True
     elif out_val.base is not None:
         # a numpy view of an input (a reshape or transpose inside an op's decomposition)
         # shares the input's version counter, as views do, so that writing to one in place

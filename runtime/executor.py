@@ -4,7 +4,8 @@ import numpy as np
 
 from aotgrad.runtime import profiling
 from aotgrad.runtime.dispatch import apply
-from aotgrad.runtime.engine import FREED_MESSAGE, Node, SavedTensor, _node_of, fresh
+from aotgrad.runtime.engine import FREED_MESSAGE, Node, SavedTensor, _node_of, fresh, \
+    write_grad  # noqa: F401 (compiler.py imports it from here)
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.tensor import Tensor
 
@@ -93,19 +94,6 @@ def check_nan(graph, args, outs, what):
             where += f": `{prov.source}`)" if prov.source else ")"
         where += "."
     raise RuntimeError(f"Function '{what}' returned nan values in its output.{where}")
-
-
-def write_grad(t, value):
-    """A compiled program's new `.grad` for t (None clears it); keeps the grad tensor's
-    identity when it can, so later calls keep reading the same object."""
-    if value is None:
-        t._grad = None
-    elif t._grad is not None and isinstance(t._grad._value, np.ndarray) and \
-            t._grad._value.shape == value.shape and t._grad._value.flags.writeable:
-        np.copyto(t._grad._value, value)
-        t._grad._version_counter.v += 1
-    else:
-        t._grad = Tensor._make(np.array(value, copy=True))
 
 
 def write_back(t, value):

@@ -10,37 +10,12 @@ J·t = d/du sum_i <(J^T u)_i, t_i>, one more backward through the rule's own gra
 
 Only one dual level at a time (nesting raises).
 """
-import threading
-import weakref
+import numpy as np
 
+from aotgrad.runtime.backward import run_backward
+from aotgrad.runtime.dual_state import TANGENT, set_tangent, state, tangent_of  # noqa: F401
 from aotgrad.runtime.grad_mode import state as _mode
-
-TANGENT = "_fw_tangent"  # key of a tensor's tangent in its __dict__
-
-
-class _ForwardState(threading.local):
-    def __init__(self):
-        self.level = None      # the active dual level (an int) or None
-        self.duals = []        # weakrefs to tensors that got a tangent at this level
-        self.suspended = False  # computing a tangent: the ops it runs get none
-
-
-state = _ForwardState()
-
-
-def tangent_of(t):
-    """t's tangent at the active level, or None."""
-    return t.__dict__.get(TANGENT) if state.level is not None else None
-
-
-def set_tangent(t, tangent):
-    """Give tensor t a tangent at the active level (None: remove it)."""
-    if tangent is None:
-        t.__dict__.pop(TANGENT, None)
-        return
-    t.__dict__[TANGENT] = tangent
-    state.duals.append(weakref.ref(t))
-
+from aotgrad.runtime.tensor import Tensor
 
 def enter_level():
     if state.level is not None:
@@ -65,9 +40,6 @@ def prim_tangent(rule, node_cls, prim, params, inputs, out, tangents):
     """J·t for one application of `prim` (inputs -> out), by a backward through its rule.
     Under grad mode the tangent is differentiable (with respect to the primals that require
     grad and to the tangents), so reverse-over-forward works."""
-    from aotgrad.runtime.autograd_api import grad
-    from aotgrad.runtime.factories import zeros
-    from aotgrad.runtime.tensor import Tensor
     differentiable = _mode.grad_enabled and (
         any(t.requires_grad for t in inputs) or
         any(t is not None and t.requires_grad for t in tangents))
@@ -88,7 +60,7 @@ def prim_tangent(rule, node_cls, prim, params, inputs, out, tangents):
             p.requires_grad = t.dtype.is_floating_point and tan is not None
             primals.append(p)
         node = node_cls(prim, rule, params, primals, Tensor._make(out._value, False))
-        u = zeros(tuple(out.shape), dtype=out.dtype, requires_grad=True)
+        u = Tensor._make(np.zeros(out._value.shape, out._value.dtype), True)  # (eager only)
         cotangents = rule.fn(node, u)
         total = None
         for c, tan in zip(cotangents, tangents):
@@ -98,7 +70,9 @@ def prim_tangent(rule, node_cls, prim, params, inputs, out, tangents):
             total = term if total is None else total + term
         if total is None or not total.requires_grad:
             return None
-        jt, = grad(total, u, allow_unused=True, create_graph=differentiable)
+        jt, = run_backward([total], [Tensor._make(np.ones((), total._value.dtype))],
+                           retain_graph=differentiable, create_graph=differentiable,
+                           inputs=[u], allow_unused=True, accumulate=False)
         if jt is None:
             return None
         return jt if differentiable and jt.requires_grad else jt.detach()

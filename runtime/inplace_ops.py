@@ -29,6 +29,7 @@ from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.elementwise_ops import where
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.index_ops import getitem
+from aotgrad.runtime.grad_fn_names import named
 from aotgrad.runtime.op_base import as_tensor_like, cast, op
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.runtime.view_ops import expand, reshape, traced_aliases
@@ -149,9 +150,7 @@ def _read_view(flat_base, pos, shape):
     """The view at flat positions `pos` of the (flattened) base, with history (the grad_fn of
     a view whose base was modified in place, as PyTorch's AsStridedBackward0)."""
     out = reshape(tp.gather(flat_base, Tensor._make(pos.reshape(-1)), dim=0), shape)
-    if out.grad_fn is not None:
-        out.grad_fn._name = "AsStridedBackward0"
-    return out
+    return named(out, "AsStridedBackward0")
 
 
 def _set_history(t, src):
@@ -178,7 +177,7 @@ def _rebase(x, new):
     scattered = tp.scatter_add(tp.zeros((n,), x.dtype), Tensor._make(flat_pos), src, dim=0)
     flat = tp.where(Tensor._make(mask), scattered, reshape(old, -1))
     new_root = reshape(flat, tuple(root.shape))
-    new_root.grad_fn._name = "CopySlices"
+    named(new_root, "CopySlices")
     return new_root, _read_view(flat, pos, tuple(x.shape))
 
 

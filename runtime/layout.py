@@ -15,7 +15,7 @@ def probe(t):
     v = t._value
     if isinstance(v, np.ndarray):
         return v
-    return t.__dict__.get("_layout_probe")
+    return t._layout_probe
 
 
 def propagate(prim, params, x, out):
@@ -27,7 +27,7 @@ def propagate(prim, params, x, out):
         p = np.empty(tuple(x.shape), np.int8)
     r = prim.impl(p, **params)
     if not r.flags.c_contiguous or r.size <= 1 or np.may_share_memory(r, p):
-        out.__dict__["_layout_probe"] = r
+        out._layout_probe = r
 
 
 def mark_fresh(t):

@@ -17,6 +17,7 @@ from aotgrad.ir.core import current_op, current_provenance, format_location, nam
 from aotgrad.runtime import autocast as _autocast
 from aotgrad.runtime import profiling
 from aotgrad.runtime import tprims as tp
+from aotgrad.runtime.grad_fn_names import named
 from aotgrad.runtime.tensor import Tensor
 
 
@@ -30,7 +31,7 @@ def op(name, grad_name=None):
             if current_op.get() is not None:
                 return fn(*args, **kwargs)
             if _autocast.state.dtype is not None and current_provenance.get() is None:
-                args, kwargs = _autocast.cast_args(name, args, kwargs)
+                args, kwargs = _autocast.cast_args(name, args, kwargs, cast)
             token = current_op.set(name)
             try:
                 for i, pname in tensor_args:
@@ -50,8 +51,8 @@ def op(name, grad_name=None):
             if grad_name is not None:
                 t = out if type(out) is Tensor else \
                     (out[0] if isinstance(out, ReturnType) else None)
-                if t is not None and t.grad_fn is not None:
-                    t.grad_fn._name = grad_name
+                if t is not None:
+                    named(t, grad_name)
             return out
         return wrapper
     return deco
@@ -102,11 +103,7 @@ def _not_a_tensor(opname, pname, i, value):
                     f"must be Tensor, not {what}")
 
 
-def _named(out, grad_name):
-    """Set the grad_fn name of an op whose PyTorch name depends on its arguments."""
-    if out.grad_fn is not None:
-        out.grad_fn._name = grad_name
-    return out
+_named = named  # (the op modules' name for grad_fn_names.named)
 
 
 class ReturnType(tuple):

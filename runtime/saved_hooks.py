@@ -5,6 +5,7 @@ SavedTensor calls `_pack_saved` when a tensor is saved and `_unpack_saved` when 
 backward reads it back."""
 from aotgrad.ir.core import Var
 from aotgrad.runtime.grad_mode import state as _mode
+from aotgrad.runtime.graph_breaks import graph_break
 from aotgrad.runtime.tensor import Tensor
 
 PACK_INPLACE_MESSAGE = (
@@ -27,8 +28,7 @@ class SavedTensorHooks:
         """Run pack_hook on tensor t being saved: `saved` (a SavedTensor) keeps what it
         returns instead of t's value (and no reference to an output of the saving op)."""
         if isinstance(t._value, Var):
-            from aotgrad.runtime import dispatch
-            dispatch.graph_break(
+            graph_break(
                 "a tensor saved for backward under autograd.graph.saved_tensors_hooks (the "
                 "hooks run Python on every save and backward; the compiled program keeps its "
                 "saved values itself)", t)

@@ -17,24 +17,50 @@ from aotgrad.ir import dtypes as dt
 from aotgrad.ir.core import Var
 from aotgrad.ir.core import current_builder as _current_builder
 from aotgrad.runtime.device import CPU as _CPU
-from aotgrad.runtime.engine import AccumulateGrad, RemovableHandle, VersionCounter, \
-    note_grad_write
+from aotgrad.runtime.autograd_node import AccumulateGrad, RemovableHandle, fast_path_ok
+from aotgrad.runtime.grad_accumulation import note_grad_write
 from aotgrad.runtime.grad_mode import state as _mode
+from aotgrad.runtime.version_counter import VersionCounter
 
 
 _NP_DTYPES = {d.np: d for d in dt.ALL}
 _new = object.__new__
-_autograd_backward = None  # runtime/autograd_api.py sets this (it imports this module)
 
 
 class Tensor:
     __slots__ = ("_value", "requires_grad", "grad_fn", "_grad", "_version_counter", "_output_nr",
                  "_inference", "__weakref__", "__dict__")
     __array_priority__ = 1000  # numpy defers `ndarray + tensor` to us
-    # rarely set: class-level defaults, an instance attribute once set (cheaper _make)
-    _hooks = _post_acc_hooks = ()
-    _accumulator = _base = None
-    _retains_grad = False
+    # Rarely set attributes: a class-level default here, an instance attribute (in __dict__)
+    # once set, so that _make stays cheap. Each is read by the modules named.
+    # autograd (runtime/autograd_node.py, backward*.py, grad_accumulation.py):
+    _hooks = ()            # Tensor.register_hook hooks of a leaf
+    _post_acc_hooks = ()   # register_post_accumulate_grad_hook hooks of a leaf
+    _accumulator = None    # weakref to the leaf's AccumulateGrad node (_grad_accumulator)
+    _retains_grad = False  # retain_grad() was called on this non-leaf
+    _fresh = False         # a compiled backward's output no one else holds: accumulate_grad
+    #                        may keep it as .grad without a copy (grad_accumulation.fresh)
+    # `_grad_dtype`, set only by the grad_dtype setter (None: keep any dtype); its absence
+    # means the tensor's own dtype, so it has no class default (`"_grad_dtype" in __dict__`)
+    # views (runtime/view_ops.py, inplace_ops.py):
+    _base = None           # the tensor this one is a view of (the root of a chain of views)
+    _view_made = False     # made by a view op: an in-place op on it may rebase its root
+    _view_no_grad = False  # a view made under no_grad (an in-place op on it is an error
+    #                        where the root requires grad)
+    _views = None          # on a root: id -> weakref of its views made under grad mode
+    # tracing (runtime/view_ops.py, layout.py, dispatch.py, inplace_ops.py, tracer/):
+    _traced_root = None    # weakref to the traced tensor this alias (view, detach) shares
+    _traced_views = None   # on that root: its traced aliases (a WeakValueDictionary)
+    _traced_saved = False  # saved for backward while tracing: a view of it is a view eagerly
+    _views_saved = False   # a traced view of such a tensor: writing it in place breaks
+    _layout_probe = None   # an int8 array with the eager layout of a traced view (layout.py)
+    _rng_seed = False      # a seed drawn from the default generator (factories, tracer)
+    # type promotion (runtime/op_base.py):
+    _weak_scalar = False   # a 0-d tensor standing for a Python number (op_base.mark_weak)
+    # forward-mode AD (runtime/forward_mode.py): `_fw_tangent`, the tangent at the active dual
+    # level, read as `__dict__.get(forward_mode.TANGENT)` (no class default: popped per level)
+    # sparse tensors (runtime/sparse_ops.py, saved_tensors.py):
+    _sparse = None         # a sparse COO tensor's SparseInfo; read as `"_sparse" in __dict__`
 
     @classmethod
     def _make(cls, value, requires_grad=False):
@@ -212,6 +238,23 @@ class Tensor:
         self.requires_grad = bool(requires_grad)
         return self
 
+    # ---- what the autograd engine asks of a tensor (the engine imports no Tensor) --------
+    @staticmethod
+    def _plain(value):
+        """A tensor of `value` outside the autograd graph (a gradient, a saved value)."""
+        return Tensor._make(value, False)
+
+    @staticmethod
+    def _zeros(shape, dtype):
+        """Zeros standing for a missing gradient (a `full` prim while tracing)."""
+        from aotgrad.runtime.tprims import zeros
+        return zeros(shape, dtype)
+
+    def _sum_to_shape(self, shape):
+        """This gradient summed over the dimensions broadcasting added to `shape`."""
+        from aotgrad.runtime.reduction_ops import sum_to_shape
+        return sum_to_shape(self, shape)
+
     def _grad_accumulator(self):
         node = self._accumulator() if self._accumulator is not None else None
         if node is None:
@@ -261,11 +304,14 @@ class Tensor:
         """Compute the gradient of this tensor w.r.t. graph leaves, accumulated into `.grad`."""
         try:
             if gradient is None and inputs is None and not create_graph:
+                # the node's own short backward (a compiled program's), where the engine
+                # says none of its general work is needed
                 node = self.grad_fn
                 if node is not None and node._fast_backward is not None and \
-                        node._fast_backward(self, bool(retain_graph)):
+                        fast_path_ok(node) and node._fast_backward(self, bool(retain_graph)):
                     return
-            _autograd_backward(self, gradient, retain_graph, create_graph, inputs=inputs)
+            from aotgrad.runtime.autograd_api import backward
+            backward(self, gradient, retain_graph, create_graph, inputs=inputs)
         except (RuntimeError, ValueError, TypeError, IndexError) as e:
             from aotgrad.runtime.op_base import _add_user_line
             _add_user_line(e, "backward", prefix=False)   # the user's line of backward()
@@ -399,10 +445,3 @@ class Size(tuple):
     def numel(self):
         return int(np.prod(self, dtype=np.int64))
 
-
-def _register():
-    from aotgrad.runtime import engine
-    engine.Tensor = Tensor
-
-
-_register()

@@ -20,7 +20,7 @@ from aotgrad.ir.core import current_builder, current_op, type_str
 from aotgrad.runtime import layout
 from aotgrad.runtime import memory_format as _layout
 from aotgrad.runtime import tprims as tp
-from aotgrad.runtime.engine import VersionCounter
+from aotgrad.runtime.version_counter import VersionCounter
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.op_base import _named, broadcast_shapes, norm_dims, op
 
@@ -197,9 +197,7 @@ def t(x):
     if x.ndim > 2:
         raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {x.ndim}D")
     out = _alias(x) if x.ndim < 2 else transpose(x, 0, 1)
-    if out.grad_fn is not None:
-        out.grad_fn._name = "TBackward0"
-    return out
+    return _named(out, "TBackward0")
 
 
 def movedim(x, source, destination):

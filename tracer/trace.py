@@ -240,7 +240,7 @@ def trace(fn, args, kwargs, names=None, want_grad=True):
         return names[i]
     state = reads.walk(fn, leaves, arg_name)  # what the function can reach: guards, rollback
     py_rng = side_effects.rng_states()
-    prev_handler, dispatch.graph_break = dispatch.graph_break, _break_handler
+    on_break = dispatch.on_graph_break(_break_handler)
     prev_grad, _mode.grad_enabled = _mode.grad_enabled, want_grad
     committed = False
     try:
@@ -290,7 +290,7 @@ def trace(fn, args, kwargs, names=None, want_grad=True):
                     f"counters outside the compiled function, or in a tensor)")
             committed = True
     finally:
-        dispatch.graph_break = prev_handler
+        on_break.remove()
         _mode.grad_enabled = prev_grad
         default_generator.gen.bit_generator.state = rng
         for t, init in builder.grad_state.values():

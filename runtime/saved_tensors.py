@@ -1,0 +1,156 @@
+"""Tensors saved for backward: `SavedTensor` (the value, its version at save time, and how
+to rebuild the tensor when the backward reads it) and the per-thread state of
+`autograd.graph.saved_tensors_hooks` and `allow_mutation_on_saved_tensors`."""
+import threading
+import weakref
+
+import numpy as np
+
+from aotgrad.ir.core import Var
+from aotgrad.runtime import dual_state
+from aotgrad.runtime.autograd_node import AccumulateGrad
+from aotgrad.runtime.grad_mode import state as _mode
+from aotgrad.runtime.saved_hooks import SavedTensorHooks
+from aotgrad.runtime.tensor import Tensor
+from aotgrad.runtime.version_counter import VersionCounter
+
+
+_LEGACY_TYPE = {"float32": "FloatTensor", "float64": "DoubleTensor", "int64": "LongTensor",
+                "int32": "IntTensor", "bool": "BoolTensor"}
+
+
+FREED_MESSAGE = (
+    "Trying to backward through the graph a second time (or directly access saved tensors "
+    "after they have already been freed). Saved intermediate values of the graph are freed "
+    "when you call .backward() or autograd.grad(). Specify retain_graph=True if you need to "
+    "backward through the graph a second time or if you need to access saved tensors after "
+    "calling backward.")
+
+
+INFERENCE_SAVE_MESSAGE = (
+    "Inference tensors cannot be saved for backward. Please do not use Tensors created in "
+    "inference mode in computation tracked by autograd. To work around this, you can make a "
+    "clone to get a normal tensor and use it in autograd, or use `aotgrad.no_grad()` instead "
+    "of `aotgrad.inference_mode()`.")
+
+
+class SavedTensorModifiedError(RuntimeError):
+    """A tensor saved for the backward was modified in place after it was saved."""
+
+
+class SavedTensor:
+    """A tensor saved for backward: its value, its version at save time, and how to rebuild it.
+    Outputs of the saving node are stored without their grad_fn to avoid a reference cycle."""
+    __slots__ = ("value", "counter", "version", "grad_fn", "output_nr", "requires_grad",
+                 "is_output", "leaf", "op_name", "hooks", "ref", "sparse", "tangent")
+
+    def __init__(self, t, is_output=False, op_name=None):
+        if t._inference and not _mode.inference:
+            raise RuntimeError(INFERENCE_SAVE_MESSAGE)
+        self.value, self.counter = t._value, t._version_counter
+        self.version = self.counter.v
+        self.requires_grad, self.is_output, self.op_name = t.requires_grad, is_output, op_name
+        self.grad_fn = None if is_output else t.grad_fn
+        self.output_nr = t._output_nr
+        # an output is saved while its node is being made (grad_fn not yet set): never a leaf
+        self.leaf = t if (not is_output and t.grad_fn is None and t.requires_grad) else None
+        self.hooks = None
+        self.ref = weakref.ref(t)  # to name its current grad_fn if it is modified in place
+        self.sparse = t._sparse  # a sparse COO tensor's indices (sparse_ops)
+        # forward-mode AD through a backward (forward-over-reverse) needs the saved tensor's
+        # tangent: a rebuilt tensor gets it back (while the same dual level is on: its list
+        # of dual tensors identifies it)
+        tangent = dual_state.tangent_of(t)
+        self.tangent = None if tangent is None else (tangent, dual_state.state.duals)
+        if isinstance(t._value, Var):  # traced: a reshape of it may be a view eagerly
+            t._traced_saved = True
+        if saved_hooks.stack:  # autograd.graph.saved_tensors_hooks: keep what pack returns
+            saved_hooks.stack[-1]._pack_saved(self, t)  # sets .hooks and .value
+        elif saved_hooks.copy_saved and isinstance(self.value, np.ndarray):
+            self._keep_copy()
+
+    def _keep_copy(self):
+        """autograd.graph.allow_mutation_on_saved_tensors: keep the value as it is now, so that
+        later in-place changes of the tensor do not reach the backward (a saved leaf becomes a
+        copy whose gradient still reaches the leaf's .grad)."""
+        self.value = np.array(self.value, copy=True)
+        self.counter, self.version = VersionCounter(), 0
+        if self.leaf is not None:
+            self.grad_fn = self.leaf._grad_accumulator()
+            self.leaf = None
+
+    def register_hooks(self, pack_hook, unpack_hook):
+        """`grad_fn._raw_saved_<name>.register_hooks(pack, unpack)`: pack the saved value now
+        and unpack it whenever the backward reads it (as a `saved_tensors_hooks` pair would
+        have done for this one saved tensor)."""
+        if not callable(pack_hook) or not callable(unpack_hook):
+            raise TypeError("Expected pack_hook and unpack_hook to be callable")
+        if self.hooks is not None:
+            raise RuntimeError("Calling register_hooks on a saved tensor whose hooks have "
+                               "already been set. Hint: only one pair of hooks is allowed at a "
+                               "time.")
+        if self.value is None:
+            raise RuntimeError(FREED_MESSAGE)
+        t = self.leaf if self.leaf is not None else Tensor._make(self.value, False)
+        SavedTensorHooks(pack_hook, unpack_hook)._pack_saved(self, t)
+
+    def unpack(self, node):
+        if self.value is None:
+            raise RuntimeError(FREED_MESSAGE)
+        if self.hooks is not None:
+            return self.hooks[0]._unpack_saved(self, node)
+        if self.counter.v != self.version:
+            self._raise_modified(node)
+        if self.leaf is not None:
+            return self.leaf
+        t = Tensor._make(self.value, self.requires_grad)
+        t.grad_fn = node if self.is_output else self.grad_fn
+        if type(t.grad_fn) is AccumulateGrad:  # a copied leaf (allow_mutation_on_saved_tensors)
+            acc = t.grad_fn
+            t.grad_fn, t._accumulator = None, (lambda: acc)
+        t._output_nr = self.output_nr
+        t._version_counter = self.counter
+        if self.sparse is not None:
+            t._sparse = self.sparse
+        if self.tangent is not None and self.tangent[1] is dual_state.state.duals and \
+                dual_state.state.level is not None:
+            dual_state.set_tangent(t, self.tangent[0])
+        return t
+
+    def _raise_modified(self, node):
+        shape = "x".join(map(str, getattr(self.value, "shape", ())))
+        dtype = self.value.dtype
+        dtype = getattr(dtype, "name", None) or str(dtype)
+        t = self.ref()
+        # an output saved by its own op is named by that op (PyTorch keeps no link to the
+        # tensor); a saved input by the tensor's current grad_fn (the in-place op's)
+        fn = node if self.is_output else (t.grad_fn if t is not None else self.grad_fn)
+        which = ""
+        if fn is not None:  # PyTorch names the forward op: "output 0 of Mul"
+            name = fn.name()
+            base = name.rsplit("Backward", 1)[0] if "Backward" in name else name
+            which = f", which is output {self.output_nr} of {base or name},"
+        raise SavedTensorModifiedError(
+            f"one of the variables needed for gradient computation has been modified by an "
+            f"inplace operation: [aotgrad.{_LEGACY_TYPE.get(dtype, dtype)} [{shape}]]{which} "
+            f"is at version {self.counter.v}; expected version {self.version} instead. Hint: "
+            f"enable anomaly detection to find the operation that failed to compute its "
+            f"gradient, with aotgrad.autograd.set_detect_anomaly(True, check_nan=False).")
+
+    def release(self):
+        self.value = None
+        self.leaf = None
+        self.hooks = None
+
+
+class _SavedTensorsHooks(threading.local):
+    """The active `autograd.graph.saved_tensors_hooks` contexts (innermost last; they run
+    the hooks) and the message `disable_saved_tensors_hooks` set (None: enabled), per thread."""
+
+    def __init__(self):
+        self.stack = []
+        self.disabled_message = None
+        self.copy_saved = 0  # depth of autograd.graph.allow_mutation_on_saved_tensors
+
+
+saved_hooks = _SavedTensorsHooks()
