@@ -24,6 +24,9 @@ break_recorder = None  # a list while aotgrad.explain runs the function eagerly
 
 
 def graph_break(what, tensor):
+    refuse = getattr(getattr(tensor, "_value", None), "refuse_concrete", None)
+    if refuse is not None:  # a batched value of vmap: an error (eager too), not a break
+        refuse(what)
     raise GraphBreak(what)
 
 
