@@ -316,7 +316,6 @@ def _basic_index(index):
                for i in (index if isinstance(index, tuple) else (index,)))
 
 
-@op("setitem", "CopySlices")
 def _numpy_values(*objs):
     """Are the tensors among objs (and in a tuple index) all eager numpy values (not the
     batched values of vmap)?"""
@@ -329,6 +328,7 @@ def _numpy_values(*objs):
     return True
 
 
+@op("setitem", "CopySlices")
 def setitem(x, index, value):
     value = as_tensor_like(value, x.dtype)
     needs_grad = _mode.grad_enabled and (x.requires_grad or value.requires_grad) or \
