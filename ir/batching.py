@@ -314,6 +314,10 @@ def running(level):
         _running.reset(token)
 
 
+def is_running():
+    return bool(_running.get())
+
+
 def _random_draw(prim, args, params):
     """A random prim bound inside vmap: an error, one draw per sample, or one for all."""
     levels = _running.get()
@@ -348,5 +352,5 @@ def move_out(value, level, out_dim):
     return moveaxis(x, 0, out_dim)
 
 
-__all__ = ["BatchLevel", "BatchedVar", "Randomness", "running", "VmapError", "BATCHING_RULES",
+__all__ = ["BatchLevel", "BatchedVar", "Randomness", "running", "is_running", "VmapError", "BATCHING_RULES",
            "NO_RULE", "bind_batched", "move_out", "wrap", "moveaxis", "materialize"]

@@ -475,3 +475,12 @@ def test_functional_call_strict_and_tied_weights():
     with pytest.raises(RuntimeError, match="missing key"):
         F.functional_call(m, {"a.weight": w}, (x,), strict=True, tie_weights=False)
     assert m.a.weight is m.b.weight
+
+
+def test_a_compiled_function_called_inside_vmap_runs_eagerly_with_a_warning():
+    g = aotgrad.compile(lambda r: (r.sin() * 2).sum(), backend="interpret")
+    xs = aotgrad.tensor(_np(3, 4))
+    with pytest.warns(UserWarning, match="called inside aotgrad.func.vmap"):
+        got = F.vmap(g)(xs)
+    _close(got, (np.sin(xs.numpy()) * 2).sum(1))
+    _close(aotgrad.compile(F.vmap(g), fullgraph=True, backend="interpret")(xs), got)
