@@ -13,6 +13,7 @@ import functools
 import logging
 import math
 import os
+import sys
 import threading
 import warnings
 import weakref
@@ -56,6 +57,12 @@ def _runner(graph, backend, name, trusted=0):
 
 _PREPARE_LOCK = threading.RLock()  # a program's lazy compile steps (rare: only on first use)
 
+
+
+def _vmap_running():
+    """Is a vmap call running (only ever when aotgrad.func was imported)?"""
+    batching = sys.modules.get("aotgrad.ir.batching")
+    return batching is not None and batching.is_running()
 
 class Program:
     """One compiled specialisation: the joint, forward and backward graphs, the partition,
@@ -829,6 +836,13 @@ class CompiledFunction:
                             f"autograd.graph.saved_tensors_hooks, whose hooks must see the "
                             f"tensors saved for backward; running this call eagerly")
             self.eager_calls += 1
+            return self.fn(*args, **kwargs)
+        if _vmap_running():
+            # vmap's batched values are not arrays a compiled program can take: its ops run
+            # (and batch) eagerly; under an enclosing compile they are traced
+            self._warn_once(f"aotgrad.compile({self.name}): called inside aotgrad.func.vmap; "
+                            f"running this call eagerly (compile the vmapped function "
+                            f"instead)")
             return self.fn(*args, **kwargs)
         if _forward.level is not None:
             # tangents of forward-mode AD are not part of the compiled program

@@ -17,28 +17,32 @@ def _owner(module, name):
     return m, attr
 
 
+def _with_tied(module, values):
+    """values, plus an entry for every name tied to a given one (the same tensor in the
+    module under several names stands for all of them)."""
+    by_id = {}
+    for names_of in (module.named_parameters(remove_duplicate=False),
+                     module.named_buffers(remove_duplicate=False)):
+        for n, t in names_of:
+            by_id.setdefault(id(t), []).append(n)
+    extra = {}
+    for names in by_id.values():
+        given = [n for n in names if n in values]
+        if given and len(names) > 1:
+            for n in names:
+                if n not in values:
+                    extra[n] = values[given[0]]
+                elif values[n] is not values[given[0]]:
+                    raise ValueError(f"functional_call got multiple values for keys "
+                                     f"{given}, which are tied. Consider using "
+                                     f"tie_weights=False")
+    return {**values, **extra}
+
+
 @contextlib.contextmanager
-def _swapped(module, values, tie_weights):
+def _swapped(module, values):
     """module with the given tensors in the parameter/buffer slots their names say."""
     saved = []
-    if tie_weights:  # a tensor given for one name of a tied parameter stands for all
-        by_id = {}
-        for names_of in (module.named_parameters(remove_duplicate=False),
-                         module.named_buffers(remove_duplicate=False)):
-            for n, t in names_of:
-                by_id.setdefault(id(t), []).append(n)
-        extra = {}
-        for names in by_id.values():
-            given = [n for n in names if n in values]
-            if given and len(names) > 1:
-                for n in names:
-                    if n not in values:
-                        extra[n] = values[given[0]]
-                    elif values[n] is not values[given[0]]:
-                        raise ValueError(f"functional_call got multiple values for keys "
-                                         f"{given}, which are tied. Consider using "
-                                         f"tie_weights=False")
-        values = {**values, **extra}
     try:
         for name, value in values.items():
             m, attr = _owner(module, name)
@@ -88,9 +92,11 @@ def functional_call(module, parameter_and_buffer_dicts, args=None, kwargs=None, 
     else:
         raise ValueError(f"Expected parameter_and_buffer_dicts to be a dict, or a list/tuple "
                          f"of dicts, but got {type(parameter_and_buffer_dicts)}")
+    if tie_weights:
+        values = _with_tied(module, values)
     if strict:
-        expected = {n for n, _ in module.named_parameters()} | \
-            {n for n, _ in module.named_buffers()}
+        expected = {n for n, _ in module.named_parameters(remove_duplicate=False)} | \
+            {n for n, _ in module.named_buffers(remove_duplicate=False)}
         missing, unexpected = sorted(expected - set(values)), sorted(set(values) - expected)
         if missing or unexpected:
             raise RuntimeError(f"Error(s) in reparametrizing for {type(module).__name__}: "
@@ -99,7 +105,7 @@ def functional_call(module, parameter_and_buffer_dicts, args=None, kwargs=None, 
         args = ()
     elif not isinstance(args, tuple):
         args = (args,)
-    with _swapped(module, values, tie_weights):
+    with _swapped(module, values):
         return module(*args, **(kwargs or {}))
 
 

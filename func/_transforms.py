@@ -18,20 +18,13 @@ from aotgrad.autograd import forward_ad
 from aotgrad.ir.core import current_builder
 from aotgrad.runtime import engine, forward_mode
 from aotgrad.runtime.autograd_api import grad as _autograd_grad
+from aotgrad.runtime.grad_mode import enable_grad
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.tracer import pytree
 from aotgrad.func._vmap import vmap
 
 __all__ = ["grad", "grad_and_value", "vjp", "jvp", "linearize", "jacrev", "jacfwd", "hessian"]
-
-
-class _EnableGrad:
-    def __enter__(self):
-        self.prev, _mode.grad_enabled = _mode.grad_enabled, True
-
-    def __exit__(self, *exc):
-        _mode.grad_enabled = self.prev
 
 
 # ---- tracking inputs -----------------------------------------------------------------------
@@ -185,7 +178,7 @@ def grad_and_value(func, argnums=0, has_aux=False):
     def wrapper(*args, **kwargs):
         single, nums = _argnums_tuple(argnums, len(args), "grad_and_value")
         outer = _mode.grad_enabled
-        with _EnableGrad():
+        with enable_grad():
             args, trees, leaves = _split_args(args, nums)
             tracked = _Tracked(leaves, "grad_and_value")
             out = func(*_unsplit(args, nums, trees, tracked.tensors), **kwargs)
@@ -233,7 +226,7 @@ def vjp(func, *primals, has_aux=False):
     """(func(*primals), vjp_fn[, aux]) as torch.func.vjp: vjp_fn(cotangents) gives the
     vector-Jacobian product for each primal (same structure as the primals)."""
     outer = _mode.grad_enabled
-    with _EnableGrad():
+    with enable_grad():
         leaves, tree = pytree.flatten(list(primals))
         tracked = _Tracked(leaves, "vjp")
         out = func(*pytree.unflatten(tree, tracked.tensors))
@@ -262,7 +255,7 @@ def vjp(func, *primals, has_aux=False):
                                    f"{list(o.shape)}.")
         keep = _mode.grad_enabled and (keep_out or any(
             c.requires_grad or forward_mode.tangent_of(c) is not None for c in cts))
-        with _EnableGrad():
+        with enable_grad():
             gs = _grads(flat_out, tracked, cts, create_graph=keep, retain_graph=True)
         gs = [_plain(g, keep) for g in gs]
         return tuple(pytree.unflatten(tree, gs))
@@ -331,7 +324,7 @@ class _Transposed:
 
     def __init__(self, func, primals, has_aux=False):
         self.start = engine.next_sequence_nr()
-        with _EnableGrad():
+        with enable_grad():
             res = vjp(func, *primals, has_aux=has_aux)
             self.out, vjp_fn = res[0], res[1]
             self.aux = res[2] if has_aux else None
@@ -346,7 +339,7 @@ class _Transposed:
             raise RuntimeError(f"{what}: expected {len(self.cts)} tangents, got "
                                f"{len(t_leaves)}")
         outer = _mode.grad_enabled
-        with _EnableGrad():
+        with enable_grad():
             total = None
             for c, t in zip(self.cts, t_leaves):
                 if c.requires_grad:

@@ -119,17 +119,6 @@ def _normalise_dim(d, ndim, what):
     return d % ndim
 
 
-def _flat_dims(dims, tree_of, n, what):
-    """One in_dim/out_dim per flattened leaf (a single int or None applies to all)."""
-    if dims is None or isinstance(dims, int):
-        return [dims] * n
-    leaves, tree = pytree.flatten(dims)
-    if len(leaves) == n:
-        return leaves
-    raise ValueError(f"vmap: {what} {dims!r} does not match the structure of the "
-                     f"{'inputs' if what == 'in_dims' else 'outputs'}")
-
-
 def _expand_in_dims(in_dims, args):
     """in_dims for each positional argument, then flattened with the argument's leaves."""
     if isinstance(in_dims, int) or in_dims is None:
@@ -143,27 +132,29 @@ def _expand_in_dims(in_dims, args):
         raise ValueError(f"vmap: in_dims must be an int, None or a tuple, got {in_dims!r}")
     out = []
     for a, d in zip(args, per_arg):
-        _dims_along(a, d, out)
+        _dims_along(a, d, out, "in_dims")
     return out
 
 
-def _dims_along(a, d, out):
-    """Append one in_dim per leaf of argument `a`, where `d` is an int/None for all of a's
-    leaves or a container of the same structure as `a` (dicts matched by key)."""
+def _dims_along(a, d, out, what):
+    """Append to `out` one dim per leaf of `a` (an argument or the function's output), where
+    `d` is an int/None for all of a's leaves or a container of a's structure (dicts matched
+    by key); returns out."""
     if d is None or isinstance(d, int):
         out.extend([d] * len(pytree.flatten(a)[0]))
     elif isinstance(d, dict) and isinstance(a, dict):
         if set(d) != set(a):
-            raise ValueError(f"vmap: in_dims {d!r} has keys {sorted(d)} but the argument has "
-                             f"keys {sorted(a)}")
+            raise ValueError(f"vmap: {what} {d!r} has keys {sorted(d)} but the value has keys "
+                             f"{sorted(a)}")
         for k in a:
-            _dims_along(a[k], d[k], out)
+            _dims_along(a[k], d[k], out, what)
     elif isinstance(d, (tuple, list)) and isinstance(a, (tuple, list)) and len(d) == len(a):
         for x, dx in zip(a, d):
-            _dims_along(x, dx, out)
+            _dims_along(x, dx, out, what)
     else:
-        raise ValueError(f"vmap: in_dims {d!r} does not match the structure of the "
-                         f"argument ({type(a).__name__})")
+        raise ValueError(f"vmap: {what} {d!r} does not match the structure of the value "
+                         f"({type(a).__name__})")
+    return out
 
 
 def vmap(func, in_dims=0, out_dims=0, randomness="error", *, chunk_size=None):
@@ -226,7 +217,7 @@ def _chunked(func, leaves, tree, dims, size, kwargs, out_dims, chunk, randomness
         parts.append(_call(func, sub, tree, dims, hi - lo, kwargs, out_dims, randomness))
     flat = [pytree.flatten(p)[0] for p in parts]
     out_tree = pytree.flatten(parts[0])[1]
-    odims = _flat_dims(out_dims, None, len(flat[0]), "out_dims")
+    odims = _dims_along(parts[0], out_dims, [], "out_dims")
     joined = [cat([f[i] for f in flat], dim=odims[i] % (flat[0][i].ndim))
               for i in range(len(flat[0]))]
     return pytree.unflatten(out_tree, joined)
@@ -245,7 +236,7 @@ def _call(func, leaves, tree, dims, size, kwargs, out_dims, randomness):
     with batching.running(level):
         out = func(*pytree.unflatten(tree, inner), **kwargs)
     flat, out_tree = pytree.flatten(out)
-    odims = _flat_dims(out_dims, None, len(flat), "out_dims")
+    odims = _dims_along(out, out_dims, [], "out_dims")
     results = []
     for o, d in zip(flat, odims):
         if not isinstance(o, Tensor):

@@ -314,6 +314,10 @@ def running(level):
         _running.reset(token)
 
 
+def is_running():
+    return bool(_running.get())
+
+
 def _random_draw(prim, args, params):
     """A random prim bound inside vmap: an error, one draw per sample, or one for all."""
     levels = _running.get()
@@ -348,13 +352,5 @@ def move_out(value, level, out_dim):
     return moveaxis(x, 0, out_dim)
 
 
-def batch_sum(value, level):
-    """An unbatched value from a value of `level`: the sum over its batch (the adjoint of
-    using an unbatched value in every sample)."""
-    if type(value) is BatchedVar and value.level is level:
-        return P.reduce_sum.bind(value.value, dims=(value.bdim,))
-    return value
-
-
-__all__ = ["BatchLevel", "BatchedVar", "Randomness", "running", "VmapError", "BATCHING_RULES", "NO_RULE",
-           "bind_batched", "move_out", "batch_sum", "wrap", "moveaxis", "materialize"]
+__all__ = ["BatchLevel", "BatchedVar", "Randomness", "running", "is_running", "VmapError", "BATCHING_RULES",
+           "NO_RULE", "bind_batched", "move_out", "wrap", "moveaxis", "materialize"]

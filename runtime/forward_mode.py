@@ -60,7 +60,7 @@ def prim_tangent(rule, node_cls, prim, params, inputs, out, tangents):
             p.requires_grad = t.dtype.is_floating_point and tan is not None
             primals.append(p)
         node = node_cls(prim, rule, params, primals, Tensor._make(out._value, False))
-        u = Tensor._make(np.zeros(out._value.shape, out._value.dtype), True)  # (eager only)
+        u = Tensor._make(np.zeros(tuple(out.shape), out.dtype.np), True)  # (eager only)
         cotangents = rule.fn(node, u)
         total = None
         for c, tan in zip(cotangents, tangents):

@@ -22,7 +22,11 @@ _handlers = _Handlers()
 
 def graph_break(what, tensor):
     """Traced code needs a concrete value (`what` says why; `tensor` is the traced tensor,
-    or None): the innermost registered handler raises, else a plain GraphBreak."""
+    or None): the innermost registered handler raises, else a plain GraphBreak. A batched
+    value of vmap refuses first: that is vmap's error (eagerly too), not a break."""
+    refuse = getattr(getattr(tensor, "_value", None), "refuse_concrete", None)
+    if refuse is not None:
+        refuse(what)
     if _handlers.stack:
         _handlers.stack[-1](what, tensor)
     raise GraphBreak(what)

@@ -315,6 +315,18 @@ def _basic_index(index):
                for i in (index if isinstance(index, tuple) else (index,)))
 
 
+def _numpy_values(*objs):
+    """Are the tensors among objs (and in a tuple index) all eager numpy values (not the
+    batched values of vmap)?"""
+    for o in objs:
+        if isinstance(o, tuple):
+            if not _numpy_values(*o):
+                return False
+        elif isinstance(o, Tensor) and type(o._value) is not np.ndarray:
+            return False
+    return True
+
+
 @op("setitem", "CopySlices")
 def setitem(x, index, value):
     value = as_tensor_like(value, x.dtype)
@@ -330,7 +342,7 @@ def setitem(x, index, value):
         v = getitem(x, index)
         commit_inplace(v, expand(cast(value, x.dtype), tuple(v.shape)), "setitem")
         return x
-    if not needs_grad and current_builder() is None:
+    if not needs_grad and current_builder() is None and _numpy_values(x, value, index):
         _inplace_guard(x, "setitem")
         idx = index._value if isinstance(index, Tensor) else index
         if isinstance(idx, tuple):

@@ -343,9 +343,6 @@ class Tensor:
         if dispatch.break_recorder is not None:
             dispatch.note_concrete(what)
         if isinstance(self._value, Var):
-            refuse = getattr(self._value, "refuse_concrete", None)
-            if refuse is not None:  # a batched value of vmap: an error, not a graph break
-                refuse(what)
             dispatch.graph_break(what, self)
         return self._value
 

@@ -438,3 +438,49 @@ def test_backward_through_per_sample_grads_of_a_captured_parameter():
     fd = [(loss(aotgrad.tensor(w0 + e)).item() - loss(aotgrad.tensor(w0 - e)).item()) / 2e-6
           for e in np.eye(4) * 1e-6]
     _close(w.grad, fd, 1e-6)
+
+
+def test_custom_function_under_vmap_and_per_sample_grad():
+    class Cube(aotgrad.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x ** 3
+
+        @staticmethod
+        def backward(ctx, g):
+            x, = ctx.saved_tensors
+            return g * 3 * x ** 2
+    xs = aotgrad.tensor(_np(3, 4))
+    _close(F.vmap(Cube.apply)(xs), xs.numpy() ** 3)
+    _close(F.vmap(F.grad(lambda r: Cube.apply(r).sum()))(xs), 3 * xs.numpy() ** 2)
+
+
+def test_functional_call_strict_and_tied_weights():
+    class Tied(aotgrad.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = aotgrad.nn.Linear(2, 2, bias=False)
+            self.b = aotgrad.nn.Linear(2, 2, bias=False)
+            self.b.weight = self.a.weight
+
+        def forward(self, x):
+            return self.b(self.a(x))
+    m = Tied()
+    x = aotgrad.ones(1, 2)
+    w = aotgrad.eye(2) * 2
+    _close(F.functional_call(m, {"a.weight": w}, (x,)), 4 * x.numpy())  # tied: both replaced
+    _close(F.functional_call(m, {"a.weight": w}, (x,), tie_weights=False),
+           (x.numpy() @ (2 * np.eye(2)).T) @ m.b.weight.detach().numpy().T, 1e-6)
+    with pytest.raises(RuntimeError, match="missing key"):
+        F.functional_call(m, {"a.weight": w}, (x,), strict=True, tie_weights=False)
+    assert m.a.weight is m.b.weight
+
+
+def test_a_compiled_function_called_inside_vmap_runs_eagerly_with_a_warning():
+    g = aotgrad.compile(lambda r: (r.sin() * 2).sum(), backend="interpret")
+    xs = aotgrad.tensor(_np(3, 4))
+    with pytest.warns(UserWarning, match="called inside aotgrad.func.vmap"):
+        got = F.vmap(g)(xs)
+    _close(got, (np.sin(xs.numpy()) * 2).sum(1))
+    _close(aotgrad.compile(F.vmap(g), fullgraph=True, backend="interpret")(xs), got)

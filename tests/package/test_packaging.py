@@ -29,12 +29,12 @@ def test_pyproject_lists_every_package_folder():
 
 
 RULES = {  # folder -> aotgrad subpackages it must not import (DESIGN.md's direction)
-    "ir": ("runtime", "tracer", "codegen", "autograd", "nn", "optim", "compiler"),
-    "codegen": ("runtime", "tracer", "autograd", "nn", "optim", "compiler"),
-    "runtime": ("tracer", "codegen", "autograd", "nn", "optim", "compiler"),
-    "autograd": ("tracer", "codegen", "compiler"),
-    "nn": ("tracer", "codegen", "compiler"),
-    "optim": ("tracer", "codegen", "compiler"),
+    "ir": ("runtime", "tracer", "codegen", "autograd", "nn", "optim", "compiler", "func"),
+    "codegen": ("runtime", "tracer", "autograd", "nn", "optim", "compiler", "func"),
+    "runtime": ("tracer", "codegen", "autograd", "nn", "optim", "compiler", "func"),
+    "autograd": ("tracer", "codegen", "compiler", "func"),
+    "nn": ("tracer", "codegen", "compiler", "func"),
+    "optim": ("tracer", "codegen", "compiler", "func"),
     "serialization": ("tracer", "codegen", "compiler"),
     "utils/data": ("tracer", "codegen", "compiler"),
     "distributed": ("tracer", "codegen", "compiler"),
