@@ -70,7 +70,7 @@ def prim_tangent(rule, node_cls, prim, params, inputs, out, tangents):
             total = term if total is None else total + term
         if total is None or not total.requires_grad:
             return None
-        jt, = run_backward([total], [Tensor._make(np.ones((), total._value.dtype))],
+        jt, = run_backward([total], [Tensor._make(np.ones((), total.dtype.np))],
                            retain_graph=differentiable, create_graph=differentiable,
                            inputs=[u], allow_unused=True, accumulate=False)
         if jt is None:
