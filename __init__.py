@@ -140,6 +140,7 @@ __all__ = [
     "cpu", "cuda", "jit", "set_num_threads", "get_num_threads", "set_num_interop_threads",
     "get_num_interop_threads",
     "scatter_reduce",
+    "export", "onnx", "load_exported",
 ]
 
 
@@ -154,6 +155,12 @@ def __getattr__(name):
         import importlib
         codegen = importlib.import_module("aotgrad.codegen")
         return codegen if name == "codegen" else getattr(codegen, name)
+    if name in ("export", "onnx"):   # loaded on first use: they need numba, onnx
+        import importlib
+        return importlib.import_module(f"aotgrad.{name}")
+    if name == "load_exported":
+        from aotgrad.export import load_exported
+        return load_exported
     if name in _THREAD_FUNCTIONS:  # numba's and the BLAS's pools: loaded on first use too
         import importlib
         return getattr(importlib.import_module("aotgrad.codegen.threads"), name)

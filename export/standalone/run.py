@@ -1,0 +1,108 @@
+"""Run an exported aotgrad program with numpy and numba alone (aotgrad is not needed).
+
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("model_pkg", "path/to/package/run.py")
+    pkg = importlib.util.module_from_spec(spec); spec.loader.exec_module(pkg)
+    out = pkg.run(x)          # numpy arrays, in the order of the example arguments
+
+manifest.json lists the inputs, outputs, shapes and dtypes; weights.npz holds the
+parameters, buffers and constants; driver.py runs the steps; kernels/ holds the generated
+Numba kernels (compiled on first use, cached by numba).
+"""
+import hashlib
+import importlib.util
+import json
+import os
+import sys
+import threading
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+_LOCK = threading.Lock()
+_STATE = {}
+
+
+def manifest():
+    m = _STATE.get("manifest")
+    if m is None:
+        with open(os.path.join(HERE, "manifest.json"), encoding="utf-8") as f:
+            m = _STATE["manifest"] = json.load(f)
+    return m
+
+
+def _import(relpath):
+    """Import a file of the package under a name made from its content (numba's cache needs
+    the module registered in sys.modules; two packages with the same file share it)."""
+    path = os.path.join(HERE, relpath)
+    with open(path, "rb") as f:
+        name = "_aotgrad_exported_" + hashlib.sha1(f.read()).hexdigest()[:20]
+    mod = sys.modules.get(name)
+    if mod is not None:
+        return mod
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    try:
+        spec.loader.exec_module(mod)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return mod
+
+
+def _program():
+    prog = _STATE.get("program")
+    if prog is None:
+        with _LOCK:
+            prog = _STATE.get("program")
+            if prog is None:
+                m = manifest()
+                kernels = {k: getattr(_import(os.path.join("kernels", k + ".py")), k)
+                           for k in m["kernels"]}
+                driver = _import("driver.py")
+                with np.load(os.path.join(HERE, "weights.npz")) as w:
+                    state = [np.ascontiguousarray(w[s["name"]]) for s in m["state"]]
+                fn = driver.build(kernels, _import("reference.py"),
+                                  _import("value_checks.py"))
+                prog = _STATE["program"] = (fn, state)
+    return prog
+
+
+def check_inputs(manifest, inputs):
+    """The inputs as C-contiguous arrays of the manifest's shapes and dtypes, or a clear
+    error naming the input."""
+    specs = manifest["inputs"]
+    if len(inputs) != len(specs):
+        raise TypeError(f"{manifest['name']}: expected {len(specs)} inputs "
+                        f"({', '.join(s['name'] for s in specs)}), got {len(inputs)}")
+    out = []
+    for x, s in zip(inputs, specs):
+        a = np.asarray(x.numpy() if hasattr(x, "numpy") and not isinstance(x, np.ndarray)
+                       else x)
+        if tuple(a.shape) != tuple(s["shape"]):
+            raise ValueError(f"{manifest['name']}: input '{s['name']}' has shape "
+                             f"{tuple(a.shape)}; the program was exported for shape "
+                             f"{tuple(s['shape'])} (exported programs have static shapes: "
+                             f"export again for this shape)")
+        if a.dtype != np.dtype(s["dtype"]):
+            raise TypeError(f"{manifest['name']}: input '{s['name']}' has dtype {a.dtype}; "
+                            f"the program was exported for {s['dtype']}")
+        out.append(np.ascontiguousarray(a))
+    return out
+
+
+def run(*inputs):
+    """Run the program: numpy arrays in the order of the example arguments -> a numpy array,
+    or a tuple of them (training programs: the loss, then one gradient per parameter)."""
+    m = manifest()
+    fn, state = _program()
+    outs = fn(*check_inputs(m, inputs), *state)
+    return outs[0] if m["single_output"] else tuple(outs)
+
+
+if __name__ == "__main__":
+    m = manifest()
+    print(f"{m['name']} ({m['kind']}): inputs " + ", ".join(
+        f"{s['name']}: {s['dtype']}{s['shape']}" for s in m["inputs"]) + "; outputs " +
+        ", ".join(f"{s['name']}: {s['dtype']}{s['shape']}" for s in m["outputs"]))
