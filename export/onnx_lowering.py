@@ -129,11 +129,30 @@ def _slice(b, n, x):
 
 def _pad(b, n, x):
     config = n.params["config"]
-    if any(it for _, _, it in config):
-        raise _unsupported(n, "with interior padding has no ONNX mapping")
     value = b.const(np.array(n.params.get("value", 0.0), n.inputs[0].dtype.np))
+    shape = list(n.inputs[0].shape)
+    for d, (_, _, it) in enumerate(config):
+        if not it or shape[d] == 0:
+            continue
+        # interior padding along d: a new axis after d padded with `it` values at its end,
+        # merged into d, and the `it` values after the last element cut off
+        x = b.op("Unsqueeze", [x, b.ints([d + 1])])
+        pads = [0] * (2 * (len(shape) + 1))
+        pads[len(shape) + 1 + d + 1] = it
+        x = b.op("Pad", [x, b.ints(pads), value], mode="constant")
+        merged = shape[:d] + [shape[d] * (it + 1)] + shape[d + 1:]
+        x = b.op("Reshape", [x, b.ints(merged)])
+        shape[d] = shape[d] + (shape[d] - 1) * it
+        x = b.op("Slice", [x, b.ints([0]), b.ints([shape[d]]), b.ints([d])])
     return b.op("Pad", [x, b.ints([lo for lo, _, _ in config] + [hi for _, hi, _ in config]),
                         value], mode="constant")
+
+
+def _where(b, n, c, x, y):
+    if n.inputs[1].dtype.np != np.bool_:
+        return b.op("Where", [c, x, y])
+    # onnxruntime has no bool Where: (c and x) or (not c and y)
+    return b.op("Or", [b.op("And", [c, x]), b.op("And", [b.op("Not", [c]), y])])
 
 
 def _rev(b, n, x):
@@ -177,7 +196,7 @@ LOWERINGS = {
         np.array(1, n.inputs[0].dtype.np))])]),
     "expm1": lambda b, n, x: b.op("Sub", [b.op("Exp", [x]), b.const(
         np.array(1, n.inputs[0].dtype.np))]),
-    "where": lambda b, n, c, x, y: b.op("Where", [c, x, y]),
+    "where": _where,
     "convert_element_type": lambda b, n, x: b.op(
         "Cast", [x], to=_elem_type(n.params["dtype"].np, f"prims.convert_element_type")),
     "broadcast_in_dim": _broadcast,

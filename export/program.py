@@ -22,7 +22,7 @@ class InputKind(enum.Enum):
     CONSTANT = "constant"
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(eq=False)
 class Input:
     name: str                  # the argument's name, or the module path (`fc1.weight`)
     kind: InputKind

@@ -51,13 +51,13 @@ def _state_names(fn):
             g = getattr(fn, "__globals__", {})
             found.update({n: g[n] for n in code.co_names if n in g and n not in found})
         modules = [(n + ".", m) for n, m in found.items() if hasattr(m, "named_parameters")]
-    names = {}
-    for prefix, module in reversed(modules):    # the first module that holds it names it
-        if hasattr(module, "named_buffers"):
-            for n, b in module.named_buffers():
-                names[id(b)] = (prefix + n, InputKind.BUFFER)
+    names = {}   # in torch.export's order: parameters, then buffers (module order)
+    for prefix, module in modules:
         for n, p in module.named_parameters():
-            names[id(p)] = (prefix + n, InputKind.PARAMETER)
+            names.setdefault(id(p), (prefix + n, InputKind.PARAMETER))
+    for prefix, module in modules:
+        for n, b in (module.named_buffers() if hasattr(module, "named_buffers") else ()):
+            names.setdefault(id(b), (prefix + n, InputKind.BUFFER))
     return names
 
 
@@ -99,20 +99,28 @@ def capture(fn, args, train):
     nodes, outputs = list(g.nodes), list(g.outputs[:n_out])
     out_names = [f"output{i}" if n_out > 1 else "output" for i in range(n_out)]
     arg_names = leaf_names(fn.forward if module is not None else fn, args, {})
-    user, rest, role_names = [], [], {}
+    user, rest, role_inputs = [], [], {}
+    rank = {key: r for r, key in enumerate(state)}
     for v, (kind, x) in zip(g.inputs[:n_primals], tr.roles):
         if kind == "arg":
             user.append((x, v, Input(arg_names[x], InputKind.USER, v.name, tuple(v.shape),
                                       v.dtype.np.name)))
-            role_names[("arg", x)] = arg_names[x]
+            role_inputs[("arg", x)] = user[-1][2]
             continue
         name, k = state.get(id(x), (None, InputKind.CONSTANT))
         if name is None:
-            name = f"constant{sum(i.kind is InputKind.CONSTANT for _, i in rest)}"
-        role_names[("lifted", id(x))] = name
+            name = f"constant{sum(i.kind is InputKind.CONSTANT for _, i, _ in rest)}"
         value = np.array(x._value, copy=True)
-        rest.append((v, Input(name, k, v.name, tuple(v.shape), v.dtype.np.name, value)))
+        rest.append((v, Input(name, k, v.name, tuple(v.shape), v.dtype.np.name, value),
+                     (k is InputKind.CONSTANT, rank.get(id(x), 0))))
+        role_inputs[("lifted", id(x))] = rest[-1][1]
     user.sort(key=lambda t: t[0])
+    rest.sort(key=lambda t: t[2])
+    rest = [(v, i) for v, i, _ in rest]
+    inputs = [i for _, _, i in user] + [i for _, i in rest]
+    position = {id(i): k for k, i in enumerate(inputs)}
+    order = {key: position[id(i)] for key, i in role_inputs.items()}
+    order_names = [i.name for i in inputs]
     if train:
         loss = g.outputs[0]
         if n_out != 1 or loss.shape not in ((), (1,)) or not loss.dtype.is_floating_point:
@@ -126,12 +134,12 @@ def capture(fn, args, train):
         # d loss / d loss = 1: the tangent the backward reads becomes a constant
         nodes.insert(0, Node(prims.full, [], [tangent],
                              dict(shape=tuple(tangent.shape), value=1.0, dtype=tangent.dtype)))
-        grads = g.outputs[n_out + len(tr.mutations):]
-        out_names = ["loss"]
-        for (kind, x), present in zip(tr.diff_roles, tr.grad_present):
-            if present:
-                outputs.append(grads[len(out_names) - 1])
-                out_names.append(f"grad.{role_names[(kind, x if kind == 'arg' else id(x))]}")
+        grads = iter(g.outputs[n_out + len(tr.mutations):])
+        named = [(order[(kind, x if kind == "arg" else id(x))], next(grads))
+                 for (kind, x), present in zip(tr.diff_roles, tr.grad_present) if present]
+        named.sort(key=lambda t: t[0])      # in the order of the inputs
+        outputs += [v for _, v in named]
+        out_names = ["loss"] + [f"grad.{order_names[k]}" for k, _ in named]
     elif n_primals != len(g.inputs):
         raise ExportError(f"{what}: the traced graph has inputs besides the function's "
                           f"arguments and state ({len(g.inputs) - n_primals})")
@@ -139,7 +147,7 @@ def capture(fn, args, train):
                   name="training" if train else "inference")
     graph = passes.optimize(graph)
     graph.inputs = [v for _, v, _ in user] + [v for v, _ in rest]  # all kept, in this order
-    return Captured(graph, [i for _, _, i in user] + [i for _, i in rest], out_names,
+    return Captured(graph, inputs, out_names,
                     tr.out_tree is None)
 
 
