@@ -50,8 +50,9 @@ def export(model, args, f, export_params=True, verbose=False, training=None,
             model.train(was_training)
     model_proto = ep.to_onnx(f, opset=opset_version or 17, input_names=input_names,
                              output_names=output_names)
-    if verbose:
-        print(ep)
+    if verbose:   # asked for: the exported program, as torch.onnx.export prints its graph
+        import sys
+        sys.stdout.write(f"{ep}\n")
     return model_proto
 
 

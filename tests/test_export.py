@@ -383,3 +383,21 @@ def test_import_aotgrad_loads_neither_onnx_nor_numba():
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_export_example_runs_and_all_three_agree(tmp_path, capsys):
+    examples = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                            "examples")
+    sys.path.insert(0, examples)
+    try:
+        import importlib
+        res = importlib.import_module("export_model").main(
+            ["--quick", "--steps", "20", "--reps", "3", "--out", str(tmp_path)])
+    finally:
+        sys.path.remove(examples)
+    out = capsys.readouterr().out
+    assert res["agree"] and res["worst_diff"] < 1e-4
+    assert "package run by a Python that cannot import aotgrad" in out
+    assert f"all {len(res['ms'])} agree: True" in out
+    assert {"eager", "package"} <= set(res["ms"])
+    assert os.path.isfile(os.path.join(res["package"], "run.py"))
