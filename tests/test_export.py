@@ -442,3 +442,41 @@ def test_export_example_runs_and_all_three_agree(tmp_path, capsys):
     assert f"all {len(res['ms'])} agree: True" in out
     assert {"eager", "package"} <= set(res["ms"])
     assert os.path.isfile(os.path.join(res["package"], "run.py"))
+
+
+def test_package_with_several_outputs_an_input_returned_and_a_constant(tmp_path):
+    scale = aotgrad.tensor([0.5, -2.0, 3.0])      # closed over: a constant of the program
+
+    def f(x, idx):
+        y = (x * scale).exp()
+        return x, y, y.sum(1).gather(0, idx), x.flip(0)
+
+    x = aotgrad.randn(2, 3)
+    idx = aotgrad.tensor([1, 0, 1])
+    ep = aotgrad.export(f, x, idx)
+    assert [(i.name, i.kind.name) for i in ep.inputs] == [
+        ("x", "USER"), ("idx", "USER"), ("constant0", "CONSTANT")]
+    g = aotgrad.load_exported(ep.save(str(tmp_path / "pkg")))
+    xs, ids = x.numpy(), idx.numpy()
+    got = g(xs, ids)
+    want = [t.numpy() for t in f(x, idx)]
+    assert isinstance(got, tuple) and len(got) == 4
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    assert not np.shares_memory(got[0], xs)        # an input returned comes back as a copy
+    with pytest.raises(IndexError, match="out of range|out of bounds"):
+        g(xs, np.array([1, 0, 5]))                 # the index check runs in the package
+
+
+@pytest.mark.parametrize("opset", [13, 18])
+def test_onnx_opsets_old_and_new(exported, ort, opset):
+    r = exported["block"]          # layer norm and softmax: ReduceMax's axes changed at 18
+    proto = r["ep"].to_onnx(opset=opset)
+    assert proto.opset_import[0].version == opset
+    (got,) = _run_onnx(ort, proto, {"x": r["inputs"][0]})
+    np.testing.assert_allclose(got, _eager(r["model"], r["inputs"]), rtol=1e-4, atol=1e-5)
+    if opset < 16:   # cross-entropy's backward scatters with ScatterElements' reduction
+        with pytest.raises(aotgrad.export.ExportError, match=r"prims\.scatter_add .*opset 16"):
+            exported["mlp"]["ept"].to_onnx(opset=opset)
+    with pytest.raises(ValueError, match="opset 12 is not supported"):
+        r["ep"].to_onnx(opset=12)
