@@ -480,3 +480,15 @@ def test_onnx_opsets_old_and_new(exported, ort, opset):
             exported["mlp"]["ept"].to_onnx(opset=opset)
     with pytest.raises(ValueError, match="opset 12 is not supported"):
         r["ep"].to_onnx(opset=12)
+
+
+def test_data_dependent_shapes_and_16_bit_floats_are_clear_errors():
+    def positives(x):
+        return x[x > 0]                                  # a data-dependent shape
+
+    with pytest.raises(aotgrad.export.ExportError,
+                       match=r"test_export\.py:\d+: boolean mask indexing \(data-dependent "
+                             r"shape\)  \[`return x\[x > 0\]"):
+        aotgrad.export(positives, aotgrad.randn(4))
+    with pytest.raises(aotgrad.export.ExportError, match="float16/bfloat16"):
+        aotgrad.export(lambda x: x * 2, aotgrad.randn(4).half())
