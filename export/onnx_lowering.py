@@ -260,7 +260,9 @@ def lower_graph(ep, opset, input_names, output_names):
     graph = onnx.helper.make_graph(b.nodes, ep.name, inputs, outputs, b.initializers)
     model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)],
                                    producer_name="aotgrad")
-    model.ir_version = 8      # what onnxruntime releases of the last years all read
+    # the oldest IR version that holds this opset: what most onnxruntime releases read
+    model.ir_version = onnx.helper.find_min_ir_version_for(
+        [onnx.helper.make_opsetid("", opset)])
     onnx.checker.check_model(model, full_check=True)
     return model
 
