@@ -114,10 +114,14 @@ class ExportedProgram:
     `inputs` (per graph input: name, kind, shape, dtype, and the value of state),
     `output_names`, `train` (outputs: the loss, then `grad.<name>` per gradient).
 
-    >>> ep = aotgrad.export(model, x)          # doctest: +SKIP
-    >>> print(ep)                              # the signature and the graph, as the IR prints
-    >>> ep.save("mlp_package")                 # runs with numpy + numba alone (run.py)
-    >>> ep.to_onnx("mlp.onnx")
+    >>> ep = aotgrad.export(nn.Linear(3, 2), aotgrad.randn(4, 3))
+    >>> [(i.name, i.kind.name, i.shape) for i in ep.inputs]
+    [('input', 'USER', (4, 3)), ('weight', 'PARAMETER', (2, 3)), ('bias', 'PARAMETER', (2,))]
+    >>> ep.output_names
+    ['output']
+
+    `print(ep)` shows the signature and the graph as the IR prints it; `ep.save(dir)` writes
+    the package (run.py: numpy + numba alone); `ep.to_onnx(path)` the ONNX model.
     """
 
     def __init__(self, graph, inputs, output_names, single_output, train, name):
