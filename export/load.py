@@ -16,6 +16,10 @@ class LoadedProgram:
         arrays = [x.detach().numpy() if hasattr(x, "detach") else x for x in inputs]
         return self._module.run(*arrays)
 
+    def warm(self):
+        """Compile every kernel now (run.warm): numba caches them beside the files."""
+        self._module.warm()
+
     def __repr__(self):
         return f"LoadedProgram({self.manifest['name']!r} from {self.directory!r})"
 

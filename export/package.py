@@ -172,6 +172,7 @@ def write_package(ep, directory):
         shutil.copyfile(src, os.path.join(directory, dst))
     manifest = ep.manifest()
     manifest["kernels"] = sorted(lowered.modules)
+    manifest["kernel_signatures"] = {k: lowered.signatures[k] for k in manifest["kernels"]}
     with open(os.path.join(directory, "manifest.json"), "w", encoding="utf-8") as f:
         json.dump(manifest, f, indent=1)
     np.savez(os.path.join(directory, "weights.npz"), **ep.state)

@@ -96,6 +96,7 @@ class Lowered:
     graph: object
     steps: list
     modules: dict              # kernel module name -> Numba source
+    signatures: dict           # kernel name -> its argument types (see standalone/run.py)
 
 
 def where_from(node):
@@ -174,12 +175,20 @@ class ExportedProgram:
             "single_output": self.single_output and len(self.output_names) == 1,
         }
 
-    def save(self, directory):
+    def save(self, directory, precompile=False):
         """Write a self-contained package to `directory`: run.py (`run(*inputs)`), the
         driver and generated kernels, manifest.json and weights.npz. It runs with numpy and
-        numba alone. Returns the directory."""
+        numba alone. Returns the directory.
+
+        precompile=True compiles the kernels now, into numba's cache beside them: a copy
+        that keeps the files' modification times (`cp -a`, shutil.copytree) starts without
+        compiling on a machine with the same CPU (numba recompiles on another one)."""
         from aotgrad.export.package import write_package
-        return write_package(self, directory)
+        write_package(self, directory)
+        if precompile:
+            from aotgrad.export.load import load_exported
+            load_exported(directory).warm()
+        return directory
 
     def to_onnx(self, path=None, opset=17, input_names=None, output_names=None):
         """The program as an ONNX model (the `onnx` package): graph inputs are the user's

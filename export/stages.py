@@ -160,13 +160,17 @@ def lower(graph):
     graph = passes.cse(graph, keep_outputs=True)   # as codegen.compile_graph does
     scheduler = Scheduler(graph)
     schedule = scheduler.run()
-    modules, steps = {}, []
+    modules, steps, signatures = {}, [], {}
     for st in schedule.steps:
         if isinstance(st, Kernel):
             helpers = set()
             spec = emit_kernel(scheduler, st, helpers)
             src = module_source([spec], helpers)    # names the kernel k_<hash of its body>
             modules[spec.name] = src
+            signatures[spec.name] = [
+                ["size"] if a.kind == "size" else ["scalar", a.dtype.np.name]
+                if a.kind == "const" else ["array", a.var.dtype.np.name, max(1, len(a.shape))]
+                for a in spec.args]      # the types codegen compiles the kernel for
             args, outs = [], []
             for a in spec.args:
                 if a.kind == "size":
@@ -212,7 +216,7 @@ def lower(graph):
                                        [(v.name, tuple(v.shape), v.dtype.np.name)
                                         for v in n.outputs],
                                        dict(n.params), where_from(n)))
-    return Lowered(graph, steps, modules)
+    return Lowered(graph, steps, modules, signatures)
 
 
 def _plain(x):

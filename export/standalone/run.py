@@ -69,6 +69,30 @@ def _program():
     return prog
 
 
+def _numba_types(desc):
+    """The numba argument types of a kernel signature in the manifest: ["size"],
+    ["scalar", dtype], ["array", dtype, ndim] (C-contiguous)."""
+    import numba
+    types = []
+    for d in desc:
+        if d[0] == "size":
+            types.append(numba.int64)
+        elif d[0] == "scalar":
+            types.append(numba.from_dtype(np.dtype(d[1])))
+        else:
+            types.append(numba.types.Array(numba.from_dtype(np.dtype(d[1])), int(d[2]), "C"))
+    return tuple(types)
+
+
+def warm():
+    """Compile every kernel now, for the argument types the driver passes (numba keeps the
+    machine code in its cache: beside the kernels when the folder is writable)."""
+    m = manifest()
+    for k in m["kernels"]:
+        getattr(_import(os.path.join("kernels", k + ".py")), k).compile(
+            _numba_types(m["kernel_signatures"][k]))
+
+
 class _BlasOnOneThread:
     """The kernels run on numba's threads; products on numpy's BLAS. Both pools busy at once
     oversubscribe the cores (a 64x256 MLP batch took 40 ms instead of 0.5 ms on 2 cores), so
