@@ -314,6 +314,7 @@ def test_standalone_reference_prims_match_the_ir_prims():
     rng = np.random.default_rng(1)
     x = rng.standard_normal((3, 4, 5)).astype(np.float32)
     idx = rng.integers(0, 4, (3, 2, 5))
+    xn = np.where(rng.random(x.shape) < 0.2, np.nan, np.round(x)).astype(np.float32)  # ties, NaN
     cases = {
         "dot_general": ((x, x), dict(contract=((2,), (2,)), batch=((0,), (0,)))),
         "gather": ((x, idx), dict(dim=1)),
@@ -326,6 +327,9 @@ def test_standalone_reference_prims_match_the_ir_prims():
         "reduce_min": ((x,), dict(dims=(1,))), "reduce_prod": ((x,), dict(dims=(2,))),
         "argmax": ((x,), dict(dim=1)), "argmin": ((x,), dict(dim=0)),
         "cumsum": ((x,), dict(dim=2)), "argsort": ((x,), dict(dim=1, descending=True)),
+        "cumprod": ((x,), dict(dim=1)), "logcumsumexp": ((x,), dict(dim=2)),
+        "cumargmax": ((xn,), dict(dim=2)), "cumargmin": ((xn,), dict(dim=1)),
+        "searchsorted": ((np.sort(x, axis=-1), xn), dict(right=True)),
         "broadcast_in_dim": ((x[:, :1],), dict(shape=(2, 3, 4, 5), dims=(1, 2, 3))),
         "reshape": ((x,), dict(shape=(12, 5))), "transpose": ((x,), dict(perm=(2, 0, 1))),
         "slice": ((x,), dict(start=(0, 1, 0), limit=(3, 4, 5), strides=(2, 1, 3))),
@@ -339,7 +343,7 @@ def test_standalone_reference_prims_match_the_ir_prims():
         plain = {k: (v.np if isinstance(v, dt.DType) else v) for k, v in params.items()}
         got = IMPLS[name](*args, **plain)
         assert got.dtype == want.dtype and got.shape == want.shape, name
-        np.testing.assert_array_equal(got, want, err_msg=name)
+        np.testing.assert_array_equal(got, want, err_msg=name)   # (NaN equal to NaN)
 
 
 # ---- ONNX -------------------------------------------------------------------------------
@@ -496,3 +500,15 @@ def test_data_dependent_shapes_and_16_bit_floats_are_clear_errors():
         aotgrad.export(positives, aotgrad.randn(4))
     with pytest.raises(aotgrad.export.ExportError, match="float16/bfloat16"):
         aotgrad.export(lambda x: x * 2, aotgrad.randn(4).half())
+
+
+def test_package_runs_reference_steps_scans_and_sorts(tmp_path):
+    def f(x):
+        values, where = x.cummax(1)
+        return x.cumsum(1) * values + x.cumprod(0), where, x.argsort(1), x.logcumsumexp(0)
+
+    x = aotgrad.randn(3, 5)
+    ep = aotgrad.export(f, x)
+    got = aotgrad.load_exported(ep.save(str(tmp_path / "scans")))(x.numpy())
+    for a, b in zip(got, f(x)):
+        np.testing.assert_allclose(a, b.numpy(), rtol=1e-5, atol=1e-6)

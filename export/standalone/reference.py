@@ -67,7 +67,60 @@ def argsort(x, dim, descending=False):
     return np.flip(idx, dim).copy() if descending else idx
 
 
+def cumprod(x, dim):
+    with np.errstate(all="ignore"):   # inf * 0 is NaN silently, as in PyTorch
+        return np.cumprod(x, axis=dim, dtype=x.dtype)
+
+
+def logcumsumexp(x, dim):
+    with np.errstate(all="ignore"):
+        return np.logaddexp.accumulate(x, axis=dim, dtype=x.dtype)
+
+
+def _cumarg(largest):
+    def impl(x, dim):
+        """Index of the running max (min) along dim: the last occurrence of the extreme so
+        far, or of the last NaN so far (a log-depth scan over (value, index) pairs)."""
+        val = np.moveaxis(x, dim, -1).copy()
+        n = val.shape[-1]
+        idx = np.broadcast_to(np.arange(n, dtype=np.int64), val.shape).copy()
+        k = 1
+        while k < n:
+            v1, i1, v2, i2 = val[..., :-k], idx[..., :-k], val[..., k:], idx[..., k:]
+            take = ((v2 >= v1) if largest else (v2 <= v1)) | (v2 != v2)
+            val[..., k:], idx[..., k:] = np.where(take, v2, v1), np.where(take, i2, i1)
+            k *= 2
+        return np.ascontiguousarray(np.moveaxis(idx, -1, dim))
+    return impl
+
+
+def searchsorted(seq, values, right):
+    """The first index i of each value's row of seq with seq[i] >= value (> with right), by
+    a binary search that places NaN last (PyTorch's)."""
+    m = seq.shape[-1]
+    s2 = seq.reshape(-1, m)
+    v2 = values.reshape(s2.shape[0], -1) if seq.ndim > 1 else values.reshape(1, -1)
+    lo = np.zeros(v2.shape, np.int64)
+    hi = np.full(v2.shape, m, np.int64)
+    with np.errstate(invalid="ignore"):
+        while True:
+            active = lo < hi
+            if not active.any():
+                break
+            mid = (lo + hi) // 2
+            mv = np.take_along_axis(s2, np.minimum(mid, m - 1), axis=1)
+            right_of = ~(mv > v2) if right else ~(mv >= v2)
+            lo = np.where(active & right_of, mid + 1, lo)
+            hi = np.where(active & ~right_of, mid, hi)
+    return lo.reshape(values.shape)
+
+
 IMPLS = {
+    "cumprod": cumprod,
+    "logcumsumexp": logcumsumexp,
+    "cumargmax": _cumarg(True),
+    "cumargmin": _cumarg(False),
+    "searchsorted": searchsorted,
     "dot_general": dot_general,
     "gather": gather,
     "scatter_add": scatter_add,
