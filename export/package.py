@@ -9,6 +9,7 @@
     <dir>/value_checks.py   the run-time checks of index values (the IR's own module)
     <dir>/program.txt       the exported graph, as the IR prints it (for reading)
 """
+import builtins
 import dataclasses
 import json
 import math
@@ -53,8 +54,7 @@ def _py(v):
 
 def _check_source(check):
     error = check.error
-    if getattr(__builtins__, error.__name__, None) is not error and not (
-            isinstance(__builtins__, dict) and __builtins__.get(error.__name__) is error):
+    if getattr(builtins, error.__name__, None) is not error:
         error = RuntimeError   # the package has only Python's own exception classes
     fields = [f"error={error.__name__}", f"message={check.message!r}"]
     fields += [f"{f.name}={_py(getattr(check, f.name))}"
@@ -66,8 +66,8 @@ def _check_source(check):
 class _Driver:
     """Emits driver.py: `build(kernels, R, VC) -> program(*inputs, *state) -> [outputs]`."""
 
-    def __init__(self, lowered, n_user):
-        self.lowered, self.n_user = lowered, n_user
+    def __init__(self, lowered):
+        self.lowered = lowered
         self.consts = []          # lines run once in build()
         self.bound = {}           # their text -> name
         self.views = set()        # values that may share memory with an input or state
@@ -109,7 +109,8 @@ class _Driver:
                           f"{self.name(st.out)}.transpose({_py(perm)}))"]
         if isinstance(st, CheckStep):
             c = self.bind(_check_source(st.check))
-            self.views.add(st.out) if st.x in self.views else None
+            if st.x in self.views:
+                self.views.add(st.out)
             return [f"{c}.raise_if_violated({self.name(st.x)})",
                     f"{self.name(st.out)} = {self.name(st.x)}"]
         if isinstance(st, ViewStep):
@@ -156,7 +157,7 @@ class _Driver:
 def write_package(ep, directory):
     from aotgrad.export.stages import lower
     lowered = lower(ep.graph)
-    driver = _Driver(lowered, len(ep.user_inputs)).source()
+    driver = _Driver(lowered).source()
     os.makedirs(os.path.join(directory, "kernels"), exist_ok=True)
     for old in os.listdir(os.path.join(directory, "kernels")):   # a package saved before
         if old.startswith("k_") and old.endswith(".py"):
