@@ -424,7 +424,9 @@ def test_import_aotgrad_loads_neither_onnx_nor_numba():
     root = os.path.dirname(os.path.dirname(os.path.abspath(aotgrad.__file__)))
     code = ("import sys, aotgrad\n"
             "assert callable(aotgrad.export) and callable(aotgrad.load_exported)\n"
-            "aotgrad.onnx.export\n"
+            "import aotgrad.onnx\n"
+            "from aotgrad.onnx import export, TrainingMode\n"
+            "from aotgrad.export import ExportedProgram, ExportError\n"
             "print(sorted(m for m in ('onnx', 'onnxruntime', 'numba') if m in sys.modules))")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [root] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
