@@ -1,7 +1,8 @@
-"""aotgrad.onnx (this module, registered under that name by aotgrad's __init__: a folder
-named `onnx` at the package root would shadow the onnx package wherever the checkout's root
-is on sys.path, as with `python -m pytest` run there): PyTorch's `torch.onnx.export` for aotgrad models, built on
-`aotgrad.export(...).to_onnx(...)`. Needs the onnx package (`pip install -e ".[export]"`).
+"""aotgrad.onnx: PyTorch's `torch.onnx.export` for aotgrad models, built on
+`aotgrad.export(...).to_onnx(...)`. (This module is registered under that name by aotgrad's
+__init__: a folder named `onnx` at the package root would shadow the onnx package wherever
+the checkout's root is on sys.path, as with `python -m pytest` run there.) Needs the onnx
+package (`pip install -e ".[export]"`).
 
     aotgrad.onnx.export(model, (x,), "model.onnx", input_names=["x"], output_names=["logits"])
 

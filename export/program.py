@@ -140,7 +140,8 @@ class ExportedProgram:
 
     def __str__(self):
         from aotgrad.ir.printer import format_graph
-        lines = [f"# ExportedProgram {self.name} ({'training: loss and gradients' if self.train else 'inference'})"]
+        kind = "training: loss and gradients" if self.train else "inference"
+        lines = [f"# ExportedProgram {self.name} ({kind})"]
         for i in self.inputs:
             shape = ",".join(map(str, i.shape))
             lines.append(f"#   {i.kind.value:<10} {i.name} -> {i.var}: {i.dtype}[{shape}]")

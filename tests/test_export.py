@@ -135,7 +135,8 @@ BLOCKER = textwrap.dedent("""
         res = mod.run(*args)
         res = list(res) if isinstance(res, tuple) else [res]
         np.savez(out, *res)
-    print("ran", len(jobs), "packages;", sorted(m for m in sys.modules if m.split(".")[0] in ("aotgrad", "torch")))
+    loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("aotgrad", "torch"))
+    print("ran", len(jobs), "packages;", loaded)
 """)
 
 

@@ -129,8 +129,9 @@ def check_inputs(manifest, inputs):
                         f"({', '.join(s['name'] for s in specs)}), got {len(inputs)}")
     out = []
     for x, s in zip(inputs, specs):
-        a = np.asarray(x.numpy() if hasattr(x, "numpy") and not isinstance(x, np.ndarray)
-                       else x)
+        if hasattr(x, "detach") and not isinstance(x, np.ndarray):   # a tensor
+            x = x.detach().numpy()
+        a = np.asarray(x)
         if tuple(a.shape) != tuple(s["shape"]):
             raise ValueError(f"{manifest['name']}: input '{s['name']}' has shape "
                              f"{tuple(a.shape)}; the program was exported for shape "
