@@ -6,6 +6,10 @@ code generator). Everything else in export/ works on what these functions return
     lower(graph)              -> Lowered: the code generator's kernels (self-contained Numba
                                  module sources) and the program's steps, as export's own
                                  step records (export.program)
+
+A training export is the joint graph as ONE program (loss and gradients from one call), so
+the partitioner, which splits a joint graph into a forward that saves values and a backward
+that runs later, has nothing to decide here.
 """
 import dataclasses
 
