@@ -89,6 +89,12 @@ from aotgrad.runtime.linalg_functions import cholesky_legacy as cholesky  # noqa
 from aotgrad.runtime.linalg_functions import qr_legacy as qr, svd_legacy as svd  # noqa: E402
 from aotgrad import accelerator, amp, backends, cpu, cuda, jit, linalg, sparse  # noqa: E402
 dtype = DType
+# aotgrad.export(...) (a callable module) and aotgrad.onnx.export(...): light modules that load
+# numba and onnx on use; aotgrad.onnx lives in export/ (see export/onnx_api.py for why)
+from aotgrad import export  # noqa: E402
+from aotgrad.export import load_exported, onnx_api as onnx  # noqa: E402
+import sys as _sys  # noqa: E402
+_sys.modules.setdefault("aotgrad.onnx", onnx)
 from aotgrad.utils import log as _log  # noqa: E402
 
 _log.configure()  # AOTGRAD_LOG=info|debug|...: the aotgrad logger's level, on stderr
@@ -140,6 +146,7 @@ __all__ = [
     "cpu", "cuda", "jit", "set_num_threads", "get_num_threads", "set_num_interop_threads",
     "get_num_interop_threads",
     "scatter_reduce", "distributed", "func",
+    "export", "onnx", "load_exported",
 ]
 
 
