@@ -4,6 +4,7 @@ when checking is on (ir/verifier.py). `run_pipeline` records every stage (ir/sta
 import math
 
 from aotgrad.ir.core import Graph, Node, make_node
+from aotgrad.ir.prims import dot_dims, free_dims
 from aotgrad.ir.stages import Stage, StageHistory
 from aotgrad.ir.tags import Tag
 from aotgrad.ir.verifier import enabled, verified, verify
@@ -95,20 +96,11 @@ def simplify(graph):
     return Graph(graph.inputs, nodes, [rename.get(v, v) for v in graph.outputs], graph.name)
 
 
-def _dot_dims(n):
-    (lc, rc), (lb, rb) = n.params["contract"], n.params.get("batch", ((), ()))
-    return tuple(lc), tuple(rc), tuple(lb), tuple(rb)
-
-
-def _free(ndim, contract, batch):
-    return [i for i in range(ndim) if i not in contract and i not in batch]
-
-
 def _absorb_operand_transpose(n, prod):
     """dot_general(transpose(x, p), y) -> dot_general(x, y) with x's dims renamed, when the
     free dims keep their order (the output is unchanged). The executor hands BLAS a
     transposed view; no kernel has to write the transposed copy."""
-    lc, rc, lb, rb = _dot_dims(n)
+    lc, rc, lb, rb, _, _ = dot_dims(*(v.ndim for v in n.inputs), **n.params)
     ins, dims = list(n.inputs), [[lc, lb], [rc, rb]]
     changed = False
     for k in (0, 1):
@@ -117,7 +109,7 @@ def _absorb_operand_transpose(n, prod):
             continue
         p = t.params["perm"]
         c, b = dims[k]
-        free = [p[i] for i in _free(len(p), c, b)]
+        free = [p[i] for i in free_dims(len(p), c, b)]
         if free != sorted(free):
             continue
         ins[k] = t.inputs[0]
@@ -133,10 +125,9 @@ def _absorb_operand_transpose(n, prod):
 def _swapped_dot(dot, perm, out):
     """dot_general(b, a) writing `out`, when transpose(dot_general(a, b), perm) only swaps
     the output's two free-dim groups (the batch dims stay first); else None."""
-    lc, rc, lb, rb = _dot_dims(dot)
     a, b = dot.inputs
-    nb, na = len(lb), len(_free(a.ndim, lc, lb))
-    nf = len(_free(b.ndim, rc, rb))
+    lc, rc, lb, rb, af, bf = dot_dims(a.ndim, b.ndim, **dot.params)
+    nb, na, nf = len(lb), len(af), len(bf)
     want = tuple(range(nb)) + tuple(range(nb + na, nb + na + nf)) + tuple(range(nb, nb + na))
     if tuple(perm) != want or want == tuple(range(len(want))):
         return None

@@ -120,3 +120,25 @@ def test_ir_modules_import_without_a_circle():
             g.add_edges_from((path.stem, m) for m in _ir_imports(path))
     assert nx.is_directed_acyclic_graph(g), nx.find_cycle(g)
     assert "printer" not in nx.descendants(g, "core")
+
+
+def test_dot_dims_name_each_operands_dims():
+    from aotgrad.ir.prims import dot_dims, free_dims
+    d = dot_dims(4, 3, contract=((3,), (1,)), batch=([0], [0]))
+    assert d == ((3,), (1,), (0,), (0,), (1, 2), (2,))
+    assert d.lhs_free == free_dims(4, (3,), (0,))
+    a = np.random.default_rng(0).standard_normal((2, 3, 4, 5)).astype(np.float32)
+    b = np.random.default_rng(1).standard_normal((2, 5, 6)).astype(np.float32)
+    out = prims.dot_general.bind(a, b, contract=((3,), (1,)), batch=((0,), (0,)))
+    sizes = [a.shape[i] for i in d.lhs_batch + d.lhs_free] + [b.shape[i] for i in d.rhs_free]
+    assert out.shape == tuple(sizes) == (2, 3, 4, 6)
+    np.testing.assert_allclose(out, np.einsum("bijk,bkl->bijl", a, b), rtol=1e-5)
+
+
+def test_the_free_dims_are_computed_in_one_place():
+    root = IR.parent
+    for path in [*root.glob("ir/*.py"), *root.glob("codegen/*.py"),
+                 *root.glob("runtime/*.py")]:
+        text = path.read_text(encoding="utf-8")
+        assert "not in lc and i not in lb" not in text, path
+        assert "not in rc and i not in rb" not in text, path
