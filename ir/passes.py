@@ -3,7 +3,7 @@ Each takes a Graph and returns a new Graph (inputs and outputs keep their Vars),
 when checking is on (ir/verifier.py). `run_pipeline` records every stage (ir/stages.py)."""
 import math
 
-from aotgrad.ir.core import Graph, Node, make_node
+from aotgrad.ir.core import Eqn, Graph, make_node
 from aotgrad.ir.prims import dot_dims, free_dims
 from aotgrad.ir.stages import Stage, StageHistory
 from aotgrad.ir.tags import Tag
@@ -51,7 +51,7 @@ def cse(graph, keep_outputs=False):
 def _renamed(n, rename):
     if not any(v in rename for v in n.inputs):
         return n
-    return Node(n.prim, [rename.get(v, v) for v in n.inputs], n.outputs, n.params, n.provenance)
+    return Eqn(n.prim, [rename.get(v, v) for v in n.inputs], n.outputs, n.params, n.provenance)
 
 
 def _is_identity(n):
@@ -86,7 +86,7 @@ def simplify(graph):
             continue
         if n.prim.name == "reshape" and producer.get(n.inputs[0]) is not None and \
                 producer[n.inputs[0]].prim.name == "reshape":
-            n = Node(n.prim, producer[n.inputs[0]].inputs, n.outputs, n.params, n.provenance)
+            n = Eqn(n.prim, producer[n.inputs[0]].inputs, n.outputs, n.params, n.provenance)
             if n.inputs[0].shape == n.outputs[0].shape:
                 rename[n.outputs[0]] = n.inputs[0]
                 continue
@@ -119,7 +119,7 @@ def _absorb_operand_transpose(n, prod):
         return n
     (lc, lb), (rc, rb) = dims
     params = dict(n.params, contract=(lc, rc), batch=(lb, rb))
-    return Node(n.prim, ins, n.outputs, params, n.provenance)
+    return Eqn(n.prim, ins, n.outputs, params, n.provenance)
 
 
 def _swapped_dot(dot, perm, out):
@@ -132,7 +132,7 @@ def _swapped_dot(dot, perm, out):
     if tuple(perm) != want or want == tuple(range(len(want))):
         return None
     params = dict(dot.params, contract=(rc, lc), batch=(rb, lb))
-    return Node(dot.prim, [b, a], [out], params, dot.provenance)
+    return Eqn(dot.prim, [b, a], [out], params, dot.provenance)
 
 
 @verified
@@ -158,7 +158,7 @@ def fold_transposes(graph):
                 if perm == tuple(range(len(perm))):
                     rename[n.outputs[0]] = src.inputs[0]
                     continue
-                n = Node(n.prim, src.inputs, n.outputs, dict(n.params, perm=perm),
+                n = Eqn(n.prim, src.inputs, n.outputs, dict(n.params, perm=perm),
                          n.provenance)
             elif src is not None and src.prim.name == "dot_general" and \
                     len(users.get(n.inputs[0], ())) == 1 and n.inputs[0] not in outs:
@@ -198,7 +198,7 @@ def reduce_before_reshape(graph):
                 reduced = make_node(n.prim, [x], n.params, n.provenance,
                                     [f"{n.outputs[0].name}p"])
                 nodes.append(reduced)
-                n = Node(src.prim, reduced.outputs, n.outputs,
+                n = Eqn(src.prim, reduced.outputs, n.outputs,
                          {"shape": tuple(n.outputs[0].shape)}, n.provenance)
         for v in n.outputs:
             prod[v] = n

@@ -142,3 +142,10 @@ def test_the_free_dims_are_computed_in_one_place():
         text = path.read_text(encoding="utf-8")
         assert "not in lc and i not in lb" not in text, path
         assert "not in rc and i not in rb" not in text, path
+
+
+def test_the_ir_node_is_an_eqn():
+    from aotgrad import ir
+    from aotgrad.autograd.graph import Node as AutogradNode
+    assert ir.Node is ir.Eqn and ir.Eqn is not AutogradNode
+    assert ir.Eqn.__name__ == "Eqn"
