@@ -241,7 +241,7 @@ def make_node(prim, inputs, params, provenance, names):
     out = prim.abstract_eval(*inputs, **params)
     outs = out if prim.multiple_results else (out,)
     return Eqn(prim, inputs, [Var(nm, a.shape, a.dtype) for nm, a in zip(names, outs)],
-                params, provenance)
+               params, provenance)
 
 
 class Graph:

@@ -100,7 +100,8 @@ def _absorb_operand_transpose(n, prod):
     """dot_general(transpose(x, p), y) -> dot_general(x, y) with x's dims renamed, when the
     free dims keep their order (the output is unchanged). The executor hands BLAS a
     transposed view; no kernel has to write the transposed copy."""
-    lc, rc, lb, rb, _, _ = dot_dims(*(v.ndim for v in n.inputs), **n.params)
+    lhs, rhs = n.inputs
+    lc, rc, lb, rb, _, _ = dot_dims(lhs.ndim, rhs.ndim, **n.params)
     ins, dims = list(n.inputs), [[lc, lb], [rc, rb]]
     changed = False
     for k in (0, 1):
@@ -159,7 +160,7 @@ def fold_transposes(graph):
                     rename[n.outputs[0]] = src.inputs[0]
                     continue
                 n = Eqn(n.prim, src.inputs, n.outputs, dict(n.params, perm=perm),
-                         n.provenance)
+                        n.provenance)
             elif src is not None and src.prim.name == "dot_general" and \
                     len(users.get(n.inputs[0], ())) == 1 and n.inputs[0] not in outs:
                 sw = _swapped_dot(src, n.params["perm"], n.outputs[0])
@@ -199,7 +200,7 @@ def reduce_before_reshape(graph):
                                     [f"{n.outputs[0].name}p"])
                 nodes.append(reduced)
                 n = Eqn(src.prim, reduced.outputs, n.outputs,
-                         {"shape": tuple(n.outputs[0].shape)}, n.provenance)
+                        {"shape": tuple(n.outputs[0].shape)}, n.provenance)
         for v in n.outputs:
             prod[v] = n
         nodes.append(n)
