@@ -192,7 +192,7 @@ class ReductionEmitter:
         nm = self.fresh("r")
         if od is dt.bool_:
             scope.add(f"{nm} = {acc} != 0")
-        elif op in ("argmax", "argmin"):
+        elif Tag.ARG_REDUCTION in r.prim.tags:
             scope.add(f"{nm} = np.int64({acc}_i)")
         else:
             scope.add(f"{nm} = {np_name(od)}({acc})")

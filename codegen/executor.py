@@ -18,6 +18,7 @@ import numpy as np
 from aotgrad.codegen import blas, parallel_compile
 from aotgrad.codegen.scheduler import Kernel, StepKind
 from aotgrad.ir.core import located_error
+from aotgrad.ir.prims import dot_dims
 from aotgrad.ir.tags import Tag
 
 _MALLOC_TUNED = []
@@ -102,10 +103,8 @@ def _locate_error(filename, step_at_line, err):
 
 def _dot_plan(node):
     a, b = node.inputs
-    (lc, rc), (lb, rb) = node.params["contract"], node.params.get("batch", ((), ()))
-    af = [i for i in range(a.ndim) if i not in lc and i not in lb]
-    bf = [i for i in range(b.ndim) if i not in rc and i not in rb]
-    pa, pb = list(lb) + af + list(lc), list(rb) + list(rc) + bf
+    lc, rc, lb, rb, af, bf = dot_dims(a.ndim, b.ndim, **node.params)
+    pa, pb = list(lb + af + lc), list(rb + rc + bf)
     B = [a.shape[i] for i in lb]   # batch dims kept apart: merging them copies a strided view
     M = math.prod(a.shape[i] for i in af)
     K = math.prod(a.shape[i] for i in lc)

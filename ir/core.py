@@ -1,8 +1,8 @@
-"""The IR's data structures: Var, Node, Graph, Prim, and how a prim is bound.
+"""The IR's data structures: Var, Eqn, Graph, Prim, and how a prim is bound.
 
 `Prim.bind(*args, **params)` is the single entry point for every primitive op. With numpy
 arrays it validates the inputs with the prim's shape rule and runs the numpy reference
-implementation; with `Var`s (while a `GraphBuilder` is active) it appends a Node instead.
+implementation; with `Var`s (while a `GraphBuilder` is active) it appends an Eqn instead.
 """
 import contextvars
 import itertools
@@ -236,8 +236,9 @@ def check(cond, msg):
         raise PrimError(msg)
 
 
-class Node:
-    """One primitive application in a Graph."""
+class Eqn:
+    """One primitive application in a Graph (an equation of the SSA program, as in a jaxpr;
+    autograd's graph nodes are `autograd.graph.Node`)."""
     __slots__ = ("prim", "inputs", "outputs", "params", "provenance")
 
     def __init__(self, prim, inputs, outputs, params, provenance=None):
@@ -248,13 +249,17 @@ class Node:
         return format_node(self)
 
 
+# The IR's former name for Eqn, kept so that code written against it keeps working.
+Node = Eqn
+
+
 def make_node(prim, inputs, params, provenance, names):
-    """A Node applying `prim`, its output Vars typed by the prim's shape rule (named `names`,
+    """An Eqn applying `prim`, its output Vars typed by the prim's shape rule (named `names`,
     one per output): how a pass builds a node that computes a new value."""
     out = prim.abstract_eval(*inputs, **params)
     outs = out if prim.multiple_results else (out,)
-    return Node(prim, inputs, [Var(nm, a.shape, a.dtype) for nm, a in zip(names, outs)],
-                params, provenance)
+    return Eqn(prim, inputs, [Var(nm, a.shape, a.dtype) for nm, a in zip(names, outs)],
+               params, provenance)
 
 
 class Graph:
@@ -355,7 +360,7 @@ class GraphBuilder:
         out = prim.abstract_eval(*args, **params)
         outs = out if prim.multiple_results else (out,)
         out_vars = [self.new_var(a) for a in outs]
-        self.graph.nodes.append(Node(prim, args, out_vars, params, make_provenance()))
+        self.graph.nodes.append(Eqn(prim, args, out_vars, params, make_provenance()))
         return out_vars if prim.multiple_results else out_vars[0]
 
     def __enter__(self):

@@ -13,7 +13,7 @@ from aotgrad.ir.prims import unit_reshape_map
 from aotgrad.ir.tags import Tag
 from aotgrad.ir.verifier import verified
 
-RECOMPUTABLE_TAGS = frozenset({Tag.POINTWISE, Tag.SHAPE, Tag.CREATION})  # kinds
+RECOMPUTABLE_KINDS = frozenset({Tag.POINTWISE, Tag.SHAPE, Tag.CREATION})
 
 
 def nbytes(v):
@@ -104,7 +104,7 @@ def _partition(joint, n_primals, n_fw_outputs, allow_reductions):
     for n in joint.nodes:
         if n in bw_nodes:
             continue
-        recomputable = n.prim.kind in RECOMPUTABLE_TAGS or \
+        recomputable = n.prim.kind in RECOMPUTABLE_KINDS or \
             (allow_reductions and n.prim.kind is Tag.REDUCTION)
         for v in n.outputs:
             if not recomputable:
@@ -124,7 +124,7 @@ def _partition(joint, n_primals, n_fw_outputs, allow_reductions):
     # backward a write of its size (paid when its "in" node falls on the sink side)
     for v in _contraction_operands(bw_nodes, producer):
         if v not in bw_vals and producer.get(v) is not None and \
-                producer[v].prim.kind in RECOMPUTABLE_TAGS:
+                producer[v].prim.kind in RECOMPUTABLE_KINDS:
             g.add_edge(S, ("in", v), capacity=nbytes(v))
     for v in grads:
         if v not in bw_vals:  # a grad that does not depend on tangents (rare): save it
@@ -165,7 +165,7 @@ def _save_cost(v, producer, in_memory=False):
     its size, a hair less than the value it was computed from, so that of two equal-sized
     candidates the later one is saved and the backward does not run a kernel to rebuild it
     (the transformer block's qkv bias add, 0.35 ms)."""
-    if producer is None or producer.prim.kind not in RECOMPUTABLE_TAGS:
+    if producer is None or producer.prim.kind not in RECOMPUTABLE_KINDS:
         return nbytes(v)
     if in_memory:
         return nbytes(v) - 1e-3

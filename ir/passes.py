@@ -3,7 +3,8 @@ Each takes a Graph and returns a new Graph (inputs and outputs keep their Vars),
 when checking is on (ir/verifier.py). `run_pipeline` records every stage (ir/stages.py)."""
 import math
 
-from aotgrad.ir.core import Graph, Node, make_node
+from aotgrad.ir.core import Eqn, Graph, make_node
+from aotgrad.ir.prims import dot_dims, free_dims
 from aotgrad.ir.stages import Stage, StageHistory
 from aotgrad.ir.tags import Tag
 from aotgrad.ir.verifier import enabled, verified, verify
@@ -50,7 +51,7 @@ def cse(graph, keep_outputs=False):
 def _renamed(n, rename):
     if not any(v in rename for v in n.inputs):
         return n
-    return Node(n.prim, [rename.get(v, v) for v in n.inputs], n.outputs, n.params, n.provenance)
+    return Eqn(n.prim, [rename.get(v, v) for v in n.inputs], n.outputs, n.params, n.provenance)
 
 
 def _is_identity(n):
@@ -85,7 +86,7 @@ def simplify(graph):
             continue
         if n.prim.name == "reshape" and producer.get(n.inputs[0]) is not None and \
                 producer[n.inputs[0]].prim.name == "reshape":
-            n = Node(n.prim, producer[n.inputs[0]].inputs, n.outputs, n.params, n.provenance)
+            n = Eqn(n.prim, producer[n.inputs[0]].inputs, n.outputs, n.params, n.provenance)
             if n.inputs[0].shape == n.outputs[0].shape:
                 rename[n.outputs[0]] = n.inputs[0]
                 continue
@@ -95,20 +96,12 @@ def simplify(graph):
     return Graph(graph.inputs, nodes, [rename.get(v, v) for v in graph.outputs], graph.name)
 
 
-def _dot_dims(n):
-    (lc, rc), (lb, rb) = n.params["contract"], n.params.get("batch", ((), ()))
-    return tuple(lc), tuple(rc), tuple(lb), tuple(rb)
-
-
-def _free(ndim, contract, batch):
-    return [i for i in range(ndim) if i not in contract and i not in batch]
-
-
 def _absorb_operand_transpose(n, prod):
     """dot_general(transpose(x, p), y) -> dot_general(x, y) with x's dims renamed, when the
     free dims keep their order (the output is unchanged). The executor hands BLAS a
     transposed view; no kernel has to write the transposed copy."""
-    lc, rc, lb, rb = _dot_dims(n)
+    lhs, rhs = n.inputs
+    lc, rc, lb, rb, _, _ = dot_dims(lhs.ndim, rhs.ndim, **n.params)
     ins, dims = list(n.inputs), [[lc, lb], [rc, rb]]
     changed = False
     for k in (0, 1):
@@ -117,7 +110,7 @@ def _absorb_operand_transpose(n, prod):
             continue
         p = t.params["perm"]
         c, b = dims[k]
-        free = [p[i] for i in _free(len(p), c, b)]
+        free = [p[i] for i in free_dims(len(p), c, b)]
         if free != sorted(free):
             continue
         ins[k] = t.inputs[0]
@@ -127,21 +120,20 @@ def _absorb_operand_transpose(n, prod):
         return n
     (lc, lb), (rc, rb) = dims
     params = dict(n.params, contract=(lc, rc), batch=(lb, rb))
-    return Node(n.prim, ins, n.outputs, params, n.provenance)
+    return Eqn(n.prim, ins, n.outputs, params, n.provenance)
 
 
 def _swapped_dot(dot, perm, out):
     """dot_general(b, a) writing `out`, when transpose(dot_general(a, b), perm) only swaps
     the output's two free-dim groups (the batch dims stay first); else None."""
-    lc, rc, lb, rb = _dot_dims(dot)
     a, b = dot.inputs
-    nb, na = len(lb), len(_free(a.ndim, lc, lb))
-    nf = len(_free(b.ndim, rc, rb))
+    lc, rc, lb, rb, af, bf = dot_dims(a.ndim, b.ndim, **dot.params)
+    nb, na, nf = len(lb), len(af), len(bf)
     want = tuple(range(nb)) + tuple(range(nb + na, nb + na + nf)) + tuple(range(nb, nb + na))
     if tuple(perm) != want or want == tuple(range(len(want))):
         return None
     params = dict(dot.params, contract=(rc, lc), batch=(rb, lb))
-    return Node(dot.prim, [b, a], [out], params, dot.provenance)
+    return Eqn(dot.prim, [b, a], [out], params, dot.provenance)
 
 
 @verified
@@ -167,8 +159,8 @@ def fold_transposes(graph):
                 if perm == tuple(range(len(perm))):
                     rename[n.outputs[0]] = src.inputs[0]
                     continue
-                n = Node(n.prim, src.inputs, n.outputs, dict(n.params, perm=perm),
-                         n.provenance)
+                n = Eqn(n.prim, src.inputs, n.outputs, dict(n.params, perm=perm),
+                        n.provenance)
             elif src is not None and src.prim.name == "dot_general" and \
                     len(users.get(n.inputs[0], ())) == 1 and n.inputs[0] not in outs:
                 sw = _swapped_dot(src, n.params["perm"], n.outputs[0])
@@ -207,8 +199,8 @@ def reduce_before_reshape(graph):
                 reduced = make_node(n.prim, [x], n.params, n.provenance,
                                     [f"{n.outputs[0].name}p"])
                 nodes.append(reduced)
-                n = Node(src.prim, reduced.outputs, n.outputs,
-                         {"shape": tuple(n.outputs[0].shape)}, n.provenance)
+                n = Eqn(src.prim, reduced.outputs, n.outputs,
+                        {"shape": tuple(n.outputs[0].shape)}, n.provenance)
         for v in n.outputs:
             prod[v] = n
         nodes.append(n)

@@ -10,6 +10,7 @@ creation, check) and the facts other modules ask about (view, non-differentiable
 import builtins
 import functools
 import math
+import typing
 
 import numpy as np
 
@@ -99,6 +100,30 @@ def unit_reshape_map(src, dst):
     return m
 
 
+def free_dims(ndim, contract, batch):
+    """The dims of a dot_general operand that are neither contracted nor batch dims, in
+    order: the output is (batch dims, lhs's free dims, rhs's free dims)."""
+    return tuple(i for i in range(ndim) if i not in contract and i not in batch)
+
+
+class DotDims(typing.NamedTuple):
+    """A dot_general's dims per operand: contracted, batch and free (`dot_dims`)."""
+    lhs_contract: tuple
+    rhs_contract: tuple
+    lhs_batch: tuple
+    rhs_batch: tuple
+    lhs_free: tuple
+    rhs_free: tuple
+
+
+def dot_dims(lhs_ndim, rhs_ndim, *, contract, batch=((), ())):
+    """The dims of `dot_general(lhs, rhs, contract=..., batch=...)`: call it with the
+    node's params (`dot_dims(a.ndim, b.ndim, **node.params)`)."""
+    (lc, rc), (lb, rb) = contract, batch
+    lc, rc, lb, rb = tuple(lc), tuple(rc), tuple(lb), tuple(rb)
+    return DotDims(lc, rc, lb, rb, free_dims(lhs_ndim, lc, lb), free_dims(rhs_ndim, rc, rb))
+
+
 def _transpose_rule(x, *, perm):
     check(sorted(perm) == list(range(x.ndim)), f"perm {tuple(perm)} is not a permutation "
                                                f"of {x.ndim} dims")
@@ -172,9 +197,9 @@ def _dot_rule(a, b, *, contract, batch=((), ())):
         check(a.shape[i] == b.shape[j],
               f"size mismatch: lhs dim {i} is {a.shape[i]}, rhs dim {j} is {b.shape[j]} "
               f"(lhs {list(a.shape)}, rhs {list(b.shape)})")
-    af = [n for i, n in enumerate(a.shape) if i not in lc and i not in lb]
-    bf = [n for i, n in enumerate(b.shape) if i not in rc and i not in rb]
-    return Aval([a.shape[i] for i in lb] + af + bf, a.dtype)
+    d = dot_dims(a.ndim, b.ndim, contract=contract, batch=batch)
+    return Aval([a.shape[i] for i in d.lhs_batch + d.lhs_free] +
+                [b.shape[i] for i in d.rhs_free], a.dtype)
 
 
 def _gather_rule(x, idx, *, dim):
@@ -297,9 +322,8 @@ def _slice(x, *, start, limit, strides=None):
 
 
 def _dot_general(a, b, *, contract, batch=((), ())):
-    (lc, rc), (lb, rb) = contract, batch
-    af = [i for i in range(a.ndim) if i not in lc and i not in lb]
-    bf = [i for i in range(b.ndim) if i not in rc and i not in rb]
+    lc, rc, lb, rb, af, bf = dot_dims(a.ndim, b.ndim, contract=contract, batch=batch)
+    af, bf = list(af), list(bf)
     # canonical form: a -> (batch, free, contract), b -> (batch, contract, free); one matmul
     at = np.transpose(a, list(lb) + af + list(lc))
     bt = np.transpose(b, list(rb) + list(rc) + bf)

@@ -12,6 +12,7 @@ import math
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.core import PRIMS
+from aotgrad.ir.prims import dot_dims
 from aotgrad.ir.tags import Tag
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.dispatch import VJP
@@ -481,9 +482,8 @@ def _perm_to(order):
 @defvjp("dot_general", save=(0, 1))
 def _(ctx, g):
     a, b = ctx.saved_tensors
-    (lc, rc), (lb, rb) = ctx.params["contract"], ctx.params.get("batch", ((), ()))
-    af = [i for i in range(a.ndim) if i not in lc and i not in lb]
-    bf = [i for i in range(b.ndim) if i not in rc and i not in rb]
+    lc, rc, lb, rb, af, bf = dot_dims(a.ndim, b.ndim, **ctx.params)
+    af, bf = list(af), list(bf)
     nb = len(lb)
     g_batch = tuple(range(nb))
     g_af = tuple(range(nb, nb + len(af)))
