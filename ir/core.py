@@ -330,6 +330,17 @@ def current_builder():
     return _builder.get()
 
 
+class no_builder:
+    """Inside, no graph records: ops run on concrete values (the active builder after)."""
+
+    def __enter__(self):
+        self._token = _builder.set(None)
+        return self
+
+    def __exit__(self, *exc):
+        _builder.reset(self._token)
+
+
 Prim.__call__ = Prim.bind  # printed graphs call prims like functions
 
 

@@ -67,6 +67,9 @@ def same_value(a, b):
         return False
 
 
+CONSTANT_RESULT = "_aotgrad_constant_result"  # set on a function whose result the trace bakes in
+
+
 def is_library_module(name):
     """Code of this module is not the user's: the walk does not follow its functions."""
     if not name:
@@ -243,7 +246,8 @@ def _walk_once(fn, arg_leaves, names, codes, arg_names):
 
     def function(f):
         code = getattr(f, "__code__", None)
-        if code is None or is_library_module(getattr(f, "__module__", None)):
+        if code is None or is_library_module(getattr(f, "__module__", None)) or \
+                getattr(f, CONSTANT_RESULT, False):  # (what it reads is no state of the program)
             return
         _add_code(code, names, codes)
         g = getattr(f, "__globals__", None)

@@ -6,10 +6,11 @@ derivative rules and autograd.Function backwards are recorded by the same code t
 them eagerly. The backward is derived by running the eager engine (`run_backward`) on the
 traced outputs with new tangent inputs: one source of derivative truth.
 """
+import functools
 import gc
 import weakref
 
-from aotgrad.ir.core import Aval, GraphBuilder, Var, aval_of
+from aotgrad.ir.core import Aval, GraphBuilder, Var, aval_of, current_builder, no_builder
 from aotgrad.runtime import dispatch
 from aotgrad.runtime.engine import (Node, SavedTensorModifiedError, VersionCounter,
                                     _node_of, run_backward)
@@ -509,3 +510,41 @@ def _escapes(builder):
             seen.add(id(t))
             escapes.append((("escape", t), t._value))
     return escapes
+
+
+
+def constant_result(fn):
+    """`fn` marked as returning the same value on every call: eagerly a plain call; while
+    tracing, run once outside the trace (`run_outside_trace`), its result a constant of the
+    program. What it reads is neither guarded nor checked for changes."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if current_builder() is None:
+            return fn(*args, **kwargs)
+        return run_outside_trace(fn, args, kwargs)
+    setattr(wrapper, reads.CONSTANT_RESULT, True)
+    return wrapper
+
+
+def run_outside_trace(fn, args, kwargs):
+    """fn(*args, **kwargs) run once while tracing as if no trace were active (concrete
+    values, no graph, no gradient, clock reads allowed), its tensors returned as private
+    copies: a value the trace keeps as a constant (`assume_constant_result`)."""
+    leaves, _ = flatten((tuple(args), dict(kwargs)))
+    if any(isinstance(x, Tensor) and isinstance(x._value, Var) for x in leaves):
+        raise dispatch.GraphBreak(dispatch.describe_break(
+            f"{getattr(fn, '__qualname__', fn)!s} is marked assume_constant_result but got a "
+            f"traced tensor (a value that changes from call to call); pass it concrete values "
+            f"only"))
+    prev = _mode.grad_enabled
+    _mode.grad_enabled = False
+    try:
+        with no_builder(), side_effects.unwatched():
+            out = fn(*args, **kwargs)
+    finally:
+        _mode.grad_enabled = prev
+    leaves, tree = flatten(out)
+    if not any(isinstance(x, Tensor) for x in leaves):
+        return out
+    return unflatten(tree, [Tensor._make(x._value.copy(), False) if isinstance(x, Tensor) else x
+                            for x in leaves])

@@ -1,44 +1,25 @@
-"""compile(): the one place that joins the tracer, the IR passes and partitioner, codegen and
-the runtime's executor.
-
-    @aotgrad.compile
-    def loss_fn(x, w):
-        return (x @ w).tanh().sum()
-
-    loss = loss_fn(x, w); loss.backward()     # compiled forward, compiled backward
-    print(loss_fn.ir(x, w))                    # forward / backward graphs, saved values, source
-"""
-import dataclasses
-import functools
-import logging
+"""Program: one compiled specialisation of a function (its joint, forward, backward and
+inference graphs, the partition, their compiled runners) and the general call that runs it
+with any roles, in-place writes, .grad writes, profiling and anomaly mode."""
 import math
 import os
 import threading
-import warnings
 import weakref
 
 import numpy as np
 
+from aotgrad.compiler import call
 from aotgrad.ir import passes
-from aotgrad.ir.core import Aval, current_builder
+from aotgrad.ir.core import Aval
 from aotgrad.ir.partition import partition
 from aotgrad.ir.printer import HEADER, format_graph
-from aotgrad import call_path
-from aotgrad.runtime import dispatch
 from aotgrad.runtime import profiling
-from aotgrad.runtime.engine import _checked_hook_result, accumulate_retained, saved_hooks
-from aotgrad.runtime.forward_mode import state as _forward
+from aotgrad.runtime.engine import _checked_hook_result, accumulate_retained
 from aotgrad.runtime.executor import CompiledBackward, check_nan, write_back, write_grad
 from aotgrad.runtime.factories import default_generator
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.tensor import Tensor
-from aotgrad.tracer.pytree import flatten, unflatten
-from aotgrad.tracer.trace import GraphBreakError, trace
-
-log = logging.getLogger(__name__)
-
-BACKENDS = ("numba", "interpret")
-cache_size_limit = 8  # programs per compiled function before it warns and runs eagerly
+from aotgrad.tracer.pytree import unflatten
 
 
 def _runner(graph, backend, name, trusted=0):
@@ -83,10 +64,10 @@ class Program:
         self._owned = {}
         self._accumulators = None
         self._avals = None
-        self._fast = None        # the specialised call (call_path.make_call), made on first call
+        self._fast = None        # the specialised call (call.make_call), made on first call
         self._inline = None      # set by make_call where specialise may inline the call
         self._implicit = {}      # output_nr -> the grads `out.backward()` feeds the backward
-        self._fast_bw = None     # call_path.make_fast_backward(), made on first use
+        self._fast_bw = None     # call.make_fast_backward(), made on first use
         self._arg_roles = [x for _, x in tr.roles] if all(k == "arg" for k, _ in tr.roles) \
             else None
 
@@ -258,13 +239,13 @@ class Program:
 
     def __call__(self, leaves, trusted=False):
         """Run on the call's flattened inputs; `trusted`: they are the arguments themselves,
-        all tensors whose arrays passed the guard's checks (see call_path.specialise)."""
+        all tensors whose arrays passed the guard's checks (see call.specialise)."""
         fast = self._fast
         if fast is None:
             with _PREPARE_LOCK:
                 fast = self._fast
                 if fast is None:
-                    fast = self._fast = call_path.make_call(self)
+                    fast = self._fast = call.make_call(self)
         if fast is not False and not profiling._profilers and not _mode.anomaly:
             return fast(leaves, trusted)
         return self._call(leaves)
@@ -376,7 +357,7 @@ class Program:
 
     def _first_fast_backward(self, t, retain_graph):
         if self._fast_bw == self._first_fast_backward:
-            self._fast_bw = call_path.make_fast_backward(self)
+            self._fast_bw = call.make_fast_backward(self)
         return self._fast_bw(t, retain_graph)
 
     def _first_call_state(self, diff_inputs, outs):
@@ -549,403 +530,3 @@ def _restrict(joint, n_primals, n_fw_outputs):
     from aotgrad.ir.core import Graph
     return Graph(joint.inputs[:n_primals], joint.nodes, joint.outputs[:n_fw_outputs], "inference")
 
-
-def _guard_key(leaves, module, treedef=None):
-    key = [_mode.grad_enabled, treedef]
-    counters, n_tensors = set(), 0
-    for x in leaves:
-        if isinstance(x, Tensor):
-            key.append(_tensor_key(x))
-            counters.add(id(x._version_counter))
-            n_tensors += 1
-        elif isinstance(x, (int, float, bool, str, type(None))):
-            key.append(("S", type(x).__name__, x))
-        else:
-            key.append(("O", type(x).__name__, id(x)))
-    if len(counters) != n_tensors:
-        key.append(alias_pattern(leaves))
-    return _with_module(key, module)
-
-
-def alias_pattern(leaves):
-    """("A", ((i, j, same), ...)): tensor leaf i shares memory with the earlier leaf j (views
-    share their base's version counter): the same tensor (`same`), or a view / the base / a
-    sibling view. Part of the guard key only where arguments alias, so the common call pays
-    one set; a program traced for one pattern never runs on another."""
-    first, pairs = {}, []
-    for i, x in enumerate(leaves):
-        if isinstance(x, Tensor):
-            j = first.setdefault(id(x._version_counter), i)
-            if j != i:
-                pairs.append((i, j, x is leaves[j]))
-    return ("A", tuple(pairs))
-
-
-def _tensor_key(x):
-    v = x._value
-    return ("T", v.shape, v.dtype, x.requires_grad)  # (dtype.name would be slow)
-
-
-def _with_module(key, module):
-    if module is not None and hasattr(module, "modules"):
-        key.append(tuple(m.training for m in module.modules()))
-    return tuple(key)
-
-
-def _tensor_args_key(args, module):
-    """_guard_key(args, module, len(args)) when every argument is a tensor, else None."""
-    key = [_mode.grad_enabled, len(args)]
-    counters = set()
-    for x in args:
-        if not isinstance(x, Tensor):
-            return None
-        key.append(_tensor_key(x))
-        counters.add(id(x._version_counter))
-    if len(counters) != len(args):
-        key.append(alias_pattern(args))
-    return _with_module(key, module)
-
-
-def _user_stacklevel():
-    """warnings.warn's stacklevel that points at the caller of the compiled function."""
-    import sys
-    f, level = sys._getframe(2), 2  # (the caller of _warn_once)
-    while f is not None and f.f_code.co_filename in (__file__, call_path.__file__):
-        f, level = f.f_back, level + 1
-    return level
-
-
-_REMEDY = ("If this size changes from call to call (a sequence growing by one token per call, "
-           "a last batch of another size), pad it to a fixed length, or raise "
-           "cache_size_limit (now {limit}: aotgrad.compiler.cache_size_limit, or the compiled "
-           "function's cache_size_limit attribute); programs generic in their sizes do not "
-           "exist yet.")
-
-
-@dataclasses.dataclass(frozen=True)
-class _Change:
-    """Why a call missed every cached program, in words: `text` names the argument (by
-    parameter name) and what changed (old -> new); `cause` is what it warns once for (the
-    argument and the dimension, not the sizes); `what` changed, for the advice; `warn`: a
-    recompile for this reason is worth a warning (a size, dtype or Python value; not grad
-    mode, requires_grad or train/eval, which take a bounded number of programs)."""
-    text: str
-    cause: tuple
-    what: str
-    warn: bool = True
-
-
-def recompile_cause(cache, key, fn, args, kwargs):
-    """The difference between `key` and the cached key it is closest to, as a _Change (None
-    when no cached key has the same structure)."""
-    best = None
-    for old in reversed(list(cache)):  # the latest of equally close keys
-        if len(old) != len(key) or old[1] != key[1]:
-            continue
-        diffs = [i for i, (a, b) in enumerate(zip(old, key)) if a != b]
-        if best is None or len(diffs) < len(best[1]):
-            best = (old, diffs)
-    if best is None or not best[1]:
-        return None
-    from aotgrad.tracer.arg_names import leaf_names
-    old, diffs = best
-    n_leaves = len(key) - 2
-    names = None
-    for i in diffs:
-        a, b = old[i], key[i]
-        if i == 0:
-            return _Change(f"grad mode changed ({a} -> {b})", ("grad_mode",), "grad mode",
-                           warn=False)
-        if not (isinstance(a, tuple) and isinstance(b, tuple) and a and b and a[0] == b[0]
-                and a[0] in ("T", "S") and i - 2 < n_leaves):
-            continue
-        if names is None:
-            names = leaf_names(fn, args, kwargs)
-        j = i - 2
-        name = f"argument '{names[j]}'" if j < len(names) else f"argument {j}"
-        if a[0] == "S":
-            return _Change(f"{name} changed value ({a[2]!r} -> {b[2]!r}); the trace "
-                           f"specialises to each Python value", (names[j], "value"), "value")
-        if len(a[1]) != len(b[1]):
-            return _Change(f"{name} changed its number of dimensions ({len(a[1])} -> "
-                           f"{len(b[1])}: shape {tuple(a[1])} -> {tuple(b[1])})",
-                           (names[j], "ndim"), "shape")
-        dims = [d for d, (p, q) in enumerate(zip(a[1], b[1])) if p != q]
-        if dims:
-            said = ", ".join(f"dim {d} ({a[1][d]} -> {b[1][d]})" for d in dims)
-            return _Change(f"{name} changed size in {said}", (names[j], tuple(dims)), "size")
-        if a[2] != b[2]:
-            return _Change(f"{name} changed dtype ({a[2]} -> {b[2]})", (names[j], "dtype"),
-                           "dtype")
-        if a[3] != b[3]:
-            return _Change(f"{name} changed requires_grad ({a[3]} -> {b[3]})",
-                           (names[j], "requires_grad"), "requires_grad", warn=False)
-    return _Change("the module's train/eval mode or the arguments' aliasing changed",
-                   ("other",), "mode", warn=False)
-
-
-class CompiledFunction:
-    """The callable `compile` returns. Caches one Program per guard key."""
-
-    def __init__(self, fn, fullgraph, backend, memory_budget, dump, cache_size_limit=None):
-        if backend not in BACKENDS:
-            raise ValueError(f"compile: unknown backend {backend!r}; choose one of {BACKENDS}")
-        self.fn, self.fullgraph, self.backend = fn, fullgraph, backend
-        self.memory_budget, self.dump_dir = memory_budget, dump or os.environ.get("AOTGRAD_DUMP")
-        self.cache_size_limit = cache_size_limit if cache_size_limit is not None else \
-            globals()["cache_size_limit"]
-        self.module = fn if hasattr(fn, "named_parameters") else None
-        self.cache, self._warned, self.graph_breaks = {}, set(), []
-        self._calls, self._specialised = {}, None  # key -> call_path.specialise(key, program); last hit
-        self.n_traces = 0  # how many times the function was traced (recompiles included)
-        self.eager_calls = 0  # calls that ran the Python function eagerly (breaks, limits, hooks)
-        self._guard_retraces = 0  # traces again because state the trace read changed
-        self._lock = threading.RLock()  # around lookup and build; the specialised call takes none
-        self.name = getattr(fn, "__name__", type(fn).__name__)
-        functools.update_wrapper(self, fn if callable(fn) and hasattr(fn, "__name__") else
-                                 self.__call__, updated=())
-
-    def _names(self):
-        if self.module is None:
-            return {}
-        names = {id(p): n for n, p in self.module.named_parameters()}
-        if hasattr(self.module, "named_buffers"):
-            names.update({id(b): n for n, b in self.module.named_buffers()})
-        return names
-
-    def _warn_once(self, msg, cause=None, extra=""):
-        """Warn `msg + extra` the first time for its cause (`msg` itself by default): a size
-        that changes on every call warns once, not once per size."""
-        cause = msg if cause is None else cause
-        if cause not in self._warned:
-            self._warned.add(cause)
-            warnings.warn(msg + extra, stacklevel=_user_stacklevel())
-
-    def _build(self, args, kwargs, leaves):
-        self.n_traces += 1
-        try:
-            tr = trace(self.fn, args, kwargs, self._names(), want_grad=_mode.grad_enabled)
-        except dispatch.GraphBreak as e:
-            msg = f"aotgrad.compile({self.name}): graph break at {e}"
-            self.graph_breaks.append(str(e))
-            log.info("%s", msg)
-            if self.fullgraph:
-                raise GraphBreakError(msg) from None
-            self._warn_once(msg + "; running this call eagerly")
-            return "eager"
-        except GraphBreakError as e:
-            log.info("aotgrad.compile(%s): %s", self.name, e)
-            if self.fullgraph:
-                raise
-            self._warn_once(f"aotgrad.compile({self.name}): {e}; running this call eagerly")
-            return "eager"
-        prog = Program(tr, self.backend, self.memory_budget, f"{self.name}_{len(self.cache)}")
-        if self.dump_dir:
-            prog.build()
-            prog.dump(os.path.join(self.dump_dir, prog.name))
-        return prog
-
-    def _lookup(self, args, kwargs):
-        with self._lock:  # one trace per new key, however many threads call at once
-            return self._lookup_locked(args, kwargs)
-
-    def _lookup_locked(self, args, kwargs):
-        key = None if kwargs else _tensor_args_key(args, self.module)
-        if key is not None:
-            leaves = args  # the common case, without a tree walk
-        else:
-            leaves, treedef = flatten((tuple(args), dict(kwargs)))
-            key = _guard_key(leaves, self.module, treedef)
-        prog = self.cache.get(key)
-        if prog is not None and prog != "eager" and not call_path.lifted_ok(prog):
-            where = call_path.failed_guard(prog)
-            prog = None
-            self._guard_retraces += 1
-            if self._guard_retraces > self.cache_size_limit:
-                self._warn_once(f"aotgrad.compile({self.name}): state the trace read changed "
-                                f"on more than cache_size_limit ({self.cache_size_limit}) "
-                                f"calls" + (f" (last: {where})" if where else "") +
-                                "; running eagerly from now on",
-                                cause=("guard_retraces",))
-                return "eager", leaves
-            self._warn_once(f"aotgrad.compile({self.name}): recompiling: " + (
-                where if where else
-                "a parameter or closed-over tensor changed shape, dtype, requires_grad or "
-                "whether its .grad is set since the trace"),
-                cause=("guard", where))
-        if prog is not None and prog != "eager" and prog.trace.mutations:
-            i = call_path.aliases_lifted(prog, leaves)
-            if i is not None:
-                from aotgrad.tracer.arg_names import leaf_names
-                self._warn_once(
-                    f"aotgrad.compile({self.name}): argument "
-                    f"'{leaf_names(self.fn, args, kwargs)[i]}' shares memory with a parameter "
-                    f"or closed-over tensor the function reads, and the function writes in "
-                    f"place; the compiled program cannot show a write through one in the "
-                    f"other: running this call eagerly")
-                return "eager", leaves
-        if prog is None:
-            log.info("compile(%s): %s (guard key %s)", self.name,
-                     "recompiling" if self.cache else "tracing", key)
-            if len(self.cache) >= self.cache_size_limit:
-                change = recompile_cause(self.cache, key, self.fn, args, kwargs)
-                self._warn_once(f"aotgrad.compile({self.name}): cache_size_limit "
-                                f"({self.cache_size_limit}) reached" +
-                                (f" ({change.text})" if change else "") +
-                                "; running eagerly from now on. " + _REMEDY.format(
-                                    limit=self.cache_size_limit),
-                                cause=("cache_size_limit",))
-                return "eager", leaves
-            if self.cache:
-                change = recompile_cause(self.cache, key, self.fn, args, kwargs)
-                if change is not None and change.warn:
-                    self._warn_once(
-                        f"aotgrad.compile({self.name}): recompiling because {change.text}",
-                        cause=("recompile",) + change.cause,
-                        extra=f". Every new {change.what} traces and compiles again, up to "
-                              f"cache_size_limit ({self.cache_size_limit}) programs; then "
-                              f"calls run eagerly. " + _REMEDY.format(
-                                  limit=self.cache_size_limit))
-            prog = self._build(args, kwargs, leaves)
-            if prog != "eager" and prog.trace.escaped:
-                # state created inside the function (e.g. optimizer moments on the first
-                # step) is concrete after this call; trace again next time to read it
-                return prog, leaves
-            self.cache[key] = prog
-        if leaves is args and self.module is None and prog != "eager":
-            call = self._calls.get(key, call_path.MISS)
-            if call is call_path.MISS or (call is not None and call.program is not prog):
-                call = self._calls[key] = call_path.specialise(key, prog)
-            self._specialised = call
-        return prog, leaves
-
-    def __call__(self, *args, **kwargs):
-        if current_builder() is not None:  # called inside another compiled function: inline
-            return self.fn(*args, **kwargs)
-        if saved_hooks.stack and _mode.grad_enabled:
-            # a compiled program keeps what its backward needs inside it, where pack/unpack
-            # hooks cannot see it: run eagerly, so that they see every saved tensor
-            self._warn_once(f"aotgrad.compile({self.name}): called inside "
-                            f"autograd.graph.saved_tensors_hooks, whose hooks must see the "
-                            f"tensors saved for backward; running this call eagerly")
-            self.eager_calls += 1
-            return self.fn(*args, **kwargs)
-        if _forward.level is not None:
-            # tangents of forward-mode AD are not part of the compiled program
-            self._warn_once(f"aotgrad.compile({self.name}): called inside a forward-mode AD "
-                            f"dual level; running this call eagerly")
-            return self.fn(*args, **kwargs)
-        call = self._specialised
-        if call is not None and not kwargs:
-            out = call(args)  # the last program, specialised to its guard key
-            if out is not call_path.MISS:
-                return out
-        prog, leaves = self._lookup(args, kwargs)
-        if prog == "eager":
-            self.eager_calls += 1
-            return self.fn(*args, **kwargs)
-        return prog(leaves)
-
-    def ir(self, *args, **kwargs):
-        """The Program for these inputs, compiled but not run."""
-        prog, _ = self._lookup(args, kwargs)
-        if prog == "eager":
-            raise GraphBreakError(f"aotgrad.compile({self.name}) does not capture a graph for "
-                                  f"these inputs: {self.graph_breaks[-1]}")
-        return prog
-
-    def observe(self, callback, *args, **kwargs):
-        """The Program for these inputs (compiled, not run), with `callback(which, inputs,
-        outputs)` called after each run of its compiled graphs (Program.observe); the calls
-        made so far for it are dropped, so the next call goes through the observed runners."""
-        prog = self.ir(*args, **kwargs).observe(callback)
-        self._calls = {k: c for k, c in self._calls.items()
-                       if c is None or c.program is not prog}
-        if self._specialised is not None and self._specialised.program is prog:
-            self._specialised = None
-        return prog
-
-    def __getattr__(self, name):  # compile(module): the module's attributes stay reachable
-        fn = self.__dict__.get("fn")
-        if fn is None or name.startswith("__"):
-            raise AttributeError(name)
-        return getattr(fn, name)
-
-    def __get__(self, obj, objtype=None):  # decorating a method
-        return self if obj is None else functools.partial(self.__call__, obj)
-
-
-def compile(fn=None, *, fullgraph=False, backend="numba", memory_budget=None, dump=None):
-    """Trace `fn` into prims, derive its backward ahead of time, run both compiled.
-
-    >>> @aotgrad.compile
-    ... def f(x): return (x * x).sum()
-    >>> f(aotgrad.ones(3, requires_grad=True))
-    tensor(3., grad_fn=<CompiledFunctionBackward>)
-    """
-    def wrap(f):
-        return CompiledFunction(f, fullgraph, backend, memory_budget, dump)
-    return wrap if fn is None else wrap(fn)
-
-
-def explain(fn, *args, **kwargs):
-    """Report graphs, graph breaks (file:line and why), guards and op counts for fn(*args)."""
-    cf = fn if isinstance(fn, CompiledFunction) else CompiledFunction(fn, False, "interpret",
-                                                                      None, None)
-    leaves, _ = flatten((tuple(args), dict(kwargs)))
-    lines = [f"explain({cf.name})"]
-    breaks = []
-    prev, dispatch.break_recorder = dispatch.break_recorder, breaks
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            prog, _ = cf._lookup(args, kwargs)
-            if prog == "eager":  # run eagerly to find every break, not only the first
-                cf.fn(*args, **kwargs)
-    finally:
-        dispatch.break_recorder = prev
-    key = _guard_key(leaves, cf.module)
-    lines.append(f"guards: grad_mode={key[0]}; " + "; ".join(
-        f"arg{i}: " + (f"shape={k[1]} dtype={k[2]} requires_grad={k[3]}" if k[0] == "T" else
-                       f"{k[1]} == {k[2]!r}") for i, k in enumerate(key[2:]) if isinstance(k, tuple) and k and k[0] in ("T", "S")))
-    if len(key) > 2 and isinstance(key[-1], tuple) and key[-1] and key[-1][0] == "A":
-        lines.append("aliasing arguments (a program for this pattern only): " + ", ".join(
-            f"arg{i} {'is' if same else 'shares memory with'} arg{j}"
-            for i, j, same in key[-1][1]))
-    if prog != "eager" and (prog.trace.identity_guards or prog.trace.lifted_guards):
-        lines.append("guards on state the trace read (a change traces again):")
-        lines += [f"  {path} == {expected!r}" if is_value else
-                  f"  {path} is the same {type(expected).__name__} (id {id(expected):#x})"
-                  for _, _, expected, is_value, path in prog.trace.identity_guards]
-        at = {id(e): path for _, _, e, is_value, path in prog.trace.identity_guards
-              if not is_value}
-        lines += [f"  {at.get(id(t), 'a tensor found by no path (rebinding it is not seen)')}"
-                  f": shape={tuple(v.shape)} dtype={t.dtype} requires_grad={rg}"
-                  for t, v, rg in prog.trace.lifted_guards]
-    all_breaks = list(dict.fromkeys(cf.graph_breaks + breaks))
-    lines.append(f"graph breaks: {len(all_breaks)}")
-    lines += [f"  {b}" for b in all_breaks]
-    if prog != "eager":
-        counts = {}
-        for n in prog.joint.nodes:
-            counts[n.prim.name] = counts.get(n.prim.name, 0) + 1
-        g = prog.forward if prog.has_backward else prog.inference
-        lines.append(f"graphs: 1; forward ops: {len(g.nodes)}; backward ops: "
-                     f"{len(prog.backward.nodes) if prog.backward else 0}")
-        lines.append("op counts (joint): " + ", ".join(f"{k}={v}" for k, v in
-                                                      sorted(counts.items())))
-        lines.append(str(prog))
-    return Explanation("\n".join(lines), all_breaks, prog)
-
-
-class Explanation(str):
-    def __new__(cls, text, breaks, program):
-        s = super().__new__(cls, text)
-        s.graph_breaks, s.program = breaks, (None if program == "eager" else program)
-        return s
-
-
-def is_compiling():
-    """True while `aotgrad.compile` traces the function (PyTorch's
-    `torch.compiler.is_compiling`): code may take another path when it is being captured."""
-    return current_builder() is not None

@@ -15,6 +15,7 @@ import functools
 
 import numpy as np
 
+from aotgrad.compiler.guards import MISS, aliases_lifted, lifted_ok
 from aotgrad.ir.core import Aval, current_builder
 from aotgrad.runtime import profiling
 from aotgrad.runtime.engine import accumulate_array, next_sequence_nr, plain_leaves
@@ -22,7 +23,6 @@ from aotgrad.runtime.executor import CompiledBackward
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.tracer.pytree import unflatten
-from aotgrad.tracer.reads import same_value
 
 
 def make_call(prog):
@@ -201,8 +201,6 @@ def _no_fast_backward(t, retain_graph):
     return False
 
 
-MISS = object()  # what a specialised call returns when its guards do not hold
-
 
 def specialise(key, prog):
     """`call(args) -> output, or MISS`: the program's call specialised to one guard key, as
@@ -275,83 +273,3 @@ def specialise(key, prog):
     call.program, call.source = prog, source
     return call
 
-
-def lifted_ok(prog):
-    """Lifted tensors are read at call time; their shapes/dtypes/requires_grad are guards,
-    and so is the .grad state the program reads or writes, the object each place on the
-    way to one holds (a parameter slot, attribute, dict entry, global, closure cell), and
-    each plain Python value the trace read by name."""
-    tr = prog.trace
-    check = tr.__dict__.get("state_check")
-    if check is None:
-        check = tr.state_check = make_state_check(tr)
-    return check()
-
-
-def make_state_check(tr):
-    """`check() -> bool`: lifted_ok's guards as straight-line code."""
-    g = {"MISS": MISS, "same_value": same_value}
-    lines = ["def check():"]
-    for i, (t, init, read) in enumerate(tr.grad_guards):
-        g[f"gt{i}"], g[f"gi{i}"] = t, init
-        lines += [f"    if (gt{i}._grad is None) is not {init is None}" +
-                  (f" or gt{i}._grad is not gi{i}" if read else "") + ":",
-                  "        return False"]
-    for i, (t, v, requires_grad) in enumerate(tr.lifted_guards):
-        g[f"lt{i}"], g[f"ld{i}"] = t, v.dtype.np
-        lines += [f"    a = lt{i}._value",
-                  f"    if a.shape != {tuple(v.shape)!r} or (a.dtype is not ld{i} and "
-                  f"a.dtype != ld{i}) or lt{i}.requires_grad != {bool(requires_grad)}:",
-                  "        return False"]
-    lines += ["    try:", "        pass"]
-    for i, (where, key, expected, is_value, _) in enumerate(tr.identity_guards):
-        g[f"c{i}"], g[f"k{i}"], g[f"e{i}"] = where, key, expected
-        now = f"c{i}.cell_contents" if key is None else \
-            f"c{i}[k{i}]" if type(where) is list else f"c{i}.get(k{i}, MISS)"
-        if is_value:
-            lines += [f"        v = {now}",
-                      f"        if v is not e{i} and not same_value(v, e{i}):",
-                      "            return False"]
-        else:
-            lines += [f"        if {now} is not e{i}:", "            return False"]
-    lines += ["    except (ValueError, IndexError):  # an emptied cell, a shorter list",
-              "        return False", "    return True"]
-    exec(builtins.compile("\n".join(lines) + "\n", "<state guards>", "exec"), g)
-    return g["check"]
-
-
-def guard_holds(where, key, expected, is_value):
-    if key is None:  # a closure cell
-        try:
-            now = where.cell_contents
-        except ValueError:
-            return False
-    elif type(where) is list:
-        now = where[key] if key < len(where) else MISS
-    else:
-        now = where.get(key, MISS)
-    return now is expected or (is_value and same_value(now, expected))
-
-
-def failed_guard(prog):
-    """What the first state guard that fails now saw, in words (for the recompile warning)."""
-    for where, key, expected, is_value, path in prog.trace.identity_guards:
-        if not guard_holds(where, key, expected, is_value):
-            if is_value:
-                return f"{path} (a Python value, {expected!r} at the trace) changed"
-            what = "tensor" if isinstance(expected, Tensor) else "object"
-            return f"{path}: another {what} took its place since the trace"
-    return None
-
-
-def aliases_lifted(prog, leaves):
-    """For a program that writes in place: the index of a tensor input that shares memory
-    (a version counter) with a lifted tensor (a parameter, a closed-over tensor), or None.
-    The trace saw them apart; a write through one would not show through the other."""
-    counters = {id(t._version_counter): t for kind, t in prog.trace.roles if kind == "lifted"}
-    if not counters:
-        return None
-    for i, x in enumerate(leaves):
-        if isinstance(x, Tensor) and id(x._version_counter) in counters:
-            return i
-    return None
