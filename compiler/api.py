@@ -21,7 +21,7 @@ from aotgrad.compiler.call import specialise
 from aotgrad.compiler.guards import (_REMEDY, MISS, _guard_key, _tensor_args_key,
                                      recompile_cause)
 from aotgrad.compiler.program import Program
-from aotgrad.ir.core import current_builder
+from aotgrad.ir.core import current_builder, is_aotgrad_module
 from aotgrad.runtime import dispatch
 from aotgrad.runtime.engine import saved_hooks
 from aotgrad.runtime.forward_mode import state as _forward
@@ -35,9 +35,10 @@ BACKENDS = ("numba", "interpret")
 
 
 def _user_stacklevel():
-    """warnings.warn's stacklevel that points at the caller of the compiled function."""
+    """warnings.warn's stacklevel that points at the caller of the compiled function (the
+    first frame whose module is not aotgrad's)."""
     f, level = sys._getframe(2), 2  # (the caller of _warn_once)
-    while f is not None and f.f_globals.get("__name__", "").startswith(__package__ + "."):
+    while f is not None and is_aotgrad_module(f.f_globals.get("__name__")):
         f, level = f.f_back, level + 1
     return level
 
