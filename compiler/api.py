@@ -9,6 +9,7 @@ compiled (is_compiling, assume_constant_result).
     loss = loss_fn(x, w); loss.backward()     # compiled forward, compiled backward
     print(loss_fn.ir(x, w))                    # forward / backward graphs, saved values, source
 """
+import enum
 import functools
 import logging
 import os
@@ -32,6 +33,14 @@ from aotgrad.tracer.trace import GraphBreakError, constant_result, trace
 log = logging.getLogger(__package__)  # "aotgrad.compiler", the name users filter on
 
 BACKENDS = ("numba", "interpret")
+
+
+class CacheEntry(enum.Enum):
+    """What the cache holds for a guard key that has no Program."""
+    RUN_EAGERLY = "calls with this key run the Python function (a graph break, a limit)"
+
+
+RUN_EAGERLY = CacheEntry.RUN_EAGERLY
 
 
 def _user_stacklevel():
@@ -91,13 +100,13 @@ class CompiledFunction:
             if self.fullgraph:
                 raise GraphBreakError(msg) from None
             self._warn_once(msg + "; running this call eagerly")
-            return "eager"
+            return RUN_EAGERLY
         except GraphBreakError as e:
             log.info("aotgrad.compile(%s): %s", self.name, e)
             if self.fullgraph:
                 raise
             self._warn_once(f"aotgrad.compile({self.name}): {e}; running this call eagerly")
-            return "eager"
+            return RUN_EAGERLY
         prog = Program(tr, self.backend, self.memory_budget, f"{self.name}_{len(self.cache)}")
         if self.dump_dir:
             prog.build()
@@ -116,7 +125,7 @@ class CompiledFunction:
             leaves, treedef = flatten((tuple(args), dict(kwargs)))
             key = _guard_key(leaves, self.module, treedef)
         prog = self.cache.get(key)
-        if prog is not None and prog != "eager" and not guards.lifted_ok(prog):
+        if prog is not None and prog is not RUN_EAGERLY and not guards.lifted_ok(prog):
             where = guards.failed_guard(prog)
             prog = None
             self._guard_retraces += 1
@@ -126,13 +135,13 @@ class CompiledFunction:
                                 f"calls" + (f" (last: {where})" if where else "") +
                                 "; running eagerly from now on",
                                 cause=("guard_retraces",))
-                return "eager", leaves
+                return RUN_EAGERLY, leaves
             self._warn_once(f"aotgrad.compile({self.name}): recompiling: " + (
                 where if where else
                 "a parameter or closed-over tensor changed shape, dtype, requires_grad or "
                 "whether its .grad is set since the trace"),
                 cause=("guard", where))
-        if prog is not None and prog != "eager" and prog.trace.mutations:
+        if prog is not None and prog is not RUN_EAGERLY and prog.trace.mutations:
             i = guards.aliases_lifted(prog, leaves)
             if i is not None:
                 from aotgrad.tracer.arg_names import leaf_names
@@ -142,7 +151,7 @@ class CompiledFunction:
                     f"or closed-over tensor the function reads, and the function writes in "
                     f"place; the compiled program cannot show a write through one in the "
                     f"other: running this call eagerly")
-                return "eager", leaves
+                return RUN_EAGERLY, leaves
         if prog is None:
             log.info("compile(%s): %s (guard key %s)", self.name,
                      "recompiling" if self.cache else "tracing", key)
@@ -154,7 +163,7 @@ class CompiledFunction:
                                 "; running eagerly from now on. " + _REMEDY.format(
                                     limit=self.cache_size_limit),
                                 cause=("cache_size_limit",))
-                return "eager", leaves
+                return RUN_EAGERLY, leaves
             if self.cache:
                 change = recompile_cause(self.cache, key, self.fn, args, kwargs)
                 if change is not None and change.warn:
@@ -166,12 +175,12 @@ class CompiledFunction:
                               f"calls run eagerly. " + _REMEDY.format(
                                   limit=self.cache_size_limit))
             prog = self._build(args, kwargs, leaves)
-            if prog != "eager" and prog.trace.escaped:
+            if prog is not RUN_EAGERLY and prog.trace.escaped:
                 # state created inside the function (e.g. optimizer moments on the first
                 # step) is concrete after this call; trace again next time to read it
                 return prog, leaves
             self.cache[key] = prog
-        if leaves is args and self.module is None and prog != "eager":
+        if leaves is args and self.module is None and prog is not RUN_EAGERLY:
             call = self._calls.get(key, MISS)
             if call is MISS or (call is not None and call.program is not prog):
                 call = self._calls[key] = specialise(key, prog)
@@ -200,7 +209,7 @@ class CompiledFunction:
             if out is not MISS:
                 return out
         prog, leaves = self._lookup(args, kwargs)
-        if prog == "eager":
+        if prog is RUN_EAGERLY:
             self.eager_calls += 1
             return self.fn(*args, **kwargs)
         return prog(leaves)
@@ -208,7 +217,7 @@ class CompiledFunction:
     def ir(self, *args, **kwargs):
         """The Program for these inputs, compiled but not run."""
         prog, _ = self._lookup(args, kwargs)
-        if prog == "eager":
+        if prog is RUN_EAGERLY:
             raise GraphBreakError(f"aotgrad.compile({self.name}) does not capture a graph for "
                                   f"these inputs: {self.graph_breaks[-1]}")
         return prog

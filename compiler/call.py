@@ -19,7 +19,7 @@ from aotgrad.compiler.guards import MISS, aliases_lifted, lifted_ok
 from aotgrad.ir.core import Aval, current_builder
 from aotgrad.runtime import profiling
 from aotgrad.runtime.engine import accumulate_array, next_sequence_nr, plain_leaves
-from aotgrad.runtime.executor import CompiledBackward
+from aotgrad.runtime.compiled_backward import CompiledBackward
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.tracer.pytree import unflatten

@@ -1,7 +1,7 @@
 """aotgrad.explain(fn, *args): graphs, graph breaks, guards and op counts, in words."""
 import warnings
 
-from aotgrad.compiler.api import CompiledFunction
+from aotgrad.compiler.api import RUN_EAGERLY, CompiledFunction
 from aotgrad.compiler.guards import _guard_key
 from aotgrad.runtime import dispatch
 from aotgrad.tracer.pytree import flatten
@@ -19,7 +19,7 @@ def explain(fn, *args, **kwargs):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             prog, _ = cf._lookup(args, kwargs)
-            if prog == "eager":  # run eagerly to find every break, not only the first
+            if prog is RUN_EAGERLY:  # run eagerly to find every break, not only the first
                 cf.fn(*args, **kwargs)
     finally:
         dispatch.break_recorder = prev
@@ -31,7 +31,7 @@ def explain(fn, *args, **kwargs):
         lines.append("aliasing arguments (a program for this pattern only): " + ", ".join(
             f"arg{i} {'is' if same else 'shares memory with'} arg{j}"
             for i, j, same in key[-1][1]))
-    if prog != "eager" and (prog.trace.identity_guards or prog.trace.lifted_guards):
+    if prog is not RUN_EAGERLY and (prog.trace.identity_guards or prog.trace.lifted_guards):
         lines.append("guards on state the trace read (a change traces again):")
         lines += [f"  {path} == {expected!r}" if is_value else
                   f"  {path} is the same {type(expected).__name__} (id {id(expected):#x})"
@@ -44,7 +44,7 @@ def explain(fn, *args, **kwargs):
     all_breaks = list(dict.fromkeys(cf.graph_breaks + breaks))
     lines.append(f"graph breaks: {len(all_breaks)}")
     lines += [f"  {b}" for b in all_breaks]
-    if prog != "eager":
+    if prog is not RUN_EAGERLY:
         counts = {}
         for n in prog.joint.nodes:
             counts[n.prim.name] = counts.get(n.prim.name, 0) + 1
@@ -60,6 +60,6 @@ def explain(fn, *args, **kwargs):
 class Explanation(str):
     def __new__(cls, text, breaks, program):
         s = super().__new__(cls, text)
-        s.graph_breaks, s.program = breaks, (None if program == "eager" else program)
+        s.graph_breaks, s.program = breaks, (None if program is RUN_EAGERLY else program)
         return s
 

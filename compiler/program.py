@@ -15,7 +15,7 @@ from aotgrad.ir.partition import partition
 from aotgrad.ir.printer import HEADER, format_graph
 from aotgrad.runtime import profiling
 from aotgrad.runtime.engine import _checked_hook_result, accumulate_retained
-from aotgrad.runtime.executor import CompiledBackward, check_nan, write_back, write_grad
+from aotgrad.runtime.compiled_backward import CompiledBackward, check_nan, write_back, write_grad
 from aotgrad.runtime.factories import default_generator
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.tensor import Tensor
