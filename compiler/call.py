@@ -11,6 +11,7 @@ program and per guard key, so that a training step costs a few microseconds of P
   tracing or an in-place change need it.
 """
 import builtins
+import dataclasses
 import functools
 
 import numpy as np
@@ -25,22 +26,85 @@ from aotgrad.runtime.tensor import Tensor
 from aotgrad.tracer.pytree import unflatten
 
 
-def make_call(prog):
-    """prog's call specialised to its trace, or False where it needs the general one
-    (seeds, in-place writes, .grad writes, retain_grad() on an argument, non-tensor outputs,
-    outputs to copy). It calls the generated drivers directly and gives the outputs a
-    _CallBackward, whose edges to leaf inputs are made only when something asks for them."""
+# When the generated code hands a call or a backward over to the general path, whatever
+# else it checks (written once: the generators paste it, Program's call evaluates it).
+GENERAL_PATH_NEEDED = "profiling._profilers or _mode.anomaly"
+general_path_needed = eval(f"lambda: {GENERAL_PATH_NEEDED}",  # noqa: S307 (our own text)
+                           {"profiling": profiling, "_mode": _mode})
+
+
+def _node_lines(saved, leaves, replay, versions):
+    """The one way a _CallBackward is made (pasted into the generated calls): `node`, from
+    the expressions of its saved arrays, leaves, replayed inputs and their versions; the
+    names new_node, Node, seq, in_avals, out_avals, prog and plan are bound."""
+    return ["    node = new_node(Node)",
+            "    node._seq = seq()",
+            "    node._in_avals, node._out_avals = in_avals, out_avals",
+            "    node.program = prog",
+            f"    node._saved_arrays = {saved}",
+            f"    node._leaves = {leaves}",
+            f"    node._replay = {replay}",
+            f"    node._versions = {versions}",
+            "    node._fast_backward = plan.fast_backward"]
+
+
+@dataclasses.dataclass(eq=False)
+class InlineCall:
+    """What `specialise` needs to emit a call in full (a single-output loss of leaf
+    arguments, every input an argument in order): the forward driver that skips the input
+    checks, where the differentiable inputs sit among the arguments, how many forward
+    outputs precede the saved values."""
+    run: object
+    diff_pos: list
+    n_fw: int
+
+
+@dataclasses.dataclass(eq=False)
+class CallPlan:
+    """How calls of one program run, derived once from its trace (`make_plan`):
+    `call(leaves, trusted)` the straight-line call, or None where the general call
+    (Program._call) is needed; `inline` for specialise; `avals` (differentiable inputs,
+    differentiable outputs) of its _CallBackward nodes; `fast_backward`, their
+    `loss.backward()` (made, and the backward program compiled, on first use)."""
+    program: object
+    call: object = None
+    inline: InlineCall = None
+    avals: tuple = None
+    fast_backward: object = None
+
+    def __post_init__(self):
+        self.fast_backward = self._first_fast_backward
+
+    def _first_fast_backward(self, t, retain_graph):
+        if self.fast_backward == self._first_fast_backward:
+            self.fast_backward = make_fast_backward(self.program)
+        return self.fast_backward(t, retain_graph)
+
+    def __str__(self):
+        kind = "general (Program._call)" if self.call is None else \
+            "inline per guard key" if self.inline is not None else "straight-line"
+        return f"call plan of {self.program.name}: {kind}"
+
+
+def make_plan(prog):
+    """prog's CallPlan: the call specialised to its trace, or the general one (call None)
+    where it needs that (seeds, in-place writes, .grad writes, retain_grad() on an argument,
+    non-tensor outputs, outputs to copy, an observed program). The specialised call runs
+    the generated drivers directly and gives the outputs a _CallBackward, whose edges to
+    leaf inputs are made only when something asks for them."""
     tr = prog.trace
-    if tr.mutations or tr.grad_clears or tr.escaped or not all(tr.out_is_tensor) or \
-            tr.retained_args or any(kind == "seed" for kind, _ in tr.roles):
-        return False
+    plan = CallPlan(prog)
+    if prog.observed or tr.mutations or tr.grad_clears or tr.escaped or \
+            not all(tr.out_is_tensor) or tr.retained_args or \
+            any(kind == "seed" for kind, _ in tr.roles):
+        return plan
     if prog.copied_outputs("inference") or (prog.has_backward and prog.copied_outputs("forward")):
-        return False  # an output to copy (it would share an input's memory)
-    prog._prepare("forward" if prog.has_backward else "inference")
+        return plan  # an output to copy (it would share an input's memory)
     n_fw, n_out, single = prog.n_fw_outputs, len(tr.out_is_tensor), tr.out_tree is None
     has_backward, diff_outs, out_tree = prog.has_backward, tr.diff_outs, tr.out_tree
-    run_fw = prog._runners["forward"] if has_backward else None
-    arg_roles = prog._arg_roles
+    run = prog.runner("forward" if has_backward else "inference")  # (compiled now)
+    run_fw = run if has_backward else None
+    arg_roles = prog.arg_roles
     identity = arg_roles is not None and arg_roles == list(range(len(arg_roles)))
     # a call through the guard (specialise) checked every argument's array: the forward
     # driver skips its checks on the inputs that are the leading arguments
@@ -49,23 +113,30 @@ def make_call(prog):
         n_lead += 1
     run_trusted = run_fw
     if run_fw is not None and n_lead and prog.backend != "interpret":
-        run_trusted = prog._kernels["forward"].plan.runner(trusted=n_lead)
+        run_trusted = prog.compiled_graph("forward").plan.runner(trusted=n_lead)
     roles = [(kind == "arg", x) for kind, x in tr.roles]
     pos = {("arg", x) if kind == "arg" else ("lifted", id(x)): i
            for i, (kind, x) in enumerate(tr.roles)}
     diff_pos = [pos[("arg", x) if kind == "arg" else ("lifted", id(x))]
                 for kind, x in tr.diff_roles]
-    if diff_outs and prog._avals is None:  # shapes and dtypes are fixed per program
+    if diff_outs:  # shapes and dtypes are fixed per program
         g = tr.graph
-        prog._avals = ([Aval(g.inputs[p].shape, g.inputs[p].dtype) for p in diff_pos],
-                       [Aval(g.outputs[k].shape, g.outputs[k].dtype) for k in diff_outs])
-    # the nodes' loss.backward(): made (and the backward program compiled) on first use
-    prog._fast_bw = prog._first_fast_backward
+        plan.avals = ([Aval(g.inputs[p].shape, g.inputs[p].dtype) for p in diff_pos],
+                      [Aval(g.outputs[k].shape, g.outputs[k].dtype) for k in diff_outs])
     # what specialise needs to emit this call inline
-    prog._inline = dict(run=run_trusted, diff_pos=diff_pos, n_fw=n_fw) if (
-        has_backward and identity and single and diff_outs == [0]) else None
-    make, new_node, seq = Tensor._make, _CallBackward.__new__, next_sequence_nr
-    mode = _mode
+    if has_backward and identity and single and diff_outs == [0]:
+        plan.inline = InlineCall(run_trusted, diff_pos, n_fw)
+    # the node of a call whose differentiable inputs are all leaves
+    ns = {"new_node": _CallBackward.__new__, "Node": _CallBackward, "seq": next_sequence_nr,
+          "prog": prog, "plan": plan}
+    if plan.avals is not None:
+        ns["in_avals"], ns["out_avals"] = plan.avals
+    source = "\n".join(["def leaf_node(saved, leaves, replay):"] + _node_lines(
+        "saved", "leaves", "replay", "[t._version_counter.v for t in replay]") +
+        ["    return node"]) + "\n"
+    exec(builtins.compile(source, f"<node of {prog.name}>", "exec"), ns)
+    leaf_node = ns["leaf_node"]
+    make, mode = Tensor._make, _mode
 
     def call(leaves, trusted):
         if identity and len(leaves) == len(arg_roles):
@@ -76,7 +147,7 @@ def make_call(prog):
             replay = [leaves[x] if is_arg else x for is_arg, x in roles]
         vals = [t._value for t in replay]
         if run_fw is None or not mode.grad_enabled:
-            outs = prog._run("inference", vals)
+            outs = prog.runner("inference")(*vals)
             outs = [make(v) for v in outs[:n_out]]
             return outs[0] if single else unflatten(out_tree, outs)
         outs = (run_trusted if trusted else run_fw)(*vals)
@@ -84,25 +155,19 @@ def make_call(prog):
         outs = [make(outs[0])] if single else [make(v) for v in outs[:n_out]]
         if diff_outs:
             diff_inputs = [replay[j] for j in diff_pos]
-            if prog._accumulators is None:
-                prog._first_call_state(diff_inputs, outs)
+            prog.first_call_state(diff_inputs, outs)
             for t in diff_inputs:
                 if t.grad_fn is not None:  # a non-leaf input: its edge is fixed now
-                    node = CompiledBackward(prog, saved, diff_inputs, *prog._avals, replay)
+                    node = CompiledBackward(prog, saved, diff_inputs, *plan.avals, replay)
                     break
             else:
-                node = new_node(_CallBackward)
-                node._seq = seq()
-                node._in_avals, node._out_avals = prog._avals
-                node.program, node._saved_arrays, node._leaves = prog, saved, diff_inputs
-                node._replay = replay
-                node._versions = [t._version_counter.v for t in replay]
-                node._fast_backward = prog._fast_bw
+                node = leaf_node(saved, diff_inputs, replay)
             for nr, k in enumerate(diff_outs):
                 o = outs[k]
                 o.requires_grad, o.grad_fn, o._output_nr = True, node, nr
         return outs[0] if single else unflatten(out_tree, outs)
-    return call
+    plan.call = call
+    return plan
 
 
 def make_fast_backward(prog):
@@ -113,13 +178,12 @@ def make_fast_backward(prog):
     an output that is not a floating scalar); else it runs the backward program on the
     saved values and the implicit gradient and writes the leaves' .grad."""
     tr = prog.trace
-    prog._prepare("backward")
-    run, owned = prog._runners["backward"], None
+    run, owned = prog.runner("backward"), None
     if prog.backend != "interpret":
-        owned = prog._owned["backward"]
+        owned = prog.owned_outputs("backward")
         # its inputs: saved values made by the forward program, and implicit_grads'
         # arrays (C-contiguous, writeable, of the program's avals): no input checks
-        plan = prog._kernels["backward"].plan
+        plan = prog.compiled_graph("backward").plan
         run = plan.runner(trusted=len(plan.in_slots))
     slots, k = [], 0  # (diff input, backward output, owned) per gradient it makes
     for j, present in enumerate(tr.grad_present):
@@ -149,9 +213,8 @@ def make_fast_backward(prog):
         "def fast_backward(t, retain_graph):",
         "    node = t.grad_fn",
         "    if node._saved_arrays is None or node._pre_hooks or node._hooks or "
-        "node._tensor_pre_hooks or node._retain_grad or profiling._profilers or "
-        "_mode.anomaly or current_builder() is not None or "
-        "not plain_leaves(node._leaves):",
+        "node._tensor_pre_hooks or node._retain_grad or " + GENERAL_PATH_NEEDED + " or "
+        "current_builder() is not None or not plain_leaves(node._leaves):",
         "        return False"] + get_grads
     if n_replay:
         lines += [f"    {''.join(f'r{i}, ' for i in range(n_replay))}= node._replay",
@@ -239,31 +302,23 @@ def specialise(key, prog):
         lines += [f"    if len({{{', '.join(f'id(a{i}._version_counter)' for i in range(n))}, }})"
                   f" != {n} or aliases_lifted(prog, args) is not None:",
                   "        return MISS"]
-    if prog._fast is None:
-        prog._fast = make_call(prog)
-    inline = prog._inline if prog._fast is not False and grad_enabled else None
+    plan = prog.call_plan()
+    inline = plan.inline if plan.call is not None and grad_enabled else None
     if inline is None:
         lines.append("    return prog(args, True)")
     else:
-        leaves = [f"a{j}" for j in inline["diff_pos"]]
-        g.update(run=inline["run"], make=Tensor._make, new_node=_CallBackward.__new__,
-                 Node=_CallBackward, seq=next_sequence_nr, in_avals=prog._avals[0],
-                 out_avals=prog._avals[1])
+        leaves = [f"a{j}" for j in inline.diff_pos]
+        g.update(run=inline.run, make=Tensor._make, new_node=_CallBackward.__new__,
+                 Node=_CallBackward, seq=next_sequence_nr, in_avals=plan.avals[0],
+                 out_avals=plan.avals[1], plan=plan)
         lines += [
-            "    if profiling._profilers or _mode.anomaly or "
+            "    if " + GENERAL_PATH_NEEDED + " or "
             + " or ".join(f"{a}.grad_fn is not None" for a in leaves) + ":",
             "        return prog(args, True)  # the general path",
             f"    outs = run({', '.join(f'v{i}' for i in range(n))})",
-            "    out = make(outs[0])",
-            "    node = new_node(Node)",
-            "    node._seq = seq()",
-            "    node._in_avals, node._out_avals = in_avals, out_avals",
-            "    node.program = prog",
-            f"    node._saved_arrays = outs[{inline['n_fw']}:]",
-            f"    node._leaves = [{', '.join(leaves)}]",
-            "    node._replay = args",
-            f"    node._versions = [{', '.join(f'a{i}._version_counter.v' for i in range(n))}]",
-            "    node._fast_backward = prog._fast_bw",
+            "    out = make(outs[0])"] + _node_lines(
+                f"outs[{inline.n_fw}:]", f"[{', '.join(leaves)}]", "args",
+                f"[{', '.join(f'a{i}._version_counter.v' for i in range(n))}]") + [
             "    out.requires_grad = True",
             "    out.grad_fn = node",
             "    return out"]

@@ -64,20 +64,31 @@ class Program:
         self._owned = {}
         self._accumulators = None
         self._avals = None
-        self._fast = None        # the specialised call (call.make_call), made on first call
-        self._inline = None      # set by make_call where specialise may inline the call
+        self._plan = None        # the CallPlan (call.make_plan), made on first call
+        self.observed = False    # observe(): every call takes the general path
         self._implicit = {}      # output_nr -> the grads `out.backward()` feeds the backward
-        self._fast_bw = None     # call.make_fast_backward(), made on first use
-        self._arg_roles = [x for _, x in tr.roles] if all(k == "arg" for k, _ in tr.roles) \
+        # per input, the index of the argument it is, when every input is one (the common case)
+        self.arg_roles = [x for _, x in tr.roles] if all(k == "arg" for k, _ in tr.roles) \
             else None
 
     # ---- running ------------------------------------------------------------------------
-    def _run(self, which, args):
+    def runner(self, which):
+        """`run(*arrays) -> arrays` of graph `which` (compiled on first use)."""
         r = self._runners.get(which)
         if r is None:
             self._prepare(which)
             r = self._runners[which]
-        return r(*args)
+        return r
+
+    def call_plan(self):
+        """How calls of this program run (call.CallPlan), derived once."""
+        plan = self._plan
+        if plan is None:
+            with _PREPARE_LOCK:
+                plan = self._plan
+                if plan is None:
+                    plan = self._plan = call.make_plan(self)
+        return plan
 
     def _prepare(self, which):
         if which not in self._runners:
@@ -105,7 +116,8 @@ class Program:
         For testing (aotgrad.testing's kernel bisection): install before the first call. The
         program then takes the general call path, which runs every graph through its runner."""
         self.build()
-        self._fast = False
+        self.observed = True
+        self._plan = None  # (made again: the general call, through the observed runners)
         for which, run in list(self._runners.items()):
             def observed(*args, _run=run, _which=which):
                 outs = _run(*args)
@@ -136,7 +148,7 @@ class Program:
         return c
 
     def run_backward(self, args):
-        return self._run("backward", args)
+        return self.runner("backward")(*args)
 
     def owned_outputs(self, which):
         """Per output of a compiled graph: a new array nothing else shares (None: unknown)."""
@@ -240,21 +252,16 @@ class Program:
     def __call__(self, leaves, trusted=False):
         """Run on the call's flattened inputs; `trusted`: they are the arguments themselves,
         all tensors whose arrays passed the guard's checks (see call.specialise)."""
-        fast = self._fast
-        if fast is None:
-            with _PREPARE_LOCK:
-                fast = self._fast
-                if fast is None:
-                    fast = self._fast = call.make_call(self)
-        if fast is not False and not profiling._profilers and not _mode.anomaly:
+        fast = (self._plan or self.call_plan()).call
+        if fast is not None and not call.general_path_needed():
             return fast(leaves, trusted)
         return self._call(leaves)
 
     def _call(self, leaves):
         """The general call: any roles, mutations, .grad writes, profiling, anomaly mode."""
         tr = self.trace
-        if self._arg_roles is not None:  # every input is an argument (the common case)
-            replay = [leaves[i] for i in self._arg_roles]
+        if self.arg_roles is not None:  # every input is an argument (the common case)
+            replay = [leaves[i] for i in self.arg_roles]
             inputs = [t._value for t in replay]
         else:
             inputs, replay = [], []
@@ -275,9 +282,9 @@ class Program:
         which = "forward" if need_grad else "inference"
         if profiling._profilers:
             with profiling.record(f"{self.name}.{which}", kind="kernel"):
-                outs = self._run(which, inputs)
+                outs = self.runner(which)(*inputs)
         else:
-            outs = self._run(which, inputs)
+            outs = self.runner(which)(*inputs)
         if _mode.anomaly and _mode.anomaly_check_nan:
             check_nan(getattr(self, which), inputs, outs, f"{self.name}.{which}")
         fw, saved = outs[:self.n_fw_outputs], (outs[self.n_fw_outputs:] if need_grad else None)
@@ -316,8 +323,7 @@ class Program:
             # after the outputs, the tensors written in place whose new value has history:
             # rebased onto the node (made first, so its edges keep their old history)
             targets = outs + [leaves[x] if kind == "arg" else x for kind, x in tr.mutations]
-            if self._accumulators is None:
-                self._first_call_state(diff_inputs, targets)
+            self.first_call_state(diff_inputs, targets)
             node = (_WrittenBackward if tr.written_grads else CompiledBackward)(
                 self, saved, diff_inputs, *self._avals, replay)
             for nr, k in enumerate(tr.diff_outs):
@@ -355,12 +361,11 @@ class Program:
                     f"a leaf Variable that requires grad is being used in an in-place operation "
                     f"(compiled function {self.name} writes argument {x} in place).")
 
-    def _first_fast_backward(self, t, retain_graph):
-        if self._fast_bw == self._first_fast_backward:
-            self._fast_bw = call.make_fast_backward(self)
-        return self._fast_bw(t, retain_graph)
-
-    def _first_call_state(self, diff_inputs, outs):
+    def first_call_state(self, diff_inputs, outs):
+        """On the first call with a gradient: keep the lifted leaves' AccumulateGrad nodes,
+        and note the avals of the differentiable inputs and outputs."""
+        if self._accumulators is not None:
+            return
         tr = self.trace
         if self._accumulators is None:  # keep the lifted leaves' AccumulateGrad nodes
             self._accumulators = [t._grad_accumulator() for kind, t in tr.diff_roles
