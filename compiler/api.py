@@ -21,7 +21,7 @@ from aotgrad.compiler import guards
 from aotgrad.compiler.call import specialise
 from aotgrad.compiler.guards import (_REMEDY, MISS, _guard_key, _tensor_args_key,
                                      recompile_cause)
-from aotgrad.compiler.program import Program
+from aotgrad.compiler.program import Program, partition_trace
 from aotgrad.ir.core import current_builder, is_aotgrad_module
 from aotgrad.runtime import dispatch
 from aotgrad.runtime.engine import saved_hooks
@@ -107,7 +107,8 @@ class CompiledFunction:
                 raise
             self._warn_once(f"aotgrad.compile({self.name}): {e}; running this call eagerly")
             return RUN_EAGERLY
-        prog = Program(tr, self.backend, self.memory_budget, f"{self.name}_{len(self.cache)}")
+        prog = Program(tr, partition_trace(tr, self.memory_budget), self.backend,
+                       f"{self.name}_{len(self.cache)}")
         if self.dump_dir:
             prog.build()
             prog.dump(os.path.join(self.dump_dir, prog.name))

@@ -13,6 +13,7 @@ program and per guard key, so that a training step costs a few microseconds of P
 import builtins
 import dataclasses
 import functools
+import math
 
 import numpy as np
 
@@ -24,6 +25,7 @@ from aotgrad.runtime.compiled_backward import CompiledBackward
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.tracer.pytree import unflatten
+from aotgrad.tracer.trace import Role
 
 
 # When the generated code hands a call or a backward over to the general path, whatever
@@ -74,10 +76,29 @@ class CallPlan:
 
     def __post_init__(self):
         self.fast_backward = self._first_fast_backward
+        self._implicit = {}  # output_nr -> the grads `out.backward()` feeds the backward
+
+    def implicit_grads(self, nr):
+        """The arrays `out.backward()` feeds the backward program for output nr of the
+        differentiable outputs (ones there, zeros for the others), or False when that output
+        is not a floating scalar (the general path raises the error). Made once, never handed
+        to the user: the backward only reads them, and an output that passes one through is
+        not owned, so it is copied before it becomes a .grad."""
+        grads = self._implicit.get(nr)
+        if grads is None:
+            avals = self.avals[1]
+            a = avals[nr]
+            if math.prod(a.shape) != 1 or not a.dtype.is_floating_point:
+                grads = False
+            else:
+                grads = [np.zeros(b.shape, b.dtype.np) for b in avals]
+                grads[nr] = np.ones(a.shape, a.dtype.np)
+            self._implicit[nr] = grads
+        return grads
 
     def _first_fast_backward(self, t, retain_graph):
         if self.fast_backward == self._first_fast_backward:
-            self.fast_backward = make_fast_backward(self.program)
+            self.fast_backward = make_fast_backward(self.program, self)
         return self.fast_backward(t, retain_graph)
 
     def __str__(self):
@@ -96,7 +117,7 @@ def make_plan(prog):
     plan = CallPlan(prog)
     if prog.observed or tr.mutations or tr.grad_clears or tr.escaped or \
             not all(tr.out_is_tensor) or tr.retained_args or \
-            any(kind == "seed" for kind, _ in tr.roles):
+            any(kind is Role.SEED for kind, _ in tr.roles):
         return plan
     if prog.copied_outputs("inference") or (prog.has_backward and prog.copied_outputs("forward")):
         return plan  # an output to copy (it would share an input's memory)
@@ -109,16 +130,14 @@ def make_plan(prog):
     # a call through the guard (specialise) checked every argument's array: the forward
     # driver skips its checks on the inputs that are the leading arguments
     n_lead = 0
-    while n_lead < len(tr.roles) and tr.roles[n_lead] == ("arg", n_lead):
+    while n_lead < len(tr.roles) and tr.roles[n_lead] == (Role.ARG, n_lead):
         n_lead += 1
     run_trusted = run_fw
     if run_fw is not None and n_lead and prog.backend != "interpret":
         run_trusted = prog.compiled_graph("forward").plan.runner(trusted=n_lead)
-    roles = [(kind == "arg", x) for kind, x in tr.roles]
-    pos = {("arg", x) if kind == "arg" else ("lifted", id(x)): i
-           for i, (kind, x) in enumerate(tr.roles)}
-    diff_pos = [pos[("arg", x) if kind == "arg" else ("lifted", id(x))]
-                for kind, x in tr.diff_roles]
+    roles = [(kind is Role.ARG, x) for kind, x in tr.roles]
+    pos = {(kind, x if kind is Role.ARG else id(x)): i for i, (kind, x) in enumerate(tr.roles)}
+    diff_pos = [pos[(kind, x if kind is Role.ARG else id(x))] for kind, x in tr.diff_roles]
     if diff_outs:  # shapes and dtypes are fixed per program
         g = tr.graph
         plan.avals = ([Aval(g.inputs[p].shape, g.inputs[p].dtype) for p in diff_pos],
@@ -170,7 +189,7 @@ def make_plan(prog):
     return plan
 
 
-def make_fast_backward(prog):
+def make_fast_backward(prog, plan):
     """`fast_backward(t, retain_graph) -> bool`, a _CallBackward's `loss.backward()` for
     this program as straight-line code: False, having done nothing, where the general
     engine is needed (hooks on the output, its node or a leaf, retain_grad, profiling,
@@ -183,8 +202,8 @@ def make_fast_backward(prog):
         owned = prog.owned_outputs("backward")
         # its inputs: saved values made by the forward program, and implicit_grads'
         # arrays (C-contiguous, writeable, of the program's avals): no input checks
-        plan = prog.compiled_graph("backward").plan
-        run = plan.runner(trusted=len(plan.in_slots))
+        driver = prog.compiled_graph("backward").plan
+        run = driver.runner(trusted=len(driver.in_slots))
     slots, k = [], 0  # (diff input, backward output, owned) per gradient it makes
     for j, present in enumerate(tr.grad_present):
         if present:
@@ -194,17 +213,17 @@ def make_fast_backward(prog):
     n_replay, n_leaves = len(tr.roles), len(tr.diff_roles)
     g = {"profiling": profiling, "_mode": _mode, "current_builder": current_builder,
          "plain_leaves": plain_leaves, "run": run, "make": Tensor._make,
-         "accumulate_array": accumulate_array, "prog": prog}
+         "accumulate_array": accumulate_array, "prog": prog, "plan": plan}
     saved = [f"s{i}" for i in range(n_saved)]
     if len(tr.diff_outs) == 1:
-        grads = prog.implicit_grads(0)
+        grads = plan.implicit_grads(0)
         if grads is False:
             return _no_fast_backward
         g.update({f"g{i}": a for i, a in enumerate(grads)})
         get_grads, grad_args = [], [f"g{i}" for i in range(len(grads))]
     else:
         # the other outputs get no gradient: a leaf only they reach gets no .grad
-        get_grads = ["    grads = prog.implicit_grads(t._output_nr)",
+        get_grads = ["    grads = plan.implicit_grads(t._output_nr)",
                      "    if grads is False:", "        return False",
                      f"    reach = prog.grads_reached([i == t._output_nr for i in "
                      f"range({len(tr.diff_outs)})])"]

@@ -8,6 +8,7 @@ import dataclasses
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.tracer.reads import same_value
+from aotgrad.tracer.trace import Role
 
 MISS = object()  # what a specialised call returns when its guards do not hold
 
@@ -144,11 +145,7 @@ def lifted_ok(prog):
     and so is the .grad state the program reads or writes, the object each place on the
     way to one holds (a parameter slot, attribute, dict entry, global, closure cell), and
     each plain Python value the trace read by name."""
-    tr = prog.trace
-    check = tr.__dict__.get("state_check")
-    if check is None:
-        check = tr.state_check = make_state_check(tr)
-    return check()
+    return prog.state_check()
 
 
 def make_state_check(tr):
@@ -211,7 +208,7 @@ def aliases_lifted(prog, leaves):
     """For a program that writes in place: the index of a tensor input that shares memory
     (a version counter) with a lifted tensor (a parameter, a closed-over tensor), or None.
     The trace saw them apart; a write through one would not show through the other."""
-    counters = {id(t._version_counter): t for kind, t in prog.trace.roles if kind == "lifted"}
+    counters = {id(t._version_counter): t for kind, t in prog.trace.roles if kind is Role.LIFTED}
     if not counters:
         return None
     for i, x in enumerate(leaves):

@@ -1,14 +1,14 @@
 """Program: one compiled specialisation of a function (its joint, forward, backward and
 inference graphs, the partition, their compiled runners) and the general call that runs it
 with any roles, in-place writes, .grad writes, profiling and anomaly mode."""
-import math
+import dataclasses
 import os
 import threading
 import weakref
 
 import numpy as np
 
-from aotgrad.compiler import call
+from aotgrad.compiler import call, guards
 from aotgrad.ir import passes
 from aotgrad.ir.core import Aval
 from aotgrad.ir.partition import partition
@@ -20,6 +20,7 @@ from aotgrad.runtime.factories import default_generator
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.tracer.pytree import unflatten
+from aotgrad.tracer.trace import Mutation, Role
 
 
 def _runner(graph, backend, name, trusted=0):
@@ -37,26 +38,49 @@ def _runner(graph, backend, name, trusted=0):
 _PREPARE_LOCK = threading.RLock()  # a program's lazy compile steps (rare: only on first use)
 
 
-class Program:
-    """One compiled specialisation: the joint, forward and backward graphs, the partition,
-    and their runners. `str(program)` prints all of it."""
+@dataclasses.dataclass(frozen=True)
+class PartitionedGraphs:
+    """The stage after the trace (`partition_trace`): the optimised joint graph, the
+    forward and backward graphs the partitioner cut it into (None without a backward), the
+    inference graph (the joint's forward outputs, dead code removed)."""
+    joint: object
+    forward: object
+    backward: object
+    inference: object
+    partition: object
+    has_backward: bool
 
-    def __init__(self, tr, backend, memory_budget, name):
+    def __str__(self):
+        if not self.has_backward:
+            return format_graph(self.inference)
+        return "\n".join([format_graph(self.forward), format_graph(self.backward),
+                          "# partition\n# " + self.partition.report().replace("\n", "\n# ")])
+
+
+def partition_trace(tr, memory_budget):
+    """TraceResult -> PartitionedGraphs: the IR passes, the min-cut partition, DCE."""
+    joint = passes.optimize(tr.graph)
+    n_fw, n_primals = tr.layout.n_forward, tr.n_primals
+    has_backward = bool(tr.diff_roles) and any(tr.grad_present)
+    part = partition(joint, n_primals, n_fw, memory_budget) if has_backward else None
+    inference = passes.dce(_restrict(joint, n_primals, n_fw))
+    inference.name = "inference"
+    return PartitionedGraphs(joint, part.forward if part else None,
+                             part.backward if part else None, inference, part, has_backward)
+
+
+class Program:
+    """One compiled specialisation: the trace, its PartitionedGraphs, their runners, and
+    its CallPlan (made on first call). `str(program)` prints all of it."""
+
+    def __init__(self, tr, graphs, backend, name):
         self.trace, self.name, self.backend = tr, name, backend
+        self.graphs = graphs
         self.returned_args = _returned_written_args(tr)
-        self.joint = passes.optimize(tr.graph)
-        self.n_fw_outputs = len(tr.out_is_tensor) - tr.out_is_tensor.count(False) + \
-            len(tr.mutations)
-        self.has_backward = bool(tr.diff_roles) and any(tr.grad_present)
-        n_primals = tr.n_primals
-        if self.has_backward:
-            self.partition = partition(self.joint, n_primals, self.n_fw_outputs, memory_budget)
-            self.forward, self.backward = self.partition.forward, self.partition.backward
-        else:
-            self.partition = None
-            self.forward, self.backward = None, None
-        self.inference = passes.dce(_restrict(self.joint, n_primals, self.n_fw_outputs))
-        self.inference.name = "inference"
+        self.joint, self.inference = graphs.joint, graphs.inference
+        self.forward, self.backward = graphs.forward, graphs.backward
+        self.partition, self.has_backward = graphs.partition, graphs.has_backward
+        self.n_fw_outputs = tr.layout.n_forward
         self._runners = {}
         self._copies = {}
         self._reached, self._grad_deps = {}, None
@@ -65,10 +89,10 @@ class Program:
         self._accumulators = None
         self._avals = None
         self._plan = None        # the CallPlan (call.make_plan), made on first call
+        self._state_check = None  # guards.make_state_check(trace), made on first use
         self.observed = False    # observe(): every call takes the general path
-        self._implicit = {}      # output_nr -> the grads `out.backward()` feeds the backward
         # per input, the index of the argument it is, when every input is one (the common case)
-        self.arg_roles = [x for _, x in tr.roles] if all(k == "arg" for k, _ in tr.roles) \
+        self.arg_roles = [x for _, x in tr.roles] if all(k is Role.ARG for k, _ in tr.roles) \
             else None
 
     # ---- running ------------------------------------------------------------------------
@@ -79,6 +103,13 @@ class Program:
             self._prepare(which)
             r = self._runners[which]
         return r
+
+    def state_check(self):
+        """Whether the state guards of the trace hold now (guards.lifted_ok)."""
+        check = self._state_check
+        if check is None:
+            check = self._state_check = guards.make_state_check(self.trace)
+        return check()
 
     def call_plan(self):
         """How calls of this program run (call.CallPlan), derived once."""
@@ -192,11 +223,11 @@ class Program:
         depends on it (in the forward graph)."""
         tr = self.trace
         g = tr.graph
-        pos = {("arg", x) if kind == "arg" else ("lifted", id(x)): i
+        pos = {_input_key(kind, x): i
                for i, (kind, x) in enumerate(tr.roles)}
         dep = {}
         for j, (kind, x) in enumerate(tr.diff_roles):
-            v = g.inputs[pos[("arg", x) if kind == "arg" else ("lifted", id(x))]]
+            v = g.inputs[pos[_input_key(kind, x)]]
             dep[v] = dep.get(v, 0) | 1 << j
         for n in g.nodes:
             m = 0
@@ -266,14 +297,14 @@ class Program:
         else:
             inputs, replay = [], []
             for kind, x in tr.roles:
-                if kind == "arg":
+                if kind is Role.ARG:
                     t = leaves[x]
-                elif kind == "lifted":
+                elif kind is Role.LIFTED:
                     t = x
                 else:
                     t = default_generator.next_seed()
                 inputs.append(t._value)
-                replay.append(t if kind != "seed" else t._value)
+                replay.append(t if kind is not Role.SEED else t._value)
         if _mode.grad_enabled and tr.mutations:
             self._check_leaf_writes(leaves)
             if self.has_backward:
@@ -288,25 +319,25 @@ class Program:
         if _mode.anomaly and _mode.anomaly_check_nan:
             check_nan(getattr(self, which), inputs, outs, f"{self.name}.{which}")
         fw, saved = outs[:self.n_fw_outputs], (outs[self.n_fw_outputs:] if need_grad else None)
-        n_tensor_outs = self.n_fw_outputs - len(tr.mutations)
+        n_tensor_outs = tr.layout.n_tensor_outputs
         copies = self.copied_outputs(which)
         if copies:
             fw = list(fw)
             for i in copies:
                 fw[i] = np.array(fw[i], copy=True)
         if tr.mutations and saved:  # the backward must not read what the write-back changes
-            saved = _unshare(saved, [leaves[x]._value if kind == "arg" else x._value
-                                     for kind, x in tr.mutations if kind in ("arg", "lifted")])
+            saved = _unshare(saved, [leaves[x]._value if kind is Mutation.ARG else x._value
+                                     for kind, x in tr.mutations if kind in _WRITES])
         for (kind, x), value in zip(tr.mutations, fw[n_tensor_outs:]):
-            if kind in ("grad", "arg_grad"):
-                write_grad(leaves[x] if kind == "arg_grad" else x, value)
-            elif kind == "escape":  # a tensor the function stored away: make it concrete
+            if kind in _GRAD_WRITES:
+                write_grad(leaves[x] if kind is Mutation.ARG_GRAD else x, value)
+            elif kind is Mutation.ESCAPE:  # a tensor the function stored away: make it concrete
                 x._value, x.grad_fn, x.requires_grad = value, None, False
                 x._version_counter.v += 1
             else:
-                write_back(leaves[x] if kind == "arg" else x, value)
+                write_back(leaves[x] if kind is Mutation.ARG else x, value)
         for kind, x in tr.grad_clears:
-            write_grad(leaves[x] if kind == "arg_grad" else x, None)
+            write_grad(leaves[x] if kind is Mutation.ARG_GRAD else x, None)
         vals = iter(fw[:n_tensor_outs])
         outs = [Tensor._make(next(vals)) if is_t else const
                 for is_t, const in zip(tr.out_is_tensor, tr.out_leaves)]
@@ -314,15 +345,15 @@ class Program:
             outs[k] = leaves[x]
         for i in tr.retained_args:  # retain_grad() on an argument inside: on the caller's tensor
             t = leaves[i]
-            if any(kind == "arg" and x == i for kind, x in tr.mutations):
+            if any(kind is Mutation.ARG and x == i for kind, x in tr.mutations):
                 t._retains_grad = True   # written in place: its new value's (see below)
             elif t.requires_grad and t.grad_fn is not None:
                 t.retain_grad()
         if need_grad and tr.diff_outs:
-            diff_inputs = [leaves[x] if kind == "arg" else x for kind, x in tr.diff_roles]
+            diff_inputs = [leaves[x] if kind is Role.ARG else x for kind, x in tr.diff_roles]
             # after the outputs, the tensors written in place whose new value has history:
             # rebased onto the node (made first, so its edges keep their old history)
-            targets = outs + [leaves[x] if kind == "arg" else x for kind, x in tr.mutations]
+            targets = outs + [leaves[x] if kind is Mutation.ARG else x for kind, x in tr.mutations]
             self.first_call_state(diff_inputs, targets)
             node = (_WrittenBackward if tr.written_grads else CompiledBackward)(
                 self, saved, diff_inputs, *self._avals, replay)
@@ -341,8 +372,8 @@ class Program:
     def _snapshot_written(self, replay, leaves):
         """The call's inputs as the backward replays them (create_graph): a tensor the
         program writes back is replaced by a copy of its value now, with its history now."""
-        written = {id(leaves[x] if kind == "arg" else x) for kind, x in self.trace.mutations
-                   if kind in ("arg", "lifted")}
+        written = {id(leaves[x] if kind is Mutation.ARG else x) for kind, x in self.trace.mutations
+                   if kind in _WRITES}
         out = []
         for t in replay:
             if isinstance(t, Tensor) and id(t) in written:
@@ -356,7 +387,7 @@ class Program:
         """The trace saw a non-leaf (or a tensor that needs no grad) where this call passes a
         leaf that requires grad: writing it in place is the error it is eagerly."""
         for kind, x in self.trace.mutations:
-            if kind == "arg" and leaves[x].requires_grad and leaves[x].grad_fn is None:
+            if kind is Mutation.ARG and leaves[x].requires_grad and leaves[x].grad_fn is None:
                 raise RuntimeError(
                     f"a leaf Variable that requires grad is being used in an in-place operation "
                     f"(compiled function {self.name} writes argument {x} in place).")
@@ -369,37 +400,14 @@ class Program:
         tr = self.trace
         if self._accumulators is None:  # keep the lifted leaves' AccumulateGrad nodes
             self._accumulators = [t._grad_accumulator() for kind, t in tr.diff_roles
-                                  if kind == "lifted" and t.grad_fn is None]
+                                  if kind is Role.LIFTED and t.grad_fn is None]
         if self._avals is None:  # shapes and dtypes are fixed per program (guards)
             self._avals = ([Aval(t._value.shape, t.dtype) for t in diff_inputs],
                            [Aval(outs[k]._value.shape, outs[k].dtype) for k in tr.diff_outs])
 
-    def implicit_grads(self, nr):
-        """The arrays `out.backward()` feeds the backward program for output nr of the
-        differentiable outputs (ones there, zeros for the others), or False when that output
-        is not a floating scalar (the general path raises the error). Made once, never handed
-        to the user: the backward only reads them, and an output that passes one through is
-        not owned, so it is copied before it becomes a .grad."""
-        grads = self._implicit.get(nr)
-        if grads is None:
-            avals = self._avals[1]
-            a = avals[nr]
-            if math.prod(a.shape) != 1 or not a.dtype.is_floating_point:
-                grads = False
-            else:
-                grads = [np.zeros(b.shape, b.dtype.np) for b in avals]
-                grads[nr] = np.ones(a.shape, a.dtype.np)
-            self._implicit[nr] = grads
-        return grads
-
     # ---- reading ------------------------------------------------------------------------
     def __str__(self):
-        parts = []
-        if self.has_backward:
-            parts += [format_graph(self.forward), format_graph(self.backward),
-                      "# partition\n# " + self.partition.report().replace("\n", "\n# ")]
-        else:
-            parts.append(format_graph(self.inference))
+        parts = [str(self.graphs)]
         if self.source:
             parts.append(self.source)
         return "\n".join(parts)
@@ -436,6 +444,15 @@ class Program:
         """The code generator's plan per graph: kernels, refused fusions and why, buffers."""
         return "\n".join(f"# ---- {which} ----\n{k.report()}" for which, k in
                          self._kernels.items() if k is not None and hasattr(k, "report"))
+
+
+_WRITES = (Mutation.ARG, Mutation.LIFTED)          # a tensor's value written back
+_GRAD_WRITES = (Mutation.GRAD, Mutation.ARG_GRAD)  # a tensor's .grad written
+
+
+def _input_key(kind, x):
+    """A differentiated input's identity among the roles (an argument index or a tensor)."""
+    return (kind, x) if kind is Role.ARG else (kind, id(x))
 
 
 _VIEW_PRIMS = frozenset(("reshape", "transpose", "broadcast_in_dim", "slice", "rev",
@@ -521,7 +538,7 @@ def _returned_written_args(tr):
     """[(output index, argument index)]: outputs that are an argument the function wrote in
     place, returned as is. Eagerly such an output is the caller's tensor itself (its memory,
     its new history), so the call returns that tensor rather than a new one."""
-    written = {x for kind, x in tr.mutations if kind == "arg"}
+    written = {x for kind, x in tr.mutations if kind is Mutation.ARG}
     return [(k, x) for k, x in enumerate(tr.out_args) if x is not None and x in written]
 
 

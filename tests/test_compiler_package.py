@@ -94,3 +94,36 @@ def test_assume_constant_result_on_a_traced_tensor_is_a_graph_break():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         np.testing.assert_allclose(cf(x).numpy(), [9.0, 3.0])  # eagerly, as without compile
+
+
+def test_the_stages_are_typed_and_printable():
+    from aotgrad.compiler.program import partition_trace
+    from aotgrad.tracer import Mutation, Role, trace
+
+    def f(x, w, b):
+        b.add_(1.0)                          # an in-place write: a mutation
+        return (x @ w + b).tanh().sum(), 2   # a non-tensor output too
+    x, w, b = ag.randn(3, 4), ag.randn(4, 5, requires_grad=True), ag.zeros(5)
+    tr = trace(f, (x, w, b), {})
+    assert [k for k, _ in tr.roles] == [Role.ARG] * 3
+    assert tr.mutations == [(Mutation.ARG, 2)] and tr.diff_roles == [(Role.ARG, 1)]
+    lay = tr.layout
+    assert (lay.n_tensor_outputs, lay.n_mutations, lay.n_grads) == (1, 1, 1)
+    assert len(tr.graph.outputs[lay.forward]) == lay.n_forward == 2
+    assert len(tr.graph.outputs[lay.grads]) == 1 and tr.graph.outputs[lay.written] == []
+    with pytest.raises(AttributeError):
+        tr.roles = []                        # frozen
+    assert "def joint(" in str(tr) and "x1=arg[1]" in str(tr)
+    graphs = partition_trace(tr, None)
+    assert graphs.has_backward and "def forward(" in str(graphs) and "# partition" in str(graphs)
+    cf = ag.compile(f, backend="interpret")
+    b2 = ag.zeros(5)
+    out, two = cf(x, w, b2)
+    assert two == 2 and b2.numpy().tolist() == [1.0] * 5
+    prog = cf.ir(x, w, b2)
+    assert prog.call_plan().call is None     # a mutation: the general call
+    assert "general" in str(prog.call_plan())
+    g = ag.compile(lambda x, w: (x @ w).sum(), backend="interpret")
+    g(x, w)
+    plan = g.ir(x, w).call_plan()
+    assert plan.call is not None and plan.inline is not None and "inline" in str(plan)
