@@ -20,6 +20,7 @@ import numpy as np
 
 import aotgrad as ag
 import aotgrad.nn.functional as F
+from aotgrad.tracer import Role
 
 
 def w1(x):
@@ -130,7 +131,7 @@ def run(name, reps):
     fw, bw = prog._kernels["forward"], prog._kernels["backward"]
     ins = []     # the program's inputs: arguments, lifted constants, random seeds
     for kind, x in prog.trace.roles:
-        t = args[x] if kind == "arg" else x if kind == "lifted" else None
+        t = args[x] if kind is Role.ARG else x if kind is Role.LIFTED else None
         ins.append(t._value if t is not None else np.array(0, np.int64))
     outs = fw(*ins)
     n_fw = prog.n_fw_outputs

@@ -14,8 +14,9 @@ from aotgrad.ir import dtypes as dt
 from aotgrad.ir.tags import KINDS, Tag
 from aotgrad.ir.text import format_graph, format_node, type_str
 
-_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_USER_DIRS = tuple(os.path.join(_PKG_DIR, d) + os.sep for d in ("tests", "examples", "benchmarks"))
+_PKG = __name__.split(".")[0]
+_USER_SUBPACKAGES = ("tests", "examples", "benchmarks")  # user code that sits in the checkout
+_HELPER_MODULES = ("numpy", "contextlib", "functools")  # frames between the user and aotgrad
 
 
 class PrimError(ValueError):
@@ -87,16 +88,27 @@ class Provenance:
         return f"{self.where()} {self.op or ''}{tag}".strip()
 
 
-def is_internal_file(filename):
-    return filename.startswith(_PKG_DIR) and not filename.startswith(_USER_DIRS) or \
-        filename.startswith("<frozen") or os.sep + "numpy" + os.sep in filename or \
-        "contextlib.py" in filename or "functools.py" in filename
+def is_aotgrad_module(name):
+    """Code of module `name` is aotgrad's own, not the user's: the package and its
+    subpackages, except the tests, examples and benchmarks that sit in the checkout."""
+    if not name or name.split(".")[0] not in (_PKG, "aotgrad"):
+        return False
+    parts = name.split(".")
+    return len(parts) < 2 or parts[1] not in _USER_SUBPACKAGES
+
+
+def is_internal_frame(frame):
+    """A frame of aotgrad (by its module's name, wherever the files lie), or of the helpers
+    between the user's code and aotgrad's (numpy, contextlib, functools, frozen imports)."""
+    name = frame.f_globals.get("__name__")
+    return is_aotgrad_module(name) or (name or "").split(".")[0] in _HELPER_MODULES or \
+        frame.f_code.co_filename.startswith("<frozen")
 
 
 def user_frame(depth=1):
     """The innermost stack frame outside the aotgrad package (the user's code), or None."""
     f = sys._getframe(depth)
-    while f is not None and is_internal_file(f.f_code.co_filename):
+    while f is not None and is_internal_frame(f):
         f = f.f_back
     return f
 
@@ -376,6 +388,17 @@ _builder = contextvars.ContextVar("aotgrad_graph_builder", default=None)
 
 def current_builder():
     return _builder.get()
+
+
+class no_builder:
+    """Inside, no graph records: ops run on concrete values (the active builder after)."""
+
+    def __enter__(self):
+        self._token = _builder.set(None)
+        return self
+
+    def __exit__(self, *exc):
+        _builder.reset(self._token)
 
 
 Prim.__call__ = Prim.bind  # printed graphs call prims like functions

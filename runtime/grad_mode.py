@@ -4,6 +4,7 @@ Each is a context manager and a decorator, as in torch.autograd.grad_mode.
 """
 import functools
 import inspect
+import sys
 import threading
 import traceback
 import warnings
@@ -50,11 +51,11 @@ def is_anomaly_check_nan_enabled():
 def forward_stack():
     """The formatted Python stack of the current call, without aotgrad's own frames at its
     end: what anomaly mode stores on each node ("Traceback of forward call ...")."""
-    from aotgrad.ir.core import is_internal_file
-    frames = traceback.extract_stack()[:-1]
-    while frames and is_internal_file(frames[-1].filename):
-        frames.pop()
-    return traceback.format_list(frames)
+    from aotgrad.ir.core import is_internal_frame
+    f = sys._getframe(1)
+    while f is not None and is_internal_frame(f):
+        f = f.f_back
+    return traceback.format_list(traceback.extract_stack(f)) if f is not None else []
 
 
 class _Mode:

@@ -26,6 +26,7 @@ import types
 
 import numpy as np
 
+from aotgrad.ir.core import is_aotgrad_module
 from aotgrad.runtime.tensor import Tensor
 
 _PLAIN_SCALARS = (bool, int, float, complex, str, bytes, type(None), np.generic)
@@ -34,8 +35,6 @@ _MAX_ITEMS = 10000       # entries of one dict or list looked at
 _MAX_DEPTH = 10
 _LIBRARIES = ("numpy", "numba", "networkx", "scipy", "torch", "llvmlite", "sklearn")
 _MISSING = object()
-_PKG = __name__.split(".")[0]
-_USER_SUBPACKAGES = ("tests", "examples", "benchmarks")  # user code inside the checkout
 
 
 def _is_plain(v, depth=0):
@@ -67,14 +66,18 @@ def same_value(a, b):
         return False
 
 
+CONSTANT_RESULT = "_aotgrad_constant_result"  # set on a function whose result the trace bakes in
+
+
 def is_library_module(name):
     """Code of this module is not the user's: the walk does not follow its functions."""
     if not name:
         return False
     top = name.split(".")[0]
-    if top == _PKG or top == "aotgrad":
-        parts = name.split(".")
-        return len(parts) < 2 or parts[1] not in _USER_SUBPACKAGES
+    if is_aotgrad_module(name):
+        return True
+    if top == "aotgrad":  # its tests, examples, benchmarks
+        return False
     return top in _LIBRARIES or top in getattr(sys, "stdlib_module_names", ()) or \
         top == "builtins"
 
@@ -243,7 +246,8 @@ def _walk_once(fn, arg_leaves, names, codes, arg_names):
 
     def function(f):
         code = getattr(f, "__code__", None)
-        if code is None or is_library_module(getattr(f, "__module__", None)):
+        if code is None or is_library_module(getattr(f, "__module__", None)) or \
+                getattr(f, CONSTANT_RESULT, False):  # (what it reads is no state of the program)
             return
         _add_code(code, names, codes)
         g = getattr(f, "__globals__", None)

@@ -119,3 +119,18 @@ class watch:
     def __exit__(self, *exc):
         if self.active:
             sys.setprofile(None)
+
+
+class unwatched:
+    """Inside, calls are not watched (code whose result the trace may keep: a function marked
+    with `aotgrad.compiler.assume_constant_result`); the watch, if any, after."""
+
+    def __enter__(self):
+        self.prev = sys.getprofile()
+        if self.prev is _profile:
+            sys.setprofile(None)
+        return self
+
+    def __exit__(self, *exc):
+        if self.prev is _profile:
+            sys.setprofile(_profile)

@@ -6,10 +6,14 @@ derivative rules and autograd.Function backwards are recorded by the same code t
 them eagerly. The backward is derived by running the eager engine (`run_backward`) on the
 traced outputs with new tangent inputs: one source of derivative truth.
 """
+import dataclasses
+import enum
+import functools
 import gc
 import weakref
 
-from aotgrad.ir.core import Aval, GraphBuilder, Var, aval_of
+from aotgrad.ir.printer import format_graph
+from aotgrad.ir.core import Aval, GraphBuilder, Var, aval_of, current_builder, no_builder
 from aotgrad.runtime import dispatch
 from aotgrad.runtime.engine import (Node, SavedTensorModifiedError, VersionCounter,
                                     _node_of, run_backward)
@@ -72,7 +76,7 @@ class TraceBuilder(GraphBuilder):
     def __init__(self, names=None):
         super().__init__("joint")
         self.names = names or {}
-        self.roles = []          # per graph input: ("arg", flat_index) | ("lifted", _Lifted)
+        self.roles = []          # per graph input: (Role.ARG, flat_index) | (Role.LIFTED, _Lifted)
         self.current = {}        # id(tensor) -> Var it was lifted as (while the tensor lives)
         self.by_array = {}       # id(numpy array) -> Var (a saved tensor unpacked anew)
         self.lifted = []         # _Lifted records, in input order
@@ -107,7 +111,7 @@ class TraceBuilder(GraphBuilder):
         if v is not None:
             return v
         if t.__dict__.get("_rng_seed"):
-            v = self.add_role_input(aval_of(t._value), f"seed{self.n_seeds}", ("seed", None))
+            v = self.add_role_input(aval_of(t._value), f"seed{self.n_seeds}", (Role.SEED, None))
             self.n_seeds += 1
             self.current[id(t)] = v
             self.keep_alive.append(t)
@@ -124,7 +128,7 @@ class TraceBuilder(GraphBuilder):
         name = "p_" + "".join(c if c.isalnum() else "_" for c in name)
         v = self.add_input(aval_of(t._value), name)
         rec = _Lifted(t, v, self._remember(t, v))
-        self.roles.append(("lifted", rec))
+        self.roles.append((Role.LIFTED, rec))
         self.lifted.append(rec)
         self.by_array[id(t._value)] = v
         return v
@@ -151,33 +155,115 @@ class TraceBuilder(GraphBuilder):
         return [(rec.ref(), rec.var) for rec in self.lifted if rec.ref() is not None]
 
     def settle_roles(self):
-        """Lifted records -> ("lifted", tensor): the live object, or a private constant."""
-        self.roles = [("lifted", r.settle()) if k == "lifted" else (k, r) for k, r in self.roles]
+        """Lifted records -> (Role.LIFTED, tensor): the live object, or a private constant."""
+        self.roles = [(k, r.settle()) if k is Role.LIFTED else (k, r) for k, r in self.roles]
         return [(r.tensor, r.var, r.grad) for r in self.lifted]
 
 
+class Role(enum.Enum):
+    """Where a primal input of the joint graph comes from on each call."""
+    ARG = "arg"          # the call's flattened argument at an index
+    LIFTED = "lifted"    # a tensor the function reads (parameter, closed-over, constant)
+    SEED = "seed"        # a fresh seed of the default generator
+
+
+class Mutation(enum.Enum):
+    """What a written-back output of the forward updates after each call."""
+    ARG = "arg"            # the argument at an index, written in place
+    LIFTED = "lifted"      # a tensor the function reads, written in place
+    GRAD = "grad"          # the .grad of a tensor the function reads
+    ARG_GRAD = "arg_grad"  # the .grad of the argument at an index
+    ESCAPE = "escape"      # a tensor made inside and stored away: made concrete
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputLayout:
+    """The joint graph's outputs, in order: the tensor outputs, the written-back values
+    (one per mutation), the gradients of the differentiated inputs that have one, the
+    gradients of the new values of tensors written in place (`written_grads`)."""
+    n_tensor_outputs: int
+    n_mutations: int
+    n_grads: int
+    n_written_grads: int
+
+    @property
+    def n_forward(self):
+        """The forward's own outputs (tensor outputs and written-back values)."""
+        return self.n_tensor_outputs + self.n_mutations
+
+    @property
+    def tensor_outputs(self):
+        return slice(0, self.n_tensor_outputs)
+
+    @property
+    def written_back(self):
+        return slice(self.n_tensor_outputs, self.n_forward)
+
+    @property
+    def forward(self):
+        return slice(0, self.n_forward)
+
+    @property
+    def grads(self):
+        return slice(self.n_forward, self.n_forward + self.n_grads)
+
+    @property
+    def written(self):
+        return slice(self.n_forward + self.n_grads, None)
+
+
+@dataclasses.dataclass(frozen=True)
 class TraceResult:
-    """The joint graph and what the runtime needs to call it.
+    """The joint graph and what the runtime needs to call it (`str()` prints it).
 
     graph.inputs  = [tensor args..., lifted..., seeds..., tangents...] (`roles` name the
-                    first n_primals)
-    graph.outputs = [tensor outputs..., written-back values (`mutations`)..., grads of
-                    `diff_roles` where `grad_present`..., grads of the new values of
-                    the tensors written in place, per `written_grads`...]
+                    first n_primals); graph.outputs laid out by `layout`.
+    roles          = per primal input: (Role, flat argument index | tensor | None)
+    mutations      = per written-back output: (Mutation, argument index | tensor)
+    diff_roles     = the differentiated inputs: (Role.ARG, index) | (Role.LIFTED, tensor)
     diff_outs      = indices of the differentiable outputs among the flattened outputs, then
                     len(outputs) + j for mutations[j] written with a value that has history
+    grad_present   = per diff_roles entry: the backward returns a gradient for it
     written_grads  = the differentiable output slots (positions in diff_outs) of tensors
                     written in place whose whole gradient (from the uses inside the
                     function too) the backward returns last: their retain_grad and hooks
+    grad_clears    = (Mutation.GRAD | Mutation.ARG_GRAD, target) whose .grad the call clears
     out_args       = per output: the index of the argument it is (the object the function
                     got), or None
+    out_leaves     = per output: None for a tensor, else the Python value returned
     retained_args  = indices of the (non-leaf) arguments the function called retain_grad() on
     out_may_alias  = per tensor output: it may share memory with an input (it is an argument
                     or a parameter/closed-over tensor returned as is); others never do
+    grad_guards, lifted_guards, identity_guards, guard_roots: what the state guards check
     """
+    graph: object
+    roles: list
+    n_primals: int
+    in_tree: object
+    out_tree: object
+    diff_outs: list
+    diff_roles: list
+    mutations: list
+    escaped: bool
+    grad_clears: list
+    grad_guards: list
+    grad_present: list
+    written_grads: list
+    out_may_alias: list
+    lifted_guards: list
+    identity_guards: list
+    guard_roots: list
+    out_leaves: list
+    out_args: list
+    out_is_tensor: list
+    retained_args: list
+    layout: OutputLayout
 
-    def __init__(self, **kw):
-        self.__dict__.update(kw)
+    def __str__(self):
+        roles = ", ".join(f"{v.name}={k.value}" + (f"[{x}]" if k is Role.ARG else "")
+                          for v, (k, x) in zip(self.graph.inputs, self.roles))
+        return (f"{format_graph(self.graph)}\n# inputs: {roles}\n# outputs: {self.layout}\n"
+                f"# mutations: {[k.value for k, _ in self.mutations]}")
 
 
 def _break_handler(what, tensor):
@@ -199,7 +285,7 @@ class _InputBackward(Node):
 
 def _arg_proxy(builder, x, i, want_grad):
     """-> (proxy the function sees, leaf the backward differentiates or None)."""
-    v = builder.add_role_input(aval_of(x._value), f"x{i}", ("arg", i))
+    v = builder.add_role_input(aval_of(x._value), f"x{i}", (Role.ARG, i))
     if not (x.requires_grad and want_grad):
         return Tensor._make(v, False), None
     leaf = Tensor._make(v, True)
@@ -259,12 +345,12 @@ def trace(fn, args, kwargs, names=None, want_grad=True):
             shares = [_shares(o, proxies, arg_vars) for o in outs if isinstance(o, Tensor)]
             # what the function wrote in place: its arguments, and real tensors that outlive
             # the call (one it made and dropped needs no write-back)
-            written = [(("arg", i), p) for i, p in enumerate(proxies)
+            written = [((Mutation.ARG, i), p) for i, p in enumerate(proxies)
                        if isinstance(p, Tensor) and p._value is not arg_vars[i] and
                        first.get(id(leaves[i])) == i]
             if builder.swapped:
                 gc.collect()
-                written += [(("lifted", r.ref()), r.ref()) for r in builder.swapped.values()
+                written += [((Mutation.LIFTED, r.ref()), r.ref()) for r in builder.swapped.values()
                             if r.ref() is not None]
             mutations = [(role, t._value) for role, t in written]
             if written:
@@ -324,8 +410,10 @@ def trace(fn, args, kwargs, names=None, want_grad=True):
     if late:
         graph.inputs = graph.inputs[:n_primals] + late + builder.tangents
         n_primals += len(late)
+    layout = OutputLayout(len(out_vals), len(mutations), sum(g is not None for g in grads),
+                          len(written_grads))
     return TraceResult(
-        graph=graph, roles=builder.roles, n_primals=n_primals, in_tree=in_tree,
+        layout=layout, graph=graph, roles=builder.roles, n_primals=n_primals, in_tree=in_tree,
         out_tree=out_tree, diff_outs=diff_outs, diff_roles=diff_roles,
         mutations=[r for r, _ in mutations], escaped=bool(escapes),
         grad_clears=[r for r, v in grad_writes if v is None], grad_guards=grad_guards,
@@ -348,23 +436,23 @@ def _refuse_aliased_writes(fn, args, kwargs, leaves, written, builder):
     view and its base, two views of one tensor, an argument and a closed-over tensor or
     parameter) must be seen through the other, which the functional program cannot do:
     refuse (eager fallback, or the error with fullgraph)."""
-    by_counter = {}  # id(version counter) -> {("arg", id) or ("lifted", id): tensor, name}
+    by_counter = {}  # id(version counter) -> {(Role.ARG, id) or (Role.LIFTED, id): tensor, name}
     for i, x in enumerate(leaves):
         if isinstance(x, Tensor):
             by_counter.setdefault(id(x._version_counter), {}).setdefault(
-                ("arg", id(x)), (x, i))
+                (Role.ARG, id(x)), (x, i))
     for rec in builder.lifted:
         t = rec.ref()
         if t is not None:  # (a tensor written meanwhile counts versions on a private counter)
             sw = builder.swapped.get(id(t))
             c = sw.counter if sw is not None and sw.ref() is t else t._version_counter
-            by_counter.setdefault(id(c), {})[("lifted", id(t))] = (t, None)
-    written_args = {role[1] for role, _ in written if role[0] == "arg"}
-    written_lifted = {id(role[1]) for role, _ in written if role[0] == "lifted"}
+            by_counter.setdefault(id(c), {})[(Role.LIFTED, id(t))] = (t, None)
+    written_args = {role[1] for role, _ in written if role[0] is Mutation.ARG}
+    written_lifted = {id(role[1]) for role, _ in written if role[0] is Mutation.LIFTED}
     names = None
     for g in by_counter.values():
         if len(g) < 2 or not any(
-                (k == "arg" and i in written_args) or (k == "lifted" and tid in written_lifted)
+                (k is Role.ARG and i in written_args) or (k is Role.LIFTED and tid in written_lifted)
                 for (k, tid), (_, i) in g.items()):
             continue
         if names is None:
@@ -430,11 +518,11 @@ def derive_backward(builder, outs, written, proxies, diff_leaves, want_grad):
                   if t.requires_grad and t.grad_fn is not None and t.dtype.is_floating_point]
     targets = list(outs) + list(written)
     diff_inputs = list(diff_leaves.values())
-    diff_roles = [("arg", i) for i in diff_leaves]
+    diff_roles = [(Role.ARG, i) for i in diff_leaves]
     for t, _ in builder.live_lifted():
         if t.requires_grad and want_grad:
             diff_inputs.append(t)
-            diff_roles.append(("lifted", t))
+            diff_roles.append((Role.LIFTED, t))
     if not (want_grad and diff_outs and diff_inputs):
         return [], [], [], []
     written_slots = [nr for nr, k in enumerate(diff_outs) if k >= len(outs)]
@@ -463,8 +551,8 @@ def _grad_state(builder, proxies):
     writes, guards = [], []
     for t, init in builder.grad_state.values():
         final = t._grad
-        role = ("arg_grad", arg_of[id(t)]) if id(t) in arg_of else ("grad", t)
-        if role[0] == "grad":
+        role = (Mutation.ARG_GRAD, arg_of[id(t)]) if id(t) in arg_of else (Mutation.GRAD, t)
+        if role[0] is Mutation.GRAD:
             guards.append((t, init, init is not None and id(init) in builder.current))
         if final is not init:
             writes.append((role, None if final is None else _value_of(builder, final)))
@@ -507,5 +595,43 @@ def _escapes(builder):
         if t is not None and isinstance(t._value, Var) and t._value in produced and \
                 id(t) not in seen:
             seen.add(id(t))
-            escapes.append((("escape", t), t._value))
+            escapes.append(((Mutation.ESCAPE, t), t._value))
     return escapes
+
+
+
+def constant_result(fn):
+    """`fn` marked as returning the same value on every call: eagerly a plain call; while
+    tracing, run once outside the trace (`run_outside_trace`), its result a constant of the
+    program. What it reads is neither guarded nor checked for changes."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if current_builder() is None:
+            return fn(*args, **kwargs)
+        return run_outside_trace(fn, args, kwargs)
+    setattr(wrapper, reads.CONSTANT_RESULT, True)
+    return wrapper
+
+
+def run_outside_trace(fn, args, kwargs):
+    """fn(*args, **kwargs) run once while tracing as if no trace were active (concrete
+    values, no graph, no gradient, clock reads allowed), its tensors returned as private
+    copies: a value the trace keeps as a constant (`assume_constant_result`)."""
+    leaves, _ = flatten((tuple(args), dict(kwargs)))
+    if any(isinstance(x, Tensor) and isinstance(x._value, Var) for x in leaves):
+        raise dispatch.GraphBreak(dispatch.describe_break(
+            f"{getattr(fn, '__qualname__', fn)!s} is marked assume_constant_result but got a "
+            f"traced tensor (a value that changes from call to call); pass it concrete values "
+            f"only"))
+    prev = _mode.grad_enabled
+    _mode.grad_enabled = False
+    try:
+        with no_builder(), side_effects.unwatched():
+            out = fn(*args, **kwargs)
+    finally:
+        _mode.grad_enabled = prev
+    leaves, tree = flatten(out)
+    if not any(isinstance(x, Tensor) for x in leaves):
+        return out
+    return unflatten(tree, [Tensor._make(x._value.copy(), False) if isinstance(x, Tensor) else x
+                            for x in leaves])

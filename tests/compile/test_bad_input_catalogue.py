@@ -19,7 +19,7 @@ import pytest
 import aotgrad as ag
 import aotgrad.nn.functional as F
 from aotgrad import nn
-from aotgrad.compiler import _tensor_args_key
+from aotgrad.compiler.guards import _tensor_args_key
 
 HERE = re.compile(r"test_bad_input_catalogue\.py:\d+")
 

@@ -9,7 +9,7 @@ from aotgrad.codegen import compile_graph
 from aotgrad.ir import Aval, GraphBuilder, prims
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.core import evaluate
-from aotgrad import call_path
+from aotgrad.compiler.guards import MISS
 from aotgrad.runtime import engine
 
 
@@ -173,7 +173,7 @@ def test_numba_dump_writes_the_drivers(tmp_path, mlp_compiled):
     assert "kernel" in (d / "schedule.txt").read_text()
 
 
-# ---- the specialised call path (call_path: make_call, _CallBackward, specialise) ----
+# ---- the specialised call path (compiler.call: make_call, _CallBackward, specialise) ----
 def _w5(x, y, w1, b1, w2, b2):
     F = ag.nn.functional
     return F.mse_loss(F.linear(F.relu(F.linear(x, w1, b1)), w2, b2), y)
@@ -416,7 +416,7 @@ def test_non_contiguous_input_misses_the_guard_but_not_the_cache(w5_compiled):
     xt = ag.from_numpy(np.ascontiguousarray(args[0].numpy().T)).t()  # a (4, 8) strided view
     assert not xt.numpy().flags.c_contiguous
     new = (xt,) + args[1:]
-    assert w5_compiled._specialised(new) is call_path.MISS
+    assert w5_compiled._specialised(new) is MISS
     ref = _eager_grads(_w5, new)
     for a in new:
         a.grad = None

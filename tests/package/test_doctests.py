@@ -17,7 +17,7 @@ import aotgrad
 
 ROOT = os.path.dirname(os.path.abspath(aotgrad.__file__))
 NOT_SHIPPED = ("tests", "examples", "benchmarks")
-NEEDS_NUMBA = {"aotgrad.compiler.compile"}   # its example compiles with the numba backend
+NEEDS_NUMBA = {"aotgrad.compiler.api.compile"}   # its example compiles with the numba backend
 EXAMPLE = re.compile(r"^\s*>>> (?!#)", re.M)
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 

@@ -1,4 +1,4 @@
-"""Running compiled programs: the autograd node whose backward is a compiled backward graph,
+"""The autograd side of compiled programs: the node whose backward runs a compiled backward graph,
 and an interpreter that runs a Graph with tensor ops (differentiable, for create_graph)."""
 import numpy as np
 

@@ -11,61 +11,151 @@ program and per guard key, so that a training step costs a few microseconds of P
   tracing or an in-place change need it.
 """
 import builtins
+import dataclasses
 import functools
+import math
 
 import numpy as np
 
+from aotgrad.compiler.guards import MISS, aliases_lifted, lifted_ok
 from aotgrad.ir.core import Aval, current_builder
 from aotgrad.runtime import profiling
 from aotgrad.runtime.engine import accumulate_array, next_sequence_nr, plain_leaves
-from aotgrad.runtime.executor import CompiledBackward
+from aotgrad.runtime.compiled_backward import CompiledBackward
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.tracer.pytree import unflatten
-from aotgrad.tracer.reads import same_value
+from aotgrad.tracer.trace import Role
 
 
-def make_call(prog):
-    """prog's call specialised to its trace, or False where it needs the general one
-    (seeds, in-place writes, .grad writes, retain_grad() on an argument, non-tensor outputs,
-    outputs to copy). It calls the generated drivers directly and gives the outputs a
-    _CallBackward, whose edges to leaf inputs are made only when something asks for them."""
+# When the generated code hands a call or a backward over to the general path, whatever
+# else it checks (written once: the generators paste it, Program's call evaluates it).
+GENERAL_PATH_NEEDED = "profiling._profilers or _mode.anomaly"
+general_path_needed = eval(f"lambda: {GENERAL_PATH_NEEDED}",  # noqa: S307 (our own text)
+                           {"profiling": profiling, "_mode": _mode})
+
+
+def _node_lines(saved, leaves, replay, versions):
+    """The one way a _CallBackward is made (pasted into the generated calls): `node`, from
+    the expressions of its saved arrays, leaves, replayed inputs and their versions; the
+    names new_node, Node, seq, in_avals, out_avals, prog and plan are bound."""
+    return ["    node = new_node(Node)",
+            "    node._seq = seq()",
+            "    node._in_avals, node._out_avals = in_avals, out_avals",
+            "    node.program = prog",
+            f"    node._saved_arrays = {saved}",
+            f"    node._leaves = {leaves}",
+            f"    node._replay = {replay}",
+            f"    node._versions = {versions}",
+            "    node._fast_backward = plan.fast_backward"]
+
+
+@dataclasses.dataclass(eq=False)
+class InlineCall:
+    """What `specialise` needs to emit a call in full (a single-output loss of leaf
+    arguments, every input an argument in order): the forward driver that skips the input
+    checks, where the differentiable inputs sit among the arguments, how many forward
+    outputs precede the saved values."""
+    run: object
+    diff_pos: list
+    n_fw: int
+
+
+@dataclasses.dataclass(eq=False)
+class CallPlan:
+    """How calls of one program run, derived once from its trace (`make_plan`):
+    `call(leaves, trusted)` the straight-line call, or None where the general call
+    (Program._call) is needed; `inline` for specialise; `avals` (differentiable inputs,
+    differentiable outputs) of its _CallBackward nodes; `fast_backward`, their
+    `loss.backward()` (made, and the backward program compiled, on first use)."""
+    program: object
+    call: object = None
+    inline: InlineCall = None
+    avals: tuple = None
+    fast_backward: object = None
+
+    def __post_init__(self):
+        self.fast_backward = self._first_fast_backward
+        self._implicit = {}  # output_nr -> the grads `out.backward()` feeds the backward
+
+    def implicit_grads(self, nr):
+        """The arrays `out.backward()` feeds the backward program for output nr of the
+        differentiable outputs (ones there, zeros for the others), or False when that output
+        is not a floating scalar (the general path raises the error). Made once, never handed
+        to the user: the backward only reads them, and an output that passes one through is
+        not owned, so it is copied before it becomes a .grad."""
+        grads = self._implicit.get(nr)
+        if grads is None:
+            avals = self.avals[1]
+            a = avals[nr]
+            if math.prod(a.shape) != 1 or not a.dtype.is_floating_point:
+                grads = False
+            else:
+                grads = [np.zeros(b.shape, b.dtype.np) for b in avals]
+                grads[nr] = np.ones(a.shape, a.dtype.np)
+            self._implicit[nr] = grads
+        return grads
+
+    def _first_fast_backward(self, t, retain_graph):
+        if self.fast_backward == self._first_fast_backward:
+            self.fast_backward = make_fast_backward(self.program, self)
+        return self.fast_backward(t, retain_graph)
+
+    def __str__(self):
+        kind = "general (Program._call)" if self.call is None else \
+            "inline per guard key" if self.inline is not None else "straight-line"
+        return f"call plan of {self.program.name}: {kind}"
+
+
+def make_plan(prog):
+    """prog's CallPlan: the call specialised to its trace, or the general one (call None)
+    where it needs that (seeds, in-place writes, .grad writes, retain_grad() on an argument,
+    non-tensor outputs, outputs to copy, an observed program). The specialised call runs
+    the generated drivers directly and gives the outputs a _CallBackward, whose edges to
+    leaf inputs are made only when something asks for them."""
     tr = prog.trace
-    if tr.mutations or tr.grad_clears or tr.escaped or not all(tr.out_is_tensor) or \
-            tr.retained_args or any(kind == "seed" for kind, _ in tr.roles):
-        return False
+    plan = CallPlan(prog)
+    if prog.observed or tr.mutations or tr.grad_clears or tr.escaped or \
+            not all(tr.out_is_tensor) or tr.retained_args or \
+            any(kind is Role.SEED for kind, _ in tr.roles):
+        return plan
     if prog.copied_outputs("inference") or (prog.has_backward and prog.copied_outputs("forward")):
-        return False  # an output to copy (it would share an input's memory)
-    prog._prepare("forward" if prog.has_backward else "inference")
+        return plan  # an output to copy (it would share an input's memory)
     n_fw, n_out, single = prog.n_fw_outputs, len(tr.out_is_tensor), tr.out_tree is None
     has_backward, diff_outs, out_tree = prog.has_backward, tr.diff_outs, tr.out_tree
-    run_fw = prog._runners["forward"] if has_backward else None
-    arg_roles = prog._arg_roles
+    run = prog.runner("forward" if has_backward else "inference")  # (compiled now)
+    run_fw = run if has_backward else None
+    arg_roles = prog.arg_roles
     identity = arg_roles is not None and arg_roles == list(range(len(arg_roles)))
     # a call through the guard (specialise) checked every argument's array: the forward
     # driver skips its checks on the inputs that are the leading arguments
     n_lead = 0
-    while n_lead < len(tr.roles) and tr.roles[n_lead] == ("arg", n_lead):
+    while n_lead < len(tr.roles) and tr.roles[n_lead] == (Role.ARG, n_lead):
         n_lead += 1
     run_trusted = run_fw
     if run_fw is not None and n_lead and prog.backend != "interpret":
-        run_trusted = prog._kernels["forward"].plan.runner(trusted=n_lead)
-    roles = [(kind == "arg", x) for kind, x in tr.roles]
-    pos = {("arg", x) if kind == "arg" else ("lifted", id(x)): i
-           for i, (kind, x) in enumerate(tr.roles)}
-    diff_pos = [pos[("arg", x) if kind == "arg" else ("lifted", id(x))]
-                for kind, x in tr.diff_roles]
-    if diff_outs and prog._avals is None:  # shapes and dtypes are fixed per program
+        run_trusted = prog.compiled_graph("forward").plan.runner(trusted=n_lead)
+    roles = [(kind is Role.ARG, x) for kind, x in tr.roles]
+    pos = {(kind, x if kind is Role.ARG else id(x)): i for i, (kind, x) in enumerate(tr.roles)}
+    diff_pos = [pos[(kind, x if kind is Role.ARG else id(x))] for kind, x in tr.diff_roles]
+    if diff_outs:  # shapes and dtypes are fixed per program
         g = tr.graph
-        prog._avals = ([Aval(g.inputs[p].shape, g.inputs[p].dtype) for p in diff_pos],
-                       [Aval(g.outputs[k].shape, g.outputs[k].dtype) for k in diff_outs])
-    # the nodes' loss.backward(): made (and the backward program compiled) on first use
-    prog._fast_bw = prog._first_fast_backward
+        plan.avals = ([Aval(g.inputs[p].shape, g.inputs[p].dtype) for p in diff_pos],
+                      [Aval(g.outputs[k].shape, g.outputs[k].dtype) for k in diff_outs])
     # what specialise needs to emit this call inline
-    prog._inline = dict(run=run_trusted, diff_pos=diff_pos, n_fw=n_fw) if (
-        has_backward and identity and single and diff_outs == [0]) else None
-    make, new_node, seq = Tensor._make, _CallBackward.__new__, next_sequence_nr
-    mode = _mode
+    if has_backward and identity and single and diff_outs == [0]:
+        plan.inline = InlineCall(run_trusted, diff_pos, n_fw)
+    # the node of a call whose differentiable inputs are all leaves
+    ns = {"new_node": _CallBackward.__new__, "Node": _CallBackward, "seq": next_sequence_nr,
+          "prog": prog, "plan": plan}
+    if plan.avals is not None:
+        ns["in_avals"], ns["out_avals"] = plan.avals
+    source = "\n".join(["def leaf_node(saved, leaves, replay):"] + _node_lines(
+        "saved", "leaves", "replay", "[t._version_counter.v for t in replay]") +
+        ["    return node"]) + "\n"
+    exec(builtins.compile(source, f"<node of {prog.name}>", "exec"), ns)
+    leaf_node = ns["leaf_node"]
+    make, mode = Tensor._make, _mode
 
     def call(leaves, trusted):
         if identity and len(leaves) == len(arg_roles):
@@ -76,7 +166,7 @@ def make_call(prog):
             replay = [leaves[x] if is_arg else x for is_arg, x in roles]
         vals = [t._value for t in replay]
         if run_fw is None or not mode.grad_enabled:
-            outs = prog._run("inference", vals)
+            outs = prog.runner("inference")(*vals)
             outs = [make(v) for v in outs[:n_out]]
             return outs[0] if single else unflatten(out_tree, outs)
         outs = (run_trusted if trusted else run_fw)(*vals)
@@ -84,28 +174,22 @@ def make_call(prog):
         outs = [make(outs[0])] if single else [make(v) for v in outs[:n_out]]
         if diff_outs:
             diff_inputs = [replay[j] for j in diff_pos]
-            if prog._accumulators is None:
-                prog._first_call_state(diff_inputs, outs)
+            prog.first_call_state(diff_inputs, outs)
             for t in diff_inputs:
                 if t.grad_fn is not None:  # a non-leaf input: its edge is fixed now
-                    node = CompiledBackward(prog, saved, diff_inputs, *prog._avals, replay)
+                    node = CompiledBackward(prog, saved, diff_inputs, *plan.avals, replay)
                     break
             else:
-                node = new_node(_CallBackward)
-                node._seq = seq()
-                node._in_avals, node._out_avals = prog._avals
-                node.program, node._saved_arrays, node._leaves = prog, saved, diff_inputs
-                node._replay = replay
-                node._versions = [t._version_counter.v for t in replay]
-                node._fast_backward = prog._fast_bw
+                node = leaf_node(saved, diff_inputs, replay)
             for nr, k in enumerate(diff_outs):
                 o = outs[k]
                 o.requires_grad, o.grad_fn, o._output_nr = True, node, nr
         return outs[0] if single else unflatten(out_tree, outs)
-    return call
+    plan.call = call
+    return plan
 
 
-def make_fast_backward(prog):
+def make_fast_backward(prog, plan):
     """`fast_backward(t, retain_graph) -> bool`, a _CallBackward's `loss.backward()` for
     this program as straight-line code: False, having done nothing, where the general
     engine is needed (hooks on the output, its node or a leaf, retain_grad, profiling,
@@ -113,14 +197,13 @@ def make_fast_backward(prog):
     an output that is not a floating scalar); else it runs the backward program on the
     saved values and the implicit gradient and writes the leaves' .grad."""
     tr = prog.trace
-    prog._prepare("backward")
-    run, owned = prog._runners["backward"], None
+    run, owned = prog.runner("backward"), None
     if prog.backend != "interpret":
-        owned = prog._owned["backward"]
+        owned = prog.owned_outputs("backward")
         # its inputs: saved values made by the forward program, and implicit_grads'
         # arrays (C-contiguous, writeable, of the program's avals): no input checks
-        plan = prog._kernels["backward"].plan
-        run = plan.runner(trusted=len(plan.in_slots))
+        driver = prog.compiled_graph("backward").plan
+        run = driver.runner(trusted=len(driver.in_slots))
     slots, k = [], 0  # (diff input, backward output, owned) per gradient it makes
     for j, present in enumerate(tr.grad_present):
         if present:
@@ -130,17 +213,17 @@ def make_fast_backward(prog):
     n_replay, n_leaves = len(tr.roles), len(tr.diff_roles)
     g = {"profiling": profiling, "_mode": _mode, "current_builder": current_builder,
          "plain_leaves": plain_leaves, "run": run, "make": Tensor._make,
-         "accumulate_array": accumulate_array, "prog": prog}
+         "accumulate_array": accumulate_array, "prog": prog, "plan": plan}
     saved = [f"s{i}" for i in range(n_saved)]
     if len(tr.diff_outs) == 1:
-        grads = prog.implicit_grads(0)
+        grads = plan.implicit_grads(0)
         if grads is False:
             return _no_fast_backward
         g.update({f"g{i}": a for i, a in enumerate(grads)})
         get_grads, grad_args = [], [f"g{i}" for i in range(len(grads))]
     else:
         # the other outputs get no gradient: a leaf only they reach gets no .grad
-        get_grads = ["    grads = prog.implicit_grads(t._output_nr)",
+        get_grads = ["    grads = plan.implicit_grads(t._output_nr)",
                      "    if grads is False:", "        return False",
                      f"    reach = prog.grads_reached([i == t._output_nr for i in "
                      f"range({len(tr.diff_outs)})])"]
@@ -198,8 +281,6 @@ def _no_fast_backward(t, retain_graph):
     return False
 
 
-MISS = object()  # what a specialised call returns when its guards do not hold
-
 
 def specialise(key, prog):
     """`call(args) -> output, or MISS`: the program's call specialised to one guard key, as
@@ -238,31 +319,23 @@ def specialise(key, prog):
         lines += [f"    if len({{{', '.join(f'id(a{i}._version_counter)' for i in range(n))}, }})"
                   f" != {n} or aliases_lifted(prog, args) is not None:",
                   "        return MISS"]
-    if prog._fast is None:
-        prog._fast = make_call(prog)
-    inline = prog._inline if prog._fast is not False and grad_enabled else None
+    plan = prog.call_plan()
+    inline = plan.inline if plan.call is not None and grad_enabled else None
     if inline is None:
         lines.append("    return prog(args, True)")
     else:
-        leaves = [f"a{j}" for j in inline["diff_pos"]]
-        g.update(run=inline["run"], make=Tensor._make, new_node=_CallBackward.__new__,
-                 Node=_CallBackward, seq=next_sequence_nr, in_avals=prog._avals[0],
-                 out_avals=prog._avals[1])
+        leaves = [f"a{j}" for j in inline.diff_pos]
+        g.update(run=inline.run, make=Tensor._make, new_node=_CallBackward.__new__,
+                 Node=_CallBackward, seq=next_sequence_nr, in_avals=plan.avals[0],
+                 out_avals=plan.avals[1], plan=plan)
         lines += [
-            "    if profiling._profilers or _mode.anomaly or "
+            "    if " + GENERAL_PATH_NEEDED + " or "
             + " or ".join(f"{a}.grad_fn is not None" for a in leaves) + ":",
             "        return prog(args, True)  # the general path",
             f"    outs = run({', '.join(f'v{i}' for i in range(n))})",
-            "    out = make(outs[0])",
-            "    node = new_node(Node)",
-            "    node._seq = seq()",
-            "    node._in_avals, node._out_avals = in_avals, out_avals",
-            "    node.program = prog",
-            f"    node._saved_arrays = outs[{inline['n_fw']}:]",
-            f"    node._leaves = [{', '.join(leaves)}]",
-            "    node._replay = args",
-            f"    node._versions = [{', '.join(f'a{i}._version_counter.v' for i in range(n))}]",
-            "    node._fast_backward = prog._fast_bw",
+            "    out = make(outs[0])"] + _node_lines(
+                f"outs[{inline.n_fw}:]", f"[{', '.join(leaves)}]", "args",
+                f"[{', '.join(f'a{i}._version_counter.v' for i in range(n))}]") + [
             "    out.requires_grad = True",
             "    out.grad_fn = node",
             "    return out"]
@@ -272,83 +345,3 @@ def specialise(key, prog):
     call.program, call.source = prog, source
     return call
 
-
-def lifted_ok(prog):
-    """Lifted tensors are read at call time; their shapes/dtypes/requires_grad are guards,
-    and so is the .grad state the program reads or writes, the object each place on the
-    way to one holds (a parameter slot, attribute, dict entry, global, closure cell), and
-    each plain Python value the trace read by name."""
-    tr = prog.trace
-    check = tr.__dict__.get("state_check")
-    if check is None:
-        check = tr.state_check = make_state_check(tr)
-    return check()
-
-
-def make_state_check(tr):
-    """`check() -> bool`: lifted_ok's guards as straight-line code."""
-    g = {"MISS": MISS, "same_value": same_value}
-    lines = ["def check():"]
-    for i, (t, init, read) in enumerate(tr.grad_guards):
-        g[f"gt{i}"], g[f"gi{i}"] = t, init
-        lines += [f"    if (gt{i}._grad is None) is not {init is None}" +
-                  (f" or gt{i}._grad is not gi{i}" if read else "") + ":",
-                  "        return False"]
-    for i, (t, v, requires_grad) in enumerate(tr.lifted_guards):
-        g[f"lt{i}"], g[f"ld{i}"] = t, v.dtype.np
-        lines += [f"    a = lt{i}._value",
-                  f"    if a.shape != {tuple(v.shape)!r} or (a.dtype is not ld{i} and "
-                  f"a.dtype != ld{i}) or lt{i}.requires_grad != {bool(requires_grad)}:",
-                  "        return False"]
-    lines += ["    try:", "        pass"]
-    for i, (where, key, expected, is_value, _) in enumerate(tr.identity_guards):
-        g[f"c{i}"], g[f"k{i}"], g[f"e{i}"] = where, key, expected
-        now = f"c{i}.cell_contents" if key is None else \
-            f"c{i}[k{i}]" if type(where) is list else f"c{i}.get(k{i}, MISS)"
-        if is_value:
-            lines += [f"        v = {now}",
-                      f"        if v is not e{i} and not same_value(v, e{i}):",
-                      "            return False"]
-        else:
-            lines += [f"        if {now} is not e{i}:", "            return False"]
-    lines += ["    except (ValueError, IndexError):  # an emptied cell, a shorter list",
-              "        return False", "    return True"]
-    exec(builtins.compile("\n".join(lines) + "\n", "<state guards>", "exec"), g)
-    return g["check"]
-
-
-def guard_holds(where, key, expected, is_value):
-    if key is None:  # a closure cell
-        try:
-            now = where.cell_contents
-        except ValueError:
-            return False
-    elif type(where) is list:
-        now = where[key] if key < len(where) else MISS
-    else:
-        now = where.get(key, MISS)
-    return now is expected or (is_value and same_value(now, expected))
-
-
-def failed_guard(prog):
-    """What the first state guard that fails now saw, in words (for the recompile warning)."""
-    for where, key, expected, is_value, path in prog.trace.identity_guards:
-        if not guard_holds(where, key, expected, is_value):
-            if is_value:
-                return f"{path} (a Python value, {expected!r} at the trace) changed"
-            what = "tensor" if isinstance(expected, Tensor) else "object"
-            return f"{path}: another {what} took its place since the trace"
-    return None
-
-
-def aliases_lifted(prog, leaves):
-    """For a program that writes in place: the index of a tensor input that shares memory
-    (a version counter) with a lifted tensor (a parameter, a closed-over tensor), or None.
-    The trace saw them apart; a write through one would not show through the other."""
-    counters = {id(t._version_counter): t for kind, t in prog.trace.roles if kind == "lifted"}
-    if not counters:
-        return None
-    for i, x in enumerate(leaves):
-        if isinstance(x, Tensor) and id(x._version_counter) in counters:
-            return i
-    return None

@@ -1,0 +1,556 @@
+"""Program: one compiled specialisation of a function (its joint, forward, backward and
+inference graphs, the partition, their compiled runners) and the general call that runs it
+with any roles, in-place writes, .grad writes, profiling and anomaly mode."""
+import dataclasses
+import os
+import threading
+import weakref
+
+import numpy as np
+
+from aotgrad.compiler import call, guards
+from aotgrad.ir import passes
+from aotgrad.ir.core import Aval
+from aotgrad.ir.partition import partition
+from aotgrad.ir.printer import HEADER, format_graph
+from aotgrad.ir.tags import Tag
+from aotgrad.runtime import profiling
+from aotgrad.runtime.engine import _checked_hook_result, accumulate_retained
+from aotgrad.runtime.compiled_backward import CompiledBackward, check_nan, write_back, write_grad
+from aotgrad.runtime.factories import default_generator
+from aotgrad.runtime.grad_mode import state as _mode
+from aotgrad.runtime.tensor import Tensor
+from aotgrad.tracer.pytree import unflatten
+from aotgrad.tracer.trace import Mutation, Role
+
+
+def _runner(graph, backend, name, trusted=0):
+    """`run(*arrays) -> list of arrays` for one graph, and its compiled program (or None)."""
+    if backend == "interpret":
+        from aotgrad.ir.core import evaluate
+        # (numpy's reference impls give 0-d results as numpy scalars: a tensor holds arrays)
+        return (lambda *args: [o if type(o) is np.ndarray else np.asarray(o)
+                               for o in evaluate(graph, list(args))]), None
+    from aotgrad.codegen import compile_graph
+    prog = compile_graph(graph, name=name)
+    return prog.plan.prepared().runner(trusted), prog  # the generated driver
+
+
+_PREPARE_LOCK = threading.RLock()  # a program's lazy compile steps (rare: only on first use)
+
+
+@dataclasses.dataclass(frozen=True)
+class PartitionedGraphs:
+    """The stage after the trace (`partition_trace`): the IR passes' StageHistory (the
+    trace and each pass's result), the optimised joint graph, the forward and backward
+    graphs the partitioner cut it into (None without a backward), the inference graph (the
+    joint's forward outputs, dead code removed)."""
+    stages: object
+    joint: object
+    forward: object
+    backward: object
+    inference: object
+    partition: object
+    has_backward: bool
+
+    def __str__(self):
+        if not self.has_backward:
+            return format_graph(self.inference)
+        return "\n".join([format_graph(self.forward), format_graph(self.backward),
+                          "# partition\n# " + self.partition.report().replace("\n", "\n# ")])
+
+
+def partition_trace(tr, memory_budget):
+    """TraceResult -> PartitionedGraphs: the IR passes, the min-cut partition, DCE."""
+    stages = passes.run_pipeline(tr.graph)
+    joint = stages.final
+    n_fw, n_primals = tr.layout.n_forward, tr.n_primals
+    has_backward = bool(tr.diff_roles) and any(tr.grad_present)
+    part = partition(joint, n_primals, n_fw, memory_budget) if has_backward else None
+    inference = passes.dce(_restrict(joint, n_primals, n_fw))
+    inference.name = "inference"
+    return PartitionedGraphs(stages, joint, part.forward if part else None,
+                             part.backward if part else None, inference, part, has_backward)
+
+
+class Program:
+    """One compiled specialisation: the trace, its PartitionedGraphs, their runners, and
+    its CallPlan (made on first call). `str(program)` prints all of it."""
+
+    def __init__(self, tr, graphs, backend, name):
+        self.trace, self.name, self.backend = tr, name, backend
+        self.graphs = graphs
+        self.returned_args = _returned_written_args(tr)
+        self.joint, self.inference = graphs.joint, graphs.inference
+        self.forward, self.backward = graphs.forward, graphs.backward
+        self.partition, self.has_backward = graphs.partition, graphs.has_backward
+        self.n_fw_outputs = tr.layout.n_forward
+        self._runners = {}
+        self._copies = {}
+        self._reached, self._grad_deps = {}, None
+        self._kernels = {}
+        self._owned = {}
+        self._accumulators = None
+        self._avals = None
+        self._plan = None        # the CallPlan (call.make_plan), made on first call
+        self._state_check = None  # guards.make_state_check(trace), made on first use
+        self.observed = False    # observe(): every call takes the general path
+        # per input, the index of the argument it is, when every input is one (the common case)
+        self.arg_roles = [x for _, x in tr.roles] if all(k is Role.ARG for k, _ in tr.roles) \
+            else None
+
+    # ---- running ------------------------------------------------------------------------
+    def runner(self, which):
+        """`run(*arrays) -> arrays` of graph `which` (compiled on first use)."""
+        r = self._runners.get(which)
+        if r is None:
+            self._prepare(which)
+            r = self._runners[which]
+        return r
+
+    def state_check(self):
+        """Whether the state guards of the trace hold now (guards.lifted_ok)."""
+        check = self._state_check
+        if check is None:
+            check = self._state_check = guards.make_state_check(self.trace)
+        return check()
+
+    def call_plan(self):
+        """How calls of this program run (call.CallPlan), derived once."""
+        plan = self._plan
+        if plan is None:
+            with _PREPARE_LOCK:
+                plan = self._plan
+                if plan is None:
+                    plan = self._plan = call.make_plan(self)
+        return plan
+
+    def _prepare(self, which):
+        if which not in self._runners:
+            with _PREPARE_LOCK:  # threads that reach a new program at once compile it once
+                if which in self._runners:
+                    return
+                # a backward's saved inputs come from its forward program: no checks needed
+                trusted = len(self.forward.outputs) - self.n_fw_outputs \
+                    if which == "backward" else 0
+                r, kern = _runner(getattr(self, which), self.backend, f"{self.name}_{which}",
+                                  trusted)
+                self._owned[which] = kern.plan.owned_outputs if kern is not None else None
+                self._kernels[which] = kern
+                self._runners[which] = r  # last: another thread reads it without the lock
+
+    def build(self):
+        """Compile the graphs a call will need (forward+backward, or inference)."""
+        for which in (("forward", "backward") if self.has_backward else ("inference",)):
+            self._prepare(which)
+        return self
+
+    def observe(self, callback):
+        """Call `callback(which, inputs, outputs)` after each run of the compiled graphs
+        ("forward", "backward", "inference"; arrays as the program got and made them).
+        For testing (aotgrad.testing's kernel bisection): install before the first call. The
+        program then takes the general call path, which runs every graph through its runner."""
+        self.build()
+        self.observed = True
+        self._plan = None  # (made again: the general call, through the observed runners)
+        for which, run in list(self._runners.items()):
+            def observed(*args, _run=run, _which=which):
+                outs = _run(*args)
+                callback(_which, args, outs)
+                return outs
+            self._runners[which] = observed
+        return self
+
+    def compiled_graph(self, which):
+        """The codegen CompiledGraph of graph `which` (None with the interpret backend)."""
+        self._prepare(which)
+        return self._kernels[which]
+
+    def copied_outputs(self, which):
+        """Tensor outputs of graph `which` copied after each run: they could share memory
+        with an input (a graph input returned as is, or a view of one: `x.clone()` folded
+        away, a constant made inside the function) where eagerly they are new tensors; with
+        the interpret backend, also outputs numpy made read-only (broadcasts)."""
+        c = self._copies.get(which)
+        if c is None:
+            g = getattr(self, which)
+            n = len(self.trace.out_may_alias)
+            alias = _aliases_of_inputs(g)
+            c = self._copies[which] = [i for i, v in enumerate(g.outputs[:n])
+                                       if (v in alias and not self.trace.out_may_alias[i])
+                                       or (self.backend == "interpret" and
+                                           v not in alias and _may_be_readonly(g, v))]
+        return c
+
+    def run_backward(self, args):
+        return self.runner("backward")(*args)
+
+    def owned_outputs(self, which):
+        """Per output of a compiled graph: a new array nothing else shares (None: unknown)."""
+        return self._owned.get(which)
+
+    def scatter_grads(self, present, given=None):
+        """Grads of the backward graph -> one entry per differentiable input (None if unused).
+        `given`: per differentiable output, whether it got a gradient; an input none of whose
+        gradient's outputs got one gets None, as eagerly (not a zero .grad)."""
+        it = iter(present)
+        grads = [next(it) if p else None for p in self.trace.grad_present]
+        if given is not None and not all(given):
+            mask = self.grads_reached(given)
+            grads = [g if m else None for g, m in zip(grads, mask)]
+        if self.trace.written_grads:  # then the gradients of the written tensors' new values
+            grads = _Grads(grads)
+            grads.written = list(present[len(present) - len(self.trace.written_grads):])
+        return grads
+
+    def grads_reached(self, given):
+        """Per differentiable input: does its gradient depend on an output in `given`?"""
+        key = tuple(given)
+        r = self._reached.get(key)
+        if r is None:
+            deps = self.grad_dependencies()
+            bits = sum(1 << j for j, g in enumerate(given) if g)
+            it, r = iter(deps), []
+            for j, p in enumerate(self.trace.grad_present):
+                d = next(it) if p else 0
+                if p and not d:
+                    # a constant gradient (through floor, sign, round: zero) reads no
+                    # tangent; eagerly it flows wherever the input reaches an output that
+                    # got a gradient, so it goes by the forward graph
+                    d = self._outputs_reached()[j]
+                r.append(bool(d & bits))
+            self._reached[key] = r
+        return r
+
+    def _outputs_reached(self):
+        """Per differentiable input: a bit mask of the differentiable outputs whose value
+        depends on it (in the forward graph)."""
+        tr = self.trace
+        g = tr.graph
+        pos = {_input_key(kind, x): i
+               for i, (kind, x) in enumerate(tr.roles)}
+        dep = {}
+        for j, (kind, x) in enumerate(tr.diff_roles):
+            v = g.inputs[pos[_input_key(kind, x)]]
+            dep[v] = dep.get(v, 0) | 1 << j
+        for n in g.nodes:
+            m = 0
+            for v in n.inputs:
+                m |= dep.get(v, 0)
+            if m:
+                for v in n.outputs:
+                    dep[v] = dep.get(v, 0) | m
+        out = [dep.get(g.outputs[k], 0) for k in tr.diff_outs]
+        return [sum(1 << nr for nr, m in enumerate(out) if m >> j & 1)
+                for j in range(len(tr.diff_roles))]
+
+    def written_reached(self, given):
+        """Per tensor written in place whose gradient the backward returns (`written_grads`):
+        does that gradient depend on an output in `given`? (Eagerly, one that none reaches
+        gets no gradient: its hooks do not run, its retained .grad stays as it was.)"""
+        deps = self.grad_dependencies()
+        deps = deps[len(deps) - len(self.trace.written_grads):]
+        bits = sum(1 << j for j, g in enumerate(given) if g)
+        return [bool(d & bits) for d in deps]
+
+    def grad_dependencies(self):
+        """Per gradient the joint graph returns: a bit mask of the tangents it reads."""
+        if self._grad_deps is None:
+            g, n_tan = self.joint, len(self.trace.diff_outs)
+            dep = {v: 1 << j for j, v in enumerate(g.inputs[len(g.inputs) - n_tan:])}
+            for n in g.nodes:
+                m = 0
+                for v in n.inputs:
+                    m |= dep.get(v, 0)
+                if m:
+                    for v in n.outputs:
+                        dep[v] = m
+            self._grad_deps = [dep.get(v, 0) for v in g.outputs[self.n_fw_outputs:]]
+        return self._grad_deps
+
+    @property
+    def saved(self):
+        return self.partition.saved if self.partition else []
+
+    @property
+    def source(self):
+        """The generated kernel source (compiles the graphs if that has not happened yet)."""
+        if self.backend != "interpret":
+            self.build()
+        parts = []
+        for which in ("forward", "backward", "inference"):
+            k = self._kernels.get(which)
+            if k is not None and getattr(k, "source", None):
+                parts.append(f"# ---- {which} ----\n{k.source}")
+        return "\n".join(parts)
+
+    def __call__(self, leaves, trusted=False):
+        """Run on the call's flattened inputs; `trusted`: they are the arguments themselves,
+        all tensors whose arrays passed the guard's checks (see call.specialise)."""
+        fast = (self._plan or self.call_plan()).call
+        if fast is not None and not call.general_path_needed():
+            return fast(leaves, trusted)
+        return self._call(leaves)
+
+    def _call(self, leaves):
+        """The general call: any roles, mutations, .grad writes, profiling, anomaly mode."""
+        tr = self.trace
+        if self.arg_roles is not None:  # every input is an argument (the common case)
+            replay = [leaves[i] for i in self.arg_roles]
+            inputs = [t._value for t in replay]
+        else:
+            inputs, replay = [], []
+            for kind, x in tr.roles:
+                if kind is Role.ARG:
+                    t = leaves[x]
+                elif kind is Role.LIFTED:
+                    t = x
+                else:
+                    t = default_generator.next_seed()
+                inputs.append(t._value)
+                replay.append(t if kind is not Role.SEED else t._value)
+        if _mode.grad_enabled and tr.mutations:
+            self._check_leaf_writes(leaves)
+            if self.has_backward:
+                replay = self._snapshot_written(replay, leaves)
+        need_grad = self.has_backward and _mode.grad_enabled
+        which = "forward" if need_grad else "inference"
+        if profiling._profilers:
+            with profiling.record(f"{self.name}.{which}", kind="kernel"):
+                outs = self.runner(which)(*inputs)
+        else:
+            outs = self.runner(which)(*inputs)
+        if _mode.anomaly and _mode.anomaly_check_nan:
+            check_nan(getattr(self, which), inputs, outs, f"{self.name}.{which}")
+        fw, saved = outs[:self.n_fw_outputs], (outs[self.n_fw_outputs:] if need_grad else None)
+        n_tensor_outs = tr.layout.n_tensor_outputs
+        copies = self.copied_outputs(which)
+        if copies:
+            fw = list(fw)
+            for i in copies:
+                fw[i] = np.array(fw[i], copy=True)
+        if tr.mutations and saved:  # the backward must not read what the write-back changes
+            saved = _unshare(saved, [leaves[x]._value if kind is Mutation.ARG else x._value
+                                     for kind, x in tr.mutations if kind in _WRITES])
+        for (kind, x), value in zip(tr.mutations, fw[n_tensor_outs:]):
+            if kind in _GRAD_WRITES:
+                write_grad(leaves[x] if kind is Mutation.ARG_GRAD else x, value)
+            elif kind is Mutation.ESCAPE:  # a tensor the function stored away: make it concrete
+                x._value, x.grad_fn, x.requires_grad = value, None, False
+                x._version_counter.v += 1
+            else:
+                write_back(leaves[x] if kind is Mutation.ARG else x, value)
+        for kind, x in tr.grad_clears:
+            write_grad(leaves[x] if kind is Mutation.ARG_GRAD else x, None)
+        vals = iter(fw[:n_tensor_outs])
+        outs = [Tensor._make(next(vals)) if is_t else const
+                for is_t, const in zip(tr.out_is_tensor, tr.out_leaves)]
+        for k, x in self.returned_args:  # an argument written in place and returned: itself
+            outs[k] = leaves[x]
+        for i in tr.retained_args:  # retain_grad() on an argument inside: on the caller's tensor
+            t = leaves[i]
+            if any(kind is Mutation.ARG and x == i for kind, x in tr.mutations):
+                t._retains_grad = True   # written in place: its new value's (see below)
+            elif t.requires_grad and t.grad_fn is not None:
+                t.retain_grad()
+        if need_grad and tr.diff_outs:
+            diff_inputs = [leaves[x] if kind is Role.ARG else x for kind, x in tr.diff_roles]
+            # after the outputs, the tensors written in place whose new value has history:
+            # rebased onto the node (made first, so its edges keep their old history)
+            targets = outs + [leaves[x] if kind is Mutation.ARG else x for kind, x in tr.mutations]
+            self.first_call_state(diff_inputs, targets)
+            node = (_WrittenBackward if tr.written_grads else CompiledBackward)(
+                self, saved, diff_inputs, *self._avals, replay)
+            for nr, k in enumerate(tr.diff_outs):
+                # (an argument returned as is comes again later, as a tensor written in place:
+                # its last slot is the one its gradient flows into)
+                t = targets[k]
+                t.requires_grad, t.grad_fn, t._output_nr = True, node, nr
+            for nr, k in enumerate(tr.diff_outs):
+                t = targets[k]
+                if t._retains_grad and k >= len(outs) and t._output_nr == nr:
+                    # keeps retaining, as eagerly: .grad is the gradient of the new value
+                    node._set_retain_grad(nr, weakref.ref(t))
+        return outs[0] if tr.out_tree is None else unflatten(tr.out_tree, outs)
+
+    def _snapshot_written(self, replay, leaves):
+        """The call's inputs as the backward replays them (create_graph): a tensor the
+        program writes back is replaced by a copy of its value now, with its history now."""
+        written = {id(leaves[x] if kind is Mutation.ARG else x) for kind, x in self.trace.mutations
+                   if kind in _WRITES}
+        out = []
+        for t in replay:
+            if isinstance(t, Tensor) and id(t) in written:
+                s = Tensor._make(np.array(t._value, copy=True), t.requires_grad)
+                s.grad_fn, s._output_nr = t.grad_fn, t._output_nr
+                t = s
+            out.append(t)
+        return out
+
+    def _check_leaf_writes(self, leaves):
+        """The trace saw a non-leaf (or a tensor that needs no grad) where this call passes a
+        leaf that requires grad: writing it in place is the error it is eagerly."""
+        for kind, x in self.trace.mutations:
+            if kind is Mutation.ARG and leaves[x].requires_grad and leaves[x].grad_fn is None:
+                raise RuntimeError(
+                    f"a leaf Variable that requires grad is being used in an in-place operation "
+                    f"(compiled function {self.name} writes argument {x} in place).")
+
+    def first_call_state(self, diff_inputs, outs):
+        """On the first call with a gradient: keep the lifted leaves' AccumulateGrad nodes,
+        and note the avals of the differentiable inputs and outputs."""
+        if self._accumulators is not None:
+            return
+        tr = self.trace
+        if self._accumulators is None:  # keep the lifted leaves' AccumulateGrad nodes
+            self._accumulators = [t._grad_accumulator() for kind, t in tr.diff_roles
+                                  if kind is Role.LIFTED and t.grad_fn is None]
+        if self._avals is None:  # shapes and dtypes are fixed per program (guards)
+            self._avals = ([Aval(t._value.shape, t.dtype) for t in diff_inputs],
+                           [Aval(outs[k]._value.shape, outs[k].dtype) for k in tr.diff_outs])
+
+    # ---- reading ------------------------------------------------------------------------
+    def __str__(self):
+        parts = [str(self.graphs)]
+        if self.source:
+            parts.append(self.source)
+        return "\n".join(parts)
+
+    def dump(self, directory):
+        """Write forward.py, joint.py, backward.py, partition.txt, the traced graph and each
+        pass's result (stage00_trace.py, stage01_simplify.py, ...), and with the numba backend
+        kernels.py, schedule.txt and each program's driver (forward_driver.py, ...)."""
+        os.makedirs(directory, exist_ok=True)
+        files = {"joint.py": format_graph(self.joint, "joint"),
+                 "inference.py": format_graph(self.inference, "inference"),
+                 **self.graphs.stages.files()}
+        if self.has_backward:
+            files["forward.py"] = format_graph(self.forward, "forward")
+            files["backward.py"] = format_graph(self.backward, "backward")
+            files["partition.txt"] = self.partition.report() + "\n"
+        else:
+            files["forward.py"] = format_graph(self.inference, "forward")
+        for name, text in files.items():
+            if name.endswith(".py"):
+                text = HEADER + text
+            with open(os.path.join(directory, name), "w", encoding="utf-8") as f:
+                f.write(text)
+        if self.source:
+            with open(os.path.join(directory, "kernels.py"), "w", encoding="utf-8") as f:
+                f.write(self.source)
+            with open(os.path.join(directory, "schedule.txt"), "w", encoding="utf-8") as f:
+                f.write(self.schedule_report())
+            for which, k in self._kernels.items():  # the straight-line step drivers
+                if k is not None:
+                    with open(os.path.join(directory, f"{which}_driver.py"), "w", encoding="utf-8") as f:
+                        f.write(k.plan.source)
+        return directory
+
+    def schedule_report(self):
+        """The code generator's plan per graph: kernels, refused fusions and why, buffers."""
+        return "\n".join(f"# ---- {which} ----\n{k.report()}" for which, k in
+                         self._kernels.items() if k is not None and hasattr(k, "report"))
+
+
+_WRITES = (Mutation.ARG, Mutation.LIFTED)          # a tensor's value written back
+_GRAD_WRITES = (Mutation.GRAD, Mutation.ARG_GRAD)  # a tensor's .grad written
+
+
+def _input_key(kind, x):
+    """A differentiated input's identity among the roles (an argument index or a tensor)."""
+    return (kind, x) if kind is Role.ARG else (kind, id(x))
+
+
+def _aliases_of_inputs(graph):
+    """Vars that may share memory with a graph input (an input, or a view chain of one)."""
+    alias = set(graph.inputs)
+    for n in graph.nodes:
+        if Tag.MAY_ALIAS_INPUT in n.prim.tags and n.inputs and n.inputs[0] in alias:
+            alias.update(n.outputs)
+    return alias
+
+
+def _may_be_readonly(graph, v):
+    return any(v in n.outputs and n.prim.name == "broadcast_in_dim" for n in graph.nodes)
+
+
+class _Grads(list):
+    """The input gradients a compiled backward returns, and `written`: the gradients of the
+    new values of the tensors it wrote in place (the trace's `written_grads`)."""
+    written = ()
+
+
+class _WrittenBackward(CompiledBackward):
+    """The grad_fn of a call that wrote tensors in place whose new values have history.
+    Eagerly such a tensor's retain_grad() and hooks registered after the write see the
+    gradient of its new value: what reaches it from outside and from its uses inside the
+    function after the write. The compiled backward returns that gradient; this node gives it
+    to them (a hook's replacement flows on to the inputs, as eagerly), in place of the
+    engine, which would see only the part from outside."""
+
+    def __init__(self, program, *args):
+        super().__init__(program, *args)
+        self._written = {nr: j for j, nr in enumerate(program.trace.written_grads)}
+        self._written_hooks, self._written_retain = {}, {}
+
+    def _set_retain_grad(self, output_nr, ref):
+        if output_nr in self._written:
+            self._written_retain[output_nr] = ref
+        else:
+            super()._set_retain_grad(output_nr, ref)
+
+    def _tensor_hooks(self, output_nr):
+        if output_nr in self._written:
+            return self._written_hooks.setdefault(output_nr, [])
+        return super()._tensor_hooks(output_nr)
+
+    def _backward(self, grads):
+        given = [g is not None for g in grads]
+        out = super()._backward(grads)
+        if not (self._written_hooks or self._written_retain):
+            return list(out)
+        totals, grads = list(out.written), list(out)
+        slots = [nr for nr, reached in zip(self._written, self.program.written_reached(given))
+                 if reached]
+        for i, nr in enumerate(reversed(slots)):  # later writes first, as a backward goes
+            j = self._written[nr]
+            g = totals[j]
+            for h in list(self._written_hooks.get(nr, ())):
+                r = h(g)
+                if r is not None:
+                    r = _checked_hook_result(h, g, r)
+                    if r is not g:  # the replacement flows on (the backward is linear in
+                        tangents = [None] * len(self._out_avals)  # its output grads)
+                        tangents[nr] = r - g
+                        delta = CompiledBackward._backward(self, tangents)
+                        grads = [d if a is None else a if d is None else a + d
+                                 for a, d in zip(grads, delta)]
+                        for nr2 in reversed(slots[:len(slots) - 1 - i]):  # not yet given
+                            j2 = self._written[nr2]
+                            totals[j2] = totals[j2] + delta.written[j2]
+                        g = r
+            ref = self._written_retain.get(nr)
+            t = ref() if ref is not None else None
+            if t is not None and t.grad_fn is self and t._output_nr == nr:
+                accumulate_retained(t, g)
+        return grads
+
+
+def _returned_written_args(tr):
+    """[(output index, argument index)]: outputs that are an argument the function wrote in
+    place, returned as is. Eagerly such an output is the caller's tensor itself (its memory,
+    its new history), so the call returns that tensor rather than a new one."""
+    written = {x for kind, x in tr.mutations if kind is Mutation.ARG}
+    return [(k, x) for k, x in enumerate(tr.out_args) if x is not None and x in written]
+
+
+def _unshare(saved, written):
+    """Saved arrays that share memory with a tensor about to be written back, copied."""
+    return [np.array(s, copy=True) if isinstance(s, np.ndarray) and
+            any(np.may_share_memory(s, w) for w in written) else s for s in saved]
+
+
+def _restrict(joint, n_primals, n_fw_outputs):
+    from aotgrad.ir.core import Graph
+    return Graph(joint.inputs[:n_primals], joint.nodes, joint.outputs[:n_fw_outputs], "inference")
+
