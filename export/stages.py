@@ -80,12 +80,13 @@ def capture(fn, args, train):
     """Trace fn(*args) (tensors) into one optimised graph: the inference graph, or with
     train=True the loss and the gradients of everything that requires grad."""
     from aotgrad.tracer.arg_names import leaf_names
+    from aotgrad.tracer.trace import Role
     fn = _unwrap(fn)
     module = fn if hasattr(fn, "named_parameters") else None
     what = f"export({getattr(fn, '__name__', type(fn).__name__)})"
     state = _state_names(fn)
     tr = _trace(fn, args, state, train, what)
-    if any(kind == "seed" for kind, _ in tr.roles):
+    if any(kind is Role.SEED for kind, _ in tr.roles):
         raise ExportError(f"{what}: the function draws random numbers (dropout in training "
                           f"mode, rand/randn); an exported program is deterministic: call "
                           f"model.eval() or take the randomness out of the function")
@@ -106,10 +107,10 @@ def capture(fn, args, train):
     user, rest, role_inputs = [], [], {}
     rank = {key: r for r, key in enumerate(state)}
     for v, (kind, x) in zip(g.inputs[:n_primals], tr.roles):
-        if kind == "arg":
+        if kind is Role.ARG:
             user.append((x, v, Input(arg_names[x], InputKind.USER, v.name, tuple(v.shape),
                                       v.dtype.np.name)))
-            role_inputs[("arg", x)] = user[-1][2]
+            role_inputs[(Role.ARG, x)] = user[-1][2]
             continue
         name, k = state.get(id(x), (None, InputKind.CONSTANT))
         if name is None:
@@ -117,7 +118,7 @@ def capture(fn, args, train):
         value = np.array(x._value, copy=True)
         rest.append((v, Input(name, k, v.name, tuple(v.shape), v.dtype.np.name, value),
                      (k is InputKind.CONSTANT, rank.get(id(x), 0))))
-        role_inputs[("lifted", id(x))] = rest[-1][1]
+        role_inputs[(Role.LIFTED, id(x))] = rest[-1][1]
     user.sort(key=lambda t: t[0])
     rest.sort(key=lambda t: t[2])
     rest = [(v, i) for v, i, _ in rest]
@@ -139,7 +140,7 @@ def capture(fn, args, train):
         nodes.insert(0, Node(prims.full, [], [tangent],
                              dict(shape=tuple(tangent.shape), value=1.0, dtype=tangent.dtype)))
         grads = iter(g.outputs[n_out + len(tr.mutations):])
-        named = [(order[(kind, x if kind == "arg" else id(x))], next(grads))
+        named = [(order[(kind, x if kind is Role.ARG else id(x))], next(grads))
                  for (kind, x), present in zip(tr.diff_roles, tr.grad_present) if present]
         named.sort(key=lambda t: t[0])      # in the order of the inputs
         outputs += [v for _, v in named]

@@ -13,6 +13,7 @@ import numpy as np
 
 from aotgrad.ir.core import current_builder as _current_builder
 from aotgrad.runtime.grad_mode import state as _mode
+from aotgrad.runtime.graph_breaks import graph_break
 
 
 def accumulate_grad(t, g, create_graph):
@@ -98,6 +99,12 @@ def plain_leaves(leaves):
 
 
 def _post_accumulate(t):
+    if t._post_acc_hooks and _current_builder() is not None:
+        # a backward traced inside a compiled function: the hook would run once, at trace
+        # time, on traced values, and never on a cached call (its effects outside the
+        # program, an all-reduce or an optimizer step, lost): the function runs eagerly
+        graph_break(f"a post-accumulate-grad hook on a tensor of shape {list(t.shape)} runs "
+                    f"in the compiled function's backward (hooks run eagerly only)", t)
     for hook in t._post_acc_hooks:
         if hook(t) is not None:
             raise RuntimeError("Tensor post accumulate grad hooks should return None.")
