@@ -13,13 +13,11 @@ import functools
 import hashlib
 import math
 
-import numpy as np
 
 from aotgrad.codegen import approx
 from aotgrad.codegen.inline import inline_helpers
-from aotgrad.codegen.emit_base import (  # noqa: F401
-    BLOCK, COL_CHUNK, PAR_MIN, ROW_BLOCK, ArgSpec, KernelSpec, _EXPENSIVE, _LITERALS, _NP, _Scope,
-    const_expr, np_name)
+from aotgrad.codegen.emit_base import (PAR_MIN, ArgSpec, KernelSpec, _EXPENSIVE, _LITERALS,
+                                       _Scope, const_expr, np_name)
 from aotgrad.codegen.emit_loops import LoopNestEmitter
 from aotgrad.codegen.emit_reductions import ReductionEmitter
 from aotgrad.codegen.index import (Const, Dim, Gathered, gather_index, gather_row_index,
@@ -338,7 +336,7 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         sc.add(f"{gi} = {gi} + {size} if {gi} < 0 else {gi}")
         sc.add(f"{ok} = {gi} >= 0 and {gi} < {size}")
         sc.add(f"if not {ok}:")
-        sc.add(f"    gerr[0] = 1")
+        sc.add("    gerr[0] = 1")
         sc.add(f"    {gi} = 0")
         self.checks.append(f"index out of bounds for dimension {len(ix2) - 1} with size {size}")
         sc.memo[key] = gi

@@ -549,14 +549,17 @@ class Scheduler:
         return dep
 
     def _reaches_indirectly(self, dep, a, b):
-        """Is there a path b -> ... -> a (a depends on b) of length >= 2?"""
+        """Is there a path b -> ... -> a (a depends on b) of length >= 2? A search back from
+        a that skips each step labelled no later than b (`_label`: b cannot be before it),
+        so it only visits the steps between the two, not the program's whole history."""
+        label = self._label
         stack = [d for d in dep[a] if d is not b]
         seen = set()
         while stack:
             s = stack.pop()
             if s is b:
                 return True
-            if s in seen:
+            if s in seen or label[s] <= label[b]:
                 continue
             seen.add(s)
             stack.extend(dep[s])
@@ -673,6 +676,9 @@ class Scheduler:
             for t in ds:
                 users[t].add(s)
         step_of = {v: s for s in steps for v in _produced(s)}
+        # a topological labelling of the steps (each step's label above its dependencies'),
+        # kept valid through the merges: it bounds the searches of _reaches_indirectly
+        self._label = {s: i for i, s in enumerate(self._toposort(steps))}
         changed = True
         while changed:
             changed = False
@@ -726,6 +732,16 @@ class Scheduler:
             if t is not None and t is not a:
                 dep[a].add(t)
                 users[t].add(a)
+        # the merged kernel is labelled as the later of the two; steps after it that were
+        # labelled below it (readers of the earlier one) move up, and their readers with them
+        label = self._label
+        label[a] = max(label[a], label.pop(b))
+        stack = [(u, label[a]) for u in users[a]]
+        while stack:
+            u, lo = stack.pop()
+            if label[u] <= lo:
+                label[u] = lo + 1
+                stack.extend((w, lo + 1) for w in users[u])
 
     def _toposort(self, steps):
         """Stable topological order of steps (merging can move a producer after a reader):
