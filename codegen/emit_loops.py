@@ -87,7 +87,7 @@ class LoopNestEmitter:
             if v not in self.kt.outputs:
                 continue
             shape, _ = self.refmap[("out", v)]
-            name = self.arg("out", v, shape if shape else [1])
+            name = self.args.array("out", v, shape if shape else [1])
             of, pf = self.fresh("of"), self.fresh("pf")
             self.top_scope.add(f"{of} = {name}.reshape({name}.size)")
             self.top_scope.add(f"{pf} = {cp}.reshape((nrb, {of}.size))")
@@ -324,7 +324,7 @@ class LoopNestEmitter:
             if v not in kt.outputs:
                 continue
             shape, cix = self.refmap[("out", v)]
-            name = self.arg("out", v, shape if shape else [1])
+            name = self.args.array("out", v, shape if shape else [1])
             od = v.dtype
             of, af = self.fresh("of"), self.fresh("af")
             self.top_scope.add(f"{of} = {name}.reshape({name}.size)")
