@@ -33,6 +33,7 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
 
     def __init__(self, scheduler, kt, helpers):
         self.S, self.kt, self.helpers = scheduler, kt, helpers
+        self.red_outs = frozenset(r.outputs[0] for r in kt.reds)   # fixed while emitting
         self.args = KernelArgs()
         self.tmp = 0
         self.checks = []          # messages of index checks (error flag `gerr`)
@@ -115,7 +116,7 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
 
     def _is_leaf(self, u):
         kt = self.kt
-        if any(u is r.outputs[0] for r in kt.reds):
+        if u in self.red_outs:
             return True
         o = self.S.owner.get(u)
         return u in self.S.graph_inputs or (o is not None and o is not kt)
@@ -188,8 +189,7 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         (the driver sends back that value's name) and returns v's name."""
         kt = self.kt
         key = (v, ix)
-        red_outs = {r.outputs[0]: r for r in kt.reds}
-        if v in red_outs:
+        if v in self.red_outs:
             return self.red_vals[v]
         if self._is_leaf(v) or self.S.prod.get(v) is None:
             shape, cix = self.refmap[key]
