@@ -204,6 +204,8 @@ class Schedule:
 
 
 class Scheduler:
+    """Groups a graph's nodes into steps: `run()` returns the Schedule."""
+
     def __init__(self, graph):
         self.g = graph
         self.prod = graph.producers()
@@ -215,6 +217,11 @@ class Scheduler:
             if self.kind[n] == NodeKind.ROW_GATHER and self._through_offset_view(n.inputs[0]):
                 self.kind[n] = NodeKind.REFERENCE
         self.sched = Schedule(graph)
+        self.forced = set()     # virtual values materialised by the cuts of earlier rounds
+        self.split = set()      # of those, the ones that split an oversized kernel
+        self.owner = {}         # value -> the step that produces it (this round)
+        self._label = {}        # step -> a topological label, while kernels merge
+        self.strided = {}       # dot operand read through a strided view -> (base, expr, nodes)
 
     def _through_offset_view(self, v):
         """Is v computed (inside a kernel) through a slice, rev or pad?"""
@@ -303,8 +310,7 @@ class Scheduler:
         """Group the nodes into steps. A schedule that recomputes an expensive value many
         times (recompute_cuts) is redone with those values materialised; each round only
         cuts values the previous one recomputed, so a few rounds reach a fixed point."""
-        self.forced = set()
-        self.split = set()      # the values stored to split an oversized kernel
+        self.forced, self.split = set(), set()
         for round_ in range(_CUT_ROUNDS):
             sch = self._run_once()
             if round_ == _CUT_ROUNDS - 1:
