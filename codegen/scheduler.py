@@ -17,6 +17,12 @@ Vocabulary
   per row, one column pass per dependency level of its reductions, then the epilogue
   writes full-domain and per-row outputs. `cols` kernels reduce leading dims (bias grads).
 
+A kernel reads at most MAX_KERNEL_INPUTS arrays and computes at most MAX_KERNEL_NODES
+nodes: merges beyond that are refused, and a kernel that starts larger (one stored value
+whose expression is as long as the program, e.g. a gradient accumulated over every step of
+an unrolled loop) is split into alike pieces (`size_cuts`). No walk here recurses over an
+expression's depth.
+
 Every refused fusion is recorded (`Schedule.refused`) with its reason.
 """
 import heapq
