@@ -71,7 +71,7 @@ def _stages(kind, T):
     t0 = time.perf_counter()
     joint = passes.optimize(tr.graph)
     out["passes"] = time.perf_counter() - t0
-    n_fw = len(tr.out_is_tensor) - tr.out_is_tensor.count(False) + len(tr.mutations)
+    n_fw = tr.layout.n_forward
     t0 = time.perf_counter()
     part = partition(joint, tr.n_primals, n_fw, None)
     out["partition"] = time.perf_counter() - t0

@@ -3,20 +3,19 @@ numpy's own OpenBLAS.
 
 A compiled program alternates BLAS calls with fused kernels. Left to itself, OpenBLAS runs
 each call on its own thread pool, whose workers then spin for ~0.1 s waiting for the next
-call; a parallel kernel started in that window shares its cores with them (measured on 2
-cores: a 2-thread kernel after a 512x512 matmul took 8 ms instead of 1.3 ms). So kernels
-had to run serially, and attention's stacks of small products (32 of 128x64x128) paid for
+call; a parallel kernel started in that window shares its cores with them (several
+times slower on 2 cores). So kernels had to run serially, and attention's stacks of small products (32 of 128x64x128) paid for
 OpenBLAS splitting every small matrix over its threads.
 
 Here one thread pool does everything: while a program runs, OpenBLAS is set to one thread
 (`single_threaded()`), and each product is cut into one piece per numba thread (whole
 matrices of a stack, or slabs of rows or columns of one matrix), each piece a plain
-single-threaded `cblas_?gemm` called through its address. Measured: 1024x256x1024 in two
-row slabs 1.91 ms against np.matmul's 1.98 ms; the stack above 0.47 ms against 0.75 ms.
+single-threaded `cblas_?gemm` called through its address: a large product runs as fast
+as np.matmul's own threads, a stack of small ones faster.
 
 The gemm comes from MKL's sequential layer when the `mkl` package is installed
-(`pip install aotgrad[mkl]`): on this project's 2-core test machine it ran the transformer
-and MLP products 12-18% faster than OpenBLAS, attention's stack 31% faster.
+(`pip install aotgrad[mkl]`): on this project's test machine it ran the transformer, MLP
+and attention products faster than OpenBLAS (benchmarks/).
 `AOTGRAD_BLAS=openblas` (or `mkl`) forces the choice; `provider()` says which is used.
 
 `gemm_layout` decides at plan time whether BLAS can read an operand as it lies (else the

@@ -3,12 +3,11 @@ flat domain, and the column-reduction nests. A mixin of KernelEmitter."""
 import math
 
 import numba
-import numpy as np
 
-from aotgrad.codegen.emit_base import BLOCK, COL_CHUNK, ROW_BLOCK, _Scope, const_expr, np_name  # noqa: F401
+from aotgrad.codegen.emit_base import BLOCK, COL_CHUNK, ROW_BLOCK, _Scope, np_name
 from aotgrad.codegen.index import identity
 from aotgrad.codegen.scheduler import KernelType
-from aotgrad.ir import dtypes as dt  # noqa: F401
+from aotgrad.ir import dtypes as dt
 
 
 class LoopNestEmitter:
@@ -88,7 +87,7 @@ class LoopNestEmitter:
             if v not in self.kt.outputs:
                 continue
             shape, _ = self.refmap[("out", v)]
-            name = self.arg("out", v, shape if shape else [1])
+            name = self.args.array("out", v, shape if shape else [1])
             of, pf = self.fresh("of"), self.fresh("pf")
             self.top_scope.add(f"{of} = {name}.reshape({name}.size)")
             self.top_scope.add(f"{pf} = {cp}.reshape((nrb, {of}.size))")
@@ -106,9 +105,9 @@ class LoopNestEmitter:
         rows per thread, each summing into its own float64 partial shaped like the kept dims
         through a float32 partial flushed every ROW_BLOCK rows (as in `cols_chunked`); the
         partials are combined in float64 after the loop. A thread reads the rows a
-        row-parallel producer (a product's row slabs, a row kernel) wrote on its core:
-        against `cols_chunked`'s column chunks, the GELU backward with its bias gradient
-        ([1024, 1024]) took 0.72-0.92 ms in W4's step instead of 0.91-1.12 ms."""
+        row-parallel producer (a product's row slabs, a row kernel) wrote on its core,
+        where `cols_chunked`'s column chunks read rows other threads wrote (slower on W4's
+        GELU backward with its bias gradient)."""
         kt = self.kt
         kshape = ", ".join(f"n{Q}" for Q in self.inner)
         nt = max(1, numba.config.NUMBA_NUM_THREADS)   # a constant, as in `cols_chunked`
@@ -212,7 +211,7 @@ class LoopNestEmitter:
             for r in reds:
                 a = self.init_acc(self.top_scope, r)
                 p = parts[r]
-                self.top_scope.add(f"for b in range(nb):")
+                self.top_scope.add("for b in range(nb):")
                 self.top_scope.add("    " + self.combine(r, a, f"{p}[b]").replace(
                     "np.int64(", "(") if self.red_info(r)[0] not in ("max", "min") else
                     "    " + self.combine(r, a, f"{p}[b]"))
@@ -243,7 +242,7 @@ class LoopNestEmitter:
         body.append(f"    cw = _imin({COL_CHUNK}, max(16, ((n{K} + {nt - 1}) // {nt} + 15) // 16 * 16))")
         body.append(f"    nc = (n{K} + cw - 1) // cw")
         cl = [f"    for cb in {self.rng('nc')}:",
-              f"        lo = cb * cw",
+              "        lo = cb * cw",
               f"        hi = _imin(lo + cw, n{K})"]
         views, parts = {}, {}
         for r in kt.reds:
@@ -325,7 +324,7 @@ class LoopNestEmitter:
             if v not in kt.outputs:
                 continue
             shape, cix = self.refmap[("out", v)]
-            name = self.arg("out", v, shape if shape else [1])
+            name = self.args.array("out", v, shape if shape else [1])
             od = v.dtype
             of, af = self.fresh("of"), self.fresh("af")
             self.top_scope.add(f"{of} = {name}.reshape({name}.size)")

@@ -5,9 +5,9 @@ import math
 
 import numpy as np
 
-from aotgrad.codegen.emit_base import BLOCK, COL_CHUNK, ROW_BLOCK, _Scope, const_expr, np_name  # noqa: F401
+from aotgrad.codegen.emit_base import BLOCK, _Scope, const_expr, np_name
 from aotgrad.codegen.index import identity
-from aotgrad.ir import dtypes as dt  # noqa: F401
+from aotgrad.ir import dtypes as dt
 from aotgrad.ir.tags import Tag
 
 
@@ -117,8 +117,7 @@ class ReductionEmitter:
                 self.view_scope.memo[key] = cv
             self.inner_scope.add(f"{self.view_scope.memo[key]}[{jvar}] += {v}")
         for v, ix, shape, cix in self.out_targets(fulls):
-            e = self.val(v, ix) if self.S.prod.get(v) is not None and not self._is_leaf(v) \
-                else self.val(v, ix)
+            e = self.val(v, ix)
             self.inner_scope.add(f"{self.access('out', v, shape, cix)} = {e}")
         if self.pass_active:
             self.cache_ready |= self.cache_pending
@@ -145,21 +144,19 @@ class ReductionEmitter:
             lines.append(f"{ind}for {jvar} in range({n}):")
             lines.extend(body)
 
-    def nan_fix(self, scope, r, accname, slice_mode=False):
-        """max/min via maxnum ignore NaN: scan for one if the row had a NaN or inf."""
+    def nan_fix(self, scope, r, accname):
+        """max/min via maxnum ignore NaN: a second pass over the row looks for one and
+        makes the result NaN."""
         op, _ = self.red_info(r)
         if op not in ("max", "min") or not r.inputs[0].dtype.is_floating_point:
             return
         f = "NAN32" if r.inputs[0].dtype is dt.float32 else "NAN64"
-        lines = []
-        # a separate pass: a NaN detector summed in the max's own loop stops LLVM from
-        # vectorising it (measured 10x slower)
+        # a separate pass: a NaN detector in the max's own loop stops LLVM from vectorising it
         chk = self.fresh("nn")
         scope.add(f"{chk} = False")
         saved = (self.inner_scope, self.view_scope)
         self.inner_loop_check(scope, r, chk, f)
         self.inner_scope, self.view_scope = saved
-        return lines
 
     def inner_loop_check(self, scope, r, chk, nanc):
         acc = self.red_vals_acc[r]

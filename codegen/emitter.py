@@ -13,33 +13,30 @@ import functools
 import hashlib
 import math
 
-import numpy as np
 
 from aotgrad.codegen import approx
+from aotgrad.codegen.emit_args import KernelArgs
 from aotgrad.codegen.inline import inline_helpers
-from aotgrad.codegen.emit_base import (  # noqa: F401
-    BLOCK, COL_CHUNK, PAR_MIN, ROW_BLOCK, ArgSpec, KernelSpec, _EXPENSIVE, _LITERALS, _NP, _Scope,
-    const_expr, np_name)
+from aotgrad.codegen.emit_base import PAR_MIN, KernelSpec, _EXPENSIVE, _Scope, const_expr, np_name
 from aotgrad.codegen.emit_loops import LoopNestEmitter
 from aotgrad.codegen.emit_reductions import ReductionEmitter
 from aotgrad.codegen.index import (Const, Dim, Gathered, gather_index, gather_row_index,
                                    identity, pad_index, view_index)
 from aotgrad.codegen.scheduler import KernelType, NodeKind
 from aotgrad.codegen.templates import TEMPLATES, peephole
-from aotgrad.ir import dtypes as dt
 from aotgrad.ir.tags import Tag
 
 
 class KernelEmitter(ReductionEmitter, LoopNestEmitter):
-    """Emits one fused kernel: argument collection, dim collapsing, index arithmetic and
-    values (here), reductions (emit_reductions) and loop nests (emit_loops)."""
+    """Emits one fused kernel: dim collapsing, index arithmetic and values (here), with
+    its argument list (`args`, emit_args.KernelArgs), reductions (emit_reductions) and loop
+    nests (emit_loops)."""
 
     def __init__(self, scheduler, kt, helpers):
         self.S, self.kt, self.helpers = scheduler, kt, helpers
-        self.args = []            # ArgSpec
-        self.argnames = {}        # key -> name
+        self.red_outs = frozenset(r.outputs[0] for r in kt.reds)   # fixed while emitting
+        self.args = KernelArgs()
         self.tmp = 0
-        self.consts = {}
         self.checks = []          # messages of index checks (error flag `gerr`)
 
     # -- small utilities --------------------------------------------------------------------
@@ -63,27 +60,6 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
     def inner_producer(self, var):
         """The node computing var inside this kernel (None when var is read from memory)."""
         return None if self._is_leaf(var) else self.S.prod.get(var)
-
-    def const_arg(self, value, d):
-        v = float(value) if d.is_floating_point else int(value)
-        if d is dt.bool_ or v in _LITERALS or (d.is_floating_point and
-                                                 (v != v or v in (math.inf, -math.inf))):
-            return const_expr(value, d)
-        key = ("const", v, d)
-        if key not in self.argnames:
-            name = f"c{len(self.consts)}"
-            self.consts[key] = name
-            self.argnames[key] = name
-            self.args.append(ArgSpec("const", value=v, dtype=d))
-        return self.argnames[key]
-
-    def arg(self, kind, var, shape):
-        key = (kind, var, tuple(shape))
-        if key not in self.argnames:
-            name = f"{'a' if kind == 'in' else 'o'}{sum(1 for k in self.argnames if k[0] == kind)}"
-            self.argnames[key] = name
-            self.args.append(ArgSpec(kind, var=var, shape=tuple(shape)))
-        return self.argnames[key]
 
     # -- dim collapsing -----------------------------------------------------------------------
     def collapse(self):
@@ -141,7 +117,7 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
 
     def _is_leaf(self, u):
         kt = self.kt
-        if any(u is r.outputs[0] for r in kt.reds):
+        if u in self.red_outs:
             return True
         o = self.S.owner.get(u)
         return u in self.S.graph_inputs or (o is not None and o is not kt)
@@ -160,27 +136,15 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
                 lv = max(lv, 1)
         return lv
 
-    def index_arg(self, value, site=None):
-        """A constant index or index offset (where a slice starts: a time step of an
-        unrolled loop), passed at run time like the loop sizes, so that kernels that differ
-        only in where they read share one source and one compiled function. `site` (the
-        array and dim read, and the term) names the argument where known, so that whether
-        two reads share one does not depend on their offsets being equal."""
-        key = ("index", value) if site is None else ("index",) + site
-        if key not in self.argnames:
-            self.argnames[key] = f"n{sum(1 for a in self.args if a.kind == 'size')}"
-            self.args.append(ArgSpec("size", value=value))
-        return self.argnames[key]
-
     def term(self, t, site=None):
         if isinstance(t, Const):
             return str(t.value) if t.value == 0 else \
-                self.index_arg(t.value, site and site + (t,))
+                self.args.index(t.value, site and site + (t,))
         if isinstance(t, Gathered):
             return self.gather_idx(t)
         base, s, o = self.loopvar[t.dim], t.scale, t.offset
         e = base if s == 1 else f"{s} * {base}"
-        e = e if o == 0 else f"({e} + {self.index_arg(o, site and site + (t,))})"
+        e = e if o == 0 else f"({e} + {self.args.index(o, site and site + (t,))})"
         return e if t.clamp is None else f"_imin(_imax({e}, {t.clamp[0]}), {t.clamp[1]})"
 
     def scope_for(self, lv):
@@ -192,7 +156,7 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
 
     def access(self, kind, var, shape, cix):
         """Expression reading/writing var (viewed with collapsed shape) at collapsed index."""
-        name = self.arg(kind, var, shape if shape else [1])
+        name = self.args.array(kind, var, shape if shape else [1])
         if not cix:
             return f"{name}[0]"
         lv = self.level(cix)
@@ -226,8 +190,7 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         (the driver sends back that value's name) and returns v's name."""
         kt = self.kt
         key = (v, ix)
-        red_outs = {r.outputs[0]: r for r in kt.reds}
-        if v in red_outs:
+        if v in self.red_outs:
             return self.red_vals[v]
         if self._is_leaf(v) or self.S.prod.get(v) is None:
             shape, cix = self.refmap[key]
@@ -339,7 +302,7 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         sc.add(f"{gi} = {gi} + {size} if {gi} < 0 else {gi}")
         sc.add(f"{ok} = {gi} >= 0 and {gi} < {size}")
         sc.add(f"if not {ok}:")
-        sc.add(f"    gerr[0] = 1")
+        sc.add("    gerr[0] = 1")
         sc.add(f"    {gi} = 0")
         self.checks.append(f"index out of bounds for dimension {len(ix2) - 1} with size {size}")
         sc.memo[key] = gi
@@ -353,7 +316,7 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         work = math.prod(kt.domain) if kt.domain else 1
         self.parallel = work >= PAR_MIN
         for P in range(m):
-            self.args.append(ArgSpec("size", value=self.cdom[P]))
+            self.args.size(self.cdom[P])
         self.loopvar = {}
         has_arg = any(Tag.ARG_REDUCTION in r.prim.tags for r in kt.reds)
         if kt.ktype == KernelType.ELEMENTWISE:
@@ -381,16 +344,7 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
             self.cols_chunked(body)
         else:
             self.nest(body)
-        argnames = [self.argnames[self._argkey(a)] if a.kind != "size" else None
-                    for a in self.args]
-        names, si = [], 0
-        for a, nm in zip(self.args, argnames):
-            if a.kind == "size":
-                names.append(f"n{si}")
-                si += 1
-            else:
-                names.append(nm)
-        sig = ", ".join(names)
+        sig = self.args.signature()
         text = [f"def KERNEL({sig}):", "    _wide()"]
         if self.checks:
             text.append("    gerr = _zeros(1, np.int64)")
@@ -400,14 +354,9 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
             if "in prange(" in line:
                 text.append(" " * (len(line) - len(line.lstrip()) + 4) + "_wide()")
         text.append("    return gerr[0]" if self.checks else "    return 0")
-        spec = KernelSpec(kt, "\n".join(text) + "\n", self.args, self.parallel)
+        spec = KernelSpec(kt, "\n".join(text) + "\n", self.args.specs, self.parallel)
         spec.checks = sorted(set(self.checks))
         return spec
-
-    def _argkey(self, a):
-        if a.kind == "const":
-            return ("const", a.value, a.dtype)
-        return (a.kind, a.var, tuple(a.shape))
 
     def rng(self, n):
         return f"prange({n})" if self.parallel else f"range({n})"

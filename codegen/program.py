@@ -1,5 +1,7 @@
 """compile_graph: schedule -> emit -> load (disk cache) -> plan; the CompiledGraph object."""
+import contextlib
 import copy
+import gc
 import glob
 import logging
 import math
@@ -61,6 +63,25 @@ def _compiled_before(source):
         glob.glob(os.path.join(cache.cache_dir(), "__pycache__", name + ".*.nbi")))
 
 
+@contextlib.contextmanager
+def _collector_paused():
+    """Python's cyclic garbage collector off while a program is scheduled and emitted:
+    those stages make many small, long-lived containers (index terms, per-kernel maps)
+    and no cycles to collect, and with the collector on, its passes over the heap (which
+    holds the traced graphs) made their time grow faster than the program (see
+    benchmarks/bench_compile_depth.py). Reference counting still frees everything; the
+    collector is turned back on only where it was on (another thread's compile may have
+    paused it)."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 class CompiledGraph:
     """A Graph compiled to fused Numba kernels + BLAS calls. Call it with numpy arrays.
 
@@ -73,18 +94,19 @@ class CompiledGraph:
         t0 = time.perf_counter()
         blas.start_threads()    # before any parallel kernel is compiled or loaded here
         self.graph, self.name = graph, name
-        graph = cse(graph, keep_outputs=True)  # identical subexpressions computed once
-        self.scheduled_graph = graph
-        self.scheduler = Scheduler(graph)
-        self.schedule = self.scheduler.run()
-        t1 = time.perf_counter()
-        helpers, own = set(), {}
-        self.specs = {}
-        for st in self.schedule.steps:
-            if isinstance(st, Kernel):
-                own[st] = set()
-                self.specs[st] = emit_kernel(self.scheduler, st, own[st])
-                helpers |= own[st]
+        with _collector_paused():
+            graph = cse(graph, keep_outputs=True)  # identical subexpressions computed once
+            self.scheduled_graph = graph
+            self.scheduler = Scheduler(graph)
+            self.schedule = self.scheduler.run()
+            t1 = time.perf_counter()
+            helpers, own = set(), {}
+            self.specs = {}
+            for st in self.schedule.steps:
+                if isinstance(st, Kernel):
+                    own[st] = set()
+                    self.specs[st] = emit_kernel(self.scheduler, st, own[st])
+                    helpers |= own[st]
         self.serial_compiled = set()   # kernels with prange loops compiled serially
         self.upgrading = {}            # spec compiled serially for now -> (its step, helpers)
         self.upgraded = set()          # specs swapped for their parallel variant

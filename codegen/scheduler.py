@@ -17,6 +17,12 @@ Vocabulary
   per row, one column pass per dependency level of its reductions, then the epilogue
   writes full-domain and per-row outputs. `cols` kernels reduce leading dims (bias grads).
 
+A kernel reads at most MAX_KERNEL_INPUTS arrays and computes at most MAX_KERNEL_NODES
+nodes: merges beyond that are refused, and a kernel that starts larger (one stored value
+whose expression is as long as the program, e.g. a gradient accumulated over every step of
+an unrolled loop) is split into alike pieces (`size_cuts`). No walk here recurses over an
+expression's depth.
+
 Every refused fusion is recorded (`Schedule.refused`) with its reason.
 """
 import heapq
@@ -203,6 +209,8 @@ class Schedule:
 
 
 class Scheduler:
+    """Groups a graph's nodes into steps: `run()` returns the Schedule."""
+
     def __init__(self, graph):
         self.g = graph
         self.prod = graph.producers()
@@ -214,6 +222,11 @@ class Scheduler:
             if self.kind[n] == NodeKind.ROW_GATHER and self._through_offset_view(n.inputs[0]):
                 self.kind[n] = NodeKind.REFERENCE
         self.sched = Schedule(graph)
+        self.forced = set()     # virtual values materialised by the cuts of earlier rounds
+        self.split = set()      # of those, the ones that split an oversized kernel
+        self.owner = {}         # value -> the step that produces it (this round)
+        self._label = {}        # step -> a topological label, while kernels merge
+        self.strided = {}       # dot operand read through a strided view -> (base, expr, nodes)
 
     def _through_offset_view(self, v):
         """Is v computed (inside a kernel) through a slice, rev or pad?"""
@@ -302,8 +315,7 @@ class Scheduler:
         """Group the nodes into steps. A schedule that recomputes an expensive value many
         times (recompute_cuts) is redone with those values materialised; each round only
         cuts values the previous one recomputed, so a few rounds reach a fixed point."""
-        self.forced = set()
-        self.split = set()      # the values stored to split an oversized kernel
+        self.forced, self.split = set(), set()
         for round_ in range(_CUT_ROUNDS):
             sch = self._run_once()
             if round_ == _CUT_ROUNDS - 1:
@@ -548,14 +560,17 @@ class Scheduler:
         return dep
 
     def _reaches_indirectly(self, dep, a, b):
-        """Is there a path b -> ... -> a (a depends on b) of length >= 2?"""
+        """Is there a path b -> ... -> a (a depends on b) of length >= 2? A search back from
+        a that skips each step labelled no later than b (`_label`: b cannot be before it),
+        so it only visits the steps between the two, not the program's whole history."""
+        label = self._label
         stack = [d for d in dep[a] if d is not b]
         seen = set()
         while stack:
             s = stack.pop()
             if s is b:
                 return True
-            if s in seen:
+            if s in seen or label[s] <= label[b]:
                 continue
             seen.add(s)
             stack.extend(dep[s])
@@ -672,6 +687,9 @@ class Scheduler:
             for t in ds:
                 users[t].add(s)
         step_of = {v: s for s in steps for v in _produced(s)}
+        # a topological labelling of the steps (each step's label above its dependencies'),
+        # kept valid through the merges: it bounds the searches of _reaches_indirectly
+        self._label = {s: i for i, s in enumerate(self._toposort(steps))}
         changed = True
         while changed:
             changed = False
@@ -725,6 +743,16 @@ class Scheduler:
             if t is not None and t is not a:
                 dep[a].add(t)
                 users[t].add(a)
+        # the merged kernel is labelled as the later of the two; steps after it that were
+        # labelled below it (readers of the earlier one) move up, and their readers with them
+        label = self._label
+        label[a] = max(label[a], label.pop(b))
+        stack = [(u, label[a]) for u in users[a]]
+        while stack:
+            u, lo = stack.pop()
+            if label[u] <= lo:
+                label[u] = lo + 1
+                stack.extend((w, lo + 1) for w in users[u])
 
     def _toposort(self, steps):
         """Stable topological order of steps (merging can move a producer after a reader):

@@ -226,7 +226,7 @@ def _convert(ctx, node, a):
 
 @template("full")
 def _full(ctx, node, a):
-    return ctx.const_arg(node.params["value"], node.params["dtype"])
+    return ctx.args.const(node.params["value"], node.params["dtype"])
 
 
 def _iota(ctx, node, a):  # needs the index: handled by the emitter
