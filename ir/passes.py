@@ -148,6 +148,7 @@ def fold_transposes(graph):
     users = graph.users()
     outs = set(graph.outputs)
     rename, prod, nodes = {}, {}, []
+    position = {}  # id(node) -> its index in `nodes` (a list.index per swap was quadratic)
     for n in graph.nodes:
         n = _renamed(n, rename)
         name = n.prim.name
@@ -165,13 +166,16 @@ def fold_transposes(graph):
                     len(users.get(n.inputs[0], ())) == 1 and n.inputs[0] not in outs:
                 sw = _swapped_dot(src, n.params["perm"], n.outputs[0])
                 if sw is not None:
-                    nodes[nodes.index(src)] = sw
+                    i = position.pop(id(src))
+                    nodes[i] = sw
+                    position[id(sw)] = i
                     prod[n.outputs[0]] = sw
                     continue
         elif name == "dot_general":
             n = _absorb_operand_transpose(n, prod)
         for v in n.outputs:
             prod[v] = n
+        position[id(n)] = len(nodes)
         nodes.append(n)
     return Graph(graph.inputs, nodes, [rename.get(v, v) for v in graph.outputs], graph.name)
 

@@ -168,7 +168,7 @@ def test_the_dump_writes_the_trace_and_each_pass(tmp_path):
     assert stage_files == ["stage00_trace.py", "stage01_simplify.py",
                            "stage02_fold_transposes.py", "stage03_reduce_before_reshape.py",
                            "stage04_cse.py", "stage05_dce.py"]
-    assert prog.stages.final is prog.joint
+    assert prog.graphs.stages.final is prog.joint
     # the raw trace and every pass's result run, and agree with the joint graph
     args = [t.detach().numpy() for t in (x, g, b)] + [np.ones((4, 8), np.float32)]
     want = evaluate(prog.joint, args)
