@@ -157,11 +157,9 @@ def pow(a, b):
     PowBackward2 (number ** tensor), as in PyTorch. Integer ** integer stays integer."""
     name = "PowBackward2" if not isinstance(a, Tensor) else \
         ("PowBackward0" if not isinstance(b, Tensor) else "PowBackward1")
-    if isinstance(a, Tensor) and isinstance(b, (int, float)) and not isinstance(b, bool):
-        if b == 2 and a.dtype is not dt.bool_:
-            return _named(tp.mul(a, a), name)
-        if b == 0.5 and a.dtype.is_floating_point:
-            return _named(tp.sqrt(a), name)
+    if isinstance(a, Tensor) and isinstance(b, (int, float)) and not isinstance(b, bool) and \
+            b in (2, 0.5) and a.dtype.is_floating_point:
+        return _pow_number(a, b)
     a2, b2 = _binary_args(a, b)
     if not a2.dtype.is_floating_point:
         if isinstance(b, (int, np.integer)) and not isinstance(b, bool) and b < 0:
@@ -169,6 +167,24 @@ def pow(a, b):
         r = tp.pow(cast(a2, dt.float64), cast(b2, dt.float64))
         return cast(r, dt.int64 if a2.dtype is dt.bool_ else a2.dtype)
     return _named(_binary(tp.pow, float_result=True)(a, b), name)
+
+
+def _pow_number_rule(ctx, g):
+    """PyTorch's pow_backward for a number exponent: g * b * a^(b - 1)."""
+    a, b = ctx.args["a"], ctx.args["b"]
+    if b == 2:
+        return (tp.mul(g, tp.mul(a, _bc_const(2.0, a))),)
+    return (tp.mul(g, tp.mul(tp.rsqrt(a), _bc_const(0.5, a))),)
+
+
+def _bc_const(v, like):
+    return tp.broadcast_to(tp.constant(v, like.dtype), tuple(like.shape))
+
+
+@with_rule("PowBackward0", ("a",), _pow_number_rule, save=("a",))
+def _pow_number(a, b):
+    """a ** 2 as a * a and a ** 0.5 as sqrt(a), one PowBackward0 node saving `a` only."""
+    return tp.mul(a, a) if b == 2 else tp.sqrt(a)
 
 
 @op("maximum", "MaximumBackward0")

@@ -157,6 +157,24 @@ def _f64(*shape, seed=0, low=None):
 def test_rule_gradcheck(fn, args):
     ts = [_f64(*s, seed=i) for i, s in enumerate(args)]
     assert ag.autograd.gradcheck(fn, ts)
+    assert ag.autograd.gradgradcheck(fn, ts)
+
+
+@pytest.mark.parametrize("exponent", [2, 0.5])
+def test_pow_by_a_number_is_one_node_saving_its_input(torch, exponent):
+    seen = []
+    for T in (ag, torch):
+        x = T.tensor([0.25, 1.0, 4.0], dtype=T.float64, requires_grad=True)
+        packs = []
+        with T.autograd.graph.saved_tensors_hooks(lambda t: packs.append(t) or t,
+                                                  lambda t: t):
+            y = x.pow(exponent)
+        g, = T.autograd.grad(y.sum(), x, create_graph=True)
+        gg, = T.autograd.grad(g.sum(), x)
+        seen.append((_walk(y.grad_fn), len(packs), g.detach().numpy(), gg.numpy()))
+    assert seen[0][:2] == seen[1][:2]
+    np.testing.assert_allclose(seen[0][2], seen[1][2], rtol=1e-12)
+    np.testing.assert_allclose(seen[0][3], seen[1][3], rtol=1e-12)
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
