@@ -277,6 +277,15 @@ class Node:
     def name(self):
         return self._name
 
+    @property
+    def _input_metadata(self):
+        """Shape and dtype of each gradient the node takes (its forward outputs'), as
+        PyTorch's `grad_fn._input_metadata`."""
+        return [None if a is None else
+                types.SimpleNamespace(shape=tuple(a.shape), dtype=a.dtype,
+                                      is_nested_tensor=False, is_cpp_nested_tensor=False)
+                for a in self._out_avals]
+
     def _sequence_nr(self):
         """The order the node was made in (later nodes run first), as PyTorch's."""
         return self._seq
@@ -611,6 +620,7 @@ def run_backward(tensors, grad_tensors, retain_graph=False, create_graph=False, 
     """The engine. With `inputs` and accumulate=False (autograd.grad) it returns their grads
     and touches no `.grad`; otherwise it accumulates into leaves (Tensor.backward)."""
     if inputs is None and not create_graph and len(tensors) == 1 and \
+            type(tensors[0]) is not GradientEdge and \
             _one_node_backward(tensors[0], grad_tensors[0], retain_graph):
         return None
     roots = []

@@ -1,0 +1,50 @@
+"""Small autograd surfaces PyTorch's autograd suite relies on: backward from a GradientEdge
+alone, a node's `_input_metadata`, and autograd.Function's vmap attributes."""
+import numpy as np
+
+import aotgrad as ag
+
+
+def test_backward_from_a_gradient_edge_alone(torch):
+    grads = []
+    for T in (ag, torch):
+        x = T.tensor([1.0, 2.0], requires_grad=True)
+        tmp = x.sin().cos().sum()
+        edge = T.autograd.graph.get_gradient_edge(tmp)
+        T.autograd.backward(edge, retain_graph=True)
+        first = x.grad.clone()
+        del tmp
+        T.autograd.backward(edge)   # the edge keeps the graph alive
+        grads.append((first.numpy(), x.grad.numpy()))
+    for a, b in zip(*grads):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def test_grad_fn_input_metadata_describes_the_forward_outputs(torch):
+    for T in (ag, torch):
+        x = T.rand(2, requires_grad=True)
+        m = (x * x).grad_fn._input_metadata[0]
+        assert tuple(m.shape) == (2,) and m.dtype == T.float32
+        v, _ = T.var_mean(T.rand(3, 4, requires_grad=True, dtype=T.float64), dim=0)
+        meta = v.grad_fn._input_metadata
+        assert [tuple(a.shape) for a in meta] == [(4,), (4,)]
+        assert meta[1].dtype == T.float64
+
+
+def test_function_vmap_attributes(torch):
+    for T in (ag, torch):
+        class Square(T.autograd.Function):
+            @staticmethod
+            def forward(x):
+                return x * x
+
+            @staticmethod
+            def setup_context(ctx, inputs, output):
+                ctx.save_for_backward(inputs[0])
+
+            @staticmethod
+            def backward(ctx, g):
+                x, = ctx.saved_tensors
+                return 2 * x * g
+        assert Square.generate_vmap_rule is False
+        assert callable(Square.vmap)
