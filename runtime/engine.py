@@ -531,8 +531,10 @@ def _check_grad(node, i, g, aval):
 
 
 def _run_node(node, grads, create_graph):
-    """Run one node with its hooks, anomaly checks and profiling."""
-    for hook in node._pre_hooks:
+    """Run one node with its hooks, anomaly checks and profiling. (The hooks registered when
+    the node starts run: one a hook removes or adds meanwhile does not change that, as in
+    PyTorch.)"""
+    for hook in tuple(node._pre_hooks):
         r = hook(tuple(grads))
         if r is not None:
             grads = _checked_node_hook_result(hook, grads, r)
@@ -581,7 +583,7 @@ def _run_node(node, grads, create_graph):
                     if node._stack is not None:
                         _report_anomaly(node, err)
                     raise err
-    for hook in node._hooks:
+    for hook in tuple(node._hooks):
         r = hook(tuple(outs), tuple(grads))
         if r is not None:
             outs = _checked_node_hook_result(hook, outs, r)

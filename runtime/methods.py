@@ -2,7 +2,7 @@
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
-from aotgrad.runtime import conversion, linalg_functions, ops, shape_ops, sparse_ops
+from aotgrad.runtime import conversion, legacy, linalg_functions, ops, shape_ops, sparse_ops
 from aotgrad.runtime.ops import cast
 from aotgrad.runtime.scatter_reduce_ops import scatter_reduce
 from aotgrad.runtime.shape_ops import commit_inplace, snapshot
@@ -189,6 +189,7 @@ _METHODS.update({  # the linalg methods PyTorch's Tensor has
     "matrix_power": linalg_functions.matrix_power})
 for _name, _value in conversion.PROPERTIES.items():
     _METHODS[_name] = property(lambda s, v=_value: v)
+_METHODS.update(legacy.PROPERTIES)
 
 for _name, _fn in _METHODS.items():
     setattr(Tensor, _name, _fn)

@@ -48,3 +48,31 @@ def test_function_vmap_attributes(torch):
                 return 2 * x * g
         assert Square.generate_vmap_rule is False
         assert callable(Square.vmap)
+
+
+def test_a_node_hook_removed_during_backward_still_runs_that_pass(torch):
+    counts = []
+    for T in (ag, torch):
+        a = T.rand(3, requires_grad=True)
+        b = a * 2
+        n, handles = [0], []
+
+        def remover(go):
+            for h in handles:
+                h.remove()
+
+        def counter(go):
+            n[0] += 1
+        b.grad_fn.register_prehook(remover)
+        handles.append(b.grad_fn.register_prehook(counter))
+        b.sum().backward(retain_graph=True)
+        b.sum().backward()
+        counts.append(n[0])
+    assert counts[0] == counts[1] == 1
+
+
+def test_volatile_is_false_with_a_warning(torch):
+    import pytest
+    for T in (ag, torch):
+        with pytest.warns(UserWarning, match="volatile"):
+            assert T.ones(2).volatile is False
