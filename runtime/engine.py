@@ -508,7 +508,9 @@ def _node_of(t):
     return None, 0
 
 
-def _check_grad(node, i, g, aval):
+def _check_grad(node, i, g, aval, dest=None):
+    """g, checked against the shape and dtype of input i of the forward (cast to its dtype,
+    except into the .grad of a leaf whose grad_dtype is None: that keeps any dtype)."""
     if g is None:
         return None
     v = g._value
@@ -525,7 +527,9 @@ def _check_grad(node, i, g, aval):
         raise RuntimeError(f"Function {node.name()} returned an invalid gradient at index {i} - "
                            f"got {list(g.shape)} but expected shape compatible with "
                            f"{list(aval.shape)}")
-    if g.dtype is not aval.dtype and aval.dtype.is_floating_point:
+    if g.dtype is not aval.dtype and aval.dtype.is_floating_point and not (
+            type(dest) is AccumulateGrad and
+            dest.variable.__dict__.get("_grad_dtype", aval.dtype) is None):
         g = g.to(aval.dtype)
     return g
 
@@ -573,7 +577,7 @@ def _run_node(node, grads, create_graph):
         if len(outs) != len(node.next_functions):
             raise RuntimeError(f"Function {node.name()} returned an incorrect number of "
                                f"gradients (expected {len(node.next_functions)}, got {len(outs)})")
-        outs = [_check_grad(node, i, g, a) if nf[0] is not None else None
+        outs = [_check_grad(node, i, g, a, nf[0]) if nf[0] is not None else None
                 for i, (g, a, nf) in enumerate(zip(outs, node._in_avals, node.next_functions))]
         if _mode.anomaly and _mode.anomaly_check_nan:
             for i, g in enumerate(outs):

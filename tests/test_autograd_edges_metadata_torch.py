@@ -76,3 +76,48 @@ def test_volatile_is_false_with_a_warning(torch):
     for T in (ag, torch):
         with pytest.warns(UserWarning, match="volatile"):
             assert T.ones(2).volatile is False
+
+
+def test_numpy_of_a_tensor_that_requires_grad_under_no_grad(torch):
+    import pytest
+    for T in (ag, torch):
+        x = T.ones(2, requires_grad=True)
+        with pytest.raises(RuntimeError, match="Can't call numpy"):
+            x.numpy()
+        with T.no_grad():
+            assert x.numpy().tolist() == [1.0, 1.0]
+            assert np.asarray(x).tolist() == [1.0, 1.0]
+
+
+def test_grad_dtype_none_keeps_a_custom_functions_gradient_dtype(torch):
+    import pytest
+    for T in (ag, torch):
+        class Up(T.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x * 2
+
+            @staticmethod
+            def backward(ctx, g):
+                return g.to(T.float64)
+        d = T.tensor([1.0, 2.0], requires_grad=True)
+        Up.apply(d).sum().backward()
+        assert d.grad.dtype == T.float32
+        e = T.tensor([1.0, 2.0], requires_grad=True)
+        e.grad_dtype = None
+        Up.apply(e).sum().backward()
+        assert e.grad.dtype == T.float64
+        with pytest.raises(RuntimeError, match="Cannot set grad_dtype"):
+            e.grad_dtype = T.float32
+        e.grad_dtype = T.float64   # the gradient's own dtype: allowed
+
+
+def test_deleting_autograd_attributes_raises(torch):
+    import pytest
+    for T in (ag, torch):
+        x = T.ones(2, requires_grad=True)
+        for name in ("data", "requires_grad"):
+            with pytest.raises(RuntimeError):
+                delattr(x, name)
+        del x.grad
+        assert x.grad is None and x.requires_grad
