@@ -121,3 +121,29 @@ def test_deleting_autograd_attributes_raises(torch):
                 delattr(x, name)
         del x.grad
         assert x.grad is None and x.requires_grad
+
+
+def test_unsafe_preserve_version_counter(torch):
+    for T in (ag, torch):
+        x = T.ones(2, requires_grad=True).clone()
+        x.add_(1)
+        with T.autograd._unsafe_preserve_version_counter(x):
+            x.mul_(2)
+        assert x._version == 1
+        y = x * x                  # saves x
+        with T.autograd._unsafe_preserve_version_counter((x,)):
+            x.mul_(1)
+        y.sum().backward()         # no "modified by an inplace operation" error
+
+
+def test_profiler_enabled_and_profiler_util_events(torch):
+    for T in (ag, torch):
+        assert not T.autograd._profiler_enabled()
+        with T.autograd.profiler.profile():
+            assert T.autograd._profiler_enabled()
+        assert callable(T.autograd.kineto_available)
+        P = T.autograd.profiler_util
+        avg = P.FunctionEventAvg()
+        avg.add(P.FunctionEvent(id=0, node_id=0, name="f", thread=0, start_us=10, end_us=15))
+        avg.add(P.FunctionEvent(id=1, node_id=0, name="f", thread=0, start_us=20, end_us=30))
+        assert (avg.key, avg.count, avg.cpu_time_total, avg.cpu_time) == ("f", 2, 15, 7.5)
