@@ -309,10 +309,9 @@ def get_numerical_jacobian(fn, inputs, target=None, eps=1e-3, grad_out=1.0):
         raise ValueError("Expected grad_out to be 1.0. get_numerical_jacobian no longer "
                          "supports values of grad_out != 1.0.")
     inputs = _as_tuple(inputs)
-    if target is not None and tuple(_as_tuple(target)) != inputs:
-        raise NotImplementedError("get_numerical_jacobian: a target other than the inputs is "
-                                  "not supported")
-    diff_idx = [i for i, x in enumerate(inputs) if isinstance(x, Tensor) and x.requires_grad]
+    targets = inputs if target is None else _as_tuple(target)  # the tensors to perturb
+    diff_idx = [i for i, x in enumerate(inputs) if isinstance(x, Tensor) and x.requires_grad
+                and any(x is t for t in targets)]
     outs, jac = _numerical(lambda *a: fn(a), inputs, diff_idx, eps)
     from aotgrad.runtime.factories import tensor
     first = _float_outputs(outs)[0][0]

@@ -47,3 +47,20 @@ def test_gradcheck_conformance(lib, torch):
     with pytest.raises(RuntimeError, match="forward mode mismatch for output 0 with respect to "
                                            "input 1"):
         T.autograd.gradcheck(skewed, (a, b), check_forward_ad=True)
+
+
+@pytest.mark.parametrize("lib", ["aotgrad", "torch"])
+def test_get_numerical_jacobian_with_a_target(lib, torch):
+    import warnings
+    from importlib import import_module
+    T = ag if lib == "aotgrad" else torch
+    get = import_module(T.__name__ + ".autograd.gradcheck").get_numerical_jacobian
+    a, b = _x(2, 2) if T is ag else torch.rand(2, 2, dtype=torch.float64, requires_grad=True), \
+        _x(2, 2) if T is ag else torch.rand(2, 2, dtype=torch.float64, requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        only_a = get(lambda xs: (2 * xs[0] + xs[1],), (a, b), target=a, eps=1e-6)
+        both = get(lambda xs: (2 * xs[0] + xs[1],), (a, b), eps=1e-6)
+    assert len(only_a) == 1 and len(both) == 2
+    assert abs(float((only_a[0] - 2 * T.eye(4, dtype=T.float64)).abs().max())) < 1e-6
+    assert abs(float((both[1] - T.eye(4, dtype=T.float64)).abs().max())) < 1e-6
