@@ -33,6 +33,7 @@ from aotgrad.runtime.ops import (abs, absolute, add, all, amax, amin, any, argma
                                  square, std, std_mean, sub, sum, tan, tanh, true_divide, var,
                                  var_mean, where)
 from aotgrad.runtime.ops import sub as subtract, mul as multiply  # noqa: F401
+from aotgrad.runtime.ops import clamp_max, clamp_min
 from aotgrad.runtime.shape_ops import (argsort, broadcast_tensors, broadcast_to, cat, chunk,
                                        clone, concat, concatenate, flatten, flip, gather, hstack,
                                        index_select, masked_fill, movedim, narrow, permute,
@@ -112,7 +113,8 @@ __all__ = [
     "inference_mode", "is_grad_enabled", "is_inference_mode_enabled", "no_grad",
     "set_grad_enabled", "is_anomaly_check_nan_enabled", "is_anomaly_enabled", "abs",
     "absolute", "add", "all", "amax", "amin", "any", "argmax", "argmin", "atan2", "bmm",
-    "ceil", "clamp", "clip", "cos", "count_nonzero", "cumsum", "div", "divide", "dot", "eq",
+    "ceil", "clamp", "clamp_max", "clamp_min",
+    "clip", "cos", "count_nonzero", "cumsum", "div", "divide", "dot", "eq",
     "erf", "exp", "exp2", "expm1", "floor", "floor_divide", "ge", "gt", "isfinite", "isinf",
     "isnan", "le", "log", "log1p", "log2", "log10", "log_softmax", "logical_and",
     "logical_not", "logical_or", "logical_xor", "logsumexp", "lt", "matmul", "max", "maximum",

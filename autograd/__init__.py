@@ -10,7 +10,11 @@ from aotgrad.autograd import anomaly_mode, forward_ad, function, functional, gra
     profiler
 from aotgrad.autograd.function import Function, InplaceFunction, once_differentiable
 from aotgrad.autograd.variable import Variable
+from aotgrad.autograd.grad_mode import _unsafe_preserve_version_counter  # noqa: F401
 from aotgrad.autograd.grad_mode import set_multithreading_enabled
+from aotgrad.autograd import profiler_util  # noqa: E402
+from aotgrad.autograd.profiler import kineto_available
+from aotgrad.runtime import profiling as _profiling
 from aotgrad.autograd.gradcheck import gradcheck, gradgradcheck
 
 __all__ = ["backward", "grad", "Node", "Function", "once_differentiable", "gradcheck",
@@ -18,4 +22,9 @@ __all__ = ["backward", "grad", "Node", "Function", "once_differentiable", "gradc
            "is_grad_enabled", "detect_anomaly", "set_detect_anomaly", "is_anomaly_enabled",
            "is_anomaly_check_nan_enabled", "anomaly_mode", "function", "functional",
            "grad_mode", "graph", "profiler", "InplaceFunction", "Variable",
-           "set_multithreading_enabled"]
+           "set_multithreading_enabled", "kineto_available", "profiler_util"]
+
+
+def _profiler_enabled():
+    """Whether an autograd profiler is recording (torch.autograd._profiler_enabled)."""
+    return bool(_profiling.active())

@@ -100,3 +100,12 @@ class dual_level:
 
     def __exit__(self, *exc):
         exit_dual_level()
+
+
+def __getattr__(name):
+    # `forward_ad._current_level`: the active dual level, -1 outside one (PyTorch keeps it
+    # as a module global; here it is read from the engine's forward-mode state)
+    if name == "_current_level":
+        level = forward_mode.state.level
+        return -1 if level is None else level
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

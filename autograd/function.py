@@ -210,6 +210,15 @@ class Function(metaclass=_FunctionMeta):
                                   "your custom autograd.Function to use it with backward mode "
                                   "AD.")
 
+    # for vmap: True asks for the batching rule to be derived from forward; False (PyTorch's
+    # default) means the class gives one as its `vmap` staticmethod
+    generate_vmap_rule = False
+
+    @staticmethod
+    def vmap(info, in_dims, *args):
+        raise NotImplementedError("To use autograd.Function with vmap, you must either override "
+                                  "the vmap staticmethod or set generate_vmap_rule=True.")
+
     @staticmethod
     def jvp(ctx, *grad_inputs):
         raise NotImplementedError("You must implement the jvp function for custom "

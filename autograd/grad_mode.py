@@ -32,3 +32,21 @@ class set_multithreading_enabled:
 
     def clone(self):
         return type(self)(self.mode)
+
+
+class _unsafe_preserve_version_counter:  # noqa: N801  (PyTorch's name)
+    """Inside the block, in-place changes of `tensors` (one tensor or a tuple) leave their
+    version counters as they were (PyTorch's escape hatch for writes that must not
+    invalidate saved tensors; unsafe by design)."""
+
+    def __init__(self, tensors):
+        self.tensors = (tensors,) if not isinstance(tensors, (tuple, list)) else tuple(tensors)
+        self.versions = [int(t._version_counter) for t in self.tensors]
+
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        for t, v in zip(self.tensors, self.versions):
+            t._version_counter.v = v
+        return False

@@ -38,9 +38,10 @@ def _float_outputs(outs):
 
 
 def _numerical(func, inputs, diff_idx, eps):
-    """{(output j, input i): (numel_in, numel_out) float64 array} by central differences."""
-    with no_grad():
-        outs = _as_tuple(func(*inputs))
+    """{(output j, input i): (numel_in, numel_out) float64 array} by central differences.
+    func runs in the caller's grad mode, as in PyTorch (it may register hooks on its
+    intermediates); the perturbed outputs must keep the outputs' shapes and dtypes."""
+    outs = _as_tuple(func(*inputs))
     float_outs = _float_outputs(outs)
     jac = {}
     for i in diff_idx:
@@ -82,9 +83,12 @@ def _forward_jacobian(func, inputs, diff_idx):
             basis = np.zeros(n, dtype=x.dtype.np)
             basis[k] = 1
             with forward_ad.dual_level(), no_grad():
-                args = list(inputs)
-                args[i] = forward_ad.make_dual(x.detach(), tensor(basis.reshape(tuple(x.shape)),
-                                                                  dtype=x.dtype))
+                args = list(inputs)   # (every checked input is dual, as in PyTorch: the
+                for i2 in diff_idx:   # others with a zero tangent)
+                    t2 = basis.reshape(tuple(x.shape)) if i2 == i else \
+                        np.zeros(tuple(inputs[i2].shape), inputs[i2].dtype.np)
+                    args[i2] = forward_ad.make_dual(inputs[i2].detach(),
+                                                    tensor(t2, dtype=inputs[i2].dtype))
                 for j, o in _float_outputs(_as_tuple(func(*args))):
                     col = jac.setdefault((j, i), np.zeros((n, o.numel())))
                     t = forward_ad.unpack_dual(o).tangent
@@ -94,9 +98,16 @@ def _forward_jacobian(func, inputs, diff_idx):
 
 
 def _values(func, inputs, float_outs):
-    """{output j: a float64 copy of its value} for func(*inputs) under no_grad."""
-    with no_grad():
-        outs = _as_tuple(func(*inputs))
+    """{output j: a float64 copy of its value} for func(*inputs)."""
+    outs = _as_tuple(func(*inputs))
+    for j, o in float_outs:
+        p = outs[j] if j < len(outs) else None
+        if not isinstance(p, Tensor) or tuple(p.shape) != tuple(o.shape):
+            raise AssertionError("Expected `func` to return outputs with the same shape when "
+                                 "inputs are perturbed.")
+        if p.dtype is not o.dtype:
+            raise AssertionError("Expected `func` to return outputs with the same dtype when "
+                                 "inputs are perturbed.")
     return {j: np.array(outs[j]._value, np.float64, copy=True) for j, _ in float_outs}
 
 
@@ -129,6 +140,18 @@ def _analytical(func, inputs, diff_idx, check_grad_dtypes):
                         raise GradcheckError("Gradient has dtype mismatch")
                     jacs[rep][(j, i)][:, k] = np.asarray(g._value, np.float64).reshape(-1)
     return outs, jacs
+
+
+def _zero_grad_outputs_give_zeros(outs, diff_inputs):
+    """Whether a backward of all-zero grad_outputs gives zero gradients (a backward must be
+    linear in grad_output)."""
+    from aotgrad.runtime.factories import zeros_like
+    tracked = [o for _, o in _float_outputs(outs) if o.requires_grad]
+    if not tracked:
+        return True
+    gs = _grad(tracked, diff_inputs, [zeros_like(o) for o in tracked], retain_graph=True,
+               allow_unused=True)
+    return all(g is None or not np.any(np.asarray(g._value) != 0) for g in gs)
 
 
 def _fmt(m):
@@ -166,9 +189,23 @@ def gradcheck(func, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=T
             warnings.warn(f"Input #{i} requires gradient and is not a double precision floating "
                           f"point or complex. This check will likely fail if all the inputs are "
                           f"not of double precision floating point or complex. ", stacklevel=2)
+    for i in diff_idx:
+        v = inputs[i]._value
+        if isinstance(v, np.ndarray) and any(st == 0 and n > 1
+                                             for st, n in zip(v.strides, v.shape)):
+            raise RuntimeError(f"The {i}th input has a dimension with stride 0. gradcheck only "
+                               f"supports inputs that are non-overlapping to be able to compute "
+                               f"the numerical gradients correctly. You should call .contiguous "
+                               f"on the input before passing it to gradcheck.")
     if not check_backward_ad and not check_forward_ad:
-        return True
+        raise AssertionError("Expected at least one of check_forward_ad or check_backward_ad "
+                             "to be True")
     outs, numerical = _numerical(func, inputs, diff_idx, eps)
+    if check_backward_ad:
+        ok = _check_backward(func, inputs, diff_idx, numerical, rtol, atol, nondet_tol,
+                             check_grad_dtypes, raise_exception)
+        if ok is not True:
+            return ok
     if check_forward_ad:
         forward = _forward_jacobian(func, inputs, diff_idx)
         for j, o in _float_outputs(outs):
@@ -180,8 +217,13 @@ def gradcheck(func, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=T
                     return _fail(f"Jacobian computed with forward mode mismatch for output {j} "
                                  f"with respect to input {i},\nnumerical:{_fmt(n)}\n"
                                  f"analytical:{_fmt(f)}\n", raise_exception)
-    if not check_backward_ad:
-        return True
+    return True
+
+
+def _check_backward(func, inputs, diff_idx, numerical, rtol, atol, nondet_tol,
+                    check_grad_dtypes, raise_exception):
+    """The reverse-mode checks: Jacobians against the numerical ones, zero grad_outputs give
+    zero gradients, and a second backward gives the same values."""
     grad_outs, (analytical, again) = _analytical(func, inputs, diff_idx, check_grad_dtypes)
     for j, o in _float_outputs(grad_outs):
         if not o.requires_grad:
@@ -200,6 +242,8 @@ def gradcheck(func, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=T
                          f"grad_output multiple times gives different values, although "
                          f"analytical gradient matches numerical gradient. The tolerance for "
                          f"nondeterminism was {nondet_tol}.", raise_exception)
+    if not _zero_grad_outputs_give_zeros(grad_outs, [inputs[i] for i in diff_idx]):
+        return _fail("backward not multiplied by grad_output", raise_exception)
     return True
 
 
@@ -265,10 +309,9 @@ def get_numerical_jacobian(fn, inputs, target=None, eps=1e-3, grad_out=1.0):
         raise ValueError("Expected grad_out to be 1.0. get_numerical_jacobian no longer "
                          "supports values of grad_out != 1.0.")
     inputs = _as_tuple(inputs)
-    if target is not None and tuple(_as_tuple(target)) != inputs:
-        raise NotImplementedError("get_numerical_jacobian: a target other than the inputs is "
-                                  "not supported")
-    diff_idx = [i for i, x in enumerate(inputs) if isinstance(x, Tensor) and x.requires_grad]
+    targets = inputs if target is None else _as_tuple(target)  # the tensors to perturb
+    diff_idx = [i for i, x in enumerate(inputs) if isinstance(x, Tensor) and x.requires_grad
+                and any(x is t for t in targets)]
     outs, jac = _numerical(lambda *a: fn(a), inputs, diff_idx, eps)
     from aotgrad.runtime.factories import tensor
     first = _float_outputs(outs)[0][0]

@@ -56,10 +56,15 @@ class FunctionEvent(_FormattedTimes):
     """One timed call: `name`, `kind`, `time_range`, `cpu_time_total`, `self_cpu_time_total`
     (microseconds), `cpu_parent`, `cpu_children`, `thread`."""
 
-    def __init__(self, id, name, kind, thread, start_us, parent):
+    def __init__(self, id, name, thread, start_us, end_us=None, *, kind="op", parent=None,
+                 node_id=-1, input_shapes=None, sequence_nr=-1, fwd_thread=None, **_):
+        # (PyTorch's constructor: id, name, thread, start_us, end_us and keyword-only details;
+        # those aotgrad does not record are accepted and ignored)
         self.id, self.name, self.kind, self.thread = id, name, kind, thread
-        self.time_range = Interval(start_us, start_us)
+        self.time_range = Interval(start_us, start_us if end_us is None else end_us)
         self.cpu_parent, self.cpu_children = parent, []
+        self.node_id, self.input_shapes, self.sequence_nr = node_id, input_shapes, sequence_nr
+        self.fwd_thread = fwd_thread
         self.count = 1
 
     @property
@@ -202,8 +207,8 @@ class profile:
         stack = self._stacks.setdefault(threading.get_ident(), [])
         parent = stack[-1] if stack else None
         with self._lock:
-            ev = FunctionEvent(len(self._events), name, kind, threading.get_ident(),
-                               self._us(start_ns), parent)
+            ev = FunctionEvent(len(self._events), name, threading.get_ident(),
+                               self._us(start_ns), kind=kind, parent=parent)
             self._events.append(ev)
         if parent is not None:
             parent.cpu_children.append(ev)
@@ -220,8 +225,8 @@ class profile:
         stack = self._stacks.setdefault(threading.get_ident(), [])
         parent = stack[-1] if stack else None
         with self._lock:
-            ev = FunctionEvent(len(self._events), name, kind, threading.get_ident(),
-                               self._us(start_ns), parent)
+            ev = FunctionEvent(len(self._events), name, threading.get_ident(),
+                               self._us(start_ns), kind=kind, parent=parent)
             self._events.append(ev)
         ev.time_range.end = self._us(end_ns)
         if parent is not None:

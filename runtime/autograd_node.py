@@ -94,6 +94,15 @@ class Node:
     def name(self):
         return self._name
 
+    @property
+    def _input_metadata(self):
+        """Shape and dtype of each gradient the node takes (its forward outputs'), as
+        PyTorch's `grad_fn._input_metadata`."""
+        return [None if a is None else
+                types.SimpleNamespace(shape=tuple(a.shape), dtype=a.dtype,
+                                      is_nested_tensor=False, is_cpp_nested_tensor=False)
+                for a in self._out_avals]
+
     def _sequence_nr(self):
         """The order the node was made in (later nodes run first), as PyTorch's."""
         return self._seq

@@ -15,7 +15,7 @@ import numpy as np
 
 from aotgrad.ir.core import current_provenance
 from aotgrad.runtime import grad_mode, profiling
-from aotgrad.runtime.autograd_node import AccumulateGrad, _node_of, fast_path_ok
+from aotgrad.runtime.autograd_node import AccumulateGrad, GradientEdge, _node_of, fast_path_ok
 from aotgrad.runtime.backward_hooks import run_post_hooks, run_pre_hooks, \
     run_tensor_pre_hooks
 from aotgrad.runtime.grad_accumulation import accumulate_grad, plain_leaves
@@ -27,6 +27,7 @@ def run_backward(tensors, grad_tensors, retain_graph=False, create_graph=False, 
     """The engine. With `inputs` and accumulate=False (autograd.grad) it returns their grads
     and touches no `.grad`; otherwise it accumulates into leaves (Tensor.backward)."""
     if inputs is None and not create_graph and len(tensors) == 1 and \
+            type(tensors[0]) is not GradientEdge and \
             _one_node_backward(tensors[0], grad_tensors[0], retain_graph):
         return None
     roots = []
@@ -304,7 +305,7 @@ def _checked_gradients(node, outs):
     if len(outs) != len(node.next_functions):
         raise RuntimeError(f"function {node.name()} returned an incorrect number of gradients "
                            f"(expected {len(node.next_functions)}, got {len(outs)})")
-    outs = [_check_grad(node, i, g, a) if nf[0] is not None else None
+    outs = [_check_grad(node, i, g, a, nf[0]) if nf[0] is not None else None
             for i, (g, a, nf) in enumerate(zip(outs, node._in_avals, node.next_functions))]
     if _mode.anomaly and _mode.anomaly_check_nan:
         for i, g in enumerate(outs):
@@ -324,7 +325,9 @@ def _all_none(grads):
     return True
 
 
-def _check_grad(node, i, g, aval):
+def _check_grad(node, i, g, aval, dest=None):
+    """g, checked against the shape and dtype of input i of the forward (cast to its dtype,
+    except into the .grad of a leaf whose grad_dtype is None: that keeps any dtype)."""
     if g is None:
         return None
     v = g._value
@@ -340,7 +343,9 @@ def _check_grad(node, i, g, aval):
         raise RuntimeError(f"Function {node.name()} returned an invalid gradient at index {i} - "
                            f"got {list(g.shape)} but expected shape compatible with "
                            f"{list(aval.shape)}")
-    if g.dtype is not aval.dtype and aval.dtype.is_floating_point:
+    if g.dtype is not aval.dtype and aval.dtype.is_floating_point and not (
+            type(dest) is AccumulateGrad and
+            dest.variable.__dict__.get("_grad_dtype", aval.dtype) is None):
         g = g.to(aval.dtype)
     return g
 

@@ -37,8 +37,10 @@ def run_tensor_pre_hooks(node, grads, accumulate=True):
 
 
 def run_pre_hooks(node, grads):
-    """The node's pre-hooks, in order: each may replace the gradients of its outputs."""
-    for hook in node._pre_hooks:
+    """The node's pre-hooks, in order: each may replace the gradients of its outputs. (The
+    hooks registered when the node starts run: one a hook removes or adds meanwhile does not
+    change that, as in PyTorch.)"""
+    for hook in tuple(node._pre_hooks):
         r = hook(tuple(grads))
         if r is not None:
             grads = _checked_node_hook_result(hook, grads, r)
@@ -47,7 +49,7 @@ def run_pre_hooks(node, grads):
 
 def run_post_hooks(node, outs, grads):
     """The node's hooks, in order: each may replace the gradients of its inputs."""
-    for hook in node._hooks:
+    for hook in tuple(node._hooks):
         r = hook(tuple(outs), tuple(grads))
         if r is not None:
             outs = _checked_node_hook_result(hook, outs, r)

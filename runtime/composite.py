@@ -133,7 +133,10 @@ def composite(grad_name, edges):
 
 def one_node(name, inputs, out, args=(), kwargs=None):
     """Give `out`, computed by prims from `inputs`, one node named `name` over those inputs
-    (the node the prims made is renamed when it already has exactly those edges)."""
+    (the node the prims made is renamed when it already has exactly those edges; a node of
+    that name a nested call of the same op made, over a cast of the input, is kept)."""
+    if type(out.grad_fn) is CompositeBackward and out.grad_fn._name == name:
+        return out
     if any(out is t for t in inputs if t is not None) or \
             untracked_input(inputs, args, kwargs or {}):
         out.grad_fn._name = name
@@ -160,14 +163,16 @@ class RuleBackward(Node):
     by name, its tensors as saved (checked against in-place changes); `ctx.result` the
     output."""
 
-    def __init__(self, name, rule, inputs, out, args):
+    def __init__(self, name, rule, inputs, out, args, save=None):
         super().__init__(_edges(inputs),
                          [None if t is None else Aval(t._value.shape, t.dtype) for t in inputs],
                          [Aval(out._value.shape, out.dtype)])
         self._name, self.rule = name, rule
         self.needs_input_grad = tuple(t is not None and t.requires_grad for t in inputs)
-        self._args = {k: SavedTensor(v) if isinstance(v, Tensor) else v for k, v in args.items()}
-        self._result = SavedTensor(out, is_output=True)
+        self._args = {k: (SavedTensor(v) if save is None or k in save else None)
+                      if isinstance(v, Tensor) else v for k, v in args.items()}
+        self._result = SavedTensor(out, is_output=True) \
+            if save is None or "result" in save else None
 
     @property
     def args(self):
@@ -176,7 +181,7 @@ class RuleBackward(Node):
 
     @property
     def result(self):
-        return self._result.unpack(self)
+        return None if self._result is None else self._result.unpack(self)
 
     def _backward(self, grads):
         return [g if g is None or a is None else _sum_to(g, a.shape)
@@ -186,7 +191,8 @@ class RuleBackward(Node):
         for v in self._args.values():
             if isinstance(v, SavedTensor):
                 v.release()
-        self._result.release()
+        if self._result is not None:
+            self._result.release()
 
 
 def _sum_to(g, shape):
@@ -200,11 +206,13 @@ def _sum_to(g, shape):
     return tprims.reshape(tprims.reduce_sum(g, dims=dims), shape=shape)
 
 
-def with_rule(grad_name, edges, rule):
+def with_rule(grad_name, edges, rule, save=None):
     """Decorate a one-output composite op whose derivative is `rule` (registered under
     `grad_name`), not the one its prims would give: the forward runs without recording its
     prims, its result gets one RuleBackward node over the arguments named in `edges`, and
-    forward-mode AD takes its tangent from the same rule."""
+    forward-mode AD takes its tangent from the same rule. `save` names the tensor arguments
+    (and "result") the rule reads, which are what the node saves (saved-tensor hooks see
+    them); by default every tensor argument and the result."""
     RULES[grad_name] = rule
 
     def deco(fn):
@@ -231,9 +239,10 @@ def with_rule(grad_name, edges, rule):
                 return out
             bound = sig.bind(*args, **kwargs)
             bound.apply_defaults()
-            node = RuleBackward(grad_name, rule, inputs, out, bound.arguments)
-            if track:
-                out.requires_grad, out.grad_fn = True, node
+            out.requires_grad = track  # (before the node saves it: its saved result is
+            node = RuleBackward(grad_name, rule, inputs, out, bound.arguments, save)
+            if track:                  # then differentiable, for a double backward)
+                out.grad_fn = node
             if dual:
                 forward_mode.set_tangent(out, _rule_tangent(node, out, inputs, tangents))
             return out

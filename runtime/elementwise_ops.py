@@ -157,11 +157,9 @@ def pow(a, b):
     PowBackward2 (number ** tensor), as in PyTorch. Integer ** integer stays integer."""
     name = "PowBackward2" if not isinstance(a, Tensor) else \
         ("PowBackward0" if not isinstance(b, Tensor) else "PowBackward1")
-    if isinstance(a, Tensor) and isinstance(b, (int, float)) and not isinstance(b, bool):
-        if b == 2 and a.dtype is not dt.bool_:
-            return _named(tp.mul(a, a), name)
-        if b == 0.5 and a.dtype.is_floating_point:
-            return _named(tp.sqrt(a), name)
+    if isinstance(a, Tensor) and isinstance(b, (int, float)) and not isinstance(b, bool) and \
+            b in (2, 0.5) and a.dtype.is_floating_point:
+        return _pow_number(a, b)
     a2, b2 = _binary_args(a, b)
     if not a2.dtype.is_floating_point:
         if isinstance(b, (int, np.integer)) and not isinstance(b, bool) and b < 0:
@@ -169,6 +167,24 @@ def pow(a, b):
         r = tp.pow(cast(a2, dt.float64), cast(b2, dt.float64))
         return cast(r, dt.int64 if a2.dtype is dt.bool_ else a2.dtype)
     return _named(_binary(tp.pow, float_result=True)(a, b), name)
+
+
+def _pow_number_rule(ctx, g):
+    """PyTorch's pow_backward for a number exponent: g * b * a^(b - 1)."""
+    a, b = ctx.args["a"], ctx.args["b"]
+    if b == 2:
+        return (tp.mul(g, tp.mul(a, _bc_const(2.0, a))),)
+    return (tp.mul(g, tp.mul(tp.rsqrt(a), _bc_const(0.5, a))),)
+
+
+def _bc_const(v, like):
+    return tp.broadcast_to(tp.constant(v, like.dtype), tuple(like.shape))
+
+
+@with_rule("PowBackward0", ("a",), _pow_number_rule, save=("a",))
+def _pow_number(a, b):
+    """a ** 2 as a * a and a ** 0.5 as sqrt(a), one PowBackward0 node saving `a` only."""
+    return tp.mul(a, a) if b == 2 else tp.sqrt(a)
 
 
 @op("maximum", "MaximumBackward0")
@@ -336,23 +352,39 @@ def clamp(x, min=None, max=None):
     return _clamp_numbers(x, min, max)
 
 
-def _clamp_rule(ctx, g):
+def _clamp_grads(x, min, max, g, need_lo, need_hi):
     """PyTorch's gradients: x's where lo <= x <= hi (none at NaN); a tensor lo's where
     x < lo < hi; a tensor hi's where x > hi or hi < lo; nobody's elsewhere (NaN, or
     lo == hi with x outside)."""
-    a = ctx.args
-    x, lo, hi = _clamp_operands(a["x"], a["min"], a["max"])
+    x, lo, hi = _clamp_operands(x, min, max)
     zero = tp.zeros(tuple(g.shape), g.dtype)
     pred_x = logical_and(ge(x, lo), le(x, hi)) if lo is not None and hi is not None else \
         (ge(x, lo) if lo is not None else le(x, hi))
-    grads = [where(pred_x, g, zero)]
-    need = ctx.needs_input_grad
-    if len(need) > 1:
-        grads.append(None if not need[1] else where(
-            lt(x, lo) if hi is None else logical_and(lt(x, lo), lt(lo, hi)), g, zero))
-        grads.append(None if not need[2] else where(
-            gt(x, hi) if lo is None else logical_or(gt(x, hi), lt(hi, lo)), g, zero))
-    return grads
+    g_lo = None if not need_lo else where(
+        lt(x, lo) if hi is None else logical_and(lt(x, lo), lt(lo, hi)), g, zero)
+    g_hi = None if not need_hi else where(
+        gt(x, hi) if lo is None else logical_or(gt(x, hi), lt(hi, lo)), g, zero)
+    return where(pred_x, g, zero), g_lo, g_hi
+
+
+def _clamp_rule(ctx, g):
+    """clamp's rule: edges (x,) for number bounds, (x, min, max) for tensor ones."""
+    a, need = ctx.args, ctx.needs_input_grad
+    gx, g_lo, g_hi = _clamp_grads(a["x"], a["min"], a["max"], g,
+                                  len(need) > 1 and need[1], len(need) > 1 and need[2])
+    return [gx] if len(need) == 1 else [gx, g_lo, g_hi]
+
+
+def _clamp_min_rule(ctx, g):
+    a, need = ctx.args, ctx.needs_input_grad
+    gx, g_lo, _ = _clamp_grads(a["x"], a["min"], None, g, len(need) > 1 and need[1], False)
+    return [gx] if len(need) == 1 else [gx, g_lo]
+
+
+def _clamp_max_rule(ctx, g):
+    a, need = ctx.args, ctx.needs_input_grad
+    gx, _, g_hi = _clamp_grads(a["x"], None, a["max"], g, False, len(need) > 1 and need[1])
+    return [gx] if len(need) == 1 else [gx, g_hi]
 
 
 def _clamp_operands(x, min, max):
@@ -388,6 +420,38 @@ def _clamp_tensors(x, min, max):
 @with_rule("ClampBackward1", ("x",), _clamp_rule)
 def _clamp_numbers(x, min, max):
     return _clamp_value(x, min, max)
+
+
+@op("clamp_min")
+def clamp_min(x, min):
+    """max(x, min), as clamp(x, min=min) but its own node (ClampMinBackward0/1)."""
+    return (_clamp_min_tensor if isinstance(min, Tensor) else _clamp_min_number)(x, min)
+
+
+@op("clamp_max")
+def clamp_max(x, max):
+    """min(x, max), as clamp(x, max=max) but its own node (ClampMaxBackward0/1)."""
+    return (_clamp_max_tensor if isinstance(max, Tensor) else _clamp_max_number)(x, max)
+
+
+@with_rule("ClampMinBackward0", ("x",), _clamp_min_rule)
+def _clamp_min_number(x, min):
+    return _clamp_value(x, min, None)
+
+
+@with_rule("ClampMinBackward1", ("x", "min"), _clamp_min_rule)
+def _clamp_min_tensor(x, min):
+    return _clamp_value(x, min, None)
+
+
+@with_rule("ClampMaxBackward0", ("x",), _clamp_max_rule)
+def _clamp_max_number(x, max):
+    return _clamp_value(x, None, max)
+
+
+@with_rule("ClampMaxBackward1", ("x", "max"), _clamp_max_rule)
+def _clamp_max_tensor(x, max):
+    return _clamp_value(x, None, max)
 
 
 clip = clamp

@@ -9,6 +9,7 @@ PyTorch leaves a shape-constructed tensor uninitialised; aotgrad's is zero-fille
 (aotgrad.Size([2, 3]), aotgrad.int64)
 """
 import numbers
+import warnings
 
 import numpy as np
 
@@ -79,3 +80,13 @@ BoolTensor = _legacy("BoolTensor", dt.bool_)
 HalfTensor = _legacy("HalfTensor", dt.float16)
 BFloat16Tensor = _legacy("BFloat16Tensor", dt.bfloat16)
 ByteTensor = _legacy("ByteTensor", None)
+
+
+def _volatile(self):
+    """`Tensor.volatile`, removed from PyTorch long ago: always False, with a warning."""
+    warnings.warn("volatile was removed (Variable.volatile is always False)", UserWarning,
+                  stacklevel=2)
+    return False
+
+
+PROPERTIES = {"volatile": property(_volatile)}  # Tensor properties of the legacy API

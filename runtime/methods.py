@@ -2,7 +2,7 @@
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
-from aotgrad.runtime import conversion, linalg_functions, ops, shape_ops, sparse_ops
+from aotgrad.runtime import conversion, legacy, linalg_functions, ops, shape_ops, sparse_ops
 from aotgrad.runtime.ops import cast
 from aotgrad.runtime.scatter_reduce_ops import scatter_reduce
 from aotgrad.runtime.shape_ops import commit_inplace, snapshot
@@ -130,7 +130,8 @@ _METHODS = {
 for _name in ("add sub mul div true_divide divide floor_divide remainder pow maximum minimum "
               "atan2 eq ne lt le gt ge logical_and logical_or logical_xor logical_not exp log "
               "log1p expm1 sqrt rsqrt sin cos tan tanh sigmoid erf floor ceil round reciprocal "
-              "neg negative abs absolute sign square relu clamp clip where nan_to_num isnan "
+              "neg negative abs absolute sign square relu clamp clamp_min clamp_max clip where "
+              "nan_to_num isnan "
               "isinf isfinite log2 log10 exp2 matmul mm bmm dot mv outer sum mean prod amax amin "
               "max min argmax argmin var std norm logsumexp softmax log_softmax cumsum all any "
               "count_nonzero").split():
@@ -164,7 +165,8 @@ del _mod, _names
 _METHODS["scatter_reduce"] = scatter_reduce
 
 # in-place variants: computed out of place, written back, version bumped
-for _name in ("add sub mul div pow clamp clip neg abs exp log sqrt sigmoid tanh relu "
+for _name in ("add sub mul div pow clamp clamp_min clamp_max clip neg abs exp log sqrt sigmoid "
+              "tanh relu "
               "masked_fill floor ceil round sign reciprocal square t transpose unsqueeze "
               "squeeze maximum minimum scatter scatter_add index_add index_copy "
               "index_fill addmm addmv addr addbmm baddbmm addcmul addcdiv lerp cumprod atan2 "
@@ -189,6 +191,7 @@ _METHODS.update({  # the linalg methods PyTorch's Tensor has
     "matrix_power": linalg_functions.matrix_power})
 for _name, _value in conversion.PROPERTIES.items():
     _METHODS[_name] = property(lambda s, v=_value: v)
+_METHODS.update(legacy.PROPERTIES)
 
 for _name, _fn in _METHODS.items():
     setattr(Tensor, _name, _fn)

@@ -25,6 +25,7 @@ from aotgrad.ir.core import current_op, format_location
 from aotgrad.runtime import elementwise_ops as _elementwise
 from aotgrad.runtime import profiling
 from aotgrad.runtime import tprims as tp
+from aotgrad.runtime.elementwise_ops import clamp_max, clamp_min  # noqa: F401
 from aotgrad.runtime.elementwise_ops import (abs, absolute, add, add_, atan2, ceil, clamp, clip,
                                              cos, div, divide, eq, erf, exp, exp2, expm1, floor,
                                              floor_divide, ge, gt, isfinite, isinf, isnan, le,
@@ -59,7 +60,8 @@ __all__ = [
     "ReturnType", "as_tensor_like", "broadcast_shapes", "cast", "is_weak", "mark_weak",
     "norm_dims", "op", "return_types", "scalar_dtype",
     # elementwise_ops
-    "abs", "absolute", "add", "add_", "atan2", "ceil", "clamp", "clip", "cos", "div", "divide",
+    "abs", "absolute", "add", "add_", "atan2", "ceil", "clamp", "clamp_max", "clamp_min",
+    "clip", "cos", "div", "divide",
     "eq", "erf", "exp", "exp2", "expm1", "floor", "floor_divide", "ge", "gt", "isfinite",
     "isinf", "isnan", "le", "log", "log10", "log1p", "log2", "logical_and", "logical_not",
     "logical_or", "logical_xor", "lt", "maximum", "minimum", "mul", "mul_", "nan_to_num", "ne",

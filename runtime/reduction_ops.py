@@ -268,8 +268,8 @@ def logsumexp(x, dim, keepdim=False):
 @op("softmax", "SoftmaxBackward0")
 @composite("SoftmaxBackward0", ("x",))
 def softmax(x, dim, dtype=None):
-    if dtype is not None:
-        x = cast(x, dt.as_dtype(dtype))
+    if dtype is not None:  # the cast is a node of its own before SoftmaxBackward0 (PyTorch)
+        return softmax(cast(x, dt.as_dtype(dtype)), dim)
     d = norm_dims(dim, x.ndim)
     if x.numel() == 0:
         return mul(x, 1.0)
@@ -282,8 +282,8 @@ def softmax(x, dim, dtype=None):
 @composite("LogSoftmaxBackward0", ("x",))
 def log_softmax(x, dim, dtype=None):
     """(x - max) - log(sum(exp(x - max))), PyTorch's formula: a +inf in a row gives NaN."""
-    if dtype is not None:
-        x = cast(x, dt.as_dtype(dtype))
+    if dtype is not None:  # the cast is a node of its own (as softmax's)
+        return log_softmax(cast(x, dt.as_dtype(dtype)), dim)
     if not x.dtype.is_floating_point:
         x = cast(x, dt.float32)
     d = norm_dims(dim, x.ndim)

@@ -205,6 +205,15 @@ class Tensor:
     def grad(self):
         self.grad = None
 
+    # autograd state a `del` must not remove (PyTorch raises; `del t.grad` clears the grad)
+    _UNDELETABLE = frozenset(("data", "requires_grad", "grad_fn", "_grad_fn", "_backward_hooks",
+                              "_version", "is_leaf"))
+
+    def __delattr__(self, name):
+        if name in self._UNDELETABLE:
+            raise RuntimeError(f"cannot delete the tensor's '{name}' attribute")
+        object.__delattr__(self, name)
+
     @property
     def grad_dtype(self):
         """The dtype the gradients accumulated into this leaf's `.grad` are cast to (the
@@ -217,6 +226,13 @@ class Tensor:
     def grad_dtype(self, dtype):
         if self.grad_fn is not None:
             raise RuntimeError("grad_dtype can only be set on leaf tensors.")
+        g = self._grad
+        if dtype is not None and g is not None and g.dtype is not dtype:
+            raise RuntimeError(f"Cannot set grad_dtype to '{dtype.name}' because there is "
+                               f"already a gradient with dtype '{g.dtype.name}'. Please clear "
+                               f"the gradient (.grad = None) before changing grad_dtype, or "
+                               f"ensure the new grad_dtype matches the existing gradient's "
+                               f"dtype.")
         self.__dict__["_grad_dtype"] = dtype
 
     def requires_grad_(self, requires_grad=True):
@@ -347,7 +363,8 @@ class Tensor:
         return self._value
 
     def numpy(self, *, force=False):
-        if self.requires_grad and not force:
+        if self.requires_grad and not force and _mode.grad_enabled:  # (as PyTorch: allowed
+            # under no_grad)
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use "
                                "tensor.detach().numpy() instead.")
         return self._concrete("Tensor.numpy()")
@@ -362,7 +379,8 @@ class Tensor:
         return self._concrete("Tensor.tolist()").tolist()
 
     def __array__(self, dtype=None, copy=None):
-        if self.requires_grad:  # like PyTorch: np.asarray(t) is t.numpy()
+        if self.requires_grad and _mode.grad_enabled:  # like PyTorch: np.asarray(t) is
+            # t.numpy()
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use "
                                "tensor.detach().numpy() instead.")
         v = self._concrete("np.asarray(Tensor)")

@@ -69,6 +69,11 @@ def _graph_cases():
         "matmul-batch-vec": lambda T: T.matmul(r(T, 5, 4, 3), r(T, 3)),
         "clamp-numbers": lambda T: T.clamp(r(T, 4, 3), -0.5, 0.5),
         "clamp-tensors": lambda T: T.clamp(r(T, 4, 3), r(T, 4, 3), r(T, 4, 3)),
+        "clamp-min": lambda T: T.clamp_min(r(T, 4, 3), 0.1),
+        "clamp-min-tensor": lambda T: T.clamp_min(r(T, 4, 3), r(T, 4, 3)),
+        "clamp-max-method": lambda T: r(T, 4, 3).clamp_max(0.2),
+        "softmax-dtype": lambda T: F(T).softmax(r(T, 4, 3), 1, dtype=T.float64),
+        "log-softmax-dtype": lambda T: F(T).log_softmax(r(T, 4, 3), 1, dtype=T.float64),
         "norm": lambda T: r(T, 4, 3).norm(),
         "norm-dim-p1": lambda T: r(T, 4, 3).norm(p=1, dim=1),
         "vector-norm": lambda T: T.linalg.vector_norm(r(T, 4, 3)),
@@ -149,6 +154,8 @@ def _f64(*shape, seed=0, low=None):
 @pytest.mark.parametrize("fn,args", [
     (lambda x, lo, hi: ag.clamp(x, lo, hi), ((3, 4), (3, 4), (4,))),
     (lambda x: ag.clamp(x, min=-0.3), ((3, 4),)),
+    (lambda x, lo: ag.clamp_min(x, lo), ((3, 4), (4,))),
+    (lambda x, hi: x.clamp_max(hi), ((3, 4), (3, 1))),
     (lambda x: x.norm(), ((3, 4),)),
     (lambda x: x.norm(p=3, dim=1), ((3, 4),)),
     (lambda x: x.norm(p=1.5, dim=0, keepdim=True), ((3, 4),)),
@@ -157,6 +164,24 @@ def _f64(*shape, seed=0, low=None):
 def test_rule_gradcheck(fn, args):
     ts = [_f64(*s, seed=i) for i, s in enumerate(args)]
     assert ag.autograd.gradcheck(fn, ts)
+    assert ag.autograd.gradgradcheck(fn, ts)
+
+
+@pytest.mark.parametrize("exponent", [2, 0.5])
+def test_pow_by_a_number_is_one_node_saving_its_input(torch, exponent):
+    seen = []
+    for T in (ag, torch):
+        x = T.tensor([0.25, 1.0, 4.0], dtype=T.float64, requires_grad=True)
+        packs = []
+        with T.autograd.graph.saved_tensors_hooks(lambda t: packs.append(t) or t,
+                                                  lambda t: t):
+            y = x.pow(exponent)
+        g, = T.autograd.grad(y.sum(), x, create_graph=True)
+        gg, = T.autograd.grad(g.sum(), x)
+        seen.append((_walk(y.grad_fn), len(packs), g.detach().numpy(), gg.numpy()))
+    assert seen[0][:2] == seen[1][:2]
+    np.testing.assert_allclose(seen[0][2], seen[1][2], rtol=1e-12)
+    np.testing.assert_allclose(seen[0][3], seen[1][3], rtol=1e-12)
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
