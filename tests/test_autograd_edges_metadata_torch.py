@@ -170,3 +170,16 @@ def test_checkpoint_recompute_that_saves_fewer_tensors_raises(torch):
         a = T.randn(1, requires_grad=True)
         with pytest.raises(RuntimeError, match="A different number of tensors was saved"):
             T.utils.checkpoint.checkpoint(fewer, a, use_reentrant=False).backward()
+
+
+def test_uniform_and_normal_fill_in_place(torch):
+    import pytest
+    for T in (ag, torch):
+        T.manual_seed(0)
+        x = T.empty(2000)
+        v = x._version
+        assert x.uniform_(-2.0, 3.0) is x and x._version > v
+        assert float(x.min()) >= -2.0 and float(x.max()) < 3.0 and abs(float(x.mean()) - 0.5) < 0.2
+        assert x.normal_(1.0, 0.5) is x and abs(float(x.mean()) - 1.0) < 0.1
+        with pytest.raises(RuntimeError):
+            T.ones(2, requires_grad=True).uniform_()
