@@ -11,8 +11,12 @@ built on reverse mode: `jvp` and `hvp` use the double-vjp trick (the vjp is line
 cotangent, so differentiating it with respect to the cotangent gives the jvp).
 `vectorize` and the strategies are accepted for compatibility; rows are computed one by one.
 """
+import builtins
+
+import numpy as np
+
 from aotgrad.runtime.autograd_api import grad as _grad
-from aotgrad.runtime.factories import zeros_like
+from aotgrad.runtime.factories import tensor, zeros_like
 from aotgrad.runtime.grad_mode import enable_grad
 from aotgrad.runtime.tensor import Tensor
 
@@ -289,6 +293,7 @@ def hessian(func, inputs, create_graph=False, strict=False, vectorize=False,
         if out.numel() != 1:
             raise RuntimeError("The Tensor returned by the function given to hessian should "
                                "contain a single element")
+        _check_outputs((out,), strict)  # (before the jacobian's own check, as PyTorch)
         return out.squeeze() if out.ndim else out
 
     def jac_func(*xs):
@@ -351,7 +356,9 @@ def _second_order(func, inputs, v, create_graph, strict, name):
         g = _vjp_raw((out,), inputs, (None,), create_graph=True)
         if strict:
             for i, gi in enumerate(g):
-                if gi is None or not gi.requires_grad:
+                if gi is None:   # the output does not depend on the input at all
+                    raise RuntimeError(_independent(i))
+                if not gi.requires_grad:
                     raise RuntimeError(_hessian_independent(i))
         g = _zeros_for_none(g, inputs, False, create_graph, _independent)
         if name == "vhp":
@@ -371,3 +378,17 @@ def _second_order(func, inputs, v, create_graph, strict, name):
             lambda i: f"The hessian of the user-provided function with respect to input {i} is "
                       f"independent of the input. This is not allowed in strict mode.")
     return _finish((out,), create_graph)[0], _unpack(_finish(res, create_graph), in_tuple)
+
+
+def _construct_standard_basis_for(tensors, tensor_numels):
+    """The rows of the identity of size sum(tensor_numels), split by columns into one chunk
+    per tensor (shape (total, numel_i), the tensor's dtype): the basis vectors a vectorised
+    jacobian feeds to the backward (PyTorch's helper of the same name)."""
+    total = builtins.sum(tensor_numels)
+    chunks, start = [], 0
+    for t, n in zip(tensors, tensor_numels):
+        block = np.zeros((total, n), dtype=t.dtype.np)
+        block[start:start + n] = np.eye(n, dtype=t.dtype.np)
+        chunks.append(tensor(block, dtype=t.dtype))
+        start += n
+    return tuple(chunks)

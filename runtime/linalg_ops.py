@@ -6,6 +6,8 @@ outer.
 >>> linalg_ops.matmul(aotgrad.ones(2, 3), aotgrad.ones(3)).tolist()
 [3.0, 3.0]
 """
+import math
+
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime import view_ops
 from aotgrad.runtime.elementwise_ops import mul
@@ -57,13 +59,25 @@ def _batched_matmul(a, b):
         return _named(tp.reshape(_batched_matmul(tp.reshape(a, shape=(1, a.shape[0])), b),
                                  shape=tuple(b.shape[:-2]) + (b.shape[-1],)),
                       "UnsafeViewBackward0")
+    # PyTorch's graph: each operand expanded to the broadcast batch and viewed as one batch
+    # dim, one bmm, and a view of the result back to the batch dims
     batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    a = tp.broadcast_to(a, batch + tuple(a.shape[-2:]))
-    b = tp.broadcast_to(b, batch + tuple(b.shape[-2:]))
-    nb = len(batch)
-    return _named(tp.dot_general(a, b, contract=((nb + 1,), (nb,)),
-                                 batch=(tuple(range(nb)), tuple(range(nb)))),
-                  "BmmBackward0" if nb == 1 else "UnsafeViewBackward0")
+    n = math.prod(batch)
+    out = _named(tp.dot_general(_as_batch(a, batch, n), _as_batch(b, batch, n),
+                                contract=((2,), (1,)), batch=((0,), (0,))), "BmmBackward0")
+    return _named(tp.reshape(out, shape=tuple(batch) + (a.shape[-2], b.shape[-1])),
+                  "UnsafeViewBackward0")
+
+
+def _as_batch(t, batch, n):
+    """t expanded to `batch` (an expand node even when the shape stays, as PyTorch records)
+    and viewed as (n, rows, cols)."""
+    shape = tuple(batch) + tuple(t.shape[-2:])
+    e = tp.broadcast_to(t, shape)
+    if e is t:
+        e = tp.reshape(t, shape=shape)
+    e = _named(e, "ExpandBackward0")
+    return _named(tp.reshape(e, shape=(n,) + tuple(t.shape[-2:])), "ViewBackward0")
 
 
 def mm(a, b):

@@ -2,7 +2,8 @@
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
-from aotgrad.runtime import conversion, legacy, linalg_functions, ops, shape_ops, sparse_ops
+from aotgrad.runtime import conversion, factories, legacy, linalg_functions, ops, shape_ops, \
+    sparse_ops
 from aotgrad.runtime.ops import cast
 from aotgrad.runtime.scatter_reduce_ops import scatter_reduce
 from aotgrad.runtime.shape_ops import commit_inplace, snapshot
@@ -38,6 +39,19 @@ def _copy_(self, src, non_blocking=False):
     src = ops.as_tensor_like(src, self.dtype)
     return commit_inplace(self, shape_ops.expand(cast(src, self.dtype), tuple(self.shape)),
                           "copy_", replaces=True)
+
+
+def _uniform_(self, from_=0.0, to=1.0, *, generator=None):
+    """Fill in place with U(from, to) (PyTorch's Tensor.uniform_)."""
+    u = factories.rand(*self.shape, dtype=self.dtype, generator=generator)
+    return commit_inplace(self, ops.add(ops.mul(u, to - from_), from_), "uniform_",
+                          replaces=True)
+
+
+def _normal_(self, mean=0.0, std=1.0, *, generator=None):
+    """Fill in place with N(mean, std^2) (PyTorch's Tensor.normal_)."""
+    z = factories.randn(*self.shape, dtype=self.dtype, generator=generator)
+    return commit_inplace(self, ops.add(ops.mul(z, std), mean), "normal_", replaces=True)
 
 
 def _type_as(self, other):
@@ -125,7 +139,8 @@ _METHODS = {
     "mT": property(lambda s: shape_ops.transpose(s, -2, -1)),
     "mH": property(lambda s: shape_ops.transpose(s, -2, -1)),  # real dtypes only
     "H": property(lambda s: shape_ops.t(s)),
-    "fill_": _fill_, "zero_": _zero_, "copy_": _copy_,
+    "fill_": _fill_, "zero_": _zero_, "copy_": _copy_, "uniform_": _uniform_,
+    "normal_": _normal_,
 }
 for _name in ("add sub mul div true_divide divide floor_divide remainder pow maximum minimum "
               "atan2 eq ne lt le gt ge logical_and logical_or logical_xor logical_not exp log "

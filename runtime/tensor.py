@@ -161,6 +161,9 @@ class Tensor:
         if not isinstance(other, Tensor):
             raise TypeError(f"Variable data has to be a tensor, but got "
                             f"{type(other).__name__}")
+        if self.requires_grad and not other.dtype.is_floating_point:
+            raise RuntimeError("data set to a tensor that requires gradients must be floating "
+                               "point or complex dtype")
         self._value = other._value
 
     @property

@@ -194,7 +194,7 @@ class _Frame:
             self.function(*args, **self.kwargs)
         if len(saved) != len(self.metadata):
             raise CheckpointError(
-                f"aotgrad.utils.checkpoint: a different number of tensors was saved during "
+                f"aotgrad.utils.checkpoint: A different number of tensors was saved during "
                 f"the original forward ({len(self.metadata)}) and the recomputation "
                 f"({len(saved)}); the checkpointed function must run the same operations when "
                 f"it runs again")

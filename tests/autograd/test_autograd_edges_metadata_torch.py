@@ -147,3 +147,39 @@ def test_profiler_enabled_and_profiler_util_events(torch):
         avg.add(P.FunctionEvent(id=0, node_id=0, name="f", thread=0, start_us=10, end_us=15))
         avg.add(P.FunctionEvent(id=1, node_id=0, name="f", thread=0, start_us=20, end_us=30))
         assert (avg.key, avg.count, avg.cpu_time_total, avg.cpu_time) == ("f", 2, 15, 7.5)
+
+
+def test_set_data_of_a_tensor_that_requires_grad_must_stay_float(torch):
+    import pytest
+    for T in (ag, torch):
+        a = T.tensor(1.0, requires_grad=True)
+        a.data = T.tensor(2.0)
+        assert a.item() == 2.0
+        with pytest.raises(RuntimeError, match="must be floating point or complex dtype"):
+            a.data = T.tensor(3, dtype=T.int64)
+
+
+def test_checkpoint_recompute_that_saves_fewer_tensors_raises(torch):
+    import pytest
+    for T in (ag, torch):
+        calls = [0]
+
+        def fewer(x):
+            calls[0] += 1
+            return x.sin().exp().sin() if calls[0] == 1 else x.sin().exp()
+        a = T.randn(1, requires_grad=True)
+        with pytest.raises(RuntimeError, match="A different number of tensors was saved"):
+            T.utils.checkpoint.checkpoint(fewer, a, use_reentrant=False).backward()
+
+
+def test_uniform_and_normal_fill_in_place(torch):
+    import pytest
+    for T in (ag, torch):
+        T.manual_seed(0)
+        x = T.empty(2000)
+        v = x._version
+        assert x.uniform_(-2.0, 3.0) is x and x._version > v
+        assert float(x.min()) >= -2.0 and float(x.max()) < 3.0 and abs(float(x.mean()) - 0.5) < 0.2
+        assert x.normal_(1.0, 0.5) is x and abs(float(x.mean()) - 1.0) < 0.1
+        with pytest.raises(RuntimeError):
+            T.ones(2, requires_grad=True).uniform_()
