@@ -56,6 +56,10 @@ from aotgrad.runtime.trig_ops import (acos, acosh, arccos, arccosh, arcsin, arcs
                                       arctan2, arctanh, asin, asinh, atan, atanh, cosh, sinh)
 from aotgrad.runtime.scatter_reduce_ops import scatter_reduce  # noqa: E402
 from aotgrad import autograd  # noqa: E402
+from aotgrad.runtime.elementwise_more_ops import (  # noqa: E402
+    trunc, fix, frac, sgn, signbit, copysign, hypot, heaviside, fmod, float_power, deg2rad,
+    rad2deg, positive, fmax, fmin, clamp_min, clamp_max, isneginf, isposinf, isreal, ldexp,
+    frexp, bitwise_and, bitwise_or, bitwise_xor, bitwise_not, angle, conj, real, imag,)
 
 from aotgrad._version import __version__  # noqa: E402  (one place: pyproject reads it)
 float = float32  # noqa: A001  (aotgrad.float, like torch.float)
@@ -140,6 +144,36 @@ __all__ = [
     "cpu", "cuda", "jit", "set_num_threads", "get_num_threads", "set_num_interop_threads",
     "get_num_interop_threads",
     "scatter_reduce",
+    "trunc",
+    "fix",
+    "frac",
+    "sgn",
+    "signbit",
+    "copysign",
+    "hypot",
+    "heaviside",
+    "fmod",
+    "float_power",
+    "deg2rad",
+    "rad2deg",
+    "positive",
+    "fmax",
+    "fmin",
+    "clamp_min",
+    "clamp_max",
+    "isneginf",
+    "isposinf",
+    "isreal",
+    "ldexp",
+    "frexp",
+    "bitwise_and",
+    "bitwise_or",
+    "bitwise_xor",
+    "bitwise_not",
+    "angle",
+    "conj",
+    "real",
+    "imag",
 ]
 
 

@@ -190,5 +190,15 @@ _METHODS.update({  # the linalg methods PyTorch's Tensor has
 for _name, _value in conversion.PROPERTIES.items():
     _METHODS[_name] = property(lambda s, v=_value: v)
 
+# more elementwise ops and the in-place random fills
+from aotgrad.runtime import elementwise_more_ops, random_fill_ops  # noqa: E402
+for _name in elementwise_more_ops.METHOD_NAMES:
+    _METHODS[_name] = getattr(elementwise_more_ops, _name)
+for _name in elementwise_more_ops.INPLACE_NAMES:
+    _METHODS[_name + "_"] = _inplace(_METHODS[_name], _name + "_")
+_METHODS["real"] = property(elementwise_more_ops.real)
+_METHODS["imag"] = property(elementwise_more_ops.imag)
+_METHODS.update(random_fill_ops.METHODS)
+
 for _name, _fn in _METHODS.items():
     setattr(Tensor, _name, _fn)

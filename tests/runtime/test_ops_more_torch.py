@@ -1,0 +1,172 @@
+"""The elementwise ops added for real model code (trunc, frac, copysign, hypot, fmod, fmax,
+frexp, ...) and the in-place random fills (normal_, uniform_, ...): one table of rows
+`(name, fn, inputs, differentiable)` with fn(M, *inputs) written once for M = aotgrad and
+M = torch; values and dtypes against torch (float64 and float32), gradients against torch
+and against finite differences (gradcheck, float64), and compiled == eager."""
+import math
+
+import numpy as np
+import pytest
+
+import aotgrad as ag
+
+_SPECIAL = np.array([-2.5, -1.5, -0.0, 0.0, 0.3, 1.5, 2.5, math.inf, -math.inf, math.nan, -7.25,
+                     3.0])
+
+
+def _vals(kind, rng):
+    if kind == "s":   # specials: signed zeros, infinities, NaN, halves
+        return _SPECIAL.copy()
+    if kind == "p":
+        return rng.uniform(0.5, 2.0, 12)
+    if kind == "i":
+        return rng.integers(-9, 10, 12)
+    if kind == "k":   # non-negative integers (torch's ldexp gradient is 0 for negative ones)
+        return rng.integers(0, 6, 12)
+    return rng.standard_normal(12) * 3
+
+
+ROWS = [  # name, fn, input kinds, differentiable
+    ("trunc", lambda M, a: M.trunc(a), "s", False),
+    ("fix", lambda M, a: M.fix(a), "s", False),
+    ("frac", lambda M, a: M.frac(a), "n", True),
+    ("sgn", lambda M, a: M.sgn(a), "s", False),
+    ("signbit", lambda M, a: M.signbit(a), "s", False),
+    ("copysign", lambda M, a, b: M.copysign(a, b), "ns", True),
+    ("hypot", lambda M, a, b: M.hypot(a, b), "nn", True),
+    ("heaviside", lambda M, a, b: M.heaviside(a, b), "sn", False),
+    ("fmod", lambda M, a, b: M.fmod(a, b), "np", True),
+    ("fmod_method", lambda M, a: a.fmod(1.5), "s", False),
+    ("float_power", lambda M, a, b: M.float_power(a, b), "pn", True),
+    ("deg2rad", lambda M, a: M.deg2rad(a), "n", True),
+    ("rad2deg", lambda M, a: M.rad2deg(a), "n", True),
+    ("positive", lambda M, a: M.positive(a), "n", True),
+    ("fmax", lambda M, a, b: M.fmax(a, b), "sn", False),
+    ("fmax_grad", lambda M, a, b: M.fmax(a, b), "nn", True),
+    ("fmin", lambda M, a, b: M.fmin(a, b), "ns", False),
+    ("fmin_grad", lambda M, a, b: M.fmin(a, b), "nn", True),
+    ("clamp_min", lambda M, a: M.clamp_min(a, 0.2), "n", True),
+    ("clamp_max", lambda M, a: M.clamp_max(a, 0.2), "n", True),
+    ("isneginf", lambda M, a: M.isneginf(a), "s", False),
+    ("isposinf", lambda M, a: M.isposinf(a), "s", False),
+    ("isreal", lambda M, a: M.isreal(a), "s", False),
+    ("ldexp", lambda M, a, b: M.ldexp(a, b), "nk", True),
+    ("frexp_m", lambda M, a: M.frexp(a)[0], "s", False),
+    ("frexp_e", lambda M, a: M.frexp(a).exponent, "n", False),
+    ("angle", lambda M, a: M.angle(a), "s", False),
+    ("conj", lambda M, a: M.conj(a) * 1, "n", True),
+    ("real", lambda M, a: a.real * 1, "n", True),
+    ("trunc_int", lambda M, a: M.trunc(a), "i", False),
+    ("fmod_int", lambda M, a: M.fmod(a, 4), "i", False),
+    ("bitwise_not_int", lambda M, a: M.bitwise_not(a), "i", False),
+    ("bitwise_and_bool", lambda M, a, b: M.bitwise_and(a > 0, b > 0), "nn", False),
+    ("bitwise_xor_bool", lambda M, a, b: M.bitwise_xor(a > 0, b > 0), "nn", False),
+    ("inplace_trunc", lambda M, a: (a * 1).trunc_(), "s", False),
+    ("inplace_fmod", lambda M, a: (a * 1).fmod_(0.7), "n", False),
+]
+
+
+def _inputs(M, kinds, dtype_name, grad):
+    rng = np.random.default_rng(7)
+    out = []
+    for k in kinds:
+        v = _vals(k, rng)
+        if k in "ik":
+            out.append(M.tensor(v.astype(np.int64)))
+        else:
+            out.append(M.tensor(v.astype(dtype_name), requires_grad=grad))
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("row", ROWS, ids=[r[0] for r in ROWS])
+def test_matches_torch(torch, row, dtype):
+    name, fn, kinds, diff = row
+    grad = diff and dtype == "float64"
+    xa, xt = _inputs(ag, kinds, dtype, grad), _inputs(torch, kinds, dtype, grad)
+    ra, rt = fn(ag, *xa), fn(torch, *xt)
+    assert str(ra.dtype).split(".")[-1] == str(rt.dtype).split(".")[-1], (ra.dtype, rt.dtype)
+    np.testing.assert_allclose(ra.detach().numpy().astype(np.float64), rt.detach().numpy().astype(
+        np.float64), rtol=1e-6, atol=1e-6, equal_nan=True)
+    if grad:
+        w = np.linspace(-1, 1, ra.numel()).reshape(tuple(ra.shape))
+        (ra * ag.tensor(w)).sum().backward()
+        (rt * torch.tensor(w)).sum().backward()
+        for a, t in zip(xa, xt):
+            if t.requires_grad:
+                ga = a.grad.numpy() if a.grad is not None else np.zeros(tuple(a.shape))
+                np.testing.assert_allclose(ga, t.grad.numpy(), rtol=1e-7, atol=1e-9)
+
+
+_GRADCHECK = [r for r in ROWS if r[3] and "s" not in r[2]]
+
+
+@pytest.mark.parametrize("row", _GRADCHECK, ids=[r[0] for r in _GRADCHECK])
+def test_gradcheck(row):
+    name, fn, kinds, _ = row
+    xs = _inputs(ag, kinds, "float64", True)
+    assert ag.autograd.gradcheck(lambda *a: fn(ag, *a), tuple(xs))
+
+
+@pytest.mark.parametrize("name", ["trunc", "fmod", "fmax_grad", "copysign", "hypot"])
+def test_compiled_matches_eager(name):
+    _, fn, kinds, _ = next(r for r in ROWS if r[0] == name)
+    xs = _inputs(ag, kinds, "float32", False)
+    f = ag.compile(lambda *a: fn(ag, *a), backend="interpret")
+    np.testing.assert_allclose(f(*xs).numpy(), fn(ag, *xs).numpy(), rtol=1e-6, equal_nan=True)
+
+
+def test_empty_and_zero_dim(torch):
+    for f in ("trunc", "frac", "signbit", "deg2rad", "isposinf"):
+        for shape in ((0,), ()):
+            a = getattr(ag, f)(ag.zeros(shape, dtype=ag.float64) - 0.0)
+            t = getattr(torch, f)(torch.zeros(shape, dtype=torch.float64) - 0.0)
+            assert tuple(a.shape) == tuple(t.shape)
+
+
+def test_imag_refused_and_real_is_self():
+    x = ag.randn(3)
+    assert x.real is x and ag.conj(x) is x
+    with pytest.raises(RuntimeError, match="non-complex"):
+        ag.imag(x)
+    with pytest.raises(TypeError, match="bitwise_and"):
+        ag.bitwise_and(ag.tensor([1]), ag.tensor([3]))
+
+
+FILLS = [  # method, args, (lo, hi) support, expected mean (None: heavy-tailed)
+    ("normal_", (1.0, 2.0), (-math.inf, math.inf), 1.0),
+    ("uniform_", (-2.0, 3.0), (-2.0, 3.0), 0.5),
+    ("bernoulli_", (0.25,), (0.0, 1.0), 0.25),
+    ("random_", (3, 9), (3.0, 8.0), 5.5),
+    ("exponential_", (2.0,), (0.0, math.inf), 0.5),
+    ("geometric_", (0.5,), (1.0, math.inf), 2.0),
+    ("cauchy_", (1.0, 0.5), (-math.inf, math.inf), None),
+    ("log_normal_", (0.0, 0.5), (0.0, math.inf), math.exp(0.125)),
+]
+
+
+@pytest.mark.parametrize("row", FILLS, ids=[r[0] for r in FILLS])
+def test_random_fills(torch, row):
+    name, args, (lo, hi), mean = row
+    for dtype in (ag.float32, ag.float64):
+        x = ag.zeros(20000, dtype=dtype)
+        assert getattr(x, name)(*args) is x and x.dtype is dtype
+        v = x.numpy()
+        assert np.all((v >= lo) & (v <= hi)) and np.isfinite(v).all()
+        if mean is not None:
+            assert abs(v.mean() - mean) < 0.05 * max(1.0, abs(mean))
+        t = getattr(torch.zeros(3, dtype=torch.float32), name)(*args)
+        assert t.shape == (3,)  # the same signature works on torch
+    g1, g2 = ag.Generator().manual_seed(3), ag.Generator().manual_seed(3)
+    a = getattr(ag.empty(5), name)(*args, generator=g1)
+    b = getattr(ag.empty(5), name)(*args, generator=g2)
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_random_fill_on_leaf_needs_no_grad():
+    w = ag.zeros(4, requires_grad=True)
+    with pytest.raises(RuntimeError):
+        w.normal_()
+    with ag.no_grad():
+        w.uniform_(-1, 1)
+    assert w.requires_grad and w.grad_fn is None and float(w.abs().max()) <= 1
