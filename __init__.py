@@ -60,6 +60,9 @@ from aotgrad.runtime.elementwise_more_ops import (  # noqa: E402
     trunc, fix, frac, sgn, signbit, copysign, hypot, heaviside, fmod, float_power, deg2rad,
     rad2deg, positive, fmax, fmin, clamp_min, clamp_max, isneginf, isposinf, isreal, ldexp,
     frexp, bitwise_and, bitwise_or, bitwise_xor, bitwise_not, angle, conj, real, imag,)
+from aotgrad.runtime.reduction_more_ops import (  # noqa: E402
+    nansum, nanmean, median, nanmedian, kthvalue, aminmax, trace, diff, dist, ravel, fliplr,
+    flipud, msort, atleast_1d, atleast_2d, atleast_3d)
 
 from aotgrad._version import __version__  # noqa: E402  (one place: pyproject reads it)
 float = float32  # noqa: A001  (aotgrad.float, like torch.float)
@@ -174,6 +177,22 @@ __all__ = [
     "conj",
     "real",
     "imag",
+    "nansum",
+    "nanmean",
+    "median",
+    "nanmedian",
+    "kthvalue",
+    "aminmax",
+    "trace",
+    "diff",
+    "dist",
+    "ravel",
+    "fliplr",
+    "flipud",
+    "msort",
+    "atleast_1d",
+    "atleast_2d",
+    "atleast_3d",
 ]
 
 

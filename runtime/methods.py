@@ -199,6 +199,9 @@ for _name in elementwise_more_ops.INPLACE_NAMES:
 _METHODS["real"] = property(elementwise_more_ops.real)
 _METHODS["imag"] = property(elementwise_more_ops.imag)
 _METHODS.update(random_fill_ops.METHODS)
+from aotgrad.runtime import reduction_more_ops  # noqa: E402
+for _name in reduction_more_ops.METHOD_NAMES:
+    _METHODS[_name] = getattr(reduction_more_ops, _name)
 
 for _name, _fn in _METHODS.items():
     setattr(Tensor, _name, _fn)

@@ -63,6 +63,32 @@ ROWS = [  # name, fn, input kinds, differentiable
     ("bitwise_xor_bool", lambda M, a, b: M.bitwise_xor(a > 0, b > 0), "nn", False),
     ("inplace_trunc", lambda M, a: (a * 1).trunc_(), "s", False),
     ("inplace_fmod", lambda M, a: (a * 1).fmod_(0.7), "n", False),
+    # reductions and shape helpers (inputs have 12 elements; "d": distinct values)
+    ("nansum", lambda M, a: M.nansum(a), "s", False),
+    ("nansum_grad", lambda M, a: M.nansum(a.reshape(3, 4), 1), "n", True),
+    ("nanmean", lambda M, a: M.nanmean(a.reshape(3, 4), 0), "s", False),
+    ("nanmean_grad", lambda M, a: a.nanmean(), "n", True),
+    ("median", lambda M, a: M.median(a), "n", True),
+    ("median_nan", lambda M, a: M.median(a), "s", False),
+    ("median_dim", lambda M, a: M.median(a.reshape(3, 4), 1).values, "n", True),
+    ("median_idx", lambda M, a: M.median(a.reshape(4, 3), 0, keepdim=True).indices, "n",
+     False),
+    ("nanmedian", lambda M, a: M.nanmedian(a), "s", False),
+    ("nanmedian_dim", lambda M, a: a.reshape(3, 4).nanmedian(1)[1], "s", False),
+    ("kthvalue", lambda M, a: M.kthvalue(a.reshape(3, 4), 3).values, "n", True),
+    ("kthvalue_idx", lambda M, a: a.reshape(2, 6).kthvalue(2, 1)[1], "n", False),
+    ("aminmax", lambda M, a: M.stack(M.aminmax(a.reshape(3, 4), dim=1)), "n", False),
+    ("trace", lambda M, a: M.trace(a.reshape(3, 4)), "n", True),
+    ("diff", lambda M, a: M.diff(a.reshape(3, 4), n=2, dim=1), "n", True),
+    ("diff_pre", lambda M, a, b: M.diff(a, prepend=b[:2], append=b[3:5]), "nn", True),
+    ("dist", lambda M, a, b: M.dist(a, b, 3), "nn", True),
+    ("atleast_3d", lambda M, a: M.atleast_3d(a.reshape(3, 4)) * 1, "n", True),
+    ("atleast_2d", lambda M, a: M.atleast_2d(a[0]) * 1, "n", True),
+    ("fliplr", lambda M, a: M.fliplr(a.reshape(3, 4)), "n", True),
+    ("flipud", lambda M, a: M.flipud(a.reshape(3, 4)), "n", True),
+    ("ravel", lambda M, a: M.ravel(a.reshape(3, 4).t()), "n", True),
+    ("msort", lambda M, a: M.msort(a.reshape(4, 3)), "n", True),
+    ("sum_to_size", lambda M, a: a.reshape(3, 4).sum_to_size(1, 4), "n", True),
 ]
 
 
@@ -108,7 +134,8 @@ def test_gradcheck(row):
     assert ag.autograd.gradcheck(lambda *a: fn(ag, *a), tuple(xs))
 
 
-@pytest.mark.parametrize("name", ["trunc", "fmod", "fmax_grad", "copysign", "hypot"])
+@pytest.mark.parametrize("name", ["trunc", "fmod", "fmax_grad", "copysign", "hypot", "nansum",
+                                  "median_dim", "kthvalue", "diff"])
 def test_compiled_matches_eager(name):
     _, fn, kinds, _ = next(r for r in ROWS if r[0] == name)
     xs = _inputs(ag, kinds, "float32", False)
@@ -170,3 +197,17 @@ def test_random_fill_on_leaf_needs_no_grad():
     with ag.no_grad():
         w.uniform_(-1, 1)
     assert w.requires_grad and w.grad_fn is None and float(w.abs().max()) <= 1
+
+
+def test_order_statistics_edge_cases(torch):
+    nan = math.nan
+    for f in ("median", "nanmedian"):
+        for data in ([2.5], [nan, nan], [nan, 1.0, 3.0]):
+            a, t = getattr(ag, f)(ag.tensor(data)), getattr(torch, f)(torch.tensor(data))
+            np.testing.assert_equal(a.item(), t.item())
+        z = getattr(ag, f)(ag.tensor(1.5), 0)  # 0-d with a dim: the value, index 0
+        assert z.values.item() == 1.5 and z.indices.item() == 0
+    assert math.isnan(ag.median(ag.zeros(0)).item()) and math.isnan(torch.median(
+        torch.zeros(0)).item())
+    with pytest.raises(RuntimeError, match="kthvalue"):
+        ag.kthvalue(ag.zeros(3), 4)
