@@ -73,6 +73,9 @@ int = int32  # noqa: A001
 from aotgrad.compiler import compile, explain  # noqa: E402,A001
 from aotgrad.tracer import GraphBreakError  # noqa: E402
 from aotgrad import nn, optim  # noqa: E402
+from aotgrad.nn.torch_names import (  # noqa: E402
+    conv1d, conv2d, layer_norm, group_norm, batch_norm, embedding, dropout, cosine_similarity,
+    pairwise_distance, pdist)
 from aotgrad import serialization  # noqa: E402
 from aotgrad.serialization import load, save  # noqa: E402
 from aotgrad import utils  # noqa: E402
@@ -193,6 +196,16 @@ __all__ = [
     "atleast_1d",
     "atleast_2d",
     "atleast_3d",
+    "conv1d",
+    "conv2d",
+    "layer_norm",
+    "group_norm",
+    "batch_norm",
+    "embedding",
+    "dropout",
+    "cosine_similarity",
+    "pairwise_distance",
+    "pdist",
 ]
 
 

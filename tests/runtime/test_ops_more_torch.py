@@ -211,3 +211,34 @@ def test_order_statistics_edge_cases(torch):
         torch.zeros(0)).item())
     with pytest.raises(RuntimeError, match="kthvalue"):
         ag.kthvalue(ag.zeros(3), 4)
+
+
+TORCH_LEVEL = [  # the torch.* spellings of functional ops, with torch-level signatures
+    ("conv1d", lambda M, x, w: M.conv1d(x.reshape(1, 2, 6), w[:6].reshape(1, 2, 3))),
+    ("conv2d", lambda M, x, w: M.conv2d(x.reshape(1, 1, 3, 4), w[:4].reshape(1, 1, 2, 2))),
+    ("layer_norm", lambda M, x, w: M.layer_norm(x.reshape(3, 4), (4,), w[:4], w[4:8])),
+    ("group_norm", lambda M, x, w: M.group_norm(x.reshape(1, 4, 3), 2, w[:4], w[4:8])),
+    ("batch_norm", lambda M, x, w: M.batch_norm(x.reshape(3, 4), w[:4], w[4:8], None, None,
+                                                True, 0.1, 1e-5, False)),
+    ("embedding", lambda M, x, w: M.embedding(x.reshape(4, 3), M.tensor([[0, 3], [2, 2]]))),
+    ("cosine_similarity", lambda M, x, w: M.cosine_similarity(x.reshape(3, 4),
+                                                              w.reshape(3, 4))),
+    ("pairwise_distance", lambda M, x, w: M.pairwise_distance(x.reshape(3, 4),
+                                                              w.reshape(3, 4))),
+    ("pdist", lambda M, x, w: M.pdist(x.reshape(4, 3))),
+    ("dropout_eval", lambda M, x, w: M.dropout(x, 0.5, False)),
+]
+
+
+@pytest.mark.parametrize("row", TORCH_LEVEL, ids=[r[0] for r in TORCH_LEVEL])
+def test_torch_level_functional(torch, row):
+    name, fn = row
+    xa, xt = _inputs(ag, "nn", "float64", True), _inputs(torch, "nn", "float64", True)
+    ra, rt = fn(ag, *xa), fn(torch, *xt)
+    np.testing.assert_allclose(ra.detach().numpy(), rt.detach().numpy(), rtol=1e-7, atol=1e-9)
+    ra.sum().backward()
+    rt.sum().backward()
+    for a, t in zip(xa, xt):
+        ga = a.grad.numpy() if a.grad is not None else np.zeros(tuple(a.shape))
+        gt = t.grad.numpy() if t.grad is not None else np.zeros(tuple(t.shape))
+        np.testing.assert_allclose(ga, gt, rtol=1e-6, atol=1e-9)
