@@ -63,6 +63,10 @@ from aotgrad.runtime.elementwise_more_ops import (  # noqa: E402
 from aotgrad.runtime.reduction_more_ops import (  # noqa: E402
     nansum, nanmean, median, nanmedian, kthvalue, aminmax, trace, diff, dist, ravel, fliplr,
     flipud, msort, atleast_1d, atleast_2d, atleast_3d)
+from aotgrad.runtime.combine_ops import (  # noqa: E402
+    tensordot, inner, kron, block_diag, cartesian_prod, meshgrid, vander, hsplit, vsplit,
+    dstack, column_stack, diagflat, isin, tril_indices, triu_indices, result_type,
+    promote_types, can_cast)
 
 from aotgrad._version import __version__  # noqa: E402  (one place: pyproject reads it)
 float = float32  # noqa: A001  (aotgrad.float, like torch.float)
@@ -206,6 +210,24 @@ __all__ = [
     "cosine_similarity",
     "pairwise_distance",
     "pdist",
+    "tensordot",
+    "inner",
+    "kron",
+    "block_diag",
+    "cartesian_prod",
+    "meshgrid",
+    "vander",
+    "hsplit",
+    "vsplit",
+    "dstack",
+    "column_stack",
+    "diagflat",
+    "isin",
+    "tril_indices",
+    "triu_indices",
+    "result_type",
+    "promote_types",
+    "can_cast",
 ]
 
 

@@ -23,6 +23,8 @@ def _vals(kind, rng):
         return rng.integers(-9, 10, 12)
     if kind == "k":   # non-negative integers (torch's ldexp gradient is 0 for negative ones)
         return rng.integers(0, 6, 12)
+    if kind == "w":   # small integers as floats, so that some repeat
+        return rng.integers(-3, 4, 12).astype(np.float64)
     return rng.standard_normal(12) * 3
 
 
@@ -89,6 +91,28 @@ ROWS = [  # name, fn, input kinds, differentiable
     ("ravel", lambda M, a: M.ravel(a.reshape(3, 4).t()), "n", True),
     ("msort", lambda M, a: M.msort(a.reshape(4, 3)), "n", True),
     ("sum_to_size", lambda M, a: a.reshape(3, 4).sum_to_size(1, 4), "n", True),
+    # combining and splitting
+    ("tensordot", lambda M, a, b: M.tensordot(a.reshape(2, 3, 2), b.reshape(3, 2, 2), 2), "nn",
+     True),
+    ("tensordot_pairs", lambda M, a, b: M.tensordot(a.reshape(3, 4), b.reshape(4, 3),
+                                                    ([0], [1])), "nn", True),
+    ("inner", lambda M, a, b: M.inner(a.reshape(3, 4), b.reshape(3, 4)), "nn", True),
+    ("kron", lambda M, a, b: M.kron(a.reshape(2, 6)[:, :2], b.reshape(3, 4)), "nn", True),
+    ("block_diag", lambda M, a, b: M.block_diag(a.reshape(3, 4), b[:3], b[5]), "nn", True),
+    ("cartesian_prod", lambda M, a, b: M.cartesian_prod(a[:3], b[:4]), "nn", True),
+    ("meshgrid_xy", lambda M, a, b: M.stack(M.meshgrid(a[:3], b[:4], indexing="xy")), "nn",
+     True),
+    # (torch's own vander backward fails with an in-place error: values only here)
+    ("vander", lambda M, a: M.vander(a[:4], 3), "n", False),
+    ("vander_inc", lambda M, a: M.vander(a[:5], increasing=True), "n", False),
+    ("hsplit", lambda M, a: M.hsplit(a.reshape(3, 4), 2)[1], "n", True),
+    ("vsplit", lambda M, a: a.reshape(3, 4).vsplit([1])[1], "n", True),
+    ("dstack", lambda M, a, b: M.dstack([a.reshape(3, 4), b.reshape(3, 4)]), "nn", True),
+    ("column_stack", lambda M, a, b: M.column_stack([a[:3], b.reshape(3, 4)]), "nn", True),
+    ("diagflat", lambda M, a: M.diagflat(a[:4].reshape(2, 2), 1), "n", True),
+    ("isin", lambda M, a, b: M.isin(M.round(a), M.round(b)), "ww", False),
+    ("isin_invert", lambda M, a: M.isin(M.round(a), M.tensor([0.0, 1.0, -2.0]), invert=True), "w",
+     False),
 ]
 
 
@@ -242,3 +266,27 @@ def test_torch_level_functional(torch, row):
         ga = a.grad.numpy() if a.grad is not None else np.zeros(tuple(a.shape))
         gt = t.grad.numpy() if t.grad is not None else np.zeros(tuple(t.shape))
         np.testing.assert_allclose(ga, gt, rtol=1e-6, atol=1e-9)
+
+
+def test_vander_gradcheck():
+    x = ag.tensor([0.3, -1.2, 2.0], dtype=ag.float64, requires_grad=True)
+    assert ag.autograd.gradcheck(lambda t: ag.vander(t, 4), (x,))
+
+
+def test_index_and_dtype_queries(torch):
+    for args in ((3, 4), (4, 3, 1), (3, 3, -1), (0, 2)):
+        for f in ("tril_indices", "triu_indices"):
+            np.testing.assert_array_equal(getattr(ag, f)(*args).numpy(),
+                                          getattr(torch, f)(*args).numpy())
+    names = ("float32", "float64", "int32", "int64", "bool", "float16", "bfloat16")
+    for a in names:
+        for b in names:
+            ta, tb = getattr(torch, a), getattr(torch, b)
+            aa, ab = getattr(ag, a), getattr(ag, b)
+            assert ag.promote_types(aa, ab).name == str(torch.promote_types(ta, tb))[6:]
+            assert ag.can_cast(aa, ab) == torch.can_cast(ta, tb), (a, b)
+    for x, y in ((ag.tensor([1]), 2.5), (ag.tensor([1.0]), ag.tensor([2], dtype=ag.int64)),
+                 (3, 4.0)):
+        tx = torch.tensor(x.numpy()) if isinstance(x, ag.Tensor) else x
+        ty = torch.tensor(y.numpy()) if isinstance(y, ag.Tensor) else y
+        assert ag.result_type(x, y).name == str(torch.result_type(tx, ty))[6:]
