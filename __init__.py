@@ -67,6 +67,8 @@ from aotgrad.runtime.combine_ops import (  # noqa: E402
     tensordot, inner, kron, block_diag, cartesian_prod, meshgrid, vander, hsplit, vsplit,
     dstack, column_stack, diagflat, isin, tril_indices, triu_indices, result_type,
     promote_types, can_cast)
+from aotgrad.runtime.stats_ops import (chain_matmul, corrcoef, cov, cross,  # noqa: E402
+                                       nanquantile, quantile)
 
 from aotgrad._version import __version__  # noqa: E402  (one place: pyproject reads it)
 float = float32  # noqa: A001  (aotgrad.float, like torch.float)
@@ -228,6 +230,12 @@ __all__ = [
     "result_type",
     "promote_types",
     "can_cast",
+    "quantile",
+    "nanquantile",
+    "cov",
+    "corrcoef",
+    "cross",
+    "chain_matmul",
 ]
 
 
