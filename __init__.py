@@ -69,6 +69,9 @@ from aotgrad.runtime.combine_ops import (  # noqa: E402
     promote_types, can_cast)
 from aotgrad.runtime.stats_ops import (chain_matmul, corrcoef, cov, cross,  # noqa: E402
                                        nanquantile, quantile)
+from aotgrad.runtime.misc_more_ops import (bincount, histc, randint_like,  # noqa: E402
+                                           renorm, select_scatter, slice_scatter, unique,
+                                           unique_consecutive)
 
 from aotgrad._version import __version__  # noqa: E402  (one place: pyproject reads it)
 float = float32  # noqa: A001  (aotgrad.float, like torch.float)
@@ -236,6 +239,14 @@ __all__ = [
     "corrcoef",
     "cross",
     "chain_matmul",
+    "randint_like",
+    "slice_scatter",
+    "select_scatter",
+    "renorm",
+    "histc",
+    "bincount",
+    "unique",
+    "unique_consecutive",
 ]
 
 

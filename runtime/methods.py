@@ -199,8 +199,9 @@ for _name in elementwise_more_ops.INPLACE_NAMES:
 _METHODS["real"] = property(elementwise_more_ops.real)
 _METHODS["imag"] = property(elementwise_more_ops.imag)
 _METHODS.update(random_fill_ops.METHODS)
-from aotgrad.runtime import combine_ops, reduction_more_ops, stats_ops  # noqa: E402
-for _mod in (reduction_more_ops, combine_ops, stats_ops):
+from aotgrad.runtime import (combine_ops, misc_more_ops, reduction_more_ops,  # noqa: E402
+                             stats_ops)
+for _mod in (reduction_more_ops, combine_ops, stats_ops, misc_more_ops):
     for _name in _mod.METHOD_NAMES:
         _METHODS[_name] = getattr(_mod, _name)
 

@@ -136,6 +136,24 @@ ROWS = [  # name, fn, input kinds, differentiable
      "nn", True),
     ("chain_matmul", lambda M, a, b: M.chain_matmul(a.reshape(3, 4), b.reshape(4, 3),
                                                     a.reshape(3, 4)), "nn", True),
+    # scatters, renorm, histograms, unique
+    ("slice_scatter", lambda M, a, b: M.slice_scatter(a.reshape(3, 4), b[:6].reshape(3, 2), 1,
+                                                      0, 4, 2), "nn", True),
+    ("select_scatter", lambda M, a, b: M.select_scatter(a.reshape(3, 4), b[:3], 1, -1), "nn",
+     True),
+    ("renorm", lambda M, a: M.renorm(a.reshape(3, 4), 2, 0, 3.0), "n", True),
+    ("renorm_p1", lambda M, a: a.reshape(3, 4).renorm(1, 1, 2.5), "n", True),
+    ("histc", lambda M, a: M.histc(a, bins=5, min=-2, max=3), "n", False),
+    ("histc_range", lambda M, a: M.histc(a, bins=7), "n", False),
+    ("bincount", lambda M, a: M.bincount(a + 9), "i", False),
+    ("bincount_w", lambda M, a, b: M.bincount(b + 9, weights=a, minlength=30), "ni", False),
+    ("unique", lambda M, a: M.unique(a), "i", False),
+    ("unique_inverse", lambda M, a: M.unique(a, return_inverse=True)[1], "i", False),
+    ("unique_counts", lambda M, a: M.unique(a, return_counts=True)[1], "i", False),
+    ("unique_dim", lambda M, a: M.unique(a.reshape(6, 2) % 2, dim=0), "i", False),
+    ("unique_consecutive", lambda M, a: M.unique_consecutive(M.sort(a % 3)[0],
+                                                             return_counts=True)[1], "i",
+     False),
     ("isin", lambda M, a, b: M.isin(M.round(a), M.round(b)), "ww", False),
     ("isin_invert", lambda M, a: M.isin(M.round(a), M.tensor([0.0, 1.0, -2.0]), invert=True), "w",
      False),
@@ -316,3 +334,17 @@ def test_index_and_dtype_queries(torch):
         tx = torch.tensor(x.numpy()) if isinstance(x, ag.Tensor) else x
         ty = torch.tensor(y.numpy()) if isinstance(y, ag.Tensor) else y
         assert ag.result_type(x, y).name == str(torch.result_type(tx, ty))[6:]
+
+
+def test_tensor_buffer_methods(torch):
+    x = ag.arange(12.0).reshape(3, 4)
+    t = torch.arange(12.0).reshape(3, 4)
+    assert x.share_memory_() is x and x.data_ptr() != 0
+    assert x[1:, 2:].storage_offset() == t[1:, 2:].storage_offset()
+    y = x.clone().apply_(lambda v: v * 2 + 1)
+    np.testing.assert_array_equal(y.numpy(), t.clone().apply_(lambda v: v * 2 + 1).numpy())
+    z = x.clone().map_(ag.ones(4), lambda a, b: a - b)
+    np.testing.assert_array_equal(z.numpy(), x.numpy() - 1)
+    r = ag.randint_like(x, 3, 7)
+    assert r.dtype is ag.float32 and float(r.min()) >= 3 and float(r.max()) < 7
+    assert ag.randint_like(ag.zeros(5, dtype=ag.int64), 4).dtype is ag.int64
