@@ -70,6 +70,7 @@ from aotgrad.runtime.combine_ops import (  # noqa: E402
 from aotgrad.runtime.stats_ops import (chain_matmul, corrcoef, cov, cross,  # noqa: E402
                                        nanquantile, quantile)
 from aotgrad.runtime.misc_more_ops import (bincount, histc, randint_like,  # noqa: E402
+                                           masked_scatter, mode,
                                            renorm, select_scatter, slice_scatter, unique,
                                            unique_consecutive)
 
@@ -247,6 +248,8 @@ __all__ = [
     "bincount",
     "unique",
     "unique_consecutive",
+    "masked_scatter",
+    "mode",
 ]
 
 

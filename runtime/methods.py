@@ -204,6 +204,8 @@ from aotgrad.runtime import (combine_ops, misc_more_ops, reduction_more_ops,  # 
 for _mod in (reduction_more_ops, combine_ops, stats_ops, misc_more_ops):
     for _name in _mod.METHOD_NAMES:
         _METHODS[_name] = getattr(_mod, _name)
+for _name in misc_more_ops.INPLACE_NAMES:
+    _METHODS[_name + "_"] = _inplace(_METHODS[_name], _name + "_")
 
 for _name, _fn in _METHODS.items():
     setattr(Tensor, _name, _fn)

@@ -1,6 +1,6 @@
 """Tensor odds and ends real scripts call: share_memory_, data_ptr, storage_offset,
 apply_/map_ (Python callables, eager only), randint_like, slice_scatter, select_scatter,
-renorm, histc, and the data-dependent bincount and unique (they read the values: a graph
+renorm, histc, mode, masked_scatter, put, and the data-dependent bincount and unique (they read the values: a graph
 break inside a compiled function, like nonzero).
 
 >>> import aotgrad
@@ -176,3 +176,59 @@ FUNCTION_NAMES = ("randint_like slice_scatter select_scatter renorm histc bincou
                   "unique_consecutive").split()
 METHOD_NAMES = ("share_memory_ data_ptr storage_offset apply_ map_ slice_scatter "
                 "select_scatter renorm histc bincount unique unique_consecutive").split()
+
+
+@op("mode")
+def mode(input, dim=-1, keepdim=False):
+    """(values, indices): the most frequent value along dim (the smallest among equally
+    frequent ones) and the index of its last occurrence; the gradient goes to that element."""
+    from aotgrad.runtime.op_base import return_types
+    if input.ndim == 0:
+        return return_types["mode"](ew.mul(input, 1), tensor(0))
+    d = norm_dims(dim, input.ndim)[0]
+    x = so.movedim(input, d, -1)
+    n = x.shape[-1]
+    if n == 0:
+        raise IndexError(f"mode(): Expected reduction dim {d} to have non-zero size.")
+    s = so.sort(x.detach(), -1)[0]
+    counts = red.sum(ew.eq(so.unsqueeze(s, -1), so.unsqueeze(s, -2)), -1)
+    best = so.gather(s, -1, so.unsqueeze(red.argmax(counts, -1), -1))      # (..., 1)
+    pos = ew.where(ew.eq(x.detach(), best), arange(n), -1)
+    index = red.argmax(pos, -1, keepdim=True)
+    values = so.gather(x, -1, index)
+    values, index = so.movedim(values, -1, d), so.movedim(index, -1, d)
+    if not keepdim:
+        values, index = so.squeeze(values, d), so.squeeze(index, d)
+    return return_types["mode"](values, index)
+
+
+@op("masked_scatter")
+def masked_scatter(input, mask, source):
+    """input with the positions where mask is True (in row-major order) filled by
+    consecutive elements of source."""
+    m = so.reshape(so.broadcast_to(mask, tuple(input.shape)), -1)
+    k = ew.sub(red.cumsum(cast(m, dt.int64), 0), 1)
+    k = ew.maximum(k, 0)
+    flat_src = so.reshape(source, -1)
+    if flat_src.shape[0] == 0:
+        flat_src = so.reshape(ew.mul(so.reshape(input, -1)[:1], 0), -1)
+    taken = so.gather(flat_src, 0, ew.minimum(k, flat_src.shape[0] - 1))
+    out = ew.where(m, cast(taken, input.dtype), so.reshape(input, -1))
+    return so.reshape(out, *input.shape)
+
+
+@op("put")
+def put(input, index, source, accumulate=False):
+    """input with its flattened positions `index` set to (or, accumulate, increased by)
+    source."""
+    n = input.numel()
+    idx = ew.remainder(so.reshape(index, -1), max(n, 1))
+    flat = so.reshape(input, -1)
+    src = so.reshape(cast(source, input.dtype), -1)
+    out = so.index_add(flat, 0, idx, src) if accumulate else so.index_copy(flat, 0, idx, src)
+    return so.reshape(out, *input.shape)
+
+
+FUNCTION_NAMES += ["mode", "masked_scatter"]
+METHOD_NAMES += ["mode", "masked_scatter", "put"]
+INPLACE_NAMES = ["masked_scatter", "put", "renorm"]
