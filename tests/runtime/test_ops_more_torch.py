@@ -359,3 +359,22 @@ def test_tensor_buffer_methods(torch):
     r = ag.randint_like(x, 3, 7)
     assert r.dtype is ag.float32 and float(r.min()) >= 3 and float(r.max()) < 7
     assert ag.randint_like(ag.zeros(5, dtype=ag.int64), 4).dtype is ag.int64
+
+
+def test_compiled_backward_matches_eager():
+    def f(a, b):
+        return (ag.fmod(a, b) + ag.hypot(a, b) + ag.fmax(a, b)).sum() + \
+            ag.quantile(a, 0.3, 1).sum() + ag.median(a, 1).values.sum() + ag.cov(a).sum() + \
+            ag.tensordot(a, b, ([1], [1])).sum() + ag.masked_scatter(a, b > 1, b).sum()
+    rng = np.random.default_rng(1)
+    grads = []
+    for fn in (f, ag.compile(f, backend="interpret")):
+        a = ag.tensor(rng.standard_normal((4, 6)).astype(np.float32), requires_grad=True)
+        b = ag.tensor(rng.uniform(0.5, 1.5, (4, 6)).astype(np.float32), requires_grad=True)
+        rng = np.random.default_rng(1)
+        out = fn(a, b)
+        out.backward()
+        grads.append((out.item(), a.grad.numpy(), b.grad.numpy()))
+    np.testing.assert_allclose(grads[0][0], grads[1][0], rtol=1e-5)
+    for e, c in zip(grads[0][1:], grads[1][1:]):
+        np.testing.assert_allclose(e, c, rtol=1e-4, atol=1e-5)
