@@ -73,6 +73,7 @@ from aotgrad.runtime.misc_more_ops import (bincount, histc, randint_like,  # noq
                                            masked_scatter, mode,
                                            renorm, select_scatter, slice_scatter, unique,
                                            unique_consecutive)
+from aotgrad.runtime.matrix_exp_ops import matrix_exp  # noqa: E402
 
 from aotgrad._version import __version__  # noqa: E402  (one place: pyproject reads it)
 float = float32  # noqa: A001  (aotgrad.float, like torch.float)
@@ -250,6 +251,7 @@ __all__ = [
     "unique_consecutive",
     "masked_scatter",
     "mode",
+    "matrix_exp",
 ]
 
 

@@ -204,6 +204,8 @@ from aotgrad.runtime import (combine_ops, misc_more_ops, reduction_more_ops,  # 
 for _mod in (reduction_more_ops, combine_ops, stats_ops, misc_more_ops):
     for _name in _mod.METHOD_NAMES:
         _METHODS[_name] = getattr(_mod, _name)
+from aotgrad.runtime.matrix_exp_ops import matrix_exp  # noqa: E402
+_METHODS["matrix_exp"] = matrix_exp
 for _name in misc_more_ops.INPLACE_NAMES:
     _METHODS[_name + "_"] = _inplace(_METHODS[_name], _name + "_")
 

@@ -165,6 +165,8 @@ ROWS = [  # name, fn, input kinds, differentiable
      True),
     ("put_acc", lambda M, a, b: (a * 1).reshape(3, 4).put_(M.tensor([1, 1, 5]), b[:3], True),
      "nn", True),
+    ("matrix_exp", lambda M, a: M.matrix_exp(a[:9].reshape(3, 3)), "n", True),
+    ("matrix_exp_batch", lambda M, a: a.reshape(3, 2, 2).matrix_exp() * 0.1, "n", True),
     ("isin", lambda M, a, b: M.isin(M.round(a), M.round(b)), "ww", False),
     ("isin_invert", lambda M, a: M.isin(M.round(a), M.tensor([0.0, 1.0, -2.0]), invert=True), "w",
      False),
