@@ -72,10 +72,11 @@ def random_(self, from_=0, to=None, *, generator=None, **kwargs):
     """Fill with integers drawn uniformly from [from, to); `random_(to)` is [0, to), and
     `random_()` is [0, 2**mantissa] for floats (the integers the dtype holds exactly).
     Drawn through float64, so ranges wider than 2**53 are not supported."""
+    from_keyword = "from" in kwargs
     from_ = kwargs.pop("from", from_)
     if kwargs:
         raise TypeError(f"random_() got an unexpected keyword argument {next(iter(kwargs))!r}")
-    if to is None and from_ != 0 and "from" not in kwargs:
+    if to is None and from_ != 0 and not from_keyword:
         from_, to = 0, from_
     if to is None:
         to = _RANDOM_HIGH[self.dtype] + (1 if self.dtype.is_floating_point else 0)
