@@ -57,6 +57,24 @@ from aotgrad.runtime.trig_ops import (acos, acosh, arccos, arccosh, arcsin, arcs
                                       arctan2, arctanh, asin, asinh, atan, atanh, cosh, sinh)
 from aotgrad.runtime.scatter_reduce_ops import scatter_reduce  # noqa: E402
 from aotgrad import autograd  # noqa: E402
+from aotgrad.runtime.elementwise_more_ops import (  # noqa: E402
+    trunc, fix, frac, sgn, signbit, copysign, hypot, heaviside, fmod, float_power, deg2rad,
+    rad2deg, positive, fmax, fmin, isneginf, isposinf, isreal, ldexp,
+    frexp, bitwise_and, bitwise_or, bitwise_xor, bitwise_not, angle, conj, real, imag,)
+from aotgrad.runtime.reduction_more_ops import (  # noqa: E402
+    nansum, nanmean, median, nanmedian, kthvalue, aminmax, trace, diff, dist, ravel, fliplr,
+    flipud, msort, atleast_1d, atleast_2d, atleast_3d)
+from aotgrad.runtime.combine_ops import (  # noqa: E402
+    tensordot, inner, kron, block_diag, cartesian_prod, meshgrid, vander, hsplit, vsplit,
+    dstack, column_stack, diagflat, isin, tril_indices, triu_indices, result_type,
+    promote_types, can_cast)
+from aotgrad.runtime.stats_ops import (chain_matmul, corrcoef, cov, cross,  # noqa: E402
+                                       nanquantile, quantile)
+from aotgrad.runtime.misc_more_ops import (bincount, histc, randint_like,  # noqa: E402
+                                           masked_scatter, mode,
+                                           renorm, select_scatter, slice_scatter, unique,
+                                           unique_consecutive)
+from aotgrad.runtime.matrix_exp_ops import matrix_exp  # noqa: E402
 
 from aotgrad._version import __version__  # noqa: E402  (one place: pyproject reads it)
 float = float32  # noqa: A001  (aotgrad.float, like torch.float)
@@ -67,6 +85,9 @@ int = int32  # noqa: A001
 from aotgrad.compiler import compile, explain  # noqa: E402,A001
 from aotgrad.tracer import GraphBreakError  # noqa: E402
 from aotgrad import nn, optim  # noqa: E402
+from aotgrad.nn.torch_names import (  # noqa: E402
+    conv1d, conv2d, layer_norm, group_norm, batch_norm, embedding, dropout, cosine_similarity,
+    pairwise_distance, pdist)
 from aotgrad import serialization  # noqa: E402
 from aotgrad.serialization import load, save  # noqa: E402
 from aotgrad import utils  # noqa: E402
@@ -149,6 +170,18 @@ __all__ = [
     "get_num_interop_threads",
     "scatter_reduce", "distributed", "func",
     "export", "onnx", "load_exported",
+    "trunc", "fix", "frac", "sgn", "signbit", "copysign", "hypot", "heaviside", "fmod",
+    "float_power", "deg2rad", "rad2deg", "positive", "fmax", "fmin", "isneginf", "isposinf",
+    "isreal", "ldexp", "frexp", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",
+    "angle", "conj", "real", "imag", "nansum", "nanmean", "median", "nanmedian", "kthvalue",
+    "aminmax", "trace", "diff", "dist", "ravel", "fliplr", "flipud", "msort", "atleast_1d",
+    "atleast_2d", "atleast_3d", "conv1d", "conv2d", "layer_norm", "group_norm", "batch_norm",
+    "embedding", "dropout", "cosine_similarity", "pairwise_distance", "pdist", "tensordot",
+    "inner", "kron", "block_diag", "cartesian_prod", "meshgrid", "vander", "hsplit", "vsplit",
+    "dstack", "column_stack", "diagflat", "isin", "tril_indices", "triu_indices", "result_type",
+    "promote_types", "can_cast", "quantile", "nanquantile", "cov", "corrcoef", "cross",
+    "chain_matmul", "randint_like", "slice_scatter", "select_scatter", "renorm", "histc",
+    "bincount", "unique", "unique_consecutive", "masked_scatter", "mode", "matrix_exp",
 ]
 
 

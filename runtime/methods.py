@@ -1,9 +1,6 @@
 """Install operators and methods on Tensor from the op modules (one place, one table)."""
-import numpy as np
-
 from aotgrad.ir import dtypes as dt
-from aotgrad.runtime import conversion, factories, legacy, linalg_functions, ops, shape_ops, \
-    sparse_ops
+from aotgrad.runtime import conversion, legacy, linalg_functions, ops, shape_ops, sparse_ops
 from aotgrad.runtime.ops import cast
 from aotgrad.runtime.scatter_reduce_ops import scatter_reduce
 from aotgrad.runtime.shape_ops import commit_inplace, snapshot
@@ -39,19 +36,6 @@ def _copy_(self, src, non_blocking=False):
     src = ops.as_tensor_like(src, self.dtype)
     return commit_inplace(self, shape_ops.expand(cast(src, self.dtype), tuple(self.shape)),
                           "copy_", replaces=True)
-
-
-def _uniform_(self, from_=0.0, to=1.0, *, generator=None):
-    """Fill in place with U(from, to) (PyTorch's Tensor.uniform_)."""
-    u = factories.rand(*self.shape, dtype=self.dtype, generator=generator)
-    return commit_inplace(self, ops.add(ops.mul(u, to - from_), from_), "uniform_",
-                          replaces=True)
-
-
-def _normal_(self, mean=0.0, std=1.0, *, generator=None):
-    """Fill in place with N(mean, std^2) (PyTorch's Tensor.normal_)."""
-    z = factories.randn(*self.shape, dtype=self.dtype, generator=generator)
-    return commit_inplace(self, ops.add(ops.mul(z, std), mean), "normal_", replaces=True)
 
 
 def _type_as(self, other):
@@ -139,8 +123,7 @@ _METHODS = {
     "mT": property(lambda s: shape_ops.transpose(s, -2, -1)),
     "mH": property(lambda s: shape_ops.transpose(s, -2, -1)),  # real dtypes only
     "H": property(lambda s: shape_ops.t(s)),
-    "fill_": _fill_, "zero_": _zero_, "copy_": _copy_, "uniform_": _uniform_,
-    "normal_": _normal_,
+    "fill_": _fill_, "zero_": _zero_, "copy_": _copy_,
 }
 for _name in ("add sub mul div true_divide divide floor_divide remainder pow maximum minimum "
               "atan2 eq ne lt le gt ge logical_and logical_or logical_xor logical_not exp log "
@@ -207,6 +190,25 @@ _METHODS.update({  # the linalg methods PyTorch's Tensor has
 for _name, _value in conversion.PROPERTIES.items():
     _METHODS[_name] = property(lambda s, v=_value: v)
 _METHODS.update(legacy.PROPERTIES)
+
+# more elementwise ops and the in-place random fills
+from aotgrad.runtime import elementwise_more_ops, random_fill_ops  # noqa: E402
+for _name in elementwise_more_ops.METHOD_NAMES:
+    _METHODS[_name] = getattr(elementwise_more_ops, _name)
+for _name in elementwise_more_ops.INPLACE_NAMES:
+    _METHODS[_name + "_"] = _inplace(_METHODS[_name], _name + "_")
+_METHODS["real"] = property(elementwise_more_ops.real)
+_METHODS["imag"] = property(elementwise_more_ops.imag)
+_METHODS.update(random_fill_ops.METHODS)
+from aotgrad.runtime import (combine_ops, misc_more_ops, reduction_more_ops,  # noqa: E402
+                             stats_ops)
+for _mod in (reduction_more_ops, combine_ops, stats_ops, misc_more_ops):
+    for _name in _mod.METHOD_NAMES:
+        _METHODS[_name] = getattr(_mod, _name)
+from aotgrad.runtime.matrix_exp_ops import matrix_exp  # noqa: E402
+_METHODS["matrix_exp"] = matrix_exp
+for _name in misc_more_ops.INPLACE_NAMES:
+    _METHODS[_name + "_"] = _inplace(_METHODS[_name], _name + "_")
 
 for _name, _fn in _METHODS.items():
     setattr(Tensor, _name, _fn)
