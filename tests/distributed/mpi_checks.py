@@ -314,7 +314,10 @@ def check_whole_step_compiled(dtype):
             warnings.simplefilter("always")
             compiled(x[r * 4:(r + 1) * 4], y[r * 4:(r + 1) * 4])
         if s == 0:
-            assert any("DistributedDataParallel" in str(w.message) for w in caught), \
+            # the graph break names the reducer's hooks (a backward inside the compiled
+            # function reaches DDP's post-accumulate-grad hooks, which run eagerly only)
+            assert any("DistributedDataParallel" in str(w.message) or
+                       "post-accumulate-grad hook" in str(w.message) for w in caught), \
                 [str(w.message) for w in caught]
     for (name, p), q in zip(ref.named_parameters(), mine.parameters()):
         close(q.detach().numpy(), p.detach().numpy(), dtype,
