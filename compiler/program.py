@@ -38,7 +38,7 @@ def _runner(graph, backend, name, trusted=0):
 _PREPARE_LOCK = threading.RLock()  # a program's lazy compile steps (rare: only on first use)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class PartitionedGraphs:
     """The stage after the trace (`partition_trace`): the optimised joint graph, the
     forward and backward graphs the partitioner cut it into (None without a backward), the
