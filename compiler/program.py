@@ -39,7 +39,7 @@ def _runner(graph, backend, name, trusted=0):
 _PREPARE_LOCK = threading.RLock()  # a program's lazy compile steps (rare: only on first use)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class PartitionedGraphs:
     """The stage after the trace (`partition_trace`): the IR passes' StageHistory (the
     trace and each pass's result), the optimised joint graph, the forward and backward

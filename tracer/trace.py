@@ -212,7 +212,7 @@ class OutputLayout:
         return slice(self.n_forward + self.n_grads, None)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)  # (compared by identity, as before)
 class TraceResult:
     """The joint graph and what the runtime needs to call it (`str()` prints it).
 
