@@ -13,7 +13,8 @@ import warnings
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
-from aotgrad.runtime import ops, shape_ops
+from aotgrad.runtime import linalg_ops, ops, shape_ops
+from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.addmm_ops import addmm
 from aotgrad.runtime.factories import rand, tensor, zeros_like
 from aotgrad.runtime.grad_mode import no_grad
@@ -43,6 +44,9 @@ def linear(input, weight, bias=None):
         ishape = "x".join(map(str, input.shape))
         raise RuntimeError(f"linear(): mat1 and mat2 shapes cannot be multiplied ({ishape} and "
                            f"{'x'.join(map(str, reversed(tuple(weight.shape))))})")
+    if linalg_ops.tracing():  # one contraction with the weight as stored, the bias added
+        out = tp.dot_general(input, weight, contract=((input.ndim - 1,), (weight.ndim - 1,)))
+        return out if bias is None else ops.add(out, bias)
     # the graph PyTorch records: addmm(bias, input, weight.t()), between two reshapes for an
     # input that is not a matrix; without a bias, matmul(input, weight.t())
     wt = weight.t()

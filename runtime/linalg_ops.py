@@ -8,6 +8,7 @@ outer.
 """
 import math
 
+from aotgrad.ir.core import current_builder
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime import view_ops
 from aotgrad.runtime.elementwise_ops import mul
@@ -22,6 +23,8 @@ def matmul(a, b):
     matrix or vector is folded into one mm/mv between two reshapes (ViewBackward0,
     UnsafeViewBackward0); broadcast batches go through one bmm."""
     _check_matmul(a, b)
+    if tracing() and max(a.ndim, b.ndim) > 2:
+        return _named(one_contraction(a, b), "MmBackward0")
     if a.ndim == 1 and b.ndim == 1:
         return _named(tp.dot_general(a, b, contract=((0,), (0,))), "DotBackward0")
     if a.ndim == 2 and b.ndim == 1:
@@ -38,6 +41,32 @@ def matmul(a, b):
         return _named(tp.reshape(out, shape=tuple(a.shape[:-1]) + tuple(b.shape[1:])),
                       "UnsafeViewBackward0")
     return _batched_matmul(a, b)
+
+
+def tracing():
+    """Is a compiled function being traced? Then a few ops record the decomposition the code
+    generator plans best (one contraction over the batch dims, no reshapes around it) rather
+    than the one PyTorch's eager graph shows (nodes users walk by name: a traced program's
+    graph has no grad_fns to walk). Both compute the same products."""
+    return current_builder() is not None
+
+
+def one_contraction(a, b):
+    """a @ b as one dot_general: a vector operand contracted directly, a matrix right operand
+    contracted against a's last dim whatever a's batch dims, broadcast batch dims as the
+    contraction's batch dims."""
+    if b.ndim == 1:
+        return tp.dot_general(a, b, contract=((a.ndim - 1,), (0,)))
+    if a.ndim == 1:
+        return tp.dot_general(a, b, contract=((0,), (b.ndim - 2,)))
+    if b.ndim == 2:
+        return tp.dot_general(a, b, contract=((a.ndim - 1,), (0,)))
+    batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a = tp.broadcast_to(a, batch + tuple(a.shape[-2:]))
+    b = tp.broadcast_to(b, batch + tuple(b.shape[-2:]))
+    nb = len(batch)
+    return tp.dot_general(a, b, contract=((nb + 1,), (nb,)),
+                          batch=(tuple(range(nb)), tuple(range(nb))))
 
 
 def _check_matmul(a, b):

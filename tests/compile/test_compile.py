@@ -696,3 +696,34 @@ def test_sqrt_gradient_at_zero_inf_and_denormals_matches_eager(fn):
     want = xe.grad.numpy()
     assert np.isinf(want[0]) and want[-1] == 0.0
     np.testing.assert_allclose(x.grad.numpy(), want, rtol=1e-6)
+
+
+def test_traced_linear_and_batched_matmul_are_one_contraction_each():
+    """Eagerly, linear and batched matmul record PyTorch's graph (addmm between views, bmm
+    between expands); traced, each is one dot_general with no reshape around it (what the
+    code generator plans best), and the results agree."""
+    from aotgrad.ir import prims
+    from aotgrad.testing import assert_close
+    x = ag.randn(2, 5, 4, requires_grad=True)
+    w = ag.randn(3, 4, requires_grad=True)
+    b = ag.randn(3, requires_grad=True)
+    k = ag.randn(2, 4, 6)
+
+    def f(x, w, b, k):
+        return ag.nn.functional.linear(x, w, b).sum() + (x @ k).sum()
+
+    assert f(x, w, b, k).grad_fn is not None
+    assert ag.nn.functional.linear(x, w, b).grad_fn.name() == "ViewBackward0"
+    cf = ag.compile(f, backend="interpret")
+    out = cf(x, w, b, k)
+    out.backward()
+    grads = [t.grad.clone() for t in (x, w, b)]
+    for t in (x, w, b):
+        t.grad = None
+    f(x, w, b, k).backward()
+    assert_close(out, f(x, w, b, k))
+    for g, t in zip(grads, (x, w, b)):
+        assert_close(g, t.grad)
+    joint = [n.prim for n in cf.ir(x, w, b, k).graphs.stages.stages[0].graph.nodes]
+    assert joint[0] is prims.dot_general          # the linear: the weight as stored
+    assert prims.reshape not in joint             # no views around the products, either way
