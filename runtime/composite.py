@@ -184,7 +184,7 @@ class RuleBackward(Node):
         return None if self._result is None else self._result.unpack(self)
 
     def _backward(self, grads):
-        return [g if g is None or a is None else _sum_to(g, a.shape)
+        return [g if g is None or a is None else g._sum_to_shape(a.shape)
                 for g, a in zip(self.rule(self, grads[0]), self._in_avals)]
 
     def _release(self):
@@ -193,17 +193,6 @@ class RuleBackward(Node):
                 v.release()
         if self._result is not None:
             self._result.release()
-
-
-def _sum_to(g, shape):
-    """A rule's gradient of the broadcast shape, summed to its input's `shape`."""
-    shape = tuple(shape)
-    if tuple(g.shape) == shape:
-        return g
-    lead = g.ndim - len(shape)
-    dims = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape)
-                                      if n == 1 and g.shape[lead + i] != 1)
-    return tprims.reshape(tprims.reduce_sum(g, dims=dims), shape=shape)
 
 
 def with_rule(grad_name, edges, rule, save=None):
