@@ -166,6 +166,12 @@ class Tensor:
                                "point or complex dtype")
         self._value = other._value
 
+    @data.deleter
+    def data(self):
+        # PyTorch raises. (No __delattr__ on Tensor for the other attributes: defining one
+        # routes every attribute write through Python, which made each new tensor slower.)
+        raise RuntimeError("cannot delete the tensor's 'data' attribute")
+
     @property
     def _is_traced(self):
         return isinstance(self._value, Var)
@@ -207,15 +213,6 @@ class Tensor:
     @grad.deleter
     def grad(self):
         self.grad = None
-
-    # autograd state a `del` must not remove (PyTorch raises; `del t.grad` clears the grad)
-    _UNDELETABLE = frozenset(("data", "requires_grad", "grad_fn", "_grad_fn", "_backward_hooks",
-                              "_version", "is_leaf"))
-
-    def __delattr__(self, name):
-        if name in self._UNDELETABLE:
-            raise RuntimeError(f"cannot delete the tensor's '{name}' attribute")
-        object.__delattr__(self, name)
 
     @property
     def grad_dtype(self):
