@@ -9,7 +9,7 @@ self-contained (numba's `cache=True` does not track helpers imported from other 
 `helper_source(names)` returns the text for a set of helpers plus what they depend on.
 
 Error bounds (max relative error against float64 numpy, float32 inputs over the whole
-finite float32 range, normal results; measured by tests/test_codegen_approx.py):
+finite float32 range, normal results; measured by tests/codegen/test_codegen_approx.py):
 
   exp_f32       <= 2e-7   (Cody-Waite reduction by ln2, degree-6 polynomial fitted here
                            (relative minimax, 9e-8 in float32), 2^n built from exponent bits

@@ -1,6 +1,6 @@
 """Checks that run inside an MPI job: `mpiexec -n K python tests/mpi_checks.py SCENARIO`.
 
-tests/test_distributed.py launches them. Every rank runs the same checks; a failed check
+tests/distributed/test_distributed.py launches them. Every rank runs the same checks; a failed check
 raises, and the excepthook of init_process_group then ends the job with the rank and the
 error. "ok <scenario> <rank>" on stdout marks a rank that got through.
 
