@@ -60,6 +60,21 @@ pytest_plugins = ["pytester"] + ([] if _plugin_autoloads() else ["aotgrad.testin
 
 
 @pytest.fixture
+def example():
+    """`example(name)`: the module examples/<name>.py (the examples folder is not a package;
+    it is on sys.path for the test only)."""
+    import importlib
+    import sys
+    from repo_paths import REPO_ROOT
+    examples = os.path.join(REPO_ROOT, "examples")
+    sys.path.insert(0, examples)
+    try:
+        yield importlib.import_module
+    finally:
+        sys.path.remove(examples)
+
+
+@pytest.fixture
 def torch():
     """PyTorch as an oracle: the test skips where it is not installed."""
     return pytest.importorskip("torch")

@@ -14,7 +14,6 @@ import pytest
 import aotgrad
 from aotgrad import nn
 import aotgrad.nn.functional as F
-from repo_paths import REPO_ROOT
 
 
 class Block(nn.Module):
@@ -438,15 +437,9 @@ def test_import_aotgrad_loads_neither_onnx_nor_numba():
     assert out.stdout.strip() == "[]"
 
 
-def test_export_example_runs_and_all_three_agree(tmp_path, capsys):
-    examples = os.path.join(REPO_ROOT, "examples")
-    sys.path.insert(0, examples)
-    try:
-        import importlib
-        res = importlib.import_module("export_model").main(
-            ["--quick", "--steps", "20", "--reps", "3", "--out", str(tmp_path)])
-    finally:
-        sys.path.remove(examples)
+def test_export_example_runs_and_all_three_agree(tmp_path, capsys, example):
+    res = example("export_model").main(
+        ["--quick", "--steps", "20", "--reps", "3", "--out", str(tmp_path)])
     out = capsys.readouterr().out
     assert res["agree"] and res["worst_diff"] < 1e-4
     assert "package run by a Python that cannot import aotgrad" in out

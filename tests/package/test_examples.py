@@ -1,24 +1,11 @@
 """Run every example's main() at a reduced size and check what it prints and returns."""
-import importlib
 import os
 import re
-import sys
 
 import numpy as np
 import pytest
-from repo_paths import REPO_ROOT
 
 
-EXAMPLES = os.path.join(REPO_ROOT, "examples")
-
-
-@pytest.fixture
-def example():
-    sys.path.insert(0, EXAMPLES)
-    try:
-        yield lambda name: importlib.import_module(name)
-    finally:
-        sys.path.remove(EXAMPLES)
 
 
 def _printed_float(out, label):
