@@ -1,0 +1,483 @@
+"""Symbolic sizes: plain integers with names (`s0`, `s1`, ...), for programs that serve
+every size of a dimension.
+
+A `SymInt` is an integer polynomial over size symbols and a few opaque atoms (`a // k`,
+`a % k`), carrying a *hint*: its value on the call being traced. Shape rules compute with
+SymInts as with ints (`+ - * // %`, `math.prod`), so most of them need no change.
+
+Deciding something about a size (`==`, `<`, `bool`, `int()`) while a `ShapeEnv` is active
+answers from the hints and records the answer as a guard (`s0 % 4 == 0`, `s1 != s0`): the
+program is reused only on calls where every guard holds, so its decisions stay true.
+`int(s)`/`operator.index(s)` (a numpy call, `range`, a Python number) *specialise* the
+expression: the guard `expr == hint`, and the reason, listed by `explain()`.
+
+Outside a ShapeEnv (codegen, after tracing) comparisons are structural and record nothing:
+`a == b` is True only when the two expressions are provably equal, so a decision taken on
+it holds for every size; `int()` raises, and heuristics read `hint(x)`.
+
+Sizes 0 and 1 are never made symbols (PyTorch's 0/1 specialisation: broadcasting and empty
+tensors behave differently there), so every symbol is >= 2.
+"""
+import contextvars
+import dataclasses
+import math
+import operator
+
+_CURRENT = contextvars.ContextVar("aotgrad_shape_env", default=None)
+
+
+def _key_of_atom(a):
+    return a if isinstance(a, str) else a.key
+
+
+@dataclasses.dataclass(frozen=True)
+class _Opaque:
+    """`num // den` or `num % den` of polynomials that do not divide exactly: an atom."""
+    op: str          # "//" or "%"
+    num: "SymInt"
+    den: object      # int or SymInt
+
+    @property
+    def key(self):
+        return (self.op, self.num._terms, self.den._terms if isinstance(self.den, SymInt)
+                else self.den)
+
+    def __hash__(self):
+        return hash(self.key)
+
+    def __eq__(self, o):
+        return isinstance(o, _Opaque) and o.key == self.key
+
+    def evaluate(self, values):
+        n, d = self.num.evaluate(values), evaluate(self.den, values)
+        return n // d if self.op == "//" else n % d
+
+    def source(self):
+        return f"({self.num.source()} {self.op} {source(self.den)})"
+
+
+class SymInt:
+    """An integer-valued polynomial over size symbols, with its hint (value on the traced
+    call). `_terms`: a sorted tuple of (monomial, coefficient), a monomial a sorted tuple of
+    (atom, power); the constant term has the empty monomial."""
+    __slots__ = ("_terms", "hint", "_atoms")
+
+    def __init__(self, terms, hint, atoms):
+        self._terms, self.hint, self._atoms = terms, hint, atoms
+
+    # -- construction -----------------------------------------------------------------
+    @staticmethod
+    def symbol(name, hint):
+        return SymInt(((((name, 1),), 1),), int(hint), {name: int(hint)})
+
+    @staticmethod
+    def _from(terms, atoms):
+        """A polynomial from a {monomial: coeff} dict (an int when constant)."""
+        terms = tuple(sorted(((m, c) for m, c in terms.items() if c),
+                             key=lambda mc: repr(tuple((_key_of_atom(a), p) for a, p in mc[0]))))
+        if not terms:
+            return 0
+        if len(terms) == 1 and terms[0][0] == ():
+            return terms[0][1]
+        used = {a for m, _ in terms for a, _ in m}
+        atoms = {a: h for a, h in atoms.items() if a in used}
+        out = SymInt(terms, 0, atoms)
+        out.hint = out.evaluate(None)
+        return out
+
+    def _dict(self):
+        return dict(self._terms)
+
+    # -- arithmetic (exact, never guards) ---------------------------------------------
+    def __add__(self, o):
+        if not isinstance(o, (int, SymInt)) or isinstance(o, bool):
+            return NotImplemented
+        d = self._dict()
+        for m, c in _terms_of(o):
+            d[m] = d.get(m, 0) + c
+        return SymInt._from(d, {**self._atoms, **_atoms_of(o)})
+
+    __radd__ = __add__
+
+    def __neg__(self):
+        return SymInt._from({m: -c for m, c in self._terms}, self._atoms)
+
+    def __sub__(self, o):
+        if not isinstance(o, (int, SymInt)) or isinstance(o, bool):
+            return NotImplemented
+        return self + (-o)
+
+    def __rsub__(self, o):
+        if not isinstance(o, (int, SymInt)) or isinstance(o, bool):
+            return NotImplemented
+        return (-self) + o
+
+    def __mul__(self, o):
+        if not isinstance(o, (int, SymInt)) or isinstance(o, bool):
+            return NotImplemented
+        d = {}
+        for m1, c1 in self._terms:
+            for m2, c2 in _terms_of(o):
+                m = _mono_mul(m1, m2)
+                d[m] = d.get(m, 0) + c1 * c2
+        return SymInt._from(d, {**self._atoms, **_atoms_of(o)})
+
+    __rmul__ = __mul__
+
+    def __floordiv__(self, o):
+        if isinstance(o, bool) or not isinstance(o, (int, SymInt)):
+            return NotImplemented
+        q = _exact_quotient(self, o)
+        return q if q is not None else _opaque("//", self, o)
+
+    def __rfloordiv__(self, o):
+        if isinstance(o, bool) or not isinstance(o, int):
+            return NotImplemented
+        return _opaque("//", _as_sym(o), self) if o else 0
+
+    def __mod__(self, o):
+        if isinstance(o, bool) or not isinstance(o, (int, SymInt)):
+            return NotImplemented
+        q = _exact_quotient(self, o)
+        if q is not None:
+            return self - q * o
+        return _opaque("%", self, o)
+
+    def __rmod__(self, o):
+        if isinstance(o, bool) or not isinstance(o, int):
+            return NotImplemented
+        return _opaque("%", _as_sym(o), self) if o else 0
+
+    def __truediv__(self, o):
+        # a float of a size is a number the program computes with: specialise (guarded)
+        return int(self) / o
+
+    def __rtruediv__(self, o):
+        return o / int(self)
+
+    def __pos__(self):
+        return self
+
+    # -- decisions: guarded under a ShapeEnv, structural outside one -------------------
+    def _decide(self, op, o, text):
+        if isinstance(o, bool) or not isinstance(o, (int, SymInt)):
+            return NotImplemented
+        diff = self - o
+        if isinstance(diff, int):           # provably one way: no guard
+            return op(diff, 0)
+        known = _known_sign(diff)
+        if known is not None:               # the sign holds for every size (symbols >= 2)
+            return op(known, 0)
+        env = _CURRENT.get()
+        if env is None:                     # structural: only provable facts are True
+            return op is operator.ne
+        result = op(diff.hint, 0)
+        env.add_guard(diff, op, result, text(self, o))
+        return result
+
+    def __eq__(self, o):
+        return self._decide(operator.eq, o, lambda a, b: f"{source(a)} == {source(b)}")
+
+    def __ne__(self, o):
+        return self._decide(operator.ne, o, lambda a, b: f"{source(a)} != {source(b)}")
+
+    def __lt__(self, o):
+        return self._decide(operator.lt, o, lambda a, b: f"{source(a)} < {source(b)}")
+
+    def __le__(self, o):
+        return self._decide(operator.le, o, lambda a, b: f"{source(a)} <= {source(b)}")
+
+    def __gt__(self, o):
+        return self._decide(operator.gt, o, lambda a, b: f"{source(a)} > {source(b)}")
+
+    def __ge__(self, o):
+        return self._decide(operator.ge, o, lambda a, b: f"{source(a)} >= {source(b)}")
+
+    def __bool__(self):
+        return self != 0
+
+    def __hash__(self):
+        return hash(self._terms)
+
+    def same(self, o):
+        """Structural equality, never a guard (dict keys, codegen)."""
+        return isinstance(o, SymInt) and o._terms == self._terms
+
+    def __index__(self):
+        env = _CURRENT.get()
+        if env is None:
+            raise TypeError(f"the size {self.source()} has no single value outside a trace; "
+                            f"read its hint with aotgrad.ir.symbolic.hint() for a heuristic")
+        env.specialise(self, "used as a Python integer")
+        return self.hint
+
+    __int__ = __index__
+
+    def __float__(self):
+        return float(int(self))
+
+    def __repr__(self):
+        return self.source()
+
+    # -- evaluation and source --------------------------------------------------------
+    @property
+    def free_symbols(self):
+        out = set()
+        for a in self._atoms:
+            if isinstance(a, str):
+                out.add(a)
+            else:
+                out |= free_symbols(a.num) | free_symbols(a.den)
+        return out
+
+    def evaluate(self, values):
+        """The value with `values` (symbol name -> int); None: the hints."""
+        total = 0
+        for m, c in self._terms:
+            v = c
+            for a, p in m:
+                v *= _atom_value(a, values, self._atoms) ** p
+            total += v
+        return total
+
+    def substitute(self, values):
+        """The expression with some symbols replaced by ints or SymInts."""
+        total = 0
+        for m, c in self._terms:
+            v = c
+            for a, p in m:
+                if isinstance(a, str):
+                    x = values.get(a)
+                    x = SymInt.symbol(a, self._atoms[a]) if x is None else x
+                else:
+                    num, den = a.num.substitute(values), substitute(a.den, values)
+                    x = num // den if a.op == "//" else num % den
+                v = v * x ** p if p > 1 else v * x
+            total = total + v
+        return total
+
+    def source(self):
+        """Python source computing the value from variables named as the symbols."""
+        parts = []
+        for m, c in self._terms:
+            factors = [(_atom_src(a) + (f"**{p}" if p > 1 else "")) for a, p in m]
+            if not factors:
+                parts.append(str(c))
+            elif c == 1:
+                parts.append("*".join(factors))
+            elif c == -1:
+                parts.append("-" + "*".join(factors))
+            else:
+                parts.append(f"{c}*" + "*".join(factors))
+        text = " + ".join(parts).replace("+ -", "- ")
+        return text if len(parts) == 1 else f"({text})"
+
+
+def _atom_src(a):
+    return a if isinstance(a, str) else a.source()
+
+
+def _atom_value(a, values, atoms):
+    """An atom's value: its hint (values None), else from the symbols' values."""
+    if values is None:
+        return atoms[a]
+    return values[a] if isinstance(a, str) else a.evaluate(values)
+
+
+def _mono_mul(m1, m2):
+    d = dict(m1)
+    for a, p in m2:
+        d[a] = d.get(a, 0) + p
+    return tuple(sorted(d.items(), key=lambda ap: repr(_key_of_atom(ap[0]))))
+
+
+def _terms_of(o):
+    return o._terms if isinstance(o, SymInt) else (((), o),)
+
+
+def _atoms_of(o):
+    return o._atoms if isinstance(o, SymInt) else {}
+
+
+def _exact_quotient(p, d):
+    """p // d as a polynomial when it is one for every size, else None: d a positive int
+    that divides every non-constant coefficient ((k*A + c) // k == A + c // k), or a
+    monomial (k * s0 * ...) that divides every term."""
+    if isinstance(d, int):
+        if d <= 0:
+            return None
+        if all(c % d == 0 for m, c in p._terms if m != ()):
+            return SymInt._from({m: (c // d if m != () else c // d) for m, c in p._terms},
+                                p._atoms)
+        return None
+    if len(d._terms) != 1:
+        return p.same(d) and 1 or None
+    (dm, dc), = d._terms
+    if dc <= 0:
+        return None
+    out = {}
+    for m, c in p._terms:
+        md = dict(m)
+        for a, q in dm:
+            if md.get(a, 0) < q:
+                return None
+            md[a] -= q
+        if c % dc:
+            return None
+        mono = tuple(sorted(((a, q) for a, q in md.items() if q),
+                            key=lambda aq: repr(_key_of_atom(aq[0]))))
+        out[mono] = out.get(mono, 0) + c // dc
+    return SymInt._from(out, p._atoms)
+
+
+def _as_sym(v):
+    return SymInt((((), v),), v, {}) if isinstance(v, int) else v
+
+
+def _opaque(op, num, den):
+    a = _Opaque(op, num, den)
+    n, d = hint(num), hint(den)
+    h = n // d if op == "//" else n % d
+    return SymInt((((((a, 1),), 1),)), h, {a: h})
+
+
+def _known_sign(p):
+    """-1/0/1 when the polynomial's sign holds for every size (every symbol >= 2, every
+    coefficient of a non-constant monomial of one sign), else None."""
+    const = dict(p._terms).get((), 0)
+    coeffs = [c for m, c in p._terms if m != ()]
+    if any(not isinstance(a, str) for a in p._atoms):
+        return None  # // and % atoms can be 0
+    if all(c > 0 for c in coeffs):
+        low = const + sum(c * 2 ** sum(q for _, q in m) for m, c in p._terms if m != ())
+        return 1 if low > 0 else None
+    if all(c < 0 for c in coeffs):
+        high = const + sum(c * 2 ** sum(q for _, q in m) for m, c in p._terms if m != ())
+        return -1 if high < 0 else None
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Guard:
+    """A relation the program relies on: `expr op 0` evaluated to `holds` on the traced
+    call; `text` in the user's terms."""
+    expr: object
+    op: object
+    holds: bool
+    text: str
+
+    def check(self, values):
+        return self.op(evaluate(self.expr, values), 0) == self.holds
+
+    def source(self):
+        """Python source that is True when the guard holds (symbols as variables)."""
+        sym = {operator.eq: "==", operator.ne: "!=", operator.lt: "<", operator.le: "<=",
+               operator.gt: ">", operator.ge: ">="}[self.op]
+        rel = f"{source(self.expr)} {sym} 0"
+        return rel if self.holds else f"not ({rel})"
+
+
+@dataclasses.dataclass
+class Specialisation:
+    expr: object
+    value: int
+    why: str
+
+
+class ShapeEnv:
+    """The symbols of one trace, their hints, and the guards and specialisations its shape
+    decisions recorded. `with env:` makes it the active one."""
+
+    def __init__(self):
+        self.hints = {}           # name -> hint
+        self.sources = {}         # name -> where it came from ("x.size(0)")
+        self.guards = []          # [Guard], in the order recorded
+        self.specialised = []     # [Specialisation]
+        self._seen = set()
+        self._token = None
+
+    def create_symbol(self, hint, source):
+        """A new symbol for a size `hint` (>= 2) read from `source` ("x.size(0)")."""
+        if hint < 2:
+            raise ValueError(f"size {hint} of {source} is specialised, never a symbol")
+        name = f"s{len(self.hints)}"
+        self.hints[name] = int(hint)
+        self.sources[name] = source
+        return SymInt.symbol(name, hint)
+
+    def add_guard(self, expr, op, holds, text):
+        key = (expr._terms if isinstance(expr, SymInt) else expr, op, holds)
+        if key not in self._seen:
+            self._seen.add(key)
+            self.guards.append(Guard(expr, op, holds, text))
+
+    def specialise(self, expr, why):
+        key = (expr._terms, operator.eq, True)
+        if key not in self._seen:
+            self._seen.add(key)
+            diff = expr - expr.hint
+            self.guards.append(Guard(diff, operator.eq, True, f"{expr.source()} == {expr.hint}"))
+            self.specialised.append(Specialisation(expr, expr.hint, why))
+
+    def check(self, values):
+        """Do all guards hold for these symbol values?"""
+        return all(g.check(values) for g in self.guards)
+
+    def __enter__(self):
+        self._token = _CURRENT.set(self)
+        return self
+
+    def __exit__(self, *exc):
+        _CURRENT.reset(self._token)
+        self._token = None
+
+
+def current_shape_env():
+    return _CURRENT.get()
+
+
+# -- helpers that take ints and SymInts alike --------------------------------------------
+def is_symbolic(x):
+    return isinstance(x, SymInt)
+
+
+def hint(x):
+    """The value on the traced call (an int as is): for heuristics, never for decisions."""
+    return x.hint if isinstance(x, SymInt) else x
+
+
+def hints(shape):
+    return tuple(hint(d) for d in shape)
+
+
+def evaluate(x, values):
+    return x.evaluate(values) if isinstance(x, SymInt) else x
+
+
+def substitute(x, values):
+    return x.substitute(values) if isinstance(x, SymInt) else x
+
+
+def source(x):
+    return x.source() if isinstance(x, SymInt) else repr(x)
+
+
+def free_symbols(x):
+    return x.free_symbols if isinstance(x, SymInt) else set()
+
+
+def same(a, b):
+    """Provably equal for every size (structural for SymInts; never records a guard)."""
+    if isinstance(a, SymInt):
+        return a.same(b)
+    if isinstance(b, SymInt):
+        return False
+    return a == b
+
+
+def prod(shape):
+    return math.prod(shape) if shape else 1
+
+
+def is_static_shape(shape):
+    return not any(isinstance(d, SymInt) for d in shape)
