@@ -82,7 +82,7 @@ double = float64
 half = float16
 long = int64
 int = int32  # noqa: A001
-from aotgrad.compiler import compile, explain  # noqa: E402,A001
+from aotgrad.compiler import compile, explain, mark_dynamic, mark_static  # noqa: E402,A001
 from aotgrad.tracer import GraphBreakError  # noqa: E402
 from aotgrad import nn, optim  # noqa: E402
 from aotgrad.nn.torch_names import (  # noqa: E402
@@ -150,7 +150,7 @@ __all__ = [
     "triu", "unbind", "unflatten", "unsqueeze", "vstack", "argwhere", "diag", "diag_embed",
     "diagonal", "index_add", "index_copy", "index_fill", "masked_select", "nonzero",
     "repeat_interleave", "rot90", "scatter", "take", "tensor_split", "double", "long",
-    "compile", "explain", "GraphBreakError", "load", "save", "cache_clear", "cache_info",
+    "compile", "explain", "mark_dynamic", "mark_static", "GraphBreakError", "load", "save", "cache_clear", "cache_info",
     "BFloat16Tensor", "BoolTensor", "ByteTensor", "DoubleTensor", "FloatTensor",
     "HalfTensor", "IntTensor", "LongTensor", "acos", "acosh", "addbmm", "addcdiv",
     "addcmul", "addmm", "addmv", "addr", "allclose", "arccos", "arccosh", "arcsin",

@@ -12,6 +12,7 @@ here at each new CompiledFunction, as torch._dynamo.config.cache_size_limit.
 """
 from aotgrad.compiler.api import (BACKENDS, CompiledFunction, assume_constant_result,
                                   compile, is_compiling)
+from aotgrad.compiler.dynamic import CompileStats, mark_dynamic, mark_static
 from aotgrad.compiler.explain import Explanation, explain
 from aotgrad.compiler.program import Program
 from aotgrad.tracer.trace import GraphBreakError
@@ -19,4 +20,5 @@ from aotgrad.tracer.trace import GraphBreakError
 cache_size_limit = 8
 
 __all__ = ["compile", "explain", "is_compiling", "assume_constant_result", "CompiledFunction",
-           "Program", "Explanation", "GraphBreakError", "BACKENDS", "cache_size_limit"]
+           "Program", "Explanation", "GraphBreakError", "BACKENDS", "cache_size_limit",
+           "mark_dynamic", "mark_static", "CompileStats"]

@@ -17,6 +17,7 @@ import sys
 import threading
 import warnings
 
+from aotgrad.compiler import dynamic as _dynamic
 from aotgrad.compiler import guards
 from aotgrad.compiler.call import specialise
 from aotgrad.compiler.guards import (_REMEDY, MISS, _guard_key, _tensor_args_key,
@@ -61,7 +62,8 @@ def _vmap_running():
 class CompiledFunction:
     """The callable `compile` returns. Caches one Program per guard key."""
 
-    def __init__(self, fn, fullgraph, backend, memory_budget, dump, cache_size_limit=None):
+    def __init__(self, fn, fullgraph, backend, memory_budget, dump, cache_size_limit=None,
+                 dynamic=None):
         if backend not in BACKENDS:
             raise ValueError(f"compile: unknown backend {backend!r}; choose one of {BACKENDS}")
         self.fn, self.fullgraph, self.backend = fn, fullgraph, backend
@@ -71,13 +73,27 @@ class CompiledFunction:
         self.module = fn if hasattr(fn, "named_parameters") else None
         self.cache, self._warned, self.graph_breaks = {}, set(), []
         self._calls, self._specialised = {}, None  # key -> call.specialise(key, program); last hit
-        self.n_traces = 0  # how many times the function was traced (recompiles included)
-        self.eager_calls = 0  # calls that ran the Python function eagerly (breaks, limits, hooks)
+        self.stats = _dynamic.CompileStats()
+        self.policy = _dynamic.DynamicPolicy(dynamic)
         self._guard_retraces = 0  # traces again because state the trace read changed
         self._lock = threading.RLock()  # around lookup and build; the specialised call takes none
         self.name = getattr(fn, "__name__", type(fn).__name__)
         functools.update_wrapper(self, fn if callable(fn) and hasattr(fn, "__name__") else
                                  self.__call__, updated=())
+
+    @property
+    def dynamic(self):
+        return self.policy.dynamic
+
+    @property
+    def n_traces(self):
+        """How many times the function was traced (recompiles included)."""
+        return self.stats.traces
+
+    @property
+    def eager_calls(self):
+        """Calls that ran the Python function eagerly (breaks, limits, hooks)."""
+        return self.stats.eager_fallbacks
 
     def _names(self):
         if self.module is None:
@@ -95,10 +111,11 @@ class CompiledFunction:
             self._warned.add(cause)
             warnings.warn(msg + extra, stacklevel=_user_stacklevel())
 
-    def _build(self, args, kwargs, leaves):
-        self.n_traces += 1
+    def _build(self, args, kwargs, leaves, sym=None):
+        self.stats.traces += 1
         try:
-            tr = trace(self.fn, args, kwargs, self._names(), want_grad=_mode.grad_enabled)
+            tr = trace(self.fn, args, kwargs, self._names(), want_grad=_mode.grad_enabled,
+                       symbolic_dims=sym)
         except dispatch.GraphBreak as e:
             msg = f"aotgrad.compile({self.name}): graph break at {e}"
             self.graph_breaks.append(str(e))
@@ -115,6 +132,7 @@ class CompiledFunction:
             return RUN_EAGERLY
         prog = Program(tr, partition_trace(tr, self.memory_budget), self.backend,
                        f"{self.name}_{len(self.cache)}")
+        self.stats.compiles += 1
         if self.dump_dir:
             prog.build()
             prog.dump(os.path.join(self.dump_dir, prog.name))
@@ -131,6 +149,9 @@ class CompiledFunction:
         else:
             leaves, treedef = flatten((tuple(args), dict(kwargs)))
             key = _guard_key(leaves, self.module, treedef)
+        sym = self._symbolic_dims(args, kwargs, leaves, key)
+        if sym:
+            return self._lookup_symbolic(args, kwargs, leaves, _dynamic.mask_key(key, sym), sym)
         prog = self.cache.get(key)
         if prog is not None and prog is not RUN_EAGERLY and not guards.lifted_ok(prog):
             where = guards.failed_guard(prog)
@@ -194,6 +215,62 @@ class CompiledFunction:
             self._specialised = call
         return prog, leaves
 
+    def _symbolic_dims(self, args, kwargs, leaves, key):
+        """{leaf index: dims} this call's trace makes symbolic (see DynamicPolicy); under
+        dynamic=None a miss that only changed sizes makes those dims symbolic first."""
+        policy = self.policy
+        if policy.dynamic is False:
+            return None
+        if self.backend != "interpret" and not _dynamic.codegen_handles_symbols():
+            if "no symbolic codegen" not in self._warned:
+                self._warned.add("no symbolic codegen")
+                log.info("compile(%s): the %s code generator takes no symbolic sizes yet; "
+                         "every program is static", self.name, self.backend)
+            return None
+        if policy.dynamic is None and self.cache and key not in self.cache:
+            from aotgrad.tracer.arg_names import leaf_names
+            line = policy.note_miss(self.cache, key, leaf_names(self.fn, args, kwargs))
+            if line is not None:
+                log.info("compile(%s): %s", self.name, line)
+        return policy.symbolic_dims(leaves)
+
+    def _lookup_symbolic(self, args, kwargs, leaves, key, sym):
+        """The program for a call with symbolic dims: the first cached for its key whose
+        shape guards (and state guards) hold, else a new trace for that key."""
+        entry = self.cache.get(key)
+        if entry is RUN_EAGERLY:
+            return entry, leaves
+        if entry is not None:
+            for prog in list(entry):
+                if not guards.lifted_ok(prog):
+                    self.stats.guard_failures += 1
+                    entry.remove(prog)
+                    continue
+                if prog.binding.values(leaves) is not None:
+                    return prog, leaves
+                self.stats.guard_failures += 1
+            if entry:
+                log.info("compile(%s): a size violates a relation every program for this key "
+                         "relies on (%s); tracing again", self.name,
+                         "; ".join(g.text for p in entry for g in p.binding.env.guards))
+        n_programs = sum(len(e) if isinstance(e, _dynamic.SymbolicPrograms) else 1
+                         for e in self.cache.values())
+        if n_programs >= self.cache_size_limit:
+            self._warn_once(f"aotgrad.compile({self.name}): cache_size_limit "
+                            f"({self.cache_size_limit}) reached; running eagerly from now "
+                            f"on", cause=("cache_size_limit",))
+            return RUN_EAGERLY, leaves
+        log.info("compile(%s): tracing with symbolic sizes (guard key %s)", self.name, key)
+        prog = self._build(args, kwargs, leaves, sym)
+        if prog is RUN_EAGERLY:
+            if entry is None:
+                self.cache[key] = RUN_EAGERLY
+            return prog, leaves
+        if prog.trace.escaped:
+            return prog, leaves
+        self.cache.setdefault(key, _dynamic.SymbolicPrograms()).append(prog)
+        return prog, leaves
+
     def __call__(self, *args, **kwargs):
         if current_builder() is not None:  # called inside another compiled function: inline
             return self.fn(*args, **kwargs)
@@ -203,7 +280,7 @@ class CompiledFunction:
             self._warn_once(f"aotgrad.compile({self.name}): called inside "
                             f"autograd.graph.saved_tensors_hooks, whose hooks must see the "
                             f"tensors saved for backward; running this call eagerly")
-            self.eager_calls += 1
+            self.stats.eager_fallbacks += 1
             return self.fn(*args, **kwargs)
         if _vmap_running():
             # vmap's batched values are not arrays a compiled program can take: its ops run
@@ -221,11 +298,15 @@ class CompiledFunction:
         if call is not None and not kwargs:
             out = call(args)  # the last program, specialised to its guard key
             if out is not MISS:
+                self.stats.cache_hits += 1
                 return out
+        traces = self.stats.traces
         prog, leaves = self._lookup(args, kwargs)
         if prog is RUN_EAGERLY:
-            self.eager_calls += 1
+            self.stats.eager_fallbacks += 1
             return self.fn(*args, **kwargs)
+        if self.stats.traces == traces:
+            self.stats.cache_hits += 1
         return prog(leaves)
 
     def ir(self, *args, **kwargs):
@@ -257,8 +338,16 @@ class CompiledFunction:
         return self if obj is None else functools.partial(self.__call__, obj)
 
 
-def compile(fn=None, *, fullgraph=False, backend="numba", memory_budget=None, dump=None):
+def compile(fn=None, *, fullgraph=False, dynamic=None, backend="numba", memory_budget=None,
+            dump=None):
     """Trace `fn` into prims, derive its backward ahead of time, run both compiled.
+
+    `dynamic` (PyTorch's): True traces every dimension (of size >= 2) of every tensor
+    argument as a symbol, so one program serves every size (mark_static keeps a dim
+    static); None (the default) traces static shapes first and, when a call misses only
+    because sizes of argument dims changed, traces again with exactly those dims symbolic
+    (mark_dynamic dims are symbolic from the first trace); False specialises to every shape.
+    Parameters and closed-over tensors stay static.
 
     >>> @aotgrad.compile
     ... def f(x): return (x * x).sum()
@@ -266,7 +355,7 @@ def compile(fn=None, *, fullgraph=False, backend="numba", memory_budget=None, du
     tensor(3., grad_fn=<CompiledFunctionBackward>)
     """
     def wrap(f):
-        return CompiledFunction(f, fullgraph, backend, memory_budget, dump)
+        return CompiledFunction(f, fullgraph, backend, memory_budget, dump, dynamic=dynamic)
     return wrap if fn is None else wrap(fn)
 
 

@@ -115,6 +115,8 @@ def make_plan(prog):
     leaf inputs are made only when something asks for them."""
     tr = prog.trace
     plan = CallPlan(prog)
+    if prog.binding is not None:
+        return plan  # symbolic sizes: the general call reads and checks the symbol values
     if prog.observed or tr.mutations or tr.grad_clears or tr.escaped or \
             not all(tr.out_is_tensor) or tr.retained_args or \
             any(kind is Role.SEED for kind, _ in tr.roles):
@@ -292,6 +294,8 @@ def specialise(key, prog):
     which decides (and warns, recompiles) as before."""
     grad_enabled, n, specs = key[0], key[1], key[2:]
     if specs and specs[-1][0] == "A":  # arguments that alias: the full lookup each call
+        return None
+    if prog.binding is not None:  # symbolic sizes: the general lookup checks the guards
         return None
     if type(grad_enabled) is not bool or any(type(rg) is not bool for *_, rg in specs):
         return None

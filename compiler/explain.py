@@ -41,6 +41,7 @@ def explain(fn, *args, **kwargs):
         lines += [f"  {at.get(id(t), 'a tensor found by no path (rebinding it is not seen)')}"
                   f": shape={tuple(v.shape)} dtype={t.dtype} requires_grad={rg}"
                   for t, v, rg in prog.trace.lifted_guards]
+    lines += _dynamic_lines(cf, prog)
     all_breaks = list(dict.fromkeys(cf.graph_breaks + breaks))
     lines.append(f"graph breaks: {len(all_breaks)}")
     lines += [f"  {b}" for b in all_breaks]
@@ -55,6 +56,26 @@ def explain(fn, *args, **kwargs):
                                                       sorted(counts.items())))
         lines.append(str(prog))
     return Explanation("\n".join(lines), all_breaks, prog)
+
+
+def _dynamic_lines(cf, prog):
+    """The counters, the dynamic-shape decisions, and a symbolic program's symbols, guards
+    and specialisations."""
+    lines = [f"stats: {cf.stats}", f"dynamic: {cf.dynamic}"]
+    lines += [f"  {note}" for note in cf.policy.notes]
+    binding = getattr(prog, "binding", None) if prog is not RUN_EAGERLY else None
+    if binding is not None:
+        env = binding.env
+        lines.append("symbolic sizes: " + (", ".join(
+            f"{name} = {env.sources[name]}" for name in env.hints) or "none"))
+        if env.guards:
+            lines.append("shape guards (a call that breaks one traces again):")
+            lines += [f"  {g.text}" for g in env.guards]
+        for sp in env.specialised:
+            lines.append(f"specialised: {sp.expr.source()} == {sp.value} ({sp.why}; "
+                         + ", ".join(f"{n} = {env.sources[n]}" for n in
+                                     sorted(sp.expr.free_symbols)) + ")")
+    return lines
 
 
 class Explanation(str):

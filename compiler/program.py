@@ -9,6 +9,7 @@ import weakref
 import numpy as np
 
 from aotgrad.compiler import call, guards
+from aotgrad.compiler.dynamic import SymbolBinding, symbols_of
 from aotgrad.ir import passes
 from aotgrad.ir.core import Aval
 from aotgrad.ir.partition import partition
@@ -24,11 +25,16 @@ from aotgrad.tracer.pytree import unflatten
 from aotgrad.tracer.trace import Mutation, Role
 
 
-def _runner(graph, backend, name, trusted=0):
-    """`run(*arrays) -> list of arrays` for one graph, and its compiled program (or None)."""
+def _runner(graph, backend, name, trusted=0, symbols=()):
+    """`run(*arrays) -> list of arrays` for one graph, and its compiled program (or None).
+    A graph with `symbols` takes their values as one more argument, a tuple in that order."""
     if backend == "interpret":
         from aotgrad.ir.core import evaluate
         # (numpy's reference impls give 0-d results as numpy scalars: a tensor holds arrays)
+        if symbols:
+            return (lambda *args: [o if type(o) is np.ndarray else np.asarray(o) for o in
+                                   evaluate(graph, list(args[:-1]),
+                                            dict(zip(symbols, args[-1])))]), None
         return (lambda *args: [o if type(o) is np.ndarray else np.asarray(o)
                                for o in evaluate(graph, list(args))]), None
     from aotgrad.codegen import compile_graph
@@ -98,7 +104,24 @@ class Program:
         # per input, the index of the argument it is, when every input is one (the common case)
         self.arg_roles = [x for _, x in tr.roles] if all(k is Role.ARG for k, _ in tr.roles) \
             else None
+        # a program with symbolic sizes: how a call's symbol values are read and checked;
+        # per graph, the symbols its compiled callable takes (symbols_of order)
+        self.binding = SymbolBinding(tr.shape_env, list(tr.symbol_dims)) \
+            if tr.shape_env is not None else None
+        self._symbols = {}
 
+    def symbols(self, which):
+        """The symbols graph `which` takes values of (its callable's trailing tuple)."""
+        syms = self._symbols.get(which)
+        if syms is None:
+            syms = self._symbols[which] = symbols_of(getattr(self, which)) \
+                if self.binding is not None else ()
+        return syms
+
+    def symbol_args(self, which, values):
+        """The trailing arguments of graph `which`'s callable for symbol `values`."""
+        syms = self.symbols(which)
+        return (tuple(values[s] for s in syms),) if syms else ()
     # ---- running ------------------------------------------------------------------------
     def runner(self, which):
         """`run(*arrays) -> arrays` of graph `which` (compiled on first use)."""
@@ -134,7 +157,7 @@ class Program:
                 trusted = len(self.forward.outputs) - self.n_fw_outputs \
                     if which == "backward" else 0
                 r, kern = _runner(getattr(self, which), self.backend, f"{self.name}_{which}",
-                                  trusted)
+                                  trusted, self.symbols(which))
                 self._owned[which] = kern.plan.owned_outputs if kern is not None else None
                 self._kernels[which] = kern
                 self._runners[which] = r  # last: another thread reads it without the lock
@@ -183,6 +206,10 @@ class Program:
         return c
 
     def run_backward(self, args):
+        if self.binding is not None:  # the symbol values, kept after the saved arrays
+            n = len(self.forward.outputs) - self.n_fw_outputs
+            values, args = args[n], list(args[:n]) + list(args[n + 1:])
+            return self.runner("backward")(*args, *self.symbol_args("backward", values))
         return self.runner("backward")(*args)
 
     def owned_outputs(self, which):
@@ -315,11 +342,15 @@ class Program:
                 replay = self._snapshot_written(replay, leaves)
         need_grad = self.has_backward and _mode.grad_enabled
         which = "forward" if need_grad else "inference"
+        values, extra = None, ()
+        if self.binding is not None:  # (the lookup checked the guards for these sizes)
+            values = self.binding.values(leaves)
+            extra = self.symbol_args(which, values)
         if profiling._profilers:
             with profiling.record(f"{self.name}.{which}", kind="kernel"):
-                outs = self.runner(which)(*inputs)
+                outs = self.runner(which)(*inputs, *extra)
         else:
-            outs = self.runner(which)(*inputs)
+            outs = self.runner(which)(*inputs, *extra)
         if _mode.anomaly and _mode.anomaly_check_nan:
             check_nan(getattr(self, which), inputs, outs, f"{self.name}.{which}")
         fw, saved = outs[:self.n_fw_outputs], (outs[self.n_fw_outputs:] if need_grad else None)
@@ -332,6 +363,8 @@ class Program:
         if tr.mutations and saved:  # the backward must not read what the write-back changes
             saved = _unshare(saved, [leaves[x]._value if kind is Mutation.ARG else x._value
                                      for kind, x in tr.mutations if kind in _WRITES])
+        if saved is not None and values is not None:
+            saved = list(saved) + [values]  # the backward gets the forward's symbol values
         for (kind, x), value in zip(tr.mutations, fw[n_tensor_outs:]):
             if kind in _GRAD_WRITES:
                 write_grad(leaves[x] if kind is Mutation.ARG_GRAD else x, value)
@@ -359,8 +392,12 @@ class Program:
             # rebased onto the node (made first, so its edges keep their old history)
             targets = outs + [leaves[x] if kind is Mutation.ARG else x for kind, x in tr.mutations]
             self.first_call_state(diff_inputs, targets)
+            avals = self._avals
+            if values is not None:  # shapes vary per call
+                avals = ([Aval(t._value.shape, t.dtype) for t in diff_inputs],
+                         [Aval(targets[k]._value.shape, targets[k].dtype) for k in tr.diff_outs])
             node = (_WrittenBackward if tr.written_grads else CompiledBackward)(
-                self, saved, diff_inputs, *self._avals, replay)
+                self, saved, diff_inputs, *avals, replay)
             for nr, k in enumerate(tr.diff_outs):
                 # (an argument returned as is comes again later, as a tensor written in place:
                 # its last slot is the one its gradient flows into)

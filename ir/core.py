@@ -11,6 +11,7 @@ import re
 import sys
 
 from aotgrad.ir import dtypes as dt
+from aotgrad.ir.symbolic import SymInt, evaluate as evaluate_size
 from aotgrad.ir.tags import KINDS, Tag
 from aotgrad.ir.text import format_graph, format_node, type_str
 
@@ -28,7 +29,8 @@ class Aval:
     __slots__ = ("shape", "dtype")
 
     def __init__(self, shape, dtype):
-        self.shape = shape if type(shape) is tuple else tuple(int(s) for s in shape)
+        self.shape = shape if type(shape) is tuple else \
+            tuple(s if isinstance(s, SymInt) else int(s) for s in shape)
         self.dtype = dtype
 
     @property
@@ -317,11 +319,27 @@ class Graph:
         return evaluate(self, args)
 
 
-def evaluate(graph, args):
+def evaluate_params(params, values):
+    """A node's params with each symbolic size evaluated at `values` (symbol -> int)."""
+    def ev(p):
+        if isinstance(p, SymInt):
+            return evaluate_size(p, values)
+        if type(p) in (tuple, list):
+            return type(p)(ev(x) for x in p)
+        if isinstance(p, slice):
+            return slice(ev(p.start), ev(p.stop), ev(p.step))
+        return p
+    return {k: ev(v) for k, v in params.items()}
+
+
+def evaluate(graph, args, values=None):
+    """Run `graph` with the reference impls; `values`: the symbol values of a graph with
+    symbolic sizes (its params are evaluated with them)."""
     env = dict(zip(graph.inputs, args))
     for n in graph.nodes:
         try:
-            outs = n.prim.impl(*[env[v] for v in n.inputs], **n.params)
+            params = n.params if values is None else evaluate_params(n.params, values)
+            outs = n.prim.impl(*[env[v] for v in n.inputs], **params)
         except Exception as e:
             located = located_error(e, n)
             if located is e:

@@ -10,6 +10,7 @@ import math
 
 from aotgrad.ir.core import Graph
 from aotgrad.ir.prims import unit_reshape_map
+from aotgrad.ir.symbolic import hints
 from aotgrad.ir.tags import Tag
 from aotgrad.ir.verifier import verified
 
@@ -17,7 +18,7 @@ RECOMPUTABLE_KINDS = frozenset({Tag.POINTWISE, Tag.SHAPE, Tag.CREATION})
 
 
 def nbytes(v):
-    return math.prod(v.shape) * v.dtype.itemsize
+    return math.prod(hints(v.shape)) * v.dtype.itemsize  # (a symbolic size: its hint)
 
 
 class Partition:

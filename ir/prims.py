@@ -17,6 +17,7 @@ import numpy as np
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir import special_math
 from aotgrad.ir.core import PRIMS, Aval, PrimError, check, register
+from aotgrad.ir.symbolic import agree, nonnegative
 from aotgrad.ir.tags import Tag
 from aotgrad.ir.value_checks import ValueCheck
 
@@ -81,8 +82,8 @@ def _broadcast_rule(x, *, shape, dims):
 
 
 def _reshape_rule(x, *, shape):
-    check(all(s >= 0 for s in shape), f"shape {list(shape)} has a negative size")
-    check(math.prod(shape) == math.prod(x.shape),
+    check(all(nonnegative(s) for s in shape), f"shape {list(shape)} has a negative size")
+    check(agree(math.prod(shape), math.prod(x.shape)),
           f"cannot reshape {list(x.shape)} ({math.prod(x.shape)} elements) to {list(shape)}")
     return Aval(shape, x.dtype)
 
@@ -228,7 +229,7 @@ def _scatter_add_rule(x, idx, src, *, dim):
 
 
 def _creation_rule(*, shape, dtype, **_):
-    check(all(int(s) >= 0 for s in shape), f"negative size in {list(shape)}")
+    check(all(nonnegative(s) for s in shape), f"negative size in {list(shape)}")
     return Aval(shape, dtype)
 
 

@@ -419,6 +419,34 @@ class ShapeEnv:
             self.guards.append(Guard(diff, operator.eq, True, f"{expr.source()} == {expr.hint}"))
             self.specialised.append(Specialisation(expr, expr.hint, why))
 
+    def replacements(self):
+        """{symbol: int or SymInt} the equality guards pin: `s1 == 8` (a size matched
+        against a parameter's, or specialised), `s2 == s0` (two arguments' sizes matched);
+        the trace's graph is rewritten with them, so that its shape rules hold structurally
+        (the guards keep them true on every call the program serves)."""
+        out = {}
+        for g in self.guards:
+            if g.op is not operator.eq or not g.holds or not isinstance(g.expr, SymInt):
+                continue
+            expr = g.expr.substitute(out) if out else g.expr
+            if not isinstance(expr, SymInt):
+                continue
+            terms = dict(expr._terms)
+            const = terms.pop((), 0)
+            bare = [(m[0][0], c) for m, c in terms.items()
+                    if len(m) == 1 and isinstance(m[0][0], str) and m[0][1] == 1 and c in (1, -1)]
+            if not bare:
+                continue
+            # the newest symbol, written in terms of the rest: expr = c*s + rest == 0
+            name, c = max(bare, key=lambda nc: int(nc[0][1:]))
+            rest = expr - c * SymInt.symbol(name, self.hints[name])
+            value = -rest if c == 1 else rest
+            if name in free_symbols(value):
+                continue
+            out = {k: substitute(v, {name: value}) for k, v in out.items()}
+            out[name] = value
+        return out
+
     def check(self, values):
         """Do all guards hold for these symbol values?"""
         return all(g.check(values) for g in self.guards)
@@ -481,3 +509,43 @@ def prod(shape):
 
 def is_static_shape(shape):
     return not any(isinstance(d, SymInt) for d in shape)
+
+
+def broadcast_shapes(*shapes):
+    """numpy's broadcast of shapes that may hold SymInts (a symbol is never 1, so only a
+    static 1 stretches); sizes that must agree are compared (a guard under a ShapeEnv).
+    Raises ValueError where they cannot broadcast."""
+    nd = max((len(s) for s in shapes), default=0)
+    out = []
+    for k in range(nd):
+        sizes = [s[len(s) - nd + k] for s in shapes if len(s) - nd + k >= 0]
+        sizes = [d for d in sizes if not (type(d) is int and d == 1)]
+        if not sizes:
+            out.append(1)
+            continue
+        # prefer a static size: the result is as concrete as the inputs allow
+        first = next((d for d in sizes if not isinstance(d, SymInt)), sizes[0])
+        for d in sizes:
+            if d is not first and not same(d, first) and d != first:
+                raise ValueError(f"shapes {[list(s) for s in shapes]} are not broadcastable")
+        out.append(first)
+    return tuple(out)
+
+
+def nonnegative(x):
+    """Is size `x` >= 0? An int: its value; a SymInt under a ShapeEnv: decided (a guard);
+    outside one (a shape rule checked again after the trace): True, the guard recorded
+    while tracing keeps it so on every call the program serves."""
+    if isinstance(x, SymInt) and _CURRENT.get() is None:
+        return True
+    return x >= 0
+
+
+def agree(a, b):
+    """May sizes `a` and `b` be equal? Ints and provable facts: their answer; under a
+    ShapeEnv: decided (a guard); outside one, expressions that differ only by facts the
+    trace's guards hold (`(s0 // 4) * 4` and `s0` where `s0 % 4 == 0` was guarded): True."""
+    if _CURRENT.get() is not None or not (isinstance(a, SymInt) or isinstance(b, SymInt)):
+        return a == b
+    diff = a - b
+    return isinstance(diff, SymInt) and _known_sign(diff) is None or diff == 0

@@ -10,6 +10,9 @@ a probe is C-contiguous (a fresh result). Probes are never read: their buffers a
 """
 import numpy as np
 
+from aotgrad.ir.core import evaluate_params
+from aotgrad.ir.symbolic import hints
+
 def probe(t):
     """An array with t's layout: its eager array, its probe, or None (C-contiguous)."""
     v = t._value
@@ -24,8 +27,8 @@ def propagate(prim, params, x, out):
     if p is None:
         if prim.name == "reshape":   # contiguous in, contiguous out
             return
-        p = np.empty(tuple(x.shape), np.int8)
-    r = prim.impl(p, **params)
+        p = np.empty(hints(x.shape), np.int8)  # (strides only: a symbolic size's hint)
+    r = prim.impl(p, **evaluate_params(params, None))
     if not r.flags.c_contiguous or r.size <= 1 or np.may_share_memory(r, p):
         out._layout_probe = r
 

@@ -13,6 +13,7 @@ import functools
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
+from aotgrad.ir import symbolic
 from aotgrad.ir.core import current_op, current_provenance, format_location, names_location
 from aotgrad.runtime import autocast as _autocast
 from aotgrad.runtime import profiling
@@ -168,6 +169,8 @@ def cast(t, dtype):
 
 def broadcast_shapes(*shapes):
     try:
+        if any(not symbolic.is_static_shape(s) for s in shapes):
+            return symbolic.broadcast_shapes(*[tuple(s) for s in shapes])
         return tuple(np.broadcast_shapes(*[tuple(s) for s in shapes]))
     except ValueError:
         raise RuntimeError(
@@ -198,7 +201,7 @@ def _binary_args(a, b, float_result=False):
         dtype = dt.float32
     a, b = as_tensor_like(a, dtype), as_tensor_like(b, dtype)
     a, b = cast(a, dtype), cast(b, dtype)
-    if tuple(a.shape) != tuple(b.shape):
+    if a.ndim != b.ndim or tuple(a.shape) != tuple(b.shape):
         shape = broadcast_shapes(a.shape, b.shape)
         a, b = tp.broadcast_to(a, shape), tp.broadcast_to(b, shape)
     return a, b

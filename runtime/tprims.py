@@ -8,6 +8,7 @@ import numpy as np
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.prims import PRIMS
 from aotgrad.ir.core import current_builder
+from aotgrad.ir.symbolic import SymInt
 from aotgrad.runtime import forward_mode
 from aotgrad.runtime.forward_mode import state as _forward
 from aotgrad.runtime.dispatch import apply
@@ -31,6 +32,8 @@ def constant(value, dtype, shape=()):
     prim's reference result made directly, since a constant needs no validation or grad)."""
     if current_builder() is None:
         return Tensor._make(np.full(shape, _py(value, dtype), dtype=dtype.np))
+    if isinstance(value, SymInt) and dtype is not dt.bool_:  # a size (mean's divisor): the
+        return full(shape=tuple(shape), value=value, dtype=dtype)  # noqa: F821  program's value
     return full(shape=tuple(shape), value=_py(value, dtype), dtype=dtype)  # noqa: F821
 
 
@@ -57,8 +60,8 @@ def _py(value, dtype):
 def broadcast_to(t, shape):
     """Numpy-style broadcast of t to `shape` (right-aligned) with one broadcast_in_dim."""
     shape = tuple(shape)
-    if tuple(t.shape) == shape:
-        return t
+    if t.ndim == len(shape) and tuple(t.shape) == shape:  # (lengths first: no size compared
+        return t                                           # across ranks, no guard)
     nd = len(shape)
     if t.ndim > nd:
         raise ValueError(f"cannot broadcast {list(t.shape)} to {list(shape)}")

@@ -17,6 +17,7 @@ import numpy as np
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.core import current_builder, current_op, type_str
+from aotgrad.ir.symbolic import SymInt, hint, hints
 from aotgrad.runtime import layout
 from aotgrad.runtime import memory_format as _layout
 from aotgrad.runtime import tprims as tp
@@ -93,7 +94,7 @@ def _dim(d, ndim):
 def _shape_arg(shape):
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
-    return tuple(int(s) for s in shape)
+    return tuple(s if isinstance(s, SymInt) else int(s) for s in shape)  # (a size stays symbolic)
 
 
 def infer_shape(shape, numel):
@@ -103,10 +104,12 @@ def infer_shape(shape, numel):
     if -1 in shape:
         known = math.prod(s for s in shape if s != -1)
         if known == 0 or numel % known:
-            raise RuntimeError(f"shape '{shape}' is invalid for input of size {numel}")
+            raise RuntimeError(f"shape '{list(hints(shape))}' is invalid for input of size "
+                               f"{hint(numel)}")
         shape[shape.index(-1)] = numel // known
     if math.prod(shape) != numel:
-        raise RuntimeError(f"shape '{shape}' is invalid for input of size {numel}")
+        raise RuntimeError(f"shape '{list(hints(shape))}' is invalid for input of size "
+                               f"{hint(numel)}")
     return tuple(shape)
 
 

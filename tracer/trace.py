@@ -6,6 +6,7 @@ derivative rules and autograd.Function backwards are recorded by the same code t
 them eagerly. The backward is derived by running the eager engine (`run_backward`) on the
 traced outputs with new tangent inputs: one source of derivative truth.
 """
+import contextlib
 import dataclasses
 import enum
 import functools
@@ -13,6 +14,7 @@ import gc
 import weakref
 
 from aotgrad.ir.printer import format_graph
+from aotgrad.ir.symbolic import ShapeEnv, SymInt, substitute
 from aotgrad.ir.core import Aval, GraphBuilder, Var, aval_of, current_builder, no_builder
 from aotgrad.runtime import dispatch
 from aotgrad.runtime.engine import (Node, SavedTensorModifiedError, VersionCounter,
@@ -258,6 +260,10 @@ class TraceResult:
     out_is_tensor: list
     retained_args: list
     layout: OutputLayout
+    # a trace with symbolic sizes: its ShapeEnv (guards, specialisations) and, per symbol,
+    # the (flat argument index, dim) it stands for; None and () for a static trace
+    shape_env: object = None
+    symbol_dims: tuple = ()
 
     def __str__(self):
         roles = ", ".join(f"{v.name}={k.value}" + (f"[{x}]" if k is Role.ARG else "")
@@ -283,9 +289,9 @@ class _InputBackward(Node):
         return grads
 
 
-def _arg_proxy(builder, x, i, want_grad):
+def _arg_proxy(builder, x, i, want_grad, aval=None):
     """-> (proxy the function sees, leaf the backward differentiates or None)."""
-    v = builder.add_role_input(aval_of(x._value), f"x{i}", (Role.ARG, i))
+    v = builder.add_role_input(aval or aval_of(x._value), f"x{i}", (Role.ARG, i))
     if not (x.requires_grad and want_grad):
         return Tensor._make(v, False), None
     leaf = Tensor._make(v, True)
@@ -296,10 +302,55 @@ def _arg_proxy(builder, x, i, want_grad):
     return p, leaf
 
 
-def trace(fn, args, kwargs, names=None, want_grad=True):
-    """Trace fn(*args, **kwargs). Raises dispatch.GraphBreak where it needs concrete values."""
+def _symbolic_aval(env, x, i, dims, arg_name, symbol_dims):
+    """The Aval of argument i with a new symbol (made by `env`) for each of `dims`."""
+    a = aval_of(x._value)
+    shape = list(a.shape)
+    for d in dims:
+        s = env.create_symbol(shape[d], f"{arg_name(i)}.size({d})")
+        symbol_dims.append((i, d, s.free_symbols.pop()))
+        shape[d] = s
+    return Aval(tuple(shape), a.dtype)
+
+
+def _pin_sizes(graph, repl):
+    """Rewrite the graph's sizes with the symbols equality guards pinned (ShapeEnv
+    .replacements): `s1` matched against a weight's 8 is 8 in every shape and param."""
+    if not repl:
+        return
+    seen = set()
+    for v in graph.inputs + [o for n in graph.nodes for o in n.outputs]:
+        if id(v) not in seen:
+            seen.add(id(v))
+            v.shape = tuple(substitute(d, repl) for d in v.shape)
+    for n in graph.nodes:
+        n.params = {k: _substitute_param(p, repl) for k, p in n.params.items()}
+
+
+def _substitute_param(p, repl):
+    if isinstance(p, SymInt):
+        return substitute(p, repl)
+    if type(p) in (tuple, list):
+        return type(p)(_substitute_param(x, repl) for x in p)
+    if isinstance(p, slice):
+        return slice(*(_substitute_param(x, repl) for x in (p.start, p.stop, p.step)))
+    return p
+
+
+def trace(fn, args, kwargs, names=None, want_grad=True, symbolic_dims=None):
+    """Trace fn(*args, **kwargs). Raises dispatch.GraphBreak where it needs concrete values.
+    `symbolic_dims`: {flat argument index: dims} whose sizes the trace keeps symbolic (a
+    ShapeEnv records the decisions taken on them as guards)."""
     leaves, in_tree = flatten((tuple(args), dict(kwargs)))
     builder = TraceBuilder(names)
+    names = []
+
+    def arg_name(i):  # (read only when an object is passed: signature() is not free)
+        if not names:
+            from aotgrad.tracer.arg_names import leaf_names
+            names[:] = leaf_names(fn, args, kwargs)
+        return names[i]
+    env, symbol_dims = (ShapeEnv() if symbolic_dims else None), []
     proxies, diff_leaves = [], {}
     first = {}  # id(tensor) -> its first position: the same tensor passed twice is one input
     for i, x in enumerate(leaves):
@@ -308,7 +359,10 @@ def trace(fn, args, kwargs, names=None, want_grad=True):
             if j != i:  # one proxy for both: a write through one is seen through the other
                 proxies.append(proxies[j])
                 continue
-            p, leaf = _arg_proxy(builder, x, i, want_grad)
+            aval = None
+            if symbolic_dims and i in symbolic_dims:
+                aval = _symbolic_aval(env, x, i, symbolic_dims[i], arg_name, symbol_dims)
+            p, leaf = _arg_proxy(builder, x, i, want_grad, aval)
             proxies.append(p)
             if leaf is not None:
                 diff_leaves[i] = leaf
@@ -317,20 +371,13 @@ def trace(fn, args, kwargs, names=None, want_grad=True):
     arg_vars = {i: p._value for i, p in enumerate(proxies) if isinstance(p, Tensor)}
     p_args, p_kwargs = unflatten(in_tree, proxies)
     rng = default_generator.gen.bit_generator.state
-    names = []
-
-    def arg_name(i):  # (read only when an object is passed: signature() is not free)
-        if not names:
-            from aotgrad.tracer.arg_names import leaf_names
-            names[:] = leaf_names(fn, args, kwargs)
-        return names[i]
     state = reads.walk(fn, leaves, arg_name)  # what the function can reach: guards, rollback
     py_rng = side_effects.rng_states()
     on_break = dispatch.on_graph_break(_break_handler)
     prev_grad, _mode.grad_enabled = _mode.grad_enabled, want_grad
     committed = False
     try:
-        with builder:
+        with builder, (env if env is not None else contextlib.nullcontext()):
             with side_effects.watch(side_effects.may_draw(state.names)):
                 outs, out_tree = flatten(fn(*p_args, **p_kwargs))
             _check_flags(proxies, leaves, want_grad)
@@ -410,6 +457,8 @@ def trace(fn, args, kwargs, names=None, want_grad=True):
     if late:
         graph.inputs = graph.inputs[:n_primals] + late + builder.tangents
         n_primals += len(late)
+    if env is not None:
+        _pin_sizes(graph, env.replacements())
     layout = OutputLayout(len(out_vals), len(mutations), sum(g is not None for g in grads),
                           len(written_grads))
     return TraceResult(
@@ -421,7 +470,7 @@ def trace(fn, args, kwargs, names=None, want_grad=True):
         written_grads=[nr for nr, _ in written_grads], out_may_alias=out_may_alias,
         lifted_guards=[(t, v, t.requires_grad) for t, v, _ in lifted],
         identity_guards=reads.walk(fn, leaves, arg_name).guards([t for t, _, _ in lifted]),
-        guard_roots=state.roots, **out_info)
+        guard_roots=state.roots, shape_env=env, symbol_dims=tuple(symbol_dims), **out_info)
 
 
 def _abandon(state, py_rng):

@@ -1,0 +1,165 @@
+"""Dynamic shapes: the API (dynamic=, mark_dynamic/mark_static, cf.stats, explain), the
+policy (which dims become symbols), guards on the relations a trace relied on, and
+compiled == eager over sequences of sizes for a small MLP (interpret backend)."""
+import logging
+
+import numpy as np
+import pytest
+
+import aotgrad
+from aotgrad import nn
+
+
+def _mlp():
+    aotgrad.manual_seed(0)
+    return nn.Sequential(nn.Linear(6, 5), nn.Tanh(), nn.Linear(5, 3))
+
+
+def _check_grads(model, f, x, t):
+    """compiled f(x) and its gradients (x and every parameter) == eager."""
+    model.zero_grad()
+    xc = x.detach().clone().requires_grad_(True)
+    out = f(xc, t)
+    out.backward()
+    grads_c = [p.grad.numpy().copy() for p in model.parameters()]
+    model.zero_grad()
+    xe = x.detach().clone().requires_grad_(True)
+    ref = nn.functional.cross_entropy(model(xe), t)
+    ref.backward()
+    np.testing.assert_allclose(out.detach().numpy(), ref.detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(xc.grad.numpy(), xe.grad.numpy(), rtol=1e-5, atol=1e-6)
+    for gc, p in zip(grads_c, model.parameters()):
+        np.testing.assert_allclose(gc, p.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dynamic", [True, None])
+def test_mlp_one_compile_serves_every_batch(dynamic):
+    model = _mlp()
+
+    @aotgrad.compile(backend="interpret", dynamic=dynamic)
+    def loss_fn(x, t):
+        return nn.functional.cross_entropy(model(x), t)
+
+    for n in (4, 7, 2, 9, 7):
+        x = aotgrad.randn(n, 6)
+        t = aotgrad.randint(0, 3, (n,))
+        _check_grads(model, loss_fn, x, t)
+    # dynamic=True: one trace; None: a static one, then one with the batch dim symbolic
+    assert loss_fn.stats.compiles == (1 if dynamic else 2)
+    assert loss_fn.stats.eager_fallbacks == 0 and loss_fn.stats.cache_hits >= 3
+
+
+def test_ir_prints_symbols():
+    lin = nn.Linear(4, 3)
+    f = aotgrad.compile(lambda x: lin(x).sum(), backend="interpret", dynamic=True)
+    prog = f.ir(aotgrad.randn(5, 4))
+    # (dim 1 met the weight's 4: pinned by its guard)
+    assert "x0: f32[s0,4]" in str(prog.inference) and "f32[s0,3]" in str(prog.inference)
+
+
+def test_automatic_dynamic_makes_exactly_the_changed_dim_symbolic(caplog):
+    @aotgrad.compile(backend="interpret")
+    def f(x, y):
+        return (x * 2).sum(0) + y
+
+    with caplog.at_level(logging.INFO, logger="aotgrad.compiler"):
+        f(aotgrad.randn(3, 4), aotgrad.randn(4))
+        f(aotgrad.randn(5, 4), aotgrad.randn(4))
+    assert f.stats.compiles == 2
+    prog = f.ir(aotgrad.randn(6, 4), aotgrad.randn(4))
+    assert [tuple(map(str, v.shape)) for v in prog.inference.inputs] == [("s0", "4"), ("4",)]
+    assert sum("automatic dynamic" in r.getMessage() for r in caplog.records) == 1
+    for n in (6, 8, 2):
+        x, y = aotgrad.randn(n, 4), aotgrad.randn(4)
+        np.testing.assert_allclose(f(x, y).numpy(), ((x * 2).sum(0) + y).numpy(), rtol=1e-6)
+    assert f.stats.compiles == 2
+    text = aotgrad.explain(f, aotgrad.randn(3, 4), aotgrad.randn(4))
+    assert "automatic dynamic" in text and "x: dim 0" in text and "compiles=2" in text
+
+
+def test_dynamic_false_specialises_and_warns():
+    f = aotgrad.compile(lambda x: x.sin().sum(), backend="interpret", dynamic=False)
+    f(aotgrad.randn(3))
+    with pytest.warns(UserWarning, match="recompiling because"):
+        f(aotgrad.randn(4))
+    assert f.stats.compiles == 2 and f.stats.traces == 2
+
+
+def test_mark_dynamic_and_mark_static():
+    f = aotgrad.compile(lambda x: (x * x).sum(1), backend="interpret")
+    x = aotgrad.randn(3, 5)
+    aotgrad.mark_dynamic(x, 0)
+    prog = f.ir(x)
+    assert tuple(map(str, prog.inference.inputs[0].shape)) == ("s0", "5")
+    assert aotgrad.compiler.mark_dynamic is aotgrad.mark_dynamic
+
+    g = aotgrad.compile(lambda x: (x * x).sum(1), backend="interpret", dynamic=True)
+    y = aotgrad.randn(3, 5)
+    aotgrad.mark_static(y, [1])
+    prog = g.ir(y)
+    assert tuple(map(str, prog.inference.inputs[0].shape)) == ("s0", "5")
+    with pytest.raises(IndexError, match="mark_dynamic"):
+        aotgrad.mark_dynamic(y, 2)
+
+
+def test_guard_on_a_size_branch_recompiles_instead_of_reusing():
+    @aotgrad.compile(backend="interpret", dynamic=True)
+    def f(x):
+        if x.shape[0] % 2 == 0:  # a decision on a size: a guard
+            return x * 2
+        return x * 3
+
+    for n, k in ((4, 2), (6, 2), (5, 3), (8, 2), (7, 3)):
+        x = aotgrad.randn(n)
+        np.testing.assert_allclose(f(x).numpy(), x.numpy() * k, rtol=1e-6)
+    assert f.stats.compiles == 2 and f.stats.guard_failures >= 1
+    assert "shape guards" in aotgrad.explain(f, aotgrad.randn(4))
+
+
+def test_reshape_relation_is_a_guard():
+    f = aotgrad.compile(lambda x: x.reshape(-1, 4).sum(1), backend="interpret", dynamic=True)
+    for n in (8, 12, 20):
+        x = aotgrad.randn(n)
+        np.testing.assert_allclose(f(x).numpy(), x.numpy().reshape(-1, 4).sum(1), rtol=1e-5)
+    assert f.stats.compiles == 1
+    with pytest.raises(RuntimeError, match="invalid for input of size 6"):
+        f(aotgrad.randn(6))  # violates s0 % 4 == 0: traced again, raising as eagerly
+
+
+def test_int_of_a_size_specialises_and_explain_says_so():
+    @aotgrad.compile(backend="interpret", dynamic=True)
+    def f(x):
+        return x.sum() * int(x.shape[0])
+
+    x = aotgrad.randn(3)
+    assert float(f(x)) == pytest.approx(float(x.sum()) * 3, rel=1e-6)
+    assert "specialised: s0 == 3" in aotgrad.explain(f, x)
+    y = aotgrad.randn(4)
+    assert float(f(y)) == pytest.approx(float(y.sum()) * 4, rel=1e-6)
+    assert f.stats.compiles == 2
+
+
+def test_dtype_and_requires_grad_changes_still_recompile():
+    f = aotgrad.compile(lambda x: (x * x).sum(), backend="interpret", dynamic=True)
+    f(aotgrad.randn(3))
+    f(aotgrad.randn(5))
+    assert f.stats.compiles == 1
+    f(aotgrad.randn(3, dtype=aotgrad.float64))
+    assert f.stats.compiles == 2
+    x = aotgrad.randn(4, requires_grad=True)
+    f(x).backward()
+    assert f.stats.compiles == 3
+    np.testing.assert_allclose(x.grad.numpy(), 2 * x.detach().numpy(), rtol=1e-6)
+
+
+def test_sizes_0_and_1_are_static():
+    f = aotgrad.compile(lambda x: x.exp().sum(0), backend="interpret", dynamic=True)
+    for n in (1, 3, 1, 4):
+        x = aotgrad.randn(n, 2)
+        np.testing.assert_allclose(f(x).numpy(), np.exp(x.numpy()).sum(0), rtol=1e-6)
+    assert f.stats.compiles == 2
+
+
+def test_bad_dynamic_value():
+    with pytest.raises(ValueError, match="dynamic"):
+        aotgrad.compile(lambda x: x, dynamic="yes")
