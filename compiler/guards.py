@@ -73,8 +73,8 @@ def _tensor_args_key(args, module):
 _REMEDY = ("If this size changes from call to call (a sequence growing by one token per call, "
            "a last batch of another size), pad it to a fixed length, or raise "
            "cache_size_limit (now {limit}: aotgrad.compiler.cache_size_limit, or the compiled "
-           "function's cache_size_limit attribute); programs generic in their sizes do not "
-           "exist yet.")
+           "function's cache_size_limit attribute), or compile with dynamic=True (or "
+           "aotgrad.mark_dynamic the argument's dim): one program then serves every size.")
 
 
 @dataclasses.dataclass(frozen=True)

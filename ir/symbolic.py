@@ -158,6 +158,17 @@ class SymInt:
     def __pos__(self):
         return self
 
+    def __pow__(self, o):
+        if type(o) is int and o >= 0:
+            out = 1
+            for _ in range(o):
+                out = out * self
+            return out
+        return int(self) ** o  # (a float power of a size: a number; specialise, guarded)
+
+    def __rpow__(self, o):
+        return o ** int(self)
+
     # -- decisions: guarded under a ShapeEnv, structural outside one -------------------
     def _decide(self, op, o, text):
         if isinstance(o, bool) or not isinstance(o, (int, SymInt)):
@@ -549,3 +560,21 @@ def agree(a, b):
         return a == b
     diff = a - b
     return isinstance(diff, SymInt) and _known_sign(diff) is None or diff == 0
+
+
+def slice_indices(sl, n):
+    """`slice.indices(n)` where the length or the bounds may be SymInts (a positive step):
+    (start, stop, step), the clamps decided under the ShapeEnv (guards)."""
+    step = 1 if sl.step is None else sl.step
+    if not isinstance(step, int) or isinstance(step, SymInt) or step <= 0:
+        return sl.indices(int(n)) if not isinstance(step, SymInt) else \
+            slice(sl.start, sl.stop, int(step)).indices(int(n))
+
+    def clamp(v, default):
+        if v is None:
+            return default
+        if v < 0:
+            v = v + n
+            return 0 if v < 0 else v
+        return n if v > n else v
+    return clamp(sl.start, 0), clamp(sl.stop, n), step

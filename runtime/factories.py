@@ -2,6 +2,8 @@
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
+from aotgrad.ir.core import current_builder
+from aotgrad.ir.symbolic import SymInt
 from aotgrad.runtime import device as _device
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.op_base import op
@@ -158,6 +160,8 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
         start, end = 0, start
     vals = tuple(v.item() if isinstance(v, Tensor) else v for v in (start, end, step))
     start, end, step = vals
+    if any(isinstance(v, SymInt) for v in vals) and current_builder() is not None:
+        return _symbolic_arange(start, end, step, dtype, requires_grad)
     if step == 0:
         raise RuntimeError("arange: step must be nonzero")
     if (end - start) * step < 0:
@@ -166,6 +170,24 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
         dtype = dt.float32 if any(isinstance(v, float) for v in vals) else dt.int64
     arr = np.arange(start, end, step, dtype=np.float64).astype(dt.as_dtype(dtype).np)
     return tensor(arr, requires_grad=requires_grad)
+
+
+def _symbolic_arange(start, end, step, dtype, requires_grad):
+    """arange with a symbolic bound while tracing (the causal mask's `arange(T)`): an iota
+    of the symbolic length, scaled and shifted; integer bounds and step only."""
+    if not all(isinstance(v, (int, SymInt)) for v in (start, end, step)) or step == 0:
+        raise RuntimeError("arange: a symbolic size as a bound needs integer bounds and a "
+                           "nonzero integer step")
+    n = (end - start + step - (1 if step > 0 else -1)) // step
+    if n < 0:
+        n = 0
+    dtype = dt.int64 if dtype is None else dt.as_dtype(dtype)
+    out = tp.iota(shape=(n,), dim=0, dtype=dtype)
+    if step != 1:
+        out = out * step
+    if not (isinstance(start, int) and start == 0):
+        out = out + start
+    return out.requires_grad_(requires_grad) if requires_grad else out
 
 
 def linspace(start, end, steps, dtype=None, device=None, requires_grad=False, layout=None):

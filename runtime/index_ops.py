@@ -17,6 +17,7 @@ import math
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
+from aotgrad.ir.symbolic import SymInt, slice_indices
 from aotgrad.runtime.value_checks import checked, type_str
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.elementwise_ops import add, mul, where
@@ -175,7 +176,11 @@ def getitem(x, index):
             start.append(i), limit.append(i + 1), strides.append(1)
             shape_after.append(("drop", None))
         elif isinstance(i, slice):
-            s, e, st = i.indices(n)
+            if isinstance(n, SymInt) or isinstance(i.start, SymInt) or \
+                    isinstance(i.stop, SymInt):
+                s, e, st = slice_indices(i, n)  # symbolic sizes stay symbolic
+            else:
+                s, e, st = i.indices(n)
             if st <= 0:
                 raise ValueError("step must be greater than zero")
             e = builtins.max(e, s)

@@ -487,7 +487,7 @@ def test_growing_sequence_warns_once_naming_argument_dim_and_remedy(monkeypatch)
     import aotgrad.compiler as compiler
     monkeypatch.setattr(compiler, "cache_size_limit", 4)
 
-    @ag.compile(backend="interpret")
+    @ag.compile(backend="interpret", dynamic=False)  # (the default makes the dim symbolic)
     def step(tokens, w):
         return (tokens * w).sum()
     w = ag.ones(1)
