@@ -17,7 +17,7 @@ import numpy as np
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir import special_math
 from aotgrad.ir.core import PRIMS, Aval, PrimError, check, register
-from aotgrad.ir.symbolic import agree, nonnegative
+from aotgrad.ir.symbolic import SymInt, agree, nonnegative, size_le
 from aotgrad.ir.tags import Tag
 from aotgrad.ir.value_checks import ValueCheck
 
@@ -137,8 +137,10 @@ def _slice_rule(x, *, start, limit, strides=None):
           f"start/limit/strides need {x.ndim} entries")
     out = []
     for s, l, st, n in zip(start, limit, strides, x.shape):
-        check(0 <= s <= l <= n and st >= 1, f"slice [{s}:{l}:{st}] out of range for size {n}")
-        out.append(max(0, -(-(l - s) // st)))
+        check(size_le(0, s) and size_le(s, l) and size_le(l, n) and st >= 1,
+              f"slice [{s}:{l}:{st}] out of range for size {n}")
+        d = -(-(l - s) // st)
+        out.append(d if isinstance(d, SymInt) else max(0, d))  # (s <= l: a size is >= 0)
     return Aval(out, x.dtype)
 
 

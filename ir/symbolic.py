@@ -578,3 +578,14 @@ def slice_indices(sl, n):
             return 0 if v < 0 else v
         return n if v > n else v
     return clamp(sl.start, 0), clamp(sl.stop, n), step
+
+
+def size_le(a, b):
+    """`a <= b` for sizes: ints and provable facts as they are; under a ShapeEnv decided (a
+    guard); outside one, True unless provably false (the trace guarded it)."""
+    if _CURRENT.get() is not None or not (isinstance(a, SymInt) or isinstance(b, SymInt)):
+        return a <= b
+    diff = b - a
+    if not isinstance(diff, SymInt):
+        return diff >= 0
+    return _known_sign(diff) != -1

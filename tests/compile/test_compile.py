@@ -439,7 +439,7 @@ def test_memory_budget_trades_saved_bytes_for_recompute():
 def test_cache_size_limit_warns_once_and_runs_eagerly(monkeypatch):
     import aotgrad.compiler as compiler
     monkeypatch.setattr(compiler, "cache_size_limit", 2)
-    cf = ag.compile(lambda x: x * 2, backend="interpret")
+    cf = ag.compile(lambda x: x * 2, backend="interpret", dynamic=False)
     cf(_randn(1))
     cf(_randn(2))
     with pytest.warns(UserWarning, match=r"cache_size_limit \(2\) reached"):
