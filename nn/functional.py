@@ -13,6 +13,7 @@ import warnings
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
+from aotgrad.ir.symbolic import is_static_shape
 from aotgrad.runtime import linalg_ops, ops, shape_ops
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.addmm_ops import addmm
@@ -638,6 +639,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 def causal_mask(l, s=None):
     """A boolean (L, S) mask, True where key j <= query i (what a causal query may see)."""
     s = l if s is None else s
+    if not is_static_shape((l, s)):  # a symbolic length: the mask is computed by the program
+        return ops.le(tp.iota(shape=(l, s), dim=1, dtype=dt.int64),
+                      tp.iota(shape=(l, s), dim=0, dtype=dt.int64))
     return tensor(np.tril(np.ones((l, s), dtype=bool)))
 
 
