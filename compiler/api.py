@@ -227,12 +227,15 @@ class CompiledFunction:
                 log.info("compile(%s): the %s code generator takes no symbolic sizes yet; "
                          "every program is static", self.name, self.backend)
             return None
-        if policy.dynamic is None and self.cache and key not in self.cache:
+        sym = policy.symbolic_dims(leaves)
+        if policy.dynamic is None and self.cache and \
+                (_dynamic.mask_key(key, sym) if sym else key) not in self.cache:
             from aotgrad.tracer.arg_names import leaf_names
             line = policy.note_miss(self.cache, key, leaf_names(self.fn, args, kwargs))
             if line is not None:
                 log.info("compile(%s): %s", self.name, line)
-        return policy.symbolic_dims(leaves)
+                sym = policy.symbolic_dims(leaves)
+        return sym
 
     def _lookup_symbolic(self, args, kwargs, leaves, key, sym):
         """The program for a call with symbolic dims: the first cached for its key whose

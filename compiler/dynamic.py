@@ -168,18 +168,30 @@ class SymbolBinding:
     trace's ShapeEnv, whose guards (relations between symbols, specialisations) must hold."""
     env: object
     define: list
+    _read: object = None
 
     def values(self, leaves):
         """{symbol: value} for a call's flattened arguments, or None where a guard fails."""
-        values = {}
+        read = self._read
+        if read is None:
+            read = self._read = self._make_read()
+        return read(leaves)
+
+    def _make_read(self):
+        """The reading and the guards as one straight-line function (symbols as locals)."""
+        lines = ["def read(leaves):"]
         for i, d, name in self.define:
-            v = leaves[i]._value.shape[d]
-            if v < 2:
-                return None  # 0 and 1 are specialised (a static trace)
-            values[name] = v
-        if not self.env.check(values):
-            return None
-        return values
+            lines += [f"    {name} = leaves[{i}]._value.shape[{d}]",
+                      f"    if {name} < 2:",  # 0 and 1 are specialised (a static trace)
+                      "        return None"]
+        for g in self.env.guards:
+            lines += [f"    if not ({g.source()}):", "        return None"]
+        lines.append("    return {" + ", ".join(f"{name!r}: {name}"
+                                              for _, _, name in self.define) + "}")
+        ns = {}
+        exec(compile("\n".join(lines) + "\n", "<symbol values and shape guards>", "exec"),
+             ns)
+        return ns["read"]
 
 
 def _bare_symbol(s):

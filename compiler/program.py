@@ -32,9 +32,20 @@ def _runner(graph, backend, name, trusted=0, symbols=()):
         from aotgrad.ir.core import evaluate
         # (numpy's reference impls give 0-d results as numpy scalars: a tensor holds arrays)
         if symbols:
-            return (lambda *args: [o if type(o) is np.ndarray else np.asarray(o) for o in
-                                   evaluate(graph, list(args[:-1]),
-                                            dict(zip(symbols, args[-1])))]), None
+            from aotgrad.ir.core import evaluate_params
+            memo = {}  # the symbol values of recent calls -> each node's evaluated params
+
+            def run(*args):
+                vals = args[-1]
+                params = memo.get(vals)
+                if params is None:
+                    if len(memo) >= 16:
+                        memo.clear()
+                    d = dict(zip(symbols, vals))
+                    params = memo[vals] = [evaluate_params(n.params, d) for n in graph.nodes]
+                return [o if type(o) is np.ndarray else np.asarray(o)
+                        for o in evaluate(graph, list(args[:-1]), node_params=params)]
+            return run, None
         return (lambda *args: [o if type(o) is np.ndarray else np.asarray(o)
                                for o in evaluate(graph, list(args))]), None
     from aotgrad.codegen import compile_graph

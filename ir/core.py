@@ -332,13 +332,16 @@ def evaluate_params(params, values):
     return {k: ev(v) for k, v in params.items()}
 
 
-def evaluate(graph, args, values=None):
+def evaluate(graph, args, values=None, node_params=None):
     """Run `graph` with the reference impls; `values`: the symbol values of a graph with
-    symbolic sizes (its params are evaluated with them)."""
+    symbolic sizes (its params are evaluated with them), or `node_params`: each node's
+    params so evaluated already."""
     env = dict(zip(graph.inputs, args))
-    for n in graph.nodes:
+    for i, n in enumerate(graph.nodes):
         try:
             params = n.params if values is None else evaluate_params(n.params, values)
+            if node_params is not None:
+                params = node_params[i]
             outs = n.prim.impl(*[env[v] for v in n.inputs], **params)
         except Exception as e:
             located = located_error(e, n)

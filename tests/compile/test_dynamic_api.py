@@ -163,3 +163,27 @@ def test_sizes_0_and_1_are_static():
 def test_bad_dynamic_value():
     with pytest.raises(ValueError, match="dynamic"):
         aotgrad.compile(lambda x: x, dynamic="yes")
+
+
+def test_data_dependent_shapes_still_break_the_graph():
+    f = aotgrad.compile(lambda x: x[x > 0].sum(), backend="interpret", dynamic=True)
+    x = aotgrad.randn(6)
+    with pytest.warns(UserWarning, match="graph break"):
+        out = f(x)
+    assert float(out) == pytest.approx(float(x.numpy()[x.numpy() > 0].sum()), rel=1e-6)
+    assert f.stats.eager_fallbacks == 1
+
+
+def test_cat_stack_split_with_symbolic_sizes():
+    @aotgrad.compile(backend="interpret", dynamic=True)
+    def f(x, y):
+        z = aotgrad.cat([x, y], 0)             # s0 + s2 rows
+        a, b = z.split([x.shape[0], y.shape[0]], 0)
+        return aotgrad.stack([a.sum(0), b.sum(0)]).sum() + z.mean()
+
+    for n, m in ((3, 4), (5, 2), (6, 7)):
+        x, y = aotgrad.randn(n, 3), aotgrad.randn(m, 3)
+        z = np.concatenate([x.numpy(), y.numpy()])
+        want = x.numpy().sum() + y.numpy().sum() + z.mean()
+        assert float(f(x, y)) == pytest.approx(float(want), rel=1e-5)
+    assert f.stats.compiles == 1
