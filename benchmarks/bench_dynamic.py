@@ -45,7 +45,7 @@ def _step(f, ts):
         t.grad = None
     loss = f(*ts)
     loss.backward()
-    return float(loss)
+    return float(loss.detach())
 
 
 def _per_step(f, ts, reps):

@@ -216,6 +216,17 @@ class Program:
                                            v not in alias and _may_be_readonly(g, v))]
         return c
 
+    def replay_graph(self, saved):
+        """The joint graph a create_graph backward replays with tensor ops: a symbolic
+        program's with its params evaluated at the call's symbol values (kept last among
+        the saved values)."""
+        if self.binding is None:
+            return self.joint
+        from aotgrad.ir.core import Eqn, Graph, evaluate_params
+        values, j = saved[-1], self.joint
+        return Graph(j.inputs, [Eqn(n.prim, n.inputs, n.outputs, evaluate_params(n.params, values),
+                                    n.provenance) for n in j.nodes], j.outputs, j.name)
+
     def run_backward(self, args):
         if self.binding is not None:  # the symbol values, kept after the saved arrays
             n = len(self.forward.outputs) - self.n_fw_outputs

@@ -53,7 +53,8 @@ class CompiledBackward(Node):
         grads = self._materialize(grads)
         if _mode.grad_enabled:  # create_graph: differentiable replay of the joint graph
             inputs = [t if isinstance(t, Tensor) else Tensor._make(t) for t in self._replay]
-            outs = run_graph_with_tensors(p.joint, inputs + list(grads))
+            outs = run_graph_with_tensors(p.replay_graph(self._saved_arrays),
+                                          inputs + list(grads))
             return p.scatter_grads(outs[p.n_fw_outputs:], given)
         args = list(self._saved_arrays) + [g._value for g in grads]
         if profiling._profilers:

@@ -187,3 +187,17 @@ def test_cat_stack_split_with_symbolic_sizes():
         want = x.numpy().sum() + y.numpy().sum() + z.mean()
         assert float(f(x, y)) == pytest.approx(float(want), rel=1e-5)
     assert f.stats.compiles == 1
+
+
+def test_double_backward_through_a_symbolic_program():
+    f = aotgrad.compile(lambda x: (x.sin() * x).mean(), backend="interpret", dynamic=True)
+    for n in (5, 8):
+        x = aotgrad.randn(n, requires_grad=True)
+        g, = aotgrad.autograd.grad(f(x), x, create_graph=True)
+        gg, = aotgrad.autograd.grad(g.sum(), x)
+        xe = x.detach().clone().requires_grad_(True)
+        ge, = aotgrad.autograd.grad((xe.sin() * xe).mean(), xe, create_graph=True)
+        gge, = aotgrad.autograd.grad(ge.sum(), xe)
+        np.testing.assert_allclose(g.detach().numpy(), ge.detach().numpy(), rtol=1e-5)
+        np.testing.assert_allclose(gg.numpy(), gge.numpy(), rtol=1e-5)
+    assert f.stats.compiles == 1
