@@ -10,6 +10,11 @@ largest difference of the loss curve from the same library's eager curve.
 
     python benchmarks/bench_models.py [--steps 50] [--models gpt,lenet] [--quick]
                                       [--torch-compile] [--json out.json]
+    python benchmarks/bench_models.py --profile gpt [--steps 5]
+
+--profile runs aotgrad's compiled step of one model in this process under
+aotgrad.autograd.profiler and prints its kernels and matrix products, slowest first (time,
+shapes, fused nodes, GB/s, GFLOP/s).
 """
 import argparse
 import json
@@ -61,6 +66,33 @@ def _worker(model_name, system, steps, quick, threads):
                 step_ms=1e3 * later[len(later) // 2], losses=losses)
 
 
+def _profile(model_name, steps, quick, threads):
+    """The compiled step's kernels and products under the profiler, slowest first."""
+    sys.path.insert(0, HERE)
+    import aotgrad as M
+    from aotgrad.autograd import profiler
+    from models import build
+    M.set_num_threads(threads)
+    model, opt, batches = build(M, model_name, quick, steps=4)
+
+    @M.compile
+    def step(x, y):
+        opt.zero_grad()
+        loss = model(x, y)
+        loss.backward()
+        opt.step()
+        return loss
+    for i in range(3):                       # compile, and a warm call
+        step(*batches[i % len(batches)])
+    M.codegen.wait_for_parallel_kernels(600)
+    with profiler.profile() as prof:
+        for i in range(steps):
+            step(*batches[i % len(batches)])
+    print(f"{model_name}: compiled step, {steps} steps, load {os.getloadavg()[0]:.2f}")
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30,
+                                    max_name_column_width=60))
+
+
 def _run(model_name, system, args, cache):
     env = dict(os.environ, AOTGRAD_CACHE_DIR=cache, PYTHONUNBUFFERED="1")
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", model_name, system,
@@ -82,7 +114,11 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--torch-compile", action="store_true")
     ap.add_argument("--json")
+    ap.add_argument("--profile", metavar="MODEL")
     args = ap.parse_args(argv)
+    if args.profile:
+        _profile(args.profile, args.steps, args.quick, args.threads)
+        return 0
     if args.worker:
         print(MARK + json.dumps(_worker(*args.worker, args.steps, args.quick, args.threads)))
         return 0
