@@ -110,7 +110,8 @@ class _Reducer:
     the compiler's guards do not look into objects without a __dict__.)"""
     __slots__ = ("pg", "params", "names", "buckets", "where", "views", "find_unused",
                  "as_view", "ddp", "unused_at_forward", "active", "ready", "next_bucket",
-                 "locally_used", "last_wait_s")
+                 "locally_used", "last_wait_s", "comm_hook", "comm_state", "static",
+                 "static_used", "divisor")
 
     def __init__(self, ddp, params, names, buckets):
         self.pg = ddp.process_group
@@ -122,6 +123,13 @@ class _Reducer:
                 self.where[index] = (bucket, k)
                 self.views[index] = bucket.view(k, params[index].shape)
         self.find_unused = ddp.find_unused_parameters
+        # static_graph: the first iteration finds the unused parameters (as
+        # find_unused_parameters does); later iterations reuse what it found
+        self.static = ddp.static_graph
+        self.static_used = None       # which parameters some rank used, once learned
+        self.comm_hook = None         # register_comm_hook's hook(state, bucket) -> Future
+        self.comm_state = None
+        self.divisor = None           # the ranks' count the average divides by (None: all)
         self.as_view = ddp.gradient_as_bucket_view
         self.ddp = weakref.ref(ddp)
         self.unused_at_forward = ()   # indices the last forward's graph does not reach
@@ -132,6 +140,11 @@ class _Reducer:
         # seconds the last reduction blocked the backward, waiting for its buckets: the
         # communication the backward did not hide
         self.last_wait_s = 0.0
+
+    @property
+    def searches_unused(self):
+        """Whether this iteration looks for parameters its forward did not use."""
+        return self.find_unused or (self.static and self.static_used is None)
 
     def start_backward(self):
         self.active = True
@@ -179,34 +192,86 @@ class _Reducer:
         bucket.pending -= 1
         while self.next_bucket < len(self.buckets) and \
                 self.buckets[self.next_bucket].pending == 0:
-            b = self.buckets[self.next_bucket]
-            b.work = dist.all_reduce(Tensor._make(b.buffer, False), group=self.pg,
-                                     async_op=True)
+            self.start_bucket(self.next_bucket)
             self.next_bucket += 1
         for b in self.buckets[:self.next_bucket]:   # MPI progresses inside MPI calls only
-            b.work.is_completed()
+            b.work.done() if self.comm_hook is not None else b.work.is_completed()
         if self.next_bucket == len(self.buckets):
             self.finish()
 
+    def start_bucket(self, i):
+        """Start bucket i's reduction: the all-reduce, or the registered comm hook's."""
+        from aotgrad import distributed as dist
+        from aotgrad.distributed.grad_bucket import GradBucket
+        b = self.buckets[i]
+        buffer = Tensor._make(b.buffer, False)
+        if self.comm_hook is None:
+            b.work = dist.all_reduce(buffer, group=self.pg, async_op=True)
+            return
+        grads = [Tensor._make(self.views[index], False) for index in b.params]
+        bucket = GradBucket(i, buffer, grads, [self.params[index] for index in b.params],
+                            i == len(self.buckets) - 1)
+        b.work = self.comm_hook(self.comm_state, bucket)
+        if not hasattr(b.work, "wait") or not hasattr(b.work, "done"):
+            raise TypeError(f"DistributedDataParallel: the communication hook must return a "
+                            f"Future (aotgrad.futures.Future), got {type(b.work).__name__}")
+
+    def wait_bucket(self, b):
+        """Wait for bucket b's reduction; its averaged gradients are then in b.buffer."""
+        if self.comm_hook is None:
+            b.work.wait()
+            return
+        result = b.work.wait()
+        value = getattr(result, "_value", None)
+        if not isinstance(value, np.ndarray) or value.size != b.buffer.size:
+            raise ValueError(f"DistributedDataParallel: the communication hook's future must "
+                             f"hold a tensor of the bucket's {b.buffer.size} elements, got "
+                             f"{result!r}")
+        if value is not b.buffer:
+            np.copyto(b.buffer, value.reshape(b.buffer.shape))
+
+    def used_by_some_rank(self):
+        """Per parameter: did any rank's forward use it (an all-reduce of the local flags)?
+        None when this iteration does not search (every parameter counts as used)."""
+        from aotgrad import distributed as dist
+        if self.static and self.static_used is not None:
+            return self.static_used
+        if not self.searches_unused:
+            return None
+        counts = Tensor._make(self.locally_used.copy(), False)
+        dist.all_reduce(counts, group=self.pg)
+        used = counts._value
+        if self.static:
+            self.static_used = used
+        return used
+
     def finish(self):
         """Wait for every bucket, average, and write the gradients back."""
-        from aotgrad import distributed as dist
         start = time.perf_counter()
         for bucket in self.buckets:
-            bucket.work.wait()
+            self.wait_bucket(bucket)
         self.last_wait_s = time.perf_counter() - start
-        size = self.pg.size()
-        used = None
-        if self.find_unused:   # a parameter no rank used keeps its .grad as it was
-            counts = Tensor._make(self.locally_used.copy(), False)
-            dist.all_reduce(counts, group=self.pg)
-            used = counts._value
+        size = self.pg.size() if self.divisor is None else self.divisor
+        used = self.used_by_some_rank()   # a parameter no rank used keeps its .grad
         for bucket in self.buckets:
-            np.divide(bucket.buffer, size, out=bucket.buffer)
+            if self.comm_hook is None:    # (a hook averages itself)
+                np.divide(bucket.buffer, size, out=bucket.buffer)
             for index in bucket.params:
                 if used is None or used[index]:
                     self._write_grad(self.params[index], self.views[index])
         self.active = False
+
+    def shadow(self):
+        """A joined rank's part of one iteration of the others' reduction (Join): every
+        bucket's all-reduce (or comm hook) on zeros, in order; its gradients stay."""
+        for bucket in self.buckets:
+            bucket.buffer[...] = 0
+        for i in range(len(self.buckets)):
+            self.start_bucket(i)
+        for bucket in self.buckets:
+            self.wait_bucket(bucket)
+        self.locally_used[:] = 0
+        self.used_by_some_rank()
 
     def _write_grad(self, param, averaged):
         grad = param._grad
@@ -246,7 +311,12 @@ class DistributedDataParallel(Module):
     does not use on some ranks (their gradient counts as zero there; a parameter no rank used
     keeps its `.grad`); without it such a parameter is an error at the next forward, as in
     PyTorch. `gradient_as_bucket_view=True` makes each `.grad` a view of its bucket (no copy
-    back after the reduction). The state dict is the module's under the prefix `module.`.
+    back after the reduction). `static_graph=True` promises the same graph every iteration:
+    the first iteration finds the parameters the forward leaves unused (as
+    find_unused_parameters does), and later iterations reuse that without searching (so the
+    forward of a compiled whole step traces through). `register_comm_hook(state, hook)`
+    replaces the buckets' all-reduce; `with Join([ddp]):` (or `ddp.join()`) trains on
+    uneven inputs. The state dict is the module's under the prefix `module.`.
     """
 
     def __init__(self, module, device_ids=None, output_device=None, dim=0,
@@ -258,10 +328,6 @@ class DistributedDataParallel(Module):
         if device_ids not in (None, [], ["cpu"]) or output_device not in (None, "cpu"):
             raise ValueError("DistributedDataParallel: device_ids and output_device must be None "
                              "for a CPU module")
-        if static_graph:
-            raise NotImplementedError("DistributedDataParallel(static_graph=True) is not "
-                                      "supported; use find_unused_parameters=True for graphs "
-                                      "that leave parameters unused")
         inner = module if isinstance(module, Module) else getattr(module, "module", None)
         if not isinstance(inner, Module):
             raise TypeError(f"DistributedDataParallel: module must be an nn.Module or a module "
@@ -273,6 +339,9 @@ class DistributedDataParallel(Module):
         self.process_group = default_group(process_group)
         self.dim, self.broadcast_buffers = dim, broadcast_buffers
         self.find_unused_parameters = find_unused_parameters
+        self.static_graph = bool(static_graph)
+        from aotgrad.distributed.algorithms.join import JoinConfig
+        self._join_config = JoinConfig.construct_disabled_join_config()
         self.gradient_as_bucket_view = gradient_as_bucket_view
         self.bucket_cap_mb = 25 if bucket_cap_mb is None else bucket_cap_mb
         self.require_backward_grad_sync = True
@@ -302,15 +371,16 @@ class DistributedDataParallel(Module):
                     f"DistributedDataParallel: rank {self.process_group.rank()}'s module "
                     f"differs from rank {r}'s: {diff[0]} here, {diff[1]} there")
 
-    def _sync_module_states(self):
-        """The parameters and buffers of the group's first rank everywhere."""
+    def _sync_module_states(self, src=None):
+        """The parameters and buffers of rank `src` (default: the group's first rank)
+        everywhere."""
         from aotgrad import distributed as dist
+        src = self.process_group.ranks[0] if src is None else src
         states = [p for _, p in self.module.named_parameters()]
         if self.broadcast_buffers:
             states += [b for _, b in self.module.named_buffers() if b is not None]
         with no_grad():
-            works = [dist.broadcast(t, self.process_group.ranks[0],
-                                     group=self.process_group, async_op=True)
+            works = [dist.broadcast(t, src, group=self.process_group, async_op=True)
                      for t in states]
             for w in works:
                 w.wait()
@@ -325,21 +395,80 @@ class DistributedDataParallel(Module):
             for w in works:
                 w.wait()
 
+    def _set_static_graph(self):
+        """static_graph=True after construction (before the first iteration)."""
+        self.static_graph = self.reducer.static = True
+
+    def register_comm_hook(self, state, hook):
+        """hook(state, bucket) replaces the all-reduce of each bucket (a GradBucket): it
+        returns a Future whose value is a tensor of the bucket's size holding the bucket's
+        final (averaged) gradients. See aotgrad.distributed.algorithms.ddp_comm_hooks
+        (allreduce_hook, fp16_compress_hook, bf16_compress_hook). Once, before the first
+        backward."""
+        if not callable(hook):
+            raise TypeError(f"DistributedDataParallel.register_comm_hook: hook must be "
+                            f"callable, got {type(hook).__name__}")
+        if self.reducer.comm_hook is not None:
+            raise RuntimeError("register_comm_hook or register_builtin_comm_hook can only be "
+                               "called once.")
+        if self.reducer.active:
+            raise RuntimeError("register_comm_hook must be called before the first backward "
+                               "pass that reduces gradients")
+        self.reducer.comm_hook, self.reducer.comm_state = hook, state
+
+    # ---- Join (uneven inputs): DDP is a joinable ---------------------------------------
+    def join(self, divide_by_initial_world_size=True, enable=True,
+             throw_on_early_termination=False):
+        """`with ddp.join():` is `with Join([ddp], ...)`."""
+        from aotgrad.distributed.algorithms.join import Join
+        return Join([self], enable, throw_on_early_termination,
+                    divide_by_initial_world_size=divide_by_initial_world_size)
+
+    def join_hook(self, **kwargs):
+        return _DDPJoinHook(self, kwargs.get("divide_by_initial_world_size", True))
+
+    @property
+    def join_device(self):
+        from aotgrad.runtime.device import device
+        return device("cpu")
+
+    @property
+    def join_process_group(self):
+        return self.process_group
+
+    def _has_buffers(self):
+        return self.broadcast_buffers and any(
+            b is not None for _, b in self.module.named_buffers())
+
+    def _join_iteration(self):
+        """Under Join: count this rank as training, then agree with the joined ranks on
+        whether this iteration's backward reduces (no_sync) and by how many to divide."""
+        from aotgrad import distributed as dist
+        from aotgrad.distributed.algorithms.join import Join
+        Join.notify_join_context(self)
+        flags = Tensor._make(np.array([int(self.require_backward_grad_sync), 1], np.int64),
+                             False)
+        dist.all_reduce(flags, group=self.process_group)
+        if not self._join_divides_by_world:
+            self.reducer.divisor = int(flags._value[1])
+
     def forward(self, *inputs, **kwargs):
         tracing = current_builder() is not None
         if not tracing:   # (under a trace: the reduction state is no value of the program)
             self.reducer.check_finished()
-        has_buffers = self.broadcast_buffers and any(
-            b is not None for _, b in self.module.named_buffers())
-        if tracing and (has_buffers or self.find_unused_parameters):
+        has_buffers = self._has_buffers()
+        if tracing and (has_buffers or self.reducer.searches_unused or
+                        self._join_config.enable):
             dispatch.graph_break(dispatch.describe_break(
                 "DistributedDataParallel.forward communicates on every call (buffer "
-                "broadcast, or the unused-parameter search): compile the module inside it "
-                "instead, DistributedDataParallel(aotgrad.compile(model))"), None)
+                "broadcast, the unused-parameter search, or Join): compile the module "
+                "inside it instead, DistributedDataParallel(aotgrad.compile(model))"), None)
+        if self._join_config.enable:
+            self._join_iteration()
         if has_buffers and self.process_group.size() > 1:
             self._sync_buffers()
         out = self._call_module(*inputs, **kwargs)
-        if self.find_unused_parameters and _grad_mode.grad_enabled and not tracing and \
+        if self.reducer.searches_unused and _grad_mode.grad_enabled and not tracing and \
                 self.require_backward_grad_sync:
             reached = _leaves_reached(_output_tensors(out, []))
             self.reducer.unused_at_forward = [i for i, p in enumerate(self.reducer.params)
@@ -357,7 +486,40 @@ class DistributedDataParallel(Module):
         finally:
             self.require_backward_grad_sync = old
 
+    _join_divides_by_world = True
+
     def extra_repr(self):
         return (f"bucket_cap_mb={self.bucket_cap_mb}, "
                 f"find_unused_parameters={self.find_unused_parameters}, "
                 f"buckets={len(self.reducer.buckets)}")
+
+
+class _DDPJoinHook:
+    """DDP's part of Join: a joined rank shadows each iteration of the ranks still training
+    (their buffer broadcast, the no_sync agreement, the buckets' all-reduces with zero
+    gradients) and, at the end, takes the parameters of the last rank to join."""
+
+    def __init__(self, ddp, divide_by_initial_world_size):
+        self.ddp = ddp
+        ddp._join_divides_by_world = bool(divide_by_initial_world_size)
+
+    def main_hook(self):
+        from aotgrad import distributed as dist
+        ddp = self.ddp
+        if ddp._has_buffers() and ddp.process_group.size() > 1:
+            ddp._sync_buffers()
+        flags = Tensor._make(np.zeros(2, np.int64), False)
+        dist.all_reduce(flags, group=ddp.process_group)
+        if flags._value[0] > 0:     # the others' backward reduces this iteration
+            ddp.reducer.shadow()
+
+    def post_hook(self, is_last_joiner):
+        """Every rank takes the parameters and buffers of the last rank to join (its
+        optimizer ran the most steps)."""
+        from aotgrad import distributed as dist
+        ddp = self.ddp
+        pg = ddp.process_group
+        mine = Tensor._make(np.array([pg.rank() if is_last_joiner else -1], np.int64), False)
+        dist.all_reduce(mine, op=dist.ReduceOp.MAX, group=pg)
+        ddp._sync_module_states(src=pg.ranks[int(mine._value[0])])
+        ddp.reducer.divisor = None
