@@ -54,6 +54,9 @@ class ProcessGroup:
         self.comm = comm
         self.timeout = timeout
         self.ranks = list(ranks)
+        # operations compiled programs started and have not waited for yet:
+        # id(array) -> (MPI request, array) (distributed/program_collectives.py)
+        self.program_requests = {}
 
     def group_rank(self, global_rank):
         """The rank in this group of the process with rank `global_rank` in the default

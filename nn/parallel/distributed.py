@@ -13,6 +13,7 @@ the hook waits for all of them, divides by the world size and writes the average
 shards.
 """
 import contextlib
+import itertools
 import time
 import weakref
 
@@ -103,6 +104,57 @@ def _leaves_reached(outputs):
     return leaves
 
 
+class _TracedReduction:
+    """One traced backward's reduction (the reducer's eager state stays untouched): the
+    traced gradients as they arrive, and the started buckets."""
+
+    def __init__(self, reducer, builder):
+        self.reducer, self.builder = reducer, builder
+        self.grads = {}               # param index -> its traced gradient (None: zero)
+        self.pending = [len(b.params) for b in reducer.buckets]
+        self.started = []             # per started bucket: the traced array in flight
+        self.next_bucket = 0
+        for index in reducer.unused_at_forward:   # (static_graph's learned set)
+            self.ready(index, None)
+
+    def ready(self, index, grad):
+        r = self.reducer
+        self.grads[index] = grad
+        bucket, _ = r.where[index]
+        self.pending[r.buckets.index(bucket)] -= 1
+        while self.next_bucket < len(r.buckets) and self.pending[self.next_bucket] == 0:
+            self.start(self.next_bucket)
+            self.next_bucket += 1
+
+    def start(self, i):
+        from aotgrad.ir import prims
+        from aotgrad.runtime.join_ops import cat
+        from aotgrad.runtime.tprims import zeros
+        r = self.reducer
+        b = r.buckets[i]
+        with no_grad():
+            parts = []
+            for index in b.params:
+                g, p = self.grads[index], r.params[index]
+                parts.append(zeros((p.numel(),), p.dtype) if g is None else g.reshape(-1))
+            flat = cat(parts) if len(parts) > 1 else parts[0]
+            self.started.append(dispatch.apply(prims.collective_start, flat,
+                                               call=r.program_call(i)))
+
+    def averaged(self):
+        """(param index, its averaged gradient) for every parameter some rank used."""
+        from aotgrad.ir import prims
+        r = self.reducer
+        used = r.static_used   # (None unless static_graph learned it: all are used)
+        for i, (b, started) in enumerate(zip(r.buckets, self.started)):
+            avg = dispatch.apply(prims.collective_wait, started, call=r.program_call(i))
+            for k, index in enumerate(b.params):
+                if used is not None and not used[index]:
+                    continue
+                start, stop = b.slices[k]
+                yield index, avg[start:stop].reshape(r.params[index].shape)
+
+
 class _Reducer:
     """The per-backward state of the gradient all-reduce: which parameters are ready, the next
     bucket to start, the bucket works in flight. (Slots: this state changes with every
@@ -111,7 +163,7 @@ class _Reducer:
     __slots__ = ("pg", "params", "names", "buckets", "where", "views", "find_unused",
                  "as_view", "ddp", "unused_at_forward", "active", "ready", "next_bucket",
                  "locally_used", "last_wait_s", "comm_hook", "comm_state", "static",
-                 "static_used", "divisor")
+                 "static_used", "divisor", "traced", "calls")
 
     def __init__(self, ddp, params, names, buckets):
         self.pg = ddp.process_group
@@ -130,6 +182,8 @@ class _Reducer:
         self.comm_hook = None         # register_comm_hook's hook(state, bucket) -> Future
         self.comm_state = None
         self.divisor = None           # the ranks' count the average divides by (None: all)
+        self.traced = None            # the reduction of a backward being traced
+        self.calls = None             # per bucket: the CollectiveCall compiled programs run
         self.as_view = ddp.gradient_as_bucket_view
         self.ddp = weakref.ref(ddp)
         self.unused_at_forward = ()   # indices the last forward's graph does not reach
@@ -165,11 +219,7 @@ class _Reducer:
         param = self.params[index]
         grad = param._grad
         if not isinstance(grad._value, np.ndarray):
-            dispatch.graph_break(dispatch.describe_break(
-                "DistributedDataParallel's gradient all-reduce inside a compiled function "
-                "(collectives run between compiled programs: compile the module, "
-                "DistributedDataParallel(aotgrad.compile(model)), and call backward() and "
-                "the optimizer outside)"), grad)
+            return self.traced_hook(index, grad)
         if not self.active:
             self.start_backward()
         if self.ready[index]:
@@ -198,6 +248,54 @@ class _Reducer:
             b.work.done() if self.comm_hook is not None else b.work.is_completed()
         if self.next_bucket == len(self.buckets):
             self.finish()
+
+    # ---- a backward traced by aotgrad.compile (a compiled whole training step) ----------
+    def traced_hook(self, index, grad):
+        """The hook inside a traced backward: the program gets each bucket's all-reduce as
+        a step. A bucket's `collective_start` is recorded right after its last gradient (so
+        the all-reduce travels while the program computes the rest of the backward), and
+        once every bucket has started, the `collective_wait`s and the averaged gradients
+        written into `.grad` (which the rest of the step, the optimizer, reads)."""
+        from aotgrad.runtime.grad_accumulation import note_grad_write
+        builder = current_builder()
+        why = None
+        if self.comm_hook is not None:
+            why = "a communication hook (register_comm_hook) runs eagerly only"
+        elif self.as_view:
+            why = "gradient_as_bucket_view=True keeps .grad in the eager buckets"
+        elif self.divisor is not None:
+            why = "Join's per-iteration divisor is eager state"
+        if why is not None:
+            dispatch.graph_break(dispatch.describe_break(
+                f"DistributedDataParallel's gradient all-reduce in a compiled step: {why}"),
+                grad)
+        state = self.traced
+        if state is None or state.builder is not builder:
+            state = self.traced = _TracedReduction(self, builder)
+        if index in state.grads:
+            raise RuntimeError(
+                f"DistributedDataParallel: parameter {self.names[index]} received its gradient "
+                f"twice in one backward pass (a reentrant backward or a second backward "
+                f"through the same forward is not supported)")
+        state.ready(index, grad)
+        if state.next_bucket == len(self.buckets):
+            self.traced = None
+            with no_grad():
+                for index, g in state.averaged():
+                    param = self.params[index]
+                    note_grad_write(param)
+                    param._grad = g
+
+    def program_call(self, i):
+        """Bucket i's CollectiveCall (one per bucket: programs never merge two of them)."""
+        if self.calls is None:
+            from aotgrad.distributed.program_collectives import average_call
+            ddp = self.ddp()
+            self.calls = [average_call(
+                self.pg, f"DDP {ddp._serial} bucket {i}: all-reduce (average) of "
+                         f"{b.buffer.size} elements over ranks {self.pg.ranks}")
+                for i, b in enumerate(self.buckets)]
+        return self.calls[i]
 
     def start_bucket(self, i):
         """Start bucket i's reduction: the all-reduce, or the registered comm hook's."""
@@ -243,6 +341,9 @@ class _Reducer:
         used = counts._value
         if self.static:
             self.static_used = used
+            ddp = self.ddp()
+            if ddp is not None:   # (a value of the module, which compiled steps guard on)
+                ddp._static_graph_learned = True
         return used
 
     def finish(self):
@@ -301,6 +402,21 @@ class _Reducer:
             f"receive grad for rank {self.pg.rank()}: {', '.join(missing)}")
 
 
+class _ReadyHook:
+    """A parameter's post-accumulate-grad hook: its gradient is ready for its bucket.
+    `records_into_trace`: inside a traced backward it records the bucket's all-reduce as
+    steps of the compiled program (see _Reducer.traced_hook), rather than breaking the
+    graph as other hooks do."""
+    __slots__ = ("reducer", "index")
+    records_into_trace = True
+
+    def __init__(self, reducer, index):
+        self.reducer, self.index = reducer, index
+
+    def __call__(self, _param):
+        self.reducer.hook(self.index)
+
+
 class DistributedDataParallel(Module):
     """torch.nn.parallel.DistributedDataParallel on aotgrad.distributed (MPI).
 
@@ -340,6 +456,8 @@ class DistributedDataParallel(Module):
         self.dim, self.broadcast_buffers = dim, broadcast_buffers
         self.find_unused_parameters = find_unused_parameters
         self.static_graph = bool(static_graph)
+        self._static_graph_learned = False
+        self._serial = next(DistributedDataParallel._instances)
         from aotgrad.distributed.algorithms.join import JoinConfig
         self._join_config = JoinConfig.construct_disabled_join_config()
         self.gradient_as_bucket_view = gradient_as_bucket_view
@@ -356,8 +474,8 @@ class DistributedDataParallel(Module):
         object.__setattr__(self, "reducer", _Reducer(self, params, [n for n, _ in named],
                                                      buckets))
         reducer = self.reducer
-        self._hook_handles = [p.register_post_accumulate_grad_hook(
-            lambda _p, i=i: reducer.hook(i)) for i, p in enumerate(params)]
+        self._hook_handles = [p.register_post_accumulate_grad_hook(_ReadyHook(reducer, i))
+                              for i, p in enumerate(params)]
 
     def _check_same_parameters(self, named):
         """Every rank must hold the same parameters (names, shapes, dtypes, order)."""
@@ -457,7 +575,11 @@ class DistributedDataParallel(Module):
         if not tracing:   # (under a trace: the reduction state is no value of the program)
             self.reducer.check_finished()
         has_buffers = self._has_buffers()
-        if tracing and (has_buffers or self.reducer.searches_unused or
+        # (read here by name, so that a compiled step traces again once static_graph has
+        # learned the unused parameters: from then on the forward does not communicate)
+        searching = self.find_unused_parameters or \
+            (self.static_graph and not self._static_graph_learned)
+        if tracing and (has_buffers or searching or
                         self._join_config.enable):
             dispatch.graph_break(dispatch.describe_break(
                 "DistributedDataParallel.forward communicates on every call (buffer "
@@ -468,7 +590,7 @@ class DistributedDataParallel(Module):
         if has_buffers and self.process_group.size() > 1:
             self._sync_buffers()
         out = self._call_module(*inputs, **kwargs)
-        if self.reducer.searches_unused and _grad_mode.grad_enabled and not tracing and \
+        if searching and _grad_mode.grad_enabled and not tracing and \
                 self.require_backward_grad_sync:
             reached = _leaves_reached(_output_tensors(out, []))
             self.reducer.unused_at_forward = [i for i, p in enumerate(self.reducer.params)
@@ -487,6 +609,7 @@ class DistributedDataParallel(Module):
             self.require_backward_grad_sync = old
 
     _join_divides_by_world = True
+    _instances = itertools.count()   # numbers the instances, for their programs' steps
 
     def extra_repr(self):
         return (f"bucket_cap_mb={self.bucket_cap_mb}, "

@@ -289,39 +289,61 @@ def check_ddp_case(dtype, opt_kind, bucket_cap_mb, mode, steps=3):
     return ddp
 
 
-def check_whole_step_compiled(dtype):
-    """A compiled whole step of a DDP model: the all-reduce is a graph break (it runs
-    eagerly, with a warning naming it), and the result is eager's."""
+def check_whole_step_compiled(dtype, opt_kind, bucket_cap_mb, backend="interpret", steps=3,
+                              static=False):
+    """A compiled whole training step of a DDP model (zero_grad, forward, backward, optimizer
+    step in one program): the program all-reduces each bucket as a step of its own (started
+    after the bucket's last gradient, waited for before the optimizer), with no graph break,
+    and N steps equal one process on the whole batch. static=True: rank 1 leaves `extra`
+    unused; static_graph's first iteration, run eagerly before the compiled steps, learns
+    it (a compiled function whose first call breaks the graph stays eager for that key)."""
     r, k = dist.get_rank(), dist.get_world_size()
-    ref, mine = make_net(dtype, 0), make_net(dtype, 0)
-    ddp = DDP(mine)
-    ref_opt, opt = make_opt("sgd", ref.parameters()), make_opt("sgd", ddp.parameters())
+    ref, mine = make_net(dtype, 1, static), make_net(dtype, 1 + r, static)
+    ddp = DDP(mine, bucket_cap_mb=bucket_cap_mb, static_graph=static)
+    ref_opt, opt = make_opt(opt_kind, ref.parameters()), make_opt(opt_kind, ddp.parameters())
 
-    def step(x, y):
+    def step(x, y, use_extra):
         opt.zero_grad()
-        loss = LOSS(ddp(x), y)
+        loss = LOSS(ddp(x, use_extra=use_extra), y)
         loss.backward()
         opt.step()
         return loss
 
-    compiled = aotgrad.compile(step, backend="interpret")
-    for s in range(2):
-        x, y = batch(dtype, 4 * k, seed=s)
+    compiled = aotgrad.compile(step, backend=backend)
+    what = f"({opt_kind}, {dtype.name}, bucket {bucket_cap_mb}, {backend}, static {static})"
+    for s in range(steps):
+        x, y = batch(dtype, 4 * k, seed=60 + s)
         ref_opt.zero_grad()
-        LOSS(ref(x), y).backward()
+        total = sum(LOSS(ref(x[q * 4:(q + 1) * 4], use_extra=not static or q != 1),
+                         y[q * 4:(q + 1) * 4]) for q in range(k)) / k
+        total.backward()
         ref_opt.step()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            compiled(x[r * 4:(r + 1) * 4], y[r * 4:(r + 1) * 4])
-        if s == 0:
-            # the graph break names the reducer's hooks (a backward inside the compiled
-            # function reaches DDP's post-accumulate-grad hooks, which run eagerly only)
-            assert any("DistributedDataParallel" in str(w.message) or
-                       "post-accumulate-grad hook" in str(w.message) for w in caught), \
-                [str(w.message) for w in caught]
+            (step if static and s == 0 else compiled)(
+                x[r * 4:(r + 1) * 4], y[r * 4:(r + 1) * 4], not static or r != 1)
+        breaks = [str(w.message) for w in caught if "graph break" in str(w.message)]
+        assert not breaks, (s, breaks)
+        for name, g in grads_of(ref).items():
+            close(grads_of(mine)[name], g, dtype, f"grad {name} step {s} of a compiled step "
+                                                  f"{what}")
     for (name, p), q in zip(ref.named_parameters(), mine.parameters()):
         close(q.detach().numpy(), p.detach().numpy(), dtype,
-              f"param {name} after a compiled whole step")
+              f"param {name} after {steps} compiled whole steps {what}")
+    assert compiled.eager_calls == 0 and compiled.n_traces >= 1, compiled.eager_calls
+    if bucket_cap_mb is not None and bucket_cap_mb < 1e-3:
+        # the program's steps: each bucket's start right after its gradients, all waits
+        # after the last start (the backward's remaining work runs between them)
+        x, y = batch(dtype, 4 * k, seed=60)
+        text = str(compiled.ir(x[r * 4:(r + 1) * 4], y[r * 4:(r + 1) * 4],
+                               not static or r != 1))
+        lines = text.splitlines()
+        starts = [i for i, line in enumerate(lines) if "prims.collective_start" in line]
+        waits = [i for i, line in enumerate(lines) if "prims.collective_wait" in line]
+        products = [i for i, line in enumerate(lines) if "dot_general" in line and " bw" in line]
+        assert len(starts) == len(waits) == len(ddp.reducer.buckets), (starts, waits)
+        assert max(starts) < min(waits), (starts, waits)
+        assert starts[0] < max(products), "the first bucket starts after the whole backward"
 
 
 def check_no_sync(dtype):
@@ -389,7 +411,11 @@ def check_ddp():
     for dtype in (aotgrad.float64, aotgrad.float32):
         check_ddp_case(dtype, "adamw", 1e-3, "compiled")
     check_ddp_case(aotgrad.float64, "sgd", 1e-3, "compile_ddp")
-    check_whole_step_compiled(aotgrad.float64)
+    for dtype in (aotgrad.float64, aotgrad.float32):
+        for opt_kind in ("sgd", "adamw"):
+            check_whole_step_compiled(dtype, opt_kind, 1e-4)
+    check_whole_step_compiled(aotgrad.float64, "sgd", 1000)   # one bucket
+    check_whole_step_compiled(aotgrad.float64, "adamw", 1e-4, static=True)
     check_no_sync(aotgrad.float64)
     for as_view, compiled in ((False, False), (True, True)):
         check_unused_on_one_rank(aotgrad.float64, as_view, compiled)
