@@ -57,6 +57,7 @@ class ProcessGroup:
         # operations compiled programs started and have not waited for yet:
         # id(array) -> (MPI request, array) (distributed/program_collectives.py)
         self.program_requests = {}
+        self.program_wait_s = 0.0   # seconds compiled programs have blocked in those waits
 
     def group_rank(self, global_rank):
         """The rank in this group of the process with rank `global_rank` in the default

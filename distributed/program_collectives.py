@@ -5,6 +5,8 @@ whose start and wait are non-blocking MPI operations on the group's communicator
 on a copy of the input, divided by the group's size when waited for). Each start also tests
 the requests still in flight, since MPI moves a message on only inside MPI calls.
 """
+import time
+
 import numpy as np
 
 from aotgrad.ir.collective_calls import CollectiveCall
@@ -36,7 +38,9 @@ def average_call(pg, what):
         entry = pending.pop(id(buf), None)
         if entry is None or entry[1] is not buf:
             raise RuntimeError(f"{what}: waited for an all-reduce this process did not start")
+        t = time.perf_counter()
         wait_requests([entry[0]], pg, what)
+        pg.program_wait_s += time.perf_counter() - t
         np.divide(buf, size, out=buf)
         return buf
 
