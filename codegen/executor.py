@@ -255,7 +255,7 @@ class Plan:
         With timed=True the function also returns each step's perf_counter stamp."""
         g = {"np": np, "_ndarray": np.ndarray, "_empty": np.empty, "_mm": np.matmul,
              "_contig": np.ascontiguousarray, "_normalise": self._normalise,
-             "_gemm": blas.gemm_stack}
+             "_gemm": blas.gemm_stack, "_gemm1": blas.gemm_serial}
         names, knames = {}, {}
         self._bound_kernels.append((g, knames))
         self._probe, self._gemms = None, 0
@@ -432,7 +432,8 @@ class Plan:
         return probes
 
     def _gemm_call(self, n, pa, sa, pb, sb, so, bind, name_of):
-        """The line running this product as blas.gemm_stack over numba's threads, or None
+        """The line running this product as blas.gemm_stack over numba's threads (below
+        blas.SERIAL_MAX multiply-adds: blas.gemm_serial on the calling thread), or None
         (np.matmul then): small products, no usable BLAS library, a dtype it has no gemm for,
         or an operand BLAS cannot read without a copy."""
         import numba
@@ -462,15 +463,18 @@ class Plan:
         (fa, oa), (fb, ob), (fc, oc) = flat(a), flat(b), flat(out)
         blas.warm(d)
         batch, m, k, nn = so[:-2], sa[-2], sa[-1], sb[-1]
-        parts, cut_cols = blas.pieces(math.prod(batch), m, nn, numba.get_num_threads())
+        serial = math.prod(sa) * sb[-1] < blas.SERIAL_MAX
+        parts, cut_cols = (1, False) if serial else \
+            blas.pieces(math.prod(batch), m, nn, numba.get_num_threads())
         arr = (lambda t: bind(np.array(t, np.int64), "_i"))
         self._gemms += 1
         slabs = f", {parts} {'column' if cut_cols else 'row'} slabs each" if parts > 1 else ""
         into = "" if self._probe[out][0] is out else \
             f", written into {self._probe[out][0].name}'s layout"
-        self.gemm_how[n] = (f"{blas.provider()} gemm over numba's threads: "
+        where = "on the calling thread" if serial else "over numba's threads"
+        self.gemm_how[n] = (f"{blas.provider()} gemm {where}: "
                             f"{math.prod(batch)} x ({m}x{k} @ {k}x{nn}){slabs}{into}")
-        return (f"_gemm({fn}, {la[1]}, {lb[1]}, {m}, {nn}, {k}, "
+        return (f"{'_gemm1' if serial else '_gemm'}({fn}, {la[1]}, {lb[1]}, {m}, {nn}, {k}, "
                 f"{bind(d.type(1), '_c')}, {fa}, {oa}, {la[2]}, {fb}, {ob}, {lb[2]}, "
                 f"{fc}, {oc}, {lc[2]}, {arr(batch)}, {arr(la[0])}, {arr(lb[0])}, "
                 f"{arr(lc[0])}, {parts}, {cut_cols})")
