@@ -11,6 +11,11 @@ goes on computing the gradients of earlier layers. Buckets start in index order 
 the hook waits for all of them, divides by the world size and writes the averages back into
 `.grad`: after `loss.backward()` every rank holds the gradient of the mean loss over all
 shards.
+
+Inside a traced backward (aotgrad.compile around a whole training step) the same hooks run at
+trace time and record the reduction into the program instead: per bucket a
+`prims.collective_start` after its last gradient, then the `prims.collective_wait`s and the
+averaged gradients as the new `.grad` (see _TracedReduction).
 """
 import contextlib
 import itertools
