@@ -270,6 +270,8 @@ class _Reducer:
             why = "gradient_as_bucket_view=True keeps .grad in the eager buckets"
         elif self.divisor is not None:
             why = "Join's per-iteration divisor is eager state"
+        elif any(b.dtype not in (np.float32, np.float64) for b in self.buckets):
+            why = "only float32 and float64 buckets are all-reduced inside a program"
         if why is not None:
             dispatch.graph_break(dispatch.describe_break(
                 f"DistributedDataParallel's gradient all-reduce in a compiled step: {why}"),
