@@ -464,6 +464,7 @@ class DistributedDataParallel(Module):
         self.find_unused_parameters = find_unused_parameters
         self.static_graph = bool(static_graph)
         self._static_graph_learned = False
+        self._has_comm_hook = False
         self._serial = next(DistributedDataParallel._instances)
         from aotgrad.distributed.algorithms.join import JoinConfig
         self._join_config = JoinConfig.construct_disabled_join_config()
@@ -540,6 +541,7 @@ class DistributedDataParallel(Module):
             raise RuntimeError("register_comm_hook must be called before the first backward "
                                "pass that reduces gradients")
         self.reducer.comm_hook, self.reducer.comm_state = hook, state
+        self._has_comm_hook = True   # (a module value: compiled steps guard on it)
 
     # ---- Join (uneven inputs): DDP is a joinable ---------------------------------------
     def join(self, divide_by_initial_world_size=True, enable=True,
@@ -586,12 +588,15 @@ class DistributedDataParallel(Module):
         # learned the unused parameters: from then on the forward does not communicate)
         searching = self.find_unused_parameters or \
             (self.static_graph and not self._static_graph_learned)
-        if tracing and (has_buffers or searching or
-                        self._join_config.enable):
+        if tracing and (has_buffers or searching or self._join_config.enable):
             dispatch.graph_break(dispatch.describe_break(
                 "DistributedDataParallel.forward communicates on every call (buffer "
                 "broadcast, the unused-parameter search, or Join): compile the module "
                 "inside it instead, DistributedDataParallel(aotgrad.compile(model))"), None)
+        if tracing and self._has_comm_hook:
+            dispatch.graph_break(dispatch.describe_break(
+                "DistributedDataParallel with a communication hook (register_comm_hook): "
+                "the hook runs eagerly only"), None)
         if self._join_config.enable:
             self._join_iteration()
         if has_buffers and self.process_group.size() > 1:

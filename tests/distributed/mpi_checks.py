@@ -573,6 +573,25 @@ def check_comm_hooks():
     assert [s[0] for s in seen] == list(range(n)) and seen[-1][1] and not seen[0][1], seen
     for name, g in grads_of(mine).items():
         close(g, want[name] * k, aotgrad.float64, f"sum hook grad {name}")
+    # a compiled forward-backward: all-reduces in the program until a hook is registered;
+    # then it traces again and breaks the graph (the hook is Python): the hook's result
+    mine = make_net(aotgrad.float64, 0)
+    ddp = DDP(mine, bucket_cap_mb=1e-4)
+
+    def forward_backward(x, y):
+        mine.zero_grad()
+        LOSS(ddp(x), y).backward()
+    compiled = aotgrad.compile(forward_backward, backend="interpret")
+    for with_hook in (False, True):
+        if with_hook:
+            ddp.register_comm_hook("state", sum_hook)
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            compiled(x[shard], y[shard])
+        assert compiled.eager_calls == int(with_hook), compiled.eager_calls
+        for name, g in grads_of(mine).items():
+            close(g, want[name] * (k if with_hook else 1), aotgrad.float64,
+                  f"compiled grad {name} (comm hook: {with_hook})")
 
 
 def check_static_graph(dtype):
