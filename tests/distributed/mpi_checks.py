@@ -115,7 +115,8 @@ def check_collectives():
     # reduce_scatter: rank r gets the sum over ranks of their r-th input
     parts = [aotgrad.from_numpy(rank_data(10 * r + q, (5,), np.float64)) for q in range(k)]
     out = aotgrad.zeros(5, dtype=aotgrad.float64)
-    dist.reduce_scatter(out, parts, op=dist.ReduceOp.SUM)
+    work = dist.reduce_scatter(out, parts, op=dist.ReduceOp.SUM, async_op=True)
+    assert work.get_future().wait() == [out]
     close(out.numpy(), sum(rank_data(10 * q + r, (5,), np.float64) for q in range(k)),
           aotgrad.float64, "reduce_scatter")
     whole = aotgrad.from_numpy(np.concatenate([p.numpy() for p in parts]))
@@ -454,6 +455,16 @@ def check_point_to_point():
         w.wait()
         assert w.is_completed()
     equal(base.numpy(), [[left, left], [2.0, 1.0]], "irecv by tag into a view")
+    # batch_isend_irecv: both directions of the ring at once
+    to_left, from_right = aotgrad.tensor([float(r)]), aotgrad.zeros(1)
+    to_right, from_left = aotgrad.tensor([-float(r)]), aotgrad.zeros(1)
+    works = dist.batch_isend_irecv([
+        dist.P2POp(dist.irecv, from_right, right), dist.P2POp(dist.irecv, from_left, left),
+        dist.P2POp(dist.isend, to_left, left), dist.P2POp(dist.isend, to_right, right)])
+    for w in works:
+        w.wait()
+    equal([from_right.item(), from_left.item()], [float(right), -float(left)],
+          "batch_isend_irecv")
     # any source: rank 0 collects one message from every other rank, in arrival order
     if r == 0:
         seen = set()
