@@ -86,6 +86,9 @@ class TraceBuilder(GraphBuilder):
         self.grad_state = {}     # id(tensor) -> (tensor, .grad before the trace wrote it)
         self.keep_alive = []
         self.created = []        # weakrefs to traced tensors made inside the function
+        # checks to run once the function has returned (each may break the graph), e.g.
+        # DDP's: every bucket of a traced backward's reduction started
+        self.end_checks = []
 
     def track(self, t):
         self.created.append(weakref.ref(t))
@@ -333,6 +336,8 @@ def trace(fn, args, kwargs, names=None, want_grad=True):
         with builder:
             with side_effects.watch(side_effects.may_draw(state.names)):
                 outs, out_tree = flatten(fn(*p_args, **p_kwargs))
+            for check in builder.end_checks:
+                check()
             _check_flags(proxies, leaves, want_grad)
             # retain_grad() on an argument inside the function: each call repeats it on the
             # caller's tensor (as eagerly); on a leaf it does nothing

@@ -122,6 +122,19 @@ class _TracedReduction:
         for index in reducer.unused_at_forward:   # (static_graph's learned set)
             self.ready(index, None)
 
+    def check_complete(self):
+        """At the end of the trace: a backward that started the reduction must have given
+        every bucket its gradients (eagerly, the next forward raises otherwise)."""
+        r = self.reducer
+        if self.next_bucket < len(r.buckets):
+            if r.traced is self:
+                r.traced = None
+            missing = [r.names[i] for i in range(len(r.params)) if i not in self.grads]
+            dispatch.graph_break(dispatch.describe_break(
+                f"DistributedDataParallel: the traced backward gave no gradient to "
+                f"{', '.join(missing)}, so their buckets' all-reduces never start (eagerly an "
+                f"error at the next forward; find_unused_parameters=True handles them)"), None)
+
     def ready(self, index, grad):
         r = self.reducer
         self.grads[index] = grad
@@ -279,6 +292,8 @@ class _Reducer:
         state = self.traced
         if state is None or state.builder is not builder:
             state = self.traced = _TracedReduction(self, builder)
+            if hasattr(builder, "end_checks"):
+                builder.end_checks.append(state.check_complete)
         if index in state.grads:
             raise RuntimeError(
                 f"DistributedDataParallel: parameter {self.names[index]} received its gradient "

@@ -347,6 +347,39 @@ def check_whole_step_compiled(dtype, opt_kind, bucket_cap_mb, backend="interpret
         assert starts[0] < max(products), "the first bucket starts after the whole backward"
 
 
+def check_compiled_step_with_unused_parameters():
+    """A compiled step whose backward leaves parameters without gradient (a forward output
+    the loss ignores; a branch not taken) breaks the graph at the end of the trace, naming
+    them; eagerly, the next forward raises PyTorch's error, and so does the next call."""
+    r, k = dist.get_rank(), dist.get_world_size()
+
+    class TwoHeads(Net):
+        def forward(self, x, use_extra=True):
+            h = self.body(x)
+            return self.head(h), self.extra(h)
+
+    for model, first in ((make_net(aotgrad.float64, 0), lambda out: out),
+                         (TwoHeads().double(), lambda out: out[0])):
+        ddp = DDP(model, bucket_cap_mb=1e-4)
+
+        def forward_backward(x, y):
+            LOSS(first(ddp(x, use_extra=False)), y).backward()
+        compiled = aotgrad.compile(forward_backward, backend="interpret")
+        x, y = batch(aotgrad.float64, 4, seed=r)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            compiled(x, y)
+        assert any("gave no gradient to extra.weight, extra.bias" in str(w.message)
+                   for w in caught), [str(w.message) for w in caught]
+        try:
+            compiled(x, y)
+        except RuntimeError as e:
+            assert "Expected to have finished reduction" in str(e), e
+        else:
+            raise AssertionError("the second call did not raise")
+        assert compiled.eager_calls == 2
+
+
 def check_no_sync(dtype):
     r, k = dist.get_rank(), dist.get_world_size()
     ref, mine = make_net(dtype, 0), make_net(dtype, 0)
@@ -417,6 +450,7 @@ def check_ddp():
             check_whole_step_compiled(dtype, opt_kind, 1e-4)
     check_whole_step_compiled(aotgrad.float64, "sgd", 1000)   # one bucket
     check_whole_step_compiled(aotgrad.float64, "adamw", 1e-4, static=True)
+    check_compiled_step_with_unused_parameters()
     check_no_sync(aotgrad.float64)
     for as_view, compiled in ((False, False), (True, True)):
         check_unused_on_one_rank(aotgrad.float64, as_view, compiled)
