@@ -37,6 +37,11 @@ class _Lifted:
 
     def __init__(self, t, var, cb):
         self.ref, self.var, self.grad, self.value = weakref.ref(t, cb), var, t._grad, t._value
+        if self.grad is not None and isinstance(self.grad._value, Var):
+            # a .grad the trace itself wrote before the tensor was first read (DDP's averaged
+            # gradient of a parameter this rank's forward does not use): keeping it here
+            # would make it look stored by the function (an escape)
+            self.grad = None
         self.tensor = None
 
     def settle(self):
@@ -336,8 +341,10 @@ def trace(fn, args, kwargs, names=None, want_grad=True):
         with builder:
             with side_effects.watch(side_effects.may_draw(state.names)):
                 outs, out_tree = flatten(fn(*p_args, **p_kwargs))
-            for check in builder.end_checks:
+            checks, builder.end_checks = builder.end_checks, []
+            for check in checks:   # (then dropped: what they hold must not look stored)
                 check()
+            del checks
             _check_flags(proxies, leaves, want_grad)
             # retain_grad() on an argument inside the function: each call repeats it on the
             # caller's tensor (as eagerly); on a leaf it does nothing

@@ -122,6 +122,11 @@ class _TracedReduction:
         for index in reducer.unused_at_forward:   # (static_graph's learned set)
             self.ready(index, None)
 
+    def release(self):
+        """Drop the traced values (a traced tensor still referenced after the trace would
+        count as state the function stored)."""
+        self.grads, self.started = {i: None for i in self.grads}, []
+
     def check_complete(self):
         """At the end of the trace: a backward that started the reduction must have given
         every bucket its gradients (eagerly, the next forward raises otherwise)."""
@@ -307,6 +312,7 @@ class _Reducer:
                     param = self.params[index]
                     note_grad_write(param)
                     param._grad = g
+            state.release()
 
     def program_call(self, i):
         """Bucket i's CollectiveCall (one per bucket: programs never merge two of them)."""

@@ -290,7 +290,7 @@ def check_ddp_case(dtype, opt_kind, bucket_cap_mb, mode, steps=3):
     return ddp
 
 
-def check_whole_step_compiled(dtype, opt_kind, bucket_cap_mb, backend="interpret", steps=3,
+def check_whole_step_compiled(dtype, opt_kind, bucket_cap_mb, backend="interpret", steps=4,
                               static=False):
     """A compiled whole training step of a DDP model (zero_grad, forward, backward, optimizer
     step in one program): the program all-reduces each bucket as a step of its own (started
@@ -331,7 +331,10 @@ def check_whole_step_compiled(dtype, opt_kind, bucket_cap_mb, backend="interpret
     for (name, p), q in zip(ref.named_parameters(), mine.parameters()):
         close(q.detach().numpy(), p.detach().numpy(), dtype,
               f"param {name} after {steps} compiled whole steps {what}")
-    assert compiled.eager_calls == 0 and compiled.n_traces >= 1, compiled.eager_calls
+    # traced once, and again when the optimizer's state exists (after its first step): then
+    # every call runs the cached program
+    assert compiled.eager_calls == 0 and compiled.n_traces <= 2, \
+        (compiled.eager_calls, compiled.n_traces)
     if bucket_cap_mb is not None and bucket_cap_mb < 1e-3:
         # the program's steps: each bucket's start right after its gradients, all waits
         # after the last start (the backward's remaining work runs between them)
