@@ -210,7 +210,7 @@ def reduce(tensor, dst=0, op=ReduceOp.SUM, group=None, async_op=False):
         finish = _then(op, arr, pg, back, buf.written)
     else:
         req, finish = pg.comm.Ireduce(arr, None, mpi_op(mop, MPI), root=dst), []
-    return _finish(pg, [req], "reduce", finish, async_op)
+    return _finish(pg, [req], "reduce", finish, async_op, [tensor])
 
 
 def _bytes(arr):
@@ -268,7 +268,8 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=Fal
                          f"{list(out.mpi.shape)} ({out.mpi.dtype}) cannot hold {pg.size()} "
                          f"inputs of shape {list(send.shape)} ({send.dtype})")
     req = pg.comm.Iallgather(_bytes(send), _bytes(out.mpi))
-    return _finish(pg, [req], "all_gather_into_tensor", [out.written], async_op)
+    return _finish(pg, [req], "all_gather_into_tensor", [out.written], async_op,
+                   [output_tensor])
 
 
 def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=False):
@@ -285,7 +286,7 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=Fal
     recv, _, back = _reduction(out.mpi, op, "reduce_scatter")
     req = pg.comm.Ireduce_scatter_block(send, recv, mpi_op(mop, MPI))
     finish = _then(op, recv, pg, back, out.written)
-    return _finish(pg, [req], "reduce_scatter", finish, async_op)
+    return _finish(pg, [req], "reduce_scatter", finish, async_op, [output])
 
 
 def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=False):
@@ -304,7 +305,7 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=F
     recv, _, back = _reduction(out.mpi, op, "reduce_scatter_tensor")
     req = pg.comm.Ireduce_scatter_block(send, recv, mpi_op(mop, MPI))
     finish = _then(op, recv, pg, back, out.written)
-    return _finish(pg, [req], "reduce_scatter_tensor", finish, async_op)
+    return _finish(pg, [req], "reduce_scatter_tensor", finish, async_op, [output])
 
 
 def gather(tensor, gather_list=None, dst=0, group=None, async_op=False):
@@ -325,7 +326,8 @@ def gather(tensor, gather_list=None, dst=0, group=None, async_op=False):
     _check_same(gather_list, send, "gather", "gather_list")
     recv = _gathered(pg, send)
     req = pg.comm.Igather(_bytes(send), _bytes(recv), root=dst)
-    return _finish(pg, [req], "gather", [_scatter_into(recv, gather_list)], async_op)
+    return _finish(pg, [req], "gather", [_scatter_into(recv, gather_list)], async_op,
+                   gather_list)
 
 
 def scatter(tensor, scatter_list=None, src=0, group=None, async_op=False):
@@ -346,7 +348,7 @@ def scatter(tensor, scatter_list=None, src=0, group=None, async_op=False):
         _check_same(scatter_list, out.mpi, "scatter", "scatter_list")
         send = _bytes(np.stack([t._value for t in scatter_list]))
     req = pg.comm.Iscatter(send, _bytes(out.mpi), root=src)
-    return _finish(pg, [req], "scatter", [out.written], async_op)
+    return _finish(pg, [req], "scatter", [out.written], async_op, [tensor])
 
 
 def barrier(group=None, async_op=False, device_ids=None):

@@ -1,4 +1,5 @@
-"""Point-to-point messages with torch.distributed's signatures: send, recv, isend, irecv.
+"""Point-to-point messages with torch.distributed's signatures: send, recv, isend, irecv,
+and batch_isend_irecv over P2POp descriptions.
 
 Each moves a tensor's bytes with a non-blocking MPI send or receive on the group's
 communicator (the tensor's own array when contiguous). `dst`/`src` are ranks of the default
@@ -6,6 +7,8 @@ group (`group_dst`/`group_src`: ranks within `group`); `recv` without a source t
 first message from any rank and returns the sender's rank. The blocking forms wait with the
 group's timeout, like the collectives.
 """
+import dataclasses
+
 from aotgrad.distributed.collectives import Work, _bytes, _Buffer, _member_group, _root
 
 
@@ -81,3 +84,34 @@ def recv(tensor, src=None, group=None, tag=0, group_src=None):
         return -1
     work.wait()
     return work._source_rank()
+
+
+@dataclasses.dataclass
+class P2POp:
+    """One point-to-point operation for batch_isend_irecv: `op` is isend or irecv, `peer`
+    a rank of the default group (or `group_peer` within `group`)."""
+    op: object
+    tensor: object
+    peer: int = None
+    group: object = None
+    tag: int = 0
+    group_peer: int = None
+
+    def __post_init__(self):
+        if self.op not in (isend, irecv):
+            raise ValueError("Invalid ``op``. Expected ``op`` to be of type "
+                             "``aotgrad.distributed.isend`` or ``aotgrad.distributed.irecv``.")
+
+
+def batch_isend_irecv(p2p_op_list):
+    """Start every operation of the list (all sends and receives are non-blocking, so their
+    order does not matter); returns their Works."""
+    if not p2p_op_list or not all(isinstance(p, P2POp) for p in p2p_op_list):
+        raise ValueError("batch_isend_irecv: expected a non-empty list of P2POp")
+    works = []
+    for p in p2p_op_list:
+        if p.op is isend:
+            works.append(isend(p.tensor, p.peer, p.group, p.tag, p.group_peer))
+        else:
+            works.append(irecv(p.tensor, p.peer, p.group, p.tag, p.group_peer))
+    return works

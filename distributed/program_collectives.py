@@ -24,20 +24,29 @@ def average_call(pg, what):
     from mpi4py import MPI
     pending = pg.program_requests
     size = pg.size()
+    mine = []   # this call's array in flight (at most one: a program waits before it ends)
 
     def start(x):
+        if mine:
+            raise RuntimeError(
+                f"{what}: started again before its previous start was waited for: the "
+                f"previous backward did not produce every gradient of the model (parameters "
+                f"not used in producing the loss); pass find_unused_parameters=True or "
+                f"static_graph=True to DistributedDataParallel")
         buf = np.array(x, copy=True, order="C")
         if buf.dtype.kind != "f" or buf.dtype.itemsize < 4:
             raise TypeError(f"{what}: a compiled all-reduce needs float32 or float64 "
                             f"gradients, got {buf.dtype}")
         _progress(pending)
         pending[id(buf)] = (pg.comm.Iallreduce(MPI.IN_PLACE, buf, MPI.SUM), buf)
+        mine.append(buf)
         return buf
 
     def wait(buf):
         entry = pending.pop(id(buf), None)
         if entry is None or entry[1] is not buf:
             raise RuntimeError(f"{what}: waited for an all-reduce this process did not start")
+        mine.clear()
         t = time.perf_counter()
         wait_requests([entry[0]], pg, what)
         pg.program_wait_s += time.perf_counter() - t

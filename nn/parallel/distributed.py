@@ -11,6 +11,11 @@ goes on computing the gradients of earlier layers. Buckets start in index order 
 the hook waits for all of them, divides by the world size and writes the averages back into
 `.grad`: after `loss.backward()` every rank holds the gradient of the mean loss over all
 shards.
+
+Inside a traced backward (aotgrad.compile around a whole training step) the same hooks run at
+trace time and record the reduction into the program instead: per bucket a
+`prims.collective_start` after its last gradient, then the `prims.collective_wait`s and the
+averaged gradients as the new `.grad` (see _TracedReduction).
 """
 import contextlib
 import itertools
@@ -116,6 +121,24 @@ class _TracedReduction:
         self.next_bucket = 0
         for index in reducer.unused_at_forward:   # (static_graph's learned set)
             self.ready(index, None)
+
+    def release(self):
+        """Drop the traced values (a traced tensor still referenced after the trace would
+        count as state the function stored)."""
+        self.grads, self.started = {i: None for i in self.grads}, []
+
+    def check_complete(self):
+        """At the end of the trace: a backward that started the reduction must have given
+        every bucket its gradients (eagerly, the next forward raises otherwise)."""
+        r = self.reducer
+        if self.next_bucket < len(r.buckets):
+            if r.traced is self:
+                r.traced = None
+            missing = [r.names[i] for i in range(len(r.params)) if i not in self.grads]
+            dispatch.graph_break(dispatch.describe_break(
+                f"DistributedDataParallel: the traced backward gave no gradient to "
+                f"{', '.join(missing)}, so their buckets' all-reduces never start (eagerly an "
+                f"error at the next forward; find_unused_parameters=True handles them)"), None)
 
     def ready(self, index, grad):
         r = self.reducer
@@ -265,6 +288,8 @@ class _Reducer:
             why = "gradient_as_bucket_view=True keeps .grad in the eager buckets"
         elif self.divisor is not None:
             why = "Join's per-iteration divisor is eager state"
+        elif any(b.dtype not in (np.float32, np.float64) for b in self.buckets):
+            why = "only float32 and float64 buckets are all-reduced inside a program"
         if why is not None:
             dispatch.graph_break(dispatch.describe_break(
                 f"DistributedDataParallel's gradient all-reduce in a compiled step: {why}"),
@@ -272,6 +297,8 @@ class _Reducer:
         state = self.traced
         if state is None or state.builder is not builder:
             state = self.traced = _TracedReduction(self, builder)
+            if hasattr(builder, "end_checks"):
+                builder.end_checks.append(state.check_complete)
         if index in state.grads:
             raise RuntimeError(
                 f"DistributedDataParallel: parameter {self.names[index]} received its gradient "
@@ -285,6 +312,7 @@ class _Reducer:
                     param = self.params[index]
                     note_grad_write(param)
                     param._grad = g
+            state.release()
 
     def program_call(self, i):
         """Bucket i's CollectiveCall (one per bucket: programs never merge two of them)."""
@@ -457,6 +485,7 @@ class DistributedDataParallel(Module):
         self.find_unused_parameters = find_unused_parameters
         self.static_graph = bool(static_graph)
         self._static_graph_learned = False
+        self._has_comm_hook = False
         self._serial = next(DistributedDataParallel._instances)
         from aotgrad.distributed.algorithms.join import JoinConfig
         self._join_config = JoinConfig.construct_disabled_join_config()
@@ -533,6 +562,7 @@ class DistributedDataParallel(Module):
             raise RuntimeError("register_comm_hook must be called before the first backward "
                                "pass that reduces gradients")
         self.reducer.comm_hook, self.reducer.comm_state = hook, state
+        self._has_comm_hook = True   # (a module value: compiled steps guard on it)
 
     # ---- Join (uneven inputs): DDP is a joinable ---------------------------------------
     def join(self, divide_by_initial_world_size=True, enable=True,
@@ -579,12 +609,15 @@ class DistributedDataParallel(Module):
         # learned the unused parameters: from then on the forward does not communicate)
         searching = self.find_unused_parameters or \
             (self.static_graph and not self._static_graph_learned)
-        if tracing and (has_buffers or searching or
-                        self._join_config.enable):
+        if tracing and (has_buffers or searching or self._join_config.enable):
             dispatch.graph_break(dispatch.describe_break(
                 "DistributedDataParallel.forward communicates on every call (buffer "
                 "broadcast, the unused-parameter search, or Join): compile the module "
                 "inside it instead, DistributedDataParallel(aotgrad.compile(model))"), None)
+        if tracing and self._has_comm_hook:
+            dispatch.graph_break(dispatch.describe_break(
+                "DistributedDataParallel with a communication hook (register_comm_hook): "
+                "the hook runs eagerly only"), None)
         if self._join_config.enable:
             self._join_iteration()
         if has_buffers and self.process_group.size() > 1:

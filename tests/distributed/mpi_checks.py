@@ -115,7 +115,8 @@ def check_collectives():
     # reduce_scatter: rank r gets the sum over ranks of their r-th input
     parts = [aotgrad.from_numpy(rank_data(10 * r + q, (5,), np.float64)) for q in range(k)]
     out = aotgrad.zeros(5, dtype=aotgrad.float64)
-    dist.reduce_scatter(out, parts, op=dist.ReduceOp.SUM)
+    work = dist.reduce_scatter(out, parts, op=dist.ReduceOp.SUM, async_op=True)
+    assert work.get_future().wait() == [out]
     close(out.numpy(), sum(rank_data(10 * q + r, (5,), np.float64) for q in range(k)),
           aotgrad.float64, "reduce_scatter")
     whole = aotgrad.from_numpy(np.concatenate([p.numpy() for p in parts]))
@@ -289,7 +290,7 @@ def check_ddp_case(dtype, opt_kind, bucket_cap_mb, mode, steps=3):
     return ddp
 
 
-def check_whole_step_compiled(dtype, opt_kind, bucket_cap_mb, backend="interpret", steps=3,
+def check_whole_step_compiled(dtype, opt_kind, bucket_cap_mb, backend="interpret", steps=4,
                               static=False):
     """A compiled whole training step of a DDP model (zero_grad, forward, backward, optimizer
     step in one program): the program all-reduces each bucket as a step of its own (started
@@ -330,7 +331,10 @@ def check_whole_step_compiled(dtype, opt_kind, bucket_cap_mb, backend="interpret
     for (name, p), q in zip(ref.named_parameters(), mine.parameters()):
         close(q.detach().numpy(), p.detach().numpy(), dtype,
               f"param {name} after {steps} compiled whole steps {what}")
-    assert compiled.eager_calls == 0 and compiled.n_traces >= 1, compiled.eager_calls
+    # traced once, and again when the optimizer's state exists (after its first step): then
+    # every call runs the cached program
+    assert compiled.eager_calls == 0 and compiled.n_traces <= 2, \
+        (compiled.eager_calls, compiled.n_traces)
     if bucket_cap_mb is not None and bucket_cap_mb < 1e-3:
         # the program's steps: each bucket's start right after its gradients, all waits
         # after the last start (the backward's remaining work runs between them)
@@ -344,6 +348,39 @@ def check_whole_step_compiled(dtype, opt_kind, bucket_cap_mb, backend="interpret
         assert len(starts) == len(waits) == len(ddp.reducer.buckets), (starts, waits)
         assert max(starts) < min(waits), (starts, waits)
         assert starts[0] < max(products), "the first bucket starts after the whole backward"
+
+
+def check_compiled_step_with_unused_parameters():
+    """A compiled step whose backward leaves parameters without gradient (a forward output
+    the loss ignores; a branch not taken) breaks the graph at the end of the trace, naming
+    them; eagerly, the next forward raises PyTorch's error, and so does the next call."""
+    r, k = dist.get_rank(), dist.get_world_size()
+
+    class TwoHeads(Net):
+        def forward(self, x, use_extra=True):
+            h = self.body(x)
+            return self.head(h), self.extra(h)
+
+    for model, first in ((make_net(aotgrad.float64, 0), lambda out: out),
+                         (TwoHeads().double(), lambda out: out[0])):
+        ddp = DDP(model, bucket_cap_mb=1e-4)
+
+        def forward_backward(x, y):
+            LOSS(first(ddp(x, use_extra=False)), y).backward()
+        compiled = aotgrad.compile(forward_backward, backend="interpret")
+        x, y = batch(aotgrad.float64, 4, seed=r)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            compiled(x, y)
+        assert any("gave no gradient to extra.weight, extra.bias" in str(w.message)
+                   for w in caught), [str(w.message) for w in caught]
+        try:
+            compiled(x, y)
+        except RuntimeError as e:
+            assert "Expected to have finished reduction" in str(e), e
+        else:
+            raise AssertionError("the second call did not raise")
+        assert compiled.eager_calls == 2
 
 
 def check_no_sync(dtype):
@@ -416,6 +453,7 @@ def check_ddp():
             check_whole_step_compiled(dtype, opt_kind, 1e-4)
     check_whole_step_compiled(aotgrad.float64, "sgd", 1000)   # one bucket
     check_whole_step_compiled(aotgrad.float64, "adamw", 1e-4, static=True)
+    check_compiled_step_with_unused_parameters()
     check_no_sync(aotgrad.float64)
     for as_view, compiled in ((False, False), (True, True)):
         check_unused_on_one_rank(aotgrad.float64, as_view, compiled)
@@ -454,6 +492,16 @@ def check_point_to_point():
         w.wait()
         assert w.is_completed()
     equal(base.numpy(), [[left, left], [2.0, 1.0]], "irecv by tag into a view")
+    # batch_isend_irecv: both directions of the ring at once
+    to_left, from_right = aotgrad.tensor([float(r)]), aotgrad.zeros(1)
+    to_right, from_left = aotgrad.tensor([-float(r)]), aotgrad.zeros(1)
+    works = dist.batch_isend_irecv([
+        dist.P2POp(dist.irecv, from_right, right), dist.P2POp(dist.irecv, from_left, left),
+        dist.P2POp(dist.isend, to_left, left), dist.P2POp(dist.isend, to_right, right)])
+    for w in works:
+        w.wait()
+    equal([from_right.item(), from_left.item()], [float(right), -float(left)],
+          "batch_isend_irecv")
     # any source: rank 0 collects one message from every other rank, in arrival order
     if r == 0:
         seen = set()
@@ -573,6 +621,25 @@ def check_comm_hooks():
     assert [s[0] for s in seen] == list(range(n)) and seen[-1][1] and not seen[0][1], seen
     for name, g in grads_of(mine).items():
         close(g, want[name] * k, aotgrad.float64, f"sum hook grad {name}")
+    # a compiled forward-backward: all-reduces in the program until a hook is registered;
+    # then it traces again and breaks the graph (the hook is Python): the hook's result
+    mine = make_net(aotgrad.float64, 0)
+    ddp = DDP(mine, bucket_cap_mb=1e-4)
+
+    def forward_backward(x, y):
+        mine.zero_grad()
+        LOSS(ddp(x), y).backward()
+    compiled = aotgrad.compile(forward_backward, backend="interpret")
+    for with_hook in (False, True):
+        if with_hook:
+            ddp.register_comm_hook("state", sum_hook)
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            compiled(x[shard], y[shard])
+        assert compiled.eager_calls == int(with_hook), compiled.eager_calls
+        for name, g in grads_of(mine).items():
+            close(g, want[name] * (k if with_hook else 1), aotgrad.float64,
+                  f"compiled grad {name} (comm hook: {with_hook})")
 
 
 def check_static_graph(dtype):
