@@ -168,7 +168,7 @@ __all__ = [
     "typename", "xlogy", "special", "linalg", "sparse", "accelerator", "amp", "backends",
     "cpu", "cuda", "jit", "set_num_threads", "get_num_threads", "set_num_interop_threads",
     "get_num_interop_threads",
-    "scatter_reduce", "distributed", "func",
+    "scatter_reduce", "distributed", "func", "futures",
     "export", "onnx", "load_exported",
     "trunc", "fix", "frac", "sgn", "signbit", "copysign", "hypot", "heaviside", "fmod",
     "float_power", "deg2rad", "rad2deg", "positive", "fmax", "fmin", "isneginf", "isposinf",
@@ -196,9 +196,9 @@ def __getattr__(name):
         import importlib
         codegen = importlib.import_module("aotgrad.codegen")
         return codegen if name == "codegen" else getattr(codegen, name)
-    if name == "distributed":  # collectives on MPI: loaded on first use (mpi4py at its init)
+    if name in ("distributed", "futures"):  # collectives on MPI: loaded on first use
         import importlib
-        return importlib.import_module("aotgrad.distributed")
+        return importlib.import_module(f"aotgrad.{name}")
     if name == "func":  # aotgrad.func, imported on first use (import aotgrad stays light)
         import importlib
         return importlib.import_module("aotgrad.func")

@@ -12,6 +12,15 @@
 Every user-level op ("mul"), prim ("prims.mul"), custom Function, backward node
 ("MulBackward0"), `record_function` range and compiled kernel is one event with its start
 and end; an event's self time is its total time minus its children's.
+
+A compiled program's call is one event ("<name>.forward", ".backward", ".inference") whose
+children are its steps: each fused kernel ("kernel k_<hash> (rows 64x128, 9 nodes)"), each
+matrix product ("matmul 32x(128x64 @ 64x128) float32") and each step left to numpy, with
+the shapes it reads (`input_shapes`), its fused node count (`fused_nodes`), the bytes it
+reads and writes (`bytes`) and a product's `flops`. The table adds their totals and the
+achieved GB/s and GFLOP/s; the Chrome trace puts them in each event's args, on the lane of
+the thread that ran the program. (While a profiler runs, compiled programs run an
+instrumented copy of their driver; otherwise they read no clock.)
 """
 import json
 import os
@@ -57,7 +66,8 @@ class FunctionEvent(_FormattedTimes):
     (microseconds), `cpu_parent`, `cpu_children`, `thread`."""
 
     def __init__(self, id, name, thread, start_us, end_us=None, *, kind="op", parent=None,
-                 node_id=-1, input_shapes=None, sequence_nr=-1, fwd_thread=None, **_):
+                 node_id=-1, input_shapes=None, sequence_nr=-1, fwd_thread=None, flops=0,
+                 bytes=0, fused_nodes=0, detail="", **_):
         # (PyTorch's constructor: id, name, thread, start_us, end_us and keyword-only details;
         # those aotgrad does not record are accepted and ignored)
         self.id, self.name, self.kind, self.thread = id, name, kind, thread
@@ -65,6 +75,9 @@ class FunctionEvent(_FormattedTimes):
         self.cpu_parent, self.cpu_children = parent, []
         self.node_id, self.input_shapes, self.sequence_nr = node_id, input_shapes, sequence_nr
         self.fwd_thread = fwd_thread
+        # a compiled program's step: floating-point operations (products), bytes read and
+        # written, IR nodes fused into it, how it ran
+        self.flops, self.bytes, self.fused_nodes, self.detail = flops, bytes, fused_nodes, detail
         self.count = 1
 
     @property
@@ -83,6 +96,14 @@ class FunctionEvent(_FormattedTimes):
     def self_cpu_time_total(self):
         return self.cpu_time_total - sum(c.cpu_time_total for c in self.cpu_children)
 
+    @property
+    def gflops_per_s(self):
+        return _rate(self.flops, self.cpu_time_total)
+
+    @property
+    def gbytes_per_s(self):
+        return _rate(self.bytes, self.cpu_time_total)
+
     def __repr__(self):
         return (f"<FunctionEvent id={self.id} name={self.name} kind={self.kind} "
                 f"cpu_time={_format_time(self.cpu_time_total)} "
@@ -98,14 +119,27 @@ class FunctionEventAvg(_FormattedTimes):
         self.key, self.count = key, 0
         self.cpu_time_total = self.self_cpu_time_total = 0.0
         self.kind = None
+        self.flops = self.bytes = self.fused_nodes = 0
+        self.input_shapes = None
 
     def add(self, other):
         if self.key is None:
             self.key, self.kind = other.key, other.kind
+            self.fused_nodes, self.input_shapes = other.fused_nodes, other.input_shapes
         self.count += other.count
         self.cpu_time_total += other.cpu_time_total
         self.self_cpu_time_total += other.self_cpu_time_total
+        self.flops += other.flops
+        self.bytes += other.bytes
         return self
+
+    @property
+    def gflops_per_s(self):
+        return _rate(self.flops, self.cpu_time_total)
+
+    @property
+    def gbytes_per_s(self):
+        return _rate(self.bytes, self.cpu_time_total)
 
     @property
     def cpu_time(self):
@@ -170,6 +204,7 @@ class profile:
         self.record_shapes, self.with_stack = record_shapes, with_stack
         self._events = []
         self._stacks = {}          # thread id -> open events
+        self._thread_names = {}    # thread id -> its name (the Chrome trace's lanes)
         self._t0 = None
         self._running = False
         self._finished = False
@@ -203,8 +238,16 @@ class profile:
     def _us(self, ns):
         return (ns - self._t0) / 1000.0
 
+    def _thread_stack(self):
+        tid = threading.get_ident()
+        stack = self._stacks.get(tid)
+        if stack is None:
+            stack = self._stacks[tid] = []
+            self._thread_names[tid] = threading.current_thread().name
+        return stack
+
     def _push(self, name, kind, start_ns):
-        stack = self._stacks.setdefault(threading.get_ident(), [])
+        stack = self._thread_stack()
         parent = stack[-1] if stack else None
         with self._lock:
             ev = FunctionEvent(len(self._events), name, threading.get_ident(),
@@ -221,12 +264,12 @@ class profile:
         ev = stack.pop()
         ev.time_range.end = self._us(end_ns)
 
-    def _add(self, name, kind, start_ns, end_ns):
-        stack = self._stacks.setdefault(threading.get_ident(), [])
+    def _add(self, name, kind, start_ns, end_ns, details=None):
+        stack = self._thread_stack()
         parent = stack[-1] if stack else None
         with self._lock:
             ev = FunctionEvent(len(self._events), name, threading.get_ident(),
-                               self._us(start_ns), kind=kind, parent=parent)
+                               self._us(start_ns), kind=kind, parent=parent, **(details or {}))
             self._events.append(ev)
         ev.time_range.end = self._us(end_ns)
         if parent is not None:
@@ -267,7 +310,7 @@ class profile:
     def export_chrome_trace(self, path):
         """Write the events as Chrome trace JSON (chrome://tracing, Perfetto)."""
         self._check_finished()
-        _write_chrome_trace(self._events, path)
+        _write_chrome_trace(self._events, path, self._thread_names)
 
     def __str__(self):
         return self.table() if self._finished else "<unfinished profiler>"
@@ -316,7 +359,22 @@ def _format_percent(part, total):
     return f"{100.0 * part / total:.2f}%" if total > 0 else "0.00%"
 
 
+def _rate(amount, us):
+    """amount per second in units of 1e9 (GFLOP/s, GB/s) over `us` microseconds."""
+    return amount / (us * 1e3) if us > 0 else 0.0
+
+
 _COLUMNS = ("Self CPU %", "Self CPU", "CPU total %", "CPU total", "CPU time avg", "# of Calls")
+# shown when compiled programs' steps were recorded
+_STEP_COLUMNS = ("Nodes", "MB", "GB/s", "GFLOPs", "GFLOP/s")
+
+
+def _step_cells(e):
+    if not (e.bytes or e.flops):
+        return ("",) * len(_STEP_COLUMNS)
+    return (e.fused_nodes or "", f"{e.bytes / 1e6:.3f}", f"{e.gbytes_per_s:.2f}",
+            f"{e.flops / 1e9:.3f}" if e.flops else "",
+            f"{e.gflops_per_s:.1f}" if e.flops else "")
 
 
 def _build_table(events, sort_by, row_limit, max_name_width, header, top_level_only):
@@ -333,7 +391,9 @@ def _build_table(events, sort_by, row_limit, max_name_width, header, top_level_o
     if row_limit is not None and row_limit > 0:
         rows = rows[:row_limit]
     name_w = min(max([len(e.key) for e in rows] + [4]) + 4, max_name_width)
-    widths = (name_w,) + (12,) * len(_COLUMNS)
+    steps = any(getattr(e, "bytes", 0) or getattr(e, "flops", 0) for e in rows)
+    columns = _COLUMNS + (_STEP_COLUMNS if steps else ())
+    widths = (name_w,) + (12,) * len(_COLUMNS) + (8,) * (len(columns) - len(_COLUMNS))
     sep = "".join("-" * w + "  " for w in widths)
 
     def line(cells):
@@ -342,27 +402,45 @@ def _build_table(events, sort_by, row_limit, max_name_width, header, top_level_o
     out = []
     if header is not None:
         out += ["=" * len(sep), header]
-    out += [sep, line(("Name",) + _COLUMNS), sep]
+    out += [sep, line(("Name",) + columns), sep]
     for e in rows:
         name = e.key if len(e.key) <= name_w else e.key[:name_w - 3] + "..."
         avg = e.cpu_time_total / e.count if e.count else 0.0
         out.append(line((name, _format_percent(e.self_cpu_time_total, total_self),
                          _format_time(e.self_cpu_time_total),
                          _format_percent(e.cpu_time_total, total_self),
-                         _format_time(e.cpu_time_total), _format_time(avg), e.count)))
+                         _format_time(e.cpu_time_total), _format_time(avg), e.count)
+                         + (_step_cells(e) if steps else ())))
     out.append(sep)
     out.append(f"Self CPU time total: {_format_time(total_self)}")
     return "\n".join(out) + "\n"
 
 
-def _write_chrome_trace(events, path):
+def _event_args(e):
+    args = {"kind": e.kind}
+    if e.input_shapes is not None:
+        args["input_shapes"] = e.input_shapes
+    if e.bytes or e.flops:
+        args.update(fused_nodes=e.fused_nodes, bytes=e.bytes, flops=e.flops,
+                    gb_per_s=round(e.gbytes_per_s, 3), detail=e.detail)
+        if e.flops:
+            args["gflop_per_s"] = round(e.gflops_per_s, 3)
+    return args
+
+
+def _write_chrome_trace(events, path, thread_names=None):
+    """Chrome trace JSON: one complete ("X") event per event, on its thread's lane (named
+    after the Python thread)."""
     pid = os.getpid()
     trace = [{"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
               "args": {"name": "aotgrad"}}]
+    for tid, name in (thread_names or {}).items():
+        trace.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
+                      "args": {"name": name}})
     for e in events:
         trace.append({"name": e.name, "cat": e.kind, "ph": "X", "ts": e.time_range.start,
                       "dur": e.cpu_time_total, "pid": pid, "tid": e.thread,
-                      "args": {"kind": e.kind}})
+                      "args": _event_args(e)})
     with open(path, "w", encoding="utf-8") as f:
         json.dump({"traceEvents": trace, "displayTimeUnit": "ms"}, f)
 

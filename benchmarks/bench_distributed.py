@@ -16,6 +16,14 @@
    the buckets of the top layers start while the lower layers' backward runs). The fraction of
    communication hidden behind the backward is 1 - wait / comm, with `wait` the time the
    hook of the last gradient blocked waiting for the buckets (DDP's reducer records it).
+   DDP around a module compiled whole: its compiled backward is ONE call, and the hooks
+   fire when it returns, so every bucket starts after the whole backward (back to back):
+   nothing of the backward hides the communication there.
+3. The whole training step compiled (aotgrad.compile around zero_grad, the DDP forward,
+   backward and SGD step): one program in which each bucket's all-reduce is started as a
+   step right after the bucket's last gradient and waited for before the optimizer. `wait`
+   is then the time the program blocked in those waits (the process group counts it), and
+   `one bucket` puts all gradients in one bucket, started after the last gradient.
 Every rank runs with one BLAS thread (the ranks share the machine's cores).
 """
 import argparse
@@ -86,15 +94,17 @@ class CompiledPerLayer(nn.Module):
         return x
 
 
-def step_fn(model, params, x, y):
+def step_fn(model, params, x, y, whole_step=False):
+    """One training step; whole_step: the step compiled as one program."""
     opt = optim.SGD(params, lr=1e-3)
     loss_fn = nn.CrossEntropyLoss()
 
-    def step():
+    def step(x, y):
         opt.zero_grad()
         loss_fn(model(x), y).backward()
         opt.step()
-    return step
+    run = aotgrad.compile(step) if whole_step else step
+    return lambda: run(x, y)
 
 
 def interleaved_medians(fns, reps, warm=2):
@@ -127,13 +137,14 @@ def bench_ddp(width, depth, batch, bucket_cap_mb, reps, compiled):
         m = make_mlp(width, depth)
         if compiled == "per_layer":
             return m, CompiledPerLayer(m)
-        return m, (aotgrad.compile(m) if compiled else m)
+        return m, (aotgrad.compile(m) if compiled is True else m)
 
+    whole = compiled == "whole_step"
     m, call = module()
-    local = step_fn(call, m.parameters(), x, y)
+    local = step_fn(call, m.parameters(), x, y, whole)
     m, call = module()
     ddp = DistributedDataParallel(call, bucket_cap_mb=bucket_cap_mb)
-    overlapped = step_fn(ddp, ddp.parameters(), x, y)
+    overlapped = step_fn(ddp, ddp.parameters(), x, y, whole)
     buckets = ddp.reducer.buckets
 
     def comm_only():
@@ -142,13 +153,16 @@ def bench_ddp(width, depth, batch, bucket_cap_mb, reps, compiled):
             w.wait()
     m, call = module()
     one = DistributedDataParallel(call, bucket_cap_mb=1e6)
-    serial = step_fn(one, one.parameters(), x, y)
+    serial = step_fn(one, one.parameters(), x, y, whole)
     waits = {"ddp": [], "one_bucket": []}
+    pg = ddp.process_group
 
     def recording(step, model, key):
         def run():
+            before = pg.program_wait_s
             step()
-            waits[key].append(model.reducer.last_wait_s)
+            waits[key].append(pg.program_wait_s - before if whole else
+                              model.reducer.last_wait_s)
         return run
     t = interleaved_medians({"local": local, "comm": comm_only,
                              "ddp": recording(overlapped, ddp, "ddp"),
@@ -169,7 +183,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json", default=None)
-    ap.add_argument("--width", type=int, default=1024)
+    ap.add_argument("--width", type=int, default=None, help="default 1024 (256 with --quick)")
     ap.add_argument("--depth", type=int, default=3)
     ap.add_argument("--batch", type=int, default=128, help="per rank")
     ap.add_argument("--bucket-cap-mb", type=float, default=2.0)
@@ -181,11 +195,11 @@ def main(argv=None):
     rank, world = dist.get_rank(), dist.get_world_size()
     sizes = [2 ** k for k in range(10, 21 if args.quick else 27, 2)]
     reps = 5 if args.quick else 20
-    width = 256 if args.quick else args.width
+    width = args.width or (256 if args.quick else 1024)
     bandwidth = bench_all_reduce(sizes, 50 if args.quick else 200)
     steps = [bench_ddp(width, args.depth, args.batch, args.bucket_cap_mb, reps, False)]
     if not args.no_compile:
-        for compiled in (True, "per_layer"):
+        for compiled in (True, "per_layer", "whole_step"):
             steps.append(bench_ddp(width, args.depth, args.batch, args.bucket_cap_mb, reps,
                                    compiled))
     if rank == 0:
@@ -200,7 +214,9 @@ def main(argv=None):
         print(f"DDP step, MLP 256-{width}x{args.depth}-10, batch {args.batch} per rank, "
               f"bucket_cap_mb {args.bucket_cap_mb}")
         for s in steps:
-            mode = {False: "eager", True: "compiled", "per_layer": "compiled per layer"}[
+            mode = {False: "eager", True: "compiled (its backward one call)",
+                    "per_layer": "compiled per layer",
+                    "whole_step": "whole step compiled (all-reduces as program steps)"}[
                 s["compiled"]]
             print(f"  {mode}: grads {s['params_MB']:.1f} MB in {s['buckets']} buckets: step "
                   f"alone {s['local_s'] * 1e3:.1f} ms, all-reduce alone "

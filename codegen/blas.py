@@ -11,7 +11,8 @@ Here one thread pool does everything: while a program runs, OpenBLAS is set to o
 (`single_threaded()`), and each product is cut into one piece per numba thread (whole
 matrices of a stack, or slabs of rows or columns of one matrix), each piece a plain
 single-threaded `cblas_?gemm` called through its address: a large product runs as fast
-as np.matmul's own threads, a stack of small ones faster.
+as np.matmul's own threads, a stack of small ones faster. A product below SERIAL_MAX runs
+the same pieces on the calling thread (`gemm_serial`): no parallel region to start.
 
 The gemm comes from MKL's sequential layer when the `mkl` package is installed
 (`pip install aotgrad[mkl]`): on this project's test machine it ran the transformer, MLP
@@ -38,6 +39,11 @@ from numba.extending import intrinsic
 # products with fewer multiply-adds than this stay on np.matmul, which OpenBLAS (set to one
 # thread meanwhile) runs on the calling thread: cutting them costs more than it gains
 SPLIT_MIN = 1 << 18
+# products with fewer multiply-adds than this (a few tens of microseconds on one core) run
+# on the calling thread (gemm_serial): starting a parallel region costs about as much as
+# sharing them saves while numba's workers spin, more once they sleep (after a numpy step),
+# and up to a scheduler time slice while another process holds the other core
+SERIAL_MAX = 1 << 22
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 
 log = logging.getLogger(__name__)
@@ -203,15 +209,16 @@ _WARM = set()
 
 
 def warm(dtype):
-    """Compile (or load from numba's cache) gemm_stack for `dtype` now: when a program is
-    prepared, not in the middle of its first call."""
+    """Compile (or load from numba's cache) gemm_stack and gemm_serial for `dtype` now: when
+    a program is prepared, not in the middle of its first call."""
     if dtype in _WARM:
         return
     fn = gemm_address(dtype)
     a, c, e = np.ones(1, dtype), np.zeros(1, dtype), np.zeros(0, np.int64)
     with single_threaded():
-        gemm_stack(fn, NO_TRANS, NO_TRANS, 1, 1, 1, dtype.type(1), a, 0, 1, a, 0, 1, c, 0, 1, e,
-                   e, e, e, 1, False)
+        for gemm in (gemm_stack, gemm_serial):
+            gemm(fn, NO_TRANS, NO_TRANS, 1, 1, 1, dtype.type(1), a, 0, 1, a, 0, 1, c, 0, 1, e, e,
+                 e, e, 1, False)
     _WARM.add(dtype)
 
 
@@ -290,6 +297,29 @@ def _offset(i, batch, steps):
     return off
 
 
+@njit(cache=True, nogil=True)
+def _piece(it, fn, ta, tb, m, n, k, alpha, pa, a_off, lda, pb, b_off, ldb, pc, c_off, ldc, isz,
+           batch, a_steps, b_steps, c_steps, parts, cut_cols):
+    """Piece `it` of a stack (see gemm_stack): slab it % parts of matrix it // parts."""
+    i, p = it // parts, it % parts
+    ao = a_off + _offset(i, batch, a_steps)
+    bo, co = b_off + _offset(i, batch, b_steps), c_off + _offset(i, batch, c_steps)
+    mm, nn = m, n
+    if cut_cols:
+        c0, c1 = n * p // parts, n * (p + 1) // parts
+        nn = c1 - c0
+        bo += c0 * (ldb if tb == TRANS else 1)
+        co += c0
+    else:
+        r0, r1 = m * p // parts, m * (p + 1) // parts
+        mm = r1 - r0
+        ao += r0 * (1 if ta == TRANS else lda)
+        co += r0 * ldc
+    if mm > 0 and nn > 0:
+        _cblas_gemm(fn, ta, tb, mm, nn, k, alpha, pa + ao * isz, lda, pb + bo * isz, ldb,
+                    pc + co * isz, ldc)
+
+
 @njit(parallel=True, cache=True, nogil=True)
 def gemm_stack(fn, ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, c, c_off, ldc, batch,
                a_steps, b_steps, c_steps, parts, cut_cols):
@@ -298,27 +328,25 @@ def gemm_stack(fn, ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, c, c_of
     with the given flags, leading dimensions and batch steps (c's rows unit-stride: it may
     be a transposed view, e.g. attention heads written straight into (batch, seq, heads,
     dim)); alpha 1 in c's dtype; `parts` pieces per matrix, one prange item per piece."""
-    isz = c.itemsize
     pa, pb, pc = np.int64(a.ctypes.data), np.int64(b.ctypes.data), np.int64(c.ctypes.data)
     nb = 1
     for d in batch:
         nb *= d
     for it in prange(nb * parts):
-        i, p = it // parts, it % parts
-        ao = a_off + _offset(i, batch, a_steps)
-        bo, co = b_off + _offset(i, batch, b_steps), c_off + _offset(i, batch, c_steps)
-        mm, nn = m, n
-        if cut_cols:
-            c0, c1 = n * p // parts, n * (p + 1) // parts
-            nn = c1 - c0
-            bo += c0 * (ldb if tb == TRANS else 1)
-            co += c0
-        else:
-            r0, r1 = m * p // parts, m * (p + 1) // parts
-            mm = r1 - r0
-            ao += r0 * (1 if ta == TRANS else lda)
-            co += r0 * ldc
-        if mm > 0 and nn > 0:
-            _cblas_gemm(fn, ta, tb, mm, nn, k, alpha, pa + ao * isz, lda, pb + bo * isz, ldb,
-                        pc + co * isz, ldc)
+        _piece(it, fn, ta, tb, m, n, k, alpha, pa, a_off, lda, pb, b_off, ldb, pc, c_off, ldc,
+               c.itemsize, batch, a_steps, b_steps, c_steps, parts, cut_cols)
+    return 0
+
+
+@njit(cache=True, nogil=True)
+def gemm_serial(fn, ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, c, c_off, ldc, batch,
+                a_steps, b_steps, c_steps, parts, cut_cols):
+    """gemm_stack's products, one after another on the calling thread (no parallel region)."""
+    pa, pb, pc = np.int64(a.ctypes.data), np.int64(b.ctypes.data), np.int64(c.ctypes.data)
+    nb = 1
+    for d in batch:
+        nb *= d
+    for it in range(nb * parts):
+        _piece(it, fn, ta, tb, m, n, k, alpha, pa, a_off, lda, pb, b_off, ldb, pc, c_off, ldc,
+               c.itemsize, batch, a_steps, b_steps, c_steps, parts, cut_cols)
     return 0

@@ -11,12 +11,14 @@ import functools
 import math
 import os
 import threading
+import time
 import weakref
 
 import numpy as np
 
 from aotgrad.codegen import blas, parallel_compile
 from aotgrad.codegen.scheduler import Kernel, StepKind
+from aotgrad.codegen.step_events import step_events
 from aotgrad.ir.core import located_error
 from aotgrad.ir.prims import dot_dims
 from aotgrad.ir.tags import Tag
@@ -215,7 +217,7 @@ class Plan:
                 fixed_vars[d] = fixed_vars[st.outputs[0]].transpose(inv)
         self.out_alloc_spec = [(self.slot[v], v.shape, v.dtype.np) for v in self.out_alloc]
         self.copy_slots = [self.slot[v] for v in self.copy_outputs]
-        self._fixed, self._timed = fixed_vars, None
+        self._fixed, self._timed, self._profiled = fixed_vars, None, None
         self.driver_source, self.run = self._driver(fixed_vars)
         self._runners = {0: self.run}
         self.owned_outputs = self._owned_outputs()
@@ -240,11 +242,11 @@ class Plan:
             r = self._runners[trusted] = self._driver(self._fixed, trusted=trusted)[1]
         return r
 
-    def _driver(self, fixed, timed=False, trusted=0):
+    def _driver(self, fixed, timed=False, trusted=0, clock=time.perf_counter):
         with self._swap_lock:
-            return self._build_driver(fixed, timed, trusted)
+            return self._build_driver(fixed, timed, trusted, clock)
 
-    def _build_driver(self, fixed, timed, trusted):
+    def _build_driver(self, fixed, timed, trusted, clock=time.perf_counter):
         """Python source for `program(*inputs) -> outputs` and the function itself.
 
         Each step is one line calling a kernel, np.matmul or a prim's numpy impl on local
@@ -253,7 +255,7 @@ class Plan:
         With timed=True the function also returns each step's perf_counter stamp."""
         g = {"np": np, "_ndarray": np.ndarray, "_empty": np.empty, "_mm": np.matmul,
              "_contig": np.ascontiguousarray, "_normalise": self._normalise,
-             "_gemm": blas.gemm_stack}
+             "_gemm": blas.gemm_stack, "_gemm1": blas.gemm_serial}
         names, knames = {}, {}
         self._bound_kernels.append((g, knames))
         self._probe, self._gemms = None, 0
@@ -308,7 +310,7 @@ class Plan:
             lines.append(f"    v{s} = _empty({tuple(shape)!r}, {bind(np.dtype(d), '_d')})")
         if timed:
             lines.append("    _t = [_clock()]")
-            g["_clock"] = __import__("time").perf_counter
+            g["_clock"] = clock
         body, step_of = [], []   # step_of[i]: the step body line i belongs to
         for st in self.schedule.steps:
             step_lines = self._step_lines(st, bind, name_of, shaped, operand, knames)
@@ -342,6 +344,7 @@ class Plan:
         made so far and later (a kernel's parallel variant replacing its serial one)."""
         with self._swap_lock:
             self.kernel_fns[st] = (fn, spec)
+            self._profiled = None          # (its events say how each kernel runs)
             for g, knames in self._bound_kernels:
                 if st in knames:
                     g[knames[st]] = fn
@@ -429,7 +432,8 @@ class Plan:
         return probes
 
     def _gemm_call(self, n, pa, sa, pb, sb, so, bind, name_of):
-        """The line running this product as blas.gemm_stack over numba's threads, or None
+        """The line running this product as blas.gemm_stack over numba's threads (below
+        blas.SERIAL_MAX multiply-adds: blas.gemm_serial on the calling thread), or None
         (np.matmul then): small products, no usable BLAS library, a dtype it has no gemm for,
         or an operand BLAS cannot read without a copy."""
         import numba
@@ -459,15 +463,18 @@ class Plan:
         (fa, oa), (fb, ob), (fc, oc) = flat(a), flat(b), flat(out)
         blas.warm(d)
         batch, m, k, nn = so[:-2], sa[-2], sa[-1], sb[-1]
-        parts, cut_cols = blas.pieces(math.prod(batch), m, nn, numba.get_num_threads())
+        serial = math.prod(sa) * sb[-1] < blas.SERIAL_MAX
+        parts, cut_cols = (1, False) if serial else \
+            blas.pieces(math.prod(batch), m, nn, numba.get_num_threads())
         arr = (lambda t: bind(np.array(t, np.int64), "_i"))
         self._gemms += 1
         slabs = f", {parts} {'column' if cut_cols else 'row'} slabs each" if parts > 1 else ""
         into = "" if self._probe[out][0] is out else \
             f", written into {self._probe[out][0].name}'s layout"
-        self.gemm_how[n] = (f"{blas.provider()} gemm over numba's threads: "
+        where = "on the calling thread" if serial else "over numba's threads"
+        self.gemm_how[n] = (f"{blas.provider()} gemm {where}: "
                             f"{math.prod(batch)} x ({m}x{k} @ {k}x{nn}){slabs}{into}")
-        return (f"_gemm({fn}, {la[1]}, {lb[1]}, {m}, {nn}, {k}, "
+        return (f"{'_gemm1' if serial else '_gemm'}({fn}, {la[1]}, {lb[1]}, {m}, {nn}, {k}, "
                 f"{bind(d.type(1), '_c')}, {fa}, {oa}, {la[2]}, {fb}, {ob}, {lb[2]}, "
                 f"{fc}, {oc}, {lc[2]}, {arr(batch)}, {arr(la[0])}, {arr(lb[0])}, "
                 f"{arr(lc[0])}, {parts}, {cut_cols})")
@@ -499,6 +506,20 @@ class Plan:
             self._timed = self._driver(self._fixed, timed=True)[1]
         outs, t = self._timed(*arrays)
         return outs, [b - a for a, b in zip(t, t[1:])]
+
+    def profiled(self, *arrays):
+        """Run once through an instrumented copy of the driver (a clock read after each
+        step): (outputs, [(StepEvent, start_ns, end_ns)]) for each kernel, product and
+        reference step (codegen.step_events). Only a profiler calls it; the ordinary
+        driver reads no clock."""
+        if not self._ready:
+            self.prepare()
+        if self._profiled is None:
+            run = self._driver(self._fixed, timed=True, clock=time.perf_counter_ns)[1]
+            self._profiled = run, step_events(self.schedule, self.kernel_fns, self.gemm_how)
+        run, events = self._profiled
+        outs, t = run(*arrays)
+        return outs, [(ev, a, b) for ev, a, b in zip(events, t, t[1:]) if ev is not None]
 
     def _normalise(self, a, shape, d):
         a = np.asarray(a)

@@ -16,7 +16,8 @@ Importing this package does not start MPI (nor import mpi4py); `init_process_gro
 collectives, and `aotgrad.utils.data.DistributedSampler` gives each rank its shard.
 """
 from aotgrad.distributed.collectives import (Work, all_gather, all_gather_into_tensor,
-                                             all_reduce, barrier, broadcast, gather, reduce,
+                                             all_reduce, all_to_all, all_to_all_single,
+                                             barrier, broadcast, gather, reduce,
                                              reduce_scatter, reduce_scatter_tensor, scatter)
 from aotgrad.distributed.process_group import (DEFAULT_TIMEOUT, DistBackendError, DistError,
                                                GroupMember, ProcessGroup,
@@ -26,10 +27,16 @@ from aotgrad.distributed.process_group import (DEFAULT_TIMEOUT, DistBackendError
                                                get_world_size, init_process_group,
                                                is_available, is_initialized,
                                                is_mpi_available, new_group)
+from aotgrad.distributed.grad_bucket import GradBucket
+from aotgrad.distributed.point_to_point import (P2POp, batch_isend_irecv, irecv, isend, recv,
+                                                send)
 from aotgrad.distributed.reduce_op import ReduceOp
 
-__all__ = ["DEFAULT_TIMEOUT", "DistBackendError", "DistError", "GroupMember", "ProcessGroup",
-           "ReduceOp", "Work", "all_gather", "all_gather_into_tensor", "all_reduce", "barrier",
+__all__ = ["DEFAULT_TIMEOUT", "DistBackendError", "DistError", "GradBucket", "GroupMember",
+           "ProcessGroup",
+           "ReduceOp", "Work", "all_gather", "all_gather_into_tensor", "all_reduce",
+           "all_to_all", "all_to_all_single", "barrier", "batch_isend_irecv", "irecv", "isend",
+           "P2POp", "recv", "send",
            "broadcast", "destroy_process_group", "gather", "get_backend", "get_global_rank",
            "get_group_rank", "get_process_group_ranks", "get_rank", "get_world_size",
            "init_process_group", "is_available", "is_initialized", "is_mpi_available",

@@ -19,11 +19,14 @@ from aotgrad.runtime.tensor import Tensor
 
 class Work:
     """The handle of a collective started with async_op=True: `wait()` blocks until it is done
-    (and the outputs are written), `is_completed()` asks without blocking."""
+    (and the outputs are written), `is_completed()` asks without blocking, `get_future()`
+    gives an aotgrad.futures.Future of its output tensors (`result()`)."""
 
-    def __init__(self, pg, requests, what, finish=()):
+    def __init__(self, pg, requests, what, finish=(), result=(), statuses=None):
         self._pg, self._requests, self._what = pg, requests, what
         self._finish = list(finish)   # run once, in order, when the requests are done
+        self._result = list(result)   # the output tensors (PyTorch's Work.result())
+        self._statuses = statuses     # MPI.Status per request, where the sender matters
         self._done = False
 
     def _complete(self):
@@ -38,26 +41,46 @@ class Work:
         past it, DistBackendError."""
         if not self._done:
             seconds = None if timeout is None else timeout.total_seconds()
-            wait_requests(self._requests, self._pg, self._what, seconds)
+            wait_requests(self._requests, self._pg, self._what, seconds, self._statuses)
             self._complete()
         return True
 
     def is_completed(self):
         if not self._done:
             from mpi4py import MPI
-            if MPI.Request.Testall(self._requests):
+            if MPI.Request.Testall(self._requests, self._statuses):
                 self._complete()
         return self._done
 
     def is_success(self):
         return self.is_completed()
 
+    def result(self):
+        """The output tensors (the tensor reduced in place, the received tensor, ...)."""
+        return list(self._result)
+
+    def get_future(self):
+        """A Future that completes with this work; its value is `result()`."""
+        from aotgrad.futures import Future
+
+        def drive():
+            self.wait()
+            return self.result()
+        return Future._driven(drive, self.is_completed)
+
+    def _source_rank(self):
+        """The sender's rank in the default group, for a completed receive (irecv)."""
+        if not self._done or not self._statuses:
+            raise RuntimeError(f"aotgrad.distributed: {self._what}: the source rank is known "
+                               f"once a receive has completed")
+        return self._pg.ranks[self._statuses[0].Get_source()]
+
     def __repr__(self):
         return f"Work({self._what}, completed={self._done})"
 
 
-def _finish(pg, requests, what, finish, async_op):
-    work = Work(pg, requests, what, finish)
+def _finish(pg, requests, what, finish, async_op, result=()):
+    work = Work(pg, requests, what, finish, result)
     if async_op:
         return work
     work.wait()
@@ -169,7 +192,7 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     arr, mop, back = _reduction(buf.mpi, op, "all_reduce")
     req = pg.comm.Iallreduce(MPI.IN_PLACE, arr, mpi_op(mop, MPI))
     finish = _then(op, arr, pg, back, buf.written)
-    return _finish(pg, [req], "all_reduce", finish, async_op)
+    return _finish(pg, [req], "all_reduce", finish, async_op, [tensor])
 
 
 def reduce(tensor, dst=0, op=ReduceOp.SUM, group=None, async_op=False):
@@ -187,7 +210,7 @@ def reduce(tensor, dst=0, op=ReduceOp.SUM, group=None, async_op=False):
         finish = _then(op, arr, pg, back, buf.written)
     else:
         req, finish = pg.comm.Ireduce(arr, None, mpi_op(mop, MPI), root=dst), []
-    return _finish(pg, [req], "reduce", finish, async_op)
+    return _finish(pg, [req], "reduce", finish, async_op, [tensor])
 
 
 def _bytes(arr):
@@ -203,7 +226,7 @@ def broadcast(tensor, src, group=None, async_op=False):
     buf = _Buffer(tensor, "broadcast", "tensor", writes=pg.rank() != src)
     req = pg.comm.Ibcast(_bytes(buf.mpi), root=src)
     finish = [buf.written] if pg.rank() != src else []
-    return _finish(pg, [req], "broadcast", finish, async_op)
+    return _finish(pg, [req], "broadcast", finish, async_op, [tensor])
 
 
 def _gathered(pg, arr):
@@ -228,7 +251,8 @@ def all_gather(tensor_list, tensor, group=None, async_op=False):
     _check_same(tensor_list, send, "all_gather", "tensor_list")
     recv = _gathered(pg, send)
     req = pg.comm.Iallgather(_bytes(send), _bytes(recv))
-    return _finish(pg, [req], "all_gather", [_scatter_into(recv, tensor_list)], async_op)
+    return _finish(pg, [req], "all_gather", [_scatter_into(recv, tensor_list)], async_op,
+                   tensor_list)
 
 
 def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
@@ -244,7 +268,8 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=Fal
                          f"{list(out.mpi.shape)} ({out.mpi.dtype}) cannot hold {pg.size()} "
                          f"inputs of shape {list(send.shape)} ({send.dtype})")
     req = pg.comm.Iallgather(_bytes(send), _bytes(out.mpi))
-    return _finish(pg, [req], "all_gather_into_tensor", [out.written], async_op)
+    return _finish(pg, [req], "all_gather_into_tensor", [out.written], async_op,
+                   [output_tensor])
 
 
 def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=False):
@@ -261,7 +286,7 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=Fal
     recv, _, back = _reduction(out.mpi, op, "reduce_scatter")
     req = pg.comm.Ireduce_scatter_block(send, recv, mpi_op(mop, MPI))
     finish = _then(op, recv, pg, back, out.written)
-    return _finish(pg, [req], "reduce_scatter", finish, async_op)
+    return _finish(pg, [req], "reduce_scatter", finish, async_op, [output])
 
 
 def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=False):
@@ -280,7 +305,7 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=F
     recv, _, back = _reduction(out.mpi, op, "reduce_scatter_tensor")
     req = pg.comm.Ireduce_scatter_block(send, recv, mpi_op(mop, MPI))
     finish = _then(op, recv, pg, back, out.written)
-    return _finish(pg, [req], "reduce_scatter_tensor", finish, async_op)
+    return _finish(pg, [req], "reduce_scatter_tensor", finish, async_op, [output])
 
 
 def gather(tensor, gather_list=None, dst=0, group=None, async_op=False):
@@ -301,7 +326,8 @@ def gather(tensor, gather_list=None, dst=0, group=None, async_op=False):
     _check_same(gather_list, send, "gather", "gather_list")
     recv = _gathered(pg, send)
     req = pg.comm.Igather(_bytes(send), _bytes(recv), root=dst)
-    return _finish(pg, [req], "gather", [_scatter_into(recv, gather_list)], async_op)
+    return _finish(pg, [req], "gather", [_scatter_into(recv, gather_list)], async_op,
+                   gather_list)
 
 
 def scatter(tensor, scatter_list=None, src=0, group=None, async_op=False):
@@ -322,7 +348,7 @@ def scatter(tensor, scatter_list=None, src=0, group=None, async_op=False):
         _check_same(scatter_list, out.mpi, "scatter", "scatter_list")
         send = _bytes(np.stack([t._value for t in scatter_list]))
     req = pg.comm.Iscatter(send, _bytes(out.mpi), root=src)
-    return _finish(pg, [req], "scatter", [out.written], async_op)
+    return _finish(pg, [req], "scatter", [out.written], async_op, [tensor])
 
 
 def barrier(group=None, async_op=False, device_ids=None):
@@ -331,3 +357,78 @@ def barrier(group=None, async_op=False, device_ids=None):
     if pg is None:
         return None
     return _finish(pg, [pg.comm.Ibarrier()], "barrier", [], async_op)
+
+
+def _byte_counts(arrays):
+    counts = [a.nbytes for a in arrays]
+    displs = [sum(counts[:i]) for i in range(len(counts))]
+    return counts, displs
+
+
+def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False):
+    """Rank r sends input_tensor_list[q] to rank q, which receives it in its
+    output_tensor_list[r]; the tensors may differ in size from pair to pair."""
+    pg = _member_group(group, "all_to_all")
+    if pg is None:
+        return None
+    from mpi4py import MPI
+    _check_count(input_tensor_list, pg, "all_to_all", "input_tensor_list")
+    _check_count(output_tensor_list, pg, "all_to_all", "output_tensor_list")
+    sends = [_Buffer(t, "all_to_all", f"input_tensor_list[{q}]", writes=False).mpi
+             for q, t in enumerate(input_tensor_list)]
+    outs = [_Buffer(t, "all_to_all", f"output_tensor_list[{q}]", writes=True)
+            for q, t in enumerate(output_tensor_list)]
+    send = np.concatenate([_bytes(a) for a in sends]) if sends else np.empty(0, np.uint8)
+    scounts, sdispls = _byte_counts(sends)
+    rcounts, rdispls = _byte_counts([o.mpi for o in outs])
+    recv = np.empty(sum(rcounts), np.uint8)
+    req = pg.comm.Ialltoallv([send, (scounts, sdispls), MPI.BYTE],
+                             [recv, (rcounts, rdispls), MPI.BYTE])
+
+    def copy_out():
+        for o, start, n in zip(outs, rdispls, rcounts):
+            _bytes(o.mpi)[...] = recv[start:start + n]
+            o.written()
+    return _finish(pg, [req], "all_to_all", [copy_out], async_op, output_tensor_list)
+
+
+def _split_bytes(arr, sizes, pg, what, arg):
+    """Byte counts and offsets of `arr`'s blocks along dim 0 (equal blocks without sizes)."""
+    rows = arr.shape[0] if arr.ndim else 1
+    row_bytes = arr.nbytes // rows if rows else 0
+    if sizes is None:
+        if rows % pg.size():
+            raise ValueError(f"aotgrad.distributed.{what}: {arg}'s first dimension ({rows}) "
+                             f"does not divide into {pg.size()} equal blocks (give the "
+                             f"split sizes)")
+        sizes = [rows // pg.size()] * pg.size()
+    sizes = [int(n) for n in sizes]
+    if len(sizes) != pg.size() or sum(sizes) != rows or min(sizes) < 0:
+        raise ValueError(f"aotgrad.distributed.{what}: {arg} split sizes {sizes} must be "
+                         f"{pg.size()} non-negative numbers summing to its first dimension "
+                         f"({rows})")
+    counts = [n * row_bytes for n in sizes]
+    return counts, [sum(counts[:i]) for i in range(len(counts))]
+
+
+def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None,
+                      group=None, async_op=False):
+    """all_to_all over blocks of one tensor along dim 0: rank r's q-th input block goes to
+    rank q's r-th output block (equal blocks unless the split sizes say otherwise)."""
+    pg = _member_group(group, "all_to_all_single")
+    if pg is None:
+        return None
+    from mpi4py import MPI
+    send = _Buffer(input, "all_to_all_single", "input", writes=False).mpi
+    out = _Buffer(output, "all_to_all_single", "output", writes=True)
+    if send.dtype != out.mpi.dtype or send.shape[1:] != out.mpi.shape[1:]:
+        raise ValueError(f"aotgrad.distributed.all_to_all_single: input of shape "
+                         f"{list(send.shape)} ({send.dtype}) and output of shape "
+                         f"{list(out.mpi.shape)} ({out.mpi.dtype}) must agree in dtype and "
+                         f"in every dimension but the first")
+    scounts, sdispls = _split_bytes(send, input_split_sizes, pg, "all_to_all_single", "input")
+    rcounts, rdispls = _split_bytes(out.mpi, output_split_sizes, pg, "all_to_all_single",
+                                    "output")
+    req = pg.comm.Ialltoallv([_bytes(send), (scounts, sdispls), MPI.BYTE],
+                             [_bytes(out.mpi), (rcounts, rdispls), MPI.BYTE])
+    return _finish(pg, [req], "all_to_all_single", [out.written], async_op, [output])

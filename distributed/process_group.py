@@ -54,6 +54,10 @@ class ProcessGroup:
         self.comm = comm
         self.timeout = timeout
         self.ranks = list(ranks)
+        # operations compiled programs started and have not waited for yet:
+        # id(array) -> (MPI request, array) (distributed/program_collectives.py)
+        self.program_requests = {}
+        self.program_wait_s = 0.0   # seconds compiled programs have blocked in those waits
 
     def group_rank(self, global_rank):
         """The rank in this group of the process with rank `global_rank` in the default
@@ -259,18 +263,19 @@ def _abort_job(exc_type, exc, tb):
         MPI.COMM_WORLD.Abort(1)
 
 
-def wait_requests(requests, pg, what, timeout=None):
+def wait_requests(requests, pg, what, timeout=None, statuses=None):
     """Wait for MPI requests, at most the group's timeout (or `timeout` seconds): past it,
     DistBackendError naming the collective and the rank. Polls (with short sleeps once the
-    wait is long) rather than blocking in MPI_Waitall, which no timeout can interrupt."""
+    wait is long) rather than blocking in MPI_Waitall, which no timeout can interrupt.
+    `statuses`: a list of MPI.Status, one per request, filled in (a receive's source)."""
     from mpi4py import MPI
     limit = pg.timeout if timeout is None else timeout
     if limit is None:
-        MPI.Request.Waitall(requests)
+        MPI.Request.Waitall(requests, statuses)
         return
     start = time.monotonic()
     spins = 0
-    while not MPI.Request.Testall(requests):
+    while not MPI.Request.Testall(requests, statuses):
         spins += 1
         if spins < 2000:
             continue

@@ -7,6 +7,8 @@ whole batches. Rank 0 replays that one-process run at the end and prints both lo
     pip install -e ".[distributed,examples]"
     mpiexec -n 2 python examples/train_ddp.py              # eager
     mpiexec -n 2 python examples/train_ddp.py --compile    # the module compiled (Numba)
+    mpiexec -n 2 python examples/train_ddp.py --compile-step   # the whole step compiled:
+                                          # one program, each bucket's all-reduce a step of it
     python examples/train_ddp.py --quick                   # one rank works too
 """
 import argparse
@@ -52,6 +54,8 @@ def main(argv=None):
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--compile", action="store_true", help="DDP around aotgrad.compile(model)")
+    ap.add_argument("--compile-step", action="store_true",
+                    help="aotgrad.compile around the whole training step of the DDP model")
     ap.add_argument("--backend", default="numba", help="compile backend (numba, interpret)")
     args = ap.parse_args(argv)
     epochs = args.epochs or (1 if args.quick else 5)
@@ -75,13 +79,19 @@ def main(argv=None):
     opt = optim.Adam(ddp.parameters(), lr=args.lr)
     loss_fn = nn.CrossEntropyLoss()
 
+    def train_step(xb, yb):
+        opt.zero_grad()
+        loss = loss_fn(ddp(xb), yb)
+        loss.backward()
+        opt.step()
+        return loss
+
+    step = aotgrad.compile(train_step, backend=args.backend) if args.compile_step else \
+        train_step
     curve = []
     for epoch in range(epochs):
         for xb, yb in shard_loaders(train_set, world, per_rank, args.seed, epoch)[rank]:
-            opt.zero_grad()
-            loss = loss_fn(ddp(xb), yb)
-            loss.backward()
-            opt.step()
+            loss = step(xb, yb)
             mean = loss.detach().clone()
             dist.all_reduce(mean, op=dist.ReduceOp.AVG)   # the global batch's loss
             curve.append(mean.item())
@@ -105,7 +115,9 @@ def main(argv=None):
         diff = float(np.abs(curve - ref_curve).max())
         params = max(float(np.abs(p.detach().numpy() - q.detach().numpy()).max())
                      for p, q in zip(model.parameters(), reference.parameters()))
-        mode = f"compiled ({args.backend})" if args.compile else "eager"
+        mode = f"compiled ({args.backend})" if args.compile else \
+            f"in a compiled whole step ({args.backend}, {step.eager_calls} eager calls)" \
+            if args.compile_step else "eager"
         print(f"data: {source}, {len(Xtr)} training samples; {world} ranks x {per_rank} "
               f"samples per step, {len(curve)} steps, DDP {mode}")
         every = max(1, len(curve) // 8)

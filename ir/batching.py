@@ -249,6 +249,8 @@ _register_rules()
 # Prims with no batching rule, and why none is needed.
 NO_RULE = {
     P.full: "takes no tensor inputs (never batched)",
+    P.collective_start: "communicates with other processes (never inside vmap)",
+    P.collective_wait: "communicates with other processes (never inside vmap)",
     P.iota: "takes no tensor inputs (never batched)",
     P.uniform: "random draws are batched by vmap's `randomness` argument, not per prim",
     P.normal: "random draws are batched by vmap's `randomness` argument, not per prim",

@@ -132,7 +132,7 @@ def _partition(joint, n_primals, n_fw_outputs, allow_reductions):
             g.add_edge(("out", v), T)
     saved = []
     if g.has_node(T) and nx.has_path(g, S, T):
-        _, (reach, _) = nx.minimum_cut(g, S, T)
+        reach = _source_side(g, S, T)
         saved = [v for v in fw_values if ("in", v) in reach and ("out", v) not in reach]
     saved_set = set(saved)
 
@@ -155,6 +155,69 @@ def _partition(joint, n_primals, n_fw_outputs, allow_reductions):
                 " (recomputing it would need more bytes saved)")
     del needed_by_bw, fw_needed
     return Partition(fwd, bwd, saved, recomputed, reasons)
+
+
+def _closure(g, start, forward):
+    """The nodes joined to `start` by a path of infinite-capacity edges (no capacity
+    attribute), following edges forward (out of start) or backward (into it)."""
+    seen, stack = {start}, [start]
+    edges = g.out_edges if forward else g.in_edges
+    while stack:
+        x = stack.pop()
+        for a, b, d in edges(x, data=True):
+            y = b if forward else a
+            if "capacity" not in d and y not in seen:
+                seen.add(y)
+                stack.append(y)
+    return seen
+
+
+def _source_side(g, S, T):
+    """The source side of the minimum S-T cut of flow graph `g` that networkx's
+    minimum_cut(g, S, T) returns (the nodes that cannot reach T in the residual network of
+    a maximum flow: a set every maximum flow gives alike), computed one region at a time.
+
+    Nodes joined to S by infinite edges (the values never recomputed) always lie on the
+    source side, and nodes joined to T by infinite edges on the sink side; with those
+    merged into S and T, the rest falls apart into regions (for an unrolled loop: one per
+    step, between two matrix products) whose flows are independent. Each region is cut on
+    its own, so the time grows with the program, not faster (a cut of the whole graph
+    grows superlinearly with it)."""
+    import networkx as nx
+    src, snk = _closure(g, S, True), _closure(g, T, False)
+    rest = g.subgraph(x for x in g if x not in src and x not in snk)
+    reach = set(src)
+    for region in nx.weakly_connected_components(rest):
+        sub = nx.DiGraph(rest.subgraph(region))
+        s2, t2 = ("source", None), ("sink", None)
+        sub.add_node(s2)
+        sub.add_node(t2)
+        for x in region:   # edges from the merged source / into the merged sink, summed
+            for a, _, d in g.in_edges(x, data=True):
+                if a in src:
+                    _join(sub, s2, x, d)
+            for _, b, d in g.out_edges(x, data=True):
+                if b in snk:
+                    _join(sub, x, t2, d)
+        if not sub.in_degree(t2):
+            reach |= region               # nothing reaches the sink: all source side
+            continue
+        _, (side, _) = nx.minimum_cut(sub, s2, t2)
+        reach |= side - {s2}
+    return reach
+
+
+def _join(g, a, b, d):
+    """Add an edge a -> b with d's capacity to g, summed with an edge already there (an
+    edge without capacity is infinite)."""
+    if not g.has_edge(a, b):
+        g.add_edge(a, b, **({"capacity": d["capacity"]} if "capacity" in d else {}))
+        return
+    e = g[a][b]
+    if "capacity" in e and "capacity" in d:
+        e["capacity"] += d["capacity"]
+    else:
+        e.pop("capacity", None)
 
 
 def _save_cost(v, producer, in_memory=False):
@@ -223,6 +286,6 @@ def _subgraph(joint, inputs, outputs, producer, name, stop):
         if p in need:
             continue
         need.add(p)
-        stack.extend(u for u in p.inputs if u not in avail and u not in stack)
+        stack.extend(u for u in p.inputs if u not in avail)
     nodes = [n for n in joint.nodes if n in need]
     return Graph(list(inputs), nodes, list(outputs), name)

@@ -16,6 +16,7 @@ import numpy as np
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir import special_math
+from aotgrad.ir.collective_calls import CollectiveCall
 from aotgrad.ir.core import PRIMS, Aval, PrimError, check, register
 from aotgrad.ir.symbolic import SymInt, agree, nonnegative, size_le
 from aotgrad.ir.tags import Tag
@@ -256,6 +257,12 @@ def _check_values(x, *, check):
     """x itself, once every element passed the check (see ir/value_checks.py)."""
     check.raise_if_violated(x)
     return x
+
+
+def _collective_rule(x, *, call):
+    if not isinstance(call, CollectiveCall):
+        raise PrimError(f"call must be a CollectiveCall, got {call!r}")
+    return Aval(x.shape, x.dtype)
 
 
 def _argsort_rule(x, *, dim, descending=False):
@@ -600,6 +607,14 @@ full = register("full", _creation_rule,
               (Tag.CREATION, Tag.NON_DIFFERENTIABLE))
 check_values = register("check_values", _check_values_rule, _check_values,
                         (Tag.CHECK, Tag.MAY_ALIAS_INPUT, Tag.NON_DIFFERENTIABLE))
+# a collective in two steps (ir/collective_calls.py): start it, compute on, wait for it.
+# (No derivative rule: programs apply them to gradients, which nothing differentiates.)
+collective_start = register("collective_start", _collective_rule,
+                            lambda x, *, call: call.start(x),
+                            (Tag.COMMUNICATION, Tag.NON_DIFFERENTIABLE))
+collective_wait = register("collective_wait", _collective_rule,
+                           lambda x, *, call: call.wait(x),
+                           (Tag.COMMUNICATION, Tag.NON_DIFFERENTIABLE))
 uniform = register("uniform", _random_rule, _random("uniform"),
                    (Tag.RANDOM, Tag.NON_DIFFERENTIABLE))
 normal = register("normal", _random_rule, _random("normal"),

@@ -22,6 +22,9 @@ class Tag(enum.StrEnum):
     CREATION = "creation"        # makes an array from its params alone
     CHECK = "check"              # passes its input through once its values pass a check
     LINALG = "linalg"            # a LAPACK call over a stack of matrices
+    # exchanges values with the other processes of a group (a communication library call
+    # the program makes, in the order of the graph: never moved, merged or recomputed)
+    COMMUNICATION = "communication"
 
     # ---- facts
     # Each output element is an input element at a re-mapped index (no arithmetic): tracing
@@ -44,7 +47,7 @@ class Tag(enum.StrEnum):
 
 
 KINDS = frozenset({Tag.POINTWISE, Tag.REDUCTION, Tag.SHAPE, Tag.CONTRACTION, Tag.RANDOM,
-                   Tag.INDEX, Tag.CREATION, Tag.CHECK, Tag.LINALG})
+                   Tag.INDEX, Tag.CREATION, Tag.CHECK, Tag.LINALG, Tag.COMMUNICATION})
 
 
 def reduced_dims(prim, params):

@@ -3,10 +3,13 @@
 >>> model = nn.Linear(3, 2)
 >>> opt = optim.Adagrad(model.parameters(), lr=1e-2, lr_decay=1e-4)
 """
+import numpy as np
+
+from aotgrad.ir import dtypes as dt
 from aotgrad.optim._update import as_f64, check_nonnegative, grads_of, new_step
 from aotgrad.optim.optimizer import Optimizer
-from aotgrad.runtime import ops
-from aotgrad.runtime.factories import full_like
+from aotgrad.runtime import multi_tensor, ops
+from aotgrad.runtime.factories import full_like, tensor
 from aotgrad.runtime.grad_mode import no_grad
 
 
@@ -22,7 +25,9 @@ class Adagrad(Optimizer):
                  eps=1e-10, foreach=None, *, maximize=False, differentiable=False, fused=None):
         check_nonnegative(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
                           initial_accumulator_value=initial_accumulator_value, eps=eps)
-        # foreach/differentiable/fused are kept in the groups like PyTorch's (no effect here)
+        multi_tensor.check_flags(foreach, fused)
+        # foreach (None: the multi-tensor path where it can run) and fused (the same path)
+        # choose the multi-tensor step; differentiable=True keeps the per-parameter one
         super().__init__(params, dict(lr=lr, lr_decay=lr_decay, eps=eps,
                                       weight_decay=weight_decay,
                                       initial_accumulator_value=initial_accumulator_value,
@@ -43,16 +48,56 @@ class Adagrad(Optimizer):
         loss = self._closure(closure)
         with no_grad():
             for g in self.param_groups:
-                lr, lr_decay, eps, wd = g.scalar("lr"), g["lr_decay"], g["eps"], \
-                    g["weight_decay"]
-                for p, grad in grads_of(g):
-                    state = self._init_state(p, g)
-                    step = state["step"].add_(1)
-                    if wd != 0:
-                        grad = ops.add(grad, p.detach(), alpha=wd)
-                    decay = ops.add(ops.mul(ops.sub(as_f64(step), 1.0), lr_decay), 1.0)
-                    clr = ops.div(lr, decay).to(p.dtype)
-                    s = state["sum"].add_(ops.mul(grad, grad))
-                    std = ops.add(ops.sqrt(s), eps)
-                    p.add_(ops.div(ops.mul(grad, -clr), std))
+                pairs = list(grads_of(g))
+                for p, _ in pairs:
+                    self._init_state(p, g)
+                if not self._multi_tensor_step(g, pairs):
+                    for p, grad in pairs:
+                        self._one_param_step(g, p, grad)
         return loss
+
+    @staticmethod
+    def _clr(step, lr, lr_decay, dtype):
+        """The decayed learning rate at `step` (float32 0-d), in the parameter dtype."""
+        decay = ops.add(ops.mul(ops.sub(as_f64(step), 1.0), lr_decay), 1.0)
+        return ops.div(lr, decay).to(dtype)
+
+    def _one_param_step(self, g, p, grad):
+        """The per-parameter path, written with tensor ops (what a traced step records)."""
+        lr, lr_decay, eps, wd = g.scalar("lr"), g["lr_decay"], g["eps"], g["weight_decay"]
+        state = self.state[p]
+        step = state["step"].add_(1)
+        if wd != 0:
+            grad = ops.add(grad, p.detach(), alpha=wd)
+        clr = self._clr(step, lr, lr_decay, p.dtype)
+        s = state["sum"].add_(ops.mul(grad, grad))
+        std = ops.add(ops.sqrt(s), eps)
+        p.add_(ops.div(ops.mul(grad, ops.neg(clr)), std))
+
+    def _multi_tensor_step(self, g, pairs):
+        """The same step on the numpy buffers of the group (runtime/multi_tensor.py); False
+        where the group must take the per-parameter path."""
+        lr, lr_decay, eps, wd = g["lr"], g["lr_decay"], g["eps"], g["weight_decay"]
+        if not pairs or not multi_tensor.wanted(g) or not isinstance(lr, (int, float)):
+            return False
+        rows = [(p, grad, self.state[p]["step"], self.state[p]["sum"]) for p, grad in pairs]
+        arrays = multi_tensor.arrays_of(rows, free=(2,))
+        if arrays is None:
+            return False
+        neg_clr = multi_tensor.StepScalars(lambda t, dtype: (ops.neg(self._clr(
+            tensor(t, dtype=dt.float32), lr, lr_decay, dt.from_numpy(dtype))),))
+        for p, grad, step, acc in arrays:
+            f = p.dtype.type
+            step += np.float32(1)
+            if wd != 0:
+                grad = grad + p * f(wd)
+            tmp = np.empty_like(acc)               # one scratch buffer per parameter
+            np.multiply(grad, grad, out=tmp)
+            acc += tmp
+            np.sqrt(acc, out=tmp)
+            tmp += f(eps)
+            upd = grad * neg_clr(float(step), p.dtype)[0]
+            upd /= tmp
+            p += upd
+        multi_tensor.written(*(t for row in rows for j, t in enumerate(row) if j != 1))
+        return True

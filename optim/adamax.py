@@ -3,10 +3,14 @@
 >>> model = nn.Linear(3, 2)
 >>> opt = optim.Adamax(model.parameters(), lr=2e-3)
 """
+import numpy as np
+
+from aotgrad.ir import dtypes as dt
 from aotgrad.optim._update import (as_f64, check_betas, check_nonnegative, first_step_state,
                                    grads_of, lerp_)
 from aotgrad.optim.optimizer import Optimizer
-from aotgrad.runtime import ops
+from aotgrad.runtime import multi_tensor, ops
+from aotgrad.runtime.factories import tensor
 from aotgrad.runtime.grad_mode import no_grad
 
 
@@ -30,15 +34,57 @@ class Adamax(Optimizer):
         loss = self._closure(closure)
         with no_grad():
             for g in self.param_groups:
-                lr, (b1, b2), eps, wd = g.scalar("lr"), g["betas"], g["eps"], g["weight_decay"]
-                for p, grad in grads_of(g):
-                    state = first_step_state(self.state[p], p, "exp_avg", "exp_inf")
-                    step = state["step"].add_(1)
-                    if wd != 0:
-                        grad = ops.add(grad, p.detach(), alpha=wd)
-                    m = lerp_(state["exp_avg"], grad, 1 - b1)
-                    u = state["exp_inf"]
-                    u.copy_(ops.maximum(ops.mul(u, b2), ops.add(ops.abs(grad), eps)))
-                    clr = ops.div(lr, ops.sub(1.0, ops.pow(b1, as_f64(step)))).to(p.dtype)
-                    p.add_(ops.div(ops.mul(m, -clr), u))
+                pairs = list(grads_of(g))
+                for p, _ in pairs:
+                    first_step_state(self.state[p], p, "exp_avg", "exp_inf")
+                if not self._multi_tensor_step(g, pairs):
+                    for p, grad in pairs:
+                        self._one_param_step(g, p, grad)
         return loss
+
+    @staticmethod
+    def _neg_clr(step, lr, b1, dtype):
+        """-lr / (1 - b1^t) at `step` (float32 0-d), in the parameter dtype."""
+        return ops.neg(ops.div(lr, ops.sub(1.0, ops.pow(b1, as_f64(step)))).to(dtype))
+
+    def _one_param_step(self, g, p, grad):
+        """The per-parameter path, written with tensor ops (what a traced step records)."""
+        lr, (b1, b2), eps, wd = g.scalar("lr"), g["betas"], g["eps"], g["weight_decay"]
+        state = self.state[p]
+        step = state["step"].add_(1)
+        if wd != 0:
+            grad = ops.add(grad, p.detach(), alpha=wd)
+        m = lerp_(state["exp_avg"], grad, 1 - b1)
+        u = state["exp_inf"]
+        u.copy_(ops.maximum(ops.mul(u, b2), ops.add(ops.abs(grad), eps)))
+        p.add_(ops.div(ops.mul(m, self._neg_clr(step, lr, b1, p.dtype)), u))
+
+    def _multi_tensor_step(self, g, pairs):
+        """The same step on the numpy buffers of the group (runtime/multi_tensor.py); False
+        where the group must take the per-parameter path."""
+        lr, (b1, b2), eps, wd = g["lr"], g["betas"], g["eps"], g["weight_decay"]
+        if not pairs or not multi_tensor.wanted(g) or not isinstance(lr, (int, float)):
+            return False
+        keys = ("step", "exp_avg", "exp_inf")
+        rows = [(p, grad, *(self.state[p][k] for k in keys)) for p, grad in pairs]
+        arrays = multi_tensor.arrays_of(rows, free=(2,))
+        if arrays is None:
+            return False
+        neg_clr = multi_tensor.StepScalars(lambda t, dtype: (self._neg_clr(
+            tensor(t, dtype=dt.float32), lr, b1, dt.from_numpy(dtype)),))
+        for p, grad, step, m, u in arrays:
+            f = p.dtype.type
+            step += np.float32(1)
+            if wd != 0:
+                grad = grad + p * f(wd)
+            tmp = np.empty_like(m)                 # one scratch buffer per parameter
+            multi_tensor.lerp_(m, grad, 1 - b1, tmp)
+            u *= f(b2)
+            np.abs(grad, out=tmp)
+            tmp += f(eps)
+            u[...] = multi_tensor.maximum_first(u, tmp)
+            np.multiply(m, neg_clr(float(step), p.dtype)[0], out=tmp)
+            tmp /= u
+            p += tmp
+        multi_tensor.written(*(t for row in rows for j, t in enumerate(row) if j != 1))
+        return True

@@ -14,6 +14,7 @@ from collections import defaultdict
 import numpy as np
 
 from aotgrad.ir.core import current_builder
+from aotgrad.runtime import multi_tensor
 from aotgrad.runtime.grad_mode import no_grad
 from aotgrad.runtime.ops import mark_weak
 from aotgrad.runtime.tensor import Tensor
@@ -105,12 +106,18 @@ class Optimizer:
 
     def zero_grad(self, set_to_none=True):
         """Reset gradients: to None (default) or to zeros in place."""
+        eager = current_builder() is None
         for g in self.param_groups:
+            in_place = eager and not set_to_none and multi_tensor.wanted(g)
             for p in g["params"]:
                 if p.grad is None:
                     continue
                 if set_to_none:
                     p.grad = None
+                elif in_place and p.grad.grad_fn is None and \
+                        multi_tensor.arrays_of([(p.grad,)]) is not None:
+                    p.grad._value.fill(0)   # the multi-tensor path: zero_ on the buffer
+                    multi_tensor.written(p.grad)
                 else:
                     grad = p.grad.detach()
                     with no_grad():

@@ -3,10 +3,12 @@
 >>> model = nn.Linear(3, 2)
 >>> opt = optim.RMSprop(model.parameters(), lr=1e-2, momentum=0.9, centered=True)
 """
-from aotgrad.optim._update import (addcdiv, addcmul, check_nonnegative, grads_of, lerp_,
-                                   new_step)
+import numpy as np
+
+from aotgrad.optim._update import (addcdiv, addcmul, check_nonnegative, grads_of,
+                                   lerp_, new_step)
 from aotgrad.optim.optimizer import Optimizer
-from aotgrad.runtime import ops
+from aotgrad.runtime import multi_tensor, ops
 from aotgrad.runtime.factories import zeros_like
 from aotgrad.runtime.grad_mode import no_grad
 
@@ -25,8 +27,8 @@ class RMSprop(Optimizer):
                  differentiable=False):
         check_nonnegative(lr=lr, eps=eps, momentum=momentum, weight_decay=weight_decay,
                           alpha=alpha)
-        # capturable/foreach/differentiable are kept in the groups like PyTorch's; aotgrad has
-        # one implementation, so they change nothing
+        # foreach (None: the multi-tensor path where it can run) chooses the multi-tensor
+        # step; differentiable=True keeps the per-parameter one; capturable changes nothing
         super().__init__(params, dict(lr=lr, momentum=momentum, alpha=alpha, eps=eps,
                                       centered=centered, weight_decay=weight_decay,
                                       capturable=capturable, foreach=foreach,
@@ -36,33 +38,87 @@ class RMSprop(Optimizer):
         loss = self._closure(closure)
         with no_grad():
             for g in self.param_groups:
-                lr, alpha, eps = g.scalar("lr"), g["alpha"], g["eps"]
-                wd, mom, centered = g["weight_decay"], g["momentum"], g["centered"]
-                for p, grad in grads_of(g):
-                    state = self.state[p]
-                    if not state:
-                        state["step"] = new_step()
-                        state["square_avg"] = zeros_like(p.detach())
-                        if mom > 0:
-                            state["momentum_buffer"] = zeros_like(p.detach())
-                        if centered:
-                            state["grad_avg"] = zeros_like(p.detach())
-                    state["step"].add_(1)
-                    if wd != 0:
-                        grad = ops.add(grad, p.detach(), alpha=wd)
-                    sq = state["square_avg"]
-                    sq.copy_(addcmul(ops.mul(sq, alpha), grad, grad, 1 - alpha))
-                    if centered:
-                        ga = lerp_(state["grad_avg"], grad, 1 - alpha)
-                        avg = ops.sqrt(addcmul(sq, ga, ga, -1))
-                    else:
-                        avg = ops.sqrt(sq)
-                    avg = ops.add(avg, eps)
-                    if mom > 0:
-                        buf = state["momentum_buffer"]
-                        buf.copy_(addcdiv(ops.mul(buf, mom), grad, avg))
-                        p.add_(buf, alpha=-lr)
-                    else:
-                        p.add_(ops.div(ops.mul(grad, -lr), avg))
+                pairs = list(grads_of(g))
+                for p, _ in pairs:
+                    self._init_state(g, p)
+                if not self._multi_tensor_step(g, pairs):
+                    for p, grad in pairs:
+                        self._one_param_step(g, p, grad)
         return loss
 
+    def _init_state(self, g, p):
+        state = self.state[p]
+        if not state:
+            state["step"] = new_step()
+            state["square_avg"] = zeros_like(p.detach())
+            if g["momentum"] > 0:
+                state["momentum_buffer"] = zeros_like(p.detach())
+            if g["centered"]:
+                state["grad_avg"] = zeros_like(p.detach())
+
+    def _one_param_step(self, g, p, grad):
+        """The per-parameter path, written with tensor ops (what a traced step records)."""
+        lr, alpha, eps = g.scalar("lr"), g["alpha"], g["eps"]
+        wd, mom, centered = g["weight_decay"], g["momentum"], g["centered"]
+        state = self.state[p]
+        state["step"].add_(1)
+        if wd != 0:
+            grad = ops.add(grad, p.detach(), alpha=wd)
+        sq = state["square_avg"]
+        sq.copy_(addcmul(ops.mul(sq, alpha), grad, grad, 1 - alpha))
+        if centered:
+            ga = lerp_(state["grad_avg"], grad, 1 - alpha)
+            avg = ops.sqrt(addcmul(sq, ga, ga, -1))
+        else:
+            avg = ops.sqrt(sq)
+        avg = ops.add(avg, eps)
+        if mom > 0:
+            buf = state["momentum_buffer"]
+            buf.copy_(addcdiv(ops.mul(buf, mom), grad, avg))
+            p.add_(buf, alpha=-lr)
+        else:
+            p.add_(ops.div(ops.mul(grad, -lr), avg))
+
+    def _multi_tensor_step(self, g, pairs):
+        """The same step on the numpy buffers of the group (runtime/multi_tensor.py); False
+        where the group must take the per-parameter path."""
+        lr, alpha, eps = g["lr"], g["alpha"], g["eps"]
+        wd, mom, centered = g["weight_decay"], g["momentum"], g["centered"]
+        if not pairs or not multi_tensor.wanted(g) or not isinstance(lr, (int, float)):
+            return False
+        keys = ("step", "square_avg") + (("momentum_buffer",) if mom > 0 else ()) + \
+            (("grad_avg",) if centered else ())
+        rows = [(p, grad, *(self.state[p][k] for k in keys)) for p, grad in pairs]
+        arrays = multi_tensor.arrays_of(rows, free=(2,))
+        if arrays is None:
+            return False
+        for p, grad, step, sq, *rest in arrays:
+            f = p.dtype.type
+            step += np.float32(1)
+            if wd != 0:
+                grad = grad + p * f(wd)
+            tmp = np.empty_like(sq)                # one scratch buffer per parameter
+            multi_tensor.ema_square_(sq, grad, alpha, tmp)
+            if centered:
+                ga = rest[-1]
+                multi_tensor.lerp_(ga, grad, 1 - alpha, tmp)
+                np.multiply(ga, f(-1), out=tmp)    # addcmul(sq, ga, ga, -1)
+                tmp *= ga
+                tmp += sq
+                np.sqrt(tmp, out=tmp)
+            else:
+                np.sqrt(sq, out=tmp)
+            tmp += f(eps)
+            if mom > 0:
+                buf = rest[0]
+                buf *= f(mom)                      # addcdiv(buf * mom, g, avg)
+                np.divide(grad, tmp, out=tmp)
+                buf += tmp
+                np.multiply(buf, f(-lr), out=tmp)
+                p += tmp
+            else:
+                upd = grad * f(-lr)
+                upd /= tmp
+                p += upd
+        multi_tensor.written(*(t for row in rows for j, t in enumerate(row) if j != 1))
+        return True

@@ -59,7 +59,7 @@ class CompiledBackward(Node):
         args = list(self._saved_arrays) + [g._value for g in grads]
         if profiling._profilers:
             with profiling.record(f"{p.name}.backward", kind="kernel"):
-                outs = p.run_backward(args)
+                outs = p.run_profiled("backward", args)
         else:
             outs = p.run_backward(args)
         if _mode.anomaly and _mode.anomaly_check_nan:

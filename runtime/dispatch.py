@@ -6,7 +6,7 @@ numpy arrays; while a GraphBuilder is active they are IR Vars and the bind recor
 import numpy as _np
 
 from aotgrad.ir import dtypes as dt
-from aotgrad.ir.core import Aval, aval_of, current_builder, Var
+from aotgrad.ir.core import INTERPRETED, WATCHED_PRIMS, Aval, aval_of, current_builder, Var
 from aotgrad.ir.tags import Tag
 from aotgrad.runtime import forward_mode, layout, profiling
 from aotgrad.runtime.autograd_node import Node, _node_of
@@ -32,10 +32,11 @@ def note_concrete(what):
 class PrimBackward(Node):
     """The autograd node of one prim application; its backward is the prim's one rule."""
 
-    def __init__(self, prim, rule, params, inputs, out):
+    def __init__(self, prim, rule, params, inputs, out, in_avals=None):
         nexts = [_node_of(t) if t.requires_grad else (None, 0) for t in inputs]
-        super().__init__(nexts, [Aval(t._value.shape, t.dtype) for t in inputs],
-                         [aval_of(out._value)])
+        if in_avals is None:
+            in_avals = [Aval(t._value.shape, t.dtype) for t in inputs]
+        super().__init__(nexts, in_avals, [aval_of(out._value)])
         self._name, self.prim, self.rule, self.params = rule.node_name, prim, rule, params
         self.needs_input_grad = tuple(t.requires_grad for t in inputs)
         save_if = rule.save_if
@@ -135,16 +136,25 @@ def _lift(builder, t):
 def apply(prim, *inputs, **params):
     """Bind `prim` on the tensors' values and record its autograd node when needed."""
     builder = current_builder()
-    if builder is None:
+    in_avals = None
+    if builder is None and not (INTERPRETED or WATCHED_PRIMS or profiling._profilers):
+        # the eager hot path: Prim.bind's work without its dispatch (no transform watches,
+        # no profiler records), keeping the input avals for the autograd node
         vals = [t._value for t in inputs]
+        in_avals = [aval_of(v) for v in vals]
+        prim.abstract_eval(*in_avals, **params)
+        out_val = prim.impl(*vals, **params)
     else:
-        vals = [_lift(builder, t) for t in inputs]
-        _check_compiled_dtypes(prim, vals, params)
-    if profiling._profilers:
-        with profiling.record(f"prims.{prim.name}", kind="prim"):
+        if builder is None:
+            vals = [t._value for t in inputs]
+        else:
+            vals = [_lift(builder, t) for t in inputs]
+            _check_compiled_dtypes(prim, vals, params)
+        if profiling._profilers:
+            with profiling.record(f"prims.{prim.name}", kind="prim"):
+                out_val = prim.bind(*vals, **params)
+        else:
             out_val = prim.bind(*vals, **params)
-    else:
-        out_val = prim.bind(*vals, **params)
     if not isinstance(out_val, (_np.ndarray, Var)):  # numpy returns scalars for 0-d results
         out_val = _np.asarray(out_val)
     out = Tensor._make(out_val, False)
@@ -172,7 +182,7 @@ def apply(prim, *inputs, **params):
         if rule is not None and any(t.requires_grad for t in inputs) and \
                 out.dtype.is_floating_point:
             out.requires_grad = True
-            out.grad_fn = PrimBackward(prim, rule, params, inputs, out)
+            out.grad_fn = PrimBackward(prim, rule, params, inputs, out, in_avals)
     return out
 
 

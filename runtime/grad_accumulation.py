@@ -99,10 +99,13 @@ def plain_leaves(leaves):
 
 
 def _post_accumulate(t):
-    if t._post_acc_hooks and _current_builder() is not None:
+    if t._post_acc_hooks and _current_builder() is not None and \
+            not all(getattr(h, "records_into_trace", False) for h in t._post_acc_hooks):
         # a backward traced inside a compiled function: the hook would run once, at trace
         # time, on traced values, and never on a cached call (its effects outside the
-        # program, an all-reduce or an optimizer step, lost): the function runs eagerly
+        # program, an all-reduce or an optimizer step, lost): the function runs eagerly.
+        # A hook with `records_into_trace = True` (DDP's) records its effects as steps of
+        # the program instead, and runs here, at trace time
         graph_break(f"a post-accumulate-grad hook on a tensor of shape {list(t.shape)} runs "
                     f"in the compiled function's backward (hooks run eagerly only)", t)
     for hook in t._post_acc_hooks:

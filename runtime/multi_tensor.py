@@ -43,7 +43,7 @@ def arrays_of(rows, free=()):
     for row in rows:
         arrays = tuple(t._value for t in row)
         for i, a in enumerate(arrays):
-            if type(a) is not np.ndarray or not a.flags.writeable or \
+            if type(a) is not np.ndarray or "_sparse" in row[i].__dict__ or not a.flags.writeable or \
                     a.dtype not in _FLOATS or (i not in free and a.dtype != arrays[0].dtype):
                 return None
         out.append(arrays)
@@ -62,3 +62,52 @@ def written(*tensors):
 def scalar(value, dtype):
     """A Python-number factor as the op layer uses it against a tensor of `dtype`."""
     return dtype.type(value)
+
+
+def lerp_(x, end, weight, tmp):
+    """x <- lerp(x, end, weight) in place, as optim/_update.lerp_ rounds it (the formula
+    switches at weight 0.5); `tmp` is a scratch buffer of x's shape and dtype."""
+    f = x.dtype.type
+    np.subtract(end, x, out=tmp)
+    if weight < 0.5:
+        tmp *= f(weight)
+        x += tmp
+    else:
+        tmp *= f(1.0 - weight)
+        np.subtract(end, tmp, out=x)
+
+
+def ema_square_(v, grad, beta, tmp):
+    """v <- v * beta + (1 - beta) * grad^2 in place, as optim/_update.addcmul rounds
+    `addcmul(v * beta, grad, grad, 1 - beta)`; `tmp` is a scratch buffer."""
+    f = v.dtype.type
+    v *= f(beta)
+    if 1 - beta == 1:
+        np.multiply(grad, grad, out=tmp)
+    else:
+        np.multiply(grad, f(1 - beta), out=tmp)
+        tmp *= grad
+    v += tmp
+
+
+def maximum_first(x, y):
+    """maximum as the op layer computes it: NaN propagates, and where x == y (0.0 and -0.0)
+    the result is x."""
+    return np.where(x == y, x, np.maximum(x, y))
+
+
+class StepScalars:
+    """The scalar factors of an optimizer step (bias corrections and the like), computed by
+    the per-parameter path's own tensor ops and kept per key (the step count, the dtype), so
+    that the multi-tensor path uses the same roundings and computes them once for the
+    parameters that share a step count."""
+
+    def __init__(self, fn):
+        self._fn, self._memo = fn, {}
+
+    def __call__(self, *key):
+        out = self._memo.get(key)
+        if out is None:
+            out = self._memo[key] = tuple(
+                v._value if hasattr(v, "_value") else v for v in self._fn(*key))
+        return out

@@ -32,7 +32,8 @@ def record(name, kind="op"):
             p._pop(name, kind, end)
 
 
-def add_event(name, kind, start_ns, end_ns):
-    """Report an already timed event (perf_counter_ns clock), e.g. one compiled kernel."""
+def add_event(name, kind, start_ns, end_ns, **details):
+    """Report an already timed event (perf_counter_ns clock), e.g. one compiled kernel;
+    `details` (input_shapes, fused_nodes, bytes, flops, detail) go onto the event."""
     for p in _profilers:
-        p._add(name, kind, start_ns, end_ns)
+        p._add(name, kind, start_ns, end_ns, details)

@@ -22,6 +22,11 @@ def _private_dir(path):
 # A kept cache between runs, opt-in: AOTGRAD_TEST_CACHE_DIR=dir (made 0700 when missing,
 # ignored unless private). Read before the AOTGRAD_* settings are cleared.
 _KEPT = os.environ.get("AOTGRAD_TEST_CACHE_DIR")
+# pytest-xdist's workers inherit the controller's environment: they share the private
+# cache it made (one compile per kernel for the whole run, as the cache allows concurrent
+# processes), and only the controller removes it
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER") is not None
+_SHARED = os.environ.get("AOTGRAD_CACHE_DIR") if _WORKER else None
 # The suite sets its own values: a developer's AOTGRAD_* settings (a dump directory, another
 # BLAS, no helper processes, ...) would change what the tests test.
 for _name in [k for k in os.environ if k.startswith("AOTGRAD_")]:
@@ -30,6 +35,8 @@ if _KEPT:
     os.makedirs(_KEPT, mode=0o700, exist_ok=True)
 if _KEPT and _private_dir(_KEPT):
     _CACHE = _KEPT
+elif _SHARED and _private_dir(_SHARED):
+    _CACHE = _SHARED
 else:
     # a private compile cache per run (mode 0700, removed at exit): never a fixed path under
     # /tmp that another user could have made and filled first

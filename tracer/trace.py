@@ -39,6 +39,11 @@ class _Lifted:
 
     def __init__(self, t, var, cb):
         self.ref, self.var, self.grad, self.value = weakref.ref(t, cb), var, t._grad, t._value
+        if self.grad is not None and isinstance(self.grad._value, Var):
+            # a .grad the trace itself wrote before the tensor was first read (DDP's averaged
+            # gradient of a parameter this rank's forward does not use): keeping it here
+            # would make it look stored by the function (an escape)
+            self.grad = None
         self.tensor = None
 
     def settle(self):
@@ -88,6 +93,9 @@ class TraceBuilder(GraphBuilder):
         self.grad_state = {}     # id(tensor) -> (tensor, .grad before the trace wrote it)
         self.keep_alive = []
         self.created = []        # weakrefs to traced tensors made inside the function
+        # checks to run once the function has returned (each may break the graph), e.g.
+        # DDP's: every bucket of a traced backward's reduction started
+        self.end_checks = []
 
     def track(self, t):
         self.created.append(weakref.ref(t))
@@ -380,6 +388,10 @@ def trace(fn, args, kwargs, names=None, want_grad=True, symbolic_dims=None):
         with builder, (env if env is not None else contextlib.nullcontext()):
             with side_effects.watch(side_effects.may_draw(state.names)):
                 outs, out_tree = flatten(fn(*p_args, **p_kwargs))
+            checks, builder.end_checks = builder.end_checks, []
+            for check in checks:   # (then dropped: what they hold must not look stored)
+                check()
+            del checks
             _check_flags(proxies, leaves, want_grad)
             # retain_grad() on an argument inside the function: each call repeats it on the
             # caller's tensor (as eagerly); on a leaf it does nothing

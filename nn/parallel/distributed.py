@@ -11,8 +11,14 @@ goes on computing the gradients of earlier layers. Buckets start in index order 
 the hook waits for all of them, divides by the world size and writes the averages back into
 `.grad`: after `loss.backward()` every rank holds the gradient of the mean loss over all
 shards.
+
+Inside a traced backward (aotgrad.compile around a whole training step) the same hooks run at
+trace time and record the reduction into the program instead: per bucket a
+`prims.collective_start` after its last gradient, then the `prims.collective_wait`s and the
+averaged gradients as the new `.grad` (see _TracedReduction).
 """
 import contextlib
+import itertools
 import time
 import weakref
 
@@ -103,6 +109,75 @@ def _leaves_reached(outputs):
     return leaves
 
 
+class _TracedReduction:
+    """One traced backward's reduction (the reducer's eager state stays untouched): the
+    traced gradients as they arrive, and the started buckets."""
+
+    def __init__(self, reducer, builder):
+        self.reducer, self.builder = reducer, builder
+        self.grads = {}               # param index -> its traced gradient (None: zero)
+        self.pending = [len(b.params) for b in reducer.buckets]
+        self.started = []             # per started bucket: the traced array in flight
+        self.next_bucket = 0
+        for index in reducer.unused_at_forward:   # (static_graph's learned set)
+            self.ready(index, None)
+
+    def release(self):
+        """Drop the traced values (a traced tensor still referenced after the trace would
+        count as state the function stored)."""
+        self.grads, self.started = {i: None for i in self.grads}, []
+
+    def check_complete(self):
+        """At the end of the trace: a backward that started the reduction must have given
+        every bucket its gradients (eagerly, the next forward raises otherwise)."""
+        r = self.reducer
+        if self.next_bucket < len(r.buckets):
+            if r.traced is self:
+                r.traced = None
+            missing = [r.names[i] for i in range(len(r.params)) if i not in self.grads]
+            dispatch.graph_break(dispatch.describe_break(
+                f"DistributedDataParallel: the traced backward gave no gradient to "
+                f"{', '.join(missing)}, so their buckets' all-reduces never start (eagerly an "
+                f"error at the next forward; find_unused_parameters=True handles them)"), None)
+
+    def ready(self, index, grad):
+        r = self.reducer
+        self.grads[index] = grad
+        bucket, _ = r.where[index]
+        self.pending[r.buckets.index(bucket)] -= 1
+        while self.next_bucket < len(r.buckets) and self.pending[self.next_bucket] == 0:
+            self.start(self.next_bucket)
+            self.next_bucket += 1
+
+    def start(self, i):
+        from aotgrad.ir import prims
+        from aotgrad.runtime.join_ops import cat
+        from aotgrad.runtime.tprims import zeros
+        r = self.reducer
+        b = r.buckets[i]
+        with no_grad():
+            parts = []
+            for index in b.params:
+                g, p = self.grads[index], r.params[index]
+                parts.append(zeros((p.numel(),), p.dtype) if g is None else g.reshape(-1))
+            flat = cat(parts) if len(parts) > 1 else parts[0]
+            self.started.append(dispatch.apply(prims.collective_start, flat,
+                                               call=r.program_call(i)))
+
+    def averaged(self):
+        """(param index, its averaged gradient) for every parameter some rank used."""
+        from aotgrad.ir import prims
+        r = self.reducer
+        used = r.static_used   # (None unless static_graph learned it: all are used)
+        for i, (b, started) in enumerate(zip(r.buckets, self.started)):
+            avg = dispatch.apply(prims.collective_wait, started, call=r.program_call(i))
+            for k, index in enumerate(b.params):
+                if used is not None and not used[index]:
+                    continue
+                start, stop = b.slices[k]
+                yield index, avg[start:stop].reshape(r.params[index].shape)
+
+
 class _Reducer:
     """The per-backward state of the gradient all-reduce: which parameters are ready, the next
     bucket to start, the bucket works in flight. (Slots: this state changes with every
@@ -110,7 +185,8 @@ class _Reducer:
     the compiler's guards do not look into objects without a __dict__.)"""
     __slots__ = ("pg", "params", "names", "buckets", "where", "views", "find_unused",
                  "as_view", "ddp", "unused_at_forward", "active", "ready", "next_bucket",
-                 "locally_used", "last_wait_s")
+                 "locally_used", "last_wait_s", "comm_hook", "comm_state", "static",
+                 "static_used", "divisor", "traced", "calls")
 
     def __init__(self, ddp, params, names, buckets):
         self.pg = ddp.process_group
@@ -122,6 +198,15 @@ class _Reducer:
                 self.where[index] = (bucket, k)
                 self.views[index] = bucket.view(k, params[index].shape)
         self.find_unused = ddp.find_unused_parameters
+        # static_graph: the first iteration finds the unused parameters (as
+        # find_unused_parameters does); later iterations reuse what it found
+        self.static = ddp.static_graph
+        self.static_used = None       # which parameters some rank used, once learned
+        self.comm_hook = None         # register_comm_hook's hook(state, bucket) -> Future
+        self.comm_state = None
+        self.divisor = None           # the ranks' count the average divides by (None: all)
+        self.traced = None            # the reduction of a backward being traced
+        self.calls = None             # per bucket: the CollectiveCall compiled programs run
         self.as_view = ddp.gradient_as_bucket_view
         self.ddp = weakref.ref(ddp)
         self.unused_at_forward = ()   # indices the last forward's graph does not reach
@@ -132,6 +217,11 @@ class _Reducer:
         # seconds the last reduction blocked the backward, waiting for its buckets: the
         # communication the backward did not hide
         self.last_wait_s = 0.0
+
+    @property
+    def searches_unused(self):
+        """Whether this iteration looks for parameters its forward did not use."""
+        return self.find_unused or (self.static and self.static_used is None)
 
     def start_backward(self):
         self.active = True
@@ -152,11 +242,7 @@ class _Reducer:
         param = self.params[index]
         grad = param._grad
         if not isinstance(grad._value, np.ndarray):
-            dispatch.graph_break(dispatch.describe_break(
-                "DistributedDataParallel's gradient all-reduce inside a compiled function "
-                "(collectives run between compiled programs: compile the module, "
-                "DistributedDataParallel(aotgrad.compile(model)), and call backward() and "
-                "the optimizer outside)"), grad)
+            return self.traced_hook(index, grad)
         if not self.active:
             self.start_backward()
         if self.ready[index]:
@@ -179,34 +265,142 @@ class _Reducer:
         bucket.pending -= 1
         while self.next_bucket < len(self.buckets) and \
                 self.buckets[self.next_bucket].pending == 0:
-            b = self.buckets[self.next_bucket]
-            b.work = dist.all_reduce(Tensor._make(b.buffer, False), group=self.pg,
-                                     async_op=True)
+            self.start_bucket(self.next_bucket)
             self.next_bucket += 1
         for b in self.buckets[:self.next_bucket]:   # MPI progresses inside MPI calls only
-            b.work.is_completed()
+            b.work.done() if self.comm_hook is not None else b.work.is_completed()
         if self.next_bucket == len(self.buckets):
             self.finish()
 
+    # ---- a backward traced by aotgrad.compile (a compiled whole training step) ----------
+    def traced_hook(self, index, grad):
+        """The hook inside a traced backward: the program gets each bucket's all-reduce as
+        a step. A bucket's `collective_start` is recorded right after its last gradient (so
+        the all-reduce travels while the program computes the rest of the backward), and
+        once every bucket has started, the `collective_wait`s and the averaged gradients
+        written into `.grad` (which the rest of the step, the optimizer, reads)."""
+        from aotgrad.runtime.grad_accumulation import note_grad_write
+        builder = current_builder()
+        why = None
+        if self.comm_hook is not None:
+            why = "a communication hook (register_comm_hook) runs eagerly only"
+        elif self.as_view:
+            why = "gradient_as_bucket_view=True keeps .grad in the eager buckets"
+        elif self.divisor is not None:
+            why = "Join's per-iteration divisor is eager state"
+        elif any(b.dtype not in (np.float32, np.float64) for b in self.buckets):
+            why = "only float32 and float64 buckets are all-reduced inside a program"
+        if why is not None:
+            dispatch.graph_break(dispatch.describe_break(
+                f"DistributedDataParallel's gradient all-reduce in a compiled step: {why}"),
+                grad)
+        state = self.traced
+        if state is None or state.builder is not builder:
+            state = self.traced = _TracedReduction(self, builder)
+            if hasattr(builder, "end_checks"):
+                builder.end_checks.append(state.check_complete)
+        if index in state.grads:
+            raise RuntimeError(
+                f"DistributedDataParallel: parameter {self.names[index]} received its gradient "
+                f"twice in one backward pass (a reentrant backward or a second backward "
+                f"through the same forward is not supported)")
+        state.ready(index, grad)
+        if state.next_bucket == len(self.buckets):
+            self.traced = None
+            with no_grad():
+                for index, g in state.averaged():
+                    param = self.params[index]
+                    note_grad_write(param)
+                    param._grad = g
+            state.release()
+
+    def program_call(self, i):
+        """Bucket i's CollectiveCall (one per bucket: programs never merge two of them)."""
+        if self.calls is None:
+            from aotgrad.distributed.program_collectives import average_call
+            ddp = self.ddp()
+            self.calls = [average_call(
+                self.pg, f"DDP {ddp._serial} bucket {i}: all-reduce (average) of "
+                         f"{b.buffer.size} elements over ranks {self.pg.ranks}")
+                for i, b in enumerate(self.buckets)]
+        return self.calls[i]
+
+    def start_bucket(self, i):
+        """Start bucket i's reduction: the all-reduce, or the registered comm hook's."""
+        from aotgrad import distributed as dist
+        from aotgrad.distributed.grad_bucket import GradBucket
+        b = self.buckets[i]
+        buffer = Tensor._make(b.buffer, False)
+        if self.comm_hook is None:
+            b.work = dist.all_reduce(buffer, group=self.pg, async_op=True)
+            return
+        grads = [Tensor._make(self.views[index], False) for index in b.params]
+        bucket = GradBucket(i, buffer, grads, [self.params[index] for index in b.params],
+                            i == len(self.buckets) - 1)
+        b.work = self.comm_hook(self.comm_state, bucket)
+        if not hasattr(b.work, "wait") or not hasattr(b.work, "done"):
+            raise TypeError(f"DistributedDataParallel: the communication hook must return a "
+                            f"Future (aotgrad.futures.Future), got {type(b.work).__name__}")
+
+    def wait_bucket(self, b):
+        """Wait for bucket b's reduction; its averaged gradients are then in b.buffer."""
+        if self.comm_hook is None:
+            b.work.wait()
+            return
+        result = b.work.wait()
+        value = getattr(result, "_value", None)
+        if not isinstance(value, np.ndarray) or value.size != b.buffer.size:
+            raise ValueError(f"DistributedDataParallel: the communication hook's future must "
+                             f"hold a tensor of the bucket's {b.buffer.size} elements, got "
+                             f"{result!r}")
+        if value is not b.buffer:
+            np.copyto(b.buffer, value.reshape(b.buffer.shape))
+
+    def used_by_some_rank(self):
+        """Per parameter: did any rank's forward use it (an all-reduce of the local flags)?
+        None when this iteration does not search (every parameter counts as used)."""
+        from aotgrad import distributed as dist
+        if self.static and self.static_used is not None:
+            return self.static_used
+        if not self.searches_unused:
+            return None
+        counts = Tensor._make(self.locally_used.copy(), False)
+        dist.all_reduce(counts, group=self.pg)
+        used = counts._value
+        if self.static:
+            self.static_used = used
+            ddp = self.ddp()
+            if ddp is not None:   # (a value of the module, which compiled steps guard on)
+                ddp._static_graph_learned = True
+        return used
+
     def finish(self):
         """Wait for every bucket, average, and write the gradients back."""
-        from aotgrad import distributed as dist
         start = time.perf_counter()
         for bucket in self.buckets:
-            bucket.work.wait()
+            self.wait_bucket(bucket)
         self.last_wait_s = time.perf_counter() - start
-        size = self.pg.size()
-        used = None
-        if self.find_unused:   # a parameter no rank used keeps its .grad as it was
-            counts = Tensor._make(self.locally_used.copy(), False)
-            dist.all_reduce(counts, group=self.pg)
-            used = counts._value
+        size = self.pg.size() if self.divisor is None else self.divisor
+        used = self.used_by_some_rank()   # a parameter no rank used keeps its .grad
         for bucket in self.buckets:
-            np.divide(bucket.buffer, size, out=bucket.buffer)
+            if self.comm_hook is None:    # (a hook averages itself)
+                np.divide(bucket.buffer, size, out=bucket.buffer)
             for index in bucket.params:
                 if used is None or used[index]:
                     self._write_grad(self.params[index], self.views[index])
         self.active = False
+
+    def shadow(self):
+        """A joined rank's part of one iteration of the others' reduction (Join): every
+        bucket's all-reduce (or comm hook) on zeros, in order; its gradients stay."""
+        for bucket in self.buckets:
+            bucket.buffer[...] = 0
+        for i in range(len(self.buckets)):
+            self.start_bucket(i)
+        for bucket in self.buckets:
+            self.wait_bucket(bucket)
+        self.locally_used[:] = 0
+        self.used_by_some_rank()
 
     def _write_grad(self, param, averaged):
         grad = param._grad
@@ -236,6 +430,21 @@ class _Reducer:
             f"receive grad for rank {self.pg.rank()}: {', '.join(missing)}")
 
 
+class _ReadyHook:
+    """A parameter's post-accumulate-grad hook: its gradient is ready for its bucket.
+    `records_into_trace`: inside a traced backward it records the bucket's all-reduce as
+    steps of the compiled program (see _Reducer.traced_hook), rather than breaking the
+    graph as other hooks do."""
+    __slots__ = ("reducer", "index")
+    records_into_trace = True
+
+    def __init__(self, reducer, index):
+        self.reducer, self.index = reducer, index
+
+    def __call__(self, _param):
+        self.reducer.hook(self.index)
+
+
 class DistributedDataParallel(Module):
     """torch.nn.parallel.DistributedDataParallel on aotgrad.distributed (MPI).
 
@@ -246,7 +455,12 @@ class DistributedDataParallel(Module):
     does not use on some ranks (their gradient counts as zero there; a parameter no rank used
     keeps its `.grad`); without it such a parameter is an error at the next forward, as in
     PyTorch. `gradient_as_bucket_view=True` makes each `.grad` a view of its bucket (no copy
-    back after the reduction). The state dict is the module's under the prefix `module.`.
+    back after the reduction). `static_graph=True` promises the same graph every iteration:
+    the first iteration finds the parameters the forward leaves unused (as
+    find_unused_parameters does), and later iterations reuse that without searching (so the
+    forward of a compiled whole step traces through). `register_comm_hook(state, hook)`
+    replaces the buckets' all-reduce; `with Join([ddp]):` (or `ddp.join()`) trains on
+    uneven inputs. The state dict is the module's under the prefix `module.`.
     """
 
     def __init__(self, module, device_ids=None, output_device=None, dim=0,
@@ -258,10 +472,6 @@ class DistributedDataParallel(Module):
         if device_ids not in (None, [], ["cpu"]) or output_device not in (None, "cpu"):
             raise ValueError("DistributedDataParallel: device_ids and output_device must be None "
                              "for a CPU module")
-        if static_graph:
-            raise NotImplementedError("DistributedDataParallel(static_graph=True) is not "
-                                      "supported; use find_unused_parameters=True for graphs "
-                                      "that leave parameters unused")
         inner = module if isinstance(module, Module) else getattr(module, "module", None)
         if not isinstance(inner, Module):
             raise TypeError(f"DistributedDataParallel: module must be an nn.Module or a module "
@@ -273,6 +483,12 @@ class DistributedDataParallel(Module):
         self.process_group = default_group(process_group)
         self.dim, self.broadcast_buffers = dim, broadcast_buffers
         self.find_unused_parameters = find_unused_parameters
+        self.static_graph = bool(static_graph)
+        self._static_graph_learned = False
+        self._has_comm_hook = False
+        self._serial = next(DistributedDataParallel._instances)
+        from aotgrad.distributed.algorithms.join import JoinConfig
+        self._join_config = JoinConfig.construct_disabled_join_config()
         self.gradient_as_bucket_view = gradient_as_bucket_view
         self.bucket_cap_mb = 25 if bucket_cap_mb is None else bucket_cap_mb
         self.require_backward_grad_sync = True
@@ -287,8 +503,8 @@ class DistributedDataParallel(Module):
         object.__setattr__(self, "reducer", _Reducer(self, params, [n for n, _ in named],
                                                      buckets))
         reducer = self.reducer
-        self._hook_handles = [p.register_post_accumulate_grad_hook(
-            lambda _p, i=i: reducer.hook(i)) for i, p in enumerate(params)]
+        self._hook_handles = [p.register_post_accumulate_grad_hook(_ReadyHook(reducer, i))
+                              for i, p in enumerate(params)]
 
     def _check_same_parameters(self, named):
         """Every rank must hold the same parameters (names, shapes, dtypes, order)."""
@@ -302,15 +518,16 @@ class DistributedDataParallel(Module):
                     f"DistributedDataParallel: rank {self.process_group.rank()}'s module "
                     f"differs from rank {r}'s: {diff[0]} here, {diff[1]} there")
 
-    def _sync_module_states(self):
-        """The parameters and buffers of the group's first rank everywhere."""
+    def _sync_module_states(self, src=None):
+        """The parameters and buffers of rank `src` (default: the group's first rank)
+        everywhere."""
         from aotgrad import distributed as dist
+        src = self.process_group.ranks[0] if src is None else src
         states = [p for _, p in self.module.named_parameters()]
         if self.broadcast_buffers:
             states += [b for _, b in self.module.named_buffers() if b is not None]
         with no_grad():
-            works = [dist.broadcast(t, self.process_group.ranks[0],
-                                     group=self.process_group, async_op=True)
+            works = [dist.broadcast(t, src, group=self.process_group, async_op=True)
                      for t in states]
             for w in works:
                 w.wait()
@@ -325,21 +542,88 @@ class DistributedDataParallel(Module):
             for w in works:
                 w.wait()
 
+    def _set_static_graph(self):
+        """static_graph=True after construction (before the first iteration)."""
+        self.static_graph = self.reducer.static = True
+
+    def register_comm_hook(self, state, hook):
+        """hook(state, bucket) replaces the all-reduce of each bucket (a GradBucket): it
+        returns a Future whose value is a tensor of the bucket's size holding the bucket's
+        final (averaged) gradients. See aotgrad.distributed.algorithms.ddp_comm_hooks
+        (allreduce_hook, fp16_compress_hook, bf16_compress_hook). Once, before the first
+        backward."""
+        if not callable(hook):
+            raise TypeError(f"DistributedDataParallel.register_comm_hook: hook must be "
+                            f"callable, got {type(hook).__name__}")
+        if self.reducer.comm_hook is not None:
+            raise RuntimeError("register_comm_hook or register_builtin_comm_hook can only be "
+                               "called once.")
+        if self.reducer.active:
+            raise RuntimeError("register_comm_hook must be called before the first backward "
+                               "pass that reduces gradients")
+        self.reducer.comm_hook, self.reducer.comm_state = hook, state
+        self._has_comm_hook = True   # (a module value: compiled steps guard on it)
+
+    # ---- Join (uneven inputs): DDP is a joinable ---------------------------------------
+    def join(self, divide_by_initial_world_size=True, enable=True,
+             throw_on_early_termination=False):
+        """`with ddp.join():` is `with Join([ddp], ...)`."""
+        from aotgrad.distributed.algorithms.join import Join
+        return Join([self], enable, throw_on_early_termination,
+                    divide_by_initial_world_size=divide_by_initial_world_size)
+
+    def join_hook(self, **kwargs):
+        return _DDPJoinHook(self, kwargs.get("divide_by_initial_world_size", True))
+
+    @property
+    def join_device(self):
+        from aotgrad.runtime.device import device
+        return device("cpu")
+
+    @property
+    def join_process_group(self):
+        return self.process_group
+
+    def _has_buffers(self):
+        return self.broadcast_buffers and any(
+            b is not None for _, b in self.module.named_buffers())
+
+    def _join_iteration(self):
+        """Under Join: count this rank as training, then agree with the joined ranks on
+        whether this iteration's backward reduces (no_sync) and by how many to divide."""
+        from aotgrad import distributed as dist
+        from aotgrad.distributed.algorithms.join import Join
+        Join.notify_join_context(self)
+        flags = Tensor._make(np.array([int(self.require_backward_grad_sync), 1], np.int64),
+                             False)
+        dist.all_reduce(flags, group=self.process_group)
+        if not self._join_divides_by_world:
+            self.reducer.divisor = int(flags._value[1])
+
     def forward(self, *inputs, **kwargs):
         tracing = current_builder() is not None
         if not tracing:   # (under a trace: the reduction state is no value of the program)
             self.reducer.check_finished()
-        has_buffers = self.broadcast_buffers and any(
-            b is not None for _, b in self.module.named_buffers())
-        if tracing and (has_buffers or self.find_unused_parameters):
+        has_buffers = self._has_buffers()
+        # (read here by name, so that a compiled step traces again once static_graph has
+        # learned the unused parameters: from then on the forward does not communicate)
+        searching = self.find_unused_parameters or \
+            (self.static_graph and not self._static_graph_learned)
+        if tracing and (has_buffers or searching or self._join_config.enable):
             dispatch.graph_break(dispatch.describe_break(
                 "DistributedDataParallel.forward communicates on every call (buffer "
-                "broadcast, or the unused-parameter search): compile the module inside it "
-                "instead, DistributedDataParallel(aotgrad.compile(model))"), None)
+                "broadcast, the unused-parameter search, or Join): compile the module "
+                "inside it instead, DistributedDataParallel(aotgrad.compile(model))"), None)
+        if tracing and self._has_comm_hook:
+            dispatch.graph_break(dispatch.describe_break(
+                "DistributedDataParallel with a communication hook (register_comm_hook): "
+                "the hook runs eagerly only"), None)
+        if self._join_config.enable:
+            self._join_iteration()
         if has_buffers and self.process_group.size() > 1:
             self._sync_buffers()
         out = self._call_module(*inputs, **kwargs)
-        if self.find_unused_parameters and _grad_mode.grad_enabled and not tracing and \
+        if searching and _grad_mode.grad_enabled and not tracing and \
                 self.require_backward_grad_sync:
             reached = _leaves_reached(_output_tensors(out, []))
             self.reducer.unused_at_forward = [i for i, p in enumerate(self.reducer.params)
@@ -357,7 +641,41 @@ class DistributedDataParallel(Module):
         finally:
             self.require_backward_grad_sync = old
 
+    _join_divides_by_world = True
+    _instances = itertools.count()   # numbers the instances, for their programs' steps
+
     def extra_repr(self):
         return (f"bucket_cap_mb={self.bucket_cap_mb}, "
                 f"find_unused_parameters={self.find_unused_parameters}, "
                 f"buckets={len(self.reducer.buckets)}")
+
+
+class _DDPJoinHook:
+    """DDP's part of Join: a joined rank shadows each iteration of the ranks still training
+    (their buffer broadcast, the no_sync agreement, the buckets' all-reduces with zero
+    gradients) and, at the end, takes the parameters of the last rank to join."""
+
+    def __init__(self, ddp, divide_by_initial_world_size):
+        self.ddp = ddp
+        ddp._join_divides_by_world = bool(divide_by_initial_world_size)
+
+    def main_hook(self):
+        from aotgrad import distributed as dist
+        ddp = self.ddp
+        if ddp._has_buffers() and ddp.process_group.size() > 1:
+            ddp._sync_buffers()
+        flags = Tensor._make(np.zeros(2, np.int64), False)
+        dist.all_reduce(flags, group=ddp.process_group)
+        if flags._value[0] > 0:     # the others' backward reduces this iteration
+            ddp.reducer.shadow()
+
+    def post_hook(self, is_last_joiner):
+        """Every rank takes the parameters and buffers of the last rank to join (its
+        optimizer ran the most steps)."""
+        from aotgrad import distributed as dist
+        ddp = self.ddp
+        pg = ddp.process_group
+        mine = Tensor._make(np.array([pg.rank() if is_last_joiner else -1], np.int64), False)
+        dist.all_reduce(mine, op=dist.ReduceOp.MAX, group=pg)
+        ddp._sync_module_states(src=pg.ranks[int(mine._value[0])])
+        ddp.reducer.divisor = None

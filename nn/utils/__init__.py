@@ -73,10 +73,21 @@ def _nonfinite(norm_type):
 
 
 def clip_grad_value_(parameters, clip_value, foreach=None):
+    """Clamp every gradient to [-clip_value, clip_value] in place."""
+    grads = [p.grad for p in _params(parameters) if p.grad is not None]
+    arrays = multi_tensor.arrays_of([grads]) if grads and foreach is not False and \
+        not math.isnan(clip_value) else None
+    if arrays is not None:  # the multi-tensor path: clamp's two selections on the buffers
+        f = arrays[0][0].dtype.type
+        lo, hi = f(-clip_value), f(clip_value)
+        for a in arrays[0]:
+            np.copyto(a, lo, where=a < lo)
+            np.copyto(a, hi, where=a > hi)
+        multi_tensor.written(*grads)
+        return
     with no_grad():
-        for p in _params(parameters):
-            if p.grad is not None:
-                p.grad.clamp_(-clip_value, clip_value)
+        for g in grads:
+            g.clamp_(-clip_value, clip_value)
 
 
 def parameters_to_vector(parameters):

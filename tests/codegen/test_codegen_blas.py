@@ -1,7 +1,8 @@
 """Products shared out over numba's threads (codegen.blas): every layout the executor hands to
 `gemm_stack` against numpy, and whole compiled programs against eager mode.
 
-SPLIT_MIN is lowered to 0 here so that small products take the threaded path too."""
+SPLIT_MIN and SERIAL_MAX are lowered to 0 here so that small products take the threaded path
+too (test_small_products_run_on_the_calling_thread restores SERIAL_MAX)."""
 import numpy as np
 import pytest
 
@@ -17,6 +18,7 @@ pytestmark = pytest.mark.skipif(not blas.available(),
 @pytest.fixture(autouse=True)
 def _split_everything(monkeypatch):
     monkeypatch.setattr(blas, "SPLIT_MIN", 0)
+    monkeypatch.setattr(blas, "SERIAL_MAX", 0)
 
 
 def _rand(shape, d=np.float32, seed=0):
@@ -142,6 +144,49 @@ def test_attention_block_matches_eager(backend):
     fwd, bwd = prog._kernels["forward"].plan.source, prog._kernels["backward"].plan.source
     assert fwd.count("_gemm(") == 4 and "_mm(" not in fwd
     assert bwd.count("_gemm(") >= 6 and "_mm(" not in bwd
+
+
+def test_small_products_run_on_the_calling_thread(monkeypatch):
+    # below SERIAL_MAX multiply-adds: the same BLAS pieces without a parallel region, for
+    # plain, transposed and batched operands read from one buffer; above it: threaded
+    monkeypatch.setattr(blas, "SERIAL_MAX", 10 ** 4)
+
+    def fn(x, w, y, q, k):
+        return [prims.dot_general(x, w, contract=((1,), (0,))),             # 7*5*9 = 315
+                prims.dot_general(x, x, contract=((0,), (0,))),
+                prims.dot_general(w, y, contract=((1,), (0,))),
+                prims.dot_general(q, k, contract=((3,), (3,)), batch=((0, 2), (0, 2))),
+                prims.dot_general(y, y, contract=((0,), (0,)))]
+
+    def fn2(a, b):
+        return [prims.dot_general(a, b, contract=((1,), (0,)))]             # 40*50*60 = 120000
+    g = _graph(fn, ((7, 5), dt.float32), ((5, 9), dt.float32), ((9, 5), dt.float32),
+               ((2, 5, 3, 4), dt.float32), ((2, 5, 3, 4), dt.float32))
+    prog = _check_graph(g, [_rand((7, 5)), _rand((5, 9), seed=1), _rand((9, 5), seed=2),
+                            _rand((2, 5, 3, 4), seed=3), _rand((2, 5, 3, 4), seed=4)], 0)
+    assert prog.plan.source.count("_gemm1(") == 5
+    assert all("calling thread" in how for how in prog.plan.gemm_how.values())
+    g2 = _graph(fn2, ((40, 50), dt.float32), ((50, 60), dt.float32))
+    prog2 = _check_graph(g2, [_rand((40, 50)), _rand((50, 60), seed=1)], 1)
+    assert "_gemm1(" not in prog2.plan.source
+
+
+def test_gemm_serial_equals_gemm_stack():
+    fn, one, e = blas.gemm_address(np.float32), np.float32(1), np.zeros(0, np.int64)
+    buf = _rand((2, 4, 2, 3, 6), np.float32, 3)
+    steps = np.array([4 * 2 * 3 * 6, 6], np.int64)
+    outs = []
+    with blas.single_threaded():
+        for gemm, parts in ((blas.gemm_stack, 1), (blas.gemm_stack, 2), (blas.gemm_serial, 1),
+                            (blas.gemm_serial, 3)):
+            c = np.full((2, 3, 4, 4), np.nan, np.float32)
+            gemm(fn, blas.NO_TRANS, blas.TRANS, 4, 4, 6, one, buf.reshape(-1), 0, 36,
+                 buf.reshape(-1), 18, 36, c.reshape(-1), 0, 4, np.array([2, 3], np.int64),
+                 steps, steps, np.array([48, 16], np.int64), parts, False)
+            outs.append(c)
+    q, kk = buf[:, :, 0].transpose(0, 2, 1, 3), buf[:, :, 1].transpose(0, 2, 1, 3)
+    for c in outs:
+        np.testing.assert_allclose(c, q @ kk.transpose(0, 1, 3, 2), rtol=1e-5, atol=1e-6)
 
 
 def test_openblas_threads_restored_after_a_call():

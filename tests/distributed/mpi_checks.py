@@ -115,7 +115,8 @@ def check_collectives():
     # reduce_scatter: rank r gets the sum over ranks of their r-th input
     parts = [aotgrad.from_numpy(rank_data(10 * r + q, (5,), np.float64)) for q in range(k)]
     out = aotgrad.zeros(5, dtype=aotgrad.float64)
-    dist.reduce_scatter(out, parts, op=dist.ReduceOp.SUM)
+    work = dist.reduce_scatter(out, parts, op=dist.ReduceOp.SUM, async_op=True)
+    assert work.get_future().wait() == [out]
     close(out.numpy(), sum(rank_data(10 * q + r, (5,), np.float64) for q in range(k)),
           aotgrad.float64, "reduce_scatter")
     whole = aotgrad.from_numpy(np.concatenate([p.numpy() for p in parts]))
@@ -289,39 +290,97 @@ def check_ddp_case(dtype, opt_kind, bucket_cap_mb, mode, steps=3):
     return ddp
 
 
-def check_whole_step_compiled(dtype):
-    """A compiled whole step of a DDP model: the all-reduce is a graph break (it runs
-    eagerly, with a warning naming it), and the result is eager's."""
+def check_whole_step_compiled(dtype, opt_kind, bucket_cap_mb, backend="interpret", steps=4,
+                              static=False):
+    """A compiled whole training step of a DDP model (zero_grad, forward, backward, optimizer
+    step in one program): the program all-reduces each bucket as a step of its own (started
+    after the bucket's last gradient, waited for before the optimizer), with no graph break,
+    and N steps equal one process on the whole batch. static=True: rank 1 leaves `extra`
+    unused; static_graph's first iteration, run eagerly before the compiled steps, learns
+    it (a compiled function whose first call breaks the graph stays eager for that key)."""
     r, k = dist.get_rank(), dist.get_world_size()
-    ref, mine = make_net(dtype, 0), make_net(dtype, 0)
-    ddp = DDP(mine)
-    ref_opt, opt = make_opt("sgd", ref.parameters()), make_opt("sgd", ddp.parameters())
+    ref, mine = make_net(dtype, 1, static), make_net(dtype, 1 + r, static)
+    ddp = DDP(mine, bucket_cap_mb=bucket_cap_mb, static_graph=static)
+    ref_opt, opt = make_opt(opt_kind, ref.parameters()), make_opt(opt_kind, ddp.parameters())
 
-    def step(x, y):
+    def step(x, y, use_extra):
         opt.zero_grad()
-        loss = LOSS(ddp(x), y)
+        loss = LOSS(ddp(x, use_extra=use_extra), y)
         loss.backward()
         opt.step()
         return loss
 
-    compiled = aotgrad.compile(step, backend="interpret")
-    for s in range(2):
-        x, y = batch(dtype, 4 * k, seed=s)
+    compiled = aotgrad.compile(step, backend=backend)
+    what = f"({opt_kind}, {dtype.name}, bucket {bucket_cap_mb}, {backend}, static {static})"
+    for s in range(steps):
+        x, y = batch(dtype, 4 * k, seed=60 + s)
         ref_opt.zero_grad()
-        LOSS(ref(x), y).backward()
+        total = sum(LOSS(ref(x[q * 4:(q + 1) * 4], use_extra=not static or q != 1),
+                         y[q * 4:(q + 1) * 4]) for q in range(k)) / k
+        total.backward()
         ref_opt.step()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            compiled(x[r * 4:(r + 1) * 4], y[r * 4:(r + 1) * 4])
-        if s == 0:
-            # the graph break names the reducer's hooks (a backward inside the compiled
-            # function reaches DDP's post-accumulate-grad hooks, which run eagerly only)
-            assert any("DistributedDataParallel" in str(w.message) or
-                       "post-accumulate-grad hook" in str(w.message) for w in caught), \
-                [str(w.message) for w in caught]
+            (step if static and s == 0 else compiled)(
+                x[r * 4:(r + 1) * 4], y[r * 4:(r + 1) * 4], not static or r != 1)
+        breaks = [str(w.message) for w in caught if "graph break" in str(w.message)]
+        assert not breaks, (s, breaks)
+        for name, g in grads_of(ref).items():
+            close(grads_of(mine)[name], g, dtype, f"grad {name} step {s} of a compiled step "
+                                                  f"{what}")
     for (name, p), q in zip(ref.named_parameters(), mine.parameters()):
         close(q.detach().numpy(), p.detach().numpy(), dtype,
-              f"param {name} after a compiled whole step")
+              f"param {name} after {steps} compiled whole steps {what}")
+    # traced once, and again when the optimizer's state exists (after its first step): then
+    # every call runs the cached program
+    assert compiled.eager_calls == 0 and compiled.n_traces <= 2, \
+        (compiled.eager_calls, compiled.n_traces)
+    if bucket_cap_mb is not None and bucket_cap_mb < 1e-3:
+        # the program's steps: each bucket's start right after its gradients, all waits
+        # after the last start (the backward's remaining work runs between them)
+        x, y = batch(dtype, 4 * k, seed=60)
+        text = str(compiled.ir(x[r * 4:(r + 1) * 4], y[r * 4:(r + 1) * 4],
+                               not static or r != 1))
+        lines = text.splitlines()
+        starts = [i for i, line in enumerate(lines) if "prims.collective_start" in line]
+        waits = [i for i, line in enumerate(lines) if "prims.collective_wait" in line]
+        products = [i for i, line in enumerate(lines) if "dot_general" in line and " bw" in line]
+        assert len(starts) == len(waits) == len(ddp.reducer.buckets), (starts, waits)
+        assert max(starts) < min(waits), (starts, waits)
+        assert starts[0] < max(products), "the first bucket starts after the whole backward"
+
+
+def check_compiled_step_with_unused_parameters():
+    """A compiled step whose backward leaves parameters without gradient (a forward output
+    the loss ignores; a branch not taken) breaks the graph at the end of the trace, naming
+    them; eagerly, the next forward raises PyTorch's error, and so does the next call."""
+    r, k = dist.get_rank(), dist.get_world_size()
+
+    class TwoHeads(Net):
+        def forward(self, x, use_extra=True):
+            h = self.body(x)
+            return self.head(h), self.extra(h)
+
+    for model, first in ((make_net(aotgrad.float64, 0), lambda out: out),
+                         (TwoHeads().double(), lambda out: out[0])):
+        ddp = DDP(model, bucket_cap_mb=1e-4)
+
+        def forward_backward(x, y):
+            LOSS(first(ddp(x, use_extra=False)), y).backward()
+        compiled = aotgrad.compile(forward_backward, backend="interpret")
+        x, y = batch(aotgrad.float64, 4, seed=r)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            compiled(x, y)
+        assert any("gave no gradient to extra.weight, extra.bias" in str(w.message)
+                   for w in caught), [str(w.message) for w in caught]
+        try:
+            compiled(x, y)
+        except RuntimeError as e:
+            assert "Expected to have finished reduction" in str(e), e
+        else:
+            raise AssertionError("the second call did not raise")
+        assert compiled.eager_calls == 2
 
 
 def check_no_sync(dtype):
@@ -389,7 +448,12 @@ def check_ddp():
     for dtype in (aotgrad.float64, aotgrad.float32):
         check_ddp_case(dtype, "adamw", 1e-3, "compiled")
     check_ddp_case(aotgrad.float64, "sgd", 1e-3, "compile_ddp")
-    check_whole_step_compiled(aotgrad.float64)
+    for dtype in (aotgrad.float64, aotgrad.float32):
+        for opt_kind in ("sgd", "adamw"):
+            check_whole_step_compiled(dtype, opt_kind, 1e-4)
+    check_whole_step_compiled(aotgrad.float64, "sgd", 1000)   # one bucket
+    check_whole_step_compiled(aotgrad.float64, "adamw", 1e-4, static=True)
+    check_compiled_step_with_unused_parameters()
     check_no_sync(aotgrad.float64)
     for as_view, compiled in ((False, False), (True, True)):
         check_unused_on_one_rank(aotgrad.float64, as_view, compiled)
@@ -398,6 +462,262 @@ def check_ddp():
     assert keys[0] == "module.body.0.weight" and len(keys) == 8, keys
     ddp.load_state_dict(ddp.state_dict())
     assert k == dist.get_world_size()
+
+
+# ---- point-to-point, all_to_all, futures ---------------------------------------------------
+
+def check_point_to_point():
+    """A ring of sends (blocking and not), a receive from any rank, tags, a sub-group."""
+    r, k = dist.get_rank(), dist.get_world_size()
+    right, left = (r + 1) % k, (r - 1) % k
+    for dtype in (np.float64, np.int32):
+        mine = aotgrad.from_numpy(rank_data(r, (2, 3), dtype))
+        got = aotgrad.from_numpy(np.zeros((2, 3), dtype))
+        # even ranks send first (blocking send and recv in a ring cannot all send at once)
+        if r % 2 == 0:
+            dist.send(mine, dst=right)
+            src = dist.recv(got, src=left)
+        else:
+            src = dist.recv(got, src=left)
+            dist.send(mine, dst=right)
+        equal(got.numpy(), rank_data(left, (2, 3), dtype), f"recv from {left}")
+        assert src == left, src
+    # isend/irecv with two tags, received in the other order, into a non-contiguous view
+    a, b = aotgrad.tensor([float(r), 1.0]), aotgrad.tensor([float(r), 2.0])
+    sends = [dist.isend(a, right, tag=1), dist.isend(b, right, tag=2)]
+    base = aotgrad.zeros(2, 2)
+    w2 = dist.irecv(base[:, 0], src=left, tag=2)
+    w1 = dist.irecv(base[:, 1], src=left, tag=1)
+    for w in sends + [w2, w1]:
+        w.wait()
+        assert w.is_completed()
+    equal(base.numpy(), [[left, left], [2.0, 1.0]], "irecv by tag into a view")
+    # batch_isend_irecv: both directions of the ring at once
+    to_left, from_right = aotgrad.tensor([float(r)]), aotgrad.zeros(1)
+    to_right, from_left = aotgrad.tensor([-float(r)]), aotgrad.zeros(1)
+    works = dist.batch_isend_irecv([
+        dist.P2POp(dist.irecv, from_right, right), dist.P2POp(dist.irecv, from_left, left),
+        dist.P2POp(dist.isend, to_left, left), dist.P2POp(dist.isend, to_right, right)])
+    for w in works:
+        w.wait()
+    equal([from_right.item(), from_left.item()], [float(right), -float(left)],
+          "batch_isend_irecv")
+    # any source: rank 0 collects one message from every other rank, in arrival order
+    if r == 0:
+        seen = set()
+        for _ in range(k - 1):
+            t = aotgrad.zeros(1, dtype=aotgrad.int64)
+            sender = dist.recv(t)
+            assert t.item() == 10 * sender, (t.item(), sender)
+            seen.add(sender)
+        assert seen == set(range(1, k)), seen
+    else:
+        dist.send(aotgrad.tensor([10 * r]), dst=0)
+    # errors: to oneself; both dst and group_dst
+    for call, what in ((lambda: dist.send(a, dst=r), "should not be the same"),
+                       (lambda: dist.isend(a, dst=right, group_dst=0), "not both")):
+        try:
+            call()
+        except ValueError as e:
+            assert what in str(e), e
+        else:
+            raise AssertionError(f"no error: {what}")
+    # within a group of the ranks 1.., with group ranks
+    if k > 2:
+        g = dist.new_group(list(range(1, k)))
+        if r >= 1:
+            gr = dist.get_rank(g)
+            msg = aotgrad.tensor([float(r)])
+            if gr == 0:
+                dist.send(msg, group=g, group_dst=1)
+            elif gr == 1:
+                got = aotgrad.zeros(1)
+                assert dist.recv(got, group=g, group_src=0) == 1   # the global rank
+                equal(got.numpy(), [1.0], "recv in a group")
+            dist.destroy_process_group(g)
+    dist.barrier()
+
+
+def check_all_to_all():
+    r, k = dist.get_rank(), dist.get_world_size()
+    # rank r sends (r + 1) * (q + 1) elements to rank q: sizes differ pair by pair
+    ins = [aotgrad.from_numpy(np.full((r + 1) * (q + 1), 100.0 * r + q)) for q in range(k)]
+    outs = [aotgrad.zeros((q + 1) * (r + 1), dtype=aotgrad.float64) for q in range(k)]
+    work = dist.all_to_all(outs, ins, async_op=True)
+    assert work.wait() and work.result() == outs
+    for q in range(k):
+        equal(outs[q].numpy(), np.full((q + 1) * (r + 1), 100.0 * q + r),
+              f"all_to_all from rank {q}")
+    # all_to_all_single: equal blocks, then uneven split sizes
+    x = aotgrad.from_numpy(np.arange(2 * k * 3, dtype=np.int64).reshape(2 * k, 3) + 1000 * r)
+    y = aotgrad.zeros(2 * k, 3, dtype=aotgrad.int64)
+    dist.all_to_all_single(y, x)
+    want = np.concatenate([np.arange(2 * k * 3).reshape(2 * k, 3)[2 * r:2 * r + 2] + 1000 * q
+                           for q in range(k)])
+    equal(y.numpy(), want, "all_to_all_single")
+    in_splits = [q + 1 for q in range(k)]                   # rank r sends q+1 rows to q
+    out_splits = [r + 1] * k                                 # and gets r+1 rows from each
+    x = aotgrad.from_numpy(np.repeat(np.arange(k, dtype=np.float32)[:, None] + 10 * r,
+                                     in_splits, axis=0).repeat(2, 1))
+    y = aotgrad.zeros(sum(out_splits), 2)
+    dist.all_to_all_single(y, x, out_splits, in_splits)
+    want = np.repeat(np.array([r + 10.0 * q for q in range(k)], np.float32), r + 1)
+    equal(y.numpy(), np.stack([want, want], 1), "all_to_all_single with split sizes")
+    # futures: get_future / then / wait_all
+    t = aotgrad.ones(3) * (r + 1)
+    fut = dist.all_reduce(t, async_op=True).get_future()
+    doubled = fut.then(lambda f: f.value()[0] * 2)
+    from aotgrad.futures import wait_all
+    (res,), twice = wait_all([fut, doubled])
+    assert res is t and fut.done() and doubled.done()
+    equal(twice.numpy(), np.full(3, k * (k + 1)), "Future.then")
+
+
+# ---- DDP: comm hooks, static_graph, Join ---------------------------------------------------
+
+def check_comm_hooks():
+    """allreduce_hook == DDP's own all-reduce; fp16/bf16 compression within their rounding;
+    a custom hook sees each bucket once, in order, and its result becomes the gradient."""
+    from aotgrad.distributed.algorithms.ddp_comm_hooks import default_hooks
+    r, k = dist.get_rank(), dist.get_world_size()
+    x, y = batch(aotgrad.float64, 4 * k, seed=11)
+    shard = slice(r * 4, (r + 1) * 4)
+    ref = make_net(aotgrad.float64, 0)
+    LOSS(ref(x), y).backward()
+    want = grads_of(ref)
+    for hook, tol in ((default_hooks.allreduce_hook, 1e-12),
+                      (default_hooks.fp16_compress_hook, 2e-3),
+                      (default_hooks.bf16_compress_hook, 2e-2)):
+        mine = make_net(aotgrad.float64, 0)
+        ddp = DDP(mine, bucket_cap_mb=1e-4)
+        ddp.register_comm_hook(None, hook)
+        for _ in range(2):   # twice: the second backward reuses the buckets
+            mine.zero_grad()
+            LOSS(ddp(x[shard]), y[shard]).backward()
+        for name, g in grads_of(mine).items():
+            err = np.abs(g - want[name]).max() / max(1.0, np.abs(want[name]).max())
+            assert err <= tol, (hook.__name__, name, err)
+        try:
+            ddp.register_comm_hook(None, hook)
+        except RuntimeError as e:
+            assert "only be called once" in str(e)
+        else:
+            raise AssertionError("a second comm hook was accepted")
+    seen = []
+
+    def sum_hook(state, bucket):
+        # the sum, not the average: DDP divides nothing after a hook
+        seen.append((bucket.index(), bucket.is_last(), len(bucket.parameters())))
+        assert state == "state"
+        for g, p in zip(bucket.gradients(), bucket.parameters()):
+            assert g.shape == p.shape
+        return dist.all_reduce(bucket.buffer(), async_op=True).get_future().then(
+            lambda f: f.value()[0])
+    mine = make_net(aotgrad.float64, 0)
+    ddp = DDP(mine, bucket_cap_mb=1e-4)
+    ddp.register_comm_hook("state", sum_hook)
+    LOSS(ddp(x[shard]), y[shard]).backward()
+    n = len(ddp.reducer.buckets)
+    assert [s[0] for s in seen] == list(range(n)) and seen[-1][1] and not seen[0][1], seen
+    for name, g in grads_of(mine).items():
+        close(g, want[name] * k, aotgrad.float64, f"sum hook grad {name}")
+    # a compiled forward-backward: all-reduces in the program until a hook is registered;
+    # then it traces again and breaks the graph (the hook is Python): the hook's result
+    mine = make_net(aotgrad.float64, 0)
+    ddp = DDP(mine, bucket_cap_mb=1e-4)
+
+    def forward_backward(x, y):
+        mine.zero_grad()
+        LOSS(ddp(x), y).backward()
+    compiled = aotgrad.compile(forward_backward, backend="interpret")
+    for with_hook in (False, True):
+        if with_hook:
+            ddp.register_comm_hook("state", sum_hook)
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            compiled(x[shard], y[shard])
+        assert compiled.eager_calls == int(with_hook), compiled.eager_calls
+        for name, g in grads_of(mine).items():
+            close(g, want[name] * (k if with_hook else 1), aotgrad.float64,
+                  f"compiled grad {name} (comm hook: {with_hook})")
+
+
+def check_static_graph(dtype):
+    """static_graph=True with a branch rank 1 never uses: no find_unused_parameters needed,
+    the first iteration learns it; N steps of AdamW equal one process."""
+    r, k = dist.get_rank(), dist.get_world_size()
+    ref, mine = make_net(dtype, 0, True), make_net(dtype, 0, True)
+    ddp = DDP(mine, static_graph=True, bucket_cap_mb=1e-4)
+    ref_opt, opt = make_opt("adamw", ref.parameters()), make_opt("adamw", ddp.parameters())
+    for step in range(3):
+        x, y = batch(dtype, 4 * k, seed=30 + step)
+        ref_opt.zero_grad()
+        total = sum(LOSS(ref(x[q * 4:(q + 1) * 4], use_extra=q != 1), y[q * 4:(q + 1) * 4])
+                    for q in range(k)) / k
+        total.backward()
+        opt.zero_grad()
+        LOSS(ddp(x[r * 4:(r + 1) * 4], use_extra=r != 1), y[r * 4:(r + 1) * 4]).backward()
+        want, got = grads_of(ref), grads_of(mine)
+        assert set(got) == set(want), (sorted(got), sorted(want))
+        for name in want:
+            close(got[name], want[name], dtype, f"static_graph grad {name} step {step}")
+        ref_opt.step()
+        opt.step()
+        assert ddp.reducer.static_used is not None
+    for (name, p), q in zip(ref.named_parameters(), mine.parameters()):
+        close(q.detach().numpy(), p.detach().numpy(), dtype, f"static_graph param {name}")
+
+
+def check_join(divide_by_initial_world_size):
+    """Rank r has 2 + r batches: under Join the ranks still training average over the world
+    (the joined ranks count zero) or over themselves; every rank ends with the parameters of
+    the last rank to join, which equal one process doing the same steps."""
+    from aotgrad.distributed.algorithms.join import Join
+    r, k = dist.get_rank(), dist.get_world_size()
+    dtype = aotgrad.float64
+    ref, mine = make_net(dtype, 0), make_net(dtype, 0)
+    ddp = DDP(mine, bucket_cap_mb=1e-4)
+    ref_opt, opt = make_opt("sgd", ref.parameters()), make_opt("sgd", ddp.parameters())
+    steps = 2 + k - 1
+    with Join([ddp], divide_by_initial_world_size=divide_by_initial_world_size):
+        for step in range(2 + r):
+            x, y = batch(dtype, 4 * k, seed=40 + step)
+            opt.zero_grad()
+            LOSS(ddp(x[r * 4:(r + 1) * 4]), y[r * 4:(r + 1) * 4]).backward()
+            opt.step()
+    for step in range(steps):
+        x, y = batch(dtype, 4 * k, seed=40 + step)
+        active = [q for q in range(k) if step < 2 + q]
+        ref_opt.zero_grad()
+        div = k if divide_by_initial_world_size else len(active)
+        (sum(LOSS(ref(x[q * 4:(q + 1) * 4]), y[q * 4:(q + 1) * 4]) for q in active) /
+         div).backward()
+        ref_opt.step()
+    for (name, p), q in zip(ref.named_parameters(), mine.parameters()):
+        close(q.detach().numpy(), p.detach().numpy(), dtype,
+              f"param {name} after Join (divide by world: {divide_by_initial_world_size})")
+    # throw_on_early_termination: every rank raises once rank 0 runs out
+    raised = False
+    try:
+        with Join([ddp], throw_on_early_termination=True):
+            for step in range(1 + 2 * (r > 0)):
+                x, y = batch(dtype, 4 * k, seed=50 + step)
+                LOSS(ddp(x[r * 4:(r + 1) * 4]), y[r * 4:(r + 1) * 4]).backward()
+    except RuntimeError as e:
+        assert "exhausted inputs" in str(e), e
+        raised = True
+    assert raised
+    dist.barrier()
+
+
+def check_surface():
+    check_point_to_point()
+    check_all_to_all()
+    check_comm_hooks()
+    for dtype in (aotgrad.float64, aotgrad.float32):
+        check_static_graph(dtype)
+    check_join(True)
+    check_join(False)
 
 
 # ---- failures ------------------------------------------------------------------------------
@@ -431,10 +751,11 @@ def check_all():
     check_collectives()
     check_groups()
     check_ddp()
+    check_surface()
 
 
 SCENARIOS = {"all": check_all, "collectives": check_collectives, "groups": check_groups,
-             "ddp": check_ddp,
+             "ddp": check_ddp, "surface": check_surface,
              "raise": check_raise,
              "unused_error": check_unused_error, "timeout": check_timeout}
 

@@ -224,3 +224,19 @@ def test_train_ddp_example_compiled_with_numba_matches_one_process():
                       out.stdout)
     assert found and max(map(float, found.groups())) < 1e-5, out.stdout
     assert "DDP compiled (numba)" in out.stdout
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+def test_train_ddp_example_whole_step_compiled_with_numba_matches_one_process():
+    # the whole training step of the DDP model in one Numba program, its buckets'
+    # all-reduces steps of that program: no graph break, the one-process run's curve
+    exe = _mpiexec()
+    script = os.path.join(REPO_ROOT, "examples", "train_ddp.py")
+    out = subprocess.run([exe, "-n", "2", sys.executable, script, "--quick", "--compile-step"],
+                         env=_env(), capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    found = re.search(r"largest loss difference (\S+), largest parameter difference (\S+),",
+                      out.stdout)
+    assert found and max(map(float, found.groups())) < 1e-5, out.stdout
+    assert "DDP in a compiled whole step (numba, 0 eager calls)" in out.stdout, out.stdout

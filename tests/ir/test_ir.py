@@ -180,7 +180,7 @@ def test_pointwise_reference_values():
 
 def test_every_prim_has_tags_and_impl():
     kinds = {"pointwise", "reduction", "shape", "contraction", "random", "index", "creation",
-             "linalg", "check"}
+             "linalg", "check", "communication"}
     for name, p in prims.PRIMS.items():
         # one kind per prim; the other tags are facts (ir/tags.py)
         assert p.kind in kinds and p.tags & kinds == {p.kind}, name

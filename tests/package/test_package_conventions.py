@@ -110,7 +110,7 @@ def test_top_level_all_lists_the_public_names():
         "autograd", "nn", "optim", "serialization", "utils", "cache_clear", "cache_info",
         "special", "linalg", "sparse", "accelerator", "amp", "backends", "cpu", "cuda", "jit",
         "set_num_threads", "get_num_threads", "set_num_interop_threads",
-        "get_num_interop_threads", "distributed", "func", "export", "onnx"}
+        "get_num_interop_threads", "distributed", "func", "export", "onnx", "futures"}
     assert all(hasattr(aotgrad, n) for n in names)
 
 

@@ -129,6 +129,7 @@ PRIM_ERRORS = [  # (prim, args, params, words the message must contain)
     ("uniform", [np.zeros(2, i64)], {"shape": (2,), "dtype": ag.float32}, ["i64[2]", "seed"]),
     ("linalg_inv", [_a(2, 3)], {}, ["f32[2,3]", "square"]),
     ("check_values", [np.zeros(2, i64)], {"check": "x >= 0"}, ["i64[2]", "ValueCheck"]),
+    ("collective_start", [_a(2)], {"call": "all_reduce"}, ["f32[2]", "CollectiveCall"]),
 ]
 
 
