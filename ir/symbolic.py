@@ -437,7 +437,8 @@ class ShapeEnv:
         (the guards keep them true on every call the program serves)."""
         out = {}
         for g in self.guards:
-            if g.op is not operator.eq or not g.holds or not isinstance(g.expr, SymInt):
+            equal = (g.op is operator.eq and g.holds) or (g.op is operator.ne and not g.holds)
+            if not equal or not isinstance(g.expr, SymInt):
                 continue
             expr = g.expr.substitute(out) if out else g.expr
             if not isinstance(expr, SymInt):
