@@ -157,6 +157,7 @@ class CompiledFunction:
             where = guards.failed_guard(prog)
             prog = None
             self._guard_retraces += 1
+            self.stats.guard_failures += 1
             if self._guard_retraces > self.cache_size_limit:
                 self._warn_once(f"aotgrad.compile({self.name}): state the trace read changed "
                                 f"on more than cache_size_limit ({self.cache_size_limit}) "

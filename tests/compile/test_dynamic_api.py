@@ -201,3 +201,16 @@ def test_double_backward_through_a_symbolic_program():
         np.testing.assert_allclose(g.detach().numpy(), ge.detach().numpy(), rtol=1e-5)
         np.testing.assert_allclose(gg.numpy(), gge.numpy(), rtol=1e-5)
     assert f.stats.compiles == 1
+
+
+def test_stats_count_a_state_guard_failure():
+    scale = [2.0]
+    f = aotgrad.compile(lambda x: x * scale[0], backend="interpret")
+    x = aotgrad.ones(3)
+    f(x)
+    f(x)
+    scale[0] = 3.0
+    with pytest.warns(UserWarning, match="recompiling"):
+        assert float(f(x).sum()) == 9.0
+    s = f.stats
+    assert (s.traces, s.compiles, s.cache_hits, s.guard_failures) == (2, 2, 1, 1)
