@@ -60,14 +60,18 @@ class KernelBackward(Node):
     def _backward(self, grads):
         g = grads[0]
         inputs = [None if s is None else s.unpack(self) for s in self._saved]
-        if _mode.grad_enabled:   # create_graph: the decomposition's prims, differentiable
+        if _mode.grad_enabled or current_builder() is not None or \
+                type(g._value) is not np.ndarray:
+            # create_graph, or a backward being traced: the decomposition's prims, whose
+            # nodes are differentiable and record into a trace
             with enable_grad():
                 out = self._reference(*inputs, **self._params)
             return run_subgraph([GradientEdge(out.grad_fn, out._output_nr)], [g],
-                                self.next_functions, True)
+                                self.next_functions, _mode.grad_enabled)
         arrays = [None if t is None else t._value for t in inputs]
-        outs = self._kernel.backward(g._value, arrays, self._ctx, self.needs_input_grad,
-                                     **self._params)
+        with np.errstate(all="ignore"):
+            outs = self._kernel.backward(g._value, arrays, self._ctx, self.needs_input_grad,
+                                         **self._params)
         return [None if a is None or not need else Tensor._make(a)
                 for a, need in zip(outs, self.needs_input_grad)]
 
@@ -96,7 +100,8 @@ def run(kernel, inputs, reference, /, **params):
     arrays = [None if t is None else t._value for t in inputs]
     if not kernel.accepts(arrays, params):
         return None
-    out_val, ctx = kernel.forward(arrays, **params)
+    with np.errstate(all="ignore"):   # NaN/inf results without numpy's warnings, as PyTorch
+        out_val, ctx = kernel.forward(arrays, **params)
     out = Tensor._make(out_val, False)
     if _mode.grad_enabled and any(t is not None and t.requires_grad for t in inputs):
         out.requires_grad = True
@@ -248,3 +253,109 @@ def _max_pool2d_accepts(arrays, params):
 
 MAX_POOL2D = Kernel("MaxPool2DWithIndicesBackward0", _max_pool2d_forward,
                     _max_pool2d_backward, _max_pool2d_accepts)
+
+
+# ---- rows (normalisation, softmax, activations) --------------------------------------------
+def _layer_norm_forward(arrays, *, dims, eps):
+    x, w, b = arrays
+    mu = x.mean(axis=dims, keepdims=True)
+    d = x - mu
+    var = np.multiply(d, d).mean(axis=dims, keepdims=True)
+    rstd = 1 / np.sqrt(var + x.dtype.type(eps))
+    xhat = d * rstd
+    out = xhat * w if w is not None else xhat.copy()
+    if b is not None:
+        out += b
+    return out, (xhat, rstd)
+
+
+def _layer_norm_backward(g, arrays, ctx, needs, *, dims, eps):
+    x, w, b = arrays
+    xhat, rstd = ctx
+    outer = tuple(range(x.ndim - len(dims)))
+    gx = gw = gb = None
+    if needs[0]:
+        gh = g * w if w is not None else g
+        gx = rstd * (gh - gh.mean(axis=dims, keepdims=True) -
+                     xhat * np.multiply(gh, xhat).mean(axis=dims, keepdims=True))
+    if w is not None and needs[1]:
+        gw = np.multiply(g, xhat).sum(axis=outer)
+    if b is not None and needs[2]:
+        gb = g.sum(axis=outer)
+    return gx, gw, gb
+
+
+def _layer_norm_accepts(arrays, params):
+    """A non-empty input; weight and bias (when given) of the normalized shape."""
+    x, w, b = arrays
+    shape = x.shape[x.ndim - len(params["dims"]):]
+    return x.size > 0 and all(a is None or a.shape == shape for a in (w, b))
+
+
+LAYER_NORM = Kernel("NativeLayerNormBackward0", _layer_norm_forward, _layer_norm_backward,
+                    _layer_norm_accepts)
+
+
+def _softmax_forward(arrays, *, dim):
+    x, = arrays
+    e = np.exp(x - x.max(axis=dim, keepdims=True))
+    e /= e.sum(axis=dim, keepdims=True)
+    return e, e
+
+
+def _softmax_backward(g, arrays, y, needs, *, dim):
+    gy = g * y
+    return (gy - y * gy.sum(axis=dim, keepdims=True),)
+
+
+SOFTMAX = Kernel("SoftmaxBackward0", _softmax_forward, _softmax_backward,
+                 accepts=lambda arrays, p: arrays[0].size > 0)
+
+def _log_softmax_forward(arrays, *, dim):
+    x, = arrays
+    shifted = x - x.max(axis=dim, keepdims=True)
+    out = shifted - np.log(np.exp(shifted).sum(axis=dim, keepdims=True))
+    return out, out
+
+
+def _log_softmax_backward(g, arrays, out, needs, *, dim):
+    return (g - np.exp(out) * g.sum(axis=dim, keepdims=True),)
+
+
+LOG_SOFTMAX = Kernel("LogSoftmaxBackward0", _log_softmax_forward, _log_softmax_backward,
+                     accepts=lambda arrays, p: arrays[0].size > 0)
+
+_SQRT_HALF = 0.7071067811865476
+_INV_SQRT_2PI = 0.3989422804014327
+_SQRT_2_OVER_PI = 0.7978845608028654
+
+
+def _gelu_forward(arrays, *, approximate):
+    from aotgrad.ir.prims import erf
+    x, = arrays
+    f = x.dtype.type
+    if approximate == "none":
+        cdf = erf.impl(x * f(_SQRT_HALF))
+        cdf += f(1)
+        cdf *= f(0.5)
+        return x * cdf, cdf
+    t = np.tanh((x + x * x * x * f(0.044715)) * f(_SQRT_2_OVER_PI))
+    return (x * f(0.5)) * (t + f(1)), t
+
+
+def _gelu_backward(g, arrays, ctx, needs, *, approximate):
+    x, = arrays
+    f = x.dtype.type
+    if approximate == "none":
+        pdf = np.exp(x * x * f(-0.5))
+        pdf *= f(_INV_SQRT_2PI)
+        pdf *= x
+        pdf += ctx
+        return (g * pdf,)
+    t = ctx
+    inner_d = (x * x * f(3 * 0.044715) + f(1)) * f(_SQRT_2_OVER_PI)
+    d = (t + f(1)) * f(0.5) + (x * f(0.5)) * (f(1) - t * t) * inner_d
+    return (g * d,)
+
+
+GELU = Kernel("GeluBackward0", _gelu_forward, _gelu_backward)

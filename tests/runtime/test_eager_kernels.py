@@ -146,3 +146,87 @@ def test_kernels_follow_pytorch(torch):
     y2.backward(torch.tensor(g))
     for a, b in zip(ours, theirs):
         np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+ROW_SHAPES = [(4, 7), (1, 1), (2, 3, 5), (3, 1)]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("shape", ROW_SHAPES, ids=[str(s) for s in ROW_SHAPES])
+@pytest.mark.parametrize("affine", [True, False], ids=["affine", "plain"])
+def test_layer_norm_kernel_equals_its_reference(shape, affine, dtype, monkeypatch):
+    arrays = [_rand(*shape, dtype=dtype) * 3 + 1]
+    if affine:
+        arrays += [_rand(shape[-1], dtype=dtype, seed=1), _rand(shape[-1], dtype=dtype, seed=2)]
+    y = _assert_same(lambda x, *wb: F.layer_norm(x, (shape[-1],), *wb), arrays, monkeypatch)
+    assert y.grad_fn.name() == "NativeLayerNormBackward0"
+    # two normalized dims, and a non-contiguous input
+    x = _rand(5, 4, 3, dtype=dtype).transpose(2, 1, 0)
+    _assert_same(lambda x: F.layer_norm(x, (4, 5)), [x], monkeypatch)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("shape,dim", [((4, 7), -1), ((1, 1), 0), ((2, 3, 5), 1), ((3, 1), 1)])
+def test_softmax_kernel_equals_its_reference(shape, dim, dtype, monkeypatch):
+    x = _rand(*shape, dtype=dtype) * 4
+    y = _assert_same(lambda x: F.softmax(x, dim), [x], monkeypatch)
+    assert y.grad_fn.name() == "SoftmaxBackward0"
+    masked = x.copy()
+    masked.reshape(-1)[::3] = -np.inf                  # masked entries, as attention has
+    _assert_same(lambda x: F.softmax(x, dim), [masked], monkeypatch)
+    _assert_same(lambda x: F.softmax(x.transpose(0, -1), 0), [x], monkeypatch)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("shape,dim", [((4, 7), -1), ((1, 1), 0), ((2, 3, 5), 1), ((3, 1), 1)])
+def test_log_softmax_and_cross_entropy_on_the_kernel_equal_the_reference(shape, dim, dtype,
+                                                                         monkeypatch):
+    x = _rand(*shape, dtype=dtype) * 4
+    y = _assert_same(lambda x: F.log_softmax(x, dim), [x], monkeypatch)
+    assert y.grad_fn.name() == "LogSoftmaxBackward0"
+    masked = x.copy()
+    masked.reshape(-1)[1::3] = -np.inf
+    _assert_same(lambda x: F.log_softmax(x.transpose(0, -1), 0), [x], monkeypatch)
+    with np.errstate(all="ignore"):
+        _assert_same(lambda x: F.log_softmax(x, dim), [masked], monkeypatch)
+    target = ag.tensor(np.arange(shape[0]) % shape[1])
+    _assert_same(lambda x: F.cross_entropy(x.reshape(shape[0], -1)[:, :shape[1]], target), [x],
+                 monkeypatch)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_kernel_equals_its_reference(approximate, dtype, monkeypatch):
+    for x in (_rand(3, 50, dtype=dtype) * 4, _rand(1, dtype=dtype), np.zeros((0, 3), dtype),
+              _rand(6, 5, dtype=dtype)[::2, 1:], np.array([-0.0, 0.0, 30.0, -30.0], dtype)):
+        y = _assert_same(lambda x: F.gelu(x, approximate=approximate), [x], monkeypatch,
+                         rtol=2e-5, atol=2e-6)
+        assert y.grad_fn.name() == "GeluBackward0"
+
+
+def test_row_kernels_double_backward_equals_the_reference(monkeypatch):
+    def fn(x, w, b):
+        return F.softmax(F.gelu(F.layer_norm(x, (6,), w, b)), -1)
+    arrays = [_rand(3, 6), _rand(6, seed=1), _rand(6, seed=2)]
+    _, g1, h1 = _run(fn, arrays, True, monkeypatch, create_graph=True)
+    _, g2, h2 = _run(fn, arrays, False, monkeypatch, create_graph=True)
+    for a, b in zip(g1 + h1, g2 + h2):
+        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-4,
+                                   atol=1e-5)
+
+
+def test_row_kernels_follow_pytorch(torch):
+    x, w, b = _rand(4, 8) * 2, _rand(8, seed=1), _rand(8, seed=2)
+    ours = [ag.tensor(a, requires_grad=True) for a in (x, w, b)]
+    theirs = [torch.tensor(a, requires_grad=True) for a in (x, w, b)]
+    tf = torch.nn.functional
+    y1 = F.log_softmax(F.softmax(F.gelu(F.layer_norm(ours[0], (8,), ours[1], ours[2])), -1),
+                       0)
+    y2 = tf.log_softmax(tf.softmax(tf.gelu(tf.layer_norm(theirs[0], (8,), theirs[1],
+                                                         theirs[2])), -1), 0)
+    np.testing.assert_allclose(y1.detach().numpy(), y2.detach().numpy(), rtol=1e-5, atol=1e-6)
+    g = _rand(4, 8, seed=3)
+    y1.backward(ag.tensor(g))
+    y2.backward(torch.tensor(g))
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-4, atol=1e-5)
