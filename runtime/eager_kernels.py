@@ -37,11 +37,15 @@ class Kernel:
     """An op's whole-array kernel: `forward(arrays, **params)` -> (out, ctx) and
     `backward(g, arrays, ctx, needs, **params)` -> one gradient array (or None) per input;
     `accepts(arrays, params)` says where it applies; `name` is the node's (PyTorch's)
-    name."""
+    name. With `output_rule` the node saves the output instead of the inputs (as PyTorch's
+    softmax and relu do: an input changed in place afterwards is no error), its backward gets
+    the output's array as `ctx`, and under create_graph `output_rule(g, out, **params)`
+    (tensor ops) gives the gradients."""
     name: str
     forward: Callable
     backward: Callable
     accepts: Callable = lambda arrays, params: True
+    output_rule: Callable = None
 
 
 class KernelBackward(Node):
@@ -55,10 +59,22 @@ class KernelBackward(Node):
         self._name, self._kernel, self._reference = kernel.name, kernel, reference
         self._params, self._ctx = params, ctx
         self.needs_input_grad = tuple(t is not None and t.requires_grad for t in inputs)
-        self._saved = [None if t is None else SavedTensor(t) for t in inputs]
+        if kernel.output_rule is None:
+            self._saved = [None if t is None else SavedTensor(t) for t in inputs]
+        else:
+            self._saved, self._ctx = [SavedTensor(out, is_output=True)], None
 
     def _backward(self, grads):
         g = grads[0]
+        if self._kernel.output_rule is not None:
+            out = self._saved[0].unpack(self)
+            if _mode.grad_enabled or current_builder() is not None or \
+                    type(g._value) is not np.ndarray:
+                return list(self._kernel.output_rule(g, out, **self._params))
+            with np.errstate(all="ignore"):
+                gx, = self._kernel.backward(g._value, None, out._value, self.needs_input_grad,
+                                            **self._params)
+            return [Tensor._make(gx)]
         inputs = [None if s is None else s.unpack(self) for s in self._saved]
         if _mode.grad_enabled or current_builder() is not None or \
                 type(g._value) is not np.ndarray:
@@ -308,8 +324,14 @@ def _softmax_backward(g, arrays, y, needs, *, dim):
     return (gy - y * gy.sum(axis=dim, keepdims=True),)
 
 
+def _softmax_rule(g, y, *, dim):
+    from aotgrad.runtime import ops
+    gy = ops.mul(g, y)
+    return (ops.sub(gy, ops.mul(y, ops.sum(gy, dim, keepdim=True))),)
+
+
 SOFTMAX = Kernel("SoftmaxBackward0", _softmax_forward, _softmax_backward,
-                 accepts=lambda arrays, p: arrays[0].size > 0)
+                 accepts=lambda arrays, p: arrays[0].size > 0, output_rule=_softmax_rule)
 
 def _log_softmax_forward(arrays, *, dim):
     x, = arrays
@@ -322,8 +344,32 @@ def _log_softmax_backward(g, arrays, out, needs, *, dim):
     return (g - np.exp(out) * g.sum(axis=dim, keepdims=True),)
 
 
+def _log_softmax_rule(g, out, *, dim):
+    from aotgrad.runtime import ops
+    return (ops.sub(g, ops.mul(ops.exp(out), ops.sum(g, dim, keepdim=True))),)
+
+
 LOG_SOFTMAX = Kernel("LogSoftmaxBackward0", _log_softmax_forward, _log_softmax_backward,
-                     accepts=lambda arrays, p: arrays[0].size > 0)
+                     accepts=lambda arrays, p: arrays[0].size > 0,
+                     output_rule=_log_softmax_rule)
+
+
+def _relu_forward(arrays):
+    x, = arrays   # 0 where x <= 0 (so -0.0 gives 0.0); NaN passes, as the reference
+    return np.where(x <= 0, x.dtype.type(0), x), None
+
+
+def _relu_backward(g, arrays, y, needs):
+    return (np.where(y <= 0, g.dtype.type(0), g),)
+
+
+def _relu_rule(g, y):
+    from aotgrad.runtime import ops
+    from aotgrad.runtime.factories import zeros_like
+    return (ops.where(ops.le(y, 0), zeros_like(g), g),)
+
+
+RELU = Kernel("ReluBackward0", _relu_forward, _relu_backward, output_rule=_relu_rule)
 
 _SQRT_HALF = 0.7071067811865476
 _INV_SQRT_2PI = 0.3989422804014327

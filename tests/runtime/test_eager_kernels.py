@@ -204,9 +204,39 @@ def test_gelu_kernel_equals_its_reference(approximate, dtype, monkeypatch):
         assert y.grad_fn.name() == "GeluBackward0"
 
 
+def test_relu_kernel_equals_its_reference(monkeypatch):
+    x = _rand(3, 7)
+    x[0, :4] = [0.0, -0.0, np.nan, np.inf]
+    y = _assert_same(F.relu, [x], monkeypatch)
+    assert y.grad_fn.name() == "ReluBackward0"
+    assert np.signbit(y.detach().numpy()[0, 1]) == np.False_    # -0.0 gives 0.0
+    _assert_same(F.relu, [np.zeros((0, 2), np.float32)], monkeypatch)
+    _assert_same(lambda x: F.relu(x[:, ::2]), [_rand(4, 6, dtype=np.float64)], monkeypatch)
+
+
+@pytest.mark.parametrize("fn", [F.relu, lambda x: F.softmax(x, -1),
+                                lambda x: F.log_softmax(x, -1)], ids=["relu", "softmax",
+                                                                     "log_softmax"])
+def test_output_saving_kernels_check_the_output_not_the_input(fn):
+    # as PyTorch: these save their result, so changing the input afterwards is no error,
+    # changing the output is
+    x = ag.randn(3, 4, requires_grad=True)
+    h = x * 1.0
+    y = fn(h)
+    with ag.no_grad():
+        h.add_(1.0)
+    y.sum().backward()
+    x.grad = None
+    y = fn(x * 1.0)
+    with ag.no_grad():
+        y.mul_(2.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+
+
 def test_row_kernels_double_backward_equals_the_reference(monkeypatch):
     def fn(x, w, b):
-        return F.softmax(F.gelu(F.layer_norm(x, (6,), w, b)), -1)
+        return F.log_softmax(F.relu(F.softmax(F.gelu(F.layer_norm(x, (6,), w, b)), -1)), 0)
     arrays = [_rand(3, 6), _rand(6, seed=1), _rand(6, seed=2)]
     _, g1, h1 = _run(fn, arrays, True, monkeypatch, create_graph=True)
     _, g2, h2 = _run(fn, arrays, False, monkeypatch, create_graph=True)
