@@ -235,18 +235,23 @@ def _max_pool2d_geometry(shape, kernel, stride, padding, dilation, ceil_mode):
 
 
 def _max_pool2d_forward(arrays, *, kernel, stride, padding, dilation, ceil_mode):
+    """The first maximum of each window (the first NaN where there is one, as argmax picks
+    it), tap by tap over strided views: numpy's argmax over a short axis is slow."""
     x, = arrays
-    n, c = x.shape[:2]
     oh, ow, hi = _max_pool2d_geometry(x.shape, kernel, stride, padding, dilation, ceil_mode)
-    xp = _pad_hw(x, padding, hi, -np.inf)
-    kk = kernel[0] * kernel[1]
-    win = _windows(xp, kernel, stride, dilation, oh, ow).reshape(n, c, kk, oh, ow) \
-        if kk and oh and ow and n and c else np.empty((n, c, kk, oh, ow), x.dtype)
-    idx = np.argmax(win, axis=2)[:, :, None] if win.size else \
-        np.zeros((n, c, 1, oh, ow), np.intp)
-    out = np.take_along_axis(win, idx, axis=2)[:, :, 0] if win.size else \
-        np.empty((n, c, oh, ow), x.dtype)
-    return np.ascontiguousarray(out), idx[:, :, 0]
+    win = _windows(_pad_hw(x, padding, hi, -np.inf), kernel, stride, dilation, oh, ow)
+    best = win[:, :, 0, 0].copy()
+    idx = np.zeros(best.shape, np.int32)
+    nan = bool(np.isnan(x).any())
+    better = np.empty(best.shape, bool)
+    for k in range(1, kernel[0] * kernel[1]):
+        v = win[:, :, k // kernel[1], k % kernel[1]]
+        np.greater(v, best, out=better)
+        if nan:
+            better |= np.isnan(v) & ~np.isnan(best)
+        best = np.where(better, v, best)   # (faster than copyto with where=)
+        idx = np.where(better, np.int32(k), idx)
+    return best, idx
 
 
 def _max_pool2d_backward(g, arrays, idx, needs, *, kernel, stride, padding, dilation,
@@ -254,11 +259,10 @@ def _max_pool2d_backward(g, arrays, idx, needs, *, kernel, stride, padding, dila
     x, = arrays
     n, c = x.shape[:2]
     oh, ow = g.shape[2:]
-    kk = kernel[0] * kernel[1]
-    dwin = np.zeros((n, c, kk, oh, ow), g.dtype)
-    if dwin.size:
-        np.put_along_axis(dwin, idx[:, :, None], g[:, :, None], axis=2)
-    dwin = dwin.reshape(n, c, kernel[0], kernel[1], oh, ow)
+    dwin = np.zeros((n, c, kernel[0], kernel[1], oh, ow), g.dtype)
+    zero = g.dtype.type(0)
+    for k in range(kernel[0] * kernel[1]):
+        dwin[:, :, k // kernel[1], k % kernel[1]] = np.where(idx == k, g, zero)
     return (np.ascontiguousarray(_scatter_windows(dwin, x.shape, kernel, stride, dilation,
                                                   padding)),)
 
