@@ -3,7 +3,7 @@ shape rule, autograd node, version counter, saved tensors, the new Tensor) rathe
 arithmetic. Each op on a float32 tensor of 16 elements (4x4), with and without
 requires_grad, aotgrad and PyTorch eager (when installed) side by side in one process.
 
-    python benchmarks/bench_eager_ops.py [--reps 2000] [--rounds 5] [--only add,mul]
+    python benchmarks/bench_eager_ops.py [--reps 200] [--rounds 20] [--only add,mul]
                                          [--json out.json]
 
 Prints thousands of ops per second (the best of `rounds` rounds of `reps` calls, so that a
@@ -64,8 +64,8 @@ def backward_rate(M, reps, rounds):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--reps", type=int, default=2000)
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=200)
+    ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--only", default="")
     ap.add_argument("--json")
     args = ap.parse_args(argv)

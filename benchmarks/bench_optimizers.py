@@ -47,7 +47,12 @@ def cases(M, flags):
     out = []
     for name, kw in [("AdamW", dict(lr=1e-3, weight_decay=0.1)),
                      ("Adam amsgrad", dict(lr=1e-3, amsgrad=True)),
-                     ("SGD momentum", dict(lr=1e-2, momentum=0.9, nesterov=True))]:
+                     ("SGD momentum", dict(lr=1e-2, momentum=0.9, nesterov=True)),
+                     ("RMSprop centered", dict(lr=1e-2, momentum=0.9, centered=True)),
+                     ("Adagrad", dict(lr=1e-2, weight_decay=0.1)),
+                     ("Adamax", dict(lr=2e-3)),
+                     ("NAdam", dict(lr=2e-3)),
+                     ("RAdam", dict(lr=1e-3))]:
         ps = _params(M)
         opt = getattr(M.optim, name.split()[0])(ps, **kw, **flags)
         out.append((name, opt.step))

@@ -14,7 +14,7 @@ import numpy as np
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.symbolic import is_static_shape
-from aotgrad.runtime import linalg_ops, ops, shape_ops
+from aotgrad.runtime import eager_kernels, linalg_ops, ops, shape_ops
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.addmm_ops import addmm
 from aotgrad.runtime.factories import rand, tensor, zeros_like
@@ -111,6 +111,16 @@ def elu(input, alpha=1.0, inplace=False):
 def gelu(input, approximate="none"):
     """GELU: x * Phi(x) exactly (erf), or the tanh approximation with approximate='tanh'."""
     _check_float("gelu", input)
+    if approximate in ("none", "tanh"):
+        out = eager_kernels.run(eager_kernels.GELU, (input,), _gelu_prims,
+                                approximate=approximate)
+        if out is not None:
+            return out
+    return _gelu_prims(input, approximate=approximate)
+
+
+def _gelu_prims(input, *, approximate):
+    """gelu as tensor ops (the reference of the eager kernel, and what a trace records)."""
     if approximate == "none":
         return ops.mul(ops.mul(input, 0.5), ops.add(ops.erf(ops.mul(input, 1 / math.sqrt(2))),
                                                     1.0))
@@ -500,6 +510,15 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
                            f"[*, {', '.join(map(str, shape))}], but got input of size "
                            f"{list(input.shape)}")
     dims = tuple(range(input.ndim - k, input.ndim))
+    out = eager_kernels.run(eager_kernels.LAYER_NORM, (input, weight, bias), _layer_norm_prims,
+                            dims=dims, eps=eps)
+    return out if out is not None else \
+        _layer_norm_prims(input, weight, bias, dims=dims, eps=eps)
+
+
+def _layer_norm_prims(input, weight, bias, *, dims, eps):
+    """layer_norm as tensor ops (the reference of the eager kernel, and what a trace
+    records)."""
     mu = ops.mean(input, dims, keepdim=True)
     d = ops.sub(input, mu)
     var = ops.mean(ops.mul(d, d), dims, keepdim=True)

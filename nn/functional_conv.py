@@ -6,7 +6,7 @@ import warnings
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
-from aotgrad.runtime import ops, shape_ops
+from aotgrad.runtime import eager_kernels, ops, shape_ops
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.factories import rand, tensor
 from aotgrad.runtime.grad_mode import no_grad
@@ -127,7 +127,19 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
                              f"{{'valid', 'same'}}")
     else:
         pad = _pair(padding, "padding")
-    pat, (oh, ow), _ = _patches(x, (kh, kw), (sh, sw), pad, (dh, dw))
+    params = dict(stride=(sh, sw), padding=pad, dilation=(dh, dw), groups=groups)
+    out = eager_kernels.run(eager_kernels.CONV2D, (x, weight, bias), _conv2d_prims, **params)
+    if out is None:
+        out = _conv2d_prims(x, weight, bias, **params)
+    return tp.reshape(out, shape=tuple(out.shape[1:])) if unbatched else out
+
+
+def _conv2d_prims(x, weight, bias, *, stride, padding, dilation, groups):
+    """conv2d of a 4-D input as prims: the patches and one contraction (the reference of
+    the eager kernel, and what a trace records)."""
+    n = x.shape[0]
+    cout, cg, kh, kw = weight.shape
+    pat, (oh, ow), _ = _patches(x, (kh, kw), stride, padding, dilation)
     k = cg * kh * kw
     cols = tp.reshape(pat, shape=(n, groups, k, oh * ow))
     wg = tp.reshape(weight, shape=(groups, cout // groups, k))
@@ -137,7 +149,7 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     out = tp.reshape(y, shape=(n, cout, oh, ow))
     if bias is not None:
         out = ops.add(out, bias.reshape(1, cout, 1, 1))
-    return tp.reshape(out, shape=tuple(out.shape[1:])) if unbatched else out
+    return out
 
 
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
@@ -171,13 +183,17 @@ def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     _check_4d("max_pool2d", input)
     x = shape_ops.unsqueeze(input, 0) if input.ndim == 3 else input
     k, s, p, d = _pool_args("max_pool2d", kernel_size, stride, padding, dilation)
+    if not return_indices:
+        params = dict(kernel=k, stride=s, padding=p, dilation=d, ceil_mode=ceil_mode)
+        out = eager_kernels.run(eager_kernels.MAX_POOL2D, (x,), _max_pool2d_prims, **params)
+        if out is None:
+            out = _max_pool2d_prims(x, **params)
+        return shape_ops.squeeze(out, 0) if input.ndim == 3 else out
     pat, (oh, ow), _ = _patches(x, k, s, p, d, value=-math.inf, ceil_mode=ceil_mode, pool=True)
     idx = ops.argmax(pat, 2, keepdim=True)
     out = shape_ops.squeeze(tp.gather(pat, idx, dim=2), 2)
     if input.ndim == 3:
         out = shape_ops.squeeze(out, 0)
-    if not return_indices:
-        return out
     # flat index h * W + w into each input plane, like PyTorch
     n, c, h, w = x.shape
     ki = shape_ops.squeeze(idx, 2)
@@ -189,6 +205,15 @@ def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     if input.ndim == 3:
         flat = shape_ops.squeeze(flat, 0)
     return out, flat
+
+
+def _max_pool2d_prims(x, *, kernel, stride, padding, dilation, ceil_mode):
+    """max_pool2d of a 4-D input as prims (the reference of the eager kernel, and what a
+    trace records)."""
+    pat, _, _ = _patches(x, kernel, stride, padding, dilation, value=-math.inf,
+                         ceil_mode=ceil_mode, pool=True)
+    idx = ops.argmax(pat, 2, keepdim=True)
+    return shape_ops.squeeze(tp.gather(pat, idx, dim=2), 2)
 
 
 @op("avg_pool2d", "AvgPool2DBackward0")

@@ -180,6 +180,13 @@ def broadcast_shapes(*shapes):
 
 
 def _binary_args(a, b, float_result=False):
+    if isinstance(a, Tensor) and isinstance(b, Tensor):
+        # the common case first: two tensors of one shape and dtype, both weakly typed or
+        # neither, need no promotion, cast or broadcast
+        va, vb = a._value, b._value
+        if va.shape == vb.shape and va.dtype == vb.dtype and is_weak(a) == is_weak(b) and \
+                (not float_result or a.dtype.is_floating_point):
+            return a, b
     ta, tb = isinstance(a, Tensor), isinstance(b, Tensor)
     if not ta and not tb:
         raise TypeError("at least one argument must be a Tensor")

@@ -273,9 +273,17 @@ def softmax(x, dim, dtype=None):
     d = norm_dims(dim, x.ndim)
     if x.numel() == 0:
         return mul(x, 1.0)
-    m = amax(x, d, keepdim=True).detach()
+    from aotgrad.runtime import eager_kernels
+    out = eager_kernels.run(eager_kernels.SOFTMAX, (x,), _softmax_prims, dim=d)
+    return out if out is not None else _softmax_prims(x, dim=d)
+
+
+def _softmax_prims(x, *, dim):
+    """softmax over the dims `dim` as tensor ops (the reference of the eager kernel, and what
+    a trace records)."""
+    m = amax(x, dim, keepdim=True).detach()
     e = exp(sub(x, m))
-    return div(e, sum(e, d, keepdim=True))
+    return div(e, sum(e, dim, keepdim=True))
 
 
 @op("log_softmax", "LogSoftmaxBackward0")
@@ -289,8 +297,16 @@ def log_softmax(x, dim, dtype=None):
     d = norm_dims(dim, x.ndim)
     if x.numel() == 0:
         return mul(x, 1.0)
-    shifted = sub(x, amax(x, d, keepdim=True).detach())
-    return sub(shifted, log(sum(exp(shifted), d, keepdim=True)))
+    from aotgrad.runtime import eager_kernels
+    out = eager_kernels.run(eager_kernels.LOG_SOFTMAX, (x,), _log_softmax_prims, dim=d)
+    return out if out is not None else _log_softmax_prims(x, dim=d)
+
+
+def _log_softmax_prims(x, *, dim):
+    """log_softmax over the dims `dim` as tensor ops (the reference of the eager kernel, and
+    what a trace records)."""
+    shifted = sub(x, amax(x, dim, keepdim=True).detach())
+    return sub(shifted, log(sum(exp(shifted), dim, keepdim=True)))
 
 
 @op("cumsum", "CumsumBackward0")

@@ -1,0 +1,411 @@
+"""Heavy eager ops on whole-array kernels: one call and one autograd node where the prim
+decomposition records dozens (a 5x5 convolution is 25 strided slices, a concatenation and a
+contraction forward, and as many pads and adds backward).
+
+An op that has a kernel asks `run(kernel, inputs, reference, **params)` first: it answers
+the op's result, or None where the kernel does not apply and the op runs its prims as
+before. The kernel applies only eagerly (no trace, no function transform, no forward-mode
+level), on float32/float64 numpy buffers, and where `kernel.accepts(params)` holds. The
+node's backward runs the kernel's backward on the buffers; under create_graph it runs the
+prims of `reference` (the op's decomposition, which stays the reference for the values)
+on the saved inputs instead, so a double backward differentiates the same rules as before.
+
+Kernels here are numpy (a strided window view and one BLAS contraction, scatter-adds by
+window offset); tests/runtime/test_eager_kernels.py compares each with its reference on
+awkward shapes (size 1, zero size, non-contiguous inputs, padding, stride, dilation).
+"""
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from aotgrad.ir.core import INTERPRETED, WATCHED_PRIMS, Aval, current_builder
+from aotgrad.runtime.autograd_node import GradientEdge, Node, _node_of
+from aotgrad.runtime.backward import run_subgraph
+from aotgrad.runtime.forward_mode import state as _forward
+from aotgrad.runtime.grad_mode import enable_grad
+from aotgrad.runtime.grad_mode import state as _mode
+from aotgrad.runtime.saved_tensors import SavedTensor
+from aotgrad.runtime.tensor import Tensor
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """An op's whole-array kernel: `forward(arrays, **params)` -> (out, ctx) and
+    `backward(g, arrays, ctx, needs, **params)` -> one gradient array (or None) per input;
+    `accepts(arrays, params)` says where it applies; `name` is the node's (PyTorch's)
+    name. With `output_rule` the node saves the output instead of the inputs (as PyTorch's
+    softmax and relu do: an input changed in place afterwards is no error), its backward gets
+    the output's array as `ctx`, and under create_graph `output_rule(g, out, **params)`
+    (tensor ops) gives the gradients."""
+    name: str
+    forward: Callable
+    backward: Callable
+    accepts: Callable = lambda arrays, params: True
+    output_rule: Callable = None
+
+
+class KernelBackward(Node):
+    """The one node of a kernel op: edges to its tensor inputs (None for an absent one)."""
+
+    def __init__(self, kernel, reference, inputs, out, params, ctx):
+        super().__init__([_node_of(t) if t is not None and t.requires_grad else (None, 0)
+                          for t in inputs],
+                         [None if t is None else Aval(t._value.shape, t.dtype) for t in inputs],
+                         [Aval(out._value.shape, out.dtype)])
+        self._name, self._kernel, self._reference = kernel.name, kernel, reference
+        self._params, self._ctx = params, ctx
+        self.needs_input_grad = tuple(t is not None and t.requires_grad for t in inputs)
+        if kernel.output_rule is None:
+            self._saved = [None if t is None else SavedTensor(t) for t in inputs]
+        else:
+            self._saved, self._ctx = [SavedTensor(out, is_output=True)], None
+
+    def _backward(self, grads):
+        g = grads[0]
+        if self._kernel.output_rule is not None:
+            out = self._saved[0].unpack(self)
+            if _mode.grad_enabled or current_builder() is not None or \
+                    type(g._value) is not np.ndarray:
+                return list(self._kernel.output_rule(g, out, **self._params))
+            with np.errstate(all="ignore"):
+                gx, = self._kernel.backward(g._value, None, out._value, self.needs_input_grad,
+                                            **self._params)
+            return [Tensor._make(gx)]
+        inputs = [None if s is None else s.unpack(self) for s in self._saved]
+        if _mode.grad_enabled or current_builder() is not None or \
+                type(g._value) is not np.ndarray:
+            # create_graph, or a backward being traced: the decomposition's prims, whose
+            # nodes are differentiable and record into a trace
+            with enable_grad():
+                out = self._reference(*inputs, **self._params)
+            return run_subgraph([GradientEdge(out.grad_fn, out._output_nr)], [g],
+                                self.next_functions, _mode.grad_enabled)
+        arrays = [None if t is None else t._value for t in inputs]
+        with np.errstate(all="ignore"):
+            outs = self._kernel.backward(g._value, arrays, self._ctx, self.needs_input_grad,
+                                         **self._params)
+        return [None if a is None or not need else Tensor._make(a)
+                for a, need in zip(outs, self.needs_input_grad)]
+
+    def _release(self):
+        for s in self._saved:
+            if s is not None:
+                s.release()
+        self._ctx = None
+
+
+def run(kernel, inputs, reference, /, **params):
+    """The op's result from `kernel` with its node, or None where the kernel does not apply
+    (the caller runs `reference(*inputs, **params)`, its prims, then)."""
+    if current_builder() is not None or INTERPRETED or WATCHED_PRIMS or \
+            _forward.level is not None:
+        return None
+    dtype = None
+    for t in inputs:
+        if t is None:
+            continue
+        v = t._value
+        if type(v) is not np.ndarray or v.dtype not in _FLOATS or \
+                (dtype is not None and v.dtype != dtype) or "_sparse" in t.__dict__:
+            return None
+        dtype = v.dtype
+    arrays = [None if t is None else t._value for t in inputs]
+    if not kernel.accepts(arrays, params):
+        return None
+    with np.errstate(all="ignore"):   # NaN/inf results without numpy's warnings, as PyTorch
+        out_val, ctx = kernel.forward(arrays, **params)
+    out = Tensor._make(out_val, False)
+    if _mode.grad_enabled and any(t is not None and t.requires_grad for t in inputs):
+        out.requires_grad = True
+        out.grad_fn = KernelBackward(kernel, reference, inputs, out, params, ctx)
+    return out
+
+
+# ---- windows (convolution and pooling) -----------------------------------------------------
+def window_count(n, k, s, lo, hi, d, ceil_mode=False, pool=False):
+    """Output size along one dim (as nn.functional's _out_size)."""
+    span = n + lo + hi - (d * (k - 1) + 1)
+    if span < 0:
+        return 0
+    out = (-(-span // s) if ceil_mode else span // s) + 1
+    if ceil_mode and pool and (out - 1) * s >= n + lo:
+        out -= 1
+    return out
+
+
+def _windows(xp, kernel, stride, dilation, oh, ow):
+    """(N, C, kh, kw, oh, ow) read-only view of the windows of the padded input xp."""
+    (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation
+    n, c = xp.shape[:2]
+    s0, s1, s2, s3 = xp.strides
+    return as_strided(xp, (n, c, kh, kw, oh, ow), (s0, s1, s2 * dh, s3 * dw, s2 * sh, s3 * sw),
+                      writeable=False)
+
+
+def _pad_hw(x, lo, hi, value):
+    (ph, pw), (eh, ew) = lo, hi
+    if not (ph or pw or eh or ew):
+        return x
+    out = np.full(x.shape[:2] + (x.shape[2] + ph + eh, x.shape[3] + pw + ew), value, x.dtype)
+    out[:, :, ph:ph + x.shape[2], pw:pw + x.shape[3]] = x
+    return out
+
+
+def _scatter_windows(dwin, shape, kernel, stride, dilation, padding):
+    """The adjoint of _windows: sum (N, C, kh, kw, oh, ow) window values into an (N, C, H, W)
+    array (the padding cut off)."""
+    (kh, kw), (sh, sw), (dh, dw), (ph, pw) = kernel, stride, dilation, padding
+    n, c, h, w = shape
+    oh, ow = dwin.shape[4:]
+    hp = max(h + 2 * ph, (oh - 1) * sh + dh * (kh - 1) + 1)
+    wp = max(w + 2 * pw, (ow - 1) * sw + dw * (kw - 1) + 1)
+    out = np.zeros((n, c, hp, wp), dwin.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            out[:, :, i * dh:i * dh + (oh - 1) * sh + 1:sh,
+                j * dw:j * dw + (ow - 1) * sw + 1:sw] += dwin[:, :, i, j]
+    return out[:, :, ph:ph + h, pw:pw + w]
+
+
+def _conv_geometry(x_shape, w_shape, stride, padding, dilation):
+    (kh, kw) = w_shape[2:]
+    oh = window_count(x_shape[2], kh, stride[0], padding[0], padding[0], dilation[0])
+    ow = window_count(x_shape[3], kw, stride[1], padding[1], padding[1], dilation[1])
+    return oh, ow
+
+
+def _conv2d_forward(arrays, *, stride, padding, dilation, groups):
+    x, w, b = arrays
+    n, c = x.shape[:2]
+    o, _, kh, kw = w.shape
+    oh, ow = _conv_geometry(x.shape, w.shape, stride, padding, dilation)
+    xp = _pad_hw(x, padding, padding, 0)
+    win = _windows(xp, (kh, kw), stride, dilation, oh, ow)
+    # (C, kh, kw, N, oh, ow) -> (K, N*L): one contraction with the (O, K) weight
+    cols = np.ascontiguousarray(win.transpose(1, 2, 3, 0, 4, 5)).reshape(c * kh * kw,
+                                                                          n * oh * ow)
+    y = np.matmul(w.reshape(o, -1), cols)
+    out = np.ascontiguousarray(y.reshape(o, n, oh, ow).transpose(1, 0, 2, 3))
+    if b is not None:
+        out += b.reshape(1, o, 1, 1)
+    return out, cols
+
+
+def _conv2d_backward(g, arrays, cols, needs, *, stride, padding, dilation, groups):
+    x, w, b = arrays
+    n, c = x.shape[:2]
+    o, _, kh, kw = w.shape
+    oh, ow = g.shape[2:]
+    gm = np.ascontiguousarray(g.transpose(1, 0, 2, 3)).reshape(o, n * oh * ow)
+    gx = gw = gb = None
+    if needs[0]:
+        dcols = np.matmul(w.reshape(o, -1).T, gm).reshape(c, kh, kw, n, oh, ow)
+        gx = _scatter_windows(dcols.transpose(3, 0, 1, 2, 4, 5), x.shape, (kh, kw), stride,
+                              dilation, padding)
+        gx = np.ascontiguousarray(gx)
+    if needs[1]:
+        gw = np.matmul(gm, cols.T).reshape(w.shape)
+    if b is not None and needs[2]:
+        gb = g.sum(axis=(0, 2, 3)).astype(g.dtype, copy=False)
+    return gx, gw, gb
+
+
+def _conv2d_accepts(arrays, params):
+    """One group, and at least one window (the reference raises its error otherwise)."""
+    x, w, _ = arrays
+    return params["groups"] == 1 and min(_conv_geometry(
+        x.shape, w.shape, params["stride"], params["padding"], params["dilation"])) > 0
+
+
+CONV2D = Kernel("ConvolutionBackward0", _conv2d_forward, _conv2d_backward, _conv2d_accepts)
+
+
+def _max_pool2d_geometry(shape, kernel, stride, padding, dilation, ceil_mode):
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel, stride, padding, dilation
+    h, w = shape[2:]
+    oh = window_count(h, kh, sh, ph, ph, dh, ceil_mode, True)
+    ow = window_count(w, kw, sw, pw, pw, dw, ceil_mode, True)
+    eh = max(0, (oh - 1) * sh + dh * (kh - 1) + 1 - (h + 2 * ph))
+    ew = max(0, (ow - 1) * sw + dw * (kw - 1) + 1 - (w + 2 * pw))
+    return oh, ow, (ph + eh, pw + ew)
+
+
+def _max_pool2d_forward(arrays, *, kernel, stride, padding, dilation, ceil_mode):
+    """The first maximum of each window (the first NaN where there is one, as argmax picks
+    it), tap by tap over strided views: numpy's argmax over a short axis is slow."""
+    x, = arrays
+    oh, ow, hi = _max_pool2d_geometry(x.shape, kernel, stride, padding, dilation, ceil_mode)
+    win = _windows(_pad_hw(x, padding, hi, -np.inf), kernel, stride, dilation, oh, ow)
+    best = win[:, :, 0, 0].copy()
+    idx = np.zeros(best.shape, np.int32)
+    nan = bool(np.isnan(x).any())
+    better = np.empty(best.shape, bool)
+    for k in range(1, kernel[0] * kernel[1]):
+        v = win[:, :, k // kernel[1], k % kernel[1]]
+        np.greater(v, best, out=better)
+        if nan:
+            better |= np.isnan(v) & ~np.isnan(best)
+        best = np.where(better, v, best)   # (faster than copyto with where=)
+        idx = np.where(better, np.int32(k), idx)
+    return best, idx
+
+
+def _max_pool2d_backward(g, arrays, idx, needs, *, kernel, stride, padding, dilation,
+                         ceil_mode):
+    x, = arrays
+    n, c = x.shape[:2]
+    oh, ow = g.shape[2:]
+    dwin = np.zeros((n, c, kernel[0], kernel[1], oh, ow), g.dtype)
+    zero = g.dtype.type(0)
+    for k in range(kernel[0] * kernel[1]):
+        dwin[:, :, k // kernel[1], k % kernel[1]] = np.where(idx == k, g, zero)
+    return (np.ascontiguousarray(_scatter_windows(dwin, x.shape, kernel, stride, dilation,
+                                                  padding)),)
+
+
+def _max_pool2d_accepts(arrays, params):
+    return min(_max_pool2d_geometry(arrays[0].shape, **params)[:2]) > 0
+
+
+MAX_POOL2D = Kernel("MaxPool2DWithIndicesBackward0", _max_pool2d_forward,
+                    _max_pool2d_backward, _max_pool2d_accepts)
+
+
+# ---- rows (normalisation, softmax, activations) --------------------------------------------
+def _layer_norm_forward(arrays, *, dims, eps):
+    x, w, b = arrays
+    mu = x.mean(axis=dims, keepdims=True)
+    d = x - mu
+    var = np.multiply(d, d).mean(axis=dims, keepdims=True)
+    rstd = 1 / np.sqrt(var + x.dtype.type(eps))
+    xhat = d * rstd
+    out = xhat * w if w is not None else xhat.copy()
+    if b is not None:
+        out += b
+    return out, (xhat, rstd)
+
+
+def _layer_norm_backward(g, arrays, ctx, needs, *, dims, eps):
+    x, w, b = arrays
+    xhat, rstd = ctx
+    outer = tuple(range(x.ndim - len(dims)))
+    gx = gw = gb = None
+    if needs[0]:
+        gh = g * w if w is not None else g
+        gx = rstd * (gh - gh.mean(axis=dims, keepdims=True) -
+                     xhat * np.multiply(gh, xhat).mean(axis=dims, keepdims=True))
+    if w is not None and needs[1]:
+        gw = np.multiply(g, xhat).sum(axis=outer)
+    if b is not None and needs[2]:
+        gb = g.sum(axis=outer)
+    return gx, gw, gb
+
+
+def _layer_norm_accepts(arrays, params):
+    """A non-empty input; weight and bias (when given) of the normalized shape."""
+    x, w, b = arrays
+    shape = x.shape[x.ndim - len(params["dims"]):]
+    return x.size > 0 and all(a is None or a.shape == shape for a in (w, b))
+
+
+LAYER_NORM = Kernel("NativeLayerNormBackward0", _layer_norm_forward, _layer_norm_backward,
+                    _layer_norm_accepts)
+
+
+def _softmax_forward(arrays, *, dim):
+    x, = arrays
+    e = np.exp(x - x.max(axis=dim, keepdims=True))
+    e /= e.sum(axis=dim, keepdims=True)
+    return e, e
+
+
+def _softmax_backward(g, arrays, y, needs, *, dim):
+    gy = g * y
+    return (gy - y * gy.sum(axis=dim, keepdims=True),)
+
+
+def _softmax_rule(g, y, *, dim):
+    from aotgrad.runtime import ops
+    gy = ops.mul(g, y)
+    return (ops.sub(gy, ops.mul(y, ops.sum(gy, dim, keepdim=True))),)
+
+
+SOFTMAX = Kernel("SoftmaxBackward0", _softmax_forward, _softmax_backward,
+                 accepts=lambda arrays, p: arrays[0].size > 0, output_rule=_softmax_rule)
+
+def _log_softmax_forward(arrays, *, dim):
+    x, = arrays
+    shifted = x - x.max(axis=dim, keepdims=True)
+    out = shifted - np.log(np.exp(shifted).sum(axis=dim, keepdims=True))
+    return out, out
+
+
+def _log_softmax_backward(g, arrays, out, needs, *, dim):
+    return (g - np.exp(out) * g.sum(axis=dim, keepdims=True),)
+
+
+def _log_softmax_rule(g, out, *, dim):
+    from aotgrad.runtime import ops
+    return (ops.sub(g, ops.mul(ops.exp(out), ops.sum(g, dim, keepdim=True))),)
+
+
+LOG_SOFTMAX = Kernel("LogSoftmaxBackward0", _log_softmax_forward, _log_softmax_backward,
+                     accepts=lambda arrays, p: arrays[0].size > 0,
+                     output_rule=_log_softmax_rule)
+
+
+def _relu_forward(arrays):
+    x, = arrays   # 0 where x <= 0 (so -0.0 gives 0.0); NaN passes, as the reference
+    return np.where(x <= 0, x.dtype.type(0), x), None
+
+
+def _relu_backward(g, arrays, y, needs):
+    return (np.where(y <= 0, g.dtype.type(0), g),)
+
+
+def _relu_rule(g, y):
+    from aotgrad.runtime import ops
+    from aotgrad.runtime.factories import zeros_like
+    return (ops.where(ops.le(y, 0), zeros_like(g), g),)
+
+
+RELU = Kernel("ReluBackward0", _relu_forward, _relu_backward, output_rule=_relu_rule)
+
+_SQRT_HALF = 0.7071067811865476
+_INV_SQRT_2PI = 0.3989422804014327
+_SQRT_2_OVER_PI = 0.7978845608028654
+
+
+def _gelu_forward(arrays, *, approximate):
+    from aotgrad.ir.prims import erf
+    x, = arrays
+    f = x.dtype.type
+    if approximate == "none":
+        cdf = erf.impl(x * f(_SQRT_HALF))
+        cdf += f(1)
+        cdf *= f(0.5)
+        return x * cdf, cdf
+    t = np.tanh((x + x * x * x * f(0.044715)) * f(_SQRT_2_OVER_PI))
+    return (x * f(0.5)) * (t + f(1)), t
+
+
+def _gelu_backward(g, arrays, ctx, needs, *, approximate):
+    x, = arrays
+    f = x.dtype.type
+    if approximate == "none":
+        pdf = np.exp(x * x * f(-0.5))
+        pdf *= f(_INV_SQRT_2PI)
+        pdf *= x
+        pdf += ctx
+        return (g * pdf,)
+    t = ctx
+    inner_d = (x * x * f(3 * 0.044715) + f(1)) * f(_SQRT_2_OVER_PI)
+    d = (t + f(1)) * f(0.5) + (x * f(0.5)) * (f(1) - t * t) * inner_d
+    return (g * d,)
+
+
+GELU = Kernel("GeluBackward0", _gelu_forward, _gelu_backward)
