@@ -9,7 +9,8 @@
     def f(x):
         return (x.tanh() * 2).sum()
 """
-from aotgrad.ir.dtypes import DType, bfloat16, bool_, float16, float32, float64, int32, int64
+from aotgrad.ir.dtypes import (DType, bfloat16, bool_, float16, float32, float64, int8, int16,
+                               int32, int64, uint8)
 from aotgrad.ir.dtypes import bool_ as bool  # noqa: A001  (aotgrad.bool, like torch.bool)
 from aotgrad.ir.core import PrimError
 from aotgrad.runtime import Size, Tensor
@@ -60,7 +61,9 @@ from aotgrad import autograd  # noqa: E402
 from aotgrad.runtime.elementwise_more_ops import (  # noqa: E402
     trunc, fix, frac, sgn, signbit, copysign, hypot, heaviside, fmod, float_power, deg2rad,
     rad2deg, positive, fmax, fmin, isneginf, isposinf, isreal, ldexp,
-    frexp, bitwise_and, bitwise_or, bitwise_xor, bitwise_not, angle, conj, real, imag,)
+    frexp, angle, conj, real, imag,)
+from aotgrad.runtime.bitwise_ops import (  # noqa: E402
+    bitwise_and, bitwise_or, bitwise_xor, bitwise_not, bitwise_left_shift, bitwise_right_shift)
 from aotgrad.runtime.reduction_more_ops import (  # noqa: E402
     nansum, nanmean, median, nanmedian, kthvalue, aminmax, trace, diff, dist, ravel, fliplr,
     flipud, msort, atleast_1d, atleast_2d, atleast_3d)
@@ -82,6 +85,7 @@ double = float64
 half = float16
 long = int64
 int = int32  # noqa: A001
+short = int16
 from aotgrad.compiler import compile, explain, mark_dynamic, mark_static  # noqa: E402,A001
 from aotgrad.tracer import GraphBreakError  # noqa: E402
 from aotgrad import nn, optim  # noqa: E402
@@ -96,6 +100,7 @@ from aotgrad.runtime.device import device, get_default_device, set_default_devic
 from aotgrad.runtime.memory_format import (channels_last, channels_last_3d,  # noqa: E402
                                     contiguous_format, layout, memory_format, preserve_format,
                                     sparse_coo, strided)
+from aotgrad.runtime.legacy import (CharTensor, ShortTensor)  # noqa: E402
 from aotgrad.runtime.legacy import (BFloat16Tensor, BoolTensor, ByteTensor,  # noqa: E402
                                     DoubleTensor, FloatTensor, HalfTensor, IntTensor,
                                     LongTensor)
@@ -173,6 +178,8 @@ __all__ = [
     "trunc", "fix", "frac", "sgn", "signbit", "copysign", "hypot", "heaviside", "fmod",
     "float_power", "deg2rad", "rad2deg", "positive", "fmax", "fmin", "isneginf", "isposinf",
     "isreal", "ldexp", "frexp", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",
+    "bitwise_left_shift", "bitwise_right_shift", "int8", "int16", "uint8", "short",
+    "ByteTensor", "CharTensor", "ShortTensor",
     "angle", "conj", "real", "imag", "nansum", "nanmean", "median", "nanmedian", "kthvalue",
     "aminmax", "trace", "diff", "dist", "ravel", "fliplr", "flipud", "msort", "atleast_1d",
     "atleast_2d", "atleast_3d", "conv1d", "conv2d", "layer_norm", "group_norm", "batch_norm",

@@ -10,7 +10,11 @@ COL_CHUNK = 512          # kept-dim chunk of a column reduction run in parallel
 ROW_BLOCK = 64           # rows per partial of a column sum fused into a row kernel
 
 _NP = {dt.float32: "np.float32", dt.float64: "np.float64", dt.int32: "np.int32",
-       dt.int64: "np.int64", dt.bool_: "np.bool_"}
+       dt.int64: "np.int64", dt.bool_: "np.bool_", dt.int8: "np.int8", dt.int16: "np.int16",
+       dt.uint8: "np.uint8"}
+# integer dtypes narrower than Numba's arithmetic: a pointwise result is narrowed to its dtype
+# right away, so that it wraps where eager numpy wraps
+_NARROW_INTS = frozenset((dt.int8, dt.int16, dt.uint8))
 _LITERALS = (0.0, 1.0, -1.0, 2.0, 0.5)
 # relative cost of a prim in a loop (default 1) for deciding what a row kernel keeps in scratch
 _EXPENSIVE = {"exp": 20, "log": 20, "tanh": 24, "logistic": 22, "erf": 24, "div": 4,

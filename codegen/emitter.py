@@ -17,7 +17,7 @@ import math
 from aotgrad.codegen import approx
 from aotgrad.codegen.emit_args import KernelArgs
 from aotgrad.codegen.inline import inline_helpers
-from aotgrad.codegen.emit_base import PAR_MIN, KernelSpec, _EXPENSIVE, _Scope, const_expr, np_name
+from aotgrad.codegen.emit_base import _NARROW_INTS, PAR_MIN, KernelSpec, _EXPENSIVE, _Scope, const_expr, np_name
 from aotgrad.codegen.emit_loops import LoopNestEmitter
 from aotgrad.codegen.emit_reductions import ReductionEmitter
 from aotgrad.codegen.index import (Const, Dim, Gathered, gather_index, gather_row_index,
@@ -251,6 +251,8 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
                 for u in n.inputs:
                     args.append((yield self._value(u, ix)))
                 expr = TEMPLATES[n.prim.name](self, n, args)
+                if n.outputs[0].dtype in _NARROW_INTS:  # Numba computes them in int64: wrap
+                    expr = f"{np_name(n.outputs[0].dtype)}({expr})"
         if n.prim.name == "full":
             sc.memo[key] = expr
             return expr

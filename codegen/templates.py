@@ -168,6 +168,30 @@ for _n, _op in [("eq", "=="), ("ne", "!="), ("lt", "<"), ("le", "<="), ("gt", ">
     TEMPLATES[_n] = _binop(_op)
 TEMPLATES["logical_and"] = _binop("&")
 TEMPLATES["logical_or"] = _binop("|")
+TEMPLATES["bitwise_and"] = _binop("&")
+TEMPLATES["bitwise_or"] = _binop("|")
+TEMPLATES["bitwise_xor"] = _binop("^")
+
+
+@template("bitwise_not")
+def _invert(ctx, node, a):
+    if node.inputs[0].dtype is dt.bool_:
+        return f"(not {a[0]})"
+    return f"(~{a[0]})"
+
+
+@template("shift_left", "shift_right")
+def _shift(ctx, node, a):
+    """A count outside [0, bits) gives 0 (<<) or the sign fill (>>), as the reference
+    implementation; the emitter narrows the result to the dtype."""
+    d = node.inputs[0].dtype
+    x, n = a
+    bits, zero = ctx.const(d.itemsize * 8, d), ctx.const(0, d)
+    outside = f"({n} < {zero} or {n} >= {bits})"
+    if node.prim.name == "shift_left":
+        return f"({zero} if {outside} else ({x} << {n}))"
+    fill = f"({ctx.const(-1, d)} if {x} < {zero} else {zero})" if d.np.kind == "i" else zero
+    return f"({fill} if {outside} else ({x} >> {n}))"
 
 
 @template("maximum", "minimum")

@@ -23,6 +23,9 @@ class DType:
 
 float32 = DType("float32", np.float32, "f32")
 float64 = DType("float64", np.float64, "f64")
+int8 = DType("int8", np.int8, "i8")
+int16 = DType("int16", np.int16, "i16")
+uint8 = DType("uint8", np.uint8, "u8")
 int32 = DType("int32", np.int32, "i32")
 int64 = DType("int64", np.int64, "i64")
 bool_ = DType("bool", np.bool_, "b1")
@@ -32,10 +35,16 @@ bool_ = DType("bool", np.bool_, "b1")
 float16 = DType("float16", np.float16, "f16")
 bfloat16 = DType("bfloat16", ml_dtypes.bfloat16, "bf16", floating=True)
 LOW_PRECISION = frozenset((float16, bfloat16))
-ALL = (float32, float64, int32, int64, bool_, float16, bfloat16)
+ALL = (float32, float64, int32, int64, bool_, float16, bfloat16, int8, int16, uint8)
+INTEGRAL = frozenset((uint8, int8, int16, int32, int64))
 _BY_NP = {d.np: d for d in ALL}
 BY_SHORT = {d.short: d for d in ALL}
-_RANK = {bool_: 0, int32: 1, int64: 2, float16: 3, bfloat16: 3, float32: 4, float64: 5}
+# PyTorch's lattice: bool < (uint8, int8) < int16 < int32 < int64 < (float16, bfloat16) <
+# float32 < float64; a pair of equal rank that differ promotes to the next wider type
+# (uint8 with int8 is int16, float16 with bfloat16 is float32)
+_RANK = {bool_: 0, uint8: 1, int8: 1, int16: 2, int32: 3, int64: 4, float16: 5, bfloat16: 5,
+         float32: 6, float64: 7}
+_TIE = {frozenset((uint8, int8)): int16, frozenset((float16, bfloat16)): float32}
 
 
 def from_numpy(np_dtype):
@@ -63,10 +72,16 @@ def as_dtype(d):
 
 def promote(a, b):
     """Type promotion between two tensor dtypes (PyTorch's category-then-width lattice)."""
-    if _RANK[a] == _RANK[b] and a is not b:  # float16 with bfloat16: neither holds the other
-        return float32
+    if _RANK[a] == _RANK[b] and a is not b:  # neither holds the other
+        return _TIE[frozenset((a, b))]
     return a if _RANK[a] >= _RANK[b] else b
 
 
 def is_integer(d):
+    """An index dtype (int32 or int64): what gather, scatter and index_select accept."""
     return d in (int32, int64)
+
+
+def is_integral(d):
+    """Any integer dtype, bool excluded (uint8, int8, int16, int32, int64)."""
+    return d in INTEGRAL

@@ -446,6 +446,48 @@ ge = register("ge", _binary_rule("any", dt.bool_), np.greater_equal, CMP)
 logical_and = register("logical_and", _binary_rule("bool"), np.logical_and, CMP)
 logical_or = register("logical_or", _binary_rule("bool"), np.logical_or, CMP)
 
+
+# bitwise ops on integer and bool values (PyTorch's bitwise_* and shifts); shifts by a
+# count outside [0, bits) give what PyTorch's CPU kernels give: 0 for <<, and for >> the
+# sign fill (0 or -1), never the hardware's count modulo the width
+def _bitwise_rule(x, y=None):
+    for v in (x,) if y is None else (x, y):
+        check(dt.is_integral(v.dtype) or v.dtype is dt.bool_,
+              f"expected integer or bool inputs, got {v.dtype.name}")
+    return _unary_rule("any")(x) if y is None else _binary_rule("any")(x, y)
+
+
+def _shift_rule(x, y):
+    check(dt.is_integral(x.dtype), f"expected integer inputs, got {x.dtype.name}")
+    return _binary_rule("any")(x, y)
+
+
+def _shift_count(x, y):
+    bits = x.dtype.itemsize * 8
+    out_of_range = (y < 0) | (y >= bits)
+    return np.where(out_of_range, 0, y).astype(x.dtype), out_of_range
+
+
+def _shift_left(x, y):
+    n, out = _shift_count(x, y)
+    return np.where(out, np.zeros((), x.dtype), np.left_shift(x, n)).astype(x.dtype)
+
+
+def _shift_right(x, y):
+    n, out = _shift_count(x, y)
+    fill = np.where(x < 0, -1, 0).astype(x.dtype) if x.dtype.kind == "i" else \
+        np.zeros_like(x)
+    return np.where(out, fill, np.right_shift(x, n)).astype(x.dtype)
+
+
+INT_P = (Tag.POINTWISE, Tag.NON_DIFFERENTIABLE)  # integer results
+bitwise_and = register("bitwise_and", _bitwise_rule, np.bitwise_and, INT_P)
+bitwise_or = register("bitwise_or", _bitwise_rule, np.bitwise_or, INT_P)
+bitwise_xor = register("bitwise_xor", _bitwise_rule, np.bitwise_xor, INT_P)
+bitwise_not = register("bitwise_not", _bitwise_rule, np.invert, INT_P)
+shift_left = register("shift_left", _shift_rule, _shift_left, INT_P)
+shift_right = register("shift_right", _shift_rule, _shift_right, INT_P)
+
 # hyperbolic, inverse trigonometric and special functions (reference impls: numpy or
 # ir/special_math.py; kernels call libm/`math` or the scalar helpers of codegen/approx.py)
 sinh = register("sinh", _unary_rule("float"), _quiet(np.sinh), P)

@@ -203,7 +203,7 @@ def promote_types(type1, type2):
     return dt.promote(dt.as_dtype(type1), dt.as_dtype(type2))
 
 
-_KIND = {dt.bool_: 0, dt.int32: 1, dt.int64: 1}
+_KIND = {dt.bool_: 0, **{d: 1 for d in dt.INTEGRAL}}
 
 
 def can_cast(from_, to):

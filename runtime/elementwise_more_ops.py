@@ -1,7 +1,7 @@
 """More elementwise ops, each a decomposition into existing ops (so each compiles and takes
 its gradient from the ops it is made of): trunc/fix, frac, sgn, signbit, copysign, hypot,
 heaviside, fmod, float_power, deg2rad, rad2deg, positive, fmax, fmin,
-isneginf, isposinf, isreal, ldexp, frexp, bitwise_not, the bool bitwise ops, conj, real,
+isneginf, isposinf, isreal, ldexp, frexp, conj, real,
 imag and angle for real tensors.
 
 >>> import aotgrad
@@ -202,43 +202,6 @@ class _Frexp(tuple):
     exponent = property(lambda self: self[1])
 
 
-def _bool_only(name, a, b):
-    for t in (a, b):
-        d = t.dtype if isinstance(t, Tensor) else None
-        if d is not None and d is not dt.bool_:
-            raise TypeError(f"{name}: integer bitwise operations are not supported here, only "
-                            f"bool tensors (got {d.name})")
-
-
-@op("bitwise_and")
-def bitwise_and(input, other):
-    """Bool tensors only (logical and); integer bitwise ops are not supported."""
-    _bool_only("bitwise_and", input, other)
-    return ew.logical_and(input, other)
-
-
-@op("bitwise_or")
-def bitwise_or(input, other):
-    _bool_only("bitwise_or", input, other)
-    return ew.logical_or(input, other)
-
-
-@op("bitwise_xor")
-def bitwise_xor(input, other):
-    _bool_only("bitwise_xor", input, other)
-    return ew.logical_xor(input, other)
-
-
-@op("bitwise_not")
-def bitwise_not(input):
-    """~x: logical not for bool, -x - 1 (two's complement) for integers."""
-    if input.dtype is dt.bool_:
-        return ew.logical_not(input)
-    if input.dtype.is_floating_point:
-        raise RuntimeError(f"bitwise_not is not implemented for {input.dtype.name}")
-    return ew.sub(ew.neg(input), 1)
-
-
 @op("angle", "AngleBackward0")
 def angle(x):
     """pi for negative numbers, 0 otherwise, NaN for NaN (real tensors); zero gradient."""
@@ -265,6 +228,6 @@ def imag(x):
 
 METHOD_NAMES = ("trunc fix frac sgn signbit copysign hypot heaviside fmod float_power deg2rad "
                 "rad2deg positive fmax fmin isneginf isposinf isreal "
-                "ldexp frexp bitwise_and bitwise_or bitwise_xor bitwise_not angle conj").split()
+                "ldexp frexp angle conj").split()
 INPLACE_NAMES = ("trunc fix frac sgn copysign hypot heaviside fmod deg2rad rad2deg "
-                 "ldexp bitwise_and bitwise_or bitwise_xor bitwise_not").split()
+                 "ldexp").split()

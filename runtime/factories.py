@@ -34,8 +34,7 @@ def _to_array(data, dtype=None):
     if isinstance(data, np.generic):  # a numpy scalar keeps its dtype, like an array
         data = np.asarray(data)
     if isinstance(data, np.ndarray):
-        target = dt.as_dtype(dtype) if dtype is not None else dt.from_numpy(
-            data.dtype if data.dtype != np.uint8 else np.int64)
+        target = dt.as_dtype(dtype) if dtype is not None else dt.from_numpy(data.dtype)
         return np.array(data, dtype=target.np, copy=True)
     arr = np.array(data)
     if dtype is not None:

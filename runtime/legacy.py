@@ -2,7 +2,6 @@
 (data), `DoubleTensor(aotgrad.Size([4]))`, and `isinstance(t, aotgrad.FloatTensor)`.
 
 PyTorch leaves a shape-constructed tensor uninitialised; aotgrad's is zero-filled.
-`ByteTensor` names uint8, a dtype aotgrad does not have: it raises saying so.
 
 >>> import aotgrad
 >>> aotgrad.FloatTensor(2, 3).shape, aotgrad.LongTensor([1, 2]).dtype
@@ -23,10 +22,6 @@ class tensortype(type):  # noqa: N801  (torch.tensortype's spelling)
     `isinstance` checks a tensor's dtype."""
 
     def __call__(cls, *args, device=None):
-        if cls.legacy_dtype is None:
-            raise TypeError(f"{cls.__name__} holds uint8, a dtype aotgrad does not have; use "
-                            f"aotgrad.tensor(data, dtype=aotgrad.int64) (or aotgrad.bool for a "
-                            f"mask)")
         if len(args) == 1 and isinstance(args[0], Tensor):
             if args[0].dtype is not cls.legacy_dtype:
                 raise TypeError(f"{cls.__name__}(): expected a tensor of dtype "
@@ -36,8 +31,7 @@ class tensortype(type):  # noqa: N801  (torch.tensortype's spelling)
         return Tensor._make(legacy_value(args, cls.legacy_dtype, device, cls.__name__))
 
     def __instancecheck__(cls, obj):
-        return isinstance(obj, Tensor) and cls.legacy_dtype is not None and \
-            obj.dtype is cls.legacy_dtype
+        return isinstance(obj, Tensor) and obj.dtype is cls.legacy_dtype
 
     def __repr__(cls):
         return f"<class 'aotgrad.{cls.__name__}'>"
@@ -79,7 +73,9 @@ IntTensor = _legacy("IntTensor", dt.int32)
 BoolTensor = _legacy("BoolTensor", dt.bool_)
 HalfTensor = _legacy("HalfTensor", dt.float16)
 BFloat16Tensor = _legacy("BFloat16Tensor", dt.bfloat16)
-ByteTensor = _legacy("ByteTensor", None)
+ByteTensor = _legacy("ByteTensor", dt.uint8)
+CharTensor = _legacy("CharTensor", dt.int8)
+ShortTensor = _legacy("ShortTensor", dt.int16)
 
 
 def _volatile(self):

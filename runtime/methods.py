@@ -44,7 +44,8 @@ def _type_as(self, other):
 
 _TYPE_NAMES = {dt.float32: "FloatTensor", dt.float64: "DoubleTensor", dt.int64: "LongTensor",
                dt.int32: "IntTensor", dt.bool_: "BoolTensor", dt.float16: "HalfTensor",
-               dt.bfloat16: "BFloat16Tensor"}
+               dt.bfloat16: "BFloat16Tensor", dt.uint8: "ByteTensor", dt.int8: "CharTensor",
+               dt.int16: "ShortTensor"}
 
 
 def _type(self, dtype=None, non_blocking=False):
@@ -77,18 +78,6 @@ def _stride(self, dim=None):
     return st if dim is None else st[shape_ops._dim(dim, self.ndim)]
 
 
-def _bitwise(name, logical):
-    def method(self, other):
-        for t in (self, other):
-            d = t.dtype if isinstance(t, Tensor) else ops.scalar_dtype(t)
-            if d is not dt.bool_:
-                raise TypeError(f"{name}: bitwise operators are only supported on bool tensors "
-                                f"here (got {d.name}); there is no integer bitwise op")
-        return logical(self, other)
-    method.__name__ = name
-    return method
-
-
 _METHODS = {
     # arithmetic and comparison operators
     "__add__": ops.add, "__radd__": _r(ops.add), "__sub__": ops.sub, "__rsub__": ops.rsub,
@@ -99,13 +88,6 @@ _METHODS = {
     "__matmul__": ops.matmul, "__rmatmul__": _r(ops.matmul), "__neg__": ops.neg,
     "__pos__": lambda s: s, "__abs__": ops.abs, "__eq__": ops.eq, "__ne__": ops.ne,
     "__lt__": ops.lt, "__le__": ops.le, "__gt__": ops.gt, "__ge__": ops.ge,
-    "__and__": _bitwise("__and__", ops.logical_and),
-    "__or__": _bitwise("__or__", ops.logical_or),
-    "__xor__": _bitwise("__xor__", ops.logical_xor),
-    "__rand__": _bitwise("__rand__", _r(ops.logical_and)),
-    "__ror__": _bitwise("__ror__", _r(ops.logical_or)),
-    "__rxor__": _bitwise("__rxor__", _r(ops.logical_xor)),
-    "__invert__": lambda s: _bitwise("__invert__", lambda a, b: ops.logical_not(a))(s, True),
     "__getitem__": shape_ops.getitem,
     "__setitem__": shape_ops.setitem,
     # conversions
@@ -115,7 +97,8 @@ _METHODS = {
     "float": lambda s: cast(s, dt.float32), "double": lambda s: cast(s, dt.float64),
     "long": lambda s: cast(s, dt.int64), "int": lambda s: cast(s, dt.int32),
     "bool": lambda s: cast(s, dt.bool_), "half": lambda s: cast(s, dt.float16),
-    "bfloat16": lambda s: cast(s, dt.bfloat16),
+    "bfloat16": lambda s: cast(s, dt.bfloat16), "byte": lambda s: cast(s, dt.uint8),
+    "char": lambda s: cast(s, dt.int8), "short": lambda s: cast(s, dt.int16),
     "cpu": conversion.cpu, "cuda": conversion.cuda, "pin_memory": conversion.pin_memory,
     "is_pinned": conversion.is_pinned, "get_device": conversion.get_device,
     "is_complex": conversion.is_complex, "__format__": conversion.format_tensor,
@@ -176,8 +159,7 @@ for _name in ("add sub mul div pow clamp clamp_min clamp_max clip neg abs exp lo
     _METHODS[_name + "_"] = _inplace(_fn, _name + "_")
 for _op, _name in (("__iadd__", "add"), ("__isub__", "sub"), ("__imul__", "mul"),
                    ("__itruediv__", "div"), ("__ipow__", "pow"),
-                   ("__ifloordiv__", "floor_divide"), ("__imod__", "remainder"),
-                   ("__iand__", "__and__"), ("__ior__", "__or__"), ("__ixor__", "__xor__")):
+                   ("__ifloordiv__", "floor_divide"), ("__imod__", "remainder")):
     _METHODS[_op] = _inplace(_METHODS[_name], _name + "_")
 
 _METHODS.update(sparse_ops.METHODS)
@@ -198,6 +180,10 @@ for _name in elementwise_more_ops.METHOD_NAMES:
 for _name in elementwise_more_ops.INPLACE_NAMES:
     _METHODS[_name + "_"] = _inplace(_METHODS[_name], _name + "_")
 _METHODS["real"] = property(elementwise_more_ops.real)
+from aotgrad.runtime import bitwise_ops  # noqa: E402
+_METHODS.update(bitwise_ops.METHODS)
+for _name, _base in bitwise_ops.INPLACE.items():
+    _METHODS[_name] = _inplace(_METHODS[_base], _base + "_")
 _METHODS["imag"] = property(elementwise_more_ops.imag)
 _METHODS.update(random_fill_ops.METHODS)
 from aotgrad.runtime import (combine_ops, misc_more_ops, reduction_more_ops,  # noqa: E402

@@ -65,7 +65,7 @@ def bernoulli_(self, p=0.5, *, generator=None):
 
 _RANDOM_HIGH = {dt.float32: 2 ** 24, dt.float64: 2 ** 53, dt.float16: 2 ** 11,
                 dt.bfloat16: 2 ** 8, dt.int32: 2 ** 31 - 1, dt.int64: 2 ** 53,
-                dt.bool_: 2}
+                dt.bool_: 2, dt.uint8: 2 ** 8, dt.int8: 2 ** 7 - 1, dt.int16: 2 ** 15 - 1}
 
 
 def random_(self, from_=0, to=None, *, generator=None, **kwargs):

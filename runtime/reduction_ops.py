@@ -35,7 +35,7 @@ def _keep(r, shape, dims, keepdim):
 def _reduce_dtype(x, dtype):
     if dtype is not None:
         return cast(x, dt.as_dtype(dtype))
-    if x.dtype is dt.bool_ or x.dtype is dt.int32:
+    if x.dtype is dt.bool_ or (dt.is_integral(x.dtype) and x.dtype is not dt.int64):
         return cast(x, dt.int64)
     return x
 

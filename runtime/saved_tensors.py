@@ -16,7 +16,8 @@ from aotgrad.runtime.version_counter import VersionCounter
 
 
 _LEGACY_TYPE = {"float32": "FloatTensor", "float64": "DoubleTensor", "int64": "LongTensor",
-                "int32": "IntTensor", "bool": "BoolTensor"}
+                "int32": "IntTensor", "bool": "BoolTensor", "uint8": "ByteTensor",
+                "int8": "CharTensor", "int16": "ShortTensor"}
 
 
 FREED_MESSAGE = (

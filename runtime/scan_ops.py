@@ -36,7 +36,7 @@ def cumprod(x, dim, *, dtype=None):
     """Running products along dim (integer and bool inputs give int64, like PyTorch)."""
     if dtype is not None:
         x = cast(x, dt.as_dtype(dtype))
-    elif x.dtype is dt.bool_ or x.dtype is dt.int32:
+    elif x.dtype is dt.bool_ or (dt.is_integral(x.dtype) and x.dtype is not dt.int64):
         x = cast(x, dt.int64)
     d = _dim(x, dim)
     if d is None:

@@ -29,6 +29,9 @@ SAMPLES = {
     "logical_and": ([_f(2, 3) > 0.5, _f(2, 3) > 0.5], {}),
     "logical_or": ([_f(2, 3) > 0.5, _f(2, 3) > 0.5], {}),
     "where": ([_f(2, 3) > 0.5, _f(2, 3), _f(2, 3)], {}),
+    "bitwise_not": ([rng.integers(-9, 9, (2, 3)).astype(np.int8)], {}),
+    "shift_left": ([rng.integers(-9, 9, (2, 3)), rng.integers(-1, 70, (2, 3))], {}),
+    "shift_right": ([rng.integers(-9, 9, (2, 3)), rng.integers(-1, 70, (2, 3))], {}),
     "convert_element_type": ([_f(2, 3)], {"dtype": dt.float32}),
     "polygamma": ([_f(2, 3) + 1], {"n": 1}),
     "acosh": ([_f(2, 3) + 1.5], {}),
@@ -53,6 +56,8 @@ SAMPLES = {
     "linalg_eigh_vectors": ([_spd(3)], {"upper": False}),
     "linalg_pinv": ([_f(4, 3)], {"rtol": 1e-10, "atol": 0.0, "hermitian": False}),
 }
+for _n in ("bitwise_and", "bitwise_or", "bitwise_xor"):
+    SAMPLES[_n] = ([rng.integers(0, 255, (2, 3)).astype(np.uint8) for _ in range(2)], {})
 for _n in ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod"):
     SAMPLES[_n] = ([_f(2, 3, 4)], {"dims": (0, 2)})
 for _n in ("argmax", "argmin", "cumsum", "cumprod", "cumargmax", "cumargmin", "logcumsumexp",

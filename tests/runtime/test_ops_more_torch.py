@@ -238,7 +238,7 @@ def test_imag_refused_and_real_is_self():
     with pytest.raises(RuntimeError, match="non-complex"):
         ag.imag(x)
     with pytest.raises(TypeError, match="bitwise_and"):
-        ag.bitwise_and(ag.tensor([1]), ag.tensor([3]))
+        ag.bitwise_and(ag.tensor([1.0]), ag.tensor([3]))  # integer and bool only
 
 
 FILLS = [  # method, args, (lo, hi) support, expected mean (None: heavy-tailed)
