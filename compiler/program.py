@@ -216,16 +216,28 @@ class Program:
                                            v not in alias and _may_be_readonly(g, v))]
         return c
 
-    def replay_graph(self, saved):
-        """The joint graph a create_graph backward replays with tensor ops: a symbolic
-        program's with its params evaluated at the call's symbol values (kept last among
-        the saved values)."""
-        if self.binding is None:
-            return self.joint
+    def concrete_graph(self, which, values):
+        """Graph `which` ("joint", "forward", ...) for a reference run with numpy's prims: a
+        symbolic program's with its params evaluated at symbol `values`."""
+        g = getattr(self, which)
+        if values is None or self.binding is None:
+            return g
         from aotgrad.ir.core import Eqn, Graph, evaluate_params
-        values, j = saved[-1], self.joint
-        return Graph(j.inputs, [Eqn(n.prim, n.inputs, n.outputs, evaluate_params(n.params, values),
-                                    n.provenance) for n in j.nodes], j.outputs, j.name)
+        return Graph(g.inputs, [Eqn(n.prim, n.inputs, n.outputs, evaluate_params(n.params, values),
+                                    n.provenance) for n in g.nodes], g.outputs, g.name)
+
+    def replay_graph(self, saved):
+        """The joint graph a create_graph backward replays with tensor ops (a symbolic
+        program's symbol values are kept last among the saved values)."""
+        return self.concrete_graph("joint", saved[-1] if self.binding is not None else None)
+
+    def check_backward_nan(self, args, outs, what):
+        """Anomaly mode's NaN check of a backward run on `args` (saved values, gradients)."""
+        values = None
+        if self.binding is not None:
+            n = len(self.forward.outputs) - self.n_fw_outputs
+            values, args = args[n], list(args[:n]) + list(args[n + 1:])
+        check_nan(self.concrete_graph("backward", values), args, outs, what)
 
     def _backward_args(self, args):
         """The backward callable's arguments from the saved values and the gradients: a
@@ -395,7 +407,7 @@ class Program:
         else:
             outs = self.runner(which)(*inputs, *extra)
         if _mode.anomaly and _mode.anomaly_check_nan:
-            check_nan(getattr(self, which), inputs, outs, f"{self.name}.{which}")
+            check_nan(self.concrete_graph(which, values), inputs, outs, f"{self.name}.{which}")
         fw, saved = outs[:self.n_fw_outputs], (outs[self.n_fw_outputs:] if need_grad else None)
         n_tensor_outs = tr.layout.n_tensor_outputs
         copies = self.copied_outputs(which)

@@ -63,7 +63,7 @@ class CompiledBackward(Node):
         else:
             outs = p.run_backward(args)
         if _mode.anomaly and _mode.anomaly_check_nan:
-            check_nan(p.backward, args, outs, self.name())
+            p.check_backward_nan(args, outs, self.name())
         owned = p.owned_outputs("backward")
         if owned is None:  # an array that owns its memory, not an input, not returned twice
             seen = {id(a) for a in args}

@@ -214,3 +214,13 @@ def test_stats_count_a_state_guard_failure():
         assert float(f(x).sum()) == 9.0
     s = f.stats
     assert (s.traces, s.compiles, s.cache_hits, s.guard_failures) == (2, 2, 1, 1)
+
+
+def test_anomaly_mode_names_the_nan_of_a_symbolic_program():
+    f = aotgrad.compile(lambda x: (x.log() * 2).sum(), backend="interpret", dynamic=True)
+    f(aotgrad.rand(4, requires_grad=True) + 1)
+    x = aotgrad.tensor([1.0, -1.0, 2.0, 3.0, 4.0], requires_grad=True)
+    with aotgrad.autograd.detect_anomaly():
+        with pytest.raises(RuntimeError, match="nan values.*log"):
+            f(x)
+    assert f.stats.compiles == 1
