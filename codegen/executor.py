@@ -580,6 +580,9 @@ class Plan:
             self._profiled = run, step_events(self.schedule, self.kernel_fns, self.gemm_how)
         run, events = self._profiled
         outs, t = run(*arrays)
+        if self.symbols:
+            values = dict(zip(self.symbols, arrays[-1]))
+            events = [ev and ev.at(values) for ev in events]
         return outs, [(ev, a, b) for ev, a, b in zip(events, t, t[1:]) if ev is not None]
 
     def _normalise(self, a, shape, d):

@@ -132,3 +132,15 @@ def test_static_graph_is_called_without_values():
     assert "_syms" not in prog.plan.source
     a = np.ones((4, 3), np.float32)
     np.testing.assert_allclose(prog(a)[0], np.exp(a))
+
+
+def test_profiled_events_at_the_call_sizes():
+    def f(n, x, w):
+        return prims.dot_general(prims.exp(x), w, contract=((1,), (0,)), batch=((), ()))
+    prog = compile_graph(build(f, ("n", 16), (16, 4)))
+    x, w = np.ones((5, 16), np.float32), np.ones((16, 4), np.float32)
+    outs, events = prog.plan.profiled(x, w, (5,))
+    np.testing.assert_allclose(outs[0], np.exp(x) @ w, rtol=1e-6)
+    matmul = [ev for ev, _, _ in events if ev.name.startswith("matmul")]
+    assert matmul and matmul[0].flops == 2 * 5 * 16 * 4
+    assert all(type(ev.bytes) is int for ev, _, _ in events)
