@@ -406,9 +406,13 @@ class Plan:
                 d, inv = st.out_view
                 pre = [f"{name_of(d)} = {name_of(st.outputs[0])}.transpose({inv!r})"]
             pa, sa, pb, sb, so = _dot_plan(n)
-            # products over numba's threads need strides fixed when the driver is made
+            # products over numba's threads need strides fixed when the driver is made:
+            # np.matmul, OpenBLAS held to one thread as around gemm_stack (its threads
+            # would compete with numba's spinning workers)
             call = None if self.symbols else \
                 self._gemm_call(n, pa, sa, pb, sb, so, bind, name_of)
+            if self.symbols:
+                self._gemms += 1
             if call:
                 return [call]
             ea, eb = (operand(v, p, s) for v, p, s in zip(n.inputs, (pa, pb), (sa, sb)))
