@@ -279,7 +279,7 @@ class PerSizePlan:
 
     def runner(self, trusted=0):
         def run(*args):
-            return self.program(tuple(args[-1])).plan.runner(trusted)(*args[:-1])
+            return self.program(tuple(args[-1])).plan.prepared().runner(trusted)(*args[:-1])
         return run
 
     def __call__(self, *args):

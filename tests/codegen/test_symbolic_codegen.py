@@ -144,3 +144,38 @@ def test_profiled_events_at_the_call_sizes():
     matmul = [ev for ev, _, _ in events if ev.name.startswith("matmul")]
     assert matmul and matmul[0].flops == 2 * 5 * 16 * 4
     assert all(type(ev.bytes) is int for ev, _, _ in events)
+
+
+def test_pad_read_at_a_fixed_row_that_is_data_or_fill_depending_on_the_size():
+    # row 4 of x padded by 8 rows is x's row when n > 4, else the fill
+    def f(n, x):
+        p = prims.pad(x, config=((0, 8, 0), (0, 0, 0)), value=0.5)
+        return prims.exp(prims.slice(p, start=(4, 0), limit=(5, 3)))
+    check(build(f, ("n", 3)), ("n", 3), sizes=(3, 4, 5, 8))
+
+
+def test_a_kernel_that_needs_a_size_in_its_text_is_compiled_per_size(monkeypatch):
+    from aotgrad.codegen import program
+    from aotgrad.codegen.index import SymbolicSizeInKernel
+    from aotgrad.ir.symbolic import is_static_shape
+    emit = program.emit_kernel
+
+    def refusing(scheduler, kt, helpers):
+        if not is_static_shape(kt.domain):
+            raise SymbolicSizeInKernel("test: this kernel takes no symbolic size")
+        return emit(scheduler, kt, helpers)
+    monkeypatch.setattr(program, "emit_kernel", refusing)
+
+    def f(n, x):
+        return prims.reduce_sum(prims.exp(x), dims=(1,))
+    g = build(f, ("n", 3))
+    prog = compile_graph(g)
+    assert not isinstance(prog, CompiledGraph)
+    assert "compiled per size" in prog.report()
+    for size in (3, 8, 5, 3):
+        x = np.arange(size * 3, dtype=np.float32).reshape(size, 3) / 10
+        np.testing.assert_allclose(prog(x, (size,))[0],
+                                   evaluate(g, [x], values={"s0": size})[0], rtol=1e-6)
+        np.testing.assert_allclose(prog.plan.runner(0)(x, (size,))[0],
+                                   evaluate(g, [x], values={"s0": size})[0], rtol=1e-6)
+    assert sorted(prog.plan.programs) == [(3,), (5,), (8,)]
