@@ -20,6 +20,7 @@ Modules, one job each:
   blas        products on numpy's OpenBLAS, one single-threaded gemm per numba thread
   tiers       medium kernels start serial; parallel variants compiled in the background
   program     compile_graph and CompiledGraph
+  symbols     symbols_of(graph): the symbol values a program with symbolic sizes takes
 Imports only aotgrad.ir.
 """
 import os as _os
@@ -38,7 +39,8 @@ if "NUMBA_THREADING_LAYER" not in _os.environ:
 
 from aotgrad.codegen.cache import cache_clear, cache_dir, cache_info  # noqa: E402
 from aotgrad.codegen.program import CompiledGraph, compile_graph  # noqa: E402
+from aotgrad.codegen.symbols import symbols_of  # noqa: E402
 from aotgrad.codegen.tiers import wait as wait_for_parallel_kernels  # noqa: E402
 
-__all__ = ["compile_graph", "CompiledGraph", "cache_clear", "cache_info", "cache_dir",
+__all__ = ["compile_graph", "CompiledGraph", "symbols_of", "cache_clear", "cache_info", "cache_dir",
            "wait_for_parallel_kernels"]

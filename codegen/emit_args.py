@@ -6,6 +6,7 @@ import math
 
 from aotgrad.codegen.emit_base import _LITERALS, ArgSpec, const_expr
 from aotgrad.ir import dtypes as dt
+from aotgrad.ir.symbolic import SymInt
 
 
 class KernelArgs:
@@ -33,7 +34,15 @@ class KernelArgs:
 
     def const(self, value, d):
         """An expression for the constant `value` of dtype d: a literal for the common ones
-        (and bool, NaN, infinities), else a runtime parameter."""
+        (and bool, NaN, infinities), else a runtime parameter (always for a symbolic size:
+        the driver computes it per call)."""
+        if isinstance(value, SymInt):
+            key = ("const", value, d)
+            name = self._by_key.get(key)
+            if name is None:
+                name = self._add(key, ArgSpec("const", value=value, dtype=d),
+                                 f"c{self._count['const']}")
+            return name
         v = float(value) if d.is_floating_point else int(value)
         if d is dt.bool_ or v in _LITERALS or (d.is_floating_point and
                                                  (v != v or v in (math.inf, -math.inf))):

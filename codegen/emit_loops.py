@@ -8,6 +8,7 @@ from aotgrad.codegen.emit_base import BLOCK, COL_CHUNK, ROW_BLOCK, _Scope, np_na
 from aotgrad.codegen.index import identity
 from aotgrad.codegen.scheduler import KernelType
 from aotgrad.ir import dtypes as dt
+from aotgrad.ir.symbolic import hint
 
 
 class LoopNestEmitter:
@@ -77,7 +78,7 @@ class LoopNestEmitter:
         by column chunks when every thread gets at least ROW_BLOCK rows (traced sizes)."""
         rows = math.prod(self.cdom[P] for P in outer)
         return self.float_sums_in_parallel() and \
-            rows >= max(1, numba.config.NUMBA_NUM_THREADS) * ROW_BLOCK
+            hint(rows) >= max(1, numba.config.NUMBA_NUM_THREADS) * ROW_BLOCK
 
     def _combine_blocks(self, cparts):
         """Write each reduction's output: its per-row-block partials (nrb, ...) summed in

@@ -95,7 +95,7 @@ class ReductionEmitter:
             v = self.val(r.inputs[0], identity(nd))
             a = accs[r]
             if r in float_sums:
-                blocks[r] = self.fresh("s")
+                blocks[r] = self.fresh("sb")
                 a = blocks[r]
             if Tag.ARG_REDUCTION in r.prim.tags:
                 cmp = ">" if r.prim.name == "argmax" else "<"

@@ -12,6 +12,7 @@ across blocks. Row max/min use LLVM's maxnum/minnum (vectorisable) and re-check 
 import functools
 import hashlib
 import math
+import re
 
 
 from aotgrad.codegen import approx
@@ -20,10 +21,11 @@ from aotgrad.codegen.inline import inline_helpers
 from aotgrad.codegen.emit_base import _NARROW_INTS, PAR_MIN, KernelSpec, _EXPENSIVE, _Scope, const_expr, np_name
 from aotgrad.codegen.emit_loops import LoopNestEmitter
 from aotgrad.codegen.emit_reductions import ReductionEmitter
-from aotgrad.codegen.index import (Const, Dim, Gathered, gather_index, gather_row_index,
-                                   identity, pad_index, view_index)
+from aotgrad.codegen.index import (Const, Dim, Gathered, SymbolicSizeInKernel, gather_index,
+                                   gather_row_index, identity, pad_index, view_index)
 from aotgrad.codegen.scheduler import KernelType, NodeKind
 from aotgrad.codegen.templates import TEMPLATES, peephole
+from aotgrad.ir.symbolic import SymInt, hint
 from aotgrad.ir.tags import Tag
 
 
@@ -51,11 +53,14 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         return const_expr(value, d)
 
     def const_of(self, var):
-        """The value of var when it is a `full` (possibly broadcast), else None."""
+        """The value of var when it is a `full` (possibly broadcast) of a number known
+        here, else None (a symbolic size's value is known only per call)."""
         n = self.S.prod.get(var)
         while n is not None and n.prim.name == "broadcast_in_dim":
             n = self.S.prod.get(n.inputs[0])
-        return n.params["value"] if n is not None and n.prim.name == "full" else None
+        if n is None or n.prim.name != "full" or isinstance(n.params["value"], SymInt):
+            return None
+        return n.params["value"]
 
     def inner_producer(self, var):
         """The node computing var inside this kernel (None when var is read from memory)."""
@@ -145,7 +150,13 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         base, s, o = self.loopvar[t.dim], t.scale, t.offset
         e = base if s == 1 else f"{s} * {base}"
         e = e if o == 0 else f"({e} + {self.args.index(o, site and site + (t,))})"
-        return e if t.clamp is None else f"_imin(_imax({e}, {t.clamp[0]}), {t.clamp[1]})"
+        return e if t.clamp is None else \
+            f"_imin(_imax({e}, {self.lit(t.clamp[0])}), {self.lit(t.clamp[1])})"
+
+    def lit(self, x):
+        """Kernel text for a size or index bound: a literal when static, else a runtime
+        argument (a kernel's source is the same for every value of the symbols)."""
+        return self.args.index(x) if isinstance(x, SymInt) else str(x)
 
     def scope_for(self, lv):
         if lv == 2:
@@ -283,7 +294,8 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         cterms = [(t.on(self.dimmap[t.dim]), m) for t, m in conds]
         csc = self.scope_for(self.level([t for t, _ in cterms]))
         ok = csc.bind(("padok", tuple(cterms)), lambda: self.fresh("ok"),
-                      lambda: " and ".join(f"(0 <= {self.term(t)} < {m})" for t, m in cterms))
+                      lambda: " and ".join(f"(0 <= {self.term(t)} < {self.lit(m)})"
+                                             for t, m in cterms))
         cix = self.collapsed(ix)
         return self.scope_for(self.level(cix)).bind(key, self.fresh,
                                                     lambda: f"{xv} if {ok} else {fill}")
@@ -293,6 +305,7 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         an out-of-range index sets the kernel's error flag (checked by the executor) and
         reads element 0 instead."""
         var, ix2, size = t.var, t.index, t.size
+        shown, size = size, self.lit(size)
         cix2 = self.collapsed(ix2)
         sc = self.scope_for(self.level(cix2))
         key = ("gidx", var, ix2)
@@ -306,7 +319,7 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         sc.add(f"if not {ok}:")
         sc.add("    gerr[0] = 1")
         sc.add(f"    {gi} = 0")
-        self.checks.append(f"index out of bounds for dimension {len(ix2) - 1} with size {size}")
+        self.checks.append(f"index out of bounds for dimension {len(ix2) - 1} with size {shown}")
         sc.memo[key] = gi
         return gi
 
@@ -316,7 +329,7 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         self.collapse()
         m = len(self.cdom)
         work = math.prod(kt.domain) if kt.domain else 1
-        self.parallel = work >= PAR_MIN
+        self.parallel = hint(work) >= PAR_MIN   # a heuristic: the traced sizes
         for P in range(m):
             self.args.size(self.cdom[P])
         self.loopvar = {}
@@ -356,7 +369,12 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
             if "in prange(" in line:
                 text.append(" " * (len(line) - len(line.lstrip()) + 4) + "_wide()")
         text.append("    return gerr[0]" if self.checks else "    return 0")
-        spec = KernelSpec(kt, "\n".join(text) + "\n", self.args.specs, self.parallel)
+        source = "\n".join(text) + "\n"
+        leaked = _SYMBOL_NAME.search(source)
+        if leaked:
+            raise SymbolicSizeInKernel(f"kernel text reads the symbolic size {leaked.group(0)} "
+                                       f"as a literal ({kt.describe()})")
+        spec = KernelSpec(kt, source, self.args.specs, self.parallel)
         spec.checks = sorted(set(self.checks))
         return spec
 
@@ -612,6 +630,11 @@ def _drive(gen):
             continue
         stack.append(sub)
         sent = None
+
+
+# a symbol's name in kernel text: a size formatted as a literal (kernel locals never
+# take this form); such a kernel would differ per size, so it is refused
+_SYMBOL_NAME = re.compile(r"\bs\d+\b")
 
 
 @functools.lru_cache(maxsize=4096)

@@ -19,8 +19,9 @@ import numpy as np
 from aotgrad.codegen import blas, parallel_compile
 from aotgrad.codegen.scheduler import Kernel, StepKind
 from aotgrad.codegen.step_events import step_events
-from aotgrad.ir.core import located_error
+from aotgrad.ir.core import evaluate_params, located_error
 from aotgrad.ir.prims import dot_dims
+from aotgrad.ir.symbolic import SymInt, source
 from aotgrad.ir.tags import Tag
 
 _MALLOC_TUNED = []
@@ -103,6 +104,20 @@ def _locate_error(filename, step_at_line, err):
     return located_error(err, (checked or st.nodes)[0])
 
 
+def shape_source(shape):
+    """Python source of a shape tuple; symbolic sizes as expressions of the symbols (the
+    driver binds them as locals)."""
+    return "(" + "".join(source(d) + ", " for d in shape).rstrip(" ") + ")"
+
+
+def _has_symbols(p):
+    if isinstance(p, (tuple, list)):
+        return any(_has_symbols(x) for x in p)
+    if isinstance(p, slice):
+        return _has_symbols((p.start, p.stop, p.step))
+    return isinstance(p, SymInt)
+
+
 def _dot_plan(node):
     a, b = node.inputs
     lc, rc, lb, rb, af, bf = dot_dims(a.ndim, b.ndim, **node.params)
@@ -120,8 +135,12 @@ def _dot_plan(node):
 
 
 class Plan:
-    def __init__(self, graph, schedule, kernel_fns, reuse_outputs=False):
+    def __init__(self, graph, schedule, kernel_fns, reuse_outputs=False, symbols=()):
         self.graph, self.schedule = graph, schedule
+        # a graph with symbolic sizes: the driver takes their values as one trailing tuple
+        # (this order), binds them as locals and computes every size from them per call; its
+        # workspace buffers are sized per call (grown when a call needs more)
+        self.symbols = tuple(symbols)
         self.kernel_fns = kernel_fns     # step -> (fn, KernelSpec)
         self._bound_kernels = []         # per driver: (its globals, {step: global name})
         self._swap_lock = threading.Lock()   # a kernel swap waits for a driver being built
@@ -208,9 +227,13 @@ class Plan:
             self._prepare()
 
     def _prepare(self):
-        ws = [np.empty(n, dtype=np.dtype(d)) for d, n in self.buffers]
-        fixed_vars = {v: ws[b][:math.prod(v.shape)].reshape(v.shape)
-                      for v, b in self.buf_of.items()}
+        if self.symbols:
+            fixed_vars = {}   # sizes known per call: workspace views made per call
+            self._ws = [np.empty(0, dtype=np.dtype(d)) for d, n in self.buffers]
+        else:
+            ws = [np.empty(n, dtype=np.dtype(d)) for d, n in self.buffers]
+            fixed_vars = {v: ws[b][:math.prod(v.shape)].reshape(v.shape)
+                          for v, b in self.buf_of.items()}
         for st in self.schedule.steps:
             if st.out_view is not None and st.outputs[0] in fixed_vars:
                 d, inv = st.out_view
@@ -255,7 +278,8 @@ class Plan:
         With timed=True the function also returns each step's perf_counter stamp."""
         g = {"np": np, "_ndarray": np.ndarray, "_empty": np.empty, "_mm": np.matmul,
              "_contig": np.ascontiguousarray, "_normalise": self._normalise,
-             "_gemm": blas.gemm_stack, "_gemm1": blas.gemm_serial}
+             "_gemm": blas.gemm_stack, "_gemm1": blas.gemm_serial,
+             "_evp": evaluate_params}
         names, knames = {}, {}
         self._bound_kernels.append((g, knames))
         self._probe, self._gemms = None, 0
@@ -282,7 +306,7 @@ class Plan:
                 view = fixed[v].reshape(shp)
                 if np.shares_memory(view, fixed[v]):
                     return bind(view, "_w")
-            return f"{name_of(v)}.reshape({shp!r})"
+            return f"{name_of(v)}.reshape({shape_source(shp)})"
 
         def operand(v, perm, shp):
             """A matmul operand: v transposed by perm, reshaped to shp."""
@@ -293,21 +317,26 @@ class Plan:
                 if np.shares_memory(view, fixed[v]):
                     return bind(view, "_w")
             if tuple(v.shape[i] for i in perm) != tuple(shp):
-                return f"{name_of(v)}.transpose({perm!r}).reshape({tuple(shp)!r})"
+                return f"{name_of(v)}.transpose({perm!r}).reshape({shape_source(shp)})"
             # no reshape needed; a weight's plain transpose as .T (0.08 against 0.28 us)
             return f"{name_of(v)}.T" if tuple(perm) == (1, 0) else \
                 f"{name_of(v)}.transpose({perm!r})"
 
         ins = [f"v{s}" for s in self.in_slots]
-        lines = [f"def program({', '.join(ins)}):"]
+        lines = [f"def program({', '.join(ins + ['_syms'] * bool(self.symbols))}):"]
+        if self.symbols:
+            lines.append(f"    {', '.join(self.symbols)}, = _syms")
         for a, (shape, d) in list(zip(ins, self.in_avals))[trusted:]:
             dn = bind(np.dtype(d), "_d")
+            shp = shape_source(shape)
             # flags.carray: C-contiguous, aligned and writeable, in one flags lookup
             lines.append(f"    if type({a}) is not _ndarray or {a}.dtype is not {dn} or "
-                         f"{a}.shape != {tuple(shape)!r} or not {a}.flags.carray:")
-            lines.append(f"        {a} = _normalise({a}, {tuple(shape)!r}, {dn})")
+                         f"{a}.shape != {shp} or not {a}.flags.carray:")
+            lines.append(f"        {a} = _normalise({a}, {shp}, {dn})")
         for s, shape, d in self.out_alloc_spec:
-            lines.append(f"    v{s} = _empty({tuple(shape)!r}, {bind(np.dtype(d), '_d')})")
+            lines.append(f"    v{s} = _empty({shape_source(shape)}, {bind(np.dtype(d), '_d')})")
+        if self.symbols:
+            lines += self._workspace_lines(bind)
         if timed:
             lines.append("    _t = [_clock()]")
             g["_clock"] = clock
@@ -355,7 +384,9 @@ class Plan:
             args = []
             for a in spec.args:
                 if a.kind == "size":
-                    args.append(repr(int(a.value)))
+                    args.append(source(a.value))
+                elif a.kind == "const" and _has_symbols(a.value):   # a size's value, per call
+                    args.append(f"{bind(a.dtype.np.type, '_t')}({source(a.value)})")
                 elif a.kind == "const":
                     args.append(bind(a.dtype.np.type(a.value), "_c"))
                 else:
@@ -375,27 +406,60 @@ class Plan:
                 d, inv = st.out_view
                 pre = [f"{name_of(d)} = {name_of(st.outputs[0])}.transpose({inv!r})"]
             pa, sa, pb, sb, so = _dot_plan(n)
-            call = self._gemm_call(n, pa, sa, pb, sb, so, bind, name_of)
+            # products over numba's threads need strides fixed when the driver is made:
+            # np.matmul, OpenBLAS held to one thread as around gemm_stack (its threads
+            # would compete with numba's spinning workers)
+            call = None if self.symbols else \
+                self._gemm_call(n, pa, sa, pb, sb, so, bind, name_of)
+            if self.symbols:
+                self._gemms += 1
             if call:
                 return [call]
             ea, eb = (operand(v, p, s) for v, p, s in zip(n.inputs, (pa, pb), (sa, sb)))
             return pre + [f"_mm({ea}, {eb}, out={shaped(n.outputs[0], so)})"]
         if st.kind == StepKind.CHECK:   # raises, or its output is its input
             return [f"{bind(n.prim.impl, '_ref_')}({name_of(n.inputs[0])}, "
-                    f"**{bind(dict(n.params), '_p')})",
+                    f"**{self._params(n, bind)})",
                     f"{name_of(n.outputs[0])} = {name_of(n.inputs[0])}"]
         if st.kind == StepKind.VIEW and st.view_expr:  # a strided view
             return [f"{name_of(st.outputs[0])} = {name_of(st.inputs[0])}{st.view_expr}"]
         if st.kind == StepKind.VIEW:
             return [f"{name_of(n.outputs[0])} = "
-                    f"{name_of(n.inputs[0])}.reshape({tuple(n.params['shape'])!r})"]
+                    f"{name_of(n.inputs[0])}.reshape({shape_source(n.params['shape'])})"]
         impl = bind(n.prim.impl, "_ref_")
-        params = bind(dict(n.params), "_p")
+        params = self._params(n, bind)
         call = f"{impl}({', '.join(name_of(v) for v in n.inputs)}, **{params})"
         outs = [name_of(v) for v in n.outputs]
         if not n.prim.multiple_results:
             return [f"{outs[0]} = _contig({call})"]
         return [f"{', '.join(outs)}, = {call}"] + [f"{o} = _contig({o})" for o in outs]
+
+    def _params(self, n, bind):
+        """Source of a reference step's params: bound once, or evaluated per call at the
+        symbol values when they hold symbolic sizes."""
+        p = bind(dict(n.params), "_p")
+        if not _has_symbols(tuple(n.params.values())):
+            return p
+        return f"_evp({p}, dict(zip({self.symbols!r}, _syms)))"
+
+    def _workspace_lines(self, bind):
+        """A symbolic plan's workspace: each buffer grown when this call needs more than
+        it holds, each value a view of its buffer at this call's shape."""
+        lines = [f"    _ws = {bind(self._ws, '_ws')}"] if self.buffers else []
+        for b, (d, n) in enumerate(self.buffers):
+            lines += [f"    _n = {source(n)}",
+                      f"    if _ws[{b}].size < _n:",
+                      f"        _ws[{b}] = _empty(_n, {bind(np.dtype(d), '_d')})",
+                      f"    _b{b} = _ws[{b}]"]
+        for v, b in self.buf_of.items():
+            lines.append(f"    v{self.slot[v]} = _b{b}[:{source(math.prod(v.shape))}]"
+                         f".reshape({shape_source(v.shape)})")
+        for st in self.schedule.steps:
+            if st.out_view is not None and st.outputs[0] in self.buf_of:
+                d, inv = st.out_view
+                lines.append(f"    v{self.slot[d]} = v{self.slot[st.outputs[0]]}"
+                             f".transpose({inv!r})")
+        return lines
 
     def _probes(self):
         """var -> (root var, its layout_probe, the var's view of it) for every value: a
@@ -492,9 +556,10 @@ class Plan:
     def __call__(self, *arrays):
         if not self._ready:
             self.prepare()
-        if len(arrays) != len(self.in_slots):
-            raise TypeError(f"{self.graph.name}: expected {len(self.in_slots)} arrays, "
-                            f"got {len(arrays)}")
+        if len(arrays) != len(self.in_slots) + bool(self.symbols):
+            raise TypeError(f"{self.graph.name}: expected {len(self.in_slots)} arrays"
+                            + (f" and the values of {', '.join(self.symbols)}"
+                               if self.symbols else "") + f", got {len(arrays)} arguments")
         return self.run(*arrays)
 
     def step_times(self, *arrays):
@@ -519,6 +584,9 @@ class Plan:
             self._profiled = run, step_events(self.schedule, self.kernel_fns, self.gemm_how)
         run, events = self._profiled
         outs, t = run(*arrays)
+        if self.symbols:
+            values = dict(zip(self.symbols, arrays[-1]))
+            events = [ev and ev.at(values) for ev in events]
         return outs, [(ev, a, b) for ev, a, b in zip(events, t, t[1:]) if ev is not None]
 
     def _normalise(self, a, shape, d):

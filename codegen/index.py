@@ -14,6 +14,34 @@ from typing import Optional
 from aotgrad.ir.prims import unit_reshape_map
 
 
+class SymbolicSizeInKernel(NotImplementedError):
+    """A kernel would depend on a symbolic size in a way its text cannot take as a runtime
+    argument (an order of two sizes that holds for some values only, a size as a literal):
+    the program is compiled per size instead (codegen.program)."""
+
+
+def _ge(a, b):
+    """Is a >= b for every value of the symbols? (Integers: a >= b iff a - b + 1 > 0,
+    which a SymInt answers True only when provable.)"""
+    return bool(a - b + 1 > 0)
+
+
+def _max(a, b):
+    if _ge(a, b):
+        return a
+    if _ge(b, a):
+        return b
+    raise SymbolicSizeInKernel(f"max({a}, {b}) differs between sizes")
+
+
+def _min(a, b):
+    if _ge(a, b):
+        return b
+    if _ge(b, a):
+        return a
+    raise SymbolicSizeInKernel(f"min({a}, {b}) differs between sizes")
+
+
 @dataclass(frozen=True, slots=True)
 class Const:
     """The fixed position `value`."""
@@ -83,9 +111,9 @@ def view_index(node, idx):
 def clamped(t, lo, hi):
     """Term t clamped to [lo, hi] (within the clamp it may carry already)."""
     if isinstance(t, Const):
-        return Const(min(max(t.value, lo), hi))
+        return Const(_min(_max(t.value, lo), hi))
     if t.clamp is not None:
-        lo, hi = max(lo, t.clamp[0]), min(hi, t.clamp[1])
+        lo, hi = _max(lo, t.clamp[0]), _min(hi, t.clamp[1])
     return Dim(t.dim, t.scale, t.offset, (lo, hi))
 
 
@@ -98,7 +126,7 @@ def shifted(t, a, b):
     clamp = None
     if t.clamp is not None:
         lo, hi = a * t.clamp[0] + b, a * t.clamp[1] + b
-        clamp = (min(lo, hi), max(lo, hi))
+        clamp = (lo, hi) if a > 0 else (hi, lo)   # (a clamp has lo <= hi)
     return Dim(t.dim, a * t.scale, a * t.offset + b, clamp)
 
 
@@ -113,8 +141,12 @@ def pad_index(node, idx):
             continue
         u = shifted(t, 1, -lo)
         if isinstance(u, Const):
-            if not 0 <= u.value < n:
+            inside = _ge(u.value, 0) and _ge(n - 1, u.value)
+            if not inside and (_ge(-1, u.value) or _ge(u.value, n)):
                 return None
+            if not inside:
+                raise SymbolicSizeInKernel(f"whether index {u.value} lies in the padding "
+                                           f"differs between sizes")
             out.append(u)
             continue
         conds.append((u, n))

@@ -7,14 +7,18 @@ import logging
 import math
 import os
 import sys
+import threading
 import time
 
 from aotgrad.codegen import blas, cache, parallel_compile, tiers
 from aotgrad.codegen.compile_worker import numba_signature
 from aotgrad.ir.passes import cse
 from aotgrad.codegen.emitter import emit_kernel, module_source
+from aotgrad.codegen.index import SymbolicSizeInKernel
 from aotgrad.codegen.executor import Plan
 from aotgrad.codegen.scheduler import Kernel, Scheduler, StepKind
+from aotgrad.codegen.symbols import concrete_graph, symbols_of
+from aotgrad.ir.symbolic import hint
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +118,7 @@ class CompiledGraph:
         for st, spec in self.specs.items():
             if not spec.parallel:
                 continue
-            if math.prod(spec.kernel.domain or (1,)) < pmin:
+            if hint(math.prod(spec.kernel.domain or (1,))) < pmin:
                 spec.parallel = False
                 self.serial_compiled.add(spec)
             elif tiers.enabled() and not _compiled_before(module_source([spec], own[st])):
@@ -133,7 +137,8 @@ class CompiledGraph:
         self.helper_compiled = 0
         fns = self._compile_all()
         t3 = time.perf_counter()
-        self.plan = Plan(graph, self.schedule, fns, reuse_outputs=reuse_outputs)
+        self.plan = Plan(graph, self.schedule, fns, reuse_outputs=reuse_outputs,
+                         symbols=symbols_of(graph))
         self.compile_seconds = time.perf_counter() - t0
         # seconds per stage: schedule (CSE included), codegen (kernel and driver source),
         # numba (loading the modules and compiling the kernels)
@@ -245,9 +250,92 @@ class CompiledGraph:
         return "\n".join(lines)
 
 
+class PerSizePlan:
+    """The driver of a graph with symbolic sizes that one set of kernels cannot serve (a
+    kernel would need a size in its text): one static program per set of symbol values,
+    compiled on first use. Called as a symbolic program is (values as a trailing tuple)."""
+
+    def __init__(self, graph, symbols, name, reuse_outputs):
+        self.graph, self.symbols, self.name = graph, symbols, name
+        self.reuse_outputs = reuse_outputs
+        self.in_slots = list(range(len(graph.inputs)))
+        self.owned_outputs = [False] * len(graph.outputs)   # unknown until a size runs
+        self.programs = {}            # symbol values -> CompiledGraph
+        self._lock = threading.Lock()
+
+    def program(self, values):
+        prog = self.programs.get(values)
+        if prog is None:
+            with self._lock:
+                prog = self.programs.get(values)
+                if prog is None:
+                    prog = self.programs[values] = CompiledGraph(
+                        concrete_graph(self.graph, dict(zip(self.symbols, values))),
+                        name=self.name, reuse_outputs=self.reuse_outputs)
+        return prog
+
+    def prepared(self):
+        return self
+
+    def runner(self, trusted=0):
+        def run(*args):
+            return self.program(tuple(args[-1])).plan.prepared().runner(trusted)(*args[:-1])
+        return run
+
+    def __call__(self, *args):
+        return self.runner()(*args)
+
+    def profiled(self, *args):
+        return self.program(tuple(args[-1])).plan.profiled(*args[:-1])
+
+    def step_times(self, *args):
+        return self.program(tuple(args[-1])).plan.step_times(*args[:-1])
+
+    @property
+    def source(self):
+        return "\n".join(f"# at {dict(zip(self.symbols, v))}\n{p.plan.source}"
+                          for v, p in self.programs.items())
+
+
+class PerSizeGraph:
+    """compile_graph's answer for such a graph: see PerSizePlan."""
+
+    def __init__(self, graph, symbols, name, reuse_outputs, why):
+        self.graph, self.name, self.why = graph, name, why
+        self.plan = PerSizePlan(graph, symbols, name, reuse_outputs)
+
+    def __call__(self, *args):
+        return self.plan(*args)
+
+    def report(self):
+        lines = [f"program {self.name}: compiled per size of {', '.join(self.plan.symbols)} "
+                 f"({self.why}); {len(self.plan.programs)} sizes so far"]
+        for v, p in self.plan.programs.items():
+            lines.append(f"at {dict(zip(self.plan.symbols, v))}:")
+            lines.append(p.report())
+        return "\n".join(lines)
+
+
 def compile_graph(graph, name="forward", reuse_outputs=False):
     """Compile an IR Graph into a CompiledGraph (a callable over numpy arrays).
 
+    A graph with symbolic sizes (codegen.symbols_of) is called with their values as one
+    more argument, a tuple in that order; its kernels are the same for every value. Where
+    a kernel would need a size in its text, the graph is compiled per set of values
+    instead (PerSizeGraph), said in the log and its report.
+
     reuse_outputs=True also keeps output arrays across calls (faster; each call overwrites
     the previous call's results)."""
-    return CompiledGraph(graph, name=name, reuse_outputs=reuse_outputs)
+    symbols = symbols_of(graph)
+    if not symbols:
+        return CompiledGraph(graph, name=name, reuse_outputs=reuse_outputs)
+    try:
+        return CompiledGraph(graph, name=name, reuse_outputs=reuse_outputs)
+    except SymbolicSizeInKernel as e:
+        why = str(e)
+    except TypeError as e:       # int() of a symbolic size: a concrete size was needed
+        if "outside a trace" not in str(e):
+            raise
+        why = str(e)
+    log.info("program %s: compiled per size of %s: %s", name, ", ".join(symbols), why)
+    return PerSizeGraph(graph, symbols, name, reuse_outputs, why)

@@ -10,6 +10,7 @@ import math
 
 from aotgrad.codegen.scheduler import Kernel, StepKind
 from aotgrad.ir.prims import dot_dims
+from aotgrad.ir.symbolic import evaluate
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,6 +31,13 @@ class StepEvent:
         """The event's details as the profiler records them (keyword arguments)."""
         return {"input_shapes": [list(s) for s in self.shapes], "fused_nodes": self.nodes,
                 "bytes": self.bytes, "flops": self.flops, "detail": self.how}
+
+    def at(self, values):
+        """The event of a program with symbolic sizes at one call's symbol values (its
+        name keeps the symbols: one row for every size)."""
+        return dataclasses.replace(
+            self, shapes=tuple(tuple(evaluate(d, values) for d in s) for s in self.shapes),
+            bytes=evaluate(self.bytes, values), flops=evaluate(self.flops, values))
 
 
 def _nbytes(v):
