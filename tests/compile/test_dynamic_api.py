@@ -32,11 +32,12 @@ def _check_grads(model, f, x, t):
         np.testing.assert_allclose(gc, p.grad.numpy(), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("dynamic", [True, None])
-def test_mlp_one_compile_serves_every_batch(dynamic):
+@pytest.mark.parametrize("dynamic,backend", [(True, "interpret"), (None, "interpret"),
+                                             (True, "numba")])
+def test_mlp_one_compile_serves_every_batch(dynamic, backend):
     model = _mlp()
 
-    @aotgrad.compile(backend="interpret", dynamic=dynamic)
+    @aotgrad.compile(backend=backend, dynamic=dynamic)
     def loss_fn(x, t):
         return nn.functional.cross_entropy(model(x), t)
 

@@ -35,8 +35,8 @@ def _cnn():
                          nn.Flatten(), nn.Linear(3 * 4 * 4, 5))
 
 
-def _compare(model, loss, make, sizes, dynamic):
-    f = aotgrad.compile(loss, backend="interpret", dynamic=dynamic)
+def _compare(model, loss, make, sizes, dynamic, backend):
+    f = aotgrad.compile(loss, backend=backend, dynamic=dynamic)
     for n in sizes:
         x, t = make(n)
         xc = x.detach().clone().requires_grad_(True)
@@ -56,7 +56,8 @@ def _compare(model, loss, make, sizes, dynamic):
     return f
 
 
-def test_cnn_dynamic_batch_one_compile():
+@pytest.mark.parametrize("backend", ["interpret", "numba"])
+def test_cnn_dynamic_batch_one_compile(backend):
     aotgrad.manual_seed(0)
     model = _cnn()
 
@@ -68,11 +69,12 @@ def test_cnn_dynamic_batch_one_compile():
 
     x = aotgrad.randn(4, 1, 8, 8)
     aotgrad.mark_dynamic(x, 0)
-    f = _compare(model, loss, make, (4, 3, 6, 2), dynamic=True)
+    f = _compare(model, loss, make, (4, 3, 6, 2), dynamic=True, backend=backend)
     assert f.stats.compiles == 1 and f.stats.cache_hits == 3
 
 
-def test_transformer_block_dynamic_sequence_length_one_compile():
+@pytest.mark.parametrize("backend", ["interpret", "numba"])
+def test_transformer_block_dynamic_sequence_length_one_compile(backend):
     aotgrad.manual_seed(0)
     model = _Block()
 
@@ -82,7 +84,7 @@ def test_transformer_block_dynamic_sequence_length_one_compile():
     def make(n):
         return aotgrad.randn(2, n, D), aotgrad.randn(2, n, D)
 
-    f = _compare(model, loss, make, (5, 7, 3, 9, 12), dynamic=True)
+    f = _compare(model, loss, make, (5, 7, 3, 9, 12), dynamic=True, backend=backend)
     assert f.stats.compiles == 1
     text = aotgrad.explain(f, *make(5))
     assert "s1 = x.size(1)" in text
@@ -99,7 +101,7 @@ def test_transformer_block_longer_than_positions_raises_as_eagerly():
         f(aotgrad.randn(2, 17, D))  # the guard T <= 16 fails: traced again, raising
 
 
-def _training(dynamic):
+def _training(dynamic, backend="interpret"):
     def make():
         aotgrad.manual_seed(0)
         m = nn.Sequential(nn.Linear(6, 5), nn.ReLU(), nn.Linear(5, 3))
@@ -115,15 +117,16 @@ def _training(dynamic):
         return step
 
     (mc, oc), (me, oe) = make(), make()
-    step_c = aotgrad.compile(step_of(mc, oc), backend="interpret", dynamic=dynamic)
+    step_c = aotgrad.compile(step_of(mc, oc), backend=backend, dynamic=dynamic)
     step_e = step_of(me, oe)
     aotgrad.manual_seed(1)
     return mc, me, step_c, step_e
 
 
-@pytest.mark.parametrize("dynamic", [True, None])
-def test_training_step_with_a_smaller_last_batch(dynamic):
-    mc, me, step_c, step_e = _training(dynamic)
+@pytest.mark.parametrize("dynamic,backend", [(True, "interpret"), (None, "interpret"),
+                                             (True, "numba")])
+def test_training_step_with_a_smaller_last_batch(dynamic, backend):
+    mc, me, step_c, step_e = _training(dynamic, backend)
     epoch = [8, 8, 8, 5]
     for n in epoch + epoch:
         x, t = aotgrad.randn(n, 6), aotgrad.randint(0, 3, (n,))
