@@ -102,6 +102,9 @@ from aotgrad.runtime.memory_format import (channels_last, channels_last_3d,  # n
                                     sparse_coo, strided)
 from aotgrad.runtime.legacy import (CharTensor, ShortTensor)  # noqa: E402
 from aotgrad.runtime.printing import get_printoptions, set_printoptions  # noqa: E402
+from aotgrad.runtime.number_ops import gcd, lcm, nextafter  # noqa: E402
+from aotgrad.runtime.strided_ops import as_strided, diagonal_scatter  # noqa: E402
+from aotgrad.runtime.random_fill_ops import poisson  # noqa: E402
 from aotgrad.runtime.legacy import (BFloat16Tensor, BoolTensor, ByteTensor,  # noqa: E402
                                     DoubleTensor, FloatTensor, HalfTensor, IntTensor,
                                     LongTensor)
@@ -181,6 +184,7 @@ __all__ = [
     "isreal", "ldexp", "frexp", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",
     "bitwise_left_shift", "bitwise_right_shift", "int8", "int16", "uint8", "short",
     "ByteTensor", "CharTensor", "ShortTensor", "get_printoptions", "set_printoptions",
+    "gcd", "lcm", "nextafter", "as_strided", "diagonal_scatter", "poisson",
     "angle", "conj", "real", "imag", "nansum", "nanmean", "median", "nanmedian", "kthvalue",
     "aminmax", "trace", "diff", "dist", "ravel", "fliplr", "flipud", "msort", "atleast_1d",
     "atleast_2d", "atleast_3d", "conv1d", "conv2d", "layer_norm", "group_norm", "batch_norm",
