@@ -135,6 +135,66 @@ CNN = textwrap.dedent('''
     RESULT = losses, correct
 ''')
 
+# PyTorch's time-sequence example, shortened: two LSTMCells, float64, LBFGS with a closure,
+# the data saved and loaded with torch.save, future predictions
+SINE = textwrap.dedent('''
+    import torch
+    import torch.nn as nn
+    import torch.optim as optim
+
+    class Sequence(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm1 = nn.LSTMCell(1, 12)
+            self.lstm2 = nn.LSTMCell(12, 12)
+            self.linear = nn.Linear(12, 1)
+
+        def forward(self, input, future=0):
+            outputs = []
+            h_t = torch.zeros(input.size(0), 12, dtype=torch.double)
+            c_t = torch.zeros(input.size(0), 12, dtype=torch.double)
+            h_t2 = torch.zeros(input.size(0), 12, dtype=torch.double)
+            c_t2 = torch.zeros(input.size(0), 12, dtype=torch.double)
+            for input_t in input.split(1, dim=1):
+                h_t, c_t = self.lstm1(input_t, (h_t, c_t))
+                h_t2, c_t2 = self.lstm2(h_t, (h_t2, c_t2))
+                output = self.linear(h_t2)
+                outputs += [output]
+            for i in range(future):
+                h_t, c_t = self.lstm1(output, (h_t, c_t))
+                h_t2, c_t2 = self.lstm2(h_t, (h_t2, c_t2))
+                output = self.linear(h_t2)
+                outputs += [output]
+            return torch.cat(outputs, dim=1)
+
+    buf = io.BytesIO()
+    torch.save(WAVES, buf)
+    buf.seek(0)
+    data = torch.load(buf)
+    input, target = data[3:, :-1], data[3:, 1:]
+    test_input, test_target = data[:3, :-1], data[:3, 1:]
+    seq = Sequence().double()
+    seq.load_state_dict(INIT)
+    criterion = nn.MSELoss()
+    optimizer = optim.LBFGS(seq.parameters(), lr=0.8, max_iter=6)
+
+    def closure():
+        optimizer.zero_grad()
+        out = seq(input)
+        loss = criterion(out, target)
+        loss.backward()
+        return loss
+
+    closure = compile_step(closure)
+    losses = []
+    for i in range(2):
+        losses.append(optimizer.step(closure).item())
+    with torch.no_grad():
+        pred = seq(test_input, future=4)
+        losses.append(criterion(pred[:, :-4], test_target).item())
+    RESULT = losses, pred.numpy().tolist()
+''')
+
 
 def _run(source, lib, compile_step, data):
     if lib is aotgrad:  # the only change: the import lines
@@ -143,6 +203,7 @@ def _run(source, lib, compile_step, data):
         source = source.replace("import torch.nn as nn", "import aotgrad.nn as nn")
         source = source.replace("from torch.utils.data import", "from aotgrad.utils.data import")
         source = source.replace("from torch import nn", "from aotgrad import nn")
+        source = source.replace("import torch.optim as optim", "import aotgrad.optim as optim")
         source = source.replace("import torch\n", "import aotgrad as torch\n")
     scope = {"io": io, "compile_step": compile_step}
     for k, v in data.items():
@@ -196,3 +257,17 @@ def test_cnn_dataloader_inference_mode_script(torch, mode):
     got = _run(CNN, aotgrad, MODES[mode], data)
     np.testing.assert_allclose(got[0], want[0], rtol=2e-4, atol=1e-5)
     assert got[1] == want[1]
+
+
+@pytest.mark.parametrize("mode", MODE_PARAMS)
+def test_sine_wave_lstmcell_lbfgs_script(torch, mode):
+    ns = {}
+    exec(compile(SINE.split("buf = io.BytesIO()")[0], "<defs>", "exec"), ns)
+    init = _init(torch, lambda: ns["Sequence"]().double())
+    rng = np.random.default_rng(2)
+    t = np.arange(12) + rng.integers(-8, 8, (7, 1))
+    data = {"INIT": init, "WAVES": np.sin(t / 3.0)}
+    want = _run(SINE, torch, lambda f: f, data)
+    got = _run(SINE, aotgrad, MODES[mode], data)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-9)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-9, atol=1e-12)
