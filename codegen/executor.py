@@ -118,8 +118,12 @@ def _dot_plan(node):
 
 
 class Plan:
-    def __init__(self, graph, schedule, kernel_fns, reuse_outputs=False):
+    def __init__(self, graph, schedule, kernel_fns, reuse_outputs=False,
+                 low_precision=(None, None)):
         self.graph, self.schedule = graph, schedule
+        # per input and output: its float16/bfloat16 dtype, kept as float32 inside (None:
+        # no such value; see codegen/low_precision.py)
+        self.low_in, self.low_out = low_precision
         self.kernel_fns = kernel_fns     # step -> (fn, KernelSpec)
         self._bound_kernels = []         # per driver: (its globals, {step: global name})
         self._swap_lock = threading.Lock()   # a kernel swap waits for a driver being built
@@ -298,6 +302,9 @@ class Plan:
 
         ins = [f"v{s}" for s in self.in_slots]
         lines = [f"def program({', '.join(ins)}):"]
+        for a, low in zip(ins, self.low_in or ()):
+            if low is not None:   # widened even when trusted: the caller holds 16-bit arrays
+                lines.append(f"    {a} = {a}.astype(np.float32)")
         for a, (shape, d) in list(zip(ins, self.in_avals))[trusted:]:
             dn = bind(np.dtype(d), "_d")
             # flags.carray: C-contiguous, aligned and writeable, in one flags lookup
@@ -332,6 +339,9 @@ class Plan:
                                           "        raise _n from None"]
         outs = [name_of(v) if v in fixed else f"v{s}.copy()" if s in self.copy_slots else
                 f"v{s}" for v, s in zip(self.graph.outputs, self.out_slots)]
+        if self.low_out:
+            outs = [o if low is None else f"{o}.astype({bind(low.np, '_d')})"
+                    for o, low in zip(outs, self.low_out)]
         lines.append(f"    return [{', '.join(outs)}]" + (", _t" if timed else ""))
         src = "\n".join(lines) + "\n"
         exec(compile(src, f"<{self.graph.name} program>", "exec"), g)
