@@ -101,6 +101,10 @@ from aotgrad.runtime.memory_format import (channels_last, channels_last_3d,  # n
                                     contiguous_format, layout, memory_format, preserve_format,
                                     sparse_coo, strided)
 from aotgrad.runtime.legacy import (CharTensor, ShortTensor)  # noqa: E402
+from aotgrad.runtime.printing import get_printoptions, set_printoptions  # noqa: E402
+from aotgrad.runtime.number_ops import gcd, lcm, nextafter  # noqa: E402
+from aotgrad.runtime.strided_ops import as_strided, diagonal_scatter  # noqa: E402
+from aotgrad.runtime.random_fill_ops import poisson  # noqa: E402
 from aotgrad.runtime.legacy import (BFloat16Tensor, BoolTensor, ByteTensor,  # noqa: E402
                                     DoubleTensor, FloatTensor, HalfTensor, IntTensor,
                                     LongTensor)
@@ -179,7 +183,8 @@ __all__ = [
     "float_power", "deg2rad", "rad2deg", "positive", "fmax", "fmin", "isneginf", "isposinf",
     "isreal", "ldexp", "frexp", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",
     "bitwise_left_shift", "bitwise_right_shift", "int8", "int16", "uint8", "short",
-    "ByteTensor", "CharTensor", "ShortTensor",
+    "ByteTensor", "CharTensor", "ShortTensor", "get_printoptions", "set_printoptions",
+    "gcd", "lcm", "nextafter", "as_strided", "diagonal_scatter", "poisson",
     "angle", "conj", "real", "imag", "nansum", "nanmean", "median", "nanmedian", "kthvalue",
     "aminmax", "trace", "diff", "dist", "ravel", "fliplr", "flipud", "msort", "atleast_1d",
     "atleast_2d", "atleast_3d", "conv1d", "conv2d", "layer_norm", "group_norm", "batch_norm",

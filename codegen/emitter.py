@@ -18,7 +18,8 @@ import re
 from aotgrad.codegen import approx
 from aotgrad.codegen.emit_args import KernelArgs
 from aotgrad.codegen.inline import inline_helpers
-from aotgrad.codegen.emit_base import _NARROW_INTS, PAR_MIN, KernelSpec, _EXPENSIVE, _Scope, const_expr, np_name
+from aotgrad.codegen.emit_base import PAR_MIN, KernelSpec, _EXPENSIVE, _Scope, const_expr, np_name
+from aotgrad.codegen.emit_base import _NARROW_INTS
 from aotgrad.codegen.emit_loops import LoopNestEmitter
 from aotgrad.codegen.emit_reductions import ReductionEmitter
 from aotgrad.codegen.index import (Const, Dim, Gathered, SymbolicSizeInKernel, gather_index,

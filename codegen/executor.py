@@ -135,12 +135,16 @@ def _dot_plan(node):
 
 
 class Plan:
-    def __init__(self, graph, schedule, kernel_fns, reuse_outputs=False, symbols=()):
+    def __init__(self, graph, schedule, kernel_fns, reuse_outputs=False, symbols=(),
+                 low_precision=(None, None)):
         self.graph, self.schedule = graph, schedule
         # a graph with symbolic sizes: the driver takes their values as one trailing tuple
         # (this order), binds them as locals and computes every size from them per call; its
         # workspace buffers are sized per call (grown when a call needs more)
         self.symbols = tuple(symbols)
+        # per input and output: its float16/bfloat16 dtype, kept as float32 inside (None:
+        # no such value; see codegen/low_precision.py)
+        self.low_in, self.low_out = low_precision
         self.kernel_fns = kernel_fns     # step -> (fn, KernelSpec)
         self._bound_kernels = []         # per driver: (its globals, {step: global name})
         self._swap_lock = threading.Lock()   # a kernel swap waits for a driver being built
@@ -326,6 +330,9 @@ class Plan:
         lines = [f"def program({', '.join(ins + ['_syms'] * bool(self.symbols))}):"]
         if self.symbols:
             lines.append(f"    {', '.join(self.symbols)}, = _syms")
+        for a, low in zip(ins, self.low_in or ()):
+            if low is not None:   # widened even when trusted: the caller holds 16-bit arrays
+                lines.append(f"    {a} = {a}.astype(np.float32)")
         for a, (shape, d) in list(zip(ins, self.in_avals))[trusted:]:
             dn = bind(np.dtype(d), "_d")
             shp = shape_source(shape)
@@ -363,6 +370,9 @@ class Plan:
                                           "        raise _n from None"]
         outs = [name_of(v) if v in fixed else f"v{s}.copy()" if s in self.copy_slots else
                 f"v{s}" for v, s in zip(self.graph.outputs, self.out_slots)]
+        if self.low_out:
+            outs = [o if low is None else f"{o}.astype({bind(low.np, '_d')})"
+                    for o, low in zip(outs, self.low_out)]
         lines.append(f"    return [{', '.join(outs)}]" + (", _t" if timed else ""))
         src = "\n".join(lines) + "\n"
         exec(compile(src, f"<{self.graph.name} program>", "exec"), g)

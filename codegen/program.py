@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 
-from aotgrad.codegen import blas, cache, parallel_compile, tiers
+from aotgrad.codegen import blas, cache, low_precision, parallel_compile, tiers
 from aotgrad.codegen.compile_worker import numba_signature
 from aotgrad.ir.passes import cse
 from aotgrad.codegen.emitter import emit_kernel, module_source
@@ -98,6 +98,7 @@ class CompiledGraph:
         t0 = time.perf_counter()
         blas.start_threads()    # before any parallel kernel is compiled or loaded here
         self.graph, self.name = graph, name
+        graph, low_in, low_out = low_precision.widen(graph)  # 16-bit floats kept as float32
         with _collector_paused():
             graph = cse(graph, keep_outputs=True)  # identical subexpressions computed once
             self.scheduled_graph = graph
@@ -138,7 +139,7 @@ class CompiledGraph:
         fns = self._compile_all()
         t3 = time.perf_counter()
         self.plan = Plan(graph, self.schedule, fns, reuse_outputs=reuse_outputs,
-                         symbols=symbols_of(graph))
+                         symbols=symbols_of(graph), low_precision=(low_in, low_out))
         self.compile_seconds = time.perf_counter() - t0
         # seconds per stage: schedule (CSE included), codegen (kernel and driver source),
         # numba (loading the modules and compiling the kernels)

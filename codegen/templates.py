@@ -171,6 +171,13 @@ TEMPLATES["logical_or"] = _binop("|")
 TEMPLATES["bitwise_and"] = _binop("&")
 TEMPLATES["bitwise_or"] = _binop("|")
 TEMPLATES["bitwise_xor"] = _binop("^")
+TEMPLATES["gcd"] = lambda ctx, node, a: f"np.gcd({a[0]}, {a[1]})"
+
+
+@template("nextafter")
+def _nextafter(ctx, node, a):
+    d = node.inputs[0].dtype
+    return f"{'np.float32' if d is dt.float32 else 'np.float64'}(np.nextafter({a[0]}, {a[1]}))"
 
 
 @template("bitwise_not")

@@ -100,6 +100,12 @@ def capture(fn, args, train):
                           f"tensors; it returned non-tensor values too")
     n_out = len(tr.out_is_tensor)
     g = tr.graph
+    from aotgrad.ir import dtypes as dt
+    if any(v.dtype in dt.LOW_PRECISION for n in g.nodes for v in n.inputs + n.outputs) or \
+            any(v.dtype in dt.LOW_PRECISION for v in g.inputs):
+        raise ExportError(f"{what}: float16/bfloat16 values are not exported (the exported "
+                          f"program and its ONNX lowering have no 16-bit floats); cast the "
+                          f"model and inputs to float32")
     n_primals = tr.n_primals
     nodes, outputs = list(g.nodes), list(g.outputs[:n_out])
     out_names = [f"output{i}" if n_out > 1 else "output" for i in range(n_out)]

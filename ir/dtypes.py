@@ -29,9 +29,9 @@ uint8 = DType("uint8", np.uint8, "u8")
 int32 = DType("int32", np.int32, "i32")
 int64 = DType("int64", np.int64, "i64")
 bool_ = DType("bool", np.bool_, "b1")
-# 16-bit floats: eager only (compiled functions run them eagerly, see runtime/dispatch.py);
-# bfloat16 is ml_dtypes' numpy type. Ops compute in float32 and round their result, and
-# reductions accumulate in float32, as PyTorch's CPU kernels do.
+# 16-bit floats (bfloat16 is ml_dtypes' numpy type). Eagerly, ops compute in float32 and
+# round their result, and reductions accumulate in float32, as PyTorch's CPU kernels do;
+# compiled kernels keep them in float32 (codegen/low_precision.py).
 float16 = DType("float16", np.float16, "f16")
 bfloat16 = DType("bfloat16", ml_dtypes.bfloat16, "bf16", floating=True)
 LOW_PRECISION = frozenset((float16, bfloat16))

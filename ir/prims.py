@@ -480,13 +480,24 @@ def _shift_right(x, y):
     return np.where(out, fill, np.right_shift(x, n)).astype(x.dtype)
 
 
-INT_P = (Tag.POINTWISE, Tag.NON_DIFFERENTIABLE)  # integer results
+INT_P = (Tag.POINTWISE, Tag.NON_DIFFERENTIABLE)  # integer results, or steps
 bitwise_and = register("bitwise_and", _bitwise_rule, np.bitwise_and, INT_P)
 bitwise_or = register("bitwise_or", _bitwise_rule, np.bitwise_or, INT_P)
 bitwise_xor = register("bitwise_xor", _bitwise_rule, np.bitwise_xor, INT_P)
 bitwise_not = register("bitwise_not", _bitwise_rule, np.invert, INT_P)
 shift_left = register("shift_left", _shift_rule, _shift_left, INT_P)
 shift_right = register("shift_right", _shift_rule, _shift_right, INT_P)
+
+
+def _gcd_rule(x, y):
+    check(dt.is_integral(x.dtype), f"expected integer inputs, got {x.dtype.name}")
+    return _binary_rule("any")(x, y)
+
+
+gcd = register("gcd", _gcd_rule, np.gcd, INT_P)
+# the next float after x towards y: a step function of its inputs, no derivative (PyTorch
+# has none either)
+nextafter = register("nextafter", _binary_rule("float"), np.nextafter, INT_P)
 
 # hyperbolic, inverse trigonometric and special functions (reference impls: numpy or
 # ir/special_math.py; kernels call libm/`math` or the scalar helpers of codegen/approx.py)

@@ -5,7 +5,6 @@ numpy arrays; while a GraphBuilder is active they are IR Vars and the bind recor
 """
 import numpy as _np
 
-from aotgrad.ir import dtypes as dt
 from aotgrad.ir.core import WATCHED_PRIMS, Aval, aval_of, current_builder, Var
 from aotgrad.ir.tags import Tag
 from aotgrad.runtime import forward_mode, layout, profiling
@@ -118,17 +117,6 @@ def drop_scalar_edges(out, keep, name):
     return out
 
 
-_LOW = frozenset(d.np for d in dt.LOW_PRECISION) | dt.LOW_PRECISION
-
-
-def _check_compiled_dtypes(prim, vals, params):
-    """float16/bfloat16 run eagerly only: tracing one is a graph break (the compiled
-    function falls back to eager with a warning; fullgraph=True raises)."""
-    if params.get("dtype") in _LOW or any(v.dtype in _LOW for v in vals):
-        raise GraphBreak(describe_break(f"prims.{prim.name} on float16/bfloat16 values "
-                                        f"(16-bit floats run eagerly only)"))
-
-
 def _lift(builder, t):
     return t._value if isinstance(t._value, Var) else builder.lift_object(t)
 
@@ -151,7 +139,6 @@ def apply(prim, *inputs, **params):
             vals = [t._value for t in inputs]
         else:
             vals = [_lift(builder, t) for t in inputs]
-            _check_compiled_dtypes(prim, vals, params)
         if profiling._profilers:
             with profiling.record(f"prims.{prim.name}", kind="prim"):
                 out_val = prim.bind(*vals, **params)

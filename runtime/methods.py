@@ -180,8 +180,12 @@ for _name in elementwise_more_ops.METHOD_NAMES:
 for _name in elementwise_more_ops.INPLACE_NAMES:
     _METHODS[_name + "_"] = _inplace(_METHODS[_name], _name + "_")
 _METHODS["real"] = property(elementwise_more_ops.real)
-from aotgrad.runtime import bitwise_ops  # noqa: E402
+from aotgrad.runtime import bitwise_ops, number_ops, strided_ops  # noqa: E402
 _METHODS.update(bitwise_ops.METHODS)
+_METHODS.update(strided_ops.METHODS)
+_METHODS.update(number_ops.METHODS)
+for _name in number_ops.METHODS:
+    _METHODS[_name + "_"] = _inplace(_METHODS[_name], _name + "_")
 for _name, _base in bitwise_ops.INPLACE.items():
     _METHODS[_name] = _inplace(_METHODS[_base], _base + "_")
 _METHODS["imag"] = property(elementwise_more_ops.imag)

@@ -8,13 +8,64 @@ scientific mode when the magnitudes span more than 1000x or leave [1e-4, 1e8].
 tensor([[ 1., -2.],
         [ 3.,  4.]])
 """
+import contextlib
+import dataclasses
 import math
 
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
 
-PRECISION, THRESHOLD, EDGEITEMS, LINEWIDTH = 4, 1000, 3, 80
+
+@dataclasses.dataclass
+class PrintOptions:
+    """What `set_printoptions` sets (PyTorch's names and defaults); sci_mode None is
+    automatic, True/False force scientific or fixed notation."""
+    precision: int = 4
+    threshold: float = 1000
+    edgeitems: int = 3
+    linewidth: int = 80
+    sci_mode: bool | None = None
+
+
+_PROFILES = {"default": PrintOptions(), "short": PrintOptions(precision=2, edgeitems=2),
+             "full": PrintOptions(threshold=math.inf)}
+options = PrintOptions()  # the process's current options, changed by set_printoptions only
+
+
+def set_printoptions(precision=None, threshold=None, edgeitems=None, linewidth=None,
+                     profile=None, sci_mode=None):
+    """PyTorch's `set_printoptions`: a profile ('default', 'short', 'full') first, then each
+    given value; sci_mode is always set (None: automatic)."""
+    if profile is not None:
+        if profile not in _PROFILES:
+            raise ValueError(f"set_printoptions: unknown profile {profile!r}; expected one of "
+                             f"{', '.join(_PROFILES)}")
+        base = _PROFILES[profile]
+        options.precision, options.threshold = base.precision, base.threshold
+        options.edgeitems, options.linewidth = base.edgeitems, base.linewidth
+    for name, value in (("precision", precision), ("threshold", threshold),
+                        ("edgeitems", edgeitems), ("linewidth", linewidth)):
+        if value is not None:
+            setattr(options, name, value)
+    options.sci_mode = sci_mode
+
+
+def get_printoptions():
+    """The current print options as a dict (PyTorch's `get_printoptions`)."""
+    return dataclasses.asdict(options)
+
+
+@contextlib.contextmanager
+def printoptions(**kwargs):
+    """Set print options inside a `with` block, restoring the previous ones after."""
+    old = dataclasses.replace(options)
+    set_printoptions(**kwargs)
+    try:
+        yield
+    finally:
+        for f in dataclasses.fields(options):
+            setattr(options, f.name, getattr(old, f.name))
 
 
 class _Formatter:
@@ -34,28 +85,29 @@ class _Formatter:
         absv = np.abs(vals)
         lo, hi = absv.min(), absv.max()
         self.int_mode = bool(np.all(vals == np.ceil(vals)))
+        p, forced = options.precision, options.sci_mode
         if self.int_mode:
-            if hi / lo > 1000.0 or hi > 1.0e8:
+            if (hi / lo > 1000.0 or hi > 1.0e8) if forced is None else forced:
                 self.sci_mode = True
-                self.width = max(len(f"{v:.{PRECISION}e}") for v in vals.tolist())
+                self.width = max(len(f"{v:.{p}e}") for v in vals.tolist())
             else:
                 self.width = max(len(f"{v:.0f}") + 1 for v in vals.tolist())
-        elif hi / lo > 1000.0 or hi > 1.0e8 or lo < 1.0e-4:
+        elif (hi / lo > 1000.0 or hi > 1.0e8 or lo < 1.0e-4) if forced is None else forced:
             self.sci_mode = True
-            self.width = max(len(f"{v:.{PRECISION}e}") for v in vals.tolist())
+            self.width = max(len(f"{v:.{p}e}") for v in vals.tolist())
         else:
-            self.width = max(len(f"{v:.{PRECISION}f}") for v in vals.tolist())
+            self.width = max(len(f"{v:.{p}f}") for v in vals.tolist())
 
     def format(self, v):
         if self.floating:
             if self.sci_mode:
-                s = f"{v:{self.width}.{PRECISION}e}"
+                s = f"{v:{self.width}.{options.precision}e}"
             elif self.int_mode:
                 s = f"{v:.0f}"
                 if not (math.isinf(v) or math.isnan(v)):
                     s += "."
             else:
-                s = f"{v:.{PRECISION}f}"
+                s = f"{v:.{options.precision}f}"
         else:
             s = str(v)
         return " " * (self.width - len(s)) + s
@@ -65,18 +117,19 @@ def _summary(a):
     """The elements shown when summarising (the edges of every dim), for the formatter."""
     if a.ndim == 0:
         return a
-    if a.shape[0] > 2 * EDGEITEMS:
-        parts = [_summary(x) for x in list(a[:EDGEITEMS]) + list(a[-EDGEITEMS:])]
+    k = options.edgeitems
+    if a.shape[0] > 2 * k:
+        parts = [_summary(x) for x in list(a[:k]) + list(a[-k:])]
     else:
         parts = [_summary(x) for x in a]
     return np.concatenate([np.atleast_1d(p).reshape(-1) for p in parts]) if parts else a
 
 
 def _vector(a, indent, summarize, fmt):
-    per_line = max(1, int(math.floor((LINEWIDTH - indent) / (fmt.width + 2))))
-    if summarize and a.shape[0] > 2 * EDGEITEMS:
-        data = [fmt.format(v) for v in a[:EDGEITEMS].tolist()] + [" ..."] + \
-            [fmt.format(v) for v in a[-EDGEITEMS:].tolist()]
+    per_line = max(1, int(math.floor((options.linewidth - indent) / (fmt.width + 2))))
+    if summarize and a.shape[0] > 2 * options.edgeitems:
+        data = [fmt.format(v) for v in a[:options.edgeitems].tolist()] + [" ..."] + \
+            [fmt.format(v) for v in a[-options.edgeitems:].tolist()]
     else:
         data = [fmt.format(v) for v in a.tolist()]
     lines = [", ".join(data[i:i + per_line]) for i in range(0, len(data), per_line)]
@@ -88,10 +141,10 @@ def _nested(a, indent, summarize, fmt):
         return fmt.format(a.item())
     if a.ndim == 1:
         return _vector(a, indent, summarize, fmt)
-    if summarize and a.shape[0] > 2 * EDGEITEMS:
-        rows = [_nested(a[i], indent + 1, summarize, fmt) for i in range(EDGEITEMS)] + \
+    if summarize and a.shape[0] > 2 * options.edgeitems:
+        rows = [_nested(a[i], indent + 1, summarize, fmt) for i in range(options.edgeitems)] + \
             ["..."] + [_nested(a[i], indent + 1, summarize, fmt)
-                       for i in range(a.shape[0] - EDGEITEMS, a.shape[0])]
+                       for i in range(a.shape[0] - options.edgeitems, a.shape[0])]
     else:
         rows = [_nested(a[i], indent + 1, summarize, fmt) for i in range(a.shape[0])]
     return "[" + ("," + "\n" * (a.ndim - 1) + " " * (indent + 1)).join(rows) + "]"
@@ -103,7 +156,7 @@ def format_array(a, indent=7):
         return "[]"
     if a.dtype == dt.bfloat16.np:  # numpy's extension type: print its values as floats
         a = a.astype(np.float32)
-    summarize = a.size > THRESHOLD
+    summarize = a.size > options.threshold
     fmt = _Formatter(_summary(a) if summarize else a)
     return _nested(a, indent, summarize, fmt)
 
@@ -112,7 +165,7 @@ def _with_suffixes(body, suffixes, indent):
     out = [body]
     last = len(body) - body.rfind("\n") + 1
     for s in suffixes:
-        if last + len(s) + 2 > LINEWIDTH:
+        if last + len(s) + 2 > options.linewidth:
             out.append(",\n" + " " * indent + s)
             last = indent + len(s)
         else:

@@ -14,10 +14,13 @@ True
 """
 import math
 
+import numpy as np
+
 from aotgrad.ir import dtypes as dt
 from aotgrad.runtime import elementwise_ops as ew
 from aotgrad.runtime.factories import rand, randn
 from aotgrad.runtime.inplace_ops import commit_inplace
+from aotgrad.runtime.op_base import op
 
 
 def _shape(t):
@@ -122,3 +125,20 @@ def log_normal_(self, mean=1.0, std=2.0, *, generator=None):
 
 METHODS = {f.__name__: f for f in (normal_, uniform_, bernoulli_, random_, exponential_,
                                    geometric_, cauchy_, log_normal_)}
+
+
+@op("poisson", "PoissonBackward0")
+def poisson(input, generator=None):
+    """Draws from Poisson(rate) for each rate in input, in input's dtype; zero gradient.
+    Eager only: inside a compiled function it is a graph break."""
+    from aotgrad.runtime.factories import default_generator
+    from aotgrad.runtime.op_base import as_tensor_like
+    rates = input._concrete("poisson (drawn eagerly)")
+    if not input.dtype.is_floating_point:
+        raise RuntimeError(f"poisson: expected a floating-point tensor of rates, got "
+                           f"{input.dtype.name}")
+    if np.any(rates < 0) or np.any(np.isnan(rates)):
+        raise RuntimeError("poisson: invalid (negative or NaN) rate in input")
+    seed = int((generator or default_generator).next_seed()._value)
+    draws = np.random.default_rng(seed).poisson(rates.astype(np.float64))
+    return ew._zero_grad(as_tensor_like(draws.astype(input.dtype.np)), input)

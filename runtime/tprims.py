@@ -54,7 +54,13 @@ def _py(value, dtype):
         return bool(value)
     if dtype.is_floating_point:
         return float(value)
-    return int(value)
+    v = int(value)
+    if dtype.itemsize < 8:  # a Python int outside a narrow type's range wraps, as PyTorch's
+        bits = dtype.itemsize * 8  # C cast does (uint8 tensor + -5 adds 251)
+        v %= 1 << bits
+        if dtype.np.kind == "i" and v >= 1 << (bits - 1):
+            v -= 1 << bits
+    return v
 
 
 def broadcast_to(t, shape):

@@ -56,7 +56,7 @@ SAMPLES = {
     "linalg_eigh_vectors": ([_spd(3)], {"upper": False}),
     "linalg_pinv": ([_f(4, 3)], {"rtol": 1e-10, "atol": 0.0, "hermitian": False}),
 }
-for _n in ("bitwise_and", "bitwise_or", "bitwise_xor"):
+for _n in ("bitwise_and", "bitwise_or", "bitwise_xor", "gcd"):
     SAMPLES[_n] = ([rng.integers(0, 255, (2, 3)).astype(np.uint8) for _ in range(2)], {})
 for _n in ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod"):
     SAMPLES[_n] = ([_f(2, 3, 4)], {"dims": (0, 2)})

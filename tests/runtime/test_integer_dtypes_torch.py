@@ -109,3 +109,12 @@ def test_compiled_equals_eager(name, backend):
     for e, c in zip(f(a, b, s), aotgrad.compile(f, backend=backend)(a, b, s)):
         assert e.dtype is c.dtype
         np.testing.assert_array_equal(e.numpy(), c.numpy())
+
+
+@pytest.mark.parametrize("name", ("uint8", "int8", "int16", "int32"))
+def test_python_int_outside_the_range_wraps_like_torch(torch, name):
+    x, tx = _pair(torch, name, [1, 100])
+    for v in (-5, 300, -70000):
+        _same(x + v, tx + v)
+        _same(x * v, tx * v)
+    _same(x.clamp(-5, 5), tx.clamp(-5, 5))

@@ -139,21 +139,6 @@ def test_autocast_training_step_matches_torch(torch, dtype):
         np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
 
 
-def test_compiled_low_precision_runs_eagerly_with_a_warning():
-    def f(a):
-        return (a.bfloat16() * 2).float().sum()
-
-    x = ag.randn(8)
-    cf = ag.compile(f, backend="interpret")
-    with warnings.catch_warnings(record=True) as w:
-        warnings.simplefilter("always")
-        out = cf(x)
-    assert out.item() == f(x).item()
-    assert any("16-bit floats run eagerly only" in str(m.message) for m in w)
-    with pytest.raises(Exception, match="eagerly only"):
-        ag.compile(f, backend="interpret", fullgraph=True)(x)
-
-
 def test_module_half_and_bfloat16():
     m = nn.Linear(3, 2)
     w = m.weight

@@ -1,0 +1,100 @@
+"""as_strided, diagonal_scatter and resize_.
+
+aotgrad tensors have no shared storage with an offset: `as_strided` reads the input's
+elements in its logical (row-major, contiguous) order, which is PyTorch's storage order for a
+contiguous tensor; on a non-contiguous view PyTorch reads the base's storage instead. It is a
+gather, so it is differentiable (overlapping windows sum their gradients) and compiles.
+`resize_` runs eagerly only; elements past the old size are zero (PyTorch leaves them
+uninitialised).
+
+>>> import aotgrad
+>>> aotgrad.arange(6.).as_strided((2, 2), (1, 2)).tolist()
+[[0.0, 2.0], [1.0, 3.0]]
+"""
+import math
+
+import numpy as np
+
+from aotgrad.runtime.index_ops import _const_index, index_copy, take
+from aotgrad.runtime.op_base import cast, op
+from aotgrad.runtime.view_ops import _dim, movedim, reshape
+
+
+def _sizes(size, what):
+    size = tuple(int(s) for s in (size if isinstance(size, (tuple, list)) else (size,)))
+    if any(s < 0 for s in size):
+        raise RuntimeError(f"{what}: negative size in {list(size)}")
+    return size
+
+
+@op("as_strided", "AsStridedBackward0")
+def as_strided(input, size, stride, storage_offset=None):
+    """The elements at storage_offset + sum(i_k * stride_k) of the input's contiguous
+    order, for each index (i_0, i_1, ...) of `size`."""
+    size, stride = _sizes(size, "as_strided"), tuple(int(s) for s in stride)
+    offset = int(storage_offset or 0)
+    if len(size) != len(stride):
+        raise RuntimeError(f"as_strided: mismatch in length of strides and shape "
+                           f"(size {list(size)}, stride {list(stride)})")
+    if any(s < 0 for s in stride) or offset < 0:
+        raise RuntimeError(f"as_strided: negative strides or offset are not supported "
+                           f"(stride {list(stride)}, storage_offset {offset})")
+    pos = np.full(size, offset, dtype=np.int64)
+    for d, (n, st) in enumerate(zip(size, stride)):
+        shape = [1] * len(size)
+        shape[d] = n
+        pos = pos + (np.arange(n, dtype=np.int64) * st).reshape(shape)
+    numel = math.prod(input.shape)
+    if pos.size and pos.max() >= numel:
+        raise RuntimeError(f"as_strided: size {list(size)}, stride {list(stride)} and "
+                           f"storage_offset {offset} reach element {int(pos.max())}, out of "
+                           f"bounds for a tensor of {numel} elements (shape "
+                           f"{list(input.shape)})")
+    if not size:
+        return reshape(take(input, _const_index(pos.reshape(1))), ())
+    return take(input, _const_index(pos))
+
+
+@op("diagonal_scatter", "DiagonalScatterBackward0")
+def diagonal_scatter(input, src, offset=0, dim1=0, dim2=1):
+    """input with input.diagonal(offset, dim1, dim2) replaced by src (a new tensor)."""
+    d1, d2 = _dim(dim1, input.ndim), _dim(dim2, input.ndim)
+    if d1 == d2:
+        raise RuntimeError(f"diagonal_scatter: diagonal dimensions cannot be identical "
+                           f"{dim1}, {dim2}")
+    y = movedim(input, (d1, d2), (-2, -1))
+    r, c = y.shape[-2], y.shape[-1]
+    k = max(0, min(r, c - offset) if offset >= 0 else min(r + offset, c))
+    want = tuple(y.shape[:-2]) + (k,)
+    if tuple(src.shape) != want:
+        raise RuntimeError(f"diagonal_scatter: src must have the shape of the diagonal "
+                           f"{list(want)}, got {list(src.shape)}")
+    rows = np.arange(k) + max(0, -offset)
+    flat = reshape(y, tuple(y.shape[:-2]) + (r * c,))
+    out = index_copy(flat, flat.ndim - 1, _const_index(rows * c + rows + offset),
+                     cast(src, input.dtype))
+    return movedim(reshape(out, tuple(y.shape)), (-2, -1), (d1, d2))
+
+
+def resize_(self, *sizes, memory_format=None):
+    """Give the tensor a new shape in place, keeping its first elements in row-major order;
+    new elements are zero. Eager only (a graph break inside a compiled function)."""
+    size = _sizes(sizes[0] if len(sizes) == 1 and isinstance(sizes[0], (tuple, list))
+                  else sizes, "resize_")
+    old = self._concrete("resize_ (changes a tensor's shape in place)")
+    if self.requires_grad:
+        raise RuntimeError("cannot resize variables that require grad")
+    flat = np.zeros(math.prod(size), dtype=old.dtype)
+    n = min(flat.size, old.size)
+    flat[:n] = old.reshape(-1)[:n]
+    self._value = flat.reshape(size)
+    self._version_counter.v += 1
+    return self
+
+
+def resize_as_(self, other, memory_format=None):
+    return resize_(self, tuple(other.shape))
+
+
+METHODS = {"as_strided": as_strided, "diagonal_scatter": diagonal_scatter,
+           "resize_": resize_, "resize_as_": resize_as_}
