@@ -143,6 +143,10 @@ class Tensor:
     def is_inference(self):
         return self._inference
 
+    def _is_view(self):
+        """Whether this tensor is a view of another (`_base` is set), as PyTorch's."""
+        return self._base is not None
+
     def element_size(self):
         return self.dtype.itemsize
 
