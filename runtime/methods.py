@@ -165,7 +165,8 @@ _METHODS["scatter_reduce"] = scatter_reduce
 # in-place variants: computed out of place, written back, version bumped
 for _name in ("add sub mul div pow clamp clamp_min clamp_max clip neg abs exp log sqrt sigmoid "
               "tanh relu "
-              "masked_fill floor ceil round sign reciprocal square maximum minimum scatter scatter_add index_add index_copy "
+              "masked_fill floor ceil round sign reciprocal square maximum minimum scatter "
+              "scatter_add index_add index_copy "
               "index_fill addmm addmv addr addbmm baddbmm addcmul addcdiv lerp cumprod atan2 "
               "sinh cosh asinh acosh atanh asin acos atan arcsin arccos arctan "
               "arcsinh arccosh arctanh arctan2 erfc erfinv lgamma digamma logit xlogy sinc "
