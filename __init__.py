@@ -111,7 +111,8 @@ from aotgrad.runtime.legacy import (BFloat16Tensor, BoolTensor, ByteTensor,  # n
 from aotgrad.runtime.autocast import (autocast, get_autocast_dtype,  # noqa: E402
                                       is_autocast_enabled)
 from aotgrad.runtime.misc_api import (e, get_default_dtype, inf, is_complex,  # noqa: E402
-                                      is_floating_point, is_nonzero, is_tensor, nan, newaxis,
+                                      is_floating_point, is_inference, is_nonzero, is_tensor, nan,
+                                      newaxis,
                                       numel, pi, set_default_dtype, typename)
 from aotgrad.runtime.sparse_ops import sparse_coo_tensor, spmm  # noqa: E402
 from aotgrad.runtime.linalg_functions import (cholesky_solve, det, inverse,  # noqa: E402
@@ -169,7 +170,8 @@ __all__ = [
     "cumprod", "det", "device", "digamma", "dtype", "e", "einsum", "equal", "erfc",
     "erfinv", "float16", "get_autocast_dtype", "get_default_device", "get_default_dtype",
     "half", "i0", "inf", "inverse", "is_autocast_enabled", "is_complex",
-    "is_floating_point", "is_nonzero", "is_tensor", "isclose", "layout", "lerp", "lgamma",
+    "is_floating_point", "is_inference", "is_nonzero", "is_tensor", "isclose", "layout", "lerp",
+    "lgamma",
     "logaddexp", "logaddexp2", "logcumsumexp", "logdet", "logit", "matrix_power",
     "memory_format", "mvlgamma", "nan", "newaxis", "numel", "pi", "pinverse", "polygamma",
     "preserve_format", "qr", "searchsorted", "set_default_device", "set_default_dtype",

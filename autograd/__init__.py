@@ -11,7 +11,7 @@ from aotgrad.autograd import anomaly_mode, forward_ad, function, functional, gra
 from aotgrad.autograd.function import Function, InplaceFunction, once_differentiable
 from aotgrad.autograd.variable import Variable
 from aotgrad.autograd.grad_mode import _unsafe_preserve_version_counter  # noqa: F401
-from aotgrad.autograd.grad_mode import set_multithreading_enabled
+from aotgrad.autograd.grad_mode import is_multithreading_enabled, set_multithreading_enabled
 from aotgrad.autograd import profiler_util  # noqa: E402
 from aotgrad.autograd.profiler import kineto_available
 from aotgrad.runtime import profiling as _profiling
@@ -22,7 +22,7 @@ __all__ = ["backward", "grad", "Node", "Function", "once_differentiable", "gradc
            "is_grad_enabled", "detect_anomaly", "set_detect_anomaly", "is_anomaly_enabled",
            "is_anomaly_check_nan_enabled", "anomaly_mode", "function", "functional",
            "grad_mode", "graph", "profiler", "InplaceFunction", "Variable",
-           "set_multithreading_enabled", "kineto_available", "profiler_util"]
+           "set_multithreading_enabled", "is_multithreading_enabled", "kineto_available", "profiler_util"]
 
 
 def _profiler_enabled():

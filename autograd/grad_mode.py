@@ -10,7 +10,8 @@ from aotgrad.runtime.grad_mode import (enable_grad, inference_mode, is_grad_enab
                                        is_inference_mode_enabled, no_grad, set_grad_enabled)
 
 __all__ = ["no_grad", "enable_grad", "set_grad_enabled", "inference_mode", "is_grad_enabled",
-           "is_inference_mode_enabled", "set_multithreading_enabled"]
+           "is_inference_mode_enabled", "set_multithreading_enabled",
+           "is_multithreading_enabled"]
 
 
 class set_multithreading_enabled:
@@ -32,6 +33,11 @@ class set_multithreading_enabled:
 
     def clone(self):
         return type(self)(self.mode)
+
+
+def is_multithreading_enabled():
+    """The mode `set_multithreading_enabled` last set (True by default), as in PyTorch."""
+    return set_multithreading_enabled._enabled
 
 
 class _unsafe_preserve_version_counter:  # noqa: N801  (PyTorch's name)

@@ -19,7 +19,8 @@ from aotgrad.runtime.tensor import Tensor
 
 def enter_level():
     if state.level is not None:
-        raise RuntimeError("aotgrad.autograd.forward_ad: nested dual levels are not supported")
+        raise RuntimeError("Nested forward mode AD is not supported at the moment (dual "
+                           "levels cannot be nested: exit the active one before entering another)")
     state.level = 0
     return 0
 

@@ -148,8 +148,8 @@ _METHODS["scatter_reduce"] = scatter_reduce
 # in-place variants: computed out of place, written back, version bumped
 for _name in ("add sub mul div pow clamp clamp_min clamp_max clip neg abs exp log sqrt sigmoid "
               "tanh relu "
-              "masked_fill floor ceil round sign reciprocal square t transpose unsqueeze "
-              "squeeze maximum minimum scatter scatter_add index_add index_copy "
+              "masked_fill floor ceil round sign reciprocal square maximum minimum scatter "
+              "scatter_add index_add index_copy "
               "index_fill addmm addmv addr addbmm baddbmm addcmul addcdiv lerp cumprod atan2 "
               "sinh cosh asinh acosh atanh asin acos atan arcsin arccos arctan "
               "arcsinh arccosh arctanh arctan2 erfc erfinv lgamma digamma logit xlogy sinc "
@@ -157,6 +157,11 @@ for _name in ("add sub mul div pow clamp clamp_min clamp_max clip neg abs exp lo
               "log10 erf").split():
     _fn = _METHODS[_name]
     _METHODS[_name + "_"] = _inplace(_fn, _name + "_")
+# in-place views: the tensor takes the view's shape, value and history
+from aotgrad.runtime.inplace_view_ops import inplace_view  # noqa: E402
+for _name in ("t", "transpose", "unsqueeze", "squeeze", "swapdims", "swapaxes"):
+    if _name in _METHODS:
+        _METHODS[_name + "_"] = inplace_view(_METHODS[_name], _name + "_")
 for _op, _name in (("__iadd__", "add"), ("__isub__", "sub"), ("__imul__", "mul"),
                    ("__itruediv__", "div"), ("__ipow__", "pow"),
                    ("__ifloordiv__", "floor_divide"), ("__imod__", "remainder")):

@@ -43,6 +43,11 @@ def is_complex(input):  # noqa: A002
     return False
 
 
+def is_inference(input):  # noqa: A002
+    """Whether `input` is an inference tensor (made inside `inference_mode`)."""
+    return _tensor_arg("is_inference", input).is_inference()
+
+
 def is_nonzero(input):  # noqa: A002
     x = _tensor_arg("is_nonzero", input)
     if x.numel() != 1:

@@ -143,6 +143,10 @@ class Tensor:
     def is_inference(self):
         return self._inference
 
+    def _is_view(self):
+        """Whether this tensor is a view of another (`_base` is set), as PyTorch's."""
+        return self._base is not None
+
     def element_size(self):
         return self.dtype.itemsize
 
@@ -196,6 +200,8 @@ class Tensor:
             if not isinstance(g, Tensor):
                 raise TypeError(f"assigned grad expected to be a Tensor or None but got "
                                 f"{type(g).__name__}")
+            if g is self:  # the gradient would accumulate into the tensor itself
+                raise RuntimeError("can't assign Variable as its own grad")
             if tuple(g.shape) != tuple(self.shape):
                 raise RuntimeError(f"assigned grad has data of a different size: got "
                                    f"{list(g.shape)}, expected {list(self.shape)}")

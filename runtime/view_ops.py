@@ -35,8 +35,9 @@ def _view_of(out, base):
             (v.size == 0 and v.base is not None and _buffer(v) is _buffer(base._value))):
         out._version_counter = base._version_counter
         root = out._base = base if base._base is None else base._base
-        if base._inference:  # a view of an inference tensor is one (as in PyTorch)
-            out._inference = True
+        # a view is an inference tensor exactly when its base is (as in PyTorch): a view of a
+        # normal tensor taken inside inference_mode stays a normal tensor
+        out._inference = base._inference
         d = out.__dict__
         d["_view_made"] = True  # an in-place op on it may rebase the root's history
         if not _mode.grad_enabled:
