@@ -135,7 +135,8 @@ def one_node(name, inputs, out, args=(), kwargs=None):
     """Give `out`, computed by prims from `inputs`, one node named `name` over those inputs
     (the node the prims made is renamed when it already has exactly those edges; a node of
     that name a nested call of the same op made, over a cast of the input, is kept)."""
-    if type(out.grad_fn) is CompositeBackward and out.grad_fn._name == name:
+    if (type(out.grad_fn) is CompositeBackward or getattr(out.grad_fn, "whole_op", False)) \
+            and out.grad_fn._name == name:
         return out
     if any(out is t for t in inputs if t is not None) or \
             untracked_input(inputs, args, kwargs or {}):

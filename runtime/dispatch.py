@@ -6,7 +6,7 @@ numpy arrays; while a GraphBuilder is active they are IR Vars and the bind recor
 import numpy as _np
 
 from aotgrad.ir import dtypes as dt
-from aotgrad.ir.core import INTERPRETED, WATCHED_PRIMS, Aval, aval_of, current_builder, Var
+from aotgrad.ir.core import WATCHED_PRIMS, Aval, aval_of, current_builder, Var
 from aotgrad.ir.tags import Tag
 from aotgrad.runtime import forward_mode, layout, profiling
 from aotgrad.runtime.autograd_node import Node, _node_of
@@ -137,14 +137,16 @@ def apply(prim, *inputs, **params):
     """Bind `prim` on the tensors' values and record its autograd node when needed."""
     builder = current_builder()
     in_avals = None
-    if builder is None and not (INTERPRETED or WATCHED_PRIMS or profiling._profilers):
-        # the eager hot path: Prim.bind's work without its dispatch (no transform watches,
-        # no profiler records), keeping the input avals for the autograd node
+    if builder is None and not profiling._profilers and prim not in WATCHED_PRIMS:
         vals = [t._value for t in inputs]
-        in_avals = [aval_of(v) for v in vals]
-        prim.abstract_eval(*in_avals, **params)
-        out_val = prim.impl(*vals, **params)
-    else:
+        if all(type(v) is _np.ndarray for v in vals):
+            # the eager hot path: Prim.bind's work without its dispatch (numpy arrays, which
+            # no transform interprets; no profiler records), keeping the input avals for the
+            # autograd node
+            in_avals = [aval_of(v) for v in vals]
+            prim.abstract_eval(*in_avals, **params)
+            out_val = prim.impl(*vals, **params)
+    if in_avals is None:
         if builder is None:
             vals = [t._value for t in inputs]
         else:

@@ -4,8 +4,8 @@ contraction forward, and as many pads and adds backward).
 
 An op that has a kernel asks `run(kernel, inputs, reference, **params)` first: it answers
 the op's result, or None where the kernel does not apply and the op runs its prims as
-before. The kernel applies only eagerly (no trace, no function transform, no forward-mode
-level), on float32/float64 numpy buffers, and where `kernel.accepts(params)` holds. The
+before. The kernel applies only eagerly (no trace, no forward-mode level), on float32/float64
+numpy buffers (a function transform's values, vmap's batched ones, are not: the prims run), and where `kernel.accepts(params)` holds. The
 node's backward runs the kernel's backward on the buffers; under create_graph it runs the
 prims of `reference` (the op's decomposition, which stays the reference for the values)
 on the saved inputs instead, so a double backward differentiates the same rules as before.
@@ -20,7 +20,7 @@ from typing import Callable
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from aotgrad.ir.core import INTERPRETED, WATCHED_PRIMS, Aval, current_builder
+from aotgrad.ir.core import Aval, current_builder
 from aotgrad.runtime.autograd_node import GradientEdge, Node, _node_of
 from aotgrad.runtime.backward import run_subgraph
 from aotgrad.runtime.forward_mode import state as _forward
@@ -50,6 +50,7 @@ class Kernel:
 
 class KernelBackward(Node):
     """The one node of a kernel op: edges to its tensor inputs (None for an absent one)."""
+    whole_op = True   # composite.one_node keeps it as the op's node (a nested call's included)
 
     def __init__(self, kernel, reference, inputs, out, params, ctx):
         super().__init__([_node_of(t) if t is not None and t.requires_grad else (None, 0)
@@ -101,8 +102,7 @@ class KernelBackward(Node):
 def run(kernel, inputs, reference, /, **params):
     """The op's result from `kernel` with its node, or None where the kernel does not apply
     (the caller runs `reference(*inputs, **params)`, its prims, then)."""
-    if current_builder() is not None or INTERPRETED or WATCHED_PRIMS or \
-            _forward.level is not None:
+    if current_builder() is not None or _forward.level is not None:
         return None
     dtype = None
     for t in inputs:

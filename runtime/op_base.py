@@ -184,7 +184,10 @@ def _binary_args(a, b, float_result=False):
         # the common case first: two tensors of one shape and dtype, both weakly typed or
         # neither, need no promotion, cast or broadcast
         va, vb = a._value, b._value
-        if va.shape == vb.shape and va.dtype == vb.dtype and is_weak(a) == is_weak(b) and \
+        # (traced values compare structurally: a guard here would only pick the fast path)
+        if (va.shape == vb.shape if type(va) is np.ndarray and type(vb) is np.ndarray else
+                symbolic.same_shape(va.shape, vb.shape)) and va.dtype == vb.dtype and \
+                is_weak(a) == is_weak(b) and \
                 (not float_result or a.dtype.is_floating_point):
             return a, b
     ta, tb = isinstance(a, Tensor), isinstance(b, Tensor)

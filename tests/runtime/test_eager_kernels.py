@@ -126,6 +126,20 @@ def test_kernel_node_edges_saved_tensor_check_and_no_grad():
     assert z.grad_fn is None and not z.requires_grad
 
 
+def test_kernels_apply_once_vmap_is_loaded_and_vmap_over_them_runs_the_prims(monkeypatch):
+    import aotgrad.func  # noqa: F401 (loads the batching rules, which stay registered)
+    x = ag.randn(2, 3, requires_grad=True)
+    assert isinstance(F.softmax(x, -1).grad_fn, eager_kernels.KernelBackward)
+    assert F.conv2d(ag.randn(1, 1, 4, 4), ag.randn(1, 1, 2, 2, requires_grad=True)) \
+        .grad_fn.next_functions[1][0] is not None
+    xs = _rand(4, 2, 5)
+    batched = ag.func.vmap(lambda t: F.gelu(F.layer_norm(t, (5,))))(ag.tensor(xs))
+    with monkeypatch.context() as m:
+        m.setattr(eager_kernels, "run", lambda *a, **k: None)
+        ref = F.gelu(F.layer_norm(ag.tensor(xs), (5,)))
+    np.testing.assert_allclose(batched.numpy(), ref.numpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_the_reference_still_raises_for_too_small_an_input():
     with pytest.raises(RuntimeError, match="Output size is too small"):
         F.conv2d(ag.randn(1, 1, 2, 2), ag.randn(1, 1, 3, 3))
