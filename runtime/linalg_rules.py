@@ -25,6 +25,7 @@ from aotgrad.runtime.elementwise_ops import add, div, mul, neg, sub, where
 from aotgrad.runtime.join_ops import cat, narrow
 from aotgrad.runtime.linalg_ops import matmul
 from aotgrad.runtime.view_ops import transpose, unsqueeze
+from aotgrad.runtime.factories import eye
 
 
 def mT(x):  # noqa: N802  (PyTorch's name)
@@ -32,7 +33,6 @@ def mT(x):  # noqa: N802  (PyTorch's name)
 
 
 def _eye_like(x, n):
-    from aotgrad.runtime.factories import eye
     return eye(n, dtype=x.dtype)
 
 
@@ -156,7 +156,6 @@ def _off_diagonal_inverse(e):
 
 
 def _eye_bool(n):
-    from aotgrad.runtime.factories import eye
     return tp.convert_element_type(eye(n, dtype=dt.float32), dtype=dt.bool_)
 
 
