@@ -14,6 +14,7 @@ from aotgrad.runtime.grad_mode import no_grad
 from aotgrad.runtime.ops import op
 from aotgrad.nn._checks import _check_float, _check_tensor
 from aotgrad.runtime.composite import composite
+from aotgrad.nn.functional_activations import _maybe_inplace, _source
 
 
 # ---- normalisation ---------------------------------------------------------------------------
@@ -97,7 +98,6 @@ def _feature_dropout(input, p, training, inplace, name, unbatched):
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
     if not training or p == 0.0:
         return input
-    from aotgrad.nn.functional import _maybe_inplace, _source
     src = _source(input, inplace)
     lead = 1 if unbatched else 2
     mask_shape = tuple(input.shape[:lead]) + (1,) * (input.ndim - lead)

@@ -12,31 +12,19 @@ Assigning a `Parameter`, a `Module` or a registered buffer to an attribute regis
 >>> [n for n, _ in Affine().named_parameters()]
 ['w']
 """
-import itertools
 import warnings
-from collections import OrderedDict, namedtuple
+from collections import OrderedDict
 
 from aotgrad.ir import dtypes as dt
-from aotgrad.autograd.function import Function
-from aotgrad.ir.core import current_builder
 from aotgrad.nn.parameter import Parameter
 from aotgrad.runtime import device as _device
-from aotgrad.runtime import dispatch
-from aotgrad.runtime.grad_mode import no_grad, state as _mode
+from aotgrad.runtime.grad_mode import no_grad
 from aotgrad.runtime.tensor import Tensor
-
-
-_EXTRA_STATE_KEY = "_extra_state"
-_hook_ids = itertools.count()   # one id per registered hook (the same function may be added twice)
-
-
-class _IncompatibleKeys(namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])):
-    def __repr__(self):
-        if not self.missing_keys and not self.unexpected_keys:
-            return "<All keys matched successfully>"
-        return super().__repr__()
-
-    __str__ = __repr__
+from aotgrad.nn.module_hooks import (_call_with_backward_hooks, _DictHandle,
+                                     _global_backward_hooks, _global_backward_pre_hooks,
+                                     _hook_ids, register_module_full_backward_hook,
+                                     register_module_full_backward_pre_hook)
+from aotgrad.nn.module_state import StateDictMixin
 
 
 def _type_name(value):
@@ -54,7 +42,7 @@ def _check_name(kind, name, module):
         raise KeyError(f"{kind} name can't be empty string \"\"")
 
 
-class Module:
+class Module(StateDictMixin):
     """Base class for all neural-network modules (PyTorch's `nn.Module` contract)."""
 
     training: bool
@@ -480,29 +468,7 @@ class Module:
     def type(self, dst_type):
         return self.to(dst_type)
 
-    # ---- state dict ------------------------------------------------------------------------
-    def state_dict(self, *args, destination=None, prefix="", keep_vars=False):
-        """An OrderedDict of parameters and persistent buffers by qualified name. The tensors
-        share storage with the module's (detached unless `keep_vars=True`)."""
-        if args:  # the positional (destination, prefix, keep_vars) form
-            destination, prefix, keep_vars = (list(args) + [prefix, keep_vars])[:3] \
-                if len(args) < 3 else args[:3]
-        if destination is None:
-            destination = OrderedDict()
-        for name, p in self._parameters.items():
-            if p is not None:
-                destination[prefix + name] = p if keep_vars else p.detach()
-        for name, b in self._buffers.items():
-            if b is not None and name not in self._non_persistent_buffers_set:
-                destination[prefix + name] = b if keep_vars else b.detach()
-        if self._has_extra_state():
-            destination[prefix + _EXTRA_STATE_KEY] = self.get_extra_state()
-        for name, m in self._modules.items():
-            if m is not None:
-                m.state_dict(destination=destination, prefix=prefix + name + ".",
-                             keep_vars=keep_vars)
-        return destination
-
+    # ---- extra state (state_dict and load_state_dict: module_state.StateDictMixin) -------
     def get_extra_state(self):
         """Override (with `set_extra_state`) to save non-tensor state in `state_dict` under
         the key "_extra_state".
@@ -521,71 +487,6 @@ class Module:
 
     def _has_extra_state(self):
         return type(self).get_extra_state is not Module.get_extra_state
-
-    def _extra_state_modules(self):
-        """{state_dict key: module} for the modules that override get_extra_state."""
-        return {prefix + ("." if prefix else "") + _EXTRA_STATE_KEY: m
-                for prefix, m in self.named_modules(remove_duplicate=False)
-                if m._has_extra_state()}
-
-    def load_state_dict(self, state_dict, strict=True, assign=False):
-        """Copy tensors from `state_dict` into this module's parameters and buffers.
-
-        With `strict=True` (the default) missing and unexpected keys are errors; a shape
-        mismatch is always an error. Returns (missing_keys, unexpected_keys)."""
-        if not hasattr(state_dict, "keys"):
-            raise TypeError(f"Expected state_dict to be dict-like, got {type(state_dict)}.")
-        own = self.state_dict(keep_vars=True)
-        extra = self._extra_state_modules()
-        missing = [k for k in own if k not in state_dict]
-        unexpected = [k for k in state_dict if k not in own]
-        errors = []
-        if strict:  # PyTorch lists missing keys first, then unexpected ones
-            if missing:
-                errors.append("Missing key(s) in state_dict: " +
-                              ", ".join(f'"{k}"' for k in missing) + ". ")
-            if unexpected:
-                errors.append("Unexpected key(s) in state_dict: " +
-                              ", ".join(f'"{k}"' for k in unexpected) + ". ")
-        pending = []
-        for k, target in own.items():
-            if k not in state_dict or k in extra:
-                continue
-            src = state_dict[k]
-            if not isinstance(src, Tensor):
-                try:
-                    from aotgrad.runtime.factories import tensor
-                    src = tensor(src)
-                except Exception:
-                    errors.append(f'While copying the parameter named "{k}", expected '
-                                  f'aotgrad.Tensor or Tensor-like object from checkpoint but '
-                                  f'received {type(src)}')
-                    continue
-            if tuple(src.shape) != tuple(target.shape):
-                errors.append(f"size mismatch for {k}: copying a param with shape "
-                              f"{src.shape} from checkpoint, the shape in current model is "
-                              f"{target.shape}.")
-                continue
-            pending.append((k, target, src))
-        if errors:
-            raise RuntimeError(f"Error(s) in loading state_dict for {type(self).__name__}:\n\t"
-                               + "\n\t".join(errors))
-        for k, m in extra.items():
-            if k in state_dict:
-                m.set_extra_state(state_dict[k])
-        with no_grad():
-            for k, target, src in pending:
-                if assign:
-                    mod_path, _, name = k.rpartition(".")
-                    mod = self.get_submodule(mod_path)
-                    if name in mod._parameters:
-                        setattr(mod, name, src if isinstance(src, Parameter) else
-                                Parameter(src, target.requires_grad))
-                    else:
-                        mod._buffers[name] = src
-                else:
-                    target.copy_(src.detach())
-        return _IncompatibleKeys(missing, unexpected)
 
     # ---- printing --------------------------------------------------------------------------
     def extra_repr(self):
@@ -606,173 +507,6 @@ class Module:
         if len(extra_lines) == 1 and not child_lines:
             return f"{self._get_name()}({extra_lines[0]})"
         return self._get_name() + "(\n  " + "\n  ".join(lines) + "\n)"
-
-
-class _DictHandle:
-    """`handle.remove()` for a hook stored in an ordered dict."""
-
-    def __init__(self, store, key):
-        self.store, self.key = store, key
-
-    @classmethod
-    def add(cls, store, hook):
-        key = next(_hook_ids)
-        store[key] = hook
-        return cls(store, key)
-
-    def remove(self):
-        self.store.pop(self.key, None)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.remove()
-
-
-# ---- full backward hooks -------------------------------------------------------------------
-_global_backward_pre_hooks = OrderedDict()
-_global_backward_hooks = OrderedDict()
-
-
-def register_module_full_backward_pre_hook(hook):
-    """Like `Module.register_full_backward_pre_hook`, for every module (these run before
-    the module's own). Returns a handle with `remove()`."""
-    return _DictHandle.add(_global_backward_pre_hooks, hook)
-
-
-def register_module_full_backward_hook(hook):
-    """Like `Module.register_full_backward_hook`, for every module (these run before the
-    module's own). Returns a handle with `remove()`.
-
-    >>> h = register_module_full_backward_hook(lambda m, gi, go: print(type(m).__name__))
-    >>> h.remove()
-    """
-    return _DictHandle.add(_global_backward_hooks, hook)
-
-
-class BackwardHookFunction(Function):
-    """The identity, as an autograd node around a module's tensor inputs (or outputs): its
-    backward runs the module's full backward hooks (or pre-hooks) on the gradients."""
-
-    @staticmethod
-    def forward(ctx, *args):
-        ctx.mark_non_differentiable(*[a for a in args if not a.requires_grad])
-        return args
-
-    @staticmethod
-    def backward(ctx, *grads):
-        return ctx._module_hook(grads)
-
-
-def _call_with_backward_hooks(module, args, kwargs):
-    d = module.__dict__
-    hooks = list(_global_backward_hooks.values()) + list(d.get("_backward_hooks", {}).values())
-    pre = list(_global_backward_pre_hooks.values()) + \
-        list(d.get("_backward_pre_hooks", {}).values())
-    if not (hooks or pre):
-        return module._call_forward(args, kwargs)
-    if _mode.grad_enabled:
-        what = f"{type(module).__name__} with full backward hooks (they run Python on every " \
-            f"backward)"
-        if dispatch.break_recorder is not None:
-            dispatch.note_concrete(what)
-        if current_builder() is not None:
-            dispatch.graph_break(what, None)
-    return module._call_forward(args, kwargs, _BackwardHook(module, hooks, pre))
-
-
-class _BackwardHook:
-    """One module call's full backward hooks: the gradients of its outputs, caught by the
-    node around the outputs, wait for the node around the inputs (PyTorch's BackwardHook)."""
-
-    def __init__(self, module, hooks, pre_hooks):
-        self.module, self.hooks, self.pre_hooks = module, hooks, pre_hooks
-        self.grad_outputs = None
-        self.n_inputs = self.n_outputs = -1
-        self.input_index = self.output_index = None
-
-    @staticmethod
-    def _wrap(args, on_grads, materialize):
-        """Pass the tensors of `args` through BackwardHookFunction, whose node's backward is
-        on_grads (given zeros, or None if not `materialize`, for outputs without a gradient)
-        -> (new args, indices of the tensors), or (args, None) when nothing needs a gradient."""
-        index = [i for i, a in enumerate(args) if isinstance(a, Tensor)]
-        tensors = [args[i] for i in index]
-        if not (_mode.grad_enabled and any(t.requires_grad for t in tensors)):
-            return args, None
-        new = BackwardHookFunction.apply(*tensors)
-        node = next(t.grad_fn for t in new if t.grad_fn is not None)
-        node._module_hook, node.materialize_grads = on_grads, materialize
-        out = list(args)
-        for i, t, old in zip(index, new, tensors):
-            if t.requires_grad:  # an alias of `old`: in-place changes are refused, as PyTorch
-                t._base = old if old._base is None else old._base
-            out[i] = t
-        return (tuple(out) if type(args) is tuple else type(args)(*out)), index
-
-    @staticmethod
-    def _pack(index, values, size):
-        res = [None] * size
-        for i, v in zip(index, values):
-            res[i] = v
-        return tuple(res)
-
-    def setup_input_hook(self, args):
-        res, self.input_index = self._wrap(args, self._on_input_grads, True)
-        self.n_inputs = len(args)
-        return res
-
-    def setup_output_hook(self, out):
-        single = not isinstance(out, tuple)
-        outs = (out,) if single else out
-        res, self.output_index = self._wrap(outs, self._on_output_grads, False)
-        self.n_outputs = len(outs)
-        return res[0] if single else res
-
-    def _on_output_grads(self, grads):
-        self.grad_outputs = self._pack(self.output_index, grads, self.n_outputs)
-        for hook in self.pre_hooks:
-            r = hook(self.module, self.grad_outputs)
-            if r is None:
-                continue
-            if len(r) != len(self.grad_outputs):
-                raise RuntimeError(f"Backward pre hook returned an invalid number of "
-                                   f"grad_output, got {len(r)}, but expected "
-                                   f"{len(self.grad_outputs)}")
-            self.grad_outputs = tuple(r)
-        local = self.grad_outputs
-        if self.input_index is None:  # no input needs a gradient: the hooks run now
-            warnings.warn("Full backward hook is firing when gradients are computed with "
-                          "respect to module outputs since no inputs require gradients. See "
-                          "the documentation of Module.register_full_backward_hook for more "
-                          "details.", stacklevel=2)
-            grad_inputs = (None,) * self.n_inputs
-            for hook in self.hooks:
-                r = hook(self.module, grad_inputs, self.grad_outputs)
-                if r is not None and not (isinstance(r, tuple) and all(g is None for g in r)):
-                    raise RuntimeError("Backward hook for Modules where no input requires "
-                                       "gradient should always return None or None for all "
-                                       "gradients.")
-            self.grad_outputs = None
-        return tuple(local[i] for i in self.output_index)
-
-    def _on_input_grads(self, grads):
-        if self.grad_outputs is None:
-            # the gradient reached the inputs without passing through the outputs (a second
-            # backward through the module's inputs, for instance): no hook runs
-            return grads
-        res = self._pack(self.input_index, grads, self.n_inputs)
-        for hook in self.hooks:
-            r = hook(self.module, res, self.grad_outputs)
-            if r is None:
-                continue
-            if len(r) != len(res):
-                raise RuntimeError(f"Backward hook returned an invalid number of grad_input, "
-                                   f"got {len(r)}, but expected {len(res)}")
-            res = r
-        self.grad_outputs = None
-        return tuple(res[i] for i in self.input_index)
 
 
 __all__ = ["Module", "register_module_full_backward_hook",

@@ -3,6 +3,8 @@ import numpy as np
 
 from aotgrad.runtime.autograd_node import GradientEdge
 from aotgrad.runtime.backward import run_backward
+from aotgrad.runtime.factories import ones_like, tensor, zeros, zeros_like
+from aotgrad.runtime.shape_ops import stack
 from aotgrad.runtime.tensor import Size, Tensor
 
 
@@ -38,11 +40,9 @@ def _make_grads(outputs, grad_outputs):
                     one = _ONE[(v.shape, v.dtype)] = np.ones(v.shape, v.dtype)
                 out.append(Tensor._make(one.copy()))
             else:
-                from aotgrad.runtime.factories import ones_like
                 out.append(ones_like(o))
             continue
         if not isinstance(g, Tensor):
-            from aotgrad.runtime.factories import tensor
             g = tensor(g, dtype=o.dtype)
         elif tuple(g.shape) != tuple(o.shape):
             raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of "
@@ -62,7 +62,6 @@ class _EdgeOutput:
     them from an output tensor)."""
 
     def __init__(self, edge):
-        from aotgrad.runtime.factories import zeros
         aval = edge.node._out_avals[edge.output_nr]
         self.shape, self.dtype = aval.shape, aval.dtype
         self._value = zeros(aval.shape, dtype=aval.dtype)._value
@@ -147,7 +146,6 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     res = run_backward(outputs, _make_grads(outputs, grad_outputs), retain_graph, create_graph,
                        inputs=inputs, allow_unused=allow_unused, accumulate=False)
     if materialize_grads:
-        from aotgrad.runtime.factories import zeros_like
         if any(r is None and type(i) is GradientEdge for r, i in zip(res, inputs)):
             raise RuntimeError("materialize_grads cannot be used when the given input is a "
                                "GradientEdge")
@@ -163,8 +161,6 @@ def _batched_grad(outputs, inputs, grad_outputs, retain_graph, create_graph, all
                   materialize_grads):
     """is_grads_batched=True: the first dim of every grad_output is a batch of vectors; one
     vector-Jacobian product per entry (a loop, not a vmap), results stacked along dim 0."""
-    from aotgrad.runtime.shape_ops import stack
-    from aotgrad.runtime.factories import zeros_like
     gos = _as_tuple(grad_outputs) if grad_outputs is not None else None
     if gos is None or any(g is None for g in gos):
         raise RuntimeError("is_grads_batched=True needs a batched grad_output for every output")

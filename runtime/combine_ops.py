@@ -18,6 +18,8 @@ from aotgrad.runtime import shape_ops as so
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.op_base import _binary_args, cast, op, scalar_dtype
 from aotgrad.runtime.tensor import Tensor
+from aotgrad.runtime.factories import tensor, zeros
+from aotgrad.runtime.reduction_more_ops import atleast_3d
 
 
 @op("tensordot")
@@ -74,7 +76,6 @@ def block_diag(*tensors):
     mats = [so.reshape(t, 1, 1) if t.ndim == 0 else so.reshape(t, 1, -1) if t.ndim == 1 else t
             for t in tensors]
     if not mats:
-        from aotgrad.runtime.factories import zeros
         return zeros(1, 0)
     dtype = mats[0].dtype
     for m in mats[1:]:
@@ -148,7 +149,6 @@ def vsplit(x, indices_or_sections):
 
 
 def dstack(tensors):
-    from aotgrad.runtime.reduction_more_ops import atleast_3d
     return so.cat(list(atleast_3d(tuple(tensors))), 2)
 
 
@@ -178,7 +178,6 @@ def isin(elements, test_elements, *, assume_unique=False, invert=False):
 def _index_pairs(row, col, offset, lower):
     r, c = np.indices((row, col))
     keep = (c - r <= offset) if lower else (c - r >= offset)
-    from aotgrad.runtime.factories import tensor
     return tensor(np.stack([r[keep], c[keep]]).astype(np.int64))
 
 

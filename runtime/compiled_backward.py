@@ -2,6 +2,7 @@
 and an interpreter that runs a Graph with tensor ops (differentiable, for create_graph)."""
 import numpy as np
 
+from aotgrad.ir.core import first_nan_node
 from aotgrad.runtime import profiling
 from aotgrad.runtime.dispatch import apply
 from aotgrad.runtime.engine import FREED_MESSAGE, Node, SavedTensor, _node_of, fresh, \
@@ -80,7 +81,6 @@ def check_nan(graph, args, outs, what):
     """Anomaly mode for compiled code: on a NaN output, replay the graph with the reference
     prims to find the node that produced it and report that node's user line."""
     import numpy as np
-    from aotgrad.ir.core import first_nan_node
     if not any(isinstance(o, np.ndarray) and o.dtype.kind == "f" and np.isnan(o).any()
                for o in outs):
         return

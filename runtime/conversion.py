@@ -12,6 +12,7 @@ from aotgrad.runtime import device as _device
 from aotgrad.runtime import memory_format as _mf
 from aotgrad.runtime.op_base import cast
 from aotgrad.runtime.tensor import Tensor
+from aotgrad.runtime.view_ops import clone
 
 _OVERLOADS = (
     " * (aotgrad.device device = None, aotgrad.dtype dtype = None, bool non_blocking = False, "
@@ -80,7 +81,6 @@ def to(self, *args, **kwargs):
     _mf.check(self, memory_format, "Tensor.to")
     out = self if dtype is None else cast(self, dt.as_dtype(dtype))
     if copy and out is self:
-        from aotgrad.runtime.view_ops import clone
         out = clone(self)
     return out
 

@@ -11,7 +11,8 @@ only when `self` requires grad); the key "out" does the same for the output.
 import math
 
 from aotgrad.ir import dtypes as dt
-from aotgrad.ir.core import PRIMS
+from aotgrad.ir import prims as P
+from aotgrad.ir.core import PRIMS, Prim
 from aotgrad.ir.prims import dot_dims
 from aotgrad.ir.tags import Tag
 from aotgrad.runtime import tprims as tp
@@ -28,8 +29,14 @@ class Rule:
 
 
 def defvjp(prim, save=(), save_if=None):
-    """Register the rule for `prim`; `save` lists input positions and/or "out"; `save_if`
-    maps a saved input position to the inputs whose gradient needs it."""
+    """Register the rule for `prim` (the Prim object, the table's key); `save` lists input
+    positions and/or "out"; `save_if` maps a saved input position to the inputs whose
+    gradient needs it."""
+    if not isinstance(prim, Prim):
+        raise TypeError(f"defvjp: expected a Prim (aotgrad.ir.prims.<name>), got {prim!r}")
+    if prim in VJP:
+        raise ValueError(f"defvjp: prims.{prim.name} already has a derivative rule")
+
     def deco(fn):
         VJP[prim] = Rule(prim, fn, tuple(i for i in save if i != "out"), "out" in save,
                          save_if)
@@ -50,92 +57,92 @@ def _bc(c, like):
 
 
 # ---- unary pointwise -----------------------------------------------------------------------
-@defvjp("neg")
+@defvjp(P.neg)
 def _(ctx, g):
     return (tp.neg(g),)
 
 
-@defvjp("abs", save=(0,))
+@defvjp(P.abs, save=(0,))
 def _(ctx, g):
     x, = ctx.saved_tensors
     return (tp.mul(g, tp.sign_nan0(x)),)
 
 
-@defvjp("exp", save=("out",))
+@defvjp(P.exp, save=("out",))
 def _(ctx, g):
     out, = ctx.saved_tensors
     return (tp.mul(g, out),)
 
 
-@defvjp("log", save=(0,))
+@defvjp(P.log, save=(0,))
 def _(ctx, g):
     x, = ctx.saved_tensors
     return (tp.div(g, x),)
 
 
-@defvjp("log1p", save=(0,))
+@defvjp(P.log1p, save=(0,))
 def _(ctx, g):
     x, = ctx.saved_tensors
     return (tp.div(g, tp.add(x, _bc(_c(1, x), x))),)
 
 
-@defvjp("expm1", save=("out",))
+@defvjp(P.expm1, save=("out",))
 def _(ctx, g):
     out, = ctx.saved_tensors
     return (tp.mul(g, tp.add(out, _bc(_c(1, out), out))),)
 
 
-@defvjp("sqrt", save=("out",))
+@defvjp(P.sqrt, save=("out",))
 def _(ctx, g):
     out, = ctx.saved_tensors
     return (tp.div(g, tp.mul(out, _bc(_c(2, out), out))),)
 
 
-@defvjp("rsqrt", save=("out",))
+@defvjp(P.rsqrt, save=("out",))
 def _(ctx, g):
     out, = ctx.saved_tensors  # d/dx x^-1/2 = -1/2 x^-3/2 = -1/2 out^3
     cube = tp.mul(tp.mul(out, out), out)
     return (tp.mul(g, tp.mul(cube, _bc(_c(-0.5, out), out))),)
 
 
-@defvjp("sin", save=(0,))
+@defvjp(P.sin, save=(0,))
 def _(ctx, g):
     x, = ctx.saved_tensors
     return (tp.mul(g, tp.cos(x)),)
 
 
-@defvjp("cos", save=(0,))
+@defvjp(P.cos, save=(0,))
 def _(ctx, g):
     x, = ctx.saved_tensors
     return (tp.neg(tp.mul(g, tp.sin(x))),)
 
 
-@defvjp("tanh", save=("out",))
+@defvjp(P.tanh, save=("out",))
 def _(ctx, g):
     out, = ctx.saved_tensors
     return (tp.mul(g, tp.sub(_bc(_c(1, out), out), tp.mul(out, out))),)
 
 
-@defvjp("logistic", save=("out",))
+@defvjp(P.logistic, save=("out",))
 def _(ctx, g):
     out, = ctx.saved_tensors
     return (tp.mul(g, tp.mul(out, tp.sub(_bc(_c(1, out), out), out))),)
 
 
-@defvjp("erf", save=(0,))
+@defvjp(P.erf, save=(0,))
 def _(ctx, g):
     x, = ctx.saved_tensors
     dens = tp.exp(tp.neg(tp.mul(x, x)))
     return (tp.mul(g, tp.mul(dens, _bc(_c(2 / math.sqrt(math.pi), x), x))),)
 
 
-@defvjp("sinh", save=(0,))
+@defvjp(P.sinh, save=(0,))
 def _(ctx, g):
     x, = ctx.saved_tensors
     return (tp.mul(g, tp.cosh(x)),)
 
 
-@defvjp("cosh", save=(0,))
+@defvjp(P.cosh, save=(0,))
 def _(ctx, g):
     x, = ctx.saved_tensors
     return (tp.mul(g, tp.sinh(x)),)
@@ -146,71 +153,71 @@ def _x2_plus(x, c):
     return tp.add(tp.mul(x, x), _bc(_c(c, x), x))
 
 
-@defvjp("asinh", save=(0,))
+@defvjp(P.asinh, save=(0,))
 def _(ctx, g):
     x, = ctx.saved_tensors
     return (tp.mul(g, tp.rsqrt(_x2_plus(x, 1))),)
 
 
-@defvjp("acosh", save=(0,))
+@defvjp(P.acosh, save=(0,))
 def _(ctx, g):
     x, = ctx.saved_tensors
     return (tp.mul(g, tp.rsqrt(_x2_plus(x, -1))),)
 
 
-@defvjp("atanh", save=(0,))
+@defvjp(P.atanh, save=(0,))
 def _(ctx, g):
     x, = ctx.saved_tensors
     return (tp.div(g, tp.sub(_bc(_c(1, x), x), tp.mul(x, x))),)
 
 
-@defvjp("asin", save=(0,))
+@defvjp(P.asin, save=(0,))
 def _(ctx, g):
     x, = ctx.saved_tensors
     return (tp.mul(g, tp.rsqrt(tp.sub(_bc(_c(1, x), x), tp.mul(x, x)))),)
 
 
-@defvjp("acos", save=(0,))
+@defvjp(P.acos, save=(0,))
 def _(ctx, g):
     x, = ctx.saved_tensors
     return (tp.neg(tp.mul(g, tp.rsqrt(tp.sub(_bc(_c(1, x), x), tp.mul(x, x))))),)
 
 
-@defvjp("erfc", save=(0,))
+@defvjp(P.erfc, save=(0,))
 def _(ctx, g):
     x, = ctx.saved_tensors
     dens = tp.exp(tp.neg(tp.mul(x, x)))
     return (tp.mul(g, tp.mul(dens, _bc(_c(-2 / math.sqrt(math.pi), x), x))),)
 
 
-@defvjp("erfcx", save=(0, "out"))
+@defvjp(P.erfcx, save=(0, "out"))
 def _(ctx, g):
     x, out = ctx.saved_tensors  # (exp(x^2) erfc(x))' = 2 x erfcx(x) - 2 / sqrt(pi)
     d = tp.sub(tp.mul(tp.mul(x, out), _bc(_c(2, x), x)), _bc(_c(2 / math.sqrt(math.pi), x), x))
     return (tp.mul(g, d),)
 
 
-@defvjp("erfinv", save=("out",))
+@defvjp(P.erfinv, save=("out",))
 def _(ctx, g):
     out, = ctx.saved_tensors  # d/dx erfinv(x) = sqrt(pi) / 2 * exp(erfinv(x)^2)
     return (tp.mul(g, tp.mul(tp.exp(tp.mul(out, out)),
                              _bc(_c(math.sqrt(math.pi) / 2, out), out))),)
 
 
-@defvjp("ndtri", save=("out",))
+@defvjp(P.ndtri, save=("out",))
 def _(ctx, g):
     out, = ctx.saved_tensors  # 1 / pdf(ndtri(p))
     return (tp.mul(g, tp.mul(tp.exp(tp.mul(tp.mul(out, out), _bc(_c(0.5, out), out))),
                              _bc(_c(math.sqrt(2 * math.pi), out), out))),)
 
 
-@defvjp("i0e", save=(0, "out"))
+@defvjp(P.i0e, save=(0, "out"))
 def _(ctx, g):
     x, out = ctx.saved_tensors  # (exp(-|x|) I0)' = exp(-|x|) (I1 - sign(x) I0)
     return (tp.mul(g, tp.sub(tp.i1e(x), tp.mul(tp.sign_nan0(x), out))),)
 
 
-@defvjp("i1e", save=(0, "out"))
+@defvjp(P.i1e, save=(0, "out"))
 def _(ctx, g):
     """(exp(-|x|) I1)' = exp(-|x|) (I0 - I1 / x - sign(x) I1), and 1/2 at x = 0."""
     x, out = ctx.saved_tensors
@@ -221,47 +228,47 @@ def _(ctx, g):
     return (tp.mul(g, d),)
 
 
-@defvjp("lgamma", save=(0,))
+@defvjp(P.lgamma, save=(0,))
 def _(ctx, g):
     x, = ctx.saved_tensors
     return (tp.mul(g, tp.polygamma(x, n=0)),)
 
 
-@defvjp("polygamma", save=(0,))
+@defvjp(P.polygamma, save=(0,))
 def _(ctx, g):
     x, = ctx.saved_tensors
     return (tp.mul(g, tp.polygamma(x, n=ctx.params["n"] + 1)),)
 
 
-@defvjp("reciprocal", save=("out",))
+@defvjp(P.reciprocal, save=("out",))
 def _(ctx, g):
     out, = ctx.saved_tensors
     return (tp.neg(tp.mul(g, tp.mul(out, out))),)
 
 
-for _p in ("sign", "floor", "ceil"):  # piecewise constant: zero gradient, as in PyTorch
+for _p in (P.sign, P.floor, P.ceil):  # piecewise constant: zero gradient, as in PyTorch
     defvjp(_p)(lambda ctx, g: (_zeros_like(g),))
 
 
 # ---- binary pointwise ----------------------------------------------------------------------
-@defvjp("add")
+@defvjp(P.add)
 def _(ctx, g):
     return g, g
 
 
-@defvjp("sub")
+@defvjp(P.sub)
 def _(ctx, g):
     return g, (tp.neg(g) if ctx.needs_input_grad[1] else None)
 
 
-@defvjp("mul", save=(0, 1), save_if={0: (1,), 1: (0,)})
+@defvjp(P.mul, save=(0, 1), save_if={0: (1,), 1: (0,)})
 def _(ctx, g):
     x, y = ctx.saved_tensors
     return (tp.mul(g, y) if ctx.needs_input_grad[0] else None,
             tp.mul(g, x) if ctx.needs_input_grad[1] else None)
 
 
-@defvjp("div", save=(0, 1))
+@defvjp(P.div, save=(0, 1))
 def _(ctx, g):
     x, y = ctx.saved_tensors
     gx = tp.div(g, y)
@@ -269,7 +276,7 @@ def _(ctx, g):
     return (gx if ctx.needs_input_grad[0] else None), gy
 
 
-@defvjp("pow", save=(0, 1, "out"), save_if={"out": (1,)})  # x ** 3 saves only x (PyTorch)
+@defvjp(P.pow, save=(0, 1, "out"), save_if={"out": (1,)})  # x ** 3 saves only x (PyTorch)
 def _(ctx, g):
     x, y, out = ctx.saved_tensors
     zero = _bc(_c(0, x), x)
@@ -289,18 +296,18 @@ def _minmax_vjp(ctx, g):
     x, y = ctx.saved_tensors
     zero, half = _bc(_c(0, g), g), _bc(_c(0.5, g), g)
     gt = tp.where(tp.eq(x, y), tp.mul(g, half), g)
-    x_wins, y_wins = (tp.gt(x, y), tp.lt(x, y)) if ctx.prim.name == "maximum" else \
+    x_wins, y_wins = (tp.gt(x, y), tp.lt(x, y)) if ctx.prim is P.maximum else \
         (tp.lt(x, y), tp.gt(x, y))
     gx = tp.where(y_wins, zero, gt) if ctx.needs_input_grad[0] else None
     gy = tp.where(x_wins, zero, gt) if ctx.needs_input_grad[1] else None
     return gx, gy
 
 
-defvjp("maximum", save=(0, 1))(_minmax_vjp)
-defvjp("minimum", save=(0, 1))(_minmax_vjp)
+defvjp(P.maximum, save=(0, 1))(_minmax_vjp)
+defvjp(P.minimum, save=(0, 1))(_minmax_vjp)
 
 
-@defvjp("atan2", save=(0, 1))
+@defvjp(P.atan2, save=(0, 1))
 def _(ctx, g):
     """g * x / (x^2 + y^2), -g * y / (x^2 + y^2), and 0 at (0, 0) (PyTorch)."""
     y, x = ctx.saved_tensors
@@ -310,7 +317,7 @@ def _(ctx, g):
     return tp.mul(tp.mul(g, x), recip), tp.mul(tp.neg(tp.mul(g, y)), recip)
 
 
-@defvjp("where", save=(0,))
+@defvjp(P.where, save=(0,))
 def _(ctx, g):
     pred, = ctx.saved_tensors
     zero = _zeros_like(g)
@@ -318,7 +325,7 @@ def _(ctx, g):
             tp.where(pred, zero, g) if ctx.needs_input_grad[2] else None)
 
 
-@defvjp("convert_element_type")
+@defvjp(P.convert_element_type)
 def _(ctx, g):
     src = ctx._in_avals[0].dtype
     if not src.is_floating_point:
@@ -327,7 +334,7 @@ def _(ctx, g):
 
 
 # ---- shape ---------------------------------------------------------------------------------
-@defvjp("broadcast_in_dim")
+@defvjp(P.broadcast_in_dim)
 def _(ctx, g):
     in_shape = ctx._in_avals[0].shape
     dims = ctx.params["dims"]
@@ -337,12 +344,12 @@ def _(ctx, g):
     return (tp.reshape(r, shape=in_shape) if tuple(r.shape) != in_shape else r,)
 
 
-@defvjp("reshape")
+@defvjp(P.reshape)
 def _(ctx, g):
     return (tp.reshape(g, shape=ctx._in_avals[0].shape),)
 
 
-@defvjp("transpose")
+@defvjp(P.transpose)
 def _(ctx, g):
     perm = ctx.params["perm"]
     inv = [0] * len(perm)
@@ -351,7 +358,7 @@ def _(ctx, g):
     return (tp.transpose(g, perm=tuple(inv)),)
 
 
-@defvjp("slice")
+@defvjp(P.slice)
 def _(ctx, g):
     shape, p = ctx._in_avals[0].shape, ctx.params
     strides = p.get("strides") or (1,) * len(shape)
@@ -362,7 +369,7 @@ def _(ctx, g):
     return (tp.pad(g, config=config, value=0.0),)
 
 
-@defvjp("pad")
+@defvjp(P.pad)
 def _(ctx, g):
     config = ctx.params["config"]
     return (tp.slice(g, start=tuple(lo for lo, _, _ in config),
@@ -370,7 +377,7 @@ def _(ctx, g):
                      strides=tuple(it + 1 for _, _, it in config)),)
 
 
-@defvjp("concatenate")
+@defvjp(P.concatenate)
 def _(ctx, g):
     dim, out, off = ctx.params["dim"], [], 0
     for a in ctx._in_avals:
@@ -382,7 +389,7 @@ def _(ctx, g):
     return tuple(out)
 
 
-@defvjp("rev")
+@defvjp(P.rev)
 def _(ctx, g):
     return (tp.rev(g, dims=ctx.params["dims"]),)
 
@@ -393,7 +400,7 @@ def _unreduce(g, shape, dims):
     return tp.broadcast_in_dim(g, shape=tuple(shape), dims=kept)
 
 
-@defvjp("reduce_sum")
+@defvjp(P.reduce_sum)
 def _(ctx, g):
     return (_unreduce(g, ctx._in_avals[0].shape, ctx.params["dims"]),)
 
@@ -407,11 +414,11 @@ def _amax_vjp(ctx, g):
     return (tp.mul(_unreduce(tp.div(g, count), shape, dims), mask),)
 
 
-defvjp("reduce_max", save=(0, "out"))(_amax_vjp)
-defvjp("reduce_min", save=(0, "out"))(_amax_vjp)
+defvjp(P.reduce_max, save=(0, "out"))(_amax_vjp)
+defvjp(P.reduce_min, save=(0, "out"))(_amax_vjp)
 
 
-@defvjp("reduce_prod", save=(0, "out"))
+@defvjp(P.reduce_prod, save=(0, "out"))
 def _(ctx, g):
     """d prod / dx_i = prod of the others, computed without dividing by zero."""
     x, out = ctx.saved_tensors
@@ -428,7 +435,7 @@ def _(ctx, g):
     return (tp.mul(_unreduce(g, shape, dims), d),)
 
 
-@defvjp("cumsum")
+@defvjp(P.cumsum)
 def _(ctx, g):
     d = ctx.params["dim"]
     return (tp.rev(tp.cumsum(tp.rev(g, dims=(d,)), dim=d), dims=(d,)),)
@@ -438,7 +445,7 @@ def _rev_cumsum(t, d):
     return tp.rev(tp.cumsum(tp.rev(t, dims=(d,)), dim=d), dims=(d,))
 
 
-@defvjp("cumprod", save=(0, "out"))
+@defvjp(P.cumprod, save=(0, "out"))
 def _(ctx, g):
     """d out_i / d x_k = prod_{j <= i, j != k} x_j, without dividing by a zero: before the
     first zero of a row it is out_i / x_k; at the first zero, the products with that zero
@@ -455,7 +462,7 @@ def _(ctx, g):
     return (tp.where(before, g_before, tp.where(first0, g_first, zero)),)
 
 
-@defvjp("logcumsumexp", save=(0, "out"))
+@defvjp(P.logcumsumexp, save=(0, "out"))
 def _(ctx, g):
     """sum_{i >= k} g_i exp(x_k - out_i), summed in log space for the positive and the
     negative parts of g separately (no overflow)."""
@@ -479,7 +486,7 @@ def _perm_to(order):
     return tuple(order.index(i) for i in range(len(order)))
 
 
-@defvjp("dot_general", save=(0, 1))
+@defvjp(P.dot_general, save=(0, 1))
 def _(ctx, g):
     a, b = ctx.saved_tensors
     lc, rc, lb, rb, af, bf = dot_dims(a.ndim, b.ndim, **ctx.params)
@@ -504,20 +511,20 @@ def _(ctx, g):
     return ga, gb
 
 
-@defvjp("gather", save=(1,))
+@defvjp(P.gather, save=(1,))
 def _(ctx, g):
     idx, = ctx.saved_tensors
     x = ctx._in_avals[0]
     return tp.scatter_add(tp.zeros(x.shape, g.dtype), idx, g, dim=ctx.params["dim"]), None
 
 
-@defvjp("scatter_add", save=(1,))
+@defvjp(P.scatter_add, save=(1,))
 def _(ctx, g):
     idx, = ctx.saved_tensors
     gsrc = tp.gather(g, idx, dim=ctx.params["dim"]) if ctx.needs_input_grad[2] else None
     return g, None, gsrc
 
 
-NON_DIFFERENTIABLE = frozenset(name for name, p in PRIMS.items()
+NON_DIFFERENTIABLE = frozenset(p for p in PRIMS.values()
                                if Tag.NON_DIFFERENTIABLE in p.tags)
 del dt

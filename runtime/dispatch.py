@@ -16,7 +16,7 @@ from aotgrad.runtime.graph_breaks import GraphBreak, describe_break, graph_break
 from aotgrad.runtime.saved_tensors import SavedTensor
 from aotgrad.runtime.tensor import Tensor
 
-VJP = {}  # prim name -> Rule; filled by runtime/derivatives.py
+VJP = {}  # Prim -> Rule; filled by runtime/derivatives.py
 
 
 break_recorder = None  # a list while aotgrad.explain runs the function eagerly
@@ -167,7 +167,7 @@ def apply(prim, *inputs, **params):
             not _mode.inference:  # (inference mode records no tangents, as in PyTorch)
         _forward_tangent(prim, params, inputs, out)
     if _mode.grad_enabled and inputs:
-        rule = VJP.get(prim.name)
+        rule = VJP.get(prim)
         if rule is not None and any(t.requires_grad for t in inputs) and \
                 out.dtype.is_floating_point:
             out.requires_grad = True
@@ -178,7 +178,7 @@ def apply(prim, *inputs, **params):
 def _forward_tangent(prim, params, inputs, out):
     """Forward-mode AD: out's tangent from the inputs' tangents (runtime/forward_mode.py)."""
     tangents = [forward_mode.tangent_of(t) for t in inputs]
-    rule = VJP.get(prim.name)
+    rule = VJP.get(prim)
     if rule is None or not out.dtype.is_floating_point or all(t is None for t in tangents):
         return
     if current_builder() is not None:

@@ -7,18 +7,20 @@ An op whose PyTorch node name is not its prim's, or depends on its arguments
 or through `op_base.op(name, grad_name)`, which calls it.
 """
 
-# prim -> PyTorch's grad_fn name (without "Backward0") for the op it implements
+from aotgrad.ir import prims as P
+
+# Prim -> PyTorch's grad_fn name (without "Backward0") for the op it implements
 PRIM_NODE_NAMES = {
-    "logistic": "Sigmoid", "reduce_sum": "Sum", "reduce_max": "Amax", "reduce_min": "Amin",
-    "reduce_prod": "Prod", "dot_general": "Mm", "broadcast_in_dim": "Expand",
-    "reshape": "View", "transpose": "Permute", "convert_element_type": "ToCopy",
-    "concatenate": "Cat", "rev": "Flip", "pad": "ConstantPadNd", "atan2": "Atan2",
-    "scatter_add": "ScatterAdd", "logical_not": "LogicalNot"}
+    P.logistic: "Sigmoid", P.reduce_sum: "Sum", P.reduce_max: "Amax", P.reduce_min: "Amin",
+    P.reduce_prod: "Prod", P.dot_general: "Mm", P.broadcast_in_dim: "Expand",
+    P.reshape: "View", P.transpose: "Permute", P.convert_element_type: "ToCopy",
+    P.concatenate: "Cat", P.rev: "Flip", P.pad: "ConstantPadNd", P.atan2: "Atan2",
+    P.scatter_add: "ScatterAdd", P.logical_not: "LogicalNot"}
 
 
 def prim_node_name(prim):
-    """The grad_fn name of prim `prim`'s node (`exp` -> ExpBackward0)."""
-    base = PRIM_NODE_NAMES.get(prim, "".join(w.capitalize() for w in prim.split("_")))
+    """The grad_fn name of the node of Prim `prim` (prims.exp -> ExpBackward0)."""
+    base = PRIM_NODE_NAMES.get(prim) or "".join(w.capitalize() for w in prim.name.split("_"))
     return base + "Backward0"
 
 

@@ -9,6 +9,8 @@ import threading
 import traceback
 import warnings
 
+from aotgrad.ir.core import is_internal_frame
+
 
 class _State(threading.local):
     def __init__(self):
@@ -51,7 +53,6 @@ def is_anomaly_check_nan_enabled():
 def forward_stack():
     """The formatted Python stack of the current call, without aotgrad's own frames at its
     end: what anomaly mode stores on each node ("Traceback of forward call ...")."""
-    from aotgrad.ir.core import is_internal_frame
     f = sys._getframe(1)
     while f is not None and is_internal_frame(f):
         f = f.f_back

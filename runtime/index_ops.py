@@ -25,6 +25,7 @@ from aotgrad.runtime.join_ops import narrow
 from aotgrad.runtime.op_base import _named, as_tensor_like, broadcast_shapes, cast, op
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.runtime.view_ops import _alias, _dim, _view_of, expand, movedim, permute, reshape
+from aotgrad.runtime.dispatch import graph_break
 
 
 # ---- gather / index ------------------------------------------------------------------------
@@ -146,7 +147,6 @@ def getitem(x, index):
             continue
         if isinstance(i, Tensor) and i.dtype is dt.bool_:
             if x._is_traced:
-                from aotgrad.runtime.dispatch import graph_break
                 graph_break("boolean mask indexing (data-dependent shape)", x)
             want = tuple(x.shape[dim:dim + i.ndim])
             if tuple(i.shape) != want:

@@ -33,6 +33,7 @@ from aotgrad.runtime.grad_fn_names import named
 from aotgrad.runtime.op_base import as_tensor_like, cast, op
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.runtime.view_ops import expand, reshape, traced_aliases
+from aotgrad.runtime import dispatch
 
 
 def _inplace_guard(x, opname):
@@ -199,12 +200,10 @@ def commit_inplace(x, new, opname, replaces=False):
     `replaces`: new never depends on x's old value (copy_, fill_), whose history then gets a
     zero gradient, as in PyTorch, even where new requires grad itself."""
     if current_builder() is not None and traced_aliases(x):
-        from aotgrad.runtime import dispatch
         raise dispatch.GraphBreak(dispatch.describe_break(
             f"{opname} on a tensor that aliases another (a view, or viewed) inside the "
             f"compiled function"))
     if current_builder() is not None and x.__dict__.get("_views_saved"):
-        from aotgrad.runtime import dispatch
         raise dispatch.GraphBreak(dispatch.describe_break(
             f"{opname} on a view of a tensor saved for the backward (eagerly the backward "
             f"raises)"))

@@ -15,6 +15,7 @@ import numpy as np
 from aotgrad.ir import dtypes as dt
 from aotgrad.runtime import device as _device
 from aotgrad.runtime.tensor import Size, Tensor
+from aotgrad.runtime.factories import _to_array
 
 
 class tensortype(type):  # noqa: N801  (torch.tensortype's spelling)
@@ -40,7 +41,6 @@ class tensortype(type):  # noqa: N801  (torch.tensortype's spelling)
 def legacy_value(args, dtype, device, what="Tensor"):
     """The array of a legacy constructor call: sizes (ints or a Size) give zeros, one
     sequence gives its data, nothing gives an empty 1-d array; float32 unless `dtype`."""
-    from aotgrad.runtime.factories import _to_array
     _device.check(device, what)
     d = dt.float32 if dtype is None else dt.as_dtype(dtype)
     if not args:

@@ -21,6 +21,8 @@ import numpy as np
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.linalg_prims import LinAlgError  # noqa: F401  (aotgrad.linalg.LinAlgError)
 from aotgrad.runtime import tprims as tp
+from aotgrad.runtime.diag_ops import diagonal as _diagonal, tril, triu
+from aotgrad.runtime.factories import eye, zeros
 from aotgrad.runtime.elementwise_ops import abs, gt, lt, mul, where
 from aotgrad.runtime.linalg_ops import matmul
 from aotgrad.runtime.op_base import broadcast_shapes, cast, norm_dims, op
@@ -118,8 +120,6 @@ def logdet(A):  # noqa: N803
 def solve_triangular(A, B, *, upper, left=True, unitriangular=False):  # noqa: N803
     """X with A X = B (X A = B when left=False) reading only A's upper or lower triangle
     (its diagonal taken as ones when unitriangular); A's gradient is zero outside it."""
-    from aotgrad.runtime.diag_ops import tril, triu
-    from aotgrad.runtime.factories import eye
     _check("solve_triangular", A, True)
     if unitriangular:
         t = triu(A, 1) if upper else tril(A, -1)
@@ -150,7 +150,6 @@ def cond(A, p=None):  # noqa: N803
 
 
 def diagonal(A, *, offset=0, dim1=-2, dim2=-1):  # noqa: N803
-    from aotgrad.runtime.diag_ops import diagonal as _diagonal
     return _diagonal(A, offset, dim1, dim2)
 
 
@@ -174,7 +173,6 @@ def qr(A, mode="reduced"):  # noqa: N803
     complete = mode == "complete"
     r = tp.linalg_qr_r(A, complete=complete)
     if mode == "r":
-        from aotgrad.runtime.factories import zeros
         return QRResult(zeros(0, dtype=A.dtype), r)
     return QRResult(tp.linalg_qr_q(A, complete=complete), r)
 
@@ -265,7 +263,6 @@ def lstsq(A, B, rcond=None, *, driver=None):  # noqa: N803
     vector = B.ndim == A.ndim - 1
     b = unsqueeze(B, -1) if vector else B
     x = matmul(pinv(A, rtol=rcond), b)
-    from aotgrad.runtime.factories import zeros
     empty = zeros(0, dtype=A.dtype)
     m, n = A.shape[-2:]
     rank = matrix_rank(A, rtol=rcond) if driver != "gels" else zeros(0, dtype=dt.int64)
@@ -403,7 +400,6 @@ def matrix_power(A, n):  # noqa: N803
     """A^n by repeated squaring (n < 0: of the inverse; n = 0: the identity)."""
     _check("matrix_power", A, True)
     if n == 0:
-        from aotgrad.runtime.factories import eye
         return tp.broadcast_to(eye(A.shape[-1], dtype=A.dtype), tuple(A.shape))
     base = inv(A) if n < 0 else A
     n = builtins.abs(int(n))
@@ -420,7 +416,6 @@ def matrix_power(A, n):  # noqa: N803
 def svd_legacy(input, some=True, compute_uv=True):  # noqa: A002
     """`torch.svd`: (U, S, V) with V, not Vh; reduced unless some=False."""
     if not compute_uv:  # U (m x m) and V (n x n) zero-filled whatever `some`, as PyTorch's
-        from aotgrad.runtime.factories import zeros
         m, n = input.shape[-2:]
         batch = tuple(input.shape[:-2])
         return TorchSVDResult(zeros(batch + (m, m), dtype=input.dtype), svdvals(input),

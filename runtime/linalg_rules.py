@@ -17,6 +17,7 @@ so the same signs) from the saved input. The formulas are the standard ones (as 
 - pinv P: -P^T g P^T + (I - A P) g^T P P^T + P^T P g^T (I - P A)
 """
 from aotgrad.ir import dtypes as dt
+from aotgrad.ir import linalg_prims as LP
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.derivatives import defvjp
 from aotgrad.runtime.diag_ops import diag_embed, diagonal, tril
@@ -24,6 +25,7 @@ from aotgrad.runtime.elementwise_ops import add, div, mul, neg, sub, where
 from aotgrad.runtime.join_ops import cat, narrow
 from aotgrad.runtime.linalg_ops import matmul
 from aotgrad.runtime.view_ops import transpose, unsqueeze
+from aotgrad.runtime.factories import eye
 
 
 def mT(x):  # noqa: N802  (PyTorch's name)
@@ -31,7 +33,6 @@ def mT(x):  # noqa: N802  (PyTorch's name)
 
 
 def _eye_like(x, n):
-    from aotgrad.runtime.factories import eye
     return eye(n, dtype=x.dtype)
 
 
@@ -48,14 +49,14 @@ def _inv_t(a):
     return mT(tp.linalg_inv(a))
 
 
-@defvjp("linalg_inv", save=("out",))
+@defvjp(LP.linalg_inv, save=("out",))
 def _(ctx, g):
     p, = ctx.saved_tensors
     pt = mT(p)
     return (neg(matmul(matmul(pt, g), pt)),)
 
 
-@defvjp("linalg_solve", save=(0, "out"))
+@defvjp(LP.linalg_solve, save=(0, "out"))
 def _(ctx, g):
     a, x = ctx.saved_tensors
     gb = _solve(mT(a), g)
@@ -63,13 +64,13 @@ def _(ctx, g):
     return ga, gb
 
 
-@defvjp("linalg_det", save=(0, "out"))
+@defvjp(LP.linalg_det, save=(0, "out"))
 def _(ctx, g):
     a, d = ctx.saved_tensors
     return (mul(unsqueeze(unsqueeze(mul(g, d), -1), -1), _inv_t(a)),)
 
 
-@defvjp("linalg_logabsdet", save=(0,))
+@defvjp(LP.linalg_logabsdet, save=(0,))
 def _(ctx, g):
     a, = ctx.saved_tensors
     return (mul(unsqueeze(unsqueeze(g, -1), -1), _inv_t(a)),)
@@ -80,7 +81,7 @@ def _phi(x):
     return sub(tril(x), mul(diag_embed(diagonal(x, 0, -2, -1)), 0.5))
 
 
-@defvjp("linalg_cholesky", save=("out",))
+@defvjp(LP.linalg_cholesky, save=("out",))
 def _(ctx, g):
     lo, = ctx.saved_tensors
     p = _phi(matmul(mT(lo), g))
@@ -135,12 +136,12 @@ def _qr_rule(which):
     return rule
 
 
-defvjp("linalg_qr_q", save=(0,))(_qr_rule("q"))
-defvjp("linalg_qr_r", save=(0,))(_qr_rule("r"))
+defvjp(LP.linalg_qr_q, save=(0,))(_qr_rule("q"))
+defvjp(LP.linalg_qr_r, save=(0,))(_qr_rule("r"))
 
 
 # ---- eigh ----------------------------------------------------------------------------------
-@defvjp("linalg_eigvalsh", save=(0,))
+@defvjp(LP.linalg_eigvalsh, save=(0,))
 def _(ctx, g):
     a, = ctx.saved_tensors
     v = tp.linalg_eigh_vectors(a, upper=ctx.params["upper"])
@@ -155,11 +156,10 @@ def _off_diagonal_inverse(e):
 
 
 def _eye_bool(n):
-    from aotgrad.runtime.factories import eye
     return tp.convert_element_type(eye(n, dtype=dt.float32), dtype=dt.bool_)
 
 
-@defvjp("linalg_eigh_vectors", save=(0, "out"))
+@defvjp(LP.linalg_eigh_vectors, save=(0, "out"))
 def _(ctx, g):
     a, v = ctx.saved_tensors
     lam = tp.linalg_eigvalsh(a, upper=ctx.params["upper"])
@@ -190,14 +190,14 @@ def _inv_gap(s):
     return _off_diagonal_inverse(sub(unsqueeze(s2, -2), unsqueeze(s2, -1)))  # S_j^2 - S_i^2
 
 
-@defvjp("linalg_svdvals", save=(0,))
+@defvjp(LP.linalg_svdvals, save=(0,))
 def _(ctx, g):
     a, = ctx.saved_tensors
     u, _, vh = _svd_parts(a, False)
     return (matmul(mul(u, unsqueeze(g, -2)), vh),)
 
 
-@defvjp("linalg_svd_u", save=(0,))
+@defvjp(LP.linalg_svd_u, save=(0,))
 def _(ctx, g):
     a, = ctx.saved_tensors
     full = ctx.params["full_matrices"]
@@ -213,7 +213,7 @@ def _(ctx, g):
     return (ga,)
 
 
-@defvjp("linalg_svd_vh", save=(0,))
+@defvjp(LP.linalg_svd_vh, save=(0,))
 def _(ctx, g):
     a, = ctx.saved_tensors
     full = ctx.params["full_matrices"]
@@ -230,7 +230,7 @@ def _(ctx, g):
 
 
 # ---- pinv ----------------------------------------------------------------------------------
-@defvjp("linalg_pinv", save=(0, "out"))
+@defvjp(LP.linalg_pinv, save=(0, "out"))
 def _(ctx, g):
     a, p = ctx.saved_tensors
     m, n = a.shape[-2:]

@@ -16,6 +16,7 @@ from aotgrad.runtime import reduction_ops as red
 from aotgrad.runtime import shape_ops as so
 from aotgrad.runtime.factories import arange, randint, tensor
 from aotgrad.runtime.op_base import cast, norm_dims, op
+from aotgrad.runtime.op_base import return_types
 
 
 def share_memory_(self):
@@ -182,7 +183,6 @@ METHOD_NAMES = ("share_memory_ data_ptr storage_offset apply_ map_ slice_scatter
 def mode(input, dim=-1, keepdim=False):
     """(values, indices): the most frequent value along dim (the smallest among equally
     frequent ones) and the index of its last occurrence; the gradient goes to that element."""
-    from aotgrad.runtime.op_base import return_types
     if input.ndim == 0:
         return return_types["mode"](ew.mul(input, 1), tensor(0))
     d = norm_dims(dim, input.ndim)[0]

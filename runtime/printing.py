@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
+from aotgrad.ir.core import current_builder
 
 
 @dataclasses.dataclass
@@ -177,7 +178,6 @@ def _with_suffixes(body, suffixes, indent):
 def tensor_repr(t):
     v = t._value
     if not isinstance(v, np.ndarray):  # traced
-        from aotgrad.ir.core import current_builder
         if current_builder() is not None:  # printing a value inside a compiled function
             from aotgrad.runtime import dispatch
             dispatch.graph_break("printing a tensor value", t)

@@ -21,6 +21,7 @@ from aotgrad.runtime import elementwise_ops as ew
 from aotgrad.runtime.factories import rand, randn
 from aotgrad.runtime.inplace_ops import commit_inplace
 from aotgrad.runtime.op_base import op
+from aotgrad.runtime.tensor import Tensor
 
 
 def _shape(t):
@@ -58,7 +59,6 @@ def uniform_(self, from_=0.0, to=1.0, *, generator=None, **kwargs):
 
 def bernoulli_(self, p=0.5, *, generator=None):
     """Fill with 1 with probability p (a number or a tensor broadcastable to self), else 0."""
-    from aotgrad.runtime.tensor import Tensor
     if not isinstance(p, Tensor) and not 0 <= p <= 1:
         raise RuntimeError(f"bernoulli_ expects p to be in [0, 1], but got p={p}")
     u = rand(_shape(self), dtype=dt.float64, generator=generator)

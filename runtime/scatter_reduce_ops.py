@@ -18,6 +18,9 @@ from aotgrad.ir import dtypes as dt
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.op_base import cast, op
 from aotgrad.runtime.tensor import Tensor
+from aotgrad.runtime import ops, shape_ops
+from aotgrad.runtime.factories import arange
+from aotgrad.runtime.view_ops import _dim
 
 REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
 _ALIASES = {"max": "amax", "min": "amin"}  # accepted by PyTorch too
@@ -38,8 +41,6 @@ def _identity(reduce, dtype):
 
 @op("scatter_reduce", "ScatterReduceBackward0")
 def scatter_reduce(x, dim, index, src, reduce, *, include_self=True):
-    from aotgrad.runtime import ops, shape_ops
-    from aotgrad.runtime.view_ops import _dim
     reduce = _ALIASES.get(reduce, reduce)
     if reduce not in REDUCTIONS:
         raise RuntimeError(f"reduce argument must be either sum, prod, mean, amax or amin, got "
@@ -108,5 +109,4 @@ def scatter_reduce(x, dim, index, src, reduce, *, include_self=True):
 
 
 def _arange(n):
-    from aotgrad.runtime.factories import arange
     return arange(n)

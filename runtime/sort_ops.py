@@ -11,6 +11,7 @@ from aotgrad.runtime.index_ops import take_along_dim
 from aotgrad.runtime.join_ops import narrow
 from aotgrad.runtime.op_base import op
 from aotgrad.runtime.view_ops import _alias, _dim
+from aotgrad.runtime.ops import return_types
 
 
 @op("argsort")
@@ -30,7 +31,6 @@ def argsort(x, dim=-1, descending=False, stable=False):
 
 @op("sort", "SortBackward0")
 def sort(x, dim=-1, descending=False, stable=False):
-    from aotgrad.runtime.ops import return_types
     idx = argsort(x, dim, descending)
     if x.ndim == 0:
         return return_types["sort"](_alias(x), idx)
@@ -41,7 +41,6 @@ def sort(x, dim=-1, descending=False, stable=False):
 def topk(x, k, dim=-1, largest=True, sorted=True):
     """The k largest (smallest) elements along dim, in order; among equal elements the
     first ones are taken (PyTorch leaves that order unspecified)."""
-    from aotgrad.runtime.ops import return_types
     d = _dim(dim, x.ndim)
     if x.ndim == 0:
         if k not in (0, 1):

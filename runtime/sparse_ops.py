@@ -27,9 +27,14 @@ import numpy as np
 from aotgrad.ir import dtypes as dt
 from aotgrad.runtime import device as _device
 from aotgrad.runtime import memory_format as _layout
+from aotgrad.runtime import ops
 from aotgrad.runtime import tprims as tp
+from aotgrad.runtime.factories import ones, tensor, zeros
+from aotgrad.runtime.grad_mode import no_grad
 from aotgrad.runtime.index_ops import index_add, index_select
-from aotgrad.runtime.op_base import cast, op
+from aotgrad.runtime.linalg_ops import matmul
+from aotgrad.runtime.op_base import cast, norm_dims, op
+from aotgrad.runtime.printing import tensor_repr
 from aotgrad.runtime.tensor import Size, Tensor
 from aotgrad.runtime.view_ops import clone, reshape
 
@@ -54,7 +59,6 @@ def _info(t, what):
 
 
 def _as_index_tensor(indices):
-    from aotgrad.runtime.factories import tensor
     idx = indices if isinstance(indices, Tensor) else tensor(indices, dtype=dt.int64)
     if idx.dtype is not dt.int64:
         if not dt.is_integer(idx.dtype):
@@ -69,19 +73,16 @@ def _as_index_tensor(indices):
 
 def _linear_index(idx, sizes):
     """Row-major position of each column of `idx` (sparse_dim, nnz) in the sparse dims."""
-    from aotgrad.runtime import ops
     lin = None
     for d, n in enumerate(sizes):
         row = reshape(index_select(idx, 0, _scalar_index(d)), (-1,))
         lin = row if lin is None else ops.add(ops.mul(lin, n), row)
     if lin is None:  # no sparse dims: every value lands at the one position
-        from aotgrad.runtime.factories import zeros
         lin = zeros(idx.shape[1], dtype=dt.int64)
     return lin
 
 
 def _scalar_index(d):
-    from aotgrad.runtime.factories import tensor
     return tensor([d], dtype=dt.int64)
 
 
@@ -90,7 +91,6 @@ def _from_coo(idx, values, size, coalesced):
     sd = idx.shape[0]
     sparse_sizes, dense_sizes = tuple(size[:sd]), tuple(size[sd:])
     flat_shape = (math.prod(sparse_sizes),) + dense_sizes
-    from aotgrad.runtime.factories import zeros
     flat = index_add(zeros(flat_shape, dtype=values.dtype), 0, _linear_index(idx, sparse_sizes),
                      values)
     out = reshape(flat, tuple(size))
@@ -119,7 +119,6 @@ def sparse_coo_tensor(indices, values, size=None, *, dtype=None, device=None,
                       requires_grad=False, check_invariants=None, is_coalesced=None):
     """A sparse COO tensor: `values[k]` at position `indices[:, k]` (PyTorch's signature).
     Without `size`, each sparse dim is one more than its largest index."""
-    from aotgrad.runtime.factories import tensor
     _device.check(device, "sparse_coo_tensor")
     idx = _as_index_tensor(indices)
     vals = values if isinstance(values, Tensor) else tensor(values)
@@ -170,7 +169,6 @@ def _masked(self):
     """`self` times its pattern (1 where an index points, 0 elsewhere): the same data, but
     the gradient that reaches `self` through it is zero outside the pattern (PyTorch's
     sparse gradients)."""
-    from aotgrad.runtime import ops
     info = _info(self, "sparse")
     mask = cast(_pattern(info, tuple(self.shape), self.dtype), self.dtype)
     out = ops.mul(to_dense(self), mask)
@@ -240,7 +238,6 @@ def coalesce(self):
     uniq = np.unique(lin)
     new_idx = np.stack(np.unravel_index(uniq, shape[:sd])) if sd else \
         np.zeros((0, uniq.size), np.int64)
-    from aotgrad.runtime.factories import tensor
     new_idx = tensor(new_idx.astype(np.int64).reshape(sd, uniq.size))
     flat = reshape(self, (math.prod(shape[:sd]),) + shape[sd:])
     vals = index_select(flat, 0, tensor(uniq.astype(np.int64)))
@@ -267,7 +264,6 @@ def to_sparse(self, sparse_dim=None, *, layout=None):
     shape = tuple(self.shape)
     nz = np.reshape(v, (math.prod(shape[:sd]), -1)) != 0
     lin = np.flatnonzero(nz.any(axis=1)) if nz.size else np.zeros(0, np.int64)
-    from aotgrad.runtime.factories import tensor
     idx = np.stack(np.unravel_index(lin, shape[:sd])) if sd else np.zeros((0, lin.size))
     idx = tensor(idx.astype(np.int64).reshape(sd, lin.size))
     flat = reshape(self, (math.prod(shape[:sd]),) + shape[sd:])
@@ -288,7 +284,6 @@ def to_dense(self, dtype=None, *, masked_grad=None):
 def mm(sparse, dense):
     """`sparse @ dense` for a 2-d sparse matrix (PyTorch's `torch.sparse.mm`): a strided result;
     the sparse operand's gradient is zero outside its pattern."""
-    from aotgrad.runtime.linalg_ops import matmul
     _info(sparse, "sparse.mm")
     if sparse.ndim != 2 or dense.ndim != 2:
         raise RuntimeError(f"sparse.mm: expects two 2-d matrices, got {sparse.ndim}-d and "
@@ -307,7 +302,6 @@ def spmm(sparse, dense):
 def sparse_sum(input, dim=None, dtype=None):  # noqa: A002
     """Sum of a sparse tensor: a 0-d strided tensor over all dims, else a sparse tensor over
     the sparse dims left (strided when only dense dims remain)."""
-    from aotgrad.runtime import ops
     info = _info(input, "sparse.sum")
     x = to_dense(_masked(input))
     if dtype is not None:
@@ -323,8 +317,6 @@ def sparse_sum(input, dim=None, dtype=None):  # noqa: A002
 
 def _pattern(info, shape, dtype_like):
     """The dense bool pattern of a sparse tensor's (sparse) dims, broadcast over dense dims."""
-    from aotgrad.runtime import ops
-    from aotgrad.runtime.factories import ones, zeros
     sd = info.sparse_dim
     nnz = info.indices.shape[1]
     hits = index_add(zeros(math.prod(shape[:sd]), dtype=dtype_like), 0,
@@ -333,8 +325,6 @@ def _pattern(info, shape, dtype_like):
 
 
 def _sparse_softmax(input, dim, dtype, log):  # noqa: A002
-    from aotgrad.runtime import ops
-    from aotgrad.runtime.op_base import norm_dims
     x = coalesce(input)
     info = _info(x, "sparse.softmax")
     x_dense = to_dense(x, dtype)
@@ -375,10 +365,8 @@ def _legacy_sparse(dtype):
 
 def sparse_repr(t):
     """PyTorch's print form: indices, values, size, nnz, layout."""
-    from aotgrad.runtime.printing import tensor_repr
     info = t.__dict__["_sparse"]
     ind = tensor_repr(info.indices).replace("\n", "\n" + " " * 15)
-    from aotgrad.runtime.grad_mode import no_grad
     with no_grad():
         vals = _values(t).detach()
     body = "values=" + tensor_repr(vals).replace("\n", "\n" + " " * 14)

@@ -14,7 +14,7 @@ import weakref
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
-from aotgrad.ir.core import Var
+from aotgrad.ir.core import Var, format_location, type_str
 from aotgrad.ir.core import current_builder as _current_builder
 from aotgrad.runtime.device import CPU as _CPU
 from aotgrad.runtime.autograd_node import AccumulateGrad, RemovableHandle, fast_path_ok
@@ -253,7 +253,6 @@ class Tensor:
             raise RuntimeError("Setting requires_grad=True on inference tensor outside "
                                "InferenceMode is not allowed.")
         if requires_grad and not self.dtype.is_floating_point:
-            from aotgrad.ir.core import format_location, type_str
             raise RuntimeError(f"requires_grad: only Tensors of floating point dtype can "
                                f"require gradients (got {type_str(self)}, dtype "
                                f"{self.dtype.name}){format_location()}")
@@ -344,8 +343,7 @@ class Tensor:
         t = Tensor._make(self._value, False)
         t._version_counter = self._version_counter
         if isinstance(self._value, Var):
-            from aotgrad.ir.core import current_builder
-            b = current_builder()
+            b = _current_builder()
             if b is not None:
                 b.track(t)
                 from aotgrad.runtime.view_ops import note_traced_alias

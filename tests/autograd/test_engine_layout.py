@@ -53,6 +53,36 @@ def test_the_engine_modules_import_nothing_inside_functions():
         assert not late, f"runtime/{name}.py imports {late} inside functions"
 
 
+def _function_level_imports(path):
+    """The `aotgrad...` modules that `path` imports inside function bodies."""
+    out = []
+
+    def visit(node, in_fn):
+        for child in ast.iter_child_nodes(node):
+            fn = in_fn or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            if in_fn and isinstance(child, ast.ImportFrom) and child.module and \
+                    child.module.startswith("aotgrad"):
+                out.append(child.module)
+            visit(child, fn)
+    visit(ast.parse(path.read_text(encoding="utf-8")), False)
+    return out
+
+
+# function-level imports left in runtime/ (the op modules and Tensor's methods still import
+# each other late); the count may only go down
+RUNTIME_LATE_IMPORTS_MAX = 21
+
+
+def test_runtime_imports_ir_at_module_level_and_late_imports_do_not_grow():
+    late = {p.stem: _function_level_imports(p) for p in RUNTIME.glob("*.py")}
+    # ir lies below runtime (it imports nothing of ours): never a reason to import it late
+    ir_late = {n: [m for m in ms if m.startswith("aotgrad.ir")] for n, ms in late.items()}
+    assert not any(ir_late.values()), {n: ms for n, ms in ir_late.items() if ms}
+    total = sum(map(len, late.values()))
+    assert total <= RUNTIME_LATE_IMPORTS_MAX, \
+        f"{total} function-level imports in runtime/ (at most {RUNTIME_LATE_IMPORTS_MAX})"
+
+
 def test_module_level_imports_of_runtime_form_no_cycle():
     graph = {p.stem: {m for m, in_fn in _runtime_imports(p) if not in_fn}
              for p in RUNTIME.glob("*.py")}
@@ -243,9 +273,10 @@ def test_first_gradient_is_copied_unless_fresh():
 
 
 def test_grad_fn_names_come_from_one_table():
+    from aotgrad.ir.prims import exp, reduce_sum
     from aotgrad.runtime import derivatives, grad_fn_names
-    assert derivatives.VJP["reduce_sum"].node_name == "SumBackward0"
-    assert grad_fn_names.prim_node_name("exp") == "ExpBackward0"
+    assert derivatives.VJP[reduce_sum].node_name == "SumBackward0"
+    assert grad_fn_names.prim_node_name(exp) == "ExpBackward0"
     x = ag.ones(2, 2, requires_grad=True)
     assert x.sum().grad_fn.name() == "SumBackward0"
     assert x.sum(0).grad_fn.name() == "SumBackward1"

@@ -146,7 +146,7 @@ def _differentiable():
     """Prims with a VJP rule and a float input (linear algebra is checked elsewhere)."""
     import aotgrad  # noqa: F401  (the op layer fills the VJP table)
     from aotgrad.runtime.dispatch import VJP
-    return [n for n in sorted(PRIMS) if n in VJP and n != "check_values" and
+    return [n for n in sorted(PRIMS) if PRIMS[n] in VJP and n != "check_values" and
             not n.startswith("linalg") and any(a.dtype.kind == "f" for a in _sample(n)[0])]
 
 

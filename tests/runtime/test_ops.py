@@ -84,8 +84,18 @@ def test_float32_stays_float32(request, fn, specs, opts):
 
 # ---- the prim table ------------------------------------------------------------------------
 def test_every_prim_has_a_vjp_or_is_non_differentiable():
-    for name in prims.PRIMS:
-        assert (name in dispatch.VJP) != (name in derivatives.NON_DIFFERENTIABLE), name
+    for name, prim in prims.PRIMS.items():
+        assert (prim in dispatch.VJP) != (prim in derivatives.NON_DIFFERENTIABLE), name
+
+
+def test_vjp_table_is_keyed_by_the_prim_object():
+    # every key is a registered Prim (no name strings), each prim has at most one rule
+    assert all(prims.PRIMS.get(p.name) is p for p in dispatch.VJP), \
+        [p for p in dispatch.VJP if prims.PRIMS.get(getattr(p, "name", None)) is not p]
+    with pytest.raises(TypeError, match="expected a Prim"):
+        derivatives.defvjp("neg")
+    with pytest.raises(ValueError, match="already has a derivative rule"):
+        derivatives.defvjp(prims.PRIMS["neg"])
 
 
 def test_op_table_names_are_unique():
