@@ -21,8 +21,11 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from aotgrad.ir.core import Aval, current_builder
+from aotgrad.ir.prims import erf
+from aotgrad.runtime import ops
 from aotgrad.runtime.autograd_node import GradientEdge, Node, _node_of
 from aotgrad.runtime.backward import run_subgraph
+from aotgrad.runtime.factories import zeros_like
 from aotgrad.runtime.forward_mode import state as _forward
 from aotgrad.runtime.grad_mode import enable_grad
 from aotgrad.runtime.grad_mode import state as _mode
@@ -329,7 +332,6 @@ def _softmax_backward(g, arrays, y, needs, *, dim):
 
 
 def _softmax_rule(g, y, *, dim):
-    from aotgrad.runtime import ops
     gy = ops.mul(g, y)
     return (ops.sub(gy, ops.mul(y, ops.sum(gy, dim, keepdim=True))),)
 
@@ -349,7 +351,6 @@ def _log_softmax_backward(g, arrays, out, needs, *, dim):
 
 
 def _log_softmax_rule(g, out, *, dim):
-    from aotgrad.runtime import ops
     return (ops.sub(g, ops.mul(ops.exp(out), ops.sum(g, dim, keepdim=True))),)
 
 
@@ -368,8 +369,6 @@ def _relu_backward(g, arrays, y, needs):
 
 
 def _relu_rule(g, y):
-    from aotgrad.runtime import ops
-    from aotgrad.runtime.factories import zeros_like
     return (ops.where(ops.le(y, 0), zeros_like(g), g),)
 
 
@@ -381,7 +380,6 @@ _SQRT_2_OVER_PI = 0.7978845608028654
 
 
 def _gelu_forward(arrays, *, approximate):
-    from aotgrad.ir.prims import erf
     x, = arrays
     f = x.dtype.type
     if approximate == "none":

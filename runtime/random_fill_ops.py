@@ -18,9 +18,9 @@ import numpy as np
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.runtime import elementwise_ops as ew
-from aotgrad.runtime.factories import rand, randn
+from aotgrad.runtime.factories import default_generator, rand, randn
 from aotgrad.runtime.inplace_ops import commit_inplace
-from aotgrad.runtime.op_base import op
+from aotgrad.runtime.op_base import as_tensor_like, op
 from aotgrad.runtime.tensor import Tensor
 
 
@@ -131,8 +131,6 @@ METHODS = {f.__name__: f for f in (normal_, uniform_, bernoulli_, random_, expon
 def poisson(input, generator=None):
     """Draws from Poisson(rate) for each rate in input, in input's dtype; zero gradient.
     Eager only: inside a compiled function it is a graph break."""
-    from aotgrad.runtime.factories import default_generator
-    from aotgrad.runtime.op_base import as_tensor_like
     rates = input._concrete("poisson (drawn eagerly)")
     if not input.dtype.is_floating_point:
         raise RuntimeError(f"poisson: expected a floating-point tensor of rates, got "
