@@ -185,7 +185,7 @@ __all__ = [
     "float_power", "deg2rad", "rad2deg", "positive", "fmax", "fmin", "isneginf", "isposinf",
     "isreal", "ldexp", "frexp", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",
     "bitwise_left_shift", "bitwise_right_shift", "int8", "int16", "uint8", "short",
-    "ByteTensor", "CharTensor", "ShortTensor", "get_printoptions", "set_printoptions",
+    "CharTensor", "ShortTensor", "get_printoptions", "set_printoptions",
     "gcd", "lcm", "nextafter", "as_strided", "diagonal_scatter", "poisson",
     "angle", "conj", "real", "imag", "nansum", "nanmean", "median", "nanmedian", "kthvalue",
     "aminmax", "trace", "diff", "dist", "ravel", "fliplr", "flipud", "msort", "atleast_1d",

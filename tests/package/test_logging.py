@@ -26,13 +26,25 @@ def _messages(caplog, level, name):
 
 
 def test_trace_and_recompile_are_logged(logs):
-    cf = ag.compile(lambda x: (x * 2).sum(), backend="interpret")
+    cf = ag.compile(lambda x: (x * 2).sum(), backend="interpret", dynamic=False)
     cf(ag.ones(3))
     cf(ag.ones(3))                 # a hit: nothing new
     cf(ag.ones(4))                 # another shape: a recompile
     got = _messages(logs, logging.INFO, "aotgrad.compiler")
     assert len(got) == 2
     assert "tracing" in got[0] and "recompiling" in got[1]
+
+
+def test_automatic_dynamic_is_logged_once(logs):
+    cf = ag.compile(lambda x: (x * 2).sum(), backend="interpret")
+    cf(ag.ones(3))
+    cf(ag.ones(4))                 # the size changed: traced again with that dim symbolic
+    cf(ag.ones(5))                 # served by the symbolic program: nothing new
+    got = _messages(logs, logging.INFO, "aotgrad.compiler")
+    assert len(got) == 3, got
+    assert "tracing" in got[0]
+    assert "automatic dynamic" in got[1] and "dim 0" in got[1]
+    assert "symbolic" in got[2]
 
 
 def test_graph_break_is_logged(logs):
