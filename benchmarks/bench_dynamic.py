@@ -125,15 +125,10 @@ def scenario(title, key, dyn, sizes, timed_sizes, args):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="the workloads' small sizes")
-    ap.add_argument("--backend", default=None,
-                    help="numba or interpret (default: numba when its code generator takes "
-                         "symbolic sizes, else interpret)")
+    ap.add_argument("--backend", default="numba", help="numba or interpret")
     ap.add_argument("--reps", type=int, default=10, help="timed steps per size")
     ap.add_argument("--no-torch", action="store_true")
     args = ap.parse_args(argv)
-    if args.backend is None:
-        from aotgrad.compiler.dynamic import codegen_handles_symbols
-        args.backend = "numba" if codegen_handles_symbols() else "interpret"
     print(f"backend: {args.backend}")
     if args.quick:
         batch, n_samples = 16, 16 * 3 + 7

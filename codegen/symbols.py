@@ -1,37 +1,12 @@
 """Symbolic sizes in compiled programs: which symbols a graph takes, and a graph's static
 copy at given symbol values (the fallback for a graph the symbolic code generator cannot
 serve with one set of kernels)."""
-from aotgrad.ir.core import Eqn, Graph, Var, evaluate_params
-from aotgrad.ir.symbolic import SymInt, evaluate, free_symbols
+from aotgrad.ir.core import Eqn, Graph, Var, evaluate_params, graph_symbols
+from aotgrad.ir.symbolic import evaluate
 
 
-def _param_symbols(p):
-    if isinstance(p, SymInt):
-        return p.free_symbols
-    if isinstance(p, (tuple, list)):
-        out = set()
-        for x in p:
-            out |= _param_symbols(x)
-        return out
-    if isinstance(p, slice):
-        return _param_symbols((p.start, p.stop, p.step))
-    return set()
-
-
-def symbols_of(graph):
-    """The sorted names of the symbols in a graph's sizes (inputs, outputs, every value and
-    param): the order of the values tuple its compiled callable takes."""
-    names = set()
-    for v in graph.inputs:
-        for d in v.shape:
-            names |= free_symbols(d)
-    for n in graph.nodes:
-        for v in n.outputs:
-            for d in v.shape:
-                names |= free_symbols(d)
-        for p in n.params.values():
-            names |= _param_symbols(p)
-    return tuple(sorted(names))
+# the order of the values tuple a compiled callable takes
+symbols_of = graph_symbols
 
 
 def concrete_graph(graph, values):

@@ -222,12 +222,6 @@ class CompiledFunction:
         policy = self.policy
         if policy.dynamic is False:
             return None
-        if self.backend != "interpret" and not _dynamic.codegen_handles_symbols():
-            if "no symbolic codegen" not in self._warned:
-                self._warned.add("no symbolic codegen")
-                log.info("compile(%s): the %s code generator takes no symbolic sizes yet; "
-                         "every program is static", self.name, self.backend)
-            return None
         sym = policy.symbolic_dims(leaves)
         if policy.dynamic is None and self.cache and \
                 (_dynamic.mask_key(key, sym) if sym else key) not in self.cache:

@@ -9,7 +9,8 @@ import weakref
 import numpy as np
 
 from aotgrad.compiler import call, guards
-from aotgrad.compiler.dynamic import SymbolBinding, symbols_of
+from aotgrad.compiler.dynamic import SymbolBinding
+from aotgrad.ir.core import graph_symbols as symbols_of
 from aotgrad.ir import passes
 from aotgrad.ir.core import Aval
 from aotgrad.ir.partition import partition

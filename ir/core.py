@@ -11,7 +11,7 @@ import re
 import sys
 
 from aotgrad.ir import dtypes as dt
-from aotgrad.ir.symbolic import SymInt, evaluate as evaluate_size
+from aotgrad.ir.symbolic import SymInt, evaluate as evaluate_size, free_symbols
 from aotgrad.ir.tags import KINDS, Tag
 from aotgrad.ir.text import format_graph, format_node, type_str
 
@@ -443,3 +443,32 @@ def first_nan_node(graph, args):
         if any(has_nan(o) for o in outs) and not any(has_nan(i) for i in ins):
             return n
     return None
+
+
+def _param_symbols(p):
+    if isinstance(p, SymInt):
+        return p.free_symbols
+    if isinstance(p, (tuple, list)):
+        out = set()
+        for x in p:
+            out |= _param_symbols(x)
+        return out
+    if isinstance(p, slice):
+        return _param_symbols((p.start, p.stop, p.step))
+    return set()
+
+
+def graph_symbols(graph):
+    """The sorted names of the symbols in a graph's sizes (inputs, outputs, every value and
+    param): the order of the values tuple its compiled callable takes."""
+    names = set()
+    for v in graph.inputs:
+        for d in v.shape:
+            names |= free_symbols(d)
+    for n in graph.nodes:
+        for v in n.outputs:
+            for d in v.shape:
+                names |= free_symbols(d)
+        for p in n.params.values():
+            names |= _param_symbols(p)
+    return tuple(sorted(names))
