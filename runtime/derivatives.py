@@ -268,7 +268,7 @@ def _(ctx, g):
             tp.mul(g, x) if ctx.needs_input_grad[1] else None)
 
 
-@defvjp(P.div, save=(0, 1))
+@defvjp(P.div, save=(0, 1), save_if={0: (1,)})  # a / 3 saves no a (PyTorch)
 def _(ctx, g):
     x, y = ctx.saved_tensors
     gx = tp.div(g, y)

@@ -19,6 +19,7 @@ from aotgrad.runtime import autocast as _autocast
 from aotgrad.runtime import profiling
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.grad_fn_names import named
+from aotgrad.runtime.saved_hooks import mark_number_operand
 from aotgrad.runtime.tensor import Tensor
 
 
@@ -214,7 +215,7 @@ def _binary_args(a, b, float_result=False):
     if a.ndim != b.ndim or tuple(a.shape) != tuple(b.shape):
         shape = broadcast_shapes(a.shape, b.shape)
         a, b = tp.broadcast_to(a, shape), tp.broadcast_to(b, shape)
-    return a, b
+    return (a if ta else mark_number_operand(a)), (b if tb else mark_number_operand(b))
 
 
 def _category(d):

@@ -2,7 +2,8 @@
 nanmean, median/nanmedian (PyTorch's lower median; with a dim, values and indices),
 kthvalue, aminmax, trace, diff, dist, atleast_1d/2d/3d, ravel, fliplr, flipud, msort and
 Tensor.sum_to_size. The order statistics sort along the dim and gather the chosen element,
-so the gradient flows to that element, as in PyTorch.
+so the gradient flows to that element, as in PyTorch (median()/nanmedian() without a dim
+split it among equal elements instead, as PyTorch does).
 
 >>> import aotgrad
 >>> from aotgrad.runtime import reduction_more_ops as rm
@@ -16,11 +17,14 @@ from aotgrad.runtime import elementwise_ops as ew
 from aotgrad.runtime import reduction_ops as red
 from aotgrad.runtime import shape_ops as so
 from aotgrad.runtime import tprims as tp
-from aotgrad.runtime.op_base import _return_type, cast, norm_dims, op, return_types
+from aotgrad.runtime.composite import with_rule
+from aotgrad.runtime.op_base import _named, _return_type, cast, norm_dims, op, return_types
 
 aminmax_type = collections.namedtuple("aminmax", ("min", "max"))
 _RETURN_TYPES = {"median": _return_type("median"), "nanmedian": _return_type("nanmedian"),
                  "kthvalue": return_types["kthvalue"]}
+_DIM_NODE_NAMES = {"median": "MedianBackward1", "nanmedian": "NanmedianBackward1",
+                   "kthvalue": "KthvalueBackward0"}
 
 
 @op("nansum", "NansumBackward0")
@@ -58,7 +62,7 @@ def _order_stat(x, dim, keepdim, pick, name):
     values = so.gather(x, d, index)
     if not keepdim:
         values, index = so.squeeze(values, d), so.squeeze(index, d)
-    return _RETURN_TYPES[name](values, index)
+    return _RETURN_TYPES[name](_named(values, _DIM_NODE_NAMES[name]), index)
 
 
 def _full_median(x, pick, name):
@@ -69,8 +73,8 @@ def _full_median(x, pick, name):
     return _order_stat(flat, 0, False, pick, name)[0]
 
 
-def _median_pos(nans, n):   # any NaN: the (last-sorted) NaN is the median, as in PyTorch
-    return ew.where(ew.gt(nans, 0), n - 1, (n - 1) // 2)
+def _median_pos(nans, n):   # any NaN: the first NaN (NaN sorts last, stably) is the median,
+    return ew.where(ew.gt(nans, 0), ew.sub(n, nans), (n - 1) // 2)  # as in PyTorch
 
 
 def _nanmedian_pos(nans, n):  # the lower median of the numbers; all NaN: a NaN
@@ -78,11 +82,23 @@ def _nanmedian_pos(nans, n):  # the lower median of the numbers; all NaN: a NaN
     return ew.where(ew.gt(m, 0), ew.div(ew.sub(m, 1), 2, rounding_mode="floor"), 0)
 
 
+# Without a dim PyTorch splits the gradient evenly among the elements equal to the median
+# (and among the NaNs when it is NaN), as for max(); with a dim it goes to the one index.
+@with_rule("MedianBackward0", ("x",), red.evenly_distribute_rule)
+def _median_all(x):
+    return _full_median(x, _median_pos, "median")
+
+
+@with_rule("NanmedianBackward0", ("x",), red.evenly_distribute_rule)
+def _nanmedian_all(x):
+    return _full_median(x, _nanmedian_pos, "nanmedian")
+
+
 @op("median")
 def median(x, dim=None, keepdim=False):
     """The lower median (of all elements, or (values, indices) along dim); NaN propagates."""
     if dim is None:
-        return _full_median(x, _median_pos, "median")
+        return _median_all(x)
     return _order_stat(x, dim, keepdim, _median_pos, "median")
 
 
@@ -90,7 +106,7 @@ def median(x, dim=None, keepdim=False):
 def nanmedian(x, dim=None, keepdim=False):
     """median ignoring NaN."""
     if dim is None:
-        return _full_median(x, _nanmedian_pos, "nanmedian")
+        return _nanmedian_all(x)
     return _order_stat(x, dim, keepdim, _nanmedian_pos, "nanmedian")
 
 

@@ -13,8 +13,9 @@ import math
 from aotgrad.ir import dtypes as dt
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.composite import share_node
-from aotgrad.runtime.elementwise_ops import (_zero_grad, abs, div, eq, exp, isfinite, log,
-                                             maximum, minimum, mul, ne, pow, sqrt, sub, where)
+from aotgrad.runtime.elementwise_ops import (_zero_grad, abs, div, eq, exp, isfinite, isnan,
+                                             log, logical_and, logical_or, maximum, minimum,
+                                             mul, ne, pow, sqrt, sub, where)
 from aotgrad.runtime.index_ops import take_along_dim
 from aotgrad.runtime.op_base import _named, cast, norm_dims, op, return_types
 from aotgrad.runtime.tensor import Tensor
@@ -89,7 +90,29 @@ def amin(x, dim=(), keepdim=False):
     return _keep(tp.reduce_min(x, dims=dims), x.shape, dims, keepdim)
 
 
-def _minmax(x, dim, keepdim, other, amax_fn, arg_fn, pair_fn, name):
+def evenly_distribute_rule(ctx, g):
+    """PyTorch's gradient of a full reduction that picks one value (max(), min(), median(),
+    nanmedian() without a dim): g split evenly among the elements equal to the result, a NaN
+    result counting as equal to every NaN element (so max() of an input with NaN sends the
+    gradient to its NaNs, where amax's rule gives NaN everywhere)."""
+    x, out = ctx.args["x"], ctx.result
+    hit = eq(x, out)
+    if x.dtype.is_floating_point:
+        hit = logical_or(hit, logical_and(isnan(x), isnan(out)))
+    return (where(hit, div(g, sum(hit)), 0.0),)
+
+
+@with_rule("MaxBackward1", ("x",), evenly_distribute_rule)
+def _max_all(x):
+    return amax(x)
+
+
+@with_rule("MinBackward1", ("x",), evenly_distribute_rule)
+def _min_all(x):
+    return amin(x)
+
+
+def _minmax(x, dim, keepdim, other, all_fn, arg_fn, pair_fn, name):
     if isinstance(dim, Tensor) and other is None:
         return _named(pair_fn(x, dim), "MaximumBackward0" if name == "max" else
                       "MinimumBackward0")
@@ -98,7 +121,7 @@ def _minmax(x, dim, keepdim, other, amax_fn, arg_fn, pair_fn, name):
             raise RuntimeError(f"{name}(): Expected reduction dim to be specified for "
                                f"input.numel() == 0. Specify the reduction dim with the 'dim' "
                                f"argument.")
-        return _named(amax_fn(x), "MaxBackward1" if name == "max" else "MinBackward1")
+        return all_fn(x)
     d = norm_dims(dim, x.ndim)[0] if x.ndim else 0
     idx = arg_fn(x, d, keepdim=True)
     vals = take_along_dim(x, idx, d) if x.ndim else x
@@ -111,12 +134,12 @@ def _minmax(x, dim, keepdim, other, amax_fn, arg_fn, pair_fn, name):
 @op("max")
 def max(x, dim=None, keepdim=False):
     """max(x) -> max value; max(x, dim) -> (values, indices); max(x, other) -> maximum."""
-    return _minmax(x, dim, keepdim, None, amax, argmax, maximum, "max")
+    return _minmax(x, dim, keepdim, None, _max_all, argmax, maximum, "max")
 
 
 @op("min")
 def min(x, dim=None, keepdim=False):
-    return _minmax(x, dim, keepdim, None, amin, argmin, minimum, "min")
+    return _minmax(x, dim, keepdim, None, _min_all, argmin, minimum, "min")
 
 
 def _arg(prim):

@@ -16,6 +16,17 @@ PACK_INPLACE_MESSAGE = (
 _PACKED = object()  # a SavedTensor's value once a pack hook holds the tensor instead
 
 
+def mark_number_operand(t):
+    """Mark `t` as the tensor an op made of a Python number operand (the 3 of `a * 3`): PyTorch
+    never packs a plain number, so the pack hooks do not see it. Returns t."""
+    t.__dict__["_number_operand"] = True
+    return t
+
+
+def is_number_operand(t):
+    return t.__dict__.get("_number_operand", False)
+
+
 class SavedTensorHooks:
     """pack_hook(tensor) -> Any runs when an op saves a tensor; unpack_hook(packed) ->
     Tensor runs when the backward reads it."""

@@ -10,7 +10,7 @@ from aotgrad.ir.core import Var
 from aotgrad.runtime import dual_state
 from aotgrad.runtime.autograd_node import AccumulateGrad
 from aotgrad.runtime.grad_mode import state as _mode
-from aotgrad.runtime.saved_hooks import SavedTensorHooks
+from aotgrad.runtime.saved_hooks import SavedTensorHooks, is_number_operand
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.runtime.version_counter import VersionCounter
 
@@ -65,7 +65,8 @@ class SavedTensor:
         self.tangent = None if tangent is None else (tangent, dual_state.state.duals)
         if isinstance(t._value, Var):  # traced: a reshape of it may be a view eagerly
             t._traced_saved = True
-        if saved_hooks.stack:  # autograd.graph.saved_tensors_hooks: keep what pack returns
+        if saved_hooks.stack and not is_number_operand(t):  # saved_tensors_hooks: keep what
+            # pack returns (a Python number operand is never packed, as in PyTorch)
             saved_hooks.stack[-1]._pack_saved(self, t)  # sets .hooks and .value
         elif saved_hooks.copy_saved and isinstance(self.value, np.ndarray):
             self._keep_copy()
