@@ -24,6 +24,8 @@ import math
 import operator
 
 _CURRENT = contextvars.ContextVar("aotgrad_shape_env", default=None)
+_OP_TEXT = {operator.eq: "==", operator.ne: "!=", operator.lt: "<", operator.le: "<=",
+            operator.gt: ">", operator.ge: ">="}
 
 
 def _key_of_atom(a):
@@ -54,6 +56,13 @@ class _Opaque:
 
     def source(self):
         return f"({self.num.source()} {self.op} {source(self.den)})"
+
+
+def _comparison(op):
+    """SymInt's comparison dunder for `op` (see SymInt._decide)."""
+    def compare(self, o):
+        return self._decide(op, o)
+    return compare
 
 
 class SymInt:
@@ -170,7 +179,7 @@ class SymInt:
         return o ** int(self)
 
     # -- decisions: guarded under a ShapeEnv, structural outside one -------------------
-    def _decide(self, op, o, text):
+    def _decide(self, op, o):
         if isinstance(o, bool) or not isinstance(o, (int, SymInt)):
             return NotImplemented
         diff = self - o
@@ -183,26 +192,15 @@ class SymInt:
         if env is None:                     # structural: only provable facts are True
             return op is operator.ne
         result = op(diff.hint, 0)
-        env.add_guard(diff, op, result, text(self, o))
+        env.add_guard(diff, op, result, f"{source(self)} {_OP_TEXT[op]} {source(o)}")
         return result
 
-    def __eq__(self, o):
-        return self._decide(operator.eq, o, lambda a, b: f"{source(a)} == {source(b)}")
-
-    def __ne__(self, o):
-        return self._decide(operator.ne, o, lambda a, b: f"{source(a)} != {source(b)}")
-
-    def __lt__(self, o):
-        return self._decide(operator.lt, o, lambda a, b: f"{source(a)} < {source(b)}")
-
-    def __le__(self, o):
-        return self._decide(operator.le, o, lambda a, b: f"{source(a)} <= {source(b)}")
-
-    def __gt__(self, o):
-        return self._decide(operator.gt, o, lambda a, b: f"{source(a)} > {source(b)}")
-
-    def __ge__(self, o):
-        return self._decide(operator.ge, o, lambda a, b: f"{source(a)} >= {source(b)}")
+    __eq__ = _comparison(operator.eq)
+    __ne__ = _comparison(operator.ne)
+    __lt__ = _comparison(operator.lt)
+    __le__ = _comparison(operator.le)
+    __gt__ = _comparison(operator.gt)
+    __ge__ = _comparison(operator.ge)
 
     def __bool__(self):
         return self != 0
@@ -382,9 +380,7 @@ class Guard:
 
     def source(self):
         """Python source that is True when the guard holds (symbols as variables)."""
-        sym = {operator.eq: "==", operator.ne: "!=", operator.lt: "<", operator.le: "<=",
-               operator.gt: ">", operator.ge: ">="}[self.op]
-        rel = f"{source(self.expr)} {sym} 0"
+        rel = f"{source(self.expr)} {_OP_TEXT[self.op]} 0"
         return rel if self.holds else f"not ({rel})"
 
 
@@ -444,7 +440,7 @@ class ShapeEnv:
             if not isinstance(expr, SymInt):
                 continue
             terms = dict(expr._terms)
-            const = terms.pop((), 0)
+            terms.pop((), 0)
             bare = [(m[0][0], c) for m, c in terms.items()
                     if len(m) == 1 and isinstance(m[0][0], str) and m[0][1] == 1 and c in (1, -1)]
             if not bare:
