@@ -74,3 +74,14 @@ def check_betas(betas):
     for i, b in enumerate(betas):
         if not 0.0 <= b < 1.0:
             raise ValueError(f"Invalid beta parameter at index {i}: {b}")
+
+
+def weight_decay(p, grad, lr, wd, decoupled):
+    """The gradient after weight decay `wd`: decoupled (AdamW's), the parameter shrinks by
+    lr * wd in place and the gradient is unchanged; else wd * p is added to the gradient."""
+    if wd == 0:
+        return grad
+    if decoupled:
+        p.mul_(1 - lr * wd)
+        return grad
+    return ops.add(grad, p.detach(), alpha=wd)

@@ -7,7 +7,7 @@
 import numpy as np
 
 from aotgrad.runtime import multi_tensor
-from aotgrad.optim._update import as_f64, first_step_state, grads_of
+from aotgrad.optim._update import as_f64, first_step_state, grads_of, weight_decay
 from aotgrad.optim.optimizer import Optimizer
 from aotgrad.runtime import ops
 from aotgrad.runtime.grad_mode import no_grad
@@ -70,11 +70,7 @@ class Adam(Optimizer):
         state = self.state[p]
         step, m, v = state["step"], state["exp_avg"], state["exp_avg_sq"]
         step.add_(1)
-        if wd != 0:
-            if g.get("decoupled_weight_decay", self._decoupled):
-                p.mul_(1 - lr * wd)
-            else:
-                grad = ops.add(grad, p.detach(), alpha=wd)
+        grad = weight_decay(p, grad, lr, wd, g.get("decoupled_weight_decay", self._decoupled))
         m.add_(ops.mul(ops.sub(grad, m), 1 - b1))          # lerp toward grad
         v.mul_(b2).add_(ops.mul(ops.mul(grad, 1 - b2), grad))
         # bias corrections in float64 from the float32 step count (PyTorch does them in

@@ -7,7 +7,7 @@ import numpy as np
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.optim._update import (addcmul, as_f64, check_betas, check_nonnegative, grads_of,
-                                   lerp_, new_step)
+                                   lerp_, new_step, weight_decay)
 from aotgrad.optim.optimizer import Optimizer
 from aotgrad.runtime import multi_tensor, ops
 from aotgrad.runtime.factories import tensor, zeros_like
@@ -76,11 +76,7 @@ class NAdam(Optimizer):
         lr, (b1, b2), eps, wd = g.scalar("lr"), g["betas"], g["eps"], g["weight_decay"]
         state = self.state[p]
         step = state["step"].add_(1)
-        if wd != 0:
-            if g["decoupled_weight_decay"]:
-                p.mul_(1 - lr * wd)
-            else:
-                grad = ops.add(grad, p.detach(), alpha=wd)
+        grad = weight_decay(p, grad, lr, wd, g["decoupled_weight_decay"])
         bc2, c_grad, c_avg = self._scalars(step, state["mu_product"], lr, b1, b2,
                                            g["momentum_decay"], p.dtype)
         m = lerp_(state["exp_avg"], grad, 1 - b1)

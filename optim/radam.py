@@ -7,7 +7,7 @@ import numpy as np
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.optim._update import (addcmul, as_f64, check_betas, check_nonnegative,
-                                   first_step_state, grads_of, lerp_)
+                                   first_step_state, grads_of, lerp_, weight_decay)
 from aotgrad.optim.optimizer import Optimizer
 from aotgrad.runtime import multi_tensor, ops
 from aotgrad.runtime.factories import tensor
@@ -72,11 +72,7 @@ class RAdam(Optimizer):
         lr, (b1, b2), eps, wd = g.scalar("lr"), g["betas"], g["eps"], g["weight_decay"]
         state = self.state[p]
         step = state["step"].add_(1)
-        if wd != 0:
-            if g["decoupled_weight_decay"]:
-                p.mul_(1 - lr * wd)
-            else:
-                grad = ops.add(grad, p.detach(), alpha=wd)
+        grad = weight_decay(p, grad, lr, wd, g["decoupled_weight_decay"])
         m = lerp_(state["exp_avg"], grad, 1 - b1)
         v = state["exp_avg_sq"]
         v.copy_(addcmul(ops.mul(v, b2), grad, grad, 1 - b2))
