@@ -25,7 +25,7 @@ from aotgrad.runtime.compiled_backward import CompiledBackward
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.tracer.pytree import unflatten
-from aotgrad.tracer.trace import Role
+from aotgrad.tracer.trace_result import Role
 
 
 # When the generated code hands a call or a backward over to the general path, whatever

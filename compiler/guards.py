@@ -8,7 +8,7 @@ import dataclasses
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.tracer.reads import same_value
-from aotgrad.tracer.trace import Role
+from aotgrad.tracer.trace_result import Role
 
 MISS = object()  # what a specialised call returns when its guards do not hold
 

@@ -23,7 +23,7 @@ from aotgrad.runtime.factories import default_generator
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.tracer.pytree import unflatten
-from aotgrad.tracer.trace import Mutation, Role
+from aotgrad.tracer.trace_result import Mutation, Role
 
 
 def _runner(graph, backend, name, trusted=0, symbols=()):

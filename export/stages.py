@@ -80,7 +80,7 @@ def capture(fn, args, train):
     """Trace fn(*args) (tensors) into one optimised graph: the inference graph, or with
     train=True the loss and the gradients of everything that requires grad."""
     from aotgrad.tracer.arg_names import leaf_names
-    from aotgrad.tracer.trace import Role
+    from aotgrad.tracer.trace_result import Role
     fn = _unwrap(fn)
     module = fn if hasattr(fn, "named_parameters") else None
     what = f"export({getattr(fn, '__name__', type(fn).__name__)})"
