@@ -1,5 +1,5 @@
 """Shared test settings: the suite's own AOTGRAD_* settings, a private per-run compile cache
-directory, the aotgrad pytest plugin, pytester, and the `torch` oracle fixture."""
+directory, the aotgrad pytest plugin, pytester, and the `torch` and `vs_torch` oracle fixtures."""
 import atexit
 import os
 import shutil
@@ -85,6 +85,14 @@ def example():
 def torch():
     """PyTorch as an oracle: the test skips where it is not installed."""
     return pytest.importorskip("torch")
+
+
+@pytest.fixture
+def vs_torch(torch):
+    """The one comparison against PyTorch (tests/torch_compare.py's TorchOracle): same(case),
+    both(fn), module(ours, theirs, inputs); skips where torch is not installed."""
+    from torch_compare import TorchOracle
+    return TorchOracle(torch)
 
 
 @pytest.fixture(autouse=True)

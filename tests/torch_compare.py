@@ -1,35 +1,78 @@
-"""Helpers of the PyTorch comparisons. The eager-engine ones (test_engine_torch*.py): each
-case is a function of the library module M (aotgrad or torch); `_same` runs it on both and
-compares the results, or the error class and text. The conformance ones
-(test_conformance_torch*.py): seeded inputs (`rn`), `_close` and `_same_text`."""
+"""The tests' one comparison against PyTorch, exposed as the `vs_torch` fixture (conftest.py).
+
+`vs_torch` is a `TorchOracle` bound to the torch module (the test skips where torch is not
+installed):
+- `vs_torch.same(case)`: `case(M)` builds the same computation with M = aotgrad or torch;
+  both run and their results agree (tensors by `assert_close`: dtype, shape, the dtype's
+  default tolerances, NaN == NaN), or both raise: the same error class and, with
+  `exact_error`, the same text;
+- `vs_torch.both(fn)`: `fn(M, nn)` run on each library, the pair returned for the test to
+  compare (with `close`, `error_text`, `same_text`);
+- `vs_torch.module(ours, theirs, inputs)`: a module and its torch counterpart with the same
+  weights and inputs give the same outputs, input gradients and parameter gradients.
+
+The functions that need no torch (`close`, `normal`, `leaf`, `comparable`, `to_numpy`,
+`error_text`, `same_text`) are imported from this module."""
 import re
 import warnings
 
 import numpy as np
 
 import aotgrad
-import aotgrad as ag
 from aotgrad import nn
 from aotgrad.testing import assert_close
 
+# the default tolerances of module comparisons (a module's outputs go through many ops)
+MODULE_TOLERANCES = {"float32": dict(atol=2e-5, rtol=1e-4), "float64": dict(atol=1e-10, rtol=1e-9)}
 
-def _val(r):
-    """A comparable, library-free form of a result (tensors -> numpy arrays of their dtype;
-    compared by `_match`)."""
+# the user's line aotgrad appends to an error: ` (at file.py:12: `source`)`
+_USER_LINE = re.compile(r" \(at [^\s:]+:\d+: `.*`\)")
+
+
+def to_numpy(t):
+    """A tensor of either library (detached), or anything array-like, as a numpy array."""
+    return np.asarray(t.detach().numpy()) if hasattr(t, "detach") else np.asarray(t)
+
+
+def normal(*shape, seed=0, dtype=np.float32):
+    """Seeded standard-normal inputs, the same for both libraries."""
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+def leaf(M, *values):
+    """A 1-d leaf of library M that requires grad."""
+    return M.tensor(list(values), requires_grad=True)
+
+
+def close(ours, ref, what="", atol=None, rtol=None):
+    """`ours` and `ref` (tensors of either library, arrays, None) agree: None only with None,
+    otherwise `assert_close` (dtype and shape checked, NaN == NaN); without atol/rtol the
+    dtype's default tolerances."""
+    if ours is None or ref is None:
+        assert ours is None and ref is None, f"{what}: {ours} vs {ref}"
+        return
+    if (atol is None) != (rtol is None):  # one given: the other from the dtype's defaults
+        tol = aotgrad.testing.default_tolerances(to_numpy(ref).dtype)
+        rtol, atol = (tol[0] if rtol is None else rtol), (tol[1] if atol is None else atol)
+    assert_close(to_numpy(ours), to_numpy(ref), rtol=rtol, atol=atol, equal_nan=True,
+                 msg=f"{what}: " if what else "")
+
+
+def comparable(r):
+    """A library-free form of a result (tensors -> numpy arrays of their dtype, nested
+    containers kept), compared by `same`."""
     if r is None or isinstance(r, (bool, int, float, str)):
         return r
     if isinstance(r, (tuple, list)):
-        return [_val(x) for x in r]
+        return [comparable(x) for x in r]
     if isinstance(r, dict):
-        return {k: _val(v) for k, v in r.items()}
+        return {k: comparable(v) for k, v in r.items()}
     if hasattr(r, "detach"):
         return np.array(r.detach().numpy(), copy=True)
     return repr(r)
 
 
 def _match(ours, ref, path="result"):
-    """Assert that two `_val` results agree: arrays by assert_close (dtype, shape, the
-    dtype's default tolerances, NaN == NaN), everything else by ==."""
     if isinstance(ours, np.ndarray) or isinstance(ref, np.ndarray):
         assert isinstance(ours, np.ndarray) and isinstance(ref, np.ndarray), \
             f"{path}: {ours!r} vs {ref!r}"
@@ -53,65 +96,115 @@ def _outcome(fn, M):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return ("ok", _val(fn(M)))
+            return ("ok", comparable(fn(M)))
     except Exception as e:  # the error class and its first line, library names unified
         msg = str(e).replace("torch.", "aotgrad.").split("\n")[0]
         return ("err", type(e).__name__ if isinstance(e, (ValueError, TypeError))
                 else "RuntimeError", msg)
 
 
-def _same(fn, torch, exact_error=False):
-    ours, ref = _outcome(fn, ag), _outcome(fn, torch)
-    assert ours[0] == ref[0], (ours, ref)
-    if ours[0] == "ok":
-        _match(ours[1], ref[1])
-    else:
-        assert ours[1] == ref[1], (ours, ref)
-        if exact_error:  # ours may add detail after PyTorch's text, or name the op before it
-            ours_msg = re.sub(r"^[\w.]+: ", "", ours[2])
-            assert ours_msg.startswith(ref[2]) or ref[2].startswith(ours_msg), (ours, ref)
-
-
-def _L(M, *v):
-    return M.tensor(list(v), requires_grad=True)
-
-
-def rn(*shape, seed=0):
-    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
-
-
-def _np(t):
-    return np.asarray(t.detach().numpy()) if hasattr(t, "detach") else np.asarray(t)
-
-
-def _close(a, b, what, atol=2e-5, rtol=1e-4):
-    if a is None or b is None:
-        assert a is None and b is None, f"{what}: {a} vs {b}"
-        return
-    assert_close(_np(a), _np(b), rtol=rtol, atol=atol, equal_nan=True, msg=f"{what}: ")
-
-
-# the user's line aotgrad appends to an error: ` (at file.py:12: `source`)`
-_USER_LINE = re.compile(r" \(at [^\s:]+:\d+: `.*`\)")
-
-
-def _same_text(ours, theirs):
-    """Messages compared with the library names taken out, and without the user's line that
+def same_text(ours, theirs):
+    """Messages equal with the library names taken out, and without the user's line that
     aotgrad appends to an error (` (at file.py:12: `source`)`)."""
     ours = _USER_LINE.sub("", ours)
     return ours.replace("aotgrad", "LIB") == theirs.replace("torch", "LIB")
 
 
-def _both(torch, fn):
-    return fn(aotgrad, nn), fn(torch, torch.nn)
-
-
-def _err(fn):
+def error_text(fn):
+    """`"ErrorClass: message"` of what `fn()` raises (None when it returns), the class being
+    the public one a PyTorch user catches: the runtime's internal subclasses (the engine's
+    SavedTensorModifiedError) count as their builtin base (RuntimeError)."""
     try:
         fn()
     except Exception as e:  # noqa: BLE001 - the message is what is compared
-        # the public class a PyTorch user catches: the runtime's internal subclasses (the
-        # engine's SavedTensorModifiedError) count as their builtin base (RuntimeError)
         public = next(c for c in type(e).__mro__ if not c.__module__.startswith("aotgrad.runtime"))
         return f"{public.__name__}: {e}"
     return None
+
+
+def _flatten(out):
+    if isinstance(out, (tuple, list)):
+        return [t for o in out for t in _flatten(o)]
+    return [] if out is None else [out]
+
+
+class TorchOracle:
+    """PyTorch as the reference of a test (the `vs_torch` fixture)."""
+
+    def __init__(self, torch):
+        self.torch = torch
+
+    def same(self, case, exact_error=False):
+        """case(aotgrad) and case(torch) give the same result, or the same error class (and,
+        with exact_error, text: ours may add detail after PyTorch's or name the op first)."""
+        ours, ref = _outcome(case, aotgrad), _outcome(case, self.torch)
+        assert ours[0] == ref[0], (ours, ref)
+        if ours[0] == "ok":
+            _match(ours[1], ref[1])
+        else:
+            assert ours[1] == ref[1], (ours, ref)
+            if exact_error:
+                ours_msg = re.sub(r"^[\w.]+: ", "", ours[2])
+                assert ours_msg.startswith(ref[2]) or ref[2].startswith(ours_msg), (ours, ref)
+
+    def both(self, fn):
+        """(fn(aotgrad, aotgrad.nn), fn(torch, torch.nn))."""
+        return fn(aotgrad, nn), fn(self.torch, self.torch.nn)
+
+    def load_state(self, ours, theirs):
+        """Copy the torch module's state_dict into ours (the names and shapes must match)."""
+        sd = theirs.state_dict()
+        keys = set(ours.state_dict())
+        assert keys == set(sd), f"state_dict keys differ: {sorted(keys ^ set(sd))}"
+        ours.load_state_dict({k: aotgrad.tensor(v.detach().numpy()) for k, v in sd.items()})
+
+    def module(self, ours, theirs, inputs, dtype="float32", call=None, seed=1, load=True,
+               params=True, grad_inputs=None):
+        """Same weights and inputs -> same outputs, input gradients and parameter gradients
+        (MODULE_TOLERANCES of the dtype); returns both outputs.
+
+        `inputs`: numpy arrays (float ones become leaves that require grad) or other objects
+        passed as they are; `grad_inputs`: the indices of the float inputs that require grad
+        (default all); `call(module, inputs)` runs the module (default module(*inputs))."""
+        torch, tol = self.torch, MODULE_TOLERANCES[dtype]
+        theirs = theirs.to(getattr(torch, dtype))
+        ours = ours.to(getattr(aotgrad, dtype))
+        if load:
+            self.load_state(ours, theirs)
+        call = call or (lambda m, xs: m(*xs))
+        xs_o, xs_t = [], []
+        for i, a in enumerate(inputs):
+            if isinstance(a, np.ndarray):
+                if a.dtype.kind == "f":
+                    a = a.astype(dtype)
+                rg = a.dtype.kind == "f" and (grad_inputs is None or i in grad_inputs)
+                xs_o.append(aotgrad.tensor(a, requires_grad=rg))
+                xs_t.append(torch.tensor(a, requires_grad=rg))
+            else:
+                xs_o.append(a)
+                xs_t.append(a)
+        outs_o, outs_t = _flatten(call(ours, xs_o)), _flatten(call(theirs, xs_t))
+        assert len(outs_o) == len(outs_t)
+        r = np.random.default_rng(seed)
+        loss_o, loss_t = 0, 0
+        for i, (o, t) in enumerate(zip(outs_o, outs_t)):
+            close(o, t, f"output {i}", **tol)
+            if t.requires_grad:
+                g = r.standard_normal(tuple(t.shape)).astype(dtype)
+                loss_o = loss_o + (o * aotgrad.tensor(g)).sum()
+                loss_t = loss_t + (t * torch.tensor(g)).sum()
+        if isinstance(loss_t, int):
+            return outs_o, outs_t
+        loss_o.backward()
+        loss_t.backward()
+        for i, (a, b) in enumerate(zip(xs_o, xs_t)):
+            if hasattr(b, "requires_grad") and b.requires_grad:
+                close(a.grad, b.grad, f"grad of input {i}", **tol)
+        if params:
+            named_t = dict(theirs.named_parameters())
+            for name, p in ours.named_parameters():
+                if named_t[name].grad is None:
+                    assert p.grad is None or not np.any(to_numpy(p.grad)), name
+                else:
+                    close(p.grad, named_t[name].grad, f"grad of {name}", **tol)
+        return outs_o, outs_t

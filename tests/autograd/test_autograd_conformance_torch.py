@@ -10,7 +10,7 @@ import warnings
 import numpy as np
 import pytest
 
-from torch_compare import _L, _same, _val  # noqa: E402
+from torch_compare import comparable, leaf
 
 
 def _sub(M, path):
@@ -21,7 +21,7 @@ def _sub(M, path):
 # ---- gradient edges --------------------------------------------------------------------------
 def _edge_grad(M):
     G = _sub(M, "autograd.graph")
-    x = _L(M, 1., -2., 3.)
+    x = leaf(M, 1., -2., 3.)
     h = x * x
     e = G.get_gradient_edge(h)
     out = (h.exp() * 0.1).sum()
@@ -33,7 +33,7 @@ def _edge_grad(M):
 
 def _edge_as_output(M):
     G = _sub(M, "autograd.graph")
-    x = _L(M, 1., 2.)
+    x = leaf(M, 1., 2.)
     h = x * 3
     e = G.get_gradient_edge(h)
     _ = (h * h).sum()
@@ -46,22 +46,22 @@ def _edge_no_grad(M):
 
 
 @pytest.mark.parametrize("case", [_edge_grad, _edge_as_output, _edge_no_grad])
-def test_gradient_edges(case, torch):
-    _same(case, torch)
+def test_gradient_edges(case, vs_torch):
+    vs_torch.same(case)
 
 
 # ---- multi-grad hooks ------------------------------------------------------------------------
 def _multi_all(M):
     G = _sub(M, "autograd.graph")
-    a, b, c = _L(M, 1., 2.), _L(M, 3., 4.), _L(M, 5., 6.)
+    a, b, c = leaf(M, 1., 2.), leaf(M, 3., 4.), leaf(M, 5., 6.)
     log = []
-    h = G.register_multi_grad_hook((a, b, c), lambda gs: log.append(_val(list(gs))))
+    h = G.register_multi_grad_hook((a, b, c), lambda gs: log.append(comparable(list(gs))))
     (a * b).sum().backward()          # c is not reached: None
     (c * 2).sum().backward()          # only c
     h.remove()
     (a * b).sum().backward()
     p, q = a * 1, c * 1               # autograd.grad: PyTorch asks this of non-leaves only
-    G.register_multi_grad_hook((p, q), lambda gs: log.append(_val(list(gs))))
+    G.register_multi_grad_hook((p, q), lambda gs: log.append(comparable(list(gs))))
     M.autograd.grad((p * q).sum(), (a,))
     M.autograd.grad((p * 3).sum(), (p,))
     return log
@@ -69,9 +69,9 @@ def _multi_all(M):
 
 def _multi_any(M):
     G = _sub(M, "autograd.graph")
-    a, b = _L(M, 1., 2.), _L(M, 3., 4.)
+    a, b = leaf(M, 1., 2.), leaf(M, 3., 4.)
     log = []
-    G.register_multi_grad_hook((a, b), lambda g: log.append(_val(g)), mode="any")
+    G.register_multi_grad_hook((a, b), lambda g: log.append(comparable(g)), mode="any")
     (a * b).sum().backward()
     (a * b * 2).sum().backward()
     return len(log)
@@ -79,24 +79,24 @@ def _multi_any(M):
 
 def _multi_bad_mode(M):
     G = _sub(M, "autograd.graph")
-    return G.register_multi_grad_hook((_L(M, 1.),), print, mode="some")
+    return G.register_multi_grad_hook((leaf(M, 1.),), print, mode="some")
 
 
 @pytest.mark.parametrize("case", [_multi_all, _multi_any, _multi_bad_mode])
-def test_multi_grad_hooks(case, torch):
-    _same(case, torch)
+def test_multi_grad_hooks(case, vs_torch):
+    vs_torch.same(case)
 
 
 # ---- saved tensors ---------------------------------------------------------------------------
 def _mutation_allowed(M):
     G = _sub(M, "autograd.graph")
     with G.allow_mutation_on_saved_tensors():
-        a = _L(M, 1., 2., 3.)
+        a = leaf(M, 1., 2., 3.)
         b = a * 1
         y = (b * b * b).sum()
         b.mul_(5)
         y.backward()
-        w = _L(M, 2., 3.)
+        w = leaf(M, 2., 3.)
         with M.no_grad():
             z = M.ones(2)
         loss = (w * z).sum()
@@ -113,7 +113,7 @@ def _mutation_nested(M):
 
 
 def _raw_saved(M):
-    x = _L(M, 0.5, 1.5)
+    x = leaf(M, 0.5, 1.5)
     y = x.exp()
     log = []
     y.grad_fn._raw_saved_result.register_hooks(lambda t: (log.append("pack"), t * 2)[1],
@@ -123,7 +123,7 @@ def _raw_saved(M):
 
 
 def _raw_saved_twice(M):
-    x = _L(M, 0.5)
+    x = leaf(M, 0.5)
     y = x * x
     y.grad_fn._raw_saved_self.register_hooks(lambda t: t, lambda t: t)
     y.grad_fn._raw_saved_self.register_hooks(lambda t: t, lambda t: t)
@@ -143,7 +143,7 @@ def _saved_variables(M):
                 x, = ctx.saved_variables
             ctx.warned = [c.category.__name__ for c in w]
             return g * 3 * x * x
-    x = _L(M, 1., 2.)
+    x = leaf(M, 1., 2.)
     y = Cube.apply(x)
     y.sum().backward()
     return x.grad, y.grad_fn.warned
@@ -151,19 +151,19 @@ def _saved_variables(M):
 
 @pytest.mark.parametrize("case", [_mutation_allowed, _mutation_nested, _raw_saved,
                                   _raw_saved_twice, _saved_variables])
-def test_saved_tensors(case, torch):
-    _same(case, torch)
+def test_saved_tensors(case, vs_torch):
+    vs_torch.same(case)
 
 
 # ---- tensor attributes -------------------------------------------------------------------------
 def _grad_dtype(M):
-    x = _L(M, 1., 2.)
+    x = leaf(M, 1., 2.)
     d0 = str(x.grad_dtype)
     x.grad_dtype = M.float64
     (x * 3).sum().backward()
     d1 = str(x.grad.dtype)
     (x * 3).sum().backward()
-    y = _L(M, 1.)
+    y = leaf(M, 1.)
     y.grad_dtype = None
     y.grad = M.ones(1, dtype=M.float64)
     (y * 2).sum().backward()
@@ -171,17 +171,17 @@ def _grad_dtype(M):
 
 
 def _grad_dtype_nonleaf(M):
-    return (_L(M, 1.) * 2).grad_dtype
+    return (leaf(M, 1.) * 2).grad_dtype
 
 
 def _grad_dtype_assign(M):
-    x = _L(M, 1.)
+    x = leaf(M, 1.)
     x.grad_dtype = M.float64
     x.grad = M.ones(1)
 
 
 def _del_grad(M):
-    x = _L(M, 1., 2.)
+    x = leaf(M, 1., 2.)
     (x * x).sum().backward()
     first = x.grad
     del x.grad
@@ -191,7 +191,7 @@ def _del_grad(M):
 
 def _variable(M):
     V = M.autograd.Variable
-    base = _L(M, 1., 2.)
+    base = leaf(M, 1., 2.)
     y = base * 2
     v = V(y)
     w = V(M.ones(2), requires_grad=True)
@@ -202,11 +202,11 @@ def _variable(M):
 
 @pytest.mark.parametrize("case", [_grad_dtype, _grad_dtype_nonleaf, _grad_dtype_assign,
                                   _del_grad, _variable])
-def test_tensor_attributes(case, torch):
-    _same(case, torch)
+def test_tensor_attributes(case, vs_torch):
+    vs_torch.same(case)
 
 
-def test_increment_version(torch):
+def test_increment_version(vs_torch):
     def case(M):
         G = _sub(M, "autograd.graph")
         x = M.ones(2)
@@ -214,7 +214,7 @@ def test_increment_version(torch):
         G.increment_version(x)
         G.increment_version([x, x])
         return x._version - v0
-    _same(case, torch)
+    vs_torch.same(case)
 
 
 # ---- multi-output ops: one node --------------------------------------------------------------
@@ -230,7 +230,7 @@ _MULTI = {
 
 
 @pytest.mark.parametrize("name", sorted(_MULTI))
-def test_multi_output_shared_node(name, torch):
+def test_multi_output_shared_node(name, vs_torch):
     def case(M):
         x = M.tensor(np.arange(12.).reshape(4, 3) ** 1.5 / 7, requires_grad=True)
         outs = _MULTI[name](M, x)
@@ -242,12 +242,12 @@ def test_multi_output_shared_node(name, torch):
         gg, = M.autograd.grad((g * g).sum(), x)  # double backward through the shared node
         return (node.name(), all(o.grad_fn is node for o in outs),
                 [o.output_nr for o in outs], seen, g, gg)
-    _same(case, torch)
+    vs_torch.same(case)
 
 
-def test_shared_node_retain_graph(torch):
+def test_shared_node_retain_graph(vs_torch):
     def case(M):
-        x = _L(M, 1., 2., 4., 8.)
+        x = leaf(M, 1., 2., 4., 8.)
         v, m = M.var_mean(x)
         y = v + m
         y.backward()
@@ -256,12 +256,12 @@ def test_shared_node_retain_graph(torch):
         except RuntimeError as e:
             return x.grad, "second time" in str(e)
         return x.grad
-    _same(case, torch)
+    vs_torch.same(case)
 
 
 # ---- hooks -----------------------------------------------------------------------------------
 def _prehooks_with_inputs(M):
-    x = _L(M, 1., 2.)
+    x = leaf(M, 1., 2.)
     y = x * 2
     z = y * 3
     log = []
@@ -273,7 +273,7 @@ def _prehooks_with_inputs(M):
 
 
 def _view_hook_after_inplace(M):
-    x = _L(M, 1., 2., 3., 4.)
+    x = leaf(M, 1., 2., 3., 4.)
     b = x * 1
     v = b[1:3]
     log = []
@@ -285,7 +285,7 @@ def _view_hook_after_inplace(M):
 
 
 def _hook_order_leaf(M):
-    x = _L(M, 1., 2.)
+    x = leaf(M, 1., 2.)
     log = []
     y = x * 2
     acc = y.grad_fn.next_functions[0][0]
@@ -299,8 +299,8 @@ def _hook_order_leaf(M):
 
 @pytest.mark.parametrize("case", [_prehooks_with_inputs, _view_hook_after_inplace,
                                   _hook_order_leaf])
-def test_hooks(case, torch):
-    _same(case, torch)
+def test_hooks(case, vs_torch):
+    vs_torch.same(case)
 
 
 # ---- custom Functions ------------------------------------------------------------------------
@@ -315,9 +315,9 @@ def _non_diff_grads(M, materialize):
 
         @staticmethod
         def backward(ctx, g, g_idx):
-            ctx.saw = g_idx if g_idx is None else _val(g_idx)
+            ctx.saw = g_idx if g_idx is None else comparable(g_idx)
             return g * 2
-    x = _L(M, -1., 2.)
+    x = leaf(M, -1., 2.)
     out, idx = SplitIdx.apply(x)
     out.sum().backward()
     return x.grad, out.grad_fn.saw
@@ -332,7 +332,7 @@ def _inplace_function(M):
         @staticmethod
         def backward(ctx, g):
             return g * 2
-    x = _L(M, 1., 3.)
+    x = leaf(M, 1., 3.)
     Twice.apply(x).sum().backward()
     return x.grad, issubclass(M.autograd.function.InplaceFunction, M.autograd.Function)
 
@@ -346,7 +346,7 @@ def _none_grad_from_backward(M):
         @staticmethod
         def backward(ctx, g):
             return g, None
-    a, b = _L(M, 1.), _L(M, 2.)
+    a, b = leaf(M, 1.), leaf(M, 2.)
     First.apply(a, b).backward()
     return a.grad, b.grad
 
@@ -354,58 +354,58 @@ def _none_grad_from_backward(M):
 @pytest.mark.parametrize("case", [lambda M: _non_diff_grads(M, True),
                                   lambda M: _non_diff_grads(M, False), _inplace_function,
                                   _none_grad_from_backward])
-def test_functions(case, torch):
-    _same(case, torch)
+def test_functions(case, vs_torch):
+    vs_torch.same(case)
 
 
 # ---- calling nodes, grad() arguments -----------------------------------------------------------
 def _call_node(M):
-    x = _L(M, 2.)
+    x = leaf(M, 2.)
     y = x * 3
     n = y.grad_fn
     return n(M.ones(1)), n(None)
 
 
 def _call_node_broadcast(M):
-    x = _L(M, 2., 5.)
+    x = leaf(M, 2., 5.)
     return (x.exp()).grad_fn(M.tensor(1.))
 
 
 def _call_node_too_many(M):
-    x = _L(M, 2.)
+    x = leaf(M, 2.)
     return (x * 3).grad_fn(M.ones(1), M.ones(1))
 
 
 def _call_node_none(M):
-    x = _L(M, 2.)
+    x = leaf(M, 2.)
     return (x * 3).grad_fn()
 
 
 def _grad_no_inputs(M):
-    x = _L(M, 2.)
+    x = leaf(M, 2.)
     return M.autograd.grad((x * 2).sum(), [])
 
 
 def _materialize_create_graph(M):
-    x, z = _L(M, 1., 2.), _L(M, 3., 4.)
+    x, z = leaf(M, 1., 2.), leaf(M, 3., 4.)
     gx, gz = M.autograd.grad((x * x).sum(), (x, z), create_graph=True, materialize_grads=True)
     plain = M.autograd.grad((x * x).sum(), (x, z), materialize_grads=True)[1]
     return gz, gz.requires_grad, gz.is_leaf, plain.requires_grad, gx.requires_grad
 
 
 def _shape_mismatch_text(M):
-    x = _L(M, 1., 2.)
+    x = leaf(M, 1., 2.)
     M.autograd.grad(x * 2, x, M.ones(3))
 
 
 @pytest.mark.parametrize("case", [_call_node, _call_node_broadcast, _call_node_too_many,
                                   _call_node_none, _grad_no_inputs, _materialize_create_graph,
                                   _shape_mismatch_text])
-def test_calls_and_arguments(case, torch):
-    _same(case, torch, exact_error=True)
+def test_calls_and_arguments(case, vs_torch):
+    vs_torch.same(case, exact_error=True)
 
 
-def test_no_grad_on_class_warns(torch):
+def test_no_grad_on_class_warns(vs_torch):
     def case(M):
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
@@ -415,25 +415,25 @@ def test_no_grad_on_class_warns(torch):
                 def __init__(self):
                     self.grad_on = M.is_grad_enabled()
         return [c.category.__name__ for c in w], Box().grad_on
-    _same(case, torch)
+    vs_torch.same(case)
 
 
 # ---- gradcheck of views ----------------------------------------------------------------------
 @pytest.mark.parametrize("fn", [lambda t: t[:], lambda t: t.t(), lambda t: t.reshape(-1),
                                 lambda t: t.transpose(0, 1)[1:], lambda t: t.unbind(0)[1],
                                 lambda t: t.split(1, 1)])
-def test_gradcheck_view_outputs(fn, torch):
+def test_gradcheck_view_outputs(fn, vs_torch):
     def case(M):
         x = M.tensor(np.linspace(-1, 1, 6).reshape(2, 3), dtype=M.float64, requires_grad=True)
         return M.autograd.gradcheck(fn, (x,)), M.autograd.gradgradcheck(fn, (x,))
-    _same(case, torch)
+    vs_torch.same(case)
 
 
 # ---- scatter_reduce --------------------------------------------------------------------------
 @pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
 @pytest.mark.parametrize("include_self", [True, False])
 @pytest.mark.parametrize("dim", [0, 1, -1])
-def test_scatter_reduce(reduce, include_self, dim, torch):
+def test_scatter_reduce(reduce, include_self, dim, vs_torch):
     rng = np.random.default_rng(3)
     xs = rng.integers(-2, 3, (3, 4)).astype(np.float64)  # small integers: many ties
     shape = (5, 4) if dim == 0 else (3, 6)
@@ -447,18 +447,18 @@ def test_scatter_reduce(reduce, include_self, dim, torch):
         w = M.tensor(np.arange(12.).reshape(3, 4))
         gx, gs = M.autograd.grad((out * w).sum(), (x, s))
         return out, gx, gs
-    _same(case, torch)
+    vs_torch.same(case)
 
 
-def test_scatter_reduce_errors(torch):
+def test_scatter_reduce_errors(vs_torch):
     def bad_reduce(M):
         return M.zeros(2).scatter_reduce(0, M.tensor([0]), M.ones(1), reduce="max")
-    _same(bad_reduce, torch)
+    vs_torch.same(bad_reduce)
 
 
 # ---- checkpoint ------------------------------------------------------------------------------
 @pytest.mark.parametrize("reentrant", [True, False])
-def test_checkpoint_module_grads(reentrant, torch):
+def test_checkpoint_module_grads(reentrant, vs_torch):
     def case(M):
         cp = _sub(M, "utils.checkpoint")
         lin = M.nn.Linear(3, 2)
@@ -469,21 +469,21 @@ def test_checkpoint_module_grads(reentrant, torch):
         y = cp.checkpoint(lambda t: lin(t).tanh() * t[:, :2], x, use_reentrant=reentrant)
         y.pow(2).sum().backward()
         return y, x.grad, lin.weight.grad, lin.bias.grad
-    _same(case, torch)
+    vs_torch.same(case)
 
 
-def test_checkpoint_warns_without_use_reentrant(torch):
+def test_checkpoint_warns_without_use_reentrant(vs_torch):
     def case(M):
         cp = _sub(M, "utils.checkpoint")
-        x = _L(M, 1., 2.)
+        x = leaf(M, 1., 2.)
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
             y = cp.checkpoint(lambda t: t * 2, x)
         return y, len(w)
-    _same(case, torch)
+    vs_torch.same(case)
 
 
-def test_no_gradient_in_gives_none_out(torch):
+def test_no_gradient_in_gives_none_out(vs_torch):
     def case(M):
         class Drop(M.autograd.Function):
             @staticmethod
@@ -493,17 +493,17 @@ def test_no_gradient_in_gives_none_out(torch):
             @staticmethod
             def backward(ctx, g):
                 return None
-        x = _L(M, 1., 2.)
+        x = leaf(M, 1., 2.)
         Drop.apply(x.exp() * 3).sum().backward()
         first = x.grad
         g, = M.autograd.grad(Drop.apply(x.sin()).sum(), x, allow_unused=True)
-        w = _L(M, 1.)
+        w = leaf(M, 1.)
         (Drop.apply(x.exp()).sum() + w * 2).backward()
         return first, g, x.grad, w.grad
-    _same(case, torch)
+    vs_torch.same(case)
 
 
-def test_deprecated_jacobian_helpers(torch):
+def test_deprecated_jacobian_helpers(vs_torch):
     def case(M):
         gc = M.autograd.gradcheck
         a = M.tensor([0.5, -1.0], dtype=M.float64, requires_grad=True)
@@ -516,10 +516,10 @@ def test_deprecated_jacobian_helpers(torch):
             ana, reentrant, sizes, types = gc.get_analytical_jacobian((a, b), out)
         return ([np.round(n.detach().numpy(), 4).tolist() for n in num], ana, reentrant,
                 sizes, types, sorted({c.category.__name__ for c in w}))
-    _same(case, torch)
+    vs_torch.same(case)
 
 
-def test_once_differentiable_graph(torch):
+def test_once_differentiable_graph(vs_torch):
     def case(M):
         from importlib import import_module
         once = import_module(f"{M.__name__}.autograd.function").once_differentiable
@@ -533,7 +533,7 @@ def test_once_differentiable_graph(torch):
             @once
             def backward(ctx, g):
                 return g * 2
-        x, go = _L(M, 1., 2.), _L(M, 1., 1.)
+        x, go = leaf(M, 1., 2.), leaf(M, 1., 1.)
         g, = M.autograd.grad(Twice.apply(x), x, go, create_graph=True)
         plain, = M.autograd.grad(Twice.apply(x).sum(), x, create_graph=True)
         try:
@@ -544,4 +544,4 @@ def test_once_differentiable_graph(torch):
         return (type(g.grad_fn).__name__, len(g.grad_fn.next_functions),
                 g.grad_fn.next_functions[0][0].name().endswith("AccumulateGrad"),
                 plain.requires_grad, err)
-    _same(case, torch)
+    vs_torch.same(case)

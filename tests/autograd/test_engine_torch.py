@@ -8,22 +8,22 @@ both and compare results (or error texts); helpers in torch_compare.py.
 
 import pytest
 
-from torch_compare import _L, _same, _val  # noqa: E402
+from torch_compare import comparable, leaf
 
 
 # ---- tensor hooks ---------------------------------------------------------------------------
 def _hook_order(M):
-    x, log = _L(M, 1., 2.), []
+    x, log = leaf(M, 1., 2.), []
     y = x * 2
-    y.register_hook(lambda g: log.append(("a", _val(g))) or g + 1)
-    y.register_hook(lambda g: log.append(("b", _val(g))) or g * 3)
-    y.register_hook(lambda g: log.append(("c", _val(g))))
+    y.register_hook(lambda g: log.append(("a", comparable(g))) or g + 1)
+    y.register_hook(lambda g: log.append(("b", comparable(g))) or g * 3)
+    y.register_hook(lambda g: log.append(("c", comparable(g))))
     y.sum().backward()
     return log, x.grad
 
 
 def _hook_remove(M):
-    x = _L(M, 1., 2.)
+    x = leaf(M, 1., 2.)
     y = x * 2
     h = y.register_hook(lambda g: g * 100)
     h.remove()
@@ -33,14 +33,14 @@ def _hook_remove(M):
 
 
 def _leaf_hook(M):
-    x = _L(M, 1., 2.)
+    x = leaf(M, 1., 2.)
     x.register_hook(lambda g: g * 10)
     (x * x).sum().backward()
     return x.grad
 
 
 def _retain_then_hook(M):
-    x = _L(M, 1., 2.)
+    x = leaf(M, 1., 2.)
     y = x * 2
     y.retain_grad()
     y.register_hook(lambda g: g * 10)
@@ -49,7 +49,7 @@ def _retain_then_hook(M):
 
 
 def _hook_then_retain(M):
-    x = _L(M, 1., 2.)
+    x = leaf(M, 1., 2.)
     y = x * 2
     y.register_hook(lambda g: g * 10)
     y.retain_grad()
@@ -58,7 +58,7 @@ def _hook_then_retain(M):
 
 
 def _retain_accumulates(M):
-    x = _L(M, 1., 2.)
+    x = leaf(M, 1., 2.)
     y = x * 2
     y.retain_grad()
     z = (y * y).sum()
@@ -68,24 +68,24 @@ def _retain_accumulates(M):
 
 
 def _used_twice(M):
-    x, log = _L(M, 1., 2.), []
-    x.register_hook(lambda g: log.append(_val(g)))
+    x, log = leaf(M, 1., 2.), []
+    x.register_hook(lambda g: log.append(comparable(g)))
     y = x * 2
-    y.register_hook(lambda g: log.append(("y", _val(g))))
+    y.register_hook(lambda g: log.append(("y", comparable(g))))
     (y * y + y).sum().backward()
     return log, x.grad
 
 
 def _post_acc(M):
-    x, log = _L(M, 1., 2.), []
-    x.register_post_accumulate_grad_hook(lambda t: log.append(_val(t.grad)))
+    x, log = leaf(M, 1., 2.), []
+    x.register_post_accumulate_grad_hook(lambda t: log.append(comparable(t.grad)))
     (x * 3).sum().backward()
     (x * x).sum().backward()
     return log
 
 
 def _post_acc_returns(M):
-    x = _L(M, 1., 2.)
+    x = leaf(M, 1., 2.)
     x.register_post_accumulate_grad_hook(lambda t: M.zeros(2))
     (x * 3).sum().backward()
 
@@ -95,7 +95,7 @@ def _post_acc_no_grad(M):
 
 
 def _post_acc_nonleaf(M):
-    (_L(M, 1., 2.) * 2).register_post_accumulate_grad_hook(lambda t: None)
+    (leaf(M, 1., 2.) * 2).register_post_accumulate_grad_hook(lambda t: None)
 
 
 def _hook_no_grad(M):
@@ -103,31 +103,31 @@ def _hook_no_grad(M):
 
 
 def _hook_changes_size(M):
-    x = _L(M, 1., 2.)
+    x = leaf(M, 1., 2.)
     y = x * 3
     y.register_hook(lambda g: M.ones(3))
     y.sum().backward()
 
 
 def _hook_changes_dtype(M):
-    x = _L(M, 1., 2.)
+    x = leaf(M, 1., 2.)
     y = x * 3
     y.register_hook(lambda g: g.double())
     y.sum().backward()
 
 
 def _node_hooks(M):
-    x, log = _L(M, 1., 2.), []
+    x, log = leaf(M, 1., 2.), []
     y = x * 3
-    y.grad_fn.register_prehook(lambda go: log.append(("pre", _val(list(go)))))
-    y.grad_fn.register_hook(lambda gi, go: log.append(("post", _val(list(go)))))
+    y.grad_fn.register_prehook(lambda go: log.append(("pre", comparable(list(go)))))
+    y.grad_fn.register_hook(lambda gi, go: log.append(("post", comparable(list(go)))))
     y.register_hook(lambda g: log.append("tensor"))
     y.sum().backward()
     return log
 
 
 def _node_hooks_replace(M):
-    x = _L(M, 1., 2.)
+    x = leaf(M, 1., 2.)
     y = x * 3
     y.grad_fn.register_prehook(lambda go: (go[0] * 5,))
     z = x.exp()
@@ -137,30 +137,30 @@ def _node_hooks_replace(M):
 
 
 def _accumulate_grad_prehook(M):
-    x, log = _L(M, 1., 2.), []
+    x, log = leaf(M, 1., 2.), []
     y = x * 3
     acc = y.grad_fn.next_functions[0][0]
-    acc.register_prehook(lambda go: log.append(_val(go[0])))
+    acc.register_prehook(lambda go: log.append(comparable(go[0])))
     y.sum().backward()
     return acc.name().split("::")[-1], acc.variable is x, log, x.grad
 
 
 def _node_hook_wrong_count(M):
-    x = _L(M, 1., 2.)
+    x = leaf(M, 1., 2.)
     y = x * 3
     y.grad_fn.register_hook(lambda gi, go: (gi[0], gi[0], gi[0]))
     y.sum().backward()
 
 
 def _node_hook_fills_none(M):
-    x = _L(M, 1., 2.)
+    x = leaf(M, 1., 2.)
     y = x * M.tensor([3., 4.])
     y.grad_fn.register_hook(lambda gi, go: (gi[0], gi[0]))
     y.sum().backward()
 
 
 def _hook_grad_mode(M):
-    x, log = _L(M, 1., 2.), []
+    x, log = leaf(M, 1., 2.), []
     y = x * x
     y.register_hook(lambda g: log.append((g.requires_grad, M.is_grad_enabled())))
     y.sum().backward(retain_graph=True)
@@ -169,8 +169,8 @@ def _hook_grad_mode(M):
 
 
 def _leaf_hook_every_backward(M):
-    x, log = _L(M, 1., 2.), []
-    x.register_hook(lambda g: log.append(_val(g)))
+    x, log = leaf(M, 1., 2.), []
+    x.register_hook(lambda g: log.append(comparable(g)))
     z = (x * x).sum()
     z.backward(retain_graph=True)
     z.backward()
@@ -185,8 +185,8 @@ HOOK_CASES = [_node_hook_wrong_count, _node_hook_fills_none, _hook_grad_mode,
 
 
 @pytest.mark.parametrize("case", HOOK_CASES, ids=lambda f: f.__name__)
-def test_hooks_like_torch(case, torch):
-    _same(case, torch, exact_error=True)
+def test_hooks_like_torch(case, vs_torch):
+    vs_torch.same(case, exact_error=True)
 
 
 # ---- backward() and autograd.grad arguments -------------------------------------------------
@@ -358,8 +358,8 @@ EXACT = {"_backward_second_not_requiring_grad", "_bw_twice", "_bw_no_grad", "_in
 
 
 @pytest.mark.parametrize("case", ARG_CASES, ids=lambda f: f.__name__)
-def test_backward_and_grad_arguments_like_torch(case, torch):
-    _same(case, torch, exact_error=case.__name__ in EXACT)
+def test_backward_and_grad_arguments_like_torch(case, vs_torch):
+    vs_torch.same(case, exact_error=case.__name__ in EXACT)
 
 
 # ---- double backward ------------------------------------------------------------------------
@@ -388,17 +388,17 @@ SECOND_ORDER = {
 
 
 @pytest.mark.parametrize("name", sorted(SECOND_ORDER))
-def test_double_backward_like_torch(name, torch):
+def test_double_backward_like_torch(name, vs_torch):
     def case(M):
         x = M.tensor([[0.3, -0.7, 1.2], [0.5, 0.9, -0.2]], dtype=M.float64, requires_grad=True)
         g, = M.autograd.grad(SECOND_ORDER[name](M, x), x, create_graph=True)
         v = M.tensor([[1., 2., 3.], [-1., 0.5, 2.]], dtype=M.float64)
         gg, = M.autograd.grad((g * v).sum(), x)
         return g, gg
-    _same(case, torch)
+    vs_torch.same(case)
 
 
-def test_third_order_and_backward_create_graph_like_torch(torch):
+def test_third_order_and_backward_create_graph_like_torch(vs_torch):
     def triple(M):
         x = M.tensor(0.7, dtype=M.float64, requires_grad=True)
         g1, = M.autograd.grad(x.sin() * x.exp(), x, create_graph=True)
@@ -411,8 +411,8 @@ def test_third_order_and_backward_create_graph_like_torch(torch):
         g, x.grad = x.grad, None
         g.sum().backward()
         return g, x.grad
-    _same(triple, torch)
-    _same(via_backward, torch)
+    vs_torch.same(triple)
+    vs_torch.same(via_backward)
 
 
 # ---- in-place, versions, detach, .data ------------------------------------------------------
@@ -527,6 +527,6 @@ INPLACE_CASES = [_data_setter, _data_setter_needs_tensor, _version_error_input, 
 
 
 @pytest.mark.parametrize("case", INPLACE_CASES, ids=lambda f: f.__name__)
-def test_inplace_and_versions_like_torch(case, torch):
-    _same(case, torch, exact_error=case.__name__.startswith(("_version_error", "_saved",
+def test_inplace_and_versions_like_torch(case, vs_torch):
+    vs_torch.same(case, exact_error=case.__name__.startswith(("_version_error", "_saved",
                                                                "_data_setter")))

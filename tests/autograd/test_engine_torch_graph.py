@@ -10,7 +10,6 @@ import pytest
 
 import aotgrad as ag
 
-from torch_compare import _same  # noqa: E402
 
 
 # ---- grad modes -----------------------------------------------------------------------------
@@ -128,8 +127,8 @@ MODE_CASES = [_inference_enable_grad, _inference_false_enables_grad, _decorated_
 
 
 @pytest.mark.parametrize("case", MODE_CASES, ids=lambda f: f.__name__)
-def test_grad_modes_like_torch(case, torch):
-    _same(case, torch, exact_error=True)
+def test_grad_modes_like_torch(case, vs_torch):
+    vs_torch.same(case, exact_error=True)
 
 
 # ---- grad_fn graph --------------------------------------------------------------------------
@@ -147,16 +146,16 @@ NAMED = {
 
 
 @pytest.mark.parametrize("name", sorted(NAMED))
-def test_grad_fn_names_and_edges_like_torch(name, torch):
+def test_grad_fn_names_and_edges_like_torch(name, vs_torch):
     def case(M):
         x, w = M.ones(2, 3, requires_grad=True), M.ones(2, 3, requires_grad=True)
         n = NAMED[name](M, x, w).grad_fn
         return n.name(), [(f.name().split("::")[-1] if f is not None else None, i)
                           for f, i in n.next_functions]
-    _same(case, torch)
+    vs_torch.same(case)
 
 
-def test_next_functions_none_and_shared_accumulator_like_torch(torch):
+def test_next_functions_none_and_shared_accumulator_like_torch(vs_torch):
     def case(M):
         x, c = M.ones(2, requires_grad=True), M.ones(2)
         y, z, u = x * c, c * x, x * 3
@@ -166,7 +165,7 @@ def test_next_functions_none_and_shared_accumulator_like_torch(torch):
                 [(f is None, i) for f, i in z.grad_fn.next_functions],
                 acc is u.grad_fn.next_functions[0][0], acc.variable is x,
                 y.grad_fn.metadata, x.is_leaf, y.is_leaf, c.is_leaf)
-    _same(case, torch)
+    vs_torch.same(case)
 
 
 # ---- autograd.Function ----------------------------------------------------------------------
@@ -277,12 +276,12 @@ FUNCTION_CASES = [_fn_view, _fn_input, _fn_nontensor, _fn_dirty, _fn_dirty_leaf,
 
 
 @pytest.mark.parametrize("case", FUNCTION_CASES, ids=lambda f: f.__name__)
-def test_function_edge_cases_like_torch(case, torch):
-    _same(case, torch)
+def test_function_edge_cases_like_torch(case, vs_torch):
+    vs_torch.same(case)
 
 
 # ---- gaps owned elsewhere (runtime/shape_ops.py, ops.py, tensor slots) ------------------------
-def test_retain_grad_survives_inplace_like_torch(torch):
+def test_retain_grad_survives_inplace_like_torch(vs_torch):
     def case(M):
         x = M.ones(2, requires_grad=True)
         y = x * 2
@@ -290,7 +289,7 @@ def test_retain_grad_survives_inplace_like_torch(torch):
         y.mul_(3)
         (y * y).sum().backward()
         return y.grad, y.retains_grad, x.grad
-    _same(case, torch)
+    vs_torch.same(case)
 
 
 def _retain_then_two_inplace(M):
@@ -327,25 +326,25 @@ def _retain_then_fill_and_nograd_inplace(M):
 @pytest.mark.parametrize("case", [_retain_then_two_inplace, _retain_then_setitem,
                                   _retain_then_fill_and_nograd_inplace],
                          ids=lambda f: f.__name__)
-def test_retain_grad_after_inplace_variants_like_torch(case, torch):
-    _same(case, torch)
+def test_retain_grad_after_inplace_variants_like_torch(case, vs_torch):
+    vs_torch.same(case)
 
 
-def test_inplace_on_view_rebases_base_like_torch(torch):
+def test_inplace_on_view_rebases_base_like_torch(vs_torch):
     def case(M):
         x = M.ones(2, 2, requires_grad=True)
         y = x * 1
         y[0].mul_(3)
         (y * y).sum().backward()
         return y.grad_fn.name().split("::")[-1], x.grad
-    _same(case, torch)
+    vs_torch.same(case)
 
 
 def _gname(t):
     return t.grad_fn.name().split("::")[-1]
 
 
-def test_inplace_mul_on_row_view_like_torch(torch):
+def test_inplace_mul_on_row_view_like_torch(vs_torch):
     def case(M):
         x = M.arange(6., requires_grad=True)
         y = (x * 2).reshape(2, 3)
@@ -353,10 +352,10 @@ def test_inplace_mul_on_row_view_like_torch(torch):
         row.mul_(x[:3])                    # the other operand requires grad too
         (y * y * M.tensor([1., 2., 3.])).sum().backward()
         return _gname(y), _gname(row), x.grad, y, y._version, row._version
-    _same(case, torch)
+    vs_torch.same(case)
 
 
-def test_inplace_add_on_column_slice_like_torch(torch):
+def test_inplace_add_on_column_slice_like_torch(vs_torch):
     def case(M):
         x = M.arange(12., requires_grad=True)
         y = x.reshape(3, 4) * 1
@@ -364,10 +363,10 @@ def test_inplace_add_on_column_slice_like_torch(torch):
         col.add_(10.)
         (y * y).sum().backward()
         return _gname(y), _gname(col), x.grad, y
-    _same(case, torch)
+    vs_torch.same(case)
 
 
-def test_two_inplace_ops_on_different_views_of_one_base_like_torch(torch):
+def test_two_inplace_ops_on_different_views_of_one_base_like_torch(vs_torch):
     def case(M):
         x = M.arange(1., 7., requires_grad=True)
         y = x.reshape(2, 3) * 1
@@ -376,10 +375,10 @@ def test_two_inplace_ops_on_different_views_of_one_base_like_torch(torch):
         col.mul_(col.detach())             # col's history now starts from the first rebase
         (y * y).sum().backward()
         return _gname(y), _gname(row), _gname(col), x.grad, y, row, y._version
-    _same(case, torch)
+    vs_torch.same(case)
 
 
-def test_view_read_after_inplace_on_base_like_torch(torch):
+def test_view_read_after_inplace_on_base_like_torch(vs_torch):
     def case(M):
         x = M.arange(4., requires_grad=True)
         y = x * 1
@@ -387,16 +386,16 @@ def test_view_read_after_inplace_on_base_like_torch(torch):
         y.mul_(2)                          # tail now reads the new value of y
         (tail * tail).sum().backward()
         return _gname(tail), x.grad
-    _same(case, torch)
+    vs_torch.same(case)
 
 
-def test_inplace_on_view_made_under_no_grad_error_text(torch):
+def test_inplace_on_view_made_under_no_grad_error_text(vs_torch):
     def case(M):
         y = M.ones(3, requires_grad=True) * 1
         with M.no_grad():
             v = y[:2]
         v.mul_(2)
-    _same(case, torch, exact_error=True)
+    vs_torch.same(case, exact_error=True)
 
 
 def test_inplace_on_view_gradient_matches_finite_differences():
@@ -420,23 +419,23 @@ def test_inplace_on_view_gradient_matches_finite_differences():
     np.testing.assert_allclose(x.grad.numpy(), num, rtol=1e-6, atol=1e-7)
 
 
-def test_inplace_on_view_of_leaf_error_text(torch):
+def test_inplace_on_view_of_leaf_error_text(vs_torch):
     def case(M):
         M.ones(2, 2, requires_grad=True)[0].add_(1)
-    _same(case, torch, exact_error=True)
+    vs_torch.same(case, exact_error=True)
 
 
-def test_inplace_on_inference_tensor_outside_raises(torch):
+def test_inplace_on_inference_tensor_outside_raises(vs_torch):
     def case(M):
         with M.inference_mode():
             y = M.ones(2)
         y.add_(1)
-    _same(case, torch)
+    vs_torch.same(case)
 
 
 @pytest.mark.parametrize("write", ["add_", "setitem", "copy_", "fill_", "zero_"])
 @pytest.mark.parametrize("grad", [True, False])
-def test_inplace_on_inference_tensor_outside_raises_every_write(torch, write, grad):
+def test_inplace_on_inference_tensor_outside_raises_every_write(vs_torch, write, grad):
     def case(M):
         with M.inference_mode():
             y = M.ones(2)
@@ -445,7 +444,7 @@ def test_inplace_on_inference_tensor_outside_raises_every_write(torch, write, gr
             {"add_": lambda: y.add_(1), "setitem": lambda: y.__setitem__(0, 3.),
              "copy_": lambda: y.copy_(M.zeros(2)), "fill_": lambda: y.fill_(4.),
              "zero_": lambda: y.zero_()}[write]()
-    _same(case, torch)
+    vs_torch.same(case)
     with ag.inference_mode():
         y = ag.ones(2)
     with pytest.raises(RuntimeError, match="Inplace update to inference tensor outside"):
@@ -456,21 +455,21 @@ def test_inplace_on_inference_tensor_outside_raises_every_write(torch, write, gr
     np.testing.assert_array_equal(z.numpy(), [2., 2.])
 
 
-def test_grad_fn_name_of_vector_dot_and_matrix_vector(torch):
+def test_grad_fn_name_of_vector_dot_and_matrix_vector(vs_torch):
     def case(M):
         x = M.ones(2, 3, requires_grad=True)
         return (x[0] @ x[1]).grad_fn.name(), (x @ x[0]).grad_fn.name(), (x @ x.T).grad_fn.name()
-    _same(case, torch)
+    vs_torch.same(case)
 
 
-def test_grad_fn_of_reflected_sub(torch):
+def test_grad_fn_of_reflected_sub(vs_torch):
     def case(M):
         n = (1 - M.ones(2, requires_grad=True)).grad_fn
         return n.name(), [(f is None, i) for f, i in n.next_functions]
-    _same(case, torch)
+    vs_torch.same(case)
 
 
-def test_grad_fn_of_sub_variants_and_reflected_sub_gradient(torch):
+def test_grad_fn_of_sub_variants_and_reflected_sub_gradient(vs_torch):
     def case(M):
         x = M.tensor([1., 2., 3.], requires_grad=True)
         y = M.tensor([0.5, -1., 2.], requires_grad=True)
@@ -478,7 +477,7 @@ def test_grad_fn_of_sub_variants_and_reflected_sub_gradient(torch):
         names = [(n.name(), [f is None for f, _ in n.next_functions]) for n in nodes]
         ((2.5 - x * y) * x + x.__rsub__(y) * y).sum().backward()
         return names, x.grad.tolist(), y.grad.tolist(), x.__rsub__(y).tolist()
-    _same(case, torch)
+    vs_torch.same(case)
 
 
 # ---- torch-free pins of the fixes -----------------------------------------------------------

@@ -9,7 +9,6 @@ import pytest
 
 import aotgrad as ag
 
-from torch_compare import _same  # noqa: E402
 
 _OPS = {
     "sin_mul": lambda M, x, w: x.sin() * 2,
@@ -39,7 +38,7 @@ _OPS = {
 
 
 @pytest.mark.parametrize("name", sorted(_OPS))
-def test_tangents_match(name, torch):
+def test_tangents_match(name, vs_torch):
     def case(M):
         fw = M.autograd.forward_ad
         x0 = M.tensor(np.linspace(-1, 1, 6).reshape(2, 3))
@@ -50,10 +49,10 @@ def test_tangents_match(name, torch):
             y = _OPS[name](M, x, w)
             primal, tangent = fw.unpack_dual(y)
             return primal, tangent
-    _same(case, torch)
+    vs_torch.same(case)
 
 
-def test_inplace_views_and_level_exit(torch):
+def test_inplace_views_and_level_exit(vs_torch):
     def case(M):
         fw = M.autograd.forward_ad
         x0, t0 = M.tensor([1., 2., 3., 4.]), M.tensor([0.5, -1., 2., 0.25])
@@ -69,10 +68,10 @@ def test_inplace_views_and_level_exit(torch):
                    fw.unpack_dual(M.ones(2)).tangent]
         out.append(fw.unpack_dual(x).tangent)
         return out
-    _same(case, torch)
+    vs_torch.same(case)
 
 
-def test_custom_function_jvp(torch):
+def test_custom_function_jvp(vs_torch):
     def case(M):
         fw = M.autograd.forward_ad
 
@@ -107,10 +106,10 @@ def test_custom_function_jvp(torch):
             except RuntimeError as e:
                 err = "jvp" in str(e)
         return t, err
-    _same(case, torch)
+    vs_torch.same(case)
 
 
-def test_reverse_over_forward(torch):
+def test_reverse_over_forward(vs_torch):
     def case(M):
         fw = M.autograd.forward_ad
         p = M.tensor([0.5, -1.0, 2.0], requires_grad=True)
@@ -120,10 +119,10 @@ def test_reverse_over_forward(torch):
             jv = fw.unpack_dual((d.sin() * d).sum()).tangent
         gp, gt = M.autograd.grad(jv, (p, tan))
         return jv, gp, gt
-    _same(case, torch)
+    vs_torch.same(case)
 
 
-def test_errors(torch):
+def test_errors(vs_torch):
     def no_level(M):
         return M.autograd.forward_ad.make_dual(M.ones(2), M.ones(2))
 
@@ -131,17 +130,17 @@ def test_errors(torch):
         fw = M.autograd.forward_ad
         with fw.dual_level():
             fw.make_dual(M.ones(2), M.ones(3))
-    _same(no_level, torch)
-    _same(bad_shape, torch, exact_error=True)
+    vs_torch.same(no_level)
+    vs_torch.same(bad_shape, exact_error=True)
 
 
-def test_gradcheck_forward_mode(torch):
+def test_gradcheck_forward_mode(vs_torch):
     def case(M):
         x = M.tensor(np.linspace(-1, 1, 4), dtype=M.float64, requires_grad=True)
         w = M.tensor(np.linspace(0.2, 1, 8).reshape(4, 2), dtype=M.float64, requires_grad=True)
         return M.autograd.gradcheck(lambda a, b: (a.tanh() @ b).exp(), (x, w),
                                     check_forward_ad=True)
-    _same(case, torch)
+    vs_torch.same(case)
 
 
 # ---- without PyTorch ---------------------------------------------------------------------------
@@ -195,14 +194,14 @@ def test_compiled_function_inside_a_dual_level_runs_eagerly():
                                     dict(strategy="forward-mode", vectorize=True, strict=True),
                                     dict(vectorize=True, strict=True),
                                     dict(strategy="forward-mode", vectorize=True)])
-def test_jacobian_strategy_restrictions(kwargs, torch):
+def test_jacobian_strategy_restrictions(kwargs, vs_torch):
     def case(M):
         x = M.tensor([0.5, -1.0], dtype=M.float64)
         return M.autograd.functional.jacobian(lambda a: (a.sin(), a * a), x, **kwargs)
-    _same(case, torch)
+    vs_torch.same(case)
 
 
-def test_custom_function_save_for_forward(torch):
+def test_custom_function_save_for_forward(vs_torch):
     def case(M):
         fw = M.autograd.forward_ad
 
@@ -230,10 +229,10 @@ def test_custom_function_save_for_forward(torch):
         x, y = a0.clone().requires_grad_(), b0.clone().requires_grad_()
         Mul.apply(x, y).sum().backward()
         return t, x.grad, y.grad
-    _same(case, torch)
+    vs_torch.same(case)
 
 
-def test_grad_modes(torch):
+def test_grad_modes(vs_torch):
     def case(M):
         fw = M.autograd.forward_ad
         out = []
@@ -242,4 +241,4 @@ def test_grad_modes(torch):
                 x = fw.make_dual(M.tensor([1., 2.]), M.tensor([1., -1.]))
                 out.append(fw.unpack_dual((x * x).exp()).tangent)
         return out
-    _same(case, torch)
+    vs_torch.same(case)

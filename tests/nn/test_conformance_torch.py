@@ -13,7 +13,7 @@ import aotgrad
 import aotgrad.autograd.functional as AF
 from aotgrad import nn, optim
 
-from torch_compare import _both, _close, _err, _np, _same_text, rn  # noqa: E402
+from torch_compare import close, error_text, normal, same_text, to_numpy
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
 
@@ -133,23 +133,23 @@ def test_module_forward_and_gradients(torch, name):
         [(k, tuple(v.shape)) for k, v in theirs.named_parameters()]
     assert list(ours.state_dict()) == list(theirs.state_dict())
     ours.load_state_dict({k: aotgrad.tensor(v.numpy()) for k, v in theirs.state_dict().items()})
-    xs = [rn(*s, seed=i) * 2 for i, s in enumerate(shapes)]
+    xs = [normal(*s, seed=i) * 2 for i, s in enumerate(shapes)]
     xo = [aotgrad.tensor(x, requires_grad=True) for x in xs]
     xt = [torch.tensor(x, requires_grad=True) for x in xs]
     yo, yt = ours(*xo), theirs(*xt)
     if isinstance(yt, tuple):
         yo, yt = yo[0], yt[0]
-    _close(yo, yt, "output")
-    g = rn(*yt.shape, seed=9)
+    close(yo, yt, "output")
+    g = normal(*yt.shape, seed=9)
     (yo * aotgrad.tensor(g)).sum().backward()
     (yt * torch.tensor(g)).sum().backward()
     for i, (a, b) in enumerate(zip(xo, xt)):
-        _close(a.grad, b.grad, f"grad of input {i}")
+        close(a.grad, b.grad, f"grad of input {i}")
     theirs_p = dict(theirs.named_parameters())
     for k, p in ours.named_parameters():
-        _close(p.grad, theirs_p[k].grad, f"grad of {k}")
+        close(p.grad, theirs_p[k].grad, f"grad of {k}")
     for k, b in theirs.named_buffers():  # running stats after one training step
-        _close(ours.get_buffer(k), b, f"buffer {k}")
+        close(ours.get_buffer(k), b, f"buffer {k}")
 
 
 # ---- reprs -----------------------------------------------------------------------------------
@@ -180,7 +180,7 @@ REPRS = [
 def test_module_repr(torch, expr):
     ours = eval("nn." + expr, {"nn": nn, "lib": aotgrad})
     theirs = eval("nn." + expr, {"nn": torch.nn, "lib": torch})
-    assert _same_text(repr(ours), repr(theirs))
+    assert same_text(repr(ours), repr(theirs))
 
 
 # ---- state dicts, traversal, modes, hooks ----------------------------------------------------
@@ -191,7 +191,7 @@ def _net(lib, n):
     return m
 
 
-def test_traversal_orders_and_names(torch):
+def test_traversal_orders_and_names(vs_torch):
     def f(lib, n):
         m = _net(lib, n)
         shared = n.Linear(1, 1)
@@ -205,13 +205,13 @@ def test_traversal_orders_and_names(torch):
                 len(list(s.modules(remove_duplicate=False))), len(list(s.parameters())),
                 list(s.state_dict()), [k for k, _ in m.named_parameters(prefix="p")],
                 [k for k, _ in m[2].named_parameters(recurse=False)])
-    ours, theirs = _both(torch, f)
+    ours, theirs = vs_torch.both(f)
     assert ours == theirs
 
 
 @pytest.mark.parametrize("case", ["missing_unexpected", "size", "ok", "bad_type"])
 @pytest.mark.parametrize("strict", [True, False])
-def test_load_state_dict_results_and_messages(torch, case, strict):
+def test_load_state_dict_results_and_messages(vs_torch, case, strict):
     def f(lib, n):
         m = _net(lib, n)
         sd = m.state_dict()
@@ -224,17 +224,17 @@ def test_load_state_dict_results_and_messages(torch, case, strict):
         elif case == "bad_type":
             sd["0.bias"] = "abc"
         out = []
-        msg = _err(lambda: out.append(m.load_state_dict(sd, strict=strict)))
+        msg = error_text(lambda: out.append(m.load_state_dict(sd, strict=strict)))
         res = out[0] if out else None
         return msg, None if res is None else (res.missing_keys, res.unexpected_keys, str(res))
-    (mo, ro), (mt, rt) = _both(torch, f)
+    (mo, ro), (mt, rt) = vs_torch.both(f)
     assert ro == rt
     assert (mo is None) == (mt is None)
     if mo is not None:
-        assert _same_text(mo, mt)
+        assert same_text(mo, mt)
 
 
-def test_extra_state_and_assign(torch):
+def test_extra_state_and_assign(vs_torch):
     def f(lib, n):
         class Counter(n.Module):
             def __init__(self):
@@ -256,11 +256,11 @@ def test_extra_state_and_assign(torch):
         lin.load_state_dict({"weight": lib.ones(2, 2), "bias": lib.zeros(2)}, assign=True)
         return (list(b.state_dict()), a[0].seen, str(r), missing, type(lin.weight).__name__,
                 lin.weight.requires_grad, float(lin.weight.sum()))
-    ours, theirs = _both(torch, f)
+    ours, theirs = vs_torch.both(f)
     assert ours == theirs
 
 
-def test_train_eval_dropout_batchnorm_layernorm(torch):
+def test_train_eval_dropout_batchnorm_layernorm(vs_torch):
     def f(lib, n):
         lib.manual_seed(0)
         m = _net(lib, n)
@@ -269,7 +269,7 @@ def test_train_eval_dropout_batchnorm_layernorm(torch):
         m[2].train()
         flags2 = [x.training for x in m.modules()]
         d = n.Dropout(0.5).eval()
-        x = lib.tensor(rn(4, 3) * 3)
+        x = lib.tensor(normal(4, 3) * 3)
         stats = []
         for mom in (0.1, None):
             bn = n.BatchNorm1d(3, momentum=mom)
@@ -277,33 +277,33 @@ def test_train_eval_dropout_batchnorm_layernorm(torch):
                 bn(x * (i + 1) + i)
             bn.eval()
             y = bn(x)
-            stats.append(np.concatenate([_np(bn.running_mean), _np(bn.running_var),
-                                         _np(y).ravel()]).round(4).tolist())
+            stats.append(np.concatenate([to_numpy(bn.running_mean), to_numpy(bn.running_var),
+                                         to_numpy(y).ravel()]).round(4).tolist())
             stats.append(int(bn.num_batches_tracked))
         nt = n.BatchNorm1d(3, track_running_stats=False).eval()
         ln = n.LayerNorm(3, elementwise_affine=False)
-        return (flags, flags2, _np(d(x)).tolist(), stats, nt.running_mean,
-                list(nt.state_dict()), np.round(_np(nt(x)), 4).tolist(), ln.weight, ln.bias,
-                list(ln.state_dict()), np.round(_np(ln(x)), 4).tolist(),
-                _np(n.Dropout(1.0)(x)).tolist())
-    ours, theirs = _both(torch, f)
+        return (flags, flags2, to_numpy(d(x)).tolist(), stats, nt.running_mean,
+                list(nt.state_dict()), np.round(to_numpy(nt(x)), 4).tolist(), ln.weight, ln.bias,
+                list(ln.state_dict()), np.round(to_numpy(ln(x)), 4).tolist(),
+                to_numpy(n.Dropout(1.0)(x)).tolist())
+    ours, theirs = vs_torch.both(f)
     assert ours == theirs
 
 
-def test_dropout_training_scale_and_mask_gradient(torch):
+def test_dropout_training_scale_and_mask_gradient(vs_torch):
     def f(lib, n):
         lib.manual_seed(0)
         x = lib.ones(20000, requires_grad=True)
         y = n.Dropout(0.25)(x)
         y.sum().backward()
-        v = _np(y)
+        v = to_numpy(y)
         return (sorted(set(np.round(v, 5).tolist())), abs(float((v == 0).mean()) - 0.25) < 0.02,
-                bool(((_np(x.grad) == 0) == (v == 0)).all()))
-    ours, theirs = _both(torch, f)
+                bool(((to_numpy(x.grad) == 0) == (v == 0)).all()))
+    ours, theirs = vs_torch.both(f)
     assert ours == theirs
 
 
-def test_zero_grad_and_requires_grad(torch):
+def test_zero_grad_and_requires_grad(vs_torch):
     def f(lib, n):
         m = n.Linear(2, 2)
         m(lib.ones(1, 2)).sum().backward()
@@ -312,13 +312,13 @@ def test_zero_grad_and_requires_grad(torch):
         m(lib.ones(1, 2)).sum().backward()
         m.zero_grad(set_to_none=False)
         m.requires_grad_(False)
-        return after_default, _np(m.weight.grad).tolist(), [p.requires_grad for p in
+        return after_default, to_numpy(m.weight.grad).tolist(), [p.requires_grad for p in
                                                             m.parameters()]
-    ours, theirs = _both(torch, f)
+    ours, theirs = vs_torch.both(f)
     assert ours == theirs
 
 
-def test_forward_hooks(torch):
+def test_forward_hooks(vs_torch):
     def f(lib, n):
         m, log = n.Linear(2, 2), []
         hook = lambda mod, args, out: log.append(("post", tuple(out.shape)))  # noqa: E731
@@ -336,18 +336,18 @@ def test_forward_hooks(torch):
         ident = n.Identity()
         ident.register_forward_pre_hook(lambda mod, a: a[0] * 2)
         ident.register_forward_hook(lambda mod, a, o: o + 1)
-        return log, _np(ident(lib.ones(2))).tolist()
-    ours, theirs = _both(torch, f)
+        return log, to_numpy(ident(lib.ones(2))).tolist()
+    ours, theirs = vs_torch.both(f)
     assert ours == theirs
 
 
-def test_containers(torch):
+def test_containers(vs_torch):
     def f(lib, n):
         names = lambda m: [type(x).__name__ for x in m]  # noqa: E731
         out = []
         for idx in (2, 1, 0, -1, -2, 3, -3):
             s = n.Sequential(n.ReLU(), n.Tanh())
-            out.append(_err(lambda: s.insert(idx, n.Sigmoid())) or names(s))
+            out.append(error_text(lambda: s.insert(idx, n.Sigmoid())) or names(s))
         s = n.Sequential(n.ReLU(), n.Tanh(), n.Sigmoid())
         del s[0]
         out += [list(s._modules), names(s[1:]), len(s + s)]
@@ -360,7 +360,7 @@ def test_containers(torch):
         d = n.ModuleDict({"b": n.ReLU(), "a": n.Tanh()})
         out += [list(d.keys()), type(d.pop("b")).__name__, len(d)]
         return out
-    ours, theirs = _both(torch, f)
+    ours, theirs = vs_torch.both(f)
     assert ours == theirs
 
 
@@ -376,7 +376,7 @@ def test_default_init_bounds(torch, make):
             m.weight.shape[1]
         bound = 1 / math.sqrt(fan_in)
         for p in (m.weight, m.bias):
-            v = np.abs(_np(p))
+            v = np.abs(to_numpy(p))
             assert v.max() <= bound * (1 + 1e-6)
             if v.size > 200:
                 assert v.max() > 0.95 * bound and abs(v.mean() - bound / 2) < 0.05 * bound

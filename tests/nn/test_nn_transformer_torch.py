@@ -10,7 +10,6 @@ import pytest
 import aotgrad
 from aotgrad import nn
 import aotgrad.nn.functional as F
-from nn_compare import compare, rng
 
 DTYPES = ["float32", "float64"]
 pytestmark = pytest.mark.filterwarnings("ignore:enable_nested_tensor")
@@ -23,25 +22,25 @@ def _kw(**extra):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("extra", [dict(), dict(norm_first=True, activation="gelu"),
                                    dict(batch_first=True, bias=False, layer_norm_eps=1e-3)])
-def test_encoder_layer(torch, dtype, extra):
+def test_encoder_layer(torch, vs_torch, dtype, extra):
     ours = nn.TransformerEncoderLayer(**_kw(**extra))
     theirs = torch.nn.TransformerEncoderLayer(**_kw(**extra))
-    x = rng(0).standard_normal((3, 5, 8) if extra.get("batch_first") else (5, 3, 8))
-    compare(torch, ours, theirs, [x], dtype)
+    x = np.random.default_rng(0).standard_normal((3, 5, 8) if extra.get("batch_first") else (5, 3, 8))
+    vs_torch.module(ours, theirs, [x], dtype)
     ours.zero_grad(), theirs.zero_grad()
     causal = np.triu(np.ones((5, 5), dtype=bool), 1)
     pad = np.zeros((3, 5), dtype=bool)
     pad[1, 3:] = True
     call = lambda m, xs: m(xs[0], src_mask=xs[1], src_key_padding_mask=xs[2])  # noqa: E731
-    compare(torch, ours, theirs, [x, causal, pad], dtype, call=call)
+    vs_torch.module(ours, theirs, [x, causal, pad], dtype, call=call)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_decoder_layer(torch, dtype):
+def test_decoder_layer(torch, vs_torch, dtype):
     for extra in (dict(), dict(norm_first=True, batch_first=True)):
         ours = nn.TransformerDecoderLayer(**_kw(**extra))
         theirs = torch.nn.TransformerDecoderLayer(**_kw(**extra))
-        tgt, mem = rng(0).standard_normal((4, 3, 8)), rng(1).standard_normal((6, 3, 8))
+        tgt, mem = np.random.default_rng(0).standard_normal((4, 3, 8)), np.random.default_rng(1).standard_normal((6, 3, 8))
         if extra.get("batch_first"):
             tgt, mem = tgt.transpose(1, 0, 2).copy(), mem.transpose(1, 0, 2).copy()
         mask = np.triu(np.full((4, 4), -np.inf), 1)
@@ -49,32 +48,32 @@ def test_decoder_layer(torch, dtype):
         mpad[0, 4:] = True
         call = lambda m, xs: m(xs[0], xs[1], tgt_mask=xs[2],  # noqa: E731
                                memory_key_padding_mask=xs[3])
-        compare(torch, ours, theirs, [tgt, mem, mask, mpad], dtype, call=call,
+        vs_torch.module(ours, theirs, [tgt, mem, mask, mpad], dtype, call=call,
                 grad_inputs={0, 1})
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_encoder_and_decoder_stacks(torch, dtype):
+def test_encoder_and_decoder_stacks(torch, vs_torch, dtype):
     enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(**_kw()), 2, norm=nn.LayerNorm(8))
     tenc = torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(**_kw()), 2,
                                        norm=torch.nn.LayerNorm(8))
-    x = rng(0).standard_normal((5, 2, 8))
+    x = np.random.default_rng(0).standard_normal((5, 2, 8))
     mask = np.triu(np.full((5, 5), -np.inf), 1)
     call = lambda m, xs: m(xs[0], mask=xs[1], is_causal=True)  # noqa: E731
-    compare(torch, enc, tenc, [x, mask], dtype, call=call, grad_inputs={0})
+    vs_torch.module(enc, tenc, [x, mask], dtype, call=call, grad_inputs={0})
     dec = nn.TransformerDecoder(nn.TransformerDecoderLayer(**_kw()), 2)
     tdec = torch.nn.TransformerDecoder(torch.nn.TransformerDecoderLayer(**_kw()), 2)
-    compare(torch, dec, tdec, [x[:3], x], dtype)
+    vs_torch.module(dec, tdec, [x[:3], x], dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("batch_first", [False, True])
-def test_transformer(torch, dtype, batch_first):
+def test_transformer(torch, vs_torch, dtype, batch_first):
     kw = dict(d_model=8, nhead=2, num_encoder_layers=2, num_decoder_layers=1,
               dim_feedforward=12, dropout=0.0, batch_first=batch_first)
     ours, theirs = nn.Transformer(**kw), torch.nn.Transformer(**kw)
     assert list(ours.state_dict()) == list(theirs.state_dict())
-    src, tgt = rng(0).standard_normal((5, 2, 8)), rng(1).standard_normal((4, 2, 8))
+    src, tgt = np.random.default_rng(0).standard_normal((5, 2, 8)), np.random.default_rng(1).standard_normal((4, 2, 8))
     if batch_first:
         src, tgt = src.transpose(1, 0, 2).copy(), tgt.transpose(1, 0, 2).copy()
     tmask = torch.nn.Transformer.generate_square_subsequent_mask(4).numpy()
@@ -84,7 +83,7 @@ def test_transformer(torch, dtype, batch_first):
     pad[1, 4] = True
     call = lambda m, xs: m(xs[0], xs[1], tgt_mask=xs[2],  # noqa: E731
                            src_key_padding_mask=xs[3], memory_key_padding_mask=xs[3])
-    compare(torch, ours, theirs, [src, tgt, tmask, pad], dtype, call=call,
+    vs_torch.module(ours, theirs, [src, tgt, tmask, pad], dtype, call=call,
             grad_inputs={0, 1})
 
 
@@ -104,11 +103,11 @@ def test_transformer_init_and_errors(torch):
             M.nn.TransformerEncoderLayer(8, 2, activation="tanh")
 
 
-def test_callable_activation(torch):
+def test_callable_activation(torch, vs_torch):
     ours = nn.TransformerEncoderLayer(**_kw(activation=nn.GELU(approximate="tanh")))
     theirs = torch.nn.TransformerEncoderLayer(**_kw(activation=torch.nn.GELU(
         approximate="tanh")))
-    compare(torch, ours, theirs, [rng(0).standard_normal((4, 2, 8))], "float64")
+    vs_torch.module(ours, theirs, [np.random.default_rng(0).standard_normal((4, 2, 8))], "float64")
 
 
 class _PositionalEncoding(nn.Module):
@@ -147,7 +146,7 @@ def test_transformer_subclass_language_model():
     model = _TransformerLM(ntoken=11, ninp=8, nhead=2, nhid=16, nlayers=2)
     assert isinstance(model.decoder, nn.Linear)
     assert not any(k.startswith("decoder.layers") for k in model.state_dict())
-    src = aotgrad.tensor(rng(0).integers(0, 11, (6, 3)))
+    src = aotgrad.tensor(np.random.default_rng(0).integers(0, 11, (6, 3)))
     out = model(src)
     assert tuple(out.shape) == (6, 3, 11)
     np.testing.assert_allclose(np.exp(out.detach().numpy()).sum(-1), 1.0, rtol=1e-5)
@@ -162,7 +161,7 @@ def test_transformer_subclass_language_model():
 
 def test_compiled_matches_eager_interpret():
     layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
-    x = aotgrad.tensor(rng(0).standard_normal((2, 5, 8)).astype(np.float32), requires_grad=True)
+    x = aotgrad.tensor(np.random.default_rng(0).standard_normal((2, 5, 8)).astype(np.float32), requires_grad=True)
     mask = nn.Transformer.generate_square_subsequent_mask(5)
 
     def step(x):
@@ -181,7 +180,7 @@ def test_compiled_matches_eager_interpret():
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
 
 
-def test_transformer_subclass_matches_torch(torch):
+def test_transformer_subclass_matches_torch(torch, vs_torch):
     """The subclass pattern in both libraries, same weights: same log-probabilities and
     gradients (training mode, dropout 0)."""
     def build(lib):
@@ -199,5 +198,5 @@ def test_transformer_subclass_matches_torch(torch):
                 return lib.nn.functional.log_softmax(self.decoder(x), dim=-1)
         return LM()
 
-    src = rng(0).integers(0, 11, (6, 3))
-    compare(torch, build(aotgrad), build(torch), [src], "float64")
+    src = np.random.default_rng(0).integers(0, 11, (6, 3))
+    vs_torch.module(build(aotgrad), build(torch), [src], "float64")

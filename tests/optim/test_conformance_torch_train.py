@@ -12,7 +12,7 @@ import aotgrad.autograd.functional as AF
 import aotgrad.nn.functional as F
 from aotgrad import nn, optim
 
-from torch_compare import _both, _close, _err, _np, _same_text, rn  # noqa: E402
+from torch_compare import close, error_text, normal, same_text, to_numpy
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
 
@@ -25,12 +25,12 @@ def _loss_case(torch, fn_name, arrays, grad_idx, **kw):
     xt = [torch.tensor(a, requires_grad=i in grad_idx) for i, a in enumerate(arrays)]
     yo = fo(*xo, **{k: conv(v, aotgrad) for k, v in kw.items()})
     yt = ft(*xt, **{k: conv(v, torch) for k, v in kw.items()})
-    _close(yo, yt, f"{fn_name} value", atol=1e-5)
-    g = rn(*yt.shape, seed=5)
+    close(yo, yt, f"{fn_name} value", atol=1e-5)
+    g = normal(*yt.shape, seed=5)
     (yo * aotgrad.tensor(g)).sum().backward()
     (yt * torch.tensor(g)).sum().backward()
     for i in grad_idx:
-        _close(xo[i].grad, xt[i].grad, f"{fn_name} grad {i}", atol=1e-5)
+        close(xo[i].grad, xt[i].grad, f"{fn_name} grad {i}", atol=1e-5)
 
 
 REDUCTIONS = ["mean", "sum", "none"]
@@ -39,7 +39,7 @@ _C = 5
 
 def _class_data(shape, seed=0):
     rng = np.random.default_rng(seed)
-    x = rn(*shape, seed=seed)
+    x = normal(*shape, seed=seed)
     tshape = shape[:1] + shape[2:] if len(shape) > 1 else ()
     t = rng.integers(0, _C, size=tshape).astype(np.int64)
     if t.size > 2:
@@ -67,7 +67,7 @@ def test_cross_entropy_and_nll(torch, shape, reduction, smoothing, use_w, ignore
 @pytest.mark.parametrize("smoothing,use_w", list(itertools.product([0.0, 0.3], [False, True])))
 def test_cross_entropy_probability_targets(torch, shape, reduction, smoothing, use_w):
     x, _, w = _class_data(shape)
-    p = np.abs(rn(*shape, seed=3))
+    p = np.abs(normal(*shape, seed=3))
     p = (p / p.sum(axis=1, keepdims=True)).astype(np.float32)
     kw = dict(reduction=reduction, label_smoothing=smoothing)
     if use_w:
@@ -77,7 +77,7 @@ def test_cross_entropy_probability_targets(torch, shape, reduction, smoothing, u
 
 @pytest.mark.parametrize("reduction", REDUCTIONS)
 def test_all_targets_ignored(torch, reduction):
-    x = rn(3, _C)
+    x = normal(3, _C)
     t = np.full(3, -100, dtype=np.int64)
     _loss_case(torch, "nll_loss", [x, t], (0,), reduction=reduction)
     _loss_case(torch, "cross_entropy", [x, t], (0,), reduction=reduction, label_smoothing=0.1)
@@ -86,8 +86,8 @@ def test_all_targets_ignored(torch, reduction):
 @pytest.mark.parametrize("shape", [(4, 3), ()])
 @pytest.mark.parametrize("reduction", REDUCTIONS)
 def test_regression_and_binary_losses(torch, shape, reduction):
-    a, b = rn(*shape, seed=1), rn(*shape, seed=2)
-    w = np.abs(rn(*shape, seed=3)) if shape else None
+    a, b = normal(*shape, seed=1), normal(*shape, seed=2)
+    w = np.abs(normal(*shape, seed=3)) if shape else None
     kw = dict(reduction=reduction)
     _loss_case(torch, "mse_loss", [a, b], (0, 1), **kw)
     _loss_case(torch, "l1_loss", [a, b], (0, 1), **kw)
@@ -102,7 +102,7 @@ def test_regression_and_binary_losses(torch, shape, reduction):
     _loss_case(torch, "binary_cross_entropy_with_logits", [a * 5, prob], (0, 1), **kw, **extra)
     if shape:
         _loss_case(torch, "binary_cross_entropy_with_logits", [a * 5, tgt], (0, 1), **kw,
-                   pos_weight=np.abs(rn(shape[-1], seed=6)))
+                   pos_weight=np.abs(normal(shape[-1], seed=6)))
     for log_target in (False, True):
         _loss_case(torch, "kl_div", [a, b if log_target else np.abs(b)], (0, 1),
                    log_target=log_target, **kw)
@@ -110,7 +110,7 @@ def test_regression_and_binary_losses(torch, shape, reduction):
         _loss_case(torch, "kl_div", [a, np.abs(b)], (0, 1), reduction="batchmean")
 
 
-def test_loss_modules_state_and_legacy_reduction(torch):
+def test_loss_modules_state_and_legacy_reduction(vs_torch):
     def f(lib, n):
         return ([list(n.CrossEntropyLoss(weight=lib.ones(3)).state_dict()),
                  list(n.BCEWithLogitsLoss(pos_weight=lib.ones(3)).state_dict()),
@@ -118,7 +118,7 @@ def test_loss_modules_state_and_legacy_reduction(torch):
                 [n.MSELoss(size_average=False).reduction, n.MSELoss(reduce=False).reduction,
                  n.L1Loss(size_average=True, reduce=True).reduction,
                  n.CrossEntropyLoss(size_average=False, reduce=False).reduction])
-    ours, theirs = _both(torch, f)
+    ours, theirs = vs_torch.both(f)
     assert ours == theirs
 
 
@@ -150,7 +150,7 @@ def test_binary_cross_entropy_first_and_second_derivatives(torch, reduction):
         res.append([v.detach().numpy() for v in (loss, gx, gt, hxx, hxt)])
     # d/dt is PyTorch's -logit(x) everywhere, infinite at x = 0 or 1
     for name, a, b in zip(["loss", "d/dx", "d/dt", "d2/dx2", "d2/dxdt"], *res):
-        _close(a, b, f"binary_cross_entropy {name}", atol=1e-5)
+        close(a, b, f"binary_cross_entropy {name}", atol=1e-5)
     # the forward is the clamped logs whatever the input's requires_grad
     plain = F.binary_cross_entropy(aotgrad.tensor(x), aotgrad.tensor(t), reduction="none")
     ref = -(t * np.maximum(np.log(np.where(x > 0, x, 1)), -100) * (x > 0)
@@ -198,7 +198,7 @@ def _sgd_cases():
 
 
 OPTIM_CASES = _sgd_cases()
-_W, _B, _X = rn(3, 4, seed=1), rn(3, seed=2), rn(5, 4, seed=3)
+_W, _B, _X = normal(3, 4, seed=1), normal(3, seed=2), normal(5, 4, seed=3)
 
 
 def _optimize(lib, n, o, cls, kw, steps=5, skip_bias_every=0, opt=None, params=None):
@@ -220,15 +220,15 @@ def test_optimizer_five_steps(torch, name):
     cls, kw = OPTIM_CASES[name]
     (wo, bo), oo = _optimize(aotgrad, nn, optim, cls, kw, skip_bias_every=3)
     (wt, bt), ot = _optimize(torch, torch.nn, torch.optim, cls, kw, skip_bias_every=3)
-    _close(wo, wt, "weight", atol=1e-6, rtol=1e-5)
-    _close(bo, bt, "bias", atol=1e-6, rtol=1e-5)
+    close(wo, wt, "weight", atol=1e-6, rtol=1e-5)
+    close(bo, bt, "bias", atol=1e-6, rtol=1e-5)
     so, st = oo.state_dict(), ot.state_dict()
     assert so["param_groups"] == st["param_groups"]
     assert {k: sorted(v) for k, v in so["state"].items()} == \
         {k: sorted(v) for k, v in st["state"].items()}
     for k, state in st["state"].items():
         for key, val in state.items():
-            _close(so["state"][k][key], val, f"state {k}.{key}", atol=1e-6, rtol=1e-5)
+            close(so["state"][k][key], val, f"state {k}.{key}", atol=1e-6, rtol=1e-5)
 
 
 @pytest.mark.parametrize("name", ["SGD-defaults", "sgd-m0.9-d0-n1-wd0.1-max0",
@@ -245,11 +245,11 @@ def test_optimizer_state_dict_round_trip(torch, name):
     assert fresh.state_dict()["param_groups"] == oo.state_dict()["param_groups"]
     (wo, bo), _ = _optimize(aotgrad, nn, optim, cls, kw, steps=3, opt=fresh, params=params)
     (wt, bt), _ = _optimize(torch, torch.nn, torch.optim, cls, kw, steps=6)
-    _close(wo, wt, "weight", atol=1e-6, rtol=1e-5)
-    _close(bo, bt, "bias", atol=1e-6, rtol=1e-5)
+    close(wo, wt, "weight", atol=1e-6, rtol=1e-5)
+    close(bo, bt, "bias", atol=1e-6, rtol=1e-5)
 
 
-def test_param_groups_add_param_group_and_zero_grad(torch):
+def test_param_groups_add_param_group_and_zero_grad(torch, vs_torch):
     def f(lib, n):
         o = optim if lib is aotgrad else torch.optim
         a, b = n.Parameter(lib.ones(2)), n.Parameter(lib.ones(1))
@@ -260,15 +260,15 @@ def test_param_groups_add_param_group_and_zero_grad(torch):
         grads = [a.grad, b.grad]
         (a.sum() * 2).backward()
         opt.zero_grad(set_to_none=False)
-        errs = [_err(lambda: opt.add_param_group({"params": [a]})),
-                _err(lambda: o.SGD([], lr=0.1)), _err(lambda: o.SGD([a], lr=-1)),
-                _err(lambda: o.Adam([a], betas=(0.9, 1.0))),
-                _err(lambda: o.SGD([a], nesterov=True))]
+        errs = [error_text(lambda: opt.add_param_group({"params": [a]})),
+                error_text(lambda: o.SGD([], lr=0.1)), error_text(lambda: o.SGD([a], lr=-1)),
+                error_text(lambda: o.Adam([a], betas=(0.9, 1.0))),
+                error_text(lambda: o.SGD([a], nesterov=True))]
         return ([{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups],
-                grads, _np(a.grad).tolist(), b.grad, errs, repr(opt))
-    ours, theirs = _both(torch, f)
+                grads, to_numpy(a.grad).tolist(), b.grad, errs, repr(opt))
+    ours, theirs = vs_torch.both(f)
     assert ours[:4] == theirs[:4]
-    assert all(_same_text(x, y) for x, y in zip(ours[4], theirs[4])), (ours[4], theirs[4])
+    assert all(same_text(x, y) for x, y in zip(ours[4], theirs[4])), (ours[4], theirs[4])
     assert ours[5] == theirs[5]
 
 
@@ -294,7 +294,7 @@ def _sched_opt(lib, n):
 
 
 @pytest.mark.parametrize("name", sorted(SCHEDULERS))
-def test_lr_scheduler_sequences(torch, name):
+def test_lr_scheduler_sequences(vs_torch, name):
     def f(lib, n):
         opt, S = _sched_opt(lib, n)
         s = SCHEDULERS[name](S, opt)
@@ -323,12 +323,12 @@ def test_lr_scheduler_sequences(torch, name):
             opt3.step()
             s3.step()
         return seq
-    ours, theirs = _both(torch, f)
+    ours, theirs = vs_torch.both(f)
     np.testing.assert_allclose(ours, theirs, rtol=1e-12)
 
 
 @pytest.mark.parametrize("name", ["step", "multistep", "exponential", "cosine"])
-def test_lr_scheduler_step_with_epoch_uses_closed_form(torch, name):
+def test_lr_scheduler_step_with_epoch_uses_closed_form(vs_torch, name):
     def f(lib, n):
         opt, S = _sched_opt(lib, n)
         s = SCHEDULERS[name](S, opt)
@@ -337,11 +337,11 @@ def test_lr_scheduler_step_with_epoch_uses_closed_form(torch, name):
             s.step(e)
             out.append(s.get_last_lr())
         return out
-    ours, theirs = _both(torch, f)
+    ours, theirs = vs_torch.both(f)
     np.testing.assert_allclose(ours, theirs, rtol=1e-12)
 
 
-def test_chained_schedulers(torch):
+def test_chained_schedulers(vs_torch):
     def f(lib, n):
         opt, S = _sched_opt(lib, n)
         s1, s2 = S.StepLR(opt, 2, 0.5), S.ExponentialLR(opt, 0.9)
@@ -352,7 +352,7 @@ def test_chained_schedulers(torch):
             s2.step()
             out.append(s1.get_last_lr() + s2.get_last_lr())
         return out
-    ours, theirs = _both(torch, f)
+    ours, theirs = vs_torch.both(f)
     np.testing.assert_allclose(ours, theirs, rtol=1e-12)
 
 
@@ -405,7 +405,7 @@ FUNCTIONAL_CASES = {
 def _flat(r):
     if isinstance(r, (tuple, list)):
         return [x for el in r for x in _flat(el)]
-    return [(tuple(r.shape), bool(r.requires_grad), np.round(_np(r), 10).tolist())]
+    return [(tuple(r.shape), bool(r.requires_grad), np.round(to_numpy(r), 10).tolist())]
 
 
 @pytest.mark.parametrize("name", sorted(FUNCTIONAL_CASES))
@@ -414,13 +414,13 @@ def _flat(r):
 def test_autograd_functional(torch, name, create_graph, strict):
     def f(lib, M):
         out = []
-        err = _err(lambda: out.append(_flat(FUNCTIONAL_CASES[name](
+        err = error_text(lambda: out.append(_flat(FUNCTIONAL_CASES[name](
             lib, M, create_graph=create_graph, strict=strict))))
         return err, out
     (eo, ro), (et, rt) = f(aotgrad, AF), f(torch, torch.autograd.functional)
     assert (eo is None) == (et is None), (eo, et)
     if eo is not None:
-        assert _same_text(eo, et), (eo, et)
+        assert same_text(eo, et), (eo, et)
         return
     assert [(s, g) for s, g, _ in ro[0]] == [(s, g) for s, g, _ in rt[0]]
     for (_, _, a), (_, _, b) in zip(ro[0], rt[0]):
@@ -436,13 +436,13 @@ def test_autograd_functional(torch, name, create_graph, strict):
     lambda lib, M: M.hvp(lambda x: (x ** 3).sum(), _D(lib, _x0)),
 ])
 def test_autograd_functional_errors(torch, call):
-    eo = _err(lambda: call(aotgrad, AF))
-    et = _err(lambda: call(torch, torch.autograd.functional))
-    assert eo is not None and _same_text(eo, et), (eo, et)
+    eo = error_text(lambda: call(aotgrad, AF))
+    et = error_text(lambda: call(torch, torch.autograd.functional))
+    assert eo is not None and same_text(eo, et), (eo, et)
 
 
 # ---- gradcheck, Function, anomaly, profiler --------------------------------------------------
-def test_gradcheck_and_gradgradcheck(torch):
+def test_gradcheck_and_gradgradcheck(vs_torch):
     def f(lib, n):
         ag = lib.autograd
         x = _D(lib, [1.0, 2.0], True)
@@ -464,16 +464,16 @@ def test_gradcheck_and_gradgradcheck(torch):
                 ag.gradgradcheck(lambda a: Cube.apply(a, 2.0), (x,)),
                 ag.gradcheck(lambda a: (a * 2, a.argmax()), x),
                 ag.gradcheck(lambda a: a.detach() * a, (x,), raise_exception=False),
-                _err(lambda: ag.gradcheck(lambda a: a.detach() * a, (x,))).split("\n")[0],
-                _err(lambda: ag.gradcheck(lambda a: a * 2, (_D(lib, [1.0]),))))
-    ours, theirs = _both(torch, f)
+                error_text(lambda: ag.gradcheck(lambda a: a.detach() * a, (x,))).split("\n")[0],
+                error_text(lambda: ag.gradcheck(lambda a: a * 2, (_D(lib, [1.0]),))))
+    ours, theirs = vs_torch.both(f)
     assert ours[:6] == theirs[:6]
     assert ours[6].startswith("GradcheckError: Jacobian mismatch for output 0 with respect to "
                               "input 0") and ours[6] == theirs[6]
-    assert _same_text(ours[7], theirs[7])
+    assert same_text(ours[7], theirs[7])
 
 
-def test_function_ctx_features(torch):
+def test_function_ctx_features(vs_torch):
     def f(lib, n):
         ag, log = lib.autograd, []
 
@@ -503,7 +503,7 @@ def test_function_ctx_features(torch):
         y = x.clone()
         z = Dirty.apply(y)
         z.sum().backward()
-        log += [z is y, x.grad.tolist(), _err(lambda: Dirty.apply(_D(lib, [1.0], True)))]
+        log += [z is y, x.grad.tolist(), error_text(lambda: Dirty.apply(_D(lib, [1.0], True)))]
 
         class NonDiff(ag.Function):
             @staticmethod
@@ -545,7 +545,7 @@ def test_function_ctx_features(torch):
                 a, = ctx.saved_tensors
                 return g * 2 * a
         g, = ag.grad(Once.apply(x).sum(), x, create_graph=True)
-        log += [g.requires_grad, g.tolist(), _err(lambda: g.sum().backward())]
+        log += [g.requires_grad, g.tolist(), error_text(lambda: g.sum().backward())]
         g2, = ag.grad(Once.apply(x).sum(), x)
         log.append(g2.requires_grad)
 
@@ -561,12 +561,12 @@ def test_function_ctx_features(torch):
                 return g * a
         out = Saved.apply(x)
         out.sum().backward()
-        log.append(_err(lambda: out.sum().backward()) is not None)
+        log.append(error_text(lambda: out.sum().backward()) is not None)
         xc = x.clone()
         out = Saved.apply(xc)
         with lib.no_grad():
             xc.add_(1)
-        log.append(_err(lambda: out.sum().backward()).split(":")[0])
+        log.append(error_text(lambda: out.sum().backward()).split(":")[0])
 
         class WrongCount(ag.Function):
             @staticmethod
@@ -576,7 +576,7 @@ def test_function_ctx_features(torch):
             @staticmethod
             def backward(ctx, g):
                 return g
-        log.append(_err(lambda: WrongCount.apply(x, x).sum().backward()))
+        log.append(error_text(lambda: WrongCount.apply(x, x).sum().backward()))
 
         class MyFn(ag.Function):
             @staticmethod
@@ -588,13 +588,13 @@ def test_function_ctx_features(torch):
                 return g * 2
         log.append((MyFn.apply(x).grad_fn.name(), type(MyFn.apply(x).grad_fn).__name__))
         return log
-    ours, theirs = _both(torch, f)
+    ours, theirs = vs_torch.both(f)
     assert len(ours) == len(theirs)
     for a, b in zip(ours, theirs):
-        assert a == b or (isinstance(a, str) and _same_text(a, b)), (a, b)
+        assert a == b or (isinstance(a, str) and same_text(a, b)), (a, b)
 
 
-def test_anomaly_mode(torch):
+def test_anomaly_mode(vs_torch):
     def f(lib, n):
         ag = lib.autograd
         with ag.detect_anomaly(check_nan=False):
@@ -608,13 +608,13 @@ def test_anomaly_mode(torch):
         def nan_backward():
             with ag.detect_anomaly():
                 (x.sqrt() * 0).sum().backward()
-        return flags, on, lib.is_anomaly_enabled(), _err(nan_backward)
-    ours, theirs = _both(torch, f)
+        return flags, on, lib.is_anomaly_enabled(), error_text(nan_backward)
+    ours, theirs = vs_torch.both(f)
     assert ours[:3] == theirs[:3]
-    assert _same_text(ours[3], theirs[3])
+    assert same_text(ours[3], theirs[3])
 
 
-def test_profiler_key_averages_api(torch):
+def test_profiler_key_averages_api(vs_torch):
     def f(lib, n):
         prof_mod = lib.autograd.profiler
         x = lib.ones(3, requires_grad=True)
@@ -635,12 +635,12 @@ def test_profiler_key_averages_api(torch):
                                        and "Name" not in r and "Self CPU time" not in r]),
                 table[-2].startswith("Self CPU time total:"),
                 type(prof.function_events).__name__)
-    ours, theirs = _both(torch, f)
+    ours, theirs = vs_torch.both(f)
     assert ours == theirs
 
 
-def test_clip_grad_and_vector_utils(torch):
-    grads = [rn(3, 4, seed=1), rn(5, seed=2)]
+def test_clip_grad_and_vector_utils(vs_torch):
+    grads = [normal(3, 4, seed=1), normal(5, seed=2)]
 
     def f(lib, n):
         out = []
@@ -649,15 +649,15 @@ def test_clip_grad_and_vector_utils(torch):
             for p, g in zip(ps, grads):
                 p.grad = lib.tensor(g)
             total = n.utils.clip_grad_norm_(ps, 1.5, norm_type)
-            out.append(np.round([float(total)] + _np(ps[0].grad).ravel().tolist(), 5).tolist())
+            out.append(np.round([float(total)] + to_numpy(ps[0].grad).ravel().tolist(), 5).tolist())
         ps = [n.Parameter(lib.tensor(g)) for g in grads]
         for p, g in zip(ps, grads):
             p.grad = lib.tensor(g)
         n.utils.clip_grad_value_(ps, 0.5)
         vec = n.utils.parameters_to_vector(ps)
         n.utils.vector_to_parameters(vec * 2, ps)
-        out += [np.round(_np(ps[1].grad), 5).tolist(), tuple(vec.shape), vec.requires_grad,
-                np.round(_np(ps[1]), 5).tolist()]
+        out += [np.round(to_numpy(ps[1].grad), 5).tolist(), tuple(vec.shape), vec.requires_grad,
+                np.round(to_numpy(ps[1]), 5).tolist()]
         return out
-    ours, theirs = _both(torch, f)
+    ours, theirs = vs_torch.both(f)
     assert ours == theirs

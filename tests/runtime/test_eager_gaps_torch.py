@@ -12,7 +12,6 @@ import pytest
 import aotgrad
 from aotgrad import nn
 
-from torch_compare import _same  # noqa: E402
 
 
 def _name(t):
@@ -34,7 +33,7 @@ _BINARY = {
 
 @pytest.mark.parametrize("x_kind", ["plain", "nonleaf"])
 @pytest.mark.parametrize("opname", list(_BINARY))
-def test_inplace_op_with_grad_operand(torch, opname, x_kind):
+def test_inplace_op_with_grad_operand(vs_torch, opname, x_kind):
     def case(M):
         leaf = None
         if x_kind == "plain":
@@ -46,20 +45,20 @@ def test_inplace_op_with_grad_operand(torch, opname, x_kind):
         out = _BINARY[opname](x, w)
         (x * M.tensor([1., 10.])).sum().backward()
         return out is x, x, _name(x), x.is_leaf, w.grad, _grad(leaf)
-    _same(case, torch)
+    vs_torch.same(case)
 
 
-def test_mul_inplace_issue_example(torch):
+def test_mul_inplace_issue_example(vs_torch):
     def case(M):
         x = M.ones(2)
         w = M.tensor([2., 3.], requires_grad=True)
         x.mul_(w)
         x.sum().backward()
         return x, x.is_leaf, _name(x), w.grad
-    _same(case, torch)
+    vs_torch.same(case)
 
 
-def test_inplace_then_second_inplace_uses_saved_copy(torch):
+def test_inplace_then_second_inplace_uses_saved_copy(vs_torch):
     """The saved old value is a copy: a second in-place op on x does not corrupt it."""
     def case(M):
         x = M.tensor([1., 2.])
@@ -68,39 +67,39 @@ def test_inplace_then_second_inplace_uses_saved_copy(torch):
         x.mul_(w)  # x is now a non-leaf: saved by the usual snapshot
         x.sum().backward()
         return x, w.grad
-    _same(case, torch)
+    vs_torch.same(case)
 
 
-def test_setitem_plain_tensor_with_grad_value(torch):
+def test_setitem_plain_tensor_with_grad_value(vs_torch):
     def case(M):
         x = M.zeros(3)
         w = M.tensor([2., 3.], requires_grad=True)
         x[1:] = w * w
         (x * M.tensor([1., 2., 3.])).sum().backward()
         return x, w.grad, x.is_leaf
-    _same(case, torch)
+    vs_torch.same(case)
 
 
-def test_copy_of_a_leaf_makes_a_non_leaf(torch):
+def test_copy_of_a_leaf_makes_a_non_leaf(vs_torch):
     def case(M):
         x = M.ones(2)
         w = M.tensor([2., 3.], requires_grad=True)
         x.copy_(w)
         (x * M.tensor([1., 4.])).sum().backward()
         return x, x.is_leaf, x.requires_grad, w.grad
-    _same(case, torch)
+    vs_torch.same(case)
 
 
-def test_expand_to_same_shape_is_a_new_view(torch):
+def test_expand_to_same_shape_is_a_new_view(vs_torch):
     def case(M):
         w = M.tensor([2., 3.], requires_grad=True)
         e = w.expand(2)
         (e * M.tensor([1., 5.])).sum().backward()
         return e is w, e._base is w, w._base is None, _name(e), w.grad
-    _same(case, torch)
+    vs_torch.same(case)
 
 
-def test_views_made_before_root_required_grad_are_regenerated(torch):
+def test_views_made_before_root_required_grad_are_regenerated(vs_torch):
     def case(M):
         base = M.zeros(2, 3)
         b, c = base.view(2, 3), base[1]
@@ -111,10 +110,10 @@ def test_views_made_before_root_required_grad_are_regenerated(torch):
         w.grad = None
         (base * 3).sum().backward()
         return b.requires_grad, c.requires_grad, base.requires_grad, g1, w.grad
-    _same(case, torch)
+    vs_torch.same(case)
 
 
-def test_root_inplace_gives_its_plain_views_history(torch):
+def test_root_inplace_gives_its_plain_views_history(vs_torch):
     def case(M):
         x = M.zeros(3)
         v = x[:2]
@@ -122,7 +121,7 @@ def test_root_inplace_gives_its_plain_views_history(torch):
         x.add_(w)
         (v * M.tensor([2., 5.])).sum().backward()
         return v.requires_grad, v, w.grad
-    _same(case, torch)
+    vs_torch.same(case)
 
 
 # ---- 2. in-place on views of an expanded tensor --------------------------------------------
@@ -142,7 +141,7 @@ def _expanded(M, kind):
 @pytest.mark.parametrize("kind", ["plain", "nonleaf", "operand"])
 @pytest.mark.parametrize("opname", ["add_", "mul_"])
 @pytest.mark.parametrize("row", [0, 1])
-def test_inplace_on_a_row_of_an_expanded_tensor(torch, kind, opname, row):
+def test_inplace_on_a_row_of_an_expanded_tensor(vs_torch, kind, opname, row):
     def case(M):
         base, b, leaf = _expanded(M, kind)
         arg = leaf if kind == "operand" else 2.
@@ -152,13 +151,13 @@ def test_inplace_on_a_row_of_an_expanded_tensor(torch, kind, opname, row):
             (b * M.tensor([[1.], [10.]])).sum().backward()
             out += [leaf.grad, _name(base), b.requires_grad]
         return out
-    _same(case, torch)
+    vs_torch.same(case)
 
 
 @pytest.mark.parametrize("kind", ["plain", "nonleaf", "operand"])
 @pytest.mark.parametrize("what", ["whole add_", "whole mul_", "column add_", "t row add_",
                                   "column setitem", "copy_ whole"])
-def test_overlapping_write_raises_pytorch_error(torch, kind, what):
+def test_overlapping_write_raises_pytorch_error(vs_torch, kind, what):
     def case(M):
         base, b, leaf = _expanded(M, kind)
         arg = leaf if kind == "operand" else 2.
@@ -175,13 +174,13 @@ def test_overlapping_write_raises_pytorch_error(torch, kind, what):
         else:
             b.copy_(M.ones(2, 3))
         return base
-    _same(case, torch, exact_error=True)
+    vs_torch.same(case, exact_error=True)
 
 
 @pytest.mark.parametrize("what", ["row setitem", "element setitem", "fill_ whole",
                                   "zero_ whole", "fill_ row", "copy_ row", "index_add_ row",
                                   "advanced setitem", "slice of row add_"])
-def test_writes_into_expanded_tensors_pytorch_allows(torch, what):
+def test_writes_into_expanded_tensors_pytorch_allows(vs_torch, what):
     def case(M):
         base = M.tensor([1., 2., 3.])
         b = base.expand(2, 3)
@@ -204,10 +203,10 @@ def test_writes_into_expanded_tensors_pytorch_allows(torch, what):
         else:
             b[0][1:].add_(10.)
         return base, b, base._version
-    _same(case, torch)
+    vs_torch.same(case)
 
 
-def test_setitem_on_expanded_nonleaf_with_grad_value(torch):
+def test_setitem_on_expanded_nonleaf_with_grad_value(vs_torch):
     def case(M):
         leaf = M.tensor([1., 2., 3.], requires_grad=True)
         base = leaf * 2
@@ -216,16 +215,16 @@ def test_setitem_on_expanded_nonleaf_with_grad_value(torch):
         b[1, 1:] = w
         (b * M.tensor([[1.], [10.]])).sum().backward()
         return base, b, leaf.grad, w.grad
-    _same(case, torch)
+    vs_torch.same(case)
 
 
-def test_expanded_of_a_unit_dim_row(torch):
+def test_expanded_of_a_unit_dim_row(vs_torch):
     def case(M):
         base = M.zeros(1, 3)
         b = base.expand(4, 3)
         b[2].add_(M.tensor([1., 2., 3.]))
         return base, b
-    _same(case, torch)
+    vs_torch.same(case)
 
 
 # ---- 3. nn.init on inference tensors -------------------------------------------------------
@@ -271,18 +270,18 @@ def test_nn_init_on_inference_tensor_inside_mode_writes(name):
     assert not np.any(t.numpy() == 7.)  # every element was written
 
 
-def test_views_and_parameters_of_inference_tensors(torch):
+def test_views_and_parameters_of_inference_tensors(torch, vs_torch):
     def case(M):
         with M.inference_mode():
             t = M.zeros(2, 3)
         return t[0].is_inference(), t.view(6).is_inference(), t.clone().is_inference()
-    _same(case, torch)
+    vs_torch.same(case)
 
     def param(M):
         with M.inference_mode():
             t = M.zeros(2, 3)
         return M.nn.Parameter(t)
-    _same(param, torch, exact_error=True)
+    vs_torch.same(param, exact_error=True)
 
     def view_add(M):
         with M.inference_mode():
