@@ -6,6 +6,7 @@ installed):
   both run and their results agree (tensors by `assert_close`: dtype, shape, the dtype's
   default tolerances, NaN == NaN), or both raise: the same error class and, with
   `exact_error`, the same text;
+- `vs_torch.grads(fn, *arrays)`: one op's value, dtype and input gradients, tight;
 - `vs_torch.both(fn)`: `fn(M, nn)` run on each library, the pair returned for the test to
   compare (with `close`, `error_text`, `same_text`);
 - `vs_torch.module(ours, theirs, inputs)`: a module and its torch counterpart with the same
@@ -24,6 +25,10 @@ from aotgrad.testing import assert_close
 
 # the default tolerances of module comparisons (a module's outputs go through many ops)
 MODULE_TOLERANCES = {"float32": dict(atol=2e-5, rtol=1e-4), "float64": dict(atol=1e-10, rtol=1e-9)}
+
+# op-level comparisons (`TorchOracle.grads`): one op's value and input gradients, tight
+ELEMENTWISE_TOLERANCES = {np.dtype(np.float32): dict(rtol=2e-6, atol=1e-6),
+                          np.dtype(np.float64): dict(rtol=1e-10, atol=1e-12)}
 
 # the user's line aotgrad appends to an error: ` (at file.py:12: `source`)`
 _USER_LINE = re.compile(r" \(at [^\s:]+:\d+: `.*`\)")
@@ -128,6 +133,21 @@ def _flatten(out):
     return [] if out is None else [out]
 
 
+def _value_and_grads(M, fn, arrays, grad):
+    ts = [M.tensor(a, requires_grad=grad and a.dtype.kind == "f") for a in arrays]
+    out = fn(M, *ts)
+    if isinstance(out, tuple):
+        out = out[0]
+    value = np.asarray(out.detach().numpy())
+    grads = []
+    if grad and out.requires_grad:
+        w = np.linspace(1.0, 2.0, max(out.numel(), 1))[:out.numel()].reshape(tuple(out.shape))
+        (out * M.tensor(w.astype(value.dtype))).sum().backward()
+        grads = [np.asarray(t.grad.numpy()) if t.grad is not None else
+                 np.zeros(t.shape, value.dtype) for t in ts if t.requires_grad]
+    return value, str(out.dtype).split(".")[-1].rstrip("_"), grads
+
+
 class TorchOracle:
     """PyTorch as the reference of a test (the `vs_torch` fixture)."""
 
@@ -150,6 +170,26 @@ class TorchOracle:
     def both(self, fn):
         """(fn(aotgrad, aotgrad.nn), fn(torch, torch.nn))."""
         return fn(aotgrad, nn), fn(self.torch, self.torch.nn)
+
+    def grads(self, fn, *arrays, grad=True, rtol=None, atol=None):
+        """fn(M, *tensors) (its first output where it returns several) on aotgrad and torch,
+        the float arrays as leaves that require grad (with `grad`): the same value, dtype
+        and input gradients under the same upstream weights, NaN positions exactly.
+        Tolerances: ELEMENTWISE_TOLERANCES of the inputs' widest float dtype unless given."""
+        floats = [a.dtype for a in arrays if a.dtype.kind == "f"]
+        tol = ELEMENTWISE_TOLERANCES.get(max(floats, key=lambda d: d.itemsize) if floats
+                                         else np.dtype(np.float64))
+        if np.dtype(np.float32) in floats:
+            tol = ELEMENTWISE_TOLERANCES[np.dtype(np.float32)]
+        tol = dict(rtol=tol["rtol"] if rtol is None else rtol,
+                   atol=tol["atol"] if atol is None else atol)
+        v_t, d_t, g_t = _value_and_grads(self.torch, fn, arrays, grad)
+        v_a, d_a, g_a = _value_and_grads(aotgrad, fn, arrays, grad)
+        assert d_a == d_t, f"dtype {d_a} != torch's {d_t}"
+        close(v_a, v_t, "value", **tol)
+        assert len(g_a) == len(g_t)
+        for i, (a, t) in enumerate(zip(g_a, g_t)):
+            close(a, t, f"grad of input {i}", **tol)
 
     def load_state(self, ours, theirs):
         """Copy the torch module's state_dict into ours (the names and shapes must match)."""

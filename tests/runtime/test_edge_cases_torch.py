@@ -28,47 +28,7 @@ inf, nan = math.inf, math.nan
 FLOATS = (np.float64, np.float32)
 
 
-# ---- the harness ---------------------------------------------------------------------------
-def _run(mod, fn, arrays, grad):
-    ts = [mod.tensor(a, requires_grad=grad and a.dtype.kind == "f") for a in arrays]
-    out = fn(mod, *ts)
-    if isinstance(out, tuple):
-        out = out[0]
-    value = np.asarray(out.detach().numpy())
-    grads = []
-    if grad and out.requires_grad:
-        w = np.linspace(1.0, 2.0, max(out.numel(), 1))[:out.numel()].reshape(tuple(out.shape))
-        (out * mod.tensor(w.astype(value.dtype))).sum().backward()
-        grads = [np.asarray(t.grad.numpy()) if t.grad is not None else np.zeros(t.shape)
-                 for t in ts if t.requires_grad]
-    return value, str(out.dtype).split(".")[-1].rstrip("_"), grads
-
-
-def _same(ours, theirs, what, rtol, atol):
-    ours, theirs = np.asarray(ours), np.asarray(theirs)
-    assert ours.shape == theirs.shape, f"{what}: shape {ours.shape} != {theirs.shape}"
-    if ours.dtype.kind in "fc" or theirs.dtype.kind in "fc":
-        np.testing.assert_array_equal(np.isnan(ours), np.isnan(theirs), err_msg=what + " NaNs")
-        np.testing.assert_allclose(ours, theirs, rtol=rtol, atol=atol, equal_nan=True,
-                                   err_msg=what)
-    else:
-        np.testing.assert_array_equal(ours, theirs, err_msg=what)
-
-
-def compare(torch, fn, *arrays, grad=True, rtol=None, atol=None):
-    """fn(mod, *tensors) on aotgrad and on torch: same value, dtype and input gradients."""
-    f32 = any(a.dtype == np.float32 for a in arrays)
-    rtol = rtol if rtol is not None else (2e-6 if f32 else 1e-10)
-    atol = atol if atol is not None else (1e-6 if f32 else 1e-12)
-    v_t, d_t, g_t = _run(torch, fn, arrays, grad)
-    v_a, d_a, g_a = _run(ag, fn, arrays, grad)
-    assert d_a == d_t, f"dtype {d_a} != torch's {d_t}"
-    _same(v_a, v_t, "value", rtol, atol)
-    assert len(g_a) == len(g_t)
-    for i, (a, t) in enumerate(zip(g_a, g_t)):
-        _same(a, t, f"grad of input {i}", rtol, atol)
-
-
+# ---- the harness: vs_torch.grads (value, dtype and input gradients against PyTorch) ------
 def _grid(vals, dtype):
     p = np.array(list(itertools.product(vals, vals)), dtype=dtype)
     return p[:, 0].copy(), p[:, 1].copy()
@@ -89,17 +49,17 @@ UNARY = ["exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tan", "
 
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("name", UNARY)
-def test_unary_special_values(torch, name, dtype):
-    compare(torch, lambda m, x: getattr(x, name)(), np.array(SPECIAL, dtype))
+def test_unary_special_values(vs_torch, name, dtype):
+    vs_torch.grads(lambda m, x: getattr(x, name)(), np.array(SPECIAL, dtype))
 
 
 @pytest.mark.parametrize("name", ["isnan", "isinf", "isfinite", "sign", "abs", "neg", "square"])
 @pytest.mark.parametrize("dtype", [np.int64, np.int32, np.bool_])
-def test_unary_integer_and_bool(torch, name, dtype):
+def test_unary_integer_and_bool(vs_torch, name, dtype):
     if dtype is np.bool_ and name in ("neg", "abs"):
         pytest.skip("PyTorch rejects these for bool")
     x = np.array([0, 1, -2, 3], dtype) if dtype is not np.bool_ else np.array([True, False])
-    compare(torch, lambda m, t: getattr(t, name)(), x, grad=False)
+    vs_torch.grads(lambda m, t: getattr(t, name)(), x, grad=False)
 
 
 BINARY = {
@@ -114,22 +74,22 @@ BINARY = {
 
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("name", list(BINARY))
-def test_binary_special_pairs(torch, name, dtype):
-    compare(torch, BINARY[name], *_grid(PAIR, dtype))
+def test_binary_special_pairs(vs_torch, name, dtype):
+    vs_torch.grads(BINARY[name], *_grid(PAIR, dtype))
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
-def test_remainder_and_floor_divide(torch, dtype):
+def test_remainder_and_floor_divide(vs_torch, dtype):
     a, b = _grid(PAIR, dtype)
-    compare(torch, lambda m, x, y: x % y, a, b, grad=False)
-    compare(torch, lambda m, x, y: x // y, a, b, grad=False)
+    vs_torch.grads(lambda m, x, y: x % y, a, b, grad=False)
+    vs_torch.grads(lambda m, x, y: x // y, a, b, grad=False)
     keep = np.isfinite(a) | np.isnan(a)  # PyTorch's b-gradient at a = +-inf is NaN, ours inf
-    compare(torch, lambda m, x, y: m.remainder(x, y), a[keep], b[keep])
+    vs_torch.grads(lambda m, x, y: m.remainder(x, y), a[keep], b[keep])
 
 
 @pytest.mark.parametrize("name", ["eq", "ne", "lt", "le", "gt", "ge"])
-def test_comparisons_special_pairs(torch, name):
-    compare(torch, lambda m, a, b: getattr(a, name)(b), *_grid(PAIR, np.float64), grad=False)
+def test_comparisons_special_pairs(vs_torch, name):
+    vs_torch.grads(lambda m, a, b: getattr(a, name)(b), *_grid(PAIR, np.float64), grad=False)
 
 
 INT_BINARY = ["add", "sub", "mul", "div", "div_floor", "div_trunc", "maximum", "minimum"]
@@ -137,7 +97,7 @@ INT_BINARY = ["add", "sub", "mul", "div", "div_floor", "div_trunc", "maximum", "
 
 @pytest.mark.parametrize("dtype", [np.int64, np.int32])
 @pytest.mark.parametrize("name", INT_BINARY + ["floor_divide", "remainder", "pow"])
-def test_integer_binary(torch, name, dtype):
+def test_integer_binary(vs_torch, name, dtype):
     a, b = _grid([0, 1, -1, 2, -2, 3, -3, 7, -7], dtype)
     if name in ("floor_divide", "remainder", "div_floor", "div_trunc"):
         a, b = a[b != 0], b[b != 0]
@@ -145,7 +105,7 @@ def test_integer_binary(torch, name, dtype):
         a, b = a[b >= 0], b[b >= 0]
     fn = BINARY.get(name) or {"floor_divide": lambda m, x, y: x // y,
                               "remainder": lambda m, x, y: x % y}[name]
-    compare(torch, fn, a, b, grad=False)
+    vs_torch.grads(fn, a, b, grad=False)
 
 
 SCALAR_OPS = {"add": lambda t, s: t + s, "mul": lambda t, s: t * s, "div": lambda t, s: t / s,
@@ -157,23 +117,23 @@ SCALAR_OPS = {"add": lambda t, s: t + s, "mul": lambda t, s: t * s, "div": lambd
 @pytest.mark.parametrize("scalar", [2, 2.5, -3, 0.5])
 @pytest.mark.parametrize("dtype", [np.int64, np.int32, np.bool_, np.float32, np.float64])
 @pytest.mark.parametrize("name", list(SCALAR_OPS))
-def test_python_scalar_promotion(torch, name, dtype, scalar):
+def test_python_scalar_promotion(vs_torch, name, dtype, scalar):
     if dtype is np.bool_ and name in ("rsub", "mod", "floordiv"):
         pytest.skip("PyTorch rejects these for bool")
     if name == "pow" and scalar == -3 and dtype is not np.float32 and dtype is not np.float64:
         pytest.skip("integers to negative integer powers raise (tested below)")
     x = np.array([1, 2, 3], dtype)
-    compare(torch, lambda m, t: SCALAR_OPS[name](t, scalar), x, grad=False)
+    vs_torch.grads(lambda m, t: SCALAR_OPS[name](t, scalar), x, grad=False)
 
 
 @pytest.mark.parametrize("zero_d", [(3, np.int64), (2.5, np.float64), (True, np.bool_),
                                     (3, np.int32)])
 @pytest.mark.parametrize("dtype", [np.int64, np.int32, np.bool_, np.float32])
-def test_zero_dim_tensor_promotion(torch, dtype, zero_d):
+def test_zero_dim_tensor_promotion(vs_torch, dtype, zero_d):
     value, zdtype = zero_d
     x, z = np.array([1, 0, 3], dtype), np.array(value, zdtype)
-    compare(torch, lambda m, a, b: a * b, x, z, grad=False)
-    compare(torch, lambda m, a, b: m.where(a > 0, a, b), x, z, grad=False)
+    vs_torch.grads(lambda m, a, b: a * b, x, z, grad=False)
+    vs_torch.grads(lambda m, a, b: m.where(a > 0, a, b), x, z, grad=False)
 
 
 # ---- clamp, activations --------------------------------------------------------------------
@@ -183,17 +143,17 @@ CLAMP_X = [-2., -1., -0.5, 0., 0.5, 1., 2., inf, -inf, nan]
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("lo,hi", [(-1., 1.), (None, 1.), (-1., None), (0., 0.), (1., -1.),
                                    (0.5, 0.5)])
-def test_clamp_scalar_bounds(torch, lo, hi, dtype):
-    compare(torch, lambda m, x: x.clamp(lo, hi), np.array(CLAMP_X, dtype))
+def test_clamp_scalar_bounds(vs_torch, lo, hi, dtype):
+    vs_torch.grads(lambda m, x: x.clamp(lo, hi), np.array(CLAMP_X, dtype))
 
 
-def test_clamp_tensor_bounds(torch):
+def test_clamp_tensor_bounds(vs_torch):
     x = np.array(CLAMP_X)
     lo = np.array([-1., -1., 0., 0., 0.5, 1., 2., 0., 0., 0.])
     hi = np.array([1., -2., 0., 1., 0.5, 1., 1., 1., 1., 1.])
-    compare(torch, lambda m, a, b, c: a.clamp(b, c), x, lo, hi)
-    compare(torch, lambda m, a, b: a.clamp(min=b), x, lo)
-    compare(torch, lambda m, a, c: a.clamp(max=c), x, hi)
+    vs_torch.grads(lambda m, a, b, c: a.clamp(b, c), x, lo, hi)
+    vs_torch.grads(lambda m, a, b: a.clamp(min=b), x, lo)
+    vs_torch.grads(lambda m, a, c: a.clamp(max=c), x, hi)
 
 
 ACTIVATIONS = [("relu", {}), ("relu6", {}), ("hardtanh", {}),
@@ -207,10 +167,10 @@ ACTIVATIONS = [("relu", {}), ("relu6", {}), ("hardtanh", {}),
 
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("name,kw", ACTIVATIONS, ids=[f"{n}{k}" for n, k in ACTIVATIONS])
-def test_activation_extremes(torch, name, kw, dtype):
+def test_activation_extremes(vs_torch, name, kw, dtype):
     x = EXTREME + ([inf] if name != "gelu" else [])  # gelu(inf): inf here, NaN in PyTorch
     # float32 gelu near -5 loses digits to 1 + erf(x) cancellation, in PyTorch as here
-    compare(torch, lambda m, t: getattr(m.nn.functional, name)(t, **kw), np.array(x, dtype),
+    vs_torch.grads(lambda m, t: getattr(m.nn.functional, name)(t, **kw), np.array(x, dtype),
             atol=5e-7 if dtype is np.float32 else None)
 
 
@@ -223,28 +183,28 @@ FINITE = [[1., 3., 3., 0.], [2., 2., 2., 2.], [-1., 4., 5., 5.], [-7., 0.5, 0., 
 @pytest.mark.parametrize("keepdim", [False, True])
 @pytest.mark.parametrize("dim", [None, 0, 1, -1, (0, 1)])
 @pytest.mark.parametrize("name", ["amax", "amin"])
-def test_amax_amin_ties_split_evenly(torch, name, dim, keepdim, dtype):
+def test_amax_amin_ties_split_evenly(vs_torch, name, dim, keepdim, dtype):
     x = np.array(TIES, dtype)
     if dim is None:
-        compare(torch, lambda m, t: getattr(t, name)(), x)
+        vs_torch.grads(lambda m, t: getattr(t, name)(), x)
     else:
-        compare(torch, lambda m, t: getattr(t, name)(dim, keepdim=keepdim), x)
+        vs_torch.grads(lambda m, t: getattr(t, name)(dim, keepdim=keepdim), x)
 
 
 @pytest.mark.parametrize("keepdim", [False, True])
 @pytest.mark.parametrize("dim", [0, 1, -1])
 @pytest.mark.parametrize("name", ["max", "min"])
-def test_max_min_dim_goes_to_the_returned_index(torch, name, dim, keepdim):
+def test_max_min_dim_goes_to_the_returned_index(vs_torch, name, dim, keepdim):
     x = np.array(TIES)
-    compare(torch, lambda m, t: getattr(t, name)(dim, keepdim=keepdim)[0], x)
-    compare(torch, lambda m, t: getattr(t, name)(dim, keepdim=keepdim)[1], x, grad=False)
-    compare(torch, lambda m, t: getattr(t, "arg" + name)(dim, keepdim=keepdim), x, grad=False)
+    vs_torch.grads(lambda m, t: getattr(t, name)(dim, keepdim=keepdim)[0], x)
+    vs_torch.grads(lambda m, t: getattr(t, name)(dim, keepdim=keepdim)[1], x, grad=False)
+    vs_torch.grads(lambda m, t: getattr(t, "arg" + name)(dim, keepdim=keepdim), x, grad=False)
 
 
 @pytest.mark.parametrize("name", ["max", "min"])
-def test_max_min_all_ties(torch, name):
-    compare(torch, lambda m, t: getattr(t, name)(), np.array(FINITE))
-    compare(torch, lambda m, t: getattr(t, "arg" + name)(), np.array(TIES), grad=False)
+def test_max_min_all_ties(vs_torch, name):
+    vs_torch.grads(lambda m, t: getattr(t, name)(), np.array(FINITE))
+    vs_torch.grads(lambda m, t: getattr(t, "arg" + name)(), np.array(TIES), grad=False)
 
 
 REDUCTIONS = {"sum": lambda t, d: t.sum(d), "mean": lambda t, d: t.mean(d),
@@ -255,41 +215,41 @@ REDUCTIONS = {"sum": lambda t, d: t.sum(d), "mean": lambda t, d: t.mean(d),
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("dim", [0, -1])
 @pytest.mark.parametrize("name", list(REDUCTIONS))
-def test_reductions_with_special_values(torch, name, dim, dtype):
-    compare(torch, lambda m, t: REDUCTIONS[name](t, dim), np.array(TIES, dtype),
+def test_reductions_with_special_values(vs_torch, name, dim, dtype):
+    vs_torch.grads(lambda m, t: REDUCTIONS[name](t, dim), np.array(TIES, dtype),
             rtol=1e-5 if dtype is np.float32 else None)
 
 
 @pytest.mark.parametrize("dim", [None, 0, 1])
 @pytest.mark.parametrize("correction", [0, 1])
 @pytest.mark.parametrize("name", ["std", "var"])
-def test_std_var_with_constant_rows(torch, name, correction, dim):
+def test_std_var_with_constant_rows(vs_torch, name, correction, dim):
     # a constant row: std's gradient is 0 there (PyTorch), not 0 * inf
     x = np.array(FINITE + [[3., 3., 3., 3.]])
-    compare(torch, lambda m, t: getattr(t, name)(dim, correction=correction), x)
+    vs_torch.grads(lambda m, t: getattr(t, name)(dim, correction=correction), x)
 
 
 @pytest.mark.parametrize("dim", [None, 1])
 @pytest.mark.parametrize("p", [2, 1, 3, 0.5, inf, -inf, 0, -1, "fro"])
 @pytest.mark.parametrize("rows", [[[0., 0., 0.], [0., 0., 0.]], [[0., 0., 0.], [3., 4., 0.]],
                                   [[3., 3., 3.], [-1., 2., 0.5]]], ids=["zeros", "mixed", "dense"])
-def test_norm_at_zero(torch, p, dim, rows):
+def test_norm_at_zero(vs_torch, p, dim, rows):
     if p == "fro" and dim is not None:
         pytest.skip("fro with a dim is the 2-norm")
-    compare(torch, lambda m, t: t.norm(p, dim) if dim is not None else t.norm(p), np.array(rows))
+    vs_torch.grads(lambda m, t: t.norm(p, dim) if dim is not None else t.norm(p), np.array(rows))
 
 
 @pytest.mark.parametrize("p", [2.0, 1.0])
-def test_normalize_zero_rows(torch, p):
-    compare(torch, lambda m, t: m.nn.functional.normalize(t, p=p, dim=1),
+def test_normalize_zero_rows(vs_torch, p):
+    vs_torch.grads(lambda m, t: m.nn.functional.normalize(t, p=p, dim=1),
             np.array([[0., 0., 0.], [3., 4., 0.]]))
 
 
 @pytest.mark.parametrize("rows", [[[1., 0., 2.], [0., 0., 0.]], [[0., 1., 0.], [2., 3., 4.]],
                                   [[0., 0., 5.], [1., 2., 3.]]])
 @pytest.mark.parametrize("dim", [None, 0, 1])
-def test_prod_with_zeros(torch, rows, dim):
-    compare(torch, lambda m, t: t.prod() if dim is None else t.prod(dim), np.array(rows))
+def test_prod_with_zeros(vs_torch, rows, dim):
+    vs_torch.grads(lambda m, t: t.prod() if dim is None else t.prod(dim), np.array(rows))
 
 
 SOFTMAX_ROWS = [[0., 1., 2.], [1000., 0., -1000.], [inf, 1., 0.], [-inf, 1., 0.],
@@ -299,10 +259,10 @@ SOFTMAX_ROWS = [[0., 1., 2.], [1000., 0., -1000.], [inf, 1., 0.], [-inf, 1., 0.]
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("row", SOFTMAX_ROWS)
 @pytest.mark.parametrize("name", ["softmax", "log_softmax", "logsumexp"])
-def test_softmax_family_extreme_rows(torch, name, row, dtype):
-    compare(torch, lambda m, t: getattr(t, name)(0), np.array(row, dtype))
+def test_softmax_family_extreme_rows(vs_torch, name, row, dtype):
+    vs_torch.grads(lambda m, t: getattr(t, name)(0), np.array(row, dtype))
     if name != "logsumexp":
-        compare(torch, lambda m, t: getattr(m.nn.functional, name)(t, dim=0),
+        vs_torch.grads(lambda m, t: getattr(m.nn.functional, name)(t, dim=0),
                 np.array(row, dtype))
 
 
@@ -310,22 +270,22 @@ def test_softmax_family_extreme_rows(torch, name, row, dtype):
 @pytest.mark.parametrize("stable", [False, True])
 @pytest.mark.parametrize("descending", [False, True])
 @pytest.mark.parametrize("dim", [0, -1])
-def test_sort_ties_and_nan(torch, dim, descending, stable, dtype):
+def test_sort_ties_and_nan(vs_torch, dim, descending, stable, dtype):
     x = np.array(TIES, dtype)
-    compare(torch, lambda m, t: t.sort(dim=dim, descending=descending, stable=stable), x)
-    compare(torch, lambda m, t: t.sort(dim=dim, descending=descending, stable=stable)[1], x,
+    vs_torch.grads(lambda m, t: t.sort(dim=dim, descending=descending, stable=stable), x)
+    vs_torch.grads(lambda m, t: t.sort(dim=dim, descending=descending, stable=stable)[1], x,
             grad=False)
-    compare(torch, lambda m, t: t.argsort(dim=dim, descending=descending), x, grad=False)
+    vs_torch.grads(lambda m, t: t.argsort(dim=dim, descending=descending), x, grad=False)
 
 
 @pytest.mark.parametrize("largest", [True, False])
 @pytest.mark.parametrize("k", [1, 2, 4])
-def test_topk(torch, k, largest):
+def test_topk(vs_torch, k, largest):
     x = np.array([[1., 3., 2., 0.], [-1., nan, 5., 4.], [-inf, 7., 0., -3.]])
-    compare(torch, lambda m, t: t.topk(k, largest=largest), x)
-    compare(torch, lambda m, t: t.topk(k, largest=largest)[1], x, grad=False)
+    vs_torch.grads(lambda m, t: t.topk(k, largest=largest), x)
+    vs_torch.grads(lambda m, t: t.topk(k, largest=largest)[1], x, grad=False)
     # among equal elements PyTorch's choice is unspecified: compare the values only
-    compare(torch, lambda m, t: t.topk(k, largest=largest)[0], np.array(TIES), grad=False)
+    vs_torch.grads(lambda m, t: t.topk(k, largest=largest)[0], np.array(TIES), grad=False)
 
 
 EMPTY_OPS = {"sum": lambda t, d: t.sum(d), "mean": lambda t, d: t.mean(d),
@@ -339,59 +299,59 @@ EMPTY_OPS = {"sum": lambda t, d: t.sum(d), "mean": lambda t, d: t.mean(d),
 
 @pytest.mark.parametrize("dim", [0, 1, -1])
 @pytest.mark.parametrize("name", list(EMPTY_OPS))
-def test_empty_inputs(torch, name, dim):
+def test_empty_inputs(vs_torch, name, dim):
     x = np.zeros((0, 3))
     if name == "amax" and dim == 0:
         pytest.skip("amax over an empty dim is an error in both")
     grad = name not in ("all", "any", "count_nonzero")
-    compare(torch, lambda m, t: EMPTY_OPS[name](t, dim), x, grad=grad)
+    vs_torch.grads(lambda m, t: EMPTY_OPS[name](t, dim), x, grad=grad)
 
 
 @pytest.mark.parametrize("name", ["sum", "mean", "amax", "softmax", "log_softmax", "logsumexp",
                                   "cumsum", "std", "norm", "prod", "sort", "topk", "argsort",
                                   "max", "argmax"])
-def test_zero_dim_inputs(torch, name):
+def test_zero_dim_inputs(vs_torch, name):
     fn = {"softmax": lambda m, t: t.softmax(0), "log_softmax": lambda m, t: t.log_softmax(-1),
           "logsumexp": lambda m, t: t.logsumexp(0), "cumsum": lambda m, t: t.cumsum(0),
           "sort": lambda m, t: t.sort(), "topk": lambda m, t: t.topk(1),
           "argsort": lambda m, t: t.argsort(), "max": lambda m, t: t.max(0, keepdim=True),
           "argmax": lambda m, t: t.argmax(0), "std": lambda m, t: t.std(correction=0)}
     fn = fn.get(name, lambda m, t: getattr(t, name)())
-    compare(torch, fn, np.array(2.5), grad=name not in ("argsort", "argmax"))
+    vs_torch.grads(fn, np.array(2.5), grad=name not in ("argsort", "argmax"))
 
 
 @pytest.mark.parametrize("dtype", [np.int64, np.bool_])
 @pytest.mark.parametrize("name", ["sum", "prod", "cumsum", "amax", "max", "min", "all", "any",
                                   "count_nonzero", "nan_to_num", "sign"])
-def test_integer_reductions(torch, name, dtype):
+def test_integer_reductions(vs_torch, name, dtype):
     x = np.array([[1, 0], [3, 4]], dtype)
     fn = {"cumsum": lambda m, t: t.cumsum(1)}.get(name, lambda m, t: getattr(t, name)())
-    compare(torch, fn, x, grad=False)
+    vs_torch.grads(fn, x, grad=False)
 
 
 # ---- nn.functional ---------------------------------------------------------------------------
-def test_sdpa_fully_masked_row(torch):
+def test_sdpa_fully_masked_row(vs_torch):
     q = np.random.RandomState(0).randn(1, 3, 4)
     mask = np.array([[False, False, False], [True, False, False], [True, True, True]])
-    compare(torch, lambda m, t: m.nn.functional.scaled_dot_product_attention(
+    vs_torch.grads(lambda m, t: m.nn.functional.scaled_dot_product_attention(
         t, t, t, attn_mask=m.tensor(mask)), q)
     fmask = np.where(mask, 0.0, -inf)
-    compare(torch, lambda m, t: m.nn.functional.scaled_dot_product_attention(
+    vs_torch.grads(lambda m, t: m.nn.functional.scaled_dot_product_attention(
         t, t, t, attn_mask=m.tensor(fmask)), q)
 
 
-def test_bce_with_logits_extremes(torch):
+def test_bce_with_logits_extremes(vs_torch):
     z = np.array([-1e4, -100., -30., -0., 0., 0., 30., 100., 1e4, inf, -inf])
     t = np.array([0., 1., 0.5, 0., 1., 0.25, 0., 1., 0.3, 1., 0.])
-    compare(torch, lambda m, a, b: m.nn.functional.binary_cross_entropy_with_logits(
+    vs_torch.grads(lambda m, a, b: m.nn.functional.binary_cross_entropy_with_logits(
         a, b, reduction="none"), z, t)
 
 
-def test_cross_entropy_ignored_rows_with_minus_inf(torch):
+def test_cross_entropy_ignored_rows_with_minus_inf(vs_torch):
     logits = np.array([[1000., 0., -1000.], [-inf, 0., 1.], [0., 0., 0.], [1., 2., 3.]])
     target = np.array([0, 1, 2, 1])
     for kw in ({}, dict(ignore_index=1), dict(ignore_index=1, reduction="sum")):
-        compare(torch, lambda m, a, b: m.nn.functional.cross_entropy(a, b, **kw), logits, target)
+        vs_torch.grads(lambda m, a, b: m.nn.functional.cross_entropy(a, b, **kw), logits, target)
 
 
 # ---- closed forms (no torch): the bugs found above -------------------------------------------
