@@ -50,16 +50,18 @@ def leaf(M, *values):
 
 
 def close(ours, ref, what="", atol=None, rtol=None):
-    """`ours` and `ref` (tensors of either library, arrays, None) agree: None only with None,
-    otherwise `assert_close` (dtype and shape checked, NaN == NaN); without atol/rtol the
-    dtype's default tolerances."""
+    """`ours` and `ref` (tensors of either library, arrays, None; `ref` may be Python numbers,
+    compared in ours' dtype) agree: None only with None, otherwise `assert_close` (dtype and
+    shape checked, NaN == NaN); without atol/rtol the dtype's default tolerances."""
     if ours is None or ref is None:
         assert ours is None and ref is None, f"{what}: {ours} vs {ref}"
         return
+    if not isinstance(ref, (list, tuple, int, float)):  # (numbers: compared in ours' dtype)
+        ref = to_numpy(ref)
     if (atol is None) != (rtol is None):  # one given: the other from the dtype's defaults
-        tol = aotgrad.testing.default_tolerances(to_numpy(ref).dtype)
+        tol = aotgrad.testing.default_tolerances(to_numpy(ours).dtype)
         rtol, atol = (tol[0] if rtol is None else rtol), (tol[1] if atol is None else atol)
-    assert_close(to_numpy(ours), to_numpy(ref), rtol=rtol, atol=atol, equal_nan=True,
+    assert_close(to_numpy(ours), ref, rtol=rtol, atol=atol, equal_nan=True,
                  msg=f"{what}: " if what else "")
 
 
@@ -199,14 +201,16 @@ class TorchOracle:
         ours.load_state_dict({k: aotgrad.tensor(v.detach().numpy()) for k, v in sd.items()})
 
     def module(self, ours, theirs, inputs, dtype="float32", call=None, seed=1, load=True,
-               params=True, grad_inputs=None):
+               params=True, grad_inputs=None, atol=None, rtol=None):
         """Same weights and inputs -> same outputs, input gradients and parameter gradients
         (MODULE_TOLERANCES of the dtype); returns both outputs.
 
         `inputs`: numpy arrays (float ones become leaves that require grad) or other objects
         passed as they are; `grad_inputs`: the indices of the float inputs that require grad
-        (default all); `call(module, inputs)` runs the module (default module(*inputs))."""
-        torch, tol = self.torch, MODULE_TOLERANCES[dtype]
+        (default all); `call(module, inputs)` runs the module (default module(*inputs));
+        atol/rtol replace the dtype's MODULE_TOLERANCES."""
+        torch, tol = self.torch, dict(MODULE_TOLERANCES[dtype])
+        tol.update({k: v for k, v in (("atol", atol), ("rtol", rtol)) if v is not None})
         theirs = theirs.to(getattr(torch, dtype))
         ours = ours.to(getattr(aotgrad, dtype))
         if load:

@@ -5,6 +5,7 @@ that run without PyTorch (shapes, finite differences in float64, compiled == eag
 import warnings
 
 import numpy as np
+from numpy.random import default_rng as rng
 import pytest
 
 import aotgrad
@@ -18,14 +19,14 @@ DTYPES = ["float32", "float64"]
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("affine", [True, False])
 def test_group_norm(torch, vs_torch, dtype, affine):
-    x = np.random.default_rng(0).standard_normal((3, 6, 4, 5)) * 2 + 1
+    x = rng(0).standard_normal((3, 6, 4, 5)) * 2 + 1
     ours, theirs = nn.GroupNorm(3, 6, affine=affine), torch.nn.GroupNorm(3, 6, affine=affine)
     if affine:  # non-trivial affine parameters
         with torch.no_grad():
             theirs.weight.uniform_(0.5, 1.5), theirs.bias.uniform_(-1, 1)
     vs_torch.module(ours, theirs, [x], dtype)
     vs_torch.module(nn.GroupNorm(2, 4), torch.nn.GroupNorm(2, 4),
-            [np.random.default_rng(1).standard_normal((2, 4, 7))], dtype)
+            [rng(1).standard_normal((2, 4, 7))], dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -33,7 +34,7 @@ def test_group_norm(torch, vs_torch, dtype, affine):
                                        ("InstanceNorm2d", (2, 3, 4, 5)),
                                        ("InstanceNorm2d", (3, 4, 5))])
 def test_instance_norm(torch, vs_torch, dtype, cls, shape):
-    x = np.random.default_rng(0).standard_normal(shape) * 3 - 1
+    x = rng(0).standard_normal(shape) * 3 - 1
     c = shape[-3] if cls == "InstanceNorm2d" else shape[-2]
     for kw in (dict(), dict(affine=True), dict(affine=True, track_running_stats=True)):
         ours, theirs = getattr(nn, cls)(c, **kw), getattr(torch.nn, cls)(c, **kw)
@@ -57,14 +58,14 @@ def test_instance_norm(torch, vs_torch, dtype, cls, shape):
     dict(kernel_size=2, padding=2),
 ])
 def test_conv_transpose2d(torch, vs_torch, dtype, kw):
-    x = np.random.default_rng(0).standard_normal((2, 4, 5, 6))
+    x = rng(0).standard_normal((2, 4, 5, 6))
     vs_torch.module(nn.ConvTranspose2d(4, 6, **kw), torch.nn.ConvTranspose2d(4, 6, **kw), [x],
             dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_conv_transpose2d_output_size_and_unbatched(torch, vs_torch, dtype):
-    x = np.random.default_rng(0).standard_normal((2, 3, 4, 4))
+    x = rng(0).standard_normal((2, 3, 4, 4))
     call = lambda m, xs: m(xs[0], output_size=[9, 10])  # noqa: E731
     vs_torch.module(nn.ConvTranspose2d(3, 2, 3, stride=2), torch.nn.ConvTranspose2d(3, 2, 3,
                                                                                    stride=2),
@@ -79,7 +80,7 @@ def test_conv_transpose2d_output_size_and_unbatched(torch, vs_torch, dtype):
 @pytest.mark.parametrize("kw", [dict(kernel_size=3), dict(kernel_size=4, stride=3, padding=1,
                                                           output_padding=2, groups=2)])
 def test_conv_transpose1d(torch, vs_torch, dtype, kw):
-    x = np.random.default_rng(0).standard_normal((2, 4, 7))
+    x = rng(0).standard_normal((2, 4, 7))
     vs_torch.module(nn.ConvTranspose1d(4, 2, **kw), torch.nn.ConvTranspose1d(4, 2, **kw), [x],
             dtype)
 
@@ -89,13 +90,13 @@ def test_conv_transpose1d(torch, vs_torch, dtype, kw):
                                                           padding=1, dilation=(1, 2, 1)),
                                 dict(kernel_size=3, padding="same", groups=2, bias=False)])
 def test_conv3d(torch, vs_torch, dtype, kw):
-    x = np.random.default_rng(0).standard_normal((2, 4, 5, 6, 5))
+    x = rng(0).standard_normal((2, 4, 5, 6, 5))
     vs_torch.module(nn.Conv3d(4, 6, **kw), torch.nn.Conv3d(4, 6, **kw), [x], dtype)
 
 
 def test_conv3d_unbatched(torch, vs_torch):
     vs_torch.module(nn.Conv3d(2, 3, 2), torch.nn.Conv3d(2, 3, 2),
-            [np.random.default_rng(0).standard_normal((2, 4, 4, 4))], "float64")
+            [rng(0).standard_normal((2, 4, 4, 4))], "float64")
 
 
 # ---- resampling ----------------------------------------------------------------------------
@@ -116,7 +117,7 @@ def test_conv3d_unbatched(torch, vs_torch):
     ((2, 3, 4, 5), dict(scale_factor=1.7, mode="bilinear", recompute_scale_factor=True)),
 ])
 def test_interpolate(torch, vs_torch, dtype, shape, kw):
-    x = np.random.default_rng(0).standard_normal(shape)
+    x = rng(0).standard_normal(shape)
     vs_torch.module(nn.Upsample(**kw), torch.nn.Upsample(**kw), [x], dtype)
 
 
@@ -130,17 +131,17 @@ def test_interpolate_errors_and_fixed_modules(torch, vs_torch):
         F.interpolate(aotgrad.randn(1, 1, 3), scale_factor=2, mode="bilinear")
     vs_torch.module(nn.UpsamplingBilinear2d(scale_factor=2),
             torch.nn.UpsamplingBilinear2d(scale_factor=2),
-            [np.random.default_rng(0).standard_normal((1, 2, 3, 4))], "float64")
+            [rng(0).standard_normal((1, 2, 3, 4))], "float64")
     assert repr(nn.Upsample(scale_factor=2, mode="bilinear")) == \
         repr(torch.nn.Upsample(scale_factor=2, mode="bilinear"))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_pixel_shuffle(torch, vs_torch, dtype):
-    x = np.random.default_rng(0).standard_normal((2, 18, 3, 4))
+    x = rng(0).standard_normal((2, 18, 3, 4))
     vs_torch.module(nn.PixelShuffle(3), torch.nn.PixelShuffle(3), [x], dtype)
     vs_torch.module(nn.PixelUnshuffle(2), torch.nn.PixelUnshuffle(2),
-            [np.random.default_rng(1).standard_normal((5, 2, 4, 6))], dtype)  # any leading dims
+            [rng(1).standard_normal((5, 2, 4, 6))], dtype)  # any leading dims
     y = aotgrad.tensor(x)
     assert np.array_equal(F.pixel_unshuffle(F.pixel_shuffle(y, 3), 3).numpy(), y.numpy())
 
@@ -150,7 +151,7 @@ def test_pixel_shuffle(torch, vs_torch, dtype):
 @pytest.mark.parametrize("shape,size", [((2, 3, 7, 9), (3, 4)), ((2, 3, 8, 8), 4),
                                         ((3, 5, 6), (None, 4)), ((1, 2, 5, 5), (7, 2))])
 def test_adaptive_max_pool2d(torch, vs_torch, dtype, shape, size):
-    x = np.random.default_rng(0).standard_normal(shape)
+    x = rng(0).standard_normal(shape)
     vs_torch.module(nn.AdaptiveMaxPool2d(size), torch.nn.AdaptiveMaxPool2d(size), [x], dtype)
     (o, i), (t, ti) = vs_torch.module(nn.AdaptiveMaxPool2d(size, return_indices=True),
                               torch.nn.AdaptiveMaxPool2d(size, return_indices=True), [x], dtype)
@@ -158,7 +159,7 @@ def test_adaptive_max_pool2d(torch, vs_torch, dtype, shape, size):
 
 
 def test_adaptive_max_pool1d(torch, vs_torch):
-    x = np.random.default_rng(0).standard_normal((2, 3, 10))
+    x = rng(0).standard_normal((2, 3, 10))
     vs_torch.module(nn.AdaptiveMaxPool1d(4), torch.nn.AdaptiveMaxPool1d(4), [x], "float64")
 
 
@@ -210,7 +211,7 @@ def test_embedding_bag(torch, vs_torch, dtype, mode):
 def test_embedding_bag_per_sample_weights(torch, vs_torch, dtype):
     idx = np.array([1, 2, 4, 5, 4, 3], dtype=np.int64)
     offsets = np.array([0, 2], dtype=np.int64)
-    w = np.random.default_rng(2).standard_normal(6)
+    w = rng(2).standard_normal(6)
     call = lambda m, xs: m(xs[0], xs[1], per_sample_weights=xs[2])  # noqa: E731
     vs_torch.module(nn.EmbeddingBag(6, 3, mode="sum"), torch.nn.EmbeddingBag(6, 3, mode="sum"),
             [idx, offsets, w], dtype, call=call)
@@ -240,7 +241,7 @@ def test_weight_norm(torch, vs_torch, dtype, dim):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         theirs = torch.nn.utils.weight_norm(torch.nn.Linear(4, 3), dim=dim)
-    vs_torch.module(ours, theirs, [np.random.default_rng(0).standard_normal((5, 4))], dtype)
+    vs_torch.module(ours, theirs, [rng(0).standard_normal((5, 4))], dtype)
     assert list(ours.state_dict()) == list(theirs.state_dict())
     nn.utils.remove_weight_norm(ours)
     torch.nn.utils.remove_weight_norm(theirs)
@@ -253,7 +254,7 @@ def test_weight_norm(torch, vs_torch, dtype, dim):
 def test_parametrizations_weight_norm(torch, vs_torch, dtype):
     ours = nn.utils.parametrizations.weight_norm(nn.Conv1d(2, 3, 3))
     theirs = torch.nn.utils.parametrizations.weight_norm(torch.nn.Conv1d(2, 3, 3))
-    vs_torch.module(ours, theirs, [np.random.default_rng(0).standard_normal((2, 2, 6))], dtype)
+    vs_torch.module(ours, theirs, [rng(0).standard_normal((2, 2, 6))], dtype)
     assert list(ours.state_dict()) == list(theirs.state_dict())
 
 
@@ -263,7 +264,7 @@ def _fd_check(fn, x, eps=1e-6, seed=0):
     x = np.asarray(x, dtype=np.float64)
     xt = aotgrad.tensor(x, requires_grad=True)
     y = fn(xt)
-    g = np.random.default_rng(seed).standard_normal(tuple(y.shape))
+    g = rng(seed).standard_normal(tuple(y.shape))
     (y * aotgrad.tensor(g)).sum().backward()
     num = np.zeros_like(x)
     for i in np.ndindex(x.shape):
@@ -276,7 +277,7 @@ def _fd_check(fn, x, eps=1e-6, seed=0):
 
 
 def test_shapes_and_finite_differences():
-    x = np.random.default_rng(0).standard_normal((1, 2, 3, 3))
+    x = rng(0).standard_normal((1, 2, 3, 3))
     m = nn.ConvTranspose2d(2, 2, 3, stride=2, padding=1, output_padding=1).double()
     assert tuple(m(aotgrad.tensor(x)).shape) == (1, 2, 6, 6)
     _fd_check(m, x)
@@ -290,7 +291,7 @@ def test_shapes_and_finite_differences():
 
 @pytest.mark.parametrize("backend", ["interpret", "numba"])
 def test_compiled_matches_eager(backend):
-    x = aotgrad.tensor(np.random.default_rng(0).standard_normal((2, 4, 5, 5)).astype(np.float32),
+    x = aotgrad.tensor(rng(0).standard_normal((2, 4, 5, 5)).astype(np.float32),
                        requires_grad=True)
     model = nn.Sequential(nn.ConvTranspose2d(4, 4, 3, stride=2, padding=1), nn.GroupNorm(2, 4),
                           nn.Upsample(scale_factor=0.5, mode="bilinear"),

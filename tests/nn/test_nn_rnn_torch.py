@@ -6,6 +6,7 @@ import math
 import warnings
 
 import numpy as np
+from numpy.random import default_rng as rng
 import pytest
 
 import aotgrad
@@ -21,8 +22,8 @@ def _pair(torch, kind, *args, **kw):
 
 
 def _state(kind, shape, seed):
-    h = np.random.default_rng(seed).standard_normal(shape)
-    return (h, np.random.default_rng(seed + 1).standard_normal(shape)) if kind == "LSTM" else h
+    h = rng(seed).standard_normal(shape)
+    return (h, rng(seed + 1).standard_normal(shape)) if kind == "LSTM" else h
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -32,7 +33,7 @@ def _state(kind, shape, seed):
                                     dict(num_layers=3, batch_first=True)])
 def test_rnn_layers(torch, vs_torch, dtype, kind, extra, config):
     ours, theirs = _pair(torch, kind, 3, 5, **extra, **config)
-    x = np.random.default_rng(0).standard_normal((2, 4, 3) if config.get("batch_first") else (4, 2, 3))
+    x = rng(0).standard_normal((2, 4, 3) if config.get("batch_first") else (4, 2, 3))
     vs_torch.module(ours, theirs, [x], dtype)
 
 
@@ -40,7 +41,7 @@ def test_rnn_layers(torch, vs_torch, dtype, kind, extra, config):
 @pytest.mark.parametrize("kind,extra", KINDS[:3])
 def test_rnn_initial_state_and_unbatched(torch, vs_torch, dtype, kind, extra):
     ours, theirs = _pair(torch, kind, 3, 4, num_layers=2, bidirectional=True)
-    x = np.random.default_rng(0).standard_normal((5, 2, 3))
+    x = rng(0).standard_normal((5, 2, 3))
     if kind == "LSTM":
         h, c = _state(kind, (4, 2, 4), 3)
         call = lambda m, xs: m(xs[0], (xs[1], xs[2]))  # noqa: E731
@@ -60,8 +61,8 @@ def test_lstm_proj_size(torch, vs_torch, dtype):
                          batch_first=True)
     assert [tuple(p.shape) for p in ours.parameters()] == \
         [tuple(p.shape) for p in theirs.parameters()]
-    x = np.random.default_rng(0).standard_normal((2, 4, 3))
-    h, c = np.random.default_rng(1).standard_normal((4, 2, 2)), np.random.default_rng(2).standard_normal((4, 2, 6))
+    x = rng(0).standard_normal((2, 4, 3))
+    h, c = rng(1).standard_normal((4, 2, 2)), rng(2).standard_normal((4, 2, 6))
     vs_torch.module(ours, theirs, [x, h, c], dtype, call=lambda m, xs: m(xs[0], (xs[1], xs[2])))
 
 
@@ -71,33 +72,33 @@ def test_dropout_between_layers(torch, vs_torch, kind, extra):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ours, theirs = _pair(torch, kind, 3, 4, num_layers=3, dropout=1.0)
-    vs_torch.module(ours, theirs, [np.random.default_rng(0).standard_normal((4, 2, 3))], "float64")
+    vs_torch.module(ours, theirs, [rng(0).standard_normal((4, 2, 3))], "float64")
     ours.eval(), theirs.eval()
     ours.zero_grad(), theirs.zero_grad()
-    vs_torch.module(ours, theirs, [np.random.default_rng(1).standard_normal((4, 2, 3))], "float64", load=False)
+    vs_torch.module(ours, theirs, [rng(1).standard_normal((4, 2, 3))], "float64", load=False)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("kind", ["LSTMCell", "GRUCell", "RNNCell"])
 def test_cells(torch, vs_torch, dtype, kind):
     ours, theirs = _pair(torch, kind, 3, 4)
-    x = np.random.default_rng(0).standard_normal((2, 3))
+    x = rng(0).standard_normal((2, 3))
     vs_torch.module(ours, theirs, [x], dtype)
     ours.zero_grad(), theirs.zero_grad()
     if kind == "LSTMCell":
-        h, c = np.random.default_rng(1).standard_normal((2, 4)), np.random.default_rng(2).standard_normal((2, 4))
+        h, c = rng(1).standard_normal((2, 4)), rng(2).standard_normal((2, 4))
         call = lambda m, xs: m(xs[0], (xs[1], xs[2]))  # noqa: E731
         vs_torch.module(ours, theirs, [x, h, c], dtype, call=call)
         vs_torch.module(ours, theirs, [x[0], h[0], c[0]], dtype, call=call)
     else:
-        h = np.random.default_rng(1).standard_normal((2, 4))
+        h = rng(1).standard_normal((2, 4))
         vs_torch.module(ours, theirs, [x, h], dtype)
         vs_torch.module(ours, theirs, [x[0], h[0]], dtype)
 
 
 def test_rnn_cell_relu_no_bias(torch, vs_torch):
     ours, theirs = _pair(torch, "RNNCell", 3, 4, bias=False, nonlinearity="relu")
-    vs_torch.module(ours, theirs, [np.random.default_rng(0).standard_normal((2, 3))], "float64")
+    vs_torch.module(ours, theirs, [rng(0).standard_normal((2, 3))], "float64")
 
 
 def test_names_order_and_repr_match_torch(torch):
@@ -142,7 +143,7 @@ def test_errors_match_torch(torch):
 
 # ---- packed and padded sequences ---------------------------------------------------------
 def test_pad_sequence(torch):
-    seqs = [np.random.default_rng(i).standard_normal((n, 2)) for i, n in enumerate((3, 5, 1))]
+    seqs = [rng(i).standard_normal((n, 2)) for i, n in enumerate((3, 5, 1))]
     for kw in (dict(), dict(batch_first=True, padding_value=-1.0),
                dict(batch_first=True, padding_side="left")):
         a = rnn_utils.pad_sequence([aotgrad.tensor(s) for s in seqs], **kw)
@@ -154,7 +155,7 @@ def test_pad_sequence(torch):
 @pytest.mark.parametrize("enforce_sorted", [True, False])
 def test_packed_sequences(torch, vs_torch, kind, extra, enforce_sorted):
     lengths = [5, 3, 2] if enforce_sorted else [3, 5, 2]
-    x = np.random.default_rng(0).standard_normal((5, 3, 3))
+    x = rng(0).standard_normal((5, 3, 3))
 
     def call(m, xs):
         lib = aotgrad if isinstance(m, nn.Module) else torch
@@ -168,7 +169,7 @@ def test_packed_sequences(torch, vs_torch, kind, extra, enforce_sorted):
 
     ours, theirs = _pair(torch, kind, 3, 4, num_layers=2, bidirectional=True)
     vs_torch.module(ours, theirs, [x], "float64", call=call)
-    seqs = [np.random.default_rng(i).standard_normal((n, 3)) for i, n in enumerate(lengths)]
+    seqs = [rng(i).standard_normal((n, 3)) for i, n in enumerate(lengths)]
     a = rnn_utils.pack_sequence([aotgrad.tensor(s) for s in seqs], enforce_sorted)
     b = torch.nn.utils.rnn.pack_sequence([torch.tensor(s) for s in seqs], enforce_sorted)
     np.testing.assert_array_equal(a.data.numpy(), b.data.numpy())
@@ -196,8 +197,8 @@ def test_init_bounds_and_shapes():
 @pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
 def test_finite_differences_float64(kind):
     m = getattr(nn, kind)(2, 3, num_layers=2, bidirectional=True).double()
-    x = np.random.default_rng(0).standard_normal((3, 2, 2))
-    g = np.random.default_rng(1).standard_normal((3, 2, 6))
+    x = rng(0).standard_normal((3, 2, 2))
+    g = rng(1).standard_normal((3, 2, 6))
 
     def f(xv):
         return float((m(aotgrad.tensor(xv))[0].detach().numpy() * g).sum())
@@ -219,7 +220,7 @@ def _grads(m, x):
 @pytest.mark.parametrize("kind", ["LSTM", "GRU"])
 def test_compiled_matches_eager_interpret(kind):
     m = getattr(nn, kind)(3, 4, num_layers=2, bidirectional=True, batch_first=True)
-    x = aotgrad.tensor(np.random.default_rng(0).standard_normal((2, 5, 3)).astype(np.float32),
+    x = aotgrad.tensor(rng(0).standard_normal((2, 5, 3)).astype(np.float32),
                        requires_grad=True)
 
     def step(x):
@@ -244,7 +245,7 @@ def test_compiled_cell_loop_numba(steps):
     """The sine-wave predictor's pattern: an LSTMCell stepped in a Python loop, compiled
     (each unrolled step adds Numba kernels: the default run keeps one)."""
     cell, lin = nn.LSTMCell(1, 3), nn.Linear(3, 1)
-    x = aotgrad.tensor(np.random.default_rng(0).standard_normal((2, steps)).astype(np.float32))
+    x = aotgrad.tensor(rng(0).standard_normal((2, steps)).astype(np.float32))
 
     def step(x):
         h = c = aotgrad.zeros(2, 3)
@@ -293,7 +294,7 @@ def test_word_language_model_training_matches_torch(torch, vs_torch, kind):
 
     ours, theirs = build(aotgrad), build(torch)
     vs_torch.load_state(ours, theirs)
-    data = np.random.default_rng(0).integers(0, 12, (4 * 5 + 1, 3))
+    data = rng(0).integers(0, 12, (4 * 5 + 1, 3))
 
     def run(lib, model):
         zeros = lib.zeros(2, 3, 8, dtype=lib.float64)

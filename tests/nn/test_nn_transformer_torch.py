@@ -5,6 +5,7 @@ a subclass of nn.Transformer as a word-level language model writes it; compiled 
 import math
 
 import numpy as np
+from numpy.random import default_rng as rng
 import pytest
 
 import aotgrad
@@ -25,7 +26,7 @@ def _kw(**extra):
 def test_encoder_layer(torch, vs_torch, dtype, extra):
     ours = nn.TransformerEncoderLayer(**_kw(**extra))
     theirs = torch.nn.TransformerEncoderLayer(**_kw(**extra))
-    x = np.random.default_rng(0).standard_normal((3, 5, 8) if extra.get("batch_first") else (5, 3, 8))
+    x = rng(0).standard_normal((3, 5, 8) if extra.get("batch_first") else (5, 3, 8))
     vs_torch.module(ours, theirs, [x], dtype)
     ours.zero_grad(), theirs.zero_grad()
     causal = np.triu(np.ones((5, 5), dtype=bool), 1)
@@ -40,7 +41,7 @@ def test_decoder_layer(torch, vs_torch, dtype):
     for extra in (dict(), dict(norm_first=True, batch_first=True)):
         ours = nn.TransformerDecoderLayer(**_kw(**extra))
         theirs = torch.nn.TransformerDecoderLayer(**_kw(**extra))
-        tgt, mem = np.random.default_rng(0).standard_normal((4, 3, 8)), np.random.default_rng(1).standard_normal((6, 3, 8))
+        tgt, mem = rng(0).standard_normal((4, 3, 8)), rng(1).standard_normal((6, 3, 8))
         if extra.get("batch_first"):
             tgt, mem = tgt.transpose(1, 0, 2).copy(), mem.transpose(1, 0, 2).copy()
         mask = np.triu(np.full((4, 4), -np.inf), 1)
@@ -57,7 +58,7 @@ def test_encoder_and_decoder_stacks(torch, vs_torch, dtype):
     enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(**_kw()), 2, norm=nn.LayerNorm(8))
     tenc = torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(**_kw()), 2,
                                        norm=torch.nn.LayerNorm(8))
-    x = np.random.default_rng(0).standard_normal((5, 2, 8))
+    x = rng(0).standard_normal((5, 2, 8))
     mask = np.triu(np.full((5, 5), -np.inf), 1)
     call = lambda m, xs: m(xs[0], mask=xs[1], is_causal=True)  # noqa: E731
     vs_torch.module(enc, tenc, [x, mask], dtype, call=call, grad_inputs={0})
@@ -73,7 +74,7 @@ def test_transformer(torch, vs_torch, dtype, batch_first):
               dim_feedforward=12, dropout=0.0, batch_first=batch_first)
     ours, theirs = nn.Transformer(**kw), torch.nn.Transformer(**kw)
     assert list(ours.state_dict()) == list(theirs.state_dict())
-    src, tgt = np.random.default_rng(0).standard_normal((5, 2, 8)), np.random.default_rng(1).standard_normal((4, 2, 8))
+    src, tgt = rng(0).standard_normal((5, 2, 8)), rng(1).standard_normal((4, 2, 8))
     if batch_first:
         src, tgt = src.transpose(1, 0, 2).copy(), tgt.transpose(1, 0, 2).copy()
     tmask = torch.nn.Transformer.generate_square_subsequent_mask(4).numpy()
@@ -107,7 +108,7 @@ def test_callable_activation(torch, vs_torch):
     ours = nn.TransformerEncoderLayer(**_kw(activation=nn.GELU(approximate="tanh")))
     theirs = torch.nn.TransformerEncoderLayer(**_kw(activation=torch.nn.GELU(
         approximate="tanh")))
-    vs_torch.module(ours, theirs, [np.random.default_rng(0).standard_normal((4, 2, 8))], "float64")
+    vs_torch.module(ours, theirs, [rng(0).standard_normal((4, 2, 8))], "float64")
 
 
 class _PositionalEncoding(nn.Module):
@@ -146,7 +147,7 @@ def test_transformer_subclass_language_model():
     model = _TransformerLM(ntoken=11, ninp=8, nhead=2, nhid=16, nlayers=2)
     assert isinstance(model.decoder, nn.Linear)
     assert not any(k.startswith("decoder.layers") for k in model.state_dict())
-    src = aotgrad.tensor(np.random.default_rng(0).integers(0, 11, (6, 3)))
+    src = aotgrad.tensor(rng(0).integers(0, 11, (6, 3)))
     out = model(src)
     assert tuple(out.shape) == (6, 3, 11)
     np.testing.assert_allclose(np.exp(out.detach().numpy()).sum(-1), 1.0, rtol=1e-5)
@@ -161,7 +162,7 @@ def test_transformer_subclass_language_model():
 
 def test_compiled_matches_eager_interpret():
     layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
-    x = aotgrad.tensor(np.random.default_rng(0).standard_normal((2, 5, 8)).astype(np.float32), requires_grad=True)
+    x = aotgrad.tensor(rng(0).standard_normal((2, 5, 8)).astype(np.float32), requires_grad=True)
     mask = nn.Transformer.generate_square_subsequent_mask(5)
 
     def step(x):
@@ -198,5 +199,5 @@ def test_transformer_subclass_matches_torch(torch, vs_torch):
                 return lib.nn.functional.log_softmax(self.decoder(x), dim=-1)
         return LM()
 
-    src = np.random.default_rng(0).integers(0, 11, (6, 3))
+    src = rng(0).integers(0, 11, (6, 3))
     vs_torch.module(build(aotgrad), build(torch), [src], "float64")
