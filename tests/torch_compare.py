@@ -79,22 +79,24 @@ def comparable(r):
     return repr(r)
 
 
-def _match(ours, ref, path="result"):
+def _match(ours, ref, path="result", rtol=None, atol=None):
     if isinstance(ours, np.ndarray) or isinstance(ref, np.ndarray):
         assert isinstance(ours, np.ndarray) and isinstance(ref, np.ndarray), \
             f"{path}: {ours!r} vs {ref!r}"
-        assert_close(ours, ref, equal_nan=True, msg=f"{path}: ")
+        assert_close(ours, ref, rtol=rtol, atol=atol, equal_nan=True, msg=f"{path}: ")
     elif isinstance(ours, (list, tuple)) and isinstance(ref, (list, tuple)):
         assert len(ours) == len(ref), f"{path}: {len(ours)} items vs {len(ref)}: {ours} vs {ref}"
         for i, (a, b) in enumerate(zip(ours, ref)):
-            _match(a, b, f"{path}[{i}]")
+            _match(a, b, f"{path}[{i}]", rtol, atol)
     elif isinstance(ours, dict) and isinstance(ref, dict):
         assert ours.keys() == ref.keys(), f"{path}: keys {list(ours)} vs {list(ref)}"
         for k in ref:
-            _match(ours[k], ref[k], f"{path}[{k!r}]")
+            _match(ours[k], ref[k], f"{path}[{k!r}]", rtol, atol)
     elif isinstance(ours, str) and isinstance(ref, str):  # messages: without our user line
         assert _USER_LINE.sub("", ours) == ref, f"{path}: {ours!r} vs {ref!r}"
     else:
+        if type(ref) in (bool, int, float):  # Python numbers: of the same type (True is not 1)
+            assert type(ours) is type(ref), f"{path}: {ours!r} vs {ref!r}"
         nan = isinstance(ours, float) and isinstance(ref, float) and ours != ours and ref != ref
         assert nan or ours == ref, f"{path}: {ours!r} vs {ref!r}"
 
@@ -156,13 +158,14 @@ class TorchOracle:
     def __init__(self, torch):
         self.torch = torch
 
-    def same(self, case, exact_error=False):
-        """case(aotgrad) and case(torch) give the same result, or the same error class (and,
+    def same(self, case, exact_error=False, rtol=None, atol=None):
+        """case(aotgrad) and case(torch) give the same result (tensors within rtol/atol, by
+        default the dtype's; Python numbers of the same type), or the same error class (and,
         with exact_error, text: ours may add detail after PyTorch's or name the op first)."""
         ours, ref = _outcome(case, aotgrad), _outcome(case, self.torch)
         assert ours[0] == ref[0], (ours, ref)
         if ours[0] == "ok":
-            _match(ours[1], ref[1])
+            _match(ours[1], ref[1], rtol=rtol, atol=atol)
         else:
             assert ours[1] == ref[1], (ours, ref)
             if exact_error:

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import aotgrad
+from torch_compare import close
 
 INTS = ("uint8", "int8", "int16", "int32", "int64")
 
@@ -11,11 +12,6 @@ INTS = ("uint8", "int8", "int16", "int32", "int64")
 def _pair(torch, name, values):
     return aotgrad.tensor(np.array(values).astype(name)), \
         torch.tensor(np.array(values).astype(name))
-
-
-def _same(ours, theirs):
-    assert str(ours.dtype).split(".")[1] == str(theirs.dtype).split(".")[1]
-    np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
 
 
 @pytest.mark.parametrize("a", INTS + ("bool",))
@@ -26,9 +22,9 @@ def test_promotion_matches_torch(torch, a, b):
     assert aotgrad.promote_types(getattr(aotgrad, a if a != "bool" else "bool"),
                                  getattr(aotgrad, b if b != "bool" else "bool")).name == \
         str(torch.promote_types(tx.dtype, ty.dtype)).split(".")[1]
-    _same(x + y, tx + ty)
-    _same(x * 3, tx * 3)
-    _same(x | y, tx | ty)
+    close(x + y, tx + ty)
+    close(x * 3, tx * 3)
+    close(x | y, tx | ty)
 
 
 @pytest.mark.parametrize("name", ("uint8", "int8", "int16"))
@@ -37,14 +33,14 @@ def test_wraparound_and_reductions(torch, name):
     vals = rng.integers(0 if name == "uint8" else -100, 100, 40)
     x, tx = _pair(torch, name, vals)
     y, ty = _pair(torch, name, vals[::-1].copy())
-    _same(x + y * 2, tx + ty * 2)
-    _same(x - 7, tx - 7)
-    _same(-x, -tx)
-    _same(x.sum(), tx.sum())
-    _same(x.cumsum(0), tx.cumsum(0))
-    _same(x.max(), tx.max())
-    _same(x / 3, tx / 3)
-    _same(x.float() * 0.5, tx.float() * 0.5)
+    close(x + y * 2, tx + ty * 2)
+    close(x - 7, tx - 7)
+    close(-x, -tx)
+    close(x.sum(), tx.sum())
+    close(x.cumsum(0), tx.cumsum(0))
+    close(x.max(), tx.max())
+    close(x / 3, tx / 3)
+    close(x.float() * 0.5, tx.float() * 0.5)
 
 
 @pytest.mark.parametrize("name", INTS)
@@ -54,31 +50,31 @@ def test_bitwise_ops_match_torch(torch, name):
     x, tx = _pair(torch, name, rng.integers(lo, 120, 64))
     y, ty = _pair(torch, name, rng.integers(lo, 120, 64))
     s, ts = _pair(torch, name, rng.integers(0 if name == "uint8" else -3, 70, 64))
-    _same(x & y, tx & ty)
-    _same(x | y, tx | ty)
-    _same(x ^ y, tx ^ ty)
-    _same(~x, ~tx)
-    _same(x << s, tx << ts)
-    _same(x >> s, tx >> ts)
-    _same(aotgrad.bitwise_left_shift(x, 2), torch.bitwise_left_shift(tx, 2))
-    _same(x & 6, tx & 6)
-    _same(5 ^ x, 5 ^ tx)
-    _same(1 << s.clamp(0, 5), 1 << ts.clamp(0, 5))
+    close(x & y, tx & ty)
+    close(x | y, tx | ty)
+    close(x ^ y, tx ^ ty)
+    close(~x, ~tx)
+    close(x << s, tx << ts)
+    close(x >> s, tx >> ts)
+    close(aotgrad.bitwise_left_shift(x, 2), torch.bitwise_left_shift(tx, 2))
+    close(x & 6, tx & 6)
+    close(5 ^ x, 5 ^ tx)
+    close(1 << s.clamp(0, 5), 1 << ts.clamp(0, 5))
     z, tz = x.clone(), tx.clone()
     z &= y
     tz &= ty
     z >>= 1
     tz >>= 1
-    _same(z, tz)
+    close(z, tz)
 
 
 def test_bool_bitwise_and_errors(torch):
     a, ta = _pair(torch, "bool", [True, False, True])
     b, tb = _pair(torch, "bool", [True, True, False])
-    _same(a & b, ta & tb)
-    _same(a ^ b, ta ^ tb)
-    _same(~a, ~ta)
-    _same(a & 1, ta & 1)
+    close(a & b, ta & tb)
+    close(a ^ b, ta ^ tb)
+    close(~a, ~ta)
+    close(a & 1, ta & 1)
     with pytest.raises(TypeError, match="bitwise_and.*float32"):
         aotgrad.tensor([1.0]) & 1
     with pytest.raises(TypeError, match="bitwise_left_shift"):
@@ -115,6 +111,6 @@ def test_compiled_equals_eager(name, backend):
 def test_python_int_outside_the_range_wraps_like_torch(torch, name):
     x, tx = _pair(torch, name, [1, 100])
     for v in (-5, 300, -70000):
-        _same(x + v, tx + v)
-        _same(x * v, tx * v)
-    _same(x.clamp(-5, 5), tx.clamp(-5, 5))
+        close(x + v, tx + v)
+        close(x * v, tx * v)
+    close(x.clamp(-5, 5), tx.clamp(-5, 5))

@@ -15,27 +15,10 @@ def _v(t):
     return t.detach().numpy()
 
 
-def _both(torch, fn, *arrays, dtype="float64"):
-    """fn(M, *tensors) for M = aotgrad and torch on the same arrays."""
-    a = fn(ag, *[ag.tensor(x) if np.asarray(x).dtype.kind != "f" else
-                 ag.tensor(x, dtype=getattr(ag, dtype)) for x in arrays])
-    t = fn(torch, *[torch.tensor(x) if np.asarray(x).dtype.kind != "f" else
-                    torch.tensor(x, dtype=getattr(torch, dtype)) for x in arrays])
-    return a, t
-
-
-def _same(a, t, rtol=1e-12):
-    if isinstance(t, (bool, int, float)):
-        assert a == t and type(a) is type(t)
-        return
-    if isinstance(t, tuple):
-        assert len(a) == len(t)
-        for x, y in zip(a, t):
-            _same(x, y, rtol)
-        return
-    assert tuple(a.shape) == tuple(t.shape)
-    assert a.dtype.name == str(t.dtype).replace("torch.", ""), (a.dtype, t.dtype)
-    np.testing.assert_allclose(_v(a), t.detach().numpy(), rtol=rtol, atol=0)
+def _tensors(M, arrays, dtype):
+    """The arrays as tensors of library M, the float ones in `dtype`."""
+    return [M.tensor(x) if np.asarray(x).dtype.kind != "f" else
+            M.tensor(x, dtype=getattr(M, dtype)) for x in arrays]
 
 
 NAN, INF = math.nan, math.inf
@@ -108,10 +91,10 @@ SEQ_CASES = [
 
 
 @pytest.mark.parametrize("fn,arrays", [pytest.param(c[1], c[2:], id=c[0]) for c in SEQ_CASES])
-def test_like_torch(torch, fn, arrays):
+def test_like_torch(vs_torch, fn, arrays):
     for dtype in ("float64", "float32"):
-        a, t = _both(torch, fn, *arrays, dtype=dtype)
-        _same(a, t, rtol=1e-12 if dtype == "float64" else 1e-6)
+        vs_torch.same(lambda M: fn(M, *_tensors(M, arrays, dtype)),
+                      rtol=1e-12 if dtype == "float64" else 1e-6, atol=0)
 
 
 def test_zero_distance_gradients_like_torch(torch):
