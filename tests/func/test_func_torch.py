@@ -6,18 +6,13 @@ import pytest
 
 import aotgrad
 from aotgrad import func as F
+from torch_compare import close
 
 rng = np.random.default_rng(1)
 
 
 def _np(*shape, dtype=np.float64):
     return rng.normal(size=shape).astype(dtype)
-
-
-def _close(a, b, tol=1e-6):
-    a = a.detach().numpy() if isinstance(a, aotgrad.Tensor) else np.asarray(a)
-    b = b.detach().numpy() if hasattr(b, "detach") else np.asarray(b)
-    np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
 
 
 def _mlp(lib):
@@ -39,7 +34,7 @@ def test_grad_of_mlp_argnums_tuple_against_torch(torch):
     t = torch.func.grad(_mlp(torch), argnums=(0, 1, 2))(*theirs)
     assert isinstance(g, tuple) and len(g) == 3
     for a, b in zip(g, t):
-        _close(a, b)
+        close(a, b, atol=1e-6, rtol=1e-6)
         assert not a.requires_grad
 
 
@@ -50,22 +45,22 @@ def test_grad_and_value_has_aux_against_torch(torch):
         return lambda v: ((v.sin() * v).sum(), {"m": v.max()})
     (g, (val, aux)) = F.grad_and_value(f(aotgrad), has_aux=True)(aotgrad.tensor(x))
     (tg, (tval, taux)) = torch.func.grad_and_value(f(torch), has_aux=True)(torch.tensor(x))
-    _close(g, tg)
-    _close(val, tval)
-    _close(aux["m"], taux["m"])
+    close(g, tg, atol=1e-6, rtol=1e-6)
+    close(val, tval, atol=1e-6, rtol=1e-6)
+    close(aux["m"], taux["m"], atol=1e-6, rtol=1e-6)
 
 
 def test_grad_of_grad_against_closed_form():
     x = aotgrad.tensor(_np(5))
     g2 = F.grad(lambda v: F.grad(lambda u: (u ** 3).sum())(v).sum())(x)
-    _close(g2, 6 * x.numpy())
+    close(g2, 6 * x.numpy(), atol=1e-6, rtol=1e-6)
 
 
 def test_grad_of_grad_sees_captured_outer_tensor():
     x = aotgrad.tensor(_np(3))
     c = aotgrad.tensor(_np(3))
     g = F.grad(lambda v: F.grad(lambda u: (v * u * u).sum())(c).sum())(x)
-    _close(g, 2 * c.numpy())
+    close(g, 2 * c.numpy(), atol=1e-6, rtol=1e-6)
 
 
 def test_grad_result_is_differentiable_by_backward():
@@ -73,7 +68,7 @@ def test_grad_result_is_differentiable_by_backward():
     x = aotgrad.tensor(_np(3))
     g = F.grad(lambda v: (w * v.sin()).sum())(x)   # w * cos(x)
     g.sum().backward()
-    _close(w.grad, np.cos(x.numpy()))
+    close(w.grad, np.cos(x.numpy()), atol=1e-6, rtol=1e-6)
 
 
 def test_vjp_jvp_linearize_against_torch(torch):
@@ -84,15 +79,15 @@ def test_vjp_jvp_linearize_against_torch(torch):
         return lambda a: lib.tanh(mm @ a) * 2
     out, fn = F.vjp(f(aotgrad, aotgrad.tensor(m)), aotgrad.tensor(x))
     tout, tfn = torch.func.vjp(f(torch, torch.tensor(m)), torch.tensor(x))
-    _close(out, tout)
-    _close(fn(aotgrad.tensor(u))[0], tfn(torch.tensor(u))[0])
+    close(out, tout, atol=1e-6, rtol=1e-6)
+    close(fn(aotgrad.tensor(u))[0], tfn(torch.tensor(u))[0], atol=1e-6, rtol=1e-6)
     o, j = F.jvp(f(aotgrad, aotgrad.tensor(m)), (aotgrad.tensor(x),), (aotgrad.tensor(v),))
     to, tj = torch.func.jvp(f(torch, torch.tensor(m)), (torch.tensor(x),), (torch.tensor(v),))
-    _close(o, to)
-    _close(j, tj)
+    close(o, to, atol=1e-6, rtol=1e-6)
+    close(j, tj, atol=1e-6, rtol=1e-6)
     o, jfn = F.linearize(f(aotgrad, aotgrad.tensor(m)), aotgrad.tensor(x))
-    _close(jfn(aotgrad.tensor(v)), tj)
-    _close(jfn(aotgrad.tensor(2 * v)), 2 * tj.numpy())
+    close(jfn(aotgrad.tensor(v)), tj, atol=1e-6, rtol=1e-6)
+    close(jfn(aotgrad.tensor(2 * v)), 2 * tj.numpy(), atol=1e-6, rtol=1e-6)
 
 
 def test_jvp_against_finite_differences_float64():
@@ -104,7 +99,7 @@ def test_jvp_against_finite_differences_float64():
     eps = 1e-6
     fd = (f(aotgrad.tensor(x + eps * v)).numpy() - f(aotgrad.tensor(x - eps * v)).numpy()) / \
         (2 * eps)
-    _close(j, fd, 1e-6)
+    close(j, fd, atol=1e-6, rtol=1e-6)
 
 
 def test_jacrev_equals_jacfwd_equals_torch(torch):
@@ -116,8 +111,8 @@ def test_jacrev_equals_jacfwd_equals_torch(torch):
     jf = F.jacfwd(f(aotgrad))(aotgrad.tensor(x))
     tj = torch.func.jacrev(f(torch))(torch.tensor(x))
     assert tuple(jr.shape) == tuple(tj.shape) == (3, 2, 3)
-    _close(jr, tj)
-    _close(jf, tj)
+    close(jr, tj, atol=1e-6, rtol=1e-6)
+    close(jf, tj, atol=1e-6, rtol=1e-6)
 
 
 def test_jacobians_with_argnums_and_several_outputs(torch):
@@ -130,8 +125,8 @@ def test_jacobians_with_argnums_and_several_outputs(torch):
     theirs = torch.func.jacrev(f, argnums=(0, 1))(torch.tensor(a), torch.tensor(b))
     for i in range(2):
         for j in range(2):
-            _close(ours[i][j], theirs[i][j])
-            _close(fw[i][j], theirs[i][j])
+            close(ours[i][j], theirs[i][j], atol=1e-6, rtol=1e-6)
+            close(fw[i][j], theirs[i][j], atol=1e-6, rtol=1e-6)
 
 
 def _small_net(lib):
@@ -146,9 +141,9 @@ def test_hessian_of_a_small_net_against_torch(torch):
     h = F.hessian(_small_net(aotgrad))(*ours)
     th = torch.func.hessian(_small_net(torch))(*theirs)
     assert tuple(h.shape) == (3, 4, 3, 4)
-    _close(h, th)
+    close(h, th, atol=1e-6, rtol=1e-6)
     hrr = F.jacrev(F.jacrev(_small_net(aotgrad)))(*ours)
-    _close(hrr, th)
+    close(hrr, th, atol=1e-6, rtol=1e-6)
 
 
 def test_hessian_vector_product_forward_over_reverse(torch):
@@ -161,7 +156,7 @@ def test_hessian_vector_product_forward_over_reverse(torch):
     _, thvp = torch.func.jvp(torch.func.grad(tf), tuple(torch.tensor(a) for a in arrays),
                              (torch.tensor(v), torch.zeros(4, 2, dtype=torch.float64),
                               torch.zeros(5, 3, dtype=torch.float64)))
-    _close(hvp, thvp)
+    close(hvp, thvp, atol=1e-6, rtol=1e-6)
 
 
 def test_per_sample_grads_of_a_small_cnn_against_torch(torch):
@@ -188,7 +183,7 @@ def test_per_sample_grads_of_a_small_cnn_against_torch(torch):
         tparams, torch.tensor(x), torch.tensor(y))
     for k in params:
         assert tuple(g[k].shape) == (4,) + tuple(params[k].shape)
-        _close(g[k], tg[k], 1e-4)
+        close(g[k], tg[k], atol=1e-4, rtol=1e-4)
 
 
 def test_vmap_in_out_dims_nested_and_chunked(torch):
@@ -198,9 +193,10 @@ def test_vmap_in_out_dims_nested_and_chunked(torch):
     theirs = torch.func.vmap(torch.func.vmap(lambda a, b: a * b, in_dims=(None, 0)),
                              in_dims=(0, None), out_dims=1)(torch.tensor(x),
                                                             torch.tensor(y.T.copy()))
-    _close(ours, theirs)
+    close(ours, theirs, atol=1e-6, rtol=1e-6)
     c = F.vmap(lambda a: a.sum() * a, in_dims=1, chunk_size=2)(aotgrad.tensor(y))
-    _close(c, torch.func.vmap(lambda a: a.sum() * a, in_dims=1)(torch.tensor(y)))
+    close(c, torch.func.vmap(lambda a: a.sum() * a, in_dims=1)(torch.tensor(y)),
+          atol=1e-6, rtol=1e-6)
 
 
 def test_vmap_of_jvp_and_grad_of_vmap(torch):
@@ -209,13 +205,13 @@ def test_vmap_of_jvp_and_grad_of_vmap(torch):
     ours = F.vmap(lambda t: F.jvp(f, (aotgrad.tensor(x),), (t,))[1])(aotgrad.tensor(ts))
     theirs = torch.func.vmap(lambda t: torch.func.jvp(f, (torch.tensor(x),), (t,))[1])(
         torch.tensor(ts))
-    _close(ours, theirs)
+    close(ours, theirs, atol=1e-6, rtol=1e-6)
     w = _np(4)
     g = F.grad(lambda v: F.vmap(lambda r: (r * v).sin().sum())(aotgrad.tensor(ts)).sum())(
         aotgrad.tensor(w))
     tg = torch.func.grad(lambda v: torch.func.vmap(lambda r: (r * v).sin().sum())(
         torch.tensor(ts)).sum())(torch.tensor(w))
-    _close(g, tg)
+    close(g, tg, atol=1e-6, rtol=1e-6)
 
 
 def test_backward_through_vmap_sums_a_captured_parameter():
@@ -223,7 +219,7 @@ def test_backward_through_vmap_sums_a_captured_parameter():
     xs = aotgrad.tensor(_np(3, 4))
     F.vmap(lambda r: (r * w).tanh().sum())(xs).sum().backward()
     want = ((1 - np.tanh(xs.numpy() * w.detach().numpy()) ** 2) * xs.numpy()).sum(0)
-    _close(w.grad, want)
+    close(w.grad, want, atol=1e-6, rtol=1e-6)
 
 
 def test_functional_call_and_stack_module_state(torch):
@@ -237,7 +233,7 @@ def test_functional_call_and_stack_module_state(torch):
         return F.functional_call(base, (p, b), (xx,))
     out = F.vmap(call, in_dims=(0, 0, None))(params, buffers, x)
     for i, m in enumerate(models):
-        _close(out[i], m(x), 1e-5)
+        close(out[i], m(x), atol=1e-5, rtol=1e-5)
     assert base.weight is models[0].weight   # the module is left as it was
 
 
@@ -281,7 +277,7 @@ def test_compositions_compiled_equal_eager(name, backend):
     eager = fn(*args)
     compiled = aotgrad.compile(fn, fullgraph=True, backend=backend)
     got = compiled(*args)
-    _close(got, eager, 1e-5)
+    close(got, eager, atol=1e-5, rtol=1e-5)
 
 
 def test_vmap_randomness():
@@ -328,15 +324,15 @@ def test_compiled_backward_through_vmap_sums_over_the_batch():
     eager = w.grad.numpy().copy()
     w.grad = None
     aotgrad.compile(f, fullgraph=True, backend="interpret")(w, xs).backward()
-    _close(w.grad, eager, 1e-6)
+    close(w.grad, eager, atol=1e-6, rtol=1e-6)
 
 
 def test_jacrev_of_jacrev_compiled_equals_eager():
     h = lambda x: F.jacrev(F.jacrev(lambda y: (y.sin() * y).sum()))(x)  # noqa: E731
     x = aotgrad.tensor(_np(3))
     want = np.diag(2 * np.cos(x.numpy()) - x.numpy() * np.sin(x.numpy()))
-    _close(h(x), want, 1e-10)
-    _close(aotgrad.compile(h, fullgraph=True, backend="interpret")(x), want, 1e-10)
+    close(h(x), want, atol=1e-10, rtol=1e-10)
+    close(aotgrad.compile(h, fullgraph=True, backend="interpret")(x), want, atol=1e-10, rtol=1e-10)
 
 
 def test_vmap_in_dims_follow_the_argument_structure(torch):
@@ -345,7 +341,7 @@ def test_vmap_in_dims_follow_the_argument_structure(torch):
         {"a": aotgrad.tensor(a), "b": aotgrad.tensor(b)})
     theirs = torch.func.vmap(lambda d: d["a"] * d["b"].sum(), in_dims=({"a": 0, "b": 1},))(
         {"a": torch.tensor(a), "b": torch.tensor(b)})
-    _close(ours, theirs)
+    close(ours, theirs, atol=1e-6, rtol=1e-6)
     with pytest.raises(ValueError, match="in_dims"):
         F.vmap(lambda d: d["a"], in_dims=({"a": 0, "c": 1},))({"a": aotgrad.tensor(a),
                                                              "b": aotgrad.tensor(b)})
@@ -357,7 +353,7 @@ def test_a_prim_without_rule_falls_back_to_a_loop_with_a_warning(monkeypatch):
     xs = aotgrad.tensor(_np(4, 5))
     with pytest.warns(RuntimeWarning, match="prims.cumsum has no batching rule"):
         got = F.vmap(lambda r: r.cumsum(0))(xs)
-    _close(got, np.cumsum(xs.numpy(), axis=1))
+    close(got, np.cumsum(xs.numpy(), axis=1), atol=1e-6, rtol=1e-6)
 
 
 def test_vmap_of_vmap_of_grad(torch):
@@ -365,7 +361,7 @@ def test_vmap_of_vmap_of_grad(torch):
     f = lambda v: (v.sin() * v).sum()  # noqa: E731
     ours = F.vmap(F.vmap(F.grad(f)))(aotgrad.tensor(x))
     theirs = torch.func.vmap(torch.func.vmap(torch.func.grad(f)))(torch.tensor(x))
-    _close(ours, theirs)
+    close(ours, theirs, atol=1e-6, rtol=1e-6)
 
 
 def _fd_jacobian(f, x, eps=1e-6):
@@ -385,13 +381,14 @@ def test_jacobians_and_hessian_against_finite_differences_float64():
     f = net(aotgrad.tensor(w1), aotgrad.tensor(w2))
     x = _np(3)
     fd = _fd_jacobian(lambda a: f(aotgrad.tensor(a)).numpy(), x)
-    _close(F.jacrev(f)(aotgrad.tensor(x)), fd, 1e-7)
-    _close(F.jacfwd(f)(aotgrad.tensor(x)), fd, 1e-7)
+    close(F.jacrev(f)(aotgrad.tensor(x)), fd, atol=1e-7, rtol=1e-7)
+    close(F.jacfwd(f)(aotgrad.tensor(x)), fd, atol=1e-7, rtol=1e-7)
     scalar = lambda a: (f(a) ** 2).sum()  # noqa: E731
     fd_h = _fd_jacobian(lambda a: F.grad(scalar)(aotgrad.tensor(a)).numpy(), x)
-    _close(F.hessian(scalar)(aotgrad.tensor(x)), fd_h, 1e-6)
-    _close(F.grad(scalar)(aotgrad.tensor(x)),
-           _fd_jacobian(lambda a: np.asarray(scalar(aotgrad.tensor(a)).numpy()), x), 1e-7)
+    close(F.hessian(scalar)(aotgrad.tensor(x)), fd_h, atol=1e-6, rtol=1e-6)
+    close(F.grad(scalar)(aotgrad.tensor(x)),
+          _fd_jacobian(lambda a: np.asarray(scalar(aotgrad.tensor(a)).numpy()), x),
+          atol=1e-7, rtol=1e-7)
 
 
 def test_jacobians_has_aux_against_torch(torch):
@@ -402,10 +399,10 @@ def test_jacobians_has_aux_against_torch(torch):
     jr, auxr = F.jacrev(f(aotgrad), has_aux=True)(aotgrad.tensor(x))
     jf, auxf = F.jacfwd(f(aotgrad), has_aux=True)(aotgrad.tensor(x))
     tj, taux = torch.func.jacrev(f(torch), has_aux=True)(torch.tensor(x))
-    _close(jr, tj)
-    _close(jf, tj)
-    _close(auxr, taux)
-    _close(auxf, taux)
+    close(jr, tj, atol=1e-6, rtol=1e-6)
+    close(jf, tj, atol=1e-6, rtol=1e-6)
+    close(auxr, taux, atol=1e-6, rtol=1e-6)
+    close(auxf, taux, atol=1e-6, rtol=1e-6)
     with pytest.raises(RuntimeError, match="scalar Tensor"):
         F.grad(lambda a: a.sum(0, keepdim=True))(aotgrad.tensor(x))
 
@@ -415,14 +412,14 @@ def test_results_are_plain_unless_something_outside_needs_their_graph():
     f = lambda a: (a.sin() * a).sum()  # noqa: E731
     nested = F.jvp(lambda a: F.jvp(f, (a,), (v,))[1], (x,), (v,))
     assert not any(t.requires_grad for t in nested)
-    _close(nested[1], (2 * np.cos(x.numpy()) - x.numpy() * np.sin(x.numpy())) *
-           v.numpy() ** 2 @ np.ones(3))
+    close(nested[1], (2 * np.cos(x.numpy()) - x.numpy() * np.sin(x.numpy())) *
+           v.numpy() ** 2 @ np.ones(3), atol=1e-6, rtol=1e-6)
     assert not F.grad(f)(x).requires_grad
     assert not F.jacrev(F.jacrev(f))(x).requires_grad
     w = aotgrad.tensor(_np(3), requires_grad=True)
     out = F.jvp(lambda a: a * w, (x,), (v,))[1]     # v * w: differentiable w.r.t. w
     out.sum().backward()
-    _close(w.grad, v.numpy())
+    close(w.grad, v.numpy(), atol=1e-6, rtol=1e-6)
 
 
 def test_backward_through_per_sample_grads_of_a_captured_parameter():
@@ -437,7 +434,7 @@ def test_backward_through_per_sample_grads_of_a_captured_parameter():
     loss(w).backward()
     fd = [(loss(aotgrad.tensor(w0 + e)).item() - loss(aotgrad.tensor(w0 - e)).item()) / 2e-6
           for e in np.eye(4) * 1e-6]
-    _close(w.grad, fd, 1e-6)
+    close(w.grad, fd, atol=1e-6, rtol=1e-6)
 
 
 def test_custom_function_under_vmap_and_per_sample_grad():
@@ -452,8 +449,9 @@ def test_custom_function_under_vmap_and_per_sample_grad():
             x, = ctx.saved_tensors
             return g * 3 * x ** 2
     xs = aotgrad.tensor(_np(3, 4))
-    _close(F.vmap(Cube.apply)(xs), xs.numpy() ** 3)
-    _close(F.vmap(F.grad(lambda r: Cube.apply(r).sum()))(xs), 3 * xs.numpy() ** 2)
+    close(F.vmap(Cube.apply)(xs), xs.numpy() ** 3, atol=1e-6, rtol=1e-6)
+    close(F.vmap(F.grad(lambda r: Cube.apply(r).sum()))(xs), 3 * xs.numpy() ** 2,
+          atol=1e-6, rtol=1e-6)
 
 
 def test_functional_call_strict_and_tied_weights():
@@ -469,9 +467,11 @@ def test_functional_call_strict_and_tied_weights():
     m = Tied()
     x = aotgrad.ones(1, 2)
     w = aotgrad.eye(2) * 2
-    _close(F.functional_call(m, {"a.weight": w}, (x,)), 4 * x.numpy())  # tied: both replaced
-    _close(F.functional_call(m, {"a.weight": w}, (x,), tie_weights=False),
-           (x.numpy() @ (2 * np.eye(2)).T) @ m.b.weight.detach().numpy().T, 1e-6)
+    # tied: both replaced
+    close(F.functional_call(m, {"a.weight": w}, (x,)), 4 * x.numpy(), atol=1e-6, rtol=1e-6)
+    untied = (x.numpy() @ (2 * np.eye(2, dtype=np.float32)).T) @ m.b.weight.detach().numpy().T
+    close(F.functional_call(m, {"a.weight": w}, (x,), tie_weights=False), untied,
+          atol=1e-6, rtol=1e-6)
     with pytest.raises(RuntimeError, match="missing key"):
         F.functional_call(m, {"a.weight": w}, (x,), strict=True, tie_weights=False)
     assert m.a.weight is m.b.weight
@@ -482,5 +482,6 @@ def test_a_compiled_function_called_inside_vmap_runs_eagerly_with_a_warning():
     xs = aotgrad.tensor(_np(3, 4))
     with pytest.warns(UserWarning, match="called inside aotgrad.func.vmap"):
         got = F.vmap(g)(xs)
-    _close(got, (np.sin(xs.numpy()) * 2).sum(1))
-    _close(aotgrad.compile(F.vmap(g), fullgraph=True, backend="interpret")(xs), got)
+    close(got, (np.sin(xs.numpy()) * 2).sum(1), atol=1e-6, rtol=1e-6)
+    close(aotgrad.compile(F.vmap(g), fullgraph=True, backend="interpret")(xs), got,
+          atol=1e-6, rtol=1e-6)

@@ -12,7 +12,7 @@ import pytest
 import aotgrad
 import aotgrad.nn.functional as F
 from aotgrad import nn, optim
-from aotgrad.testing import assert_close
+from torch_compare import close
 from aotgrad.autograd import gradcheck
 
 LS = optim.lr_scheduler
@@ -24,12 +24,6 @@ SPECIAL = [NAN, -4.0, -3.0, -1.0, -0.5, -0.2, 0.0, 0.2, 0.25, 0.5, 1.0, 3.0, 4.0
 
 def _np(t):
     return t.detach().numpy() if hasattr(t, "detach") else np.asarray(t)
-
-
-def _close(a, b, what="", atol=1e-6, rtol=1e-5):
-    # (a list of numbers takes the other side's dtype; arrays and tensors must match)
-    b = b if isinstance(b, (list, tuple, int, float)) else _np(b)
-    assert_close(_np(a), b, rtol=rtol, atol=atol, equal_nan=True, msg=f"{what}: ")
 
 
 def _finite(grad, x):
@@ -89,19 +83,19 @@ def test_activation_module_matches_torch(torch, name):
     assert [(k, tuple(p.shape)) for k, p in ours.named_parameters()] == \
         [(k, tuple(p.shape)) for k, p in theirs.named_parameters()]
     for k, p in ours.named_parameters():
-        _close(p, dict(theirs.named_parameters())[k], f"initial {k}")
+        close(p, dict(theirs.named_parameters())[k], f"initial {k}")
     x = _module_input(name)
     xo, xt = aotgrad.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
     yo, yt = ours(xo), theirs(xt)
     assert yo.dtype is aotgrad.float32
-    _close(yo, yt, "output")
+    close(yo, yt, "output")
     g = np.random.default_rng(1).standard_normal(tuple(yt.shape)).astype(np.float32)
     (yo * aotgrad.tensor(g)).sum().backward()
     (yt * torch.tensor(g)).sum().backward()
-    _close(_finite(xo.grad, x), _finite(xt.grad, x), "input grad")
+    close(_finite(xo.grad, x), _finite(xt.grad, x), "input grad")
     tp = dict(theirs.named_parameters())
     for k, p in ours.named_parameters():
-        _close(p.grad, tp[k].grad, f"grad of {k}", atol=1e-5)
+        close(p.grad, tp[k].grad, f"grad of {k}", atol=1e-5)
 
 
 FUNCS = {
@@ -132,13 +126,13 @@ def test_activation_functional_matches_torch(torch, name, dtype):
         xo, xt = aotgrad.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
         yo, yt = FUNCS[name](F, xo), FUNCS[name](TF, xt)
         assert yo.dtype.name == str(yt.dtype).split(".")[1]
-        _close(yo, yt, "output", atol=1e-12 if dtype == np.float64 else 1e-6)
+        close(yo, yt, "output", atol=1e-12 if dtype == np.float64 else 1e-6)
         g = np.random.default_rng(2).standard_normal(tuple(yt.shape)).astype(dtype)
         (yo * aotgrad.tensor(g)).sum().backward()
         (yt * torch.tensor(g)).sum().backward()
-        _close(_finite(xo.grad, x), _finite(xt.grad, x), "input grad")
+        close(_finite(xo.grad, x), _finite(xt.grad, x), "input grad")
         if name == "prelu":
-            _close(F._w.grad, TF._w.grad, "weight grad", atol=1e-5)
+            close(F._w.grad, TF._w.grad, "weight grad", atol=1e-5)
     finally:
         del F._w, TF._w
 
@@ -179,29 +173,29 @@ def test_activation_closed_forms():
     x = np.linspace(-5, 5, 41)
     t = aotgrad.tensor(x, dtype=aotgrad.float64)
     a, s = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
-    _close(F.selu(t), s * np.where(x > 0, x, a * np.expm1(x)), atol=1e-14)
-    _close(F.celu(t, 2.0), np.maximum(0, x) + np.minimum(0, 2.0 * np.expm1(x / 2.0)), atol=1e-14)
-    _close(F.hardsigmoid(t), np.clip(x / 6 + 0.5, 0, 1), atol=1e-15)
-    _close(F.hardswish(t), x * np.clip(x + 3, 0, 6) / 6, atol=1e-15)
-    _close(F.softsign(t), x / (1 + np.abs(x)), atol=1e-15)
-    _close(F.tanhshrink(t), x - np.tanh(x), atol=1e-15)
-    _close(F.hardshrink(t, 1.0), np.where(np.abs(x) > 1.0, x, 0), atol=0)
-    _close(F.softshrink(t, 1.0), np.sign(x) * np.maximum(np.abs(x) - 1.0, 0), atol=1e-15)
-    _close(F.threshold(t, 0.5, -9.0), np.where(x > 0.5, x, -9.0), atol=0)
-    _close(F.rrelu(t, 0.1, 0.3), np.where(x >= 0, x, 0.2 * x), atol=1e-15)
+    close(F.selu(t), s * np.where(x > 0, x, a * np.expm1(x)), atol=1e-14)
+    close(F.celu(t, 2.0), np.maximum(0, x) + np.minimum(0, 2.0 * np.expm1(x / 2.0)), atol=1e-14)
+    close(F.hardsigmoid(t), np.clip(x / 6 + 0.5, 0, 1), atol=1e-15)
+    close(F.hardswish(t), x * np.clip(x + 3, 0, 6) / 6, atol=1e-15)
+    close(F.softsign(t), x / (1 + np.abs(x)), atol=1e-15)
+    close(F.tanhshrink(t), x - np.tanh(x), atol=1e-15)
+    close(F.hardshrink(t, 1.0), np.where(np.abs(x) > 1.0, x, 0), atol=0)
+    close(F.softshrink(t, 1.0), np.sign(x) * np.maximum(np.abs(x) - 1.0, 0), atol=1e-15)
+    close(F.threshold(t, 0.5, -9.0), np.where(x > 0.5, x, -9.0), atol=0)
+    close(F.rrelu(t, 0.1, 0.3), np.where(x >= 0, x, 0.2 * x), atol=1e-15)
     m = np.arange(12.0).reshape(3, 4) / 5 - 1
-    _close(F.glu(aotgrad.tensor(m, dtype=aotgrad.float64), 1),
-           m[:, :2] / (1 + np.exp(-m[:, 2:])), atol=1e-15)
+    close(F.glu(aotgrad.tensor(m, dtype=aotgrad.float64), 1),
+          m[:, :2] / (1 + np.exp(-m[:, 2:])), atol=1e-15)
     sm = np.exp(m).reshape(3, 2, 2, 1)
-    _close(nn.Softmax2d()(aotgrad.tensor(m.reshape(3, 2, 2, 1), dtype=aotgrad.float64)),
-           sm / sm.sum(1, keepdims=True), atol=1e-15)
+    close(nn.Softmax2d()(aotgrad.tensor(m.reshape(3, 2, 2, 1), dtype=aotgrad.float64)),
+          sm / sm.sum(1, keepdims=True), atol=1e-15)
     # the gradient at the kinks, PyTorch's convention
     k = aotgrad.tensor([-3.0, 3.0, NAN], requires_grad=True)
     F.hardswish(k).sum().backward()
-    _close(k.grad, [0.0, 1.0, 1.0], atol=0)
+    close(k.grad, [0.0, 1.0, 1.0], atol=0)
     k.grad = None
     F.hardsigmoid(k).sum().backward()
-    _close(k.grad, [0.0, 0.0, 0.0], atol=0)
+    close(k.grad, [0.0, 0.0, 0.0], atol=0)
     # at NaN: the value is NaN and the gradient that of the identity branch (the slope for
     # the leaky kinds), as PyTorch's scalar loop gives
     nan = aotgrad.tensor([NAN], requires_grad=True)
@@ -213,7 +207,7 @@ def test_activation_closed_forms():
         y = f(nan)
         y.sum().backward()
         assert np.isnan(_np(y)).all()
-        _close(nan.grad, [g], atol=1e-7)
+        close(nan.grad, [g], atol=1e-7)
 
 
 @pytest.mark.parametrize("name,call,args", [
@@ -237,10 +231,10 @@ def test_inplace_forms_match_torch(torch, name, call, args):
             ro = getattr(F, name)(ho, *args, inplace=True)
             rt = getattr(TF, name)(ht, *args, inplace=True)
         assert ro is ho and rt is ht and ho._version > v0
-        _close(ho, ht, f"{style} value")
+        close(ho, ht, f"{style} value")
         (ho * ho).sum().backward()
         (ht * ht).sum().backward()
-        _close(_finite(xo.grad, x), _finite(xt.grad, x), f"{style} grad")
+        close(_finite(xo.grad, x), _finite(xt.grad, x), f"{style} grad")
 
 
 def test_inplace_on_leaf_requiring_grad_raises():
@@ -261,22 +255,22 @@ def test_rrelu_training_draws_slopes():
     assert a.min() >= lo and a.max() <= hi
     assert abs(a.mean() - 0.2) < 3e-3 and abs(a.std() - (hi - lo) / math.sqrt(12)) < 3e-3
     y.sum().backward()
-    _close(x.grad, a, atol=1e-6)
+    close(x.grad, a, atol=1e-6)
     m = nn.RReLU(lo, hi)
     assert m.training
     p = aotgrad.tensor([1.0, 2.0])
-    _close(m(p), [1.0, 2.0], atol=0)
+    close(m(p), [1.0, 2.0], atol=0)
     y1, y2 = m(aotgrad.tensor([-1.0] * 50)), m(aotgrad.tensor([-1.0] * 50))
     assert not np.array_equal(_np(y1), _np(y2))  # fresh draws per call
     m.eval()
-    _close(m(aotgrad.tensor([-1.0])), [-0.2], atol=1e-7)
+    close(m(aotgrad.tensor([-1.0])), [-0.2], atol=1e-7)
 
 
 def test_gumbel_softmax():
     logits = aotgrad.tensor(np.log([0.1, 0.2, 0.3, 0.4]), dtype=aotgrad.float64)
     big = logits.expand(20000, 4)
     y = F.gumbel_softmax(big, tau=0.5)
-    _close(y.sum(-1), np.ones(20000), atol=1e-12)
+    close(y.sum(-1), np.ones(20000), atol=1e-12)
     h = F.gumbel_softmax(big, hard=True)
     hv = _np(h)
     assert set(np.unique(hv)) == {0.0, 1.0} and (hv.sum(-1) == 1).all()
@@ -330,8 +324,8 @@ def test_prelu_scalar_and_1d_inputs(torch):
     import torch.nn.functional as TF
     for shape, w in (((), [0.3]), ((5,), [0.3]), ((2, 3), [0.3]), ((2, 3, 2, 2), [0.1, 0.2, 0.3])):
         x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-        _close(F.prelu(aotgrad.tensor(x), aotgrad.tensor(w)),
-               TF.prelu(torch.tensor(x), torch.tensor(w)), str(shape))
+        close(F.prelu(aotgrad.tensor(x), aotgrad.tensor(w)),
+              TF.prelu(torch.tensor(x), torch.tensor(w)), str(shape))
     m = nn.PReLU(2, init=0.5, dtype=aotgrad.float64)
     assert m.weight.dtype is aotgrad.float64 and _np(m.weight).tolist() == [0.5, 0.5]
     m.weight.data.fill_(0.0)
@@ -386,7 +380,7 @@ def test_parameter_dict_registration_and_keys(torch):
     assert [type(v).__name__ for v in ours.values()] == ["Parameter"] * 3
     assert all(p.requires_grad and p.is_leaf for p in ours.values())
     for k in arrays:
-        _close(ours[k], arrays[k], k, atol=0)
+        close(ours[k], arrays[k], k, atol=0)
     # order of an OrderedDict or of pairs is kept
     od = OrderedDict((k, aotgrad.tensor(v)) for k, v in arrays.items())
     assert list(nn.ParameterDict(od)) == ["b", "a", "c"]
@@ -402,7 +396,7 @@ def test_parameter_dict_registration_and_keys(torch):
     fresh.pd = nn.ParameterDict({k: aotgrad.zeros(*v.shape) for k, v in arrays.items()})
     fresh.load_state_dict(mo.state_dict())
     for k in arrays:  # copied into the float32 parameters, as PyTorch's copy_ does
-        _close(fresh.pd[k], arrays[k].astype(np.float32), k, atol=0)
+        close(fresh.pd[k], arrays[k].astype(np.float32), k, atol=0)
     assert repr(ours).replace("aotgrad.", "") == repr(theirs).replace("torch.", "")
 
 
@@ -419,9 +413,9 @@ def test_parameter_dict_keeps_parameters_and_objects(torch):
     # gradients reach the registered parameters; an optimizer updates them
     loss = (pd["t"] * aotgrad.tensor([1.0, 2.0, 3.0])).sum()
     loss.backward()
-    _close(pd["t"].grad, [1.0, 2.0, 3.0], atol=0)
+    close(pd["t"].grad, [1.0, 2.0, 3.0], atol=0)
     optim.SGD(pd.parameters(), lr=0.5).step()
-    _close(pd["t"], [0.5, 0.0, -0.5], atol=1e-7)
+    close(pd["t"], [0.5, 0.0, -0.5], atol=1e-7)
 
 
 def test_parameter_dict_dict_api_matches_torch(torch):
@@ -491,7 +485,7 @@ def test_parameter_dict_pickles():
     pd = nn.ParameterDict({"a": aotgrad.tensor([1.0, 2.0])})
     back = pickle.loads(pickle.dumps(pd))
     assert list(back) == ["a"] and isinstance(back["a"], nn.Parameter)
-    _close(back["a"], [1.0, 2.0], atol=0)
+    close(back["a"], [1.0, 2.0], atol=0)
 
 
 def test_new_activations_and_parameter_dict_trace():
