@@ -34,6 +34,7 @@ from aotgrad.runtime.op_base import as_tensor_like, cast, op
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.runtime.view_ops import expand, reshape, traced_aliases
 from aotgrad.runtime import dispatch
+from aotgrad.runtime.write_hooks import before_write
 
 
 def _inplace_guard(x, opname):
@@ -232,6 +233,7 @@ def commit_inplace(x, new, opname, replaces=False):
         if x.grad_fn is not None:  # (PyTorch's CopySlices skips the view's old node: the
             x.grad_fn._drop_tensor_hooks(x._output_nr)  # hooks registered on it never fire)
         new_root, new = _rebase(x, new)
+    before_write(x)
     if isinstance(x._value, np.ndarray) and not isinstance(new._value, np.ndarray):
         # a real tensor written inside a trace holds the traced value (history, version)
         # until the trace ends; the tracer restores it and writes it back at run time
@@ -346,6 +348,7 @@ def setitem(x, index, value):
         idx = index._value if isinstance(index, Tensor) else index
         if isinstance(idx, tuple):
             idx = tuple(i._value if isinstance(i, Tensor) else i for i in idx)
+        before_write(x)
         if readonly:
             warnings.warn("Use of index_put_ on expanded tensors is deprecated. Please clone() "
                           "the tensor before performing this operation. This also applies to "

@@ -18,6 +18,7 @@ import numpy as np
 from aotgrad.runtime.index_ops import _const_index, index_copy, take
 from aotgrad.runtime.op_base import cast, op
 from aotgrad.runtime.view_ops import _dim, movedim, reshape
+from aotgrad.runtime.write_hooks import before_write
 
 
 def _sizes(size, what):
@@ -87,6 +88,7 @@ def resize_(self, *sizes, memory_format=None):
     flat = np.zeros(math.prod(size), dtype=old.dtype)
     n = min(flat.size, old.size)
     flat[:n] = old.reshape(-1)[:n]
+    before_write(self)
     self._value = flat.reshape(size)
     self._version_counter.v += 1
     return self
