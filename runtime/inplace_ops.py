@@ -23,7 +23,7 @@ import numpy as np
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.core import current_builder, current_op, format_location, type_str
-from aotgrad.runtime import forward_mode, layout
+from aotgrad.runtime import forward_mode, inference_views, layout
 from aotgrad.runtime.forward_mode import state as _forward
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.elementwise_ops import where
@@ -38,6 +38,7 @@ from aotgrad.runtime.write_hooks import before_write
 
 
 def _inplace_guard(x, opname):
+    inference_views.check_inplace(x)
     if x._inference and not _mode.inference:
         where = "" if current_op.get() is not None else f"{opname}: "  # an op names itself
         raise RuntimeError(f"{where}Inplace update to inference tensor outside InferenceMode "

@@ -144,8 +144,9 @@ class Tensor:
         return self._inference
 
     def _is_view(self):
-        """Whether this tensor is a view of another (`_base` is set), as PyTorch's."""
-        return self._base is not None
+        """Whether this tensor is a view of another (`_base` is set), as PyTorch's (a view of an
+        inference tensor is not reported as one: runtime/inference_views.py)."""
+        return self._base is not None and not self._inference
 
     def element_size(self):
         return self.dtype.itemsize
