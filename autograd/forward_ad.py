@@ -74,6 +74,13 @@ def make_dual(tensor, tangent, *, level=None):
                            f"that of the original Tensor, this is not supported. Tensor is of "
                            f"size {list(tensor.shape)} while the given forward gradient is of "
                            f"size {list(tangent.shape)}.")
+    level = forward_mode.state.level
+    if forward_mode.tangent_of(tensor) is not None:
+        raise RuntimeError(f"Making a dual Tensor based on a Tensor that already has a forward "
+                           f"gradient at the same level {level} is not supported.")
+    if forward_mode.tangent_of(tangent) is not None:
+        raise RuntimeError(f"Setting a forward grad that itself has a forward gradient at the "
+                           f"same level {level} is not supported.")
     with _suspended():
         dual = tensor.view_as(tensor)
     forward_mode.set_tangent(dual, tangent)

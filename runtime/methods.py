@@ -154,7 +154,8 @@ for _name in ("add sub mul div pow clamp clamp_min clamp_max clip neg abs exp lo
               "sinh cosh asinh acosh atanh asin acos atan arcsin arccos arctan "
               "arcsinh arccosh arctanh arctan2 erfc erfinv lgamma digamma logit xlogy sinc "
               "polygamma i0 mvlgamma scatter_reduce sin cos tan rsqrt log1p expm1 log2 "
-              "log10 erf").split():
+              "log10 erf eq ne lt le gt ge logical_and logical_or logical_xor "
+              "logical_not").split():
     _fn = _METHODS[_name]
     _METHODS[_name + "_"] = _inplace(_fn, _name + "_")
 # in-place views: the tensor takes the view's shape, value and history
@@ -202,6 +203,8 @@ for _mod in (reduction_more_ops, combine_ops, stats_ops, misc_more_ops):
         _METHODS[_name] = getattr(_mod, _name)
 from aotgrad.runtime.matrix_exp_ops import matrix_exp  # noqa: E402
 _METHODS["matrix_exp"] = matrix_exp
+from aotgrad.runtime import storage  # noqa: E402
+_METHODS.update(storage.METHODS)
 for _name in misc_more_ops.INPLACE_NAMES:
     _METHODS[_name + "_"] = _inplace(_METHODS[_name], _name + "_")
 

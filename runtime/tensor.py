@@ -16,6 +16,7 @@ import numpy as np
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.core import Var, format_location, type_str
 from aotgrad.ir.core import current_builder as _current_builder
+from aotgrad.runtime import dual_state as _dual_state
 from aotgrad.runtime.device import CPU as _CPU
 from aotgrad.runtime.autograd_node import AccumulateGrad, RemovableHandle, fast_path_ok
 from aotgrad.runtime.grad_accumulation import note_grad_write
@@ -356,6 +357,7 @@ class Tensor:
             raise RuntimeError("Can't detach views in-place. Use detach() instead.")
         self.grad_fn = None
         self.requires_grad = False
+        _dual_state.set_tangent(self, None)  # its forward-mode tangent goes too, as in PyTorch
         return self
 
     # ---- conversion ---------------------------------------------------------------------
