@@ -250,3 +250,17 @@ def test_as_a_decorator():
     a = ag.tensor([1.0, 3.0], requires_grad=True)
     step(a)
     np.testing.assert_allclose(a.grad.numpy(), [2.0, 6.0])
+
+
+def test_foreach_inplace_on_saved_results():
+    """exp saves its results; a foreach in-place add on them is allowed inside the context."""
+    with ag.autograd.graph.allow_mutation_on_saved_tensors() as ctx:
+        a = [ag.tensor(1.0, dtype=ag.float64, requires_grad=True),
+             ag.tensor(-0.5, dtype=ag.float64, requires_grad=True)]
+        b = ag._foreach_exp(a)
+        ag._foreach_add_(b, 1)
+        assert _n(ctx.cloned) == 2
+        (b[0] * b[1]).backward()
+    e0, e1 = np.exp(1.0), np.exp(-0.5)
+    np.testing.assert_allclose([a[0].grad.item(), a[1].grad.item()],
+                               [e0 * (e1 + 1), e1 * (e0 + 1)])
