@@ -1,6 +1,6 @@
 """The `_foreach_*` functions (PyTorch's multi-tensor ops): one op applied to every tensor of a
-list, `_foreach_exp(xs)` is `[x.exp() for x in xs]` and `_foreach_add_(xs, 1)` is
-`for x in xs: x.add_(1)` (the in-place forms return None, as PyTorch's). The second operand
+list, `_foreach_exp(xs)` is `tuple(x.exp() for x in xs)` and `_foreach_add_(xs, 1)` is
+`for x in xs: x.add_(1)` (the in-place forms return the list they were given, as PyTorch's). The second operand
 of a binary op is a number (the same for every tensor), a 0-d tensor, or a list as long as the
 first (numbers or tensors; `alpha` of add/sub goes with tensors only); a ternary op's `value`/`weight` is a number, a list of numbers, or
 (addcmul/addcdiv) a 1-d tensor of one value per tensor.
@@ -55,11 +55,12 @@ def _per_tensor(name, other, n, *, tensor_is_per_item=False):
 
 def _unary(op):
     def out_of_place(self):
-        return [getattr(t, op)() for t in _tensors(f"_foreach_{op}", self)]
+        return tuple(getattr(t, op)() for t in _tensors(f"_foreach_{op}", self))
 
     def in_place(self):
         for t in _tensors(f"_foreach_{op}_", self):
             getattr(t, op + "_")()
+        return self
     return out_of_place, in_place
 
 
@@ -77,12 +78,13 @@ def _binary(op):
     def out_of_place(self, other, *, alpha=None):
         self = _tensors(f"_foreach_{op}", self)
         others = _per_tensor(f"_foreach_{op}", other, len(self))
-        return [call(t, o, alpha, op) for t, o in zip(self, others)]
+        return tuple(call(t, o, alpha, op) for t, o in zip(self, others))
 
     def in_place(self, other, *, alpha=None):
-        self = _tensors(f"_foreach_{op}_", self)
-        for t, o in zip(self, _per_tensor(f"_foreach_{op}_", other, len(self))):
+        tensors = _tensors(f"_foreach_{op}_", self)
+        for t, o in zip(tensors, _per_tensor(f"_foreach_{op}_", other, len(tensors))):
             call(t, o, alpha, op + "_")
+        return self
     return out_of_place, in_place
 
 
@@ -93,15 +95,17 @@ def _ternary(op):
         t1 = _per_tensor(f"_foreach_{op}", tensor1, n)
         t2 = _per_tensor(f"_foreach_{op}", tensor2, n)
         vs = _per_tensor(f"_foreach_{op}", value, n, tensor_is_per_item=True)
-        return [getattr(t, op)(a, b, value=_number(v)) for t, a, b, v in zip(self, t1, t2, vs)]
+        return tuple(getattr(t, op)(a, b, value=_number(v))
+                     for t, a, b, v in zip(self, t1, t2, vs))
 
     def in_place(self, tensor1, tensor2, value=1):
-        self = _tensors(f"_foreach_{op}_", self)
-        n = len(self)
-        for t, a, b, v in zip(self, _per_tensor(f"_foreach_{op}_", tensor1, n),
+        tensors = _tensors(f"_foreach_{op}_", self)
+        n = len(tensors)
+        for t, a, b, v in zip(tensors, _per_tensor(f"_foreach_{op}_", tensor1, n),
                               _per_tensor(f"_foreach_{op}_", tensor2, n),
                               _per_tensor(f"_foreach_{op}_", value, n, tensor_is_per_item=True)):
             getattr(t, op + "_")(a, b, value=_number(v))
+        return self
     return out_of_place, in_place
 
 
@@ -113,34 +117,38 @@ def _foreach_lerp(self, tensors1, weight):
     self = _tensors("_foreach_lerp", self)
     ends = _per_tensor("_foreach_lerp", tensors1, len(self))
     weights = _per_tensor("_foreach_lerp", weight, len(self))
-    return [t.lerp(e, w) for t, e, w in zip(self, ends, weights)]
+    return tuple(t.lerp(e, w) for t, e, w in zip(self, ends, weights))
 
 
 def _foreach_lerp_(self, tensors1, weight):
-    self = _tensors("_foreach_lerp_", self)
-    for t, e, w in zip(self, _per_tensor("_foreach_lerp_", tensors1, len(self)),
-                       _per_tensor("_foreach_lerp_", weight, len(self))):
+    tensors = _tensors("_foreach_lerp_", self)
+    for t, e, w in zip(tensors, _per_tensor("_foreach_lerp_", tensors1, len(tensors)),
+                       _per_tensor("_foreach_lerp_", weight, len(tensors))):
         t.lerp_(e, w)
+    return self
 
 
 def _foreach_zero_(self):
     for t in _tensors("_foreach_zero_", self):
         t.zero_()
+    return self
 
 
 def _foreach_copy_(self, src, non_blocking=False):
-    self = _tensors("_foreach_copy_", self)
-    for t, s in zip(self, _per_tensor("_foreach_copy_", src, len(self))):
+    tensors = _tensors("_foreach_copy_", self)
+    for t, s in zip(tensors, _per_tensor("_foreach_copy_", src, len(tensors))):
         t.copy_(s)
+    return self
 
 
 def _foreach_clone(self):
-    return [t.clone() for t in _tensors("_foreach_clone", self)]
+    return tuple(t.clone() for t in _tensors("_foreach_clone", self))
 
 
 def _foreach_norm(self, ord=2, dtype=None):
-    from aotgrad.linalg import vector_norm
-    return [vector_norm(t, ord, dtype=dtype) for t in _tensors("_foreach_norm", self)]
+    """The vector norm of each tensor (all its elements)."""
+    return tuple((t if dtype is None else t.to(dtype)).norm(ord)
+                 for t in _tensors("_foreach_norm", self))
 
 
 def _functions():

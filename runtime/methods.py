@@ -1,6 +1,7 @@
 """Install operators and methods on Tensor from the op modules (one place, one table)."""
 from aotgrad.ir import dtypes as dt
 from aotgrad.runtime import conversion, legacy, linalg_functions, ops, shape_ops, sparse_ops
+from aotgrad.runtime import tprims
 from aotgrad.runtime.ops import cast
 from aotgrad.runtime.scatter_reduce_ops import scatter_reduce
 from aotgrad.runtime.shape_ops import commit_inplace, snapshot
@@ -23,7 +24,6 @@ def _fill_(self, value):
     if isinstance(value, Tensor):
         new = shape_ops.expand(cast(value, self.dtype), tuple(self.shape))
     else:
-        from aotgrad.runtime import tprims
         new = tprims.constant(value, self.dtype, tuple(self.shape))
     return commit_inplace(self, new, "fill_", replaces=True)
 

@@ -258,3 +258,70 @@ def _scenario(T):
 
 def test_matches_torch(torch):
     assert _scenario(ag) == _scenario(torch)
+
+
+VIEWS = {"select": lambda x: x[0], "t": lambda x: x.t(), "reshape": lambda x: x.reshape(6),
+         "expand": lambda x: x.expand(4, 2, 3), "view": lambda x: x.view(3, 2),
+         "narrow": lambda x: x.narrow(1, 0, 2), "unsqueeze": lambda x: x.unsqueeze(0)}
+
+
+def _view_tangent(T, name):
+    fw = T.autograd.forward_ad
+    tangent = T.arange(6, dtype=T.float64).reshape(2, 3).clone()
+    with fw.dual_level():
+        d = fw.make_dual(T.ones(2, 3, dtype=T.float64), tangent)
+        vt = fw.unpack_dual(VIEWS[name](d)).tangent
+        is_view = vt._base is tangent
+        values = vt.tolist()
+        if name != "expand":  # (an expanded tensor cannot be written in place)
+            vt.mul_(10)       # writes the input's tangent
+        return is_view, values, tangent.tolist()
+
+
+@pytest.mark.parametrize("name", VIEWS)
+def test_view_tangent_is_that_view_of_the_input_tangent(name):
+    is_view, values, after = _view_tangent(ag, name)
+    t = np.arange(6.0).reshape(2, 3)
+    assert is_view
+    np.testing.assert_array_equal(values, VIEWS[name](ag.tensor(t)).numpy())
+    if name != "expand":
+        want = t.copy()
+        view = {"select": want[0], "t": want.T, "reshape": want.reshape(6),
+                "view": want.reshape(3, 2), "narrow": want[:, :2],
+                "unsqueeze": want[None]}[name]
+        view *= 10
+        np.testing.assert_array_equal(after, want)
+
+
+@pytest.mark.parametrize("name", VIEWS)
+def test_view_tangent_matches_torch(torch, name):
+    assert _view_tangent(ag, name) == _view_tangent(torch, name)
+
+
+def test_view_of_a_view_input_needs_a_view_of_the_same_base():
+    """The input is a view of a dual tensor, so its tangent is a view of that tangent: a jvp
+    returning a view of a copy of it is refused with PyTorch's message."""
+    fw = ag.autograd.forward_ad
+
+    class Narrow(ag.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, copy):
+            ctx.copy = copy
+            return x.narrow(0, 0, 2)
+
+        @staticmethod
+        def backward(ctx, g):
+            raise NotImplementedError
+
+        @staticmethod
+        def jvp(ctx, xt, _):
+            r = xt.narrow(0, 0, 2)
+            return r.clone().view_as(r) if ctx.copy else r
+
+    tangent = ag.ones(4, 4, dtype=ag.float64)
+    with fw.dual_level():
+        d = fw.make_dual(ag.rand(4, 4, dtype=ag.float64), tangent)
+        out = Narrow.apply(d.view_as(d), False)
+        assert fw.unpack_dual(out).tangent._base is tangent
+        _raises(lambda: Narrow.apply(d.view_as(d), True),
+                "not returning a view of the same base as the given grad input")

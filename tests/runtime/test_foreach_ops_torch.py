@@ -1,6 +1,6 @@
-"""The `_foreach_*` functions: one op over a list of tensors, with the operand forms PyTorch
-takes (a number, a list of numbers or tensors, a 0-d tensor, a 1-d tensor of values), in-place
-forms that modify each tensor and return None, gradients through them, and the list errors.
+"""The `_foreach_*` functions: one op over a list of tensors (a tuple of results), with the
+operand forms PyTorch takes (a number, a list of numbers or tensors, a 0-d tensor, a 1-d tensor
+of values), in-place forms that modify each tensor and return the list given, gradients through them, and the list errors.
 Closed forms against the per-tensor ops, and PyTorch where installed."""
 import numpy as np
 import pytest
@@ -23,10 +23,11 @@ def _np(ts):
 def test_unary_is_the_op_on_each_tensor(op):
     xs = _list(ag)
     got = getattr(ag, f"_foreach_{op}")(xs)
+    assert type(got) is tuple and len(got) == len(xs)
     for g, x in zip(got, xs):
         np.testing.assert_allclose(g.numpy(), getattr(x, op)().numpy())
     ys = _list(ag)
-    assert getattr(ag, f"_foreach_{op}_")(ys) is None
+    assert getattr(ag, f"_foreach_{op}_")(ys) is ys
     for y, g in zip(ys, got):
         np.testing.assert_allclose(y.numpy(), g.numpy())
         assert y._version == 1
@@ -128,3 +129,12 @@ def test_matches_torch(torch):
     for got, want in zip(_all_ops(ag), _all_ops(torch)):
         for g, w in zip(got, want):
             np.testing.assert_allclose(g, w, rtol=1e-6, equal_nan=True)
+
+
+def test_return_types_match_torch(torch):
+    def kinds(T):
+        xs = _list(T)
+        return (type(T._foreach_exp(xs)), type(T._foreach_add(xs, 1.0)),
+                type(T._foreach_norm(xs)), T._foreach_add_(xs, 1.0) is xs,
+                T._foreach_zero_(xs) is xs)
+    assert kinds(ag) == kinds(torch)
