@@ -127,7 +127,10 @@ class Tensor:
     @property
     def _version(self):
         """How many in-place writes this tensor's storage has seen (an int, like PyTorch's);
-        shared with its views and detached aliases through `_version_counter`."""
+        shared with its views and detached aliases through `_version_counter`. Inference
+        tensors have none to show, as in PyTorch."""
+        if self._inference:
+            raise RuntimeError("Inference tensors do not track version counter.")
         return self._version_counter.v
 
     @property
@@ -344,6 +347,7 @@ class Tensor:
         """A new tensor sharing storage and version counter, outside the autograd graph."""
         t = Tensor._make(self._value, False)
         t._version_counter = self._version_counter
+        t._inference = self._inference  # an alias: an inference tensor exactly when self is
         if isinstance(self._value, Var):
             b = _current_builder()
             if b is not None:

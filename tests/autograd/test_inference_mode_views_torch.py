@@ -179,3 +179,27 @@ SCENARIOS = {
 def test_matches_torch(torch, name):
     for fn, args in SCENARIOS[name]:
         assert fn(ag, *args) == fn(torch, *args), (fn.__name__, args)
+
+
+def aliases_and_versions(T):
+    """detach/.data keep whether the tensor is an inference tensor (in or out of inference
+    mode); an inference tensor has no version counter to show."""
+    a = T.ones(2, 3, requires_grad=True).clone()
+    with T.inference_mode():
+        c = T.ones(2, 3)
+        inside = (T.is_inference(a.detach()), T.is_inference(c.detach()),
+                  T.is_inference(a.clone()))
+    outside = (T.is_inference(c.detach()), T.is_inference(c.data), T.is_inference(a.detach()))
+    return inside, outside, _error(lambda: c._version), _error(lambda: c.detach()._version), \
+        a._version
+
+
+def test_aliases_and_versions():
+    assert aliases_and_versions(ag) == (
+        (False, True, True), (True, True, False),
+        "Inference tensors do not track version counter",
+        "Inference tensors do not track version counter", 0)
+
+
+def test_aliases_and_versions_match_torch(torch):
+    assert aliases_and_versions(ag) == aliases_and_versions(torch)
