@@ -75,16 +75,20 @@ def prim_tangent(rule, node_cls, prim, params, inputs, out, tangents):
                 continue
             term = (c * tan.to(c.dtype)).sum()
             total = term if total is None else total + term
-        if total is None or not total.requires_grad:
-            return None
+        if total is None or not total.requires_grad:  # J = 0 (floor, sign, round, ...):
+            return _zeros_like(out)                   # a zero tangent, as PyTorch's
         jt, = run_backward([total], [Tensor._make(np.ones((), total.dtype.np))],
                            retain_graph=differentiable, create_graph=differentiable,
                            inputs=[u], allow_unused=True, accumulate=False)
         if jt is None:
-            return None
+            return _zeros_like(out)
         return jt if differentiable and jt.requires_grad else jt.detach()
     finally:
         state.suspended, _mode.grad_enabled = prev_suspended, prev_grad
+
+
+def _zeros_like(out):
+    return Tensor._make(np.zeros(tuple(out.shape), out.dtype.np))
 
 
 def _is_view(prim, inputs, out, tangents):
