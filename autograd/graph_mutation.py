@@ -134,6 +134,10 @@ class AllowMutationOnSavedContext:
                 self.cloned[handle] = orig
 
 
+class _SavedHooks(SavedTensorHooks):
+    what = "autograd.graph.allow_mutation_on_saved_tensors"
+
+
 class _State(threading.local):
     def __init__(self):
         self.ctx = None  # the active context of this thread
@@ -152,7 +156,7 @@ def allow_mutation_on_saved_tensors():
     if saved_hooks.disabled_message is not None:  # (it installs saved-tensor hooks)
         raise RuntimeError(saved_hooks.disabled_message)
     ctx = AllowMutationOnSavedContext()
-    hooks = SavedTensorHooks(ctx.pack, ctx.unpack)
+    hooks = _SavedHooks(ctx.pack, ctx.unpack)
     prev_watcher = write_hooks.state.watcher
     saved_hooks.stack.append(hooks)
     write_hooks.state.watcher = ctx.before_write

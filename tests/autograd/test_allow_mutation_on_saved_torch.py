@@ -187,9 +187,11 @@ def test_compiled_call_that_saves_runs_eagerly():
         w = ag.tensor([1.0, 2.0], requires_grad=True)
         k = ag.tensor([3.0, 4.0])
         y = (w * k).sum()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
             z = f(w, k)
+        assert any("inside autograd.graph.allow_mutation_on_saved_tensors" in str(m.message)
+                   for m in caught)
         y.backward()
         np.testing.assert_allclose(w.grad.numpy(), [3.0, 4.0])
         w.grad = None
