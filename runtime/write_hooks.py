@@ -1,6 +1,7 @@
 """What runs just before a tensor is written in place: every in-place write (the write-back of
 an in-place op, `x[i] = v`, an in-place view op, `resize_`, a compiled program's write-back
-of a mutated argument) calls `before_write(t)` while t still holds its old value and version.
+of a mutated argument, a gradient accumulated into an existing `.grad`) calls
+`before_write(t)` while t still holds its old value and version.
 
 One watcher per thread may be installed: `autograd.graph.allow_mutation_on_saved_tensors`
 uses it to copy a tensor saved for backward before it is modified.

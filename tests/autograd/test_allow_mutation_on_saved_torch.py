@@ -266,3 +266,17 @@ def test_foreach_inplace_on_saved_results():
     e0, e1 = np.exp(1.0), np.exp(-0.5)
     np.testing.assert_allclose([a[0].grad.item(), a[1].grad.item()],
                                [e0 * (e1 + 1), e1 * (e0 + 1)])
+
+
+def test_grad_accumulated_in_place_into_a_saved_grad():
+    """A backward accumulating into a .grad that another graph saved copies it first."""
+    def run(T):
+        with T.autograd.graph.allow_mutation_on_saved_tensors():
+            x = T.tensor([1.0, 2.0], dtype=T.float64, requires_grad=True)
+            w = T.tensor([3.0, 4.0], dtype=T.float64, requires_grad=True)
+            (x * x).sum().backward()          # x.grad = 2x
+            y = (x.grad * w).sum()            # saves x.grad (for w's gradient)
+            (x * 5).sum().backward()          # x.grad += 5, in place
+            y.backward()
+            return w.grad.tolist(), x.grad.tolist()
+    assert run(ag) == ([2.0, 4.0], [7.0, 9.0])
