@@ -260,7 +260,11 @@ def commit_inplace(x, new, opname, replaces=False):
 def _update_tangents(x, tangent):
     """Forward-mode AD after an in-place op: x's tangent is the new value's; when x is a view,
     its root's tangent takes it at x's elements (eager). Other views of the root keep the
-    tangent they had."""
+    tangent they had. A tensor that had a tangent keeps a zero one where the new value has
+    none (`d.zero_()`, `d.copy_(plain)`), as in PyTorch."""
+    if tangent is None and forward_mode.tangent_of(x) is not None and \
+            isinstance(x._value, np.ndarray):
+        tangent = Tensor._make(np.zeros(x._value.shape, x._value.dtype))
     forward_mode.set_tangent(x, tangent)
     root = x._base
     if root is None or not isinstance(root._value, np.ndarray) or \

@@ -325,3 +325,34 @@ def test_view_of_a_view_input_needs_a_view_of_the_same_base():
         assert fw.unpack_dual(out).tangent._base is tangent
         _raises(lambda: Narrow.apply(d.view_as(d), True),
                 "not returning a view of the same base as the given grad input")
+
+
+INPLACE_WRITES = {"copy_": lambda T, d: d.copy_(T.ones(2)), "fill_": lambda T, d: d.fill_(1.0),
+                  "zero_": lambda T, d: d.zero_(), "eq_": lambda T, d: d.eq_(T.ones(2)),
+                  "floor_": lambda T, d: d.floor_(), "setitem": lambda T, d: d.__setitem__(0, 5.0),
+                  "mul_": lambda T, d: d.mul_(T.full((2,), 2.0))}
+
+
+def _tangent_after_write(T, name):
+    fw = T.autograd.forward_ad
+    out = []
+    with fw.dual_level():
+        d = fw.make_dual(T.tensor([1.5, 2.5]), T.tensor([3.0, 4.0])).clone()
+        INPLACE_WRITES[name](T, d)
+        t = fw.unpack_dual(d).tangent
+        out.append(None if t is None else t.tolist())
+        p = T.tensor([1.5, 2.5])          # a tensor without a tangent gets none
+        INPLACE_WRITES[name](T, p)
+        out.append(fw.unpack_dual(p).tangent)
+    return out
+
+
+@pytest.mark.parametrize("name", INPLACE_WRITES)
+def test_tangent_after_an_inplace_write(name):
+    want = {"setitem": [0.0, 4.0], "mul_": [6.0, 8.0]}.get(name, [0.0, 0.0])
+    assert _tangent_after_write(ag, name) == [want, None]
+
+
+@pytest.mark.parametrize("name", INPLACE_WRITES)
+def test_tangent_after_an_inplace_write_matches_torch(torch, name):
+    assert _tangent_after_write(ag, name) == _tangent_after_write(torch, name)
