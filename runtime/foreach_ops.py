@@ -1,9 +1,10 @@
 """The `_foreach_*` functions (PyTorch's multi-tensor ops): one op applied to every tensor of a
-list, `_foreach_exp(xs)` is `tuple(x.exp() for x in xs)` and `_foreach_add_(xs, 1)` is
-`for x in xs: x.add_(1)` (the in-place forms return the list they were given, as PyTorch's). The second operand
-of a binary op is a number (the same for every tensor), a 0-d tensor, or a list as long as the
-first (numbers or tensors; `alpha` of add/sub goes with tensors only); a ternary op's `value`/`weight` is a number, a list of numbers, or
-(addcmul/addcdiv) a 1-d tensor of one value per tensor.
+list. `_foreach_exp(xs)` is `tuple(x.exp() for x in xs)`; `_foreach_add_(xs, 1)` is
+`for x in xs: x.add_(1)` and returns the list it was given, as PyTorch's. The second operand
+of a binary op is a number (the same for every tensor), a 0-d tensor, or a list as long as
+the first (numbers or tensors; `alpha` of add/sub goes with tensors only); the `value` of
+addcmul/addcdiv is a number, a list of numbers or a 1-d tensor of one value per tensor, and
+lerp's `weight` a number or a list.
 
 Each tensor goes through the op layer, so autograd, forward mode, saved-tensor hooks and
 compiled tracing see the per-tensor ops (the optimizers' numpy multi-tensor path is

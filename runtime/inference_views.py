@@ -1,4 +1,4 @@
-"""Views and inference mode, as PyTorch's (its InferenceMode note and CreationMeta::INFERENCE_MODE):
+"""Views and inference mode, as PyTorch's (its InferenceMode notes, CreationMeta INFERENCE_MODE):
 
 - A view of an inference tensor is an inference tensor that records nothing: it is not
   reported as a view (`_is_view()` is False), does not require grad and has no grad_fn, in or

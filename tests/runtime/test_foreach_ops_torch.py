@@ -1,7 +1,8 @@
 """The `_foreach_*` functions: one op over a list of tensors (a tuple of results), with the
-operand forms PyTorch takes (a number, a list of numbers or tensors, a 0-d tensor, a 1-d tensor
-of values), in-place forms that modify each tensor and return the list given, gradients through them, and the list errors.
-Closed forms against the per-tensor ops, and PyTorch where installed."""
+operand forms PyTorch takes (a number, a list of numbers or tensors, a 0-d tensor, a 1-d
+tensor of values), in-place forms that modify each tensor and return the list given,
+gradients through them, and the list errors. Closed forms against the per-tensor ops, and
+PyTorch where installed."""
 import numpy as np
 import pytest
 
