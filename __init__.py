@@ -115,6 +115,8 @@ from aotgrad.runtime.misc_api import (e, get_default_dtype, inf, is_complex,  # 
                                       newaxis,
                                       numel, pi, set_default_dtype, typename)
 from aotgrad.runtime.sparse_ops import sparse_coo_tensor, spmm  # noqa: E402
+from aotgrad.runtime.foreach_ops import FUNCTIONS as _FOREACH  # noqa: E402
+globals().update(_FOREACH)  # _foreach_add, _foreach_exp_, ... (runtime/foreach_ops.py)
 from aotgrad.runtime.linalg_functions import (cholesky_solve, det, inverse,  # noqa: E402
                                               logdet, matrix_power, pinverse, slogdet)
 from aotgrad.runtime.linalg_functions import cholesky_legacy as cholesky  # noqa: E402

@@ -17,10 +17,13 @@ tangent is itself differentiable (reverse-over-forward). A custom `autograd.Func
 dual tensor uses its `jvp` staticmethod (and raises without one), which reads what
 `ctx.save_for_forward` saved as `ctx.saved_tensors`, as in PyTorch.
 
+A view's tangent is that view of its input's tangent (writing one in place writes the other),
+as in PyTorch.
+
 Limits: one dual level at a time (nesting raises); a compiled function called inside a dual
-level runs eagerly; an in-place op on a view updates the tangent of the view and of its base,
-but other views of that base keep the tangent they had (in PyTorch a view's tangent is a view
-of its base's tangent).
+level runs eagerly; an in-place op gives the tensor it writes a new tangent (and writes it
+into its base's tangent at the view's elements) instead of writing the old tangent in place,
+so the tangents of other views of that base keep the values they had.
 """
 import collections
 import contextlib
@@ -74,6 +77,13 @@ def make_dual(tensor, tangent, *, level=None):
                            f"that of the original Tensor, this is not supported. Tensor is of "
                            f"size {list(tensor.shape)} while the given forward gradient is of "
                            f"size {list(tangent.shape)}.")
+    level = forward_mode.state.level
+    if forward_mode.tangent_of(tensor) is not None:
+        raise RuntimeError(f"Making a dual Tensor based on a Tensor that already has a forward "
+                           f"gradient at the same level {level} is not supported.")
+    if forward_mode.tangent_of(tangent) is not None:
+        raise RuntimeError(f"Setting a forward grad that itself has a forward gradient at the "
+                           f"same level {level} is not supported.")
     with _suspended():
         dual = tensor.view_as(tensor)
     forward_mode.set_tangent(dual, tangent)

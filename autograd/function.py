@@ -23,6 +23,7 @@ import contextlib
 import functools
 import inspect
 
+from aotgrad.autograd.forward_ad_function import set_output_tangents
 from aotgrad.ir.core import Aval
 from aotgrad.runtime import forward_mode, profiling
 from aotgrad.runtime.engine import Node, SavedTensor, _node_of
@@ -241,10 +242,10 @@ class Function(metaclass=_FunctionMeta):
             else:
                 raw = _call_forward(cls, ctx, args, has_setup)
         is_tuple = isinstance(raw, tuple)
-        outputs = raw if is_tuple else (raw,)
-        outputs = _wrap_outputs(ctx, args, outputs, record)
+        raw_outputs = raw if is_tuple else (raw,)
+        outputs = _wrap_outputs(ctx, args, raw_outputs, record)
         if tangents is not None:
-            _set_output_tangents(cls, ctx, args, tangents, outputs)
+            _set_output_tangents(cls, ctx, args, tangents, raw_outputs, outputs)
         return outputs if is_tuple else outputs[0]
 
 
@@ -268,31 +269,12 @@ def _tangents_suspended(on):
         forward_mode.state.suspended = prev
 
 
-def _set_output_tangents(cls, ctx, args, tangents, outputs):
+def _set_output_tangents(cls, ctx, args, tangents, raw_outputs, outputs):
     if cls.jvp is Function.jvp:
         raise RuntimeError(f"You must implement the jvp function for custom autograd.Function "
                            f"to use it with forward mode AD ({cls.__name__} was given a dual "
                            f"tensor).")
-    from aotgrad.runtime.factories import zeros_like
-    grads_in = [(t if t is not None else zeros_like(a)) if isinstance(a, Tensor) else None
-                for a, t in zip(args, tangents)]
-    ctx._in_jvp = True
-    try:
-        with no_grad(), _tangents_suspended(True):
-            out_tangents = cls.jvp(ctx, *grads_in)
-    finally:
-        ctx._in_jvp = False
-    if not isinstance(out_tangents, tuple):
-        out_tangents = (out_tangents,)
-    tensors = [o for o in outputs if isinstance(o, Tensor)]
-    if len(out_tangents) != len(outputs) and len(out_tangents) != len(tensors):
-        raise RuntimeError(f"jvp of {cls.__name__} returned {len(out_tangents)} tangents for "
-                           f"{len(outputs)} outputs")
-    pairs = zip(outputs, out_tangents) if len(out_tangents) == len(outputs) else \
-        zip(tensors, out_tangents)
-    for o, t in pairs:
-        if isinstance(o, Tensor) and t is not None and o.dtype.is_floating_point:
-            forward_mode.set_tangent(o, t)
+    set_output_tangents(cls, ctx, args, tangents, raw_outputs, outputs)
 
 
 def _bind(forward, has_setup, args, kwargs):

@@ -31,6 +31,7 @@ from aotgrad.runtime.engine import GradientEdge, Node, _node_of, graph_tasks, \
     saved_hooks
 from aotgrad.runtime.saved_hooks import SavedTensorHooks
 from aotgrad.runtime.tensor import Tensor
+from aotgrad.autograd.graph_mutation import allow_mutation_on_saved_tensors
 
 __all__ = ["saved_tensors_hooks", "save_on_cpu", "disable_saved_tensors_hooks",
            "register_multi_grad_hook", "allow_mutation_on_saved_tensors", "Node",
@@ -133,27 +134,6 @@ def register_multi_grad_hook(tensors, fn, *, mode="all"):
         handles = [t.register_hook(hook) for t in tensors if t.requires_grad]
     return _MultiHandle(handles)
 
-
-class allow_mutation_on_saved_tensors:
-    """Context manager under which a tensor saved for backward may be modified in place:
-    the backward uses its value from when it was saved (aotgrad keeps a copy of every tensor
-    saved inside the context, where PyTorch copies it when it is first modified).
-
-    >>> b = aotgrad.tensor([1.0, 2.0], requires_grad=True).clone()
-    >>> with allow_mutation_on_saved_tensors():
-    ...     y = (b ** 2).sum()
-    ...     _ = b.mul_(3)     # no "modified by an inplace operation" error in backward
-    ...     y.backward()
-    """
-
-    def __enter__(self):
-        if saved_hooks.copy_saved:
-            raise RuntimeError("allow_mutation_on_saved_tensors contexts cannot be nested")
-        saved_hooks.copy_saved += 1
-        return self
-
-    def __exit__(self, *exc):
-        saved_hooks.copy_saved -= 1
 
 class saved_tensors_hooks(SavedTensorHooks):
     """Context manager that sets a pair of pack / unpack hooks for saved tensors.

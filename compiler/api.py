@@ -276,7 +276,7 @@ class CompiledFunction:
             # a compiled program keeps what its backward needs inside it, where pack/unpack
             # hooks cannot see it: run eagerly, so that they see every saved tensor
             self._warn_once(f"aotgrad.compile({self.name}): called inside "
-                            f"autograd.graph.saved_tensors_hooks, whose hooks must see the "
+                            f"{saved_hooks.stack[-1].what}, whose hooks must see the "
                             f"tensors saved for backward; running this call eagerly")
             self.stats.eager_fallbacks += 1
             return self.fn(*args, **kwargs)

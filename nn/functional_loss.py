@@ -65,7 +65,11 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mea
     d = ops.abs(ops.sub(input, target))
     if beta == 0:
         return _reduce(d, reduction, "smooth_l1_loss")
-    loss = ops.where(ops.lt(d, beta), ops.div(ops.mul(ops.mul(d, d), 0.5), beta),
+    # the square is taken of 0 where the linear part is used: at an infinite d the unused
+    # square's gradient (its zero cotangent times 2d) would be NaN (a NaN d stays NaN, and so
+    # does its gradient, as PyTorch's)
+    dq = ops.where(ops.ge(d, beta), 0.0, d)
+    loss = ops.where(ops.lt(d, beta), ops.div(ops.mul(ops.mul(dq, dq), 0.5), beta),
                      ops.sub(d, 0.5 * beta))
     return _reduce(loss, reduction, "smooth_l1_loss")
 

@@ -9,6 +9,7 @@ from aotgrad.runtime.engine import FREED_MESSAGE, Node, SavedTensor, _node_of, f
     write_grad  # noqa: F401 (compiler.py imports it from here)
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.tensor import Tensor
+from aotgrad.runtime.write_hooks import before_write
 
 
 def run_graph_with_tensors(graph, tensors):
@@ -99,6 +100,7 @@ def check_nan(graph, args, outs, what):
 
 def write_back(t, value):
     """Functionalized in-place update of a real tensor by a compiled program."""
+    before_write(t)
     if isinstance(t._value, np.ndarray) and t._value.shape == value.shape and \
             t._value.flags.writeable:
         np.copyto(t._value, value)

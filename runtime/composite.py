@@ -196,13 +196,16 @@ class RuleBackward(Node):
             self._result.release()
 
 
-def with_rule(grad_name, edges, rule, save=None):
+def with_rule(grad_name, edges, rule, save=None, nan_result_tangent=False):
     """Decorate a one-output composite op whose derivative is `rule` (registered under
     `grad_name`), not the one its prims would give: the forward runs without recording its
     prims, its result gets one RuleBackward node over the arguments named in `edges`, and
     forward-mode AD takes its tangent from the same rule. `save` names the tensor arguments
     (and "result") the rule reads, which are what the node saves (saved-tensor hooks see
-    them); by default every tensor argument and the result."""
+    them); by default every tensor argument and the result. `nan_result_tangent`: where the
+    result is NaN its tangent is NaN (PyTorch's forward formula of a reduction that picks
+    one value reads the tangents of the elements equal to the result, and a NaN equals
+    none, while its backward sends the gradient to the NaN elements)."""
     RULES[grad_name] = rule
 
     def deco(fn):
@@ -234,7 +237,12 @@ def with_rule(grad_name, edges, rule, save=None):
             if track:                  # then differentiable, for a double backward)
                 out.grad_fn = node
             if dual:
-                forward_mode.set_tangent(out, _rule_tangent(node, out, inputs, tangents))
+                tangent = _rule_tangent(node, out, inputs, tangents)
+                if nan_result_tangent and tangent is not None:
+                    tangent = tprims.where(tprims.ne(out, out),
+                                           tprims.constant(float("nan"), tangent.dtype,
+                                                           tuple(tangent.shape)), tangent)
+                forward_mode.set_tangent(out, tangent)
             return out
         return wrapper
     return deco

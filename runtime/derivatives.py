@@ -280,13 +280,19 @@ def _(ctx, g):
 def _(ctx, g):
     x, y, out = ctx.saved_tensors
     zero = _bc(_c(0, x), x)
+    one = _bc(_c(1, x), x)
     gx = gy = None
+    # the masked-off branches are computed at x = 1, not at the point that gives inf or NaN:
+    # differentiating the rule again (double backward, forward mode) multiplies each branch
+    # by its zero cotangent, and 0 * inf would be NaN
     if ctx.needs_input_grad[0]:  # y * x^(y-1), and 0 where y == 0 (PyTorch)
-        d = tp.mul(y, tp.pow(x, tp.sub(y, _bc(_c(1, y), y))))
-        gx = tp.where(tp.eq(y, zero), zero, tp.mul(g, d))
+        y_zero = tp.eq(y, zero)
+        d = tp.mul(y, tp.pow(tp.where(y_zero, one, x), tp.sub(y, _bc(_c(1, y), y))))
+        gx = tp.where(y_zero, zero, tp.mul(g, d))
     if ctx.needs_input_grad[1]:  # out * log(x), and 0 where x == 0 and y >= 0 (PyTorch)
-        d = tp.mul(g, tp.mul(out, tp.log(x)))
-        gy = tp.where(tp.logical_and(tp.eq(x, zero), tp.ge(y, zero)), zero, d)
+        x_zero = tp.logical_and(tp.eq(x, zero), tp.ge(y, zero))
+        d = tp.mul(g, tp.mul(out, tp.log(tp.where(x_zero, one, x))))
+        gy = tp.where(x_zero, zero, d)
     return gx, gy
 
 

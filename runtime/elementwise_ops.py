@@ -27,17 +27,24 @@ add_ = _binary(tp.add)
 mul_ = _binary(tp.mul)
 
 
+def _times_alpha(b, alpha):
+    """`alpha * b` for add/sub (Python numbers multiply as numbers: `x.add(1.0, alpha=2)`)."""
+    if not isinstance(b, Tensor) and not isinstance(alpha, Tensor):
+        return b * alpha
+    return mul(b, alpha)
+
+
 @op("add", "AddBackward0")
 def add(a, b, *, alpha=1):
     if isinstance(alpha, Tensor) or alpha != 1:
-        b = mul(b, alpha)
+        b = _times_alpha(b, alpha)
     return add_(a, b)
 
 
 @op("sub", "SubBackward0")
 def sub(a, b, *, alpha=1):
     if isinstance(alpha, Tensor) or alpha != 1:
-        b = mul(b, alpha)
+        b = _times_alpha(b, alpha)
     weak = _weak_or_scalar(a) and _weak_or_scalar(b)
     a2, b2 = _binary_args(a, b)
     nbool = builtins.sum(1 for v in (a, b) if isinstance(v, (bool, np.bool_)) or

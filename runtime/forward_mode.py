@@ -8,10 +8,14 @@ set of rules: the rule maps an output cotangent u to the input cotangents J^T u,
 u, and written with tensor ops; so with u a zero tensor that requires grad,
 J·t = d/du sum_i <(J^T u)_i, t_i>, one more backward through the rule's own graph.
 
+A view's tangent is the same view of its input's tangent (one prim application on the
+tangent, which is J·t for a linear prim), as in PyTorch.
+
 Only one dual level at a time (nesting raises).
 """
 import numpy as np
 
+from aotgrad.ir.tags import Tag
 from aotgrad.runtime.backward import run_backward
 from aotgrad.runtime.dual_state import TANGENT, set_tangent, state, tangent_of  # noqa: F401
 from aotgrad.runtime.grad_mode import state as _mode
@@ -44,6 +48,8 @@ def prim_tangent(rule, node_cls, prim, params, inputs, out, tangents):
     differentiable = _mode.grad_enabled and (
         any(t.requires_grad for t in inputs) or
         any(t is not None and t.requires_grad for t in tangents))
+    if _is_view(prim, inputs, out, tangents):
+        return _view_tangent(prim, params, tangents[0], differentiable)
     prev_suspended, prev_grad = state.suspended, _mode.grad_enabled
     state.suspended, _mode.grad_enabled = True, True
     try:
@@ -69,13 +75,38 @@ def prim_tangent(rule, node_cls, prim, params, inputs, out, tangents):
                 continue
             term = (c * tan.to(c.dtype)).sum()
             total = term if total is None else total + term
-        if total is None or not total.requires_grad:
-            return None
+        if total is None or not total.requires_grad:  # J = 0 (floor, sign, round, ...):
+            return _zeros_like(out)                   # a zero tangent, as PyTorch's
         jt, = run_backward([total], [Tensor._make(np.ones((), total.dtype.np))],
                            retain_graph=differentiable, create_graph=differentiable,
                            inputs=[u], allow_unused=True, accumulate=False)
         if jt is None:
-            return None
+            return _zeros_like(out)
         return jt if differentiable and jt.requires_grad else jt.detach()
+    finally:
+        state.suspended, _mode.grad_enabled = prev_suspended, prev_grad
+
+
+def _zeros_like(out):
+    return Tensor._make(np.zeros(tuple(out.shape), out.dtype.np))
+
+
+def _is_view(prim, inputs, out, tangents):
+    """Whether `out` is (eagerly) a view of its one input, whose tangent has its layout."""
+    return Tag.SHARES_MEMORY in prim.tags and len(inputs) == 1 and tangents[0] is not None \
+        and type(out._value) is np.ndarray and type(tangents[0]._value) is np.ndarray \
+        and tangents[0].dtype is inputs[0].dtype \
+        and np.may_share_memory(out._value, inputs[0]._value)
+
+
+def _view_tangent(prim, params, tangent, differentiable):
+    """The tangent of a view is the same view of its input's tangent (as PyTorch's: writing
+    one in place writes the other). The prim is linear: applying it to the tangent is J·t."""
+    from aotgrad.runtime.dispatch import apply
+    from aotgrad.runtime.view_ops import _view_of
+    prev_suspended, prev_grad = state.suspended, _mode.grad_enabled
+    state.suspended, _mode.grad_enabled = True, differentiable
+    try:
+        return _view_of(apply(prim, tangent, **params), tangent)
     finally:
         state.suspended, _mode.grad_enabled = prev_suspended, prev_grad

@@ -14,6 +14,7 @@ import numpy as np
 from aotgrad.ir.core import current_builder as _current_builder
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.graph_breaks import graph_break
+from aotgrad.runtime.write_hooks import before_write
 
 
 def accumulate_grad(t, g, create_graph):
@@ -48,6 +49,7 @@ def accumulate_grad(t, g, create_graph):
         t._grad = t._plain(value)
     elif isinstance(t._grad._value, np.ndarray) and isinstance(g._value, np.ndarray) and \
             t._grad._value.flags.writeable and t._grad.grad_fn is None:
+        before_write(t._grad)
         np.add(t._grad._value, g._value, out=t._grad._value)
         t._grad._version_counter.v += 1
     else:
@@ -77,6 +79,7 @@ def write_grad(t, value):
         t._grad = None
     elif t._grad is not None and isinstance(t._grad._value, np.ndarray) and \
             t._grad._value.shape == value.shape and t._grad._value.flags.writeable:
+        before_write(t._grad)
         np.copyto(t._grad._value, value)
         t._grad._version_counter.v += 1
     else:

@@ -23,7 +23,7 @@ import numpy as np
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.core import current_builder, current_op, format_location, type_str
-from aotgrad.runtime import forward_mode, layout
+from aotgrad.runtime import forward_mode, inference_views, layout
 from aotgrad.runtime.forward_mode import state as _forward
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.elementwise_ops import where
@@ -34,9 +34,11 @@ from aotgrad.runtime.op_base import as_tensor_like, cast, op
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.runtime.view_ops import expand, reshape, traced_aliases
 from aotgrad.runtime import dispatch
+from aotgrad.runtime.write_hooks import before_write
 
 
 def _inplace_guard(x, opname):
+    inference_views.check_inplace(x)
     if x._inference and not _mode.inference:
         where = "" if current_op.get() is not None else f"{opname}: "  # an op names itself
         raise RuntimeError(f"{where}Inplace update to inference tensor outside InferenceMode "
@@ -232,6 +234,7 @@ def commit_inplace(x, new, opname, replaces=False):
         if x.grad_fn is not None:  # (PyTorch's CopySlices skips the view's old node: the
             x.grad_fn._drop_tensor_hooks(x._output_nr)  # hooks registered on it never fire)
         new_root, new = _rebase(x, new)
+    before_write(x)
     if isinstance(x._value, np.ndarray) and not isinstance(new._value, np.ndarray):
         # a real tensor written inside a trace holds the traced value (history, version)
         # until the trace ends; the tracer restores it and writes it back at run time
@@ -257,7 +260,11 @@ def commit_inplace(x, new, opname, replaces=False):
 def _update_tangents(x, tangent):
     """Forward-mode AD after an in-place op: x's tangent is the new value's; when x is a view,
     its root's tangent takes it at x's elements (eager). Other views of the root keep the
-    tangent they had."""
+    tangent they had. A tensor that had a tangent keeps a zero one where the new value has
+    none (`d.zero_()`, `d.copy_(plain)`), as in PyTorch."""
+    if tangent is None and forward_mode.tangent_of(x) is not None and \
+            isinstance(x._value, np.ndarray):
+        tangent = Tensor._make(np.zeros(x._value.shape, x._value.dtype))
     forward_mode.set_tangent(x, tangent)
     root = x._base
     if root is None or not isinstance(root._value, np.ndarray) or \
@@ -346,6 +353,7 @@ def setitem(x, index, value):
         idx = index._value if isinstance(index, Tensor) else index
         if isinstance(idx, tuple):
             idx = tuple(i._value if isinstance(i, Tensor) else i for i in idx)
+        before_write(x)
         if readonly:
             warnings.warn("Use of index_put_ on expanded tensors is deprecated. Please clone() "
                           "the tensor before performing this operation. This also applies to "

@@ -4,6 +4,7 @@ write-back of the elementwise in-place ops (which keeps the shape). The tensor t
 value and history and its version is bumped, as in PyTorch."""
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.inplace_ops import _inplace_guard, _set_history
+from aotgrad.runtime.write_hooks import before_write
 
 
 def inplace_view(view_fn, name):
@@ -13,6 +14,7 @@ def inplace_view(view_fn, name):
         out = view_fn(self, *args, **kwargs)
         # eagerly a numpy view of the old value (the elements stay shared with other views);
         # traced, the traced value of the new shape
+        before_write(self)
         self._value = out._value
         self._version_counter.v += 1
         if out.requires_grad and _mode.grad_enabled and out.grad_fn is not None:

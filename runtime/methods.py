@@ -1,6 +1,7 @@
 """Install operators and methods on Tensor from the op modules (one place, one table)."""
 from aotgrad.ir import dtypes as dt
 from aotgrad.runtime import conversion, legacy, linalg_functions, ops, shape_ops, sparse_ops
+from aotgrad.runtime import tprims
 from aotgrad.runtime.ops import cast
 from aotgrad.runtime.scatter_reduce_ops import scatter_reduce
 from aotgrad.runtime.shape_ops import commit_inplace, snapshot
@@ -23,7 +24,6 @@ def _fill_(self, value):
     if isinstance(value, Tensor):
         new = shape_ops.expand(cast(value, self.dtype), tuple(self.shape))
     else:
-        from aotgrad.runtime import tprims
         new = tprims.constant(value, self.dtype, tuple(self.shape))
     return commit_inplace(self, new, "fill_", replaces=True)
 
@@ -154,7 +154,8 @@ for _name in ("add sub mul div pow clamp clamp_min clamp_max clip neg abs exp lo
               "sinh cosh asinh acosh atanh asin acos atan arcsin arccos arctan "
               "arcsinh arccosh arctanh arctan2 erfc erfinv lgamma digamma logit xlogy sinc "
               "polygamma i0 mvlgamma scatter_reduce sin cos tan rsqrt log1p expm1 log2 "
-              "log10 erf").split():
+              "log10 erf eq ne lt le gt ge logical_and logical_or logical_xor "
+              "logical_not").split():
     _fn = _METHODS[_name]
     _METHODS[_name + "_"] = _inplace(_fn, _name + "_")
 # in-place views: the tensor takes the view's shape, value and history
@@ -202,6 +203,8 @@ for _mod in (reduction_more_ops, combine_ops, stats_ops, misc_more_ops):
         _METHODS[_name] = getattr(_mod, _name)
 from aotgrad.runtime.matrix_exp_ops import matrix_exp  # noqa: E402
 _METHODS["matrix_exp"] = matrix_exp
+from aotgrad.runtime import storage  # noqa: E402
+_METHODS.update(storage.METHODS)
 for _name in misc_more_ops.INPLACE_NAMES:
     _METHODS[_name + "_"] = _inplace(_METHODS[_name], _name + "_")
 

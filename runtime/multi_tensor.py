@@ -15,6 +15,7 @@ is active and the group is not `differentiable`.
 import numpy as np
 
 from aotgrad.ir.core import current_builder
+from aotgrad.runtime import write_hooks
 from aotgrad.runtime.forward_mode import state as forward_state
 
 
@@ -35,9 +36,10 @@ def arrays_of(rows, free=()):
     gradient, its state), or None where the multi-tensor path cannot run on them: a traced
     value, a dtype other than float32/float64, a row whose tensors differ in dtype (the
     positions in `free`, such as a float32 step count, may differ), a read-only buffer (a
-    view of an expanded tensor), or an active forward-mode level (tangents follow in-place
-    ops through the op layer)."""
-    if current_builder() is not None or forward_state.level is not None:
+    view of an expanded tensor), an active forward-mode level (tangents follow in-place
+    ops through the op layer) or a watcher of in-place writes (runtime/write_hooks.py)."""
+    if current_builder() is not None or forward_state.level is not None or \
+            write_hooks.state.watcher is not None:
         return None
     out = []
     for row in rows:

@@ -16,6 +16,7 @@ import numpy as np
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.core import current_builder
+from aotgrad.runtime.dual_state import tangent_of
 
 
 @dataclasses.dataclass
@@ -199,7 +200,6 @@ def tensor_repr(t):
         suffixes.append(f"grad_fn=<{t.grad_fn.name()}>")
     elif t.requires_grad:
         suffixes.append("requires_grad=True")
-    from aotgrad.runtime.dual_state import tangent_of  # (dual_state imports the tensor)
     tangent = tangent_of(t)
     if tangent is not None:  # a dual tensor prints its tangent, as PyTorch's
         suffixes.append("tangent=" + tensor_repr(tangent).replace("\n", "\n" + " " * 8))

@@ -84,12 +84,14 @@ def _nanmedian_pos(nans, n):  # the lower median of the numbers; all NaN: a NaN
 
 # Without a dim PyTorch splits the gradient evenly among the elements equal to the median
 # (and among the NaNs when it is NaN), as for max(); with a dim it goes to the one index.
-@with_rule("MedianBackward0", ("x",), red.evenly_distribute_rule)
+@with_rule("MedianBackward0", ("x",), red.evenly_distribute_rule,
+           nan_result_tangent=True)
 def _median_all(x):
     return _full_median(x, _median_pos, "median")
 
 
-@with_rule("NanmedianBackward0", ("x",), red.evenly_distribute_rule)
+@with_rule("NanmedianBackward0", ("x",), red.evenly_distribute_rule,
+           nan_result_tangent=True)
 def _nanmedian_all(x):
     return _full_median(x, _nanmedian_pos, "nanmedian")
 

@@ -102,12 +102,12 @@ def evenly_distribute_rule(ctx, g):
     return (where(hit, div(g, sum(hit)), 0.0),)
 
 
-@with_rule("MaxBackward1", ("x",), evenly_distribute_rule)
+@with_rule("MaxBackward1", ("x",), evenly_distribute_rule, nan_result_tangent=True)
 def _max_all(x):
     return amax(x)
 
 
-@with_rule("MinBackward1", ("x",), evenly_distribute_rule)
+@with_rule("MinBackward1", ("x",), evenly_distribute_rule, nan_result_tangent=True)
 def _min_all(x):
     return amin(x)
 

@@ -30,6 +30,7 @@ def is_number_operand(t):
 class SavedTensorHooks:
     """pack_hook(tensor) -> Any runs when an op saves a tensor; unpack_hook(packed) ->
     Tensor runs when the backward reads it."""
+    what = "autograd.graph.saved_tensors_hooks"  # the user-level context, for messages
 
     def __init__(self, pack_hook, unpack_hook):
         self.pack_hook = pack_hook

@@ -1,18 +1,14 @@
 """Tensors saved for backward: `SavedTensor` (the value, its version at save time, and how
 to rebuild the tensor when the backward reads it) and the per-thread state of
-`autograd.graph.saved_tensors_hooks` and `allow_mutation_on_saved_tensors`."""
+`autograd.graph.saved_tensors_hooks`."""
 import threading
 import weakref
 
-import numpy as np
-
 from aotgrad.ir.core import Var
 from aotgrad.runtime import dual_state
-from aotgrad.runtime.autograd_node import AccumulateGrad
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.saved_hooks import SavedTensorHooks, is_number_operand
 from aotgrad.runtime.tensor import Tensor
-from aotgrad.runtime.version_counter import VersionCounter
 
 
 _LEGACY_TYPE = {"float32": "FloatTensor", "float64": "DoubleTensor", "int64": "LongTensor",
@@ -68,18 +64,6 @@ class SavedTensor:
         if saved_hooks.stack and not is_number_operand(t):  # saved_tensors_hooks: keep what
             # pack returns (a Python number operand is never packed, as in PyTorch)
             saved_hooks.stack[-1]._pack_saved(self, t)  # sets .hooks and .value
-        elif saved_hooks.copy_saved and isinstance(self.value, np.ndarray):
-            self._keep_copy()
-
-    def _keep_copy(self):
-        """autograd.graph.allow_mutation_on_saved_tensors: keep the value as it is now, so that
-        later in-place changes of the tensor do not reach the backward (a saved leaf becomes a
-        copy whose gradient still reaches the leaf's .grad)."""
-        self.value = np.array(self.value, copy=True)
-        self.counter, self.version = VersionCounter(), 0
-        if self.leaf is not None:
-            self.grad_fn = self.leaf._grad_accumulator()
-            self.leaf = None
 
     def register_hooks(self, pack_hook, unpack_hook):
         """`grad_fn._raw_saved_<name>.register_hooks(pack, unpack)`: pack the saved value now
@@ -107,9 +91,6 @@ class SavedTensor:
             return self.leaf
         t = Tensor._make(self.value, self.requires_grad)
         t.grad_fn = node if self.is_output else self.grad_fn
-        if type(t.grad_fn) is AccumulateGrad:  # a copied leaf (allow_mutation_on_saved_tensors)
-            acc = t.grad_fn
-            t.grad_fn, t._accumulator = None, (lambda: acc)
         t._output_nr = self.output_nr
         t._version_counter = self.counter
         if self.sparse is not None:
@@ -152,7 +133,6 @@ class _SavedTensorsHooks(threading.local):
     def __init__(self):
         self.stack = []
         self.disabled_message = None
-        self.copy_saved = 0  # depth of autograd.graph.allow_mutation_on_saved_tensors
 
 
 saved_hooks = _SavedTensorsHooks()

@@ -15,9 +15,11 @@ import math
 
 import numpy as np
 
+from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.index_ops import _const_index, index_copy, take
 from aotgrad.runtime.op_base import cast, op
 from aotgrad.runtime.view_ops import _dim, movedim, reshape
+from aotgrad.runtime.write_hooks import before_write
 
 
 def _sizes(size, what):
@@ -82,11 +84,12 @@ def resize_(self, *sizes, memory_format=None):
     size = _sizes(sizes[0] if len(sizes) == 1 and isinstance(sizes[0], (tuple, list))
                   else sizes, "resize_")
     old = self._concrete("resize_ (changes a tensor's shape in place)")
-    if self.requires_grad:
+    if self.requires_grad and not _mode.inference:  # (inference mode records nothing)
         raise RuntimeError("cannot resize variables that require grad")
     flat = np.zeros(math.prod(size), dtype=old.dtype)
     n = min(flat.size, old.size)
     flat[:n] = old.reshape(-1)[:n]
+    before_write(self)
     self._value = flat.reshape(size)
     self._version_counter.v += 1
     return self

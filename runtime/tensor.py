@@ -16,6 +16,7 @@ import numpy as np
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.core import Var, format_location, type_str
 from aotgrad.ir.core import current_builder as _current_builder
+from aotgrad.runtime import dual_state as _dual_state
 from aotgrad.runtime.device import CPU as _CPU
 from aotgrad.runtime.autograd_node import AccumulateGrad, RemovableHandle, fast_path_ok
 from aotgrad.runtime.grad_accumulation import note_grad_write
@@ -126,7 +127,10 @@ class Tensor:
     @property
     def _version(self):
         """How many in-place writes this tensor's storage has seen (an int, like PyTorch's);
-        shared with its views and detached aliases through `_version_counter`."""
+        shared with its views and detached aliases through `_version_counter`. Inference
+        tensors have none to show, as in PyTorch."""
+        if self._inference:
+            raise RuntimeError("Inference tensors do not track version counter.")
         return self._version_counter.v
 
     @property
@@ -144,8 +148,9 @@ class Tensor:
         return self._inference
 
     def _is_view(self):
-        """Whether this tensor is a view of another (`_base` is set), as PyTorch's."""
-        return self._base is not None
+        """Whether this tensor is a view of another (`_base` is set), as PyTorch's (a view of an
+        inference tensor is not reported as one: runtime/inference_views.py)."""
+        return self._base is not None and not self._inference
 
     def element_size(self):
         return self.dtype.itemsize
@@ -342,6 +347,7 @@ class Tensor:
         """A new tensor sharing storage and version counter, outside the autograd graph."""
         t = Tensor._make(self._value, False)
         t._version_counter = self._version_counter
+        t._inference = self._inference  # an alias: an inference tensor exactly when self is
         if isinstance(self._value, Var):
             b = _current_builder()
             if b is not None:
@@ -355,6 +361,7 @@ class Tensor:
             raise RuntimeError("Can't detach views in-place. Use detach() instead.")
         self.grad_fn = None
         self.requires_grad = False
+        _dual_state.set_tangent(self, None)  # its forward-mode tangent goes too, as in PyTorch
         return self
 
     # ---- conversion ---------------------------------------------------------------------

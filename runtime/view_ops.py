@@ -21,6 +21,7 @@ from aotgrad.ir.symbolic import SymInt, hint, hints
 from aotgrad.runtime import layout
 from aotgrad.runtime import memory_format as _layout
 from aotgrad.runtime import tprims as tp
+from aotgrad.runtime.inference_views import note_view
 from aotgrad.runtime.version_counter import VersionCounter
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.op_base import _named, broadcast_shapes, norm_dims, op
@@ -38,6 +39,8 @@ def _view_of(out, base):
         # a view is an inference tensor exactly when its base is (as in PyTorch): a view of a
         # normal tensor taken inside inference_mode stays a normal tensor
         out._inference = base._inference
+        if note_view(out, base, root):  # a view of an inference tensor records nothing
+            return out
         d = out.__dict__
         d["_view_made"] = True  # an in-place op on it may rebase the root's history
         if not _mode.grad_enabled:

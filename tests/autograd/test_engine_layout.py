@@ -17,8 +17,9 @@ from aotgrad.ir.core import Aval
 RUNTIME = pathlib.Path(autograd_node.__file__).parent
 # the engine's lower half: below Tensor, so it may import none of the runtime's other modules
 LOW = {"autograd_node": {"grad_mode", "profiling", "grad_accumulation"},
-       "grad_accumulation": {"grad_mode", "graph_breaks"},
+       "grad_accumulation": {"grad_mode", "graph_breaks", "write_hooks"},
        "version_counter": set(),
+       "write_hooks": set(),
        "graph_breaks": set(),
        "grad_fn_names": set()}
 
