@@ -25,7 +25,8 @@ import inspect
 
 from aotgrad.ir.core import Aval
 from aotgrad.runtime import forward_mode, profiling
-from aotgrad.runtime.engine import Node, SavedTensor, _node_of
+from aotgrad.runtime.engine import FREED_MESSAGE, Node, SavedTensor, _node_of
+from aotgrad.runtime.saved_tensors import UNDEFINED_SAVED
 from aotgrad.runtime.grad_mode import no_grad, state as _mode
 from aotgrad.runtime.tensor import Tensor
 
@@ -79,13 +80,38 @@ class FunctionCtx:
     def saved_tensors(self):
         if getattr(self, "_in_jvp", False):  # jvp reads what save_for_forward saved
             return tuple(getattr(self, "_saved_for_forward", ()))
+        clear = getattr(getattr(self, "_forward_cls", None), "clear_saved_tensors_on_access",
+                        False)
+        if clear and getattr(self, "_cleared_on_access", False):
+            raise RuntimeError(CLEARED_ON_ACCESS_MESSAGE)
+        saved = self._saved_or_raise()
+        out = tuple(s.unpack(self) if s is not None else None for s in saved)
+        if clear:
+            self._cleared_on_access = True
+            self._release()
+        return out
+
+    @property
+    def _raw_saved_tensors(self):
+        """The SavedTensor objects behind `saved_tensors` (to set hooks on one of them)."""
+        return tuple(UNDEFINED_SAVED if s is None else s for s in self._saved_or_raise())
+
+    def _saved_or_raise(self):
         saved = getattr(self, "_saved", None)
         if saved is None:
             if getattr(self, "_to_save", None) is not None:
                 raise RuntimeError("saved_tensors can only be read in backward, after forward "
                                    "returned")
             return ()
-        return tuple(s.unpack(self) if s is not None else None for s in saved)
+        if getattr(self, "_saved_released", False) and saved:
+            raise RuntimeError(FREED_MESSAGE)
+        return saved
+
+
+CLEARED_ON_ACCESS_MESSAGE = (
+    "saved_tensors can only be accessed once when clear_saved_tensors_on_access=True is set on "
+    "the autograd.Function. Either access saved_tensors only once, or set "
+    "clear_saved_tensors_on_access=False.")
 
 
 class BackwardCFunction(FunctionCtx, Node):
@@ -153,6 +179,7 @@ class BackwardCFunction(FunctionCtx, Node):
         for s in self._saved or ():
             if s is not None:
                 s.release()
+        self._saved_released = True
 
 
 class _FunctionMeta(type):
@@ -209,6 +236,9 @@ class Function(metaclass=_FunctionMeta):
         raise NotImplementedError("You must implement either the backward or vjp method for "
                                   "your custom autograd.Function to use it with backward mode "
                                   "AD.")
+
+    # True: ctx.saved_tensors frees what was saved as it is read (once, in backward)
+    clear_saved_tensors_on_access = False
 
     # for vmap: True asks for the batching rule to be derived from forward; False (PyTorch's
     # default) means the class gives one as its `vmap` staticmethod

@@ -181,7 +181,8 @@ def _pow_number_rule(ctx, g):
     return (mul(g, mul(power, b)),)
 
 
-@with_rule("PowBackward0", ("a",), _pow_number_rule, save=("a",))
+@with_rule("PowBackward0", ("a",), _pow_number_rule, save=("a",),
+           saved_names={"exponent": "b"})
 def _pow_number(a, b):
     """a ** b for a Python number b: one PowBackward0 node saving `a` only (a ** 2 as a * a,
     a ** 0.5 as sqrt(a))."""

@@ -51,7 +51,7 @@ class SavedTensorHooks:
             _mode.grad_enabled = prev
         if t._version_counter.v != version:
             raise RuntimeError(PACK_INPLACE_MESSAGE)
-        saved.hooks, saved.value = (self, packed, t.dtype), _PACKED
+        saved.hooks, saved.value, saved.original = (self, packed, t.dtype), _PACKED, None
         if saved.is_output:
             saved.leaf = None
 
