@@ -385,6 +385,7 @@ def _wrap_outputs(ctx, inputs, outputs, record):
         outs = {id(o) for o in wrapped if isinstance(o, Tensor)} if record else set()
         ctx._saved = [None if t is None else SavedTensor(t, is_output=id(t) in outs)
                       for t in ctx._to_save]
+        ctx._to_save = ()  # the SavedTensors hold them now (and may drop them)
     else:
         ctx._saved = []
     return tuple(wrapped)

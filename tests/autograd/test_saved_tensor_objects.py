@@ -195,3 +195,27 @@ def test_graph_node_is_the_abstract_type_of_every_node():
     assert isinstance(out.grad_fn, Node) and Node not in type(out.grad_fn).mro()
     out.sum().backward()
     assert seen == [True, True]
+
+
+def test_cleared_saved_tensor_is_freed_once_backward_drops_it():
+    import weakref
+    alive = []
+
+    class Clearing(ag.autograd.Function):
+        clear_saved_tensors_on_access = True
+
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            ref = weakref.ref(x)
+            del x
+            alive.append(ref() is not None)
+            return g
+    x = ag.randn(3, requires_grad=True)
+    Clearing.apply(x * 2).sum().backward()
+    assert alive == [False]
