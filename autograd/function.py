@@ -153,8 +153,12 @@ class BackwardCFunction(FunctionCtx, Node):
     def _backward(self, grads):
         cls = self._forward_cls
         backward = cls.backward
-        if backward is Function.backward and cls.vjp is not Function.vjp:
-            backward = cls.vjp  # PyTorch accepts `vjp` as the name of the backward
+        if cls.vjp is not Function.vjp:  # PyTorch accepts `vjp` as the name of the backward
+            if backward is not Function.backward:
+                raise RuntimeError("Implementing both 'backward' and 'vjp' for a custom "
+                                   "Function is not allowed. You should only implement one of "
+                                   "them.")
+            backward = cls.vjp
         result = backward(self, *grads)
         if not isinstance(result, tuple):
             result = (result,)

@@ -219,3 +219,41 @@ def test_cleared_saved_tensor_is_freed_once_backward_drops_it():
     x = ag.randn(3, requires_grad=True)
     Clearing.apply(x * 2).sum().backward()
     assert alive == [False]
+
+
+def test_function_errors_for_missing_or_doubled_methods():
+    class NoForward(ag.autograd.Function):
+        @staticmethod
+        def backward(ctx, g):
+            return g
+
+    class NoBackward(ag.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+    class Both(NoBackward):
+        @staticmethod
+        def backward(ctx, g):
+            return g
+
+        @staticmethod
+        def vjp(ctx, g):
+            return g
+
+    class VjpOnly(NoBackward):
+        @staticmethod
+        def vjp(ctx, g):
+            return 3 * g
+    x = ag.rand(2, requires_grad=True)
+    with pytest.raises(NotImplementedError, match="must implement the forward"):
+        NoForward.apply(x)
+    with pytest.raises(NotImplementedError, match="must implement either the backward"):
+        NoBackward.apply(x).sum().backward()
+    with pytest.raises(RuntimeError, match="Implementing both 'backward' and 'vjp'"):
+        Both.apply(x).sum().backward()
+    VjpOnly.apply(x).sum().backward()
+    assert x.grad.tolist() == [3.0, 3.0]
+    with pytest.raises(RuntimeError, match="must implement the jvp function"):
+        with ag.autograd.forward_ad.dual_level():
+            NoBackward.apply(ag.autograd.forward_ad.make_dual(x.detach(), ag.ones(2)))
