@@ -69,8 +69,9 @@ class SavedTensor:
         self.output_nr = t._output_nr
         # an output is saved while its node is being made (grad_fn not yet set): never a leaf
         self.leaf = t if (not is_output and t.grad_fn is None and t.requires_grad) else None
-        # a saved input comes back as itself (PyTorch: no needless unwrapping)
-        self.original = None if is_output else t
+        # a saved input comes back as itself (PyTorch: no needless unwrapping); not while
+        # tracing, where a kept proxy would outlive its trace
+        self.original = None if is_output or isinstance(t._value, Var) else t
         self.hooks = None
         self.ref = weakref.ref(t)  # to name its current grad_fn if it is modified in place
         self.sparse = t._sparse  # a sparse COO tensor's indices (sparse_ops)
