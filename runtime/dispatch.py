@@ -172,7 +172,7 @@ def apply(prim, *inputs, **params):
         rule = VJP.get(prim)
         if rule is not None and any(t.requires_grad for t in inputs) and \
                 out.dtype.is_floating_point:
-            out.requires_grad = True
+            out._requires_grad = True  # (the slot itself: floating point checked above)
             out.grad_fn = PrimBackward(prim, rule, params, inputs, out, in_avals)
     return out
 
