@@ -57,6 +57,7 @@ from aotgrad.runtime.special_ops import (digamma, erfc, erfinv, i0, lgamma, logi
 from aotgrad.runtime.trig_ops import (acos, acosh, arccos, arccosh, arcsin, arcsinh, arctan,
                                       arctan2, arctanh, asin, asinh, atan, atanh, cosh, sinh)
 from aotgrad.runtime.scatter_reduce_ops import scatter_reduce  # noqa: E402
+from aotgrad.runtime.index_reduce_ops import index_reduce  # noqa: E402
 from aotgrad import autograd  # noqa: E402
 from aotgrad.runtime.elementwise_more_ops import (  # noqa: E402
     trunc, fix, frac, sgn, signbit, copysign, hypot, heaviside, fmod, float_power, deg2rad,
@@ -181,7 +182,7 @@ __all__ = [
     "typename", "xlogy", "special", "linalg", "sparse", "accelerator", "amp", "backends",
     "cpu", "cuda", "jit", "set_num_threads", "get_num_threads", "set_num_interop_threads",
     "get_num_interop_threads",
-    "scatter_reduce", "distributed", "func", "futures",
+    "scatter_reduce", "index_reduce", "distributed", "func", "futures",
     "export", "onnx", "load_exported",
     "trunc", "fix", "frac", "sgn", "signbit", "copysign", "hypot", "heaviside", "fmod",
     "float_power", "deg2rad", "rad2deg", "positive", "fmax", "fmin", "isneginf", "isposinf",

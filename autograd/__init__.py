@@ -1,7 +1,7 @@
 """`aotgrad.autograd`, laid out like `torch.autograd`: backward/grad, grad modes, Function,
 functional, gradcheck, anomaly mode and the profiler, all on the engine in runtime/."""
 from aotgrad.runtime.autograd_api import backward, grad
-from aotgrad.runtime.engine import Node
+from aotgrad.runtime.engine import Node, SavedTensor
 from aotgrad.runtime.grad_mode import (detect_anomaly, enable_grad, inference_mode,
                                        is_anomaly_enabled, is_grad_enabled, no_grad,
                                        set_detect_anomaly, set_grad_enabled)
@@ -22,7 +22,8 @@ __all__ = ["backward", "grad", "Node", "Function", "once_differentiable", "gradc
            "is_grad_enabled", "detect_anomaly", "set_detect_anomaly", "is_anomaly_enabled",
            "is_anomaly_check_nan_enabled", "anomaly_mode", "function", "functional",
            "grad_mode", "graph", "profiler", "InplaceFunction", "Variable",
-           "set_multithreading_enabled", "is_multithreading_enabled", "kineto_available", "profiler_util"]
+           "set_multithreading_enabled", "is_multithreading_enabled", "kineto_available", "profiler_util",
+           "SavedTensor"]
 
 
 def _profiler_enabled():

@@ -26,7 +26,8 @@ import inspect
 from aotgrad.autograd.forward_ad_function import set_output_tangents
 from aotgrad.ir.core import Aval
 from aotgrad.runtime import forward_mode, profiling
-from aotgrad.runtime.engine import Node, SavedTensor, _node_of
+from aotgrad.runtime.engine import FREED_MESSAGE, Node, SavedTensor, _node_of
+from aotgrad.runtime.saved_tensors import UNDEFINED_SAVED
 from aotgrad.runtime.grad_mode import no_grad, state as _mode
 from aotgrad.runtime.tensor import Tensor
 
@@ -80,13 +81,38 @@ class FunctionCtx:
     def saved_tensors(self):
         if getattr(self, "_in_jvp", False):  # jvp reads what save_for_forward saved
             return tuple(getattr(self, "_saved_for_forward", ()))
+        clear = getattr(getattr(self, "_forward_cls", None), "clear_saved_tensors_on_access",
+                        False)
+        if clear and getattr(self, "_cleared_on_access", False):
+            raise RuntimeError(CLEARED_ON_ACCESS_MESSAGE)
+        saved = self._saved_or_raise()
+        out = tuple(s.unpack(self) if s is not None else None for s in saved)
+        if clear:
+            self._cleared_on_access = True
+            self._release()
+        return out
+
+    @property
+    def _raw_saved_tensors(self):
+        """The SavedTensor objects behind `saved_tensors` (to set hooks on one of them)."""
+        return tuple(UNDEFINED_SAVED if s is None else s for s in self._saved_or_raise())
+
+    def _saved_or_raise(self):
         saved = getattr(self, "_saved", None)
         if saved is None:
             if getattr(self, "_to_save", None) is not None:
                 raise RuntimeError("saved_tensors can only be read in backward, after forward "
                                    "returned")
             return ()
-        return tuple(s.unpack(self) if s is not None else None for s in saved)
+        if getattr(self, "_saved_released", False) and saved:
+            raise RuntimeError(FREED_MESSAGE)
+        return saved
+
+
+CLEARED_ON_ACCESS_MESSAGE = (
+    "saved_tensors can only be accessed once when clear_saved_tensors_on_access=True is set on "
+    "the autograd.Function. Either access saved_tensors only once, or set "
+    "clear_saved_tensors_on_access=False.")
 
 
 class BackwardCFunction(FunctionCtx, Node):
@@ -128,8 +154,12 @@ class BackwardCFunction(FunctionCtx, Node):
     def _backward(self, grads):
         cls = self._forward_cls
         backward = cls.backward
-        if backward is Function.backward and cls.vjp is not Function.vjp:
-            backward = cls.vjp  # PyTorch accepts `vjp` as the name of the backward
+        if cls.vjp is not Function.vjp:  # PyTorch accepts `vjp` as the name of the backward
+            if backward is not Function.backward:
+                raise RuntimeError("Implementing both 'backward' and 'vjp' for a custom "
+                                   "Function is not allowed. You should only implement one of "
+                                   "them.")
+            backward = cls.vjp
         result = backward(self, *grads)
         if not isinstance(result, tuple):
             result = (result,)
@@ -154,6 +184,7 @@ class BackwardCFunction(FunctionCtx, Node):
         for s in self._saved or ():
             if s is not None:
                 s.release()
+        self._saved_released = True
 
 
 class _FunctionMeta(type):
@@ -210,6 +241,9 @@ class Function(metaclass=_FunctionMeta):
         raise NotImplementedError("You must implement either the backward or vjp method for "
                                   "your custom autograd.Function to use it with backward mode "
                                   "AD.")
+
+    # True: ctx.saved_tensors frees what was saved as it is read (once, in backward)
+    clear_saved_tensors_on_access = False
 
     # for vmap: True asks for the batching rule to be derived from forward; False (PyTorch's
     # default) means the class gives one as its `vmap` staticmethod
@@ -337,6 +371,7 @@ def _wrap_outputs(ctx, inputs, outputs, record):
         outs = {id(o) for o in wrapped if isinstance(o, Tensor)} if record else set()
         ctx._saved = [None if t is None else SavedTensor(t, is_output=id(t) in outs)
                       for t in ctx._to_save]
+        ctx._to_save = ()  # the SavedTensors hold them now (and may drop them)
     else:
         ctx._saved = []
     return tuple(wrapped)

@@ -14,6 +14,7 @@ import warnings
 
 import numpy as np
 
+from aotgrad.autograd.gradcheck_undefined import undefined_grad_problem
 from aotgrad.runtime.autograd_api import grad as _grad
 from aotgrad.runtime.grad_mode import enable_grad, no_grad
 from aotgrad.runtime.tensor import Tensor
@@ -176,8 +177,10 @@ def gradcheck(func, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=T
 
     `check_forward_ad=True` also checks the forward-mode Jacobian (autograd.forward_ad, one
     basis tangent per input element) against the same finite differences;
-    `check_backward_ad=False` skips the reverse-mode check. The batched, undefined-grad and
-    fast-mode checks of PyTorch are accepted and not run.
+    `check_backward_ad=False` skips the reverse-mode check. `check_undefined_grad` (on by
+    default, as in PyTorch) checks that the backward copes with outputs that get no
+    gradient (autograd/gradcheck_undefined.py). The batched and fast-mode checks of PyTorch
+    are accepted and not run.
     """
     inputs = _as_tuple(inputs)
     diff_idx = [i for i, x in enumerate(inputs) if isinstance(x, Tensor) and x.requires_grad]
@@ -206,6 +209,12 @@ def gradcheck(func, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=T
                              check_grad_dtypes, raise_exception)
         if ok is not True:
             return ok
+        if check_undefined_grad:
+            problem = undefined_grad_problem(func, inputs, diff_idx)
+            if problem is not None:
+                if raise_exception:
+                    raise GradcheckError(problem[0]) from problem[1]
+                return False
     if check_forward_ad:
         forward = _forward_jacobian(func, inputs, diff_idx)
         for j, o in _float_outputs(outs):

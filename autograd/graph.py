@@ -27,8 +27,9 @@ import contextlib
 import threading
 import weakref
 
-from aotgrad.runtime.engine import GradientEdge, Node, _node_of, graph_tasks, \
+from aotgrad.runtime.engine import GradientEdge, _node_of, graph_tasks, \
     saved_hooks
+from aotgrad.autograd.graph_node import Node
 from aotgrad.runtime.saved_hooks import SavedTensorHooks
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.autograd.graph_mutation import allow_mutation_on_saved_tensors

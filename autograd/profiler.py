@@ -246,12 +246,13 @@ class profile:
             self._thread_names[tid] = threading.current_thread().name
         return stack
 
-    def _push(self, name, kind, start_ns):
+    def _push(self, name, kind, start_ns, shapes=None):
         stack = self._thread_stack()
         parent = stack[-1] if stack else None
         with self._lock:
             ev = FunctionEvent(len(self._events), name, threading.get_ident(),
-                               self._us(start_ns), kind=kind, parent=parent)
+                               self._us(start_ns), kind=kind, parent=parent,
+                               input_shapes=shapes if self.record_shapes else None)
             self._events.append(ev)
         if parent is not None:
             parent.cpu_children.append(ev)

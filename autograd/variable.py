@@ -3,6 +3,7 @@
 `isinstance(t, Variable)` holds for every tensor, and `Variable(t, requires_grad=...)` is a new
 leaf sharing t's data (t detached), as in PyTorch.
 """
+from aotgrad.runtime.engine import ExecutionEngine
 from aotgrad.runtime.tensor import Tensor
 
 __all__ = ["Variable"]
@@ -25,4 +26,5 @@ class _VariableMeta(type):
 
 class Variable(metaclass=_VariableMeta):
     """Tensor, under its pre-merge name: `Variable(t)` is `t.detach()` (with requires_grad
-    as given)."""
+    as given). `Variable._execution_engine` is the engine's handle (`queue_callback`)."""
+    _execution_engine = ExecutionEngine()

@@ -38,6 +38,7 @@ from aotgrad.nn.upsampling import Upsample, UpsamplingBilinear2d, UpsamplingNear
 # torch.nn.modules' layout (nn.modules.rnn.LSTM, nn.modules.module.Module, ...)
 from aotgrad.nn import modules  # noqa: E402
 from aotgrad.nn import parallel  # noqa: E402  (DistributedDataParallel; MPI loads at its use)
+from aotgrad.nn.parallel import DataParallel  # noqa: E402
 
 __all__ = [
     "functional", "init", "utils", "modules", "parallel", "Module", "Parameter", "Sequential", "ModuleList",
@@ -56,5 +57,5 @@ __all__ = [
     "TransformerDecoderLayer", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "Conv3d",
     "ConvTranspose1d", "ConvTranspose2d", "Upsample", "UpsamplingNearest2d",
     "UpsamplingBilinear2d", "Dropout1d", "Dropout2d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d",
-    "PixelShuffle", "PixelUnshuffle", "EmbeddingBag",
+    "PixelShuffle", "PixelUnshuffle", "EmbeddingBag", "DataParallel",
 ]

@@ -193,7 +193,7 @@ class AccumulateGrad(Node):
         return [Aval(self.variable._value.shape, self.variable.dtype)]
 
     def _backward(self, grads):
-        accumulate_grad(self.variable, grads[0], _mode.grad_enabled)
+        accumulate_grad(self.variable, grads[0], _mode.grad_enabled, from_list=True)
         return []
 
 

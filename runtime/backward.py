@@ -18,6 +18,7 @@ from aotgrad.runtime import grad_mode, profiling
 from aotgrad.runtime.autograd_node import AccumulateGrad, GradientEdge, _node_of, fast_path_ok
 from aotgrad.runtime.backward_hooks import run_post_hooks, run_pre_hooks, \
     run_tensor_pre_hooks
+from aotgrad.runtime.backward_reentrant import MAX_REENTRANT_DEPTH, run_on_fresh_stack
 from aotgrad.runtime.grad_accumulation import accumulate_grad, plain_leaves
 from aotgrad.runtime.grad_mode import state as _mode
 
@@ -26,6 +27,9 @@ def run_backward(tensors, grad_tensors, retain_graph=False, create_graph=False, 
                  allow_unused=False, accumulate=True):
     """The engine. With `inputs` and accumulate=False (autograd.grad) it returns their grads
     and touches no `.grad`; otherwise it accumulates into leaves (Tensor.backward)."""
+    if len(graph_tasks.stack) >= MAX_REENTRANT_DEPTH:  # deeply nested: a new stack
+        return run_on_fresh_stack(run_backward, tensors, grad_tensors, retain_graph,
+                                  create_graph, inputs, allow_unused, accumulate)
     if inputs is None and not create_graph and len(tensors) == 1 and \
             type(tensors[0]) is not GradientEdge and \
             _one_node_backward(tensors[0], grad_tensors[0], retain_graph):
@@ -108,6 +112,7 @@ def run_backward(tensors, grad_tensors, retain_graph=False, create_graph=False, 
     try:
         _drain(heap, buffers, deps, run, capture, results, accumulate, retain_graph,
                create_graph, add_grad)
+        task.run_callbacks()
     finally:
         graph_tasks.stack.pop()
         for n in task.deferred:
@@ -240,15 +245,19 @@ def _one_node_backward(t, g, retain_graph):
     grads = [None] * max(1, len(node._out_avals))
     grads[t._output_nr] = g
     prev, _mode.grad_enabled = _mode.grad_enabled, False
+    task = GraphTask(None, False)  # (a node's backward may queue engine callbacks)
+    graph_tasks.stack.append(task)
     try:
         outs = _run_node(node, grads, False)
+        if not retain_graph:
+            _release_ran(node)
+        for (nf, _), g in zip(node.next_functions, outs):
+            if nf is not None:
+                accumulate_grad(nf.variable, g, False)
     finally:
         _mode.grad_enabled = prev
-    if not retain_graph:
-        _release_ran(node)
-    for (nf, _), g in zip(node.next_functions, outs):
-        if nf is not None:
-            accumulate_grad(nf.variable, g, False)
+        graph_tasks.stack.pop()
+    task.run_callbacks()
     return True
 
 
@@ -360,14 +369,43 @@ def _report_anomaly(node, err):
 
 class GraphTask:
     """One running backward pass: `deps`, the nodes it will reach (which hooks ask about),
-    and `deferred`, nodes whose saved tensors are freed when it ends rather than when they
-    ran (the prims' nodes inside a composite node, which may run again through it)."""
-    __slots__ = ("deps", "deferred", "only_inputs", "__weakref__")
+    `deferred`, nodes whose saved tensors are freed when it ends rather than when they
+    ran (the prims' nodes inside a composite node, which may run again through it), and
+    `callbacks`, what `Variable._execution_engine.queue_callback` asked to run once every
+    node has run."""
+    __slots__ = ("deps", "deferred", "only_inputs", "callbacks", "__weakref__")
 
     def __init__(self, deps, only_inputs):
         self.deps = deps
         self.deferred = []
         self.only_inputs = only_inputs  # autograd.grad or backward(inputs=...)
+        self.callbacks = []
+
+    def run_callbacks(self):
+        """The queued callbacks, in order, those they queue included (PyTorch's final
+        callbacks: still inside the pass, so a callback may queue another)."""
+        i = 0
+        while i < len(self.callbacks):
+            self.callbacks[i]()
+            i += 1
+        self.callbacks.clear()
+
+
+class ExecutionEngine:
+    """`autograd.Variable._execution_engine`: the engine's Python handle, as in PyTorch."""
+
+    @staticmethod
+    def queue_callback(callback):
+        """Run `callback()` when the running backward pass has run all its nodes."""
+        if not graph_tasks.stack:
+            raise RuntimeError("Final callbacks can only be installed during backward pass.")
+        graph_tasks.stack[-1].callbacks.append(callback)
+
+    @staticmethod
+    def is_checkpoint_valid():
+        """False inside a pass that computes the gradients of given inputs only
+        (`autograd.grad`, `backward(inputs=...)`), where reentrant checkpointing cannot run."""
+        return not (graph_tasks.stack and graph_tasks.stack[-1].only_inputs)
 
 
 def release_after_pass(nodes):

@@ -21,12 +21,12 @@ def run_tensor_pre_hooks(node, grads, accumulate=True):
                     grads[0] = _checked_hook_result(h, grads[0], r)
         return grads
     for nr, hooks in node._tensor_pre_hooks.items():
-        if grads[nr] is None:
-            continue
+        # (an output that got no gradient: its hooks see None, as PyTorch's do)
         for h in list(hooks):
-            r = h(grads[nr])
+            g = grads[nr]
+            r = h(g)
             if r is not None:
-                grads[nr] = _checked_hook_result(h, grads[nr], r)
+                grads[nr] = r if g is None else _checked_hook_result(h, g, r)
     for nr, ref in node._retain_grad.items():
         t = ref()
         # (a tensor modified in place since retain_grad() now has another grad_fn: the

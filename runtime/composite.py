@@ -27,7 +27,7 @@ from aotgrad.runtime.autograd_node import GradientEdge, Node, _node_of
 from aotgrad.runtime.backward import release_after_pass, run_subgraph
 from aotgrad.runtime.forward_mode import state as _forward
 from aotgrad.runtime.graph_breaks import GraphBreak
-from aotgrad.runtime.saved_tensors import SavedTensor
+from aotgrad.runtime.saved_tensors import UNDEFINED_SAVED, SavedTensor
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.tensor import Tensor
 
@@ -164,7 +164,7 @@ class RuleBackward(Node):
     by name, its tensors as saved (checked against in-place changes); `ctx.result` the
     output."""
 
-    def __init__(self, name, rule, inputs, out, args, save=None):
+    def __init__(self, name, rule, inputs, out, args, save=None, saved_names=None):
         super().__init__(_edges(inputs),
                          [None if t is None else Aval(t._value.shape, t.dtype) for t in inputs],
                          [Aval(out._value.shape, out.dtype)])
@@ -174,6 +174,32 @@ class RuleBackward(Node):
                       if isinstance(v, Tensor) else v for k, v in args.items()}
         self._result = SavedTensor(out, is_output=True) \
             if save is None or "result" in save else None
+        self._saved_names = saved_names
+
+    def __getattr__(self, name):
+        """PyTorch's saved-attribute accessors: `_saved_<arg>` is the op's argument of that
+        name (a saved tensor read back, or the number it was given), `_saved_self` the first
+        one, `_saved_result` the output; `saved_names` maps PyTorch's names that differ
+        (pow's `exponent`). `_raw_saved_<arg>` is the SavedTensor object itself."""
+        raw = name.startswith("_raw_saved_")
+        key = name[len("_raw_saved_" if raw else "_saved_"):] \
+            if raw or name.startswith("_saved_") else None
+        args = self.__dict__.get("_args")
+        if key is None or args is None:
+            raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+        if key == "result":
+            value, found = self._result, True
+        else:
+            key = (self._saved_names or {}).get(key, key)
+            if key == "self" and "self" not in args:
+                key = next(iter(args))
+            value, found = args.get(key), key in args
+        if not found or (raw and value is not None and not isinstance(value, SavedTensor)):
+            raise AttributeError(f"'{type(self).__name__}' object ({self.name()}) has no "
+                                 f"attribute '{name}'")
+        if raw:
+            return UNDEFINED_SAVED if value is None else value
+        return value.unpack(self) if isinstance(value, SavedTensor) else value
 
     @property
     def args(self):
@@ -196,7 +222,7 @@ class RuleBackward(Node):
             self._result.release()
 
 
-def with_rule(grad_name, edges, rule, save=None, nan_result_tangent=False):
+def with_rule(grad_name, edges, rule, save=None, nan_result_tangent=False, saved_names=None):
     """Decorate a one-output composite op whose derivative is `rule` (registered under
     `grad_name`), not the one its prims would give: the forward runs without recording its
     prims, its result gets one RuleBackward node over the arguments named in `edges`, and
@@ -205,7 +231,9 @@ def with_rule(grad_name, edges, rule, save=None, nan_result_tangent=False):
     them); by default every tensor argument and the result. `nan_result_tangent`: where the
     result is NaN its tangent is NaN (PyTorch's forward formula of a reduction that picks
     one value reads the tangents of the elements equal to the result, and a NaN equals
-    none, while its backward sends the gradient to the NaN elements)."""
+    none, while its backward sends the gradient to the NaN elements). `saved_names` maps
+    PyTorch's names of the node's saved attributes to the arguments' names where they
+    differ."""
     RULES[grad_name] = rule
 
     def deco(fn):
@@ -233,7 +261,8 @@ def with_rule(grad_name, edges, rule, save=None, nan_result_tangent=False):
             bound = sig.bind(*args, **kwargs)
             bound.apply_defaults()
             out.requires_grad = track  # (before the node saves it: its saved result is
-            node = RuleBackward(grad_name, rule, inputs, out, bound.arguments, save)
+            node = RuleBackward(grad_name, rule, inputs, out, bound.arguments, save,
+                                saved_names)
             if track:                  # then differentiable, for a double backward)
                 out.grad_fn = node
             if dual:

@@ -13,7 +13,7 @@ from aotgrad.runtime.forward_mode import state as _forward
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.graph_breaks import GraphBreak, describe_break, graph_break, \
     on_graph_break  # noqa: F401 (the op layer and the tracer reach them through dispatch)
-from aotgrad.runtime.saved_tensors import SavedTensor
+from aotgrad.runtime.saved_tensors import UNDEFINED_SAVED, SavedTensor
 from aotgrad.runtime.tensor import Tensor
 
 VJP = {}  # Prim -> Rule; filled by runtime/derivatives.py
@@ -84,7 +84,9 @@ class PrimBackward(Node):
             else:
                 s = self._saved[list(self.rule.save_inputs).index(i)]
         if s is not _MISSING:
-            return s if raw or s is None else s.unpack(self)
+            if raw:
+                return UNDEFINED_SAVED if s is None else s
+            return None if s is None else s.unpack(self)
         raise AttributeError(f"'{type(self).__name__}' object ({self.name()}) has no attribute "
                              f"'{name}'")
 
@@ -170,7 +172,7 @@ def apply(prim, *inputs, **params):
         rule = VJP.get(prim)
         if rule is not None and any(t.requires_grad for t in inputs) and \
                 out.dtype.is_floating_point:
-            out.requires_grad = True
+            out._requires_grad = True  # (the slot itself: floating point checked above)
             out.grad_fn = PrimBackward(prim, rule, params, inputs, out, in_avals)
     return out
 

@@ -165,7 +165,7 @@ def pow(a, b):
     name = "PowBackward2" if not isinstance(a, Tensor) else \
         ("PowBackward0" if not isinstance(b, Tensor) else "PowBackward1")
     if isinstance(a, Tensor) and isinstance(b, (int, float)) and not isinstance(b, bool) and \
-            b in (2, 0.5) and a.dtype.is_floating_point:
+            a.dtype.is_floating_point:
         return _pow_number(a, b)
     a2, b2 = _binary_args(a, b)
     if not a2.dtype.is_floating_point:
@@ -177,21 +177,27 @@ def pow(a, b):
 
 
 def _pow_number_rule(ctx, g):
-    """PyTorch's pow_backward for a number exponent: g * b * a^(b - 1)."""
+    """PyTorch's pow_backward for a number exponent b: zeros for b == 0, else
+    g * (b * a^(b - 1)) written with the user-level ops, so that a double backward saves what
+    PyTorch's saves (a for the power, g for the product; b stays a number that saved-tensor
+    hooks never see)."""
     a, b = ctx.args["a"], ctx.args["b"]
-    if b == 2:
-        return (tp.mul(g, tp.mul(a, _bc_const(2.0, a))),)
-    return (tp.mul(g, tp.mul(tp.rsqrt(a), _bc_const(0.5, a))),)
+    if b == 0:
+        return (tp.zeros(tuple(a.shape), a.dtype),)
+    power = a if b == 2 else pow(a, b - 1)  # a^1 is a: the same values and gradients
+    return (mul(g, mul(power, b)),)
 
 
-def _bc_const(v, like):
-    return tp.broadcast_to(tp.constant(v, like.dtype), tuple(like.shape))
-
-
-@with_rule("PowBackward0", ("a",), _pow_number_rule, save=("a",))
+@with_rule("PowBackward0", ("a",), _pow_number_rule, save=("a",),
+           saved_names={"exponent": "b"})
 def _pow_number(a, b):
-    """a ** 2 as a * a and a ** 0.5 as sqrt(a), one PowBackward0 node saving `a` only."""
-    return tp.mul(a, a) if b == 2 else tp.sqrt(a)
+    """a ** b for a Python number b: one PowBackward0 node saving `a` only (a ** 2 as a * a,
+    a ** 0.5 as sqrt(a))."""
+    if b == 2:
+        return tp.mul(a, a)
+    if b == 0.5:
+        return tp.sqrt(a)
+    return tp.pow(a, tp.broadcast_to(tp.constant(b, a.dtype), tuple(a.shape)))
 
 
 @op("maximum", "MaximumBackward0")

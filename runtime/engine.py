@@ -15,8 +15,9 @@ on traced tensors records the backward into the IR.
 from aotgrad.runtime.autograd_node import (AccumulateGrad, GradientEdge, Node,  # noqa: F401
                                            RemovableHandle, _node_of, fast_path_ok,
                                            next_sequence_nr)
-from aotgrad.runtime.backward import (GraphTask, _one_node_backward, graph_tasks,  # noqa: F401
-                                      release_after_pass, run_backward, run_subgraph)
+from aotgrad.runtime.backward import (ExecutionEngine, GraphTask,  # noqa: F401
+                                      _one_node_backward, graph_tasks, release_after_pass,
+                                      run_backward, run_subgraph)
 from aotgrad.runtime.backward_hooks import _checked_hook_result  # noqa: F401
 from aotgrad.runtime.grad_accumulation import (accumulate_array, accumulate_grad,  # noqa: F401
                                                accumulate_retained, fresh, note_grad_write,

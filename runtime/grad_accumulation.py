@@ -9,6 +9,8 @@ copied unless nobody else holds it (`fresh`).
 This module imports no Tensor: it makes a tensor from an array with `t._plain(value)`, which
 every tensor provides (see the tensor protocol on `Tensor`).
 """
+import sys
+
 import numpy as np
 
 from aotgrad.ir.core import current_builder as _current_builder
@@ -17,9 +19,11 @@ from aotgrad.runtime.graph_breaks import graph_break
 from aotgrad.runtime.write_hooks import before_write
 
 
-def accumulate_grad(t, g, create_graph):
+def accumulate_grad(t, g, create_graph, from_list=False):
     """Add gradient g (a tensor, or None: nothing to add) into `t.grad`. `create_graph`: the
-    sum is recorded (the backward runs under grad mode), so g is used as it is."""
+    sum is recorded (the backward runs under grad mode), so g is used as it is.
+    `from_list`: the caller passes g straight from the list of gradients a node received,
+    so a g nobody else holds may become `.grad` without a copy (see `_unshared`)."""
     if g is None:
         return
     if t.grad_fn is not None:  # a non-leaf that retains its gradient: a new tensor each time
@@ -39,7 +43,7 @@ def accumulate_grad(t, g, create_graph):
     if create_graph:
         t._grad = g if t._grad is None else t._grad + g
     elif t._grad is None:
-        if g._fresh:  # a buffer nobody else holds: take it as is
+        if g._fresh or (from_list and _unshared(g, t)):  # a buffer nobody else holds
             g._fresh = False
             t._grad = g
             return _post_accumulate(t)
@@ -55,6 +59,47 @@ def accumulate_grad(t, g, create_graph):
     else:
         t._grad = t._plain((t._grad + g.detach())._value)
     _post_accumulate(t)
+
+
+class _Holder:
+    __slots__ = ("value",)
+
+
+def _count_in_callee(x):
+    return sys.getrefcount(x)
+
+
+def _count_through_caller(x):
+    return _count_in_callee(x)
+
+
+def _count_array(holder):
+    v = holder.value
+    return sys.getrefcount(v)
+
+
+# The reference counts `_unshared` sees when nothing but the engine holds the gradient (one
+# list, accumulate_grad's argument, _unshared's) and the gradient alone holds its array,
+# measured once in this interpreter with calls of the same shape
+_ONE_LIST = [object()]
+_SOLE_REFERENCES = _count_through_caller(_ONE_LIST[0])
+_HELD = _Holder()
+_HELD.value = np.zeros(1)
+_ARRAY_REFERENCES = _count_array(_HELD)
+del _ONE_LIST, _HELD
+
+
+def _unshared(g, t):
+    """Whether g is referenced only by the node's list of gradients (and the calls that pass
+    it here) and owns its array alone: no user-visible tensor sees it, so it may become t's
+    `.grad` itself, as PyTorch's AccumulateGrad steals such a gradient (a post-accumulate
+    hook that changes .grad in place then changes what the node's post hooks see, as
+    there)."""
+    v = g._value
+    return sys.getrefcount(g) <= _SOLE_REFERENCES and type(v) is np.ndarray and \
+        v.base is None and sys.getrefcount(v) <= _ARRAY_REFERENCES and \
+        v.flags.c_contiguous and v.flags.writeable and g.grad_fn is None and \
+        v.shape == t._value.shape and v.dtype == t._value.dtype
 
 
 def accumulate_array(t, value, owned):

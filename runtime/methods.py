@@ -4,6 +4,7 @@ from aotgrad.runtime import conversion, legacy, linalg_functions, ops, shape_ops
 from aotgrad.runtime import tprims
 from aotgrad.runtime.ops import cast
 from aotgrad.runtime.scatter_reduce_ops import scatter_reduce
+from aotgrad.runtime.index_reduce_ops import index_reduce
 from aotgrad.runtime.shape_ops import commit_inplace, snapshot
 from aotgrad.runtime.tensor import Tensor
 
@@ -144,6 +145,7 @@ _METHODS["mvlgamma"] = lambda self, p: special_ops.multigammaln(self, p)
 _METHODS["arctan2"] = ops.atan2
 del _mod, _names
 _METHODS["scatter_reduce"] = scatter_reduce
+_METHODS["index_reduce"] = index_reduce
 
 # in-place variants: computed out of place, written back, version bumped
 for _name in ("add sub mul div pow clamp clamp_min clamp_max clip neg abs exp log sqrt sigmoid "
@@ -153,8 +155,8 @@ for _name in ("add sub mul div pow clamp clamp_min clamp_max clip neg abs exp lo
               "index_fill addmm addmv addr addbmm baddbmm addcmul addcdiv lerp cumprod atan2 "
               "sinh cosh asinh acosh atanh asin acos atan arcsin arccos arctan "
               "arcsinh arccosh arctanh arctan2 erfc erfinv lgamma digamma logit xlogy sinc "
-              "polygamma i0 mvlgamma scatter_reduce sin cos tan rsqrt log1p expm1 log2 "
-              "log10 erf eq ne lt le gt ge logical_and logical_or logical_xor "
+              "polygamma i0 mvlgamma scatter_reduce index_reduce sin cos tan rsqrt log1p "
+              "expm1 log2 log10 erf eq ne lt le gt ge logical_and logical_or logical_xor "
               "logical_not").split():
     _fn = _METHODS[_name]
     _METHODS[_name + "_"] = _inplace(_fn, _name + "_")

@@ -17,6 +17,7 @@ from aotgrad.runtime import shape_ops as so
 from aotgrad.runtime.factories import arange, randint, tensor
 from aotgrad.runtime.op_base import cast, norm_dims, op
 from aotgrad.runtime.op_base import return_types
+from aotgrad.runtime.not_implemented_derivative import without_derivative
 
 
 def share_memory_(self):
@@ -133,7 +134,7 @@ def bincount(input, weights=None, minlength=0):
 
 def unique(input, sorted=True, return_inverse=False, return_counts=False, dim=None):
     """The distinct values (or slices along dim), sorted; optionally the inverse indices
-    and the counts. No gradient, as in PyTorch."""
+    and the counts. No derivative, as in PyTorch (the values' node raises if reached)."""
     v = input._concrete("unique (data-dependent shape)")
     if dim is None:
         vals, inv, counts = np.unique(v.reshape(-1), return_inverse=True, return_counts=True)
@@ -142,7 +143,9 @@ def unique(input, sorted=True, return_inverse=False, return_counts=False, dim=No
         d = norm_dims(dim, v.ndim)[0]
         vals, inv, counts = np.unique(v, return_inverse=True, return_counts=True, axis=d)
         inv = inv.reshape(-1)
-    out = [tensor(vals.astype(v.dtype))]
+    out = [without_derivative(tensor(vals.astype(v.dtype)),
+                              "Unique2Backward0" if dim is None else "UniqueDimBackward0",
+                              "_unique2" if dim is None else "unique_dim", [input])]
     if return_inverse:
         out.append(tensor(inv.astype(np.int64)))
     if return_counts:
@@ -163,7 +166,8 @@ def unique_consecutive(input, return_inverse=False, return_counts=False, dim=Non
     vals = a[starts]
     if dim is not None:
         vals = np.moveaxis(vals, 0, d)
-    out = [tensor(np.ascontiguousarray(vals))]
+    out = [without_derivative(tensor(np.ascontiguousarray(vals)), "UniqueConsecutiveBackward0",
+                              "unique_consecutive", [input])]
     if return_inverse:
         inv = np.cumsum(starts) - 1
         out.append(tensor(inv.reshape(v.shape if dim is None else -1).astype(np.int64)))

@@ -27,6 +27,7 @@ def op(name, grad_name=None):
     """Mark a user-level op: provenance name, profiler row, and the grad_fn name of its result."""
     def deco(fn):
         tensor_args = _tensor_parameters(fn)
+        event = profiling.op_event_name(name)
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
@@ -41,7 +42,8 @@ def op(name, grad_name=None):
                     if type(a) in _NOT_TENSORS:
                         _not_a_tensor(name, pname, i, a)
                 if profiling._profilers:
-                    with profiling.record(name, kind="op"):
+                    with profiling.record(event, kind="op",
+                                          shapes=_input_shapes(args, kwargs)):
                         out = fn(*args, **kwargs)
                 else:
                     out = fn(*args, **kwargs)
@@ -58,6 +60,12 @@ def op(name, grad_name=None):
             return out
         return wrapper
     return deco
+
+
+def _input_shapes(args, kwargs):
+    """An op's argument shapes as PyTorch's profiler records them: a tensor's sizes, [] for
+    anything else."""
+    return [list(a.shape) if isinstance(a, Tensor) else [] for a in (*args, *kwargs.values())]
 
 
 def _add_user_line(err, name, prefix=True):

@@ -52,7 +52,7 @@ class SavedTensorHooks:
             _mode.grad_enabled = prev
         if t._version_counter.v != version:
             raise RuntimeError(PACK_INPLACE_MESSAGE)
-        saved.hooks, saved.value = (self, packed, t.dtype), _PACKED
+        saved.hooks, saved.value, saved.original = (self, packed, t.dtype), _PACKED, None
         if saved.is_output:
             saved.leaf = None
 
@@ -67,6 +67,9 @@ class SavedTensorHooks:
         if data.dtype is not saved.hooks[2] and data.dtype.is_floating_point and \
                 saved.hooks[2].is_floating_point:
             data = data.to(saved.hooks[2])  # the derivative rules do not promote dtypes
+        if saved.leaf is None and saved.grad_fn is None and not saved.requires_grad and \
+                not saved.is_output and not data.requires_grad:
+            return data  # no place in the graph to give it: the unpacked tensor itself
         t = Tensor._make(data._value, False)
         t._version_counter = data._version_counter
         leaf = saved.leaf

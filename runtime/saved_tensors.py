@@ -35,13 +35,27 @@ class SavedTensorModifiedError(RuntimeError):
     """A tensor saved for the backward was modified in place after it was saved."""
 
 
+REGISTER_FREED_MESSAGE = (
+    "Calling register_hooks on a saved tensor after it has been freed. Saved intermediate "
+    "values of the graph are freed when you call .backward() or autograd.grad(). Specify "
+    "retain_graph=True if you need to backward through the graph a second time or if you "
+    "need to access saved variables after calling backward.")
+
+
 class SavedTensor:
     """A tensor saved for backward: its value, its version at save time, and how to rebuild it.
-    Outputs of the saving node are stored without their grad_fn to avoid a reference cycle."""
+    A saved input is given back as the very tensor that was saved (while nothing changed it);
+    outputs of the saving node are stored without their grad_fn, to avoid a reference cycle,
+    and come back as new tensors. `grad_fn._raw_saved_<name>` and `ctx._raw_saved_tensors`
+    show these objects (PyTorch's `autograd.SavedTensor`); only the engine makes them."""
     __slots__ = ("value", "counter", "version", "grad_fn", "output_nr", "requires_grad",
-                 "is_output", "leaf", "op_name", "hooks", "ref", "sparse", "tangent")
+                 "is_output", "leaf", "op_name", "hooks", "ref", "sparse", "tangent",
+                 "original")
 
-    def __init__(self, t, is_output=False, op_name=None):
+    def __init__(self, t=None, is_output=False, op_name=None):
+        if t is None:
+            raise RuntimeError("Trying to create a SavedTensor object from Python is "
+                               "forbidden.")
         if t._inference and not _mode.inference:
             raise RuntimeError(INFERENCE_SAVE_MESSAGE)
         self.value, self.counter = t._value, t._version_counter
@@ -51,6 +65,9 @@ class SavedTensor:
         self.output_nr = t._output_nr
         # an output is saved while its node is being made (grad_fn not yet set): never a leaf
         self.leaf = t if (not is_output and t.grad_fn is None and t.requires_grad) else None
+        # a saved input comes back as itself (PyTorch: no needless unwrapping); not while
+        # tracing, where a kept proxy would outlive its trace
+        self.original = None if is_output or isinstance(t._value, Var) else t
         self.hooks = None
         self.ref = weakref.ref(t)  # to name its current grad_fn if it is modified in place
         self.sparse = t._sparse  # a sparse COO tensor's indices (sparse_ops)
@@ -76,9 +93,27 @@ class SavedTensor:
                                "already been set. Hint: only one pair of hooks is allowed at a "
                                "time.")
         if self.value is None:
-            raise RuntimeError(FREED_MESSAGE)
-        t = self.leaf if self.leaf is not None else Tensor._make(self.value, False)
+            raise RuntimeError(REGISTER_FREED_MESSAGE)
+        t = self.leaf if self.leaf is not None else \
+            self.original if self.original is not None else Tensor._make(self.value, False)
         SavedTensorHooks(pack_hook, unpack_hook)._pack_saved(self, t)
+
+    @property
+    def data(self):
+        """What is stored: the object the pack hook returned, the saved input itself, or (a
+        saved output) a tensor of its value without history."""
+        if self.value is None:
+            raise RuntimeError(FREED_MESSAGE)
+        if self.hooks is not None:
+            return self.hooks[1]
+        if self.original is not None:
+            return self.original
+        return Tensor._make(self.value, False)
+
+    @property
+    def unpack_hook(self):
+        """The unpack hook that reads this tensor back (None without hooks)."""
+        return None if self.hooks is None else self.hooks[0].unpack_hook
 
     def unpack(self, node):
         if self.value is None:
@@ -89,6 +124,9 @@ class SavedTensor:
             self._raise_modified(node)
         if self.leaf is not None:
             return self.leaf
+        original = self.original
+        if original is not None and self.tangent is None and original.grad_fn is self.grad_fn:
+            return original
         t = Tensor._make(self.value, self.requires_grad)
         t.grad_fn = node if self.is_output else self.grad_fn
         t._output_nr = self.output_nr
@@ -124,6 +162,23 @@ class SavedTensor:
         self.value = None
         self.leaf = None
         self.hooks = None
+        self.original = None
+
+
+class UndefinedSavedTensor:
+    """A None that a node saved, as `_raw_saved_<name>` shows it: it reads back as None and
+    takes no hooks."""
+    data = unpack_hook = None
+
+    def register_hooks(self, pack_hook, unpack_hook):
+        raise RuntimeError("Calling register_hooks on a saved tensor with value None is "
+                           "forbidden")
+
+    def unpack(self, node):
+        return None
+
+
+UNDEFINED_SAVED = UndefinedSavedTensor()
 
 
 class _SavedTensorsHooks(threading.local):

@@ -9,6 +9,7 @@ through `runtime.dispatch.apply`, which binds the prim and records the autograd 
 Operators and most methods are installed from runtime/ops.py.
 """
 import math
+import operator
 import weakref
 
 import numpy as np
@@ -29,8 +30,8 @@ _new = object.__new__
 
 
 class Tensor:
-    __slots__ = ("_value", "requires_grad", "grad_fn", "_grad", "_version_counter", "_output_nr",
-                 "_inference", "__weakref__", "__dict__")
+    __slots__ = ("_value", "_requires_grad", "grad_fn", "_grad", "_version_counter",
+                 "_output_nr", "_inference", "__weakref__", "__dict__")
     __array_priority__ = 1000  # numpy defers `ndarray + tensor` to us
     # Rarely set attributes: a class-level default here, an instance attribute (in __dict__)
     # once set, so that _make stays cheap. Each is read by the modules named.
@@ -67,7 +68,7 @@ class Tensor:
     def _make(cls, value, requires_grad=False):
         t = _new(cls)
         t._value = value
-        t.requires_grad = requires_grad
+        t._requires_grad = requires_grad
         t.grad_fn = None
         t._grad = None
         t._version_counter = VersionCounter()
@@ -245,6 +246,25 @@ class Tensor:
                                f"ensure the new grad_dtype matches the existing gradient's "
                                f"dtype.")
         self.__dict__["_grad_dtype"] = dtype
+
+    def _set_requires_grad(self, requires_grad):
+        # (setting it to True on an integer tensor is PyTorch's error; the op layer writes
+        # the flag through here too, so it checks only that)
+        if requires_grad and not (type(self._value) is np.ndarray and
+                                  self._value.dtype.kind == "f") and \
+                not self.dtype.is_floating_point:
+            raise RuntimeError(f"only Tensors of floating point dtype can require gradients "
+                               f"(got {type_str(self)}, dtype {self.dtype.name})"
+                               f"{format_location()}")
+        self._requires_grad = requires_grad
+
+    def _delete_requires_grad(self):
+        raise RuntimeError("cannot delete the tensor's 'requires_grad' attribute")
+
+    # read at C speed (a slot read through attrgetter); written and deleted with checks
+    requires_grad = property(operator.attrgetter("_requires_grad"), _set_requires_grad,
+                             _delete_requires_grad, "Whether autograd records operations on "
+                             "this tensor (only floating-point tensors can require grad).")
 
     def requires_grad_(self, requires_grad=True):
         if not self.is_leaf:

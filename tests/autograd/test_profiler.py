@@ -35,18 +35,18 @@ def _rows(table):
 def test_events_for_ops_prims_backward_and_ranges():
     prof = _run_model()
     by_name = {e.key: e for e in prof.key_averages()}
-    assert by_name["tanh"].count == 3 and by_name["mul"].count == 3
+    assert by_name["aten::tanh"].count == 3 and by_name["aten::mul"].count == 3
     assert by_name["TanhBackward0"].count == 3
     assert by_name["SumBackward0"].count == 1
     assert by_name["forward_pass"].count == 1
     assert by_name["prims.tanh"].count == 3
     kinds = {e.name: e.kind for e in prof.function_events}
-    assert kinds["tanh"] == "op" and kinds["prims.tanh"] == "prim"
+    assert kinds["aten::tanh"] == "op" and kinds["prims.tanh"] == "prim"
     assert kinds["TanhBackward0"] == "backward" and kinds["forward_pass"] == "user"
     # the range contains the forward ops but not the backward nodes
     fp = next(e for e in prof.function_events if e.name == "forward_pass")
     child_names = {c.name for c in fp.cpu_children}
-    assert {"mul", "tanh", "sum"} <= child_names and "TanhBackward0" not in child_names
+    assert {"aten::mul", "aten::tanh", "aten::sum"} <= child_names and "TanhBackward0" not in child_names
 
 
 def test_self_and_total_times_are_consistent():
@@ -63,10 +63,30 @@ def test_self_and_total_times_are_consistent():
                    sum(c.cpu_time_total for c in e.cpu_children)) < 1e-6
     top_total = sum(e.cpu_time_total for e in events if e.cpu_parent is None)
     assert prof.self_cpu_time_total == pytest.approx(top_total, rel=1e-9)
-    avg = {e.key: e for e in prof.key_averages()}["tanh"]
-    tanh_events = [e for e in events if e.name == "tanh"]
+    avg = {e.key: e for e in prof.key_averages()}["aten::tanh"]
+    tanh_events = [e for e in events if e.name == "aten::tanh"]
     assert avg.cpu_time_total == pytest.approx(sum(e.cpu_time_total for e in tanh_events))
     assert avg.cpu_time == pytest.approx(avg.cpu_time_total / 3)
+
+
+def test_op_events_take_pytorch_names_and_input_shapes():
+    x = aotgrad.randn(10, 10)
+    lin1, lin2 = aotgrad.nn.Linear(20, 30), aotgrad.nn.Linear(30, 40)
+    with profiler.profile(record_shapes=True) as prof:
+        x * 2 + 4
+        lin2(lin1(aotgrad.randn(128, 20)))
+        aotgrad.linalg.inv(aotgrad.eye(3))
+    events = prof.function_events
+    names = {e.name for e in events}
+    assert {"aten::mul", "aten::add", "aten::linear", "aten::linalg_inv"} <= names
+    shapes = {e.name: [] for e in events}
+    for e in events:
+        shapes[e.name].append(e.input_shapes)
+    assert [[10, 10], []] in shapes["aten::mul"]  # a number argument: []
+    assert shapes["aten::linear"] == [[[128, 20], [30, 20], [30]], [[128, 30], [40, 30], [40]]]
+    with profiler.profile() as prof:  # without record_shapes: none
+        x * 2
+    assert all(e.input_shapes is None for e in prof.function_events)
 
 
 def test_record_function_measures_wall_time():
@@ -139,9 +159,9 @@ def test_chrome_trace(tmp_path):
         assert isinstance(e["ts"], (int, float)) and e["dur"] >= 0
         assert {"name", "pid", "tid", "cat"} <= set(e)
     names = {e["name"] for e in events}
-    assert {"forward_pass", "tanh", "prims.tanh", "TanhBackward0"} <= names
+    assert {"forward_pass", "aten::tanh", "prims.tanh", "TanhBackward0"} <= names
     fp = next(e for e in events if e["name"] == "forward_pass")
-    inner = [e for e in events if e["name"] == "tanh"]
+    inner = [e for e in events if e["name"] == "aten::tanh"]
     assert all(fp["ts"] <= e["ts"] and e["ts"] + e["dur"] <= fp["ts"] + fp["dur"] + 1e-6
                for e in inner)
 
@@ -186,7 +206,7 @@ def test_disabled_unfinished_and_cleanup():
     with profiler.profile() as prof3:
         f(x)
     deco = next(e for e in prof3.function_events if e.name == "decorated")
-    assert [c.name for c in deco.cpu_children] == ["exp"]
+    assert [c.name for c in deco.cpu_children] == ["aten::exp"]
 
 
 def test_header_matches_torch(torch):
