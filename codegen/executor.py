@@ -16,7 +16,7 @@ import weakref
 
 import numpy as np
 
-from aotgrad.codegen import blas, parallel_compile
+from aotgrad.codegen import blas, index_rows, parallel_compile
 from aotgrad.codegen.scheduler import Kernel, StepKind
 from aotgrad.codegen.step_events import step_events
 from aotgrad.ir.core import evaluate_params, located_error
@@ -190,7 +190,9 @@ class Plan:
         for i, st in enumerate(steps):
             for v in st.outputs:
                 self._slot(v)
-                if st.kind in (StepKind.REFERENCE, StepKind.VIEW, StepKind.CHECK):
+                # a reference step returns a new array; a slice kernel writes into a buffer
+                if st.kind in (StepKind.REFERENCE, StepKind.VIEW, StepKind.CHECK) and \
+                        index_rows.from_step(st) is None:
                     continue
                 if v in outs and not self.reuse_outputs:
                     self.out_alloc.append(v)
@@ -436,6 +438,9 @@ class Plan:
         if st.kind == StepKind.VIEW:
             return [f"{name_of(n.outputs[0])} = "
                     f"{name_of(n.inputs[0])}.reshape({shape_source(n.params['shape'])})"]
+        rows = index_rows.from_step(st)   # a whole-slice gather/scatter_add
+        if rows is not None:
+            return index_rows.step_lines(n, rows, shaped, name_of, bind)
         impl = bind(n.prim.impl, "_ref_")
         params = self._params(n, bind)
         call = f"{impl}({', '.join(name_of(v) for v in n.inputs)}, **{params})"

@@ -31,6 +31,7 @@ from enum import Enum
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.prims import unit_reshape_map
 from aotgrad.ir.tags import Tag, reduced_dims
+from aotgrad.codegen import index_rows
 from aotgrad.codegen.emit_base import _EXPENSIVE
 from aotgrad.codegen.index import (Dim, gather_index, gather_row_index, identity, pad_index,
                                    row_index, view_index)
@@ -249,7 +250,7 @@ class Scheduler:
             k = self.kind[n]
             if k in STORED:
                 mat.update(n.outputs)
-                for v in n.inputs:
+                for v in index_rows.step_inputs(n, self.prod):
                     if v in self.strided:
                         continue
                     if v in self.prod and self.kind[self.prod[v]] in EXPANDED:
@@ -354,7 +355,7 @@ class Scheduler:
                 continue
             if k in (NodeKind.DOT, NodeKind.REFERENCE, NodeKind.CHECK):
                 st = Step(_STEP_OF_NODE[k], [n], n.outputs)
-                st.inputs = list(n.inputs)
+                st.inputs = index_rows.step_inputs(n, self.prod)
                 steps.append(st)
                 for v in n.outputs:
                     owner[v] = st

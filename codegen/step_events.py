@@ -8,6 +8,7 @@ ordinary driver reads no clock and knows nothing of this module.
 import dataclasses
 import math
 
+from aotgrad.codegen import index_rows
 from aotgrad.codegen.scheduler import Kernel, StepKind
 from aotgrad.ir.prims import dot_dims
 from aotgrad.ir.symbolic import evaluate
@@ -84,6 +85,11 @@ def _dot_event(st, how):
 
 def _reference_event(st):
     n = st.nodes[0]
+    if index_rows.from_step(st) is not None:
+        return StepEvent(name=f"{n.prim.name} (whole slices)",
+                         shapes=tuple(tuple(v.shape) for v in st.inputs), nodes=1,
+                         bytes=_moved(list(st.inputs) + list(n.outputs)), flops=0,
+                         how="codegen.index_rows kernel")
     return StepEvent(name=f"{n.prim.name} (numpy)",
                      shapes=tuple(tuple(v.shape) for v in n.inputs), nodes=1,
                      bytes=_moved(list(n.inputs) + list(n.outputs)), flops=0,
