@@ -31,7 +31,7 @@ from enum import Enum
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.prims import unit_reshape_map
 from aotgrad.ir.tags import Tag, reduced_dims
-from aotgrad.codegen import index_rows
+from aotgrad.codegen import routes
 from aotgrad.codegen.emit_base import _EXPENSIVE
 from aotgrad.codegen.index import (Dim, gather_index, gather_row_index, identity, pad_index,
                                    row_index, view_index)
@@ -222,6 +222,8 @@ class Scheduler:
         for n in graph.nodes:   # a gathered value reached through slice/rev: not fused
             if self.kind[n] == NodeKind.ROW_GATHER and self._through_offset_view(n.inputs[0]):
                 self.kind[n] = NodeKind.REFERENCE
+        for n in routes.routed_nodes(graph, self.prod, self.users):   # library kernels
+            self.kind[n] = NodeKind.REFERENCE
         self.sched = Schedule(graph)
         self.forced = set()     # virtual values materialised by the cuts of earlier rounds
         self.split = set()      # of those, the ones that split an oversized kernel
@@ -250,7 +252,7 @@ class Scheduler:
             k = self.kind[n]
             if k in STORED:
                 mat.update(n.outputs)
-                for v in index_rows.step_inputs(n, self.prod):
+                for v in routes.step_inputs(n, self.prod):
                     if v in self.strided:
                         continue
                     if v in self.prod and self.kind[self.prod[v]] in EXPANDED:
@@ -355,7 +357,7 @@ class Scheduler:
                 continue
             if k in (NodeKind.DOT, NodeKind.REFERENCE, NodeKind.CHECK):
                 st = Step(_STEP_OF_NODE[k], [n], n.outputs)
-                st.inputs = index_rows.step_inputs(n, self.prod)
+                st.inputs = routes.step_inputs(n, self.prod)
                 steps.append(st)
                 for v in n.outputs:
                     owner[v] = st

@@ -8,7 +8,7 @@ ordinary driver reads no clock and knows nothing of this module.
 import dataclasses
 import math
 
-from aotgrad.codegen import index_rows
+from aotgrad.codegen import routes
 from aotgrad.codegen.scheduler import Kernel, StepKind
 from aotgrad.ir.prims import dot_dims
 from aotgrad.ir.symbolic import evaluate
@@ -83,13 +83,14 @@ def _dot_event(st, how):
         bytes=_moved([a, b, out]), flops=2 * batch * m * k * nn, how=how or "np.matmul")
 
 
-def _reference_event(st):
+def _reference_event(st, producers):
     n = st.nodes[0]
-    if index_rows.from_step(st) is not None:
-        return StepEvent(name=f"{n.prim.name} (whole slices)",
+    route = routes.route_of(st, producers)
+    if route is not None:
+        return StepEvent(name=f"{n.prim.name} ({route.kind.value})",
                          shapes=tuple(tuple(v.shape) for v in st.inputs), nodes=1,
                          bytes=_moved(list(st.inputs) + list(n.outputs)), flops=0,
-                         how="codegen.index_rows kernel")
+                         how=route.describe())
     return StepEvent(name=f"{n.prim.name} (numpy)",
                      shapes=tuple(tuple(v.shape) for v in n.inputs), nodes=1,
                      bytes=_moved(list(n.inputs) + list(n.outputs)), flops=0,
@@ -100,14 +101,14 @@ def step_events(schedule, kernel_fns, gemm_how):
     """Per step of `schedule`, its StepEvent, or None for steps too cheap to show (views,
     value checks). kernel_fns: step -> (fn, KernelSpec); gemm_how: dot node -> how BLAS
     runs it (the executor's report)."""
-    out = []
+    out, producers = [], schedule.graph.producers()
     for st in schedule.steps:
         if isinstance(st, Kernel):
             out.append(_kernel_event(st, kernel_fns[st][1]))
         elif st.kind == StepKind.DOT:
             out.append(_dot_event(st, gemm_how.get(st.nodes[0])))
         elif st.kind == StepKind.REFERENCE:
-            out.append(_reference_event(st))
+            out.append(_reference_event(st, producers))
         else:
             out.append(None)
     return out
