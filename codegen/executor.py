@@ -16,7 +16,7 @@ import weakref
 
 import numpy as np
 
-from aotgrad.codegen import blas, parallel_compile, routes
+from aotgrad.codegen import blas, parallel_compile
 from aotgrad.codegen.scheduler import Kernel, StepKind
 from aotgrad.codegen.step_events import step_events
 from aotgrad.ir.core import evaluate_params, located_error
@@ -152,7 +152,6 @@ class Plan:
         self.slot = {}
         for v in graph.inputs:
             self._slot(v)
-        self.producers = graph.producers()
         self.alias = {}                  # view var -> base var (shares memory)
         self.buffers = []                # (dtype, size) per workspace buffer
         self.buf_of = {}                 # var -> workspace buffer index
@@ -193,7 +192,7 @@ class Plan:
                 self._slot(v)
                 # a reference step returns a new array; a slice kernel writes into a buffer
                 if st.kind in (StepKind.REFERENCE, StepKind.VIEW, StepKind.CHECK) and \
-                        routes.route_of(st, self.producers) is None:
+                        st.route is None:
                     continue
                 if v in outs and not self.reuse_outputs:
                     self.out_alloc.append(v)
@@ -439,9 +438,8 @@ class Plan:
         if st.kind == StepKind.VIEW:
             return [f"{name_of(n.outputs[0])} = "
                     f"{name_of(n.inputs[0])}.reshape({shape_source(n.params['shape'])})"]
-        route = routes.route_of(st, self.producers)   # a library kernel of codegen
-        if route is not None:
-            return route.lines(shaped, name_of, bind)
+        if st.route is not None:   # a library kernel of codegen
+            return st.route.lines(shaped, name_of, bind)
         impl = bind(n.prim.impl, "_ref_")
         params = self._params(n, bind)
         call = f"{impl}({', '.join(name_of(v) for v in n.inputs)}, **{params})"

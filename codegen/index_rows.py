@@ -12,9 +12,8 @@ The scatter adds the slices in index order, as `np.add.at` does, so the sums are
 eager ones bit for bit. An index out of range (after numpy's wrap of negatives) makes the
 kernel return nonzero; the driver then raises numpy's IndexError.
 
-`row_index(node, producers)` recognises the pattern (the scheduler's hook: the step reads
-the 1-D index instead of the broadcast), `step_lines` writes the driver's lines for it (the
-executor's hook). Imports only aotgrad.ir.
+`row_index(node, producers)` recognises the pattern (codegen.routes: the step reads the
+1-D index instead of the broadcast), `step_lines` writes the driver's lines for it.
 """
 import math
 from typing import NamedTuple
@@ -60,26 +59,6 @@ def row_index(node, producers):
     if rest(idx.shape) != rest(x.shape):    # a gather of part of each slice: not whole rows
         return None
     return RowIndex(i, idx, dim)
-
-
-def step_inputs(node, producers):
-    """The values a reference step of `node` reads: the 1-D index in place of its
-    broadcast for a whole-slice gather/scatter_add, else the node's inputs."""
-    r = row_index(node, producers)
-    if r is None:
-        return list(node.inputs)
-    return [r.index if v is r.broadcast else v for v in node.inputs]
-
-
-def from_step(st):
-    """The RowIndex of a reference step whose inputs step_inputs rewrote, or None."""
-    if not st.nodes:
-        return None
-    n = st.nodes[0]
-    if n.prim.name not in ("gather", "scatter_add") or len(st.inputs) < 2 or \
-            st.inputs[1] is n.inputs[1]:
-        return None
-    return RowIndex(st.inputs[1], n.inputs[1], n.params["dim"])
 
 
 def _view3(shape, dim):

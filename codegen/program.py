@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 
-from aotgrad.codegen import blas, cache, low_precision, parallel_compile, routes, tiers
+from aotgrad.codegen import blas, cache, low_precision, parallel_compile, tiers
 from aotgrad.codegen.compile_worker import numba_signature
 from aotgrad.ir.passes import cse
 from aotgrad.codegen.emitter import emit_kernel, module_source
@@ -236,8 +236,7 @@ class CompiledGraph:
                 lines.append(f"  [{i}] kernel {spec.name} ({par}): {st.describe()}")
             else:
                 n = st.nodes[0]
-                route = routes.route_of(st, plan.producers)
-                what = plan.gemm_how.get(n) or (route and route.describe()) or {
+                what = plan.gemm_how.get(n) or (st.route and st.route.describe()) or {
                     StepKind.DOT: "BLAS np.matmul", StepKind.REFERENCE: "reference (numpy impl)",
                     StepKind.VIEW: "view (reshape)",
                     StepKind.CHECK: "run-time check of values (numpy)"}[st.kind]

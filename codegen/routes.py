@@ -1,12 +1,13 @@
 """Reference-kind steps that run a library kernel of codegen instead of a prim's numpy
 implementation or a generated loop: whole-slice gathers and scatter-adds (index_rows),
-concatenations traced as sums of zero pads (concat).
+concatenations traced as sums of zero pads that a product reads (concat).
 
-The scheduler asks `routed_nodes` which nodes to treat as such steps (beyond the ones that
-are reference steps anyway) and `step_inputs` what each step reads (not always the node's
-inputs: the 1-D index instead of its broadcast, a concatenation's parts instead of their
-pads). The executor, the report and the profiler ask `route_of` how a step runs: a Route,
-or None for an ordinary step. A routed step writes its result into a planned buffer.
+The scheduler asks `find_routes` once per graph which nodes run so (a concatenation's root
+becomes a step of its own), makes each such node's step read `Route.inputs` (the 1-D index
+instead of its broadcast, a concatenation's parts instead of their pads) and records the
+Route on the step (`Step.route`). The executor writes the step's driver lines with
+`Route.lines` into a planned output buffer; the report and the profiler name it with
+`Route.describe`.
 """
 import enum
 from typing import NamedTuple
@@ -19,46 +20,35 @@ class RouteKind(str, enum.Enum):
     CONCAT = "slice copies of a concatenation"
 
 
+_MODULE = {RouteKind.SLICES: "index_rows", RouteKind.CONCAT: "concat"}
+
+
 class Route(NamedTuple):
     kind: RouteKind
     node: object
+    inputs: list      # the values the step reads
     detail: object    # index_rows.RowIndex, or concat's ([(part, low)], dim)
 
     def describe(self):
-        return f"{self.kind.value} (codegen.{'index_rows' if self.kind is RouteKind.SLICES else 'concat'} kernel)"
+        return f"{self.kind.value} (codegen.{_MODULE[self.kind]} kernel)"
 
     def lines(self, shaped, name_of, bind):
-        """The driver's lines for the step."""
+        """The driver's lines for the step (see index_rows / concat step_lines)."""
         if self.kind is RouteKind.SLICES:
             return index_rows.step_lines(self.node, self.detail, shaped, name_of, bind)
         found, dim = self.detail
         return concat.step_lines(self.node, found, dim, shaped, bind)
 
 
-def routed_nodes(graph, producers, users):
-    """Nodes that are not reference steps by their prim but become routed steps."""
-    return concat.concat_roots(graph, producers, users)
-
-
-def step_inputs(node, producers):
-    """What the step of `node` (a step of its own: product, reference, check) reads."""
-    if node.prim.name == "add":
-        p = concat.parts(node, producers)
-        if p is not None:
-            return [x for x, _ in p[0]]
-    return index_rows.step_inputs(node, producers)
-
-
-def route_of(st, producers):
-    """The Route of a reference step, or None (its prim's numpy implementation runs)."""
-    if not st.nodes:
-        return None
-    n = st.nodes[0]
-    r = index_rows.from_step(st)
-    if r is not None:
-        return Route(RouteKind.SLICES, n, r)
-    if n.prim.name == "add":
-        p = concat.parts(n, producers)
-        if p is not None:
-            return Route(RouteKind.CONCAT, n, p)
-    return None
+def find_routes(graph, producers, users):
+    """node -> Route for every node of `graph` that runs as a library kernel."""
+    out = {}
+    for n in concat.concat_roots(graph, producers, users):
+        found, dim = concat.parts(n, producers)
+        out[n] = Route(RouteKind.CONCAT, n, [x for x, _ in found], (found, dim))
+    for n in graph.nodes:
+        r = index_rows.row_index(n, producers)
+        if r is not None:
+            ins = [r.index if v is r.broadcast else v for v in n.inputs]
+            out[n] = Route(RouteKind.SLICES, n, ins, r)
+    return out

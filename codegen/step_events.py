@@ -8,7 +8,6 @@ ordinary driver reads no clock and knows nothing of this module.
 import dataclasses
 import math
 
-from aotgrad.codegen import routes
 from aotgrad.codegen.scheduler import Kernel, StepKind
 from aotgrad.ir.prims import dot_dims
 from aotgrad.ir.symbolic import evaluate
@@ -83,9 +82,9 @@ def _dot_event(st, how):
         bytes=_moved([a, b, out]), flops=2 * batch * m * k * nn, how=how or "np.matmul")
 
 
-def _reference_event(st, producers):
+def _reference_event(st):
     n = st.nodes[0]
-    route = routes.route_of(st, producers)
+    route = st.route
     if route is not None:
         return StepEvent(name=f"{n.prim.name} ({route.kind.value})",
                          shapes=tuple(tuple(v.shape) for v in st.inputs), nodes=1,
@@ -101,14 +100,14 @@ def step_events(schedule, kernel_fns, gemm_how):
     """Per step of `schedule`, its StepEvent, or None for steps too cheap to show (views,
     value checks). kernel_fns: step -> (fn, KernelSpec); gemm_how: dot node -> how BLAS
     runs it (the executor's report)."""
-    out, producers = [], schedule.graph.producers()
+    out = []
     for st in schedule.steps:
         if isinstance(st, Kernel):
             out.append(_kernel_event(st, kernel_fns[st][1]))
         elif st.kind == StepKind.DOT:
             out.append(_dot_event(st, gemm_how.get(st.nodes[0])))
         elif st.kind == StepKind.REFERENCE:
-            out.append(_reference_event(st, producers))
+            out.append(_reference_event(st))
         else:
             out.append(None)
     return out

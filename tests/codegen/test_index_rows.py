@@ -7,7 +7,7 @@ import pytest
 
 import aotgrad
 import aotgrad.nn.functional as F
-from aotgrad.codegen import compile_graph, routes
+from aotgrad.codegen import compile_graph
 from aotgrad.codegen.scheduler import StepKind
 from aotgrad.ir import Aval, GraphBuilder, evaluate, prims
 from aotgrad.ir import dtypes as dt
@@ -74,7 +74,7 @@ def test_slice_kernels_match_reference(kind, dim):
     ref = evaluate(g, args)[0]
     np.testing.assert_array_equal(prog(*args)[0], ref)
     routed = [st for st in prog.schedule.steps
-              if st.kind == StepKind.REFERENCE and routes.route_of(st, prog.schedule.graph.producers()) is not None]
+              if st.kind == StepKind.REFERENCE and st.route is not None]
     assert len(routed) == 1
     # the broadcast index is not stored: the step reads the 1-D index
     assert routed[0].inputs[1] is g.inputs[1]
@@ -95,7 +95,19 @@ def test_partial_gather_stays_reference():
     """A gather whose index covers part of each slice is not a whole-slice take."""
     g = _graph("gather", (4, 3), 2, 0, part=(2, 2))
     prog = compile_graph(g, name="partial")
-    prod = prog.schedule.graph.producers()
-    assert all(routes.route_of(st, prod) is None for st in prog.schedule.steps)
+    assert all(st.route is None for st in prog.schedule.steps)
     xs, ix = np.arange(12, dtype=np.float32).reshape(4, 3), np.array([3, 1])
     np.testing.assert_array_equal(prog(xs, ix)[0], evaluate(g, [xs, ix])[0])
+
+
+@pytest.mark.parametrize("kind", ["gather", "scatter_add"])
+def test_bisection_replays_the_slice_steps(kind):
+    from aotgrad.testing import bisect_compiled_graph
+    g = _graph(kind, (5, 3), 4, 0)
+    rng = np.random.default_rng(1)
+    args = [rng.standard_normal((5, 3)).astype(np.float32), np.array([4, 0, 4, 2])]
+    if kind == "scatter_add":
+        args.append(rng.standard_normal((4, 3)).astype(np.float32))
+    report = bisect_compiled_graph(compile_graph(g, name=kind), args)
+    step, = [r for r in report.steps if r.description.startswith(kind)]
+    assert not step.replay_error and not step.diverges
