@@ -14,6 +14,11 @@ step"). Steps share 2 cores with whatever else runs: the load average is printed
     python benchmarks/bench_models.py [--steps 50] [--models gpt,lenet] [--quick]
                                       [--torch-compile] [--json out.json]
     python benchmarks/bench_models.py --profile gpt [--steps 5]
+    python benchmarks/bench_models.py --interleave gpt [--steps 30]
+
+--interleave runs PyTorch eager and aotgrad's compiled step of one model in this process,
+one step of each in turn (so both see the same machine load), and prints the median ms per
+step of each, their ratio and the load average before and after.
 
 --profile runs aotgrad's compiled step of one model in this process under
 aotgrad.autograd.profiler and prints its kernels and matrix products, slowest first (time,
@@ -101,8 +106,50 @@ def _profile(model_name, steps, quick, threads):
         for i in range(steps):
             step(*batches[i % len(batches)])
     print(f"{model_name}: compiled step, {steps} steps, load {os.getloadavg()[0]:.2f}")
-    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30,
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=60,
                                     max_name_column_width=60))
+
+
+def _interleave(model_name, steps, quick, threads):
+    """Median ms per step of torch eager and aotgrad's compiled step, alternated."""
+    sys.path.insert(0, HERE)
+    import aotgrad as M
+    import torch
+    from models import build
+    torch.set_num_threads(threads)
+    M.set_num_threads(threads)
+    steppers = {}
+    for name, lib in (("torch eager", torch), ("aotgrad compiled step", M)):
+        model, opt, batches = build(lib, model_name, quick, steps=4)
+
+        def step(x, y, model=model, opt=opt):
+            opt.zero_grad()
+            loss = model(x, y)
+            loss.backward()
+            opt.step()
+            return loss
+        steppers[name] = (M.compile(step) if lib is M else step), batches
+    for name, (step, batches) in steppers.items():   # compile, warm up
+        for i in range(3):
+            step(*batches[i % len(batches)])
+    M.codegen.wait_for_parallel_kernels(600)
+    load0 = os.getloadavg()[0]
+    times = {name: [] for name in steppers}
+    for i in range(steps):
+        for name, (step, batches) in steppers.items():
+            x, y = batches[i % len(batches)]
+            t0 = time.perf_counter()
+            step(x, y).item()
+            times[name].append(time.perf_counter() - t0)
+    med = {name: 1e3 * sorted(t)[len(t) // 2] for name, t in times.items()}
+    best = {name: 1e3 * min(t) for name, t in times.items()}
+    print(f"{model_name}: {steps} steps each, interleaved; threads {threads}; load "
+          f"{load0:.2f} -> {os.getloadavg()[0]:.2f}")
+    for name in steppers:
+        print(f"  {name:24s} median {med[name]:8.2f} ms   min {best[name]:8.2f} ms")
+    a, t = med["aotgrad compiled step"], med["torch eager"]
+    print(f"  ratio aotgrad/torch: median {a / t:.3f}, min "
+          f"{best['aotgrad compiled step'] / best['torch eager']:.3f}")
 
 
 def _run(model_name, system, args, cache):
@@ -127,10 +174,14 @@ def main(argv=None):
     ap.add_argument("--torch-compile", action="store_true")
     ap.add_argument("--json")
     ap.add_argument("--profile", metavar="MODEL")
+    ap.add_argument("--interleave", metavar="MODEL")
     ap.add_argument("--systems", help="comma-separated system names (default: all)")
     args = ap.parse_args(argv)
     if args.profile:
         _profile(args.profile, args.steps, args.quick, args.threads)
+        return 0
+    if args.interleave:
+        _interleave(args.interleave, args.steps, args.quick, args.threads)
         return 0
     if args.worker:
         print(MARK + json.dumps(_worker(*args.worker, args.steps, args.quick, args.threads)))

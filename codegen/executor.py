@@ -190,7 +190,9 @@ class Plan:
         for i, st in enumerate(steps):
             for v in st.outputs:
                 self._slot(v)
-                if st.kind in (StepKind.REFERENCE, StepKind.VIEW, StepKind.CHECK):
+                # a reference step returns a new array; a slice kernel writes into a buffer
+                if st.kind in (StepKind.REFERENCE, StepKind.VIEW, StepKind.CHECK) and \
+                        st.route is None:
                     continue
                 if v in outs and not self.reuse_outputs:
                     self.out_alloc.append(v)
@@ -436,6 +438,8 @@ class Plan:
         if st.kind == StepKind.VIEW:
             return [f"{name_of(n.outputs[0])} = "
                     f"{name_of(n.inputs[0])}.reshape({shape_source(n.params['shape'])})"]
+        if st.route is not None:   # a library kernel of codegen
+            return st.route.lines(shaped, name_of, bind)
         impl = bind(n.prim.impl, "_ref_")
         params = self._params(n, bind)
         call = f"{impl}({', '.join(name_of(v) for v in n.inputs)}, **{params})"

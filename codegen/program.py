@@ -236,7 +236,7 @@ class CompiledGraph:
                 lines.append(f"  [{i}] kernel {spec.name} ({par}): {st.describe()}")
             else:
                 n = st.nodes[0]
-                what = plan.gemm_how.get(n) or {
+                what = plan.gemm_how.get(n) or (st.route and st.route.describe()) or {
                     StepKind.DOT: "BLAS np.matmul", StepKind.REFERENCE: "reference (numpy impl)",
                     StepKind.VIEW: "view (reshape)",
                     StepKind.CHECK: "run-time check of values (numpy)"}[st.kind]

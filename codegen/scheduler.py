@@ -31,6 +31,7 @@ from enum import Enum
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.prims import unit_reshape_map
 from aotgrad.ir.tags import Tag, reduced_dims
+from aotgrad.codegen import routes
 from aotgrad.codegen.emit_base import _EXPENSIVE
 from aotgrad.codegen.index import (Dim, gather_index, gather_row_index, identity, pad_index,
                                    row_index, view_index)
@@ -140,6 +141,7 @@ class Step:
         self.inputs = []
         self.out_view = None
         self.view_expr = None
+        self.route = None       # a reference step run by a library kernel (codegen.routes)
 
 
 class Kernel(Step):
@@ -211,7 +213,7 @@ class Schedule:
 class Scheduler:
     """Groups a graph's nodes into steps: `run()` returns the Schedule."""
 
-    def __init__(self, graph):
+    def __init__(self, graph, library_kernels=True):
         self.g = graph
         self.prod = graph.producers()
         self.graph_inputs = frozenset(graph.inputs)
@@ -221,6 +223,11 @@ class Scheduler:
         for n in graph.nodes:   # a gathered value reached through slice/rev: not fused
             if self.kind[n] == NodeKind.ROW_GATHER and self._through_offset_view(n.inputs[0]):
                 self.kind[n] = NodeKind.REFERENCE
+        # nodes run by a library kernel of codegen (a step of their own); none for export
+        self.routes = routes.find_routes(graph, self.prod, self.users) if library_kernels \
+            else {}
+        for n in self.routes:
+            self.kind[n] = NodeKind.REFERENCE
         self.sched = Schedule(graph)
         self.forced = set()     # virtual values materialised by the cuts of earlier rounds
         self.split = set()      # of those, the ones that split an oversized kernel
@@ -249,7 +256,7 @@ class Scheduler:
             k = self.kind[n]
             if k in STORED:
                 mat.update(n.outputs)
-                for v in n.inputs:
+                for v in (self.routes[n].inputs if n in self.routes else n.inputs):
                     if v in self.strided:
                         continue
                     if v in self.prod and self.kind[self.prod[v]] in EXPANDED:
@@ -354,7 +361,8 @@ class Scheduler:
                 continue
             if k in (NodeKind.DOT, NodeKind.REFERENCE, NodeKind.CHECK):
                 st = Step(_STEP_OF_NODE[k], [n], n.outputs)
-                st.inputs = list(n.inputs)
+                st.route = self.routes.get(n)
+                st.inputs = list(st.route.inputs if st.route else n.inputs)
                 steps.append(st)
                 for v in n.outputs:
                     owner[v] = st

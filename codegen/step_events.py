@@ -84,6 +84,12 @@ def _dot_event(st, how):
 
 def _reference_event(st):
     n = st.nodes[0]
+    route = st.route
+    if route is not None:
+        return StepEvent(name=f"{n.prim.name} ({route.kind.value})",
+                         shapes=tuple(tuple(v.shape) for v in st.inputs), nodes=1,
+                         bytes=_moved(list(st.inputs) + list(n.outputs)), flops=0,
+                         how=route.describe())
     return StepEvent(name=f"{n.prim.name} (numpy)",
                      shapes=tuple(tuple(v.shape) for v in n.inputs), nodes=1,
                      bytes=_moved(list(n.inputs) + list(n.outputs)), flops=0,

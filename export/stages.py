@@ -169,7 +169,8 @@ def lower(graph):
     from aotgrad.codegen.emitter import emit_kernel, module_source
     from aotgrad.codegen.scheduler import Kernel, Scheduler
     graph = passes.cse(graph, keep_outputs=True)   # as codegen.compile_graph does
-    scheduler = Scheduler(graph)
+    # the exported driver runs prims' numpy implementations, not codegen's library kernels
+    scheduler = Scheduler(graph, library_kernels=False)
     schedule = scheduler.run()
     modules, steps, signatures = {}, [], {}
     for st in schedule.steps:

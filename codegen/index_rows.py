@@ -1,0 +1,164 @@
+"""Whole-slice gathers and scatter-adds (embedding lookups and their gradients) as library
+kernels over the un-broadcast index.
+
+`index_select(weight, 0, i)` (an embedding) traces to `gather(x, broadcast_in_dim(i), dim)`
+and its gradient to `scatter_add(zeros, broadcast_in_dim(i), g, dim)`: every slice
+x[..., i[r], ...] is taken (or added to) whole. As reference steps those materialised the
+broadcast index (one int64 per element) and ran `np.take_along_axis` / `np.add.at` over it;
+`np.add.at` is slow (an indexed read-modify-write per element). Here the step reads the 1-D
+index itself and a compiled loop copies or adds whole slices.
+
+The scatter adds the slices in index order, as `np.add.at` does, so the sums are the
+eager ones bit for bit. An index out of range (after numpy's wrap of negatives) makes the
+kernel return nonzero; the driver then raises numpy's IndexError.
+
+`row_index(node, producers)` recognises the pattern (codegen.routes: the step reads the
+1-D index instead of the broadcast), `step_lines` writes the driver's lines for it.
+"""
+import math
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit, prange
+
+from aotgrad.ir import dtypes as dt
+
+# slices moved per call below which the copy loop runs on the calling thread: a parallel
+# region costs more than it saves on an embedding's few hundred thousand elements
+PARALLEL_MIN = 1 << 20
+
+
+class RowIndex(NamedTuple):
+    """A gather/scatter_add node whose index is `index` (1-D) broadcast along `dim`:
+    the operand arrays viewed as (pre, size along dim, post)."""
+    index: object      # the 1-D integer Var
+    broadcast: object  # the broadcast index Var the node reads
+    dim: int
+
+
+def _static(shape):
+    return all(type(d) is int for d in shape)
+
+
+def row_index(node, producers):
+    """The RowIndex of a gather or scatter_add that moves whole slices along its dim, or
+    None. producers: var -> the node that makes it."""
+    name = node.prim.name
+    if name not in ("gather", "scatter_add"):
+        return None
+    x, idx = node.inputs[0], node.inputs[1]
+    dim = node.params["dim"]
+    b = producers.get(idx)
+    if b is None or b.prim.name != "broadcast_in_dim" or tuple(b.params["dims"]) != (dim,):
+        return None
+    i = b.inputs[0]
+    if i.ndim != 1 or not dt.is_integer(i.dtype) or not _static(x.shape) or \
+            not _static(idx.shape):
+        return None
+    rest = lambda s: tuple(s[:dim]) + tuple(s[dim + 1:])   # noqa: E731
+    if rest(idx.shape) != rest(x.shape):    # a gather of part of each slice: not whole rows
+        return None
+    return RowIndex(i, idx, dim)
+
+
+def _view3(shape, dim):
+    return (math.prod(shape[:dim]), shape[dim], math.prod(shape[dim + 1:]))
+
+
+def step_lines(node, rows, shaped, name_of, bind):
+    """The driver's lines running `node` (a RowIndex `rows`) with take_rows / add_rows.
+    shaped(var, shape) -> the source of var viewed with shape; name_of(var) -> its name."""
+    out = node.outputs[0]
+    dim = rows.dim
+    idx = name_of(rows.index)
+    if node.prim.name == "gather":
+        x = node.inputs[0]
+        take = take_rows_parallel if math.prod(out.shape) >= PARALLEL_MIN else take_rows
+        call = (f"{bind(take, '_kr')}({shaped(x, _view3(x.shape, dim))}, {idx}, "
+                f"{shaped(out, _view3(out.shape, dim))})")
+    else:
+        x, _, src = node.inputs
+        call = (f"{bind(add_rows, '_kr')}({shaped(x, _view3(x.shape, dim))}, {idx}, "
+                f"{shaped(src, _view3(src.shape, dim))}, "
+                f"{shaped(out, _view3(out.shape, dim))})")
+    n_in = x.shape[dim]
+    err = bind(_index_error, "_kr")
+    return [f"if {call}:",
+            f"    {err}({node.prim.name!r}, {idx}, {n_in}, {dim})"]
+
+
+def _index_error(op, idx, n, dim):
+    """numpy's IndexError for the first index out of range of a size-n dim."""
+    i = np.asarray(idx)
+    bad = i[(i < -n) | (i >= n)]
+    v = int(bad[0]) if bad.size else int(i[0])
+    raise IndexError(f"{op}(): index {v} is out of bounds for axis {dim} with size {n}")
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _fits(idx, n):
+    for r in range(idx.size):
+        j = idx[r]
+        if j < -n or j >= n:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def take_rows(x, idx, out):
+    """out[p, r, :] = x[p, idx[r], :] (x: (pre, n, post), out: (pre, k, post)); 1 when an
+    index is out of range (nothing written), else 0."""
+    n = x.shape[1]
+    if not _fits(idx, n):
+        return 1
+    for p in range(x.shape[0]):
+        xp, op_ = x[p], out[p]
+        for r in range(idx.size):
+            j = idx[r]
+            if j < 0:
+                j += n
+            src, dst = xp[j], op_[r]
+            for c in range(dst.size):
+                dst[c] = src[c]
+    return 0
+
+
+@njit(cache=True, nogil=True, parallel=True, error_model="numpy")
+def take_rows_parallel(x, idx, out):
+    """take_rows with the rows shared out over numba's threads."""
+    n = x.shape[1]
+    if not _fits(idx, n):
+        return 1
+    k = idx.size
+    for it in prange(x.shape[0] * k):
+        p, r = it // k, it % k
+        j = idx[r]
+        if j < 0:
+            j += n
+        src, dst = x[p, j], out[p, r]
+        for c in range(dst.size):
+            dst[c] = src[c]
+    return 0
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def add_rows(x, idx, src, out):
+    """out = x; out[p, idx[r], :] += src[p, r, :] for r in order (np.add.at's order, so
+    the same sums); 1 when an index is out of range (nothing written), else 0."""
+    n = x.shape[1]
+    if not _fits(idx, n):
+        return 1
+    for p in range(x.shape[0]):
+        xp, op_, sp = x[p], out[p], src[p]
+        for j in range(n):
+            a, b = xp[j], op_[j]
+            for c in range(b.size):
+                b[c] = a[c]
+        for r in range(idx.size):
+            j = idx[r]
+            if j < 0:
+                j += n
+            s, dst = sp[r], op_[j]
+            for c in range(dst.size):
+                dst[c] += s[c]
+    return 0

@@ -1,0 +1,113 @@
+"""Whole-slice gathers and scatter-adds (embeddings and their gradients) run as
+codegen.index_rows kernels over the 1-D index: the same values as eager (the scatter's sums
+bit for bit, as np.add.at adds in the same order), the broadcast index never materialised,
+numpy's IndexError for an index out of range."""
+import numpy as np
+import pytest
+
+import aotgrad
+import aotgrad.nn.functional as F
+from aotgrad.codegen import compile_graph
+from aotgrad.codegen.scheduler import StepKind
+from aotgrad.ir import Aval, GraphBuilder, evaluate, prims
+from aotgrad.ir import dtypes as dt
+
+
+def _loss(w, i):
+    out = F.embedding(i, w)
+    return (out * out).sum()
+
+
+@pytest.mark.parametrize("shape", [(6,), (4, 5)])
+def test_embedding_forward_backward_equals_eager(shape):
+    rng = np.random.default_rng(0)
+    wa = rng.standard_normal((7, 5)).astype(np.float32)
+    # repeated rows: their gradients add up, in index order
+    i = aotgrad.tensor(rng.integers(0, 7, shape))
+    grads, losses = [], []
+    compiled = aotgrad.compile(_loss)
+    for fn in (_loss, compiled):
+        w = aotgrad.tensor(wa, requires_grad=True)
+        loss = fn(w, i)
+        loss.backward()
+        losses.append(loss.item())
+        grads.append(w.grad.numpy())
+    np.testing.assert_array_equal(grads[1], grads[0])
+    np.testing.assert_allclose(losses[1], losses[0], rtol=1e-6)
+    # the program ran the gather and the scatter as slice kernels over the 1-D index
+    report = compiled.ir(w, i).schedule_report()
+    routed = [line for line in report.splitlines() if "codegen.index_rows kernel" in line]
+    assert sorted(line.split(": ")[1].split()[0] for line in routed) == \
+        ["gather", "scatter_add"], report
+
+
+def _graph(kind, x_shape, k, dim, part=None):
+    """gather(x, broadcast(i), dim) or scatter_add(x, broadcast(i), src, dim) over a 1-D i
+    (`part`: the index's extent outside dim, for a gather of part of each slice)."""
+    full = tuple(part or (tuple(x_shape[:dim]) + (k,) + tuple(x_shape[dim + 1:])))
+    b = GraphBuilder(kind)
+    x = b.add_input(Aval(tuple(x_shape), dt.float32), "x")
+    i = b.add_input(Aval((k,), dt.int64), "i")
+    src = b.add_input(Aval(full, dt.float32), "src") if kind == "scatter_add" else None
+    with b:
+        bi = prims.broadcast_in_dim(i, shape=full, dims=(dim,))
+        out = prims.gather(x, bi, dim=dim) if kind == "gather" else \
+            prims.scatter_add(x, bi, src, dim=dim)
+    b.graph.outputs = [out]
+    return b.graph
+
+
+@pytest.mark.parametrize("dim", [0, 1, 2])
+@pytest.mark.parametrize("kind", ["gather", "scatter_add"])
+def test_slice_kernels_match_reference(kind, dim):
+    rng = np.random.default_rng(dim)
+    x_shape = (3, 4, 5)
+    k = 7
+    g = _graph(kind, x_shape, k, dim)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    i = rng.integers(-x_shape[dim], x_shape[dim], k)    # negative indices wrap, as in numpy
+    args = [x, i]
+    if kind == "scatter_add":
+        full = x_shape[:dim] + (k,) + x_shape[dim + 1:]
+        args.append(rng.standard_normal(full).astype(np.float32))
+    prog = compile_graph(g, name=kind)
+    ref = evaluate(g, args)[0]
+    np.testing.assert_array_equal(prog(*args)[0], ref)
+    routed = [st for st in prog.schedule.steps
+              if st.kind == StepKind.REFERENCE and st.route is not None]
+    assert len(routed) == 1
+    # the broadcast index is not stored: the step reads the 1-D index
+    assert routed[0].inputs[1] is g.inputs[1]
+
+
+@pytest.mark.parametrize("kind", ["gather", "scatter_add"])
+def test_index_out_of_range_raises(kind):
+    g = _graph(kind, (4, 3), 2, 0)
+    args = [np.zeros((4, 3), np.float32), np.array([1, 4])]
+    if kind == "scatter_add":
+        args.append(np.ones((2, 3), np.float32))
+    prog = compile_graph(g, name=kind)
+    with pytest.raises(IndexError, match=r"index 4 is out of bounds for axis 0 with size 4"):
+        prog(*args)
+
+
+def test_partial_gather_stays_reference():
+    """A gather whose index covers part of each slice is not a whole-slice take."""
+    g = _graph("gather", (4, 3), 2, 0, part=(2, 2))
+    prog = compile_graph(g, name="partial")
+    assert all(st.route is None for st in prog.schedule.steps)
+    xs, ix = np.arange(12, dtype=np.float32).reshape(4, 3), np.array([3, 1])
+    np.testing.assert_array_equal(prog(xs, ix)[0], evaluate(g, [xs, ix])[0])
+
+
+@pytest.mark.parametrize("kind", ["gather", "scatter_add"])
+def test_bisection_replays_the_slice_steps(kind):
+    from aotgrad.testing import bisect_compiled_graph
+    g = _graph(kind, (5, 3), 4, 0)
+    rng = np.random.default_rng(1)
+    args = [rng.standard_normal((5, 3)).astype(np.float32), np.array([4, 0, 4, 2])]
+    if kind == "scatter_add":
+        args.append(rng.standard_normal((4, 3)).astype(np.float32))
+    report = bisect_compiled_graph(compile_graph(g, name=kind), args)
+    step, = [r for r in report.steps if r.description.startswith(kind)]
+    assert not step.replay_error and not step.diverges
