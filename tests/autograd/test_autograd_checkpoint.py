@@ -8,6 +8,7 @@ import pytest
 
 import aotgrad as ag
 from aotgrad.utils.checkpoint import checkpoint, checkpoint_sequential
+from aotgrad.testing import assert_close
 
 
 def _x(*v):
@@ -28,8 +29,8 @@ def test_recomputes_once_in_backward_with_closed_form_grads(reentrant):
     y.sum().backward()
     assert len(calls) == 2
     c = np.cos(x.detach().numpy() * w.detach().numpy())
-    np.testing.assert_allclose(x.grad.numpy(), c * w.detach().numpy())
-    np.testing.assert_allclose(w.grad.numpy(), c * x.detach().numpy())
+    assert_close(x.grad.numpy(), c * w.detach().numpy(), rtol=1e-7, atol=0, equal_nan=True)
+    assert_close(w.grad.numpy(), c * x.detach().numpy(), rtol=1e-7, atol=0, equal_nan=True)
 
 
 def test_non_reentrant_keeps_no_intermediates_and_serves_grad():
@@ -45,7 +46,7 @@ def test_non_reentrant_keeps_no_intermediates_and_serves_grad():
     assert packed == []
     g, = ag.autograd.grad(y.sum(), x)
     e = np.exp(x.detach().numpy())
-    np.testing.assert_allclose(g.numpy(), np.exp(e) * e)
+    assert_close(g.numpy(), np.exp(e) * e, rtol=1e-7, atol=0, equal_nan=True)
 
 
 def test_random_state_replayed_for_the_recomputation():
@@ -55,7 +56,8 @@ def test_random_state_replayed_for_the_recomputation():
     y.sum().backward()
     kept = y.detach().numpy() != 0
     # the gradient is that of the forward's own mask (same random draws when recomputed)
-    np.testing.assert_allclose(x.grad.numpy(), np.where(kept, 6.0, 0.0))
+    assert_close(x.grad.numpy(), np.where(kept, 6.0, 0.0), rtol=1e-7, atol=0, equal_nan=True,
+                 check_dtype=False)
 
 
 def test_kwargs_and_nesting():
@@ -68,7 +70,7 @@ def test_kwargs_and_nesting():
     x = _x(1., -2.)
     y = checkpoint(outer, x, scale=3.0, use_reentrant=False)
     y.sum().backward()
-    np.testing.assert_allclose(x.grad.numpy(), 6 * x.detach().numpy())
+    assert_close(x.grad.numpy(), 6 * x.detach().numpy(), rtol=1e-7, atol=0, equal_nan=True)
 
 
 def test_reentrant_rejects_kwargs_and_warns_without_tensor_needing_grad():
@@ -95,10 +97,10 @@ def test_checkpoint_sequential_matches_plain_run(reentrant):
     ref = model(x).sum()
     ref_grads = ag.autograd.grad(ref, [x] + list(model.parameters()))
     out = checkpoint_sequential(model, 3, x, use_reentrant=reentrant)
-    np.testing.assert_allclose(out.sum().item(), ref.item(), rtol=1e-6)
+    assert_close(out.sum().item(), ref.item(), rtol=1e-6, atol=0, equal_nan=True)
     out.sum().backward()
     for g, t in zip(ref_grads, [x] + list(model.parameters())):
-        np.testing.assert_allclose(t.grad.numpy(), g.numpy(), rtol=1e-5, atol=1e-6)
+        assert_close(t.grad.numpy(), g.numpy(), rtol=1e-5, atol=1e-6, equal_nan=True)
 
 
 def test_compiled_function_that_checkpoints_matches_eager():
@@ -117,9 +119,9 @@ def test_compiled_function_that_checkpoints_matches_eager():
     compiled = ag.compile(step, backend="interpret")
     out = compiled(x)
     out.backward()
-    np.testing.assert_allclose(out.item(), eager.item(), rtol=1e-6)
+    assert_close(out.item(), eager.item(), rtol=1e-6, atol=0, equal_nan=True)
     for p, g in zip(lin.parameters(), eager_grads):
-        np.testing.assert_allclose(p.grad.numpy(), g, rtol=1e-5, atol=1e-6)
+        assert_close(p.grad.numpy(), g, rtol=1e-5, atol=1e-6, equal_nan=True)
 
 
 def test_reentrant_checkpoint_refuses_grad_and_backward_inputs():
@@ -130,7 +132,7 @@ def test_reentrant_checkpoint_refuses_grad_and_backward_inputs():
     with pytest.raises(RuntimeError, match="use_reentrant=True"):
         y.backward(inputs=[x], retain_graph=True)
     y.backward()  # a plain backward is fine
-    np.testing.assert_allclose(x.grad.numpy(), np.exp(x.detach().numpy()))
+    assert_close(x.grad.numpy(), np.exp(x.detach().numpy()), rtol=1e-7, atol=0, equal_nan=True)
 
 
 def test_non_reentrant_retain_graph_and_double_backward():
@@ -138,11 +140,11 @@ def test_non_reentrant_retain_graph_and_double_backward():
     y = checkpoint(lambda t: t.sin(), x, use_reentrant=False).sum()
     y.backward(retain_graph=True)
     y.backward()
-    np.testing.assert_allclose(x.grad.numpy(), 2 * np.cos(x.detach().numpy()))
+    assert_close(x.grad.numpy(), 2 * np.cos(x.detach().numpy()), rtol=1e-7, atol=0, equal_nan=True)
     y = checkpoint(lambda t: t.sin(), x, use_reentrant=False).sum()
     g, = ag.autograd.grad(y, x, create_graph=True)
     gg, = ag.autograd.grad(g.sum(), x)
-    np.testing.assert_allclose(gg.numpy(), -np.sin(x.detach().numpy()))
+    assert_close(gg.numpy(), -np.sin(x.detach().numpy()), rtol=1e-7, atol=0, equal_nan=True)
 
 
 def test_set_multithreading_enabled_is_a_context_manager_and_a_function():
@@ -179,4 +181,4 @@ def test_early_stop_and_debug_switches_leave_gradients_unchanged():
         y = checkpoint(lambda t: t.exp() * t, x, use_reentrant=False)
     y.sum().backward()
     e = np.exp(x.detach().numpy())
-    np.testing.assert_allclose(x.grad.numpy(), e * (x.detach().numpy() + 1))
+    assert_close(x.grad.numpy(), e * (x.detach().numpy() + 1), rtol=1e-7, atol=0, equal_nan=True)

@@ -12,6 +12,7 @@ import pytest
 
 import aotgrad as ag
 from aotgrad import autograd
+from aotgrad.testing import assert_close
 
 
 def leaf(*values, dtype=None):
@@ -208,7 +209,8 @@ def test_deep_diamond_and_reused_leaf():
     y.sum().backward()
     # y_k = y_{k-1} (x + 1): y_5 = x (x+1)^5, dy/dx = (x+1)^5 + 5x(x+1)^4
     xs = np.array([0.5, 1.5])
-    np.testing.assert_allclose(x.grad.numpy(), (xs + 1) ** 5 + 5 * xs * (xs + 1) ** 4, rtol=1e-6)
+    assert_close(x.grad.numpy(), (xs + 1) ** 5 + 5 * xs * (xs + 1) ** 4, rtol=1e-6, atol=0,
+                 equal_nan=True, check_dtype=False)
 
 
 def test_second_backward_raises_after_free():
@@ -570,7 +572,8 @@ def test_inplace_gradients_through_history():
     y.mul_(3)            # y = 6x
     y.add_(x * x)        # y = 6x + x^2
     y.sum().backward()
-    np.testing.assert_allclose(x.grad.numpy(), 6 + 2 * np.array([1., 2.]))
+    assert_close(x.grad.numpy(), 6 + 2 * np.array([1., 2.]), rtol=1e-7, atol=0, equal_nan=True,
+                 check_dtype=False)
     assert y.grad_fn.name() == "AddBackward0"
 
 
@@ -689,7 +692,7 @@ def test_higher_order_derivatives(name, f, derivs):
         y, = autograd.grad(y, x, create_graph=True)
         gs.append(y.item())
     if derivs is not None:
-        np.testing.assert_allclose(gs, derivs(v), rtol=1e-10)
+        assert_close(gs, derivs(v), rtol=1e-10, atol=0, equal_nan=True)
     # finite differences of the 2nd derivative give the 3rd
 
     def d2(u):
@@ -710,7 +713,7 @@ def test_higher_order_like_torch(torch):
         hx, = M.autograd.grad((gx * gx).sum() + gw.sum(), x)
         return gx.detach().numpy(), hx.detach().numpy()
     for a, b in zip(run(ag), run(torch)):
-        np.testing.assert_allclose(a, b, rtol=1e-10)
+        assert_close(a, b, rtol=1e-10, atol=0, equal_nan=True)
 
 
 def test_backward_create_graph_then_grad_of_grad():
@@ -736,7 +739,8 @@ def test_backward_through_shared_subgraph_with_two_roots():
     x = leaf(1., 2.)
     h = x.exp()
     autograd.backward([h.sum(), (h * 2).sum()])
-    np.testing.assert_allclose(x.grad.numpy(), 3 * np.exp([1., 2.]), rtol=1e-6)
+    assert_close(x.grad.numpy(), 3 * np.exp([1., 2.]), rtol=1e-6, atol=0, equal_nan=True,
+                 check_dtype=False)
 
 
 def test_engine_like_torch_on_mlp(torch):
@@ -752,7 +756,7 @@ def test_engine_like_torch_on_mlp(torch):
         out.backward()
         res.append((a.grad.numpy().copy(), b.grad.numpy().copy()))
     for x, y in zip(res[0], res[1]):
-        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+        assert_close(x, y, rtol=1e-5, atol=1e-6, equal_nan=True)
 
 
 def test_float32_grads_stay_float32():
@@ -778,4 +782,4 @@ def test_saved_output_makes_no_reference_cycle():
         gc.enable()
     z = x.exp()
     z.sum().backward()
-    np.testing.assert_allclose(x.grad.numpy(), np.exp(x.detach().numpy()), rtol=1e-6)
+    assert_close(x.grad.numpy(), np.exp(x.detach().numpy()), rtol=1e-6, atol=0, equal_nan=True)

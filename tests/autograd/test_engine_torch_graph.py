@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import aotgrad as ag
+from aotgrad.testing import assert_close
 
 
 
@@ -416,7 +417,7 @@ def test_inplace_on_view_gradient_matches_finite_differences():
         e = np.zeros(9)
         e[i] = eps
         num[i] = (f(xv + e)[0].item() - f(xv - e)[0].item()) / (2 * eps)
-    np.testing.assert_allclose(x.grad.numpy(), num, rtol=1e-6, atol=1e-7)
+    assert_close(x.grad.numpy(), num, rtol=1e-6, atol=1e-7, equal_nan=True)
 
 
 def test_inplace_on_view_of_leaf_error_text(vs_torch):
@@ -488,10 +489,12 @@ def test_reflected_sub_one_edge_gradient_eager_and_compiled():
     assert n.next_functions[0][0] is not None
     f = lambda x: ((2 - x * x) * x).sum()   # d/dx (2x - x^3) = 2 - 3x^2
     f(x).backward()
-    np.testing.assert_allclose(x.grad.numpy(), 2 - 3 * np.array([1., 2., 3.]) ** 2)
+    assert_close(x.grad.numpy(), 2 - 3 * np.array([1., 2., 3.]) ** 2, rtol=1e-7, atol=0,
+                 equal_nan=True, check_dtype=False)
     x.grad = None
     ag.compile(f)(x).backward()
-    np.testing.assert_allclose(x.grad.numpy(), 2 - 3 * np.array([1., 2., 3.]) ** 2)
+    assert_close(x.grad.numpy(), 2 - 3 * np.array([1., 2., 3.]) ** 2, rtol=1e-7, atol=0,
+                 equal_nan=True, check_dtype=False)
 
 
 def test_backward_inputs_nonleaf_gets_grad():
@@ -499,11 +502,14 @@ def test_backward_inputs_nonleaf_gets_grad():
     y = x * 3
     z = (y * y).sum()
     z.backward(inputs=[y], retain_graph=True)
-    np.testing.assert_allclose(y.grad.numpy(), 2 * 3 * np.array([1., 2.]))
+    assert_close(y.grad.numpy(), 2 * 3 * np.array([1., 2.]), rtol=1e-7, atol=0, equal_nan=True,
+                 check_dtype=False)
     assert x.grad is None and y.retains_grad  # like PyTorch: backward retain_grad()s it
     z.backward(inputs=[y, x])  # accumulates; x now gets its grad too
-    np.testing.assert_allclose(y.grad.numpy(), 4 * 3 * np.array([1., 2.]))
-    np.testing.assert_allclose(x.grad.numpy(), 18 * np.array([1., 2.]))
+    assert_close(y.grad.numpy(), 4 * 3 * np.array([1., 2.]), rtol=1e-7, atol=0, equal_nan=True,
+                 check_dtype=False)
+    assert_close(x.grad.numpy(), 18 * np.array([1., 2.]), rtol=1e-7, atol=0, equal_nan=True,
+                 check_dtype=False)
 
 
 def test_backward_inputs_empty_raises():
@@ -520,10 +526,13 @@ def test_captured_grad_of_a_node_that_also_runs_is_taken_before_its_hooks():
     y = x * 2
     y.register_hook(lambda g: g + 1)
     gy, = ag.autograd.grad((y * y).sum(), y, retain_graph=True)
-    np.testing.assert_allclose(gy.numpy(), 4 * np.array([1., 2.]) + 1)
+    assert_close(gy.numpy(), 4 * np.array([1., 2.]) + 1, rtol=1e-7, atol=0, equal_nan=True,
+                 check_dtype=False)
     gy, gx = ag.autograd.grad((y * y).sum(), [y, x])
-    np.testing.assert_allclose(gy.numpy(), 4 * np.array([1., 2.]))
-    np.testing.assert_allclose(gx.numpy(), 2 * (4 * np.array([1., 2.]) + 1))
+    assert_close(gy.numpy(), 4 * np.array([1., 2.]), rtol=1e-7, atol=0, equal_nan=True,
+                 check_dtype=False)
+    assert_close(gx.numpy(), 2 * (4 * np.array([1., 2.]) + 1), rtol=1e-7, atol=0, equal_nan=True,
+                 check_dtype=False)
 
 
 def test_hook_changing_size_or_dtype_raises():
@@ -566,8 +575,8 @@ def test_grad_is_grads_batched_gives_jacobian():
     ex[[0, 1, 2], [0, 1, 2]] = 2 * np.array([1., 2., 3.])
     ew = np.zeros((5, 2))
     ew[[3, 4], [0, 1]] = np.exp([0.5, -1.])
-    np.testing.assert_allclose(jx.numpy(), ex, rtol=1e-6)
-    np.testing.assert_allclose(jw.numpy(), ew, rtol=1e-6)
+    assert_close(jx.numpy(), ex, rtol=1e-6, atol=0, equal_nan=True, check_dtype=False)
+    assert_close(jw.numpy(), ew, rtol=1e-6, atol=0, equal_nan=True, check_dtype=False)
     with pytest.raises(RuntimeError, match=r"grad_output\[0\] has shape \[5\], expected a "
                                            r"batch dim"):
         ag.autograd.grad(y, x, ag.ones(5), is_grads_batched=True)
@@ -578,7 +587,8 @@ def test_data_does_not_share_version_counter_but_detach_does():
     y = x.exp()
     y.data.add_(1)                        # not tracked, no version bump: no error
     y.sum().backward()
-    np.testing.assert_allclose(x.grad.numpy(), np.full(2, np.e + 1), rtol=1e-6)
+    assert_close(x.grad.numpy(), np.full(2, np.e + 1), rtol=1e-6, atol=0, equal_nan=True,
+                 check_dtype=False)
     y = x.exp()
     y.detach().add_(1)
     assert int(y._version) == 1 and y._version == 1 and y._version != 0
@@ -594,7 +604,9 @@ def test_inference_tensors_cannot_be_saved_or_require_grad():
     x = ag.ones(2, requires_grad=True)
     with pytest.raises(RuntimeError, match="Inference tensors cannot be saved for backward"):
         x * y
-    np.testing.assert_allclose((x + y).detach().numpy(), 2.)   # add saves nothing: allowed
+    # add saves nothing: allowed
+    assert_close((x + y).detach().numpy(), np.full(2, 2., np.float32), rtol=1e-7, atol=0,
+                 equal_nan=True)
     with pytest.raises(RuntimeError, match="Setting requires_grad=True on inference tensor"):
         y.requires_grad_()
     with ag.inference_mode():
@@ -606,7 +618,8 @@ def test_saved_tensor_accessors_and_free():
     y = x * w
     assert y.grad_fn._saved_self is x and y.grad_fn._saved_other is w
     e = (x * 1).exp()
-    np.testing.assert_allclose(e.grad_fn._saved_result.detach().numpy(), np.exp([1., 2.]), rtol=1e-6)
+    assert_close(e.grad_fn._saved_result.detach().numpy(), np.exp([1., 2.]), rtol=1e-6, atol=0,
+                 equal_nan=True, check_dtype=False)
     e.sum().backward()
     with pytest.raises(RuntimeError, match="Trying to backward through the graph a second"):
         e.grad_fn._saved_result
@@ -641,7 +654,7 @@ def test_stale_retain_grad_after_inplace_writes_nothing():
     y.mul_(3)
     (y * y).sum().backward()
     assert y.grad is None or np.allclose(y.grad.numpy(), 12.)
-    np.testing.assert_allclose(x.grad.numpy(), 72.)
+    assert_close(x.grad.numpy(), np.full(2, 72., np.float32), rtol=1e-7, atol=0, equal_nan=True)
 
 
 def test_grad_mode_decorator_on_generator_applies_per_step():

@@ -4,6 +4,7 @@ import pytest
 
 import aotgrad
 from aotgrad.autograd import Function, gradcheck, gradgradcheck, once_differentiable
+from aotgrad.testing import assert_close
 
 
 def f64(*shape, requires_grad=True):
@@ -61,14 +62,14 @@ class MulAdd(Function):  # two tensor inputs, two outputs
 def test_forward_backward_values_and_node():
     x = f64(4)
     y = Cube.apply(x)
-    np.testing.assert_allclose(y.detach().numpy(), x.detach().numpy() ** 3)
+    assert_close(y.detach().numpy(), x.detach().numpy() ** 3, rtol=1e-7, atol=0, equal_nan=True)
     assert y.requires_grad and y.grad_fn.name() == "CubeBackward"
     assert type(y.grad_fn).__name__ == "CubeBackward"
     assert "CubeBackward" in repr(y)
     (node, nr), = y.grad_fn.next_functions
     assert node.name() == "AccumulateGrad" and node.variable is x and nr == 0
     y.sum().backward()
-    np.testing.assert_allclose(x.grad.numpy(), 3 * x.detach().numpy() ** 2)
+    assert_close(x.grad.numpy(), 3 * x.detach().numpy() ** 2, rtol=1e-7, atol=0, equal_nan=True)
 
 
 def test_ctx_is_the_node_saved_tensors_needs_input_grad():
@@ -82,7 +83,7 @@ def test_ctx_is_the_node_saved_tensors_needs_input_grad():
     assert a is x  # a saved leaf comes back as itself
     assert y.grad_fn.next_functions[1] == (None, 0)
     (y * 2 + s).sum().backward()
-    np.testing.assert_allclose(x.grad.numpy(), 2 * c.numpy() + 1)
+    assert_close(x.grad.numpy(), 2 * c.numpy() + 1, rtol=1e-7, atol=0, equal_nan=True)
 
 
 def test_non_tensor_args_and_extra_nones():
@@ -91,7 +92,7 @@ def test_non_tensor_args_and_extra_nones():
     assert y.grad_fn.next_functions[1] == (None, 0)
     assert y.grad_fn.needs_input_grad == (True, False)
     y.sum().backward()
-    np.testing.assert_allclose(x.grad.numpy(), np.full(3, 2.5))
+    assert_close(x.grad.numpy(), np.full(3, 2.5), rtol=1e-7, atol=0, equal_nan=True)
 
     class WithDefault(Function):
         @staticmethod
@@ -104,10 +105,10 @@ def test_non_tensor_args_and_extra_nones():
 
     z = f64(2)
     WithDefault.apply(z).sum().backward()
-    np.testing.assert_allclose(z.grad.numpy(), [3.0, 3.0])
+    assert_close(z.grad.numpy(), [3.0, 3.0], rtol=1e-7, atol=0, equal_nan=True)
     z2 = f64(2)
     WithDefault.apply(z2, scale=3.0).sum().backward()  # kwargs bind to forward's signature
-    np.testing.assert_allclose(z2.grad.numpy(), [3.0, 3.0])
+    assert_close(z2.grad.numpy(), [3.0, 3.0], rtol=1e-7, atol=0, equal_nan=True)
 
 
 def test_output_saved_and_no_grad_call():
@@ -116,7 +117,7 @@ def test_output_saved_and_no_grad_call():
     (saved,) = y.grad_fn.saved_tensors
     assert saved.grad_fn is y.grad_fn
     y.sum().backward()
-    np.testing.assert_allclose(x.grad.numpy(), np.exp(x.detach().numpy()))
+    assert_close(x.grad.numpy(), np.exp(x.detach().numpy()), rtol=1e-7, atol=0, equal_nan=True)
     with aotgrad.no_grad():
         z = Exp.apply(x)
     assert not z.requires_grad and z.grad_fn is None
@@ -140,7 +141,7 @@ def test_backward_twice_and_retain_graph():
     y = Cube.apply(x)
     y.sum().backward(retain_graph=True)
     y.sum().backward()
-    np.testing.assert_allclose(x.grad.numpy(), 6 * x.detach().numpy() ** 2)
+    assert_close(x.grad.numpy(), 6 * x.detach().numpy() ** 2, rtol=1e-7, atol=0, equal_nan=True)
     with pytest.raises(RuntimeError, match="Trying to backward through the graph a second time"):
         y.sum().backward()
 
@@ -162,9 +163,9 @@ def test_mark_dirty_inplace():
     before = h._version
     out = MulInplace.apply(h)
     assert out is h and h.grad_fn.name() == "MulInplaceBackward" and h._version > before
-    np.testing.assert_allclose(h.detach().numpy(), 2 * x.detach().numpy())
+    assert_close(h.detach().numpy(), 2 * x.detach().numpy(), rtol=1e-7, atol=0, equal_nan=True)
     (h * h).sum().backward()
-    np.testing.assert_allclose(x.grad.numpy(), 8 * x.detach().numpy())
+    assert_close(x.grad.numpy(), 8 * x.detach().numpy(), rtol=1e-7, atol=0, equal_nan=True)
 
     leaf = f64(3)
     with pytest.raises(RuntimeError, match="a leaf Variable that requires grad has been used in "
@@ -200,7 +201,7 @@ def test_returned_input_becomes_new_tensor():
     y = Identity.apply(x)
     assert y is not x and x.grad_fn is None and y.grad_fn.name() == "IdentityBackward"
     y.sum().backward()
-    np.testing.assert_allclose(x.grad.numpy(), [2.0, 2.0, 2.0])
+    assert_close(x.grad.numpy(), [2.0, 2.0, 2.0], rtol=1e-7, atol=0, equal_nan=True)
 
 
 def test_mark_non_differentiable_and_integer_outputs():
@@ -227,7 +228,7 @@ def test_mark_non_differentiable_and_integer_outputs():
     # materialized zeros for outputs that got no gradient (like PyTorch)
     assert g_idx.dtype == aotgrad.int64 and not g_idx.numpy().any()
     np.testing.assert_array_equal(g_mask.numpy(), np.zeros(4))
-    np.testing.assert_allclose(x.grad.numpy(), np.full(4, 2.0))
+    assert_close(x.grad.numpy(), np.full(4, 2.0), rtol=1e-7, atol=0, equal_nan=True)
 
 
 def test_set_materialize_grads_false():
@@ -252,7 +253,7 @@ def test_set_materialize_grads_false():
     a.sum().backward()
     g1, g2 = a.grad_fn.got
     assert g2 is None and g1 is not None
-    np.testing.assert_allclose(x.grad.numpy(), np.full(3, 2.0))
+    assert_close(x.grad.numpy(), np.full(3, 2.0), rtol=1e-7, atol=0, equal_nan=True)
 
 
 def test_non_tensor_output_gets_none_grad():
@@ -270,7 +271,7 @@ def test_non_tensor_output_gets_none_grad():
     y, info = WithInfo.apply(x)
     assert info == "info"
     y.sum().backward()
-    np.testing.assert_allclose(x.grad.numpy(), [2.0, 2.0])
+    assert_close(x.grad.numpy(), [2.0, 2.0], rtol=1e-7, atol=0, equal_nan=True)
 
 
 def test_wrong_number_of_grads():
@@ -390,7 +391,7 @@ def test_none_grad_for_optional_input():
 
     x, w = f64(3), aotgrad.randn(3, dtype=aotgrad.float64)
     Affine.apply(x, w, None).sum().backward()
-    np.testing.assert_allclose(x.grad.numpy(), w.numpy())
+    assert_close(x.grad.numpy(), w.numpy(), rtol=1e-7, atol=0, equal_nan=True)
     assert w.grad is None
 
 
@@ -398,16 +399,16 @@ def test_double_backward_create_graph():
     x = f64(3)
     y = Cube.apply(x)
     g, = aotgrad.autograd.grad(y.sum(), x, create_graph=True)
-    np.testing.assert_allclose(g.detach().numpy(), 3 * x.detach().numpy() ** 2)
+    assert_close(g.detach().numpy(), 3 * x.detach().numpy() ** 2, rtol=1e-7, atol=0, equal_nan=True)
     assert g.requires_grad
     gg, = aotgrad.autograd.grad(g.sum(), x)
-    np.testing.assert_allclose(gg.numpy(), 6 * x.detach().numpy())
+    assert_close(gg.numpy(), 6 * x.detach().numpy(), rtol=1e-7, atol=0, equal_nan=True)
     # the saved output of Exp reconnects to the node itself
     z = f64(2)
     e = Exp.apply(z)
     g1, = aotgrad.autograd.grad(e.sum(), z, create_graph=True)
     g2, = aotgrad.autograd.grad(g1.sum(), z)
-    np.testing.assert_allclose(g2.numpy(), np.exp(z.detach().numpy()))
+    assert_close(g2.numpy(), np.exp(z.detach().numpy()), rtol=1e-7, atol=0, equal_nan=True)
 
 
 def test_once_differentiable():
@@ -427,14 +428,14 @@ def test_once_differentiable():
     x = f64(3)
     y = Square.apply(x)
     g, = aotgrad.autograd.grad((y * y).sum(), x, create_graph=True)
-    np.testing.assert_allclose(g.detach().numpy(), 4 * x.detach().numpy() ** 3)
+    assert_close(g.detach().numpy(), 4 * x.detach().numpy() ** 3, rtol=1e-7, atol=0, equal_nan=True)
     assert g.requires_grad
     with pytest.raises(RuntimeError, match="trying to differentiate twice a function that was "
                                            "marked with @once_differentiable"):
         g.sum().backward()
     # first-order use is unaffected
     Square.apply(x).sum().backward()
-    np.testing.assert_allclose(x.grad.numpy(), 2 * x.detach().numpy())
+    assert_close(x.grad.numpy(), 2 * x.detach().numpy(), rtol=1e-7, atol=0, equal_nan=True)
 
 
 def test_hooks_on_function_node():
@@ -446,7 +447,7 @@ def test_hooks_on_function_node():
     y.register_hook(lambda g: seen.append("tensor"))
     y.sum().backward()
     assert seen == ["tensor", "pre", "post"]
-    np.testing.assert_allclose(x.grad.numpy(), 6 * x.detach().numpy() ** 2)
+    assert_close(x.grad.numpy(), 6 * x.detach().numpy() ** 2, rtol=1e-7, atol=0, equal_nan=True)
 
 
 def test_setup_context_style():
@@ -467,7 +468,7 @@ def test_setup_context_style():
     x = f64(4)
     assert gradcheck(Sin.apply, (x,))
     Sin.apply(x).sum().backward()
-    np.testing.assert_allclose(x.grad.numpy(), np.cos(x.detach().numpy()))
+    assert_close(x.grad.numpy(), np.cos(x.detach().numpy()), rtol=1e-7, atol=0, equal_nan=True)
 
 
 def test_float32_stays_float32():
@@ -508,8 +509,8 @@ def test_matches_torch(torch):
     ax = aotgrad.tensor(xs, requires_grad=True)
     ag, = aotgrad.autograd.grad(Cube.apply(ax).sin().sum(), ax, create_graph=True)
     agg, = aotgrad.autograd.grad(ag.sum(), ax)
-    np.testing.assert_allclose(ag.detach().numpy(), tg.detach().numpy(), rtol=1e-12)
-    np.testing.assert_allclose(agg.numpy(), tgg.numpy(), rtol=1e-10)
+    assert_close(ag.detach().numpy(), tg.detach().numpy(), rtol=1e-12, atol=0, equal_nan=True)
+    assert_close(agg.numpy(), tgg.numpy(), rtol=1e-10, atol=0, equal_nan=True)
     assert TCube.apply(tx).grad_fn.name() == "TCubeBackward"
 
 
@@ -537,8 +538,9 @@ def test_compiled_function_uses_custom_backward():
     f(x_eager).backward()
     x_comp = aotgrad.tensor(xs, requires_grad=True)
     aotgrad.compile(f)(x_comp).backward()
-    np.testing.assert_allclose(x_comp.grad.numpy(), x_eager.grad.numpy(), rtol=1e-10)
-    np.testing.assert_allclose(x_eager.grad.numpy(), 3 * xs ** 2 * np.cos(xs ** 3), rtol=1e-12)
+    assert_close(x_comp.grad.numpy(), x_eager.grad.numpy(), rtol=1e-10, atol=0, equal_nan=True)
+    assert_close(x_eager.grad.numpy(), 3 * xs ** 2 * np.cos(xs ** 3), rtol=1e-12, atol=0,
+                 equal_nan=True)
     assert len(calls) >= 2  # once eagerly, once while tracing the backward
 
 

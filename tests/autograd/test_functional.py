@@ -4,6 +4,7 @@ import pytest
 
 import aotgrad
 from aotgrad.autograd import functional as F
+from aotgrad.testing import assert_close
 
 
 def t64(a, requires_grad=False):
@@ -16,7 +17,7 @@ def test_jacobian_single_input_output_shape_and_values():
     J = F.jacobian(lambda x: x @ t64(w).T, t64(xs))  # (2, 4) output, (2, 3) input
     assert tuple(J.shape) == (2, 4, 2, 3)
     expected = np.einsum("ac,bd->abcd", np.eye(2), w)
-    np.testing.assert_allclose(J.numpy(), expected, rtol=1e-12)
+    assert_close(J.numpy(), expected, rtol=1e-12, atol=0, equal_nan=True)
     assert not J.requires_grad
 
 
@@ -24,9 +25,9 @@ def test_jacobian_tuples_nesting():
     a, b = np.random.randn(2), np.random.randn(3)
     J = F.jacobian(lambda x, y: (x * y.sum(), x.exp()), (t64(a), t64(b)))
     assert isinstance(J, tuple) and len(J) == 2 and all(len(r) == 2 for r in J)
-    np.testing.assert_allclose(J[0][0].numpy(), np.eye(2) * b.sum())
-    np.testing.assert_allclose(J[0][1].numpy(), np.outer(a, np.ones(3)))
-    np.testing.assert_allclose(J[1][0].numpy(), np.diag(np.exp(a)))
+    assert_close(J[0][0].numpy(), np.eye(2) * b.sum(), rtol=1e-7, atol=0, equal_nan=True)
+    assert_close(J[0][1].numpy(), np.outer(a, np.ones(3)), rtol=1e-7, atol=0, equal_nan=True)
+    assert_close(J[1][0].numpy(), np.diag(np.exp(a)), rtol=1e-7, atol=0, equal_nan=True)
     np.testing.assert_array_equal(J[1][1].numpy(), np.zeros((2, 3)))  # independent -> zeros
     # tuple inputs, single output: a tuple over inputs
     J2 = F.jacobian(lambda x, y: x * y.sum(), (t64(a), t64(b)))
@@ -34,7 +35,7 @@ def test_jacobian_tuples_nesting():
     # single input, tuple output: a tuple over outputs
     J3 = F.jacobian(lambda x: (x.sum(), x * 2), t64(a))
     assert [tuple(j.shape) for j in J3] == [(2,), (2, 2)]
-    np.testing.assert_allclose(J3[0].numpy(), np.ones(2))
+    assert_close(J3[0].numpy(), np.ones(2), rtol=1e-7, atol=0, equal_nan=True)
 
 
 def test_jacobian_strict_and_type_errors():
@@ -61,7 +62,7 @@ def test_jacobian_create_graph():
     J = F.jacobian(lambda a: a ** 3, x, create_graph=True)
     assert J.requires_grad
     g, = aotgrad.autograd.grad(J.sum(), x)
-    np.testing.assert_allclose(g.numpy(), 6 * x.detach().numpy())
+    assert_close(g.numpy(), 6 * x.detach().numpy(), rtol=1e-7, atol=0, equal_nan=True)
 
 
 def test_hessian():
@@ -70,14 +71,14 @@ def test_hessian():
     expected = np.diag(6 * xs)
     expected[0, 1] = expected[1, 0] = 1.0
     assert tuple(H.shape) == (3, 3)
-    np.testing.assert_allclose(H.numpy(), expected, rtol=1e-12)
+    assert_close(H.numpy(), expected, rtol=1e-12, atol=0, equal_nan=True)
     # tuple inputs: H[i][j] has shape inputs[i].shape + inputs[j].shape
     a, b = t64([1.0, 2.0]), t64(3.0)
     H2 = F.hessian(lambda x, y: (x ** 2 * y).sum(), (a, b))
     assert [[tuple(h.shape) for h in r] for r in H2] == [[(2, 2), (2,)], [(2,), ()]]
-    np.testing.assert_allclose(H2[0][0].numpy(), np.eye(2) * 6)
-    np.testing.assert_allclose(H2[0][1].numpy(), [2.0, 4.0])
-    np.testing.assert_allclose(H2[1][0].numpy(), [2.0, 4.0])
+    assert_close(H2[0][0].numpy(), np.eye(2) * 6, rtol=1e-7, atol=0, equal_nan=True)
+    assert_close(H2[0][1].numpy(), [2.0, 4.0], rtol=1e-7, atol=0, equal_nan=True)
+    assert_close(H2[1][0].numpy(), [2.0, 4.0], rtol=1e-7, atol=0, equal_nan=True)
     assert float(H2[1][1]) == 0.0
     with pytest.raises(RuntimeError, match="The Tensor returned by the function given to hessian "
                                            "should contain a single element"):
@@ -94,23 +95,23 @@ def test_vjp_jvp():
     J = (1 - np.tanh(A @ xs) ** 2)[:, None] * A
     u, v = np.random.randn(2), np.random.randn(3)
     out, g = F.vjp(f, t64(xs), t64(u))
-    np.testing.assert_allclose(out.numpy(), np.tanh(A @ xs))
-    np.testing.assert_allclose(g.numpy(), u @ J, rtol=1e-12)
+    assert_close(out.numpy(), np.tanh(A @ xs), rtol=1e-7, atol=0, equal_nan=True)
+    assert_close(g.numpy(), u @ J, rtol=1e-12, atol=0, equal_nan=True)
     out, jv = F.jvp(f, t64(xs), t64(v))
-    np.testing.assert_allclose(jv.numpy(), J @ v, rtol=1e-12)
+    assert_close(jv.numpy(), J @ v, rtol=1e-12, atol=0, equal_nan=True)
     assert not out.requires_grad and not jv.requires_grad
     # v may be omitted for a single-element output (vjp) / input (jvp)
     _, g1 = F.vjp(lambda x: (x ** 2).sum(), t64(xs))
-    np.testing.assert_allclose(g1.numpy(), 2 * xs)
+    assert_close(g1.numpy(), 2 * xs, rtol=1e-7, atol=0, equal_nan=True)
     _, j1 = F.jvp(lambda x: x * t64([1.0, 2.0]), t64(3.0))
-    np.testing.assert_allclose(j1.numpy(), [1.0, 2.0])
+    assert_close(j1.numpy(), [1.0, 2.0], rtol=1e-7, atol=0, equal_nan=True)
     # tuples
     _, (ga, gb) = F.vjp(lambda a, b: a * b, (t64(xs), t64(2 * xs)), t64(np.ones(3)))
-    np.testing.assert_allclose(ga.numpy(), 2 * xs)
-    np.testing.assert_allclose(gb.numpy(), xs)
+    assert_close(ga.numpy(), 2 * xs, rtol=1e-7, atol=0, equal_nan=True)
+    assert_close(gb.numpy(), xs, rtol=1e-7, atol=0, equal_nan=True)
     _, (ja, jb) = F.jvp(lambda a: (a * 2, a.sum()), t64(xs), t64(v))
-    np.testing.assert_allclose(ja.numpy(), 2 * v)
-    np.testing.assert_allclose(jb.numpy(), v.sum())
+    assert_close(ja.numpy(), 2 * v, rtol=1e-7, atol=0, equal_nan=True)
+    assert_close(jb.numpy(), v.sum(), rtol=1e-7, atol=0, equal_nan=True)
 
 
 def test_v_validation_errors():
@@ -142,10 +143,10 @@ def test_hvp_vhp():
     H[0, :] += np.cos(xs)
     H[:, 0] += np.cos(xs)
     out, hv = F.hvp(f, t64(xs), t64(v))
-    np.testing.assert_allclose(float(out), (np.sin(xs) * xs[0]).sum())
-    np.testing.assert_allclose(hv.numpy(), H @ v, rtol=1e-12)
+    assert_close(float(out), (np.sin(xs) * xs[0]).sum(), rtol=1e-7, atol=0, equal_nan=True)
+    assert_close(hv.numpy(), H @ v, rtol=1e-12, atol=0, equal_nan=True)
     _, vh = F.vhp(f, t64(xs), t64(v))
-    np.testing.assert_allclose(vh.numpy(), v @ H, rtol=1e-12)
+    assert_close(vh.numpy(), v @ H, rtol=1e-12, atol=0, equal_nan=True)
     with pytest.raises(RuntimeError, match="The Tensor returned by the function given to hvp "
                                            "should contain a single element"):
         F.hvp(lambda x: x * 2, t64(xs), t64(v))
@@ -157,9 +158,10 @@ def test_hvp_vhp():
 def test_create_graph_hvp_differentiable():
     x = t64([0.5, 1.5], requires_grad=True)
     _, hv = F.hvp(lambda a: (a ** 4).sum(), x, t64([1.0, 1.0]), create_graph=True)
-    np.testing.assert_allclose(hv.detach().numpy(), 12 * x.detach().numpy() ** 2)
+    assert_close(hv.detach().numpy(), 12 * x.detach().numpy() ** 2, rtol=1e-7, atol=0,
+                 equal_nan=True)
     g, = aotgrad.autograd.grad(hv.sum(), x)
-    np.testing.assert_allclose(g.numpy(), 24 * x.detach().numpy())
+    assert_close(g.numpy(), 24 * x.detach().numpy(), rtol=1e-7, atol=0, equal_nan=True)
 
 
 def test_float32_preserved():
@@ -185,16 +187,16 @@ def test_matches_torch(torch):
     for tr, ar in zip(tj, aj):
         for t, a in zip(tr, ar):
             assert tuple(t.shape) == tuple(a.shape)
-            np.testing.assert_allclose(a.numpy(), t.numpy(), rtol=1e-10, atol=1e-12)
+            assert_close(a.numpy(), t.numpy(), rtol=1e-10, atol=1e-12, equal_nan=True)
     th = torch.autograd.functional.hessian(ts, torch.tensor(xs))
     ah = F.hessian(ts, t64(xs))
-    np.testing.assert_allclose(ah.numpy(), th.numpy(), rtol=1e-10, atol=1e-12)
+    assert_close(ah.numpy(), th.numpy(), rtol=1e-10, atol=1e-12, equal_nan=True)
     for name in ("hvp", "vhp"):
         _, t = getattr(torch.autograd.functional, name)(ts, torch.tensor(xs), torch.tensor(v3))
         _, a = getattr(F, name)(ts, t64(xs), t64(v3))
-        np.testing.assert_allclose(a.numpy(), t.numpy(), rtol=1e-10, atol=1e-12)
+        assert_close(a.numpy(), t.numpy(), rtol=1e-10, atol=1e-12, equal_nan=True)
     _, tjv = torch.autograd.functional.jvp(tf, (torch.tensor(xs), torch.tensor(ys)),
                                            (torch.tensor(v3), torch.ones(2, dtype=torch.float64)))
     _, ajv = F.jvp(af, (t64(xs), t64(ys)), (t64(v3), t64(np.ones(2))))
     for t, a in zip(tjv, ajv):
-        np.testing.assert_allclose(a.numpy(), t.numpy(), rtol=1e-10, atol=1e-12)
+        assert_close(a.numpy(), t.numpy(), rtol=1e-10, atol=1e-12, equal_nan=True)

@@ -10,6 +10,7 @@ import pytest
 import aotgrad as ag
 from aotgrad.autograd import profiler
 from aotgrad.codegen.scheduler import Kernel, StepKind
+from aotgrad.testing import assert_close
 
 B, T, K, N = 4, 20, 64, 96      # (B*T) x K @ K x N: large enough for the BLAS path
 
@@ -43,7 +44,7 @@ def test_compiled_steps_are_events_with_their_work():
     w.grad = None
     eager = (ag.tanh(x @ w) * 2.0).sum()
     eager.backward()
-    np.testing.assert_allclose(w.grad.numpy(), g_before, rtol=1e-4, atol=1e-4)
+    assert_close(w.grad.numpy(), g_before, rtol=1e-4, atol=1e-4, equal_nan=True)
 
     events = prof.function_events
     shown = [e for e in events if e.bytes]

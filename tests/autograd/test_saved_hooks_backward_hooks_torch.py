@@ -11,6 +11,7 @@ from aotgrad.autograd.graph import (disable_saved_tensors_hooks, save_on_cpu,
                                     saved_tensors_hooks)
 from aotgrad.nn.modules.module import (register_module_full_backward_hook,
                                        register_module_full_backward_pre_hook)
+from aotgrad.testing import assert_close
 
 
 def _x(shape=(3,), seed=0):
@@ -55,10 +56,10 @@ def test_pack_and_unpack_run_where_pytorch_runs_them(torch):
     assert len(logs[0][0]) == 3 and all(not e[3] for e in logs[0][0])  # pack under no_grad
     assert logs[0][1] == [("unpack", "box")] * 3
     for g, gt in zip(*grads):
-        np.testing.assert_allclose(g, gt, rtol=1e-6)
+        assert_close(g, gt, rtol=1e-6, atol=0, equal_nan=True)
     e = np.exp(a * b)  # closed form
-    np.testing.assert_allclose(grads[0][0], e * b, rtol=1e-6)
-    np.testing.assert_allclose(grads[0][1], e * a, rtol=1e-6)
+    assert_close(grads[0][0], e * b, rtol=1e-6, atol=0, equal_nan=True)
+    assert_close(grads[0][1], e * a, rtol=1e-6, atol=0, equal_nan=True)
 
 
 def test_saved_accessors_go_through_unpack_and_keep_graph_position(torch):
@@ -122,8 +123,9 @@ def test_hooks_on_custom_function_save_for_backward(torch):
         o.sum().backward()
         res.append((log, x.grad.numpy().copy()))
     assert res[0][0] == res[1][0] == [("pack", False), ("pack", True), "unpack", "unpack"]
-    np.testing.assert_allclose(res[0][1], np.full(3, 3.0), rtol=1e-6)  # d(3x)/dx
-    np.testing.assert_allclose(res[0][1], res[1][1], rtol=1e-6)
+    # d(3x)/dx
+    assert_close(res[0][1], np.full(3, 3.0), rtol=1e-6, atol=0, equal_nan=True, check_dtype=False)
+    assert_close(res[0][1], res[1][1], rtol=1e-6, atol=0, equal_nan=True)
 
 
 def test_hooked_saves_skip_the_version_check_like_pytorch(torch):
@@ -143,8 +145,8 @@ def test_hooked_saves_skip_the_version_check_like_pytorch(torch):
             b.mul_(2)
             c.sum().backward()
             out.append(x.grad.numpy().copy())
-        np.testing.assert_allclose(out[0], out[1], rtol=1e-6)
-        np.testing.assert_allclose(out[0], factor * a, rtol=1e-6)
+        assert_close(out[0], out[1], rtol=1e-6, atol=0, equal_nan=True)
+        assert_close(out[0], factor * a, rtol=1e-6, atol=0, equal_nan=True)
 
 
 def test_without_hooks_the_version_check_still_fires():
@@ -201,9 +203,9 @@ def test_retain_graph_unpacks_again_and_double_backward(torch):
         res.append((n[0], g.detach().numpy().copy(), x.grad.numpy().copy()))
     a = _x()
     assert res[0][0] == res[1][0]
-    np.testing.assert_allclose(res[0][1], 3 * a * a, rtol=1e-5)
-    np.testing.assert_allclose(res[0][2], 6 * a, rtol=1e-5)
-    np.testing.assert_allclose(res[0][2], res[1][2], rtol=1e-5)
+    assert_close(res[0][1], 3 * a * a, rtol=1e-5, atol=0, equal_nan=True)
+    assert_close(res[0][2], 6 * a, rtol=1e-5, atol=0, equal_nan=True)
+    assert_close(res[0][2], res[1][2], rtol=1e-5, atol=0, equal_nan=True)
 
 
 def test_unpacked_dtype_change_is_cast_back(torch):
@@ -212,7 +214,7 @@ def test_unpacked_dtype_change_is_cast_back(torch):
         y = x.exp()
     y.sum().backward()
     assert x.grad.dtype == ag.float32
-    np.testing.assert_allclose(x.grad.numpy(), np.exp(_x()), rtol=1e-6)
+    assert_close(x.grad.numpy(), np.exp(_x()), rtol=1e-6, atol=0, equal_nan=True)
 
 
 def test_disable_saved_tensors_hooks(torch):
@@ -251,7 +253,7 @@ def test_compile_under_saved_tensors_hooks_breaks_the_graph():
     y.backward()
     assert n == [3, 3]  # exp saves its result, mul both operands
     a = _x()
-    np.testing.assert_allclose(x.grad.numpy(), np.exp(a) * (a + 1), rtol=1e-6)
+    assert_close(x.grad.numpy(), np.exp(a) * (a + 1), rtol=1e-6, atol=0, equal_nan=True)
 
 
 # ---- module full backward hooks -------------------------------------------------------------
@@ -288,11 +290,14 @@ def test_full_backward_hook_and_pre_hook_on_linear(torch):
     assert [e[:3] for e in log] == [e[:3] for e in tlog] == \
         [("pre", [(4, 2)]), ("hook", [(4, 3)], [(4, 2)])]
     w = m.weight.detach().numpy()
-    np.testing.assert_allclose(log[1][3], 2 * np.ones((4, 2)) @ w, rtol=1e-5)  # closed form
-    np.testing.assert_allclose(gx, 20 * np.ones((4, 2)) @ w, rtol=1e-5)
-    np.testing.assert_allclose(gw, 2 * np.ones((2, 4)) @ a, rtol=1e-5)  # pre-hook doubled it
-    np.testing.assert_allclose(gx, tgx, rtol=1e-5)
-    np.testing.assert_allclose(gw, tgw, rtol=1e-5)
+    # closed form
+    assert_close(log[1][3], 2 * np.ones((4, 2)) @ w, rtol=1e-5, atol=0, equal_nan=True,
+                 check_dtype=False)
+    assert_close(gx, 20 * np.ones((4, 2)) @ w, rtol=1e-5, atol=0, equal_nan=True, check_dtype=False)
+    # pre-hook doubled it
+    assert_close(gw, 2 * np.ones((2, 4)) @ a, rtol=1e-5, atol=0, equal_nan=True, check_dtype=False)
+    assert_close(gx, tgx, rtol=1e-5, atol=0, equal_nan=True)
+    assert_close(gw, tgw, rtol=1e-5, atol=0, equal_nan=True)
 
 
 def _multi(lib):
@@ -323,10 +328,10 @@ def test_multiple_inputs_non_tensors_and_outputs(torch):
     assert [e[:2] for e in log] == [e[:2] for e in tlog] == \
         [([(3,), None, (3,)], [(3,), None, None])]
     # the tensor that needs no gradient gets a zero gradient, as in PyTorch
-    np.testing.assert_allclose(log[0][2][2], np.zeros(3))
-    np.testing.assert_allclose(log[0][2][0], 2 * bv, rtol=1e-6)
-    np.testing.assert_allclose(gx, 20 * bv, rtol=1e-6)
-    np.testing.assert_allclose(gx, tgx, rtol=1e-6)
+    assert_close(log[0][2][2], np.zeros(3), rtol=1e-7, atol=0, equal_nan=True, check_dtype=False)
+    assert_close(log[0][2][0], 2 * bv, rtol=1e-6, atol=0, equal_nan=True)
+    assert_close(gx, 20 * bv, rtol=1e-6, atol=0, equal_nan=True)
+    assert_close(gx, tgx, rtol=1e-6, atol=0, equal_nan=True)
 
 
 def test_unused_output_gives_none_grad_output(torch):
@@ -416,7 +421,7 @@ def test_no_hooks_under_no_grad_and_hooks_in_a_sequential(torch):
         seq(x).sum().backward()
         res.append((log, x.grad.numpy().copy()))
     assert res[0][0] == res[1][0] == ["h"]
-    np.testing.assert_allclose(res[0][1], res[1][1], rtol=1e-5)
+    assert_close(res[0][1], res[1][1], rtol=1e-5, atol=0, equal_nan=True)
 
 
 def test_in_place_on_hooked_output_or_input_raises(torch):
@@ -452,7 +457,8 @@ def test_non_tensor_output_warns_and_hooks_do_not_fire(torch):
             r = d(x)
         r["a"].sum().backward()
         assert log == []
-        np.testing.assert_allclose(x.grad.numpy(), np.full(3, 2.0))
+        assert_close(x.grad.numpy(), np.full(3, 2.0), rtol=1e-7, atol=0, equal_nan=True,
+                     check_dtype=False)
 
 
 def test_compile_with_full_backward_hooks_is_a_clear_graph_break():
@@ -471,7 +477,7 @@ def test_compile_with_full_backward_hooks_is_a_clear_graph_break():
     with ag.no_grad():  # nothing to hook: it compiles
         y = ag.compile(lambda x: mod(x).sum(), backend="interpret", fullgraph=True)(x)
     w, b = mod.weight.detach().numpy(), mod.bias.detach().numpy()
-    np.testing.assert_allclose(y.item(), (_x((4, 3)) @ w.T + b).sum(), rtol=1e-5)
+    assert_close(y.item(), (_x((4, 3)) @ w.T + b).sum(), rtol=1e-5, atol=0, equal_nan=True)
 
 
 def test_compiled_function_called_inside_saved_tensors_hooks_runs_eagerly():
@@ -499,4 +505,4 @@ def test_compiled_function_called_inside_saved_tensors_hooks_runs_eagerly():
         loss.backward()
     assert packed, "no tensor was packed"
     assert any("saved_tensors_hooks" in str(r.message) for r in rec)
-    np.testing.assert_allclose(w.grad.numpy(), g0, rtol=1e-6)
+    assert_close(w.grad.numpy(), g0, rtol=1e-6, atol=0, equal_nan=True)

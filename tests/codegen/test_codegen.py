@@ -11,6 +11,7 @@ import pytest
 from aotgrad.ir import Aval, GraphBuilder, evaluate, prims
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.prims import PRIMS
+from aotgrad.testing import assert_close
 
 F32, F64 = dt.float32, dt.float64
 
@@ -69,7 +70,7 @@ def check(g, arrays, rtol=None, atol=None, **kw):
         assert a.dtype == r.dtype, (a.dtype, r.dtype)
         if r.dtype.kind == "f":
             tol = rtol if rtol is not None else (2e-5 if r.dtype == np.float32 else 1e-12)
-            np.testing.assert_allclose(a, r, rtol=tol, atol=atol if atol is not None else tol)
+            assert_close(a, r, rtol=tol, atol=atol if atol is not None else tol, equal_nan=True)
         else:
             np.testing.assert_array_equal(a, r)
     return prog
@@ -223,8 +224,8 @@ def test_large_sums_are_accurate():
     prog = compile_graph(g)
     a, b = prog(x)
     x64 = x.astype(np.float64)
-    np.testing.assert_allclose(a, x64.sum(0), rtol=1e-6)
-    np.testing.assert_allclose(b, x64.sum(1), rtol=1e-6)
+    assert_close(a, x64.sum(0), rtol=1e-6, atol=0, equal_nan=True, check_dtype=False)
+    assert_close(b, x64.sum(1), rtol=1e-6, atol=0, equal_nan=True, check_dtype=False)
 
 
 # --- fused row patterns -------------------------------------------------------------------
@@ -362,7 +363,7 @@ def test_outputs_fresh_each_call_and_workspace_reused():
     a = prog(x)[0]
     b = prog(x * 2)[0]
     assert not np.shares_memory(a, b)
-    np.testing.assert_allclose(a, evaluate(g, [x])[0], rtol=1e-5)
+    assert_close(a, evaluate(g, [x])[0], rtol=1e-5, atol=0, equal_nan=True)
     with pytest.raises(ValueError):
         prog(rand((5, 5)))
 
@@ -481,8 +482,8 @@ def test_keepdim_row_statistics_fuse_into_the_row_kernel():
     prog = check(g, [x], rtol=1e-5, atol=1e-5)
     assert len(prog.kernels()) == 1, prog.report()
     y, mu, rstd = prog(x)
-    np.testing.assert_allclose(mu[:, 0], x.mean(1), rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(rstd[:, 0], 1 / np.sqrt(x.var(1) + 1e-5), rtol=1e-4)
+    assert_close(mu[:, 0], x.mean(1), rtol=1e-5, atol=1e-6, equal_nan=True)
+    assert_close(rstd[:, 0], 1 / np.sqrt(x.var(1) + 1e-5), rtol=1e-4, atol=0, equal_nan=True)
 
 
 def test_parallel_full_reduction_of_a_2d_expression():
@@ -499,8 +500,8 @@ def test_parallel_full_reduction_of_a_2d_expression():
     assert any(s.parallel for s in prog.specs.values()), prog.source
     y = np.tanh(x.astype(np.float64) + b)
     s, m = prog(x, b)
-    np.testing.assert_allclose(s, (y * y).sum(), rtol=1e-5)
-    np.testing.assert_allclose(m, y.max(), rtol=1e-6)
+    assert_close(s, (y * y).sum(), rtol=1e-5, atol=0, equal_nan=True, check_dtype=False)
+    assert_close(m, y.max(), rtol=1e-6, atol=0, equal_nan=True, check_dtype=False)
     x[R - 1, 3] = np.nan
     assert np.isnan(prog(x, b)[1])
 
@@ -577,7 +578,7 @@ def test_cross_entropy_gather_and_scatter_fuse_into_row_kernels():
     p = np.exp(x64 - x64.max(1, keepdims=True))
     p /= p.sum(1, keepdims=True)
     p[np.arange(N), lab % C] -= 1
-    np.testing.assert_allclose(pb(x, lab, g)[0], p / N, rtol=1e-5, atol=1e-7)
+    assert_close(pb(x, lab, g)[0], p / N, rtol=1e-5, atol=1e-7, equal_nan=True, check_dtype=False)
     bad = lab.copy()
     bad[5] = C
     with pytest.raises(IndexError, match="gather"):
@@ -605,8 +606,9 @@ def test_tanh_alone_is_the_rational_and_next_to_its_derivative_shares_an_exponen
     assert "tanh_e_f32" in body and "tanh_d_f32" in body, body
     assert body.count("np.floor(") == 1 and body.count("np.float32(1.0) / (") == 1, body
     t, d = prog(x)
-    np.testing.assert_allclose(t, ref, rtol=5e-7, atol=1e-30)
-    np.testing.assert_allclose(d, 1 / np.cosh(x.astype(np.float64)) ** 2, rtol=5e-7)
+    assert_close(t, ref, rtol=5e-7, atol=1e-30, equal_nan=True, check_dtype=False)
+    assert_close(d, 1 / np.cosh(x.astype(np.float64)) ** 2, rtol=5e-7, atol=0, equal_nan=True,
+                 check_dtype=False)
 
 
 def test_row_kernel_keeps_an_expensive_value_for_later_passes():
@@ -631,8 +633,8 @@ def test_row_kernel_keeps_an_expensive_value_for_later_passes():
     assert "scr" in prog.source, prog.source
     y = np.tanh(x.astype(np.float64))
     d = y - y.mean(1, keepdims=True)
-    np.testing.assert_allclose(prog(x)[0], d / np.sqrt(d.var(1, keepdims=True) + 1e-5),
-                               rtol=1e-4, atol=1e-5)
+    assert_close(prog(x)[0], d / np.sqrt(d.var(1, keepdims=True) + 1e-5), rtol=1e-4, atol=1e-5,
+                 equal_nan=True, check_dtype=False)
 
 
 def test_identical_subexpressions_are_computed_once():
@@ -661,8 +663,8 @@ def test_column_sums_ride_along_the_row_kernel():
     assert "cpart" in prog.source, prog.source
     dx, dg, db = prog(dy, xh, rstd, gm)
     d64, x64 = dy.astype(np.float64), xh.astype(np.float64)
-    np.testing.assert_allclose(db, d64.sum(0), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(dg, (d64 * x64).sum(0), rtol=1e-5, atol=1e-5)
+    assert_close(db, d64.sum(0), rtol=1e-5, atol=1e-5, equal_nan=True, check_dtype=False)
+    assert_close(dg, (d64 * x64).sum(0), rtol=1e-5, atol=1e-5, equal_nan=True, check_dtype=False)
 
 
 def test_column_sum_after_a_row_statistic_in_the_same_kernel():
@@ -680,4 +682,4 @@ def test_column_sum_after_a_row_statistic_in_the_same_kernel():
     assert len(prog.kernels()) == 1, prog.report()
     x64 = x.astype(np.float64)
     y = (x64 - x64.mean(1, keepdims=True)) ** 2
-    np.testing.assert_allclose(prog(x)[1], y.sum(0), rtol=1e-5)
+    assert_close(prog(x)[1], y.sum(0), rtol=1e-5, atol=0, equal_nan=True, check_dtype=False)

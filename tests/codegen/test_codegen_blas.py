@@ -10,6 +10,7 @@ import aotgrad as ag
 from aotgrad.codegen import blas
 from aotgrad.ir import Aval, GraphBuilder, evaluate, prims
 from aotgrad.ir import dtypes as dt
+from aotgrad.testing import assert_close
 
 pytestmark = pytest.mark.skipif(not blas.available(),
                                 reason="numpy's OpenBLAS not found or no cheap threading layer")
@@ -44,7 +45,7 @@ def _check_graph(g, arrays, gemms):
         r = np.asarray(r)
         assert a.shape == r.shape and a.dtype == r.dtype
         tol = 1e-5 if r.dtype == np.float32 else 1e-12
-        np.testing.assert_allclose(a, r, rtol=tol, atol=tol)
+        assert_close(a, r, rtol=tol, atol=tol, equal_nan=True)
     return prog
 
 
@@ -137,9 +138,9 @@ def test_attention_block_matches_eager(backend):
     cf = ag.compile(_attention, backend=backend)
     lc = cf(*comp)
     lc.backward()
-    np.testing.assert_allclose(lc.item(), le.item(), rtol=1e-5)
+    assert_close(lc.item(), le.item(), rtol=1e-5, atol=0, equal_nan=True)
     for e, c in zip(eager, comp):
-        np.testing.assert_allclose(c.grad.numpy(), e.grad.numpy(), rtol=1e-4, atol=1e-5)
+        assert_close(c.grad.numpy(), e.grad.numpy(), rtol=1e-4, atol=1e-5, equal_nan=True)
     prog = next(iter(cf.cache.values()))
     fwd, bwd = prog._kernels["forward"].plan.source, prog._kernels["backward"].plan.source
     assert fwd.count("_gemm(") == 4 and "_mm(" not in fwd
@@ -186,7 +187,7 @@ def test_gemm_serial_equals_gemm_stack():
             outs.append(c)
     q, kk = buf[:, :, 0].transpose(0, 2, 1, 3), buf[:, :, 1].transpose(0, 2, 1, 3)
     for c in outs:
-        np.testing.assert_allclose(c, q @ kk.transpose(0, 1, 3, 2), rtol=1e-5, atol=1e-6)
+        assert_close(c, q @ kk.transpose(0, 1, 3, 2), rtol=1e-5, atol=1e-6, equal_nan=True)
 
 
 def test_openblas_threads_restored_after_a_call():
@@ -253,7 +254,7 @@ def test_gemm_stack_on_each_library(name, d):
                     blas.gemm_stack(fn, ta, tb, m, n, k, one, a.reshape(-1), 0, a.shape[1],
                                     b.reshape(-1), 0, b.shape[1], c.reshape(-1), 0, n, e, e,
                                     e, e, parts, cut)
-                    np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-6)
+                    assert_close(c, want, rtol=1e-5, atol=1e-6, equal_nan=True)
         # (2, 3) stack of q @ k^T from one (2, 4, 2, 3, 6) buffer: batch steps (48*2.., 6)
         buf = _rand((2, 4, 2, 3, 6), d, 3)
         q, kk = buf[:, :, 0].transpose(0, 2, 1, 3), buf[:, :, 1].transpose(0, 2, 1, 3)
@@ -262,7 +263,7 @@ def test_gemm_stack_on_each_library(name, d):
         blas.gemm_stack(fn, blas.NO_TRANS, blas.TRANS, 4, 4, 6, one, buf.reshape(-1), 0, 36,
                         buf.reshape(-1), 18, 36, c.reshape(-1), 0, 4, np.array([2, 3], np.int64),
                         steps, steps, np.array([48, 16], np.int64), 1, False)
-        np.testing.assert_allclose(c, q @ kk.transpose(0, 1, 3, 2), rtol=1e-5, atol=1e-6)
+        assert_close(c, q @ kk.transpose(0, 1, 3, 2), rtol=1e-5, atol=1e-6, equal_nan=True)
         # ... written straight into the (2, 4, 3, 4) transpose of that (2, 3, 4, 4) result,
         # inside a larger buffer (offset 5, rows 12 apart, heads 4 apart), in row slabs
         for parts in (1, 2):
@@ -271,8 +272,8 @@ def test_gemm_stack_on_each_library(name, d):
             blas.gemm_stack(fn, blas.NO_TRANS, blas.TRANS, 4, 4, 6, one, buf.reshape(-1), 0,
                             36, buf.reshape(-1), 18, 36, big, 5, 12, np.array([2, 3], np.int64),
                             steps, steps, np.array([48, 4], np.int64), parts, False)
-            np.testing.assert_allclose(out.transpose(0, 2, 1, 3),
-                                       q @ kk.transpose(0, 1, 3, 2), rtol=1e-5, atol=1e-6)
+            assert_close(out.transpose(0, 2, 1, 3), q @ kk.transpose(0, 1, 3, 2), rtol=1e-5,
+                         atol=1e-6, equal_nan=True)
             assert np.isnan(big[:5]).all() and np.isnan(big[5 + 96:]).all()
 
 

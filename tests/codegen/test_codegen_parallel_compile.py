@@ -13,6 +13,7 @@ from aotgrad.codegen import cache, compile_graph, parallel_compile
 from aotgrad.codegen.compile_worker import numba_signature
 from aotgrad.ir import Aval, GraphBuilder, evaluate, prims
 from aotgrad.ir import dtypes as dt
+from aotgrad.testing import assert_close
 
 F32 = dt.float32
 
@@ -53,7 +54,7 @@ def inputs():
 def check_outputs(prog, g):
     args = inputs()
     for got, want in zip(prog(*args), evaluate(g, args)):
-        np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6)
+        assert_close(got, want, rtol=2e-6, atol=1e-6, equal_nan=True)
 
 
 def child_pids():
@@ -117,7 +118,7 @@ def test_idle_helper_is_reused_then_stopped(cold, monkeypatch):
     assert len(started) == 1, "the idle helper was not reused"
     args = [np.full((5, k + 2), 0.5, np.float32) for k in range(3)]
     for got, want in zip(p2(*args), evaluate(b.graph, args)):
-        np.testing.assert_allclose(got, want, rtol=2e-6)
+        assert_close(got, want, rtol=2e-6, atol=0, equal_nan=True)
     parallel_compile.shutdown()
     assert started[0].returncode is not None
     if before is not None:
@@ -263,8 +264,8 @@ def test_medium_prange_kernels_compile_serially_below_the_threshold(
     assert getattr(mod, spec.name).targetoptions.get("parallel", False) is parallel
     assert ("prange loops run in order" in prog.report()) is (not parallel)
     x = np.random.default_rng(1).uniform(-2, 2, (300, 512)).astype(np.float32)
-    np.testing.assert_allclose(prog(x)[0], np.tanh(x.astype(np.float64)).sum(1),
-                               rtol=1e-5, atol=1e-4)
+    assert_close(prog(x)[0], np.tanh(x.astype(np.float64)).sum(1), rtol=1e-5, atol=1e-4,
+                 equal_nan=True, check_dtype=False)
 
 
 def test_parallel_threshold_default_and_bad_value(monkeypatch):

@@ -9,6 +9,7 @@ import pytest
 from aotgrad.codegen import compile_graph, parallel_compile, tiers, wait_for_parallel_kernels
 from aotgrad.ir import Aval, GraphBuilder, evaluate, prims
 from aotgrad.ir import dtypes as dt
+from aotgrad.testing import assert_close
 
 
 @pytest.fixture
@@ -54,7 +55,7 @@ def test_cold_kernels_start_serial_and_are_upgraded(cold):
     assert all("prange(" in s.body for s in specs)
     first = prog(X)
     for got, want in zip(first, evaluate(g, [X])):
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+        assert_close(got, want, rtol=1e-5, atol=1e-4, equal_nan=True)
     assert wait_for_parallel_kernels(timeout=300)
     if not prog.upgraded:       # the job ran before this check could see the serial state
         pytest.fail(f"no kernel upgraded: {prog.report()}")
@@ -63,7 +64,7 @@ def test_cold_kernels_start_serial_and_are_upgraded(cold):
     assert "parallel, compiled in the background" in prog.report()
     again = prog(X)
     for a, b in zip(first, again):        # the same sums, maybe vectorised differently
-        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+        assert_close(a, b, rtol=1e-6, atol=1e-6, equal_nan=True)
     # the same program again: its parallel variants are there now, used from the start
     prog2 = compile_graph(graph())
     assert not prog2.upgrading
@@ -85,7 +86,7 @@ def test_without_helpers_kernels_stay_serial(cold, monkeypatch):
     assert wait_for_parallel_kernels(timeout=300)
     assert not prog.upgraded
     for got, want in zip(prog(X), evaluate(g, [X])):
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+        assert_close(got, want, rtol=1e-5, atol=1e-4, equal_nan=True)
 
 
 def test_up_front_when_background_compile_is_off(cold, monkeypatch):

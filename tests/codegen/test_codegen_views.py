@@ -7,6 +7,7 @@ import pytest
 import aotgrad as ag
 from aotgrad.ir import Aval, GraphBuilder, evaluate, passes, prims
 from aotgrad.ir import dtypes as dt
+from aotgrad.testing import assert_close
 
 F32, F64 = dt.float32, dt.float64
 
@@ -44,7 +45,7 @@ def run(g, arrays, rtol=2e-6):
     for a, r in zip(got, ref):
         r = np.asarray(r)
         assert a.shape == r.shape and a.dtype == r.dtype
-        np.testing.assert_allclose(a, r, rtol=rtol, atol=rtol)
+        assert_close(a, r, rtol=rtol, atol=rtol, equal_nan=True)
     return prog
 
 
@@ -78,7 +79,7 @@ def test_pad_along_an_outer_dim_with_fill_value_and_a_transposed_input():
     prog = run(build(fn, ((3, 4, 6), F32)), [x])
     assert kinds(prog) == ["kernel"]
     want = np.pad(x.transpose(1, 0, 2), ((2, 1), (0, 0), (1, 0)), constant_values=-1.5) ** 2
-    np.testing.assert_allclose(prog(x)[0], want, rtol=1e-6)
+    assert_close(prog(x)[0], want, rtol=1e-6, atol=0, equal_nan=True)
 
 
 def test_pad_of_a_slice_and_of_a_rev_clamps_in_the_sources_coordinates():
@@ -116,7 +117,7 @@ def test_qkv_split_backward_has_no_reference_steps_and_matches_eager():
     cf(x).backward()
     xe = ag.tensor(xv, requires_grad=True)
     f(xe).backward()
-    np.testing.assert_allclose(x.grad.numpy(), xe.grad.numpy(), rtol=1e-5, atol=1e-6)
+    assert_close(x.grad.numpy(), xe.grad.numpy(), rtol=1e-5, atol=1e-6, equal_nan=True)
     prog = next(iter(cf.cache.values()))
     report = prog.schedule_report()
     assert "reference (numpy impl)" not in report, report
@@ -148,7 +149,7 @@ def test_transpose_of_a_dot_becomes_the_swapped_dot():
     assert _prims_of(h) == ["dot_general"]
     assert h.nodes[0].inputs[0] is g.inputs[1]
     a, b = rand((2, 3, 4), 1), rand((2, 3, 5), 2)
-    np.testing.assert_allclose(evaluate(h, [a, b])[0], evaluate(g, [a, b])[0], rtol=1e-6)
+    assert_close(evaluate(h, [a, b])[0], evaluate(g, [a, b])[0], rtol=1e-6, atol=0, equal_nan=True)
     run(h, [a, b])
 
 
@@ -176,7 +177,7 @@ def test_operand_transpose_is_absorbed_only_when_free_dims_keep_their_order():
     assert "transpose" not in _prims_of(h)
     arrs = [rand((2, 5, 4), 1), rand((2, 3, 4), 2), rand((2, 3, 4), 3)]
     for a, r in zip(evaluate(h, arrs), evaluate(g, arrs)):
-        np.testing.assert_allclose(a, r, rtol=1e-6)
+        assert_close(a, r, rtol=1e-6, atol=0, equal_nan=True)
     prog = run(h, arrs, rtol=1e-5)
     assert [st.kind for st in prog.schedule.steps] == ["dot", "dot"]
 
@@ -217,7 +218,7 @@ def test_masked_row_max_and_softmax(d):
     np.testing.assert_array_equal(got_max[ok], want_max[ok])
     e = np.exp(np.where(m, x, -np.inf) - want_max[:, None])
     want_p = e / e.sum(1, keepdims=True)
-    np.testing.assert_allclose(got_p[ok], want_p[ok], rtol=1e-6, atol=1e-7)
+    assert_close(got_p[ok], want_p[ok], rtol=1e-6, atol=1e-7, equal_nan=True)
     assert (got_p[ok] >= 0).all() and (got_p[ok][~m[ok]] == 0).all()
 
 
@@ -275,7 +276,7 @@ def test_column_sum_in_float32_blocks_is_accurate_and_shares_the_pass(rows, cols
         assert form in prog.specs[kern[0]].body
     cs = prog(g_, x, w)[0]
     want = (g_.astype(np.float64) * np.tanh(x.astype(np.float64))).sum(0)
-    np.testing.assert_allclose(cs, want, rtol=2e-6, atol=1e-4)
+    assert_close(cs, want, rtol=2e-6, atol=1e-4, equal_nan=True, check_dtype=False)
 
 
 def test_column_sums_over_leading_dims_ride_along_a_3d_row_kernel():
@@ -308,7 +309,7 @@ def test_a_column_sum_of_a_regrouping_reshape_moves_above_it():
     x = rand((2, 5, 3, 2, 4))
     for a, r in zip(evaluate(opt, [x]), evaluate(g, [x])):
         assert a.shape == r.shape
-        np.testing.assert_allclose(a, r, rtol=1e-6, atol=1e-6)
+        assert_close(a, r, rtol=1e-6, atol=1e-6, equal_nan=True)
 
 
 def test_qkv_gradient_assembly_and_its_bias_gradient_are_one_parallel_kernel():
@@ -337,7 +338,7 @@ def test_qkv_gradient_assembly_and_its_bias_gradient_are_one_parallel_kernel():
     g2, bias = prog(*arrs)
     want = np.concatenate([a.astype(np.float64).transpose(0, 2, 1, 3).sum(axis=(0, 1))
                            .reshape(-1) for a in arrs])
-    np.testing.assert_allclose(bias, want, rtol=2e-6, atol=1e-4)
+    assert_close(bias, want, rtol=2e-6, atol=1e-4, equal_nan=True, check_dtype=False)
 
 
 @pytest.mark.parametrize("b,h,t,dh", [(2, 2, 5, 4), (2, 4, 128, 64)])
@@ -359,4 +360,4 @@ def test_a_product_transposed_back_is_written_straight_into_the_transposed_layou
         assert "written into" in prog.report(), prog.report()
     got = prog(*arrs)[0]
     want = np.einsum("bhts,bhsd->bthd", arrs[0].astype(np.float64), arrs[1])
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert_close(got, want, rtol=1e-4, atol=1e-4, equal_nan=True, check_dtype=False)

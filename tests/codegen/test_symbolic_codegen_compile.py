@@ -7,6 +7,7 @@ import numpy as np
 import aotgrad
 import aotgrad.nn.functional as F
 from aotgrad import nn
+from aotgrad.testing import assert_close
 
 D = 8
 
@@ -41,11 +42,11 @@ def _compare(model, loss, make, sizes, caplog):
             model.zero_grad()
             ref = loss(xe, t)
             ref.backward()
-            np.testing.assert_allclose(out.detach().numpy(), ref.detach().numpy(),
-                                       rtol=1e-5, atol=1e-6)
-            np.testing.assert_allclose(xc.grad.numpy(), xe.grad.numpy(), rtol=1e-4, atol=1e-6)
+            assert_close(out.detach().numpy(), ref.detach().numpy(), rtol=1e-5, atol=1e-6,
+                         equal_nan=True)
+            assert_close(xc.grad.numpy(), xe.grad.numpy(), rtol=1e-4, atol=1e-6, equal_nan=True)
             for g, p in zip(got, model.parameters()):
-                np.testing.assert_allclose(g, p.grad.numpy(), rtol=1e-4, atol=1e-6)
+                assert_close(g, p.grad.numpy(), rtol=1e-4, atol=1e-6, equal_nan=True)
     assert f.stats.compiles == 1 and f.stats.eager_fallbacks == 0
     assert not [r for r in caplog.records if "compiled per size" in r.getMessage()]
     return f

@@ -11,6 +11,7 @@ from aotgrad.ir import dtypes as dt
 from aotgrad.ir.core import evaluate
 from aotgrad.compiler.guards import MISS
 from aotgrad.runtime import engine
+from aotgrad.testing import assert_close
 
 
 def _mlp(x, w1, b1, w2, b2, y):
@@ -43,7 +44,7 @@ def test_repeated_steps_match_eager_and_do_not_share_grad_buffers(mlp_compiled):
         got = _grads(mlp_compiled, args)
         for g, r in zip(got, ref):
             if r is not None:
-                np.testing.assert_allclose(g, r, rtol=2e-5, atol=1e-5)
+                assert_close(g, r, rtol=2e-5, atol=1e-5, equal_nan=True)
         seen.append([a.grad for a in args if a.grad is not None])
     arrays = [t._value for step in seen for t in step]
     for i, a in enumerate(arrays):  # every step's grads are their own arrays
@@ -57,7 +58,7 @@ def test_accumulation_across_calls(mlp_compiled):
     mlp_compiled(*args).backward()  # no zeroing: adds into the existing .grad
     for a, g in zip(args, once):
         if g is not None:
-            np.testing.assert_allclose(a.grad.numpy(), 2 * g, rtol=1e-5, atol=1e-6)
+            assert_close(a.grad.numpy(), 2 * g, rtol=1e-5, atol=1e-6, equal_nan=True)
 
 
 def test_grads_of_two_inputs_that_share_one_array_are_separate():
@@ -71,8 +72,9 @@ def test_grads_of_two_inputs_that_share_one_array_are_separate():
     bw = f.ir(a, b)._kernels["backward"].plan
     assert bw.owned_outputs == [False, False]  # the second output is a view of the first
     f(a, b).backward()
-    np.testing.assert_allclose(a.grad.numpy(), np.full(6, 2.0, np.float32))
-    np.testing.assert_allclose(b.grad.numpy(), np.full((2, 3), 2.0, np.float32))
+    assert_close(a.grad.numpy(), np.full(6, 2.0, np.float32), rtol=1e-7, atol=0, equal_nan=True)
+    assert_close(b.grad.numpy(), np.full((2, 3), 2.0, np.float32), rtol=1e-7, atol=0,
+                 equal_nan=True)
     assert not np.shares_memory(a.grad.numpy(), b.grad.numpy())
 
 
@@ -86,8 +88,8 @@ def test_leaf_hooks_and_retain_grad_take_the_general_path(mlp_compiled):
     finally:
         h.remove()
     assert calls == [(8, 16)]
-    np.testing.assert_allclose(got[1], 2 * ref[1], rtol=2e-5, atol=1e-5)
-    np.testing.assert_allclose(got[2], ref[2], rtol=2e-5, atol=1e-5)
+    assert_close(got[1], 2 * ref[1], rtol=2e-5, atol=1e-5, equal_nan=True)
+    assert_close(got[2], ref[2], rtol=2e-5, atol=1e-5, equal_nan=True)
 
 
 def test_one_node_fast_path_is_taken_and_refuses_hooks():
@@ -97,7 +99,7 @@ def test_one_node_fast_path_is_taken_and_refuses_hooks():
     y = x * w
     g = ag.ones(3)
     assert engine._one_node_backward(y, g, True)  # Mul feeds two plain leaves
-    np.testing.assert_allclose(x.grad.numpy(), w.detach().numpy())
+    assert_close(x.grad.numpy(), w.detach().numpy(), rtol=1e-7, atol=0, equal_nan=True)
     y.grad_fn.register_hook(lambda gi, go: None)
     assert not engine._one_node_backward(y, g, True)
     z = x * x  # the same leaf twice: its two grads must be summed by the general loop
@@ -117,8 +119,8 @@ def test_non_contiguous_and_read_only_gradients_reach_the_backward(mlp_compiled)
         f(x, w).backward(g)
         xe, we = x.detach().requires_grad_(), w.detach().requires_grad_()
         ag.tanh(xe @ we).backward(g)
-        np.testing.assert_allclose(x.grad.numpy(), xe.grad.numpy(), rtol=1e-5, atol=1e-6)
-        np.testing.assert_allclose(w.grad.numpy(), we.grad.numpy(), rtol=1e-5, atol=1e-6)
+        assert_close(x.grad.numpy(), xe.grad.numpy(), rtol=1e-5, atol=1e-6, equal_nan=True)
+        assert_close(w.grad.numpy(), we.grad.numpy(), rtol=1e-5, atol=1e-6, equal_nan=True)
 
 
 def _graph():
@@ -143,7 +145,7 @@ def test_driver_source_is_straight_line_and_step_times_match_the_schedule():
     outs, times = prog.plan.step_times(*args)
     assert len(times) == len(prog.schedule.steps) and all(t >= 0 for t in times)
     for o, r in zip(outs, evaluate(g, args)):
-        np.testing.assert_allclose(o, r, rtol=1e-5, atol=1e-6)
+        assert_close(o, r, rtol=1e-5, atol=1e-6, equal_nan=True)
     assert outs[2] is args[0]  # an input returned as an output is passed through
     # owned: the freshly allocated outputs, never the pass-through input
     assert prog.plan.owned_outputs == [True, True, False]
@@ -155,7 +157,8 @@ def test_trusted_runner_skips_checks_only_on_the_trusted_prefix():
     run = plan.runner(trusted=1)
     x = np.ones((6, 5), np.float32)
     w_strided = np.ones((3, 5), np.float32).T          # checked: normalised, still right
-    np.testing.assert_allclose(run(x, w_strided)[0], evaluate(g, [x, w_strided])[0], rtol=1e-6)
+    assert_close(run(x, w_strided)[0], evaluate(g, [x, w_strided])[0], rtol=1e-6, atol=0,
+                 equal_nan=True)
     with pytest.raises(ValueError, match="shape"):
         run(x, np.ones((4, 3), np.float32))
     src = plan._driver(plan._fixed, trusted=1)[0]
@@ -219,8 +222,8 @@ def test_plain_backward_runs_without_accumulate_grad_nodes_and_matches_eager_and
             if r is None:
                 assert a.grad is None
                 continue
-            np.testing.assert_allclose(a.grad.numpy(), r, rtol=2e-5, atol=1e-5)
-            np.testing.assert_allclose(a.grad.numpy(), t.grad.numpy(), rtol=2e-5, atol=1e-5)
+            assert_close(a.grad.numpy(), r, rtol=2e-5, atol=1e-5, equal_nan=True)
+            assert_close(a.grad.numpy(), t.grad.numpy(), rtol=2e-5, atol=1e-5, equal_nan=True)
             assert a.grad.dtype is ag.float32 and a.grad.grad_fn is None
             assert not a.grad.requires_grad
 
@@ -235,7 +238,7 @@ def test_next_functions_are_made_on_demand_and_are_the_leaves_accumulators(w5_co
     loss.backward()  # through the general engine now (the edges exist): same result
     ref = _eager_grads(_w5, args)
     for a, r in zip(args[2:], ref[2:]):
-        np.testing.assert_allclose(a.grad.numpy(), r, rtol=2e-5, atol=1e-5)
+        assert_close(a.grad.numpy(), r, rtol=2e-5, atol=1e-5, equal_nan=True)
 
 
 def _run_twice_expect(cf, fn, args, check):
@@ -246,7 +249,7 @@ def _run_twice_expect(cf, fn, args, check):
     cf(*args).backward()
     for a, r in zip(args, ref):
         if r is not None:
-            np.testing.assert_allclose(a.grad.numpy(), r, rtol=2e-5, atol=1e-5)
+            assert_close(a.grad.numpy(), r, rtol=2e-5, atol=1e-5, equal_nan=True)
     check()
 
 
@@ -276,7 +279,7 @@ def test_hooks_of_every_kind_send_backward_to_the_general_engine(w5_compiled):
     assert calls == ["tensor", "node"]
     assert loss.grad.item() == 3.0  # retain_grad sees the hooked gradient (as in PyTorch)
     ref = _eager_grads(_w5, args)
-    np.testing.assert_allclose(args[2].grad.numpy(), 3 * ref[2], rtol=2e-5, atol=1e-5)
+    assert_close(args[2].grad.numpy(), 3 * ref[2], rtol=2e-5, atol=1e-5, equal_nan=True)
 
 
 def test_retain_graph_second_backward_and_freed_graph(w5_compiled):
@@ -288,7 +291,7 @@ def test_retain_graph_second_backward_and_freed_graph(w5_compiled):
     loss.backward(retain_graph=True)
     loss.backward()
     for a, r in zip(args[2:], ref[2:]):
-        np.testing.assert_allclose(a.grad.numpy(), 2 * r, rtol=2e-5, atol=1e-5)
+        assert_close(a.grad.numpy(), 2 * r, rtol=2e-5, atol=1e-5, equal_nan=True)
     with pytest.raises(RuntimeError, match="backward through the graph a second time"):
         loss.backward()
 
@@ -309,12 +312,12 @@ def test_autograd_grad_anomaly_and_create_graph_on_the_fast_node(w5_compiled):
         a.grad = None
     gs = ag.autograd.grad(w5_compiled(*args), args[2:])
     for g, r in zip(gs, ref[2:]):
-        np.testing.assert_allclose(g.numpy(), r, rtol=2e-5, atol=1e-5)
+        assert_close(g.numpy(), r, rtol=2e-5, atol=1e-5, equal_nan=True)
     assert all(a.grad is None for a in args)  # grad() leaves .grad alone
     loss = w5_compiled(*args)
     with ag.autograd.set_detect_anomaly(True):
         loss.backward()
-    np.testing.assert_allclose(args[2].grad.numpy(), ref[2], rtol=2e-5, atol=1e-5)
+    assert_close(args[2].grad.numpy(), ref[2], rtol=2e-5, atol=1e-5, equal_nan=True)
     g, = ag.autograd.grad(w5_compiled(*args), args[5], create_graph=True)
     assert g.requires_grad and g.grad_fn is not None
 
@@ -328,7 +331,7 @@ def test_one_tensor_passed_twice_gets_the_sum_of_both_gradients():
     cf(w, w).backward()  # accumulated into the existing .grad
     we = w.detach().requires_grad_()
     f(we, we).backward()
-    np.testing.assert_allclose(w.grad.numpy(), 2 * we.grad.numpy(), rtol=1e-6)
+    assert_close(w.grad.numpy(), 2 * we.grad.numpy(), rtol=1e-6, atol=0, equal_nan=True)
 
 
 def test_non_leaf_input_uses_the_general_node():
@@ -341,8 +344,8 @@ def test_non_leaf_input_uses_the_general_node():
     assert "node = new_node(Node)" in cf._specialised.source  # inlined, but not for this call
     ae, we = a.detach().requires_grad_(), w.detach().requires_grad_()
     ((ae * 2) * we).tanh().sum().backward()
-    np.testing.assert_allclose(a.grad.numpy(), 2 * ae.grad.numpy(), rtol=1e-6)
-    np.testing.assert_allclose(w.grad.numpy(), 2 * we.grad.numpy(), rtol=1e-6)
+    assert_close(a.grad.numpy(), 2 * ae.grad.numpy(), rtol=1e-6, atol=0, equal_nan=True)
+    assert_close(w.grad.numpy(), 2 * we.grad.numpy(), rtol=1e-6, atol=0, equal_nan=True)
 
 
 def test_two_differentiable_outputs_each_backward_with_its_implicit_gradient():
@@ -360,7 +363,7 @@ def test_two_differentiable_outputs_each_backward_with_its_implicit_gradient():
     we = w.detach().requires_grad_()
     ae, be = f(x, we)
     (ae + be).backward()
-    np.testing.assert_allclose(w.grad.numpy(), we.grad.numpy(), rtol=1e-5, atol=1e-7)
+    assert_close(w.grad.numpy(), we.grad.numpy(), rtol=1e-5, atol=1e-7, equal_nan=True)
 
 
 def test_forward_only_calls_compile_no_backward_and_avals_match_the_tensors():
@@ -376,7 +379,7 @@ def test_forward_only_calls_compile_no_backward_and_avals_match_the_tensors():
     assert "backward" in prog._runners
     we = w.detach().requires_grad_()
     (x @ we).relu().sum().backward()
-    np.testing.assert_allclose(w.grad.numpy(), we.grad.numpy(), rtol=1e-6)
+    assert_close(w.grad.numpy(), we.grad.numpy(), rtol=1e-6, atol=0, equal_nan=True)
 
 
 def test_guard_catches_shape_dtype_requires_grad_and_grad_mode_changes(w5_compiled):
@@ -401,7 +404,7 @@ def test_guard_catches_shape_dtype_requires_grad_and_grad_mode_changes(w5_compil
         loss.backward()
         for a, r in zip(new, ref):
             if r is not None:
-                np.testing.assert_allclose(a.grad.numpy(), r, rtol=2e-5, atol=1e-5)
+                assert_close(a.grad.numpy(), r, rtol=2e-5, atol=1e-5, equal_nan=True)
         assert loss.dtype is new[0].dtype
     with ag.no_grad():
         out = cf(*args)
@@ -423,7 +426,7 @@ def test_non_contiguous_input_misses_the_guard_but_not_the_cache(w5_compiled):
     w5_compiled(*new).backward()
     assert w5_compiled.n_traces == n
     for a, r in zip(new[2:], ref[2:]):
-        np.testing.assert_allclose(a.grad.numpy(), r, rtol=2e-5, atol=1e-5)
+        assert_close(a.grad.numpy(), r, rtol=2e-5, atol=1e-5, equal_nan=True)
 
 
 def test_implicit_gradient_passed_through_is_copied_not_shared():
@@ -448,7 +451,7 @@ def test_closed_over_tensor_is_lifted_and_its_grad_accumulates():
         cf(x).backward()
     we = w.detach().requires_grad_()
     (x @ we).tanh().sum().backward()
-    np.testing.assert_allclose(w.grad.numpy(), 2 * we.grad.numpy(), rtol=1e-6)
+    assert_close(w.grad.numpy(), 2 * we.grad.numpy(), rtol=1e-6, atol=0, equal_nan=True)
     w.requires_grad_(False)
     out = cf(x)
     assert not out.requires_grad and cf.n_traces == 2

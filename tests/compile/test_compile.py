@@ -9,6 +9,7 @@ import pytest
 import aotgrad as ag
 from aotgrad.ir.printer import load_graph_source
 from aotgrad.testing import compare_with_eager
+from aotgrad.testing import assert_close
 
 BACKENDS = ["interpret", "numba"]
 
@@ -103,7 +104,7 @@ def test_backward_outside_accumulates_into_leaves_and_fires_hooks():
     cf = ag.compile(lambda x: (x @ w).tanh().sum(), backend="interpret")
     cf(x).backward()
     cf(x).backward()
-    np.testing.assert_allclose(w.grad.numpy(), 2 * eager.numpy(), rtol=1e-5)
+    assert_close(w.grad.numpy(), 2 * eager.numpy(), rtol=1e-5, atol=0, equal_nan=True)
     assert seen == [ag.Size([4, 2])] * 2
 
 
@@ -126,10 +127,11 @@ def test_create_graph_through_compiled_function():
     h, = ag.autograd.grad(g.sum(), x)
     ge, = ag.autograd.grad(f(x), x, create_graph=True)
     he, = ag.autograd.grad(ge.sum(), x)
-    np.testing.assert_allclose(h.numpy(), he.numpy(), rtol=1e-5)
+    assert_close(h.numpy(), he.numpy(), rtol=1e-5, atol=0, equal_nan=True)
     # closed form: d2/dx2 (x^3 + x sin x) = 6x + 2cos x - x sin x
     xv = x.detach().numpy()
-    np.testing.assert_allclose(h.numpy(), 6 * xv + 2 * np.cos(xv) - xv * np.sin(xv), rtol=1e-4)
+    assert_close(h.numpy(), 6 * xv + 2 * np.cos(xv) - xv * np.sin(xv), rtol=1e-4, atol=0,
+                 equal_nan=True)
 
 
 def test_recompile_on_new_shape_and_guards():
@@ -149,8 +151,8 @@ def test_recompile_on_new_shape_and_guards():
 def test_python_scalars_are_guards():
     cf = ag.compile(lambda x, s: x * s, backend="interpret")
     x = _randn(3, rg=False)
-    np.testing.assert_allclose(cf(x, 2.0).numpy(), 2 * x.numpy())
-    np.testing.assert_allclose(cf(x, 3.0).numpy(), 3 * x.numpy())
+    assert_close(cf(x, 2.0).numpy(), 2 * x.numpy(), rtol=1e-7, atol=0, equal_nan=True)
+    assert_close(cf(x, 3.0).numpy(), 3 * x.numpy(), rtol=1e-7, atol=0, equal_nan=True)
 
 
 def test_graph_break_warns_with_line_and_runs_eagerly():
@@ -162,9 +164,11 @@ def test_graph_break_warns_with_line_and_runs_eagerly():
     x = ag.ones(3, requires_grad=True)
     with pytest.warns(UserWarning, match=r"graph break at test_compile.py:\d+: bool\(Tensor\)"):
         y = cf(x)
-    np.testing.assert_allclose(y.detach().numpy(), 2 * np.ones(3))
+    assert_close(y.detach().numpy(), 2 * np.ones(3), rtol=1e-7, atol=0, equal_nan=True,
+                 check_dtype=False)
     y.sum().backward()
-    np.testing.assert_allclose(x.grad.numpy(), 2 * np.ones(3))
+    assert_close(x.grad.numpy(), 2 * np.ones(3), rtol=1e-7, atol=0, equal_nan=True,
+                 check_dtype=False)
 
 
 def test_fullgraph_raises_naming_the_line():
@@ -197,14 +201,14 @@ def test_dumped_graphs_execute_and_agree(tmp_path):
     fwd = load_graph_source((d / "forward.py").read_text())
     inputs = [x.detach().numpy(), g.detach().numpy(), b.detach().numpy()]
     outs = fwd(*inputs)
-    np.testing.assert_allclose(outs[0], layernorm_gelu(x, g, b).detach().numpy(), rtol=1e-5,
-                               atol=1e-6)
+    assert_close(outs[0], layernorm_gelu(x, g, b).detach().numpy(), rtol=1e-5, atol=1e-6,
+                 equal_nan=True)
     bwd = load_graph_source((d / "backward.py").read_text())
     cot = np.ones((4, 8), np.float32)
     grads = bwd(*outs[1:], cot)
     ex = ag.autograd.grad(layernorm_gelu(x, g, b), (x, g, b), ag.tensor(cot))
     for a, e in zip(grads, ex):
-        np.testing.assert_allclose(a, e.numpy(), rtol=1e-4, atol=1e-5)
+        assert_close(a, e.numpy(), rtol=1e-4, atol=1e-5, equal_nan=True)
 
 
 def test_environment_dump(tmp_path, monkeypatch):
@@ -238,7 +242,7 @@ def _assert_grads_match_eager(f, cf, args):
     eargs = [a.detach().requires_grad_(True) for a in args]
     f(*eargs).backward()
     for g, e in zip(got, eargs):
-        np.testing.assert_allclose(g, e.grad.numpy(), rtol=1e-5, atol=1e-6)
+        assert_close(g, e.grad.numpy(), rtol=1e-5, atol=1e-6, equal_nan=True)
 
 
 def test_a_biased_matmul_operand_is_saved_not_rebuilt():
@@ -312,7 +316,7 @@ def test_a_constant_made_inside_the_function_reaches_the_backward(backend):
     x = ag.tensor([0.5, -1.0, 2.0], requires_grad=True)
     ag.compile(f, backend=backend)(x).backward()
     want = (1 - np.tanh(np.array([0.5, -1.0, 2.0])) ** 2) * np.arange(1, 4)
-    np.testing.assert_allclose(x.grad.numpy(), want, rtol=1e-6)
+    assert_close(x.grad.numpy(), want, rtol=1e-6, atol=0, equal_nan=True, check_dtype=False)
 
 
 def test_random_ops_match_eager_for_same_seed():
@@ -336,7 +340,7 @@ def test_inplace_on_input_is_written_back():
     cf = ag.compile(f, backend="interpret")
     v0 = buf._version
     cf(x, buf)
-    np.testing.assert_allclose(buf.numpy(), x.detach().numpy())
+    assert_close(buf.numpy(), x.detach().numpy(), rtol=1e-7, atol=0, equal_nan=True)
     assert buf._version > v0
 
 
@@ -356,7 +360,7 @@ def test_compile_module_shares_parameters_and_train_eval():
     cm = ag.compile(m, backend="interpret")
     x = ag.randn(3, 4)
     m.eval()
-    np.testing.assert_allclose(cm(x).detach().numpy(), m(x).detach().numpy(), rtol=1e-5)
+    assert_close(cm(x).detach().numpy(), m(x).detach().numpy(), rtol=1e-5, atol=0, equal_nan=True)
     m.train()
     cm(x)
     assert len(cm.cache) == 2
@@ -384,7 +388,7 @@ def test_backward_inside_compiled_function_writes_grads():
         warnings.simplefilter("ignore")
         for k in range(1, 4):  # accumulates like eager .backward() does
             loss = cs(x)
-            np.testing.assert_allclose(w.grad.numpy(), k * expected, rtol=1e-5)
+            assert_close(w.grad.numpy(), k * expected, rtol=1e-5, atol=0, equal_nan=True)
     assert loss.item() == pytest.approx((x @ w).tanh().sum().item(), rel=1e-6)
 
 
@@ -402,7 +406,7 @@ def test_zero_grad_then_backward_inside_compiled_function():
         warnings.simplefilter("ignore")
         for _ in range(3):
             cs(x)
-            np.testing.assert_allclose(w.grad.numpy(), expected, rtol=1e-5)
+            assert_close(w.grad.numpy(), expected, rtol=1e-5, atol=0, equal_nan=True)
 
 
 def test_anomaly_mode_points_at_the_node_that_made_nan_in_compiled_backward():
@@ -470,7 +474,8 @@ def test_custom_function_backward_is_honoured(backend):
     compare_with_eager(f, x, backend=backend)
     x.grad = None
     ag.compile(f, backend=backend)(x).backward()
-    np.testing.assert_allclose(x.grad.numpy(), 6 * np.exp(3 * x.detach().numpy()), rtol=1e-5)
+    assert_close(x.grad.numpy(), 6 * np.exp(3 * x.detach().numpy()), rtol=1e-5, atol=0,
+                 equal_nan=True)
 
 
 def test_printing_a_value_is_a_graph_break():
@@ -531,7 +536,7 @@ def test_whole_training_step_inside_compile_matches_eager(opt_name):
         for _ in range(4):
             assert comp(x, y).item() == pytest.approx(eager(x, y).item(), rel=1e-5)
     for a, b in zip(m1.parameters(), m2.parameters()):
-        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-5, atol=1e-6)
+        assert_close(a.detach().numpy(), b.detach().numpy(), rtol=1e-5, atol=1e-6, equal_nan=True)
     # optimizer state made on the first call is lifted by the second trace; no more traces
     assert len(comp.cache) == 1 and comp.n_traces == 2
 
@@ -652,7 +657,7 @@ def test_inplace_writes_through_aliases_inside_compile_match_eager(fn, breaks):
     want = fn(xe)
     want.backward()
     assert out.item() == pytest.approx(want.item())
-    np.testing.assert_allclose(x.grad.numpy(), xe.grad.numpy())
+    assert_close(x.grad.numpy(), xe.grad.numpy(), rtol=1e-7, atol=0, equal_nan=True)
     assert bool(cf.graph_breaks) == breaks, cf.graph_breaks
     assert any("graph break" in str(m.message) for m in w) == breaks
 
@@ -695,7 +700,7 @@ def test_sqrt_gradient_at_zero_inf_and_denormals_matches_eager(fn):
     fn(xe).backward()
     want = xe.grad.numpy()
     assert np.isinf(want[0]) and want[-1] == 0.0
-    np.testing.assert_allclose(x.grad.numpy(), want, rtol=1e-6)
+    assert_close(x.grad.numpy(), want, rtol=1e-6, atol=0, equal_nan=True)
 
 
 def test_traced_linear_and_batched_matmul_are_one_contraction_each():

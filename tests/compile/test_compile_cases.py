@@ -11,6 +11,7 @@ import aotgrad as ag
 from aotgrad import nn
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.tracer.pytree import flatten
+from aotgrad.testing import assert_close
 
 BACKENDS = ["interpret", "numba"]
 
@@ -47,11 +48,11 @@ def check(fn, *args, backend, calls=2, seed=0, tol=1e-5):
             assert ct == et
             assert [a.dtype for a in co] == [a.dtype for a in eo]
             for i, (a, b) in enumerate(zip(co, eo)):
-                np.testing.assert_allclose(a, b, tol, tol, err_msg=f"output {i}")
+                assert_close(a, b, rtol=tol, atol=tol, equal_nan=True, msg=f"output {i}")
             assert [g is None for g in cg] == [g is None for g in eg]
             for i, (a, b) in enumerate(zip(cg, eg)):
                 if a is not None:
-                    np.testing.assert_allclose(a, b, tol, tol, err_msg=f"grad {i}")
+                    assert_close(a, b, rtol=tol, atol=tol, equal_nan=True, msg=f"grad {i}")
     return cf
 
 
@@ -89,7 +90,7 @@ def test_closures_kwargs_pytrees_and_non_tensor_outputs(backend):
     out, n, tag = cf(d, xs, scale=3.0)
     out["h"].sum().backward()
     assert (n, tag) == (2, "tag")
-    np.testing.assert_allclose(_LIN.bias.grad._value, [2., 2., 2.])
+    assert_close(_LIN.bias.grad._value, [2., 2., 2.], rtol=1e-7, atol=0, equal_nan=True)
 
 
 RANDOM = {
@@ -203,7 +204,7 @@ def test_index_ops_match_pytorch(backend, torch):
     cf(xa, ag.tensor(idx), ag.tensor(rows)).backward()
     xt = torch.tensor(x, requires_grad=True)
     f(torch)(xt, torch.tensor(idx), torch.tensor(rows)).backward()
-    np.testing.assert_allclose(xa.grad._value, xt.grad.numpy(), 1e-5, 1e-5)
+    assert_close(xa.grad._value, xt.grad.numpy(), rtol=1e-5, atol=1e-5, equal_nan=True)
 
 
 # ---- in-place writes ------------------------------------------------------------------------
@@ -294,7 +295,7 @@ def test_inplace_on_a_non_leaf_input(backend, torch):
     (ot + ht).sum().backward()
     for got in res:
         for a, b in zip(got, (ot.detach().numpy(), ht.detach().numpy(), xt.grad.numpy())):
-            np.testing.assert_allclose(a, b, 1e-5, 1e-6)
+            assert_close(a, b, rtol=1e-5, atol=1e-6, equal_nan=True)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -311,8 +312,8 @@ def test_input_written_with_a_value_that_requires_grad_gets_its_history(backend)
         assert y.requires_grad and y.grad_fn is not None and not y.is_leaf
         (loss + (y * y).sum()).backward()
         res.append(x.grad._value.copy())
-    np.testing.assert_allclose(res[1], res[0])
-    np.testing.assert_allclose(res[0], [4., 6., 8.])
+    assert_close(res[1], res[0], rtol=1e-7, atol=0, equal_nan=True)
+    assert_close(res[0], [4., 6., 8.], rtol=1e-7, atol=0, equal_nan=True)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -326,8 +327,8 @@ def test_closed_over_buffer_written_then_read(backend):
     for _ in range(2):
         x = ag.randn(3, requires_grad=True)
         cf(x).backward()
-        np.testing.assert_allclose(x.grad._value, 8 * x._value, 1e-5, 1e-6)
-        np.testing.assert_allclose(buf._value, 2 * x._value, 1e-6)
+        assert_close(x.grad._value, 8 * x._value, rtol=1e-5, atol=1e-6, equal_nan=True)
+        assert_close(buf._value, 2 * x._value, rtol=1e-6, atol=0, equal_nan=True)
         assert buf.requires_grad and buf.grad_fn is not None  # as eagerly after copy_
 
 
@@ -343,9 +344,9 @@ def test_buffer_read_before_its_write_gives_the_old_value_to_the_backward(backen
     for k in range(3):
         x = ag.randn(3, requires_grad=True)
         cf(x).backward()  # eagerly this backward refuses (buf modified in place)
-        np.testing.assert_allclose(x.grad._value, [2.0 ** k] * 3)
+        assert_close(x.grad._value, [2.0 ** k] * 3, rtol=1e-7, atol=0, equal_nan=True)
     assert buf._version == 3
-    np.testing.assert_allclose(buf._value, [8., 8., 8.])
+    assert_close(buf._value, [8., 8., 8.], rtol=1e-7, atol=0, equal_nan=True)
 
 
 def test_reading_a_view_of_a_tensor_written_inside_is_a_clear_graph_break():
@@ -419,7 +420,7 @@ def test_embedding_and_conv(backend):
         fn(i).backward()
         grads.append([p.grad._value.copy() for p in params])
     for a, b in zip(*grads):
-        np.testing.assert_allclose(a, b, 1e-5, 1e-5)
+        assert_close(a, b, rtol=1e-5, atol=1e-5, equal_nan=True)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -431,13 +432,13 @@ def test_new_batch_size_and_float64_recompile(backend):
         w.grad = None
         cf(x, w).backward()
         expect = x._value.T @ (1 - np.tanh(x._value @ w._value) ** 2)
-        np.testing.assert_allclose(w.grad._value, expect, 1e-5, 1e-5)
+        assert_close(w.grad._value, expect, rtol=1e-5, atol=1e-5, equal_nan=True)
     x, w64 = ag.randn(4, 3, dtype=ag.float64), ag.randn(3, 2, dtype=ag.float64, requires_grad=True)
     out = cf(x, w64)
     out.backward()
     assert out.dtype == ag.float64 and w64.grad.dtype == ag.float64
-    np.testing.assert_allclose(w64.grad._value,
-                               x._value.T @ (1 - np.tanh(x._value @ w64._value) ** 2), 1e-12)
+    assert_close(w64.grad._value, x._value.T @ (1 - np.tanh(x._value @ w64._value) ** 2),
+                 rtol=1e-12, atol=0, equal_nan=True)
     assert cf.n_traces == 3
 
 
@@ -468,9 +469,9 @@ def test_optimizer_step_inside_and_outside(backend):
         loss_c(x).backward()
         o1.step()
         step(x, m2, o2)
-        np.testing.assert_allclose(step_c(x)._value, step(x, m4, o4)._value, 1e-5)
-    np.testing.assert_allclose(m1.weight._value, m2.weight._value, 1e-5, 1e-6)
-    np.testing.assert_allclose(m3.weight._value, m4.weight._value, 1e-5, 1e-6)
+        assert_close(step_c(x)._value, step(x, m4, o4)._value, rtol=1e-5, atol=0, equal_nan=True)
+    assert_close(m1.weight._value, m2.weight._value, rtol=1e-5, atol=1e-6, equal_nan=True)
+    assert_close(m3.weight._value, m4.weight._value, rtol=1e-5, atol=1e-6, equal_nan=True)
 
 
 # ---- the autograd API on compiled outputs ---------------------------------------------------
@@ -480,14 +481,15 @@ def test_partial_outputs_retain_graph_autograd_grad_and_gradient_argument(backen
     x, y = ag.randn(3, requires_grad=True), ag.randn(3, requires_grad=True)
     a, b = cf(x, y)
     (b * 2).sum().backward(retain_graph=True)  # only one output in the loss
-    np.testing.assert_allclose(x.grad._value, 2 * np.exp(x._value), 1e-5)
+    assert_close(x.grad._value, 2 * np.exp(x._value), rtol=1e-5, atol=0, equal_nan=True)
     assert y.grad is None
     gx, = ag.autograd.grad(a.sum(), [x], retain_graph=True)
-    np.testing.assert_allclose(gx._value, np.cos(x._value) * y._value, 1e-5)
+    assert_close(gx._value, np.cos(x._value) * y._value, rtol=1e-5, atol=0, equal_nan=True)
     with pytest.raises(RuntimeError, match="scalar"):
         a.backward()
     a.backward(ag.tensor([1., 2., 3.]))  # a non-scalar loss with an explicit gradient
-    np.testing.assert_allclose(y.grad._value, np.sin(x._value) * [1., 2., 3.], 1e-5)
+    assert_close(y.grad._value, np.sin(x._value) * [1., 2., 3.], rtol=1e-5, atol=0, equal_nan=True,
+                 check_dtype=False)
     with pytest.raises(RuntimeError, match="second time"):
         a.sum().backward()
         a.sum().backward()
@@ -498,15 +500,15 @@ def test_create_graph_and_hooks_on_inputs(backend):
     cf = ag.compile(lambda x: (x ** 3).sum(), backend=backend)
     x = ag.tensor([1., 2.], dtype=ag.float64, requires_grad=True)
     g, = ag.autograd.grad(cf(x), x, create_graph=True)
-    np.testing.assert_allclose(g._value, 3 * x._value ** 2)
+    assert_close(g._value, 3 * x._value ** 2, rtol=1e-7, atol=0, equal_nan=True)
     g.sum().backward()
-    np.testing.assert_allclose(x.grad._value, 6 * x._value)
+    assert_close(x.grad._value, 6 * x._value, rtol=1e-7, atol=0, equal_nan=True)
     x.grad = None
     seen = []
     x.register_hook(lambda gr: seen.append(gr) or gr * 10)
     cf(x).backward()
     assert len(seen) == 1
-    np.testing.assert_allclose(x.grad._value, 30 * x._value ** 2)
+    assert_close(x.grad._value, 30 * x._value ** 2, rtol=1e-7, atol=0, equal_nan=True)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -520,11 +522,11 @@ def test_a_leaf_only_other_outputs_reach_gets_no_grad(backend):
         a, b = cf(x, y)
         b.backward()  # the specialised loss.backward()
         assert y.grad is None
-        np.testing.assert_allclose(x.grad._value, np.exp(x._value), 1e-5)
+        assert_close(x.grad._value, np.exp(x._value), rtol=1e-5, atol=0, equal_nan=True)
         a, b = cf(x, y)
         (b * 2).backward()  # the general engine
         assert y.grad is None
-        np.testing.assert_allclose(x.grad._value, 3 * np.exp(x._value), 1e-5)
+        assert_close(x.grad._value, 3 * np.exp(x._value), rtol=1e-5, atol=0, equal_nan=True)
 
 
 def test_requires_grad_set_on_an_argument_inside_is_refused_clearly():
@@ -563,10 +565,10 @@ def test_a_replaced_parameter_or_rebound_global_is_read_not_the_old_tensor(monke
     m.weight = nn.Parameter(ag.zeros(1, 2))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        np.testing.assert_allclose(cm(v)._value, m.bias._value[None])
-        np.testing.assert_allclose(closure(v)._value, 2 * m.bias._value[None])
+        assert_close(cm(v)._value, m.bias._value[None], rtol=1e-7, atol=0, equal_nan=True)
+        assert_close(closure(v)._value, 2 * m.bias._value[None], rtol=1e-7, atol=0, equal_nan=True)
     m.bias.data = ag.full((1,), 7.)  # a new array in the same tensor: read at call time
-    np.testing.assert_allclose(cm(v)._value, [[7.]])
+    assert_close(cm(v)._value, [[7.]], rtol=1e-7, atol=0, equal_nan=True)
 
 
 @pytest.mark.parametrize("on_input", [False, True])
@@ -584,7 +586,8 @@ def test_a_hook_inside_that_keeps_its_gradient_is_refused_clearly(on_input):
     kept.clear()
     with pytest.warns(UserWarning, match="register such hooks outside"):
         ag.compile(f, backend="interpret")(x).backward()  # runs eagerly, hook included
-    np.testing.assert_allclose(kept[-1]._value, [2., 4.] if on_input else [4., 8.])
+    assert_close(kept[-1]._value, [2., 4.] if on_input else [4., 8.], rtol=1e-7, atol=0,
+                 equal_nan=True)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -601,6 +604,6 @@ def test_create_graph_through_a_function_that_writes_an_argument(backend):
         (gx.sum() + gw.sum()).backward()
         res.append([gx._value, gw._value, x.grad._value, w.grad._value])
     for a, b in zip(*res):
-        np.testing.assert_allclose(a, b, 1e-12)
-    np.testing.assert_allclose(res[0][0], [0.75, 6.75])  # 3 w^2
-    np.testing.assert_allclose(res[0][3], [9., 21.])     # d/dw (3 w^2 + 6 x w)
+        assert_close(a, b, rtol=1e-12, atol=0, equal_nan=True)
+    assert_close(res[0][0], [0.75, 6.75], rtol=1e-7, atol=0, equal_nan=True)  # 3 w^2
+    assert_close(res[0][3], [9., 21.], rtol=1e-7, atol=0, equal_nan=True)     # d/dw (3 w^2 + 6 x w)

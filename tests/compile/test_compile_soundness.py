@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import aotgrad as ag
+from aotgrad.testing import assert_close
 
 BACKENDS = ["interpret", "numba"]
 
@@ -258,7 +259,7 @@ def test_module_config_values_tensors_and_replaced_submodules_are_guarded(backen
     x = ag.randn(2, 3)
 
     def same():
-        np.testing.assert_allclose(cm(x)._value, m(x)._value, 1e-6, 1e-6)
+        assert_close(cm(x)._value, m(x)._value, rtol=1e-6, atol=1e-6, equal_nan=True)
     same()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -479,7 +480,7 @@ def test_abandoned_trace_rolls_back_module_attributes_and_buffers():
         out = cm(x)
     assert isinstance(m.last._value, np.ndarray) and isinstance(m.seen._value, np.ndarray)
     np.testing.assert_array_equal(m.last._value, out._value)
-    np.testing.assert_allclose(m.seen._value, out._value.sum(), 1e-6)
+    assert_close(m.seen._value, out._value.sum(), rtol=1e-6, atol=0, equal_nan=True)
 
 
 # ---- 5. recompile warnings --------------------------------------------------------------------

@@ -6,6 +6,7 @@ import pytest
 
 import aotgrad as ag
 from aotgrad import nn
+from aotgrad.testing import assert_close
 
 LOW = ("bfloat16", "float16")
 TOL = {"bfloat16": 2e-2, "float16": 3e-3}   # a few units in the last place, relative
@@ -13,8 +14,8 @@ TOL = {"bfloat16": 2e-2, "float16": 3e-3}   # a few units in the last place, rel
 
 def _close(a, b, dtype):
     assert a.dtype is b.dtype
-    np.testing.assert_allclose(a.float().detach().numpy(), b.float().detach().numpy(),
-                               rtol=TOL[dtype], atol=TOL[dtype])
+    assert_close(a.float().detach().numpy(), b.float().detach().numpy(), rtol=TOL[dtype],
+                 atol=TOL[dtype], equal_nan=True)
 
 
 @pytest.mark.parametrize("backend", ("interpret", "numba"))

@@ -8,6 +8,7 @@ import pytest
 
 import aotgrad
 from aotgrad import nn
+from aotgrad.testing import assert_close
 
 
 def _mlp():
@@ -26,10 +27,10 @@ def _check_grads(model, f, x, t):
     xe = x.detach().clone().requires_grad_(True)
     ref = nn.functional.cross_entropy(model(xe), t)
     ref.backward()
-    np.testing.assert_allclose(out.detach().numpy(), ref.detach().numpy(), rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(xc.grad.numpy(), xe.grad.numpy(), rtol=1e-5, atol=1e-6)
+    assert_close(out.detach().numpy(), ref.detach().numpy(), rtol=1e-5, atol=1e-6, equal_nan=True)
+    assert_close(xc.grad.numpy(), xe.grad.numpy(), rtol=1e-5, atol=1e-6, equal_nan=True)
     for gc, p in zip(grads_c, model.parameters()):
-        np.testing.assert_allclose(gc, p.grad.numpy(), rtol=1e-5, atol=1e-6)
+        assert_close(gc, p.grad.numpy(), rtol=1e-5, atol=1e-6, equal_nan=True)
 
 
 @pytest.mark.parametrize("dynamic,backend", [(True, "interpret"), (None, "interpret"),
@@ -72,7 +73,8 @@ def test_automatic_dynamic_makes_exactly_the_changed_dim_symbolic(caplog):
     assert sum("automatic dynamic" in r.getMessage() for r in caplog.records) == 1
     for n in (6, 8, 2):
         x, y = aotgrad.randn(n, 4), aotgrad.randn(4)
-        np.testing.assert_allclose(f(x, y).numpy(), ((x * 2).sum(0) + y).numpy(), rtol=1e-6)
+        assert_close(f(x, y).numpy(), ((x * 2).sum(0) + y).numpy(), rtol=1e-6, atol=0,
+                     equal_nan=True)
     assert f.stats.compiles == 2
     text = aotgrad.explain(f, aotgrad.randn(3, 4), aotgrad.randn(4))
     assert "automatic dynamic" in text and "x: dim 0" in text and "compiles=2" in text
@@ -112,7 +114,7 @@ def test_guard_on_a_size_branch_recompiles_instead_of_reusing():
 
     for n, k in ((4, 2), (6, 2), (5, 3), (8, 2), (7, 3)):
         x = aotgrad.randn(n)
-        np.testing.assert_allclose(f(x).numpy(), x.numpy() * k, rtol=1e-6)
+        assert_close(f(x).numpy(), x.numpy() * k, rtol=1e-6, atol=0, equal_nan=True)
     assert f.stats.compiles == 2 and f.stats.guard_failures >= 1
     assert "shape guards" in aotgrad.explain(f, aotgrad.randn(4))
 
@@ -121,7 +123,8 @@ def test_reshape_relation_is_a_guard():
     f = aotgrad.compile(lambda x: x.reshape(-1, 4).sum(1), backend="interpret", dynamic=True)
     for n in (8, 12, 20):
         x = aotgrad.randn(n)
-        np.testing.assert_allclose(f(x).numpy(), x.numpy().reshape(-1, 4).sum(1), rtol=1e-5)
+        assert_close(f(x).numpy(), x.numpy().reshape(-1, 4).sum(1), rtol=1e-5, atol=0,
+                     equal_nan=True)
     assert f.stats.compiles == 1
     with pytest.raises(RuntimeError, match="invalid for input of size 6"):
         f(aotgrad.randn(6))  # violates s0 % 4 == 0: traced again, raising as eagerly
@@ -150,14 +153,14 @@ def test_dtype_and_requires_grad_changes_still_recompile():
     x = aotgrad.randn(4, requires_grad=True)
     f(x).backward()
     assert f.stats.compiles == 3
-    np.testing.assert_allclose(x.grad.numpy(), 2 * x.detach().numpy(), rtol=1e-6)
+    assert_close(x.grad.numpy(), 2 * x.detach().numpy(), rtol=1e-6, atol=0, equal_nan=True)
 
 
 def test_sizes_0_and_1_are_static():
     f = aotgrad.compile(lambda x: x.exp().sum(0), backend="interpret", dynamic=True)
     for n in (1, 3, 1, 4):
         x = aotgrad.randn(n, 2)
-        np.testing.assert_allclose(f(x).numpy(), np.exp(x.numpy()).sum(0), rtol=1e-6)
+        assert_close(f(x).numpy(), np.exp(x.numpy()).sum(0), rtol=1e-6, atol=0, equal_nan=True)
     assert f.stats.compiles == 2
 
 
@@ -199,8 +202,8 @@ def test_double_backward_through_a_symbolic_program():
         xe = x.detach().clone().requires_grad_(True)
         ge, = aotgrad.autograd.grad((xe.sin() * xe).mean(), xe, create_graph=True)
         gge, = aotgrad.autograd.grad(ge.sum(), xe)
-        np.testing.assert_allclose(g.detach().numpy(), ge.detach().numpy(), rtol=1e-5)
-        np.testing.assert_allclose(gg.numpy(), gge.numpy(), rtol=1e-5)
+        assert_close(g.detach().numpy(), ge.detach().numpy(), rtol=1e-5, atol=0, equal_nan=True)
+        assert_close(gg.numpy(), gge.numpy(), rtol=1e-5, atol=0, equal_nan=True)
     assert f.stats.compiles == 1
 
 

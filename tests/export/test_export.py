@@ -14,6 +14,7 @@ import pytest
 import aotgrad
 from aotgrad import nn
 import aotgrad.nn.functional as F
+from aotgrad.testing import assert_close
 
 
 class Block(nn.Module):
@@ -209,14 +210,14 @@ def test_package_outputs_equal_eager_without_aotgrad(exported, name):
     want = _eager(r["model"], r["inputs"])
     (got,) = r["infer"]
     assert got.dtype == want.dtype == np.float32
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert_close(got, want, rtol=1e-4, atol=1e-5, equal_nan=True)
 
 
 def _check_grads(got, want):
     assert len(got) == len(want)
-    np.testing.assert_allclose(got[0], want[0], rtol=1e-4)
+    assert_close(got[0], want[0], rtol=1e-4, atol=0, equal_nan=True)
     for g, w in zip(got[1:], want[1:]):
-        np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-5)
+        assert_close(g, w, rtol=1e-3, atol=1e-5, equal_nan=True)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -261,8 +262,7 @@ def test_exported_program_names_its_state_and_prints_as_the_ir(exported):
     run = load_graph_source(graph_src)
     x = exported["mlp"]["inputs"][0]
     (out,) = run(x, *[i.value for i in ep.inputs[1:]])
-    np.testing.assert_allclose(out, _eager(exported["mlp"]["model"], [x]), rtol=1e-5,
-                               atol=1e-6)
+    assert_close(out, _eager(exported["mlp"]["model"], [x]), rtol=1e-5, atol=1e-6, equal_nan=True)
 
 
 def test_load_exported_runs_a_copied_package_and_checks_shapes(exported, tmp_path):
@@ -273,8 +273,8 @@ def test_load_exported_runs_a_copied_package_and_checks_shapes(exported, tmp_pat
     shutil.copytree(src, dst)
     f = aotgrad.load_exported(str(dst))
     x = r["inputs"][0]
-    np.testing.assert_allclose(f(aotgrad.tensor(x)), _eager(r["model"], [x]), rtol=1e-4,
-                               atol=1e-5)
+    assert_close(f(aotgrad.tensor(x)), _eager(r["model"], [x]), rtol=1e-4, atol=1e-5,
+                 equal_nan=True)
     with pytest.raises(ValueError, match=r"input 'input' has shape \(2, 1, 8, 8\); the "
                                          r"program was exported for shape \(4, 1, 8, 8\)"):
         f(x[:2])
@@ -375,7 +375,7 @@ def test_onnxruntime_equals_eager(exported, ort, name, tmp_path):
     assert {n for n, _ in r["model"].named_parameters()} <= inits
     (got,) = _run_onnx(ort, proto, {i.name: x for i, x in zip(r["ep"].user_inputs,
                                                                r["inputs"])})
-    np.testing.assert_allclose(got, _eager(r["model"], r["inputs"]), rtol=1e-4, atol=1e-5)
+    assert_close(got, _eager(r["model"], r["inputs"]), rtol=1e-4, atol=1e-5, equal_nan=True)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -386,9 +386,9 @@ def test_onnx_training_graph_gives_eager_loss_and_gradients(exported, ort, name)
     got = _run_onnx(ort, proto, feeds)
     want = _eager_grads(r["model"], r["loss_fn"], r["inputs"], r["target"])
     assert [o.name for o in proto.graph.output] == r["ept"].output_names
-    np.testing.assert_allclose(got[0], want[0], rtol=1e-4)
+    assert_close(got[0], want[0], rtol=1e-4, atol=0, equal_nan=True)
     for g, w in zip(got[1:], want[1:]):
-        np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-5)
+        assert_close(g, w, rtol=1e-3, atol=1e-5, equal_nan=True)
 
 
 def test_onnx_export_function_takes_pytorchs_arguments(ort, tmp_path):
@@ -405,7 +405,7 @@ def test_onnx_export_function_takes_pytorchs_arguments(ort, tmp_path):
     assert [o.name for o in sess.get_outputs()] == ["scores"]
     model.eval()
     (got,) = sess.run(None, {"features": x.numpy()})
-    np.testing.assert_allclose(got, _eager(model, [x.numpy()]), rtol=1e-5, atol=1e-6)
+    assert_close(got, _eager(model, [x.numpy()]), rtol=1e-5, atol=1e-6, equal_nan=True)
     with open(tmp_path / "f.onnx", "wb") as fh:   # a file object, a lone tensor for args
         aotgrad.onnx.export(model, x, fh)
     with pytest.raises(NotImplementedError, match="dynamic_axes"):
@@ -466,7 +466,7 @@ def test_package_with_several_outputs_an_input_returned_and_a_constant(tmp_path)
     want = [t.numpy() for t in f(x, idx)]
     assert isinstance(got, tuple) and len(got) == 4
     for a, b in zip(got, want):
-        np.testing.assert_allclose(a, b, rtol=1e-6)
+        assert_close(a, b, rtol=1e-6, atol=0, equal_nan=True)
     assert not np.shares_memory(got[0], xs)        # an input returned comes back as a copy
     with pytest.raises(IndexError, match="out of range|out of bounds"):
         g(xs, np.array([1, 0, 5]))                 # the index check runs in the package
@@ -478,7 +478,7 @@ def test_onnx_opsets_old_and_new(exported, ort, opset):
     proto = r["ep"].to_onnx(opset=opset)
     assert proto.opset_import[0].version == opset
     (got,) = _run_onnx(ort, proto, {"x": r["inputs"][0]})
-    np.testing.assert_allclose(got, _eager(r["model"], r["inputs"]), rtol=1e-4, atol=1e-5)
+    assert_close(got, _eager(r["model"], r["inputs"]), rtol=1e-4, atol=1e-5, equal_nan=True)
     if opset < 16:   # cross-entropy's backward scatters with ScatterElements' reduction
         with pytest.raises(aotgrad.export.ExportError, match=r"prims\.scatter_add .*opset 16"):
             exported["mlp"]["ept"].to_onnx(opset=opset)
@@ -507,4 +507,4 @@ def test_package_runs_reference_steps_scans_and_sorts(tmp_path):
     ep = aotgrad.export(f, x)
     got = aotgrad.load_exported(ep.save(str(tmp_path / "scans")))(x.numpy())
     for a, b in zip(got, f(x)):
-        np.testing.assert_allclose(a, b.numpy(), rtol=1e-5, atol=1e-6)
+        assert_close(a, b.numpy(), rtol=1e-5, atol=1e-6, equal_nan=True)

@@ -7,6 +7,7 @@ import pytest
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.batching import BATCHING_RULES, NO_RULE, BatchLevel, move_out, wrap
 from aotgrad.ir.prims import PRIMS
+from aotgrad.testing import assert_close
 
 B = 3
 rng = np.random.default_rng(0)
@@ -126,7 +127,7 @@ def test_batching_rule_equals_a_loop(name, pattern):
         got = move_out(prim.bind(*args, **params), level, 0)
         want = np.stack([np.asarray(prim.impl(*p, **params)) for p in per])
     assert got.shape == want.shape and got.dtype == want.dtype
-    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12, equal_nan=True)
+    assert_close(got, want, rtol=1e-10, atol=1e-12, equal_nan=True)
 
 
 def test_nested_levels_batch_both_dims():
@@ -138,7 +139,7 @@ def test_nested_levels_batch_both_dims():
     r = prims.dot_general.bind(xi, yi, contract=((0,), (0,)))
     got = move_out(move_out(r, inner, 0), outer, 0)
     want = np.einsum("abk,bkn->abn", x, y)
-    np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert_close(got, want, rtol=1e-12, atol=0, equal_nan=True)
 
 
 # ---- every differentiable float prim: jvp == central finite differences ---------------
@@ -182,7 +183,7 @@ def test_prim_jvp_equals_finite_differences(name):
     plus = f(*[xs[i] + eps * tans[i] for i in floats]).numpy()
     minus = f(*[xs[i] - eps * tans[i] for i in floats]).numpy()
     fd = (plus - minus) / (2 * eps)
-    np.testing.assert_allclose(got.numpy(), fd, rtol=1e-5, atol=1e-6)
+    assert_close(got.numpy(), fd, rtol=1e-5, atol=1e-6, equal_nan=True)
 
 
 @pytest.mark.parametrize("which", ["lhs", "rhs", "both"])
@@ -197,7 +198,7 @@ def test_dot_general_with_batch_dims_each_side_batched(which):
     want = np.stack([prims.dot_general.impl(a[i] if which != "rhs" else a[0],
                                             b[i] if which != "lhs" else b[0], **params)
                      for i in range(B)])
-    np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert_close(got, want, rtol=1e-12, atol=0, equal_nan=True)
 
 
 # ---- user-level ops under vmap == a loop over the batch --------------------------------------
@@ -236,7 +237,7 @@ def test_user_level_op_under_vmap_equals_a_loop(name):
     xs = aotgrad.tensor(rng.normal(size=(3, 4, 5)).astype(np.float32))
     got = vmap(f)(xs)
     want = aotgrad.stack([f(xs[i]) for i in range(3)])
-    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+    assert_close(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6, equal_nan=True)
 
 
 def test_data_dependent_shapes_inside_vmap_raise():

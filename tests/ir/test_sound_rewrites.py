@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import aotgrad as ag
+from aotgrad.testing import assert_close
 
 DENORMAL32 = float(np.float32(1e-40))
 SPECIAL = [float("nan"), float("inf"), float("-inf"), -0.0, 0.0, DENORMAL32, -DENORMAL32,
@@ -93,8 +94,8 @@ def _assert_same(actual, expected, approximated, what, rtol=APPROX_RTOL):
         (what, "sign of zero", a, e)
     finite = np.isfinite(e)
     if approximated:
-        np.testing.assert_allclose(a[finite], e[finite], rtol=rtol,
-                                   atol=np.finfo(e.dtype).tiny, err_msg=what)
+        assert_close(a[finite], e[finite], rtol=rtol, atol=np.finfo(e.dtype).tiny, equal_nan=True,
+                     msg=what)
     else:
         assert np.array_equal(a[finite], e[finite]), (what, a, e)
 
@@ -147,7 +148,7 @@ def test_reductions_keep_special_values(dtype):
         assert np.array_equal(np.isnan(a), np.isnan(b)), (a, b)
         assert np.array_equal(a[np.isinf(b)], b[np.isinf(b)]), (a, b)
         fin = np.isfinite(b)
-        np.testing.assert_allclose(a[fin], b[fin], rtol=1e-5, atol=1e-30)
+        assert_close(a[fin], b[fin], rtol=1e-5, atol=1e-30, equal_nan=True)
 
 
 def test_kernels_have_no_fast_math_flags():

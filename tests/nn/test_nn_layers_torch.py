@@ -8,6 +8,7 @@ import aotgrad
 from aotgrad import nn
 import aotgrad.nn.functional as F
 from torch_compare import close
+from aotgrad.testing import assert_close
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -305,9 +306,9 @@ def test_default_initialisation_bounds_match_pytorch(torch):
     bound = 1 / np.sqrt(400)  # kaiming_uniform(a=sqrt(5)) gives U(-1/sqrt(fan_in), ...)
     w = lin.weight.detach().numpy()
     assert w.min() >= -bound and w.max() <= bound and w.max() > 0.99 * bound
-    np.testing.assert_allclose(w.std(), bound / np.sqrt(3), rtol=0.02)
+    assert_close(w.std(), bound / np.sqrt(3), rtol=0.02, atol=0, equal_nan=True, check_dtype=False)
     tw = torch.nn.Linear(400, 300).weight.detach().numpy()
-    np.testing.assert_allclose(w.std(), tw.std(), rtol=0.02)
+    assert_close(w.std(), tw.std(), rtol=0.02, atol=0, equal_nan=True)
     conv = nn.Conv2d(8, 16, 3)
     cb = 1 / np.sqrt(8 * 9)
     assert np.abs(conv.weight.detach().numpy()).max() <= cb

@@ -9,6 +9,7 @@ import pytest
 import aotgrad
 from aotgrad import nn
 import aotgrad.nn.functional as F
+from aotgrad.testing import assert_close
 
 
 class Net(nn.Module):
@@ -209,8 +210,8 @@ def test_forward_hooks():
     h1 = lin.register_forward_pre_hook(lambda m, args: (args[0] * 0,))
     h2 = lin.register_forward_hook(lambda m, args, out: calls.append(out.shape) or out + 1)
     y = lin(aotgrad.ones(1, 2))
-    np.testing.assert_allclose(y.detach().numpy(), lin.bias.detach().numpy()[None] + 1,
-                               rtol=1e-6)
+    assert_close(y.detach().numpy(), lin.bias.detach().numpy()[None] + 1, rtol=1e-6, atol=0,
+                 equal_nan=True)
     assert calls == [aotgrad.Size([1, 2])]
     h1.remove(), h2.remove()
     assert len(calls) == 1 and lin(aotgrad.ones(1, 2)) is not None and len(calls) == 1
@@ -276,7 +277,7 @@ def test_linear_closed_form_and_errors():
     x = np.random.randn(4, 3).astype(np.float32)
     y = lin(aotgrad.tensor(x)).detach().numpy()
     W, b = lin.weight.detach().numpy(), lin.bias.detach().numpy()
-    np.testing.assert_allclose(y, x @ W.T + b, rtol=1e-5, atol=1e-6)
+    assert_close(y, x @ W.T + b, rtol=1e-5, atol=1e-6, equal_nan=True)
     with pytest.raises(RuntimeError, match=r"shapes cannot be multiplied \(4x5 and 3x2\)"):
         lin(aotgrad.ones(4, 5))
     with pytest.raises(RuntimeError, match="same dtype"):
@@ -302,21 +303,22 @@ def test_linear_grad_matches_finite_differences():
             with aotgrad.no_grad():
                 W[i, j] += eps
             num[i, j] = (up - down) / (2 * eps)
-    np.testing.assert_allclose(W.grad.numpy(), num, rtol=1e-6, atol=1e-8)
+    assert_close(W.grad.numpy(), num, rtol=1e-6, atol=1e-8, equal_nan=True)
 
 
 def test_gelu_silu_softplus_closed_forms():
     x = np.linspace(-4, 4, 17).astype(np.float64)
     t = aotgrad.tensor(x)
     erf = np.vectorize(math.erf)
-    np.testing.assert_allclose(F.gelu(t).numpy(), 0.5 * x * (1 + erf(x / math.sqrt(2))),
-                               rtol=1e-12)
+    assert_close(F.gelu(t).numpy(), 0.5 * x * (1 + erf(x / math.sqrt(2))), rtol=1e-12, atol=0,
+                 equal_nan=True)
     tanh_form = 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
-    np.testing.assert_allclose(F.gelu(t, approximate="tanh").numpy(), tanh_form, rtol=1e-12)
-    np.testing.assert_allclose(F.silu(t).numpy(), x / (1 + np.exp(-x)), rtol=1e-12)
-    np.testing.assert_allclose(F.softplus(t).numpy(), np.log1p(np.exp(x)), rtol=1e-12)
+    assert_close(F.gelu(t, approximate="tanh").numpy(), tanh_form, rtol=1e-12, atol=0,
+                 equal_nan=True)
+    assert_close(F.silu(t).numpy(), x / (1 + np.exp(-x)), rtol=1e-12, atol=0, equal_nan=True)
+    assert_close(F.softplus(t).numpy(), np.log1p(np.exp(x)), rtol=1e-12, atol=0, equal_nan=True)
     big = aotgrad.tensor([100.0, -100.0])
-    np.testing.assert_allclose(F.softplus(big).numpy(), [100.0, 0.0], atol=1e-30)
+    assert_close(F.softplus(big).numpy(), [100.0, 0.0], rtol=1e-7, atol=1e-30, equal_nan=True)
     with pytest.raises(ValueError, match="approximate"):
         F.gelu(t, approximate="fast")
 
@@ -326,7 +328,7 @@ def test_layer_norm_closed_form_and_large_offset_stability():
     y = F.layer_norm(aotgrad.tensor(x), (8,)).numpy()
     x64 = x.astype(np.float64)
     ref = (x64 - x64.mean(-1, keepdims=True)) / np.sqrt(x64.var(-1, keepdims=True) + 1e-5)
-    np.testing.assert_allclose(y, ref, atol=2e-3)
+    assert_close(y, ref, rtol=1e-7, atol=2e-3, equal_nan=True, check_dtype=False)
     with pytest.raises(RuntimeError, match=r"normalized_shape=\[5\], expected input with shape "
                                            r"\[\*, 5\], but got input of size\[?"):
         F.layer_norm(aotgrad.ones(2, 4), (5,))
@@ -336,13 +338,15 @@ def test_batch_norm_train_eval_closed_form():
     bn = nn.BatchNorm1d(3, momentum=0.5)
     x = np.random.randn(10, 3).astype(np.float32) * 2 + 3
     y = bn(aotgrad.tensor(x)).detach().numpy()
-    np.testing.assert_allclose(y, (x - x.mean(0)) / np.sqrt(x.var(0) + 1e-5), atol=1e-5)
-    np.testing.assert_allclose(bn.running_mean.numpy(), 0.5 * x.mean(0), rtol=1e-5)
-    np.testing.assert_allclose(bn.running_var.numpy(), 0.5 + 0.5 * x.var(0, ddof=1), rtol=1e-5)
+    assert_close(y, (x - x.mean(0)) / np.sqrt(x.var(0) + 1e-5), rtol=1e-7, atol=1e-5,
+                 equal_nan=True)
+    assert_close(bn.running_mean.numpy(), 0.5 * x.mean(0), rtol=1e-5, atol=0, equal_nan=True)
+    assert_close(bn.running_var.numpy(), 0.5 + 0.5 * x.var(0, ddof=1), rtol=1e-5, atol=0,
+                 equal_nan=True)
     bn.eval()
     y2 = bn(aotgrad.tensor(x)).detach().numpy()
     rm, rv = bn.running_mean.numpy(), bn.running_var.numpy()
-    np.testing.assert_allclose(y2, (x - rm) / np.sqrt(rv + 1e-5), rtol=1e-5)
+    assert_close(y2, (x - rm) / np.sqrt(rv + 1e-5), rtol=1e-5, atol=0, equal_nan=True)
     with pytest.raises(ValueError, match="Expected more than 1 value per channel"):
         nn.BatchNorm1d(3)(aotgrad.ones(1, 3))
     with pytest.raises(ValueError, match=r"expected 2D or 3D input \(got 4D input\)"):
@@ -378,7 +382,7 @@ def test_conv2d_closed_form():
         for i in range(3):
             for j in range(3):
                 ref[0, o, i, j] = (xp[0, :, 2 * i:2 * i + 3, 2 * j:2 * j + 3] * w[o]).sum()
-    np.testing.assert_allclose(y, ref, rtol=1e-12)
+    assert_close(y, ref, rtol=1e-12, atol=0, equal_nan=True)
     with pytest.raises(RuntimeError, match="expected input.* to have 4 channels, but got 2"):
         F.conv2d(aotgrad.tensor(x), aotgrad.ones(3, 4, 3, 3, dtype=aotgrad.float64))
     with pytest.raises(RuntimeError, match="Output size is too small"):
@@ -415,15 +419,15 @@ def test_cross_entropy_closed_form_and_errors():
     y = np.array([0, 3, 1, 1, 2])
     lp = logits - np.log(np.exp(logits).sum(1, keepdims=True))
     t = aotgrad.tensor(logits)
-    np.testing.assert_allclose(float(F.cross_entropy(t, aotgrad.tensor(y))),
-                               -lp[np.arange(5), y].mean(), rtol=1e-12)
+    assert_close(float(F.cross_entropy(t, aotgrad.tensor(y))), -lp[np.arange(5), y].mean(),
+                 rtol=1e-12, atol=0, equal_nan=True)
     eps = 0.1
     smooth = -(1 - eps) * lp[np.arange(5), y] - eps / 4 * lp.sum(1)
-    np.testing.assert_allclose(float(F.cross_entropy(t, aotgrad.tensor(y), label_smoothing=eps)),
-                               smooth.mean(), rtol=1e-12)
+    assert_close(float(F.cross_entropy(t, aotgrad.tensor(y), label_smoothing=eps)), smooth.mean(),
+                 rtol=1e-12, atol=0, equal_nan=True)
     keep = y != 1
-    np.testing.assert_allclose(float(F.cross_entropy(t, aotgrad.tensor(y), ignore_index=1)),
-                               -lp[np.arange(5), y][keep].mean(), rtol=1e-12)
+    assert_close(float(F.cross_entropy(t, aotgrad.tensor(y), ignore_index=1)),
+                 -lp[np.arange(5), y][keep].mean(), rtol=1e-12, atol=0, equal_nan=True)
     with pytest.raises(IndexError, match="Target 7 is out of bounds"):
         F.cross_entropy(t, aotgrad.tensor([7, 0, 0, 0, 0]))
     with pytest.raises(ValueError, match=r"Expected input batch_size \(5\) to match target "
@@ -436,16 +440,17 @@ def test_cross_entropy_closed_form_and_errors():
 def test_losses_closed_forms():
     a, b = np.random.randn(6), np.random.randn(6)
     ta, tb = aotgrad.tensor(a), aotgrad.tensor(b)
-    np.testing.assert_allclose(float(nn.MSELoss()(ta, tb)), ((a - b) ** 2).mean(), rtol=1e-12)
-    np.testing.assert_allclose(float(nn.L1Loss(reduction="sum")(ta, tb)), np.abs(a - b).sum(),
-                               rtol=1e-12)
+    assert_close(float(nn.MSELoss()(ta, tb)), ((a - b) ** 2).mean(), rtol=1e-12, atol=0,
+                 equal_nan=True)
+    assert_close(float(nn.L1Loss(reduction="sum")(ta, tb)), np.abs(a - b).sum(), rtol=1e-12, atol=0,
+                 equal_nan=True)
     p = 1 / (1 + np.exp(-a))
     t = (b > 0).astype(np.float64)
     bce = -(t * np.log(p) + (1 - t) * np.log(1 - p)).mean()
-    np.testing.assert_allclose(float(nn.BCELoss()(aotgrad.tensor(p), aotgrad.tensor(t))), bce,
-                               rtol=1e-10)
-    np.testing.assert_allclose(float(nn.BCEWithLogitsLoss()(ta, aotgrad.tensor(t))), bce,
-                               rtol=1e-10)
+    assert_close(float(nn.BCELoss()(aotgrad.tensor(p), aotgrad.tensor(t))), bce, rtol=1e-10, atol=0,
+                 equal_nan=True)
+    assert_close(float(nn.BCEWithLogitsLoss()(ta, aotgrad.tensor(t))), bce, rtol=1e-10, atol=0,
+                 equal_nan=True)
     # extreme logits stay finite
     big = aotgrad.tensor([1000.0, -1000.0])
     assert float(nn.BCEWithLogitsLoss()(big, aotgrad.tensor([0.0, 1.0]))) == pytest.approx(1000)
@@ -459,13 +464,14 @@ def test_attention_causal_mask_blocks_the_future():
     _, w = mha(x, x, x, is_causal=True)
     w = w.detach().numpy()[0]
     assert np.all(np.triu(w, 1) == 0)
-    np.testing.assert_allclose(w.sum(-1), 1, rtol=1e-5)
+    assert_close(w.sum(-1), np.ones_like(w.sum(-1)), rtol=1e-5, atol=0, equal_nan=True)
     # changing a later token does not change earlier outputs
     x2 = x.detach().clone()
     x2[0, 4] = 10.0
     o1, _ = mha(x, x, x, is_causal=True)
     o2, _ = mha(x2, x2, x2, is_causal=True)
-    np.testing.assert_allclose(o1.detach().numpy()[0, :4], o2.detach().numpy()[0, :4], rtol=1e-5)
+    assert_close(o1.detach().numpy()[0, :4], o2.detach().numpy()[0, :4], rtol=1e-5, atol=0,
+                 equal_nan=True)
 
 
 def test_init_functions_work_in_place_under_no_grad():
@@ -477,12 +483,12 @@ def test_init_functions_work_in_place_under_no_grad():
     nn.init.constant_(p, 0.5)
     assert np.all(p.detach().numpy() == 0.5)
     nn.init.kaiming_normal_(p, nonlinearity="relu")
-    np.testing.assert_allclose(p.detach().numpy().std(), math.sqrt(2 / 32), rtol=0.1)
+    assert_close(p.detach().numpy().std(), math.sqrt(2 / 32), rtol=0.1, atol=0, equal_nan=True)
     nn.init.trunc_normal_(p, std=1.0, a=-0.5, b=0.5)
     assert float(p.abs().max()) <= 0.5
     nn.init.orthogonal_(p)
     w = p.detach().numpy()
-    np.testing.assert_allclose(w.T @ w, np.eye(32), atol=1e-5)
+    assert_close(w.T @ w, np.eye(32), rtol=1e-7, atol=1e-5, equal_nan=True, check_dtype=False)
     nn.init.eye_(p)
     assert float(p.sum()) == 32
     assert nn.init.calculate_gain("leaky_relu", math.sqrt(5)) == pytest.approx(math.sqrt(1 / 3))
@@ -514,4 +520,4 @@ def test_causal_attention_equals_the_explicit_mask_values_and_grads():
         (o * o).sum().backward()
         outs.append([o.detach().numpy()] + [t.grad.numpy() for t in (q, k, v)])
     for a, b in zip(*outs):
-        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+        assert_close(a, b, rtol=1e-6, atol=1e-7, equal_nan=True)

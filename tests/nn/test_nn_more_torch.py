@@ -14,6 +14,7 @@ import aotgrad.nn.functional as F
 from aotgrad import nn, optim
 from torch_compare import close
 from aotgrad.autograd import gradcheck
+from aotgrad.testing import assert_close
 
 LS = optim.lr_scheduler
 NAN = float("nan")
@@ -276,7 +277,7 @@ def test_gumbel_softmax():
     assert set(np.unique(hv)) == {0.0, 1.0} and (hv.sum(-1) == 1).all()
     # the argmax of logits + Gumbel noise is a sample of softmax(logits)
     freq = hv.mean(0)
-    np.testing.assert_allclose(freq, [0.1, 0.2, 0.3, 0.4], atol=0.015)
+    assert_close(freq, [0.1, 0.2, 0.3, 0.4], rtol=1e-7, atol=0.015, equal_nan=True)
     # straight-through: the hard sample's gradient is the soft sample's (same noise)
     w = aotgrad.tensor(np.random.default_rng(0).standard_normal((5, 4)))
     grads = []
@@ -285,7 +286,7 @@ def test_gumbel_softmax():
         aotgrad.manual_seed(7)
         (F.gumbel_softmax(lg, tau=0.7, hard=hard) * w).sum().backward()
         grads.append(_np(lg.grad))
-    np.testing.assert_allclose(grads[0], grads[1], atol=1e-12)
+    assert_close(grads[0], grads[1], rtol=1e-7, atol=1e-12, equal_nan=True)
     assert np.abs(grads[0]).max() > 0
     with pytest.warns(UserWarning, match="eps"):
         F.gumbel_softmax(logits, eps=1e-3)
@@ -520,4 +521,4 @@ def test_new_activations_and_parameter_dict_trace():
     assert len(got) == 8  # x, 2 Linear x (weight, bias), PReLU's weight, scale, shift
     for a, b in zip(got, ref):
         assert np.abs(b).max() > 1e-3  # every gradient is non-trivial
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+        assert_close(a, b, rtol=1e-5, atol=1e-6, equal_nan=True)

@@ -11,6 +11,7 @@ import pytest
 import aotgrad
 from aotgrad import nn
 import aotgrad.nn.functional as F
+from aotgrad.testing import assert_close
 
 DTYPES = ["float32", "float64"]
 
@@ -40,10 +41,10 @@ def test_instance_norm(torch, vs_torch, dtype, cls, shape):
         ours, theirs = getattr(nn, cls)(c, **kw), getattr(torch.nn, cls)(c, **kw)
         vs_torch.module(ours, theirs, [x], dtype)
         if kw.get("track_running_stats"):  # the running statistics moved alike; eval uses them
-            np.testing.assert_allclose(ours.running_mean.numpy(),
-                                       theirs.running_mean.detach().numpy(), rtol=1e-5)
-            np.testing.assert_allclose(ours.running_var.numpy(),
-                                       theirs.running_var.detach().numpy(), rtol=1e-5)
+            assert_close(ours.running_mean.numpy(), theirs.running_mean.detach().numpy(), rtol=1e-5,
+                         atol=0, equal_nan=True)
+            assert_close(ours.running_var.numpy(), theirs.running_var.detach().numpy(), rtol=1e-5,
+                         atol=0, equal_nan=True)
             ours.eval(), theirs.eval()
             vs_torch.module(ours, theirs, [x + 1], dtype, load=False)
 
@@ -246,8 +247,8 @@ def test_weight_norm(torch, vs_torch, dtype, dim):
     nn.utils.remove_weight_norm(ours)
     torch.nn.utils.remove_weight_norm(theirs)
     assert list(ours.state_dict()) == list(theirs.state_dict())
-    np.testing.assert_allclose(ours.weight.detach().numpy(), theirs.weight.detach().numpy(),
-                               rtol=1e-6)
+    assert_close(ours.weight.detach().numpy(), theirs.weight.detach().numpy(), rtol=1e-6, atol=0,
+                 equal_nan=True)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -273,7 +274,7 @@ def _fd_check(fn, x, eps=1e-6, seed=0):
         hi = (fn(aotgrad.tensor(x + d)).detach().numpy() * g).sum()
         lo = (fn(aotgrad.tensor(x - d)).detach().numpy() * g).sum()
         num[i] = (hi - lo) / (2 * eps)
-    np.testing.assert_allclose(xt.grad.numpy(), num, rtol=1e-5, atol=1e-7)
+    assert_close(xt.grad.numpy(), num, rtol=1e-5, atol=1e-7, equal_nan=True)
 
 
 def test_shapes_and_finite_differences():
@@ -310,7 +311,7 @@ def test_compiled_matches_eager(backend):
     assert compiled(x).item() == pytest.approx(eager, rel=1e-5)
     gc = [p.grad.numpy() for p in model.parameters()] + [x.grad.numpy()]
     for a, b in zip(gc, ge):
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+        assert_close(a, b, rtol=1e-4, atol=1e-6, equal_nan=True)
 
 
 def test_parametrize_register_and_remove(torch):

@@ -12,6 +12,7 @@ import pytest
 import aotgrad
 from aotgrad import nn
 from aotgrad.nn.utils import rnn as rnn_utils
+from aotgrad.testing import assert_close
 
 DTYPES = ["float32", "float64"]
 KINDS = [("LSTM", {}), ("GRU", {}), ("RNN", {}), ("RNN", {"nonlinearity": "relu"})]
@@ -210,7 +211,7 @@ def test_finite_differences_float64(kind):
         d = np.zeros_like(x)
         d[i] = 1e-6
         num[i] = (f(x + d) - f(x - d)) / 2e-6
-    np.testing.assert_allclose(xt.grad.numpy(), num, rtol=1e-6, atol=1e-8)
+    assert_close(xt.grad.numpy(), num, rtol=1e-6, atol=1e-8, equal_nan=True)
 
 
 def _grads(m, x):
@@ -237,7 +238,7 @@ def test_compiled_matches_eager_interpret(kind):
     assert aotgrad.compile(step, backend="interpret")(x).item() == pytest.approx(eager,
                                                                                 rel=1e-5)
     for a, b in zip(_grads(m, x), ge):
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+        assert_close(a, b, rtol=1e-4, atol=1e-6, equal_nan=True)
 
 
 @pytest.mark.parametrize("steps", [1, pytest.param(3, marks=pytest.mark.slow)])
@@ -264,7 +265,7 @@ def test_compiled_cell_loop_numba(steps):
         p.grad = None
     assert aotgrad.compile(step, backend="numba")(x).item() == pytest.approx(eager, rel=1e-5)
     for p, g in zip(params, ge):
-        np.testing.assert_allclose(p.grad.numpy(), g, rtol=1e-4, atol=1e-6)
+        assert_close(p.grad.numpy(), g, rtol=1e-4, atol=1e-6, equal_nan=True)
 
 
 def test_lstm_state_dict_round_trip():
@@ -315,4 +316,4 @@ def test_word_language_model_training_matches_torch(torch, vs_torch, kind):
             losses.append(loss.item())
         return losses
 
-    np.testing.assert_allclose(run(aotgrad, ours), run(torch, theirs), rtol=1e-10)
+    assert_close(run(aotgrad, ours), run(torch, theirs), rtol=1e-10, atol=0, equal_nan=True)

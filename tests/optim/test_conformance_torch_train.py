@@ -13,6 +13,7 @@ import aotgrad.nn.functional as F
 from aotgrad import nn, optim
 
 from torch_compare import close, error_text, normal, same_text, to_numpy
+from aotgrad.testing import assert_close
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
 
@@ -157,7 +158,7 @@ def test_binary_cross_entropy_first_and_second_derivatives(torch, reduction):
             + t * -100 * (x == 0)
             + (1 - t) * np.maximum(np.log(np.where(x < 1, 1 - x, 1)), -100) * (x < 1)
             + (1 - t) * -100 * (x == 1))
-    np.testing.assert_allclose(plain.numpy(), ref, rtol=1e-6)
+    assert_close(plain.numpy(), ref, rtol=1e-6, atol=0, equal_nan=True)
 
 
 def test_binary_cross_entropy_gradient_compiled_matches_eager():
@@ -171,8 +172,8 @@ def test_binary_cross_entropy_gradient_compiled_matches_eager():
         grads.append(x.grad.numpy())
     d = np.array([0.0, 1.0, 1.0, 1.0, 0.5], dtype=np.float32)
     expected = (x0 - d) / np.maximum(x0 * (1 - x0), np.float32(1e-12))   # closed form
-    np.testing.assert_allclose(grads[0], expected, rtol=1e-6)
-    np.testing.assert_allclose(grads[1], expected, rtol=1e-6)
+    assert_close(grads[0], expected, rtol=1e-6, atol=0, equal_nan=True)
+    assert_close(grads[1], expected, rtol=1e-6, atol=0, equal_nan=True)
 
 
 # ---- optimizers ------------------------------------------------------------------------------
@@ -324,7 +325,7 @@ def test_lr_scheduler_sequences(vs_torch, name):
             s3.step()
         return seq
     ours, theirs = vs_torch.both(f)
-    np.testing.assert_allclose(ours, theirs, rtol=1e-12)
+    assert_close(ours, theirs, rtol=1e-12, atol=0, equal_nan=True)
 
 
 @pytest.mark.parametrize("name", ["step", "multistep", "exponential", "cosine"])
@@ -338,7 +339,7 @@ def test_lr_scheduler_step_with_epoch_uses_closed_form(vs_torch, name):
             out.append(s.get_last_lr())
         return out
     ours, theirs = vs_torch.both(f)
-    np.testing.assert_allclose(ours, theirs, rtol=1e-12)
+    assert_close(ours, theirs, rtol=1e-12, atol=0, equal_nan=True)
 
 
 def test_chained_schedulers(vs_torch):
@@ -353,7 +354,7 @@ def test_chained_schedulers(vs_torch):
             out.append(s1.get_last_lr() + s2.get_last_lr())
         return out
     ours, theirs = vs_torch.both(f)
-    np.testing.assert_allclose(ours, theirs, rtol=1e-12)
+    assert_close(ours, theirs, rtol=1e-12, atol=0, equal_nan=True)
 
 
 # ---- autograd.functional ---------------------------------------------------------------------
@@ -424,7 +425,7 @@ def test_autograd_functional(torch, name, create_graph, strict):
         return
     assert [(s, g) for s, g, _ in ro[0]] == [(s, g) for s, g, _ in rt[0]]
     for (_, _, a), (_, _, b) in zip(ro[0], rt[0]):
-        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+        assert_close(a, b, rtol=1e-9, atol=1e-12, equal_nan=True)
 
 
 @pytest.mark.parametrize("call", [

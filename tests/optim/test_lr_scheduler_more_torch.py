@@ -9,6 +9,7 @@ import pytest
 
 import aotgrad
 from aotgrad import nn, optim
+from aotgrad.testing import assert_close
 
 LS = optim.lr_scheduler
 
@@ -98,8 +99,8 @@ def _run(lib, name, kind, steps=59):
 def test_scheduler_sequence_matches_torch(torch, name, kind):
     """Every lr (get_last_lr and the groups' lr) and momentum/beta1, step by step."""
     ours, theirs = _run(aotgrad, name, kind), _run(torch, name, kind)
-    np.testing.assert_allclose(np.array(ours, float), np.array(theirs, float), rtol=1e-12,
-                               atol=1e-15)
+    assert_close(np.array(ours, float), np.array(theirs, float), rtol=1e-12, atol=1e-15,
+                 equal_nan=True)
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
@@ -127,8 +128,8 @@ def test_scheduler_state_dict_resume(torch, name):
             b.append(s2.get_last_lr() + [g["lr"] for g in opt2.param_groups])
         return a, b
     (a, b), (ta, _) = run(aotgrad), run(torch)
-    np.testing.assert_allclose(a, b, rtol=1e-12)
-    np.testing.assert_allclose(a, ta, rtol=1e-12)
+    assert_close(a, b, rtol=1e-12, atol=0, equal_nan=True)
+    assert_close(a, ta, rtol=1e-12, atol=0, equal_nan=True)
 
 
 def _picklable(sd):
@@ -173,7 +174,7 @@ def test_step_with_epoch_matches_torch(torch, name):
             s.step(e)
             out.append(s.get_last_lr())
         return out
-    np.testing.assert_allclose(run(aotgrad), run(torch), rtol=1e-12)
+    assert_close(run(aotgrad), run(torch), rtol=1e-12, atol=0, equal_nan=True)
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
@@ -194,8 +195,8 @@ def test_resume_with_last_epoch_matches_torch(torch, name, last_epoch):
             opt.step()
             s.step()
         return out
-    np.testing.assert_allclose(np.array(run(aotgrad), float), np.array(run(torch), float),
-                               rtol=1e-12)
+    assert_close(np.array(run(aotgrad), float), np.array(run(torch), float), rtol=1e-12, atol=0,
+                 equal_nan=True)
 
 
 def _with_last_epoch(make, S, opt, last_epoch):
@@ -216,21 +217,22 @@ def test_scheduler_closed_forms():
             s.step()
         return np.array(out)
     e = np.arange(30)
-    np.testing.assert_allclose(lrs(lambda o: LS.LinearLR(o, 0.2, 0.8, 10), 30),
-                               0.2 + 0.6 * np.minimum(e, 10) / 10, rtol=1e-12)
-    np.testing.assert_allclose(lrs(lambda o: LS.PolynomialLR(o, 12, 1.5), 30),
-                               (1 - np.minimum(e, 12) / 12) ** 1.5, rtol=1e-12, atol=1e-15)
-    np.testing.assert_allclose(lrs(lambda o: LS.ConstantLR(o, 0.3, 6), 30),
-                               np.where(e < 6, 0.3, 1.0), rtol=1e-12)
-    np.testing.assert_allclose(lrs(lambda o: LS.MultiplicativeLR(o, lambda k: 0.9), 30),
-                               0.9 ** e, rtol=1e-12)
-    np.testing.assert_allclose(lrs(lambda o: LS.CosineAnnealingWarmRestarts(o, 4, 2, 0.1), 28),
-                               [0.1 + 0.9 * (1 + math.cos(math.pi * tc / ti)) / 2 for tc, ti in
-                                [(k, 4) for k in range(4)] + [(k, 8) for k in range(8)] +
-                                [(k, 16) for k in range(16)]], rtol=1e-12)
+    assert_close(lrs(lambda o: LS.LinearLR(o, 0.2, 0.8, 10), 30),
+                 0.2 + 0.6 * np.minimum(e, 10) / 10, rtol=1e-12, atol=0, equal_nan=True)
+    assert_close(lrs(lambda o: LS.PolynomialLR(o, 12, 1.5), 30),
+                 (1 - np.minimum(e, 12) / 12) ** 1.5, rtol=1e-12, atol=1e-15, equal_nan=True)
+    assert_close(lrs(lambda o: LS.ConstantLR(o, 0.3, 6), 30), np.where(e < 6, 0.3, 1.0), rtol=1e-12,
+                 atol=0, equal_nan=True)
+    assert_close(lrs(lambda o: LS.MultiplicativeLR(o, lambda k: 0.9), 30), 0.9 ** e, rtol=1e-12,
+                 atol=0, equal_nan=True)
+    assert_close(lrs(lambda o: LS.CosineAnnealingWarmRestarts(o, 4, 2, 0.1), 28),
+                 [0.1 + 0.9 * (1 + math.cos(math.pi * tc / ti)) / 2 for tc, ti in
+                  [(k, 4) for k in range(4)] + [(k, 8) for k in range(8)] +
+                  [(k, 16) for k in range(16)]], rtol=1e-12, atol=0, equal_nan=True)
     # triangle wave between 0.1 and 0.5, 4 steps up and 4 down
     tri = 0.1 + 0.4 * (1 - np.abs((e % 8) / 4 - 1))
-    np.testing.assert_allclose(lrs(lambda o: LS.CyclicLR(o, 0.1, 0.5, 4), 30), tri, rtol=1e-12)
+    assert_close(lrs(lambda o: LS.CyclicLR(o, 0.1, 0.5, 4), 30), tri, rtol=1e-12, atol=0,
+                 equal_nan=True)
     # 1cycle: starts at max/div, reaches max at step pct*total - 1, ends at initial/final_div
     oc = lrs(lambda o: LS.OneCycleLR(o, 2.0, total_steps=40, pct_start=0.5), 40)
     assert oc[0] == pytest.approx(2.0 / 25) and oc.max() == pytest.approx(2.0)
@@ -246,7 +248,7 @@ def test_onecycle_and_cyclic_momentum_closed_forms():
         ms.append(opt.param_groups[0]["momentum"])
         s.step()
     frac = 1 - np.abs((np.arange(9) % 8) / 4 - 1)
-    np.testing.assert_allclose(ms, 0.9 - 0.1 * frac, rtol=1e-12)
+    assert_close(ms, 0.9 - 0.1 * frac, rtol=1e-12, atol=0, equal_nan=True)
     adam = optim.Adam([nn.Parameter(aotgrad.ones(1))], betas=(0.5, 0.99))
     LS.OneCycleLR(adam, 0.1, total_steps=10)
     assert adam.param_groups[0]["betas"] == (0.95, 0.99)
@@ -346,7 +348,7 @@ def test_reduce_lr_on_plateau_matches_torch(torch, name):
                 s.load_state_dict(sd)
         return out
     ours, theirs = run(aotgrad), run(torch)
-    np.testing.assert_allclose(np.array(ours, float), np.array(theirs, float), rtol=1e-12)
+    assert_close(np.array(ours, float), np.array(theirs, float), rtol=1e-12, atol=0, equal_nan=True)
     assert min(r[0] for r in ours) < 0.1  # the lr did go down
 
 

@@ -6,6 +6,7 @@ import pytest
 
 import aotgrad
 from aotgrad import nn, optim
+from aotgrad.testing import assert_close
 
 
 def _quad_problem(seed=0):
@@ -72,20 +73,20 @@ OPTIMIZERS = {
 def test_optimizer_matches_torch(torch, name):
     ours, _, lo = _run_ours(OPTIMIZERS[name], 25)
     theirs, _, lt = _run_torch(torch, OPTIMIZERS[name], 25)
-    np.testing.assert_allclose(lo, lt, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(ours.weight.detach().numpy(), theirs.weight.detach().numpy(),
-                               rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(ours.bias.detach().numpy(), theirs.bias.detach().numpy(),
-                               rtol=1e-5, atol=1e-6)
+    assert_close(lo, lt, rtol=1e-5, atol=1e-6, equal_nan=True)
+    assert_close(ours.weight.detach().numpy(), theirs.weight.detach().numpy(), rtol=1e-5, atol=1e-6,
+                 equal_nan=True)
+    assert_close(ours.bias.detach().numpy(), theirs.bias.detach().numpy(), rtol=1e-5, atol=1e-6,
+                 equal_nan=True)
 
 
 def test_param_groups_match_torch(torch):
     make = lambda o, p: o.SGD(p, lr=0.1, momentum=0.9)  # noqa: E731
     ours, opt, lo = _run_ours(make, 10, groups=True)
     theirs, _, lt = _run_torch(torch, make, 10, groups=True)
-    np.testing.assert_allclose(lo, lt, rtol=1e-5)
-    np.testing.assert_allclose(ours.bias.detach().numpy(), theirs.bias.detach().numpy(),
-                               rtol=1e-5, atol=1e-6)
+    assert_close(lo, lt, rtol=1e-5, atol=0, equal_nan=True)
+    assert_close(ours.bias.detach().numpy(), theirs.bias.detach().numpy(), rtol=1e-5, atol=1e-6,
+                 equal_nan=True)
     assert [g["lr"] for g in opt.param_groups] == [0.1, 0.05]
 
 
@@ -97,7 +98,8 @@ def test_sgd_closed_form():
         (p * aotgrad.tensor([1.0, 3.0])).sum().backward()  # grad = [1, 3], constant
         opt.step()
     # step 1: buf = g, p -= 0.5 g; step 2: buf = 0.9 g + g, p -= 0.5 * 1.9 g
-    np.testing.assert_allclose(p.detach().numpy(), [1 - 0.5 * 2.9, -2 - 1.5 * 2.9], rtol=1e-6)
+    assert_close(p.detach().numpy(), [1 - 0.5 * 2.9, -2 - 1.5 * 2.9], rtol=1e-6, atol=0,
+                 equal_nan=True)
     assert "momentum_buffer" in opt.state[p]
 
 
@@ -107,14 +109,14 @@ def test_adam_first_step_closed_form():
     opt = optim.Adam([p], lr=0.1)
     (p * aotgrad.tensor([2.0, -0.5, 1e-3])).sum().backward()
     opt.step()
-    np.testing.assert_allclose(p.detach().numpy(), [0.9, -1.9, 2.9], rtol=1e-5)
+    assert_close(p.detach().numpy(), [0.9, -1.9, 2.9], rtol=1e-5, atol=0, equal_nan=True)
     assert float(opt.state[p]["step"]) == 1.0
     # AdamW decays the weight before the update, by lr * wd
     q = nn.Parameter(aotgrad.tensor([2.0]))
     opt = optim.AdamW([q], lr=0.1, weight_decay=0.5)
     (q * 0.0 + q * 1.0).sum().backward()
     opt.step()
-    np.testing.assert_allclose(q.detach().numpy(), [2.0 * (1 - 0.05) - 0.1], rtol=1e-5)
+    assert_close(q.detach().numpy(), [2.0 * (1 - 0.05) - 0.1], rtol=1e-5, atol=0, equal_nan=True)
 
 
 def test_zero_grad_and_skips_params_without_grad():
@@ -215,7 +217,7 @@ def test_lr_schedulers_closed_forms():
         got.append(opt.param_groups[0]["lr"])
         s.step()
     ref = [0.1 + 0.9 * (1 + math.cos(math.pi * e / 10)) / 2 for e in range(11)]
-    np.testing.assert_allclose(got, ref, rtol=1e-12)
+    assert_close(got, ref, rtol=1e-12, atol=0, equal_nan=True)
 
 
 SCHEDULERS = {

@@ -7,6 +7,7 @@ import pytest
 
 import aotgrad as ag
 from aotgrad import optim
+from aotgrad.testing import assert_close
 
 SHAPES = [(3, 4), (5,), (), (0, 2), (2, 3, 2)]
 
@@ -130,8 +131,7 @@ def test_adamw_default_path_follows_pytorch_step_by_step(torch):
         o1.step()
         o2.step()
     for a, b in zip(ours, theirs):
-        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-6,
-                                   atol=1e-7)
+        assert_close(a.detach().numpy(), b.detach().numpy(), rtol=1e-6, atol=1e-7, equal_nan=True)
 
 
 @pytest.mark.parametrize("dtype", [ag.float32, ag.float64], ids=["f32", "f64"])

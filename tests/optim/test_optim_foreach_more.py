@@ -8,6 +8,7 @@ import pytest
 
 import aotgrad as ag
 from aotgrad import optim
+from aotgrad.testing import assert_close
 
 SHAPES = [(3, 4), (5,), (), (0, 2), (2, 3, 2)]
 
@@ -107,8 +108,8 @@ def test_default_path_follows_pytorch_step_by_step(name, kw, torch):
         o1.step()
         o2.step()
         for a, b in zip(ours, theirs):
-            np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=2e-5,
-                                       atol=2e-6)
+            assert_close(a.detach().numpy(), b.detach().numpy(), rtol=2e-5, atol=2e-6,
+                         equal_nan=True)
 
 
 @pytest.mark.parametrize("name", ["RMSprop", "Adagrad", "Adamax", "NAdam", "RAdam"])

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import aotgrad
+from aotgrad.testing import assert_close
 
 OPTIONS = {
     "RMSprop": [{}, dict(momentum=0.9), dict(centered=True), dict(momentum=0.5, centered=True,
@@ -55,7 +56,7 @@ def test_steps_match_torch(torch, name, kwargs, dtype):
     for k, (a, b) in enumerate(zip(ours, ref)):
         for x, y in zip(a, b):
             assert x.dtype == y.dtype
-            np.testing.assert_allclose(x, y, **TOL[dtype], err_msg=f"step {k}")
+            assert_close(x, y, **TOL[dtype], equal_nan=True, msg=f"step {k}: ")
     s1, s2 = o1.state_dict(), o2.state_dict()
     assert s1["param_groups"] == s2["param_groups"]
     assert list(s1["state"]) == list(s2["state"])
@@ -64,14 +65,14 @@ def test_steps_match_torch(torch, name, kwargs, dtype):
         for key, ref_v in s2["state"][i].items():
             v = s1["state"][i][key]
             assert str(v.dtype).split(".")[-1] == str(ref_v.dtype).split(".")[-1], key
-            np.testing.assert_allclose(_np(v), ref_v.numpy(), **TOL[dtype], err_msg=key)
+            assert_close(_np(v), ref_v.numpy(), **TOL[dtype], equal_nan=True, msg=f"{key}: ")
 
 
 @pytest.mark.parametrize("name", list(OPTIONS))
 def test_param_groups_and_defaults_match_torch(torch, name):
     ours, o1 = _trajectory(aotgrad, name, {}, "float64", steps=4, groups=True)
     ref, o2 = _trajectory(torch, name, {}, "float64", steps=4, groups=True)
-    np.testing.assert_allclose(ours[-1][1], ref[-1][1], rtol=1e-12)
+    assert_close(ours[-1][1], ref[-1][1], rtol=1e-12, atol=0, equal_nan=True)
     assert o1.state_dict()["param_groups"] == o2.state_dict()["param_groups"]
     assert o1.defaults == o2.defaults
     assert repr(o1) == repr(o2)
@@ -101,7 +102,7 @@ def test_load_state_dict_from_torch_continues_like_torch(torch, name):
         o1.step()
         o3.step()
     for a, b in zip(ps1, ps2):
-        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-12)
+        assert_close(a.detach().numpy(), b.detach().numpy(), rtol=1e-12, atol=0, equal_nan=True)
     for i, s in o3.state_dict()["state"].items():
         for k, v in s.items():
             assert str(o1.state_dict()["state"][i][k].dtype).endswith(str(v.dtype)[6:]), k
@@ -160,13 +161,13 @@ def test_lbfgs_matches_torch_float64(torch, kwargs):
     ref, o2 = _lbfgs_run(torch, kwargs, "float64", steps=4)
     for (l1, w1, b1), (l2, w2, b2) in zip(ours, ref):
         assert l1 == pytest.approx(l2, rel=1e-12)
-        np.testing.assert_allclose(w1, w2, rtol=1e-8, atol=1e-12)
-        np.testing.assert_allclose(b1, b2, rtol=1e-8, atol=1e-12)
+        assert_close(w1, w2, rtol=1e-8, atol=1e-12, equal_nan=True)
+        assert_close(b1, b2, rtol=1e-8, atol=1e-12, equal_nan=True)
     s1, s2 = o1.state_dict()["state"][0], o2.state_dict()["state"][0]
     assert sorted(s1) == sorted(s2)
     assert (s1["func_evals"], s1["n_iter"]) == (s2["func_evals"], s2["n_iter"])
     assert len(s1["old_dirs"]) == len(s2["old_dirs"])
-    np.testing.assert_allclose(s1["d"].numpy(), s2["d"].numpy(), rtol=1e-6, atol=1e-12)
+    assert_close(s1["d"].numpy(), s2["d"].numpy(), rtol=1e-6, atol=1e-12, equal_nan=True)
     assert o1.state_dict()["param_groups"] == o2.state_dict()["param_groups"]
 
 
@@ -178,4 +179,4 @@ def test_lbfgs_matches_torch_float32(torch, kwargs):
     for (l1, w1, _), (l2, w2, _) in zip(ours, ref):
         assert w1.dtype == np.float32
         assert l1 == pytest.approx(l2, rel=1e-5)
-        np.testing.assert_allclose(w1, w2, rtol=1e-3, atol=1e-5)
+        assert_close(w1, w2, rtol=1e-3, atol=1e-5, equal_nan=True)

@@ -9,6 +9,7 @@ import pytest
 
 import aotgrad
 from repo_paths import REPO_ROOT
+from aotgrad.testing import assert_close
 
 
 def run_python(code, **env):
@@ -87,8 +88,8 @@ def test_erf_gradient_still_matches_its_closed_form():
     x = aotgrad.tensor([-2.0, -0.5, 0.0, 0.3, 1.7], dtype=aotgrad.float64, requires_grad=True)
     aotgrad.erf(x).sum().backward()
     xs = x.detach().numpy()
-    np.testing.assert_allclose(x.grad.numpy(), 2 / np.sqrt(np.pi) * np.exp(-xs * xs),
-                               rtol=1e-14)
+    assert_close(x.grad.numpy(), 2 / np.sqrt(np.pi) * np.exp(-xs * xs), rtol=1e-14, atol=0,
+                 equal_nan=True)
 
 
 # ---- public names, version, license, typing marker ---------------------------------------

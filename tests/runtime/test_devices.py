@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import aotgrad as ag
+from aotgrad.testing import assert_close
 
 
 def test_device_objects_compare_hash_and_print():
@@ -160,7 +161,7 @@ def test_num_threads():
         ag.set_num_threads(1)
         assert ag.get_num_threads() == 1
         x = ag.randn(64, 64)
-        np.testing.assert_allclose((x @ x).numpy(), x.numpy() @ x.numpy(), rtol=1e-5)
+        assert_close((x @ x).numpy(), x.numpy() @ x.numpy(), rtol=1e-5, atol=0, equal_nan=True)
     finally:
         ag.set_num_threads(n)
     assert ag.get_num_threads() == n

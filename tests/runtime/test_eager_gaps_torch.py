@@ -11,6 +11,7 @@ import pytest
 
 import aotgrad
 from aotgrad import nn
+from aotgrad.testing import assert_close
 
 
 
@@ -314,7 +315,7 @@ def _assert_same_floats(a, b, what):
     np.testing.assert_array_equal(np.isnan(a), np.isnan(b), err_msg=what)
     np.testing.assert_array_equal(np.where(np.isinf(a), a, 0), np.where(np.isinf(b), b, 0),
                                   err_msg=what)
-    np.testing.assert_allclose(a, b, rtol=2e-6, atol=0, err_msg=what)
+    assert_close(a, b, rtol=2e-6, atol=0, equal_nan=True, msg=what)
 
 
 @pytest.mark.parametrize("input_grad", [True, False])

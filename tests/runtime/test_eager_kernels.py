@@ -8,6 +8,7 @@ import pytest
 
 import aotgrad as ag
 from aotgrad.runtime import eager_kernels
+from aotgrad.testing import assert_close
 
 F = ag.nn.functional
 
@@ -32,10 +33,10 @@ def _assert_same(fn, arrays, monkeypatch, rtol=1e-5, atol=1e-5):
     y, gs = _run(fn, arrays, True, monkeypatch)
     y_ref, gs_ref = _run(fn, arrays, False, monkeypatch)
     assert y.dtype == y_ref.dtype and tuple(y.shape) == tuple(y_ref.shape)
-    np.testing.assert_allclose(y.detach().numpy(), y_ref.detach().numpy(), rtol=rtol, atol=atol)
+    assert_close(y.detach().numpy(), y_ref.detach().numpy(), rtol=rtol, atol=atol, equal_nan=True)
     for a, b in zip(gs, gs_ref):
         assert a.dtype == b.dtype and tuple(a.shape) == tuple(b.shape)
-        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=rtol, atol=atol)
+        assert_close(a.numpy(), b.numpy(), rtol=rtol, atol=atol, equal_nan=True)
     return y
 
 
@@ -108,8 +109,7 @@ def test_double_backward_through_the_kernels_equals_the_reference(monkeypatch):
     _, g1, h1 = _run(fn, arrays, True, monkeypatch, create_graph=True)
     _, g2, h2 = _run(fn, arrays, False, monkeypatch, create_graph=True)
     for a, b in zip(g1 + h1, g2 + h2):
-        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-5,
-                                   atol=1e-5)
+        assert_close(a.detach().numpy(), b.detach().numpy(), rtol=1e-5, atol=1e-5, equal_nan=True)
 
 
 def test_kernel_node_edges_saved_tensor_check_and_no_grad():
@@ -137,7 +137,7 @@ def test_kernels_apply_once_vmap_is_loaded_and_vmap_over_them_runs_the_prims(mon
     with monkeypatch.context() as m:
         m.setattr(eager_kernels, "run", lambda *a, **k: None)
         ref = F.gelu(F.layer_norm(ag.tensor(xs), (5,)))
-    np.testing.assert_allclose(batched.numpy(), ref.numpy(), rtol=1e-5, atol=1e-6)
+    assert_close(batched.numpy(), ref.numpy(), rtol=1e-5, atol=1e-6, equal_nan=True)
 
 
 def test_the_reference_still_raises_for_too_small_an_input():
@@ -154,12 +154,12 @@ def test_kernels_follow_pytorch(torch):
     y1 = F.max_pool2d(F.conv2d(*ours, stride=1, padding=2), 3, 2, 1)
     y2 = torch.nn.functional.max_pool2d(torch.nn.functional.conv2d(*theirs, stride=1,
                                                                    padding=2), 3, 2, 1)
-    np.testing.assert_allclose(y1.detach().numpy(), y2.detach().numpy(), rtol=1e-5, atol=1e-5)
+    assert_close(y1.detach().numpy(), y2.detach().numpy(), rtol=1e-5, atol=1e-5, equal_nan=True)
     g = _rand(*y2.shape, seed=3)
     y1.backward(ag.tensor(g))
     y2.backward(torch.tensor(g))
     for a, b in zip(ours, theirs):
-        np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-4, atol=1e-4)
+        assert_close(a.grad.numpy(), b.grad.numpy(), rtol=1e-4, atol=1e-4, equal_nan=True)
 
 
 ROW_SHAPES = [(4, 7), (1, 1), (2, 3, 5), (3, 1)]
@@ -255,8 +255,7 @@ def test_row_kernels_double_backward_equals_the_reference(monkeypatch):
     _, g1, h1 = _run(fn, arrays, True, monkeypatch, create_graph=True)
     _, g2, h2 = _run(fn, arrays, False, monkeypatch, create_graph=True)
     for a, b in zip(g1 + h1, g2 + h2):
-        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-4,
-                                   atol=1e-5)
+        assert_close(a.detach().numpy(), b.detach().numpy(), rtol=1e-4, atol=1e-5, equal_nan=True)
 
 
 def test_row_kernels_follow_pytorch(torch):
@@ -268,9 +267,9 @@ def test_row_kernels_follow_pytorch(torch):
                        0)
     y2 = tf.log_softmax(tf.softmax(tf.gelu(tf.layer_norm(theirs[0], (8,), theirs[1],
                                                          theirs[2])), -1), 0)
-    np.testing.assert_allclose(y1.detach().numpy(), y2.detach().numpy(), rtol=1e-5, atol=1e-6)
+    assert_close(y1.detach().numpy(), y2.detach().numpy(), rtol=1e-5, atol=1e-6, equal_nan=True)
     g = _rand(4, 8, seed=3)
     y1.backward(ag.tensor(g))
     y2.backward(torch.tensor(g))
     for a, b in zip(ours, theirs):
-        np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-4, atol=1e-5)
+        assert_close(a.grad.numpy(), b.grad.numpy(), rtol=1e-4, atol=1e-5, equal_nan=True)

@@ -7,6 +7,7 @@ import pytest
 
 import aotgrad as ag
 from aotgrad import linalg as LA
+from aotgrad.testing import assert_close
 
 RNG = np.random.default_rng(1)
 
@@ -29,16 +30,17 @@ def _sym(n, batch=()):
 def test_closed_forms():
     a = ag.tensor([[4., 1.], [2., 3.]], dtype=ag.float64)
     assert LA.det(a).item() == pytest.approx(10.)
-    np.testing.assert_allclose(LA.inv(a).numpy(), np.array([[3., -1.], [-2., 4.]]) / 10)
-    np.testing.assert_allclose(LA.solve(a, ag.tensor([6., 7.], dtype=ag.float64)).numpy(),
-                               [1.1, 1.6])
+    assert_close(LA.inv(a).numpy(), np.array([[3., -1.], [-2., 4.]]) / 10, rtol=1e-7, atol=0,
+                 equal_nan=True)
+    assert_close(LA.solve(a, ag.tensor([6., 7.], dtype=ag.float64)).numpy(), [1.1, 1.6], rtol=1e-7,
+                 atol=0, equal_nan=True)
     sign, logabs = LA.slogdet(-a)
     assert sign.item() == 1. and logabs.item() == pytest.approx(math.log(10.))
     assert math.isnan(ag.logdet(ag.tensor([[-1.]])).item())
     c = LA.cholesky(ag.tensor([[4., 2.], [2., 5.]]))
-    np.testing.assert_allclose(c.numpy(), [[2., 0.], [1., 2.]])
-    np.testing.assert_allclose(LA.cholesky(ag.tensor([[4., 2.], [2., 5.]]), upper=True).numpy(),
-                               [[2., 1.], [0., 2.]])
+    assert_close(c.numpy(), [[2., 0.], [1., 2.]], rtol=1e-7, atol=0, equal_nan=True)
+    assert_close(LA.cholesky(ag.tensor([[4., 2.], [2., 5.]]), upper=True).numpy(),
+                 [[2., 1.], [0., 2.]], rtol=1e-7, atol=0, equal_nan=True)
     d = ag.tensor([[3., 0.], [0., -4.]])
     assert LA.svdvals(d).tolist() == [4., 3.]
     assert LA.eigvalsh(d).tolist() == [-4., 3.]
@@ -51,46 +53,47 @@ def test_closed_forms():
     assert LA.vector_norm(v).item() == 5. and LA.vector_norm(v, 1).item() == 7.
     assert LA.vector_norm(v, math.inf).item() == 4. and LA.vector_norm(v, 0).item() == 2.
     assert LA.norm(v).item() == 5. and LA.norm(m).item() == pytest.approx(math.sqrt(30))
-    np.testing.assert_allclose(LA.pinv(ag.tensor([[2., 0.], [0., 0.]])).numpy(),
-                               [[.5, 0.], [0., 0.]])
+    assert_close(LA.pinv(ag.tensor([[2., 0.], [0., 0.]])).numpy(), [[.5, 0.], [0., 0.]], rtol=1e-7,
+                 atol=0, equal_nan=True)
     assert LA.matrix_rank(ag.tensor([[1., 2.], [2., 4.]])).item() == 1
     x = LA.lstsq(ag.tensor([[1., 0.], [0., 1.], [1., 1.]]), ag.tensor([[1.], [2.], [3.]]))
-    np.testing.assert_allclose(x.solution.numpy(), [[1.], [2.]], rtol=1e-5)
-    np.testing.assert_allclose(LA.matrix_power(a, 3).numpy(), np.linalg.matrix_power(
-        a.numpy(), 3))
-    np.testing.assert_allclose(LA.matrix_power(a, -2).numpy(), np.linalg.matrix_power(
-        a.numpy(), -2))
+    assert_close(x.solution.numpy(), [[1.], [2.]], rtol=1e-5, atol=0, equal_nan=True)
+    assert_close(LA.matrix_power(a, 3).numpy(), np.linalg.matrix_power(
+        a.numpy(), 3), rtol=1e-7, atol=0, equal_nan=True)
+    assert_close(LA.matrix_power(a, -2).numpy(), np.linalg.matrix_power(
+        a.numpy(), -2), rtol=1e-7, atol=0, equal_nan=True)
 
 
 def test_factorisations_reconstruct_batched():
     a = ag.tensor(_mat(2, 3, 5, 4))
     for mode in ("reduced", "complete"):
         q, r = LA.qr(a, mode)
-        np.testing.assert_allclose((q @ r).numpy(), a.numpy(), atol=1e-12)
+        assert_close((q @ r).numpy(), a.numpy(), rtol=1e-7, atol=1e-12, equal_nan=True)
         assert np.allclose(np.triu(r.numpy()), r.numpy())
     assert LA.qr(a, "r").Q.numel() == 0
     for full in (True, False):
         u, s, vh = LA.svd(a, full_matrices=full)
         k = 4
         recon = u[..., :k] * s.unsqueeze(-2) @ vh[..., :k, :]
-        np.testing.assert_allclose(recon.numpy(), a.numpy(), atol=1e-12)
+        assert_close(recon.numpy(), a.numpy(), rtol=1e-7, atol=1e-12, equal_nan=True)
     assert LA.svd(a).U.shape == (2, 3, 5, 5) and LA.svd(a, False).U.shape == (2, 3, 5, 4)
     h = ag.tensor(_sym(4, (3,)))
     w, v = LA.eigh(h)
-    np.testing.assert_allclose((v * w.unsqueeze(-2) @ v.mT).numpy(), h.numpy(), atol=1e-12)
+    assert_close((v * w.unsqueeze(-2) @ v.mT).numpy(), h.numpy(), rtol=1e-7, atol=1e-12,
+                 equal_nan=True)
     spd = ag.tensor(_spd(4, (2,)))
     lo = LA.cholesky(spd)
-    np.testing.assert_allclose((lo @ lo.mT).numpy(), spd.numpy(), atol=1e-12)
+    assert_close((lo @ lo.mT).numpy(), spd.numpy(), rtol=1e-7, atol=1e-12, equal_nan=True)
     # solve broadcasts batch dims and takes a stack of vectors
     A = ag.tensor(_spd(3, (2, 1)))
     B = ag.tensor(_mat(4, 3, 2))
-    np.testing.assert_allclose((A @ LA.solve(A, B)).numpy(), np.broadcast_to(B.numpy(),
-                                                                              (2, 4, 3, 2)))
+    assert_close((A @ LA.solve(A, B)).numpy(), np.broadcast_to(B.numpy(), (2, 4, 3, 2)),
+                 rtol=1e-7, atol=0, equal_nan=True)
     bv = ag.tensor(_mat(2, 1, 3))
     assert LA.solve(A, bv).shape == (2, 1, 3)
     bl = ag.tensor(_mat(2, 1, 2, 3))
     xl = LA.solve(A, bl, left=False)             # X A = B
-    np.testing.assert_allclose((xl @ A).numpy(), bl.numpy(), atol=1e-12)
+    assert_close((xl @ A).numpy(), bl.numpy(), rtol=1e-7, atol=1e-12, equal_nan=True)
 
 
 def test_dtypes_stay():
@@ -253,7 +256,7 @@ def test_matches_torch(torch, name, dtype):
     tol = dict(rtol=2e-3, atol=2e-3) if dtype == "float32" else dict(rtol=1e-8, atol=1e-9)
     for a, b in zip(res["aotgrad"][0] + res["aotgrad"][1], res["torch"][0] + res["torch"][1]):
         assert a.dtype == b.dtype
-        np.testing.assert_allclose(a, b, **tol, err_msg=name)
+        assert_close(a, b, **tol, equal_nan=True, msg=f"{name}: ")
 
 
 def test_cond_other_norms_match_torch(torch):
@@ -266,8 +269,9 @@ def test_cond_other_norms_match_torch(torch):
 def test_qr_mode_r_matches_torch(torch):
     # PyTorch refuses to differentiate mode='r' (it has no Q); aotgrad recomputes Q
     a = _mat(4, 3)
-    np.testing.assert_allclose(LA.qr(ag.tensor(a), "r").R.numpy(),
-                               torch.linalg.qr(torch.tensor(a), mode="r")[1].numpy(), atol=1e-12)
+    assert_close(LA.qr(ag.tensor(a), "r").R.numpy(),
+                 torch.linalg.qr(torch.tensor(a), mode="r")[1].numpy(), rtol=1e-7, atol=1e-12,
+                 equal_nan=True)
     assert LA.qr(ag.tensor(a), "r").Q.shape == tuple(torch.linalg.qr(torch.tensor(a),
                                                                       mode="r")[0].shape)
 
@@ -298,9 +302,9 @@ def test_compiled_equals_eager(backend):
         a.grad = b.grad = None
         out = f(a, b)
         out.backward()
-        np.testing.assert_allclose(out.item(), eager[0], rtol=1e-10)
-        np.testing.assert_allclose(a.grad.numpy(), eager[1], rtol=1e-9, atol=1e-12)
-        np.testing.assert_allclose(b.grad.numpy(), eager[2], rtol=1e-9, atol=1e-12)
+        assert_close(out.item(), eager[0], rtol=1e-10, atol=0, equal_nan=True)
+        assert_close(a.grad.numpy(), eager[1], rtol=1e-9, atol=1e-12, equal_nan=True)
+        assert_close(b.grad.numpy(), eager[2], rtol=1e-9, atol=1e-12, equal_nan=True)
 
 
 def test_legacy_spellings_match_torch(torch):
@@ -311,15 +315,16 @@ def test_legacy_spellings_match_torch(torch):
             theirs = torch.svd(torch.tensor(a), some=some, compute_uv=uv)
             for x, y in zip(ours, theirs):
                 assert x.shape == tuple(y.shape)
-            np.testing.assert_allclose(ours.S.numpy(), theirs.S.numpy(), atol=1e-12)
+            assert_close(ours.S.numpy(), theirs.S.numpy(), rtol=1e-7, atol=1e-12, equal_nan=True)
     sq = _spd(3)
     for name in ("det", "logdet", "inverse", "pinverse"):
-        np.testing.assert_allclose(getattr(ag.tensor(sq), name)().numpy(),
-                                   getattr(torch.tensor(sq), name)().numpy(), rtol=1e-10)
-    np.testing.assert_allclose(ag.tensor(sq).cholesky().numpy(),
-                               torch.linalg.cholesky(torch.tensor(sq)).numpy(), rtol=1e-10)
-    np.testing.assert_allclose(abs(ag.tensor(a).qr().R.numpy()),
-                               abs(torch.linalg.qr(torch.tensor(a)).R.numpy()), rtol=1e-10)
+        assert_close(getattr(ag.tensor(sq), name)().numpy(),
+                     getattr(torch.tensor(sq), name)().numpy(), rtol=1e-10, atol=0,
+                     equal_nan=True)
+    assert_close(ag.tensor(sq).cholesky().numpy(), torch.linalg.cholesky(torch.tensor(sq)).numpy(),
+                 rtol=1e-10, atol=0, equal_nan=True)
+    assert_close(abs(ag.tensor(a).qr().R.numpy()), abs(torch.linalg.qr(torch.tensor(a)).R.numpy()),
+                 rtol=1e-10, atol=0, equal_nan=True)
     s1, l1 = ag.tensor(sq).slogdet()
     s2, l2 = torch.tensor(sq).slogdet()
     assert s1.item() == s2.item() and l1.item() == pytest.approx(l2.item())

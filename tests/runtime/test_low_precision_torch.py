@@ -6,6 +6,7 @@ import pytest
 
 import aotgrad as ag
 from aotgrad import nn
+from aotgrad.testing import assert_close
 
 LOW = ["float16", "bfloat16"]
 
@@ -83,7 +84,7 @@ def test_ops_match_torch(torch, dtype):
             assert str(out.dtype).split(".")[-1] == dtype, name
             outs.append(out.float().numpy())
         tol = 1e-2 if dtype == "bfloat16" else 2e-3
-        np.testing.assert_allclose(outs[0], outs[1], rtol=tol, atol=tol, err_msg=name)
+        assert_close(outs[0], outs[1], rtol=tol, atol=tol, equal_nan=True, msg=name)
 
 
 def test_autocast_dtypes_and_grads():
@@ -136,7 +137,7 @@ def test_autocast_training_step_matches_torch(torch, dtype):
     assert res["aotgrad"][0] == res["torch"][0]
     tol = 3e-2 if dtype == "bfloat16" else 5e-3
     for a, b in zip(res["aotgrad"][1], res["torch"][1]):
-        np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
+        assert_close(a, b, rtol=tol, atol=tol, equal_nan=True)
 
 
 def test_module_half_and_bfloat16():
@@ -170,7 +171,7 @@ def test_grad_scaler_matches_torch(torch):
           [float("nan"), 1., 1.], [1., 1., 2.]]
     ours, theirs = _scaler_run(ag, xs), _scaler_run(torch, xs)
     assert ours[0] == theirs[0]
-    np.testing.assert_allclose(ours[1], theirs[1], rtol=1e-6)
+    assert_close(ours[1], theirs[1], rtol=1e-6, atol=0, equal_nan=True)
     assert ours[2] == theirs[2]
 
 

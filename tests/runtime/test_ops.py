@@ -20,6 +20,7 @@ from aotgrad.runtime import tprims as tp
 
 from op_table import (OPS, X, _cotangents, _float_outs, _grads, _loss_np, _make, _np, _outs,
                       _setup)
+from aotgrad.testing import assert_close
 
 
 @pytest.mark.parametrize("fn,specs,opts", OPS)
@@ -43,8 +44,8 @@ def test_grad_vs_finite_differences(request, fn, specs, opts):
             lp = _loss_np(fn, specs, [ap if b is a else b for b in arrays], cots)
             lm = _loss_np(fn, specs, [am if b is a else b for b in arrays], cots)
             fd.flat[j] = (lp - lm) / (2 * eps)
-        np.testing.assert_allclose(grads[k], fd, rtol=1e-5, atol=opts["tol"],
-                                   err_msg=f"gradient of input {k}")
+        assert_close(grads[k], fd, rtol=1e-5, atol=opts["tol"], equal_nan=True,
+                     msg=f"gradient of input {k}")
         k += 1
 
 
@@ -60,10 +61,10 @@ def test_forward_and_grad_vs_torch(request, torch, fn, specs, opts):
     for o, to in zip(outs, touts):
         assert tuple(o.shape) == tuple(to.shape)
         assert o.dtype.name == str(to.dtype).replace("torch.", "")
-        np.testing.assert_allclose(_np(o), _np(to), rtol=1e-10, atol=1e-12)
+        assert_close(_np(o), _np(to), rtol=1e-10, atol=1e-12, equal_nan=True)
     if opts["grad"]:
         for g, tg in zip(grads, tgrads):
-            np.testing.assert_allclose(g, tg, rtol=1e-9, atol=1e-12)
+            assert_close(g, tg, rtol=1e-9, atol=1e-12, equal_nan=True)
 
 
 @pytest.mark.parametrize("fn,specs,opts", OPS)
@@ -187,7 +188,8 @@ def test_integer_inputs_like_torch(torch, expr):
     a = np.array([[3, -1, 2], [0, 5, -4]])
     out, ref = (eval(expr, {"M": M, "x": M.tensor(a)}) for M in (ag, torch))
     assert out.dtype.name == str(ref.dtype).replace("torch.", "")
-    np.testing.assert_allclose(out.numpy().astype(float), ref.numpy().astype(float), rtol=1e-6)
+    assert_close(out.numpy().astype(float), ref.numpy().astype(float), rtol=1e-6, atol=0,
+                 equal_nan=True)
 
 
 @pytest.mark.parametrize("expr", ["x.sum()", "x & ~x", "x | x.flip(1)", "x ^ True", "x.any(1)",

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import aotgrad as ag
+from aotgrad.testing import assert_close
 
 _SPECIAL = np.array([-2.5, -1.5, -0.0, 0.0, 0.3, 1.5, 2.5, math.inf, -math.inf, math.nan, -7.25,
                      3.0])
@@ -193,7 +194,7 @@ def test_matches_torch(torch, row, dtype):
     xa, xt = _inputs(ag, kinds, dtype, grad), _inputs(torch, kinds, dtype, grad)
     ra, rt = fn(ag, *xa), fn(torch, *xt)
     assert str(ra.dtype).split(".")[-1] == str(rt.dtype).split(".")[-1], (ra.dtype, rt.dtype)
-    np.testing.assert_allclose(ra.detach().numpy().astype(np.float64), rt.detach().numpy().astype(
+    assert_close(ra.detach().numpy().astype(np.float64), rt.detach().numpy().astype(
         np.float64), rtol=1e-6, atol=1e-6, equal_nan=True)
     if grad:
         w = np.linspace(-1, 1, ra.numel()).reshape(tuple(ra.shape))
@@ -202,7 +203,7 @@ def test_matches_torch(torch, row, dtype):
         for a, t in zip(xa, xt):
             if t.requires_grad:
                 ga = a.grad.numpy() if a.grad is not None else np.zeros(tuple(a.shape))
-                np.testing.assert_allclose(ga, t.grad.numpy(), rtol=1e-7, atol=1e-9)
+                assert_close(ga, t.grad.numpy(), rtol=1e-7, atol=1e-9, equal_nan=True)
 
 
 _GRADCHECK = [r for r in ROWS if r[3] and "s" not in r[2]]
@@ -221,7 +222,7 @@ def test_compiled_matches_eager(name):
     _, fn, kinds, _ = next(r for r in ROWS if r[0] == name)
     xs = _inputs(ag, kinds, "float32", False)
     f = ag.compile(lambda *a: fn(ag, *a), backend="interpret")
-    np.testing.assert_allclose(f(*xs).numpy(), fn(ag, *xs).numpy(), rtol=1e-6, equal_nan=True)
+    assert_close(f(*xs).numpy(), fn(ag, *xs).numpy(), rtol=1e-6, atol=0, equal_nan=True)
 
 
 def test_empty_and_zero_dim(torch):
@@ -316,13 +317,13 @@ def test_torch_level_functional(torch, row):
     name, fn = row
     xa, xt = _inputs(ag, "nn", "float64", True), _inputs(torch, "nn", "float64", True)
     ra, rt = fn(ag, *xa), fn(torch, *xt)
-    np.testing.assert_allclose(ra.detach().numpy(), rt.detach().numpy(), rtol=1e-7, atol=1e-9)
+    assert_close(ra.detach().numpy(), rt.detach().numpy(), rtol=1e-7, atol=1e-9, equal_nan=True)
     ra.sum().backward()
     rt.sum().backward()
     for a, t in zip(xa, xt):
         ga = a.grad.numpy() if a.grad is not None else np.zeros(tuple(a.shape))
         gt = t.grad.numpy() if t.grad is not None else np.zeros(tuple(t.shape))
-        np.testing.assert_allclose(ga, gt, rtol=1e-6, atol=1e-9)
+        assert_close(ga, gt, rtol=1e-6, atol=1e-9, equal_nan=True)
 
 
 def test_vander_gradcheck():
@@ -377,6 +378,6 @@ def test_compiled_backward_matches_eager():
         out = fn(a, b)
         out.backward()
         grads.append((out.item(), a.grad.numpy(), b.grad.numpy()))
-    np.testing.assert_allclose(grads[0][0], grads[1][0], rtol=1e-5)
+    assert_close(grads[0][0], grads[1][0], rtol=1e-5, atol=0, equal_nan=True)
     for e, c in zip(grads[0][1:], grads[1][1:]):
-        np.testing.assert_allclose(e, c, rtol=1e-4, atol=1e-5)
+        assert_close(e, c, rtol=1e-4, atol=1e-5, equal_nan=True)

@@ -15,6 +15,7 @@ import pytest
 
 import aotgrad as ag
 from aotgrad.testing.compare import compare_with_eager
+from aotgrad.testing import assert_close
 
 
 class X:
@@ -251,8 +252,8 @@ def test_grad_vs_finite_differences(request, fn, specs, opts):
             am.flat[j] -= eps
             fd.flat[j] = (loss(arrays[:i] + [ap] + arrays[i + 1:]) -
                           loss(arrays[:i] + [am] + arrays[i + 1:])) / (2 * eps)
-        np.testing.assert_allclose(grads[k], fd, rtol=1e-5, atol=1e-6,
-                                   err_msg=f"gradient of input {k}")
+        assert_close(grads[k], fd, rtol=1e-5, atol=1e-6, equal_nan=True,
+                     msg=f"gradient of input {k}")
         k += 1
 
 
@@ -285,6 +286,6 @@ def test_forward_and_grad_vs_torch(request, torch, fn, specs, opts, dtype):
     for o, to in zip(outs, touts):
         assert tuple(o.shape) == tuple(to.shape)
         assert o.dtype.name == str(to.dtype).replace("torch.", "")
-        np.testing.assert_allclose(_np(o), _np(to), rtol=tol, atol=tol)
+        assert_close(_np(o), _np(to), rtol=tol, atol=tol, equal_nan=True)
     for g, tg in zip(grads, tgrads):
-        np.testing.assert_allclose(g, tg, rtol=tol, atol=tol)
+        assert_close(g, tg, rtol=tol, atol=tol, equal_nan=True)

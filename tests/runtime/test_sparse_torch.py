@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import aotgrad as ag
+from aotgrad.testing import assert_close
 
 IDX = [[0, 1, 1, 0], [2, 0, 2, 2]]   # (0, 2) appears twice: uncoalesced
 VALS = [3., 4., 5., 1.]
@@ -74,12 +75,13 @@ def test_spmm_gradients_closed_form():
     s = ag.sparse_coo_tensor(idx, v, (2, 3))
     out = ag.sparse.mm(s, d)
     a = _dense(IDX, VALS, (2, 3))
-    np.testing.assert_allclose(out.detach().numpy(), a @ d.detach().numpy())
+    assert_close(out.detach().numpy(), a @ d.detach().numpy(), rtol=1e-7, atol=0, equal_nan=True)
     g = ag.randn(2, 2, dtype=ag.float64)
     out.backward(g)
-    np.testing.assert_allclose(d.grad.numpy(), a.T @ g.numpy())
+    assert_close(d.grad.numpy(), a.T @ g.numpy(), rtol=1e-7, atol=0, equal_nan=True)
     full = g.numpy() @ d.detach().numpy().T     # d out / d A
-    np.testing.assert_allclose(v.grad.numpy(), [full[i, j] for i, j in zip(*IDX)])
+    assert_close(v.grad.numpy(), [full[i, j] for i, j in zip(*IDX)], rtol=1e-7, atol=0,
+                 equal_nan=True)
     assert ag.spmm(s, d).tolist() == out.tolist()
 
 
@@ -140,7 +142,7 @@ def test_spmm_matches_torch(torch, dtype):
                              mod.sparse.sum(s, 1).to_dense().detach().numpy())
     tol = 1e-5 if dtype == "float32" else 1e-12
     for a, b in zip(res["aotgrad"], res["torch"]):
-        np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
+        assert_close(a, b, rtol=tol, atol=tol, equal_nan=True)
 
 
 def test_to_sparse_matches_torch(torch):
@@ -171,9 +173,9 @@ def test_compiled_spmm_equals_eager():
     cf = ag.compile(f, backend="interpret")
     out = cf(v, d)
     out.backward()
-    np.testing.assert_allclose(out.item(), f(v, d).item(), rtol=1e-6)
-    np.testing.assert_allclose(v.grad.numpy(), ge[0], rtol=1e-6)
-    np.testing.assert_allclose(d.grad.numpy(), ge[1], rtol=1e-6)
+    assert_close(out.item(), f(v, d).item(), rtol=1e-6, atol=0, equal_nan=True)
+    assert_close(v.grad.numpy(), ge[0], rtol=1e-6, atol=0, equal_nan=True)
+    assert_close(d.grad.numpy(), ge[1], rtol=1e-6, atol=0, equal_nan=True)
 
 
 class _Spmm(ag.autograd.Function):
@@ -201,7 +203,7 @@ def test_sparse_tensor_saved_by_a_function():
     assert ag.autograd.gradcheck(lambda v, d: _Spmm.apply(idx, v, ag.Size([2, 3]), d), (v, d))
     out = _Spmm.apply(idx, v, ag.Size([2, 3]), d)
     ref = ag.sparse.mm(ag.sparse_coo_tensor(idx, v, (2, 3)), d)
-    np.testing.assert_allclose(out.detach().numpy(), ref.detach().numpy())
+    assert_close(out.detach().numpy(), ref.detach().numpy(), rtol=1e-7, atol=0, equal_nan=True)
 
 
 @pytest.mark.parametrize("log", [False, True])
@@ -220,7 +222,7 @@ def test_sparse_softmax_matches_torch(torch, log):
         res.append((out.indices().numpy(), out.values().detach().numpy(),
                     out.to_dense().detach().numpy(), v.grad.numpy()))
     for a, b in zip(*res):
-        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+        assert_close(a, b, rtol=1e-12, atol=1e-12, equal_nan=True)
 
 
 def test_legacy_sparse_constructors():

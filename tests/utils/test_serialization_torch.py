@@ -11,6 +11,7 @@ import pytest
 
 import aotgrad
 from aotgrad import nn, optim
+from aotgrad.testing import assert_close
 
 
 def _torch_model(torch):
@@ -34,8 +35,8 @@ def test_state_dict_of_a_torch_model_loads_into_an_aotgrad_model(torch, tmp_path
     am.load_state_dict(sd)
     am.eval(), tm.eval()
     x = np.random.default_rng(0).standard_normal((6, 3)).astype(np.float32)
-    np.testing.assert_allclose(am(aotgrad.tensor(x)).detach().numpy(),
-                               tm(torch.tensor(x)).detach().numpy(), rtol=1e-5, atol=1e-6)
+    assert_close(am(aotgrad.tensor(x)).detach().numpy(), tm(torch.tensor(x)).detach().numpy(),
+                 rtol=1e-5, atol=1e-6, equal_nan=True)
 
 
 def test_parameters_views_shared_tensors_and_containers(torch, tmp_path):
@@ -124,5 +125,5 @@ def test_torch_adam_state_continues_in_aotgrad_like_in_torch(torch, tmp_path):
         aopt.zero_grad()
         ((am(ax) - ay) ** 2).mean().backward()
         aopt.step()
-    np.testing.assert_allclose(am.weight.detach().numpy(), tm.weight.detach().numpy(),
-                               rtol=1e-12)
+    assert_close(am.weight.detach().numpy(), tm.weight.detach().numpy(), rtol=1e-12, atol=0,
+                 equal_nan=True)
