@@ -11,8 +11,8 @@ vectorised loop.
 
 Only a sum that a product reads is routed (it is stored for BLAS anyway); one read by fused
 loops alone stays in them. `concat_roots` finds the sums (the scheduler then makes each a
-step that reads the parts),
-`parts` lists a root's parts and offsets, `step_lines` writes the driver's calls.
+step that reads the parts), `parts` lists a root's parts and offsets, `step_lines` writes
+the driver's calls.
 """
 import math
 
@@ -23,9 +23,10 @@ PARALLEL_MIN = 1 << 17
 
 
 def _pad_part(n):
-    """(input, dim, low) of a zero pad along one dim (no interior padding, no cut), else
-    None."""
-    if n.prim.name != "pad" or n.params["value"] != 0:
+    """(input, dim, low) of a +0.0 pad along one dim (no interior padding, no cut), else
+    None. (A -0.0 fill keeps -0.0 in the sum, where the copies' + 0.0 would not.)"""
+    if n.prim.name != "pad" or n.params["value"] != 0 or \
+            math.copysign(1.0, n.params["value"]) < 0:
         return None
     moved = [(d, lo, hi) for d, (lo, hi, it) in enumerate(n.params["config"])
              if (lo, hi, it) != (0, 0, 0)]

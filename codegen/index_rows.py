@@ -55,6 +55,8 @@ def row_index(node, producers):
     if i.ndim != 1 or not dt.is_integer(i.dtype) or not _static(x.shape) or \
             not _static(idx.shape):
         return None
+    if name == "scatter_add" and not (x.dtype.is_floating_point or dt.is_integral(x.dtype)):
+        return None     # bool (np.add.at ors them) and complex stay reference steps
     rest = lambda s: tuple(s[:dim]) + tuple(s[dim + 1:])   # noqa: E731
     if rest(idx.shape) != rest(x.shape):    # a gather of part of each slice: not whole rows
         return None

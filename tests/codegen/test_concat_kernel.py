@@ -11,9 +11,9 @@ from aotgrad.ir import Aval, GraphBuilder, evaluate, prims
 from aotgrad.ir import dtypes as dt
 
 
-def _pad(x, dim, lo, hi, nd):
+def _pad(x, dim, lo, hi, nd, fill=0.0):
     cfg = tuple((lo, hi, 0) if d == dim else (0, 0, 0) for d in range(nd))
-    return prims.pad(x, config=cfg, value=0.0)
+    return prims.pad(x, config=cfg, value=fill)
 
 
 def _concat_graph(sizes, dim, rest=(3, 4), order=None, extra_reader=False, product=True):
@@ -75,6 +75,24 @@ def test_pad_read_elsewhere_or_no_product_is_not_routed(kw):
     args = [np.ones(tuple(v.shape), np.float32) for v in g.inputs]
     for a, r in zip(prog(*args), evaluate(g, args)):
         np.testing.assert_allclose(a, r, rtol=1e-6)
+
+
+def test_negative_zero_fill_is_not_routed():
+    """Pads filled with -0.0 keep a part's -0.0 in the sum: no + 0.0 copies for them."""
+    b = GraphBuilder("negzero")
+    x = b.add_input(Aval((3, 2), dt.float32), "x")
+    y = b.add_input(Aval((3, 2), dt.float32), "y")
+    w = b.add_input(Aval((4, 2), dt.float32), "w")
+    with b:
+        s = prims.add(_pad(x, 1, 0, 2, 2, -0.0), _pad(y, 1, 2, 0, 2, -0.0))
+        out = prims.dot_general(s, w, contract=((1,), (0,)))
+    b.graph.outputs = [s, out]
+    prog = compile_graph(b.graph, name="negzero")
+    assert not _routed(prog)
+    args = [np.full((3, 2), -0.0, np.float32), np.ones((3, 2), np.float32),
+            np.ones((4, 2), np.float32)]
+    got, ref = prog(*args)[0], evaluate(b.graph, args)[0]
+    assert np.signbit(got).tolist() == np.signbit(ref).tolist()
 
 
 def test_overlapping_pads_are_not_a_concat():

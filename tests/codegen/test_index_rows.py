@@ -41,14 +41,14 @@ def test_embedding_forward_backward_equals_eager(shape):
         ["gather", "scatter_add"], report
 
 
-def _graph(kind, x_shape, k, dim, part=None):
+def _graph(kind, x_shape, k, dim, part=None, dtype=dt.float32):
     """gather(x, broadcast(i), dim) or scatter_add(x, broadcast(i), src, dim) over a 1-D i
     (`part`: the index's extent outside dim, for a gather of part of each slice)."""
     full = tuple(part or (tuple(x_shape[:dim]) + (k,) + tuple(x_shape[dim + 1:])))
     b = GraphBuilder(kind)
-    x = b.add_input(Aval(tuple(x_shape), dt.float32), "x")
+    x = b.add_input(Aval(tuple(x_shape), dtype), "x")
     i = b.add_input(Aval((k,), dt.int64), "i")
-    src = b.add_input(Aval(full, dt.float32), "src") if kind == "scatter_add" else None
+    src = b.add_input(Aval(full, dtype), "src") if kind == "scatter_add" else None
     with b:
         bi = prims.broadcast_in_dim(i, shape=full, dims=(dim,))
         out = prims.gather(x, bi, dim=dim) if kind == "gather" else \
@@ -111,3 +111,14 @@ def test_bisection_replays_the_slice_steps(kind):
     report = bisect_compiled_graph(compile_graph(g, name=kind), args)
     step, = [r for r in report.steps if r.description.startswith(kind)]
     assert not step.replay_error and not step.diverges
+
+
+def test_bool_scatter_stays_reference_and_int_scatter_is_routed():
+    for dtype, routed in ((dt.bool_, False), (dt.int32, True)):
+        g = _graph("scatter_add", (4, 3), 3, 0, dtype=dtype)
+        prog = compile_graph(g, name="scatter")
+        assert any(st.route is not None for st in prog.schedule.steps) == routed
+        rng = np.random.default_rng(0)
+        args = [rng.integers(0, 2, (4, 3)).astype(dtype.np), np.array([1, 1, 3]),
+                rng.integers(0, 2, (3, 3)).astype(dtype.np)]
+        np.testing.assert_array_equal(prog(*args)[0], evaluate(g, args)[0])
