@@ -20,8 +20,8 @@ import warnings
 from aotgrad.compiler import dynamic as _dynamic
 from aotgrad.compiler import guards
 from aotgrad.compiler.call import specialise
-from aotgrad.compiler.guards import (_REMEDY, MISS, _guard_key, _tensor_args_key,
-                                     recompile_cause)
+from aotgrad.compiler.guards import (MISS, _guard_key, _tensor_args_key,
+                                     recompile_cause, remedy)
 from aotgrad.compiler.program import Program, partition_trace
 from aotgrad.ir.core import current_builder, is_aotgrad_module
 from aotgrad.runtime import dispatch
@@ -189,8 +189,8 @@ class CompiledFunction:
                 self._warn_once(f"aotgrad.compile({self.name}): cache_size_limit "
                                 f"({self.cache_size_limit}) reached" +
                                 (f" ({change.text})" if change else "") +
-                                "; running eagerly from now on. " + _REMEDY.format(
-                                    limit=self.cache_size_limit),
+                                "; running eagerly from now on. " +
+                                remedy(change, self.cache_size_limit),
                                 cause=("cache_size_limit",))
                 return RUN_EAGERLY, leaves
             if self.cache:
@@ -201,8 +201,7 @@ class CompiledFunction:
                         cause=("recompile",) + change.cause,
                         extra=f". Every new {change.what} traces and compiles again, up to "
                               f"cache_size_limit ({self.cache_size_limit}) programs; then "
-                              f"calls run eagerly. " + _REMEDY.format(
-                                  limit=self.cache_size_limit))
+                              f"calls run eagerly. " + remedy(change, self.cache_size_limit))
             prog = self._build(args, kwargs, leaves)
             if prog is not RUN_EAGERLY and prog.trace.escaped:
                 # state created inside the function (e.g. optimizer moments on the first

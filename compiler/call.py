@@ -297,7 +297,7 @@ def specialise(key, prog):
         return None
     if prog.binding is not None:  # symbolic sizes: the general lookup checks the guards
         return None
-    if type(grad_enabled) is not bool or any(type(rg) is not bool for *_, rg in specs):
+    if type(grad_enabled) is not bool or any(type(rg) is not bool for *_, rg, _ in specs):
         return None
     g = {"Tensor": Tensor, "ndarray": np.ndarray, "_mode": _mode, "prog": prog,
          "lifted_ok": lifted_ok, "MISS": MISS, "profiling": profiling}
@@ -306,9 +306,10 @@ def specialise(key, prog):
              "        return MISS"]
     if n:
         lines.append(f"    {''.join(f'a{i}, ' for i in range(n))}= args")
-    for i, (_, shape, dtype, rg) in enumerate(specs):
+    for i, (_, shape, dtype, rg, inference) in enumerate(specs):
         g[f"d{i}"] = dtype
-        lines += [f"    if not isinstance(a{i}, Tensor) or a{i}.requires_grad is not {rg}:",
+        lines += [f"    if not isinstance(a{i}, Tensor) or a{i}.requires_grad is not {rg} or "
+                  f"a{i}._inference is not {inference}:",
                   "        return MISS",
                   f"    v{i} = a{i}._value",
                   f"    if type(v{i}) is not ndarray or v{i}.shape != {tuple(shape)!r} or "

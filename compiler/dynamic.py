@@ -129,7 +129,7 @@ def _size_changes(old, key):
     for j, (a, b) in enumerate(zip(old[2:], key[2:])):
         if a == b:
             continue
-        if not (type(a) is tuple and type(b) is tuple and len(a) == 4 == len(b) and
+        if not (type(a) is tuple and type(b) is tuple and len(a) == 5 == len(b) and
                 a[0] == "T" == b[0] and a[2:] == b[2:] and len(a[1]) == len(b[1])):
             return None
         dims = tuple(d for d, (p, q) in enumerate(zip(a[1], b[1])) if p != q)
@@ -143,16 +143,16 @@ def mask_key(key, sym):
     """The guard key with the sizes of symbolic dims left out (None in their place)."""
     key = list(key)
     for i, dims in sym.items():
-        tag, shape, dtype, rg = key[2 + i]
+        tag, shape, dtype, rg, inference = key[2 + i]
         shape = list(shape)
         for d in dims:
             shape[d] = None
-        key[2 + i] = (tag, tuple(shape), dtype, rg)
+        key[2 + i] = (tag, tuple(shape), dtype, rg, inference)
     return tuple(key)
 
 
 def is_symbolic_key(key):
-    return any(type(k) is tuple and len(k) == 4 and k[0] == "T" and None in k[1]
+    return any(type(k) is tuple and len(k) == 5 and k[0] == "T" and None in k[1]
                for k in key[2:])
 
 

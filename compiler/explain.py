@@ -7,6 +7,15 @@ from aotgrad.runtime import dispatch
 from aotgrad.tracer.pytree import flatten
 
 
+
+def _guard_text(k):
+    """One argument's part of the guard key, in words."""
+    if k[0] == "S":
+        return f"{k[1]} == {k[2]!r}"
+    _, shape, dtype, requires_grad, inference = k
+    return f"shape={shape} dtype={dtype} requires_grad={requires_grad}" + \
+        (" (an inference tensor)" if inference else "")
+
 def explain(fn, *args, **kwargs):
     """Report graphs, graph breaks (file:line and why), guards and op counts for fn(*args)."""
     cf = fn if isinstance(fn, CompiledFunction) else CompiledFunction(fn, False, "interpret",
@@ -25,8 +34,8 @@ def explain(fn, *args, **kwargs):
         dispatch.break_recorder = prev
     key = _guard_key(leaves, cf.module)
     lines.append(f"guards: grad_mode={key[0]}; " + "; ".join(
-        f"arg{i}: " + (f"shape={k[1]} dtype={k[2]} requires_grad={k[3]}" if k[0] == "T" else
-                       f"{k[1]} == {k[2]!r}") for i, k in enumerate(key[2:]) if isinstance(k, tuple) and k and k[0] in ("T", "S")))
+        f"arg{i}: {_guard_text(k)}" for i, k in enumerate(key[2:])
+        if isinstance(k, tuple) and k and k[0] in ("T", "S")))
     if len(key) > 2 and isinstance(key[-1], tuple) and key[-1] and key[-1][0] == "A":
         lines.append("aliasing arguments (a program for this pattern only): " + ", ".join(
             f"arg{i} {'is' if same else 'shares memory with'} arg{j}"

@@ -46,7 +46,9 @@ def alias_pattern(leaves):
 
 def _tensor_key(x):
     v = x._value
-    return ("T", v.shape, v.dtype, x.requires_grad)  # (dtype.name would be slow)
+    # (dtype.name would be slow); an inference tensor is its own key: eagerly it cannot be
+    # saved for backward, and the trace of a normal tensor would save it silently
+    return ("T", v.shape, v.dtype, x.requires_grad, x._inference)
 
 
 def _with_module(key, module):
@@ -70,11 +72,21 @@ def _tensor_args_key(args, module):
 
 
 
-_REMEDY = ("If this size changes from call to call (a sequence growing by one token per call, "
-           "a last batch of another size), pad it to a fixed length, or raise "
-           "cache_size_limit (now {limit}: aotgrad.compiler.cache_size_limit, or the compiled "
-           "function's cache_size_limit attribute), or compile with dynamic=True (or "
-           "aotgrad.mark_dynamic the argument's dim): one program then serves every size.")
+_RAISE_LIMIT = ("raise cache_size_limit (now {limit}: aotgrad.compiler.cache_size_limit, or "
+                "the compiled function's cache_size_limit attribute)")
+_SIZE_REMEDY = ("If this size changes from call to call (a sequence growing by one token per "
+                "call, a last batch of another size), pad it to a fixed length, or "
+                + _RAISE_LIMIT + ", or compile with dynamic=True (or aotgrad.mark_dynamic the "
+                "argument's dim): one program then serves every size.")
+
+
+def remedy(change, limit):
+    """The advice after a recompile or cache_size_limit warning, for what changed: sizes have
+    dynamic shapes; a dtype, a Python value or a mode only the limit."""
+    if change is None or change.what == "size":
+        return _SIZE_REMEDY.format(limit=limit)
+    return f"If the {change.what} changes from call to call, " + \
+        _RAISE_LIMIT.format(limit=limit) + "."
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,6 +147,9 @@ def recompile_cause(cache, key, fn, args, kwargs):
         if a[3] != b[3]:
             return _Change(f"{name} changed requires_grad ({a[3]} -> {b[3]})",
                            (names[j], "requires_grad"), "requires_grad", warn=False)
+        if a[4] != b[4]:
+            return _Change(f"{name} changed whether it is an inference tensor ({a[4]} -> "
+                           f"{b[4]})", (names[j], "inference"), "inference flag", warn=False)
     return _Change("the module's train/eval mode or the arguments' aliasing changed",
                    ("other",), "mode", warn=False)
 

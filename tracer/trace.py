@@ -189,7 +189,10 @@ def _arg_proxy(builder, x, i, want_grad, aval=None):
     """-> (proxy the function sees, leaf the backward differentiates or None)."""
     v = builder.add_role_input(aval or aval_of(x._value), f"x{i}", (Role.ARG, i))
     if not (x.requires_grad and want_grad):
-        return Tensor._make(v, False), None
+        p = Tensor._make(v, False)
+        # (the eager checks of an inference tensor, e.g. that no backward saves it, run on it)
+        p._inference = x._inference
+        return p, None
     leaf = Tensor._make(v, True)
     if x.grad_fn is None:
         return leaf, leaf
