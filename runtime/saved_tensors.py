@@ -6,7 +6,7 @@ import weakref
 
 import numpy as np
 
-from aotgrad.ir.core import Var
+from aotgrad.ir.core import Var, current_builder
 from aotgrad.runtime import dual_state
 from aotgrad.runtime.autograd_node import AccumulateGrad
 from aotgrad.runtime.grad_mode import state as _mode
@@ -142,7 +142,10 @@ class SavedTensor:
         if self.leaf is not None:
             return self.leaf
         original = self.original
-        if original is not None and self.tangent is None and original.grad_fn is self.grad_fn:
+        # (not while a trace derives a backward: there the saved value, not the tensor that
+        # may have changed since, is what the program must read)
+        if original is not None and self.tangent is None and original.grad_fn is self.grad_fn \
+                and current_builder() is None:
             return original
         t = Tensor._make(self.value, self.requires_grad)
         t.grad_fn = node if self.is_output else self.grad_fn
