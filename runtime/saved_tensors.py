@@ -35,6 +35,11 @@ INFERENCE_SAVE_MESSAGE = (
     "of `aotgrad.inference_mode()`.")
 
 
+DETACHED_MESSAGE = (
+    "Trying to use a saved tensor that has been detached in-place, i.e. with .detach_().This "
+    "is not supported, please use out-of-place `.detach()` instead")
+
+
 class SavedTensorModifiedError(RuntimeError):
     """A tensor saved for the backward was modified in place after it was saved."""
 
@@ -142,6 +147,8 @@ class SavedTensor:
         if self.leaf is not None:
             return self.leaf
         original = self.original
+        if original is not None and original.grad_fn is None and self.grad_fn is not None:
+            raise RuntimeError(DETACHED_MESSAGE)
         # (not while a trace derives a backward: there the saved value, not the tensor that
         # may have changed since, is what the program must read)
         if original is not None and self.tangent is None and original.grad_fn is self.grad_fn \
