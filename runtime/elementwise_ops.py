@@ -20,6 +20,7 @@ from aotgrad.runtime.op_base import (_binary, _binary_args, _named, _weak_or_sca
                                      op, scalar_dtype)
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.runtime.composite import composite, with_rule
+from aotgrad.runtime.saved_hooks import mark_number_operand
 
 
 # ---- binary --------------------------------------------------------------------------------
@@ -184,8 +185,20 @@ def _pow_number_rule(ctx, g):
     a, b = ctx.args["a"], ctx.args["b"]
     if b == 0:
         return (tp.zeros(tuple(a.shape), a.dtype),)
-    power = a if b == 2 else pow(a, b - 1)  # a^1 is a: the same values and gradients
-    return (mul(g, mul(power, b)),)
+    if b == 2:  # a^1 is a: the same values and gradients
+        return (mul(g, mul(a, b)),)
+    if b == 0.5:  # rsqrt, as sqrt's rule: compiled and eager agree bit for bit (a saved-tensor
+        # hook around a double backward sees rsqrt's result where PyTorch's sees a)
+        return (mul(g, mul(tp.rsqrt(a), b)),)
+    # b - 1 is computed in the program, so compiled code raises a to it with the general
+    # power, bit for bit as eagerly (a special-cased constant exponent rounds differently);
+    # it stands for a number: saved-tensor hooks do not see it
+    exponent = mark_number_operand(tp.sub(_bc_const(b, a), _bc_const(1, a)))
+    return (mul(g, mul(tp.pow(a, exponent), b)),)
+
+
+def _bc_const(v, like):
+    return tp.broadcast_to(tp.constant(v, like.dtype), tuple(like.shape))
 
 
 @with_rule("PowBackward0", ("a",), _pow_number_rule, save=("a",),
@@ -197,7 +210,7 @@ def _pow_number(a, b):
         return tp.mul(a, a)
     if b == 0.5:
         return tp.sqrt(a)
-    return tp.pow(a, tp.broadcast_to(tp.constant(b, a.dtype), tuple(a.shape)))
+    return tp.pow(a, _bc_const(b, a))
 
 
 @op("maximum", "MaximumBackward0")

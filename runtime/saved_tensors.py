@@ -4,7 +4,9 @@ to rebuild the tensor when the backward reads it) and the per-thread state of
 import threading
 import weakref
 
-from aotgrad.ir.core import Var
+import numpy as np
+
+from aotgrad.ir.core import Var, current_builder
 from aotgrad.runtime import dual_state
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.saved_hooks import SavedTensorHooks, is_number_operand
@@ -29,6 +31,11 @@ INFERENCE_SAVE_MESSAGE = (
     "inference mode in computation tracked by autograd. To work around this, you can make a "
     "clone to get a normal tensor and use it in autograd, or use `aotgrad.no_grad()` instead "
     "of `aotgrad.inference_mode()`.")
+
+
+DETACHED_MESSAGE = (
+    "Trying to use a saved tensor that has been detached in-place, i.e. with .detach_().This "
+    "is not supported, please use out-of-place `.detach()` instead")
 
 
 class SavedTensorModifiedError(RuntimeError):
@@ -125,7 +132,12 @@ class SavedTensor:
         if self.leaf is not None:
             return self.leaf
         original = self.original
-        if original is not None and self.tangent is None and original.grad_fn is self.grad_fn:
+        if original is not None and original.grad_fn is None and self.grad_fn is not None:
+            raise RuntimeError(DETACHED_MESSAGE)
+        # (not while a trace derives a backward: there the saved value, not the tensor that
+        # may have changed since, is what the program must read)
+        if original is not None and self.tangent is None and original.grad_fn is self.grad_fn \
+                and current_builder() is None:
             return original
         t = Tensor._make(self.value, self.requires_grad)
         t.grad_fn = node if self.is_output else self.grad_fn

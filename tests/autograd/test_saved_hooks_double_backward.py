@@ -55,6 +55,9 @@ def test_cube_second_derivative_closed_form(pack_forward, pack_backward, factor)
 @pytest.mark.parametrize("pack_forward,pack_backward", [(True, False), (False, True),
                                                         (True, True)])
 def test_number_exponent_matches_torch(torch, exponent, pack_forward, pack_backward):
+    if exponent == 0.5 and pack_backward:
+        pytest.skip("a ** 0.5's backward takes rsqrt (bit-exact with compiled code): a hook "
+                    "around the double backward sees rsqrt's result, PyTorch's sees a")
     try:
         theirs = _second_derivative(torch, exponent, pack_forward, pack_backward)
     except RuntimeError:  # a ** 0: g (zeros) does not require grad, on either side

@@ -257,3 +257,24 @@ def test_function_errors_for_missing_or_doubled_methods():
     with pytest.raises(RuntimeError, match="must implement the jvp function"):
         with ag.autograd.forward_ad.dual_level():
             NoBackward.apply(ag.autograd.forward_ad.make_dual(x.detach(), ag.ones(2)))
+
+
+def test_saved_input_detached_in_place_raises():
+    a = ag.tensor(1.0, requires_grad=True).clone()
+    b = a.sin()  # saves a itself
+    a.detach_()
+    with pytest.raises(RuntimeError, match="detached in-place"):
+        b.backward()
+    a = ag.tensor(1.0, requires_grad=True).clone()
+    b = a.exp()  # saves its result only
+    a.detach_()
+    b.backward()
+
+
+def test_saved_input_detached_in_place_matches_torch(torch):
+    for T in (ag, torch):
+        a = T.tensor(1.0, requires_grad=True).clone()
+        b = a * a
+        a.detach_()
+        with pytest.raises(RuntimeError, match="detached in-place"):
+            b.backward()
