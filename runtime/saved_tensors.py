@@ -4,8 +4,6 @@ to rebuild the tensor when the backward reads it) and the per-thread state of
 import threading
 import weakref
 
-import numpy as np
-
 from aotgrad.ir.core import Var, current_builder
 from aotgrad.runtime import dual_state
 from aotgrad.runtime.grad_mode import state as _mode
