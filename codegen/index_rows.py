@@ -22,6 +22,7 @@ import numpy as np
 from numba import njit, prange
 
 from aotgrad.ir import dtypes as dt
+from aotgrad.ir import prims
 
 # slices moved per call below which the copy loop runs on the calling thread: a parallel
 # region costs more than it saves on an embedding's few hundred thousand elements
@@ -43,19 +44,18 @@ def _static(shape):
 def row_index(node, producers):
     """The RowIndex of a gather or scatter_add that moves whole slices along its dim, or
     None. producers: var -> the node that makes it."""
-    name = node.prim.name
-    if name not in ("gather", "scatter_add"):
+    if node.prim is not prims.gather and node.prim is not prims.scatter_add:
         return None
     x, idx = node.inputs[0], node.inputs[1]
     dim = node.params["dim"]
     b = producers.get(idx)
-    if b is None or b.prim.name != "broadcast_in_dim" or tuple(b.params["dims"]) != (dim,):
+    if b is None or b.prim is not prims.broadcast_in_dim or tuple(b.params["dims"]) != (dim,):
         return None
     i = b.inputs[0]
     if i.ndim != 1 or not dt.is_integer(i.dtype) or not _static(x.shape) or \
             not _static(idx.shape):
         return None
-    if name == "scatter_add" and not (x.dtype.is_floating_point or dt.is_integral(x.dtype)):
+    if node.prim is prims.scatter_add and not (x.dtype.is_floating_point or dt.is_integral(x.dtype)):
         return None     # bool (np.add.at ors them) and complex stay reference steps
     rest = lambda s: tuple(s[:dim]) + tuple(s[dim + 1:])   # noqa: E731
     if rest(idx.shape) != rest(x.shape):    # a gather of part of each slice: not whole rows
@@ -73,7 +73,7 @@ def step_lines(node, rows, shaped, name_of, bind):
     out = node.outputs[0]
     dim = rows.dim
     idx = name_of(rows.index)
-    if node.prim.name == "gather":
+    if node.prim is prims.gather:
         x = node.inputs[0]
         take = take_rows_parallel if math.prod(out.shape) >= PARALLEL_MIN else take_rows
         call = (f"{bind(take, '_kr')}({shaped(x, _view3(x.shape, dim))}, {idx}, "
