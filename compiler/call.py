@@ -185,7 +185,7 @@ def make_plan(prog):
                 node = leaf_node(saved, diff_inputs, replay)
             for nr, k in enumerate(diff_outs):
                 o = outs[k]
-                o.requires_grad, o.grad_fn, o._output_nr = True, node, nr
+                o._requires_grad, o.grad_fn, o._output_nr = True, node, nr
         return outs[0] if single else unflatten(out_tree, outs)
     plan.call = call
     return plan
@@ -308,7 +308,7 @@ def specialise(key, prog):
         lines.append(f"    {''.join(f'a{i}, ' for i in range(n))}= args")
     for i, (_, shape, dtype, rg, inference) in enumerate(specs):
         g[f"d{i}"] = dtype
-        lines += [f"    if not isinstance(a{i}, Tensor) or a{i}.requires_grad is not {rg} or "
+        lines += [f"    if not isinstance(a{i}, Tensor) or a{i}._requires_grad is not {rg} or "
                   f"a{i}._inference is not {inference}:",
                   "        return MISS",
                   f"    v{i} = a{i}._value",
@@ -341,7 +341,7 @@ def specialise(key, prog):
             "    out = make(outs[0])"] + _node_lines(
                 f"outs[{inline.n_fw}:]", f"[{', '.join(leaves)}]", "args",
                 f"[{', '.join(f'a{i}._version_counter.v' for i in range(n))}]") + [
-            "    out.requires_grad = True",
+            "    out._requires_grad = True",
             "    out.grad_fn = node",
             "    return out"]
     source = "\n".join(lines) + "\n"

@@ -48,7 +48,7 @@ def _tensor_key(x):
     v = x._value
     # (dtype.name would be slow); an inference tensor is its own key: eagerly it cannot be
     # saved for backward, and the trace of a normal tensor would save it silently
-    return ("T", v.shape, v.dtype, x.requires_grad, x._inference)
+    return ("T", v.shape, v.dtype, x._requires_grad, x._inference)
 
 
 def _with_module(key, module):

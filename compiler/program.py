@@ -425,7 +425,7 @@ class Program:
             if kind in _GRAD_WRITES:
                 write_grad(leaves[x] if kind is Mutation.ARG_GRAD else x, value)
             elif kind is Mutation.ESCAPE:  # a tensor the function stored away: make it concrete
-                x._value, x.grad_fn, x.requires_grad = value, None, False
+                x._value, x.grad_fn, x._requires_grad = value, None, False
                 x._version_counter.v += 1
             else:
                 write_back(leaves[x] if kind is Mutation.ARG else x, value)
@@ -458,7 +458,7 @@ class Program:
                 # (an argument returned as is comes again later, as a tensor written in place:
                 # its last slot is the one its gradient flows into)
                 t = targets[k]
-                t.requires_grad, t.grad_fn, t._output_nr = True, node, nr
+                t._requires_grad, t.grad_fn, t._output_nr = True, node, nr
             for nr, k in enumerate(tr.diff_outs):
                 t = targets[k]
                 if t._retains_grad and k >= len(outs) and t._output_nr == nr:
