@@ -104,6 +104,8 @@ from aotgrad.runtime.legacy import (CharTensor, ShortTensor)  # noqa: E402
 from aotgrad.runtime.printing import get_printoptions, set_printoptions  # noqa: E402
 from aotgrad.runtime.number_ops import gcd, lcm, nextafter  # noqa: E402
 from aotgrad.runtime.strided_ops import as_strided, diagonal_scatter  # noqa: E402
+from aotgrad.runtime.split_variants import (split_with_sizes, unsafe_chunk,  # noqa: E402
+                                             unsafe_split, unsafe_split_with_sizes)
 from aotgrad.runtime.random_fill_ops import poisson  # noqa: E402
 from aotgrad.runtime.legacy import (BFloat16Tensor, BoolTensor, ByteTensor,  # noqa: E402
                                     DoubleTensor, FloatTensor, HalfTensor, IntTensor,
@@ -196,6 +198,7 @@ __all__ = [
     "promote_types", "can_cast", "quantile", "nanquantile", "cov", "corrcoef", "cross",
     "chain_matmul", "randint_like", "slice_scatter", "select_scatter", "renorm", "histc",
     "bincount", "unique", "unique_consecutive", "masked_scatter", "mode", "matrix_exp",
+    "split_with_sizes", "unsafe_split", "unsafe_chunk", "unsafe_split_with_sizes",
 ]
 
 

@@ -33,39 +33,38 @@ from aotgrad.runtime.grad_fn_names import named
 from aotgrad.runtime.op_base import as_tensor_like, cast, op
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.runtime.view_ops import expand, reshape, traced_aliases
-from aotgrad.runtime import dispatch
+from aotgrad.runtime import dispatch, view_meta
 
 
-def _inplace_guard(x, opname):
+def _inplace_guard(x, opname, requires_grad=False):
+    """Refuse an in-place write to x that autograd cannot record. `requires_grad`: another
+    argument of the op requires grad (the write is recorded even where x does not)."""
     if x._inference and not _mode.inference:
         where = "" if current_op.get() is not None else f"{opname}: "  # an op names itself
         raise RuntimeError(f"{where}Inplace update to inference tensor outside InferenceMode "
                            f"is not allowed. You can make a clone to get a normal tensor before "
                            f"doing inplace update.")
     if _mode.grad_enabled:
+        base = x._base
+        # (a view requires grad where its base does, as PyTorch's views, even one made under
+        # no_grad)
+        recorded = requires_grad or x.requires_grad or base is not None and base.requires_grad
+        if base is not None and recorded:
+            msg = view_meta.rebase_error(x)
+            if msg is not None:
+                raise RuntimeError(msg)
+            if base.requires_grad and base.grad_fn is None:
+                where = "" if current_op.get() is not None else f"{opname}: "
+                raise RuntimeError(f"{where}a view of a leaf Variable that requires grad is "
+                                   f"being used in an in-place operation.")
         if x.grad_fn is None and x.requires_grad:
             raise RuntimeError(f"{opname}: a leaf Variable that requires grad is being used in "
                                f"an in-place operation (tensor {type_str(x)}).{format_location()}")
-        if x._base is not None and x._base.requires_grad and x._base.grad_fn is None:
-            where = "" if current_op.get() is not None else f"{opname}: "
-            raise RuntimeError(f"{where}a view of a leaf Variable that requires grad is being "
-                               f"used in an in-place operation.")
-        if x._base is not None and x._base.requires_grad:
-            if x.__dict__.get("_view_no_grad"):
-                raise RuntimeError(_NO_GRAD_VIEW_MESSAGE)
-            if not _rebases(x):
-                raise RuntimeError(f"{opname}: in-place modification of a view of a tensor "
-                                   f"that requires grad is not supported here (inside a "
-                                   f"compiled function, or on an alias that is not a view op's "
-                                   f"result); use the out-of-place op or modify the base tensor")
-
-
-_NO_GRAD_VIEW_MESSAGE = (
-    "A view was created in no_grad mode and is being modified inplace with grad mode enabled. "
-    "Given that this use case is ambiguous and error-prone, it is forbidden. You can clarify "
-    "your code by moving both the view and the inplace either both inside the no_grad block "
-    "(if you don't want the inplace to be tracked) or both outside (if you want the inplace "
-    "to be tracked).")
+        if base is not None and recorded and not _rebases(x):
+            raise RuntimeError(f"{opname}: in-place modification of a view of a tensor that "
+                               f"requires grad is not supported here (inside a compiled "
+                               f"function, or on an alias that is not a view op's result); use "
+                               f"the out-of-place op or modify the base tensor")
 
 
 _OVERLAP_MESSAGE = (
@@ -210,7 +209,7 @@ def commit_inplace(x, new, opname, replaces=False):
     refuse = getattr(new._value, "refuse_inplace", None)
     if refuse is not None:  # vmap: a batched value written into a tensor that is not batched
         refuse(x._value, opname)
-    _inplace_guard(x, opname)
+    _inplace_guard(x, opname, new.requires_grad)
     _check_overlap(x, opname)
     if new.dtype is not x.dtype:
         if not x.dtype.is_floating_point and new.dtype.is_floating_point:

@@ -22,6 +22,8 @@ from aotgrad.runtime import layout
 from aotgrad.runtime import memory_format as _layout
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.version_counter import VersionCounter
+from aotgrad.runtime import view_meta
+from aotgrad.runtime.view_meta import CreationMeta
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.op_base import _named, broadcast_shapes, norm_dims, op
 
@@ -34,15 +36,17 @@ def _view_of(out, base):
             # an empty array shares no memory, yet a view of an empty tensor is a view
             (v.size == 0 and v.base is not None and _buffer(v) is _buffer(base._value))):
         out._version_counter = base._version_counter
+        kind = view_meta.for_new_view(base)
         root = out._base = base if base._base is None else base._base
         # a view is an inference tensor exactly when its base is (as in PyTorch): a view of a
         # normal tensor taken inside inference_mode stays a normal tensor
         out._inference = base._inference
         d = out.__dict__
         d["_view_made"] = True  # an in-place op on it may rebase the root's history
-        if not _mode.grad_enabled:
-            d["_view_no_grad"] = True
-        else:  # regenerated when the root is modified in place (with history from then on)
+        if kind is not CreationMeta.DEFAULT:
+            d["_creation_meta"] = kind
+        if _mode.grad_enabled:
+            # regenerated when the root is modified in place (with history from then on)
             views = root.__dict__.get("_views")  # id -> weakref (tensors compare by value)
             if views is None:
                 views = root.__dict__["_views"] = {}
