@@ -16,7 +16,10 @@ import math
 import numpy as np
 
 from aotgrad.runtime.index_ops import _const_index, index_copy, take
+from aotgrad.runtime.inplace_ops import _inplace_guard
 from aotgrad.runtime.op_base import cast, op
+from aotgrad.runtime.grad_mode import state as _mode
+from aotgrad.runtime.tensor import Tensor
 from aotgrad.runtime.view_ops import _dim, movedim, reshape
 
 
@@ -84,6 +87,8 @@ def resize_(self, *sizes, memory_format=None):
     old = self._concrete("resize_ (changes a tensor's shape in place)")
     if self.requires_grad:
         raise RuntimeError("cannot resize variables that require grad")
+    if tuple(size) == tuple(old.shape):  # nothing changes (nor the version, as in PyTorch)
+        return self
     flat = np.zeros(math.prod(size), dtype=old.dtype)
     n = min(flat.size, old.size)
     flat[:n] = old.reshape(-1)[:n]
@@ -96,5 +101,26 @@ def resize_as_(self, other, memory_format=None):
     return resize_(self, tuple(other.shape))
 
 
+def set_(self, source=None):
+    """Make the tensor share `source`'s memory, shape and strides (an empty tensor without
+    one), in place: an in-place op (version bumped; refused on a leaf that requires grad
+    where autograd records). Eager only; PyTorch's Storage sources are not supported."""
+    if source is not None and not isinstance(source, Tensor):
+        raise TypeError(f"set_(): source must be a Tensor (Storage sources are not supported), "
+                        f"got {type(source).__name__}")
+    self._concrete("set_ (changes a tensor's storage in place)")
+    _inplace_guard(self, "set_", source is not None and source.requires_grad)
+    if source is not None and source.requires_grad and _mode.grad_enabled:
+        raise RuntimeError("set_: the derivative for 'set_' is not implemented (the source "
+                           "requires grad); call it under no_grad or give a detached source")
+    if source is not None and source.dtype is not self.dtype:
+        raise RuntimeError(f"set_(): expected source of dtype {self.dtype.name}, got "
+                           f"{source.dtype.name}")
+    self._value = source._concrete("set_") if source is not None else \
+        np.zeros((0,), dtype=self._value.dtype)
+    self._version_counter.v += 1
+    return self
+
+
 METHODS = {"as_strided": as_strided, "diagonal_scatter": diagonal_scatter,
-           "resize_": resize_, "resize_as_": resize_as_}
+           "resize_": resize_, "resize_as_": resize_as_, "set_": set_}
