@@ -257,7 +257,18 @@ def _update_tangents(x, tangent):
     """Forward-mode AD after an in-place op: x's tangent is the new value's; when x is a view,
     its root's tangent takes it at x's elements (eager). Other views of the root keep the
     tangent they had."""
-    forward_mode.set_tangent(x, tangent)
+    old_x = forward_mode.tangent_of(x)
+    if _writable_like(old_x, x) and tangent is not None:
+        # x's tangent is updated in place, as PyTorch's: the tangent tensors that share its
+        # memory (the tangent given to make_dual, the tangent of the tensor x is a view of)
+        # see the change
+        np.copyto(old_x._value, np.asarray(tangent._value), casting="unsafe")
+        old_x._version_counter.v += 1
+        root_t = forward_mode.tangent_of(x._base) if x._base is not None else None
+        if root_t is None or np.may_share_memory(root_t._value, old_x._value):
+            return
+    else:
+        forward_mode.set_tangent(x, tangent)
     root = x._base
     if root is None or not isinstance(root._value, np.ndarray) or \
             not isinstance(x._value, np.ndarray):
@@ -270,6 +281,12 @@ def _update_tangents(x, tangent):
     pos = _positions(root._value, x._value).reshape(-1)
     flat[pos] = 0 if tangent is None else np.asarray(tangent._value).reshape(-1)
     forward_mode.set_tangent(root, Tensor._make(flat.reshape(root._value.shape)))
+
+
+def _writable_like(t, x):
+    """Whether tangent `t` is an eager, writable array of x's shape."""
+    return t is not None and isinstance(t._value, np.ndarray) and \
+        t._value.flags.writeable and tuple(t.shape) == tuple(x.shape)
 
 
 def snapshot(x, *others):
