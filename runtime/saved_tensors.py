@@ -105,6 +105,12 @@ class SavedTensor:
             self._raise_modified(node)
         if self.leaf is not None:
             return self.leaf
+        if not self.is_output and self.grad_fn is not None:
+            now = self.ref()
+            if now is not None and now.grad_fn is None and not now.requires_grad:
+                raise RuntimeError("Trying to use a saved tensor that has been detached "
+                                   "in-place, i.e. with .detach_().This is not supported, please "
+                                   "use out-of-place `.detach()` instead")
         t = Tensor._make(self.value, self.requires_grad)
         t.grad_fn = node if self.is_output else self.grad_fn
         if type(t.grad_fn) is AccumulateGrad:  # a copied leaf (allow_mutation_on_saved_tensors)
