@@ -279,12 +279,19 @@ def _set_output_tangents(cls, ctx, args, tangents, outputs):
     from aotgrad.runtime.factories import zeros_like
     grads_in = [(t if t is not None else zeros_like(a)) if isinstance(a, Tensor) else None
                 for a, t in zip(args, tangents)]
+    dirty = [(g, g._version) for a, g in zip(args, grads_in)
+             if isinstance(a, Tensor) and any(a is d for d in ctx._dirty)]
     ctx._in_jvp = True
     try:
         with no_grad(), _tangents_suspended(True):
             out_tangents = cls.jvp(ctx, *grads_in)
     finally:
         ctx._in_jvp = False
+    if any(g._version == v for g, v in dirty):
+        raise RuntimeError("An inplace custom Function is not modifying the forward mode "
+                           "gradients inplace. If the forward is modifying an input inplace, "
+                           "then the jvp function must modify the corresponding gradient "
+                           "inplace.")
     if not isinstance(out_tangents, tuple):
         out_tangents = (out_tangents,)
     tensors = [o for o in outputs if isinstance(o, Tensor)]

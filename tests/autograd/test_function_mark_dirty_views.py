@@ -156,3 +156,35 @@ def test_gradgradcheck_calls_function_under_grad_mode():
     x = aotgrad.randn(3, dtype=aotgrad.float64, requires_grad=True)
     assert aotgrad.autograd.gradgradcheck(fn, (x,))
     assert all(modes)
+
+
+def _inplace_mul_fn(modify_tangent):
+    class InplaceMul(aotgrad.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.mark_dirty(x)
+            return x.mul_(2)
+
+        @staticmethod
+        def backward(ctx, g):
+            return 2 * g
+
+        @staticmethod
+        def jvp(ctx, x_t):
+            return x_t.mul_(2) if modify_tangent else x_t
+    return InplaceMul
+
+
+def test_dirty_input_jvp_must_modify_the_tangent_in_place():
+    fwAD = aotgrad.autograd.forward_ad
+    with fwAD.dual_level():
+        xt = aotgrad.ones(2)
+        xd = fwAD.make_dual(aotgrad.ones(2), xt)
+        with pytest.raises(RuntimeError, match="jvp function must modify the corresponding "
+                                               "gradient inplace"):
+            _inplace_mul_fn(False).apply(xd)
+        xt = aotgrad.ones(2)
+        xd = fwAD.make_dual(aotgrad.ones(2), xt)
+        out = _inplace_mul_fn(True).apply(xd)
+        assert out is xd and fwAD.unpack_dual(out).tangent is xt
+        assert xt.tolist() == [2.0, 2.0]
