@@ -18,6 +18,7 @@ import numpy as np
 from aotgrad.runtime.index_ops import _const_index, index_copy, take
 from aotgrad.runtime.inplace_ops import _inplace_guard
 from aotgrad.runtime.op_base import cast, op
+from aotgrad.runtime.factories import zeros
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.runtime.view_ops import _dim, movedim, reshape
@@ -120,6 +121,27 @@ def set_(self, source=None):
         np.zeros((0,), dtype=self._value.dtype)
     self._version_counter.v += 1
     return self
+
+
+def empty_strided(size, stride, *, dtype=None, device=None, requires_grad=False, layout=None,
+                  pin_memory=False):
+    """A zero-filled tensor (uninitialised in PyTorch) of shape `size` whose elements lie
+    `stride` elements apart in its memory (eagerly; a traced one is contiguous)."""
+    size, stride = _sizes(size, "empty_strided"), tuple(int(s) for s in stride)
+    if len(size) != len(stride):
+        raise RuntimeError(f"empty_strided: mismatch in length of strides and shape (size "
+                           f"{list(size)}, stride {list(stride)})")
+    if any(s < 0 for s in stride):
+        raise RuntimeError(f"empty_strided: negative strides are not supported (stride "
+                           f"{list(stride)})")
+    extent = 1 + sum((n - 1) * s for n, s in zip(size, stride)) if all(size) else 0
+    buf = zeros(extent, dtype=dtype, device=device)
+    if not isinstance(buf._value, np.ndarray):
+        return zeros(size, dtype=dtype, requires_grad=requires_grad)
+    v = buf._value
+    out = Tensor._make(np.lib.stride_tricks.as_strided(v, size, tuple(s * v.itemsize
+                                                                      for s in stride)))
+    return out.requires_grad_(requires_grad)
 
 
 METHODS = {"as_strided": as_strided, "diagonal_scatter": diagonal_scatter,
