@@ -31,6 +31,7 @@ from aotgrad.runtime import forward_mode, profiling, view_meta
 from aotgrad.runtime.engine import Node, SavedTensor, _node_of
 from aotgrad.runtime.grad_mode import no_grad, state as _mode
 from aotgrad.runtime.tensor import Tensor
+from aotgrad.runtime.view_ops import track_view
 
 __all__ = ["Function", "FunctionCtx", "BackwardCFunction", "InplaceFunction",
            "once_differentiable"]
@@ -377,6 +378,7 @@ def _alias(t, view=False):
     a._version_counter = t._version_counter
     if view and isinstance(t._value, np.ndarray):
         a._base = t if t._base is None else t._base
+        track_view(a, a._base)
     return a
 
 

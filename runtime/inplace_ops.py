@@ -182,7 +182,9 @@ def _rebase(x, new):
 
 
 def _regenerate_views(root, new_root, skip):
-    """Live views of `root` (made with history) read their value out of its new history."""
+    """Live views of `root` read their value out of its new history. A view whose history
+    may not be rebased (view_meta) gets a node that raises PyTorch's error when a backward
+    reaches it."""
     views = root.__dict__.get("_views")
     if not views:
         return
@@ -191,7 +193,13 @@ def _regenerate_views(root, new_root, skip):
         if v is None or v is skip or not isinstance(v._value, np.ndarray) or \
                 not np.may_share_memory(v._value, root._value):  # (its .data was replaced)
             continue
-        _set_history(v, _read_view(flat, _positions(root._value, v._value), tuple(v.shape)))
+        new = _read_view(flat, _positions(root._value, v._value), tuple(v.shape))
+        msg = view_meta.rebase_error(v, indirect=True)
+        if msg is not None:
+            refused = Tensor._make(new._value, True)
+            refused.grad_fn = view_meta.RefusedViewBackward(msg, new)
+            new = refused
+        _set_history(v, new)
 
 
 def commit_inplace(x, new, opname, replaces=False):

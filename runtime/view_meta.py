@@ -14,6 +14,8 @@ A view of a view inherits the stricter kind of its input (`propagate`).
 import enum
 import re
 
+from aotgrad.ir.core import Aval
+from aotgrad.runtime.autograd_node import Node
 from aotgrad.runtime.grad_mode import state as _mode
 
 
@@ -123,3 +125,19 @@ def check_inplace(view, requires_grad):
         msg = rebase_error(view)
         if msg is not None:
             raise RuntimeError(msg)
+
+
+class RefusedViewBackward(Node):
+    """The history of a view that may not be rebased, after its base (or a sibling view) was
+    modified in place: a backward that reaches it raises PyTorch's error (PyTorch raises when
+    the view's grad_fn is read)."""
+    _name = "RefusedViewBackward"
+
+    def __init__(self, msg, src):
+        super().__init__([(src.grad_fn, src._output_nr)], [Aval(src.shape, src.dtype)],
+                         [Aval(src.shape, src.dtype)])
+        self.msg = msg
+
+    def _backward(self, grads):
+        raise RuntimeError(self.msg)
+

@@ -50,17 +50,23 @@ def _view_of(out, base):
             d["_creation_meta"] = kind
         if _forward.level is not None and TANGENT in d:
             _share_tangent(out, base)
-        if _mode.grad_enabled:
-            # regenerated when the root is modified in place (with history from then on)
-            views = root.__dict__.get("_views")  # id -> weakref (tensors compare by value)
-            if views is None:
-                views = root.__dict__["_views"] = {}
-            k = id(out)
-            views[k] = weakref.ref(out, lambda r, d=views, k=k: d.pop(k, None) if d.get(k) is r
-                                   else None)
+        if _mode.grad_enabled or kind is not CreationMeta.DEFAULT:
+            # regenerated when the root is modified in place (with history from then on), or
+            # refused (a view made under no_grad, ...)
+            track_view(out, root)
     elif current_builder() is not None and not _inplace_op_running():
         note_traced_alias(out, base)
     return out
+
+
+def track_view(out, root):
+    """Remember view `out` on `root`, whose in-place modification regenerates its history."""
+    views = root.__dict__.get("_views")  # id -> weakref (tensors compare by value)
+    if views is None:
+        views = root.__dict__["_views"] = {}
+    k = id(out)
+    views[k] = weakref.ref(out, lambda r, d=views, k=k: d.pop(k, None) if d.get(k) is r
+                           else None)
 
 
 def _share_tangent(out, base):
