@@ -104,7 +104,10 @@ from aotgrad.runtime.memory_format import (channels_last, channels_last_3d,  # n
 from aotgrad.runtime.legacy import (CharTensor, ShortTensor)  # noqa: E402
 from aotgrad.runtime.printing import get_printoptions, set_printoptions  # noqa: E402
 from aotgrad.runtime.number_ops import gcd, lcm, nextafter  # noqa: E402
-from aotgrad.runtime.strided_ops import as_strided, diagonal_scatter  # noqa: E402
+from aotgrad.runtime.strided_ops import (as_strided, diagonal_scatter,  # noqa: E402
+                                         empty_strided)
+from aotgrad.runtime.split_variants import (split_with_sizes, unsafe_chunk,  # noqa: E402
+                                             unsafe_split, unsafe_split_with_sizes)
 from aotgrad.runtime.random_fill_ops import poisson  # noqa: E402
 from aotgrad.runtime.legacy import (BFloat16Tensor, BoolTensor, ByteTensor,  # noqa: E402
                                     DoubleTensor, FloatTensor, HalfTensor, IntTensor,
@@ -199,6 +202,8 @@ __all__ = [
     "promote_types", "can_cast", "quantile", "nanquantile", "cov", "corrcoef", "cross",
     "chain_matmul", "randint_like", "slice_scatter", "select_scatter", "renorm", "histc",
     "bincount", "unique", "unique_consecutive", "masked_scatter", "mode", "matrix_exp",
+    "split_with_sizes", "empty_strided", "unsafe_split", "unsafe_chunk",
+    "unsafe_split_with_sizes",
 ]
 
 

@@ -23,13 +23,17 @@ import contextlib
 import functools
 import inspect
 
+import numpy as np
+
+from aotgrad.autograd import function_dirty
 from aotgrad.autograd.forward_ad_function import set_output_tangents
 from aotgrad.ir.core import Aval
-from aotgrad.runtime import forward_mode, profiling
+from aotgrad.runtime import forward_mode, profiling, view_meta
 from aotgrad.runtime.engine import FREED_MESSAGE, Node, SavedTensor, _node_of
 from aotgrad.runtime.saved_tensors import UNDEFINED_SAVED
 from aotgrad.runtime.grad_mode import no_grad, state as _mode
 from aotgrad.runtime.tensor import Tensor
+from aotgrad.runtime.view_ops import track_view
 
 __all__ = ["Function", "FunctionCtx", "BackwardCFunction", "InplaceFunction",
            "once_differentiable"]
@@ -337,13 +341,7 @@ def _wrap_outputs(ctx, inputs, outputs, record):
     input_ids = {id(a) for a in inputs if isinstance(a, Tensor)}
     dirty = {id(t) for t in ctx._dirty}
     non_diff = {id(t) for t in ctx._non_differentiable}
-    for t in ctx._dirty:
-        if id(t) not in input_ids:
-            raise RuntimeError("only input tensors should be given to mark_dirty()")
-    if dirty and not all(any(o is t for o in outputs) for t in ctx._dirty):
-        raise RuntimeError("Some elements marked as dirty during the forward method were not "
-                           "returned as output. The inputs that are modified inplace must all "
-                           "be outputs of the Function.")
+    function_dirty.check_dirty(ctx._dirty, input_ids, outputs)
     wrapped, avals = [], []
     for i, o in enumerate(outputs):
         if not isinstance(o, Tensor):
@@ -351,14 +349,20 @@ def _wrap_outputs(ctx, inputs, outputs, record):
             avals.append(None)
             continue
         avals.append(Aval(o.shape, o.dtype))
+        modified = id(o) in dirty and id(o) in input_ids
         if id(o) in dirty:
-            if record and o.grad_fn is None and o.requires_grad:
-                raise RuntimeError("a leaf Variable that requires grad has been used in an "
-                                   "in-place operation.")
-        elif id(o) in input_ids:
-            o = _alias(o)  # a returned input becomes a new tensor with this node's history
+            if record or _mode.grad_enabled and o._base is not None and o._base.requires_grad:
+                function_dirty.check_recordable(o, len(outputs))
         differentiable = id(outputs[i]) not in non_diff and o.dtype.is_floating_point
-        if record and differentiable:
+        if id(o) in input_ids and id(o) not in dirty:
+            # a returned input: a new tensor with this history, a view of the input (a
+            # detached alias where it requires grad and gets no history, as in PyTorch)
+            o = _alias(o, view=record and differentiable or not o.requires_grad)
+        if not modified:  # a view returned by the Function keeps the Function's backward
+            view_meta.set_kind(o, view_meta.CreationMeta.IN_CUSTOM_FUNCTION)
+        if record and differentiable and modified and function_dirty.rebases(o):
+            function_dirty.rebase(o, ctx, i)
+        elif record and differentiable:
             o.grad_fn, o._output_nr, o.requires_grad = ctx, i, True
             o._retains_grad = False
         elif id(outputs[i]) in dirty and record:
@@ -377,10 +381,14 @@ def _wrap_outputs(ctx, inputs, outputs, record):
     return tuple(wrapped)
 
 
-def _alias(t):
-    """A new tensor sharing t's storage and version counter."""
+def _alias(t, view=False):
+    """A new tensor sharing t's storage and version counter; with `view`, eagerly a view of t
+    (an input a Function returns as-is, as PyTorch's)."""
     a = Tensor._make(t._value, False)
     a._version_counter = t._version_counter
+    if view and isinstance(t._value, np.ndarray):
+        a._base = t if t._base is None else t._base
+        track_view(a, a._base)
     return a
 
 

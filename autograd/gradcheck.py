@@ -273,9 +273,8 @@ def gradgradcheck(func, inputs, grad_outputs=None, *, eps=1e-6, atol=1e-5, rtol=
     from aotgrad.runtime.factories import rand_like
     inputs = _as_tuple(inputs)
     diff_idx = [i for i, x in enumerate(inputs) if isinstance(x, Tensor) and x.requires_grad]
-    if grad_outputs is None:
-        with no_grad():
-            outs = _as_tuple(func(*inputs))
+    if grad_outputs is None:  # (func runs under the caller's grad mode, as in PyTorch)
+        outs = _as_tuple(func(*inputs))
         grad_outputs = tuple((rand_like(o) * 2 - 1).requires_grad_(True)
                              for o in outs if isinstance(o, Tensor) and o.dtype.is_floating_point)
     else:

@@ -64,10 +64,3 @@ def note_view(out, base, root):
         out.__dict__[_CREATED_AT] = out._version_counter.v
         out.requires_grad = True
     return False
-
-
-def check_inplace(x):
-    """Raise where an in-place op may not modify x: a view made in inference mode of a tensor
-    that requires grad, modified under grad mode outside inference mode."""
-    if type(x) is InferenceModeView and _mode.grad_enabled and not _mode.inference:
-        raise RuntimeError(INPLACE_MESSAGE)

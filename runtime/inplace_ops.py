@@ -23,7 +23,7 @@ import numpy as np
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.core import current_builder, current_op, format_location, type_str
-from aotgrad.runtime import forward_mode, inference_views, layout
+from aotgrad.runtime import forward_mode, layout
 from aotgrad.runtime.forward_mode import state as _forward
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.elementwise_ops import where
@@ -33,41 +33,39 @@ from aotgrad.runtime.grad_fn_names import named
 from aotgrad.runtime.op_base import as_tensor_like, cast, op
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.runtime.view_ops import expand, reshape, traced_aliases
-from aotgrad.runtime import dispatch
+from aotgrad.runtime import dispatch, view_meta
 from aotgrad.runtime.write_hooks import before_write
 
 
-def _inplace_guard(x, opname):
-    inference_views.check_inplace(x)
+def _inplace_guard(x, opname, requires_grad=False):
+    """Refuse an in-place write to x that autograd cannot record. `requires_grad`: another
+    argument of the op requires grad (the write is recorded even where x does not)."""
     if x._inference and not _mode.inference:
         where = "" if current_op.get() is not None else f"{opname}: "  # an op names itself
         raise RuntimeError(f"{where}Inplace update to inference tensor outside InferenceMode "
                            f"is not allowed. You can make a clone to get a normal tensor before "
                            f"doing inplace update.")
     if _mode.grad_enabled:
+        base = x._base
+        # (a view requires grad where its base does, as PyTorch's views, even one made under
+        # no_grad)
+        recorded = requires_grad or x.requires_grad or base is not None and base.requires_grad
+        if base is not None and recorded:
+            msg = view_meta.rebase_error(x)
+            if msg is not None:
+                raise RuntimeError(msg)
+            if base.requires_grad and base.grad_fn is None:
+                where = "" if current_op.get() is not None else f"{opname}: "
+                raise RuntimeError(f"{where}a view of a leaf Variable that requires grad is "
+                                   f"being used in an in-place operation.")
         if x.grad_fn is None and x.requires_grad:
             raise RuntimeError(f"{opname}: a leaf Variable that requires grad is being used in "
                                f"an in-place operation (tensor {type_str(x)}).{format_location()}")
-        if x._base is not None and x._base.requires_grad and x._base.grad_fn is None:
-            where = "" if current_op.get() is not None else f"{opname}: "
-            raise RuntimeError(f"{where}a view of a leaf Variable that requires grad is being "
-                               f"used in an in-place operation.")
-        if x._base is not None and x._base.requires_grad:
-            if x.__dict__.get("_view_no_grad"):
-                raise RuntimeError(_NO_GRAD_VIEW_MESSAGE)
-            if not _rebases(x):
-                raise RuntimeError(f"{opname}: in-place modification of a view of a tensor "
-                                   f"that requires grad is not supported here (inside a "
-                                   f"compiled function, or on an alias that is not a view op's "
-                                   f"result); use the out-of-place op or modify the base tensor")
-
-
-_NO_GRAD_VIEW_MESSAGE = (
-    "A view was created in no_grad mode and is being modified inplace with grad mode enabled. "
-    "Given that this use case is ambiguous and error-prone, it is forbidden. You can clarify "
-    "your code by moving both the view and the inplace either both inside the no_grad block "
-    "(if you don't want the inplace to be tracked) or both outside (if you want the inplace "
-    "to be tracked).")
+        if base is not None and recorded and not _rebases(x):
+            raise RuntimeError(f"{opname}: in-place modification of a view of a tensor that "
+                               f"requires grad is not supported here (inside a compiled "
+                               f"function, or on an alias that is not a view op's result); use "
+                               f"the out-of-place op or modify the base tensor")
 
 
 _OVERLAP_MESSAGE = (
@@ -185,7 +183,9 @@ def _rebase(x, new):
 
 
 def _regenerate_views(root, new_root, skip):
-    """Live views of `root` (made with history) read their value out of its new history."""
+    """Live views of `root` read their value out of its new history. A view whose history
+    may not be rebased (view_meta) gets a node that raises PyTorch's error when a backward
+    reaches it."""
     views = root.__dict__.get("_views")
     if not views:
         return
@@ -194,7 +194,13 @@ def _regenerate_views(root, new_root, skip):
         if v is None or v is skip or not isinstance(v._value, np.ndarray) or \
                 not np.may_share_memory(v._value, root._value):  # (its .data was replaced)
             continue
-        _set_history(v, _read_view(flat, _positions(root._value, v._value), tuple(v.shape)))
+        new = _read_view(flat, _positions(root._value, v._value), tuple(v.shape))
+        msg = view_meta.rebase_error(v, indirect=True)
+        if msg is not None:
+            refused = Tensor._make(new._value, True)
+            refused.grad_fn = view_meta.RefusedViewBackward(msg, new)
+            new = refused
+        _set_history(v, new)
 
 
 def commit_inplace(x, new, opname, replaces=False):
@@ -212,7 +218,7 @@ def commit_inplace(x, new, opname, replaces=False):
     refuse = getattr(new._value, "refuse_inplace", None)
     if refuse is not None:  # vmap: a batched value written into a tensor that is not batched
         refuse(x._value, opname)
-    _inplace_guard(x, opname)
+    _inplace_guard(x, opname, new.requires_grad)
     _check_overlap(x, opname)
     if new.dtype is not x.dtype:
         if not x.dtype.is_floating_point and new.dtype.is_floating_point:
@@ -262,10 +268,20 @@ def _update_tangents(x, tangent):
     its root's tangent takes it at x's elements (eager). Other views of the root keep the
     tangent they had. A tensor that had a tangent keeps a zero one where the new value has
     none (`d.zero_()`, `d.copy_(plain)`), as in PyTorch."""
-    if tangent is None and forward_mode.tangent_of(x) is not None and \
-            isinstance(x._value, np.ndarray):
+    old_x = forward_mode.tangent_of(x)
+    if tangent is None and old_x is not None and isinstance(x._value, np.ndarray):
         tangent = Tensor._make(np.zeros(x._value.shape, x._value.dtype))
-    forward_mode.set_tangent(x, tangent)
+    if _writable_like(old_x, x) and tangent is not None:
+        # x's tangent is updated in place, as PyTorch's: the tangent tensors that share its
+        # memory (the tangent given to make_dual, the tangent of the tensor x is a view of)
+        # see the change
+        np.copyto(old_x._value, np.asarray(tangent._value), casting="unsafe")
+        old_x._version_counter.v += 1
+        root_t = forward_mode.tangent_of(x._base) if x._base is not None else None
+        if root_t is None or np.may_share_memory(root_t._value, old_x._value):
+            return
+    else:
+        forward_mode.set_tangent(x, tangent)
     root = x._base
     if root is None or not isinstance(root._value, np.ndarray) or \
             not isinstance(x._value, np.ndarray):
@@ -278,6 +294,12 @@ def _update_tangents(x, tangent):
     pos = _positions(root._value, x._value).reshape(-1)
     flat[pos] = 0 if tangent is None else np.asarray(tangent._value).reshape(-1)
     forward_mode.set_tangent(root, Tensor._make(flat.reshape(root._value.shape)))
+
+
+def _writable_like(t, x):
+    """Whether tangent `t` is an eager, writable array of x's shape."""
+    return t is not None and isinstance(t._value, np.ndarray) and \
+        t._value.flags.writeable and tuple(t.shape) == tuple(x.shape)
 
 
 def snapshot(x, *others):

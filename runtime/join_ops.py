@@ -12,6 +12,7 @@ import numpy as np
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.runtime import tprims as tp
+from aotgrad.runtime import view_meta
 from aotgrad.runtime.composite import share_node
 from aotgrad.runtime.op_base import _named, as_tensor_like, cast, norm_dims, op, type_name
 from aotgrad.runtime.tensor import Tensor
@@ -118,6 +119,7 @@ def split(x, split_size_or_sections, dim=0):
     for s in sizes:
         out.append(narrow(x, d, off, s))
         off += s
+    view_meta.mark_multi_output(x, out)
     return share_node("SplitBackward0" if isinstance(split_size_or_sections, int)
                       else "SplitWithSizesBackward0", [x], tuple(out))
 
@@ -129,7 +131,9 @@ def chunk(x, chunks, dim=0):
 
 def unbind(x, dim=0):
     d = _dim(dim, x.ndim)
-    return share_node("UnbindBackward0", [x], tuple(select(x, d, i) for i in range(x.shape[d])))
+    out = tuple(select(x, d, i) for i in range(x.shape[d]))
+    view_meta.mark_multi_output(x, out)
+    return share_node("UnbindBackward0", [x], out)
 
 
 def select(x, dim, index):

@@ -191,6 +191,8 @@ _METHODS["real"] = property(elementwise_more_ops.real)
 from aotgrad.runtime import bitwise_ops, number_ops, strided_ops  # noqa: E402
 _METHODS.update(bitwise_ops.METHODS)
 _METHODS.update(strided_ops.METHODS)
+from aotgrad.runtime import split_variants  # noqa: E402
+_METHODS.update(split_variants.METHODS)
 _METHODS.update(number_ops.METHODS)
 for _name in number_ops.METHODS:
     _METHODS[_name + "_"] = _inplace(_METHODS[_name], _name + "_")

@@ -16,6 +16,7 @@ from aotgrad.ir import dtypes as dt
 from aotgrad.ir import symbolic
 from aotgrad.ir.core import current_op, current_provenance, format_location, names_location
 from aotgrad.runtime import autocast as _autocast
+from aotgrad.runtime import out_variant
 from aotgrad.runtime import profiling
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.grad_fn_names import named
@@ -33,6 +34,8 @@ def op(name, grad_name=None):
         def wrapper(*args, **kwargs):
             if current_op.get() is not None:
                 return fn(*args, **kwargs)
+            if kwargs and "out" in kwargs:   # written into the given tensor(s)
+                return out_variant.call(name, wrapper, args, dict(kwargs))
             if _autocast.state.dtype is not None and current_provenance.get() is None:
                 args, kwargs = _autocast.cast_args(name, args, kwargs, cast)
             token = current_op.set(name)

@@ -17,7 +17,11 @@ import numpy as np
 
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.index_ops import _const_index, index_copy, take
+from aotgrad.runtime.inplace_ops import _inplace_guard
 from aotgrad.runtime.op_base import cast, op
+from aotgrad.runtime.factories import zeros
+from aotgrad.runtime.grad_mode import state as _mode
+from aotgrad.runtime.tensor import Tensor
 from aotgrad.runtime.view_ops import _dim, movedim, reshape
 from aotgrad.runtime.write_hooks import before_write
 
@@ -86,6 +90,8 @@ def resize_(self, *sizes, memory_format=None):
     old = self._concrete("resize_ (changes a tensor's shape in place)")
     if self.requires_grad and not _mode.inference:  # (inference mode records nothing)
         raise RuntimeError("cannot resize variables that require grad")
+    if tuple(size) == tuple(old.shape):  # nothing changes (nor the version, as in PyTorch)
+        return self
     flat = np.zeros(math.prod(size), dtype=old.dtype)
     n = min(flat.size, old.size)
     flat[:n] = old.reshape(-1)[:n]
@@ -99,5 +105,47 @@ def resize_as_(self, other, memory_format=None):
     return resize_(self, tuple(other.shape))
 
 
+def set_(self, source=None):
+    """Make the tensor share `source`'s memory, shape and strides (an empty tensor without
+    one), in place: an in-place op (version bumped; refused on a leaf that requires grad
+    where autograd records). Eager only; PyTorch's Storage sources are not supported."""
+    if source is not None and not isinstance(source, Tensor):
+        raise TypeError(f"set_(): source must be a Tensor (Storage sources are not supported), "
+                        f"got {type(source).__name__}")
+    self._concrete("set_ (changes a tensor's storage in place)")
+    _inplace_guard(self, "set_", source is not None and source.requires_grad)
+    if source is not None and source.requires_grad and _mode.grad_enabled:
+        raise RuntimeError("set_: the derivative for 'set_' is not implemented (the source "
+                           "requires grad); call it under no_grad or give a detached source")
+    if source is not None and source.dtype is not self.dtype:
+        raise RuntimeError(f"set_(): expected source of dtype {self.dtype.name}, got "
+                           f"{source.dtype.name}")
+    self._value = source._concrete("set_") if source is not None else \
+        np.zeros((0,), dtype=self._value.dtype)
+    self._version_counter.v += 1
+    return self
+
+
+def empty_strided(size, stride, *, dtype=None, device=None, requires_grad=False, layout=None,
+                  pin_memory=False):
+    """A zero-filled tensor (uninitialised in PyTorch) of shape `size` whose elements lie
+    `stride` elements apart in its memory (eagerly; a traced one is contiguous)."""
+    size, stride = _sizes(size, "empty_strided"), tuple(int(s) for s in stride)
+    if len(size) != len(stride):
+        raise RuntimeError(f"empty_strided: mismatch in length of strides and shape (size "
+                           f"{list(size)}, stride {list(stride)})")
+    if any(s < 0 for s in stride):
+        raise RuntimeError(f"empty_strided: negative strides are not supported (stride "
+                           f"{list(stride)})")
+    extent = 1 + sum((n - 1) * s for n, s in zip(size, stride)) if all(size) else 0
+    buf = zeros(extent, dtype=dtype, device=device)
+    if not isinstance(buf._value, np.ndarray):
+        return zeros(size, dtype=dtype, requires_grad=requires_grad)
+    v = buf._value
+    out = Tensor._make(np.lib.stride_tricks.as_strided(v, size, tuple(s * v.itemsize
+                                                                      for s in stride)))
+    return out.requires_grad_(requires_grad)
+
+
 METHODS = {"as_strided": as_strided, "diagonal_scatter": diagonal_scatter,
-           "resize_": resize_, "resize_as_": resize_as_}
+           "resize_": resize_, "resize_as_": resize_as_, "set_": set_}

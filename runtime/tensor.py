@@ -23,6 +23,7 @@ from aotgrad.runtime.autograd_node import AccumulateGrad, RemovableHandle, fast_
 from aotgrad.runtime.grad_accumulation import note_grad_write
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.version_counter import VersionCounter
+from aotgrad.runtime.view_meta import CreationMeta
 
 
 _NP_DTYPES = {d.np: d for d in dt.ALL}
@@ -47,8 +48,8 @@ class Tensor:
     # views (runtime/view_ops.py, inplace_ops.py):
     _base = None           # the tensor this one is a view of (the root of a chain of views)
     _view_made = False     # made by a view op: an in-place op on it may rebase its root
-    _view_no_grad = False  # a view made under no_grad (an in-place op on it is an error
-    #                        where the root requires grad)
+    _creation_meta = CreationMeta.DEFAULT  # how the view was made (runtime/view_meta.py):
+    #                        an in-place op on some kinds of views is an error
     _views = None          # on a root: id -> weakref of its views made under grad mode
     # tracing (runtime/view_ops.py, layout.py, dispatch.py, inplace_ops.py, tracer/):
     _traced_root = None    # weakref to the traced tensor this alias (view, detach) shares

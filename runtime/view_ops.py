@@ -23,6 +23,11 @@ from aotgrad.runtime import memory_format as _layout
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.inference_views import note_view
 from aotgrad.runtime.version_counter import VersionCounter
+from aotgrad.runtime import view_meta
+from aotgrad.runtime.dual_state import TANGENT, set_tangent, tangent_of
+from aotgrad.runtime.dual_state import state as _forward
+from aotgrad.runtime.tensor import Tensor
+from aotgrad.runtime.view_meta import CreationMeta
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.op_base import _named, broadcast_shapes, norm_dims, op
 
@@ -35,6 +40,7 @@ def _view_of(out, base):
             # an empty array shares no memory, yet a view of an empty tensor is a view
             (v.size == 0 and v.base is not None and _buffer(v) is _buffer(base._value))):
         out._version_counter = base._version_counter
+        kind = view_meta.for_new_view(base)
         root = out._base = base if base._base is None else base._base
         # a view is an inference tensor exactly when its base is (as in PyTorch): a view of a
         # normal tensor taken inside inference_mode stays a normal tensor
@@ -43,18 +49,51 @@ def _view_of(out, base):
             return out
         d = out.__dict__
         d["_view_made"] = True  # an in-place op on it may rebase the root's history
-        if not _mode.grad_enabled:
-            d["_view_no_grad"] = True
-        else:  # regenerated when the root is modified in place (with history from then on)
-            views = root.__dict__.get("_views")  # id -> weakref (tensors compare by value)
-            if views is None:
-                views = root.__dict__["_views"] = {}
-            k = id(out)
-            views[k] = weakref.ref(out, lambda r, d=views, k=k: d.pop(k, None) if d.get(k) is r
-                                   else None)
+        if kind is not CreationMeta.DEFAULT:
+            d["_creation_meta"] = kind
+        if _forward.level is not None and TANGENT in d:
+            _share_tangent(out, base)
+        if _mode.grad_enabled or kind is not CreationMeta.DEFAULT:
+            # regenerated when the root is modified in place (with history from then on), or
+            # refused (a view made under no_grad, ...)
+            track_view(out, root)
     elif current_builder() is not None and not _inplace_op_running():
         note_traced_alias(out, base)
     return out
+
+
+def track_view(out, root):
+    """Remember view `out` on `root`, whose in-place modification regenerates its history."""
+    views = root.__dict__.get("_views")  # id -> weakref (tensors compare by value)
+    if views is None:
+        views = root.__dict__["_views"] = {}
+    k = id(out)
+    views[k] = weakref.ref(out, lambda r, d=views, k=k: d.pop(k, None) if d.get(k) is r
+                           else None)
+
+
+def _share_tangent(out, base):
+    """Forward-mode AD: the tangent of view `out` of `base` becomes the same view of base's
+    tangent (as PyTorch's), so that an in-place op on the view updates base's tangent too.
+    Left as computed where the tangent's layout is not the base's."""
+    bt = tangent_of(base)
+    if bt is None or not isinstance(bt._value, np.ndarray):
+        return
+    b, t, v = base._value, bt._value, out._value
+    if t.shape != b.shape or t.strides != b.strides or t.dtype != b.dtype or v.size == 0 or \
+            not t.flags.writeable:
+        return
+    rem = v.__array_interface__["data"][0] - b.__array_interface__["data"][0]
+    start = [0] * b.ndim
+    for d in sorted(range(b.ndim), key=lambda d: -abs(b.strides[d])):
+        st = b.strides[d]
+        if st > 0:
+            start[d], rem = divmod(rem, st)
+    if rem or any(not 0 <= i < n for i, n in zip(start, b.shape)):
+        return
+    first = t[tuple(slice(i, None) for i in start)]
+    tangent = Tensor._make(np.lib.stride_tricks.as_strided(first, v.shape, v.strides))
+    set_tangent(out, tangent)
 
 
 def note_traced_alias(out, base):
