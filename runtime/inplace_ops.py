@@ -24,6 +24,7 @@ import numpy as np
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.core import current_builder, current_op, format_location, type_str
 from aotgrad.runtime import forward_mode, layout
+from aotgrad.runtime.inference_views import InferenceModeView
 from aotgrad.runtime.forward_mode import state as _forward
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.elementwise_ops import where
@@ -194,6 +195,8 @@ def _regenerate_views(root, new_root, skip):
         if v is None or v is skip or not isinstance(v._value, np.ndarray) or \
                 not np.may_share_memory(v._value, root._value):  # (its .data was replaced)
             continue
+        if type(v) is InferenceModeView:
+            continue  # refuses at its grad_fn's read, as PyTorch's (inference_views)
         new = _read_view(flat, _positions(root._value, v._value), tuple(v.shape))
         msg = view_meta.rebase_error(v, indirect=True)
         if msg is not None:

@@ -24,9 +24,7 @@ from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.inference_views import note_view
 from aotgrad.runtime.version_counter import VersionCounter
 from aotgrad.runtime import view_meta
-from aotgrad.runtime.dual_state import TANGENT, set_tangent, tangent_of
-from aotgrad.runtime.dual_state import state as _forward
-from aotgrad.runtime.tensor import Tensor
+from aotgrad.runtime.dual_state import set_tangent, tangent_of
 from aotgrad.runtime.view_meta import CreationMeta
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.op_base import _named, broadcast_shapes, norm_dims, op
@@ -51,8 +49,6 @@ def _view_of(out, base):
         d["_view_made"] = True  # an in-place op on it may rebase the root's history
         if kind is not CreationMeta.DEFAULT:
             d["_creation_meta"] = kind
-        if _forward.level is not None and TANGENT in d:
-            _share_tangent(out, base)
         if _mode.grad_enabled or kind is not CreationMeta.DEFAULT:
             # regenerated when the root is modified in place (with history from then on), or
             # refused (a view made under no_grad, ...)
@@ -70,30 +66,6 @@ def track_view(out, root):
     k = id(out)
     views[k] = weakref.ref(out, lambda r, d=views, k=k: d.pop(k, None) if d.get(k) is r
                            else None)
-
-
-def _share_tangent(out, base):
-    """Forward-mode AD: the tangent of view `out` of `base` becomes the same view of base's
-    tangent (as PyTorch's), so that an in-place op on the view updates base's tangent too.
-    Left as computed where the tangent's layout is not the base's."""
-    bt = tangent_of(base)
-    if bt is None or not isinstance(bt._value, np.ndarray):
-        return
-    b, t, v = base._value, bt._value, out._value
-    if t.shape != b.shape or t.strides != b.strides or t.dtype != b.dtype or v.size == 0 or \
-            not t.flags.writeable:
-        return
-    rem = v.__array_interface__["data"][0] - b.__array_interface__["data"][0]
-    start = [0] * b.ndim
-    for d in sorted(range(b.ndim), key=lambda d: -abs(b.strides[d])):
-        st = b.strides[d]
-        if st > 0:
-            start[d], rem = divmod(rem, st)
-    if rem or any(not 0 <= i < n for i, n in zip(start, b.shape)):
-        return
-    first = t[tuple(slice(i, None) for i in start)]
-    tangent = Tensor._make(np.lib.stride_tricks.as_strided(first, v.shape, v.strides))
-    set_tangent(out, tangent)
 
 
 def note_traced_alias(out, base):
@@ -341,6 +313,9 @@ def clone(x, *, memory_format=None):
         out = tp.reshape(x, shape=tuple(x.shape))
         out._value = np.array(out._value, copy=True)
         out._version_counter = VersionCounter()  # its own memory now: not a view's counter
+        tangent = tangent_of(out)
+        if tangent is not None:  # the reshape's tangent views x's: the copy gets its own
+            set_tangent(out, clone(tangent))
         return out
     out = tp.reshape(x, shape=tuple(x.shape))
     layout.mark_fresh(out)   # a copy eagerly: C-contiguous, whatever x's layout
