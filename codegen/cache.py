@@ -20,7 +20,9 @@ directory is used instead (a warning, once, says which directory and why): compi
 works, it is only not kept for the next process.
 """
 import atexit
+import collections
 import contextlib
+import dataclasses
 import glob
 import hashlib
 import logging
@@ -150,6 +152,37 @@ def cache_dir():
     return use
 
 
+@dataclasses.dataclass
+class CacheStats:
+    """What this process asked of the cache since the last `reset()`: modules by how they
+    were found ('memory', 'disk', 'new', 'rebuilt') and kernels numba compiled here (not
+    loaded from its disk cache or from memory). A second trace whose kernels are unchanged
+    adds only 'memory' loads and no compile."""
+    loads: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    compiled: int = 0
+
+    def reset(self):
+        self.loads.clear()
+        self.compiled = 0
+
+
+stats = CacheStats()
+
+
+def has_machine_code(source, kernel):
+    """Is the kernel `kernel` of the module for `source` compiled: in this process (its
+    dispatcher holds an overload), or in numba's disk cache (index and data written)? A
+    module that is only imported does not count: the background thread imports a parallel
+    variant before a helper process has compiled it, and taking that for compiled made a
+    second trace compile the variant again, here, while the helper did the same."""
+    name = module_name(source)
+    mod = sys.modules.get(name)
+    if mod is not None and getattr(getattr(mod, kernel, None), "overloads", None):
+        return True
+    stem = os.path.join(cache_dir(), "__pycache__", name + ".")
+    return bool(glob.glob(stem + "*.nbi")) and bool(glob.glob(stem + "*.nbc"))
+
+
 def module_name(source):
     h = hashlib.sha256((_VERSION_KEY + "\n" + source).encode()).hexdigest()[:24]
     return _PREFIX + h
@@ -209,10 +242,13 @@ def load_module(source, fresh=False):
     name = module_name(source)
     if not fresh and name in sys.modules:
         log.debug("module %s: already loaded", name)
+        stats.loads["memory"] += 1
         return sys.modules[name], "memory"
     d = cache_dir()
     with _dir_lock(d, exclusive=False):
-        return _load_module(name, source, d, fresh)
+        mod, how = _load_module(name, source, d, fresh)
+    stats.loads[how] += 1
+    return mod, how
 
 
 def _load_module(name, source, d, fresh):

@@ -2,11 +2,9 @@
 import contextlib
 import copy
 import gc
-import glob
 import logging
 import math
 import os
-import sys
 import threading
 import time
 
@@ -58,13 +56,6 @@ def parallel_compile_min():
             raise ValueError(f"AOTGRAD_PARALLEL_MIN must be a whole number of elements, "
                              f"got {env!r}") from None
     return 0
-
-
-def _compiled_before(source):
-    """Has numba's disk cache (or this process) got machine code for this module?"""
-    name = cache.module_name(source)
-    return name in sys.modules or bool(
-        glob.glob(os.path.join(cache.cache_dir(), "__pycache__", name + ".*.nbi")))
 
 
 @contextlib.contextmanager
@@ -122,7 +113,8 @@ class CompiledGraph:
             if hint(math.prod(spec.kernel.domain or (1,))) < pmin:
                 spec.parallel = False
                 self.serial_compiled.add(spec)
-            elif tiers.enabled() and not _compiled_before(module_source([spec], own[st])):
+            elif tiers.enabled() and not cache.has_machine_code(
+                    module_source([spec], own[st]), spec.name):
                 spec.parallel = False
                 self.upgrading[spec] = (st, own[st])
         # the whole program as one text (what `source` shows); names the kernels k_<hash>
@@ -188,8 +180,13 @@ class CompiledGraph:
         u = self._units[name]
         spec, mod = u[0], u[1]
         sig = numba_signature(u[3])
+        fn = getattr(mod, name)
+        loaded = bool(fn.overloads)
+        misses = sum(fn.stats.cache_misses.values())
         try:
-            getattr(mod, name).compile(sig)
+            fn.compile(sig)
+            if not loaded and sum(fn.stats.cache_misses.values()) > misses:
+                cache.stats.compiled += 1     # numba's disk cache had no machine code
         except Exception as e:
             log.warning("kernel %s of cached module %s did not compile (%s: %s); rebuilding "
                         "the module", name, mod.__name__, type(e).__name__, e)
@@ -207,6 +204,7 @@ class CompiledGraph:
         if todo:
             self.helper_compiled = parallel_compile.compile_units(
                 todo, lambda unit: self._compile_one(unit.kernel), cwd=cache.cache_dir())
+            cache.stats.compiled += self.helper_compiled
         fn_of = {name: self._compile_one(name) for name in self._units}  # cache/memory hits
         return {st: (fn_of[spec.name], spec) for st, spec in self.specs.items()}
 

@@ -1,0 +1,108 @@
+"""Kernels are cached by their structure (a module per kernel, named by its source): a
+second trace whose kernels are unchanged compiles nothing, and a kernel whose parallel
+variant is only imported (its compile still running in the background) is not taken for
+compiled."""
+import copy
+import sys
+
+import numpy as np
+import pytest
+
+import aotgrad
+from aotgrad import nn
+from aotgrad.codegen import cache, compile_graph, parallel_compile, tiers
+from aotgrad.codegen import wait_for_parallel_kernels
+from aotgrad.codegen.emitter import module_source
+from aotgrad.ir import Aval, GraphBuilder, evaluate, prims
+from aotgrad.ir import dtypes as dt
+
+
+@pytest.fixture
+def cold(tmp_path, monkeypatch):
+    monkeypatch.setenv("AOTGRAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("AOTGRAD_PARALLEL_MIN", "0")
+    for name in [n for n in sys.modules if n.startswith("aotgrad_gen_")]:
+        monkeypatch.delitem(sys.modules, name)
+    assert wait_for_parallel_kernels(timeout=300)
+    parallel_compile.shutdown()
+    cache.stats.reset()
+    yield tmp_path
+    assert wait_for_parallel_kernels(timeout=300)
+    parallel_compile.shutdown()
+
+
+def _mlp_step():
+    aotgrad.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 3))
+    opt = aotgrad.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+    def step(x, y):
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+    return step, model
+
+
+def test_a_second_trace_of_the_same_program_compiles_nothing(cold, monkeypatch):
+    monkeypatch.setenv("AOTGRAD_BACKGROUND_COMPILE", "0")
+    x, y = aotgrad.randn(4, 8), aotgrad.tensor([0, 2, 1, 0])
+    step, _ = _mlp_step()
+    first = aotgrad.compile(step)
+    l1 = first(x, y)
+    assert cache.stats.compiled > 0 and cache.stats.loads["new"] > 0
+    cache.stats.reset()
+    # a new compiled function: traced and partitioned again, its kernels the same text
+    step2, _ = _mlp_step()
+    second = aotgrad.compile(step2)
+    l2 = second(x, y)
+    assert cache.stats.compiled == 0, cache.stats
+    assert set(cache.stats.loads) == {"memory"}, cache.stats
+    assert float(l1) == float(l2)
+
+
+def test_a_retrace_for_optimizer_state_compiles_only_the_changed_kernels(cold, monkeypatch):
+    monkeypatch.setenv("AOTGRAD_BACKGROUND_COMPILE", "0")
+    x, y = aotgrad.randn(4, 8), aotgrad.tensor([0, 2, 1, 0])
+    step, model = _mlp_step()
+    compiled = aotgrad.compile(step)
+    compiled(x, y)              # no momentum buffers yet
+    cache.stats.reset()
+    compiled(x, y)              # momentum buffers appeared: a second trace
+    assert cache.stats.loads["memory"] > 0, cache.stats       # forward kernels reused
+    assert cache.stats.compiled <= cache.stats.loads["new"], cache.stats
+    eager_step, eager_model = _mlp_step()
+    eager_step(x, y)
+    eager_step(x, y)
+    for p, q in zip(model.parameters(), eager_model.parameters()):
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-5,
+                                   atol=1e-6)
+
+
+def _graph():
+    b = GraphBuilder("p")
+    x = b.add_input(Aval((300, 512), dt.float32), "x")
+    with b:
+        rows = prims.reduce_sum(prims.tanh(x), dims=(1,))
+    b.graph.outputs = [rows]
+    return b.graph
+
+
+def test_an_imported_but_uncompiled_parallel_variant_is_not_compiled_here(cold, monkeypatch):
+    monkeypatch.setenv("AOTGRAD_BACKGROUND_COMPILE", "1")
+    monkeypatch.setattr(tiers, "submit", lambda job: None)   # the upgrade never finishes
+    prog = compile_graph(_graph())
+    assert prog.upgrading
+    for spec, (_, own) in prog.upgrading.items():
+        pspec = copy.copy(spec)
+        pspec.parallel = True
+        source = module_source([pspec], own)
+        cache.load_module(source)       # what the background job does before its helpers
+        assert not cache.has_machine_code(source, pspec.name)
+    cache.stats.reset()
+    again = compile_graph(_graph())
+    assert again.upgrading              # still serial: the variant is not compiled yet
+    assert cache.stats.compiled == 0, cache.stats
+    x = np.random.default_rng(0).uniform(-2, 2, (300, 512)).astype(np.float32)
+    np.testing.assert_allclose(again(x)[0], evaluate(_graph(), [x])[0], rtol=1e-5, atol=1e-4)
