@@ -273,3 +273,27 @@ def test_row_kernels_follow_pytorch(torch):
     y2.backward(torch.tensor(g))
     for a, b in zip(ours, theirs):
         assert_close(a.grad.numpy(), b.grad.numpy(), rtol=1e-4, atol=1e-5, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_branchless_selection_is_np_where_bit_for_bit(dtype):
+    rng = np.random.default_rng(7)
+    specials = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -3.5], dtype)
+    a = rng.choice(specials, (5, 10, 4))[:, ::2].T      # non-contiguous operands
+    b = rng.standard_normal((5, 10, 4)).astype(dtype)[:, 1::2].T
+    mask = rng.random(a.shape) < 0.5
+    bits = {4: np.uint32, 8: np.uint64}[a.dtype.itemsize]
+    got, want = eager_kernels._select(mask, a, b), np.where(mask, a, b)
+    assert got.dtype == dtype and np.array_equal(got.view(bits), want.view(bits))
+    got, want = eager_kernels._keep(mask, a), np.where(mask, a, dtype(0))
+    assert got.dtype == dtype and np.array_equal(got.view(bits), want.view(bits))
+
+
+def test_pool_and_relu_kernels_on_special_values(monkeypatch):
+    rng = np.random.default_rng(3)
+    x = rng.choice(np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 2.0, -1.0], np.float32),
+                   (2, 3, 6, 8))
+    for fn in (lambda t: F.max_pool2d(t, 2), lambda t: F.max_pool2d(t, 3, 2, 1),
+               lambda t: F.relu(t) * 3):
+        y = _assert_same(fn, [x], monkeypatch)
+        assert y.dtype == ag.float32
