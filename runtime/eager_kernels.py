@@ -231,16 +231,42 @@ def _conv2d_backward(g, arrays, cols, needs, *, stride, padding, dilation, group
     oh, ow = g.shape[2:]
     gm = np.ascontiguousarray(g.transpose(1, 0, 2, 3)).reshape(o, n * oh * ow)
     gx = gw = gb = None
-    if needs[0]:
+    if needs[0] and tuple(stride) == (1, 1) and oh * ow < 256:
+        # (on larger images the rows are long enough that the widened product costs more)
+        gx = _conv2d_input_grad_stride1(g, w, x.shape, padding, dilation)
+    elif needs[0]:
+        # scattered channel-major, (C, N, ...), where each tap's slice of dcols is contiguous
         dcols = np.matmul(w.reshape(o, -1).T, gm).reshape(c, kh, kw, n, oh, ow)
-        gx = _scatter_windows(dcols.transpose(3, 0, 1, 2, 4, 5), x.shape, (kh, kw), stride,
-                              dilation, padding)
-        gx = np.ascontiguousarray(gx)
+        gx = _scatter_windows(dcols.transpose(0, 3, 1, 2, 4, 5), (c, n) + x.shape[2:],
+                              (kh, kw), stride, dilation, padding)
+        gx = np.ascontiguousarray(gx.transpose(1, 0, 2, 3))
     if needs[1]:
-        gw = np.matmul(gm, cols.T).reshape(w.shape)
+        # (K, N*L) @ (N*L, O), transposed: BLAS reads both operands along rows
+        gw = np.matmul(cols, gm.T).T.reshape(w.shape)
     if b is not None and needs[2]:
         gb = g.sum(axis=(0, 2, 3)).astype(g.dtype, copy=False)
     return gx, gw, gb
+
+
+def _conv2d_input_grad_stride1(g, w, x_shape, padding, dilation):
+    """The input's gradient of a stride-1 convolution with rows as wide as the padded input:
+    the window of tap (i, j) is then the flat padded image shifted by i*dh*wp + j*dw, so each
+    tap's scatter is one long contiguous add per (channel, sample) instead of one per output
+    row (the zero columns of the widened gradient add nothing)."""
+    n, c, h, w_ = x_shape
+    o, _, kh, kw = w.shape
+    oh, ow = g.shape[2:]
+    (ph, pw), (dh, dw) = padding, dilation
+    hp, wp = h + 2 * ph, w_ + 2 * pw
+    wide = np.zeros((o, n, oh, wp), g.dtype)
+    wide[..., :ow] = g.transpose(1, 0, 2, 3)
+    dcols = np.matmul(w.reshape(o, -1).T, wide.reshape(o, -1)).reshape(c, kh * kw, n, oh * wp)
+    flat = np.zeros((c, n, hp * wp + dw * (kw - 1)), g.dtype)
+    for k in range(kh * kw):
+        at = k // kw * dh * wp + k % kw * dw
+        flat[:, :, at:at + oh * wp] += dcols[:, k]
+    img = flat[:, :, :hp * wp].reshape(c, n, hp, wp)[:, :, ph:ph + h, pw:pw + w_]
+    return np.ascontiguousarray(img.transpose(1, 0, 2, 3))
 
 
 def _conv2d_accepts(arrays, params):

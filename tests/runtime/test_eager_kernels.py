@@ -52,6 +52,8 @@ CONV_CASES = [
     ((3, 2, 7, 5), (2, 2, 3, 1), dict(stride=(2, 1), padding=(0, 2))),
     ((2, 2, 6, 6), (2, 2, 3, 3), dict(padding="same")),
     ((1, 3, 5, 5), (4, 3, 5, 5), dict()),
+    ((2, 3, 8, 7), (2, 3, 3, 2), dict(padding=(2, 1), dilation=(2, 3))),
+    ((1, 2, 18, 18), (3, 2, 3, 3), dict()),                # a large image: the other scatter
 ]
 
 
