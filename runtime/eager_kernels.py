@@ -75,6 +75,10 @@ class Kernel:
     backward: Callable
     accepts: Callable = lambda arrays, params: True
     output_rule: Callable = None
+    # the inputs the node saves (checked against in-place changes); None: all of them. The
+    # others are kept as they are, for the reference under create_graph only, where the
+    # reference's own rule does not save them either (addmm's input)
+    saves: tuple = None
 
 
 class KernelBackward(Node):
@@ -90,7 +94,9 @@ class KernelBackward(Node):
         self._params, self._ctx = params, ctx
         self.needs_input_grad = tuple(t is not None and t.requires_grad for t in inputs)
         if kernel.output_rule is None:
-            self._saved = [None if t is None else SavedTensor(t) for t in inputs]
+            self._saved = [None if t is None else
+                           SavedTensor(t) if kernel.saves is None or i in kernel.saves else t
+                           for i, t in enumerate(inputs)]
         else:
             self._saved, self._ctx = [SavedTensor(out, is_output=True)], None
 
@@ -105,7 +111,7 @@ class KernelBackward(Node):
                 gx, = self._kernel.backward(g._value, None, out._value, self.needs_input_grad,
                                             **self._params)
             return [Tensor._make(gx)]
-        inputs = [None if s is None else s.unpack(self) for s in self._saved]
+        inputs = [s.unpack(self) if type(s) is SavedTensor else s for s in self._saved]
         if _mode.grad_enabled or current_builder() is not None or \
                 type(g._value) is not np.ndarray:
             # create_graph, or a backward being traced: the decomposition's prims, whose
@@ -114,7 +120,9 @@ class KernelBackward(Node):
                 out = self._reference(*inputs, **self._params)
             return run_subgraph([GradientEdge(out.grad_fn, out._output_nr)], [g],
                                 self.next_functions, _mode.grad_enabled)
-        arrays = [None if t is None else t._value for t in inputs]
+        arrays = [None if t is None or (self._kernel.saves is not None and
+                                        i not in self._kernel.saves) else t._value
+                  for i, t in enumerate(inputs)]
         with np.errstate(all="ignore"):
             outs = self._kernel.backward(g._value, arrays, self._ctx, self.needs_input_grad,
                                          **self._params)
@@ -123,8 +131,9 @@ class KernelBackward(Node):
 
     def _release(self):
         for s in self._saved:
-            if s is not None:
+            if type(s) is SavedTensor:
                 s.release()
+        self._saved = [s if type(s) is SavedTensor else None for s in self._saved]
         self._ctx = None
 
 
@@ -152,6 +161,33 @@ def run(kernel, inputs, reference, /, **params):
         out.requires_grad = True
         out.grad_fn = KernelBackward(kernel, reference, inputs, out, params, ctx)
     return out
+
+
+# ---- matrix products -----------------------------------------------------------------------
+def _addmm_forward(arrays):
+    """input + mat1 @ mat2 (beta = alpha = 1: nn.Linear's product), the input a row or the
+    whole matrix."""
+    inp, m1, m2 = arrays
+    out = np.matmul(m1, m2)
+    out += inp
+    return out, inp.ndim
+
+
+def _addmm_backward(g, arrays, input_ndim, needs):
+    _, m1, m2 = arrays
+    gi = (g.copy() if input_ndim == 2 else g.sum(axis=0)) if needs[0] else None
+    g1 = np.matmul(g, m2.T) if needs[1] else None
+    g2 = np.matmul(m1.T, g) if needs[2] else None
+    return gi, g1, g2
+
+
+def _addmm_accepts(arrays, params):
+    inp, m1, m2 = arrays
+    return inp.shape in ((m2.shape[1],), (m1.shape[0], m2.shape[1]))
+
+
+# saves the two matrices only, as the reference's rules do (an add saves nothing)
+ADDMM = Kernel("AddmmBackward0", _addmm_forward, _addmm_backward, _addmm_accepts, saves=(1, 2))
 
 
 # ---- windows (convolution and pooling) -----------------------------------------------------

@@ -299,3 +299,46 @@ def test_pool_and_relu_kernels_on_special_values(monkeypatch):
                lambda t: F.relu(t) * 3):
         y = _assert_same(fn, [x], monkeypatch)
         assert y.dtype == ag.float32
+
+
+ADDMM_CASES = [((5,), (3, 4), (4, 5)), ((3, 5), (3, 4), (4, 5)), ((1,), (1, 1), (1, 1)),
+               ((6,), (0, 2), (2, 6)), ((2, 3), (2, 0), (0, 3))]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("shapes", ADDMM_CASES, ids=[str(i) for i in range(len(ADDMM_CASES))])
+def test_addmm_kernel_equals_its_reference(shapes, dtype, monkeypatch):
+    arrays = [_rand(*s, dtype=dtype, seed=i) for i, s in enumerate(shapes)]
+    if arrays[1].size:
+        arrays[1].reshape(-1)[0] = np.nan
+    y = _assert_same(ag.addmm, arrays, monkeypatch)
+    assert y.dtype == {np.float32: ag.float32, np.float64: ag.float64}[dtype]
+    assert y.grad_fn.name() == "AddmmBackward0"
+
+
+def test_linear_on_the_addmm_kernel_keeps_pytorchs_graph_and_saved_tensors(monkeypatch):
+    x, w, b = _rand(4, 3), _rand(5, 3, seed=1)[:, ::-1], _rand(5, seed=2)   # w non-contiguous
+    _assert_same(F.linear, [x, w, b], monkeypatch)
+    xt, wt, bt = (ag.tensor(a.copy(), requires_grad=True) for a in (x, w, b))
+    y = F.linear(xt, wt, bt)
+    names = [n.name() if n is not None else None for n, _ in y.grad_fn.next_functions]
+    assert y.grad_fn.name() == "AddmmBackward0"
+    assert names == ["AccumulateGrad", "AccumulateGrad", "TBackward0"]
+    with ag.no_grad():
+        bt.add_(1.0)            # the bias is not saved (as PyTorch's AddmmBackward0)
+    y.sum().backward()
+    assert_close(bt.grad.numpy(), np.full(5, 4.0, np.float32))
+    y = F.linear(xt, wt, bt)
+    with ag.no_grad():
+        xt.mul_(2.0)            # mat1 is: the backward refuses it
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+
+
+def test_addmm_kernel_double_backward_equals_the_reference(monkeypatch):
+    arrays = [_rand(5), _rand(3, 4, seed=1), _rand(4, 5, seed=2)]
+    outs = [_run(ag.addmm, arrays, k, monkeypatch, create_graph=True) for k in (True, False)]
+    for a, b in zip(outs[0][2], outs[1][2]):
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert_close(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-5)
