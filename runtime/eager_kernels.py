@@ -11,7 +11,10 @@ prims of `reference` (the op's decomposition, which stays the reference for the 
 on the saved inputs instead, so a double backward differentiates the same rules as before.
 
 Kernels here are numpy (a strided window view and one BLAS contraction, scatter-adds by
-window offset); tests/runtime/test_eager_kernels.py compares each with its reference on
+window offset, selections by bit masks rather than np.where); an op compiled through the code
+generator with symbolic sizes was slower at LeNet's sizes (relu + max_pool2d, forward and
+backward: its call path costs more than these kernels), so numpy stays.
+tests/runtime/test_eager_kernels.py compares each with its reference on
 awkward shapes (size 1, zero size, non-contiguous inputs, padding, stride, dilation).
 """
 from dataclasses import dataclass
