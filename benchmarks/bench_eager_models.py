@@ -5,12 +5,14 @@ eager kernels off (runtime/eager_kernels.py: the ops run their prims), to see wh
 kernels bring.
 
     python benchmarks/bench_eager_models.py [--models gpt,lenet] [--steps 20] [--threads 1]
-                                            [--no-kernels]
+                                            [--no-kernels] [--cpu-time]
 
 Prints the median and fastest ms per step (the first two steps left out), the ratio of the
 medians, the last losses (equal up to float32 rounding) and the load average. `--threads`
 sets torch's threads; numpy's BLAS threads are what the environment says (set
-OPENBLAS_NUM_THREADS to match for a like-for-like comparison)."""
+OPENBLAS_NUM_THREADS to match for a like-for-like comparison). `--cpu-time` times each step
+by this process's CPU time instead of the wall clock: on a loaded machine a single-threaded
+step's CPU time leaves out the time other processes held the core (set the threads to 1)."""
 import argparse
 import os
 import sys
@@ -44,6 +46,8 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-kernels", action="store_true",
                     help="also run aotgrad with its eager kernels off")
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="time steps by process CPU time (single-threaded runs on a busy machine)")
     args = ap.parse_args(argv)
     import aotgrad
     from aotgrad.runtime import eager_kernels
@@ -57,7 +61,9 @@ def main(argv=None):
     except ImportError:
         pass
     run = eager_kernels.run
-    print(f"torch threads {args.threads}; OPENBLAS_NUM_THREADS="
+    clock = time.process_time if args.cpu_time else time.perf_counter
+    print(f"{'cpu' if args.cpu_time else 'wall'} time; torch threads {args.threads}; "
+          f"OPENBLAS_NUM_THREADS="
           f"{os.environ.get('OPENBLAS_NUM_THREADS', '(unset)')}; {args.steps} steps")
     for model_name in args.models.split(","):
         steppers = _steppers(model_name, libs)
@@ -68,9 +74,9 @@ def main(argv=None):
             for label, (step, kernels) in steppers.items():
                 eager_kernels.run = run if kernels else (lambda *a, **k: None)
                 try:
-                    t0 = time.perf_counter()
+                    t0 = clock()
                     losses[label] = step(i)
-                    times[label].append(time.perf_counter() - t0)
+                    times[label].append(clock() - t0)
                 finally:
                     eager_kernels.run = run
         medians = {}

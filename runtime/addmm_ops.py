@@ -52,6 +52,16 @@ def addmm(input, mat1, mat2, *, beta=1, alpha=1):
     """beta * input + alpha * (mat1 @ mat2)."""
     _check_dims("addmm", mat1=(mat1, 2), mat2=(mat2, 2))
     _check_dtypes("addmm", *(t for t in (input, mat1, mat2) if isinstance(t, Tensor)))
+    if beta == 1 and alpha == 1 and isinstance(input, Tensor):
+        from aotgrad.runtime import eager_kernels   # (it imports the ops this module serves)
+        out = eager_kernels.run(eager_kernels.ADDMM, (input, mat1, mat2), _addmm_prims)
+        if out is not None:
+            return out
+    return _addmm_prims(input, mat1, mat2, beta=beta, alpha=alpha)
+
+
+def _addmm_prims(input, mat1, mat2, *, beta=1, alpha=1):
+    """addmm as tensor ops (the reference of the eager kernel, and what a trace records)."""
     return _scaled_sum("addmm", input, matmul(mat1, mat2), beta, alpha)
 
 

@@ -11,7 +11,10 @@ prims of `reference` (the op's decomposition, which stays the reference for the 
 on the saved inputs instead, so a double backward differentiates the same rules as before.
 
 Kernels here are numpy (a strided window view and one BLAS contraction, scatter-adds by
-window offset); tests/runtime/test_eager_kernels.py compares each with its reference on
+window offset, selections by bit masks rather than np.where); an op compiled through the code
+generator with symbolic sizes was slower at LeNet's sizes (relu + max_pool2d, forward and
+backward: its call path costs more than these kernels), so numpy stays.
+tests/runtime/test_eager_kernels.py compares each with its reference on
 awkward shapes (size 1, zero size, non-contiguous inputs, padding, stride, dilation).
 """
 from dataclasses import dataclass
@@ -33,6 +36,32 @@ from aotgrad.runtime.saved_tensors import SavedTensor
 from aotgrad.runtime.tensor import Tensor
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_BITS = {4: np.int32, 8: np.int64}   # an itemsize's integer type, for bitwise selection
+
+
+def _mask_bits(mask, itemsize):
+    """All-ones words where `mask` holds, zero words elsewhere."""
+    m = mask.view(np.int8).astype(_BITS[itemsize])
+    return np.negative(m, out=m)
+
+
+def _select(mask, a, b):
+    """np.where(mask, a, b) for same-shape arrays of one dtype, bit for bit (NaN payloads and
+    -0.0 kept), without np.where's per-element branch, which costs ~20x on an unpredictable
+    mask (activations, window maxima)."""
+    bits = _BITS[b.dtype.itemsize]
+    bi = b.view(bits)
+    out = np.bitwise_xor(a.view(bits), bi)
+    out &= _mask_bits(mask, b.dtype.itemsize)
+    out ^= bi
+    return out.view(b.dtype)
+
+
+def _keep(mask, a):
+    """np.where(mask, a, +0.0), bit for bit, without the branch (see _select)."""
+    out = _mask_bits(mask, a.dtype.itemsize)
+    out &= a.view(out.dtype)
+    return out.view(a.dtype)
 
 
 @dataclass(frozen=True)
@@ -49,6 +78,10 @@ class Kernel:
     backward: Callable
     accepts: Callable = lambda arrays, params: True
     output_rule: Callable = None
+    # the inputs the node saves (checked against in-place changes); None: all of them. The
+    # others are kept as they are, for the reference under create_graph only, where the
+    # reference's own rule does not save them either (addmm's input)
+    saves: tuple = None
 
 
 class KernelBackward(Node):
@@ -64,7 +97,9 @@ class KernelBackward(Node):
         self._params, self._ctx = params, ctx
         self.needs_input_grad = tuple(t is not None and t.requires_grad for t in inputs)
         if kernel.output_rule is None:
-            self._saved = [None if t is None else SavedTensor(t) for t in inputs]
+            self._saved = [None if t is None else
+                           SavedTensor(t) if kernel.saves is None or i in kernel.saves else t
+                           for i, t in enumerate(inputs)]
         else:
             self._saved, self._ctx = [SavedTensor(out, is_output=True)], None
 
@@ -79,7 +114,7 @@ class KernelBackward(Node):
                 gx, = self._kernel.backward(g._value, None, out._value, self.needs_input_grad,
                                             **self._params)
             return [Tensor._make(gx)]
-        inputs = [None if s is None else s.unpack(self) for s in self._saved]
+        inputs = [s.unpack(self) if type(s) is SavedTensor else s for s in self._saved]
         if _mode.grad_enabled or current_builder() is not None or \
                 type(g._value) is not np.ndarray:
             # create_graph, or a backward being traced: the decomposition's prims, whose
@@ -88,7 +123,9 @@ class KernelBackward(Node):
                 out = self._reference(*inputs, **self._params)
             return run_subgraph([GradientEdge(out.grad_fn, out._output_nr)], [g],
                                 self.next_functions, _mode.grad_enabled)
-        arrays = [None if t is None else t._value for t in inputs]
+        arrays = [None if t is None or (self._kernel.saves is not None and
+                                        i not in self._kernel.saves) else t._value
+                  for i, t in enumerate(inputs)]
         with np.errstate(all="ignore"):
             outs = self._kernel.backward(g._value, arrays, self._ctx, self.needs_input_grad,
                                          **self._params)
@@ -97,8 +134,9 @@ class KernelBackward(Node):
 
     def _release(self):
         for s in self._saved:
-            if s is not None:
+            if type(s) is SavedTensor:
                 s.release()
+        self._saved = [s if type(s) is SavedTensor else None for s in self._saved]
         self._ctx = None
 
 
@@ -126,6 +164,33 @@ def run(kernel, inputs, reference, /, **params):
         out.requires_grad = True
         out.grad_fn = KernelBackward(kernel, reference, inputs, out, params, ctx)
     return out
+
+
+# ---- matrix products -----------------------------------------------------------------------
+def _addmm_forward(arrays):
+    """input + mat1 @ mat2 (beta = alpha = 1: nn.Linear's product), the input a row or the
+    whole matrix."""
+    inp, m1, m2 = arrays
+    out = np.matmul(m1, m2)
+    out += inp
+    return out, inp.ndim
+
+
+def _addmm_backward(g, arrays, input_ndim, needs):
+    _, m1, m2 = arrays
+    gi = (g.copy() if input_ndim == 2 else g.sum(axis=0)) if needs[0] else None
+    g1 = np.matmul(g, m2.T) if needs[1] else None
+    g2 = np.matmul(m1.T, g) if needs[2] else None
+    return gi, g1, g2
+
+
+def _addmm_accepts(arrays, params):
+    inp, m1, m2 = arrays
+    return inp.shape in ((m2.shape[1],), (m1.shape[0], m2.shape[1]))
+
+
+# saves the two matrices only, as the reference's rules do (an add saves nothing)
+ADDMM = Kernel("AddmmBackward0", _addmm_forward, _addmm_backward, _addmm_accepts, saves=(1, 2))
 
 
 # ---- windows (convolution and pooling) -----------------------------------------------------
@@ -205,16 +270,42 @@ def _conv2d_backward(g, arrays, cols, needs, *, stride, padding, dilation, group
     oh, ow = g.shape[2:]
     gm = np.ascontiguousarray(g.transpose(1, 0, 2, 3)).reshape(o, n * oh * ow)
     gx = gw = gb = None
-    if needs[0]:
+    if needs[0] and tuple(stride) == (1, 1) and oh * ow < 256:
+        # (on larger images the rows are long enough that the widened product costs more)
+        gx = _conv2d_input_grad_stride1(g, w, x.shape, padding, dilation)
+    elif needs[0]:
+        # scattered channel-major, (C, N, ...), where each tap's slice of dcols is contiguous
         dcols = np.matmul(w.reshape(o, -1).T, gm).reshape(c, kh, kw, n, oh, ow)
-        gx = _scatter_windows(dcols.transpose(3, 0, 1, 2, 4, 5), x.shape, (kh, kw), stride,
-                              dilation, padding)
-        gx = np.ascontiguousarray(gx)
+        gx = _scatter_windows(dcols.transpose(0, 3, 1, 2, 4, 5), (c, n) + x.shape[2:],
+                              (kh, kw), stride, dilation, padding)
+        gx = np.ascontiguousarray(gx.transpose(1, 0, 2, 3))
     if needs[1]:
-        gw = np.matmul(gm, cols.T).reshape(w.shape)
+        # (K, N*L) @ (N*L, O), transposed: BLAS reads both operands along rows
+        gw = np.matmul(cols, gm.T).T.reshape(w.shape)
     if b is not None and needs[2]:
         gb = g.sum(axis=(0, 2, 3)).astype(g.dtype, copy=False)
     return gx, gw, gb
+
+
+def _conv2d_input_grad_stride1(g, w, x_shape, padding, dilation):
+    """The input's gradient of a stride-1 convolution with rows as wide as the padded input:
+    the window of tap (i, j) is then the flat padded image shifted by i*dh*wp + j*dw, so each
+    tap's scatter is one long contiguous add per (channel, sample) instead of one per output
+    row (the zero columns of the widened gradient add nothing)."""
+    n, c, h, w_ = x_shape
+    o, _, kh, kw = w.shape
+    oh, ow = g.shape[2:]
+    (ph, pw), (dh, dw) = padding, dilation
+    hp, wp = h + 2 * ph, w_ + 2 * pw
+    wide = np.zeros((o, n, oh, wp), g.dtype)
+    wide[..., :ow] = g.transpose(1, 0, 2, 3)
+    dcols = np.matmul(w.reshape(o, -1).T, wide.reshape(o, -1)).reshape(c, kh * kw, n, oh * wp)
+    flat = np.zeros((c, n, hp * wp + dw * (kw - 1)), g.dtype)
+    for k in range(kh * kw):
+        at = k // kw * dh * wp + k % kw * dw
+        flat[:, :, at:at + oh * wp] += dcols[:, k]
+    img = flat[:, :, :hp * wp].reshape(c, n, hp, wp)[:, :, ph:ph + h, pw:pw + w_]
+    return np.ascontiguousarray(img.transpose(1, 0, 2, 3))
 
 
 def _conv2d_accepts(arrays, params):
@@ -252,8 +343,8 @@ def _max_pool2d_forward(arrays, *, kernel, stride, padding, dilation, ceil_mode)
         np.greater(v, best, out=better)
         if nan:
             better |= np.isnan(v) & ~np.isnan(best)
-        best = np.where(better, v, best)   # (faster than copyto with where=)
-        idx = np.where(better, np.int32(k), idx)
+        best = _select(better, v, best)
+        idx += better * (np.int32(k) - idx)
     return best, idx
 
 
@@ -262,10 +353,20 @@ def _max_pool2d_backward(g, arrays, idx, needs, *, kernel, stride, padding, dila
     x, = arrays
     n, c = x.shape[:2]
     oh, ow = g.shape[2:]
-    dwin = np.zeros((n, c, kernel[0], kernel[1], oh, ow), g.dtype)
-    zero = g.dtype.type(0)
-    for k in range(kernel[0] * kernel[1]):
-        dwin[:, :, k // kernel[1], k % kernel[1]] = np.where(idx == k, g, zero)
+    (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation
+    if sh > dh * (kh - 1) and sw > dw * (kw - 1):
+        # windows apart: each input element gets at most one tap's gradient, so the taps are
+        # written in place (no window array, no adds)
+        (ph, pw), (h, w) = padding, x.shape[2:]
+        out = np.zeros((n, c, max(h + 2 * ph, (oh - 1) * sh + dh * (kh - 1) + 1),
+                        max(w + 2 * pw, (ow - 1) * sw + dw * (kw - 1) + 1)), g.dtype)
+        for k in range(kh * kw):
+            i, j = k // kw * dh, k % kw * dw
+            out[:, :, i:i + (oh - 1) * sh + 1:sh, j:j + (ow - 1) * sw + 1:sw] = _keep(idx == k, g)
+        return (np.ascontiguousarray(out[:, :, ph:ph + h, pw:pw + w]),)
+    dwin = np.zeros((n, c, kh, kw, oh, ow), g.dtype)
+    for k in range(kh * kw):
+        dwin[:, :, k // kw, k % kw] = _keep(idx == k, g)
     return (np.ascontiguousarray(_scatter_windows(dwin, x.shape, kernel, stride, dilation,
                                                   padding)),)
 
@@ -361,11 +462,14 @@ LOG_SOFTMAX = Kernel("LogSoftmaxBackward0", _log_softmax_forward, _log_softmax_b
 
 def _relu_forward(arrays):
     x, = arrays   # 0 where x <= 0 (so -0.0 gives 0.0); NaN passes, as the reference
-    return np.where(x <= 0, x.dtype.type(0), x), None
+    zero = x.dtype.type(0)
+    out = np.maximum(x, zero)   # NaN propagates; -0.0 may stay -0.0 here ...
+    out += zero                 # ... and + 0.0 makes it 0.0
+    return out, None
 
 
 def _relu_backward(g, arrays, y, needs):
-    return (np.where(y <= 0, g.dtype.type(0), g),)
+    return (_keep(y != 0, g),)   # y is 0 exactly where x <= 0 (y NaN: g passes)
 
 
 def _relu_rule(g, y):

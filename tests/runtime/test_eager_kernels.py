@@ -52,6 +52,8 @@ CONV_CASES = [
     ((3, 2, 7, 5), (2, 2, 3, 1), dict(stride=(2, 1), padding=(0, 2))),
     ((2, 2, 6, 6), (2, 2, 3, 3), dict(padding="same")),
     ((1, 3, 5, 5), (4, 3, 5, 5), dict()),
+    ((2, 3, 8, 7), (2, 3, 3, 2), dict(padding=(2, 1), dilation=(2, 3))),
+    ((1, 2, 18, 18), (3, 2, 3, 3), dict()),                # a large image: the other scatter
 ]
 
 
@@ -273,3 +275,70 @@ def test_row_kernels_follow_pytorch(torch):
     y2.backward(torch.tensor(g))
     for a, b in zip(ours, theirs):
         assert_close(a.grad.numpy(), b.grad.numpy(), rtol=1e-4, atol=1e-5, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_branchless_selection_is_np_where_bit_for_bit(dtype):
+    rng = np.random.default_rng(7)
+    specials = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -3.5], dtype)
+    a = rng.choice(specials, (5, 10, 4))[:, ::2].T      # non-contiguous operands
+    b = rng.standard_normal((5, 10, 4)).astype(dtype)[:, 1::2].T
+    mask = rng.random(a.shape) < 0.5
+    bits = {4: np.uint32, 8: np.uint64}[a.dtype.itemsize]
+    got, want = eager_kernels._select(mask, a, b), np.where(mask, a, b)
+    assert got.dtype == dtype and np.array_equal(got.view(bits), want.view(bits))
+    got, want = eager_kernels._keep(mask, a), np.where(mask, a, dtype(0))
+    assert got.dtype == dtype and np.array_equal(got.view(bits), want.view(bits))
+
+
+def test_pool_and_relu_kernels_on_special_values(monkeypatch):
+    rng = np.random.default_rng(3)
+    x = rng.choice(np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 2.0, -1.0], np.float32),
+                   (2, 3, 6, 8))
+    for fn in (lambda t: F.max_pool2d(t, 2), lambda t: F.max_pool2d(t, 3, 2, 1),
+               lambda t: F.relu(t) * 3):
+        y = _assert_same(fn, [x], monkeypatch)
+        assert y.dtype == ag.float32
+
+
+ADDMM_CASES = [((5,), (3, 4), (4, 5)), ((3, 5), (3, 4), (4, 5)), ((1,), (1, 1), (1, 1)),
+               ((6,), (0, 2), (2, 6)), ((2, 3), (2, 0), (0, 3))]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("shapes", ADDMM_CASES, ids=[str(i) for i in range(len(ADDMM_CASES))])
+def test_addmm_kernel_equals_its_reference(shapes, dtype, monkeypatch):
+    arrays = [_rand(*s, dtype=dtype, seed=i) for i, s in enumerate(shapes)]
+    if arrays[1].size:
+        arrays[1].reshape(-1)[0] = np.nan
+    y = _assert_same(ag.addmm, arrays, monkeypatch)
+    assert y.dtype == {np.float32: ag.float32, np.float64: ag.float64}[dtype]
+    assert y.grad_fn.name() == "AddmmBackward0"
+
+
+def test_linear_on_the_addmm_kernel_keeps_pytorchs_graph_and_saved_tensors(monkeypatch):
+    x, w, b = _rand(4, 3), _rand(5, 3, seed=1)[:, ::-1], _rand(5, seed=2)   # w non-contiguous
+    _assert_same(F.linear, [x, w, b], monkeypatch)
+    xt, wt, bt = (ag.tensor(a.copy(), requires_grad=True) for a in (x, w, b))
+    y = F.linear(xt, wt, bt)
+    names = [n.name() if n is not None else None for n, _ in y.grad_fn.next_functions]
+    assert y.grad_fn.name() == "AddmmBackward0"
+    assert names == ["AccumulateGrad", "AccumulateGrad", "TBackward0"]
+    with ag.no_grad():
+        bt.add_(1.0)            # the bias is not saved (as PyTorch's AddmmBackward0)
+    y.sum().backward()
+    assert_close(bt.grad.numpy(), np.full(5, 4.0, np.float32))
+    y = F.linear(xt, wt, bt)
+    with ag.no_grad():
+        xt.mul_(2.0)            # mat1 is: the backward refuses it
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+
+
+def test_addmm_kernel_double_backward_equals_the_reference(monkeypatch):
+    arrays = [_rand(5), _rand(3, 4, seed=1), _rand(4, 5, seed=2)]
+    outs = [_run(ag.addmm, arrays, k, monkeypatch, create_graph=True) for k in (True, False)]
+    for a, b in zip(outs[0][2], outs[1][2]):
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert_close(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-5)
