@@ -24,7 +24,8 @@ from aotgrad.codegen.emit_loops import LoopNestEmitter
 from aotgrad.codegen.emit_reductions import ReductionEmitter
 from aotgrad.codegen.index import (Const, Dim, Gathered, SymbolicSizeInKernel, gather_index,
                                    gather_row_index, identity, pad_index, view_index)
-from aotgrad.codegen.scheduler import KernelType, NodeKind
+from aotgrad.codegen.node_kinds import NodeKind
+from aotgrad.codegen.steps import KernelType
 from aotgrad.codegen.templates import TEMPLATES, peephole
 from aotgrad.ir.symbolic import SymInt, hint
 from aotgrad.ir.tags import Tag
