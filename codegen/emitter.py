@@ -263,7 +263,7 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
             else:
                 for u in n.inputs:
                     args.append((yield self._value(u, ix)))
-                expr = TEMPLATES[n.prim.name](self, n, args)
+                expr = TEMPLATES[n.prim](self, n, args)
                 if n.outputs[0].dtype in _NARROW_INTS:  # Numba computes them in int64: wrap
                     expr = f"{np_name(n.outputs[0].dtype)}({expr})"
         if n.prim.name == "full":
