@@ -6,7 +6,10 @@
     prog.report()               # kernels, refused fusions (with reasons), buffer plan
 
 Modules, one job each:
-  scheduler   groups nodes into fused kernels / BLAS / reference steps
+  scheduler   groups nodes into fused kernels / BLAS / reference steps (node_kinds: how
+              each node is treated; steps: Step, Kernel, Schedule; fusion: kernel merges
+              and refusals; cuts: values stored instead of recomputed; blas_layout:
+              strided dot operands, products written transposed)
   templates   per-prim emit templates for pointwise prims
   approx      vectorisable float32 exp/log/tanh/logistic/erf (source text) and the prelude
   inline      pastes the approximations' statements into kernel bodies

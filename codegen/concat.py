@@ -18,6 +18,8 @@ import math
 
 from numba import njit, prange
 
+from aotgrad.ir import prims
+
 # elements per part from which its copy runs over numba's threads
 PARALLEL_MIN = 1 << 17
 
@@ -25,7 +27,7 @@ PARALLEL_MIN = 1 << 17
 def _pad_part(n):
     """(input, dim, low) of a +0.0 pad along one dim (no interior padding, no cut), else
     None. (A -0.0 fill keeps -0.0 in the sum, where the copies' + 0.0 would not.)"""
-    if n.prim.name != "pad" or n.params["value"] != 0 or \
+    if n.prim is not prims.pad or n.params["value"] != 0 or \
             math.copysign(1.0, n.params["value"]) < 0:
         return None
     moved = [(d, lo, hi) for d, (lo, hi, it) in enumerate(n.params["config"])
@@ -42,13 +44,13 @@ def parts(root, producers):
     """([(part, low)] in order of low, dim) when `root` is a tree of `add`s over zero pads
     along one dim that tile it exactly; else None. Walks the tree without recursion."""
     out = root.outputs[0]
-    if root.prim.name != "add" or not out.dtype.is_floating_point or \
+    if root.prim is not prims.add or not out.dtype.is_floating_point or \
             not all(type(s) is int for s in out.shape):
         return None
     found, stack, dim = [], [root], None
     while stack:
         n = stack.pop()
-        if n.prim.name == "add":
+        if n.prim is prims.add:
             for v in n.inputs:
                 p = producers.get(v)
                 if p is None or tuple(v.shape) != tuple(out.shape):
@@ -80,7 +82,7 @@ def _tree_nodes(root, producers):
     while stack:
         n = stack.pop()
         nodes.append(n)
-        if n.prim.name == "add":
+        if n.prim is prims.add:
             stack.extend(producers[v] for v in n.inputs)
     return nodes
 
@@ -92,7 +94,7 @@ def concat_roots(graph, producers, users):
     outs = set(graph.outputs)
     roots, inner = [], set()
     for n in reversed(graph.nodes):     # the outermost add of a tree first
-        if n in inner or not any(u.prim.name == "dot_general"
+        if n in inner or not any(u.prim is prims.dot_general
                                  for u in users.get(n.outputs[0], ())):
             continue
         if parts(n, producers) is None:

@@ -6,7 +6,7 @@ import numba
 
 from aotgrad.codegen.emit_base import BLOCK, COL_CHUNK, ROW_BLOCK, _Scope, np_name
 from aotgrad.codegen.index import identity
-from aotgrad.codegen.scheduler import KernelType
+from aotgrad.codegen.steps import KernelType
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.symbolic import hint
 

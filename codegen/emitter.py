@@ -24,7 +24,8 @@ from aotgrad.codegen.emit_loops import LoopNestEmitter
 from aotgrad.codegen.emit_reductions import ReductionEmitter
 from aotgrad.codegen.index import (Const, Dim, Gathered, SymbolicSizeInKernel, gather_index,
                                    gather_row_index, identity, pad_index, view_index)
-from aotgrad.codegen.scheduler import KernelType, NodeKind
+from aotgrad.codegen.node_kinds import NodeKind
+from aotgrad.codegen.steps import KernelType
 from aotgrad.codegen.templates import TEMPLATES, peephole
 from aotgrad.ir.symbolic import SymInt, hint
 from aotgrad.ir.tags import Tag
@@ -262,7 +263,7 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
             else:
                 for u in n.inputs:
                     args.append((yield self._value(u, ix)))
-                expr = TEMPLATES[n.prim.name](self, n, args)
+                expr = TEMPLATES[n.prim](self, n, args)
                 if n.outputs[0].dtype in _NARROW_INTS:  # Numba computes them in int64: wrap
                     expr = f"{np_name(n.outputs[0].dtype)}({expr})"
         if n.prim.name == "full":

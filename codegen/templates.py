@@ -1,4 +1,4 @@
-"""Per-prim emit templates for pointwise prims: name -> fn(ctx, node, args) -> expression.
+"""Per-prim emit templates for pointwise prims: Prim -> fn(ctx, node, args) -> expression.
 
 `args` are the already-emitted operand expressions (variable names). `ctx.const(value,
 dtype)` gives a constant in the array dtype, `ctx.need(helper)` pulls an approximation from
@@ -11,17 +11,19 @@ uses numpy/libm (exact).
 t or s saturates) into helpers computed from the same exponential as the value itself.
 
 `REFERENCE_POINTWISE` lists pointwise prims deliberately run as reference steps (none).
+Both are keyed by the Prim object (as the VJP rules are), never by its name.
 """
 from aotgrad.ir import dtypes as dt
+from aotgrad.ir import prims as P
 
 TEMPLATES = {}
 REFERENCE_POINTWISE = frozenset()
 
 
-def template(*names):
+def template(*prims):
     def deco(fn):
-        for n in names:
-            TEMPLATES[n] = fn
+        for p in prims:
+            TEMPLATES[p] = fn
         return fn
     return deco
 
@@ -41,11 +43,11 @@ def _approx(name, f64_expr):
     return t
 
 
-TEMPLATES["exp"] = _approx("exp", "np.exp({0})")
-TEMPLATES["log"] = _approx("log", "np.log({0})")
+TEMPLATES[P.exp] = _approx("exp", "np.exp({0})")
+TEMPLATES[P.log] = _approx("log", "np.log({0})")
 
 
-@template("tanh")
+@template(P.tanh)
 def _tanh(ctx, node, a):
     """Float32 tanh is the rational `tanh_f32`, unless this kernel also squares it (the
     `1 - t*t` of its derivative, see `peephole`): then `tanh_e_f32`, whose exponential and
@@ -53,29 +55,29 @@ def _tanh(ctx, node, a):
     if not _f32(node):
         return f"np.tanh({a[0]})"
     t = node.outputs[0]
-    paired = any(n.prim.name == "mul" and n.inputs[0] is t and n.inputs[1] is t
+    paired = any(n.prim is P.mul and n.inputs[0] is t and n.inputs[1] is t
                  for n in ctx.kt.nodes)
     name = "tanh_e_f32" if paired else "tanh_f32"
     ctx.need(name)
     return f"{name}({a[0]})"
 
 
-TEMPLATES["logistic"] = _approx("logistic", "({one} / ({one} + np.exp(-{0})))")
-TEMPLATES["erf"] = _approx("erf", "erf_f64({0})")
+TEMPLATES[P.logistic] = _approx("logistic", "({one} / ({one} + np.exp(-{0})))")
+TEMPLATES[P.erf] = _approx("erf", "erf_f64({0})")
 
-for _n, _f in [("log1p", "np.log1p"), ("expm1", "np.expm1"), ("sqrt", "np.sqrt"),
-               ("sin", "np.sin"), ("cos", "np.cos"), ("floor", "np.floor"),
-               ("ceil", "np.ceil")]:
+for _n, _f in [(P.log1p, "np.log1p"), (P.expm1, "np.expm1"), (P.sqrt, "np.sqrt"),
+               (P.sin, "np.sin"), (P.cos, "np.cos"), (P.floor, "np.floor"),
+               (P.ceil, "np.ceil")]:
     TEMPLATES[_n] = (lambda f: lambda ctx, node, a: f"{f}({a[0]})")(_f)
 
 
-for _n, _f in [("sinh", "np.sinh"), ("cosh", "np.cosh"), ("asinh", "np.arcsinh"),
-               ("acosh", "np.arccosh"), ("atanh", "np.arctanh"), ("asin", "np.arcsin"),
-               ("acos", "np.arccos")]:
+for _n, _f in [(P.sinh, "np.sinh"), (P.cosh, "np.cosh"), (P.asinh, "np.arcsinh"),
+               (P.acosh, "np.arccosh"), (P.atanh, "np.arctanh"), (P.asin, "np.arcsin"),
+               (P.acos, "np.arccos")]:
     TEMPLATES[_n] = (lambda f: lambda ctx, node, a: f"{f}({a[0]})")(_f)
 
 
-@template("erfc", "lgamma")
+@template(P.erfc, P.lgamma)
 def _math_fn(ctx, node, a):
     f = f"math.{node.prim.name}"
     if _f32(node):
@@ -83,7 +85,7 @@ def _math_fn(ctx, node, a):
     return f"{f}({a[0]})"
 
 
-@template("erfinv")
+@template(P.erfinv)
 def _erfinv(ctx, node, a):
     ctx.need("erfinv_f64")
     if _f32(node):
@@ -91,7 +93,7 @@ def _erfinv(ctx, node, a):
     return f"erfinv_f64({a[0]})"
 
 
-@template("ndtri", "erfcx", "i0e", "i1e")
+@template(P.ndtri, P.erfcx, P.i0e, P.i1e)
 def _scalar_helper(ctx, node, a):
     name = node.prim.name
     if name in ("ndtri", "erfcx"):
@@ -105,7 +107,7 @@ def _scalar_helper(ctx, node, a):
     return call.format(a[0])
 
 
-@template("polygamma")
+@template(P.polygamma)
 def _polygamma(ctx, node, a):
     ctx.need("polygamma_f64")
     n = int(node.params["n"])
@@ -114,17 +116,17 @@ def _polygamma(ctx, node, a):
     return f"polygamma_f64({n}, {a[0]})"
 
 
-@template("neg")
+@template(P.neg)
 def _neg(ctx, node, a):
     return f"(-{a[0]})"
 
 
-@template("abs")
+@template(P.abs)
 def _abs(ctx, node, a):
     return f"abs({a[0]})"
 
 
-@template("sign")
+@template(P.sign)
 def _sign(ctx, node, a):
     d = node.inputs[0].dtype
     one, zero = ctx.const(1, d), ctx.const(0, d)
@@ -133,7 +135,7 @@ def _sign(ctx, node, a):
     return f"({one} if {a[0]} > {zero} else (-{one} if {a[0]} < {zero} else {tail}))"
 
 
-@template("rsqrt")
+@template(P.rsqrt)
 def _rsqrt(ctx, node, a):
     if _f32(node):   # 1/sqrt in float32 is LLVM's estimate: wrong at 0, inf, denormals
         ctx.need("rsqrt_f32")
@@ -141,12 +143,12 @@ def _rsqrt(ctx, node, a):
     return f"({ctx.const(1, node.inputs[0].dtype)} / np.sqrt({a[0]}))"
 
 
-@template("reciprocal")
+@template(P.reciprocal)
 def _recip(ctx, node, a):
     return f"({ctx.const(1, node.inputs[0].dtype)} / {a[0]})"
 
 
-@template("logical_not")
+@template(P.logical_not)
 def _not(ctx, node, a):
     return f"(not {a[0]})"
 
@@ -159,35 +161,35 @@ def _binop(op, boolop=None):
     return t
 
 
-TEMPLATES["add"] = _binop("+", "|")
-TEMPLATES["sub"] = _binop("-")
-TEMPLATES["mul"] = _binop("*", "&")
-TEMPLATES["div"] = _binop("/")
-for _n, _op in [("eq", "=="), ("ne", "!="), ("lt", "<"), ("le", "<="), ("gt", ">"),
-                ("ge", ">=")]:
+TEMPLATES[P.add] = _binop("+", "|")
+TEMPLATES[P.sub] = _binop("-")
+TEMPLATES[P.mul] = _binop("*", "&")
+TEMPLATES[P.div] = _binop("/")
+for _n, _op in [(P.eq, "=="), (P.ne, "!="), (P.lt, "<"), (P.le, "<="), (P.gt, ">"),
+                (P.ge, ">=")]:
     TEMPLATES[_n] = _binop(_op)
-TEMPLATES["logical_and"] = _binop("&")
-TEMPLATES["logical_or"] = _binop("|")
-TEMPLATES["bitwise_and"] = _binop("&")
-TEMPLATES["bitwise_or"] = _binop("|")
-TEMPLATES["bitwise_xor"] = _binop("^")
-TEMPLATES["gcd"] = lambda ctx, node, a: f"np.gcd({a[0]}, {a[1]})"
+TEMPLATES[P.logical_and] = _binop("&")
+TEMPLATES[P.logical_or] = _binop("|")
+TEMPLATES[P.bitwise_and] = _binop("&")
+TEMPLATES[P.bitwise_or] = _binop("|")
+TEMPLATES[P.bitwise_xor] = _binop("^")
+TEMPLATES[P.gcd] = lambda ctx, node, a: f"np.gcd({a[0]}, {a[1]})"
 
 
-@template("nextafter")
+@template(P.nextafter)
 def _nextafter(ctx, node, a):
     d = node.inputs[0].dtype
     return f"{'np.float32' if d is dt.float32 else 'np.float64'}(np.nextafter({a[0]}, {a[1]}))"
 
 
-@template("bitwise_not")
+@template(P.bitwise_not)
 def _invert(ctx, node, a):
     if node.inputs[0].dtype is dt.bool_:
         return f"(not {a[0]})"
     return f"(~{a[0]})"
 
 
-@template("shift_left", "shift_right")
+@template(P.shift_left, P.shift_right)
 def _shift(ctx, node, a):
     """A count outside [0, bits) gives 0 (<<) or the sign fill (>>), as the reference
     implementation; the emitter narrows the result to the dtype."""
@@ -195,25 +197,25 @@ def _shift(ctx, node, a):
     x, n = a
     bits, zero = ctx.const(d.itemsize * 8, d), ctx.const(0, d)
     outside = f"({n} < {zero} or {n} >= {bits})"
-    if node.prim.name == "shift_left":
+    if node.prim is P.shift_left:
         return f"({zero} if {outside} else ({x} << {n}))"
     fill = f"({ctx.const(-1, d)} if {x} < {zero} else {zero})" if d.np.kind == "i" else zero
     return f"({fill} if {outside} else ({x} >> {n}))"
 
 
-@template("maximum", "minimum")
+@template(P.maximum, P.minimum)
 def _maxmin(ctx, node, a):
     d = node.inputs[0].dtype
     x, y = a
     if d is dt.bool_:
-        return f"({x} | {y})" if node.prim.name == "maximum" else f"({x} & {y})"
-    cmp = ">=" if node.prim.name == "maximum" else "<="
+        return f"({x} | {y})" if node.prim is P.maximum else f"({x} & {y})"
+    cmp = ">=" if node.prim is P.maximum else "<="
     if d.is_floating_point:  # NaN-propagating like numpy
         return f"({x} if ({x} {cmp} {y} or {x} != {x}) else {y})"
     return f"({x} if {x} {cmp} {y} else {y})"
 
 
-@template("pow")
+@template(P.pow)
 def _pow(ctx, node, a):
     c = ctx.const_of(node.inputs[1])
     x, d = a[0], node.inputs[0].dtype
@@ -235,17 +237,17 @@ def _pow(ctx, node, a):
     return f"np.power({x}, {a[1]})"
 
 
-@template("atan2")
+@template(P.atan2)
 def _atan2(ctx, node, a):
     return f"np.arctan2({a[0]}, {a[1]})"
 
 
-@template("where")
+@template(P.where)
 def _where(ctx, node, a):
     return f"({a[1]} if {a[0]} else {a[2]})"
 
 
-@template("convert_element_type")
+@template(P.convert_element_type)
 def _convert(ctx, node, a):
     d, s = node.params["dtype"], node.inputs[0].dtype
     if d is s:
@@ -255,7 +257,7 @@ def _convert(ctx, node, a):
     return f"np.{d.np.name}({a[0]})"
 
 
-@template("full")
+@template(P.full)
 def _full(ctx, node, a):
     return ctx.args.const(node.params["value"], node.params["dtype"])
 
@@ -264,7 +266,7 @@ def _iota(ctx, node, a):  # needs the index: handled by the emitter
     raise AssertionError("iota is emitted by the kernel emitter")
 
 
-TEMPLATES["iota"] = _iota
+TEMPLATES[P.iota] = _iota
 
 
 def peephole(ctx, node):
@@ -280,7 +282,7 @@ def peephole(ctx, node):
     from memory)."""
     if not node.inputs or node.inputs[0].dtype is not dt.float32:
         return None
-    if node.prim.name != "sub":
+    if node.prim is not P.sub:
         return None
     c = ctx.const_of(node.inputs[0])
     if c is None or float(c) != 1.0:
@@ -288,10 +290,10 @@ def peephole(ctx, node):
     p = ctx.inner_producer(node.inputs[1])
     if p is None:
         return None
-    if p.prim.name == "logistic":
+    if p.prim is P.logistic:
         return "logistic_c_f32", p.inputs[0]
-    if p.prim.name == "mul" and p.inputs[0] is p.inputs[1]:
+    if p.prim is P.mul and p.inputs[0] is p.inputs[1]:
         t = ctx.inner_producer(p.inputs[0])
-        if t is not None and t.prim.name == "tanh":
+        if t is not None and t.prim is P.tanh:
             return "tanh_d_f32", t.inputs[0]
     return None

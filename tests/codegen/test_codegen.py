@@ -86,10 +86,20 @@ CMP = ["eq", "ne", "lt", "le", "gt", "ge"]
 
 
 def test_every_pointwise_prim_has_a_template():
+    """Every prim a kernel computes in its loop (pointwise and creation prims) has a
+    template, or is named as run by its reference implementation; the table is keyed by
+    the Prim object (a name would never be looked up) and holds no other prim (the other
+    kinds are library, view or reduction steps of the scheduler)."""
     from aotgrad.codegen.templates import REFERENCE_POINTWISE, TEMPLATES
-    pw = [n for n, p in PRIMS.items() if "pointwise" in p.tags]
-    missing = [n for n in pw if n not in TEMPLATES and n not in REFERENCE_POINTWISE]
+    from aotgrad.ir.core import Prim
+    from aotgrad.ir.tags import Tag
+    in_loop = (Tag.POINTWISE, Tag.CREATION)
+    missing = [p.name for p in PRIMS.values() if p.kind in in_loop
+               and p not in TEMPLATES and p not in REFERENCE_POINTWISE]
     assert not missing, missing
+    keys = list(TEMPLATES) + list(REFERENCE_POINTWISE)
+    assert all(isinstance(k, Prim) for k in keys), [k for k in keys if not isinstance(k, Prim)]
+    assert all(k.kind in in_loop for k in keys), [k for k in keys if k.kind not in in_loop]
 
 
 @pytest.fixture(scope="module")

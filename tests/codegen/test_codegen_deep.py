@@ -10,7 +10,8 @@ import numpy as np
 
 import aotgrad as ag
 from aotgrad.codegen.emitter import emit_kernel, module_source
-from aotgrad.codegen.scheduler import MAX_KERNEL_INPUTS, MAX_KERNEL_NODES, Kernel, Scheduler
+from aotgrad.codegen.fusion import MAX_KERNEL_INPUTS, MAX_KERNEL_NODES
+from aotgrad.codegen.scheduler import Kernel, Scheduler
 from aotgrad.ir.passes import cse
 from aotgrad.testing import assert_close
 

@@ -7,7 +7,8 @@ import pytest
 import aotgrad as ag
 from aotgrad import nn
 from aotgrad.codegen.emitter import emit_kernel, module_source
-from aotgrad.codegen.scheduler import MAX_KERNEL_NODES, Kernel, Scheduler
+from aotgrad.codegen.fusion import MAX_KERNEL_NODES
+from aotgrad.codegen.scheduler import Kernel, Scheduler
 from aotgrad.ir.passes import cse
 from aotgrad.testing import compare_with_eager
 
