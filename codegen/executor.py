@@ -7,6 +7,7 @@ the kernels): a line per kernel call, np.matmul or reference step, with workspac
 kernel constants and reshaped views bound once as globals. A call checks its inputs,
 allocates the outputs and runs the lines: no per-step dispatch, no env list.
 """
+import dataclasses
 import functools
 import math
 import os
@@ -115,6 +116,8 @@ def _has_symbols(p):
         return any(_has_symbols(x) for x in p)
     if isinstance(p, slice):
         return _has_symbols((p.start, p.stop, p.step))
+    if dataclasses.is_dataclass(p) and not isinstance(p, type):   # a ValueCheck's bound
+        return any(isinstance(getattr(p, f.name), SymInt) for f in dataclasses.fields(p))
     return isinstance(p, SymInt)
 
 
