@@ -1,9 +1,10 @@
-"""The codegen side of a symbolic program's per-step cost: the compiled graph runners
-(forward and backward, Program.runner) of the symbolic program against the static one at
-the same size, called directly on the arrays a training step passes them (no call path).
+"""The codegen side of a symbolic program's per-step cost: the generated drivers (forward
+and backward) of the symbolic program against the static one at the same size, called
+directly on the arrays a training step passes them (no call path), in turn so that both
+see the same load.
 
-    python -m aotgrad.benchmarks.bench_dynamic_runners [--workload W4] [--size 64]
-        [--reps 30]
+    python -m aotgrad.benchmarks.bench_dynamic_runners [--workload W4|W2] [--size 64]
+        [--reps 30] [--profile]
 """
 import argparse
 import statistics
@@ -49,14 +50,18 @@ def _profile(plan, args, reps):
     return {k: statistics.median(r.get(k, 0) for r in runs) for k in runs[-1]}
 
 
-def _time(run, args, reps):
-    run(*args)
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
+def _time_pair(a, b, reps):
+    """Median seconds of runs a and b ((driver, args) each), called in turn so that both
+    see the same load on a shared machine."""
+    ta, tb = [], []
+    for run, args in (a, b):
         run(*args)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    for _ in range(reps):
+        for (run, args), out in ((a, ta), (b, tb)):
+            t0 = time.perf_counter()
+            run(*args)
+            out.append(time.perf_counter() - t0)
+    return statistics.median(ta), statistics.median(tb)
 
 
 def main(argv=None):
@@ -70,20 +75,21 @@ def main(argv=None):
     args = ap.parse_args(argv)
     wl, dyn = WORKLOADS[args.workload], DYNAMIC_DIMS[args.workload]
     arrays = wl.inputs(quick=False)
-    times, steps = {}, {}
+    drivers, steps = {}, {}
     for label, dynamic, mark in (("static", False, None),
                                  ("symbolic", None, aotgrad.mark_dynamic)):
         f = aotgrad.compile(lambda *a: wl.fn(aotgrad, *a), dynamic=dynamic)
         ts = _tensors(aotgrad, wl, arrays, dyn, args.size, mark)
         calls = _recorded_calls(f, ts)
         for which, (run, plan, a) in calls.items():
-            times[label, which] = _time(run, a, args.reps)
+            drivers[label, which] = run, a
             if args.profile:
                 steps[label, which] = _profile(plan, a, args.reps)
     print(f"{args.workload}, dynamic dim size {args.size}: runner median ms")
-    for which in sorted({w for _, w in times}):
-        s, y = times.get(("static", which)), times.get(("symbolic", which))
-        if s and y:
+    for which in sorted({w for _, w in drivers}):
+        if ("static", which) in drivers and ("symbolic", which) in drivers:
+            s, y = _time_pair(drivers["static", which], drivers["symbolic", which],
+                              args.reps)
             print(f"  {which:10s} static {s * 1e3:8.3f}  symbolic {y * 1e3:8.3f}  "
                   f"ratio {y / s:.3f}")
         if ("static", which) in steps and ("symbolic", which) in steps:
