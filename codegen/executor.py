@@ -438,7 +438,8 @@ class Plan:
                 return mm
             g, (fa, fb, fc) = sym
             return pre + [f"_g = {g}(_syms)", "if _g is None:"] + ["    " + mm[-1]] + \
-                ["else:", f"    _g[0](*_g[1], {fa}, *_g[2], {fb}, *_g[3], {fc}, *_g[4])"]
+                ["else:", f"    (_gemm1 if _g[0] else _gemm)(*_g[1], {fa}, *_g[2], {fb}, *_g[3], "
+                           f"{fc}, *_g[4])"]
         if st.kind == StepKind.CHECK:   # raises, or its output is its input
             return [f"{bind(n.prim.impl, '_ref_')}({name_of(n.inputs[0])}, "
                     f"**{self._params(n, bind)})",

@@ -19,13 +19,15 @@ CACHE_MAX = 256
 
 
 class SymbolicGemm:
-    """Per call, `self(values)` gives (gemm function, args before a, args between a and b,
+    """Per call, `self(values)` gives (serial?, args before a, args between a and b,
     args between b and c, args after c) for blas.gemm_stack / gemm_serial, or None when this
     size runs on np.matmul (a small product, an operand BLAS cannot read without a copy at
     this size, or views that lie over other roots than at the hint the driver was made at).
 
     `probes_at(values)` gives the program's layout probes at those values (executor
-    `_probes`), `roots` the (a, b, out) roots the driver names at the hint."""
+    `_probes`), `roots` the (a, b, out) roots the driver names at the hint. The driver calls
+    blas.gemm_serial or gemm_stack through its own globals (a forked child's guard replaces
+    the parallel one there)."""
 
     def __init__(self, node, dot_plan, symbols, probes_at, roots, fn, dtype):
         self.node, self.plan, self.symbols = node, dot_plan, tuple(symbols)
@@ -63,7 +65,7 @@ class SymbolicGemm:
         parts, cut_cols = (1, False) if serial else \
             blas.pieces(math.prod(batch), m, n, numba.get_num_threads())
         steps = (lambda t: np.array(t, np.int64))
-        return (blas.gemm_serial if serial else blas.gemm_stack,
+        return (serial,
                 (self.fn, la[1], lb[1], m, n, k, self.alpha), (oa, la[2]), (ob, lb[2]),
                 (oc, lc[2], steps(batch), steps(la[0]), steps(lb[0]), steps(lc[0]), parts,
                  cut_cols))

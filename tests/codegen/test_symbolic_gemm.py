@@ -59,8 +59,7 @@ def kinds(plan):
     """size -> 'matmul' | 'serial' | 'parallel' for the sizes a plan has served."""
     out = {}
     for values, args in plan._cache.items():
-        out[values[0]] = "matmul" if args is None else \
-            "serial" if args[0] is blas.gemm_serial else "parallel"
+        out[values[0]] = "matmul" if args is None else "serial" if args[0] else "parallel"
     return out
 
 
