@@ -89,3 +89,35 @@ def test_batched_heads_product():
     shapes = ((4, "n", 32), (4, "n", 32))
     _, plans = run_sizes(build(f, *shapes), shapes, (7, 96, 200))
     assert plans and {"serial", "parallel"} <= set(kinds(plans[0]).values())
+
+
+def _child(prog, q):
+    try:
+        prog(np.ones((100, 256), np.float32), np.ones((256, 256), np.float32), (100,))
+        q.put("ran")
+    except RuntimeError as e:
+        q.put(str(e))
+
+
+def test_forked_child_gets_a_clear_error_from_a_symbolic_product():
+    # the per-call gemm goes through the driver's guarded name, as the static one does
+    import multiprocessing as mp
+    from numba.np.ufunc import parallel
+    if "fork" not in mp.get_all_start_methods():
+        pytest.skip("no fork here")
+
+    def f(n, x, w):
+        return prims.dot_general(x, w, contract=((1,), (0,)), batch=((), ()))
+    shapes = (("n", 256), (256, 256))
+    prog, plans = run_sizes(build(f, *shapes), shapes, (100,))
+    assert kinds(plans[0])[100] == "parallel"
+    if parallel.threading_layer() != "omp":
+        pytest.skip("not the OpenMP threading layer")
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_child, args=(prog, q))
+    p.start()
+    p.join(60)
+    assert p.exitcode == 0
+    msg = q.get(timeout=5)
+    assert "forked" in msg and "spawn" in msg
