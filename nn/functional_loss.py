@@ -98,7 +98,7 @@ def _class_targets(name, input, target, ignore_index):
     c = input.shape[cdim]
     # checked eagerly, and at run time in a compiled program (the labels are its data)
     target = checked(target, IndexError,
-                     f"Target {{value}} is out of bounds (number of classes {hint(c)}; input "
+                     f"Target {{value}} is out of bounds (number of classes {{high}}; input "
                      f"{type_str(input)}, target {type_str(target)}).", low=0, high=c,
                      exempt=ignore_index)
     return cdim, c, target

@@ -23,7 +23,8 @@ def type_str(a):
 def checked(t, error, message, *, low=None, high=None, nonzero=False, exempt=None,
             high_inclusive=False):
     """t itself (a new tensor with the same value when traced); raises `error(message)`, with
-    `{value}` in message replaced by the first element that fails, when an element is outside
+    `{value}` in message replaced by the first element that fails (and `{low}`, `{high}` by
+    the bounds: a size's value in this call where the bound is symbolic), when an element is outside
     [low, high) ([low, high] with high_inclusive; NaN is outside), or is 0 with `nonzero`,
     unless it equals `exempt`. The result has no gradient: check what no gradient flows
     through (indices, labels, a detached value)."""

@@ -62,6 +62,27 @@ def test_class_bound_check_runs_at_every_size_of_a_symbolic_program(backend):
         np.testing.assert_allclose(f(x, good).numpy(), cross_entropy(x, good).numpy(),
                                    rtol=1e-6)
         bad = aotgrad.tensor(np.where(np.arange(n) == 2, c, np.arange(n) % c))
-        with pytest.raises(IndexError, match=f"Target {c} is out of bounds"):
+        with pytest.raises(IndexError, match=f"Target {c} is out of bounds \\(number of "
+                                             f"classes {c};"):
+            f(x, bad)
+    assert f.stats.compiles == 1
+
+
+def take_rows(x, idx):
+    return x[idx]
+
+
+@pytest.mark.parametrize("backend", ["interpret", "numba"])
+def test_index_bound_message_names_this_calls_size(backend):
+    f = aotgrad.compile(take_rows, dynamic=True, backend=backend)
+    for n in (5, 9):
+        x = aotgrad.tensor(np.arange(n * 2, dtype=np.float32).reshape(n, 2))
+        ok = aotgrad.tensor(np.array([0, n - 1]))
+        np.testing.assert_array_equal(f(x, ok).numpy(), take_rows(x, ok).numpy())
+        bad = aotgrad.tensor(np.array([0, n]))
+        eager = _message(take_rows, (x, bad))
+        assert f"with size {n}" in eager[1]
+        with pytest.raises(eager[0], match=f"index {n} is out of bounds for dimension with "
+                                           f"size {n} "):
             f(x, bad)
     assert f.stats.compiles == 1
