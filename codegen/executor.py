@@ -419,7 +419,7 @@ class Plan:
                 d, inv = st.out_view
                 pre = [f"{name_of(d)} = {name_of(st.outputs[0])}.transpose({inv!r})"]
             pa, sa, pb, sb, so = _dot_plan(n)
-            # products over numba's threads need strides fixed when the driver is made:
+            # a static product's gemm arguments are fixed when the driver is made; else
             # np.matmul, OpenBLAS held to one thread as around gemm_stack (its threads
             # would compete with numba's spinning workers)
             call = None if self.symbols else \
@@ -431,8 +431,8 @@ class Plan:
             if not self.symbols:
                 return mm
             self._gemms += 1
-            # sizes known per call: the gemm arguments per distinct values tuple, np.matmul
-            # for the sizes BLAS cannot serve as it does the static program
+            # sizes known per call: the gemm arguments per distinct values tuple; np.matmul
+            # for the sizes the static rules would send there
             sym = self._symbolic_gemm(n, (pa, sa, pb, sb, so), bind, name_of)
             if sym is None:
                 return mm
@@ -522,9 +522,9 @@ class Plan:
         return probes
 
     def _symbolic_gemm(self, n, dot_plan, bind, name_of):
-        """(bound gemm_plan.SymbolicGemm, source of the flat a, b and out roots), or None
-        when BLAS cannot serve this product at any size (no library, mixed dtypes) or at the
-        hint (then np.matmul always)."""
+        """(bound gemm_plan.SymbolicGemm, source of the flat a, b and out roots: the roots
+        their views have at the hint), or None when BLAS cannot serve this product at any
+        size (no library, mixed dtypes, a symbol whose hint the graph does not show)."""
         (a, b), out = n.inputs, n.outputs[0]
         d = out.dtype.np
         fn = blas.gemm_address(d) if blas.available() else None
