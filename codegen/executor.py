@@ -7,6 +7,7 @@ the kernels): a line per kernel call, np.matmul or reference step, with workspac
 kernel constants and reshaped views bound once as globals. A call checks its inputs,
 allocates the outputs and runs the lines: no per-step dispatch, no env list.
 """
+import dataclasses
 import functools
 import math
 import os
@@ -16,12 +17,12 @@ import weakref
 
 import numpy as np
 
-from aotgrad.codegen import blas, parallel_compile
+from aotgrad.codegen import blas, gemm_plan, parallel_compile
 from aotgrad.codegen.scheduler import Kernel, StepKind
 from aotgrad.codegen.step_events import step_events
 from aotgrad.ir.core import evaluate_params, located_error
 from aotgrad.ir.prims import dot_dims
-from aotgrad.ir.symbolic import SymInt, source
+from aotgrad.ir.symbolic import SymInt, evaluate, source
 from aotgrad.ir.tags import Tag
 
 _MALLOC_TUNED = []
@@ -115,6 +116,8 @@ def _has_symbols(p):
         return any(_has_symbols(x) for x in p)
     if isinstance(p, slice):
         return _has_symbols((p.start, p.stop, p.step))
+    if dataclasses.is_dataclass(p) and not isinstance(p, type):   # a ValueCheck's bound
+        return any(isinstance(getattr(p, f.name), SymInt) for f in dataclasses.fields(p))
     return isinstance(p, SymInt)
 
 
@@ -288,7 +291,7 @@ class Plan:
              "_evp": evaluate_params}
         names, knames = {}, {}
         self._bound_kernels.append((g, knames))
-        self._probe, self._gemms = None, 0
+        self._probe, self._gemms, self._probes_at = None, 0, None
         self.gemm_how = {}                 # dot node -> how its product runs (report)
 
         def bind(obj, prefix):
@@ -418,17 +421,27 @@ class Plan:
                 d, inv = st.out_view
                 pre = [f"{name_of(d)} = {name_of(st.outputs[0])}.transpose({inv!r})"]
             pa, sa, pb, sb, so = _dot_plan(n)
-            # products over numba's threads need strides fixed when the driver is made:
+            # a static product's gemm arguments are fixed when the driver is made; else
             # np.matmul, OpenBLAS held to one thread as around gemm_stack (its threads
             # would compete with numba's spinning workers)
             call = None if self.symbols else \
                 self._gemm_call(n, pa, sa, pb, sb, so, bind, name_of)
-            if self.symbols:
-                self._gemms += 1
             if call:
                 return [call]
             ea, eb = (operand(v, p, s) for v, p, s in zip(n.inputs, (pa, pb), (sa, sb)))
-            return pre + [f"_mm({ea}, {eb}, out={shaped(n.outputs[0], so)})"]
+            mm = pre + [f"_mm({ea}, {eb}, out={shaped(n.outputs[0], so)})"]
+            if not self.symbols:
+                return mm
+            self._gemms += 1
+            # sizes known per call: the gemm arguments per distinct values tuple; np.matmul
+            # for the sizes the static rules would send there
+            sym = self._symbolic_gemm(n, (pa, sa, pb, sb, so), bind, name_of)
+            if sym is None:
+                return mm
+            g, (fa, fb, fc) = sym
+            return pre + [f"_g = {g}(_syms)", "if _g is None:"] + ["    " + mm[-1]] + \
+                ["else:", f"    (_gemm1 if _g[0] else _gemm)(*_g[1], {fa}, *_g[2], {fb}, *_g[3], "
+                           f"{fc}, *_g[4])"]
         if st.kind == StepKind.CHECK:   # raises, or its output is its input
             return [f"{bind(n.prim.impl, '_ref_')}({name_of(n.inputs[0])}, "
                     f"**{self._params(n, bind)})",
@@ -475,14 +488,17 @@ class Plan:
                              f".transpose({inv!r})")
         return lines
 
-    def _probes(self):
+    def _probes(self, values=None):
         """var -> (root var, its layout_probe, the var's view of it) for every value: a
         non-view value is its own C-contiguous root; view steps are replayed on the probes.
-        A view step that copies (numpy's reshape of a strided view) makes a new root."""
+        A view step that copies (numpy's reshape of a strided view) makes a new root.
+        `values`: the symbols' values tuple, for a graph with symbolic sizes."""
         probes = {}
+        at = dict(zip(self.symbols, values or ()))
+        size = (lambda shape: tuple(int(evaluate(d, at)) for d in shape))
 
         def root(v):
-            p = blas.layout_probe(v.shape)
+            p = blas.layout_probe(size(v.shape))
             probes[v] = (v, p, p)
         for v in self.graph.inputs:
             root(v)
@@ -501,13 +517,34 @@ class Plan:
             out, src = st.outputs[0], st.inputs[0]
             r, p, x = probes[src]
             expr = st.view_expr
-            y = eval(f"x{expr}", {"x": x}) if expr else \
-                x.reshape(tuple(st.nodes[0].params["shape"]))
+            y = eval(f"x{expr}", {"x": x, **at}) if expr else \
+                x.reshape(size(st.nodes[0].params["shape"]))
             if np.may_share_memory(y, p):
                 probes[out] = (r, p, y)
             else:
                 root(out)
         return probes
+
+    def _symbolic_gemm(self, n, dot_plan, bind, name_of):
+        """(bound gemm_plan.SymbolicGemm, source of the flat a, b and out roots: the roots
+        their views have at the hint), or None when BLAS cannot serve this product at any
+        size (no library, mixed dtypes, a symbol whose hint the graph does not show)."""
+        (a, b), out = n.inputs, n.outputs[0]
+        d = out.dtype.np
+        fn = blas.gemm_address(d) if blas.available() else None
+        if fn is None or a.dtype.np != d or b.dtype.np != d:
+            return None
+        if self._probes_at is None:
+            self._probes_at = functools.lru_cache(maxsize=64)(self._probes)
+        hinted = gemm_plan.symbol_hints(self.graph, self.symbols)
+        if None in hinted:
+            return None
+        probes = self._probes_at(hinted)
+        roots = tuple(probes[v][0] for v in (a, b, out))
+        blas.warm(d)
+        plan = gemm_plan.SymbolicGemm(n, dot_plan, self.symbols, self._probes_at, roots, fn, d)
+        self.gemm_how[n] = f"{blas.provider()} gemm, slabs chosen per call at its sizes"
+        return bind(plan, "_gp"), tuple(f"{name_of(r)}.reshape(-1)" for r in roots)
 
     def _gemm_call(self, n, pa, sa, pb, sb, so, bind, name_of):
         """The line running this product as blas.gemm_stack over numba's threads (below

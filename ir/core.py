@@ -5,6 +5,7 @@ arrays it validates the inputs with the prim's shape rule and runs the numpy ref
 implementation; with `Var`s (while a `GraphBuilder` is active) it appends an Eqn instead.
 """
 import contextvars
+import dataclasses
 import itertools
 import os
 import re
@@ -328,6 +329,10 @@ def evaluate_params(params, values):
             return type(p)(ev(x) for x in p)
         if isinstance(p, slice):
             return slice(ev(p.start), ev(p.stop), ev(p.step))
+        if dataclasses.is_dataclass(p) and not isinstance(p, type):   # a ValueCheck's bound
+            sized = {f.name: ev(getattr(p, f.name)) for f in dataclasses.fields(p)
+                     if isinstance(getattr(p, f.name), SymInt)}
+            return dataclasses.replace(p, **sized) if sized else p
         return p
     return {k: ev(v) for k, v in params.items()}
 

@@ -21,7 +21,8 @@ class ValueCheck:
     """Every element v of the checked value must satisfy `low <= v < high` (`low <= v <=
     high` with `high_inclusive`; a bound that is None is not checked; NaN fails a bound) and,
     with `nonzero`, `v != 0`; the element equal to `exempt` (a loss's ignore_index) passes
-    anyway. `message` is formatted with `value`: the first element that fails."""
+    anyway. `message` is formatted with `value`: the first element that fails, and the
+    bounds `low` and `high` (as checked: a symbolic size's value in this call)."""
     error: type
     message: str
     low: float = None
@@ -65,7 +66,7 @@ class ValueCheck:
     def raise_if_violated(self, a):
         v = self.first_violation(a)
         if v is not None:
-            raise self.error(self.message.format(value=v))
+            raise self.error(self.message.format(value=v, low=self.low, high=self.high))
 
     def __repr__(self):   # valid Python in a printed graph (the header imports aotgrad)
         fields = [f"error={self.error.__name__}", f"message={self.message!r}"]

@@ -3,6 +3,7 @@ from aotgrad.runtime import linalg_ops, ops, shape_ops
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.addmm_ops import addmm
 from aotgrad.runtime.ops import op
+from aotgrad.runtime.value_checks import hints
 from aotgrad.nn._checks import _check_tensor
 
 
@@ -21,9 +22,9 @@ def linear(input, weight, bias=None):
         raise RuntimeError(f"linear(): input and weight must have the same dtype, but got "
                            f"{input.dtype.name} and {weight.dtype.name}")
     if input.ndim == 0 or input.shape[-1] != weight.shape[-1]:
-        ishape = "x".join(map(str, input.shape))
+        ishape = "x".join(map(str, hints(input.shape)))
         raise RuntimeError(f"linear(): mat1 and mat2 shapes cannot be multiplied ({ishape} and "
-                           f"{'x'.join(map(str, reversed(tuple(weight.shape))))})")
+                           f"{'x'.join(map(str, reversed(hints(weight.shape))))})")
     if linalg_ops.tracing():  # one contraction with the weight as stored, the bias added
         out = tp.dot_general(input, weight, contract=((input.ndim - 1,), (weight.ndim - 1,)))
         return out if bias is None else ops.add(out, bias)

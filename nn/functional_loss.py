@@ -6,7 +6,7 @@ import numpy as np
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.core import current_op
-from aotgrad.runtime.value_checks import checked, type_str
+from aotgrad.runtime.value_checks import checked, hint, hints, type_str
 from aotgrad.runtime import ops, shape_ops
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.factories import rand, tensor
@@ -95,14 +95,14 @@ def _class_targets(name, input, target, ignore_index):
     expect = tuple(input.shape[:cdim]) + tuple(input.shape[cdim + 1:])
     if tuple(target.shape) != expect:
         if input.ndim >= 2 and target.ndim >= 1 and target.shape[0] != input.shape[0]:
-            raise ValueError(f"Expected input batch_size ({input.shape[0]}) to match target "
-                             f"batch_size ({target.shape[0]}).")
-        raise RuntimeError(f"expected target of shape {list(expect)} for input of shape "
-                           f"{list(input.shape)}, got {list(target.shape)}")
+            raise ValueError(f"Expected input batch_size ({hint(input.shape[0])}) to match "
+                             f"target batch_size ({hint(target.shape[0])}).")
+        raise RuntimeError(f"expected target of shape {list(hints(expect))} for input of shape "
+                           f"{list(hints(input.shape))}, got {list(hints(target.shape))}")
     c = input.shape[cdim]
     # checked eagerly, and at run time in a compiled program (the labels are its data)
     target = checked(target, IndexError,
-                     f"Target {{value}} is out of bounds (number of classes {c}; input "
+                     f"Target {{value}} is out of bounds (number of classes {{high}}; input "
                      f"{type_str(input)}, target {type_str(target)}).", low=0, high=c,
                      exempt=ignore_index)
     return cdim, c, target

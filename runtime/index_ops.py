@@ -81,7 +81,7 @@ def _normalize_index(idx, n, negative_ok=True):
     (a run-time check the index passes through). With negative_ok=False (gather,
     index_select) a negative index is out of range."""
     idx = checked(idx, IndexError,
-                  f"index {{value}} is out of bounds for dimension with size {n} "
+                  f"index {{value}} is out of bounds for dimension with size {{high}} "
                   f"(index {type_str(idx)})", low=-n if negative_ok else 0, high=n)
     if isinstance(idx._value, np.ndarray):
         v = idx._value

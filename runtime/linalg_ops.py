@@ -9,6 +9,7 @@ outer.
 import math
 
 from aotgrad.ir.core import current_builder
+from aotgrad.ir.symbolic import hints
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime import view_ops
 from aotgrad.runtime.elementwise_ops import mul
@@ -78,7 +79,8 @@ def _check_matmul(a, b):
                            f"{a.ndim}D and {b.ndim}D")
     if a.shape[-1] != b.shape[-2 if b.ndim > 1 else 0]:
         raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied "
-                           f"({'x'.join(map(str, a.shape))} and {'x'.join(map(str, b.shape))})")
+                           f"({'x'.join(map(str, hints(a.shape)))} and "
+                           f"{'x'.join(map(str, hints(b.shape)))})")
 
 
 def _batched_matmul(a, b):

@@ -7,17 +7,24 @@ integer divisors.
 >>> checked(aotgrad.tensor([0, 2]), IndexError, "index {value} out of range", low=0, high=3)
 tensor([0, 2])
 """
-from aotgrad.ir.core import type_str
+from aotgrad.ir.symbolic import hint, hints
 from aotgrad.ir.value_checks import ValueCheck
 from aotgrad.runtime import tprims as tp
 
-__all__ = ["checked", "type_str"]
+__all__ = ["checked", "hint", "hints", "type_str"]
+
+
+def type_str(a):
+    """`f32[5,3]`, for an error message: a symbolic size shows its hint (its value in the
+    call being traced), so that a message made while tracing names the sizes eager does."""
+    return f"{a.dtype.short}[{','.join(map(str, hints(a.shape)))}]"
 
 
 def checked(t, error, message, *, low=None, high=None, nonzero=False, exempt=None,
             high_inclusive=False):
     """t itself (a new tensor with the same value when traced); raises `error(message)`, with
-    `{value}` in message replaced by the first element that fails, when an element is outside
+    `{value}` in message replaced by the first element that fails (and `{low}`, `{high}` by
+    the bounds: a size's value in this call where the bound is symbolic), when an element is outside
     [low, high) ([low, high] with high_inclusive; NaN is outside), or is 0 with `nonzero`,
     unless it equals `exempt`. The result has no gradient: check what no gradient flows
     through (indices, labels, a detached value)."""

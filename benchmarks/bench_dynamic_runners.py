@@ -1,0 +1,105 @@
+"""The codegen side of a symbolic program's per-step cost: the generated drivers (forward
+and backward) of the symbolic program against the static one at the same size, called
+directly on the arrays a training step passes them (no call path), in turn so that both
+see the same load.
+
+    python -m aotgrad.benchmarks.bench_dynamic_runners [--workload W4|W2] [--size 64]
+        [--reps 30] [--profile]
+"""
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+from aotgrad.benchmarks.bench_dynamic import _step, _tensors
+from aotgrad.benchmarks.workloads import WORKLOADS
+
+DYNAMIC_DIMS = {"W2": {"x": 0, "labels": 0}, "W4": {"x": 1}}
+
+
+def _recorded_calls(f, ts):
+    """{graph name: (driver, the arguments the first training step passes it)}: each
+    generated driver (codegen.executor.Plan.runner) wrapped as the call path asks for it."""
+    from aotgrad.codegen.executor import Plan
+    calls, original = {}, Plan.runner
+
+    def recording(plan, trusted=0):
+        run = original(plan, trusted)
+
+        def rec(*args):
+            calls.setdefault(plan.graph.name.rsplit("_", 1)[-1], (run, plan, tuple(
+                a.copy() if isinstance(a, np.ndarray) else a for a in args)))
+            return run(*args)
+        return rec
+    Plan.runner = recording
+    try:
+        _step(f, ts)
+    finally:
+        Plan.runner = original
+    return calls
+
+
+def _profile(plan, args, reps):
+    """{(step index, event name): median ns} over `reps` profiled runs
+    (codegen.executor.profiled); the two programs' schedules are matched by step index."""
+    runs = []
+    for _ in range(reps):
+        runs.append({(i, ev.name): t1 - t0
+                     for i, (ev, t0, t1) in enumerate(plan.profiled(*args)[1])})
+    return {k: statistics.median(r.get(k, 0) for r in runs) for k in runs[-1]}
+
+
+def _time_pair(a, b, reps):
+    """Median seconds of runs a and b ((driver, args) each), called in turn so that both
+    see the same load on a shared machine."""
+    ta, tb = [], []
+    for run, args in (a, b):
+        run(*args)
+    for _ in range(reps):
+        for (run, args), out in ((a, ta), (b, tb)):
+            t0 = time.perf_counter()
+            run(*args)
+            out.append(time.perf_counter() - t0)
+    return statistics.median(ta), statistics.median(tb)
+
+
+def main(argv=None):
+    import aotgrad
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workload", default="W4", choices=sorted(DYNAMIC_DIMS))
+    ap.add_argument("--size", type=int, default=64, help="the dynamic dim's size")
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--profile", action="store_true",
+                    help="the steps whose time differs most between the two")
+    args = ap.parse_args(argv)
+    wl, dyn = WORKLOADS[args.workload], DYNAMIC_DIMS[args.workload]
+    arrays = wl.inputs(quick=False)
+    drivers, steps = {}, {}
+    for label, dynamic, mark in (("static", False, None),
+                                 ("symbolic", None, aotgrad.mark_dynamic)):
+        f = aotgrad.compile(lambda *a: wl.fn(aotgrad, *a), dynamic=dynamic)
+        ts = _tensors(aotgrad, wl, arrays, dyn, args.size, mark)
+        calls = _recorded_calls(f, ts)
+        for which, (run, plan, a) in calls.items():
+            drivers[label, which] = run, a
+            if args.profile:
+                steps[label, which] = _profile(plan, a, args.reps)
+    print(f"{args.workload}, dynamic dim size {args.size}: runner median ms")
+    for which in sorted({w for _, w in drivers}):
+        if ("static", which) in drivers and ("symbolic", which) in drivers:
+            s, y = _time_pair(drivers["static", which], drivers["symbolic", which],
+                              args.reps)
+            print(f"  {which:10s} static {s * 1e3:8.3f}  symbolic {y * 1e3:8.3f}  "
+                  f"ratio {y / s:.3f}")
+        if ("static", which) in steps and ("symbolic", which) in steps:
+            a, b = steps["static", which], steps["symbolic", which]
+            a, b = ({i: (name, t) for (i, name), t in x.items()} for x in (a, b))
+            worst = sorted(set(a) & set(b), key=lambda i: a[i][1] - b[i][1])[:8]
+            for i in worst:
+                print(f"      {b[i][0][:60]:60s} static {a[i][1] / 1e3:8.1f} us  "
+                      f"symbolic {b[i][1] / 1e3:8.1f} us")
+
+
+if __name__ == "__main__":
+    main()

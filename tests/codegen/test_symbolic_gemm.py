@@ -1,0 +1,123 @@
+"""Products with symbolic sizes run on the BLAS schedule (gemm_stack / gemm_serial, row or
+column slabs) with arguments worked out per call, equal to numpy at every size."""
+import os
+
+import numpy as np
+import pytest
+
+from aotgrad.codegen import CompiledGraph, blas, compile_graph
+from aotgrad.codegen.gemm_plan import SymbolicGemm
+from aotgrad.ir import Aval, GraphBuilder, prims
+from aotgrad.ir import dtypes as dt
+from aotgrad.ir.core import evaluate
+from aotgrad.ir.symbolic import ShapeEnv
+
+pytestmark = pytest.mark.skipif(not blas.available(), reason="no BLAS for gemm_stack")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cache_dir(tmp_path_factory):
+    old = os.environ.get("AOTGRAD_CACHE_DIR")
+    os.environ["AOTGRAD_CACHE_DIR"] = str(tmp_path_factory.mktemp("aotgrad_cache"))
+    yield
+    if old is None:
+        os.environ.pop("AOTGRAD_CACHE_DIR", None)
+    else:
+        os.environ["AOTGRAD_CACHE_DIR"] = old
+
+
+def build(fn, *shapes, hint=64, dtype=dt.float32):
+    env = ShapeEnv()
+    n = env.create_symbol(hint, "x.size(0)")
+    b = GraphBuilder("forward")
+    xs = [b.add_input(Aval(tuple(n if d == "n" else d for d in s), dtype), f"x{i}")
+          for i, s in enumerate(shapes)]
+    with env, b:
+        outs = fn(n, *xs)
+    b.graph.outputs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    return b.graph
+
+
+def run_sizes(graph, shapes, sizes, dtype=np.float32):
+    prog = compile_graph(graph)
+    assert isinstance(prog, CompiledGraph), prog.report()
+    rng = np.random.default_rng(0)
+    for size in sizes:
+        args = [rng.uniform(-1, 1, tuple(size if d == "n" else d for d in s)).astype(dtype)
+                for s in shapes]
+        for _ in range(2):   # the second call is served from the per-size cache
+            got = prog(*args, (size,))
+            ref = evaluate(graph, args, values={"s0": size})
+            for g, r in zip(got, ref):
+                assert g.dtype == np.asarray(r).dtype and g.shape == np.shape(r)
+                np.testing.assert_allclose(g, r, rtol=2e-4, atol=2e-4)
+    plans = [v for v in prog.plan._bound_kernels[-1][0].values() if isinstance(v, SymbolicGemm)]
+    return prog, plans
+
+
+def kinds(plan):
+    """size -> 'matmul' | 'serial' | 'parallel' for the sizes a plan has served."""
+    out = {}
+    for values, args in plan._cache.items():
+        out[values[0]] = "matmul" if args is None else "serial" if args[0] else "parallel"
+    return out
+
+
+def test_rows_product_serial_parallel_and_matmul_by_size():
+    def f(n, x, w):
+        return prims.dot_general(prims.exp(x), w, contract=((1,), (0,)), batch=((), ()))
+    shapes = (("n", 256), (256, 256))
+    # 3 rows: below SPLIT_MIN (np.matmul); 8: serial gemm; 100: over the threads
+    prog, plans = run_sizes(build(f, *shapes), shapes, (3, 8, 100))
+    assert len(plans) == 1
+    k = kinds(plans[0])
+    assert k[3] == "matmul" and k[8] == "serial" and k[100] == "parallel"
+
+
+def test_transposed_operand_and_float64():
+    def f(n, x, w):   # x^T @ w over the symbolic dim: the weight-gradient form
+        return prims.dot_general(x, w, contract=((0,), (0,)), batch=((), ()))
+    shapes = (("n", 128), ("n", 160))
+    _, plans = run_sizes(build(f, *shapes, dtype=dt.float64), shapes, (5, 33, 300),
+                         dtype=np.float64)
+    assert plans and "parallel" in kinds(plans[0]).values()
+
+
+def test_batched_heads_product():
+    def f(n, q, k):   # a stack of (n x 32) @ (32 x n) products, one per head
+        return prims.dot_general(q, k, contract=((2,), (2,)), batch=((0,), (0,)))
+    shapes = ((4, "n", 32), (4, "n", 32))
+    _, plans = run_sizes(build(f, *shapes), shapes, (7, 96, 200))
+    assert plans and {"serial", "parallel"} <= set(kinds(plans[0]).values())
+
+
+def _child(prog, q):
+    try:
+        prog(np.ones((100, 256), np.float32), np.ones((256, 256), np.float32), (100,))
+        q.put("ran")
+    except RuntimeError as e:
+        q.put(str(e))
+
+
+def test_forked_child_gets_a_clear_error_from_a_symbolic_product():
+    # the per-call gemm goes through the driver's guarded name, as the static one does
+    import multiprocessing as mp
+    from numba.np.ufunc import parallel
+    if "fork" not in mp.get_all_start_methods():
+        pytest.skip("no fork here")
+
+    def f(n, x, w):
+        return prims.dot_general(x, w, contract=((1,), (0,)), batch=((), ()))
+    shapes = (("n", 256), (256, 256))
+    prog, plans = run_sizes(build(f, *shapes), shapes, (100,))
+    assert kinds(plans[0])[100] == "parallel"
+    if parallel.threading_layer() != "omp":
+        pytest.skip("not the OpenMP threading layer")
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_child, args=(prog, q))
+    p.start()
+    p.join(60)
+    assert p.exitcode == 0
+    msg = q.get(timeout=5)
+    assert "forked" in msg and "spawn" in msg
