@@ -170,7 +170,7 @@ def make_plan(prog):
     leaf_node = ns["leaf_node"]
     make, mode = Tensor._make, _mode
 
-    def call(leaves, trusted):
+    def call(leaves, trusted, values=None):
         if identity and len(leaves) == len(arg_roles):
             replay = leaves
         elif arg_roles is not None:
@@ -180,12 +180,13 @@ def make_plan(prog):
         vals = [t._value for t in replay]
         if run_fw is None or not mode.grad_enabled:
             if binding is not None:
-                vals += prog.symbol_args("inference", binding.values(leaves))
+                vals += prog.symbol_args("inference", values or binding.values(leaves))
             outs = prog.runner("inference")(*vals)
             outs = [make(v) for v in outs[:n_out]]
             return outs[0] if single else unflatten(out_tree, outs)
         if binding is not None:
-            values = binding.values(leaves)
+            if values is None:
+                values = binding.values(leaves)
             vals += prog.symbol_args("forward", values)
         outs = (run_trusted if trusted else run_fw)(*vals)
         saved = outs[n_fw:]
@@ -317,6 +318,15 @@ def _no_fast_backward(t, retain_graph):
 
 
 
+def _shape_check(name, shape):
+    """The test that array `name`'s shape differs from a guard key's (None: a symbolic dim,
+    any size; the binding checks those)."""
+    if None not in shape:
+        return f"{name}.shape != {tuple(shape)!r}"
+    return " or ".join([f"{name}.ndim != {len(shape)}"] + [
+        f"{name}.shape[{d}] != {n}" for d, n in enumerate(shape) if n is not None])
+
+
 def specialise(key, prog):
     """`call(args) -> output, or MISS`: the program's call specialised to one guard key, as
     straight-line code over the arguments. It runs the program only where
@@ -327,8 +337,6 @@ def specialise(key, prog):
     which decides (and warns, recompiles) as before."""
     grad_enabled, n, specs = key[0], key[1], key[2:]
     if specs and specs[-1][0] == "A":  # arguments that alias: the full lookup each call
-        return None
-    if prog.binding is not None:  # symbolic sizes: the general lookup checks the guards
         return None
     if type(grad_enabled) is not bool or any(type(rg) is not bool for *_, rg in specs):
         return None
@@ -344,7 +352,7 @@ def specialise(key, prog):
         lines += [f"    if not isinstance(a{i}, Tensor) or a{i}.requires_grad is not {rg}:",
                   "        return MISS",
                   f"    v{i} = a{i}._value",
-                  f"    if type(v{i}) is not ndarray or v{i}.shape != {tuple(shape)!r} or "
+                  f"    if type(v{i}) is not ndarray or {_shape_check(f'v{i}', shape)} or "
                   f"v{i}.dtype is not d{i} or not v{i}.flags.carray:",
                   "        return MISS"]
     if prog.trace.grad_guards or prog.trace.lifted_guards or prog.trace.identity_guards:
@@ -358,7 +366,12 @@ def specialise(key, prog):
                   "        return MISS"]
     plan = prog.call_plan()
     inline = plan.inline if plan.call is not None and grad_enabled else None
-    if inline is None:
+    if prog.binding is not None:
+        # symbolic sizes (None in the key): read once here, with the shape guards
+        g["read"] = prog.binding.values
+        lines += ["    values = read(args)", "    if values is None:", "        return MISS",
+                  "    return prog(args, True, values)"]
+    elif inline is None:
         lines.append("    return prog(args, True)")
     else:
         leaves = [f"a{j}" for j in inline.diff_pos]

@@ -57,6 +57,9 @@ def test_symbolic_mlp_takes_the_generated_call_and_fast_backward(backend):
             assert a.shape == b.shape and a.dtype == b.dtype
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     assert loss_fn.stats.compiles == 1
+    # the call specialised to the guard key (symbolic dims any size) serves the calls
+    assert loss_fn._specialised is not None and loss_fn._specialised.program is prog
+    assert "read(args)" in loss_fn._specialised.source
     assert served == [True] * 4  # every later backward took the fast path
 
 
@@ -96,3 +99,4 @@ def test_symbolic_program_with_two_outputs_and_no_grad():
     progs = _programs(f)  # one with gradients, one under no_grad
     assert len(progs) == 2 and all(p.call_plan().call is not None for p in progs)
     assert f.stats.compiles == 2
+
