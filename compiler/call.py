@@ -19,6 +19,7 @@ import numpy as np
 
 from aotgrad.compiler.guards import MISS, aliases_lifted, lifted_ok
 from aotgrad.ir.core import Aval, current_builder
+from aotgrad.ir.symbolic import is_static_shape
 from aotgrad.runtime import profiling
 from aotgrad.runtime.engine import accumulate_array, next_sequence_nr, plain_leaves
 from aotgrad.runtime.compiled_backward import CompiledBackward
@@ -243,19 +244,29 @@ def make_fast_backward(prog, plan):
          "plain_leaves": plain_leaves, "run": run, "make": Tensor._make,
          "accumulate_array": accumulate_array, "prog": prog, "plan": plan}
     saved = [f"s{i}" for i in range(n_saved)]
-    if symbolic:  # the output shapes are the call's: the implicit grads per shapes
+    g_out = prog.trace.graph.outputs
+    out_static = all(is_static_shape(g_out[k].shape) for k in tr.diff_outs)
+    # a symbolic program's backward takes the forward's symbol values, as one tuple
+    bw_symbols = "(" + "".join(f"values[{s!r}], " for s in prog.symbols("backward")) + ")" \
+        if symbolic and prog.symbols("backward") else None
+    if symbolic and not (out_static and len(tr.diff_outs) == 1):
+        # the output shapes are the call's: the implicit grads per shapes
         get_grads = ["    grads = plan.implicit_grads(t._output_nr, node._out_avals)",
                      "    if grads is False:", "        return False"]
         if len(tr.diff_outs) > 1:
             get_grads.append(f"    reach = prog.grads_reached([i == t._output_nr for i in "
                              f"range({len(tr.diff_outs)})])")
-        grad_args = ["*grads", '*prog.symbol_args("backward", values)']
+        grad_args = ["*grads"] + ([bw_symbols] if bw_symbols else [])
     elif len(tr.diff_outs) == 1:
-        grads = plan.implicit_grads(0)
+        # (a symbolic program's one output of a static shape: its grads made once)
+        grads = plan.implicit_grads(0, [Aval(g_out[k].shape, g_out[k].dtype)
+                                        for k in tr.diff_outs] if symbolic else None)
         if grads is False:
             return _no_fast_backward
         g.update({f"g{i}": a for i, a in enumerate(grads)})
         get_grads, grad_args = [], [f"g{i}" for i in range(len(grads))]
+        if bw_symbols:
+            grad_args.append(bw_symbols)
     else:
         # the other outputs get no gradient: a leaf only they reach gets no .grad
         get_grads = ["    grads = plan.implicit_grads(t._output_nr)",
