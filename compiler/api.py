@@ -208,12 +208,16 @@ class CompiledFunction:
                 # step) is concrete after this call; trace again next time to read it
                 return prog, leaves
             self.cache[key] = prog
+        self._specialise(key, prog, args, leaves)
+        return prog, leaves
+
+    def _specialise(self, key, prog, args, leaves):
+        """Make the call specialised to `key` and `prog` the next call's first try."""
         if leaves is args and self.module is None and prog is not RUN_EAGERLY:
             call = self._calls.get(key, MISS)
             if call is MISS or (call is not None and call.program is not prog):
                 call = self._calls[key] = specialise(key, prog)
             self._specialised = call
-        return prog, leaves
 
     def _symbolic_dims(self, args, kwargs, leaves, key):
         """{leaf index: dims} this call's trace makes symbolic (see DynamicPolicy); under
@@ -244,6 +248,7 @@ class CompiledFunction:
                     entry.remove(prog)
                     continue
                 if prog.binding.values(leaves) is not None:
+                    self._specialise(key, prog, args, leaves)
                     return prog, leaves
                 self.stats.guard_failures += 1
             if entry:
@@ -266,6 +271,7 @@ class CompiledFunction:
         if prog.trace.escaped:
             return prog, leaves
         self.cache.setdefault(key, _dynamic.SymbolicPrograms()).append(prog)
+        self._specialise(key, prog, args, leaves)
         return prog, leaves
 
     def __call__(self, *args, **kwargs):

@@ -19,6 +19,7 @@ import numpy as np
 
 from aotgrad.compiler.guards import MISS, aliases_lifted, lifted_ok
 from aotgrad.ir.core import Aval, current_builder
+from aotgrad.ir.symbolic import is_static_shape
 from aotgrad.runtime import profiling
 from aotgrad.runtime.engine import accumulate_array, next_sequence_nr, plain_leaves
 from aotgrad.runtime.compiled_backward import CompiledBackward
@@ -78,22 +79,26 @@ class CallPlan:
         self.fast_backward = self._first_fast_backward
         self._implicit = {}  # output_nr -> the grads `out.backward()` feeds the backward
 
-    def implicit_grads(self, nr):
+    def implicit_grads(self, nr, out_avals=None):
         """The arrays `out.backward()` feeds the backward program for output nr of the
         differentiable outputs (ones there, zeros for the others), or False when that output
-        is not a floating scalar (the general path raises the error). Made once, never handed
-        to the user: the backward only reads them, and an output that passes one through is
-        not owned, so it is copied before it becomes a .grad."""
-        grads = self._implicit.get(nr)
+        is not a floating scalar (the general path raises the error). Made once (per shapes,
+        `out_avals` of a symbolic program's call), never handed to the user: the backward
+        only reads them, and an output that passes one through is not owned, so it is copied
+        before it becomes a .grad."""
+        key = nr if out_avals is None else (nr,) + tuple(a.shape for a in out_avals)
+        grads = self._implicit.get(key)
         if grads is None:
-            avals = self.avals[1]
+            if len(self._implicit) >= 64:  # (symbolic: one per set of output shapes)
+                self._implicit.clear()
+            avals = self.avals[1] if out_avals is None else out_avals
             a = avals[nr]
             if math.prod(a.shape) != 1 or not a.dtype.is_floating_point:
                 grads = False
             else:
                 grads = [np.zeros(b.shape, b.dtype.np) for b in avals]
                 grads[nr] = np.ones(a.shape, a.dtype.np)
-            self._implicit[nr] = grads
+            self._implicit[key] = grads
         return grads
 
     def _first_fast_backward(self, t, retain_graph):
@@ -104,6 +109,9 @@ class CallPlan:
     def __str__(self):
         kind = "general (Program._call)" if self.call is None else \
             "inline per guard key" if self.inline is not None else "straight-line"
+        if self.call is not None and self.program.binding is not None:
+            kind += " (symbolic sizes " + ", ".join(
+                name for _, _, name in self.program.binding.define) + " read per call)"
         return f"call plan of {self.program.name}: {kind}"
 
 
@@ -112,11 +120,11 @@ def make_plan(prog):
     where it needs that (seeds, in-place writes, .grad writes, retain_grad() on an argument,
     non-tensor outputs, outputs to copy, an observed program). The specialised call runs
     the generated drivers directly and gives the outputs a _CallBackward, whose edges to
-    leaf inputs are made only when something asks for them."""
+    leaf inputs are made only when something asks for them. A symbolic program's call reads
+    its symbol values (SymbolBinding), passes them to the drivers and keeps them last among
+    the saved values for the backward; its nodes' avals are the call's."""
     tr = prog.trace
     plan = CallPlan(prog)
-    if prog.binding is not None:
-        return plan  # symbolic sizes: the general call reads and checks the symbol values
     if prog.observed or tr.mutations or tr.grad_clears or tr.escaped or \
             not all(tr.out_is_tensor) or tr.retained_args or \
             any(kind is Role.SEED for kind, _ in tr.roles):
@@ -135,31 +143,35 @@ def make_plan(prog):
     while n_lead < len(tr.roles) and tr.roles[n_lead] == (Role.ARG, n_lead):
         n_lead += 1
     run_trusted = run_fw
-    if run_fw is not None and n_lead and prog.backend != "interpret":
+    binding = prog.binding  # symbolic sizes: values read per call, kept for the backward
+    if run_fw is not None and n_lead and prog.backend != "interpret" and binding is None:
         run_trusted = prog.compiled_graph("forward").plan.runner(trusted=n_lead)
     roles = [(kind is Role.ARG, x) for kind, x in tr.roles]
     pos = {(kind, x if kind is Role.ARG else id(x)): i for i, (kind, x) in enumerate(tr.roles)}
     diff_pos = [pos[(kind, x if kind is Role.ARG else id(x))] for kind, x in tr.diff_roles]
-    if diff_outs:  # shapes and dtypes are fixed per program
+    if diff_outs and binding is None:  # shapes and dtypes are fixed per program
         g = tr.graph
         plan.avals = ([Aval(g.inputs[p].shape, g.inputs[p].dtype) for p in diff_pos],
                       [Aval(g.outputs[k].shape, g.outputs[k].dtype) for k in diff_outs])
     # what specialise needs to emit this call inline
-    if has_backward and identity and single and diff_outs == [0]:
+    if has_backward and identity and single and diff_outs == [0] and binding is None:
         plan.inline = InlineCall(run_trusted, diff_pos, n_fw)
     # the node of a call whose differentiable inputs are all leaves
     ns = {"new_node": _CallBackward.__new__, "Node": _CallBackward, "seq": next_sequence_nr,
           "prog": prog, "plan": plan}
     if plan.avals is not None:
         ns["in_avals"], ns["out_avals"] = plan.avals
-    source = "\n".join(["def leaf_node(saved, leaves, replay):"] + _node_lines(
+    # (a symbolic program's avals are the call's: passed in)
+    header = "def leaf_node(saved, leaves, replay):" if binding is None else \
+        "def leaf_node(saved, leaves, replay, in_avals, out_avals):"
+    source = "\n".join([header] + _node_lines(
         "saved", "leaves", "replay", "[t._version_counter.v for t in replay]") +
         ["    return node"]) + "\n"
     exec(builtins.compile(source, f"<node of {prog.name}>", "exec"), ns)
     leaf_node = ns["leaf_node"]
     make, mode = Tensor._make, _mode
 
-    def call(leaves, trusted):
+    def call(leaves, trusted, values=None):
         if identity and len(leaves) == len(arg_roles):
             replay = leaves
         elif arg_roles is not None:
@@ -168,21 +180,34 @@ def make_plan(prog):
             replay = [leaves[x] if is_arg else x for is_arg, x in roles]
         vals = [t._value for t in replay]
         if run_fw is None or not mode.grad_enabled:
+            if binding is not None:
+                vals += prog.symbol_args("inference", values or binding.values(leaves))
             outs = prog.runner("inference")(*vals)
             outs = [make(v) for v in outs[:n_out]]
             return outs[0] if single else unflatten(out_tree, outs)
+        if binding is not None:
+            if values is None:
+                values = binding.values(leaves)
+            vals += prog.symbol_args("forward", values)
         outs = (run_trusted if trusted else run_fw)(*vals)
         saved = outs[n_fw:]
         outs = [make(outs[0])] if single else [make(v) for v in outs[:n_out]]
         if diff_outs:
             diff_inputs = [replay[j] for j in diff_pos]
             prog.first_call_state(diff_inputs, outs)
+            if binding is None:
+                avals = plan.avals
+            else:  # shapes vary per call; the backward gets the forward's symbol values
+                saved = list(saved) + [values]
+                avals = ([Aval(t._value.shape, t.dtype) for t in diff_inputs],
+                         [Aval(outs[k]._value.shape, outs[k].dtype) for k in diff_outs])
             for t in diff_inputs:
                 if t.grad_fn is not None:  # a non-leaf input: its edge is fixed now
-                    node = CompiledBackward(prog, saved, diff_inputs, *plan.avals, replay)
+                    node = CompiledBackward(prog, saved, diff_inputs, *avals, replay)
                     break
             else:
-                node = leaf_node(saved, diff_inputs, replay)
+                node = leaf_node(saved, diff_inputs, replay, *avals) if binding is not None \
+                    else leaf_node(saved, diff_inputs, replay)
             for nr, k in enumerate(diff_outs):
                 o = outs[k]
                 o._requires_grad, o.grad_fn, o._output_nr = True, node, nr
@@ -200,12 +225,14 @@ def make_fast_backward(prog, plan):
     saved values and the implicit gradient and writes the leaves' .grad."""
     tr = prog.trace
     run, owned = prog.runner("backward"), None
+    symbolic = prog.binding is not None  # saved values end with the forward's symbol values
     if prog.backend != "interpret":
         owned = prog.owned_outputs("backward")
         # its inputs: saved values made by the forward program, and implicit_grads'
         # arrays (C-contiguous, writeable, of the program's avals): no input checks
-        driver = prog.compiled_graph("backward").plan
-        run = driver.runner(trusted=len(driver.in_slots))
+        if not symbolic:
+            driver = prog.compiled_graph("backward").plan
+            run = driver.runner(trusted=len(driver.in_slots))
     slots, k = [], 0  # (diff input, backward output, owned) per gradient it makes
     for j, present in enumerate(tr.grad_present):
         if present:
@@ -217,12 +244,29 @@ def make_fast_backward(prog, plan):
          "plain_leaves": plain_leaves, "run": run, "make": Tensor._make,
          "accumulate_array": accumulate_array, "prog": prog, "plan": plan}
     saved = [f"s{i}" for i in range(n_saved)]
-    if len(tr.diff_outs) == 1:
-        grads = plan.implicit_grads(0)
+    g_out = prog.trace.graph.outputs
+    out_static = all(is_static_shape(g_out[k].shape) for k in tr.diff_outs)
+    # a symbolic program's backward takes the forward's symbol values, as one tuple
+    bw_symbols = "(" + "".join(f"values[{s!r}], " for s in prog.symbols("backward")) + ")" \
+        if symbolic and prog.symbols("backward") else None
+    if symbolic and not (out_static and len(tr.diff_outs) == 1):
+        # the output shapes are the call's: the implicit grads per shapes
+        get_grads = ["    grads = plan.implicit_grads(t._output_nr, node._out_avals)",
+                     "    if grads is False:", "        return False"]
+        if len(tr.diff_outs) > 1:
+            get_grads.append(f"    reach = prog.grads_reached([i == t._output_nr for i in "
+                             f"range({len(tr.diff_outs)})])")
+        grad_args = ["*grads"] + ([bw_symbols] if bw_symbols else [])
+    elif len(tr.diff_outs) == 1:
+        # (a symbolic program's one output of a static shape: its grads made once)
+        grads = plan.implicit_grads(0, [Aval(g_out[k].shape, g_out[k].dtype)
+                                        for k in tr.diff_outs] if symbolic else None)
         if grads is False:
             return _no_fast_backward
         g.update({f"g{i}": a for i, a in enumerate(grads)})
         get_grads, grad_args = [], [f"g{i}" for i in range(len(grads))]
+        if bw_symbols:
+            grad_args.append(bw_symbols)
     else:
         # the other outputs get no gradient: a leaf only they reach gets no .grad
         get_grads = ["    grads = plan.implicit_grads(t._output_nr)",
@@ -241,8 +285,9 @@ def make_fast_backward(prog, plan):
                   "    if " + " or ".join(f"r{i}._version_counter.v != v[{i}]"
                                         for i in range(n_replay)) + ":",
                   "        return False  # modified in place: the general path raises"]
-    if n_saved:
-        lines.append(f"    {''.join(f'{s}, ' for s in saved)}= node._saved_arrays")
+    if n_saved or symbolic:
+        lines.append(f"    {''.join(f'{s}, ' for s in saved)}"
+                     f"{'values, ' if symbolic else ''}= node._saved_arrays")
     lines += [f"    outs = run({', '.join(saved + grad_args)})",
               "    if not retain_graph:",
               "        node._release()",
@@ -284,6 +329,15 @@ def _no_fast_backward(t, retain_graph):
 
 
 
+def _shape_check(name, shape):
+    """The test that array `name`'s shape differs from a guard key's (None: a symbolic dim,
+    any size; the binding checks those)."""
+    if None not in shape:
+        return f"{name}.shape != {tuple(shape)!r}"
+    return " or ".join([f"{name}.ndim != {len(shape)}"] + [
+        f"{name}.shape[{d}] != {n}" for d, n in enumerate(shape) if n is not None])
+
+
 def specialise(key, prog):
     """`call(args) -> output, or MISS`: the program's call specialised to one guard key, as
     straight-line code over the arguments. It runs the program only where
@@ -294,8 +348,6 @@ def specialise(key, prog):
     which decides (and warns, recompiles) as before."""
     grad_enabled, n, specs = key[0], key[1], key[2:]
     if specs and specs[-1][0] == "A":  # arguments that alias: the full lookup each call
-        return None
-    if prog.binding is not None:  # symbolic sizes: the general lookup checks the guards
         return None
     if type(grad_enabled) is not bool or any(type(rg) is not bool for *_, rg, _ in specs):
         return None
@@ -312,7 +364,7 @@ def specialise(key, prog):
                   f"a{i}._inference is not {inference}:",
                   "        return MISS",
                   f"    v{i} = a{i}._value",
-                  f"    if type(v{i}) is not ndarray or v{i}.shape != {tuple(shape)!r} or "
+                  f"    if type(v{i}) is not ndarray or {_shape_check(f'v{i}', shape)} or "
                   f"v{i}.dtype is not d{i} or not v{i}.flags.carray:",
                   "        return MISS"]
     if prog.trace.grad_guards or prog.trace.lifted_guards or prog.trace.identity_guards:
@@ -326,7 +378,12 @@ def specialise(key, prog):
                   "        return MISS"]
     plan = prog.call_plan()
     inline = plan.inline if plan.call is not None and grad_enabled else None
-    if inline is None:
+    if prog.binding is not None:
+        # symbolic sizes (None in the key): read once here, with the shape guards
+        g["read"] = prog.binding.values
+        lines += ["    values = read(args)", "    if values is None:", "        return MISS",
+                  "    return prog(args, True, values)"]
+    elif inline is None:
         lines.append("    return prog(args, True)")
     else:
         leaves = [f"a{j}" for j in inline.diff_pos]

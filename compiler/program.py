@@ -367,15 +367,16 @@ class Program:
                 parts.append(f"# ---- {which} ----\n{k.source}")
         return "\n".join(parts)
 
-    def __call__(self, leaves, trusted=False):
+    def __call__(self, leaves, trusted=False, values=None):
         """Run on the call's flattened inputs; `trusted`: they are the arguments themselves,
-        all tensors whose arrays passed the guard's checks (see call.specialise)."""
+        all tensors whose arrays passed the guard's checks (see call.specialise); `values`:
+        a symbolic program's symbol values, where the caller read them already."""
         fast = (self._plan or self.call_plan()).call
         if fast is not None and not call.general_path_needed():
-            return fast(leaves, trusted)
-        return self._call(leaves)
+            return fast(leaves, trusted, values)
+        return self._call(leaves, values)
 
-    def _call(self, leaves):
+    def _call(self, leaves, values=None):
         """The general call: any roles, mutations, .grad writes, profiling, anomaly mode."""
         tr = self.trace
         if self.arg_roles is not None:  # every input is an argument (the common case)
@@ -398,9 +399,10 @@ class Program:
                 replay = self._snapshot_written(replay, leaves)
         need_grad = self.has_backward and _mode.grad_enabled
         which = "forward" if need_grad else "inference"
-        values, extra = None, ()
+        extra = ()
         if self.binding is not None:  # (the lookup checked the guards for these sizes)
-            values = self.binding.values(leaves)
+            if values is None:
+                values = self.binding.values(leaves)
             extra = self.symbol_args(which, values)
         if profiling._profilers:
             with profiling.record(f"{self.name}.{which}", kind="kernel"):
