@@ -65,7 +65,8 @@ def _where_rule(pred, x, y):
     return Aval(x.shape, x.dtype)
 
 
-def _convert_rule(x, *, dtype):
+def _convert_rule(x, *, dtype, via=None):
+    # via: a 16-bit float dtype the value is rounded to on the way (codegen.low_precision)
     check(isinstance(dtype, dt.DType), f"dtype must be an aotgrad dtype, got {dtype!r}")
     return Aval(x.shape, dtype)
 
@@ -565,11 +566,11 @@ searchsorted = register("searchsorted", _searchsorted_rule, _searchsorted,
                       (Tag.INDEX, Tag.NON_DIFFERENTIABLE))
 
 where = register("where", _where_rule, np.where, P)
-def _convert(x, *, dtype):
-    if dtype.itemsize != 2:
+def _convert(x, *, dtype, via=None):
+    if dtype.itemsize != 2 and via is None:
         return x.astype(dtype.np)
     with np.errstate(over="ignore"):  # a float too large for float16 becomes inf, quietly
-        return x.astype(dtype.np)
+        return x.astype(dtype.np) if via is None else x.astype(via.np).astype(dtype.np)
 
 
 convert_element_type = register("convert_element_type", _convert_rule, _convert,
