@@ -89,3 +89,21 @@ def test_half_and_bfloat16_methods_round_inside_the_program(dtype):
     for a, b in zip(e, c):
         assert a.dtype is b.dtype is ag.float32 and a.abs().max().item() > 0
         _same_bits(a, b)
+
+
+@pytest.mark.parametrize("dtype", LOW)
+def test_matmul_and_reductions_in_16_bit_round_once_like_eager(dtype):
+    """A matmul or a reduction rounds its float32 result once, as eager: equal to eager
+    within one unit in the last 16-bit place (float32 accumulation order may differ)."""
+    d = getattr(ag, dtype)
+    ag.manual_seed(2)
+    x, w = ag.randn(16, 32).to(d), ag.randn(32, 8).to(d)
+
+    def f(x, w):
+        h = ag.tanh(x @ w) * 0.5 + 1
+        return h, h.sum(dim=1), h.mean()
+
+    eps = float(np.finfo(np.float16).eps) if d is ag.float16 else 2.0 ** -7
+    for a, b in zip(f(x, w), ag.compile(f, fullgraph=True)(x, w)):
+        assert b.dtype is d
+        np.testing.assert_allclose(b.float().numpy(), a.float().numpy(), rtol=eps, atol=0)
