@@ -38,6 +38,8 @@ Float64 graphs do not use these: they call numpy/libm (exact, scalar).
 """
 import os
 
+from aotgrad.codegen import low_precision as _low_precision
+
 # No fast-math flags on kernels: "reassoc" let LLVM fold exp(log(x)) to x and regroup
 # x * c1 * c2 (overflow where eager has none), "arcp" turned a / y + b / y into a * (1 / y) +
 # b * (1 / y) (inf for a denormal y), "contract" fused x * x - y * y into an FMA (a tiny
@@ -551,6 +553,9 @@ def polygamma_f64(n, x):
         s += _BERN[k - 1] * _fact(2 * k + n - 1) / _fact(2 * k) / z ** (2 * k + n)
     return sign * (fact * acc + s)
 ''')
+
+# float32 values rounded to float16/bfloat16 precision (codegen.low_precision)
+_helper("round_low_f64", (), _low_precision.ROUND_SOURCE)
 
 
 def helper_source(names):

@@ -13,6 +13,7 @@ t or s saturates) into helpers computed from the same exponential as the value i
 `REFERENCE_POINTWISE` lists pointwise prims deliberately run as reference steps (none).
 Both are keyed by the Prim object (as the VJP rules are), never by its name.
 """
+from aotgrad.codegen import low_precision
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir import prims as P
 
@@ -250,6 +251,9 @@ def _where(ctx, node, a):
 @template(P.convert_element_type)
 def _convert(ctx, node, a):
     d, s = node.params["dtype"], node.inputs[0].dtype
+    if node.params.get("via") is not None:    # float32 holding a 16-bit value
+        ctx.need("round_low_f64")
+        return low_precision.rounding_call(a[0], s, node.params["via"])
     if d is s:
         return a[0]
     if d is dt.bool_:

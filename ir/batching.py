@@ -254,6 +254,7 @@ NO_RULE = {
     P.iota: "takes no tensor inputs (never batched)",
     P.uniform: "random draws are batched by vmap's `randomness` argument, not per prim",
     P.normal: "random draws are batched by vmap's `randomness` argument, not per prim",
+    P.poisson: "random draws are batched by vmap's `randomness` argument, not per prim",
 }
 
 

@@ -31,7 +31,8 @@ int64 = DType("int64", np.int64, "i64")
 bool_ = DType("bool", np.bool_, "b1")
 # 16-bit floats (bfloat16 is ml_dtypes' numpy type). Eagerly, ops compute in float32 and
 # round their result, and reductions accumulate in float32, as PyTorch's CPU kernels do;
-# compiled kernels keep them in float32 (codegen/low_precision.py).
+# compiled kernels hold them in float32, rounded to the 16-bit dtype wherever eager stores a
+# 16-bit value (codegen/low_precision.py).
 float16 = DType("float16", np.float16, "f16")
 bfloat16 = DType("bfloat16", ml_dtypes.bfloat16, "bf16", floating=True)
 LOW_PRECISION = frozenset((float16, bfloat16))

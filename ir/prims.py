@@ -65,7 +65,8 @@ def _where_rule(pred, x, y):
     return Aval(x.shape, x.dtype)
 
 
-def _convert_rule(x, *, dtype):
+def _convert_rule(x, *, dtype, via=None):
+    # via: a 16-bit float dtype the value is rounded to on the way (codegen.low_precision)
     check(isinstance(dtype, dt.DType), f"dtype must be an aotgrad dtype, got {dtype!r}")
     return Aval(x.shape, dtype)
 
@@ -565,11 +566,11 @@ searchsorted = register("searchsorted", _searchsorted_rule, _searchsorted,
                       (Tag.INDEX, Tag.NON_DIFFERENTIABLE))
 
 where = register("where", _where_rule, np.where, P)
-def _convert(x, *, dtype):
-    if dtype.itemsize != 2:
+def _convert(x, *, dtype, via=None):
+    if dtype.itemsize != 2 and via is None:
         return x.astype(dtype.np)
     with np.errstate(over="ignore"):  # a float too large for float16 becomes inf, quietly
-        return x.astype(dtype.np)
+        return x.astype(dtype.np) if via is None else x.astype(via.np).astype(dtype.np)
 
 
 convert_element_type = register("convert_element_type", _convert_rule, _convert,
@@ -672,6 +673,31 @@ uniform = register("uniform", _random_rule, _random("uniform"),
                    (Tag.RANDOM, Tag.NON_DIFFERENTIABLE))
 normal = register("normal", _random_rule, _random("normal"),
                   (Tag.RANDOM, Tag.NON_DIFFERENTIABLE))
+
+
+def _poisson_rule(seed, rate, *, shape, dtype):
+    _random_rule(seed, shape=shape, dtype=dtype)
+    check(rate.dtype.is_floating_point, f"rate must be floating point, got {rate.dtype}")
+    check(_broadcastable(rate.shape, tuple(shape)),
+          f"rate of shape {rate.shape} does not broadcast to {tuple(shape)}")
+    return Aval(shape, dtype)
+
+
+def _broadcastable(src, shape):
+    return len(src) <= len(shape) and all(
+        a in (1, b) for a, b in zip(src[::-1], tuple(shape)[::-1]))
+
+
+def _poisson(seed, rate, *, shape, dtype):
+    """Poisson(rate) counts from the seed's Philox stream, as floats of `dtype` (rate is
+    broadcast to `shape`: vmap's randomness="different" draws one set per sample)."""
+    gen = np.random.Generator(np.random.Philox(int(seed)))
+    lam = np.broadcast_to(np.asarray(rate, np.float64), tuple(shape))
+    return gen.poisson(lam).astype(dtype.np)
+
+
+# Poisson draws with the rates as an input (a reference step in compiled programs)
+poisson = register("poisson", _poisson_rule, _poisson, (Tag.RANDOM, Tag.NON_DIFFERENTIABLE))
 
 # the linear-algebra prims have their own module; printed graphs call them as prims.<name>
 from aotgrad.ir.linalg_prims import (  # noqa: E402  (defined there, named here too)

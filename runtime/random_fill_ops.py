@@ -18,6 +18,7 @@ import numpy as np
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.runtime import elementwise_ops as ew
+from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.factories import default_generator, rand, randn
 from aotgrad.runtime.inplace_ops import commit_inplace
 from aotgrad.runtime.op_base import as_tensor_like, op
@@ -129,14 +130,16 @@ METHODS = {f.__name__: f for f in (normal_, uniform_, bernoulli_, random_, expon
 
 @op("poisson", "PoissonBackward0")
 def poisson(input, generator=None):
-    """Draws from Poisson(rate) for each rate in input, in input's dtype; zero gradient.
-    Eager only: inside a compiled function it is a graph break."""
-    rates = input._concrete("poisson (drawn eagerly)")
+    """Draws from Poisson(rate) for each rate in input, in input's dtype; zero gradient. Drawn
+    from the generator's seeded stream by the poisson prim, so a compiled function draws the
+    same numbers as eager. Negative or NaN rates raise (eagerly; in a compiled program, when
+    numpy's draw refuses them)."""
     if not input.dtype.is_floating_point:
         raise RuntimeError(f"poisson: expected a floating-point tensor of rates, got "
                            f"{input.dtype.name}")
-    if np.any(rates < 0) or np.any(np.isnan(rates)):
+    rates = getattr(input, "_value", None)
+    if isinstance(rates, np.ndarray) and (np.any(rates < 0) or np.any(np.isnan(rates))):
         raise RuntimeError("poisson: invalid (negative or NaN) rate in input")
-    seed = int((generator or default_generator).next_seed()._value)
-    draws = np.random.default_rng(seed).poisson(rates.astype(np.float64))
-    return ew._zero_grad(as_tensor_like(draws.astype(input.dtype.np)), input)
+    seed = (generator or default_generator).next_seed()
+    draws = tp.poisson(seed, input.detach(), shape=tuple(input.shape), dtype=input.dtype)
+    return ew._zero_grad(draws, input)

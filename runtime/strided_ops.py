@@ -2,8 +2,10 @@
 
 aotgrad tensors have no shared storage with an offset: `as_strided` reads the input's
 elements in its logical (row-major, contiguous) order, which is PyTorch's storage order for a
-contiguous tensor; on a non-contiguous view PyTorch reads the base's storage instead. It is a
-gather, so it is differentiable (overlapping windows sum their gradients) and compiles.
+contiguous tensor; a view (non-contiguous or offset) reads its contiguous base's elements
+from the view's storage offset, as PyTorch reads the base's storage. It is a gather, so it is
+differentiable (overlapping windows sum their gradients) and compiles; on a view inside a
+compiled function it is a graph break (the storage layout is known eagerly only).
 `resize_` runs eagerly only; elements past the old size are zero (PyTorch leaves them
 uninitialised).
 
@@ -15,6 +17,7 @@ import math
 
 import numpy as np
 
+from aotgrad.runtime import layout
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.index_ops import _const_index, index_copy, take
 from aotgrad.runtime.inplace_ops import _inplace_guard
@@ -33,11 +36,56 @@ def _sizes(size, what):
     return size
 
 
+def _probe_offset(p):
+    root = p
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    return (p.__array_interface__["data"][0] - root.__array_interface__["data"][0]) \
+        // p.itemsize
+
+
+def _storage_of(t):
+    """The tensor whose row-major elements are t's storage: t itself, or the contiguous
+    base of a view whose layout differs from its own row-major order. Reading a view's base
+    needs its eager layout: inside a compiled function that is a graph break."""
+    base = getattr(t, "_base", None)
+    if not isinstance(t._value, np.ndarray):    # traced: its eager layout is its probe's
+        p = layout.probe(t)
+        if p is not None and not (p.flags.c_contiguous and _probe_offset(p) == 0):
+            t._concrete("as_strided on a view (it indexes the base's storage)")
+        return t
+    if base is None:
+        return t
+    if not base.is_contiguous() or base.storage_offset() != 0:
+        return t                 # no contiguous storage to index: the view's own order
+    if t.is_contiguous() and t.storage_offset() == 0:
+        return t                 # the same elements in the same order
+    return base
+
+
+def _storage_through(view, base):
+    """base's elements, flat, with those the view covers taken from the view itself: the
+    values of the storage, differentiable with respect to the view only (as PyTorch's
+    as_strided backward, which gives storage outside the view no gradient)."""
+    pos = np.full(tuple(view.shape), view.storage_offset(), dtype=np.int64)
+    for d, (n, st) in enumerate(zip(view.shape, view.stride())):
+        shape = [1] * view.ndim
+        shape[d] = n
+        pos = pos + (np.arange(n, dtype=np.int64) * st).reshape(shape)
+    return index_copy(reshape(base.detach(), (-1,)), 0, _const_index(pos.reshape(-1)),
+                      reshape(view, (-1,)))
+
+
 @op("as_strided", "AsStridedBackward0")
 def as_strided(input, size, stride, storage_offset=None):
     """The elements at storage_offset + sum(i_k * stride_k) of the input's contiguous
     order, for each index (i_0, i_1, ...) of `size`."""
     size, stride = _sizes(size, "as_strided"), tuple(int(s) for s in stride)
+    storage = _storage_of(input)
+    if storage is not input:     # a view: PyTorch indexes its base's storage
+        if storage_offset is None:
+            storage_offset = input.storage_offset()
+        input = _storage_through(input, storage)
     offset = int(storage_offset or 0)
     if len(size) != len(stride):
         raise RuntimeError(f"as_strided: mismatch in length of strides and shape "
