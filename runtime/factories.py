@@ -5,9 +5,11 @@ from aotgrad.ir import dtypes as dt
 from aotgrad.ir.core import current_builder
 from aotgrad.ir.symbolic import SymInt
 from aotgrad.runtime import device as _device
+from aotgrad.runtime import ops, shape_ops
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.op_base import op
 from aotgrad.runtime.tensor import Tensor
+from aotgrad.runtime.value_checks import checked, type_str
 
 
 def _default_dtype(arr):
@@ -124,8 +126,7 @@ def full(size, fill_value, dtype=None, device=None, requires_grad=False, layout=
          pin_memory=False):
     _device.check(device, "full")
     if dtype is None:
-        from aotgrad.runtime.ops import scalar_dtype
-        dtype = scalar_dtype(fill_value)
+        dtype = ops.scalar_dtype(fill_value)
     return _fill(_size((size,)), fill_value, dtype, requires_grad)
 
 
@@ -300,32 +301,29 @@ def randint(low, high=None, size=None, dtype=None, device=None, generator=None,
     if size is None:
         raise TypeError("randint() missing 1 required positional argument: 'size'")
     u = rand(_size((size,)), dtype=dt.float64, generator=generator)
-    from aotgrad.runtime.ops import floor, add, mul, cast
-    return cast(floor(add(mul(u, float(high - low)), float(low))), dt.as_dtype(dtype or dt.int64))
+    return ops.cast(ops.floor(ops.add(ops.mul(u, float(high - low)), float(low))),
+                    dt.as_dtype(dtype or dt.int64))
 
 
 def randperm(n, dtype=None, device=None, generator=None, requires_grad=False, layout=None,
              pin_memory=False):
     _device.check(device, "randperm")
-    from aotgrad.runtime.shape_ops import argsort
-    idx = argsort(rand(n, generator=generator, dtype=dt.float64))
+    idx = shape_ops.argsort(rand(n, generator=generator, dtype=dt.float64))
     return idx if dtype is None else idx.to(dtype)
 
 
 def bernoulli(input, p=None, generator=None):
     """Draws 1 with probability `input` (or the scalar `p`, when given) per element."""
-    from aotgrad.runtime.ops import lt, cast, as_tensor_like
     u = rand(tuple(input.shape), dtype=input.dtype, generator=generator)
-    prob = input if p is None else as_tensor_like(float(p), input.dtype)
-    return cast(lt(u, prob), input.dtype)
+    prob = input if p is None else ops.as_tensor_like(float(p), input.dtype)
+    return ops.cast(ops.lt(u, prob), input.dtype)
 
 
 def normal(mean, std, size=None, generator=None):
-    from aotgrad.runtime.ops import add, mul
     if size is not None:
-        return add(mul(randn(_size((size,)), generator=generator), std), mean)
+        return ops.add(ops.mul(randn(_size((size,)), generator=generator), std), mean)
     shape = tuple(mean.shape) if isinstance(mean, Tensor) else tuple(std.shape)
-    return add(mul(randn(shape, generator=generator), std), mean)
+    return ops.add(ops.mul(randn(shape, generator=generator), std), mean)
 
 
 class Generator:
@@ -351,14 +349,12 @@ def multinomial(input, num_samples, replacement=False, *, generator=None):
     """Draw `num_samples` category indices per row of the (unnormalised) probabilities
     `input`: `multinomial(tensor([0.2, 0.8]), 3, replacement=True)` is int64 of shape (3,).
     Without replacement the draws are distinct (Gumbel top-k)."""
-    from aotgrad.runtime import ops, shape_ops
     if input.ndim not in (1, 2):
         raise RuntimeError(f"prob_dist must be 1 or 2 dim, got {input.ndim}")
     n = input.shape[-1]
     if not replacement and num_samples > n:
         raise RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples "
                            "without replacement")
-    from aotgrad.runtime.value_checks import checked, type_str
     input = checked(input.detach(), RuntimeError,   # eagerly, and at run time compiled
                     f"probability tensor contains either `inf`, `nan` or element < 0 (got "
                     f"{{value}} in {type_str(input)})", low=0.0, high=float("inf"))
