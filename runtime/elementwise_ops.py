@@ -13,6 +13,7 @@ import numpy as np
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.runtime.value_checks import checked, type_str
+from aotgrad.runtime import eager_kernels
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.dispatch import drop_scalar_edges
 from aotgrad.runtime.op_base import (_binary, _binary_args, _named, _weak_or_scalar,
@@ -325,13 +326,21 @@ def square(x):
     return mul(x, x) if x.dtype is not dt.bool_ else mul(cast(x, dt.int64), cast(x, dt.int64))
 
 
+def _relu_rule(g, y):
+    """relu's gradient from its output, as ops (the kernel node's rule under create_graph)."""
+    return (where(le(y, 0), tp.zeros(g.shape, g.dtype), g),)
+
+
+_RELU_KERNEL = eager_kernels.Kernel("ReluBackward0", eager_kernels.relu_forward,
+                                    eager_kernels.relu_backward, output_rule=_relu_rule)
+
+
 @op("relu", "ReluBackward0")
 @composite("ReluBackward0", ("x",))
 def relu(x):
     # PyTorch's rule: 0 where x <= 0, so the gradient at 0 is 0 (max(x, 0) would split it,
     # 0.5) and NaN passes through; the backward needs only the mask, which is 1 byte/element
-    from aotgrad.runtime import eager_kernels
-    out = eager_kernels.run(eager_kernels.RELU, (x,), _relu_prims)
+    out = eager_kernels.run(_RELU_KERNEL, (x,), _relu_prims)
     return out if out is not None else _relu_prims(x)
 
 
