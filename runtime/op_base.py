@@ -18,6 +18,7 @@ from aotgrad.ir.core import current_op, current_provenance, format_location, nam
 from aotgrad.runtime import autocast as _autocast
 from aotgrad.runtime import profiling
 from aotgrad.runtime import tprims as tp
+from aotgrad.runtime.array_data import to_array
 from aotgrad.runtime.grad_fn_names import named
 from aotgrad.runtime.saved_hooks import mark_number_operand
 from aotgrad.runtime.tensor import Tensor
@@ -167,8 +168,7 @@ def as_tensor_like(x, dtype=None):
     if isinstance(x, Tensor):
         return x
     if isinstance(x, np.ndarray):
-        from aotgrad.runtime.factories import tensor
-        return tensor(x)
+        return Tensor._make(to_array(x), False)  # a copy, as tensor(x)
     return tp.constant(x, scalar_dtype(x, dtype))
 
 
