@@ -16,6 +16,7 @@ from aotgrad.runtime.value_checks import checked, type_str
 from aotgrad.runtime import eager_kernels
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.dispatch import drop_scalar_edges
+from aotgrad.runtime.nonzero_ops import nonzero
 from aotgrad.runtime.op_base import (_binary, _binary_args, _named, _weak_or_scalar,
                                      as_tensor_like, broadcast_shapes, cast, is_weak, mark_weak,
                                      op, scalar_dtype)
@@ -489,7 +490,6 @@ clip = clamp
 @op("where", "WhereBackward0")
 def where(cond, a=None, b=None):
     if a is None and b is None:  # where(cond) is nonzero(cond, as_tuple=True)
-        from aotgrad.runtime.shape_ops import nonzero
         return nonzero(cond, as_tuple=True)
     cond = as_tensor_like(cond)
     if cond.dtype is not dt.bool_:
