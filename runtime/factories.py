@@ -6,7 +6,7 @@ from aotgrad.ir.core import current_builder
 from aotgrad.ir.symbolic import SymInt
 from aotgrad.runtime import device as _device
 from aotgrad.runtime import ops, shape_ops
-from aotgrad.runtime.array_data import to_array as _to_array
+from aotgrad.runtime.op_base import to_array as _to_array
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.op_base import op
 from aotgrad.runtime.tensor import Tensor

@@ -15,7 +15,7 @@ import numpy as np
 from aotgrad.ir import dtypes as dt
 from aotgrad.runtime import device as _device
 from aotgrad.runtime.tensor import Size, Tensor
-from aotgrad.runtime.array_data import to_array as _to_array
+from aotgrad.runtime.op_base import to_array as _to_array
 
 
 class tensortype(type):  # noqa: N801  (torch.tensortype's spelling)

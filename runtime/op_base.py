@@ -18,7 +18,6 @@ from aotgrad.ir.core import current_op, current_provenance, format_location, nam
 from aotgrad.runtime import autocast as _autocast
 from aotgrad.runtime import profiling
 from aotgrad.runtime import tprims as tp
-from aotgrad.runtime.array_data import to_array
 from aotgrad.runtime.grad_fn_names import named
 from aotgrad.runtime.saved_hooks import mark_number_operand
 from aotgrad.runtime.tensor import Tensor
@@ -161,6 +160,43 @@ def scalar_dtype(s, other=None):
     if isinstance(s, (float, np.floating)):
         return other if other is not None and other.is_floating_point else dt.float32
     raise TypeError(f"expected a Tensor or a Python number, got {type(s).__name__}")
+
+
+def to_array(data, dtype=None):
+    """Python data / numpy array / Tensor -> numpy array of the right dtype (a new copy)."""
+    if isinstance(data, Tensor):
+        arr = np.array(data._concrete("tensor(Tensor)"), copy=True)
+        return arr if dtype is None else arr.astype(dt.as_dtype(dtype).np)
+    if isinstance(data, (list, tuple)) and any(isinstance(d, Tensor) for d in _flat(data)):
+        data = _nested(data)
+    if isinstance(data, np.generic):  # a numpy scalar keeps its dtype, like an array
+        data = np.asarray(data)
+    if isinstance(data, np.ndarray):
+        target = dt.as_dtype(dtype) if dtype is not None else dt.from_numpy(data.dtype)
+        return np.array(data, dtype=target.np, copy=True)
+    arr = np.array(data)
+    if dtype is not None:
+        return arr.astype(dt.as_dtype(dtype).np)
+    if arr.dtype.kind == "f":
+        return arr.astype(np.float32)  # Python floats default to float32, like PyTorch
+    if arr.dtype.kind in "iu":
+        return arr.astype(np.int64)
+    if arr.dtype.kind == "b":
+        return arr
+    raise TypeError(f"Could not infer dtype of {type(data).__name__}")
+
+
+def _flat(data):
+    for d in data:
+        if isinstance(d, (list, tuple)):
+            yield from _flat(d)
+        else:
+            yield d
+
+
+def _nested(data):
+    return [(_nested(d) if isinstance(d, (list, tuple)) else
+             (d.item() if isinstance(d, Tensor) else d)) for d in data]
 
 
 def as_tensor_like(x, dtype=None):
