@@ -19,6 +19,7 @@ def _inplace(fn, name):
         return commit_inplace(self, fn(snapshot(self, *args, *kwargs.values()), *args,
                                        **kwargs), name)
     method.__name__ = name
+    method.__wrapped__ = fn  # its signature is fn's (for inspect, and the tensor.pyi stub)
     return method
 
 
