@@ -16,7 +16,6 @@ from aotgrad.runtime.value_checks import checked, type_str
 from aotgrad.runtime import eager_kernels
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.dispatch import drop_scalar_edges
-from aotgrad.runtime.nonzero_ops import nonzero
 from aotgrad.runtime.op_base import (_binary, _binary_args, _named, _weak_or_scalar,
                                      as_tensor_like, broadcast_shapes, cast, is_weak, mark_weak,
                                      op, scalar_dtype)
@@ -485,6 +484,22 @@ def _clamp_max_tensor(x, max):
 
 
 clip = clamp
+
+
+# nonzero and argwhere (index ops whose result shape depends on the data: a graph break
+# while tracing) live here because where(cond) is nonzero; index_ops re-exports them
+def nonzero(x, *, as_tuple=False):
+    """Indices of the non-zero elements: an (n, ndim) int64 tensor, or one 1-D tensor per dim."""
+    v = x._concrete("nonzero (data-dependent shape)")
+    nz = np.nonzero(np.atleast_1d(v))
+    if as_tuple:
+        return tuple(as_tensor_like(i.astype(np.int64)) for i in nz)
+    return as_tensor_like(np.stack(nz, axis=1).astype(np.int64).reshape(-1, builtins.max(
+        v.ndim, 1)) if v.ndim else np.zeros((int(bool(v)), 0), dtype=np.int64))
+
+
+def argwhere(x):
+    return nonzero(x)
 
 
 @op("where", "WhereBackward0")

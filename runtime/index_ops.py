@@ -20,9 +20,9 @@ from aotgrad.ir import dtypes as dt
 from aotgrad.ir.symbolic import SymInt, slice_indices
 from aotgrad.runtime.value_checks import checked, type_str
 from aotgrad.runtime import tprims as tp
-from aotgrad.runtime.elementwise_ops import add, mul, where
+from aotgrad.runtime.elementwise_ops import (add, argwhere, mul, nonzero,  # noqa: F401
+                                             where)  # (nonzero, argwhere: index ops)
 from aotgrad.runtime.join_ops import narrow
-from aotgrad.runtime.nonzero_ops import argwhere, nonzero  # noqa: F401 (index ops)
 from aotgrad.runtime.op_base import _named, as_tensor_like, broadcast_shapes, cast, op
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.runtime.view_ops import _alias, _dim, _view_of, expand, movedim, permute, reshape
