@@ -16,6 +16,8 @@ import os
 import sys
 import threading
 import warnings
+from collections.abc import Callable
+from typing import Any, overload
 
 from aotgrad.compiler import dynamic as _dynamic
 from aotgrad.compiler import guards
@@ -341,8 +343,21 @@ class CompiledFunction:
         return self if obj is None else functools.partial(self.__call__, obj)
 
 
-def compile(fn=None, *, fullgraph=False, dynamic=None, backend="numba", memory_budget=None,
-            dump=None):
+@overload
+def compile(fn: Callable[..., Any], *, fullgraph: bool = ..., dynamic: bool | None = ...,
+            backend: str = ..., memory_budget: float | None = ...,
+            dump: str | os.PathLike | None = ...) -> CompiledFunction: ...
+@overload
+def compile(fn: None = ..., *, fullgraph: bool = ..., dynamic: bool | None = ...,
+            backend: str = ..., memory_budget: float | None = ...,
+            dump: str | os.PathLike | None = ...
+            ) -> Callable[[Callable[..., Any]], CompiledFunction]: ...
+
+
+def compile(fn: Callable[..., Any] | None = None, *, fullgraph: bool = False,
+            dynamic: bool | None = None, backend: str = "numba",
+            memory_budget: float | None = None, dump: str | os.PathLike | None = None
+            ) -> CompiledFunction | Callable[[Callable[..., Any]], CompiledFunction]:
     """Trace `fn` into prims, derive its backward ahead of time, run both compiled.
 
     `dynamic` (PyTorch's): True traces every dimension (of size >= 2) of every tensor

@@ -1,9 +1,10 @@
 """`backward` and `grad`: the user-facing entry points into the engine."""
 import numpy as np
 
-from aotgrad.runtime.autograd_node import GradientEdge
+from aotgrad.runtime.autograd_node import GradientEdge, fast_path_ok
 from aotgrad.runtime.backward import run_backward
 from aotgrad.runtime.factories import ones_like, tensor, zeros, zeros_like
+from aotgrad.runtime.op_base import _add_user_line
 from aotgrad.runtime.shape_ops import stack
 from aotgrad.runtime.tensor import Size, Tensor
 
@@ -187,3 +188,18 @@ def _batched_grad(outputs, inputs, grad_outputs, retain_graph, create_graph, all
     return tuple(out)
 
 
+def tensor_backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+    """Tensor.backward: compute the gradient of this tensor w.r.t. graph leaves, accumulated
+    into `.grad`."""
+    try:
+        if gradient is None and inputs is None and not create_graph:
+            # the node's own short backward (a compiled program's), where the engine
+            # says none of its general work is needed
+            node = self.grad_fn
+            if node is not None and node._fast_backward is not None and \
+                    fast_path_ok(node) and node._fast_backward(self, bool(retain_graph)):
+                return
+        backward(self, gradient, retain_graph, create_graph, inputs=inputs)
+    except (RuntimeError, ValueError, TypeError, IndexError) as e:
+        _add_user_line(e, "backward", prefix=False)   # the user's line of backward()
+        raise

@@ -21,10 +21,12 @@ An op whose derivative is not the one its prims give registers its own rule inst
 import functools
 import inspect
 
+import numpy as np
+
 from aotgrad.ir.core import Aval, current_builder
 from aotgrad.runtime import forward_mode, tprims
 from aotgrad.runtime.autograd_node import GradientEdge, Node, _node_of
-from aotgrad.runtime.backward import release_after_pass, run_subgraph
+from aotgrad.runtime.backward import release_after_pass, run_backward, run_subgraph
 from aotgrad.runtime.forward_mode import state as _forward
 from aotgrad.runtime.graph_breaks import GraphBreak
 from aotgrad.runtime.saved_tensors import UNDEFINED_SAVED, SavedTensor
@@ -280,7 +282,6 @@ def with_rule(grad_name, edges, rule, save=None, nan_result_tangent=False, saved
 def _rule_tangent(node, out, inputs, tangents):
     """J.t from the rule (linear in its cotangent u): d/du sum_i <rule(u)_i, t_i>, as
     forward_mode.prim_tangent does for a prim."""
-    from aotgrad.runtime.autograd_api import grad
     if current_builder() is not None:
         raise GraphBreak("forward-mode AD (a dual tensor) inside a compiled function")
     differentiable = _mode.grad_enabled and any(t is not None and t.requires_grad
@@ -301,7 +302,9 @@ def _rule_tangent(node, out, inputs, tangents):
             total = term if total is None else tprims.add(total, term)
         if total is None or not total.requires_grad:
             return None
-        jt, = grad(total, u, allow_unused=True, create_graph=differentiable)
+        jt, = run_backward([total], [Tensor._make(np.ones((), total.dtype.np))],
+                           retain_graph=differentiable, create_graph=differentiable,
+                           inputs=[u], allow_unused=True, accumulate=False)
         return None if jt is None else (jt if differentiable and jt.requires_grad
                                         else jt.detach())
     finally:

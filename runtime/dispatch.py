@@ -187,3 +187,13 @@ def _forward_tangent(prim, params, inputs, out):
         graph_break("forward-mode AD (a dual tensor) inside a compiled function", out)
     forward_mode.set_tangent(out, forward_mode.prim_tangent(rule, PrimBackward, prim, params,
                                                             inputs, out, tangents))
+
+
+def concrete(self, what):
+    """Tensor._concrete: the eager value of `self`, which `what` needs (a graph break while
+    tracing)."""
+    if break_recorder is not None:
+        note_concrete(what)
+    if isinstance(self._value, Var):
+        graph_break(what, self)
+    return self._value

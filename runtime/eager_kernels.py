@@ -25,10 +25,8 @@ from numpy.lib.stride_tricks import as_strided
 
 from aotgrad.ir.core import Aval, current_builder
 from aotgrad.ir.prims import erf
-from aotgrad.runtime import ops
 from aotgrad.runtime.autograd_node import GradientEdge, Node, _node_of
 from aotgrad.runtime.backward import run_subgraph
-from aotgrad.runtime.factories import zeros_like
 from aotgrad.runtime.forward_mode import state as _forward
 from aotgrad.runtime.grad_mode import enable_grad
 from aotgrad.runtime.grad_mode import state as _mode
@@ -420,47 +418,35 @@ LAYER_NORM = Kernel("NativeLayerNormBackward0", _layer_norm_forward, _layer_norm
                     _layer_norm_accepts)
 
 
-def _softmax_forward(arrays, *, dim):
+def softmax_forward(arrays, *, dim):
     x, = arrays
     e = np.exp(x - x.max(axis=dim, keepdims=True))
     e /= e.sum(axis=dim, keepdims=True)
     return e, e
 
 
-def _softmax_backward(g, arrays, y, needs, *, dim):
+def softmax_backward(g, arrays, y, needs, *, dim):
     gy = g * y
     return (gy - y * gy.sum(axis=dim, keepdims=True),)
 
 
-def _softmax_rule(g, y, *, dim):
-    gy = ops.mul(g, y)
-    return (ops.sub(gy, ops.mul(y, ops.sum(gy, dim, keepdim=True))),)
+# softmax's, log_softmax's and relu's Kernel (with the create_graph rule, written with the
+# ops) is declared in its op module: this module lies below the ops
 
-
-SOFTMAX = Kernel("SoftmaxBackward0", _softmax_forward, _softmax_backward,
-                 accepts=lambda arrays, p: arrays[0].size > 0, output_rule=_softmax_rule)
-
-def _log_softmax_forward(arrays, *, dim):
+def log_softmax_forward(arrays, *, dim):
     x, = arrays
     shifted = x - x.max(axis=dim, keepdims=True)
     out = shifted - np.log(np.exp(shifted).sum(axis=dim, keepdims=True))
     return out, out
 
 
-def _log_softmax_backward(g, arrays, out, needs, *, dim):
+def log_softmax_backward(g, arrays, out, needs, *, dim):
     return (g - np.exp(out) * g.sum(axis=dim, keepdims=True),)
 
 
-def _log_softmax_rule(g, out, *, dim):
-    return (ops.sub(g, ops.mul(ops.exp(out), ops.sum(g, dim, keepdim=True))),)
 
 
-LOG_SOFTMAX = Kernel("LogSoftmaxBackward0", _log_softmax_forward, _log_softmax_backward,
-                     accepts=lambda arrays, p: arrays[0].size > 0,
-                     output_rule=_log_softmax_rule)
-
-
-def _relu_forward(arrays):
+def relu_forward(arrays):
     x, = arrays   # 0 where x <= 0 (so -0.0 gives 0.0); NaN passes, as the reference
     zero = x.dtype.type(0)
     out = np.maximum(x, zero)   # NaN propagates; -0.0 may stay -0.0 here ...
@@ -468,15 +454,10 @@ def _relu_forward(arrays):
     return out, None
 
 
-def _relu_backward(g, arrays, y, needs):
+def relu_backward(g, arrays, y, needs):
     return (_keep(y != 0, g),)   # y is 0 exactly where x <= 0 (y NaN: g passes)
 
 
-def _relu_rule(g, y):
-    return (ops.where(ops.le(y, 0), zeros_like(g), g),)
-
-
-RELU = Kernel("ReluBackward0", _relu_forward, _relu_backward, output_rule=_relu_rule)
 
 _SQRT_HALF = 0.7071067811865476
 _INV_SQRT_2PI = 0.3989422804014327

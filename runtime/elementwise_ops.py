@@ -13,6 +13,7 @@ import numpy as np
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.runtime.value_checks import checked, type_str
+from aotgrad.runtime import eager_kernels
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.dispatch import drop_scalar_edges
 from aotgrad.runtime.op_base import (_binary, _binary_args, _named, _weak_or_scalar,
@@ -338,13 +339,21 @@ def square(x):
     return mul(x, x) if x.dtype is not dt.bool_ else mul(cast(x, dt.int64), cast(x, dt.int64))
 
 
+def _relu_rule(g, y):
+    """relu's gradient from its output, as ops (the kernel node's rule under create_graph)."""
+    return (where(le(y, 0), tp.zeros(g.shape, g.dtype), g),)
+
+
+_RELU_KERNEL = eager_kernels.Kernel("ReluBackward0", eager_kernels.relu_forward,
+                                    eager_kernels.relu_backward, output_rule=_relu_rule)
+
+
 @op("relu", "ReluBackward0")
 @composite("ReluBackward0", ("x",))
 def relu(x):
     # PyTorch's rule: 0 where x <= 0, so the gradient at 0 is 0 (max(x, 0) would split it,
     # 0.5) and NaN passes through; the backward needs only the mask, which is 1 byte/element
-    from aotgrad.runtime import eager_kernels
-    out = eager_kernels.run(eager_kernels.RELU, (x,), _relu_prims)
+    out = eager_kernels.run(_RELU_KERNEL, (x,), _relu_prims)
     return out if out is not None else _relu_prims(x)
 
 
@@ -490,10 +499,25 @@ def _clamp_max_tensor(x, max):
 clip = clamp
 
 
+# nonzero and argwhere (index ops whose result shape depends on the data: a graph break
+# while tracing) live here because where(cond) is nonzero; index_ops re-exports them
+def nonzero(x, *, as_tuple=False):
+    """Indices of the non-zero elements: an (n, ndim) int64 tensor, or one 1-D tensor per dim."""
+    v = x._concrete("nonzero (data-dependent shape)")
+    nz = np.nonzero(np.atleast_1d(v))
+    if as_tuple:
+        return tuple(as_tensor_like(i.astype(np.int64)) for i in nz)
+    return as_tensor_like(np.stack(nz, axis=1).astype(np.int64).reshape(-1, builtins.max(
+        v.ndim, 1)) if v.ndim else np.zeros((int(bool(v)), 0), dtype=np.int64))
+
+
+def argwhere(x):
+    return nonzero(x)
+
+
 @op("where", "WhereBackward0")
 def where(cond, a=None, b=None):
     if a is None and b is None:  # where(cond) is nonzero(cond, as_tuple=True)
-        from aotgrad.runtime.shape_ops import nonzero
         return nonzero(cond, as_tuple=True)
     cond = as_tensor_like(cond)
     if cond.dtype is not dt.bool_:

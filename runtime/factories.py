@@ -1,13 +1,27 @@
 """Tensor factories and the global random generator (PyTorch names and defaults)."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.core import current_builder
 from aotgrad.ir.symbolic import SymInt
 from aotgrad.runtime import device as _device
+from aotgrad.runtime import ops, shape_ops
+from aotgrad.runtime.op_base import to_array as _to_array
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.op_base import op
 from aotgrad.runtime.tensor import Tensor
+from aotgrad.runtime.value_checks import checked, type_str
+
+# what the factories' parameters accept (PyTorch's kinds of argument)
+Number = int | float | bool
+SizeLike = int | Sequence[int]
+DTypeLike = dt.DType | type | str | np.dtype | None
+DeviceLike = _device.device | str | int | None
 
 
 def _default_dtype(arr):
@@ -24,51 +38,15 @@ def _from_python(arr):
     return getattr(arr, "_from_python", False)
 
 
-def _to_array(data, dtype=None):
-    """Python data / numpy array / Tensor -> numpy array of the right dtype (a new copy)."""
-    if isinstance(data, Tensor):
-        arr = np.array(data._concrete("tensor(Tensor)"), copy=True)
-        return arr if dtype is None else arr.astype(dt.as_dtype(dtype).np)
-    if isinstance(data, (list, tuple)) and any(isinstance(d, Tensor) for d in _flat(data)):
-        data = _nested(data)
-    if isinstance(data, np.generic):  # a numpy scalar keeps its dtype, like an array
-        data = np.asarray(data)
-    if isinstance(data, np.ndarray):
-        target = dt.as_dtype(dtype) if dtype is not None else dt.from_numpy(data.dtype)
-        return np.array(data, dtype=target.np, copy=True)
-    arr = np.array(data)
-    if dtype is not None:
-        return arr.astype(dt.as_dtype(dtype).np)
-    if arr.dtype.kind == "f":
-        return arr.astype(np.float32)  # Python floats default to float32, like PyTorch
-    if arr.dtype.kind in "iu":
-        return arr.astype(np.int64)
-    if arr.dtype.kind == "b":
-        return arr
-    raise TypeError(f"Could not infer dtype of {type(data).__name__}")
-
-
-def _flat(data):
-    for d in data:
-        if isinstance(d, (list, tuple)):
-            yield from _flat(d)
-        else:
-            yield d
-
-
-def _nested(data):
-    return [(_nested(d) if isinstance(d, (list, tuple)) else
-             (d.item() if isinstance(d, Tensor) else d)) for d in data]
-
-
-def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False):
+def tensor(data: Any, dtype: DTypeLike = None, device: DeviceLike = None,
+           requires_grad: bool = False, pin_memory: bool = False) -> Tensor:
     """Copy `data` into a new leaf tensor. `tensor([1., 2.])` is float32."""
     _device.check(device, "tensor")
     t = Tensor._make(_to_array(data, dtype), False)
     return t.requires_grad_(requires_grad) if requires_grad else t
 
 
-def as_tensor(data, dtype=None, device=None):
+def as_tensor(data: Any, dtype: DTypeLike = None, device: DeviceLike = None) -> Tensor:
     _device.check(device, "as_tensor")
     if isinstance(data, Tensor):
         return data if dtype is None or data.dtype is dt.as_dtype(dtype) else data.to(dtype)
@@ -77,7 +55,7 @@ def as_tensor(data, dtype=None, device=None):
     return tensor(data, dtype)
 
 
-def from_numpy(arr):
+def from_numpy(arr: np.ndarray) -> Tensor:
     """A tensor sharing memory with the numpy array."""
     dt.from_numpy(arr.dtype)
     return Tensor._make(arr, False)
@@ -102,58 +80,61 @@ def _fill(shape, value, dtype, requires_grad):
     return t.requires_grad_(requires_grad) if requires_grad else t
 
 
-def zeros(*sizes, size=None, dtype=None, device=None, requires_grad=False, layout=None,
-          pin_memory=False):
+def zeros(*sizes: int | Sequence[int], size: SizeLike | None = None, dtype: DTypeLike = None,
+          device: DeviceLike = None, requires_grad: bool = False, layout: Any = None,
+          pin_memory: bool = False) -> Tensor:
     _device.check(device, "zeros")
     return _fill(_size(sizes, size), 0, dtype, requires_grad)
 
 
-def ones(*sizes, size=None, dtype=None, device=None, requires_grad=False, layout=None,
-         pin_memory=False):
+def ones(*sizes: int | Sequence[int], size: SizeLike | None = None, dtype: DTypeLike = None,
+         device: DeviceLike = None, requires_grad: bool = False, layout: Any = None,
+         pin_memory: bool = False) -> Tensor:
     _device.check(device, "ones")
     return _fill(_size(sizes, size), 1, dtype, requires_grad)
 
 
-def empty(*sizes, size=None, dtype=None, device=None, requires_grad=False, layout=None,
-          pin_memory=False, memory_format=None):
+def empty(*sizes: int | Sequence[int], size: SizeLike | None = None, dtype: DTypeLike = None,
+          device: DeviceLike = None, requires_grad: bool = False, layout: Any = None,
+          pin_memory: bool = False, memory_format: Any = None) -> Tensor:
     """Zero-filled (an uninitialised buffer in PyTorch: its values are unspecified)."""
     return zeros(*sizes, size=size, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
-def full(size, fill_value, dtype=None, device=None, requires_grad=False, layout=None,
-         pin_memory=False):
+def full(size: SizeLike, fill_value: Number, dtype: DTypeLike = None, device: DeviceLike = None,
+         requires_grad: bool = False, layout: Any = None, pin_memory: bool = False) -> Tensor:
     _device.check(device, "full")
     if dtype is None:
-        from aotgrad.runtime.ops import scalar_dtype
-        dtype = scalar_dtype(fill_value)
+        dtype = ops.scalar_dtype(fill_value)
     return _fill(_size((size,)), fill_value, dtype, requires_grad)
 
 
-def zeros_like(x, dtype=None, requires_grad=False, *, device=None, layout=None,
-               memory_format=None):
+def zeros_like(x: Tensor, dtype: DTypeLike = None, requires_grad: bool = False, *,
+               device: DeviceLike = None, layout: Any = None, memory_format: Any = None) -> Tensor:
     return zeros(tuple(x.shape), dtype=dtype or x.dtype, device=device,
                  requires_grad=requires_grad)
 
 
-def ones_like(x, dtype=None, requires_grad=False, *, device=None, layout=None,
-              memory_format=None):
+def ones_like(x: Tensor, dtype: DTypeLike = None, requires_grad: bool = False, *,
+              device: DeviceLike = None, layout: Any = None, memory_format: Any = None) -> Tensor:
     return ones(tuple(x.shape), dtype=dtype or x.dtype, device=device,
                 requires_grad=requires_grad)
 
 
-def empty_like(x, dtype=None, requires_grad=False, *, device=None, layout=None,
-               memory_format=None):
+def empty_like(x: Tensor, dtype: DTypeLike = None, requires_grad: bool = False, *,
+               device: DeviceLike = None, layout: Any = None, memory_format: Any = None) -> Tensor:
     return zeros_like(x, dtype, requires_grad, device=device)
 
 
-def full_like(x, fill_value, dtype=None, requires_grad=False, *, device=None, layout=None,
-              memory_format=None):
+def full_like(x: Tensor, fill_value: Number, dtype: DTypeLike = None, requires_grad: bool = False,
+              *, device: DeviceLike = None, layout: Any = None,
+              memory_format: Any = None) -> Tensor:
     return full(tuple(x.shape), fill_value, dtype=dtype or x.dtype, device=device,
                 requires_grad=requires_grad)
 
 
-def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False,
-           layout=None):
+def arange(start: Number, end: Number | None = None, step: Number = 1, dtype: DTypeLike = None,
+           device: DeviceLike = None, requires_grad: bool = False, layout: Any = None) -> Tensor:
     _device.check(device, "arange")
     if end is None:
         start, end = 0, start
@@ -189,7 +170,8 @@ def _symbolic_arange(start, end, step, dtype, requires_grad):
     return out.requires_grad_(requires_grad) if requires_grad else out
 
 
-def linspace(start, end, steps, dtype=None, device=None, requires_grad=False, layout=None):
+def linspace(start: Number, end: Number, steps: int, dtype: DTypeLike = None,
+             device: DeviceLike = None, requires_grad: bool = False, layout: Any = None) -> Tensor:
     _device.check(device, "linspace")
     arr = np.linspace(start, end, steps, dtype=np.float64).astype(
         dt.as_dtype(dtype or dt.float32).np)
@@ -205,7 +187,8 @@ def logspace(start, end, steps, base=10.0, dtype=None, device=None, requires_gra
     return tensor(arr, requires_grad=requires_grad)
 
 
-def eye(n, m=None, dtype=None, device=None, requires_grad=False, layout=None):
+def eye(n: int, m: int | None = None, dtype: DTypeLike = None, device: DeviceLike = None,
+        requires_grad: bool = False, layout: Any = None) -> Tensor:
     _device.check(device, "eye")
     if n < 0 or (m is not None and m < 0):
         raise RuntimeError(f"eye: n and m must be greater or equal to 0, got {n}, {m}")
@@ -260,8 +243,10 @@ def set_rng_state(state):
     default_generator.gen.bit_generator.state = s
 
 
-def rand(*sizes, size=None, dtype=None, device=None, requires_grad=False, generator=None,
-         layout=None, pin_memory=False):
+def rand(*sizes: int | Sequence[int], size: SizeLike | None = None, dtype: DTypeLike = None,
+         device: DeviceLike = None, requires_grad: bool = False,
+         generator: Generator | None = None, layout: Any = None,
+         pin_memory: bool = False) -> Tensor:
     _device.check(device, "rand")
     dtype = dt.as_dtype(dtype or dt.float32)
     t = tp.uniform((generator or default_generator).next_seed(), shape=_size(sizes, size),
@@ -269,8 +254,10 @@ def rand(*sizes, size=None, dtype=None, device=None, requires_grad=False, genera
     return t.requires_grad_(requires_grad) if requires_grad else t
 
 
-def randn(*sizes, size=None, dtype=None, device=None, requires_grad=False, generator=None,
-          layout=None, pin_memory=False):
+def randn(*sizes: int | Sequence[int], size: SizeLike | None = None, dtype: DTypeLike = None,
+          device: DeviceLike = None, requires_grad: bool = False,
+          generator: Generator | None = None, layout: Any = None,
+          pin_memory: bool = False) -> Tensor:
     _device.check(device, "randn")
     dtype = dt.as_dtype(dtype or dt.float32)
     t = tp.normal((generator or default_generator).next_seed(), shape=_size(sizes, size),
@@ -290,8 +277,9 @@ def randn_like(x, dtype=None, *, device=None, requires_grad=False, layout=None,
                  requires_grad=requires_grad)
 
 
-def randint(low, high=None, size=None, dtype=None, device=None, generator=None,
-            requires_grad=False, layout=None):
+def randint(low: int, high: int | Sequence[int] | None = None, size: SizeLike | None = None,
+            dtype: DTypeLike = None, device: DeviceLike = None, generator: Generator | None = None,
+            requires_grad: bool = False, layout: Any = None) -> Tensor:
     _device.check(device, "randint")
     if size is None and isinstance(high, (tuple, list)):  # randint(high, size)
         low, high, size = 0, low, high
@@ -300,32 +288,29 @@ def randint(low, high=None, size=None, dtype=None, device=None, generator=None,
     if size is None:
         raise TypeError("randint() missing 1 required positional argument: 'size'")
     u = rand(_size((size,)), dtype=dt.float64, generator=generator)
-    from aotgrad.runtime.ops import floor, add, mul, cast
-    return cast(floor(add(mul(u, float(high - low)), float(low))), dt.as_dtype(dtype or dt.int64))
+    return ops.cast(ops.floor(ops.add(ops.mul(u, float(high - low)), float(low))),
+                    dt.as_dtype(dtype or dt.int64))
 
 
 def randperm(n, dtype=None, device=None, generator=None, requires_grad=False, layout=None,
              pin_memory=False):
     _device.check(device, "randperm")
-    from aotgrad.runtime.shape_ops import argsort
-    idx = argsort(rand(n, generator=generator, dtype=dt.float64))
+    idx = shape_ops.argsort(rand(n, generator=generator, dtype=dt.float64))
     return idx if dtype is None else idx.to(dtype)
 
 
 def bernoulli(input, p=None, generator=None):
     """Draws 1 with probability `input` (or the scalar `p`, when given) per element."""
-    from aotgrad.runtime.ops import lt, cast, as_tensor_like
     u = rand(tuple(input.shape), dtype=input.dtype, generator=generator)
-    prob = input if p is None else as_tensor_like(float(p), input.dtype)
-    return cast(lt(u, prob), input.dtype)
+    prob = input if p is None else ops.as_tensor_like(float(p), input.dtype)
+    return ops.cast(ops.lt(u, prob), input.dtype)
 
 
 def normal(mean, std, size=None, generator=None):
-    from aotgrad.runtime.ops import add, mul
     if size is not None:
-        return add(mul(randn(_size((size,)), generator=generator), std), mean)
+        return ops.add(ops.mul(randn(_size((size,)), generator=generator), std), mean)
     shape = tuple(mean.shape) if isinstance(mean, Tensor) else tuple(std.shape)
-    return add(mul(randn(shape, generator=generator), std), mean)
+    return ops.add(ops.mul(randn(shape, generator=generator), std), mean)
 
 
 class Generator:
@@ -351,14 +336,12 @@ def multinomial(input, num_samples, replacement=False, *, generator=None):
     """Draw `num_samples` category indices per row of the (unnormalised) probabilities
     `input`: `multinomial(tensor([0.2, 0.8]), 3, replacement=True)` is int64 of shape (3,).
     Without replacement the draws are distinct (Gumbel top-k)."""
-    from aotgrad.runtime import ops, shape_ops
     if input.ndim not in (1, 2):
         raise RuntimeError(f"prob_dist must be 1 or 2 dim, got {input.ndim}")
     n = input.shape[-1]
     if not replacement and num_samples > n:
         raise RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples "
                            "without replacement")
-    from aotgrad.runtime.value_checks import checked, type_str
     input = checked(input.detach(), RuntimeError,   # eagerly, and at run time compiled
                     f"probability tensor contains either `inf`, `nan` or element < 0 (got "
                     f"{{value}} in {type_str(input)})", low=0.0, high=float("inf"))

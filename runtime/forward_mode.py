@@ -102,6 +102,8 @@ def _is_view(prim, inputs, out, tangents):
 def _view_tangent(prim, params, tangent, differentiable):
     """The tangent of a view is the same view of its input's tangent (as PyTorch's: writing
     one in place writes the other). The prim is linear: applying it to the tangent is J·t."""
+    # late: dispatch (which calls prim_tangent) and view_ops lie above this module; a view's
+    # tangent is the one place forward mode applies a prim itself
     from aotgrad.runtime.dispatch import apply
     from aotgrad.runtime.view_ops import _view_of
     prev_suspended, prev_grad = state.suspended, _mode.grad_enabled

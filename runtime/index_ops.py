@@ -1,6 +1,6 @@
 """Indexing, gather and scatter: `x[index]` (basic, advanced and boolean-mask indexing),
 gather/take_along_dim/index_select/take, scatter/scatter_add/index_add/index_copy/
-index_fill/masked_fill/masked_select, nonzero/argwhere, one_hot, and the ops built on
+index_fill/masked_fill/masked_select, one_hot, and the ops built on
 constant-index gathers (unfold, repeat_interleave).
 
 Known differences from PyTorch: `unfold` and `take` return copies, not views; `scatter`
@@ -20,7 +20,8 @@ from aotgrad.ir import dtypes as dt
 from aotgrad.ir.symbolic import SymInt, slice_indices
 from aotgrad.runtime.value_checks import checked, type_str
 from aotgrad.runtime import tprims as tp
-from aotgrad.runtime.elementwise_ops import add, mul, where
+from aotgrad.runtime.elementwise_ops import (add, argwhere, mul, nonzero,  # noqa: F401
+                                             where)  # (nonzero, argwhere: index ops)
 from aotgrad.runtime.join_ops import narrow
 from aotgrad.runtime.op_base import _named, as_tensor_like, broadcast_shapes, cast, op
 from aotgrad.runtime.tensor import Tensor
@@ -413,20 +414,6 @@ def masked_select(x, mask):
 def take(x, index):
     """x read as 1-D at `index` (any shape; negative indices count from the end)."""
     return getitem(reshape(x, -1), index)
-
-
-def nonzero(x, *, as_tuple=False):
-    """Indices of the non-zero elements: an (n, ndim) int64 tensor, or one 1-D tensor per dim."""
-    v = x._concrete("nonzero (data-dependent shape)")
-    nz = np.nonzero(np.atleast_1d(v))
-    if as_tuple:
-        return tuple(as_tensor_like(i.astype(np.int64)) for i in nz)
-    return as_tensor_like(np.stack(nz, axis=1).astype(np.int64).reshape(-1, builtins.max(
-        v.ndim, 1)) if v.ndim else np.zeros((int(bool(v)), 0), dtype=np.int64))
-
-
-def argwhere(x):
-    return nonzero(x)
 
 
 @op("one_hot")

@@ -21,4 +21,5 @@ def inplace_view(view_fn, name):
             _set_history(self, out)
         return self
     method.__name__ = name
+    method.__wrapped__ = view_fn  # its signature is view_fn's (for inspect, and tensor.pyi)
     return method

@@ -15,7 +15,7 @@ import numpy as np
 from aotgrad.ir import dtypes as dt
 from aotgrad.runtime import device as _device
 from aotgrad.runtime.tensor import Size, Tensor
-from aotgrad.runtime.factories import _to_array
+from aotgrad.runtime.op_base import to_array as _to_array
 
 
 class tensortype(type):  # noqa: N801  (torch.tensortype's spelling)
@@ -86,3 +86,9 @@ def _volatile(self):
 
 
 PROPERTIES = {"volatile": property(_volatile)}  # Tensor properties of the legacy API
+
+
+def tensor_init(self, *args, dtype=None, requires_grad=False, device=None):
+    """Tensor.__init__, PyTorch's legacy constructor: `Tensor(2, 3)` (a zero-filled shape),
+    `Tensor([1, 2])` (data, float32 unless `dtype` is given), `Tensor()` (empty)."""
+    self.__class__._init_from(self, legacy_value(args, dtype, device), requires_grad)

@@ -7,6 +7,7 @@ from aotgrad.runtime.scatter_reduce_ops import scatter_reduce
 from aotgrad.runtime.index_reduce_ops import index_reduce
 from aotgrad.runtime.shape_ops import commit_inplace, snapshot
 from aotgrad.runtime.tensor import Tensor
+from aotgrad.runtime import autograd_api, dispatch, printing, reduction_ops, view_ops
 
 
 def _r(fn):
@@ -18,6 +19,7 @@ def _inplace(fn, name):
         return commit_inplace(self, fn(snapshot(self, *args, *kwargs.values()), *args,
                                        **kwargs), name)
     method.__name__ = name
+    method.__wrapped__ = fn  # its signature is fn's (for inspect, and the tensor.pyi stub)
     return method
 
 
@@ -79,7 +81,17 @@ def _stride(self, dim=None):
     return st if dim is None else st[shape_ops._dim(dim, self.ndim)]
 
 
+def _repr(self):
+    return sparse_ops.sparse_repr(self) if "_sparse" in self.__dict__ else \
+        printing.tensor_repr(self)
+
+
 _METHODS = {
+    # Tensor's own methods that need the layers above it (the one place they are wired)
+    "__init__": legacy.tensor_init, "backward": autograd_api.tensor_backward,
+    "detach": view_ops.detach, "_concrete": dispatch.concrete,
+    "_zeros": staticmethod(tprims.zeros), "_sum_to_shape": reduction_ops.sum_to_shape,
+    "__repr__": _repr, "__str__": _repr,
     # arithmetic and comparison operators
     "__add__": ops.add, "__radd__": _r(ops.add), "__sub__": ops.sub, "__rsub__": ops.rsub,
     "__mul__": ops.mul, "__rmul__": _r(ops.mul), "__truediv__": ops.div,

@@ -17,6 +17,7 @@ import numpy as np
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.core import current_builder
 from aotgrad.runtime.dual_state import tangent_of
+from aotgrad.runtime.graph_breaks import graph_break
 
 
 @dataclasses.dataclass
@@ -180,8 +181,7 @@ def tensor_repr(t):
     v = t._value
     if not isinstance(v, np.ndarray):  # traced
         if current_builder() is not None:  # printing a value inside a compiled function
-            from aotgrad.runtime import dispatch
-            dispatch.graph_break("printing a tensor value", t)
+            graph_break("printing a tensor value", t)
         return f"TracedTensor({v.name}: {v.dtype.short}[{','.join(map(str, v.shape))}])"
     prefix = "tensor("
     suffixes = []

@@ -11,6 +11,7 @@ import builtins
 import math
 
 from aotgrad.ir import dtypes as dt
+from aotgrad.runtime import eager_kernels
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.composite import share_node
 from aotgrad.runtime.elementwise_ops import (_zero_grad, abs, div, eq, exp, isfinite, isnan,
@@ -288,6 +289,27 @@ def logsumexp(x, dim, keepdim=False):
     return _keep(tp.add(tp.log(s), m), x.shape, dims, keepdim)
 
 
+def _softmax_rule(g, y, *, dim):
+    """softmax's gradient from its output, as ops (the kernel node's rule under
+    create_graph)."""
+    gy = mul(g, y)
+    return (sub(gy, mul(y, sum(gy, dim, keepdim=True))),)
+
+
+def _log_softmax_rule(g, out, *, dim):
+    """log_softmax's gradient from its output, as ops (as _softmax_rule)."""
+    return (sub(g, mul(exp(out), sum(g, dim, keepdim=True))),)
+
+
+_SOFTMAX_KERNEL = eager_kernels.Kernel(
+    "SoftmaxBackward0", eager_kernels.softmax_forward, eager_kernels.softmax_backward,
+    accepts=lambda arrays, p: arrays[0].size > 0, output_rule=_softmax_rule)
+_LOG_SOFTMAX_KERNEL = eager_kernels.Kernel(
+    "LogSoftmaxBackward0", eager_kernels.log_softmax_forward,
+    eager_kernels.log_softmax_backward, accepts=lambda arrays, p: arrays[0].size > 0,
+    output_rule=_log_softmax_rule)
+
+
 @op("softmax", "SoftmaxBackward0")
 @composite("SoftmaxBackward0", ("x",))
 def softmax(x, dim, dtype=None):
@@ -296,8 +318,7 @@ def softmax(x, dim, dtype=None):
     d = norm_dims(dim, x.ndim)
     if x.numel() == 0:
         return mul(x, 1.0)
-    from aotgrad.runtime import eager_kernels
-    out = eager_kernels.run(eager_kernels.SOFTMAX, (x,), _softmax_prims, dim=d)
+    out = eager_kernels.run(_SOFTMAX_KERNEL, (x,), _softmax_prims, dim=d)
     return out if out is not None else _softmax_prims(x, dim=d)
 
 
@@ -320,8 +341,7 @@ def log_softmax(x, dim, dtype=None):
     d = norm_dims(dim, x.ndim)
     if x.numel() == 0:
         return mul(x, 1.0)
-    from aotgrad.runtime import eager_kernels
-    out = eager_kernels.run(eager_kernels.LOG_SOFTMAX, (x,), _log_softmax_prims, dim=d)
+    out = eager_kernels.run(_LOG_SOFTMAX_KERNEL, (x,), _log_softmax_prims, dim=d)
     return out if out is not None else _log_softmax_prims(x, dim=d)
 
 

@@ -19,7 +19,7 @@ from aotgrad.ir.core import Var, format_location, type_str
 from aotgrad.ir.core import current_builder as _current_builder
 from aotgrad.runtime import dual_state as _dual_state
 from aotgrad.runtime.device import CPU as _CPU
-from aotgrad.runtime.autograd_node import AccumulateGrad, RemovableHandle, fast_path_ok
+from aotgrad.runtime.autograd_node import AccumulateGrad, RemovableHandle
 from aotgrad.runtime.grad_accumulation import note_grad_write
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.version_counter import VersionCounter
@@ -77,11 +77,8 @@ class Tensor:
         t._inference = _mode.inference
         return t
 
-    def __init__(self, *args, dtype=None, requires_grad=False, device=None):
-        """PyTorch's legacy constructor: `Tensor(2, 3)` (a zero-filled shape), `Tensor([1, 2])`
-        (data, float32 unless `dtype` is given), `Tensor()` (empty)."""
-        from aotgrad.runtime.legacy import legacy_value
-        self.__class__._init_from(self, legacy_value(args, dtype, device), requires_grad)
+    # __init__ (PyTorch's legacy constructor) is installed by runtime/methods.py from
+    # runtime/legacy.py
 
     @staticmethod
     def _init_from(t, value, requires_grad):
@@ -291,16 +288,9 @@ class Tensor:
         """A tensor of `value` outside the autograd graph (a gradient, a saved value)."""
         return Tensor._make(value, False)
 
-    @staticmethod
-    def _zeros(shape, dtype):
-        """Zeros standing for a missing gradient (a `full` prim while tracing)."""
-        from aotgrad.runtime.tprims import zeros
-        return zeros(shape, dtype)
-
-    def _sum_to_shape(self, shape):
-        """This gradient summed over the dimensions broadcasting added to `shape`."""
-        from aotgrad.runtime.reduction_ops import sum_to_shape
-        return sum_to_shape(self, shape)
+    # `_zeros(shape, dtype)` (zeros standing for a missing gradient) and
+    # `_sum_to_shape(shape)` (a gradient summed over the dimensions broadcasting added) need
+    # the op layer: runtime/methods.py installs them
 
     def _grad_accumulator(self):
         node = self._accumulator() if self._accumulator is not None else None
@@ -347,35 +337,8 @@ class Tensor:
         self._post_acc_hooks.append(hook)
         return RemovableHandle(self._post_acc_hooks, hook)
 
-    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
-        """Compute the gradient of this tensor w.r.t. graph leaves, accumulated into `.grad`."""
-        try:
-            if gradient is None and inputs is None and not create_graph:
-                # the node's own short backward (a compiled program's), where the engine
-                # says none of its general work is needed
-                node = self.grad_fn
-                if node is not None and node._fast_backward is not None and \
-                        fast_path_ok(node) and node._fast_backward(self, bool(retain_graph)):
-                    return
-            from aotgrad.runtime.autograd_api import backward
-            backward(self, gradient, retain_graph, create_graph, inputs=inputs)
-        except (RuntimeError, ValueError, TypeError, IndexError) as e:
-            from aotgrad.runtime.op_base import _add_user_line
-            _add_user_line(e, "backward", prefix=False)   # the user's line of backward()
-            raise
-
-    def detach(self):
-        """A new tensor sharing storage and version counter, outside the autograd graph."""
-        t = Tensor._make(self._value, False)
-        t._version_counter = self._version_counter
-        t._inference = self._inference  # an alias: an inference tensor exactly when self is
-        if isinstance(self._value, Var):
-            b = _current_builder()
-            if b is not None:
-                b.track(t)
-                from aotgrad.runtime.view_ops import note_traced_alias
-                note_traced_alias(t, self)  # it shares self's storage: writes reach self
-        return t
+    # backward, detach, _concrete and __repr__ need the layers above Tensor (the engine's
+    # upper half, views, dispatch, printing): runtime/methods.py installs them
 
     def detach_(self):
         if self._base is not None and self._base.requires_grad:
@@ -386,14 +349,6 @@ class Tensor:
         return self
 
     # ---- conversion ---------------------------------------------------------------------
-    def _concrete(self, what):
-        from aotgrad.runtime import dispatch
-        if dispatch.break_recorder is not None:
-            dispatch.note_concrete(what)
-        if isinstance(self._value, Var):
-            dispatch.graph_break(what, self)
-        return self._value
-
     def numpy(self, *, force=False):
         if self.requires_grad and not force and _mode.grad_enabled:  # (as PyTorch: allowed
             # under no_grad)
@@ -449,15 +404,6 @@ class Tensor:
         if self.ndim == 0:
             raise TypeError("iteration over a 0-d tensor")
         return (self[i] for i in range(self.shape[0]))
-
-    def __repr__(self):
-        if "_sparse" in self.__dict__:
-            from aotgrad.runtime.sparse_ops import sparse_repr
-            return sparse_repr(self)
-        from aotgrad.runtime.printing import tensor_repr
-        return tensor_repr(self)
-
-    __str__ = __repr__
 
     def __reduce_ex__(self, proto):
         return (_rebuild, (np.array(self._concrete("pickle")), self.requires_grad))

@@ -16,7 +16,7 @@ import weakref
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
-from aotgrad.ir.core import current_builder, current_op, type_str
+from aotgrad.ir.core import Var, current_builder, current_op, type_str
 from aotgrad.ir.symbolic import SymInt, hint, hints
 from aotgrad.runtime import layout
 from aotgrad.runtime import memory_format as _layout
@@ -28,6 +28,7 @@ from aotgrad.runtime.dual_state import set_tangent, tangent_of
 from aotgrad.runtime.view_meta import CreationMeta
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.op_base import _named, broadcast_shapes, norm_dims, op
+from aotgrad.runtime.tensor import Tensor
 
 
 def _view_of(out, base):
@@ -372,3 +373,17 @@ def rot90(x, k=1, dims=(0, 1)):
     if k == 3:
         return transpose(flip(x, a), a, b)
     return _alias(x)
+
+
+def detach(self):
+    """Tensor.detach: a new tensor sharing storage and version counter, outside the autograd
+    graph."""
+    t = Tensor._make(self._value, False)
+    t._version_counter = self._version_counter
+    t._inference = self._inference  # an alias: an inference tensor exactly when self is
+    if isinstance(self._value, Var):
+        b = current_builder()
+        if b is not None:
+            b.track(t)
+            note_traced_alias(t, self)  # it shares self's storage: writes reach self
+    return t
