@@ -9,6 +9,7 @@ matrix forms need one dtype for all their operands.
 >>> addmm_ops.addmm(aotgrad.ones(2), aotgrad.ones(2, 3), aotgrad.ones(3, 2), alpha=2).tolist()
 [[7.0, 7.0], [7.0, 7.0]]
 """
+from aotgrad.runtime import eager_kernels
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.elementwise_ops import abs, add, div, lt, mul, sub, where
 from aotgrad.runtime.linalg_ops import matmul, outer
@@ -53,7 +54,6 @@ def addmm(input, mat1, mat2, *, beta=1, alpha=1):
     _check_dims("addmm", mat1=(mat1, 2), mat2=(mat2, 2))
     _check_dtypes("addmm", *(t for t in (input, mat1, mat2) if isinstance(t, Tensor)))
     if beta == 1 and alpha == 1 and isinstance(input, Tensor):
-        from aotgrad.runtime import eager_kernels   # (it imports the ops this module serves)
         out = eager_kernels.run(eager_kernels.ADDMM, (input, mat1, mat2), _addmm_prims)
         if out is not None:
             return out
