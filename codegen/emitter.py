@@ -512,7 +512,7 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
                     if n is not None and n not in nodes:
                         nodes.add(n)
                         stack.extend(n.inputs)
-                cost[v] = sum(_EXPENSIVE.get(n.prim.name, 1) for n in nodes)
+                cost[v] = sum(_EXPENSIVE.get(n.prim, 1) for n in nodes)
             return cost[v]
         uses = []
         for reds, fulls in active:
