@@ -1,6 +1,7 @@
 """Reductions inside a kernel: accumulator set-up, combining, the inner loop over the
 reduced dims (float32 blocks accumulated in float64, maxnum-based max/min with a NaN
-re-check) and the finishing step. A mixin of KernelEmitter."""
+re-check) and the finishing step. A part of KernelEmitter: it writes into the shared
+EmitState and reads values through a ValueEmitter."""
 import math
 
 import numpy as np
@@ -12,7 +13,10 @@ from aotgrad.ir.tags import Tag
 
 
 class ReductionEmitter:
-    """Reduction methods of KernelEmitter."""
+    """The reductions of one kernel: accumulators, their updates and results."""
+
+    def __init__(self, st, values):
+        self.st, self.values = st, values
 
     def red_info(self, r):
         name, d = r.prim.name, r.inputs[0].dtype
@@ -46,16 +50,16 @@ class ReductionEmitter:
         if op == "sum":
             if d is dt.bool_ or not d.is_floating_point:
                 return f"{acc} += np.int64({v})"
-            self.need("reassoc")
+            self.st.need("reassoc")
             return f"{acc} = _radd({acc}, {v})"
         if op == "prod":
             if not ad.is_floating_point:
                 return f"{acc} *= {v}"
-            self.need("reassoc")
+            self.st.need("reassoc")
             return f"{acc} = _rmul({acc}, {v})"
         if op in ("max", "min"):
             if d.is_floating_point:
-                self.need("minmax")
+                self.st.need("minmax")
                 return f"{acc} = _{op}num({acc}, {v})"
             return f"{acc} = {op}({acc}, np.int64({v}))"
         raise AssertionError(op)
@@ -66,63 +70,63 @@ class ReductionEmitter:
 
         accs: reduction -> accumulator variable (already initialised by the caller).
         creds: column sum -> this thread's row of column partials (one inner dim only)."""
-        kt = self.kt
+        kt = self.st.kt
         nd = len(kt.domain)
-        self.slice_mode, self.jvar = slice_mode, jvar
+        self.st.slice_mode, self.st.jvar = slice_mode, jvar
         loop_lines = []
         ind = indent
-        for P in self.inner[:-1]:
-            self.loopvar[P] = f"i{P}"
+        for P in self.st.inner[:-1]:
+            self.st.loopvar[P] = f"i{P}"
             loop_lines.append(f"{ind}for i{P} in range(n{P}):")
             ind += "    "
-        P = self.innermost
+        P = self.st.innermost
         float_sums = [r for r in reds if self.red_info(r)[0] == "sum"
                       and r.inputs[0].dtype is dt.float32 and not slice_mode]
         # float32 sums run in blocks of BLOCK; each block indexes through slices of its rows
         # (`v = x[r, lo:hi]; v[j]`): `range(lo, hi)` over the row did not vectorise (2.7x)
-        self.slice_mode = slice_mode or bool(float_sums)
-        self.loopvar[P] = f"(lo + {jvar})" if self.slice_mode else jvar
+        self.st.slice_mode = slice_mode or bool(float_sums)
+        self.st.loopvar[P] = f"(lo + {jvar})" if self.st.slice_mode else jvar
         pre = []
-        self.view_scope = _Scope(pre, ind + "    " if float_sums else ind)
+        self.st.view_scope = _Scope(pre, ind + "    " if float_sums else ind)
         body = []
         bind = ind + "    "
         if float_sums:
             bind += "    "
-        self.inner_scope = _Scope(body, bind)
-        self.pass_active = bool(getattr(self, "cache_buf", None))
+        self.st.inner_scope = _Scope(body, bind)
+        self.st.pass_active = bool(self.st.cache_buf)
         blocks = {}
         for r in reds:
-            v = self.val(r.inputs[0], identity(nd))
+            v = self.values.val(r.inputs[0], identity(nd))
             a = accs[r]
             if r in float_sums:
-                blocks[r] = self.fresh("sb")
+                blocks[r] = self.st.fresh("sb")
                 a = blocks[r]
             if Tag.ARG_REDUCTION in r.prim.tags:
                 cmp = ">" if r.prim.name == "argmax" else "<"
                 ai = accs[r] + "_i"
                 idxe = jvar if not slice_mode else f"(lo + {jvar})"
-                self.inner_scope.add(
+                self.st.inner_scope.add(
                     f"if ({v} {cmp} {a} or ({v} != {v} and {a} == {a})) and {a} == {a}:")
-                self.inner_scope.add(f"    {a} = {v}")
-                self.inner_scope.add(f"    {ai} = {idxe}")
+                self.st.inner_scope.add(f"    {a} = {v}")
+                self.st.inner_scope.add(f"    {ai} = {idxe}")
             else:
-                self.inner_scope.add(self.combine(r, a, v))
+                self.st.inner_scope.add(self.combine(r, a, v))
         for r, crow in (creds or {}).items():
-            v = self.val(r.inputs[0], identity(nd))
+            v = self.values.val(r.inputs[0], identity(nd))
             key = ("crow", crow)
-            if key not in self.view_scope.memo:
-                cv = self.fresh("cv")
-                self.view_scope.add(f"{cv} = {crow}[lo:hi]" if self.slice_mode
+            if key not in self.st.view_scope.memo:
+                cv = self.st.fresh("cv")
+                self.st.view_scope.add(f"{cv} = {crow}[lo:hi]" if self.st.slice_mode
                                     else f"{cv} = {crow}")
-                self.view_scope.memo[key] = cv
-            self.inner_scope.add(f"{self.view_scope.memo[key]}[{jvar}] += {v}")
-        for v, ix, shape, cix in self.out_targets(fulls):
-            e = self.val(v, ix)
-            self.inner_scope.add(f"{self.access('out', v, shape, cix)} = {e}")
-        if self.pass_active:
-            self.cache_ready |= self.cache_pending
-            self.cache_pending = set()
-        self.pass_active = False
+                self.st.view_scope.memo[key] = cv
+            self.st.inner_scope.add(f"{self.st.view_scope.memo[key]}[{jvar}] += {v}")
+        for v, ix, shape, cix in self.values.out_targets(fulls):
+            e = self.values.val(v, ix)
+            self.st.inner_scope.add(f"{self.values.access('out', v, shape, cix)} = {e}")
+        if self.st.pass_active:
+            self.st.cache_ready |= self.st.cache_pending
+            self.st.cache_pending = set()
+        self.st.pass_active = False
         lines.extend(loop_lines)
         n = f"n{P}"
         if slice_mode:
@@ -152,14 +156,14 @@ class ReductionEmitter:
             return
         f = "NAN32" if r.inputs[0].dtype is dt.float32 else "NAN64"
         # a separate pass: a NaN detector in the max's own loop stops LLVM from vectorising it
-        chk = self.fresh("nn")
+        chk = self.st.fresh("nn")
         scope.add(f"{chk} = False")
-        saved = (self.inner_scope, self.view_scope)
+        saved = (self.st.inner_scope, self.st.view_scope)
         self.inner_loop_check(scope, r, chk, f)
-        self.inner_scope, self.view_scope = saved
+        self.st.inner_scope, self.st.view_scope = saved
 
     def inner_loop_check(self, scope, r, chk, nanc):
-        acc = self.red_vals_acc[r]
+        acc = self.st.red_vals_acc[r]
         # an or-reduction of `x != x` vectorises and is exact (an infinity, e.g. a causal
         # mask's -inf, does not send the row down a slow path)
         self._row_scan(scope.lines, scope.indent, r, lambda v: [f"{chk} |= {v} != {v}"])
@@ -168,38 +172,38 @@ class ReductionEmitter:
 
     def _row_scan(self, out, ind, r, body_of):
         """Append a loop over the reduced dims of `r` whose body is body_of(input value)."""
-        nd = len(self.kt.domain)
+        nd = len(self.st.kt.domain)
         loops = []
-        for P in self.inner[:-1]:
+        for P in self.st.inner[:-1]:
             loops.append(f"{ind}for i{P} in range(n{P}):")
             ind += "    "
         pre, body = [], []
-        self.view_scope = _Scope(pre, ind)
-        self.inner_scope = _Scope(body, ind + "    ")
-        v = self.val(r.inputs[0], identity(nd))
+        self.st.view_scope = _Scope(pre, ind)
+        self.st.inner_scope = _Scope(body, ind + "    ")
+        v = self.values.val(r.inputs[0], identity(nd))
         for line in body_of(v):
-            self.inner_scope.add(line)
+            self.st.inner_scope.add(line)
         out.extend(loops + pre)
-        out.append(f"{ind}for {self.jvar} in range(n{self.innermost}):")
+        out.append(f"{ind}for {self.st.jvar} in range(n{self.st.innermost}):")
         out.extend(body)
 
     def finish_red(self, scope, r, acc):
         op, ad = self.red_info(r)
         od = r.outputs[0].dtype
-        nm = self.fresh("r")
+        nm = self.st.fresh("r")
         if od is dt.bool_:
             scope.add(f"{nm} = {acc} != 0")
         elif Tag.ARG_REDUCTION in r.prim.tags:
             scope.add(f"{nm} = np.int64({acc}_i)")
         else:
             scope.add(f"{nm} = {np_name(od)}({acc})")
-        self.red_vals[r.outputs[0]] = nm
-        self.rowdep.add(nm)
+        self.st.red_vals[r.outputs[0]] = nm
+        self.st.rowdep.add(nm)
 
     def init_acc(self, scope, r):
-        acc = self.fresh("acc")
+        acc = self.st.fresh("acc")
         scope.add(f"{acc} = {self.init_expr(r)}")
         if Tag.ARG_REDUCTION in r.prim.tags:
             scope.add(f"{acc}_i = 0")
-        self.red_vals_acc[r] = acc
+        self.st.red_vals_acc[r] = acc
         return acc
