@@ -7,6 +7,7 @@ import math
 import numba
 
 from aotgrad.codegen.emit_base import BLOCK, COL_CHUNK, ROW_BLOCK, _Scope, np_name
+from aotgrad.codegen.emit_reductions import MINMAX, RedOp
 from aotgrad.codegen.index import identity
 from aotgrad.codegen.steps import KernelType
 from aotgrad.ir import dtypes as dt
@@ -75,7 +76,7 @@ class LoopNestEmitter:
 
     def float_sums_in_parallel(self):
         """A parallel kernel whose reductions are all float sums (`cols_blocked` runs it)."""
-        return self.st.parallel and all(self.reds.red_info(r)[0] == "sum" and
+        return self.st.parallel and all(self.reds.red_info(r)[0] is RedOp.SUM and
                                      r.inputs[0].dtype in (dt.float32, dt.float64)
                                      for r in self.st.kt.reds)
 
@@ -157,7 +158,8 @@ class LoopNestEmitter:
             parts = {}
             for r in reds:
                 parts[r] = self.st.fresh("part")
-                body.append(f"    {parts[r]} = _empty(n{P0}, {np_name(self.reds.red_info(r)[1])})")
+                acc_dtype = self.reds.red_info(r)[1]
+                body.append(f"    {parts[r]} = _empty(n{P0}, {np_name(acc_dtype)})")
             rb = [f"    for r in {self.st.rng(f'n{P0}')}:"]
             self.st.row_scope = _Scope(rb, "        ")
             accs = {r: self.reds.init_acc(self.st.row_scope, r) for r in reds}
@@ -172,13 +174,13 @@ class LoopNestEmitter:
                 a = self.reds.init_acc(self.st.top_scope, r)
                 p = parts[r]
                 self.st.top_scope.add(f"for b in range(n{P0}):")
-                if op in ("max", "min") and r.inputs[0].dtype.is_floating_point:
-                    cmp = ">" if op == "max" else "<"   # a NaN partial sticks
+                if op in MINMAX and r.inputs[0].dtype.is_floating_point:
+                    cmp = ">" if op is RedOp.MAX else "<"   # a NaN partial sticks
                     self.st.top_scope.add(f"    {a} = {p}[b] if ({p}[b] {cmp} {a} or "
                                        f"{p}[b] != {p}[b]) and {a} == {a} else {a}")
-                elif op in ("max", "min"):
-                    self.st.top_scope.add(f"    {a} = {op}({a}, {p}[b])")
-                elif op == "sum":
+                elif op in MINMAX:
+                    self.st.top_scope.add(f"    {a} = {op.value}({a}, {p}[b])")
+                elif op is RedOp.SUM:
                     self.st.top_scope.add(f"    {a} += {p}[b]")
                 else:
                     self.st.top_scope.add(f"    {a} *= {p}[b]")
@@ -205,7 +207,7 @@ class LoopNestEmitter:
             for r in reds:
                 op, ad = self.reds.red_info(r)
                 a = self.st.fresh("acc")
-                if op == "sum" and r.inputs[0].dtype is dt.float32:
+                if op is RedOp.SUM and r.inputs[0].dtype is dt.float32:
                     bs.add(f"{a} = np.float32(0.0)")
                 else:
                     bs.add(f"{a} = {self.reds.init_expr(r)}")
@@ -219,10 +221,11 @@ class LoopNestEmitter:
                 a = self.reds.init_acc(self.st.top_scope, r)
                 p = parts[r]
                 self.st.top_scope.add("for b in range(nb):")
+                minmax = self.reds.red_info(r)[0] in MINMAX
                 self.st.top_scope.add("    " + self.reds.combine(r, a, f"{p}[b]").replace(
-                    "np.int64(", "(") if self.reds.red_info(r)[0] not in ("max", "min") else
+                    "np.int64(", "(") if not minmax else
                     "    " + self.reds.combine(r, a, f"{p}[b]"))
-                if self.reds.red_info(r)[0] in ("max", "min") and r.inputs[0].dtype.is_floating_point:
+                if minmax and r.inputs[0].dtype.is_floating_point:
                     self.st.jvar = "j"
                     self.st.slice_mode = False
                     self.st.loopvar[0] = "j"
@@ -255,7 +258,7 @@ class LoopNestEmitter:
         for r in kt.reds:
             views[r] = self.st.fresh("av")
             cl.append(f"        {views[r]} = {accs[r]}[lo:hi]")
-            if self.reds.red_info(r)[0] == "sum" and r.inputs[0].dtype is dt.float32:
+            if self.reds.red_info(r)[0] is RedOp.SUM and r.inputs[0].dtype is dt.float32:
                 # float32 partials over ROW_BLOCK rows, added into the float64 sums: a
                 # float64 accumulator in the loop halves the vector width of everything
                 # else in it (the GELU backward's bias gradient ran 1.9x slower)
@@ -306,12 +309,12 @@ class LoopNestEmitter:
                 tgt = f"{views[r]}[jj]"
             else:
                 tgt = f"{views[r]}[{', '.join(self.st.loopvar[Q] for Q in self.st.inner)}]"
-            if op == "sum":
+            if op is RedOp.SUM:
                 self.st.inner_scope.add(f"{tgt} += {np_name(dt.float32 if r in f32 else ad)}({v})")
-            elif op == "prod":
+            elif op is RedOp.PROD:
                 self.st.inner_scope.add(f"{tgt} *= {np_name(ad)}({v})")
             else:
-                cmp = ">=" if op == "max" else "<="
+                cmp = ">=" if op is RedOp.MAX else "<="
                 w = self.st.fresh()
                 self.st.inner_scope.add(f"{w} = {np_name(ad)}({v})")
                 self.st.inner_scope.add(

@@ -3,13 +3,31 @@ reduced dims (float32 blocks accumulated in float64, maxnum-based max/min with a
 re-check) and the finishing step. A part of KernelEmitter: it writes into the shared
 EmitState and reads values through a ValueEmitter."""
 import math
+from enum import Enum
 
 import numpy as np
 
 from aotgrad.codegen.emit_base import BLOCK, _Scope, const_expr, np_name
 from aotgrad.codegen.index import identity
 from aotgrad.ir import dtypes as dt
+from aotgrad.ir import prims
 from aotgrad.ir.tags import Tag
+
+
+class RedOp(Enum):
+    """How a reduction combines; the value is the name the kernel text uses."""
+    SUM = "sum"
+    PROD = "prod"
+    MAX = "max"
+    MIN = "min"
+    ARGMAX = "argmax"
+    ARGMIN = "argmin"
+
+
+_RED_OPS = {prims.reduce_sum: RedOp.SUM, prims.reduce_prod: RedOp.PROD,
+            prims.reduce_max: RedOp.MAX, prims.reduce_min: RedOp.MIN,
+            prims.argmax: RedOp.ARGMAX, prims.argmin: RedOp.ARGMIN}
+MINMAX = (RedOp.MAX, RedOp.MIN)
 
 
 class ReductionEmitter:
@@ -19,24 +37,22 @@ class ReductionEmitter:
         self.st, self.values = st, values
 
     def red_info(self, r):
-        name, d = r.prim.name, r.inputs[0].dtype
-        if name == "reduce_sum":
-            acc = dt.float64 if d.is_floating_point else dt.int64
-            return "sum", acc
-        if name == "reduce_prod":
-            return "prod", (dt.float64 if d.is_floating_point else dt.int64)
-        if name in ("reduce_max", "reduce_min"):
-            return name[7:], (d if d.is_floating_point else dt.int64)
-        return name, d  # argmax / argmin
+        """(RedOp, accumulator dtype) of reduction node r."""
+        op, d = _RED_OPS[r.prim], r.inputs[0].dtype
+        if op in (RedOp.SUM, RedOp.PROD):
+            return op, (dt.float64 if d.is_floating_point else dt.int64)
+        if op in MINMAX:
+            return op, (d if d.is_floating_point else dt.int64)
+        return op, d  # argmax / argmin
 
     def init_expr(self, r):
         op, acc = self.red_info(r)
-        if op == "sum":
+        if op is RedOp.SUM:
             return const_expr(0, acc)
-        if op == "prod":
+        if op is RedOp.PROD:
             return const_expr(1, acc)
-        if op in ("max", "min", "argmax", "argmin"):
-            big = op in ("min", "argmin")
+        if op in (RedOp.MAX, RedOp.MIN, RedOp.ARGMAX, RedOp.ARGMIN):
+            big = op in (RedOp.MIN, RedOp.ARGMIN)
             if acc.is_floating_point:
                 return const_expr(math.inf if big else -math.inf, acc)
             info = np.iinfo(np.int64)
@@ -47,21 +63,21 @@ class ReductionEmitter:
         """Statement updating accumulator `acc` with value `v` (within one row)."""
         op, ad = self.red_info(r)
         d = r.inputs[0].dtype
-        if op == "sum":
+        if op is RedOp.SUM:
             if d is dt.bool_ or not d.is_floating_point:
                 return f"{acc} += np.int64({v})"
             self.st.need("reassoc")
             return f"{acc} = _radd({acc}, {v})"
-        if op == "prod":
+        if op is RedOp.PROD:
             if not ad.is_floating_point:
                 return f"{acc} *= {v}"
             self.st.need("reassoc")
             return f"{acc} = _rmul({acc}, {v})"
-        if op in ("max", "min"):
+        if op in MINMAX:
             if d.is_floating_point:
                 self.st.need("minmax")
-                return f"{acc} = _{op}num({acc}, {v})"
-            return f"{acc} = {op}({acc}, np.int64({v}))"
+                return f"{acc} = _{op.value}num({acc}, {v})"
+            return f"{acc} = {op.value}({acc}, np.int64({v}))"
         raise AssertionError(op)
 
     def inner_loop(self, lines, indent, reds, fulls, accs, slice_mode=False, jvar="j",
@@ -80,7 +96,7 @@ class ReductionEmitter:
             loop_lines.append(f"{ind}for i{P} in range(n{P}):")
             ind += "    "
         P = self.st.innermost
-        float_sums = [r for r in reds if self.red_info(r)[0] == "sum"
+        float_sums = [r for r in reds if self.red_info(r)[0] is RedOp.SUM
                       and r.inputs[0].dtype is dt.float32 and not slice_mode]
         # float32 sums run in blocks of BLOCK; each block indexes through slices of its rows
         # (`v = x[r, lo:hi]; v[j]`): `range(lo, hi)` over the row did not vectorise (2.7x)
@@ -102,7 +118,7 @@ class ReductionEmitter:
                 blocks[r] = self.st.fresh("sb")
                 a = blocks[r]
             if Tag.ARG_REDUCTION in r.prim.tags:
-                cmp = ">" if r.prim.name == "argmax" else "<"
+                cmp = ">" if r.prim is prims.argmax else "<"
                 ai = accs[r] + "_i"
                 idxe = jvar if not slice_mode else f"(lo + {jvar})"
                 self.st.inner_scope.add(
@@ -152,7 +168,7 @@ class ReductionEmitter:
         """max/min via maxnum ignore NaN: a second pass over the row looks for one and
         makes the result NaN."""
         op, _ = self.red_info(r)
-        if op not in ("max", "min") or not r.inputs[0].dtype.is_floating_point:
+        if op not in MINMAX or not r.inputs[0].dtype.is_floating_point:
             return
         f = "NAN32" if r.inputs[0].dtype is dt.float32 else "NAN64"
         # a separate pass: a NaN detector in the max's own loop stops LLVM from vectorising it

@@ -114,7 +114,8 @@ class ValueEmitter:
             refs.append((("red", r.outputs[0]), list(rowsh), list(identity(len(rowsh)))))
         if any(isinstance(t, Gathered) for _, _, ix in refs for t in ix):
             blocked.update(range(len(D)))     # a gathered index: keep dims as they are
-        self.st.cdom, self.st.cpart, self.st.dimmap, self.st.refmap = collapse_dims(D, part, refs, blocked)
+        st = self.st
+        st.cdom, st.cpart, st.dimmap, st.refmap = collapse_dims(D, part, refs, blocked)
 
     def _stop_for(self, root):
         """Leaf test for a walk from `root`: a value this kernel writes is expanded at its own
