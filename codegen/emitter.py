@@ -27,6 +27,7 @@ from aotgrad.codegen.index import (Const, Dim, Gathered, SymbolicSizeInKernel, g
 from aotgrad.codegen.node_kinds import NodeKind
 from aotgrad.codegen.steps import KernelType
 from aotgrad.codegen.templates import TEMPLATES, peephole
+from aotgrad.ir import prims
 from aotgrad.ir.symbolic import SymInt, hint
 from aotgrad.ir.tags import Tag
 
@@ -59,9 +60,9 @@ class ValueEmitter:
         """The value of var when it is a `full` (possibly broadcast) of a number known
         here, else None (a symbolic size's value is known only per call)."""
         n = self.S.prod.get(var)
-        while n is not None and n.prim.name == "broadcast_in_dim":
+        while n is not None and n.prim is prims.broadcast_in_dim:
             n = self.S.prod.get(n.inputs[0])
-        if n is None or n.prim.name != "full" or isinstance(n.params["value"], SymInt):
+        if n is None or n.prim is not prims.full or isinstance(n.params["value"], SymInt):
             return None
         return n.params["value"]
 
@@ -71,7 +72,8 @@ class ValueEmitter:
 
     # -- dim collapsing -----------------------------------------------------------------------
     def collapse(self):
-        """Collapse the kernel's domain (`collapse_dims` over every access of the kernel)."""
+        """The kernel's collapsed domain: `collapse_dims` over every access of the kernel
+        (cdom, cpart, dimmap, refmap; nothing is stored)."""
         kt = self.st.kt
         D = list(kt.domain) or [1]
         nd = len(kt.domain)
@@ -92,7 +94,7 @@ class ValueEmitter:
             if kind == "leaf":
                 shape = rowsh if v in red_outs else v.shape
                 refs.append(((v, ix), list(shape), list(ix)))
-            elif self.S.prod[v].prim.name == "iota" or self.S.kind[self.S.prod[v]] == \
+            elif self.S.prod[v].prim is prims.iota or self.S.kind[self.S.prod[v]] == \
                     NodeKind.ROW_SCATTER:
                 for t in ix:
                     if isinstance(t, Dim):
@@ -114,8 +116,7 @@ class ValueEmitter:
             refs.append((("red", r.outputs[0]), list(rowsh), list(identity(len(rowsh)))))
         if any(isinstance(t, Gathered) for _, _, ix in refs for t in ix):
             blocked.update(range(len(D)))     # a gathered index: keep dims as they are
-        st = self.st
-        st.cdom, st.cpart, st.dimmap, st.refmap = collapse_dims(D, part, refs, blocked)
+        return collapse_dims(D, part, refs, blocked)
 
     def _stop_for(self, root):
         """Leaf test for a walk from `root`: a value this kernel writes is expanded at its own
@@ -240,7 +241,7 @@ class ValueEmitter:
             return sc.memo[key]
         if lv == 0 and key in self.scope_for(1).memo:
             return self.scope_for(1).memo[key]
-        if n.prim.name == "iota":
+        if n.prim is prims.iota:
             t = ix[n.params["dim"]]
             t = t if isinstance(t, Const) else Dim(self.st.dimmap[t.dim], t.scale, t.offset)
             expr = f"{np_name(n.params['dtype'])}({self.term(t)})"
@@ -268,7 +269,7 @@ class ValueEmitter:
                 expr = TEMPLATES[n.prim](self, n, args)
                 if n.outputs[0].dtype in _NARROW_INTS:  # Numba computes them in int64: wrap
                     expr = f"{np_name(n.outputs[0].dtype)}({expr})"
-        if n.prim.name == "full":
+        if n.prim is prims.full:
             sc.memo[key] = expr
             return expr
         # a value without loop indices that depends on a reduction result is computed where
@@ -522,7 +523,7 @@ class KernelEmitter:
 
     def build(self):
         st, kt = self.st, self.st.kt
-        self.values.collapse()
+        st.cdom, st.cpart, st.dimmap, st.refmap = self.values.collapse()
         m = len(st.cdom)
         work = math.prod(kt.domain) if kt.domain else 1
         st.parallel = hint(work) >= PAR_MIN   # a heuristic: the traced sizes
