@@ -16,8 +16,8 @@ Modules, one job each:
   text_cse    shares equal right-hand sides of emitted kernel text (value numbering)
   index       index terms (Const, Dim, Gathered) and the index maps of view prims
   emitter     Numba source for kernels: values and index arithmetic (emit_base: shared
-              records; emit_args: a kernel's argument list; emit_reductions, emit_loops:
-              reductions and loop nests)
+              records; emit_args: a kernel's argument list; emit_state: the state the
+              parts share; emit_reductions, emit_loops: reductions and loop nests)
   executor    the flat step list over planned buffers
   cache       on-disk module cache (AOTGRAD_CACHE_DIR), cache_clear(), cache_info()
   blas        products on numpy's OpenBLAS, one single-threaded gemm per numba thread

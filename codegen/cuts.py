@@ -79,7 +79,7 @@ def recompute_cuts(scheduler, sch):
                     cuts.add(u)
                     cost[u] = 0
         w = 0 if n.prim.kind is Tag.CREATION else \
-            _EXPENSIVE.get(n.prim.name, 1) if k is NodeKind.POINTWISE else _VIRTUAL_WEIGHT[k]
+            _EXPENSIVE.get(n.prim, 1) if k is NodeKind.POINTWISE else _VIRTUAL_WEIGHT[k]
         c = min(w + sum(cost.get(u, 0) for u in n.inputs), 1 << 30)
         if c >= _MIN_CUT_COST and c * extra >= RECOMPUTE_LIMIT:
             cuts.add(v)

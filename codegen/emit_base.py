@@ -3,6 +3,7 @@ literals and the small records (argument, kernel spec, scope) the emitter builds
 import math
 
 from aotgrad.ir import dtypes as dt
+from aotgrad.ir import prims as P
 
 PAR_MIN = 1 << 17        # elements of work before a kernel uses prange
 BLOCK = 4096             # elements per prange block and per float32 partial sum
@@ -16,12 +17,13 @@ _NP = {dt.float32: "np.float32", dt.float64: "np.float64", dt.int32: "np.int32",
 # right away, so that it wraps where eager numpy wraps
 _NARROW_INTS = frozenset((dt.int8, dt.int16, dt.uint8))
 _LITERALS = (0.0, 1.0, -1.0, 2.0, 0.5)
-# relative cost of a prim in a loop (default 1) for deciding what a row kernel keeps in scratch
-_EXPENSIVE = {"exp": 20, "log": 20, "tanh": 24, "logistic": 22, "erf": 24, "div": 4,
-              "sqrt": 4, "rsqrt": 5, "pow": 20, "log1p": 30, "expm1": 30, "sin": 30, "cos": 30,
-              "atan2": 40, "sinh": 30, "cosh": 30, "asinh": 40, "acosh": 40, "atanh": 40,
-              "asin": 40, "acos": 40, "erfc": 30, "erfinv": 200, "lgamma": 60,
-              "polygamma": 200, "ndtri": 300, "erfcx": 60, "i0e": 200, "i1e": 200}
+# relative cost of a prim in a loop (default 1), keyed by the Prim as TEMPLATES is: it decides
+# what a row kernel keeps in scratch and where the partitioner cuts
+_EXPENSIVE = {P.exp: 20, P.log: 20, P.tanh: 24, P.logistic: 22, P.erf: 24, P.div: 4,
+              P.sqrt: 4, P.rsqrt: 5, P.pow: 20, P.log1p: 30, P.expm1: 30, P.sin: 30,
+              P.cos: 30, P.atan2: 40, P.sinh: 30, P.cosh: 30, P.asinh: 40, P.acosh: 40,
+              P.atanh: 40, P.asin: 40, P.acos: 40, P.erfc: 30, P.erfinv: 200, P.lgamma: 60,
+              P.polygamma: 200, P.ndtri: 300, P.erfcx: 60, P.i0e: 200, P.i1e: 200}
 
 
 def np_name(d):

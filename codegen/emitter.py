@@ -16,40 +16,42 @@ import re
 
 
 from aotgrad.codegen import approx
-from aotgrad.codegen.emit_args import KernelArgs
 from aotgrad.codegen.inline import inline_helpers
 from aotgrad.codegen.emit_base import PAR_MIN, KernelSpec, _EXPENSIVE, _Scope, const_expr, np_name
 from aotgrad.codegen.emit_base import _NARROW_INTS
 from aotgrad.codegen.emit_loops import LoopNestEmitter
 from aotgrad.codegen.emit_reductions import ReductionEmitter
+from aotgrad.codegen.emit_state import EmitState
 from aotgrad.codegen.index import (Const, Dim, Gathered, SymbolicSizeInKernel, gather_index,
                                    gather_row_index, identity, pad_index, view_index)
 from aotgrad.codegen.node_kinds import NodeKind
 from aotgrad.codegen.steps import KernelType
 from aotgrad.codegen.templates import TEMPLATES, peephole
+from aotgrad.ir import prims
 from aotgrad.ir.symbolic import SymInt, hint
 from aotgrad.ir.tags import Tag
 
 
-class KernelEmitter(ReductionEmitter, LoopNestEmitter):
-    """Emits one fused kernel: dim collapsing, index arithmetic and values (here), with
-    its argument list (`args`, emit_args.KernelArgs), reductions (emit_reductions) and loop
-    nests (emit_loops)."""
+class ValueEmitter:
+    """Values of one kernel: dim collapsing, index arithmetic and the expressions of the
+    values at an index, written into the scopes of the shared EmitState. It is also the
+    context TEMPLATES and `peephole` see (`kt`, `args`, `need`, `const`, `const_of`,
+    `inner_producer`)."""
 
-    def __init__(self, scheduler, kt, helpers):
-        self.S, self.kt, self.helpers = scheduler, kt, helpers
-        self.red_outs = frozenset(r.outputs[0] for r in kt.reds)   # fixed while emitting
-        self.args = KernelArgs()
-        self.tmp = 0
-        self.checks = []          # messages of index checks (error flag `gerr`)
+    def __init__(self, scheduler, st):
+        self.S, self.st = scheduler, st
 
-    # -- small utilities --------------------------------------------------------------------
-    def fresh(self, p="t"):
-        self.tmp += 1
-        return f"{p}{self.tmp}"
+    # -- the template context -----------------------------------------------------------------
+    @property
+    def kt(self):
+        return self.st.kt
+
+    @property
+    def args(self):
+        return self.st.args
 
     def need(self, h):
-        self.helpers.add(h)
+        self.st.need(h)
 
     def const(self, value, d):
         return const_expr(value, d)
@@ -58,9 +60,9 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         """The value of var when it is a `full` (possibly broadcast) of a number known
         here, else None (a symbolic size's value is known only per call)."""
         n = self.S.prod.get(var)
-        while n is not None and n.prim.name == "broadcast_in_dim":
+        while n is not None and n.prim is prims.broadcast_in_dim:
             n = self.S.prod.get(n.inputs[0])
-        if n is None or n.prim.name != "full" or isinstance(n.params["value"], SymInt):
+        if n is None or n.prim is not prims.full or isinstance(n.params["value"], SymInt):
             return None
         return n.params["value"]
 
@@ -70,8 +72,9 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
 
     # -- dim collapsing -----------------------------------------------------------------------
     def collapse(self):
-        """Collapse the kernel's domain (`collapse_dims` over every access of the kernel)."""
-        kt = self.kt
+        """The kernel's collapsed domain: `collapse_dims` over every access of the kernel
+        (cdom, cpart, dimmap, refmap; nothing is stored)."""
+        kt = self.st.kt
         D = list(kt.domain) or [1]
         nd = len(kt.domain)
         if kt.ktype == KernelType.ROWS:
@@ -91,7 +94,7 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
             if kind == "leaf":
                 shape = rowsh if v in red_outs else v.shape
                 refs.append(((v, ix), list(shape), list(ix)))
-            elif self.S.prod[v].prim.name == "iota" or self.S.kind[self.S.prod[v]] == \
+            elif self.S.prod[v].prim is prims.iota or self.S.kind[self.S.prod[v]] == \
                     NodeKind.ROW_SCATTER:
                 for t in ix:
                     if isinstance(t, Dim):
@@ -113,18 +116,18 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
             refs.append((("red", r.outputs[0]), list(rowsh), list(identity(len(rowsh)))))
         if any(isinstance(t, Gathered) for _, _, ix in refs for t in ix):
             blocked.update(range(len(D)))     # a gathered index: keep dims as they are
-        self.cdom, self.cpart, self.dimmap, self.refmap = collapse_dims(D, part, refs, blocked)
+        return collapse_dims(D, part, refs, blocked)
 
     def _stop_for(self, root):
         """Leaf test for a walk from `root`: a value this kernel writes is expanded at its own
         root; anything else (e.g. a reduction input produced by another step) is a leaf."""
-        if root in self.kt.outputs:
+        if root in self.st.kt.outputs:
             return lambda u: u is not root and self._is_leaf(u)
         return self._is_leaf
 
     def _is_leaf(self, u):
-        kt = self.kt
-        if u in self.red_outs:
+        kt = self.st.kt
+        if u in self.st.red_outs:
             return True
         o = self.S.owner.get(u)
         return u in self.S.graph_inputs or (o is not None and o is not kt)
@@ -132,13 +135,13 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
     # -- expression emission ------------------------------------------------------------------
     def collapsed(self, ix):
         """Index ix over the collapsed domain (each Dim term on its merged dim)."""
-        return [t.on(self.dimmap[t.dim]) if isinstance(t, Dim) else t for t in ix]
+        return [t.on(self.st.dimmap[t.dim]) if isinstance(t, Dim) else t for t in ix]
 
     def level(self, cix):
         lv = 0
         for t in cix:
             if isinstance(t, Dim):
-                lv = max(lv, 2 if t.dim in self.inner else 1)
+                lv = max(lv, 2 if t.dim in self.st.inner else 1)
             elif isinstance(t, Gathered):
                 lv = max(lv, 1)
         return lv
@@ -146,42 +149,42 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
     def term(self, t, site=None):
         if isinstance(t, Const):
             return str(t.value) if t.value == 0 else \
-                self.args.index(t.value, site and site + (t,))
+                self.st.args.index(t.value, site and site + (t,))
         if isinstance(t, Gathered):
             return self.gather_idx(t)
-        base, s, o = self.loopvar[t.dim], t.scale, t.offset
+        base, s, o = self.st.loopvar[t.dim], t.scale, t.offset
         e = base if s == 1 else f"{s} * {base}"
-        e = e if o == 0 else f"({e} + {self.args.index(o, site and site + (t,))})"
+        e = e if o == 0 else f"({e} + {self.st.args.index(o, site and site + (t,))})"
         return e if t.clamp is None else \
             f"_imin(_imax({e}, {self.lit(t.clamp[0])}), {self.lit(t.clamp[1])})"
 
     def lit(self, x):
         """Kernel text for a size or index bound: a literal when static, else a runtime
         argument (a kernel's source is the same for every value of the symbols)."""
-        return self.args.index(x) if isinstance(x, SymInt) else str(x)
+        return self.st.args.index(x) if isinstance(x, SymInt) else str(x)
 
     def scope_for(self, lv):
         if lv == 2:
-            return self.inner_scope
-        if lv == 1 and self.row_scope is not None:
-            return self.row_scope
-        return self.top_scope
+            return self.st.inner_scope
+        if lv == 1 and self.st.row_scope is not None:
+            return self.st.row_scope
+        return self.st.top_scope
 
     def access(self, kind, var, shape, cix):
         """Expression reading/writing var (viewed with collapsed shape) at collapsed index."""
-        name = self.args.array(kind, var, shape if shape else [1])
+        name = self.st.args.array(kind, var, shape if shape else [1])
         if not cix:
             return f"{name}[0]"
         lv = self.level(cix)
         last = cix[-1]
-        if lv == 2 and isinstance(last, Dim) and last.dim == self.innermost and last.plain and \
-                not any(isinstance(t, Dim) and t.dim == self.innermost for t in cix[:-1]):
+        if lv == 2 and isinstance(last, Dim) and last.dim == self.st.innermost and last.plain and \
+                not any(isinstance(t, Dim) and t.dim == self.st.innermost for t in cix[:-1]):
             key = ("view", name, tuple(cix[:-1]))
-            vs = self.view_scope
+            vs = self.st.view_scope
             if key not in vs.memo:
-                vn = self.fresh("v")
+                vn = self.st.fresh("v")
                 pre = ", ".join(self.term(t, (name, i)) for i, t in enumerate(cix[:-1]))
-                if self.slice_mode:
+                if self.st.slice_mode:
                     pre = (pre + ", " if pre else "") + "lo:hi"
                     vs.add(f"{vn} = {name}[{pre}]")
                 elif pre:
@@ -189,7 +192,7 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
                 else:
                     vn = name
                 vs.memo[key] = vn
-            return f"{vs.memo[key]}[{self.jvar}]"
+            return f"{vs.memo[key]}[{self.st.jvar}]"
         return f"{name}[{', '.join(self.term(t, (name, i)) for i, t in enumerate(cix))}]"
 
     def val(self, v, ix):
@@ -201,19 +204,19 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
     def _value(self, v, ix):
         """The generator behind `val`: it yields a generator for each operand value it needs
         (the driver sends back that value's name) and returns v's name."""
-        kt = self.kt
+        kt = self.st.kt
         key = (v, ix)
-        if v in self.red_outs:
-            return self.red_vals[v]
+        if v in self.st.red_outs:
+            return self.st.red_vals[v]
         if self._is_leaf(v) or self.S.prod.get(v) is None:
-            shape, cix = self.refmap[key]
+            shape, cix = self.st.refmap[key]
             lv = self.level(cix)
-            return self.scope_for(lv).bind(key, self.fresh,
+            return self.scope_for(lv).bind(key, self.st.fresh,
                                            lambda: self.access("in", v, shape, cix))
-        if getattr(self, "pass_active", False) and v in self.cache_buf and \
+        if self.st.pass_active and v in self.st.cache_buf and \
                 ix == identity(len(kt.domain)) and \
-                self.level([t.on(self.dimmap[t.dim]) for t in ix]) == 2:
-            memo = self.inner_scope.memo
+                self.level([t.on(self.st.dimmap[t.dim]) for t in ix]) == 2:
+            memo = self.st.inner_scope.memo
             if key not in memo:
                 memo[key] = yield from self._cached_value(v, ix, key)
             return memo[key]
@@ -238,9 +241,9 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
             return sc.memo[key]
         if lv == 0 and key in self.scope_for(1).memo:
             return self.scope_for(1).memo[key]
-        if n.prim.name == "iota":
+        if n.prim is prims.iota:
             t = ix[n.params["dim"]]
-            t = t if isinstance(t, Const) else Dim(self.dimmap[t.dim], t.scale, t.offset)
+            t = t if isinstance(t, Const) else Dim(self.st.dimmap[t.dim], t.scale, t.offset)
             expr = f"{np_name(n.params['dtype'])}({self.term(t)})"
             args = []
         elif k == NodeKind.ROW_SCATTER:   # x[r, j] + (src[r] if j == idx[r] else 0)
@@ -257,7 +260,7 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
             args = []
             if rewrite is not None:
                 helper, operand = rewrite
-                self.need(helper)
+                self.st.need(helper)
                 args.append((yield self._value(operand, ix)))
                 expr = f"{helper}({args[0]})"
             else:
@@ -266,19 +269,19 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
                 expr = TEMPLATES[n.prim](self, n, args)
                 if n.outputs[0].dtype in _NARROW_INTS:  # Numba computes them in int64: wrap
                     expr = f"{np_name(n.outputs[0].dtype)}({expr})"
-        if n.prim.name == "full":
+        if n.prim is prims.full:
             sc.memo[key] = expr
             return expr
         # a value without loop indices that depends on a reduction result is computed where
         # the result exists (the row scope), not hoisted above the loops
-        rowdep = lv == 0 and any(a in self.rowdep for a in args)
+        rowdep = lv == 0 and any(a in self.st.rowdep for a in args)
         if rowdep:
             sc = self.scope_for(1)
-        name = self.fresh()
+        name = self.st.fresh()
         sc.add(f"{name} = {expr}")
         sc.memo[key] = name
         if rowdep:
-            self.rowdep.add(name)
+            self.st.rowdep.add(name)
         return name
 
     def _value_pad(self, n, ix, key):
@@ -293,13 +296,13 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         xv = yield self._value(n.inputs[0], iix)
         if not conds:
             return xv
-        cterms = [(t.on(self.dimmap[t.dim]), m) for t, m in conds]
+        cterms = [(t.on(self.st.dimmap[t.dim]), m) for t, m in conds]
         csc = self.scope_for(self.level([t for t, _ in cterms]))
-        ok = csc.bind(("padok", tuple(cterms)), lambda: self.fresh("ok"),
+        ok = csc.bind(("padok", tuple(cterms)), lambda: self.st.fresh("ok"),
                       lambda: " and ".join(f"(0 <= {self.term(t)} < {self.lit(m)})"
                                              for t, m in cterms))
         cix = self.collapsed(ix)
-        return self.scope_for(self.level(cix)).bind(key, self.fresh,
+        return self.scope_for(self.level(cix)).bind(key, self.st.fresh,
                                                     lambda: f"{xv} if {ok} else {fill}")
 
     def gather_idx(self, t):
@@ -314,86 +317,28 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         if key in sc.memo:
             return sc.memo[key]
         v = self.val(var, ix2)
-        gi, ok = self.fresh("gi"), self.fresh("gok")
+        gi, ok = self.st.fresh("gi"), self.st.fresh("gok")
         sc.add(f"{gi} = np.int64({v})")
         sc.add(f"{gi} = {gi} + {size} if {gi} < 0 else {gi}")
         sc.add(f"{ok} = {gi} >= 0 and {gi} < {size}")
         sc.add(f"if not {ok}:")
         sc.add("    gerr[0] = 1")
         sc.add(f"    {gi} = 0")
-        self.checks.append(f"index out of bounds for dimension {len(ix2) - 1} with size {shown}")
+        self.st.checks.append(f"index out of bounds for dimension {len(ix2) - 1} with size {shown}")
         sc.memo[key] = gi
         return gi
-
-    # -- reductions ---------------------------------------------------------------------------
-    def build(self):
-        kt = self.kt
-        self.collapse()
-        m = len(self.cdom)
-        work = math.prod(kt.domain) if kt.domain else 1
-        self.parallel = hint(work) >= PAR_MIN   # a heuristic: the traced sizes
-        for P in range(m):
-            self.args.size(self.cdom[P])
-        self.loopvar = {}
-        has_arg = any(Tag.ARG_REDUCTION in r.prim.tags for r in kt.reds)
-        if kt.ktype == KernelType.ELEMENTWISE:
-            outer = list(range(m - 1))
-            inner = [m - 1]
-        else:
-            outer = [P for P in range(m) if self.cpart[P] == 0]
-            inner = [P for P in range(m) if self.cpart[P] == 1]
-        if kt.ktype == KernelType.ROWS and not inner:
-            inner = []
-        self.outer, self.inner = outer, inner
-        self.innermost = inner[-1] if inner else None
-        body = []
-        self.top_scope = _Scope(body, "    ")
-        self.row_scope = None
-        self.red_vals = {}
-        self.rowdep = set()        # names whose value is only known after a reduction
-        if kt.ktype == KernelType.ELEMENTWISE and m == 1 or \
-                kt.ktype == KernelType.ROWS and not outer and len(inner) == 1 and not has_arg:
-            self.blocked(body)
-        elif kt.ktype == KernelType.ROWS and not outer and len(inner) > 1 and not has_arg and \
-                self.parallel:
-            self.full_nest(body)
-        elif kt.ktype == KernelType.COLS and len(inner) == 1 and not self.rows_split(outer):
-            self.cols_chunked(body)
-        else:
-            self.nest(body)
-        sig = self.args.signature()
-        text = [f"def KERNEL({sig}):", "    _wide()"]
-        if self.checks:
-            text.append("    gerr = _zeros(1, np.int64)")
-        # approximations pasted in; prange bodies become functions of their own: widen them
-        for line in _inlined(tuple(body)):
-            text.append(line)
-            if "in prange(" in line:
-                text.append(" " * (len(line) - len(line.lstrip()) + 4) + "_wide()")
-        text.append("    return gerr[0]" if self.checks else "    return 0")
-        source = "\n".join(text) + "\n"
-        leaked = _SYMBOL_NAME.search(source)
-        if leaked:
-            raise SymbolicSizeInKernel(f"kernel text reads the symbolic size {leaked.group(0)} "
-                                       f"as a literal ({kt.describe()})")
-        spec = KernelSpec(kt, source, self.args.specs, self.parallel)
-        spec.checks = sorted(set(self.checks))
-        return spec
-
-    def rng(self, n):
-        return f"prange({n})" if self.parallel else f"range({n})"
 
     def decode(self, scope, outer):
         """Row index r -> loop vars of the outer dims."""
         if not outer:
             return
         if len(outer) == 1:
-            self.loopvar[outer[0]] = "r"
+            self.st.loopvar[outer[0]] = "r"
             return
         rest = "r"
         for i, P in enumerate(reversed(outer)):
             nm = f"i{P}"
-            self.loopvar[P] = nm
+            self.st.loopvar[P] = nm
             if i == len(outer) - 1:
                 scope.add(f"{nm} = {rest}")
             else:
@@ -402,17 +347,17 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
                 rest = f"q{P}"
 
     def out_targets(self, fulls):
-        kt = self.kt
+        kt = self.st.kt
         nd = len(kt.domain)
         res = []
         for v in fulls:
-            shape, cix = self.refmap[("out", v)]
+            shape, cix = self.st.refmap[("out", v)]
             res.append((v, identity(nd), shape, cix))
         return res
 
     def phases(self):
         """Assign reductions and full-domain outputs to column passes by dependency level."""
-        kt = self.kt
+        kt = self.st.kt
         red_outs = {r.outputs[0]: r for r in kt.reds}
         deps = {}
 
@@ -451,12 +396,12 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
                 for p in range(nph)]
 
     def write_row_outputs(self, scope):
-        kt = self.kt
+        kt = self.st.kt
         cols = {r.outputs[0] for r in kt.col_reds}
         for v in kt.row_outputs if kt.ktype != KernelType.ELEMENTWISE else []:
             if kt.ktype == KernelType.COLS and v in {r.outputs[0] for r in kt.reds} or v in cols:
                 continue
-            shape, cix = self.refmap[("out", v)]
+            shape, cix = self.st.refmap[("out", v)]
             e = self.val(v, self.S.out_index(kt, v))
             scope.add(f"{self.access('out', v, shape, cix)} = {e}")
 
@@ -466,11 +411,11 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
         e.g. the GELU chain in a layer-norm backward): the first pass that computes one
         stores it in a row-sized scratch buffer (in L1/L2), later passes load it. Only the
         values later passes use directly (the cut) are kept, not their operands."""
-        self.cache_buf, self.cache_ready, self.cache_pending = {}, set(), set()
-        self.pass_active = False
-        kt = self.kt
+        self.st.cache_buf, self.st.cache_ready, self.st.cache_pending = {}, set(), set()
+        self.st.pass_active = False
+        kt = self.st.kt
         active = [(r, f) for r, f in phases if r or f]
-        if kt.ktype != KernelType.ROWS or len(self.inner) != 1 or len(active) < 2:
+        if kt.ktype != KernelType.ROWS or len(self.st.inner) != 1 or len(active) < 2:
             return
         nd = len(kt.domain)
         idn = identity(nd)
@@ -512,7 +457,7 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
                     if n is not None and n not in nodes:
                         nodes.add(n)
                         stack.extend(n.inputs)
-                cost[v] = sum(_EXPENSIVE.get(n.prim.name, 1) for n in nodes)
+                cost[v] = sum(_EXPENSIVE.get(n.prim, 1) for n in nodes)
             return cost[v]
         uses = []
         for reds, fulls in active:
@@ -541,27 +486,94 @@ class KernelEmitter(ReductionEmitter, LoopNestEmitter):
                 if c in roots or any(w not in cands or first[w] == p for w in users):
                     keep.add(c)
         for v in sorted(keep, key=lambda v: v.name):
-            self.cache_buf[v] = self.fresh("scr")
+            self.st.cache_buf[v] = self.st.fresh("scr")
 
     def _cached_value(self, v, ix, key):
         """Load v from its row scratch buffer, or compute it and store it there (a
         generator, like `_value`)."""
-        vs = self.view_scope
+        vs = self.st.view_scope
         sk = ("scratch", v)
         if sk not in vs.memo:
-            vn = self.fresh("v")
-            buf = self.cache_buf[v]
-            vs.add(f"{vn} = {buf}[lo:hi]" if self.slice_mode else f"{vn} = {buf}")
+            vn = self.st.fresh("v")
+            buf = self.st.cache_buf[v]
+            vs.add(f"{vn} = {buf}[lo:hi]" if self.st.slice_mode else f"{vn} = {buf}")
             vs.memo[sk] = vn
         view = vs.memo[sk]
-        if v in self.cache_ready:
-            name = self.fresh()
-            self.inner_scope.add(f"{name} = {view}[{self.jvar}]")
+        if v in self.st.cache_ready:
+            name = self.st.fresh()
+            self.st.inner_scope.add(f"{name} = {view}[{self.st.jvar}]")
             return name
         name = yield from self._value_pw(v, ix, key)
-        self.inner_scope.add(f"{view}[{self.jvar}] = {name}")
-        self.cache_pending.add(v)
+        self.st.inner_scope.add(f"{view}[{self.st.jvar}] = {name}")
+        self.st.cache_pending.add(v)
         return name
+
+
+
+class KernelEmitter:
+    """Emits one fused kernel: an EmitState shared by its values (ValueEmitter, here), its
+    reductions (emit_reductions.ReductionEmitter) and its loop nests
+    (emit_loops.LoopNestEmitter)."""
+
+    def __init__(self, scheduler, kt, helpers):
+        self.st = EmitState(kt, helpers)
+        self.values = ValueEmitter(scheduler, self.st)
+        self.reds = ReductionEmitter(self.st, self.values)
+        self.loops = LoopNestEmitter(self.st, self.values, self.reds)
+
+    def build(self):
+        st, kt = self.st, self.st.kt
+        st.cdom, st.cpart, st.dimmap, st.refmap = self.values.collapse()
+        m = len(st.cdom)
+        work = math.prod(kt.domain) if kt.domain else 1
+        st.parallel = hint(work) >= PAR_MIN   # a heuristic: the traced sizes
+        for P in range(m):
+            st.args.size(st.cdom[P])
+        st.loopvar = {}
+        has_arg = any(Tag.ARG_REDUCTION in r.prim.tags for r in kt.reds)
+        if kt.ktype == KernelType.ELEMENTWISE:
+            outer = list(range(m - 1))
+            inner = [m - 1]
+        else:
+            outer = [P for P in range(m) if st.cpart[P] == 0]
+            inner = [P for P in range(m) if st.cpart[P] == 1]
+        if kt.ktype == KernelType.ROWS and not inner:
+            inner = []
+        st.outer, st.inner = outer, inner
+        st.innermost = inner[-1] if inner else None
+        body = []
+        st.top_scope = _Scope(body, "    ")
+        st.row_scope = None
+        st.red_vals = {}
+        st.rowdep = set()        # names whose value is only known after a reduction
+        if kt.ktype == KernelType.ELEMENTWISE and m == 1 or \
+                kt.ktype == KernelType.ROWS and not outer and len(inner) == 1 and not has_arg:
+            self.loops.blocked(body)
+        elif kt.ktype == KernelType.ROWS and not outer and len(inner) > 1 and not has_arg and \
+                st.parallel:
+            self.loops.full_nest(body)
+        elif kt.ktype == KernelType.COLS and len(inner) == 1 and not self.loops.rows_split(outer):
+            self.loops.cols_chunked(body)
+        else:
+            self.loops.nest(body)
+        sig = st.args.signature()
+        text = [f"def KERNEL({sig}):", "    _wide()"]
+        if st.checks:
+            text.append("    gerr = _zeros(1, np.int64)")
+        # approximations pasted in; prange bodies become functions of their own: widen them
+        for line in _inlined(tuple(body)):
+            text.append(line)
+            if "in prange(" in line:
+                text.append(" " * (len(line) - len(line.lstrip()) + 4) + "_wide()")
+        text.append("    return gerr[0]" if st.checks else "    return 0")
+        source = "\n".join(text) + "\n"
+        leaked = _SYMBOL_NAME.search(source)
+        if leaked:
+            raise SymbolicSizeInKernel(f"kernel text reads the symbolic size {leaked.group(0)} "
+                                       f"as a literal ({kt.describe()})")
+        spec = KernelSpec(kt, source, st.args.specs, st.parallel)
+        spec.checks = sorted(set(st.checks))
+        return spec
 
 
 def collapse_dims(domain, part, refs, blocked):
@@ -618,7 +630,7 @@ def collapse_dims(domain, part, refs, blocked):
 
 
 def _drive(gen):
-    """Run a value generator of KernelEmitter (`_value`) to its result: each generator it
+    """Run a value generator of ValueEmitter (`_value`) to its result: each generator it
     yields is run first (on this explicit stack, not Python's) and its result sent back."""
     stack, sent = [gen], None
     while True:

@@ -1,0 +1,60 @@
+"""The mutable state of emitting one kernel, shared explicitly by the parts of the emitter
+(values, reductions, loop nests) instead of living as attributes of one mixin object."""
+from dataclasses import dataclass, field
+
+from aotgrad.codegen.emit_args import KernelArgs
+from aotgrad.codegen.emit_base import _Scope
+
+
+@dataclass(eq=False)
+class EmitState:
+    kt: object                   # the scheduler's Kernel being emitted
+    helpers: set                 # names of the approximation helpers the module needs
+    args: KernelArgs = field(default_factory=KernelArgs)
+    tmp: int = 0                 # counter behind `fresh`
+    checks: list = field(default_factory=list)   # index-check messages (error flag `gerr`)
+    # the collapsed domain (set by ValueEmitter.collapse)
+    cdom: list = None            # collapsed loop sizes
+    cpart: list = None           # per collapsed dim: 0 a row (outer) dim, 1 a reduced one
+    dimmap: dict = None          # domain dim -> collapsed dim
+    refmap: dict = None          # access key -> (collapsed shape, collapsed index)
+    # the loop structure (set by KernelEmitter.build)
+    parallel: bool = False
+    outer: list = None           # collapsed dims the row index decodes to
+    inner: list = None           # collapsed dims looped inside a row
+    innermost: int = None
+    loopvar: dict = field(default_factory=dict)   # collapsed dim -> its index expression
+    # where lines go: the kernel's top level, the current row, the views hoisted above the
+    # innermost loop and the innermost loop's body
+    top_scope: _Scope = None
+    row_scope: _Scope = None
+    view_scope: _Scope = None
+    inner_scope: _Scope = None
+    slice_mode: bool = False     # the innermost loop indexes a slice `lo:hi` of each row
+    jvar: str = "j"              # the innermost loop's variable
+    # reductions
+    red_vals: dict = field(default_factory=dict)       # reduction output -> result name
+    red_vals_acc: dict = field(default_factory=dict)   # reduction -> accumulator name
+    rowdep: set = field(default_factory=set)  # names only known after a reduction
+    # a row kernel's scratch buffers (ValueEmitter.plan_row_cache)
+    cache_buf: dict = field(default_factory=dict)      # value -> its row buffer's name
+    cache_ready: set = field(default_factory=set)      # values stored by an earlier pass
+    cache_pending: set = field(default_factory=set)    # values the current pass stores
+    pass_active: bool = False    # emitting a column pass that uses the scratch buffers
+
+    red_outs: frozenset = field(init=False)   # the reductions' outputs: fixed while emitting
+
+    def __post_init__(self):
+        self.red_outs = frozenset(r.outputs[0] for r in self.kt.reds)
+
+    def fresh(self, p="t"):
+        """A new local name with prefix p."""
+        self.tmp += 1
+        return f"{p}{self.tmp}"
+
+    def need(self, h):
+        self.helpers.add(h)
+
+    def rng(self, n):
+        """The loop range over n: prange in a parallel kernel."""
+        return f"prange({n})" if self.parallel else f"range({n})"
