@@ -94,6 +94,8 @@ class _Driver:
             for a in st.args:
                 if a.kind == "size":
                     args.append(_py(a.value))
+                elif a.kind == "const" and symbolic.is_symbolic(a.value):
+                    args.append(f"np.{a.dtype}({_py(a.value)})")   # per call: its symbols
                 elif a.kind == "const":
                     args.append(self.bind(f"np.{a.dtype}({_py(a.value)})"))
                 else:

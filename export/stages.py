@@ -21,6 +21,7 @@ from aotgrad.export.program import (ExportError, Input, InputKind, KernelArg, Ke
 from aotgrad.ir import prims
 from aotgrad.ir.core import Graph, Node
 from aotgrad.ir import passes
+from aotgrad.ir import symbolic
 
 
 @dataclasses.dataclass
@@ -192,8 +193,9 @@ def lower(graph):
                 if a.kind == "size":
                     args.append(KernelArg("size", value=_size(a.value)))
                 elif a.kind == "const":
-                    args.append(KernelArg("const", value=a.dtype.np.type(a.value).item(),
-                                          dtype=a.dtype.np.name))
+                    value = a.value if symbolic.is_symbolic(a.value) else \
+                        a.dtype.np.type(a.value).item()   # (a symbolic size: the driver's)
+                    args.append(KernelArg("const", value=value, dtype=a.dtype.np.name))
                 else:
                     shape = None if tuple(a.shape) == tuple(a.var.shape) else tuple(a.shape)
                     args.append(KernelArg(a.kind, var=a.var.name, shape=shape))
@@ -238,7 +240,6 @@ def lower(graph):
 def _size(x):
     """A kernel's size argument: an int, or a SymInt (the driver computes it from the
     program's symbol values)."""
-    from aotgrad.ir import symbolic
     return x if symbolic.is_symbolic(x) else int(x)
 
 
