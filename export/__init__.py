@@ -29,7 +29,9 @@ def export(fn_or_module, *example_args, dynamic_dims=None, train=False):
 
     `dynamic_dims`: the dims of the example arguments traced as symbols (as
     compile(dynamic=True) does): a dict {argument index or name: dim or list of dims}, or a
-    sequence with one entry (None, a dim or a list of dims) per example argument. A dim the
+    sequence with one entry (None, a dim or a list of dims) per example argument; a dict
+    {dim: name} in place of the dims names them (the ONNX dim_param, as torch.onnx's
+    dynamic_axes), else the symbol's name (`s0`) is used. A dim the
     program needs as a number (a reshape factor, a size matched against a parameter's) is
     pinned by a guard; sizes 0 and 1 are never symbolic."""
     from aotgrad.export.stages import capture
@@ -44,17 +46,19 @@ def export(fn_or_module, *example_args, dynamic_dims=None, train=False):
                             f"{type(a).__name__}; pass tensors (or numpy arrays) only: bind "
                             f"other arguments with functools.partial")
         args.append(a)
-    symbolic_dims = _symbolic_dims(fn_or_module, args, dynamic_dims)
+    symbolic_dims, labels = _symbolic_dims(fn_or_module, args, dynamic_dims)
     cap = capture(fn_or_module, args, train, symbolic_dims)
     name = re.sub(r"\W", "_", getattr(fn_or_module, "__name__", type(fn_or_module).__name__))
     return ExportedProgram(cap.graph, cap.inputs, cap.output_names, cap.single_output, train,
-                           name, cap.shape_env, cap.symbol_dims)
+                           name, cap.shape_env, cap.symbol_dims,
+                           {s: labels[(i, d)] for i, d, s in cap.symbol_dims if (i, d) in labels})
 
 
 def _symbolic_dims(fn, args, dynamic_dims):
-    """dynamic_dims as {argument index: sorted dims of size >= 2}, with clear errors."""
+    """dynamic_dims as {argument index: sorted dims of size >= 2}, and {(argument index,
+    dim): name} of the dims given names; with clear errors."""
     if not dynamic_dims:
-        return {}
+        return {}, {}
     if isinstance(dynamic_dims, dict):
         items = list(dynamic_dims.items())
         if any(isinstance(k, str) for k, _ in items):
@@ -77,7 +81,7 @@ def _symbolic_dims(fn, args, dynamic_dims):
     else:
         raise TypeError(f"aotgrad.export: dynamic_dims must be a dict or a sequence, got "
                         f"{type(dynamic_dims).__name__}")
-    out = {}
+    out, labels = {}, {}
     for i, dims in items:
         if not isinstance(i, int) or not 0 <= i < len(args):
             raise ValueError(f"aotgrad.export: dynamic_dims refers to argument {i!r}; there "
@@ -85,6 +89,14 @@ def _symbolic_dims(fn, args, dynamic_dims):
         if dims is None:
             continue
         shape = tuple(args[i].shape)
+        if isinstance(dims, str) or not isinstance(dims, (int, list, tuple, dict)):
+            raise TypeError(f"aotgrad.export: dynamic_dims for argument {i} is {dims!r}; give a "
+                            f"dim, a list of dims, or {{dim: name}} (the name labels the "
+                            f"ONNX dim_param)")
+        if isinstance(dims, dict):
+            for d, label in dims.items():
+                if isinstance(label, str) and isinstance(d, int) and -len(shape) <= d < len(shape):
+                    labels[(i, d % len(shape))] = label
         for d in ([dims] if isinstance(dims, int) else list(dims)):
             if not isinstance(d, int) or isinstance(d, bool) or not -len(shape) <= d < len(shape):
                 raise IndexError(f"aotgrad.export: dynamic_dims: dim {d!r} out of range for "
@@ -95,7 +107,7 @@ def _symbolic_dims(fn, args, dynamic_dims):
                                  f"size {shape[d]} in the example; sizes 0 and 1 are "
                                  f"specialised, never symbolic: give an example of size >= 2")
             out.setdefault(i, set()).add(d)
-    return {i: tuple(sorted(d)) for i, d in out.items()}
+    return {i: tuple(sorted(d)) for i, d in out.items()}, labels
 
 
 def load_exported(directory):

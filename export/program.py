@@ -132,11 +132,12 @@ class ExportedProgram:
     """
 
     def __init__(self, graph, inputs, output_names, single_output, train, name,
-                 shape_env=None, symbol_dims=()):
+                 shape_env=None, symbol_dims=(), dim_names=None):
         self.graph, self.inputs, self.output_names = graph, inputs, output_names
         self.single_output, self.train, self.name = single_output, train, name
         self.shape_env = shape_env   # symbolic dims: the trace's symbols and guards
         self.symbol_dims = tuple(symbol_dims)   # (user input index, dim, symbol)
+        self.dim_names = dict(dim_names or {})  # symbol -> the user's name of its dim
 
     @property
     def symbols(self):

@@ -178,6 +178,7 @@ def read_inputs(manifest, inputs):
                              f"{len(s['shape'])} dims "
                              f"[{','.join(map(str, s['shape']))}]")
     values, where = _symbol_values(manifest, arrays)
+    _check_guards(manifest, values, where)   # (first: a pinned size names its relation)
     for a, s in zip(arrays, specs):
         want = [_size(e, values) for e in s["shape"]]
         if tuple(a.shape) != tuple(want):
@@ -195,7 +196,6 @@ def read_inputs(manifest, inputs):
         if a.dtype != np.dtype(s["dtype"]):
             raise TypeError(f"{manifest['name']}: input '{s['name']}' has dtype {a.dtype}; "
                             f"the program was exported for {s['dtype']}")
-    _check_guards(manifest, values, where)
     return [np.ascontiguousarray(a) for a in arrays], values
 
 
