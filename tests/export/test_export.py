@@ -287,10 +287,16 @@ def test_load_exported_runs_a_copied_package_and_checks_shapes(exported, tmp_pat
     assert m["outputs"][0]["shape"] == [4, 10]
 
 
-def test_dynamic_dims_is_a_clear_not_implemented_error():
+def test_bad_dynamic_dims_are_clear_errors():
     m = nn.Linear(3, 2)
-    with pytest.raises(NotImplementedError, match="static shapes"):
+    with pytest.raises(TypeError, match="dynamic_dims for argument 0 is 'batch'"):
         aotgrad.export(m, aotgrad.randn(4, 3), dynamic_dims={0: "batch"})
+    with pytest.raises(IndexError, match="dim 2 out of range"):
+        aotgrad.export(m, aotgrad.randn(4, 3), dynamic_dims={0: 2})
+    with pytest.raises(ValueError, match="sizes 0 and 1 are specialised"):
+        aotgrad.export(m, aotgrad.randn(1, 3), dynamic_dims={0: 0})
+    with pytest.raises(ValueError, match="'y', which is not an argument"):
+        aotgrad.export(m, aotgrad.randn(4, 3), dynamic_dims={"y": 0})
 
 
 def test_random_ops_and_state_writes_are_refused_clearly():
