@@ -100,6 +100,21 @@ class Lowered:
     signatures: dict           # kernel name -> its argument types (see standalone/run.py)
 
 
+_NEGATED = {"==": "!=", "!=": "==", "<": ">=", ">=": "<", ">": "<=", "<=": ">"}
+
+
+def _relation(guard):
+    """A guard as the Python relation that holds (`(s1 % 2) == 0`, not `not (... != 0)`)."""
+    text = guard.source()
+    if guard.holds:
+        return text
+    inner = text[len("not ("):-1]
+    for op, neg in _NEGATED.items():
+        if inner.endswith(f" {op} 0"):
+            return f"{inner[:-len(op) - 3]} {neg} 0"
+    return text
+
+
 def _sizes(shape):
     """A shape for the manifest: ints, and symbolic sizes as Python source (`s0`, `2*s1`)."""
     return [n.source() if symbolic.is_symbolic(n) else int(n) for n in shape]
@@ -170,7 +185,9 @@ class ExportedProgram:
             lines.append(f"#   output     {name} <- {v.name}: {v.dtype.np.name}"
                          f"[{','.join(map(str, v.shape))}]")
         for g in self.guards:
-            lines.append(f"#   guard      {g.source()}  ({g.text})")
+            lines.append(f"#   guard      {_relation(g)}")
+        for sp in (self.shape_env.specialised if self.shape_env is not None else ()):
+            lines.append(f"#   specialised {symbolic.source(sp.expr)} = {sp.value}: {sp.why}")
         return "\n".join(lines) + "\n" + format_graph(self.graph, self.name)
 
     __repr__ = __str__
@@ -198,7 +215,7 @@ class ExportedProgram:
             "symbols": list(self.symbols),
             # where run() reads each symbol: [input index, dim]
             "symbol_dims": self._symbol_dims(),
-            "guards": [{"relation": g.source(), "text": g.text} for g in self.guards],
+            "guards": [{"relation": _relation(g), "text": g.text} for g in self.guards],
             "state": [{"name": i.name, "kind": i.kind.name.lower(), "shape": list(i.shape),
                        "dtype": i.dtype} for i in self.inputs if i.is_state],
             "outputs": [{"name": n, "shape": _sizes(v.shape), "dtype": v.dtype.np.name}

@@ -150,8 +150,7 @@ def _check_guards(manifest, values, where):
                            key=lambda n: int(n[1:]))
             said = ", ".join(f"{where[n]} ({n} = {values[n]})" for n in names)
             raise ValueError(f"{manifest['name']}: {said} violates a relation the program "
-                             f"relies on: {g['relation']} ({g['text']}); export again for "
-                             f"such sizes")
+                             f"relies on: {g['relation']}; export again for such sizes")
 
 
 def _names_in(text):

@@ -120,6 +120,12 @@ def test_exported_program_at_several_sizes_equals_eager():
         assert_close(ep2(x), _eager(_pairs, x), rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match=r"input 'x' dim 1 \(s1 = 7\).*relation"):
         ep2(_rand(3, 7))
+    # a dim the program matched against a parameter's size is pinned by a guard
+    pinned = aotgrad.export(model, aotgrad.randn(5, 8), dynamic_dims={0: [0, 1]})
+    assert pinned.manifest()["inputs"][0]["shape"] == ["s0", 8]
+    assert_close(pinned(_rand(3, 8)), _eager(model, _rand(3, 8)), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match=r"input 'input' dim 1 \(s1 = 9\).*s1 - 8"):
+        pinned(_rand(3, 9))
 
 
 def test_saved_packages_serve_several_sizes_without_aotgrad(tmp_path):
