@@ -139,12 +139,20 @@ def test_saved_packages_serve_several_sizes_without_aotgrad(tmp_path):
         return (model(x) ** 2).mean()
     train = aotgrad.export(loss_fn, aotgrad.randn(5, 8), dynamic_dims={0: 0},
                            train=True).save(str(tmp_path / "train"))
+    aotgrad.manual_seed(0)
+    block = _Block().eval()   # batch and sequence length symbolic, causal mask from arange
+    blk = aotgrad.export(block, aotgrad.randn(2, 6, 16), dynamic_dims={0: [0, 1]}).save(
+        str(tmp_path / "block"))
     batches = (3, 6, 13)
     jobs = [(infer, [_rand(b, 8)]) for b in batches]
     jobs += [(pairs, [_rand(*s)]) for s in ((2, 4), (4, 12))]
     jobs += [(train, [_rand(b, 8)]) for b in (3, 7)]
     jobs += [(pairs, [_rand(3, 7)]), (infer, [_rand(1, 8)]), (infer, [_rand(4, 5)])]
+    jobs += [(blk, [_rand(*s)]) for s in ((2, 5, 16), (3, 9, 16))]
     got = _run_packages(tmp_path, jobs)
+    for (_, (x,)), out in zip(jobs[10:], got[10:]):
+        assert isinstance(out, list), out
+        assert_close(out[0], _eager(block, x), rtol=1e-5, atol=1e-5)
     for (_, (x,)), out in zip(jobs[:5], got[:5]):
         fn = model if x.shape[1] == 8 else _pairs
         assert isinstance(out, list), out
@@ -156,7 +164,7 @@ def test_saved_packages_serve_several_sizes_without_aotgrad(tmp_path):
         assert_close(float(out[0]), want[0], rtol=1e-5, atol=0)
         for g, w in zip(out[1:], want[1:]):
             assert_close(g, w, rtol=1e-4, atol=1e-6)
-    guard, small, static = got[7:]
+    guard, small, static = got[7:10]
     assert "input 'x' dim 1 (s1 = 7)" in guard and "relation the program relies on" in guard
     assert "% (2*s0)" in guard  # the relation itself
     assert "input 'input' dim 0 has size 1" in small and "sizes >= 2" in small
