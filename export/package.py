@@ -154,7 +154,8 @@ class _Driver:
             '"""The driver of an exported aotgrad program (generated: do not edit)."""',
             "import numpy as np", "", "",
             "def build(kernels, R, VC):",
-            "    \"\"\"program(*inputs, *state[, symbol_values]) -> [outputs], over the package's kernels (R: "
+            "    \"\"\"program(*inputs, *state[, symbol_values]) -> [outputs], over the "
+            "package's kernels (R: "
             "reference.py, VC: value_checks.py).\"\"\"",
             *self.consts, "",
             f"    def program({', '.join(ins)}):",
