@@ -31,7 +31,7 @@ class Captured:
     output_names: list           # per graph output
     single_output: bool          # the function returned one tensor (not a tuple/list)
     shape_env: object = None     # symbolic dims: the trace's ShapeEnv (guards), else None
-    symbol_dims: tuple = ()      # (argument index, dim, symbol) of each symbol made
+    symbol_dims: tuple = ()      # (user input index, dim, symbol) of each symbol made
 
 
 def _unwrap(fn):
@@ -163,8 +163,12 @@ def capture(fn, args, train, symbolic_dims=None):
                   name="training" if train else "inference")
     graph = passes.optimize(graph)
     graph.inputs = [v for _, v, _ in user] + [v for v, _ in rest]  # all kept, in this order
+    # a symbol's argument index -> the position of that argument among the user inputs (a
+    # tensor passed twice is one input)
+    position = {x: k for k, (x, _, _) in enumerate(user)}
+    symbol_dims = tuple((position[i], d, name) for i, d, name in tr.symbol_dims)
     return Captured(graph, inputs, out_names,
-                    tr.out_tree is None, tr.shape_env, tr.symbol_dims)
+                    tr.out_tree is None, tr.shape_env, symbol_dims)
 
 
 def lower(graph):

@@ -235,3 +235,14 @@ def test_onnx_export_takes_dynamic_axes(ort):
     with pytest.raises(ValueError, match="dynamic_axes names 'z'"):
         aotgrad.onnx.export(model, (aotgrad.randn(5, 8),), io.BytesIO(), input_names=["x"],
                             output_names=["y"], dynamic_axes={"z": [0]})
+
+
+def test_symbols_are_read_from_the_right_input_when_a_tensor_is_passed_twice():
+    def f(a, b, c):
+        return a * 2 + b + c.sum()
+    x = aotgrad.randn(4, 3)
+    ep = aotgrad.export(f, x, x, aotgrad.randn(5, 3), dynamic_dims={0: 0, 2: 0})
+    assert [i.name for i in ep.user_inputs] == ["a", "c"]   # one input for the shared tensor
+    assert ep.manifest()["symbol_dims"] == {"s0": [0, 0], "s1": [1, 0]}
+    a, c = _rand(6, 3), _rand(7, 3)
+    assert_close(ep(a, c), _eager(f, a, a, c), rtol=1e-5, atol=1e-6)
