@@ -6,7 +6,8 @@ package (`pip install -e ".[export]"`).
 
     aotgrad.onnx.export(model, (x,), "model.onnx", input_names=["x"], output_names=["logits"])
 
-Shapes are static: the graph is exported for the example arguments' shapes.
+Shapes are the example arguments' except the dims `dynamic_axes` names, which the ONNX graph
+takes as dim_params.
 """
 
 import enum
@@ -26,13 +27,12 @@ def export(model, args, f, export_params=True, verbose=False, training=None,
 
     `args`: a tensor or a tuple of tensors. Parameters and buffers become initializers
     (`export_params=False` is not supported: the ONNX graph needs their values).
-    `dynamic_axes` (shape-generic graphs) is not supported yet. Returns the ONNX ModelProto
-    (torch.onnx.export returns None or an ONNXProgram)."""
+    `dynamic_axes`: {input or output name: [dims] or {dim: dim_param name}} as in
+    torch.onnx.export: those input dims are traced symbolic (the graph reads them off the
+    inputs' shapes); the outputs' dims follow from the inputs' (an output's entry is
+    accepted and needs nothing more). Returns the ONNX ModelProto (torch.onnx.export
+    returns None or an ONNXProgram)."""
     from aotgrad.export import export as _export
-    if dynamic_axes:
-        raise NotImplementedError(
-            "aotgrad.onnx.export: dynamic_axes is not supported yet: aotgrad exports static "
-            "shapes (shape-generic programs do not exist yet); export once per input shape")
     if not export_params:
         raise NotImplementedError("aotgrad.onnx.export: export_params=False is not "
                                   "supported: parameters are always written as initializers")
@@ -45,7 +45,8 @@ def export(model, args, f, export_params=True, verbose=False, training=None,
     if mode is not TrainingMode.PRESERVE and was_training is not None:
         model.train(mode is TrainingMode.TRAINING)   # PyTorch's default exports eval mode
     try:
-        ep = _export(model, *args)
+        ep = _export(model, *args, dynamic_dims=_dynamic_dims(
+            model, args, dynamic_axes, input_names, output_names))
     finally:
         if was_training is not None:
             model.train(was_training)
@@ -55,6 +56,28 @@ def export(model, args, f, export_params=True, verbose=False, training=None,
         import sys
         sys.stdout.write(f"{ep}\n")
     return model_proto
+
+
+def _dynamic_dims(model, args, dynamic_axes, input_names, output_names):
+    """torch.onnx's dynamic_axes (keyed by input and output names) as export's dynamic_dims
+    (keyed by argument index)."""
+    if not dynamic_axes:
+        return None
+    if input_names:
+        names = list(input_names)
+    else:
+        from aotgrad.tracer.arg_names import leaf_names
+        fn = model.forward if hasattr(model, "named_parameters") else model
+        names = leaf_names(fn, tuple(args), {})
+    out = {}
+    for key, axes in dynamic_axes.items():
+        if key in names[:len(args)]:
+            out[names.index(key)] = axes
+        elif key not in (output_names or ()) and not str(key).startswith("output"):
+            raise ValueError(f"aotgrad.onnx.export: dynamic_axes names {key!r}, which is "
+                             f"neither an input ({', '.join(names[:len(args)])}) nor an "
+                             f"output")
+    return out or None
 
 
 __all__ = ["export", "TrainingMode"]

@@ -12,6 +12,7 @@ import math
 import numpy as np
 
 from aotgrad.export.program import ExportError, where_from
+from aotgrad.ir import symbolic
 
 MIN_OPSET = 13        # ReduceSum's axes as an input
 _UNARY = {"neg": "Neg", "abs": "Abs", "exp": "Exp", "log": "Log", "sqrt": "Sqrt",
@@ -54,6 +55,8 @@ class _Builder:
         self.onnx, self.opset = _onnx(), opset
         self.nodes, self.initializers, self.name = [], [], {}
         self._count = 0
+        self.symbol_reads = {}    # symbol -> (graph input name, dim) its value is read from
+        self.symbols = {}         # symbol -> the tensor computed from it (shape [1])
 
     def fresh(self, prefix="t"):
         self._count += 1
@@ -66,7 +69,45 @@ class _Builder:
         return name
 
     def ints(self, values):
-        return self.const(np.array(list(values), np.int64))
+        values = list(values)
+        if not any(symbolic.is_symbolic(v) for v in values):
+            return self.const(np.array(values, np.int64))
+        # symbolic sizes: computed in the graph from the inputs' shapes
+        return self.op("Concat", [self.size(v) for v in values], axis=0)
+
+    def size(self, e):
+        """An int64 tensor of shape [1] holding the size `e` (an int or a SymInt)."""
+        if not symbolic.is_symbolic(e):
+            return self.const(np.array([int(e)], np.int64))
+        total = None
+        for mono, c in e._terms:
+            v = None
+            for atom, power in mono:
+                if isinstance(atom, str):
+                    t = self.symbol(atom)
+                else:   # sizes are positive: Div (truncating) is the floor division here
+                    t = self.op("Div" if atom.op == "//" else "Mod",
+                                [self.size(atom.num), self.size(atom.den)])
+                for _ in range(power):
+                    v = t if v is None else self.op("Mul", [v, t])
+            if v is None:
+                v = self.size(c)
+            elif c != 1:
+                v = self.op("Mul", [v, self.size(c)])
+            total = v if total is None else self.op("Add", [total, v])
+        return total if total is not None else self.size(0)
+
+    def symbol(self, name):
+        """A symbol's value: its input's size along its dim (Shape, then Gather)."""
+        got = self.symbols.get(name)
+        if got is None:
+            where = self.symbol_reads.get(name)
+            if where is None:
+                raise ExportError(f"to_onnx: the size {name} is not read from any input")
+            x, d = where
+            got = self.symbols[name] = self.op(
+                "Gather", [self.op("Shape", [x]), self.const(np.array([d], np.int64))], axis=0)
+        return got
 
     def op(self, op_type, inputs, **attrs):
         out = self.fresh(op_type.lower())
@@ -180,7 +221,30 @@ def _scatter_add(b, n, x, idx, src):
     return b.op("ScatterElements", [x, idx, src], axis=n.params["dim"], reduction="add")
 
 
+def _symbolic_creation(b, n):
+    """full / iota with symbolic sizes (or a symbolic fill value): built in the graph."""
+    p = n.params
+    dtype = p["dtype"].np
+    to = _elem_type(dtype, f"prims.{n.prim.name}")
+    shape = list(p["shape"])
+    if n.prim.name == "full":
+        if symbolic.is_symbolic(p["value"]):
+            value = b.op("Cast", [b.op("Reshape", [b.size(p["value"]), b.ints([])])], to=to)
+        else:
+            value = b.const(np.array(p["value"], dtype))
+        return b.op("Expand", [value, b.ints(shape)]) if shape else value
+    d = p["dim"]
+    line = b.op("Range", [b.const(np.array(0, np.int64)),
+                          b.op("Reshape", [b.size(shape[d]), b.ints([])]),
+                          b.const(np.array(1, np.int64))])
+    line = b.op("Cast", [line], to=to)
+    ranked = [shape[d] if k == d else 1 for k in range(len(shape))]
+    return b.op("Expand", [b.op("Reshape", [line, b.ints(ranked)]), b.ints(shape)])
+
+
 def _creation(b, n):
+    if any(symbolic.is_symbolic(v) for v in list(n.params["shape"]) + [n.params.get("value")]):
+        return _symbolic_creation(b, n)
     from aotgrad.ir.core import evaluate
     from aotgrad.ir.core import Graph
     (value,) = evaluate(Graph([], [n], n.outputs), [])
@@ -220,6 +284,19 @@ LOWERINGS = {
 }
 
 
+def _dims(ep, shape):
+    """A value_info's dims: ints, and symbolic sizes as dim_params (the user's name of the
+    dim where given, else the expression: `s0`, `2*s1`)."""
+    out = []
+    for n in shape:
+        if symbolic.is_symbolic(n):
+            text = n.source()
+            out.append(ep.dim_names.get(text, text))
+        else:
+            out.append(int(n))
+    return out
+
+
 def lower_graph(ep, opset, input_names, output_names):
     onnx = _onnx()
     if not MIN_OPSET <= opset <= onnx.defs.onnx_opset_version():
@@ -233,6 +310,7 @@ def lower_graph(ep, opset, input_names, output_names):
         raise ValueError(f"to_onnx: {len(input_names)} input names for {len(user)} inputs, "
                          f"{len(output_names)} output names for {len(g.outputs)} outputs")
     b = _Builder(opset)
+    b.symbol_reads = {name: (input_names[k], d) for k, d, name in ep.symbol_dims}
     inputs = []
     for i, name in zip(ep.inputs, input_names + [i.name for i in ep.inputs if i.is_state]):
         v = next(v for v in g.inputs if v.name == i.var)
@@ -242,7 +320,7 @@ def lower_graph(ep, opset, input_names, output_names):
             b.initializers.append(onnx.numpy_helper.from_array(np.asarray(i.value), name))
         else:
             inputs.append(onnx.helper.make_tensor_value_info(
-                name, _elem_type(i.dtype, f"input '{name}'"), list(i.shape)))
+                name, _elem_type(i.dtype, f"input '{name}'"), _dims(ep, i.shape)))
     for n in g.nodes:
         rule = LOWERINGS.get(n.prim.name)
         if rule is None:
@@ -256,7 +334,7 @@ def lower_graph(ep, opset, input_names, output_names):
     for v, name in zip(g.outputs, output_names):
         b.nodes.append(onnx.helper.make_node("Identity", [b.name[v]], [name]))
         outputs.append(onnx.helper.make_tensor_value_info(
-            name, _elem_type(v.dtype.np, f"output '{name}'"), list(v.shape)))
+            name, _elem_type(v.dtype.np, f"output '{name}'"), _dims(ep, v.shape)))
     graph = onnx.helper.make_graph(b.nodes, ep.name, inputs, outputs, b.initializers)
     model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)],
                                    producer_name="aotgrad")

@@ -21,6 +21,7 @@ import numpy as np
 from aotgrad.export.program import (CheckStep, ExportError, KernelStep, ProductStep,
                                     ReferenceStep, ViewStep)
 from aotgrad.export.standalone import reference
+from aotgrad.ir import symbolic
 
 _STANDALONE = os.path.dirname(os.path.abspath(reference.__file__))
 
@@ -31,7 +32,10 @@ def _value_checks_file():
 
 
 def _py(v):
-    """Python source for a step parameter (numpy dtypes and aotgrad dtypes by name)."""
+    """Python source for a step parameter (numpy dtypes and aotgrad dtypes by name; a
+    symbolic size as its expression over the program's symbols, locals of the driver)."""
+    if symbolic.is_symbolic(v):
+        return v.source()
     if hasattr(v, "np") and hasattr(v, "short"):       # an aotgrad DType
         return f"np.dtype({v.np.name!r})"
     if isinstance(v, float):
@@ -84,17 +88,19 @@ class _Driver:
 
     def step(self, st):
         if isinstance(st, KernelStep):
-            lines = [f"{self.name(v)} = np.empty({tuple(s)!r}, np.{d})"
+            lines = [f"{self.name(v)} = np.empty({_py(tuple(s))}, np.{d})"
                      for v, s, d in st.outputs]
             args = []
             for a in st.args:
                 if a.kind == "size":
-                    args.append(repr(a.value))
+                    args.append(_py(a.value))
+                elif a.kind == "const" and symbolic.is_symbolic(a.value):
+                    args.append(f"np.{a.dtype}({_py(a.value)})")   # per call: its symbols
                 elif a.kind == "const":
                     args.append(self.bind(f"np.{a.dtype}({_py(a.value)})"))
                 else:
                     v = self.name(a.var)
-                    args.append(v if a.shape is None else f"{v}.reshape({tuple(a.shape)!r})")
+                    args.append(v if a.shape is None else f"{v}.reshape({_py(tuple(a.shape))})")
             call = f"{self.bind(f'kernels[{st.function!r}]')}({', '.join(args)})"
             if st.check is None:
                 return lines + [call]
@@ -118,7 +124,7 @@ class _Driver:
                 self.views.add(st.out)
             if st.expr is not None:
                 return [f"{self.name(st.out)} = {self.name(st.base)}{st.expr}"]
-            return [f"{self.name(st.out)} = {self.name(st.base)}.reshape({tuple(st.shape)!r})"]
+            return [f"{self.name(st.out)} = {self.name(st.base)}.reshape({_py(tuple(st.shape))})"]
         if isinstance(st, ReferenceStep):
             impl = reference.IMPLS.get(st.prim)
             if impl is None:
@@ -132,11 +138,14 @@ class _Driver:
             return [f"{outs[0]} = np.ascontiguousarray(R.IMPLS[{st.prim!r}]({args}))"]
         raise ExportError(f"export: unknown step {st!r}")
 
-    def source(self):
+    def source(self, symbols=()):
         g = self.lowered.graph
         self.views = {v.name for v in g.inputs}
         ins = [self.name(v.name) for v in g.inputs]
         body = []
+        if symbols:   # the values of the symbolic sizes: one trailing tuple (as compile's)
+            ins.append("symbol_values")
+            body.append(f"{', '.join(symbols)}, = symbol_values")
         for st in self.lowered.steps:
             body += self.step(st)
         outs = [f"{self.name(v.name)}.copy()" if v.name in self.views else self.name(v.name)
@@ -145,7 +154,8 @@ class _Driver:
             '"""The driver of an exported aotgrad program (generated: do not edit)."""',
             "import numpy as np", "", "",
             "def build(kernels, R, VC):",
-            "    \"\"\"program(*inputs, *state) -> [outputs], over the package's kernels (R: "
+            "    \"\"\"program(*inputs, *state[, symbol_values]) -> [outputs], over the "
+            "package's kernels (R: "
             "reference.py, VC: value_checks.py).\"\"\"",
             *self.consts, "",
             f"    def program({', '.join(ins)}):",
@@ -157,7 +167,7 @@ class _Driver:
 def write_package(ep, directory):
     from aotgrad.export.stages import lower
     lowered = lower(ep.graph)
-    driver = _Driver(lowered).source()
+    driver = _Driver(lowered).source(ep.symbols)
     os.makedirs(os.path.join(directory, "kernels"), exist_ok=True)
     for old in os.listdir(os.path.join(directory, "kernels")):   # a package saved before
         if old.startswith("k_") and old.endswith(".py"):

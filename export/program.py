@@ -8,7 +8,8 @@ import os
 
 import numpy as np
 
-from aotgrad.export.standalone.run import check_inputs
+from aotgrad.export.standalone.run import read_inputs
+from aotgrad.ir import symbolic
 
 
 class ExportError(RuntimeError):
@@ -99,6 +100,26 @@ class Lowered:
     signatures: dict           # kernel name -> its argument types (see standalone/run.py)
 
 
+_NEGATED = {"==": "!=", "!=": "==", "<": ">=", ">=": "<", ">": "<=", "<=": ">"}
+
+
+def _relation(guard):
+    """A guard as the Python relation that holds (`(s1 % 2) == 0`, not `not (... != 0)`)."""
+    text = guard.source()
+    if guard.holds:
+        return text
+    inner = text[len("not ("):-1]
+    for op, neg in _NEGATED.items():
+        if inner.endswith(f" {op} 0"):
+            return f"{inner[:-len(op) - 3]} {neg} 0"
+    return text
+
+
+def _sizes(shape):
+    """A shape for the manifest: ints, and symbolic sizes as Python source (`s0`, `2*s1`)."""
+    return [n.source() if symbolic.is_symbolic(n) else int(n) for n in shape]
+
+
 def where_from(node):
     """`user.py:12 (linear)` for a node with provenance, else the prim's name."""
     prov = node.provenance
@@ -125,9 +146,24 @@ class ExportedProgram:
     the package (run.py: numpy + numba alone); `ep.to_onnx(path)` the ONNX model.
     """
 
-    def __init__(self, graph, inputs, output_names, single_output, train, name):
+    def __init__(self, graph, inputs, output_names, single_output, train, name,
+                 shape_env=None, symbol_dims=(), dim_names=None):
         self.graph, self.inputs, self.output_names = graph, inputs, output_names
         self.single_output, self.train, self.name = single_output, train, name
+        self.shape_env = shape_env   # symbolic dims: the trace's symbols and guards
+        self.symbol_dims = tuple(symbol_dims)   # (user input index, dim, symbol)
+        self.dim_names = dict(dim_names or {})  # symbol -> the user's name of its dim
+
+    @property
+    def symbols(self):
+        """The program's symbols (`s0`, ...), in the order its driver takes their values."""
+        from aotgrad.ir.core import graph_symbols
+        return tuple(graph_symbols(self.graph))
+
+    @property
+    def guards(self):
+        """The relations between symbols the program relies on (ir.symbolic.Guard)."""
+        return list(self.shape_env.guards) if self.shape_env is not None else []
 
     @property
     def user_inputs(self):
@@ -148,6 +184,10 @@ class ExportedProgram:
         for name, v in zip(self.output_names, self.graph.outputs):
             lines.append(f"#   output     {name} <- {v.name}: {v.dtype.np.name}"
                          f"[{','.join(map(str, v.shape))}]")
+        for g in self.guards:
+            lines.append(f"#   guard      {_relation(g)}")
+        for sp in (self.shape_env.specialised if self.shape_env is not None else ()):
+            lines.append(f"#   specialised {symbolic.source(sp.expr)} = {sp.value}: {sp.why}")
         return "\n".join(lines) + "\n" + format_graph(self.graph, self.name)
 
     __repr__ = __str__
@@ -156,9 +196,9 @@ class ExportedProgram:
         """Run with the IR's numpy reference prims (the package runs the generated kernels):
         numpy arrays in, numpy arrays out (a tuple for several outputs)."""
         from aotgrad.ir.core import evaluate
-        arrays = check_inputs(self.manifest(), inputs)
+        arrays, values = read_inputs(self.manifest(), inputs)
         outs = [np.asarray(o) for o in evaluate(self.graph, arrays + [
-            i.value for i in self.inputs if i.is_state])]
+            i.value for i in self.inputs if i.is_state], values or None)]
         return outs[0] if len(outs) == 1 and self.single_output else tuple(outs)
 
     def manifest(self):
@@ -167,14 +207,26 @@ class ExportedProgram:
             "format": "aotgrad-exported-program/1",
             "name": self.name,
             "kind": "training" if self.train else "inference",
-            "inputs": [{"name": i.name, "shape": list(i.shape), "dtype": i.dtype,
-                        "dynamic_dims": []} for i in self.user_inputs],
+            "inputs": [{"name": i.name, "shape": _sizes(i.shape), "dtype": i.dtype,
+                        "dynamic_dims": [d for d, n in enumerate(i.shape)
+                                         if symbolic.is_symbolic(n)]}
+                       for i in self.user_inputs],
+            # the driver's trailing argument: these symbols' values, in this order
+            "symbols": list(self.symbols),
+            # where run() reads each symbol: [input index, dim]
+            "symbol_dims": self._symbol_dims(),
+            "guards": [{"relation": _relation(g), "text": g.text} for g in self.guards],
             "state": [{"name": i.name, "kind": i.kind.name.lower(), "shape": list(i.shape),
                        "dtype": i.dtype} for i in self.inputs if i.is_state],
-            "outputs": [{"name": n, "shape": list(v.shape), "dtype": v.dtype.np.name}
+            "outputs": [{"name": n, "shape": _sizes(v.shape), "dtype": v.dtype.np.name}
                         for n, v in zip(self.output_names, self.graph.outputs)],
             "single_output": self.single_output and len(self.output_names) == 1,
         }
+
+    def _symbol_dims(self):
+        """symbol -> [user input index, dim] it was made for (guards may name symbols that
+        an equality pinned out of the graph: every one is read)."""
+        return {name: [i, d] for i, d, name in self.symbol_dims}
 
     def save(self, directory, precompile=False):
         """Write a self-contained package to `directory`: run.py (`run(*inputs)`), the

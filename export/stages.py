@@ -21,6 +21,7 @@ from aotgrad.export.program import (ExportError, Input, InputKind, KernelArg, Ke
 from aotgrad.ir import prims
 from aotgrad.ir.core import Graph, Node
 from aotgrad.ir import passes
+from aotgrad.ir import symbolic
 
 
 @dataclasses.dataclass
@@ -29,6 +30,8 @@ class Captured:
     inputs: list                 # per graph input: export.program.Input
     output_names: list           # per graph output
     single_output: bool          # the function returned one tensor (not a tuple/list)
+    shape_env: object = None     # symbolic dims: the trace's ShapeEnv (guards), else None
+    symbol_dims: tuple = ()      # (user input index, dim, symbol) of each symbol made
 
 
 def _unwrap(fn):
@@ -65,27 +68,29 @@ def _state_names(fn):
     return names
 
 
-def _trace(fn, args, state, train, what):
+def _trace(fn, args, state, train, what, symbolic_dims=None):
     from aotgrad.runtime import dispatch
     from aotgrad.tracer.trace import GraphBreakError, trace
     try:
         return trace(fn, tuple(args), {}, {k: n for k, (n, _) in state.items()},
-                     want_grad=train)
+                     want_grad=train, symbolic_dims=symbolic_dims or None)
     except (dispatch.GraphBreak, GraphBreakError) as e:
         raise ExportError(f"{what}: the function cannot be captured as one graph: {e}") \
             from None
 
 
-def capture(fn, args, train):
+def capture(fn, args, train, symbolic_dims=None):
     """Trace fn(*args) (tensors) into one optimised graph: the inference graph, or with
-    train=True the loss and the gradients of everything that requires grad."""
+    train=True the loss and the gradients of everything that requires grad.
+    `symbolic_dims`: {argument index: dims} traced as symbols (compile(dynamic=True)'s
+    machinery); the ShapeEnv's guards come back in Captured.shape_env."""
     from aotgrad.tracer.arg_names import leaf_names
     from aotgrad.tracer.trace_result import Role
     fn = _unwrap(fn)
     module = fn if hasattr(fn, "named_parameters") else None
     what = f"export({getattr(fn, '__name__', type(fn).__name__)})"
     state = _state_names(fn)
-    tr = _trace(fn, args, state, train, what)
+    tr = _trace(fn, args, state, train, what, symbolic_dims)
     if any(kind is Role.SEED for kind, _ in tr.roles):
         raise ExportError(f"{what}: the function draws random numbers (dropout in training "
                           f"mode, rand/randn); an exported program is deterministic: call "
@@ -158,8 +163,12 @@ def capture(fn, args, train):
                   name="training" if train else "inference")
     graph = passes.optimize(graph)
     graph.inputs = [v for _, v, _ in user] + [v for v, _ in rest]  # all kept, in this order
+    # a symbol's argument index -> the position of that argument among the user inputs (a
+    # tensor passed twice is one input)
+    position = {x: k for k, (x, _, _) in enumerate(user)}
+    symbol_dims = tuple((position[i], d, name) for i, d, name in tr.symbol_dims)
     return Captured(graph, inputs, out_names,
-                    tr.out_tree is None)
+                    tr.out_tree is None, tr.shape_env, symbol_dims)
 
 
 def lower(graph):
@@ -186,10 +195,11 @@ def lower(graph):
             args, outs = [], []
             for a in spec.args:
                 if a.kind == "size":
-                    args.append(KernelArg("size", value=int(a.value)))
+                    args.append(KernelArg("size", value=_size(a.value)))
                 elif a.kind == "const":
-                    args.append(KernelArg("const", value=a.dtype.np.type(a.value).item(),
-                                          dtype=a.dtype.np.name))
+                    value = a.value if symbolic.is_symbolic(a.value) else \
+                        a.dtype.np.type(a.value).item()   # (a symbolic size: the driver's)
+                    args.append(KernelArg("const", value=value, dtype=a.dtype.np.name))
                 else:
                     shape = None if tuple(a.shape) == tuple(a.var.shape) else tuple(a.shape)
                     args.append(KernelArg(a.kind, var=a.var.name, shape=shape))
@@ -229,6 +239,12 @@ def lower(graph):
                                         for v in n.outputs],
                                        dict(n.params), where_from(n)))
     return Lowered(graph, steps, modules, signatures)
+
+
+def _size(x):
+    """A kernel's size argument: an int, or a SymInt (the driver computes it from the
+    program's symbol values)."""
+    return x if symbolic.is_symbolic(x) else int(x)
 
 
 def _plain(x):

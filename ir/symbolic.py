@@ -55,7 +55,10 @@ class _Opaque:
         return n // d if self.op == "//" else n % d
 
     def source(self):
-        return f"({self.num.source()} {self.op} {source(self.den)})"
+        den = source(self.den)
+        if isinstance(self.den, SymInt) and not den.isidentifier() and den[0] != "(":
+            den = f"({den})"   # `n // 2*s0` would read as `(n // 2)*s0`
+        return f"({self.num.source()} {self.op} {den})"
 
 
 def _comparison(op):

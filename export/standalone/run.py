@@ -120,19 +120,74 @@ class _BlasOnOneThread:
                 c.set_num_threads(n)
 
 
-def check_inputs(manifest, inputs):
-    """The inputs as C-contiguous arrays of the manifest's shapes and dtypes, or a clear
-    error naming the input."""
+def _size(expr, values):
+    """A manifest size: an int, or Python source over the symbols (`s0`, `2*s1`)."""
+    return expr if isinstance(expr, int) else eval(expr, {"__builtins__": {}}, dict(values))
+
+
+def _symbol_values(manifest, arrays):
+    """{symbol: value} read off the inputs' shapes, or a clear error naming the input, the
+    dim and the relation the program relies on."""
+    specs = manifest["inputs"]
+    where = {}
+    values = {}
+    for name, (k, d) in manifest.get("symbol_dims", {}).items():
+        n = int(arrays[k].shape[d])
+        where[name] = f"input '{specs[k]['name']}' dim {d}"
+        if n < 2:
+            raise ValueError(f"{manifest['name']}: {where[name]} has size {n}; the program "
+                             f"was exported with this dim symbolic ({name}) and serves sizes "
+                             f">= 2 only (sizes 0 and 1 are specialised: export again with "
+                             f"an example of that size)")
+        values[name] = n
+    return values, where
+
+
+def _check_guards(manifest, values, where):
+    for g in manifest.get("guards", ()):
+        if not eval(g["relation"], {"__builtins__": {}}, dict(values)):
+            names = sorted((n for n in values if n in _names_in(g["relation"])),
+                           key=lambda n: int(n[1:]))
+            said = ", ".join(f"{where[n]} ({n} = {values[n]})" for n in names)
+            raise ValueError(f"{manifest['name']}: {said} violates a relation the program "
+                             f"relies on: {g['relation']}; export again for such sizes")
+
+
+def _names_in(text):
+    import re
+    return set(re.findall(r"\bs[0-9]+\b", text))
+
+
+def read_inputs(manifest, inputs):
+    """The inputs as C-contiguous arrays of the manifest's shapes and dtypes, and the values
+    of the program's symbols read off their shapes; or a clear error naming the input."""
     specs = manifest["inputs"]
     if len(inputs) != len(specs):
         raise TypeError(f"{manifest['name']}: expected {len(specs)} inputs "
                         f"({', '.join(s['name'] for s in specs)}), got {len(inputs)}")
-    out = []
-    for x, s in zip(inputs, specs):
+    arrays = []
+    for x in inputs:
         if hasattr(x, "detach") and not isinstance(x, np.ndarray):   # a tensor
             x = x.detach().numpy()
-        a = np.asarray(x)
-        if tuple(a.shape) != tuple(s["shape"]):
+        arrays.append(np.asarray(x))
+    for a, s in zip(arrays, specs):
+        if a.ndim != len(s["shape"]):
+            raise ValueError(f"{manifest['name']}: input '{s['name']}' has shape "
+                             f"{tuple(a.shape)}; the program was exported for "
+                             f"{len(s['shape'])} dims "
+                             f"[{','.join(map(str, s['shape']))}]")
+    values, where = _symbol_values(manifest, arrays)
+    _check_guards(manifest, values, where)   # (first: a pinned size names its relation)
+    for a, s in zip(arrays, specs):
+        want = [_size(e, values) for e in s["shape"]]
+        if tuple(a.shape) != tuple(want):
+            if s.get("dynamic_dims") or values:
+                shape = "[" + ",".join(map(str, s["shape"])) + "]"
+                raise ValueError(f"{manifest['name']}: input '{s['name']}' has shape "
+                                 f"{tuple(a.shape)}; the program was exported for shapes "
+                                 f"{shape} (symbols read from "
+                                 f"{', '.join(f'{n} = {where[n]}' for n in sorted(where))}), "
+                                 f"here {tuple(want)}")
             raise ValueError(f"{manifest['name']}: input '{s['name']}' has shape "
                              f"{tuple(a.shape)}; the program was exported for shape "
                              f"{tuple(s['shape'])} (exported programs have static shapes: "
@@ -140,8 +195,13 @@ def check_inputs(manifest, inputs):
         if a.dtype != np.dtype(s["dtype"]):
             raise TypeError(f"{manifest['name']}: input '{s['name']}' has dtype {a.dtype}; "
                             f"the program was exported for {s['dtype']}")
-        out.append(np.ascontiguousarray(a))
-    return out
+    return [np.ascontiguousarray(a) for a in arrays], values
+
+
+def check_inputs(manifest, inputs):
+    """The inputs as C-contiguous arrays of the manifest's shapes and dtypes, or a clear
+    error naming the input."""
+    return read_inputs(manifest, inputs)[0]
 
 
 def run(*inputs):
@@ -149,8 +209,10 @@ def run(*inputs):
     or a tuple of them (training programs: the loss, then one gradient per parameter)."""
     m = manifest()
     fn, state, blas = _program()
-    arrays = check_inputs(m, inputs)
+    arrays, values = read_inputs(m, inputs)
+    # a program with symbolic sizes takes their values as one trailing tuple
+    syms = (tuple(values[n] for n in m["symbols"]),) if m.get("symbols") else ()
     with _LOCK, blas:   # (one call at a time: the BLAS setting is per process)
-        outs = fn(*arrays, *state)
+        outs = fn(*arrays, *state, *syms)
     return outs[0] if m["single_output"] else tuple(outs)
 

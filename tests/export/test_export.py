@@ -287,10 +287,16 @@ def test_load_exported_runs_a_copied_package_and_checks_shapes(exported, tmp_pat
     assert m["outputs"][0]["shape"] == [4, 10]
 
 
-def test_dynamic_dims_is_a_clear_not_implemented_error():
+def test_bad_dynamic_dims_are_clear_errors():
     m = nn.Linear(3, 2)
-    with pytest.raises(NotImplementedError, match="static shapes"):
+    with pytest.raises(TypeError, match="dynamic_dims for argument 0 is 'batch'"):
         aotgrad.export(m, aotgrad.randn(4, 3), dynamic_dims={0: "batch"})
+    with pytest.raises(IndexError, match="dim 2 out of range"):
+        aotgrad.export(m, aotgrad.randn(4, 3), dynamic_dims={0: 2})
+    with pytest.raises(ValueError, match="sizes 0 and 1 are specialised"):
+        aotgrad.export(m, aotgrad.randn(1, 3), dynamic_dims={0: 0})
+    with pytest.raises(ValueError, match="'y', which is not an argument"):
+        aotgrad.export(m, aotgrad.randn(4, 3), dynamic_dims={"y": 0})
 
 
 def test_random_ops_and_state_writes_are_refused_clearly():
@@ -408,8 +414,13 @@ def test_onnx_export_function_takes_pytorchs_arguments(ort, tmp_path):
     assert_close(got, _eager(model, [x.numpy()]), rtol=1e-5, atol=1e-6, equal_nan=True)
     with open(tmp_path / "f.onnx", "wb") as fh:   # a file object, a lone tensor for args
         aotgrad.onnx.export(model, x, fh)
-    with pytest.raises(NotImplementedError, match="dynamic_axes"):
-        aotgrad.onnx.export(model, (x,), str(path), dynamic_axes={"features": {0: "b"}})
+    # dynamic_axes: the batch dim is a dim_param, the graph serves another batch size
+    aotgrad.onnx.export(model, (x,), str(path), input_names=["features"],
+                        dynamic_axes={"features": {0: "b"}})
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    x7 = aotgrad.randn(7, 5).numpy()
+    (got,) = sess.run(None, {"features": x7})
+    assert_close(got, _eager(model, [x7]), rtol=1e-5, atol=1e-6, equal_nan=True)
 
 
 def test_onnx_unsupported_prim_names_the_prim_and_the_line(ort):

@@ -6,6 +6,7 @@ import operator
 
 import pytest
 
+from aotgrad.ir import symbolic
 from aotgrad.ir.symbolic import ShapeEnv, hint, same, source
 
 
@@ -108,3 +109,12 @@ def test_guard_ops_cover_every_comparison():
     assert got == [op(8, 8) for op in ops]
     for v in (7, 8, 9):
         assert env.check({"s0": v}) == (v == 8)
+
+
+def test_source_of_floor_division_by_a_product_evaluates_as_the_expression():
+    # `n // 2*s0` would read as `(n // 2)*s0`: the divisor is parenthesised in the source
+    env = symbolic.ShapeEnv()
+    s0, s1 = env.create_symbol(3, "x.size(0)"), env.create_symbol(6, "x.size(1)")
+    for e in ((s0 * s1) // (2 * s0), (s0 * s1) % (2 * s0), s1 // (s0 + 1)):
+        for values in ({"s0": 3, "s1": 8}, {"s0": 5, "s1": 7}):
+            assert eval(symbolic.source(e), {}, dict(values)) == symbolic.evaluate(e, values)
