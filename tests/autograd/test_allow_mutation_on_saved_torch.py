@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import aotgrad as ag
+from aotgrad.testing import assert_close
 
 MUTATED = "modified by an inplace operation"
 OUTSIDE = "Trying to backward outside of the 'allow_mutation_on_saved_tensors' context"
@@ -46,7 +47,7 @@ def test_backward_reads_the_saved_value(name, through_view):
         g = _square_then_mutate(ag, mutate, through_view)
         assert _n(ctx.cloned) == 0  # the backward freed the graph, and with it the copy
     a = np.array([[0.5, -1.0, 2.0], [3.0, 0.25, -2.0]])
-    np.testing.assert_allclose(g.numpy(), 2 * a)
+    assert_close(g.numpy(), 2 * a, rtol=1e-7, atol=0, equal_nan=True)
 
 
 @pytest.mark.parametrize("name", [m for m in MUTATIONS if m != "setitem"])
@@ -59,7 +60,7 @@ def test_matches_torch(torch, name):
     def run(T):
         with T.autograd.graph.allow_mutation_on_saved_tensors():
             return _square_then_mutate(T, MUTATIONS[name], True)
-    np.testing.assert_allclose(run(ag).numpy(), run(torch).numpy())
+    assert_close(run(ag).numpy(), run(torch).numpy(), rtol=1e-7, atol=0, equal_nan=True)
 
 
 def test_saved_view_and_modified_base():
@@ -70,7 +71,7 @@ def test_saved_view_and_modified_base():
         b.mul_(2)
         assert _n(ctx.cloned) == 1
         out.backward()
-    np.testing.assert_allclose(a.grad.numpy(), [0.0, 12.0, 27.0])
+    assert_close(a.grad.numpy(), [0.0, 12.0, 27.0], rtol=1e-7, atol=0, equal_nan=True)
 
 
 def test_double_backward_inside_the_context():
@@ -82,8 +83,8 @@ def test_double_backward_inside_the_context():
         (da,) = ag.autograd.grad(out, a, create_graph=True)
         (d2a,) = ag.autograd.grad(da.sum(), a)
         assert _n(ctx.cloned) == 1  # the first grad kept the graph (create_graph)
-    np.testing.assert_allclose(da.detach().numpy(), [3.0, 12.0])
-    np.testing.assert_allclose(d2a.numpy(), [6.0, -12.0])
+    assert_close(da.detach().numpy(), [3.0, 12.0], rtol=1e-7, atol=0, equal_nan=True)
+    assert_close(d2a.numpy(), [6.0, -12.0], rtol=1e-7, atol=0, equal_nan=True)
     assert _n(ctx.cloned) == 0 and _n(ctx.original) == 0  # cleared on exit
 
 
@@ -119,13 +120,13 @@ def test_saved_output_and_saved_leaf():
         z = y.sum()
         y.mul_(0)
         z.backward()
-        np.testing.assert_allclose(x.grad.numpy(), np.exp([0.5, 1.0]))
+        assert_close(x.grad.numpy(), np.exp([0.5, 1.0]), rtol=1e-7, atol=0, equal_nan=True)
         w = ag.tensor([1.0, 2.0], requires_grad=True)
         out = (w * w).sum()
         with ag.no_grad():
             w.mul_(10)                  # the saved leaf itself
         out.backward()
-        np.testing.assert_allclose(w.grad.numpy(), [2.0, 4.0])
+        assert_close(w.grad.numpy(), [2.0, 4.0], rtol=1e-7, atol=0, equal_nan=True)
 
 
 @pytest.mark.parametrize("write", ["setitem", "transpose_", "detach_alias", "resize_",
@@ -142,7 +143,7 @@ def test_every_kind_of_write_copies_first(write):
          "copy_": lambda: k.copy_(ag.zeros(2, 2))}[write]()
         assert _n(ctx.cloned) == 1
         out.backward()
-    np.testing.assert_allclose(w.grad.numpy(), [[3.0, 4.0], [5.0, 6.0]])
+    assert_close(w.grad.numpy(), [[3.0, 4.0], [5.0, 6.0]], rtol=1e-7, atol=0, equal_nan=True)
 
 
 @pytest.mark.parametrize("foreach", [False, True])
@@ -155,8 +156,8 @@ def test_optimizer_step_on_a_saved_parameter(foreach):
         opt.step()                      # w -> [-1, -2]
         w.grad = None
         y.backward()
-    np.testing.assert_allclose(w.grad.numpy(), [2.0, 4.0])
-    np.testing.assert_allclose(w.detach().numpy(), [-1.0, -2.0])
+    assert_close(w.grad.numpy(), [2.0, 4.0], rtol=1e-7, atol=0, equal_nan=True)
+    assert_close(w.detach().numpy(), [-1.0, -2.0], rtol=1e-7, atol=0, equal_nan=True)
 
 
 def test_compiled_write_back_copies_first():
@@ -173,8 +174,8 @@ def test_compiled_write_back_copies_first():
             double_(k)
         assert _n(ctx.cloned) == 1
         y.backward()
-    np.testing.assert_allclose(k.numpy(), [6.0, 8.0])
-    np.testing.assert_allclose(w.grad.numpy(), [3.0, 4.0])
+    assert_close(k.numpy(), [6.0, 8.0], rtol=1e-7, atol=0, equal_nan=True)
+    assert_close(w.grad.numpy(), [3.0, 4.0], rtol=1e-7, atol=0, equal_nan=True)
 
 
 def test_compiled_call_that_saves_runs_eagerly():
@@ -193,10 +194,10 @@ def test_compiled_call_that_saves_runs_eagerly():
         assert any("inside autograd.graph.allow_mutation_on_saved_tensors" in str(m.message)
                    for m in caught)
         y.backward()
-        np.testing.assert_allclose(w.grad.numpy(), [3.0, 4.0])
+        assert_close(w.grad.numpy(), [3.0, 4.0], rtol=1e-7, atol=0, equal_nan=True)
         w.grad = None
         z.backward()
-        np.testing.assert_allclose(w.grad.numpy(), [6.0, 8.0])
+        assert_close(w.grad.numpy(), [6.0, 8.0], rtol=1e-7, atol=0, equal_nan=True)
 
 
 def test_backward_outside_the_context_raises():
@@ -225,7 +226,7 @@ def test_nesting_raises_and_leaves_the_outer_context_working():
         out = (b ** 2).sum()
         b.mul_(5)
         out.backward()
-    np.testing.assert_allclose(a.grad.numpy(), [2.0, 4.0])
+    assert_close(a.grad.numpy(), [2.0, 4.0], rtol=1e-7, atol=0, equal_nan=True)
 
 
 def test_state_restored_after_exit():
@@ -251,7 +252,7 @@ def test_as_a_decorator():
 
     a = ag.tensor([1.0, 3.0], requires_grad=True)
     step(a)
-    np.testing.assert_allclose(a.grad.numpy(), [2.0, 6.0])
+    assert_close(a.grad.numpy(), [2.0, 6.0], rtol=1e-7, atol=0, equal_nan=True)
 
 
 def test_foreach_inplace_on_saved_results():
@@ -264,8 +265,8 @@ def test_foreach_inplace_on_saved_results():
         assert _n(ctx.cloned) == 2
         (b[0] * b[1]).backward()
     e0, e1 = np.exp(1.0), np.exp(-0.5)
-    np.testing.assert_allclose([a[0].grad.item(), a[1].grad.item()],
-                               [e0 * (e1 + 1), e1 * (e0 + 1)])
+    assert_close([a[0].grad.item(), a[1].grad.item()], [e0 * (e1 + 1), e1 * (e0 + 1)], rtol=1e-7,
+                 atol=0, equal_nan=True)
 
 
 def test_grad_accumulated_in_place_into_a_saved_grad():

@@ -15,6 +15,7 @@ from aotgrad.codegen import wait_for_parallel_kernels
 from aotgrad.codegen.emitter import module_source
 from aotgrad.ir import Aval, GraphBuilder, evaluate, prims
 from aotgrad.ir import dtypes as dt
+from aotgrad.testing import assert_close
 
 
 @pytest.fixture
@@ -76,8 +77,7 @@ def test_a_retrace_for_optimizer_state_compiles_only_the_changed_kernels(cold, m
     eager_step(x, y)
     eager_step(x, y)
     for p, q in zip(model.parameters(), eager_model.parameters()):
-        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-5,
-                                   atol=1e-6)
+        assert_close(p.detach().numpy(), q.detach().numpy(), rtol=1e-5, atol=1e-6, equal_nan=True)
 
 
 def _graph():
@@ -105,4 +105,4 @@ def test_an_imported_but_uncompiled_parallel_variant_is_not_compiled_here(cold, 
     assert again.upgrading              # still serial: the variant is not compiled yet
     assert cache.stats.compiled == 0, cache.stats
     x = np.random.default_rng(0).uniform(-2, 2, (300, 512)).astype(np.float32)
-    np.testing.assert_allclose(again(x)[0], evaluate(_graph(), [x])[0], rtol=1e-5, atol=1e-4)
+    assert_close(again(x)[0], evaluate(_graph(), [x])[0], rtol=1e-5, atol=1e-4, equal_nan=True)

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import aotgrad as ag
+from aotgrad.testing import assert_close
 
 LOW = ("bfloat16", "float16")
 BACKENDS = ("interpret", "numba")
@@ -106,4 +107,4 @@ def test_matmul_and_reductions_in_16_bit_round_once_like_eager(dtype):
     eps = float(np.finfo(np.float16).eps) if d is ag.float16 else 2.0 ** -7
     for a, b in zip(f(x, w), ag.compile(f, fullgraph=True)(x, w)):
         assert b.dtype is d
-        np.testing.assert_allclose(b.float().numpy(), a.float().numpy(), rtol=eps, atol=0)
+        assert_close(b.float().numpy(), a.float().numpy(), rtol=eps, atol=0, equal_nan=True)

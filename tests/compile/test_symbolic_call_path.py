@@ -5,6 +5,7 @@ import pytest
 
 import aotgrad
 from aotgrad import nn
+from aotgrad.testing import assert_close
 
 
 def _programs(f):
@@ -52,10 +53,11 @@ def test_symbolic_mlp_takes_the_generated_call_and_fast_backward(backend):
         ref = nn.functional.cross_entropy(model(xe), t)
         ref.backward()
         want = [xe.grad.numpy()] + [p.grad.numpy() for p in model.parameters()]
-        np.testing.assert_allclose(out.detach().numpy(), ref.detach().numpy(), rtol=1e-5, atol=1e-6)
+        assert_close(out.detach().numpy(), ref.detach().numpy(), rtol=1e-5, atol=1e-6,
+                     equal_nan=True)
         for a, b in zip(got, want):
             assert a.shape == b.shape and a.dtype == b.dtype
-            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+            assert_close(a, b, rtol=1e-5, atol=1e-6, equal_nan=True)
     assert loss_fn.stats.compiles == 1
     # the call specialised to the guard key (symbolic dims any size) serves the calls
     assert loss_fn._specialised is not None and loss_fn._specialised.program is prog
@@ -81,21 +83,22 @@ def test_symbolic_program_with_two_outputs_and_no_grad():
         we = w.detach().clone().requires_grad_(True)
         ye = xe @ we
         (ye * ye).sum().backward()
-        np.testing.assert_allclose(a.detach().numpy(), ye.tanh().detach().numpy(), rtol=1e-5)
-        np.testing.assert_allclose(x.grad.numpy(), xe.grad.numpy(), rtol=1e-5, atol=1e-6)
-        np.testing.assert_allclose(w.grad.numpy(), we.grad.numpy(), rtol=1e-5, atol=1e-6)
+        assert_close(a.detach().numpy(), ye.tanh().detach().numpy(), rtol=1e-5, atol=0,
+                     equal_nan=True)
+        assert_close(x.grad.numpy(), xe.grad.numpy(), rtol=1e-5, atol=1e-6, equal_nan=True)
+        assert_close(w.grad.numpy(), we.grad.numpy(), rtol=1e-5, atol=1e-6, equal_nan=True)
         w.grad = None
         x2 = aotgrad.randn(n, 4, requires_grad=True)
         a2, _ = f(x2)
         a2.sum().backward()  # a non-scalar output's gradient: the general engine
         xe2 = x2.detach().clone().requires_grad_(True)
         (xe2 @ w).tanh().sum().backward()
-        np.testing.assert_allclose(x2.grad.numpy(), xe2.grad.numpy(), rtol=1e-5, atol=1e-6)
+        assert_close(x2.grad.numpy(), xe2.grad.numpy(), rtol=1e-5, atol=1e-6, equal_nan=True)
         w.grad = None
         with aotgrad.no_grad():
             a3, s3 = f(x)
         assert not a3.requires_grad
-        np.testing.assert_allclose(s3.numpy(), s.detach().numpy(), rtol=1e-5)
+        assert_close(s3.numpy(), s.detach().numpy(), rtol=1e-5, atol=0, equal_nan=True)
     progs = _programs(f)  # one with gradients, one under no_grad
     assert len(progs) == 2 and all(p.call_plan().call is not None for p in progs)
     assert f.stats.compiles == 2

@@ -8,6 +8,7 @@ import pytest
 
 import aotgrad as ag
 from aotgrad.runtime import foreach_ops
+from aotgrad.testing import assert_close
 
 XS = [[0.5, 0.25, 0.75], [0.2], [[0.1, 0.6], [0.3, 0.9]]]
 
@@ -26,11 +27,11 @@ def test_unary_is_the_op_on_each_tensor(op):
     got = getattr(ag, f"_foreach_{op}")(xs)
     assert type(got) is tuple and len(got) == len(xs)
     for g, x in zip(got, xs):
-        np.testing.assert_allclose(g.numpy(), getattr(x, op)().numpy())
+        assert_close(g.numpy(), getattr(x, op)().numpy(), rtol=1e-7, atol=0, equal_nan=True)
     ys = _list(ag)
     assert getattr(ag, f"_foreach_{op}_")(ys) is ys
     for y, g in zip(ys, got):
-        np.testing.assert_allclose(y.numpy(), g.numpy())
+        assert_close(y.numpy(), g.numpy(), rtol=1e-7, atol=0, equal_nan=True)
         assert y._version == 1
 
 
@@ -47,18 +48,18 @@ def test_binary_forms(op, operand):
     others = other if isinstance(other, list) else [other] * len(xs)
     got = getattr(ag, f"_foreach_{op}")(xs, other)
     for g, x, o in zip(got, xs, others):
-        np.testing.assert_allclose(g.numpy(), getattr(x, op)(o).numpy())
+        assert_close(g.numpy(), getattr(x, op)(o).numpy(), rtol=1e-7, atol=0, equal_nan=True)
     ys = _list(ag)
     getattr(ag, f"_foreach_{op}_")(ys, other)
     for y, g in zip(ys, got):
-        np.testing.assert_allclose(y.numpy(), g.numpy())
+        assert_close(y.numpy(), g.numpy(), rtol=1e-7, atol=0, equal_nan=True)
 
 
 def test_alpha_and_ternary_ops():
     xs = _list(ag)
     got = ag._foreach_sub(xs, [ag.full_like(x, v) for x, v in zip(xs, (1.0, 2.0, 3.0))],
                           alpha=2)
-    np.testing.assert_allclose(got[1].numpy(), [0.2 - 4.0])
+    assert_close(got[1].numpy(), [0.2 - 4.0], rtol=1e-7, atol=0, equal_nan=True)
     with pytest.raises(TypeError, match="alpha"):
         ag._foreach_sub(xs, 1.0, alpha=2)
     t1, t2 = _list(ag), [ag.full_like(x, 2.0) for x in xs]
@@ -67,12 +68,14 @@ def test_alpha_and_ternary_ops():
         for op in ("addcmul", "addcdiv"):
             got = getattr(ag, f"_foreach_{op}")(xs, t1, t2, value)
             for g, x, a, b, v in zip(got, xs, t1, t2, vs):
-                np.testing.assert_allclose(g.numpy(), getattr(x, op)(a, b, value=v).numpy())
+                assert_close(g.numpy(), getattr(x, op)(a, b, value=v).numpy(), rtol=1e-7, atol=0,
+                             equal_nan=True)
     got = ag._foreach_lerp(xs, t2, 0.25)
-    np.testing.assert_allclose(got[0].numpy(), np.array(XS[0]) + 0.25 * (2 - np.array(XS[0])))
+    assert_close(got[0].numpy(), np.array(XS[0]) + 0.25 * (2 - np.array(XS[0])), rtol=1e-7, atol=0,
+                 equal_nan=True)
     norms = ag._foreach_norm(xs)
-    np.testing.assert_allclose([n.item() for n in norms],
-                               [np.linalg.norm(np.ravel(x)) for x in XS])
+    assert_close([n.item() for n in norms], [np.linalg.norm(np.ravel(x)) for x in XS], rtol=1e-7,
+                 atol=0, equal_nan=True)
     ag._foreach_zero_(xs)
     assert all(not x.numpy().any() for x in xs)
     ag._foreach_copy_(xs, t2)
@@ -84,8 +87,8 @@ def test_gradients_flow_through_each_tensor():
     b = ag._foreach_sin(a)               # (sin saves its input: b may be modified in place)
     ag._foreach_mul_(b, [2.0, 3.0])
     (b[0] + b[1]).backward()
-    np.testing.assert_allclose([a[0].grad.item(), a[1].grad.item()],
-                               [2 * np.cos(1.0), 3 * np.cos(2.0)])
+    assert_close([a[0].grad.item(), a[1].grad.item()], [2 * np.cos(1.0), 3 * np.cos(2.0)],
+                 rtol=1e-7, atol=0, equal_nan=True)
     # exp saves its result: modifying it in place is refused, as for the per-tensor op
     b = ag._foreach_exp(a)
     ag._foreach_add_(b, 1)
@@ -129,7 +132,7 @@ def _all_ops(T):
 def test_matches_torch(torch):
     for got, want in zip(_all_ops(ag), _all_ops(torch)):
         for g, w in zip(got, want):
-            np.testing.assert_allclose(g, w, rtol=1e-6, equal_nan=True)
+            assert_close(g, w, rtol=1e-6, atol=0, equal_nan=True)
 
 
 def test_return_types_match_torch(torch):

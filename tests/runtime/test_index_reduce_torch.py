@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import aotgrad as ag
+from aotgrad.testing import assert_close
 
 REDUCE = {"prod": np.prod, "mean": np.mean, "amax": np.max, "amin": np.min}
 
@@ -38,8 +39,8 @@ def test_values_match_a_loop(reduce, include_self, dim):
     source = rng.standard_normal(shape)
     out = ag.tensor(x).index_reduce(dim, ag.tensor(index), ag.tensor(source), reduce,
                                     include_self=include_self)
-    np.testing.assert_allclose(out.numpy(), _loop(x, dim % 2, index, source, reduce,
-                                                  include_self), rtol=1e-12)
+    assert_close(out.numpy(), _loop(x, dim % 2, index, source, reduce,
+                                                  include_self), rtol=1e-12, atol=0, equal_nan=True)
 
 
 @pytest.mark.parametrize("reduce", list(REDUCE))
@@ -104,5 +105,5 @@ def test_compiled_matches_eager():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no graph break
         ag.compile(f, backend="interpret")(x, s, i).backward()
-    np.testing.assert_allclose(x.grad.numpy(), expected[0].numpy(), rtol=1e-6)
-    np.testing.assert_allclose(s.grad.numpy(), expected[1].numpy(), rtol=1e-6)
+    assert_close(x.grad.numpy(), expected[0].numpy(), rtol=1e-6, atol=0, equal_nan=True)
+    assert_close(s.grad.numpy(), expected[1].numpy(), rtol=1e-6, atol=0, equal_nan=True)
