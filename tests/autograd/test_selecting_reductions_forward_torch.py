@@ -48,7 +48,8 @@ def test_tangent_closed_form(op, values):
     for dtype in (ag.float64, ag.float32):
         got = _tangent(ag, op, values, dtype)
         assert got.dtype is dtype
-        assert_close(got.numpy(), _expected(op, values), rtol=1e-6, atol=0, equal_nan=True, check_dtype=False)
+        assert_close(got.numpy(), _expected(op, values), rtol=1e-6, atol=0, equal_nan=True,
+                     check_dtype=False)
 
 
 @pytest.mark.parametrize("op", OPS)
