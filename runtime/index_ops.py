@@ -18,7 +18,7 @@ import numpy as np
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.symbolic import SymInt, slice_indices
-from aotgrad.runtime.value_checks import checked, type_str
+from aotgrad.runtime.value_checks import checked, hint, type_str
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.elementwise_ops import (add, argwhere, mul, nonzero,  # noqa: F401
                                              where)  # (nonzero, argwhere: index ops)
@@ -172,7 +172,8 @@ def getitem(x, index):
                                                 i.dtype in (dt.int64, dt.int32)):
             i = int(i)
             if not -n <= i < n:
-                raise IndexError(f"index {i} is out of bounds for dimension {dim} with size {n}")
+                raise IndexError(f"index {i} is out of bounds for dimension {dim} with size "
+                                 f"{hint(n)}")
             i %= n
             start.append(i), limit.append(i + 1), strides.append(1)
             shape_after.append(("drop", None))

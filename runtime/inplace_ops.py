@@ -22,7 +22,8 @@ import weakref
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
-from aotgrad.ir.core import current_builder, current_op, format_location, type_str
+from aotgrad.ir.core import current_builder, current_op, format_location
+from aotgrad.runtime.sizes import sizes, type_str
 from aotgrad.runtime import forward_mode, layout
 from aotgrad.runtime.inference_views import InferenceModeView
 from aotgrad.runtime.forward_mode import state as _forward
@@ -234,8 +235,8 @@ def commit_inplace(x, new, opname, replaces=False):
         keep = tp.constant(True, dt.bool_, tuple(x.shape))
         new = tp.where(keep, new, snapshot(x))
     if tuple(new.shape) != tuple(x.shape):
-        raise RuntimeError(f"{opname}: output with shape {list(x.shape)} doesn't match the "
-                           f"broadcast shape {list(new.shape)}{format_location()}")
+        raise RuntimeError(f"{opname}: output with shape {sizes(x.shape)} doesn't match the "
+                           f"broadcast shape {sizes(new.shape)}{format_location()}")
     tracked = new.requires_grad and _mode.grad_enabled
     if tracked and new.grad_fn is None:  # a leaf's value (copy_(leaf)): x gets a node of its
         new = reshape(new, tuple(new.shape))  # own, not the leaf's identity

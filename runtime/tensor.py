@@ -15,7 +15,8 @@ import weakref
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
-from aotgrad.ir.core import Var, format_location, type_str
+from aotgrad.ir.core import Var, format_location
+from aotgrad.runtime.sizes import type_str
 from aotgrad.ir.core import current_builder as _current_builder
 from aotgrad.runtime import dual_state as _dual_state
 from aotgrad.runtime.device import CPU as _CPU

@@ -16,7 +16,8 @@ import weakref
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
-from aotgrad.ir.core import Var, current_builder, current_op, type_str
+from aotgrad.ir.core import Var, current_builder, current_op
+from aotgrad.runtime.sizes import hint, sizes as hinted, type_str  # `sizes`: expand's argument
 from aotgrad.ir.symbolic import SymInt, hint, hints
 from aotgrad.runtime import layout
 from aotgrad.runtime import memory_format as _layout
@@ -265,9 +266,10 @@ def expand(x, *sizes):
     shape = tuple(x.shape[i - lead] if s == -1 else s for i, s in enumerate(sizes))
     for i, n in enumerate(x.shape):
         if n != 1 and n != shape[lead + i]:
-            raise RuntimeError(f"The expanded size of the tensor ({shape[lead + i]}) must match "
-                               f"the existing size ({n}) at non-singleton dimension {lead + i}. "
-                               f" Target sizes: {list(sizes)}.  Tensor sizes: {list(x.shape)}")
+            raise RuntimeError(f"The expanded size of the tensor ({hint(shape[lead + i])}) must "
+                               f"match the existing size ({hint(n)}) at non-singleton dimension "
+                               f"{lead + i}.  Target sizes: {hinted(sizes)}.  Tensor sizes: "
+                               f"{hinted(x.shape)}")
     if shape == tuple(x.shape):
         return _alias(x)  # still a new view (tp.broadcast_to would return x itself)
     return _view_of(tp.broadcast_to(x, shape), x)
