@@ -6,6 +6,7 @@ import warnings
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
+from aotgrad.runtime.sizes import size_list
 from aotgrad.runtime import eager_kernels, ops, shape_ops
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.factories import rand, tensor
@@ -68,7 +69,7 @@ def _check_4d(name, x):
     _check_tensor(name, x)
     if x.ndim not in (3, 4):
         raise RuntimeError(f"{name}: expected 3D (unbatched) or 4D (batched) input, but got "
-                           f"input of size: {list(x.shape)}")
+                           f"input of size: {size_list(x.shape)}")
 
 
 @op("unfold", "Im2ColBackward0")
@@ -94,7 +95,7 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     x = shape_ops.unsqueeze(input, 0) if unbatched else input
     if weight.ndim != 4:
         raise RuntimeError(f"conv2d: expected 4D weight (out, in/groups, kh, kw), got shape "
-                           f"{list(weight.shape)}")
+                           f"{size_list(weight.shape)}")
     if x.dtype is not weight.dtype:
         raise RuntimeError(f"conv2d: input type ({x.dtype.name}) and weight type "
                            f"({weight.dtype.name}) should be the same")
@@ -104,8 +105,9 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         raise RuntimeError(f"conv2d: groups={groups} must divide in_channels={cin} and "
                            f"out_channels={cout}")
     if cg * groups != cin:
-        raise RuntimeError(f"Given groups={groups}, weight of size {list(weight.shape)}, "
-                           f"expected input{list(input.shape)} to have {cg * groups} channels, "
+        raise RuntimeError(f"Given groups={groups}, weight of size {size_list(weight.shape)}, "
+                           f"expected input{size_list(input.shape)} to have {cg * groups} "
+                           f"channels, "
                            f"but got {cin} channels instead")
     sh, sw = _pair(stride, "stride")
     dh, dw = _pair(dilation, "dilation")

@@ -16,14 +16,14 @@ from aotgrad.runtime.linalg_ops import _check_matmul, matmul, outer
 from aotgrad.runtime.op_base import _named, as_tensor_like, broadcast_shapes, op
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.runtime.composite import composite
-from aotgrad.runtime.sizes import hint, sizes
+from aotgrad.runtime.sizes import hint, size_list
 
 
 def _check_dims(name, **tensors):
     for what, (t, nd) in tensors.items():
         if t.ndim != nd:
             raise RuntimeError(f"{name}: {what} must be a {nd}-D tensor, got {t.ndim}-D with "
-                               f"shape {sizes(t.shape)}")
+                               f"shape {size_list(t.shape)}")
 
 
 def _check_dtypes(name, *tensors):
@@ -39,8 +39,8 @@ def _scaled_sum(name, inp, prod, beta, alpha):
     is 0)."""
     inp = as_tensor_like(inp, prod.dtype)
     if broadcast_shapes(inp.shape, prod.shape) != tuple(prod.shape):
-        raise RuntimeError(f"{name}: the input of shape {sizes(inp.shape)} cannot be "
-                           f"broadcast to the product's shape {sizes(prod.shape)}")
+        raise RuntimeError(f"{name}: the input of shape {size_list(inp.shape)} cannot be "
+                           f"broadcast to the product's shape {size_list(prod.shape)}")
     if alpha != 1:
         prod = mul(prod, alpha)
     if beta == 0:
@@ -105,8 +105,8 @@ def addbmm(input, batch1, batch2, *, beta=1, alpha=1):
     _check_dims("addbmm", batch1=(batch1, 3), batch2=(batch2, 3))
     _check_dtypes("addbmm", *(t for t in (input, batch1, batch2) if isinstance(t, Tensor)))
     if batch1.shape[0] != batch2.shape[0] or batch1.shape[2] != batch2.shape[1]:
-        raise RuntimeError(f"addbmm: batch1 {sizes(batch1.shape)} and batch2 "
-                           f"{sizes(batch2.shape)} cannot be multiplied")
+        raise RuntimeError(f"addbmm: batch1 {size_list(batch1.shape)} and batch2 "
+                           f"{size_list(batch2.shape)} cannot be multiplied")
     prod = tp.dot_general(batch1, batch2, contract=((0, 2), (0, 1)))
     return _scaled_sum("addbmm", input, prod, beta, alpha)
 

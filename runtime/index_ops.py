@@ -17,6 +17,7 @@ import math
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
+from aotgrad.runtime.sizes import size_list
 from aotgrad.ir.symbolic import SymInt, slice_indices
 from aotgrad.runtime.value_checks import checked, hint, type_str
 from aotgrad.runtime import tprims as tp
@@ -153,8 +154,9 @@ def getitem(x, index):
             if tuple(i.shape) != want:
                 bad = builtins.next((k for k in range(i.ndim) if k >= len(want) or
                                      i.shape[k] != want[k]), 0)
-                raise IndexError(f"The shape of the mask {list(i.shape)} at index {bad} does not "
-                                 f"match the shape of the indexed tensor {list(x.shape)} at "
+                raise IndexError(f"The shape of the mask {size_list(i.shape)} at index {bad} does "
+                                 f"not "
+                                 f"match the shape of the indexed tensor {size_list(x.shape)} at "
                                  f"index {dim + bad}")
             nz = np.nonzero(i._value)
             for k, arr in enumerate(nz):

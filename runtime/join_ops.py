@@ -15,7 +15,7 @@ from aotgrad.runtime import tprims as tp
 from aotgrad.runtime import view_meta
 from aotgrad.runtime.composite import share_node
 from aotgrad.runtime.op_base import _named, as_tensor_like, cast, norm_dims, op, type_name
-from aotgrad.runtime.sizes import hint, sizes
+from aotgrad.runtime.sizes import hint, size_list
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.runtime.view_ops import _alias, _dim, _view_of, flatten, reshape, unsqueeze
 
@@ -60,8 +60,8 @@ def cat(tensors, dim=0):
             j = bad[0]
             raise RuntimeError(f"Sizes of tensors must match except in dimension {d}. Expected "
                                f"size {hint(first.shape[j])} but got size {hint(t.shape[j])} for "
-                               f"tensor number {i} in the list (shapes {sizes(first.shape)} "
-                               f"and {sizes(t.shape)}).")
+                               f"tensor number {i} in the list (shapes {size_list(first.shape)} "
+                               f"and {size_list(t.shape)}).")
     if len(tensors) == 1:
         return _alias(tensors[0])
     return tp.concatenate(*tensors, dim=d)
@@ -78,8 +78,8 @@ def stack(tensors, dim=0):
     s0 = tuple(tensors[0].shape)
     for i, t in enumerate(tensors):
         if tuple(t.shape) != s0:
-            raise RuntimeError(f"stack expects each tensor to be equal size, but got {sizes(s0)} "
-                               f"at entry 0 and {sizes(t.shape)} at entry {i}")
+            raise RuntimeError(f"stack expects each tensor to be equal size, but got "
+                               f"{size_list(s0)} at entry 0 and {size_list(t.shape)} at entry {i}")
     d = norm_dims(dim, len(s0) + 1)[0]
     return cat([unsqueeze(t, d) for t in tensors], d)
 

@@ -4,15 +4,15 @@ while tracing names the sizes eager names for the same call. The IR printer keep
 symbols (ir/text.py); this is the one formatter for user-facing messages.
 
 >>> import aotgrad
->>> type_str(aotgrad.zeros(5, 3)), sizes((5, 3))
+>>> type_str(aotgrad.zeros(5, 3)), size_list((5, 3))
 ('f32[5,3]', [5, 3])
 """
 from aotgrad.ir.symbolic import hint, hints
 
-__all__ = ["hint", "hints", "sizes", "type_str"]
+__all__ = ["hint", "hints", "size_list", "type_str"]
 
 
-def sizes(shape):
+def size_list(shape):
     """`[5, 3]` for a message: the list of a shape's sizes in the call being traced."""
     return list(hints(shape))
 
