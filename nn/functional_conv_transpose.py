@@ -4,7 +4,7 @@ conv_transpose2d = conv2d of the input dilated by the stride (interior zero padd
 by dilation*(k-1) - padding, with the weight's in/out channels swapped (per group) and its
 window flipped. conv3d = one conv2d over the depth windows stacked into the channels."""
 from aotgrad.runtime import shape_ops
-from aotgrad.runtime.sizes import size_list
+from aotgrad.runtime.sizes import hint, size_list
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.ops import op
 from aotgrad.nn._checks import _check_tensor
@@ -59,7 +59,7 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_paddi
         raise RuntimeError(f"Given transposed=1, weight of size {size_list(weight.shape)}, "
                            f"expected "
                            f"input{size_list(input.shape)} to have {cin} channels, but got "
-                           f"{x.shape[1]} channels instead")
+                           f"{hint(x.shape[1])} channels instead")
     if x.dtype is not weight.dtype:
         raise RuntimeError(f"conv_transpose2d: input type ({x.dtype.name}) and weight type "
                            f"({weight.dtype.name}) should be the same")
@@ -116,7 +116,7 @@ def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         raise RuntimeError(f"Given groups={groups}, weight of size {size_list(weight.shape)}, "
                            f"expected input{size_list(input.shape)} to have {cg * groups} "
                            f"channels, "
-                           f"but got {x.shape[1]} channels instead")
+                           f"but got {hint(x.shape[1])} channels instead")
     s, d = _ntuple(stride, 3, "stride"), _ntuple(dilation, 3, "dilation")
     if isinstance(padding, str):
         if padding not in ("valid", "same"):

@@ -16,7 +16,7 @@ import numbers
 import warnings
 
 from aotgrad.ir import dtypes as dt
-from aotgrad.runtime.sizes import size_list
+from aotgrad.runtime.sizes import hint, size_list
 from aotgrad.nn import functional as F
 from aotgrad.nn import init
 from aotgrad.nn.module import Module
@@ -178,7 +178,7 @@ class RNNBase(Module):
                              f"tensor instead")
         if input.shape[-1] != self.input_size:
             raise RuntimeError(f"input.size(-1) must be equal to input_size. Expected "
-                               f"{self.input_size}, got {input.shape[-1]}")
+                               f"{self.input_size}, got {hint(input.shape[-1])}")
 
     def _initial_state(self, hx, size, batch, batched, x, what="hx"):
         """hx as (layers * directions, N, size), zeros when not given; shape-checked."""
@@ -423,7 +423,7 @@ class RNNCellBase(Module):
         if hx is not None and hx.ndim not in (1, 2):
             raise ValueError(f"{name}: Expected {what} to be 1D or 2D, got {hx.ndim}D instead")
         if input.shape[-1] != self.input_size:
-            raise RuntimeError(f"input has inconsistent input_size: got {input.shape[-1]} "
+            raise RuntimeError(f"input has inconsistent input_size: got {hint(input.shape[-1])} "
                                f"expected {self.input_size}")
         batched = input.ndim == 2
         x = input if batched else shape_ops.unsqueeze(input, 0)

@@ -25,7 +25,7 @@ import math
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
-from aotgrad.runtime.sizes import size_list
+from aotgrad.runtime.sizes import hint, size_list
 from aotgrad.runtime import device as _device
 from aotgrad.runtime import memory_format as _layout
 from aotgrad.runtime import ops
@@ -127,7 +127,7 @@ def sparse_coo_tensor(indices, values, size=None, *, dtype=None, device=None,
         vals = cast(vals, dt.as_dtype(dtype))
     if vals.ndim < 1 or vals.shape[0] != idx.shape[1]:
         raise RuntimeError(f"sparse_coo_tensor: indices and values must have the same number "
-                           f"of elements (nnz), but got {idx.shape[1]} and "
+                           f"of elements (nnz), but got {hint(idx.shape[1])} and "
                            f"{vals.shape[0] if vals.ndim else 'a 0-d values tensor'}")
     sd = idx.shape[0]
     if size is None:

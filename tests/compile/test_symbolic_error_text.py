@@ -103,6 +103,10 @@ _SHAPE_ERRORS = {
     "narrow": (lambda x: x.narrow(0, 3, 4), ((5, 3),)),
     "inplace_broadcast": (lambda x, y: x.add_(y), ((2, 3), (5, 3))),
     "expand": (lambda x: x.expand(5, 4), ((5, 3),)),
+    "cat_other_dim": (lambda x, y: aotgrad.cat([x, y], 1), ((5, 3), (4, 3))),
+    "bmm_batch": (lambda x, y: aotgrad.bmm(x, y), ((2, 5, 3), (3, 3, 2))),
+    "tensordot": (lambda x, y: aotgrad.tensordot(x, y, dims=([1], [0])), ((5, 3), (4, 2))),
+    "topk": (lambda x: aotgrad.topk(x, 9), ((5,),)),
 }
 
 
