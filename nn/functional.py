@@ -34,7 +34,7 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
     n = weight.shape[0]
     input = checked(input, IndexError,   # eagerly, and at run time when compiled
                     f"embedding(): index out of range in self (index {{value}}, "
-                    f"num_embeddings={n}; indices {type_str(input)}, weight "
+                    f"num_embeddings={{high}}; indices {type_str(input)}, weight "
                     f"{type_str(weight)})", low=0, high=n)
     flat = shape_ops.index_select(weight, 0, input.reshape(-1))
     out = flat.reshape(tuple(input.shape) + (weight.shape[1],))

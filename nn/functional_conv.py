@@ -6,7 +6,7 @@ import warnings
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
-from aotgrad.runtime.sizes import size_list
+from aotgrad.runtime.sizes import hint, size_list
 from aotgrad.runtime import eager_kernels, ops, shape_ops
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.factories import rand, tensor
@@ -106,9 +106,8 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
                            f"out_channels={cout}")
     if cg * groups != cin:
         raise RuntimeError(f"Given groups={groups}, weight of size {size_list(weight.shape)}, "
-                           f"expected input{size_list(input.shape)} to have {cg * groups} "
-                           f"channels, "
-                           f"but got {cin} channels instead")
+                           f"expected input{size_list(input.shape)} to have "
+                           f"{hint(cg * groups)} channels, but got {hint(cin)} channels instead")
     sh, sw = _pair(stride, "stride")
     dh, dw = _pair(dilation, "dilation")
     if isinstance(padding, str):

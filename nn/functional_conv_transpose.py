@@ -57,8 +57,8 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_paddi
                            f"{cin} input channels")
     if x.shape[1] != cin:
         raise RuntimeError(f"Given transposed=1, weight of size {size_list(weight.shape)}, "
-                           f"expected "
-                           f"input{size_list(input.shape)} to have {cin} channels, but got "
+                           f"expected input{size_list(input.shape)} to have {hint(cin)} "
+                           f"channels, but got "
                            f"{hint(x.shape[1])} channels instead")
     if x.dtype is not weight.dtype:
         raise RuntimeError(f"conv_transpose2d: input type ({x.dtype.name}) and weight type "
@@ -114,9 +114,9 @@ def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     cout, cg, kd, kh, kw = weight.shape
     if groups < 1 or x.shape[1] % groups or cout % groups or cg * groups != x.shape[1]:
         raise RuntimeError(f"Given groups={groups}, weight of size {size_list(weight.shape)}, "
-                           f"expected input{size_list(input.shape)} to have {cg * groups} "
-                           f"channels, "
-                           f"but got {hint(x.shape[1])} channels instead")
+                           f"expected input{size_list(input.shape)} to have "
+                           f"{hint(cg * groups)} channels, but got {hint(x.shape[1])} channels "
+                           f"instead")
     s, d = _ntuple(stride, 3, "stride"), _ntuple(dilation, 3, "dilation")
     if isinstance(padding, str):
         if padding not in ("valid", "same"):

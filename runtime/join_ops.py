@@ -113,7 +113,7 @@ def split(x, split_size_or_sections, dim=0):
     else:
         sizes = list(split_size_or_sections)
         if builtins.sum(sizes) != n:
-            raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {n} "
+            raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {hint(n)} "
                                f"(input tensor's size at dimension {d}), but got split_sizes="
                                f"{sizes}")
     out, off = [], 0

@@ -107,6 +107,8 @@ _SHAPE_ERRORS = {
     "bmm_batch": (lambda x, y: aotgrad.bmm(x, y), ((2, 5, 3), (3, 3, 2))),
     "tensordot": (lambda x, y: aotgrad.tensordot(x, y, dims=([1], [0])), ((5, 3), (4, 2))),
     "topk": (lambda x: aotgrad.topk(x, 9), ((5,),)),
+    "split_sizes": (lambda x: x.split([2, 2], 0), ((5, 3),)),
+    "conv2d_channels": (lambda x, w: F.conv2d(x, w), ((2, 3, 6, 6), (4, 5, 3, 3))),
 }
 
 
@@ -125,3 +127,20 @@ def test_shape_error_traced_with_symbolic_sizes_is_eager_message(name):
 def test_addmm_inner_size_mismatch_names_both_shapes_in_eager():
     kind, text = _message(aotgrad.addmm, (_t((5, 2)), _t((5, 3)), _t((4, 2))))
     assert kind is RuntimeError and "(5x3 and 4x2)" in text
+
+
+def embedding(idx, w):
+    return F.embedding(idx, w)
+
+
+def test_embedding_index_message_is_eager_message_at_every_size():
+    f = aotgrad.compile(embedding, dynamic=True, backend="interpret")
+    for n in (5, 8):
+        w = _t((n, 3))
+        bad = aotgrad.tensor(np.array([0, n]))
+        eager = _message(embedding, (bad, w))
+        assert f"num_embeddings={n};" in eager[1]
+        kind, text = _message(f, (bad, w))
+        assert kind is eager[0] and f"num_embeddings={n};" in text
+        assert text.startswith("embedding(): index out of range")
+    assert f.stats.compiles == 1
