@@ -133,8 +133,9 @@ def embedding(idx, w):
     return F.embedding(idx, w)
 
 
-def test_embedding_index_message_is_eager_message_at_every_size():
-    f = aotgrad.compile(embedding, dynamic=True, backend="interpret")
+@pytest.mark.parametrize("backend", ["interpret", "numba"])
+def test_embedding_index_message_names_num_embeddings_of_each_call(backend):
+    f = aotgrad.compile(embedding, dynamic=True, backend=backend)
     for n in (5, 8):
         w = _t((n, 3))
         bad = aotgrad.tensor(np.array([0, n]))
