@@ -45,8 +45,9 @@ def _patches(x, kernel, stride, padding, dilation, value=0.0, ceil_mode=False, p
     oh = _out_size(h, kh, sh, ph, ph, dh, ceil_mode, pool)
     ow = _out_size(w, kw, sw, pw, pw, dw, ceil_mode, pool)
     if oh <= 0 or ow <= 0:
-        raise RuntimeError(f"Given input size: ({c}x{h}x{w}). Calculated output size: "
-                           f"({c}x{oh}x{ow}). Output size is too small")
+        raise RuntimeError(f"Given input size: ({hint(c)}x{hint(h)}x{hint(w)}). Calculated "
+                           f"output size: ({hint(c)}x{hint(oh)}x{hint(ow)}). Output size is "
+                           f"too small")
     # extra high padding so the last (ceil-mode) window fits
     eh = max(0, (oh - 1) * sh + dh * (kh - 1) + 1 - (h + 2 * ph))
     ew = max(0, (ow - 1) * sw + dw * (kw - 1) + 1 - (w + 2 * pw))

@@ -288,7 +288,8 @@ def unfold(x, dimension, size, step):
     d = _dim(dimension, x.ndim)
     n = x.shape[d] if x.ndim else 1
     if size > n:
-        raise RuntimeError(f"maximum size for tensor at dimension {d} is {n} but size is {size}")
+        raise RuntimeError(f"maximum size for tensor at dimension {d} is {hint(n)} but size is "
+                           f"{size}")
     if step <= 0:
         raise RuntimeError(f"step is {step} but must be > 0")
     count = (n - size) // step + 1
@@ -314,7 +315,7 @@ def repeat_interleave(x, repeats, dim=None, *, output_size=None):
         if np.ndim(r) == 0 or np.size(r) == 1 else np.asarray(r, dtype=np.int64)
     if r.shape != (n,):
         raise RuntimeError(f"repeats must have the same size as input along dim, but got "
-                           f"repeats.size(0) = {r.shape[0]} and input.size({d}) = {n}")
+                           f"repeats.size(0) = {r.shape[0]} and input.size({d}) = {hint(n)}")
     if (r < 0).any():
         raise RuntimeError("repeats can not be negative")
     return index_select(x, d, _const_index(np.repeat(np.arange(n), r)))

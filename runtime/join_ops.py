@@ -97,7 +97,7 @@ def narrow(x, dim, start, length):
     d = _dim(dim, x.ndim)
     start = start + x.shape[d] if start < 0 else start
     if not 0 <= start <= start + length <= x.shape[d]:
-        raise IndexError(f"start ({start}) + length ({length}) exceeds dimension size "
+        raise IndexError(f"start ({hint(start)}) + length ({hint(length)}) exceeds dimension size "
                          f"({hint(x.shape[d])}).")
     lo, hi = [0] * x.ndim, list(x.shape)
     lo[d], hi[d] = start, start + length

@@ -109,6 +109,11 @@ _SHAPE_ERRORS = {
     "topk": (lambda x: aotgrad.topk(x, 9), ((5,),)),
     "split_sizes": (lambda x: x.split([2, 2], 0), ((5, 3),)),
     "conv2d_channels": (lambda x, w: F.conv2d(x, w), ((2, 3, 6, 6), (4, 5, 3, 3))),
+    "max_pool2d_too_small": (lambda x: F.max_pool2d(x, 7), ((2, 3, 6, 6),)),
+    "unfold": (lambda x: x.unfold(0, 7, 1), ((5, 3),)),
+    "pad_negative": (lambda x: F.pad(x, (0, 0, -6, 0)), ((5, 3),)),
+    "repeat_interleave": (lambda x: x.repeat_interleave(aotgrad.tensor(np.array([1, 2])), 0),
+                          ((5, 3),)),
 }
 
 
