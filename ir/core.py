@@ -168,8 +168,12 @@ def located_error(err, node):
     where = f" (at {os.path.basename(prov.file)}:{prov.line}: `{prov.source}`)" \
         if prov.file else ""
     phase = " (backward)" if prov.phase == "bw" else ""
+    op = prov.op or "prims." + node.prim.name
+    # a message that starts with the op's name already (PyTorch's "embedding(): ...") is not
+    # prefixed again, as eager leaves it
+    prefix = "" if not phase and msg.startswith((f"{op}(): ", f"{op}:")) else f"{op}{phase}: "
     try:
-        new = type(err)(f"{prov.op or 'prims.' + node.prim.name}{phase}: {msg}{where}")
+        new = type(err)(f"{prefix}{msg}{where}")
     except Exception:   # an exception type that takes other arguments: leave it as it is
         return err
     new.__traceback__ = err.__traceback__

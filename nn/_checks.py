@@ -1,5 +1,6 @@
 """Argument checks shared by the nn.functional modules."""
 from aotgrad.runtime.tensor import Tensor
+from aotgrad.runtime.sizes import size_list
 
 
 def _check_tensor(name, x, arg="input"):
@@ -11,4 +12,4 @@ def _check_float(name, x):
     _check_tensor(name, x)
     if not x.dtype.is_floating_point:
         raise RuntimeError(f"{name}(): expected a floating-point input, got {x.dtype.name} "
-                           f"with shape {list(x.shape)}")
+                           f"with shape {size_list(x.shape)}")

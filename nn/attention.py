@@ -7,6 +7,7 @@
 (aotgrad.Size([3, 5, 8]), aotgrad.Size([3, 5, 5]))
 """
 from aotgrad.ir import dtypes as dt
+from aotgrad.runtime.sizes import hint
 from aotgrad.nn import functional as F
 from aotgrad.nn import init
 from aotgrad.nn.linear import Linear
@@ -91,7 +92,7 @@ class MultiheadAttention(Module):
             query, key, value = (shape_ops.transpose(t, 0, 1) for t in (query, key, value))
         if query.shape[-1] != self.embed_dim:
             raise AssertionError(f"was expecting embedding dimension of {self.embed_dim}, but "
-                                 f"got {query.shape[-1]}")
+                                 f"got {hint(query.shape[-1])}")
         out, w = F.multi_head_attention_forward(
             query, key, value, self.num_heads, self.in_proj_weight, self.in_proj_bias,
             self.out_proj.weight, self.out_proj.bias, q_proj_weight=self.q_proj_weight,

@@ -6,6 +6,7 @@ aotgrad.Size([2, 4, 8, 8])
 import math
 
 from aotgrad.ir import dtypes as dt
+from aotgrad.runtime.sizes import size_list
 from aotgrad.nn import functional as F
 from aotgrad.nn import init
 from aotgrad.nn.module import Module
@@ -164,7 +165,7 @@ class _ConvTransposeNd(Module):
             if not lo <= output_size[i] <= hi:
                 raise ValueError(f"requested an output size of {list(output_size)}, but valid "
                                  f"sizes range from {lo} to {hi} (for an input of "
-                                 f"{list(input.shape[2:])})")
+                                 f"{size_list(input.shape[2:])})")
             pads.append(output_size[i] - lo)
         return tuple(pads)
 

@@ -8,6 +8,7 @@ one derivative rule of each prim and traceable by the compiler.
 tensor([0., 2.])
 """
 from aotgrad.ir import dtypes as dt
+from aotgrad.runtime.sizes import size_list
 from aotgrad.runtime import ops, shape_ops
 from aotgrad.runtime.ops import op
 from aotgrad.runtime.shape_ops import one_hot  # noqa: F401  (F.one_hot)
@@ -23,16 +24,17 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
     _check_tensor("embedding", input)
     if input.dtype not in (dt.int64, dt.int32):
         raise RuntimeError(f"embedding(): expected indices of type int64 or int32, but got "
-                           f"{input.dtype.name} (shape {list(input.shape)})")
+                           f"{input.dtype.name} (shape {size_list(input.shape)})")
     if weight.ndim != 2:
-        raise RuntimeError(f"embedding(): 'weight' must be 2-D, got shape {list(weight.shape)}")
+        raise RuntimeError(f"embedding(): 'weight' must be 2-D, got shape "
+                           f"{size_list(weight.shape)}")
     if max_norm is not None or scale_grad_by_freq or sparse:
         raise NotImplementedError("embedding(): max_norm, scale_grad_by_freq and sparse are not "
                                   "supported")
     n = weight.shape[0]
     input = checked(input, IndexError,   # eagerly, and at run time when compiled
                     f"embedding(): index out of range in self (index {{value}}, "
-                    f"num_embeddings={n}; indices {type_str(input)}, weight "
+                    f"num_embeddings={{high}}; indices {type_str(input)}, weight "
                     f"{type_str(weight)})", low=0, high=n)
     flat = shape_ops.index_select(weight, 0, input.reshape(-1))
     out = flat.reshape(tuple(input.shape) + (weight.shape[1],))

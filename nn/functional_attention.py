@@ -4,6 +4,7 @@ import math
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
+from aotgrad.runtime.sizes import size_list
 from aotgrad.ir.symbolic import is_static_shape
 from aotgrad.runtime import ops, shape_ops
 from aotgrad.runtime import tprims as tp
@@ -23,7 +24,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     PyTorch's SDPA; a float mask is added to the scores. is_causal masks j > i."""
     if query.ndim < 2:
         raise RuntimeError(f"scaled_dot_product_attention: query must be at least 2-D, got "
-                           f"shape {list(query.shape)}")
+                           f"shape {size_list(query.shape)}")
     e = query.shape[-1]
     scale = 1.0 / math.sqrt(e) if scale is None else scale
     scores = ops.mul(ops.matmul(query, shape_ops.transpose(key, -2, -1)), scale)
@@ -98,7 +99,7 @@ def multi_head_attention_forward(query, key, value, num_heads, in_proj_weight, i
     if key_padding_mask is not None:
         if tuple(key_padding_mask.shape) != (n, s):
             raise RuntimeError(f"key_padding_mask: expected shape {[n, s]}, got "
-                               f"{list(key_padding_mask.shape)}")
+                               f"{size_list(key_padding_mask.shape)}")
         scores = _apply_mask(scores, key_padding_mask.reshape(n, 1, 1, s))
     w = ops.softmax(scores, -1)
     wd = dropout(w, dropout_p, training) if dropout_p > 0.0 else w

@@ -6,6 +6,7 @@ import warnings
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
+from aotgrad.runtime.sizes import hint, size_list
 from aotgrad.runtime import eager_kernels, ops, shape_ops
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.factories import rand, tensor
@@ -44,8 +45,9 @@ def _patches(x, kernel, stride, padding, dilation, value=0.0, ceil_mode=False, p
     oh = _out_size(h, kh, sh, ph, ph, dh, ceil_mode, pool)
     ow = _out_size(w, kw, sw, pw, pw, dw, ceil_mode, pool)
     if oh <= 0 or ow <= 0:
-        raise RuntimeError(f"Given input size: ({c}x{h}x{w}). Calculated output size: "
-                           f"({c}x{oh}x{ow}). Output size is too small")
+        raise RuntimeError(f"Given input size: ({hint(c)}x{hint(h)}x{hint(w)}). Calculated "
+                           f"output size: ({hint(c)}x{hint(oh)}x{hint(ow)}). Output size is "
+                           f"too small")
     # extra high padding so the last (ceil-mode) window fits
     eh = max(0, (oh - 1) * sh + dh * (kh - 1) + 1 - (h + 2 * ph))
     ew = max(0, (ow - 1) * sw + dw * (kw - 1) + 1 - (w + 2 * pw))
@@ -68,7 +70,7 @@ def _check_4d(name, x):
     _check_tensor(name, x)
     if x.ndim not in (3, 4):
         raise RuntimeError(f"{name}: expected 3D (unbatched) or 4D (batched) input, but got "
-                           f"input of size: {list(x.shape)}")
+                           f"input of size: {size_list(x.shape)}")
 
 
 @op("unfold", "Im2ColBackward0")
@@ -94,7 +96,7 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     x = shape_ops.unsqueeze(input, 0) if unbatched else input
     if weight.ndim != 4:
         raise RuntimeError(f"conv2d: expected 4D weight (out, in/groups, kh, kw), got shape "
-                           f"{list(weight.shape)}")
+                           f"{size_list(weight.shape)}")
     if x.dtype is not weight.dtype:
         raise RuntimeError(f"conv2d: input type ({x.dtype.name}) and weight type "
                            f"({weight.dtype.name}) should be the same")
@@ -104,9 +106,9 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         raise RuntimeError(f"conv2d: groups={groups} must divide in_channels={cin} and "
                            f"out_channels={cout}")
     if cg * groups != cin:
-        raise RuntimeError(f"Given groups={groups}, weight of size {list(weight.shape)}, "
-                           f"expected input{list(input.shape)} to have {cg * groups} channels, "
-                           f"but got {cin} channels instead")
+        raise RuntimeError(f"Given groups={groups}, weight of size {size_list(weight.shape)}, "
+                           f"expected input{size_list(input.shape)} to have "
+                           f"{hint(cg * groups)} channels, but got {hint(cin)} channels instead")
     sh, sw = _pair(stride, "stride")
     dh, dw = _pair(dilation, "dilation")
     if isinstance(padding, str):

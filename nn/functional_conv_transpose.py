@@ -4,6 +4,7 @@ conv_transpose2d = conv2d of the input dilated by the stride (interior zero padd
 by dilation*(k-1) - padding, with the weight's in/out channels swapped (per group) and its
 window flipped. conv3d = one conv2d over the depth windows stacked into the channels."""
 from aotgrad.runtime import shape_ops
+from aotgrad.runtime.sizes import hint, size_list
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.ops import op
 from aotgrad.nn._checks import _check_tensor
@@ -44,10 +45,10 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_paddi
     _check_tensor("conv_transpose2d", input)
     if input.ndim not in (3, 4):
         raise RuntimeError(f"conv_transpose2d: expected 3D (unbatched) or 4D (batched) input, "
-                           f"but got input of size: {list(input.shape)}")
+                           f"but got input of size: {size_list(input.shape)}")
     if weight.ndim != 4:
         raise RuntimeError(f"conv_transpose2d: expected 4D weight (in, out/groups, kh, kw), got "
-                           f"shape {list(weight.shape)}")
+                           f"shape {size_list(weight.shape)}")
     unbatched = input.ndim == 3
     x = shape_ops.unsqueeze(input, 0) if unbatched else input
     cin, cg, kh, kw = weight.shape
@@ -55,9 +56,10 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_paddi
         raise RuntimeError(f"conv_transpose2d: groups={groups} must divide the weight's "
                            f"{cin} input channels")
     if x.shape[1] != cin:
-        raise RuntimeError(f"Given transposed=1, weight of size {list(weight.shape)}, expected "
-                           f"input{list(input.shape)} to have {cin} channels, but got "
-                           f"{x.shape[1]} channels instead")
+        raise RuntimeError(f"Given transposed=1, weight of size {size_list(weight.shape)}, "
+                           f"expected input{size_list(input.shape)} to have {hint(cin)} "
+                           f"channels, but got "
+                           f"{hint(x.shape[1])} channels instead")
     if x.dtype is not weight.dtype:
         raise RuntimeError(f"conv_transpose2d: input type ({x.dtype.name}) and weight type "
                            f"({weight.dtype.name}) should be the same")
@@ -103,17 +105,18 @@ def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     _check_tensor("conv3d", input)
     if input.ndim not in (4, 5):
         raise RuntimeError(f"conv3d: expected 4D (unbatched) or 5D (batched) input, but got "
-                           f"input of size: {list(input.shape)}")
+                           f"input of size: {size_list(input.shape)}")
     if weight.ndim != 5:
         raise RuntimeError(f"conv3d: expected 5D weight (out, in/groups, kd, kh, kw), got "
-                           f"shape {list(weight.shape)}")
+                           f"shape {size_list(weight.shape)}")
     unbatched = input.ndim == 4
     x = shape_ops.unsqueeze(input, 0) if unbatched else input
     cout, cg, kd, kh, kw = weight.shape
     if groups < 1 or x.shape[1] % groups or cout % groups or cg * groups != x.shape[1]:
-        raise RuntimeError(f"Given groups={groups}, weight of size {list(weight.shape)}, "
-                           f"expected input{list(input.shape)} to have {cg * groups} channels, "
-                           f"but got {x.shape[1]} channels instead")
+        raise RuntimeError(f"Given groups={groups}, weight of size {size_list(weight.shape)}, "
+                           f"expected input{size_list(input.shape)} to have "
+                           f"{hint(cg * groups)} channels, but got {hint(x.shape[1])} channels "
+                           f"instead")
     s, d = _ntuple(stride, 3, "stride"), _ntuple(dilation, 3, "dilation")
     if isinstance(padding, str):
         if padding not in ("valid", "same"):
@@ -133,7 +136,7 @@ def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     od = (depth - d[0] * (kd - 1) - 1) // s[0] + 1
     if od <= 0:
         raise RuntimeError(f"conv3d: calculated output depth {od} is too small for input "
-                           f"{list(input.shape)} and kernel {list(weight.shape)}")
+                           f"{size_list(input.shape)} and kernel {size_list(weight.shape)}")
     h, w = x.shape[3:]
     # the kd depth windows, stacked next to the channels: (N, od, C * kd, H, W), channel
     # c * kd + i, which matches weight (C_out, C_in/g, kd, ...) flattened per group

@@ -7,6 +7,7 @@ import warnings
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
+from aotgrad.runtime.sizes import size_list
 from aotgrad.runtime import ops, shape_ops
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.factories import arange, rand, tensor
@@ -41,11 +42,11 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
     _check_float("group_norm", input)
     if input.ndim < 2:
         raise RuntimeError(f"group_norm: expected at least 2D input (N, C, *), got "
-                           f"{list(input.shape)}")
+                           f"{size_list(input.shape)}")
     n, c = input.shape[:2]
     if num_groups <= 0 or c % num_groups:
         raise RuntimeError(f"Expected number of channels in input to be divisible by "
-                           f"num_groups, but got input of shape {list(input.shape)} and "
+                           f"num_groups, but got input of shape {size_list(input.shape)} and "
                            f"num_groups={num_groups}")
     x = input.reshape(n, num_groups, -1)
     out, _, _ = _normalize(x, (2,), eps)
@@ -61,14 +62,14 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
     _check_float("instance_norm", input)
     if input.ndim < 3:
         raise ValueError(f"instance_norm: expected at least 3D input (N, C, *), got "
-                         f"{list(input.shape)}")
+                         f"{size_list(input.shape)}")
     c = input.shape[1]
     dims = tuple(range(2, input.ndim))
     count = math.prod(input.shape[2:])
     if use_input_stats:
         if count <= 1:
             raise ValueError(f"Expected more than 1 spatial element when training, got input "
-                             f"size {list(input.shape)}")
+                             f"size {size_list(input.shape)}")
         out, mu, var = _normalize(input, dims, eps)
         if running_mean is not None or running_var is not None:
             with no_grad():
@@ -169,12 +170,12 @@ def adaptive_max_pool2d(input, output_size, return_indices=False):
     _check_tensor("adaptive_max_pool2d", input)
     if input.ndim not in (3, 4):
         raise RuntimeError(f"adaptive_max_pool2d(): Expected 3D or 4D tensor, but got "
-                           f"{list(input.shape)}")
+                           f"{size_list(input.shape)}")
     x = shape_ops.unsqueeze(input, 0) if input.ndim == 3 else input
     n, c, h, w = x.shape
     oh, ow = _adaptive_size(output_size, (h, w))
     if h == 0 or w == 0 or oh <= 0 or ow <= 0:
-        raise RuntimeError(f"adaptive_max_pool2d(): empty input {list(input.shape)} or output "
+        raise RuntimeError(f"adaptive_max_pool2d(): empty input {size_list(input.shape)} or output "
                            f"size {(oh, ow)}")
     rows, cols = _adaptive_windows(h, oh), _adaptive_windows(w, ow)
     kh, kw = rows.shape[1], cols.shape[1]
@@ -342,7 +343,7 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
         dim, n_in = 2 + k, x.shape[2 + k]
         if n_out <= 0:
             raise RuntimeError(f"interpolate: output size {sizes} must be positive (input "
-                               f"{list(input.shape)})")
+                               f"{size_list(input.shape)})")
         if mode in _NEAREST_MODES:
             idx = _nearest_index(n_in, n_out, scale, mode == "nearest-exact", ftype)
             x = shape_ops.index_select(x, dim, tensor(idx))
@@ -382,7 +383,7 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
         raise RuntimeError(f"embedding_bag: expected indices of type int64 or int32, but got "
                            f"{input.dtype.name}")
     if weight.ndim != 2:
-        raise RuntimeError(f"embedding_bag: 'weight' must be 2-D, got {list(weight.shape)}")
+        raise RuntimeError(f"embedding_bag: 'weight' must be 2-D, got {size_list(weight.shape)}")
     if mode not in ("sum", "mean", "max"):
         raise ValueError(f"mode has to be one of sum, mean or max, but got {mode!r}")
     if max_norm is not None or scale_grad_by_freq or sparse:
@@ -396,8 +397,8 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
                                       f"GitHub.")
         if tuple(per_sample_weights.shape) != tuple(input.shape):
             raise ValueError(f"embedding_bag: If per_sample_weights "
-                             f"({list(per_sample_weights.shape)}) is not None, then it must "
-                             f"have the same shape as the input ({list(input.shape)})")
+                             f"({size_list(per_sample_weights.shape)}) is not None, then it must "
+                             f"have the same shape as the input ({size_list(input.shape)})")
     num = weight.shape[0]
     if padding_idx is not None:
         if not -num <= padding_idx < num:

@@ -1,5 +1,6 @@
 """`nn.functional` linear maps: linear and bilinear."""
 from aotgrad.runtime import linalg_ops, ops, shape_ops
+from aotgrad.runtime.sizes import size_list
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.addmm_ops import addmm
 from aotgrad.runtime.ops import op
@@ -17,7 +18,8 @@ def linear(input, weight, bias=None):
     """
     _check_tensor("linear", input)
     if weight.ndim not in (1, 2):
-        raise RuntimeError(f"linear(): weight must be 1-D or 2-D, got shape {list(weight.shape)}")
+        raise RuntimeError(f"linear(): weight must be 1-D or 2-D, got shape "
+                           f"{size_list(weight.shape)}")
     if input.dtype is not weight.dtype:
         raise RuntimeError(f"linear(): input and weight must have the same dtype, but got "
                            f"{input.dtype.name} and {weight.dtype.name}")

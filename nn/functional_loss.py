@@ -5,8 +5,9 @@ import warnings
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
+from aotgrad.runtime.sizes import size_list
 from aotgrad.ir.core import current_op
-from aotgrad.runtime.value_checks import checked, hint, hints, type_str
+from aotgrad.runtime.value_checks import checked, hint, type_str
 from aotgrad.runtime import ops, shape_ops
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.factories import rand, tensor
@@ -32,8 +33,9 @@ def _reduce(loss, reduction, name):
 
 def _check_same_size(name, input, target):
     if tuple(input.shape) != tuple(target.shape):
-        warnings.warn(f"{name}: Using a target size ({list(target.shape)}) that is different to "
-                      f"the input size ({list(input.shape)}). This will likely lead to "
+        warnings.warn(f"{name}: Using a target size ({size_list(target.shape)}) that is different "
+                      f"to "
+                      f"the input size ({size_list(input.shape)}). This will likely lead to "
                       f"incorrect results due to broadcasting. Please ensure they have the same "
                       f"size.", stacklevel=3)
 
@@ -97,8 +99,8 @@ def _class_targets(name, input, target, ignore_index):
         if input.ndim >= 2 and target.ndim >= 1 and target.shape[0] != input.shape[0]:
             raise ValueError(f"Expected input batch_size ({hint(input.shape[0])}) to match "
                              f"target batch_size ({hint(target.shape[0])}).")
-        raise RuntimeError(f"expected target of shape {list(hints(expect))} for input of shape "
-                           f"{list(hints(input.shape))}, got {list(hints(target.shape))}")
+        raise RuntimeError(f"expected target of shape {size_list(expect)} for input of shape "
+                           f"{size_list(input.shape)}, got {size_list(target.shape)}")
     c = input.shape[cdim]
     # checked eagerly, and at run time in a compiled program (the labels are its data)
     target = checked(target, IndexError,
@@ -139,7 +141,7 @@ def _nll(logp, target, weight, ignore_index, reduction, cdim, c, name, smoothing
         if tuple(weight.shape) != (c,):
             raise RuntimeError(f"{name}: weight tensor should be defined either for all {c} "
                                f"classes or no classes but got weight tensor of shape: "
-                               f"{list(weight.shape)}")
+                               f"{size_list(weight.shape)}")
         w_t = ops.where(valid, shape_ops.index_select(weight, 0, safe.reshape(-1))
                         .reshape(tuple(safe.shape)), 0.0)
     else:
@@ -172,7 +174,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     if target.dtype.is_floating_point:  # class probabilities
         if tuple(target.shape) != tuple(input.shape):
             raise RuntimeError(f"cross_entropy: probability targets must have the input's shape "
-                               f"{list(input.shape)}, got {list(target.shape)}")
+                               f"{size_list(input.shape)}, got {size_list(target.shape)}")
         c = input.shape[cdim]
         if label_smoothing > 0.0:
             target = ops.add(ops.mul(target, 1.0 - label_smoothing), label_smoothing / c)
@@ -198,8 +200,9 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     """-(t log x + (1 - t) log(1 - x)) with the logs clamped at -100, like PyTorch; its
     derivatives are PyTorch's (_bce_rule), not those of the clamped logs."""
     if tuple(input.shape) != tuple(target.shape):
-        raise ValueError(f"Using a target size ({list(target.shape)}) that is different to the "
-                         f"input size ({list(input.shape)}) is deprecated. Please ensure they "
+        raise ValueError(f"Using a target size ({size_list(target.shape)}) that is different to "
+                         f"the "
+                         f"input size ({size_list(input.shape)}) is deprecated. Please ensure they "
                          f"have the same size.")
     loss = _bce_clamped_logs(_bce_checked(input), target)
     if weight is not None:
@@ -300,8 +303,8 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
                                      reduce=None, reduction="mean", pos_weight=None):
     """Sigmoid + binary cross entropy in one stable formula (log1p(exp(-|x|)) form)."""
     if tuple(input.shape) != tuple(target.shape):
-        raise ValueError(f"Target size ({list(target.shape)}) must be the same as input size "
-                         f"({list(input.shape)})")
+        raise ValueError(f"Target size ({size_list(target.shape)}) must be the same as input size "
+                         f"({size_list(input.shape)})")
     sp = ops._softplus(ops.neg(input))  # log(1 + exp(-x)), stable; gradient 0.5 at x == 0
     if pos_weight is not None:
         lw = ops.add(ops.mul(ops.sub(pos_weight, 1.0), target), 1.0)

@@ -2,6 +2,7 @@
 import numpy as np
 
 from aotgrad.runtime import eager_kernels, ops
+from aotgrad.runtime.sizes import size_list
 from aotgrad.runtime.grad_mode import no_grad
 from aotgrad.runtime.ops import op
 from aotgrad.nn._checks import _check_float
@@ -19,7 +20,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     if k == 0 or input.ndim < k or tuple(input.shape[input.ndim - k:]) != shape:
         raise RuntimeError(f"Given normalized_shape={list(shape)}, expected input with shape "
                            f"[*, {', '.join(map(str, shape))}], but got input of size "
-                           f"{list(input.shape)}")
+                           f"{size_list(input.shape)}")
     dims = tuple(range(input.ndim - k, input.ndim))
     out = eager_kernels.run(eager_kernels.LAYER_NORM, (input, weight, bias), _layer_norm_prims,
                             dims=dims, eps=eps)
@@ -68,7 +69,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     if training:
         if n <= 1:
             raise ValueError(f"Expected more than 1 value per channel when training, got input "
-                             f"size {list(input.shape)}")
+                             f"size {size_list(input.shape)}")
         mu = ops.mean(input, dims, keepdim=True)
         d = ops.sub(input, mu)
         var = ops.mean(ops.mul(d, d), dims, keepdim=True)

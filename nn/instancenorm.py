@@ -7,6 +7,7 @@ aotgrad.Size([2, 3, 4, 4])
 import warnings
 
 from aotgrad.nn import functional as F
+from aotgrad.runtime.sizes import hint
 from aotgrad.nn.normalization import _BatchNorm
 from aotgrad.runtime import shape_ops
 
@@ -33,7 +34,7 @@ class _InstanceNorm(_BatchNorm):
             if self.affine:
                 raise ValueError(f"expected input's size at dim={feature_dim} to match "
                                  f"num_features ({self.num_features}), but got: "
-                                 f"{input.shape[feature_dim]}.")
+                                 f"{hint(input.shape[feature_dim])}.")
             warnings.warn(f"input's size at dim={feature_dim} does not match num_features. You "
                           f"can silence this warning by not passing in num_features, which is "
                           f"not used because affine=False")

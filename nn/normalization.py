@@ -5,6 +5,7 @@
 tensor(True)
 """
 from aotgrad.ir import dtypes as dt
+from aotgrad.runtime.sizes import size_list
 from aotgrad.nn import functional as F
 from aotgrad.nn import init
 from aotgrad.nn.module import Module
@@ -119,7 +120,7 @@ class _BatchNorm(Module):
                              f"input (got {input.ndim}D input)")
         if input.shape[1] != self.num_features:
             raise ValueError(f"{type(self).__name__}: expected {self.num_features} channels in "
-                             f"dim 1, got input of shape {list(input.shape)}")
+                             f"dim 1, got input of shape {size_list(input.shape)}")
         factor = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats and self.num_batches_tracked is not None:
             with no_grad():

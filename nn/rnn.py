@@ -16,6 +16,7 @@ import numbers
 import warnings
 
 from aotgrad.ir import dtypes as dt
+from aotgrad.runtime.sizes import hint, size_list
 from aotgrad.nn import functional as F
 from aotgrad.nn import init
 from aotgrad.nn.module import Module
@@ -177,7 +178,7 @@ class RNNBase(Module):
                              f"tensor instead")
         if input.shape[-1] != self.input_size:
             raise RuntimeError(f"input.size(-1) must be equal to input_size. Expected "
-                               f"{self.input_size}, got {input.shape[-1]}")
+                               f"{self.input_size}, got {hint(input.shape[-1])}")
 
     def _initial_state(self, hx, size, batch, batched, x, what="hx"):
         """hx as (layers * directions, N, size), zeros when not given; shape-checked."""
@@ -193,7 +194,7 @@ class RNNBase(Module):
         if not batched:
             hx = shape_ops.unsqueeze(hx, 1)
         if tuple(hx.shape) != expected:
-            raise RuntimeError(f"Expected hidden size {expected}, got {list(hx.shape)}")
+            raise RuntimeError(f"Expected hidden size {expected}, got {size_list(hx.shape)}")
         if hx.dtype is not x.dtype:
             raise RuntimeError(f"{type(self).__name__}: input and hidden state must have the "
                                f"same dtype, got {x.dtype.name} and {hx.dtype.name}")
@@ -259,7 +260,7 @@ class RNNBase(Module):
                 state = (h, shape_ops.select(c0, 0, k)) if c0 is not None else h
                 if x.shape[0] == 0:
                     raise RuntimeError(f"{type(self).__name__}: expected a sequence of at least "
-                                       f"one step, got input of shape {list(x.shape)}")
+                                       f"one step, got input of shape {size_list(x.shape)}")
                 out, final = self._run_direction(x, self._layer_weights(k), state, d == 1,
                                                   valid)
                 outs.append(out)
@@ -422,7 +423,7 @@ class RNNCellBase(Module):
         if hx is not None and hx.ndim not in (1, 2):
             raise ValueError(f"{name}: Expected {what} to be 1D or 2D, got {hx.ndim}D instead")
         if input.shape[-1] != self.input_size:
-            raise RuntimeError(f"input has inconsistent input_size: got {input.shape[-1]} "
+            raise RuntimeError(f"input has inconsistent input_size: got {hint(input.shape[-1])} "
                                f"expected {self.input_size}")
         batched = input.ndim == 2
         x = input if batched else shape_ops.unsqueeze(input, 0)
@@ -430,7 +431,7 @@ class RNNCellBase(Module):
             hx = hx if batched else shape_ops.unsqueeze(hx, 0)
             if tuple(hx.shape) != (x.shape[0], self.hidden_size):
                 raise RuntimeError(f"{name}: Expected {what} of shape "
-                                   f"{[x.shape[0], self.hidden_size]}, got {list(hx.shape)}")
+                                   f"{[x.shape[0], self.hidden_size]}, got {size_list(hx.shape)}")
         return x, hx, batched
 
     def _zeros(self, x):

@@ -12,17 +12,18 @@ matrix forms need one dtype for all their operands.
 from aotgrad.runtime import eager_kernels
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.elementwise_ops import abs, add, div, lt, mul, sub, where
-from aotgrad.runtime.linalg_ops import matmul, outer
+from aotgrad.runtime.linalg_ops import _check_matmul, matmul, outer
 from aotgrad.runtime.op_base import _named, as_tensor_like, broadcast_shapes, op
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.runtime.composite import composite
+from aotgrad.runtime.sizes import hint, size_list
 
 
 def _check_dims(name, **tensors):
     for what, (t, nd) in tensors.items():
         if t.ndim != nd:
             raise RuntimeError(f"{name}: {what} must be a {nd}-D tensor, got {t.ndim}-D with "
-                               f"shape {list(t.shape)}")
+                               f"shape {size_list(t.shape)}")
 
 
 def _check_dtypes(name, *tensors):
@@ -38,8 +39,8 @@ def _scaled_sum(name, inp, prod, beta, alpha):
     is 0)."""
     inp = as_tensor_like(inp, prod.dtype)
     if broadcast_shapes(inp.shape, prod.shape) != tuple(prod.shape):
-        raise RuntimeError(f"{name}: the input of shape {list(inp.shape)} cannot be broadcast "
-                           f"to the product's shape {list(prod.shape)}")
+        raise RuntimeError(f"{name}: the input of shape {size_list(inp.shape)} cannot be "
+                           f"broadcast to the product's shape {size_list(prod.shape)}")
     if alpha != 1:
         prod = mul(prod, alpha)
     if beta == 0:
@@ -54,6 +55,7 @@ def addmm(input, mat1, mat2, *, beta=1, alpha=1):
     _check_dims("addmm", mat1=(mat1, 2), mat2=(mat2, 2))
     _check_dtypes("addmm", *(t for t in (input, mat1, mat2) if isinstance(t, Tensor)))
     if beta == 1 and alpha == 1 and isinstance(input, Tensor):
+        _check_matmul(mat1, mat2)  # the eager kernel would raise numpy's message instead
         out = eager_kernels.run(eager_kernels.ADDMM, (input, mat1, mat2), _addmm_prims)
         if out is not None:
             return out
@@ -91,7 +93,7 @@ def baddbmm(input, batch1, batch2, *, beta=1, alpha=1):
     _check_dtypes("baddbmm", *(t for t in (input, batch1, batch2) if isinstance(t, Tensor)))
     if batch1.shape[0] != batch2.shape[0]:
         raise RuntimeError(f"baddbmm: batch1 and batch2 must have the same number of "
-                           f"matrices, got {batch1.shape[0]} and {batch2.shape[0]}")
+                           f"matrices, got {hint(batch1.shape[0])} and {hint(batch2.shape[0])}")
     return _scaled_sum("baddbmm", input, matmul(batch1, batch2), beta, alpha)
 
 
@@ -103,8 +105,8 @@ def addbmm(input, batch1, batch2, *, beta=1, alpha=1):
     _check_dims("addbmm", batch1=(batch1, 3), batch2=(batch2, 3))
     _check_dtypes("addbmm", *(t for t in (input, batch1, batch2) if isinstance(t, Tensor)))
     if batch1.shape[0] != batch2.shape[0] or batch1.shape[2] != batch2.shape[1]:
-        raise RuntimeError(f"addbmm: batch1 {list(batch1.shape)} and batch2 "
-                           f"{list(batch2.shape)} cannot be multiplied")
+        raise RuntimeError(f"addbmm: batch1 {size_list(batch1.shape)} and batch2 "
+                           f"{size_list(batch2.shape)} cannot be multiplied")
     prod = tp.dot_general(batch1, batch2, contract=((0, 2), (0, 1)))
     return _scaled_sum("addbmm", input, prod, beta, alpha)
 

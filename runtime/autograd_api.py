@@ -2,6 +2,7 @@
 import numpy as np
 
 from aotgrad.runtime.autograd_node import GradientEdge, fast_path_ok
+from aotgrad.runtime.sizes import size_list
 from aotgrad.runtime.backward import run_backward
 from aotgrad.runtime.factories import ones_like, tensor, zeros, zeros_like
 from aotgrad.runtime.op_base import _add_user_line
@@ -31,7 +32,7 @@ def _make_grads(outputs, grad_outputs):
             v = o._value
             if o.numel() != 1:
                 raise RuntimeError(f"grad can be implicitly created only for scalar outputs "
-                                   f"(output {i} has shape {list(o.shape)}); pass `gradient=`")
+                                   f"(output {i} has shape {size_list(o.shape)}); pass `gradient=`")
             if not o.dtype.is_floating_point:
                 raise RuntimeError(f"grad can be implicitly created only for real scalar "
                                    f"outputs but got {o.dtype.name}")
@@ -172,8 +173,9 @@ def _batched_grad(outputs, inputs, grad_outputs, retain_graph, create_graph, all
     for i, (g, o) in enumerate(zip(gos, outputs)):
         if g.ndim == 0 or g.shape[0] != n or tuple(g.shape[1:]) != tuple(o.shape):
             raise RuntimeError(f"is_grads_batched=True: grad_output[{i}] has shape "
-                               f"{list(g.shape)}, expected a batch dim of size {n} followed by "
-                               f"output[{i}]'s shape {list(o.shape)}")
+                               f"{size_list(g.shape)}, expected a batch dim of size {n} followed "
+                               f"by "
+                               f"output[{i}]'s shape {size_list(o.shape)}")
     keep = create_graph if retain_graph is None else retain_graph
     rows = [grad(outputs, inputs, [g[b] for g in gos], retain_graph=True if b < n - 1 else keep,
                  create_graph=create_graph, allow_unused=allow_unused,

@@ -14,6 +14,7 @@ import warnings
 import numpy as np
 
 from aotgrad.ir.core import current_provenance
+from aotgrad.runtime.sizes import size_list
 from aotgrad.runtime import grad_mode, profiling
 from aotgrad.runtime.autograd_node import AccumulateGrad, GradientEdge, _node_of, fast_path_ok
 from aotgrad.runtime.backward_hooks import run_post_hooks, run_pre_hooks, \
@@ -350,8 +351,8 @@ def _check_grad(node, i, g, aval, dest=None):
             except ValueError:
                 pass
         raise RuntimeError(f"Function {node.name()} returned an invalid gradient at index {i} - "
-                           f"got {list(g.shape)} but expected shape compatible with "
-                           f"{list(aval.shape)}")
+                           f"got {size_list(g.shape)} but expected shape compatible with "
+                           f"{size_list(aval.shape)}")
     if g.dtype is not aval.dtype and aval.dtype.is_floating_point and not (
             type(dest) is AccumulateGrad and
             dest.variable.__dict__.get("_grad_dtype", aval.dtype) is None):

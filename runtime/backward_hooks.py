@@ -2,6 +2,7 @@
 (`Tensor.register_hook`, then `retain_grad`), its pre-hooks and its hooks
 (`Node.register_prehook` / `register_hook`), and the checks on what a hook returns."""
 from aotgrad.runtime.autograd_node import AccumulateGrad
+from aotgrad.runtime.sizes import size_list
 from aotgrad.runtime.grad_accumulation import accumulate_retained
 from aotgrad.runtime.saved_tensors import _LEGACY_TYPE
 from aotgrad.runtime.tensor import Tensor
@@ -75,7 +76,7 @@ def _checked_hook_result(hook, g, r):
                         f"must return a Tensor or None")
     if r._value.shape != g._value.shape:
         raise RuntimeError(f"hook '{_hook_name(hook)}' has changed the size of value "
-                           f"(was {list(g._value.shape)} got {list(r._value.shape)})")
+                           f"(was {size_list(g._value.shape)} got {size_list(r._value.shape)})")
     if r.dtype is not g.dtype:
         old, new = g.dtype.name, r.dtype.name
         raise RuntimeError(f"hook '{_hook_name(hook)}' has changed the type of value (was "

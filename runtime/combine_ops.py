@@ -11,6 +11,7 @@ aotgrad.Size([2, 4])
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
+from aotgrad.runtime.sizes import hint
 from aotgrad.runtime import elementwise_ops as ew
 from aotgrad.runtime import linalg_ops as la
 from aotgrad.runtime import reduction_ops as red
@@ -36,8 +37,8 @@ def tensordot(a, b, dims=2):
     for i, j in zip(da, db):
         if a.shape[i] != b.shape[j]:
             raise RuntimeError(f"contracted dimensions need to match, but first has size "
-                               f"{a.shape[i]} in dim {i} and second has size {b.shape[j]} in "
-                               f"dim {j}")
+                               f"{hint(a.shape[i])} in dim {i} and second has size "
+                               f"{hint(b.shape[j])} in dim {j}")
     fa = [d for d in range(a.ndim) if d not in da]
     fb = [d for d in range(b.ndim) if d not in db]
     k = int(np.prod([a.shape[d] for d in da]))

@@ -10,6 +10,7 @@ a graph break, like `bool(tensor)`). bucketize/searchsorted are the `searchsorte
 [0, 0, 2]
 """
 from aotgrad.ir import dtypes as dt
+from aotgrad.runtime.sizes import size_list
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.elementwise_ops import (abs, add, eq, isfinite, isnan, le, logical_and,
                                              logical_or, mul, sub)
@@ -77,7 +78,7 @@ def searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=N
     if scalar or vals.ndim == 0:
         if seq.ndim != 1:
             raise RuntimeError("searchsorted: a scalar input needs a 1-D sorted_sequence, got "
-                               f"shape {list(seq.shape)}")
+                               f"shape {size_list(seq.shape)}")
         vals = tp.reshape(vals, shape=(1,))
         out = tp.reshape(tp.searchsorted(seq, vals, right=bool(right)), shape=())
     else:

@@ -6,6 +6,7 @@
 [[5.0]]
 """
 from aotgrad.runtime.elementwise_ops import add, maximum, mul, sub
+from aotgrad.runtime.sizes import hint
 from aotgrad.runtime.linalg_ops import matmul
 from aotgrad.runtime.op_base import op
 from aotgrad.runtime.reduction_ops import _sqrt0, norm, sum
@@ -30,7 +31,7 @@ def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
                            f"X2 got: {x2.ndim}D")
     if x1.shape[-1] != x2.shape[-1]:
         raise RuntimeError(f"X1 and X2 must have the same number of columns. X1: "
-                           f"{x1.shape[-1]} X2: {x2.shape[-1]}")
+                           f"{hint(x1.shape[-1])} X2: {hint(x2.shape[-1])}")
     if not (x1.dtype.is_floating_point and x2.dtype.is_floating_point):
         raise RuntimeError(f"cdist only supports floating-point dtypes, X1 got: "
                            f"{x1.dtype.name}, X2 got: {x2.dtype.name}")

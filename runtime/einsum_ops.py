@@ -14,6 +14,7 @@ broadcast like numpy's, and are summed when the output names no ellipsis.
 import string
 
 from aotgrad.runtime import tprims as tp
+from aotgrad.runtime.sizes import hint
 from aotgrad.runtime.diag_ops import diagonal
 from aotgrad.runtime.op_base import op
 from aotgrad.runtime.tensor import Tensor
@@ -191,7 +192,7 @@ def _prepare(t, lab, sizes):
         j = lab.index(lb, i + 1)
         if t.shape[i] != t.shape[j]:
             raise RuntimeError(f"subscript {lb} is repeated for operand but the "
-                               f"sizes don't match, {t.shape[i]} != {t.shape[j]}")
+                               f"sizes don't match, {hint(t.shape[i])} != {hint(t.shape[j])}")
         t = diagonal(t, 0, i, j)
         lab = [x for k, x in enumerate(lab) if k not in (i, j)] + [lb]
     drop = [i for i, lb in enumerate(lab) if t.shape[i] == 1 and sizes[lb] != 1]

@@ -17,6 +17,7 @@ runtime/multi_tensor.py, a different thing).
 from numbers import Number
 
 from aotgrad.runtime.tensor import Tensor
+from aotgrad.runtime.sizes import size_list
 
 UNARY = ("abs acos asin atan ceil cos cosh erf erfc exp expm1 floor frac lgamma log log10 "
          "log1p log2 neg reciprocal round rsqrt sigmoid sign sin sinh sqrt tan tanh "
@@ -46,7 +47,7 @@ def _per_tensor(name, other, n, *, tensor_is_per_item=False):
     if isinstance(other, Tensor) and tensor_is_per_item:  # one value per tensor, in a 1-d tensor
         if other.ndim != 1 or other.shape[0] != n:
             raise RuntimeError(f"{name}: expected a 1-d tensor of {n} scalars, got shape "
-                               f"{list(other.shape)}")
+                               f"{size_list(other.shape)}")
         return [other[i] for i in range(n)]
     if not isinstance(other, (Number, Tensor)):
         raise TypeError(f"{name}: expected a number, a Tensor or a list, got "

@@ -14,6 +14,7 @@ import sys
 import numpy as np
 
 from aotgrad.ir.core import current_builder as _current_builder
+from aotgrad.runtime.sizes import size_list
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.graph_breaks import graph_break
 from aotgrad.runtime.write_hooks import before_write
@@ -154,7 +155,7 @@ def _post_accumulate(t):
         # program, an all-reduce or an optimizer step, lost): the function runs eagerly.
         # A hook with `records_into_trace = True` (DDP's) records its effects as steps of
         # the program instead, and runs here, at trace time
-        graph_break(f"a post-accumulate-grad hook on a tensor of shape {list(t.shape)} runs "
+        graph_break(f"a post-accumulate-grad hook on a tensor of shape {size_list(t.shape)} runs "
                     f"in the compiled function's backward (hooks run eagerly only)", t)
     for hook in t._post_acc_hooks:
         if hook(t) is not None:

@@ -17,8 +17,9 @@ import math
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
+from aotgrad.runtime.sizes import size_list
 from aotgrad.ir.symbolic import SymInt, slice_indices
-from aotgrad.runtime.value_checks import checked, type_str
+from aotgrad.runtime.value_checks import checked, hint, type_str
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.elementwise_ops import (add, argwhere, mul, nonzero,  # noqa: F401
                                              where)  # (nonzero, argwhere: index ops)
@@ -153,8 +154,9 @@ def getitem(x, index):
             if tuple(i.shape) != want:
                 bad = builtins.next((k for k in range(i.ndim) if k >= len(want) or
                                      i.shape[k] != want[k]), 0)
-                raise IndexError(f"The shape of the mask {list(i.shape)} at index {bad} does not "
-                                 f"match the shape of the indexed tensor {list(x.shape)} at "
+                raise IndexError(f"The shape of the mask {size_list(i.shape)} at index {bad} does "
+                                 f"not "
+                                 f"match the shape of the indexed tensor {size_list(x.shape)} at "
                                  f"index {dim + bad}")
             nz = np.nonzero(i._value)
             for k, arr in enumerate(nz):
@@ -172,7 +174,8 @@ def getitem(x, index):
                                                 i.dtype in (dt.int64, dt.int32)):
             i = int(i)
             if not -n <= i < n:
-                raise IndexError(f"index {i} is out of bounds for dimension {dim} with size {n}")
+                raise IndexError(f"index {i} is out of bounds for dimension {dim} with size "
+                                 f"{hint(n)}")
             i %= n
             start.append(i), limit.append(i + 1), strides.append(1)
             shape_after.append(("drop", None))
@@ -285,7 +288,8 @@ def unfold(x, dimension, size, step):
     d = _dim(dimension, x.ndim)
     n = x.shape[d] if x.ndim else 1
     if size > n:
-        raise RuntimeError(f"maximum size for tensor at dimension {d} is {n} but size is {size}")
+        raise RuntimeError(f"maximum size for tensor at dimension {d} is {hint(n)} but size is "
+                           f"{size}")
     if step <= 0:
         raise RuntimeError(f"step is {step} but must be > 0")
     count = (n - size) // step + 1
@@ -311,7 +315,7 @@ def repeat_interleave(x, repeats, dim=None, *, output_size=None):
         if np.ndim(r) == 0 or np.size(r) == 1 else np.asarray(r, dtype=np.int64)
     if r.shape != (n,):
         raise RuntimeError(f"repeats must have the same size as input along dim, but got "
-                           f"repeats.size(0) = {r.shape[0]} and input.size({d}) = {n}")
+                           f"repeats.size(0) = {r.shape[0]} and input.size({d}) = {hint(n)}")
     if (r < 0).any():
         raise RuntimeError("repeats can not be negative")
     return index_select(x, d, _const_index(np.repeat(np.arange(n), r)))

@@ -10,6 +10,7 @@ left-out x still counts among the ties) and the traced form are scatter_reduce's
 tensor([6., 1., 5.])
 """
 from aotgrad.ir import dtypes as dt
+from aotgrad.runtime.sizes import size_list
 from aotgrad.runtime import shape_ops
 from aotgrad.runtime.op_base import op
 from aotgrad.runtime.scatter_reduce_ops import scatter_reduce
@@ -30,7 +31,7 @@ def index_reduce(x, dim, index, source, reduce, *, include_self=True):
                            f"{got}")
     if index.ndim > 1:
         raise IndexError(f"index_reduce(): Index is supposed to be a vector, but got dim: "
-                         f"{index.ndim} with size: {list(index.shape)}")
+                         f"{index.ndim} with size: {size_list(index.shape)}")
     if not isinstance(source, Tensor) or source.dtype is not x.dtype:
         got = getattr(getattr(source, "dtype", None), "name", type(source).__name__)
         raise RuntimeError(f"index_reduce(): self ({x.dtype.name}) and source ({got}) must "
@@ -41,8 +42,8 @@ def index_reduce(x, dim, index, source, reduce, *, include_self=True):
     if x.ndim != source.ndim or any(k != d and s_shape[k] != x_shape[k]
                                            for k in range(len(x_shape))):
         raise RuntimeError(f"source tensor shape must match self tensor shape, excluding the "
-                           f"specified dimension. Got self.shape = {list(x.shape)} "
-                           f"source.shape = {list(source.shape)}")
+                           f"specified dimension. Got self.shape = {size_list(x.shape)} "
+                           f"source.shape = {size_list(source.shape)}")
     n_index, n_source = index.numel(), s_shape[d]
     if n_index != n_source:
         raise RuntimeError(f"index_reduce(): Number of indices ({n_index}) should be equal to "

@@ -22,7 +22,8 @@ import weakref
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
-from aotgrad.ir.core import current_builder, current_op, format_location, type_str
+from aotgrad.ir.core import current_builder, current_op, format_location
+from aotgrad.runtime.sizes import size_list, type_str
 from aotgrad.runtime import forward_mode, layout
 from aotgrad.runtime.inference_views import InferenceModeView
 from aotgrad.runtime.forward_mode import state as _forward
@@ -108,7 +109,7 @@ def _store(x, value, opname, index=None):
             not root._value.flags.writeable:
         where = "" if current_op.get() is not None else f"{opname}: "
         raise RuntimeError(f"{where}the written-to tensor's memory is read-only (shape "
-                           f"{list(x.shape)})")
+                           f"{size_list(x.shape)})")
     pos = _positions(root._value, dst)
     if index is not None:
         pos = pos[index]
@@ -234,8 +235,8 @@ def commit_inplace(x, new, opname, replaces=False):
         keep = tp.constant(True, dt.bool_, tuple(x.shape))
         new = tp.where(keep, new, snapshot(x))
     if tuple(new.shape) != tuple(x.shape):
-        raise RuntimeError(f"{opname}: output with shape {list(x.shape)} doesn't match the "
-                           f"broadcast shape {list(new.shape)}{format_location()}")
+        raise RuntimeError(f"{opname}: output with shape {size_list(x.shape)} doesn't match the "
+                           f"broadcast shape {size_list(new.shape)}{format_location()}")
     tracked = new.requires_grad and _mode.grad_enabled
     if tracked and new.grad_fn is None:  # a leaf's value (copy_(leaf)): x gets a node of its
         new = reshape(new, tuple(new.shape))  # own, not the leaf's identity
@@ -387,8 +388,8 @@ def setitem(x, index, value):
         try:
             _store(x, value._value, "setitem", idx)
         except ValueError as e:
-            raise RuntimeError(f"{e} (destination shape {list(x.shape)}, value shape "
-                               f"{list(value.shape)})") from None
+            raise RuntimeError(f"{e} (destination shape {size_list(x.shape)}, value shape "
+                               f"{size_list(value.shape)})") from None
         x._version_counter.v += 1
         return x
     pos = getitem(tp.iota(shape=(x.numel(),), dim=0, dtype=dt.int64).reshape(tuple(x.shape)),

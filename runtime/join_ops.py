@@ -15,6 +15,7 @@ from aotgrad.runtime import tprims as tp
 from aotgrad.runtime import view_meta
 from aotgrad.runtime.composite import share_node
 from aotgrad.runtime.op_base import _named, as_tensor_like, cast, norm_dims, op, type_name
+from aotgrad.runtime.sizes import hint, size_list
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.runtime.view_ops import _alias, _dim, _view_of, flatten, reshape, unsqueeze
 
@@ -58,9 +59,9 @@ def cat(tensors, dim=0):
         if bad:
             j = bad[0]
             raise RuntimeError(f"Sizes of tensors must match except in dimension {d}. Expected "
-                               f"size {first.shape[j]} but got size {t.shape[j]} for tensor "
-                               f"number {i} in the list (shapes {list(first.shape)} and "
-                               f"{list(t.shape)}).")
+                               f"size {hint(first.shape[j])} but got size {hint(t.shape[j])} for "
+                               f"tensor number {i} in the list (shapes {size_list(first.shape)} "
+                               f"and {size_list(t.shape)}).")
     if len(tensors) == 1:
         return _alias(tensors[0])
     return tp.concatenate(*tensors, dim=d)
@@ -77,8 +78,8 @@ def stack(tensors, dim=0):
     s0 = tuple(tensors[0].shape)
     for i, t in enumerate(tensors):
         if tuple(t.shape) != s0:
-            raise RuntimeError(f"stack expects each tensor to be equal size, but got {list(s0)} "
-                               f"at entry 0 and {list(t.shape)} at entry {i}")
+            raise RuntimeError(f"stack expects each tensor to be equal size, but got "
+                               f"{size_list(s0)} at entry 0 and {size_list(t.shape)} at entry {i}")
     d = norm_dims(dim, len(s0) + 1)[0]
     return cat([unsqueeze(t, d) for t in tensors], d)
 
@@ -96,8 +97,8 @@ def narrow(x, dim, start, length):
     d = _dim(dim, x.ndim)
     start = start + x.shape[d] if start < 0 else start
     if not 0 <= start <= start + length <= x.shape[d]:
-        raise IndexError(f"start ({start}) + length ({length}) exceeds dimension size "
-                         f"({x.shape[d]}).")
+        raise IndexError(f"start ({hint(start)}) + length ({hint(length)}) exceeds dimension size "
+                         f"({hint(x.shape[d])}).")
     lo, hi = [0] * x.ndim, list(x.shape)
     lo[d], hi[d] = start, start + length
     return _view_of(tp.slice(x, start=tuple(lo), limit=tuple(hi)), x)
@@ -112,7 +113,7 @@ def split(x, split_size_or_sections, dim=0):
     else:
         sizes = list(split_size_or_sections)
         if builtins.sum(sizes) != n:
-            raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {n} "
+            raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {hint(n)} "
                                f"(input tensor's size at dimension {d}), but got split_sizes="
                                f"{sizes}")
     out, off = [], 0
@@ -140,7 +141,8 @@ def select(x, dim, index):
     d = _dim(dim, x.ndim)
     n = x.shape[d]
     if not -n <= index < n:
-        raise IndexError(f"index {index} is out of bounds for dimension {d} with size {n}")
+        raise IndexError(f"index {index} is out of bounds for dimension {d} with size "
+                         f"{hint(n)}")
     index %= n
     s = narrow(x, d, index, 1)
     return _view_of(tp.reshape(s, shape=tuple(x.shape[:d]) + tuple(x.shape[d + 1:])), x)

@@ -19,6 +19,7 @@ import math
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
+from aotgrad.runtime.sizes import hint
 from aotgrad.ir.linalg_prims import LinAlgError  # noqa: F401  (aotgrad.linalg.LinAlgError)
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.diag_ops import diagonal as _diagonal, tril, triu
@@ -55,7 +56,7 @@ def _check(fn, a, square=False):
                            f"{a.dtype.name}")
     if square and a.shape[-1] != a.shape[-2]:
         raise RuntimeError(f"linalg.{fn}: A must be batches of square matrices, but they are "
-                           f"{a.shape[-2]} by {a.shape[-1]} matrices")
+                           f"{hint(a.shape[-2])} by {hint(a.shape[-1])} matrices")
 
 
 def mT(x):  # noqa: N802

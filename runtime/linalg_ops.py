@@ -10,6 +10,7 @@ import math
 
 from aotgrad.ir.core import current_builder
 from aotgrad.ir.symbolic import hints
+from aotgrad.runtime.sizes import hint
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime import view_ops
 from aotgrad.runtime.elementwise_ops import mul
@@ -121,7 +122,7 @@ def bmm(a, b):
     if a.ndim != 3 or b.ndim != 3:
         raise RuntimeError(f"bmm: expected 3D tensors, got {a.ndim}D and {b.ndim}D")
     if a.shape[0] != b.shape[0]:
-        raise RuntimeError(f"bmm: batch sizes differ: {a.shape[0]} and {b.shape[0]}")
+        raise RuntimeError(f"bmm: batch sizes differ: {hint(a.shape[0])} and {hint(b.shape[0])}")
     return matmul(a, b)
 
 

@@ -17,6 +17,7 @@ import warnings
 import numpy as np
 
 from aotgrad.ir.core import format_location
+from aotgrad.runtime.sizes import size_list
 from aotgrad.runtime.dual_state import state as _forward
 from aotgrad.runtime.dual_state import tangent_of
 from aotgrad.runtime.grad_mode import state as _mode
@@ -70,8 +71,9 @@ def _write(name, out, result):
     if tuple(out.shape) != tuple(result.shape):
         if out.numel() != 0:
             warnings.warn(f"An output with one or more elements was resized since it had shape "
-                          f"{list(out.shape)}, which does not match the required output shape "
-                          f"{list(result.shape)}. This behavior is deprecated, and in a future "
+                          f"{size_list(out.shape)}, which does not match the required output shape "
+                          f"{size_list(result.shape)}. This behavior is deprecated, and in a "
+                          f"future "
                           f"PyTorch release outputs will not be resized unless they have zero "
                           f"elements. You can explicitly reuse an out tensor t by resizing it, "
                           f"inplace, to zero elements with t.resize_(0).", UserWarning,

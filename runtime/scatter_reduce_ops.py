@@ -15,6 +15,7 @@ tensor([3., 2.])
 import math
 
 from aotgrad.ir import dtypes as dt
+from aotgrad.runtime.sizes import size_list
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.op_base import cast, op
 from aotgrad.runtime.tensor import Tensor
@@ -59,9 +60,9 @@ def scatter_reduce(x, dim, index, src, reduce, *, include_self=True):
     for k in range(x.ndim):
         if index.shape[k] > src.shape[k] or (k != d and index.shape[k] != x.shape[k]):
             raise RuntimeError(
-                f"scatter_reduce(): index of shape {list(index.shape)} must match self "
-                f"{list(x.shape)} outside dim {d} and be no larger than src "
-                f"{list(src.shape)} (a smaller index outside dim is not supported)")
+                f"scatter_reduce(): index of shape {size_list(index.shape)} must match self "
+                f"{size_list(x.shape)} outside dim {d} and be no larger than src "
+                f"{size_list(src.shape)} (a smaller index outside dim is not supported)")
     for k in range(src.ndim):  # only the part of src that index covers is used
         if index.shape[k] < src.shape[k]:
             src = shape_ops.narrow(src, k, 0, index.shape[k])

@@ -6,6 +6,7 @@
 [1, 2, 0]
 """
 from aotgrad.ir import dtypes as dt
+from aotgrad.runtime.sizes import hint
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.index_ops import take_along_dim
 from aotgrad.runtime.join_ops import narrow
@@ -47,6 +48,6 @@ def topk(x, k, dim=-1, largest=True, sorted=True):
             raise RuntimeError(f"selected index k out of range (k={k}, size 1)")
         return return_types["topk"](_alias(x), argsort(x))
     if not 0 <= k <= x.shape[d]:
-        raise RuntimeError(f"selected index k out of range (k={k}, size {x.shape[d]})")
+        raise RuntimeError(f"selected index k out of range (k={k}, size {hint(x.shape[d])})")
     idx = narrow(argsort(x, d, descending=largest), d, 0, k)
     return return_types["topk"](take_along_dim(x, idx, d), idx)

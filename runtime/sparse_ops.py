@@ -25,6 +25,7 @@ import math
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
+from aotgrad.runtime.sizes import hint, size_list
 from aotgrad.runtime import device as _device
 from aotgrad.runtime import memory_format as _layout
 from aotgrad.runtime import ops
@@ -67,7 +68,7 @@ def _as_index_tensor(indices):
         idx = cast(idx, dt.int64)
     if idx.ndim != 2:
         raise RuntimeError(f"sparse_coo_tensor: indices must be sparse_dim x nnz, but got "
-                           f"indices of shape {list(idx.shape)}")
+                           f"indices of shape {size_list(idx.shape)}")
     return idx
 
 
@@ -126,7 +127,7 @@ def sparse_coo_tensor(indices, values, size=None, *, dtype=None, device=None,
         vals = cast(vals, dt.as_dtype(dtype))
     if vals.ndim < 1 or vals.shape[0] != idx.shape[1]:
         raise RuntimeError(f"sparse_coo_tensor: indices and values must have the same number "
-                           f"of elements (nnz), but got {idx.shape[1]} and "
+                           f"of elements (nnz), but got {hint(idx.shape[1])} and "
                            f"{vals.shape[0] if vals.ndim else 'a 0-d values tensor'}")
     sd = idx.shape[0]
     if size is None:
@@ -138,7 +139,8 @@ def sparse_coo_tensor(indices, values, size=None, *, dtype=None, device=None,
         raise RuntimeError(f"sparse_coo_tensor: number of dimensions must be sparse_dim "
                            f"({sd}) + dense_dim ({vals.ndim - 1}), but got {len(size)}")
     if tuple(vals.shape[1:]) != size[sd:]:
-        raise RuntimeError(f"sparse_coo_tensor: values has dense sizes {list(vals.shape[1:])}, "
+        raise RuntimeError(f"sparse_coo_tensor: values has dense sizes "
+                           f"{size_list(vals.shape[1:])}, "
                            f"expected {list(size[sd:])}")
     _check_concrete_indices(idx, size, vals)
     if requires_grad:

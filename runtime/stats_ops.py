@@ -7,6 +7,7 @@ interpolation modes), cov, corrcoef, cross and chain_matmul.
 2.5
 """
 from aotgrad.ir import dtypes as dt
+from aotgrad.runtime.sizes import hint, size_list
 from aotgrad.runtime import elementwise_ops as ew
 from aotgrad.runtime import linalg_ops as la
 from aotgrad.runtime import reduction_ops as red
@@ -147,12 +148,12 @@ def cross(input, other, dim=None):
     if dim is None:
         dims = [i for i, s in enumerate(a.shape) if s == 3]
         if not dims:
-            raise RuntimeError(f"no dimension of size 3 in input (shape {list(a.shape)})")
+            raise RuntimeError(f"no dimension of size 3 in input (shape {size_list(a.shape)})")
         dim = dims[0]
     d = norm_dims(dim, a.ndim)[0]
     if a.shape[d] != 3:
         raise RuntimeError(f"linalg.cross: inputs dimension {dim} must have length 3. Got "
-                           f"{a.shape[d]} and {b.shape[d]}")
+                           f"{hint(a.shape[d])} and {hint(b.shape[d])}")
     a0, a1, a2 = (so.narrow(a, d, i, 1) for i in range(3))
     b0, b1, b2 = (so.narrow(b, d, i, 1) for i in range(3))
     return so.cat([ew.sub(ew.mul(a1, b2), ew.mul(a2, b1)),

@@ -18,6 +18,7 @@ import math
 import numpy as np
 
 from aotgrad.runtime import layout
+from aotgrad.runtime.sizes import size_list
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.index_ops import _const_index, index_copy, take
 from aotgrad.runtime.inplace_ops import _inplace_guard
@@ -103,7 +104,7 @@ def as_strided(input, size, stride, storage_offset=None):
         raise RuntimeError(f"as_strided: size {list(size)}, stride {list(stride)} and "
                            f"storage_offset {offset} reach element {int(pos.max())}, out of "
                            f"bounds for a tensor of {numel} elements (shape "
-                           f"{list(input.shape)})")
+                           f"{size_list(input.shape)})")
     if not size:
         return reshape(take(input, _const_index(pos.reshape(1))), ())
     return take(input, _const_index(pos))
@@ -122,7 +123,7 @@ def diagonal_scatter(input, src, offset=0, dim1=0, dim2=1):
     want = tuple(y.shape[:-2]) + (k,)
     if tuple(src.shape) != want:
         raise RuntimeError(f"diagonal_scatter: src must have the shape of the diagonal "
-                           f"{list(want)}, got {list(src.shape)}")
+                           f"{list(want)}, got {size_list(src.shape)}")
     rows = np.arange(k) + max(0, -offset)
     flat = reshape(y, tuple(y.shape[:-2]) + (r * c,))
     out = index_copy(flat, flat.ndim - 1, _const_index(rows * c + rows + offset),

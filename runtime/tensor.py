@@ -15,7 +15,9 @@ import weakref
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
-from aotgrad.ir.core import Var, format_location, type_str
+from aotgrad.runtime.sizes import size_list
+from aotgrad.ir.core import Var, format_location
+from aotgrad.runtime.sizes import type_str
 from aotgrad.ir.core import current_builder as _current_builder
 from aotgrad.runtime import dual_state as _dual_state
 from aotgrad.runtime.device import CPU as _CPU
@@ -208,7 +210,7 @@ class Tensor:
                 raise RuntimeError("can't assign Variable as its own grad")
             if tuple(g.shape) != tuple(self.shape):
                 raise RuntimeError(f"assigned grad has data of a different size: got "
-                                   f"{list(g.shape)}, expected {list(self.shape)}")
+                                   f"{size_list(g.shape)}, expected {size_list(self.shape)}")
             grad_dtype = self.__dict__.get("_grad_dtype", self.dtype)
             if grad_dtype is not None and g.dtype is not grad_dtype:
                 if "_grad_dtype" in self.__dict__:

@@ -6,6 +6,7 @@ and recorded (tracing), and is itself differentiable.
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
+from aotgrad.runtime.sizes import size_list
 from aotgrad.ir.prims import PRIMS
 from aotgrad.ir.core import current_builder
 from aotgrad.ir.symbolic import SymInt
@@ -70,7 +71,7 @@ def broadcast_to(t, shape):
         return t                                           # across ranks, no guard)
     nd = len(shape)
     if t.ndim > nd:
-        raise ValueError(f"cannot broadcast {list(t.shape)} to {list(shape)}")
+        raise ValueError(f"cannot broadcast {size_list(t.shape)} to {list(shape)}")
     if not t.requires_grad and current_builder() is None and type(t._value) is np.ndarray and \
             (_forward.level is None or forward_mode.tangent_of(t) is None):  # nothing to record
         try:

@@ -7,17 +7,11 @@ integer divisors.
 >>> checked(aotgrad.tensor([0, 2]), IndexError, "index {value} out of range", low=0, high=3)
 tensor([0, 2])
 """
-from aotgrad.ir.symbolic import hint, hints
 from aotgrad.ir.value_checks import ValueCheck
 from aotgrad.runtime import tprims as tp
+from aotgrad.runtime.sizes import hint, hints, type_str
 
 __all__ = ["checked", "hint", "hints", "type_str"]
-
-
-def type_str(a):
-    """`f32[5,3]`, for an error message: a symbolic size shows its hint (its value in the
-    call being traced), so that a message made while tracing names the sizes eager does."""
-    return f"{a.dtype.short}[{','.join(map(str, hints(a.shape)))}]"
 
 
 def checked(t, error, message, *, low=None, high=None, nonzero=False, exempt=None,

@@ -16,8 +16,9 @@ import weakref
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
-from aotgrad.ir.core import Var, current_builder, current_op, type_str
-from aotgrad.ir.symbolic import SymInt, hint, hints
+from aotgrad.ir.core import Var, current_builder, current_op
+from aotgrad.runtime.sizes import size_list, type_str
+from aotgrad.ir.symbolic import SymInt, hint
 from aotgrad.runtime import layout
 from aotgrad.runtime import memory_format as _layout
 from aotgrad.runtime import tprims as tp
@@ -120,11 +121,11 @@ def infer_shape(shape, numel):
     if -1 in shape:
         known = math.prod(s for s in shape if s != -1)
         if known == 0 or numel % known:
-            raise RuntimeError(f"shape '{list(hints(shape))}' is invalid for input of size "
+            raise RuntimeError(f"shape '{size_list(shape)}' is invalid for input of size "
                                f"{hint(numel)}")
         shape[shape.index(-1)] = numel // known
     if math.prod(shape) != numel:
-        raise RuntimeError(f"shape '{list(hints(shape))}' is invalid for input of size "
+        raise RuntimeError(f"shape '{size_list(shape)}' is invalid for input of size "
                                f"{hint(numel)}")
     return tuple(shape)
 
@@ -152,7 +153,7 @@ def view(x, *shape):
         raise RuntimeError(f"view size is not compatible with input tensor's size and stride (at "
                            f"least one dimension spans across two contiguous subspaces). Use "
                            f".reshape(...) instead. (input {type_str(x)} with strides "
-                           f"{_elem_strides(x)}, view shape {list(out.shape)})")
+                           f"{_elem_strides(x)}, view shape {size_list(out.shape)})")
     return out
 
 
@@ -265,9 +266,10 @@ def expand(x, *sizes):
     shape = tuple(x.shape[i - lead] if s == -1 else s for i, s in enumerate(sizes))
     for i, n in enumerate(x.shape):
         if n != 1 and n != shape[lead + i]:
-            raise RuntimeError(f"The expanded size of the tensor ({shape[lead + i]}) must match "
-                               f"the existing size ({n}) at non-singleton dimension {lead + i}. "
-                               f" Target sizes: {list(sizes)}.  Tensor sizes: {list(x.shape)}")
+            raise RuntimeError(f"The expanded size of the tensor ({hint(shape[lead + i])}) must "
+                               f"match the existing size ({hint(n)}) at non-singleton dimension "
+                               f"{lead + i}.  Target sizes: {size_list(sizes)}.  Tensor sizes: "
+                               f"{size_list(x.shape)}")
     if shape == tuple(x.shape):
         return _alias(x)  # still a new view (tp.broadcast_to would return x itself)
     return _view_of(tp.broadcast_to(x, shape), x)

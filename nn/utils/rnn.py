@@ -15,6 +15,7 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
+from aotgrad.runtime.sizes import hint
 from aotgrad.nn import functional as F
 from aotgrad.runtime import shape_ops
 from aotgrad.runtime.factories import tensor
@@ -114,10 +115,10 @@ def pack_padded_sequence(input, lengths, batch_first=False, enforce_sorted=True)
     x = shape_ops.transpose(input, 0, 1) if batch_first else input
     if lengths.size != x.shape[1]:
         raise RuntimeError(f"Expected `len(lengths)` to be equal to batch_size, but got "
-                           f"{lengths.size} (batch_size={x.shape[1]})")
+                           f"{lengths.size} (batch_size={hint(x.shape[1])})")
     if lengths.max() > x.shape[0]:
         raise RuntimeError(f"pack_padded_sequence: a length ({lengths.max()}) exceeds the "
-                           f"padded sequence length ({x.shape[0]})")
+                           f"padded sequence length ({hint(x.shape[0])})")
     if enforce_sorted:
         if np.any(np.diff(lengths) > 0):
             raise RuntimeError("`lengths` array must be sorted in decreasing order when "

@@ -87,3 +87,67 @@ def test_index_bound_message_names_this_calls_size(backend):
                                            f"size {n} "):
             f(x, bad)
     assert f.stats.compiles == 1
+
+
+# Each row: an op whose shape error, raised while tracing with symbolic sizes, must read as
+# eager's for the same call (sizes, never the symbols s0, s1, ...).
+_SHAPE_ERRORS = {
+    "reshape": (lambda x: x.reshape(4, 4), ((5, 3),)),
+    "view": (lambda x: x.view(7, -1), ((5, 3),)),
+    "cat": (lambda x, y: aotgrad.cat([x, y], 0), ((5, 3), (5, 4))),
+    "stack": (lambda x, y: aotgrad.stack([x, y]), ((5, 3), (4, 3))),
+    "mm": (lambda x, y: aotgrad.mm(x, y), ((5, 3), (4, 2))),
+    "bmm": (lambda x, y: aotgrad.bmm(x, y), ((2, 5, 3), (2, 4, 2))),
+    "addmm": (lambda b, x, y: aotgrad.addmm(b, x, y), ((5, 2), (5, 3), (4, 2))),
+    "index_int": (lambda x: x[7], ((5, 3),)),
+    "select": (lambda x: x.select(0, 6), ((5, 3),)),
+    "narrow": (lambda x: x.narrow(0, 3, 4), ((5, 3),)),
+    "inplace_broadcast": (lambda x, y: x.add_(y), ((2, 3), (5, 3))),
+    "expand": (lambda x: x.expand(5, 4), ((5, 3),)),
+    "cat_other_dim": (lambda x, y: aotgrad.cat([x, y], 1), ((5, 3), (4, 3))),
+    "bmm_batch": (lambda x, y: aotgrad.bmm(x, y), ((2, 5, 3), (3, 3, 2))),
+    "tensordot": (lambda x, y: aotgrad.tensordot(x, y, dims=([1], [0])), ((5, 3), (4, 2))),
+    "topk": (lambda x: aotgrad.topk(x, 9), ((5,),)),
+    "split_sizes": (lambda x: x.split([2, 2], 0), ((5, 3),)),
+    "conv2d_channels": (lambda x, w: F.conv2d(x, w), ((2, 3, 6, 6), (4, 5, 3, 3))),
+    "max_pool2d_too_small": (lambda x: F.max_pool2d(x, 7), ((2, 3, 6, 6),)),
+    "unfold": (lambda x: x.unfold(0, 7, 1), ((5, 3),)),
+    "pad_negative": (lambda x: F.pad(x, (0, 0, -6, 0)), ((5, 3),)),
+    "repeat_interleave": (lambda x: x.repeat_interleave(aotgrad.tensor(np.array([1, 2])), 0),
+                          ((5, 3),)),
+}
+
+
+@pytest.mark.parametrize("name", list(_SHAPE_ERRORS))
+def test_shape_error_traced_with_symbolic_sizes_is_eager_message(name):
+    fn, shapes = _SHAPE_ERRORS[name]
+    args = tuple(_t(s) for s in shapes)
+    eager = _message(fn, args)
+    compiled = _message(aotgrad.compile(fn, dynamic=True, backend="interpret"), args)
+    assert compiled == eager
+    sizes_named = {str(n) for s in shapes for n in s}
+    assert any(n in eager[1] for n in sizes_named)
+    assert not any(f"s{k}" in eager[1] for k in range(4))
+
+
+def test_addmm_inner_size_mismatch_names_both_shapes_in_eager():
+    kind, text = _message(aotgrad.addmm, (_t((5, 2)), _t((5, 3)), _t((4, 2))))
+    assert kind is RuntimeError and "(5x3 and 4x2)" in text
+
+
+def embedding(idx, w):
+    return F.embedding(idx, w)
+
+
+@pytest.mark.parametrize("backend", ["interpret", "numba"])
+def test_embedding_index_message_names_num_embeddings_of_each_call(backend):
+    f = aotgrad.compile(embedding, dynamic=True, backend=backend)
+    for n in (5, 8):
+        w = _t((n, 3))
+        bad = aotgrad.tensor(np.array([0, n]))
+        eager = _message(embedding, (bad, w))
+        assert f"num_embeddings={n};" in eager[1]
+        kind, text = _message(f, (bad, w))
+        assert kind is eager[0] and f"num_embeddings={n};" in text
+        assert text.startswith("embedding(): index out of range")
+    assert f.stats.compiles == 1
