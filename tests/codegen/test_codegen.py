@@ -15,17 +15,7 @@ from aotgrad.testing import assert_close
 
 F32, F64 = dt.float32, dt.float64
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _cache_dir(tmp_path_factory):
-    old = os.environ.get("AOTGRAD_CACHE_DIR")
-    d = str(tmp_path_factory.mktemp("aotgrad_cache"))
-    os.environ["AOTGRAD_CACHE_DIR"] = d
-    yield d
-    if old is None:
-        os.environ.pop("AOTGRAD_CACHE_DIR", None)
-    else:
-        os.environ["AOTGRAD_CACHE_DIR"] = old
+pytestmark = pytest.mark.usefixtures("module_cache_dir")
 
 
 def compile_graph(g, **kw):

@@ -11,17 +11,7 @@ from aotgrad.testing import assert_close
 
 F32, F64 = dt.float32, dt.float64
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _cache_dir(tmp_path_factory):
-    import os
-    old = os.environ.get("AOTGRAD_CACHE_DIR")
-    os.environ["AOTGRAD_CACHE_DIR"] = str(tmp_path_factory.mktemp("aotgrad_cache"))
-    yield
-    if old is None:
-        os.environ.pop("AOTGRAD_CACHE_DIR", None)
-    else:
-        os.environ["AOTGRAD_CACHE_DIR"] = old
+pytestmark = pytest.mark.usefixtures("module_cache_dir")
 
 
 def build(fn, *avals):

@@ -1,6 +1,5 @@
 """codegen with symbolic sizes: one compiled program (one set of kernels) serves every value
 of its symbols, equal to the numpy reference at each size."""
-import os
 
 import numpy as np
 import pytest
@@ -15,16 +14,7 @@ from aotgrad.testing import assert_close
 F32, F64, I64 = dt.float32, dt.float64, dt.int64
 SIZES = (3, 8, 17, 64)
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _cache_dir(tmp_path_factory):
-    old = os.environ.get("AOTGRAD_CACHE_DIR")
-    os.environ["AOTGRAD_CACHE_DIR"] = str(tmp_path_factory.mktemp("aotgrad_cache"))
-    yield
-    if old is None:
-        os.environ.pop("AOTGRAD_CACHE_DIR", None)
-    else:
-        os.environ["AOTGRAD_CACHE_DIR"] = old
+pytestmark = pytest.mark.usefixtures("module_cache_dir")
 
 
 def build(fn, *shapes, hint=8, dtype=F32):

@@ -1,6 +1,5 @@
 """Products with symbolic sizes run on the BLAS schedule (gemm_stack / gemm_serial, row or
 column slabs) with arguments worked out per call, equal to numpy at every size."""
-import os
 
 import numpy as np
 import pytest
@@ -13,18 +12,10 @@ from aotgrad.ir.core import evaluate
 from aotgrad.ir.symbolic import ShapeEnv
 from aotgrad.testing import assert_close
 
-pytestmark = pytest.mark.skipif(not blas.available(), reason="no BLAS for gemm_stack")
+pytestmark = [pytest.mark.skipif(not blas.available(), reason="no BLAS for gemm_stack"),
+              pytest.mark.usefixtures("module_cache_dir")]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _cache_dir(tmp_path_factory):
-    old = os.environ.get("AOTGRAD_CACHE_DIR")
-    os.environ["AOTGRAD_CACHE_DIR"] = str(tmp_path_factory.mktemp("aotgrad_cache"))
-    yield
-    if old is None:
-        os.environ.pop("AOTGRAD_CACHE_DIR", None)
-    else:
-        os.environ["AOTGRAD_CACHE_DIR"] = old
 
 
 def build(fn, *shapes, hint=64, dtype=dt.float32):
