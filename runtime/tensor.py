@@ -6,7 +6,8 @@ tensor([2., 4.])
 
 `_value` is a numpy array in eager mode, or an IR `Var` while tracing; every op goes
 through `runtime.dispatch.apply`, which binds the prim and records the autograd node.
-Operators and most methods are installed from runtime/ops.py.
+Operators and most methods, and the methods that need the layers above Tensor, are installed
+by runtime/methods.py (runtime/tensor.pyi declares them for IDEs and type checkers).
 """
 import math
 import operator
