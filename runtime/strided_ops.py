@@ -24,7 +24,6 @@ from aotgrad.runtime.index_ops import _const_index, index_copy, take
 from aotgrad.runtime.inplace_ops import _inplace_guard
 from aotgrad.runtime.op_base import cast, op
 from aotgrad.runtime.factories import zeros
-from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.runtime.view_ops import _dim, movedim, reshape
 from aotgrad.runtime.write_hooks import before_write
