@@ -8,8 +8,8 @@ from aotgrad.codegen import CompiledGraph, compile_graph, symbols_of
 from aotgrad.ir import Aval, GraphBuilder, prims
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.core import evaluate
-from aotgrad.ir.symbolic import ShapeEnv
 from aotgrad.testing import assert_close
+from symbolic_graphs import build
 
 F32, F64, I64 = dt.float32, dt.float64, dt.int64
 SIZES = (3, 8, 17, 64)
@@ -17,17 +17,6 @@ SIZES = (3, 8, 17, 64)
 pytestmark = pytest.mark.usefixtures("module_cache_dir")
 
 
-def build(fn, *shapes, hint=8, dtype=F32):
-    """A graph over inputs whose shapes name the symbol "n" (one symbol, hint `hint`)."""
-    env = ShapeEnv()
-    n = env.create_symbol(hint, "x.size(0)")
-    b = GraphBuilder("forward")
-    xs = [b.add_input(Aval(tuple(n if d == "n" else d for d in s), dtype), f"x{i}")
-          for i, s in enumerate(shapes)]
-    with env, b:
-        outs = fn(n, *xs)
-    b.graph.outputs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
-    return b.graph
 
 
 def check(graph, *shapes, sizes=SIZES, dtype=np.float32, rtol=1e-5):

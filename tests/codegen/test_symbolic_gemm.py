@@ -1,33 +1,22 @@
 """Products with symbolic sizes run on the BLAS schedule (gemm_stack / gemm_serial, row or
 column slabs) with arguments worked out per call, equal to numpy at every size."""
+import functools
 
 import numpy as np
 import pytest
 
 from aotgrad.codegen import CompiledGraph, blas, compile_graph
 from aotgrad.codegen.gemm_plan import SymbolicGemm
-from aotgrad.ir import Aval, GraphBuilder, prims
+from aotgrad.ir import prims
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.core import evaluate
-from aotgrad.ir.symbolic import ShapeEnv
 from aotgrad.testing import assert_close
+from symbolic_graphs import build as _build
+
+build = functools.partial(_build, hint=64)   # (products large enough for the slabs)
 
 pytestmark = [pytest.mark.skipif(not blas.available(), reason="no BLAS for gemm_stack"),
               pytest.mark.usefixtures("module_cache_dir")]
-
-
-
-
-def build(fn, *shapes, hint=64, dtype=dt.float32):
-    env = ShapeEnv()
-    n = env.create_symbol(hint, "x.size(0)")
-    b = GraphBuilder("forward")
-    xs = [b.add_input(Aval(tuple(n if d == "n" else d for d in s), dtype), f"x{i}")
-          for i, s in enumerate(shapes)]
-    with env, b:
-        outs = fn(n, *xs)
-    b.graph.outputs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
-    return b.graph
 
 
 def run_sizes(graph, shapes, sizes, dtype=np.float32):

@@ -28,12 +28,7 @@ def report(tmp_path_factory):
 
 
 def _w5_closed_form():
-    sys.path.insert(0, BENCH)
-    try:
-        from workloads import WORKLOADS
-    finally:
-        while BENCH in sys.path:
-            sys.path.remove(BENCH)
+    from aotgrad.benchmarks.workloads import WORKLOADS
     a = {k: v.astype(np.float64) for k, v in WORKLOADS["W5"].inputs(quick=True).items()}
     pre = a["x"] @ a["w1"].T + a["b1"]
     h = np.maximum(pre, 0)
