@@ -166,6 +166,61 @@ def check_collectives():
             assert sum(batches, []) == shards[r]
 
 
+def rank_object(r):
+    """A picklable value that differs per rank, in size too (the byte counts differ)."""
+    return {"rank": r, "name": "x" * (3 * r + 1), "array": np.arange(r + 2.0),
+            "nested": [(r, None), {r * 1.5}]}
+
+
+def same_object(got, want, what):
+    ok = type(got) is type(want) and got.keys() == want.keys() and all(
+        np.array_equal(got[key], want[key]) if key == "array" else got[key] == want[key]
+        for key in want)
+    if not ok:
+        raise AssertionError(f"rank {dist.get_rank()}: {what}: {got!r} != {want!r}")
+
+
+def check_object_collectives():
+    """all_gather_object, broadcast_object_list, gather_object, scatter_object_list: what each
+    rank gets equals what the others passed (objects of different sizes per rank), roots
+    other than rank 0, and their argument errors."""
+    r, k = dist.get_rank(), dist.get_world_size()
+    gathered = [None] * k
+    assert dist.all_gather_object(gathered, rank_object(r)) is None
+    for q in range(k):
+        same_object(gathered[q], rank_object(q), f"all_gather_object from rank {q}")
+    for src in range(k):
+        objs = [rank_object(src), "tail", src] if r == src else [None, None, None]
+        dist.broadcast_object_list(objs, src=src)
+        same_object(objs[0], rank_object(src), f"broadcast_object_list from {src}")
+        equal(objs[1:], ["tail", src], "broadcast_object_list's other entries")
+    dst = k - 1
+    out = [None] * k if r == dst else None
+    dist.gather_object(rank_object(r), out, dst=dst)
+    if r == dst:
+        for q in range(k):
+            same_object(out[q], rank_object(q), f"gather_object from rank {q}")
+    mine = [None]
+    dist.scatter_object_list(mine, [rank_object(10 + q) for q in range(k)] if r == 1 else None,
+                             src=1)
+    same_object(mine[0], rank_object(10 + r), "scatter_object_list")
+    mine = [None]
+    dist.scatter_object_list(mine, [q * q for q in range(k)] if r == 0 else None)
+    equal(mine[0], r * r, "scatter_object_list from the default root")
+    for bad, call in ((ValueError, lambda: dist.all_gather_object([None] * (k + 1), r)),
+                      (ValueError, lambda: dist.scatter_object_list([], None)),
+                      (ValueError, lambda: dist.gather_object(r, None if r == 0 else [None],
+                                                              dst=0)),
+                      (ValueError, lambda: dist.broadcast_object_list([1], src=k))):
+        try:
+            call()
+        except bad:
+            pass
+        else:
+            raise AssertionError(f"rank {r}: a bad object collective call did not raise")
+    dist.barrier()
+
+
 def check_groups():
     """new_group: the members communicate among themselves (src given as a global rank); the
     others get NON_GROUP_MEMBER, and collectives on it leave their tensors alone."""
@@ -749,12 +804,14 @@ def check_timeout():
 
 def check_all():
     check_collectives()
+    check_object_collectives()
     check_groups()
     check_ddp()
     check_surface()
 
 
 SCENARIOS = {"all": check_all, "collectives": check_collectives, "groups": check_groups,
+             "objects": check_object_collectives,
              "ddp": check_ddp, "surface": check_surface,
              "raise": check_raise,
              "unused_error": check_unused_error, "timeout": check_timeout}
