@@ -405,6 +405,47 @@ def check_whole_step_compiled(dtype, opt_kind, bucket_cap_mb, backend="interpret
         assert starts[0] < max(products), "the first bucket starts after the whole backward"
 
 
+def check_compiled_module_hands_out_gradients(dtype, backend="interpret"):
+    """DDP(compile(model)): the compiled backward hands each parameter's gradient to DDP's
+    hook as soon as the program has computed it, so the last layers' buckets start their
+    all-reduces while the program still computes the first layers' gradients. Seen from a
+    second hook on every parameter: the hooks fire in the order the backward finishes the
+    gradients (head first), and when the head's fire, the first layer has no gradient yet
+    and buckets are already in flight. The gradients equal one process's on the whole batch."""
+    r, k = dist.get_rank(), dist.get_world_size()
+    ref, mine = make_net(dtype, 1), make_net(dtype, 1 + r)
+    ddp = DDP(aotgrad.compile(mine, backend=backend), bucket_cap_mb=1e-6)
+    names = {id(p): n for n, p in mine.named_parameters()}
+    first = mine.body[0].weight
+    log = []
+    for p in mine.parameters():
+        p.register_post_accumulate_grad_hook(
+            lambda t: log.append((names[id(t)], first.grad is None, ddp.reducer.next_bucket)))
+    for step in range(2):
+        log.clear()
+        x, y = batch(dtype, 4 * k, seed=30 + step)
+        ref.zero_grad()
+        LOSS(ref(x), y).backward()
+        ddp.zero_grad()
+        out = ddp(x[r * 4:(r + 1) * 4])
+        # (a hook of the compiled backward's node: it runs once the program has returned)
+        out.grad_fn.register_hook(lambda *_: log.append(("returned", None, None)))
+        LOSS(out, y[r * 4:(r + 1) * 4]).backward()
+        fired = [n for n, _, _ in log]
+        assert sorted(fired) == sorted(list(names.values()) + ["returned"]), fired
+        # every gradient reached DDP before the program returned, the last layers' first
+        assert fired[-1] == "returned", fired
+        head = [entry for entry in log if entry[0].startswith(("head.", "extra."))]
+        assert all(no_first_grad for _, no_first_grad, _ in head), log
+        # (buckets start in index order, the parameters' in reverse registration order)
+        assert max(started for _, _, started in head) >= 1, log
+        assert fired.index("body.0.weight") > max(fired.index(n) for n, _, _ in head), fired
+        assert not ddp.reducer.active
+        for name, g in grads_of(ref).items():
+            close(grads_of(mine)[name], g, dtype, f"grad {name} of DDP(compile(model)) step "
+                                                  f"{step} ({backend})")
+
+
 def check_compiled_step_with_unused_parameters():
     """A compiled step whose backward leaves parameters without gradient (a forward output
     the loss ignores; a branch not taken) breaks the graph at the end of the trace, naming
@@ -503,6 +544,8 @@ def check_ddp():
     for dtype in (aotgrad.float64, aotgrad.float32):
         check_ddp_case(dtype, "adamw", 1e-3, "compiled")
     check_ddp_case(aotgrad.float64, "sgd", 1e-3, "compile_ddp")
+    for dtype in (aotgrad.float64, aotgrad.float32):
+        check_compiled_module_hands_out_gradients(dtype)
     for dtype in (aotgrad.float64, aotgrad.float32):
         for opt_kind in ("sgd", "adamw"):
             check_whole_step_compiled(dtype, opt_kind, 1e-4)
@@ -812,6 +855,9 @@ def check_all():
 
 SCENARIOS = {"all": check_all, "collectives": check_collectives, "groups": check_groups,
              "objects": check_object_collectives,
+             "overlap": lambda: check_compiled_module_hands_out_gradients(aotgrad.float64),
+             "overlap_numba": lambda: check_compiled_module_hands_out_gradients(
+                 aotgrad.float32, "numba"),
              "ddp": check_ddp, "surface": check_surface,
              "raise": check_raise,
              "unused_error": check_unused_error, "timeout": check_timeout}
