@@ -180,6 +180,7 @@ class DistributedDataParallel(Module):
             raise RuntimeError("register_comm_hook must be called before the first backward "
                                "pass that reduces gradients")
         self.reducer.comm_hook, self.reducer.comm_state = hook, state
+        self.reducer.calls = None   # (a compiled step's all-reduces are the hook's from now)
         self._has_comm_hook = True   # (a module value: compiled steps guard on it)
 
     # ---- Join (uneven inputs): DDP is a joinable ---------------------------------------
@@ -232,10 +233,11 @@ class DistributedDataParallel(Module):
                 "DistributedDataParallel.forward communicates on every call (buffer "
                 "broadcast, the unused-parameter search, or Join): compile the module "
                 "inside it instead, DistributedDataParallel(aotgrad.compile(model))"), None)
-        if tracing and self._has_comm_hook:
+        if tracing and self._has_comm_hook and self.reducer.compiled_average() is None:
             dispatch.graph_break(dispatch.describe_break(
-                "DistributedDataParallel with a communication hook (register_comm_hook): "
-                "the hook runs eagerly only"), None)
+                "DistributedDataParallel with a communication hook other than "
+                "ddp_comm_hooks' allreduce_hook, fp16_compress_hook and bf16_compress_hook "
+                "(register_comm_hook): the hook runs eagerly only"), None)
         if self._join_config.enable:
             self._join_iteration()
         if has_buffers and self.process_group.size() > 1:

@@ -740,6 +740,49 @@ def check_comm_hooks():
                   f"compiled grad {name} (comm hook: {with_hook})")
 
 
+def check_compiled_comm_hooks(backend="interpret"):
+    """A compiled whole step of a DDP model with a built-in communication hook: no graph
+    break, each bucket averaged in the program as the hook does it (allreduce_hook: divided,
+    then summed; fp16/bf16: the gradients the program leaves are 16-bit values), equal to
+    the eager DDP with the same hook."""
+    import ml_dtypes
+    from aotgrad.distributed.algorithms.ddp_comm_hooks import default_hooks
+    r, k = dist.get_rank(), dist.get_world_size()
+    shard = slice(r * 4, (r + 1) * 4)
+    for hook, wire, tol in ((default_hooks.allreduce_hook, None, 1e-12),
+                            (default_hooks.fp16_compress_hook, np.float16, 2e-3),
+                            (default_hooks.bf16_compress_hook, ml_dtypes.bfloat16, 2e-2)):
+        models, steps = [], []
+        for _ in range(2):
+            model = make_net(aotgrad.float64, 3)
+            ddp = DDP(model, bucket_cap_mb=1e-4)
+            ddp.register_comm_hook(None, hook)
+            opt = make_opt("sgd", ddp.parameters())
+
+            def step(x, y, ddp=ddp, opt=opt):
+                opt.zero_grad()
+                LOSS(ddp(x), y).backward()
+                opt.step()
+            models.append(model)
+            steps.append(step)
+        eager, compiled = steps[0], aotgrad.compile(steps[1], backend=backend)
+        for s in range(3):
+            x, y = batch(aotgrad.float64, 4 * k, seed=70 + s)
+            eager(x[shard], y[shard])
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                compiled(x[shard], y[shard])
+            breaks = [str(w.message) for w in caught if "graph break" in str(w.message)]
+            assert not breaks, (hook.__name__, breaks)
+            want, got = grads_of(models[0]), grads_of(models[1])
+            for name, g in got.items():
+                if wire is not None:   # compressed in the program: 16-bit values
+                    equal(g.astype(wire).astype(np.float64), g, f"{hook.__name__} {name}")
+                err = np.abs(g - want[name]).max() / max(1.0, np.abs(want[name]).max())
+                assert err <= tol, (hook.__name__, name, s, err)
+        assert compiled.eager_calls == 0, (hook.__name__, compiled.eager_calls)
+
+
 def check_static_graph(dtype):
     """static_graph=True with a branch rank 1 never uses: no find_unused_parameters needed,
     the first iteration learns it; N steps of AdamW equal one process."""
@@ -812,6 +855,7 @@ def check_surface():
     check_point_to_point()
     check_all_to_all()
     check_comm_hooks()
+    check_compiled_comm_hooks()
     for dtype in (aotgrad.float64, aotgrad.float32):
         check_static_graph(dtype)
     check_join(True)
@@ -855,6 +899,8 @@ def check_all():
 
 SCENARIOS = {"all": check_all, "collectives": check_collectives, "groups": check_groups,
              "objects": check_object_collectives,
+             "compiled_hooks": check_compiled_comm_hooks,
+             "compiled_hooks_numba": lambda: check_compiled_comm_hooks("numba"),
              "overlap": lambda: check_compiled_module_hands_out_gradients(aotgrad.float64),
              "overlap_numba": lambda: check_compiled_module_hands_out_gradients(
                  aotgrad.float32, "numba"),
