@@ -237,11 +237,14 @@ class _Reducer:
                    "fp16_compress_hook and bf16_compress_hook (register_comm_hook) runs "
                    "eagerly only")
         elif self.as_view:
-            why = "gradient_as_bucket_view=True keeps .grad in the eager buckets"
+            why = ("gradient_as_bucket_view=True makes each .grad a view of its bucket's "
+                   "buffer, which the .grad a compiled program writes is not")
         elif self.divisor is not None:
             why = "Join's per-iteration divisor is eager state"
         elif any(b.dtype not in (np.float32, np.float64) for b in self.buckets):
-            why = "only float32 and float64 buckets are all-reduced inside a program"
+            why = ("only float32 and float64 buckets are all-reduced inside a program (a "
+                   "16-bit bucket is summed in float32 and rounded eagerly, where a compiled "
+                   "program keeps 16-bit values in float32 between its steps)")
         if why is not None:
             dispatch.graph_break(dispatch.describe_break(
                 f"DistributedDataParallel's gradient all-reduce in a compiled step: {why}"),

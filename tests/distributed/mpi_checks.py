@@ -783,6 +783,76 @@ def check_compiled_comm_hooks(backend="interpret"):
         assert compiled.eager_calls == 0, (hook.__name__, compiled.eager_calls)
 
 
+class WithBuffer(Net):
+    """Net with a buffer the forward reads (DDP broadcasts it from rank 0 every call)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("shift", aotgrad.zeros(16))
+
+    def forward(self, x, use_extra=True):
+        h = self.body(x) + self.shift
+        return self.head(h) + self.extra(h)
+
+
+def check_compiled_step_breaks():
+    """What stays a graph break in a compiled whole DDP step, each with its own reason, and
+    the step (run eagerly) equal to the same DDP step uncompiled."""
+    from aotgrad.distributed.algorithms.join import Join
+    r, k = dist.get_rank(), dist.get_world_size()
+    shard = slice(r * 4, (r + 1) * 4)
+
+    def custom_hook(state, bucket):
+        return dist.all_reduce(bucket.buffer().div_(k), async_op=True).get_future().then(
+            lambda f: f.value()[0])
+    cases = [
+        ("find_unused", dict(find_unused_parameters=True), None,
+         "find_unused_parameters=True, which parameters get a gradient"),
+        ("static", dict(static_graph=True), None, "static_graph's first iteration"),
+        ("as_view", dict(gradient_as_bucket_view=True), None,
+         "gradient_as_bucket_view=True makes each .grad a view"),
+        ("float16", {}, None, "only float32 and float64 buckets"),
+        ("buffers", {}, None, "buffers are broadcast from rank 0"),
+        ("join", {}, None, "under Join each iteration"),
+        ("custom hook", {}, custom_hook, "a communication hook other than ddp_comm_hooks'"),
+    ]
+    for name, kwargs, hook, reason in cases:
+        models, steps = [], []
+        for _ in range(2):
+            aotgrad.manual_seed(5)
+            model = WithBuffer().double() if name == "buffers" else make_net(aotgrad.float64, 5)
+            if name == "float16":
+                model = model.half()
+            ddp = DDP(model, bucket_cap_mb=1e-4, **kwargs)
+            if hook is not None:
+                ddp.register_comm_hook(None, hook)
+
+            def step(x, y, ddp=ddp, model=model):
+                model.zero_grad()
+                LOSS(ddp(x), y).backward()
+            models.append((model, ddp))
+            steps.append(step)
+        compiled = aotgrad.compile(steps[1], backend="interpret")
+        x, y = batch(models[0][0].body[0].weight.dtype, 4 * k, seed=90)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            if name == "join":
+                with Join([models[0][1]]):
+                    steps[0](x[shard], y[shard])
+                with Join([models[1][1]]):
+                    compiled(x[shard], y[shard])
+            else:
+                steps[0](x[shard], y[shard])
+                compiled(x[shard], y[shard])
+        breaks = [str(w.message) for w in caught if "graph break" in str(w.message)]
+        assert any(reason in b for b in breaks), (name, breaks)
+        assert compiled.eager_calls == 1, (name, compiled.eager_calls)
+        want, got = grads_of(models[0][0]), grads_of(models[1][0])
+        assert set(want) == set(got), (name, sorted(want), sorted(got))
+        for n in want:
+            equal(got[n], want[n], f"{name}: grad {n} of the compiled step run eagerly")
+
+
 def check_static_graph(dtype):
     """static_graph=True with a branch rank 1 never uses: no find_unused_parameters needed,
     the first iteration learns it; N steps of AdamW equal one process."""
@@ -856,6 +926,7 @@ def check_surface():
     check_all_to_all()
     check_comm_hooks()
     check_compiled_comm_hooks()
+    check_compiled_step_breaks()
     for dtype in (aotgrad.float64, aotgrad.float32):
         check_static_graph(dtype)
     check_join(True)
@@ -900,6 +971,7 @@ def check_all():
 SCENARIOS = {"all": check_all, "collectives": check_collectives, "groups": check_groups,
              "objects": check_object_collectives,
              "compiled_hooks": check_compiled_comm_hooks,
+             "breaks": check_compiled_step_breaks,
              "compiled_hooks_numba": lambda: check_compiled_comm_hooks("numba"),
              "overlap": lambda: check_compiled_module_hands_out_gradients(aotgrad.float64),
              "overlap_numba": lambda: check_compiled_module_hands_out_gradients(
