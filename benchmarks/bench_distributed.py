@@ -216,7 +216,7 @@ def main(argv=None):
         print(f"DDP step, MLP 256-{width}x{args.depth}-10, batch {args.batch} per rank, "
               f"bucket_cap_mb {args.bucket_cap_mb}")
         for s in steps:
-            mode = {False: "eager", True: "compiled (its backward one call)",
+            mode = {False: "eager", True: "compiled whole (DDP(compile(model)))",
                     "per_layer": "compiled per layer",
                     "whole_step": "whole step compiled (all-reduces as program steps)"}[
                 s["compiled"]]
