@@ -126,3 +126,49 @@ def test_float32_gradients_stay_float32_and_a_hook_error_propagates():
     model[4].bias.register_post_accumulate_grad_hook(fail)
     with pytest.raises(ValueError, match="hook fails on purpose"):
         compiled(x).pow(2).sum().backward()
+
+
+def test_a_module_compiled_and_called_twice_hands_out_after_both_calls():
+    # two compiled calls feed every parameter: neither call's gradient is the whole one,
+    # so the hooks fire once each, with the sum, as eagerly
+    model, ref = _twins()
+    compiled = aotgrad.compile(model, backend="interpret")
+    calls = {}
+    for name, p in model.named_parameters():
+        p.register_post_accumulate_grad_hook(
+            lambda t, name=name: calls.__setitem__(name, calls.get(name, 0) + 1))
+    x, z = aotgrad.randn(5, 4, dtype=aotgrad.float64), aotgrad.randn(5, 4, dtype=aotgrad.float64)
+    (compiled(x) * compiled(z)).sum().backward()
+    (ref(x) * ref(z)).sum().backward()
+    assert calls == {n: 1 for n, _ in model.named_parameters()}, calls
+    for p, q in zip(model.parameters(), ref.parameters()):
+        assert_close(p.grad.numpy(), q.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_retain_graph_twice_and_an_output_without_gradient():
+    class TwoOut(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(4, 3), nn.Linear(4, 3)
+
+        def forward(self, x):
+            return self.a(x), self.b(x)
+    aotgrad.manual_seed(0)
+    model = TwoOut().double()
+    ref = TwoOut().double()
+    ref.load_state_dict(model.state_dict())
+    compiled = aotgrad.compile(model, backend="interpret")
+    fired = []
+    for name, p in model.named_parameters():
+        p.register_post_accumulate_grad_hook(lambda t, name=name: fired.append(name))
+    x = aotgrad.randn(5, 4, dtype=aotgrad.float64)
+    loss = compiled(x)[0].pow(2).sum()      # b's output gets no gradient: b keeps no .grad
+    loss.backward(retain_graph=True)
+    loss.backward()
+    want = ref(x)[0].pow(2).sum()
+    want.backward(retain_graph=True)
+    want.backward()
+    assert sorted(fired) == sorted(["a.weight", "a.bias"] * 2), fired
+    assert model.b.weight.grad is None and model.b.bias.grad is None
+    for p, q in zip(model.a.parameters(), ref.a.parameters()):
+        assert_close(p.grad.numpy(), q.grad.numpy(), rtol=1e-12, atol=1e-12)
