@@ -52,6 +52,35 @@ def _runner(graph, backend, name, trusted=0, symbols=()):
 _PREPARE_LOCK = threading.RLock()  # a program's lazy compile steps (rare: only on first use)
 
 
+def _evaluate_reporting(graph, args, ready):
+    """ir.core.evaluate of `graph` (fixed sizes), calling `ready(k, array)` with output k
+    right after the node that makes it (an input returned as it is: before the first)."""
+    from aotgrad.ir.core import located_error
+    at = {}
+    for k, v in enumerate(graph.outputs):
+        at.setdefault(v, []).append(k)
+    env = dict(zip(graph.inputs, args))
+
+    def report(vs):
+        for v in vs:
+            for k in at.get(v, ()):
+                o = env[v]
+                ready(k, o if type(o) is np.ndarray else np.asarray(o))
+    report(graph.inputs)
+    for n in graph.nodes:
+        try:
+            outs = n.prim.impl(*[env[v] for v in n.inputs], **n.params)
+        except Exception as e:
+            located = located_error(e, n)
+            if located is e:
+                raise
+            raise located from None
+        env.update(zip(n.outputs, outs if n.prim.multiple_results else (outs,)))
+        report(n.outputs)
+    return [env[v] if type(env[v]) is np.ndarray else np.asarray(env[v])
+            for v in graph.outputs]
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class PartitionedGraphs:
     """The stage after the trace (`partition_trace`): the IR passes' StageHistory (the
@@ -266,6 +295,21 @@ class Program:
             check_nan(self.concrete_graph(which, values), inputs[:n], outs,
                       f"{self.name}.{which}")
         return outs
+
+    def reports_backward(self):
+        """Whether run_backward_reporting can hand out each gradient as soon as it is
+        computed: a program of fixed sizes (compiled, or interpreted), not observed."""
+        return self.binding is None and not self.observed
+
+    def run_backward_reporting(self, args, ready):
+        """run_backward, also calling `ready(k, array)` with each gradient k as soon as the
+        program has computed it (the backward's compiled driver with its reports,
+        codegen's Plan.reporting_runner; interpreted: after the node that makes it)."""
+        kern = self.compiled_graph("backward")
+        if kern is None:
+            return _evaluate_reporting(self.backward, args, ready)
+        trusted = len(self.forward.outputs) - self.n_fw_outputs
+        return kern.plan.reporting_runner(trusted)(*args, ready)
 
     def run_profiled(self, which, inputs):
         """Run graph `which` through its instrumented driver, reporting each kernel, matrix

@@ -12,6 +12,7 @@ from aotgrad.runtime.dispatch import apply
 from aotgrad.runtime.engine import FREED_MESSAGE, Node, SavedTensor, _checked_hook_result, \
     _node_of, accumulate_retained, fresh, write_grad  # noqa: F401 (the compiler's call imports it)
 from aotgrad.runtime.grad_mode import state as _mode
+from aotgrad.runtime.grad_ready import early_leaves
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.runtime.write_hooks import before_write
 
@@ -63,7 +64,10 @@ class CompiledBackward(Node):
                                           inputs + list(grads))
             return p.scatter_grads(outs[p.n_fw_outputs:], given)
         args = list(self._saved_arrays) + [g._value for g in grads]
-        if profiling._profilers:
+        early = early_leaves(self, p, given)   # leaves whose hooks fire mid-program
+        if early is not None:
+            outs = p.run_backward_reporting(args, early.ready)
+        elif profiling._profilers:
             with profiling.record(f"{p.name}.backward", kind="kernel"):
                 outs = p.run_profiled("backward", args)
         else:
@@ -75,6 +79,8 @@ class CompiledBackward(Node):
             seen = {id(a) for a in args}
             owned = [o.base is None and id(o) not in seen and not seen.add(id(o)) for o in outs]
         grads = [fresh(Tensor._make(o)) if own else Tensor._make(o) for o, own in zip(outs, owned)]
+        if early is not None:
+            return early.drop_delivered(p.scatter_grads(grads, given))
         return p.scatter_grads(grads, given)
 
     def _release(self):
