@@ -268,8 +268,7 @@ def make_plan(prog):
     names = binding.names if binding is not None else ()
 
     def sym_arg(which):
-        syms = prog.symbols(which)
-        return [f"({''.join(f'values[{names.index(n)}], ' for n in syms)})"] if syms else []
+        return [symbol_tuple(names, prog.symbols(which))] if prog.symbols(which) else []
 
     def target(kind, x):  # the tensor a mutation writes (or whose .grad it writes)
         return f"leaves[{x}]" if kind in (Mutation.ARG, Mutation.ARG_GRAD) else s.bind(x, "t")
@@ -491,8 +490,8 @@ def make_fast_backward(prog, plan):
     out_static = all(is_static_shape(v.shape) for v in diff_out_vars)
     # a symbolic program's backward takes the forward's symbol values, as one tuple
     names = prog.binding.names if symbolic else ()
-    bw_symbols = "(" + "".join(f"values[{names.index(n)}], " for n in prog.symbols("backward")) \
-        + ")" if symbolic and prog.symbols("backward") else None
+    bw_symbols = symbol_tuple(names, prog.symbols("backward")) \
+        if symbolic and prog.symbols("backward") else None
     lines = [
         "def fast_backward(t, retain_graph):",
         "    node = t.grad_fn",
@@ -546,6 +545,14 @@ def make_fast_backward(prog, plan):
     fast_backward = g["fast_backward"]
     fast_backward.source = source
     return fast_backward
+
+
+def symbol_tuple(names, syms):
+    """The expression of a graph's trailing symbol values (`syms`, in its order) from a
+    call's `values` (a tuple in `names` order): `values` itself where they are the same."""
+    if tuple(syms) == tuple(names):
+        return "values"
+    return "(" + "".join(f"values[{names.index(n)}], " for n in syms) + ")"
 
 
 def _static_grads(out_vars):
@@ -613,9 +620,9 @@ def specialise(key, prog):
     inline = plan.inline if grad_enabled else None
     values = ""
     if prog.binding is not None:
-        # symbolic sizes (None in the key): read once here, with the shape guards
-        g["read"] = prog.binding.values
-        lines += ["    values = read(args)", "    if values is None:", "        return MISS"]
+        # symbolic sizes (None in the key): read once here off the arrays, with the guards
+        lines += ["    " + line for line in prog.binding.read_lines(
+            lambda i: f"v{i}" if i < n else f"args[{i}]._value", "return MISS")]
         values = ", values"
     if inline is None:
         lines.append(f"    return prog(args, True{values})")
@@ -624,8 +631,9 @@ def specialise(key, prog):
         g.update(run=inline.run, make=Tensor._make, new_node=_CallBackward.__new__,
                  Node=_CallBackward, seq=next_sequence_nr, plan=plan)
         run_args = [f"v{i}" for i in range(n)]
+        names = prog.binding.names if prog.binding is not None else ()
         if inline.symbols:
-            run_args.append("(" + "".join(f"values[{i}], " for i in inline.symbols) + ")")
+            run_args.append(symbol_tuple(names, [names[i] for i in inline.symbols]))
         lines += [
             "    if " + CHECKS_NEEDED + " or "
             + " or ".join(f"{a}.grad_fn is not None" for a in leaves) + ":",
