@@ -101,7 +101,9 @@ class CallPlan:
     the generated call (`source`, made of `blocks`); `inline` for specialise; `avals`
     (differentiable inputs, differentiable outputs) of its nodes (a symbolic program's:
     `avals_at(values)`, made once per set of sizes); `fast_backward`, their
-    `loss.backward()` (made, and the backward program compiled, on first use)."""
+    `loss.backward()` (made, and the backward program compiled, on first use);
+    `accumulators`, the lifted leaves' AccumulateGrad nodes, kept while the program lives
+    (hooks registered on them stay)."""
     program: object
     call: object = None
     source: str = ""
@@ -109,12 +111,13 @@ class CallPlan:
     inline: InlineCall = None
     avals: tuple = None
     fast_backward: object = None
+    accumulators: list = ()
 
     def __post_init__(self):
         self.fast_backward = self._first_fast_backward
         self._implicit = {}  # (output_nr, values) -> the grads `out.backward()` feeds
         self._avals_at = {}  # a symbolic program's symbol values -> its nodes' avals
-        self._diff_vars = None
+        self._diff_vars = None  # the graph Vars of the differentiable inputs and outputs
 
     def avals_at(self, values):
         """(in_avals, out_avals) of the nodes of a symbolic program's call with symbol
@@ -159,8 +162,9 @@ class CallPlan:
 
     def __str__(self):
         kind = "straight-line call"
-        if self.blocks:
-            kind += " with " + ", ".join(b.value for b in self.blocks)
+        blocks = [b.value for b in self.blocks if b is not CallBlock.SYMBOLS]
+        if blocks:
+            kind += " with " + ", ".join(blocks)
         if self.program.binding is not None:
             kind += " (symbolic sizes " + ", ".join(
                 name for _, _, name in self.program.binding.define) + " read once per call)"
@@ -273,7 +277,6 @@ def make_plan(prog):
     def target(kind, x):  # the tensor a mutation writes (or whose .grad it writes)
         return f"leaves[{x}]" if kind in (Mutation.ARG, Mutation.ARG_GRAD) else s.bind(x, "t")
 
-    need_grad = "need_grad" if has_backward else None
     if has_backward:
         s.add("need_grad = _mode.grad_enabled")
     if any(kind is Mutation.ARG for kind, _ in tr.mutations):
@@ -301,9 +304,10 @@ def make_plan(prog):
         if n_lead and prog.backend != "interpret" and not prog.observed:
             trusted_run = s.bind(trusted(), f"run_{which}_trusted") if which == primary \
                 else s.bind_lazy(trusted, f"run_{which}_trusted")
-        vals = ", ".join([f"v{i}" for i in range(len(args))] + sym_arg(which))
+        arrays = [f"v{i}" for i in range(len(args))]
+        vals = ", ".join(arrays + sym_arg(which))
         s.add("if checked:",
-              f"    outs = prog.run_checked({which!r}, [{', '.join(f'v{i}' for i in range(len(args)))}], "
+              f"    outs = prog.run_checked({which!r}, [{', '.join(arrays)}], "
               f"{'values' if binding is not None else 'None'})",
               "else:", indent=indent)
         call_of = f"({trusted_run} if trusted else {run})" if trusted_run else run
@@ -323,7 +327,8 @@ def make_plan(prog):
         if writes:
             block(CallBlock.UNSHARED_SAVED)
             s.ns["unshare"] = _unshare
-            s.add(f"    saved = unshare(saved, [{', '.join(target(k, x) + '._value' for k, x in writes)}])")
+            written = ", ".join(target(k, x) + "._value" for k, x in writes)
+            s.add(f"    saved = unshare(saved, [{written}])")
         if binding is not None:
             s.add("    saved = [*saved, values]  # the backward gets the forward's sizes")
         s.add("else:")
