@@ -9,7 +9,8 @@ so that a training step costs a few microseconds of Python whatever the program 
   arguments, retain_grad on arguments, the node of the outputs. Profiling and anomaly
   mode are lines of the same call (`Program.run_checked` runs the graph there).
 - `specialise(key, prog)`: `call(args)`, the guard checks for one key and the call; for a
-  single-output loss of leaf arguments the call inline (static or symbolic sizes).
+  single-output loss of leaf arguments or parameters the call inline (static or symbolic
+  sizes).
 - `make_fast_backward(prog, plan)`: the `loss.backward()` of such an output: the backward
   driver on the saved values, then the leaves' .grad written directly; it hands over to the
   general engine (returns False) where the engine's `fast_path_ok` does not hold (checked by
@@ -85,12 +86,14 @@ def _node_lines(saved, leaves, replay, versions, indent="    "):
 
 @dataclasses.dataclass(eq=False)
 class InlineCall:
-    """What `specialise` needs to emit a call in full (a single-output loss of leaf
-    arguments, every input an argument in order): the forward driver that skips the input
-    checks, where the differentiable inputs sit among the arguments, how many forward
-    outputs precede the saved values, the forward's symbols (indices into the values)."""
+    """What `specialise` needs to emit a call in full (a single-output loss whose inputs
+    are arguments and lifted tensors, whose call needs no other block): the forward driver
+    that skips the input checks on the leading arguments, the trace's roles and
+    differentiated roles, how many forward outputs precede the saved values, the forward's
+    symbols (indices into the values)."""
     run: object
-    diff_pos: list
+    roles: list
+    diff_roles: list
     n_fw: int
     symbols: tuple = ()
 
@@ -285,7 +288,6 @@ def make_plan(prog):
     writes = [(kind, x) for kind, x in tr.mutations if kind in _WRITES]
 
     # ---- the run, per graph: forward (saves for the backward) or inference
-    arg_roles = prog.arg_roles
     n_lead = 0  # the leading inputs that are the leading arguments (trusted by specialise)
     while n_lead < len(tr.roles) and tr.roles[n_lead] == (Role.ARG, n_lead):
         n_lead += 1
@@ -446,13 +448,12 @@ def make_plan(prog):
     plan.call = s.ns["call"]
 
     # what specialise needs to emit this call inline: nothing but the run and the node
-    identity = arg_roles is not None and arg_roles == list(range(len(arg_roles)))
-    if has_backward and identity and single and diff_outs == [0] and \
-            set(blocks) <= {CallBlock.SYMBOLS, CallBlock.NODE}:
+    if has_backward and single and diff_outs == [0] and \
+            set(blocks) <= {CallBlock.SYMBOLS, CallBlock.LIFTED, CallBlock.NODE}:
         run = prog.runner("forward")
         if n_lead and prog.backend != "interpret":
             run = prog.compiled_graph("forward").plan.runner(trusted=n_lead)
-        plan.inline = InlineCall(run, diff_pos, n_fw,
+        plan.inline = InlineCall(run, list(tr.roles), list(tr.diff_roles), n_fw,
                                  tuple(names.index(n) for n in prog.symbols("forward")))
     return plan
 
@@ -632,13 +633,27 @@ def specialise(key, prog):
     if inline is None:
         lines.append(f"    return prog(args, True{values})")
     else:
-        leaves = [f"a{j}" for j in inline.diff_pos]
+        lifted = {}  # id -> the global naming a lifted tensor
+
+        def tensor(kind, x):
+            if kind is Role.ARG:
+                return f"a{x}"
+            name = lifted.get(id(x))
+            if name is None:
+                name = lifted[id(x)] = f"lifted{len(lifted)}"
+                g[name] = x
+            return name
+        inputs = [tensor(kind, x) for kind, x in inline.roles]
+        leaves = [tensor(kind, x) for kind, x in inline.diff_roles]
         g.update(run=inline.run, make=Tensor._make, new_node=_CallBackward.__new__,
                  Node=_CallBackward, seq=next_sequence_nr, plan=plan)
-        run_args = [f"v{i}" for i in range(n)]
+        run_args = [f"v{x}" if kind is Role.ARG else f"{t}._value"
+                    for (kind, x), t in zip(inline.roles, inputs)]
         names = prog.binding.names if prog.binding is not None else ()
-        if inline.symbols:
-            run_args.append(symbol_tuple(names, [names[i] for i in inline.symbols]))
+        if inline.symbols:  # (the symbols are locals here)
+            syms = [names[i] for i in inline.symbols]
+            run_args.append("values" if tuple(syms) == names else
+                            "(" + "".join(f"{name}, " for name in syms) + ")")
         lines += [
             "    if " + CHECKS_NEEDED + " or "
             + " or ".join(f"{a}.grad_fn is not None" for a in leaves) + ":",
@@ -652,9 +667,10 @@ def specialise(key, prog):
             g["avals_cache"], g["avals_at"] = plan._avals_at, plan.avals_at
             lines.append("    in_avals, out_avals = avals_cache.get(values) or avals_at(values)")
             saved = f"[*outs[{inline.n_fw}:], values]"
+        identity = inputs == [f"a{i}" for i in range(n)]
         lines += _node_lines(
-            saved, f"[{', '.join(leaves)}]", "args",
-            f"[{', '.join(f'a{i}._version_counter.v' for i in range(n))}]") + [
+            saved, f"[{', '.join(leaves)}]", "args" if identity else f"[{', '.join(inputs)}]",
+            f"[{', '.join(f'{t}._version_counter.v' for t in inputs)}]") + [
             "    out._requires_grad = True",
             "    out.grad_fn = node",
             "    return out"]
