@@ -345,3 +345,18 @@ def test_a_loss_of_a_modules_parameters_gets_the_inline_call(backend, dynamic):
     for prog in _programs(cf):
         assert prog.call_plan().inline is not None
         assert CallBlock.LIFTED in prog.call_plan().blocks
+
+
+def test_each_guard_relation_is_checked_once_and_means_what_the_guards_mean():
+    from aotgrad.compiler.dynamic import guard_conditions
+    sym = ag.compile(_w5, backend="interpret", dynamic=True)
+    sym(*_w5_args(4))
+    (prog,) = _programs(sym)
+    guards, names = prog.binding.env.guards, prog.binding.names
+    conds = guard_conditions(guards)
+    assert len(conds) < len(guards)  # the trace records s1 == s4 as `!=` False and `==` True
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        vals = dict(zip(names, rng.integers(2, 5, len(names)).tolist()))
+        want = all(g.check(vals) for g in guards)
+        assert all(eval(c, {}, dict(vals)) for c in conds) == want, vals
