@@ -9,7 +9,8 @@ so that a training step costs a few microseconds of Python whatever the program 
   arguments, retain_grad on arguments, the node of the outputs. Profiling and anomaly
   mode are lines of the same call (`Program.run_checked` runs the graph there).
 - `specialise(key, prog)`: `call(args)`, the guard checks for one key and the call; for a
-  single-output loss of leaf arguments the call inline (static or symbolic sizes).
+  single-output loss of leaf arguments or parameters the call inline (static or symbolic
+  sizes).
 - `make_fast_backward(prog, plan)`: the `loss.backward()` of such an output: the backward
   driver on the saved values, then the leaves' .grad written directly; it hands over to the
   general engine (returns False) where the engine's `fast_path_ok` does not hold (checked by
@@ -85,12 +86,14 @@ def _node_lines(saved, leaves, replay, versions, indent="    "):
 
 @dataclasses.dataclass(eq=False)
 class InlineCall:
-    """What `specialise` needs to emit a call in full (a single-output loss of leaf
-    arguments, every input an argument in order): the forward driver that skips the input
-    checks, where the differentiable inputs sit among the arguments, how many forward
-    outputs precede the saved values, the forward's symbols (indices into the values)."""
+    """What `specialise` needs to emit a call in full (a single-output loss whose inputs
+    are arguments and lifted tensors, whose call needs no other block): the forward driver
+    that skips the input checks on the leading arguments, the trace's roles and
+    differentiated roles, how many forward outputs precede the saved values, the forward's
+    symbols (indices into the values)."""
     run: object
-    diff_pos: list
+    roles: list
+    diff_roles: list
     n_fw: int
     symbols: tuple = ()
 
@@ -101,7 +104,9 @@ class CallPlan:
     the generated call (`source`, made of `blocks`); `inline` for specialise; `avals`
     (differentiable inputs, differentiable outputs) of its nodes (a symbolic program's:
     `avals_at(values)`, made once per set of sizes); `fast_backward`, their
-    `loss.backward()` (made, and the backward program compiled, on first use)."""
+    `loss.backward()` (made, and the backward program compiled, on first use);
+    `accumulators`, the lifted leaves' AccumulateGrad nodes, kept while the program lives
+    (hooks registered on them stay)."""
     program: object
     call: object = None
     source: str = ""
@@ -109,12 +114,13 @@ class CallPlan:
     inline: InlineCall = None
     avals: tuple = None
     fast_backward: object = None
+    accumulators: list = ()
 
     def __post_init__(self):
         self.fast_backward = self._first_fast_backward
         self._implicit = {}  # (output_nr, values) -> the grads `out.backward()` feeds
         self._avals_at = {}  # a symbolic program's symbol values -> its nodes' avals
-        self._diff_vars = None
+        self._diff_vars = None  # the graph Vars of the differentiable inputs and outputs
 
     def avals_at(self, values):
         """(in_avals, out_avals) of the nodes of a symbolic program's call with symbol
@@ -159,8 +165,9 @@ class CallPlan:
 
     def __str__(self):
         kind = "straight-line call"
-        if self.blocks:
-            kind += " with " + ", ".join(b.value for b in self.blocks)
+        blocks = [b.value for b in self.blocks if b is not CallBlock.SYMBOLS]
+        if blocks:
+            kind += " with " + ", ".join(blocks)
         if self.program.binding is not None:
             kind += " (symbolic sizes " + ", ".join(
                 name for _, _, name in self.program.binding.define) + " read once per call)"
@@ -268,13 +275,11 @@ def make_plan(prog):
     names = binding.names if binding is not None else ()
 
     def sym_arg(which):
-        syms = prog.symbols(which)
-        return [f"({''.join(f'values[{names.index(n)}], ' for n in syms)})"] if syms else []
+        return [symbol_tuple(names, prog.symbols(which))] if prog.symbols(which) else []
 
     def target(kind, x):  # the tensor a mutation writes (or whose .grad it writes)
         return f"leaves[{x}]" if kind in (Mutation.ARG, Mutation.ARG_GRAD) else s.bind(x, "t")
 
-    need_grad = "need_grad" if has_backward else None
     if has_backward:
         s.add("need_grad = _mode.grad_enabled")
     if any(kind is Mutation.ARG for kind, _ in tr.mutations):
@@ -283,7 +288,6 @@ def make_plan(prog):
     writes = [(kind, x) for kind, x in tr.mutations if kind in _WRITES]
 
     # ---- the run, per graph: forward (saves for the backward) or inference
-    arg_roles = prog.arg_roles
     n_lead = 0  # the leading inputs that are the leading arguments (trusted by specialise)
     while n_lead < len(tr.roles) and tr.roles[n_lead] == (Role.ARG, n_lead):
         n_lead += 1
@@ -302,9 +306,10 @@ def make_plan(prog):
         if n_lead and prog.backend != "interpret" and not prog.observed:
             trusted_run = s.bind(trusted(), f"run_{which}_trusted") if which == primary \
                 else s.bind_lazy(trusted, f"run_{which}_trusted")
-        vals = ", ".join([f"v{i}" for i in range(len(args))] + sym_arg(which))
+        arrays = [f"v{i}" for i in range(len(args))]
+        vals = ", ".join(arrays + sym_arg(which))
         s.add("if checked:",
-              f"    outs = prog.run_checked({which!r}, [{', '.join(f'v{i}' for i in range(len(args)))}], "
+              f"    outs = prog.run_checked({which!r}, [{', '.join(arrays)}], "
               f"{'values' if binding is not None else 'None'})",
               "else:", indent=indent)
         call_of = f"({trusted_run} if trusted else {run})" if trusted_run else run
@@ -324,7 +329,8 @@ def make_plan(prog):
         if writes:
             block(CallBlock.UNSHARED_SAVED)
             s.ns["unshare"] = _unshare
-            s.add(f"    saved = unshare(saved, [{', '.join(target(k, x) + '._value' for k, x in writes)}])")
+            written = ", ".join(target(k, x) + "._value" for k, x in writes)
+            s.add(f"    saved = unshare(saved, [{written}])")
         if binding is not None:
             s.add("    saved = [*saved, values]  # the backward gets the forward's sizes")
         s.add("else:")
@@ -442,13 +448,12 @@ def make_plan(prog):
     plan.call = s.ns["call"]
 
     # what specialise needs to emit this call inline: nothing but the run and the node
-    identity = arg_roles is not None and arg_roles == list(range(len(arg_roles)))
-    if has_backward and identity and single and diff_outs == [0] and \
-            set(blocks) <= {CallBlock.SYMBOLS, CallBlock.NODE}:
+    if has_backward and single and diff_outs == [0] and \
+            set(blocks) <= {CallBlock.SYMBOLS, CallBlock.LIFTED, CallBlock.NODE}:
         run = prog.runner("forward")
         if n_lead and prog.backend != "interpret":
             run = prog.compiled_graph("forward").plan.runner(trusted=n_lead)
-        plan.inline = InlineCall(run, diff_pos, n_fw,
+        plan.inline = InlineCall(run, list(tr.roles), list(tr.diff_roles), n_fw,
                                  tuple(names.index(n) for n in prog.symbols("forward")))
     return plan
 
@@ -491,8 +496,8 @@ def make_fast_backward(prog, plan):
     out_static = all(is_static_shape(v.shape) for v in diff_out_vars)
     # a symbolic program's backward takes the forward's symbol values, as one tuple
     names = prog.binding.names if symbolic else ()
-    bw_symbols = "(" + "".join(f"values[{names.index(n)}], " for n in prog.symbols("backward")) \
-        + ")" if symbolic and prog.symbols("backward") else None
+    bw_symbols = symbol_tuple(names, prog.symbols("backward")) \
+        if symbolic and prog.symbols("backward") else None
     lines = [
         "def fast_backward(t, retain_graph):",
         "    node = t.grad_fn",
@@ -546,6 +551,14 @@ def make_fast_backward(prog, plan):
     fast_backward = g["fast_backward"]
     fast_backward.source = source
     return fast_backward
+
+
+def symbol_tuple(names, syms):
+    """The expression of a graph's trailing symbol values (`syms`, in its order) from a
+    call's `values` (a tuple in `names` order): `values` itself where they are the same."""
+    if tuple(syms) == tuple(names):
+        return "values"
+    return "(" + "".join(f"values[{names.index(n)}], " for n in syms) + ")"
 
 
 def _static_grads(out_vars):
@@ -613,19 +626,34 @@ def specialise(key, prog):
     inline = plan.inline if grad_enabled else None
     values = ""
     if prog.binding is not None:
-        # symbolic sizes (None in the key): read once here, with the shape guards
-        g["read"] = prog.binding.values
-        lines += ["    values = read(args)", "    if values is None:", "        return MISS"]
+        # symbolic sizes (None in the key): read once here off the arrays, with the guards
+        lines += ["    " + line for line in prog.binding.read_lines(
+            lambda i: f"v{i}" if i < n else f"args[{i}]._value", "return MISS")]
         values = ", values"
     if inline is None:
         lines.append(f"    return prog(args, True{values})")
     else:
-        leaves = [f"a{j}" for j in inline.diff_pos]
+        lifted = {}  # id -> the global naming a lifted tensor
+
+        def tensor(kind, x):
+            if kind is Role.ARG:
+                return f"a{x}"
+            name = lifted.get(id(x))
+            if name is None:
+                name = lifted[id(x)] = f"lifted{len(lifted)}"
+                g[name] = x
+            return name
+        inputs = [tensor(kind, x) for kind, x in inline.roles]
+        leaves = [tensor(kind, x) for kind, x in inline.diff_roles]
         g.update(run=inline.run, make=Tensor._make, new_node=_CallBackward.__new__,
                  Node=_CallBackward, seq=next_sequence_nr, plan=plan)
-        run_args = [f"v{i}" for i in range(n)]
-        if inline.symbols:
-            run_args.append("(" + "".join(f"values[{i}], " for i in inline.symbols) + ")")
+        run_args = [f"v{x}" if kind is Role.ARG else f"{t}._value"
+                    for (kind, x), t in zip(inline.roles, inputs)]
+        names = prog.binding.names if prog.binding is not None else ()
+        if inline.symbols:  # (the symbols are locals here)
+            syms = [names[i] for i in inline.symbols]
+            run_args.append("values" if tuple(syms) == names else
+                            "(" + "".join(f"{name}, " for name in syms) + ")")
         lines += [
             "    if " + CHECKS_NEEDED + " or "
             + " or ".join(f"{a}.grad_fn is not None" for a in leaves) + ":",
@@ -639,9 +667,10 @@ def specialise(key, prog):
             g["avals_cache"], g["avals_at"] = plan._avals_at, plan.avals_at
             lines.append("    in_avals, out_avals = avals_cache.get(values) or avals_at(values)")
             saved = f"[*outs[{inline.n_fw}:], values]"
+        identity = inputs == [f"a{i}" for i in range(n)]
         lines += _node_lines(
-            saved, f"[{', '.join(leaves)}]", "args",
-            f"[{', '.join(f'a{i}._version_counter.v' for i in range(n))}]") + [
+            saved, f"[{', '.join(leaves)}]", "args" if identity else f"[{', '.join(inputs)}]",
+            f"[{', '.join(f'{t}._version_counter.v' for t in inputs)}]") + [
             "    out._requires_grad = True",
             "    out.grad_fn = node",
             "    return out"]

@@ -5,6 +5,7 @@ and how a symbolic program's symbol values are read off a call's arguments and c
 against the guards its trace recorded.
 """
 import dataclasses
+import operator
 
 from aotgrad.ir import symbolic
 from aotgrad.runtime.tensor import Tensor
@@ -189,20 +190,54 @@ class SymbolBinding:
             read = self._read = self._make_read()
         return read(leaves)
 
+    def read_lines(self, array_of, fail):
+        """The lines that read the symbols into locals of their names off the arrays
+        (`array_of(leaf index)`: the expression of that argument's array) and check the
+        guards, running `fail` where one does not hold; then `values` is their tuple.
+        (Pasted into the calls specialised to a guard key, and into `values`.)"""
+        lines = []
+        for i, d, name in self.define:
+            lines += [f"{name} = {array_of(i)}.shape[{d}]",
+                      f"if {name} < 2:",  # 0 and 1 are specialised (a static trace)
+                      f"    {fail}"]
+        for cond in guard_conditions(self.env.guards):
+            lines += [f"if not ({cond}):", f"    {fail}"]
+        lines.append("values = (" + "".join(f"{name}, " for _, _, name in self.define) + ")")
+        return lines
+
     def _make_read(self):
         """The reading and the guards as one straight-line function (symbols as locals)."""
-        lines = ["def read(leaves):"]
-        for i, d, name in self.define:
-            lines += [f"    {name} = leaves[{i}]._value.shape[{d}]",
-                      f"    if {name} < 2:",  # 0 and 1 are specialised (a static trace)
-                      "        return None"]
-        for g in self.env.guards:
-            lines += [f"    if not ({g.source()}):", "        return None"]
-        lines.append("    return (" + "".join(f"{name}, " for _, _, name in self.define) + ")")
+        lines = ["def read(leaves):"] + [
+            "    " + line for line in self.read_lines(lambda i: f"leaves[{i}]._value",
+                                                      "return None")] + ["    return values"]
         ns = {}
         exec(compile("\n".join(lines) + "\n", "<symbol values and shape guards>", "exec"),
              ns)
         return ns["read"]
+
+
+_NEGATED = {operator.eq: operator.ne, operator.ne: operator.eq, operator.lt: operator.ge,
+            operator.ge: operator.lt, operator.le: operator.gt, operator.gt: operator.le}
+_MIRRORED = {operator.eq: operator.eq, operator.ne: operator.ne, operator.lt: operator.gt,
+             operator.gt: operator.lt, operator.le: operator.ge, operator.ge: operator.le}
+_OP_TEXT = {operator.eq: "==", operator.ne: "!=", operator.lt: "<", operator.le: "<=",
+            operator.gt: ">", operator.ge: ">="}
+
+
+def guard_conditions(guards):
+    """Python conditions (symbols as variables) that hold where all `guards` hold, each
+    relation once: a trace records one relation many times, and as `not (e != 0)`, `-e == 0`
+    or `e == 0` alike (each of them a check per call)."""
+    out, seen = [], set()
+    for g in guards:
+        op = g.op if g.holds else _NEGATED[g.op]
+        forms = sorted([(symbolic.source(g.expr), op.__name__),
+                        (symbolic.source(-g.expr), _MIRRORED[op].__name__)])
+        if forms[0] in seen:
+            continue
+        seen.add(forms[0])
+        out.append(f"{symbolic.source(g.expr)} {_OP_TEXT[op]} 0")
+    return out
 
 
 def _bare_symbol(s):

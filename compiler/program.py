@@ -457,15 +457,17 @@ class Program:
 
     # ---- reading ------------------------------------------------------------------------
     def __str__(self):
-        parts = [str(self.graphs)]
+        plan = str(self.call_plan()).rstrip("\n").splitlines()
+        parts = [str(self.graphs), "\n".join("# " + line for line in plan)]
         if self.source:
             parts.append(self.source)
         return "\n".join(parts)
 
     def dump(self, directory):
         """Write forward.py, joint.py, backward.py, partition.txt, the traced graph and each
-        pass's result (stage00_trace.py, stage01_simplify.py, ...), and with the numba backend
-        kernels.py, schedule.txt and each program's driver (forward_driver.py, ...)."""
+        pass's result (stage00_trace.py, stage01_simplify.py, ...), call.py (the generated
+        call), and with the numba backend kernels.py, schedule.txt and each program's driver
+        (forward_driver.py, ...)."""
         os.makedirs(directory, exist_ok=True)
         files = {"joint.py": format_graph(self.joint, "joint"),
                  "inference.py": format_graph(self.inference, "inference"),
@@ -481,6 +483,9 @@ class Program:
                 text = HEADER + text
             with open(os.path.join(directory, name), "w", encoding="utf-8") as f:
                 f.write(text)
+        plan = self.call_plan()
+        with open(os.path.join(directory, "call.py"), "w", encoding="utf-8") as f:
+            f.write(f"# {str(plan).splitlines()[0]}\n{plan.source}")
         if self.source:
             with open(os.path.join(directory, "kernels.py"), "w", encoding="utf-8") as f:
                 f.write(self.source)

@@ -304,7 +304,8 @@ def test_a_symbolic_program_gets_the_inline_call_as_a_static_one_does(backend):
     (prog,) = _programs(sym)
     plan = prog.call_plan()
     assert plan.inline is not None and "inline per guard key" in str(plan)
-    assert "avals_at(values)" in sym._specialised.source and "read(args)" in sym._specialised.source
+    src = sym._specialised.source
+    assert "avals_at(values)" in src and "values = (s0, " in src and "return MISS" in src
     # the nodes' avals: made once per set of sizes, and those of the call
     loss = sym(*_w5_args(5))
     assert [a.shape for a in loss.grad_fn._in_avals] == [(16, 8), (16,), (1, 16), (1,)]
@@ -313,3 +314,49 @@ def test_a_symbolic_program_gets_the_inline_call_as_a_static_one_does(backend):
 
 def plan_values(prog, n):
     return prog.binding.values(_w5_args(n))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_a_loss_of_a_modules_parameters_gets_the_inline_call(backend, dynamic):
+    """Parameters reached through a closure are lifted inputs: the inline call reads them,
+    and its node's leaves and replayed inputs are theirs."""
+    ag.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 5), nn.Tanh(), nn.Linear(5, 3))
+    cf = ag.compile(lambda x, t: nn.functional.cross_entropy(model(x), t), backend=backend,
+                    dynamic=dynamic)
+    for n in (4, 4, 7, 7):
+        x, t = ag.randn(n, 6, requires_grad=True), ag.randint(0, 3, (n,))
+        model.zero_grad()
+        loss = cf(x, t)
+        loss.backward()
+        assert type(loss.grad_fn).__name__ == "_CallBackward"
+        got = [x.grad.numpy().copy()] + [p.grad.numpy().copy() for p in model.parameters()]
+        model.zero_grad()
+        xe = x.detach().requires_grad_()
+        ref = nn.functional.cross_entropy(model(xe), t)
+        ref.backward()
+        assert_close(loss.item(), ref.item(), rtol=1e-6, atol=1e-7)
+        for g, e in zip(got, [xe.grad] + [p.grad for p in model.parameters()]):
+            assert_close(g, e.numpy(), rtol=1e-5, atol=1e-6)
+    assert cf.stats.compiles == (1 if dynamic else 2)
+    src = cf._specialised.source
+    assert "node = new_node(Node)" in src and "._value, " in src  # lifted read inline
+    for prog in _programs(cf):
+        assert prog.call_plan().inline is not None
+        assert CallBlock.LIFTED in prog.call_plan().blocks
+
+
+def test_each_guard_relation_is_checked_once_and_means_what_the_guards_mean():
+    from aotgrad.compiler.dynamic import guard_conditions
+    sym = ag.compile(_w5, backend="interpret", dynamic=True)
+    sym(*_w5_args(4))
+    (prog,) = _programs(sym)
+    guards, names = prog.binding.env.guards, prog.binding.names
+    conds = guard_conditions(guards)
+    assert len(conds) < len(guards)  # the trace records s1 == s4 as `!=` False and `==` True
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        vals = dict(zip(names, rng.integers(2, 5, len(names)).tolist()))
+        want = all(g.check(vals) for g in guards)
+        assert all(eval(c, {}, dict(vals)) for c in conds) == want, vals

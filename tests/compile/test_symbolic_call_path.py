@@ -61,7 +61,7 @@ def test_symbolic_mlp_takes_the_generated_call_and_fast_backward(backend):
     assert loss_fn.stats.compiles == 1
     # the call specialised to the guard key (symbolic dims any size) serves the calls
     assert loss_fn._specialised is not None and loss_fn._specialised.program is prog
-    assert "read(args)" in loss_fn._specialised.source
+    assert "values = (" in loss_fn._specialised.source  # the sizes read once, inline
     assert served == [True] * 4  # every later backward took the fast path
 
 
