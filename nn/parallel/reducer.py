@@ -241,10 +241,6 @@ class _Reducer:
                    "buffer, which the .grad a compiled program writes is not")
         elif self.divisor is not None:
             why = "Join's per-iteration divisor is eager state"
-        elif any(b.dtype not in (np.float32, np.float64) for b in self.buckets):
-            why = ("only float32 and float64 buckets are all-reduced inside a program (a "
-                   "16-bit bucket is summed in float32 and rounded eagerly, where a compiled "
-                   "program keeps 16-bit values in float32 between its steps)")
         if why is not None:
             dispatch.graph_break(dispatch.describe_break(
                 f"DistributedDataParallel's gradient all-reduce in a compiled step: {why}"),
@@ -291,7 +287,7 @@ class _Reducer:
             pg = self.pg if self.comm_hook is None else default_group(self.comm_state)
             self.calls = [average_call(
                 pg, f"DDP {ddp._serial} bucket {i}: all-reduce ({how.value} average) of "
-                    f"{b.buffer.size} elements over ranks {pg.ranks}", how)
+                    f"{b.buffer.size} elements over ranks {pg.ranks}", how, b.dtype)
                 for i, b in enumerate(self.buckets)]
         return self.calls[i]
 
