@@ -264,8 +264,9 @@ class DistributedDataParallel(Module):
                     "all-reduce of the flags), known only when the step runs")
         if searching:
             return ("static_graph's first iteration finds the unused parameters eagerly "
-                    "(as find_unused_parameters does); from the second iteration on the "
-                    "step compiles")
+                    "(as find_unused_parameters does); run that iteration without "
+                    "aotgrad.compile, and compile the step from the second on (a compiled "
+                    "function whose call broke the graph stays eager for those inputs)")
         if has_buffers:
             return ("the module's buffers are broadcast from rank 0 on every call "
                     "(broadcast_buffers=True)")
