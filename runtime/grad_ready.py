@@ -13,6 +13,7 @@ accumulated into `.grad` there (tensor hooks, then the sum, then the post-accumu
 hooks, as the engine's AccumulateGrad does) and the node then returns None for it, so the
 engine does not add it again.
 """
+from aotgrad.ir.core import current_builder
 from aotgrad.runtime import profiling
 from aotgrad.runtime.autograd_node import AccumulateGrad
 from aotgrad.runtime.backward import graph_tasks
@@ -62,7 +63,8 @@ def early_leaves(node, program, given):
     if not any(type(nf) is AccumulateGrad and nf.variable._post_acc_hooks
                for nf, _ in edges):
         return None
-    if _mode.grad_enabled or _mode.anomaly or profiling._profilers or not graph_tasks.stack:
+    if _mode.grad_enabled or _mode.anomaly or profiling._profilers or \
+            not graph_tasks.stack or current_builder() is not None:
         return None
     task = graph_tasks.stack[-1]
     if task.deps is None or task.only_inputs or program.trace.written_grads or \
