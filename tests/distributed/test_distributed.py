@@ -252,3 +252,19 @@ def test_compiled_ddp_with_numba_under_mpiexec(scenario):
     out, _ = _launch(2, scenario, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
     assert sorted(re.findall(rf"ok {scenario} (\d)", out.stdout)) == ["0", "1"], out.stdout
+
+
+@pytest.mark.mpi
+def test_bench_distributed_runs_and_reports_the_overlap():
+    exe = _mpiexec()
+    script = os.path.join(REPO_ROOT, "benchmarks", "bench_distributed.py")
+    out = subprocess.run([exe, "-n", "2", sys.executable, script, "--quick", "--no-compile",
+                          "--reps", "2", "--bucket-cap-mb", "0.01"], env=_env(),
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "all_reduce float32 SUM" in out.stdout, out.stdout
+    found = re.search(r"eager: grads .* in (\d+) buckets", out.stdout)
+    assert found and int(found.group(1)) > 1, out.stdout
+    # several buckets: the first starts while the eager backward still computes
+    window = re.search(r"computed on for (\S+) ms after the first bucket", out.stdout)
+    assert window and float(window.group(1)) > 0, out.stdout
