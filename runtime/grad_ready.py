@@ -3,15 +3,18 @@ them, rather than after the whole program: what gives post-accumulate-grad hooks
 DistributedDataParallel, whose all-reduce of a bucket then travels while the rest of the
 backward runs) the moments they have eagerly.
 
-`early_leaves(node, given)` says, for one run of a compiled backward node, which of its
-gradients go straight to a leaf: the leaf has post-accumulate-grad hooks (without any, the
-program runs exactly as before) and the node's edge is the only one into the leaf's
-AccumulateGrad in the running backward pass (so the gradient is the leaf's whole gradient
-and its hooks fire once, as eagerly). The program's reporting driver calls
-`EarlyLeaves.ready(k, array)` after the step that finishes gradient k; the gradient is
-accumulated into `.grad` there (tensor hooks, then the sum, then the post-accumulate-grad
-hooks, as the engine's AccumulateGrad does) and the node then returns None for it, so the
-engine does not add it again.
+`early_leaves(node, program, given, args)` says, for one run of a compiled backward node,
+which of its gradients go straight to a leaf: the leaf has post-accumulate-grad hooks
+(without any, the program runs exactly as before) and the node's edge is the only one into
+the leaf's AccumulateGrad in the running backward pass (so the gradient is the leaf's whole
+gradient and its hooks fire once, as eagerly). The program's reporting driver calls
+`EarlyLeaves.ready(k, array)` after the step that finishes gradient k and
+`EarlyLeaves.unread(i)` after the last step that reads argument i; the gradient is
+accumulated into `.grad` once the program no longer reads the leaf's memory (tensor hooks,
+then the sum, then the post-accumulate-grad hooks, as the engine's AccumulateGrad does),
+and the node then returns None for it, so the engine does not add it again. Not under
+create_graph, anomaly mode, a profiler or a trace, nor for autograd.grad or
+backward(inputs=...), nor for programs with symbolic sizes: there the program runs as before.
 """
 import numpy as np
 
