@@ -1,7 +1,8 @@
 """Collectives that compiled programs run: CollectiveCall objects (ir/collective_calls.py)
 whose start and wait are non-blocking MPI operations on the group's communicator.
 
-`average_call(pg, what, how)`: the average over the group's ranks, an MPI_Iallreduce SUM
+`broadcast_call(pg, root, what)`: a rank's array on every rank (DDP's buffers, before each
+forward). `average_call(pg, what, how)`: the average over the group's ranks, an MPI_Iallreduce SUM
 started on a copy of the input, computed as `how` (a BucketAverage) says: as DDP's own
 reduction does (divided by the group's size once waited for), or as one of the built-in
 communication hooks does (divided before the sum; compressed to a 16-bit float). Each start
@@ -111,3 +112,33 @@ def average_call(pg, what, how=BucketAverage.SUM_THEN_DIVIDE, dtype=None):
         return buf
 
     return CollectiveCall(what, start, wait)
+
+
+def broadcast_call(pg, root, what):
+    """A CollectiveCall giving every rank of `pg` the array of its group rank `root` (an
+    MPI_Ibcast of a copy's bytes; each rank's program holds the same dtype)."""
+    pending = pg.program_requests
+    mine = []   # this call's array in flight
+
+    def start(x):
+        if mine:
+            raise RuntimeError(f"{what}: started again before its previous start was waited "
+                               f"for")
+        buf = np.array(x, copy=True, order="C")
+        _progress(pending)
+        pending[id(buf)] = (pg.comm.Ibcast(buf.reshape(-1).view(np.uint8), root=root), buf)
+        mine.append(buf)
+        return buf
+
+    def wait(_started):
+        if not mine:
+            raise RuntimeError(f"{what}: waited for a broadcast this process did not start")
+        buf = mine.pop()
+        request, _ = pending.pop(id(buf))
+        t = time.perf_counter()
+        wait_requests([request], pg, what)
+        pg.program_wait_s += time.perf_counter() - t
+        return buf
+
+    return CollectiveCall(what, start, wait)
+

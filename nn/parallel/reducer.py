@@ -137,7 +137,7 @@ class _Reducer:
     __slots__ = ("pg", "params", "names", "buckets", "where", "views", "find_unused",
                  "as_view", "ddp", "unused_at_forward", "active", "ready", "next_bucket",
                  "locally_used", "last_wait_s", "comm_hook", "comm_state", "static",
-                 "static_used", "divisor", "traced", "calls")
+                 "static_used", "divisor", "traced", "calls", "buffer_calls")
 
     def __init__(self, ddp, params, names, buckets):
         self.pg = ddp.process_group
@@ -158,6 +158,7 @@ class _Reducer:
         self.divisor = None           # the ranks' count the average divides by (None: all)
         self.traced = None            # the reduction of a backward being traced
         self.calls = None             # per bucket: the CollectiveCall compiled programs run
+        self.buffer_calls = None      # per module buffer: the broadcast compiled programs run
         self.as_view = ddp.gradient_as_bucket_view
         self.ddp = weakref.ref(ddp)
         self.unused_at_forward = ()   # indices the last forward's graph does not reach

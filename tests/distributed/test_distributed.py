@@ -246,11 +246,12 @@ def test_train_ddp_example_whole_step_compiled_with_numba_matches_one_process():
 
 @pytest.mark.mpi
 @pytest.mark.slow
-@pytest.mark.parametrize("scenario", ["overlap_numba", "compiled_hooks_numba", "16bit_numba"])
+@pytest.mark.parametrize("scenario", ["overlap_numba", "compiled_hooks_numba", "16bit_numba",
+                                      "buffers_numba"])
 def test_compiled_ddp_with_numba_under_mpiexec(scenario):
     # DDP(compile(model)) whose Numba backward hands out each gradient mid-program; a
-    # compiled whole step with the built-in comm hooks, and one of 16-bit buckets (the
-    # program holds them in float32), in a Numba program
+    # compiled whole step with the built-in comm hooks, one of 16-bit buckets (the program
+    # holds them in float32), one broadcasting buffers, each in a Numba program
     out, _ = _launch(2, scenario, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
     assert sorted(re.findall(rf"ok {scenario} (\d)", out.stdout)) == ["0", "1"], out.stdout
