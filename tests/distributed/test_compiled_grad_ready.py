@@ -213,3 +213,26 @@ def test_a_hook_changing_a_parameter_still_needed_is_an_error_as_eagerly():
         ref(x).pow(2).sum().backward()
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         compiled(x).pow(2).sum().backward()
+
+
+def test_a_program_with_symbolic_sizes_gives_the_hooks_their_gradients_after_it():
+    # a smaller last batch: traced again with a symbolic batch size; such a program hands
+    # out no gradient early (the engine accumulates after it), with the same gradients
+    model, ref = _twins()
+    compiled = aotgrad.compile(model, backend="interpret")
+    seen = {}
+    for m, key in ((model, "compiled"), (ref, "eager")):
+        for name, p in m.named_parameters():
+            p.register_post_accumulate_grad_hook(
+                lambda t, name=name, key=key: seen.setdefault(key, []).append(name))
+    for n in (5, 3, 4):
+        seen.clear()
+        for p in list(model.parameters()) + list(ref.parameters()):
+            p.grad = None
+        x = aotgrad.randn(n, 4, dtype=aotgrad.float64)
+        compiled(x).pow(2).sum().backward()
+        ref(x).pow(2).sum().backward()
+        assert sorted(seen["compiled"]) == sorted(seen["eager"]), seen
+        for p, q in zip(model.parameters(), ref.parameters()):
+            assert_close(p.grad.numpy(), q.grad.numpy(), rtol=1e-12, atol=1e-12)
+    assert compiled.n_traces == 2, compiled.n_traces
