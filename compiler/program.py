@@ -57,12 +57,13 @@ def _runner(graph, backend, name, trusted=0, symbols=()):
 _PREPARE_LOCK = threading.RLock()  # a program's lazy compile steps (rare: only on first use)
 
 
-def _evaluate_reporting(graph, args, ready, unread):
+def _evaluate_reporting(graph, args, ready, unread, values=None):
     """ir.core.evaluate of `graph` (fixed sizes), calling `ready(k, array)` with output k
     right after the node that makes it (an input returned as it is: before the first), and
     `unread(i)` once no later node reads argument i, through itself or a value that shares
-    its memory (numpy's results are checked: a reference impl may return a view)."""
-    from aotgrad.ir.core import located_error
+    its memory (numpy's results are checked: a reference impl may return a view).
+    `values`: a symbolic graph's symbol values (its nodes' params are evaluated at them)."""
+    from aotgrad.ir.core import evaluate_params, located_error
     nodes = graph.nodes
     at, last_use = {}, {}
     for k, v in enumerate(graph.outputs):
@@ -94,7 +95,8 @@ def _evaluate_reporting(graph, args, ready, unread):
     report(-1, graph.inputs)
     for t, n in enumerate(nodes):
         try:
-            outs = n.prim.impl(*[env[v] for v in n.inputs], **n.params)
+            params = n.params if values is None else evaluate_params(n.params, values)
+            outs = n.prim.impl(*[env[v] for v in n.inputs], **params)
         except Exception as e:
             located = located_error(e, n)
             if located is e:
@@ -303,17 +305,30 @@ class Program:
 
     def reports_backward(self):
         """Whether run_backward_reporting can hand out each gradient as soon as it is
-        computed: a program of fixed sizes (compiled, or interpreted), not observed."""
-        return self.binding is None and not self.observed
+        computed: interpreted, or compiled into one driver (not per size), not observed."""
+        if self.observed:
+            return False
+        kern = self.compiled_graph("backward")
+        return kern is None or hasattr(kern.plan, "reporting_runner")
+
+    def backward_inputs(self, args):
+        """The backward graph's input arrays, in its order, from the saved values and the
+        gradients (a symbolic program's symbol values left out)."""
+        return self._backward_args(args)[:len(self.backward.inputs)]
 
     def run_backward_reporting(self, args, ready, unread):
         """run_backward, also calling `ready(k, array)` with each gradient k as soon as the
-        program has computed it, and `unread(i)` once it reads argument i no more (the
-        backward's compiled driver with its reports, codegen's Plan.reporting_runner;
+        program has computed it, and `unread(i)` once it reads backward input i no more
+        (the backward's compiled driver with its reports, codegen's Plan.reporting_runner;
         interpreted, _evaluate_reporting)."""
+        args = self._backward_args(args)
         kern = self.compiled_graph("backward")
         if kern is None:
-            return _evaluate_reporting(self.backward, args, ready, unread)
+            values = None
+            if self.binding is not None:   # (the symbol values: the last argument)
+                values = dict(zip(self.symbols("backward"), args[-1]))
+                args = args[:-1]
+            return _evaluate_reporting(self.backward, args, ready, unread, values)
         trusted = len(self.forward.outputs) - self.n_fw_outputs
         return kern.plan.reporting_runner(trusted)(*args, ready, unread)
 

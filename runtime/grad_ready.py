@@ -14,7 +14,7 @@ accumulated into `.grad` once the program no longer reads the leaf's memory (ten
 then the sum, then the post-accumulate-grad hooks, as the engine's AccumulateGrad does),
 and the node then returns None for it, so the engine does not add it again. Not under
 create_graph, anomaly mode, a profiler or a trace, nor for autograd.grad or
-backward(inputs=...), nor for programs with symbolic sizes: there the program runs as before.
+backward(inputs=...), nor for a program compiled per size: there the program runs as before.
 """
 import numpy as np
 
@@ -147,5 +147,5 @@ def early_leaves(node, program, given, args):
             leaf_of[k] = (j, acc)
     if not leaf_of:
         return None
-    return EarlyLeaves(leaf_of, program.owned_outputs("backward"), args, node._replay,
-                       program.name)
+    return EarlyLeaves(leaf_of, program.owned_outputs("backward"),
+                       program.backward_inputs(args), node._replay, program.name)
