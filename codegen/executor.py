@@ -157,6 +157,36 @@ def ready_after_steps(steps, graph):
     return ready
 
 
+def inputs_unread_after_steps(steps, graph):
+    """{step index: the indices of the graph's inputs that no later step reads, through
+    itself or a value that may share its memory}; index -1: inputs no step reads. An input
+    that an output may share memory with is left out (it is read until the end). A view,
+    a check and a reference step (numpy may return a view) may share their inputs' memory;
+    kernels and products write into buffers of their own."""
+    shares = {v: {i} for i, v in enumerate(graph.inputs)}
+    last = {}
+    for t, st in enumerate(steps):
+        read = set()
+        for v in st.inputs:
+            read |= shares.get(v, set())
+        for i in read:
+            last[i] = t
+        if st.kind in (StepKind.VIEW, StepKind.CHECK) or \
+                (st.kind is StepKind.REFERENCE and read):
+            for v in list(st.outputs) + ([st.out_view[0]] if st.out_view else []):
+                shares[v] = shares.get(v, set()) | read
+        elif st.out_view is not None:
+            shares[st.out_view[0]] = shares.get(st.outputs[0], set())
+    returned = set()
+    for v in graph.outputs:
+        returned |= shares.get(v, set())
+    unread = {}
+    for i in range(len(graph.inputs)):
+        if i not in returned:
+            unread.setdefault(last.get(i, -1), []).append(i)
+    return unread
+
+
 class Plan:
     def __init__(self, graph, schedule, kernel_fns, reuse_outputs=False, symbols=(),
                  low_precision=(None, None)):
@@ -299,12 +329,13 @@ class Plan:
             return self._build_driver(fixed, timed, trusted, clock, reporting)
 
     def reporting_runner(self, trusted=0):
-        """A driver that takes one more argument, `ready(k, array)`, and calls it with each
-        output k as soon as the step that finishes it has run (the outputs that no step
-        makes, before the first step), rather than only returning them all at the end: a
-        compiled backward hands each parameter's gradient to its post-accumulate-grad hooks
-        (DistributedDataParallel's bucket all-reduces) while the rest of the program runs.
-        Made on first use; the ordinary driver is unchanged."""
+        """A driver that takes two more arguments, `ready(k, array)` and `unread(i)`: it
+        calls ready with each output k as soon as the step that finishes it has run (the
+        outputs that no step makes, before the first step), rather than only returning them
+        all at the end, and unread(i) once no later step reads input i (its memory may
+        change from then on). A compiled backward hands each parameter's gradient to its
+        post-accumulate-grad hooks (DistributedDataParallel's bucket all-reduces) while the
+        rest of the program runs. Made on first use; the ordinary driver is unchanged."""
         key = ("reporting", trusted)
         r = self._runners.get(key)
         if r is None:
@@ -319,8 +350,9 @@ class Plan:
         names; workspace views, kernel constants and reshaped views of fixed buffers are
         bound once as globals. A step costs one call, not a loop over an env list.
         With timed=True the function also returns each step's perf_counter stamp; with
-        reporting=True it takes `_ready` last and calls `_ready(k, output k)` after the step
-        that finishes output k (see ready_after_steps)."""
+        reporting=True it takes `_ready` and `_unread` last and calls `_ready(k, output k)`
+        after the step that finishes output k (ready_after_steps), `_unread(i)` after the
+        last step that reads input i (inputs_unread_after_steps)."""
         g = {"np": np, "_ndarray": np.ndarray, "_empty": np.empty, "_mm": np.matmul,
              "_contig": np.ascontiguousarray, "_normalise": self._normalise,
              "_gemm": blas.gemm_stack, "_gemm1": blas.gemm_serial,
@@ -368,7 +400,7 @@ class Plan:
                 f"{name_of(v)}.transpose({perm!r})"
 
         ins = [f"v{s}" for s in self.in_slots]
-        params = ins + ["_syms"] * bool(self.symbols) + ["_ready"] * reporting
+        params = ins + ["_syms"] * bool(self.symbols) + ["_ready", "_unread"] * reporting
         lines = [f"def program({', '.join(params)}):"]
         if self.symbols:
             lines.append(f"    {', '.join(self.symbols)}, = _syms")
@@ -391,18 +423,24 @@ class Plan:
             g["_clock"] = clock
         body, step_of = [], []   # step_of[i]: the step body line i belongs to
         # reporting: `_ready(k, output k)` lines (no step's: an error a hook raises is its own)
+        # and `_unread(i)` once no later step reads input i
         ready_at = ready_after_steps(self.schedule.steps, self.graph) if reporting else {}
+        unread_at = inputs_unread_after_steps(self.schedule.steps, self.graph) \
+            if reporting else {}
         report = self._output_sources(name_of, bind, fixed) if reporting else None
-        for k in ready_at.get(-1, ()):
-            body.append(f"        _ready({k}, {report[k]})")
-            step_of.append(None)
+
+        def reports(i):
+            return [f"        _unread({j})" for j in unread_at.get(i, ())] + \
+                [f"        _ready({k}, {report[k]})" for k in ready_at.get(i, ())]
+        body += reports(-1)
+        step_of += [None] * len(body)
         for i, st in enumerate(self.schedule.steps):
             step_lines = self._step_lines(st, bind, name_of, shaped, operand, knames)
             body += ["        " + line for line in step_lines]
             step_of += [st] * len(step_lines)
-            for k in ready_at.get(i, ()):
-                body.append(f"        _ready({k}, {report[k]})")
-                step_of.append(None)
+            after = reports(i)
+            body += after
+            step_of += [None] * len(after)
             if timed:
                 body.append("        _t.append(_clock())")
                 step_of.append(None)

@@ -52,31 +52,53 @@ def _runner(graph, backend, name, trusted=0, symbols=()):
 _PREPARE_LOCK = threading.RLock()  # a program's lazy compile steps (rare: only on first use)
 
 
-def _evaluate_reporting(graph, args, ready):
+def _evaluate_reporting(graph, args, ready, unread, values=None):
     """ir.core.evaluate of `graph` (fixed sizes), calling `ready(k, array)` with output k
-    right after the node that makes it (an input returned as it is: before the first)."""
-    from aotgrad.ir.core import located_error
-    at = {}
+    right after the node that makes it (an input returned as it is: before the first), and
+    `unread(i)` once no later node reads argument i, through itself or a value that shares
+    its memory (numpy's results are checked: a reference impl may return a view).
+    `values`: a symbolic graph's symbol values (its nodes' params are evaluated at them)."""
+    from aotgrad.ir.core import evaluate_params, located_error
+    nodes = graph.nodes
+    at, last_use = {}, {}
     for k, v in enumerate(graph.outputs):
         at.setdefault(v, []).append(k)
+        last_use[v] = len(nodes)      # (an output is read after the program)
+    for t, n in enumerate(nodes):
+        for v in n.inputs:
+            last_use[v] = max(last_use.get(v, -1), t)
     env = dict(zip(graph.inputs, args))
+    arrays = [(i, a) for i, a in enumerate(args) if isinstance(a, np.ndarray)]
+    sharing = {i: {v} for i, v in enumerate(graph.inputs)}   # argument -> values sharing it
+    still_read = set(range(len(args)))
 
-    def report(vs):
-        for v in vs:
+    def report(t, made):
+        for v in made:
+            o = env[v]
+            if isinstance(o, np.ndarray):
+                for i, a in arrays:
+                    if i in still_read and np.may_share_memory(o, a):
+                        sharing[i].add(v)
+        for i in sorted(still_read):
+            if all(last_use.get(v, -1) <= t for v in sharing[i]):
+                still_read.discard(i)
+                unread(i)
+        for v in made:
             for k in at.get(v, ()):
                 o = env[v]
                 ready(k, o if type(o) is np.ndarray else np.asarray(o))
-    report(graph.inputs)
-    for n in graph.nodes:
+    report(-1, graph.inputs)
+    for t, n in enumerate(nodes):
         try:
-            outs = n.prim.impl(*[env[v] for v in n.inputs], **n.params)
+            params = n.params if values is None else evaluate_params(n.params, values)
+            outs = n.prim.impl(*[env[v] for v in n.inputs], **params)
         except Exception as e:
             located = located_error(e, n)
             if located is e:
                 raise
             raise located from None
         env.update(zip(n.outputs, outs if n.prim.multiple_results else (outs,)))
-        report(n.outputs)
+        report(t, n.outputs)
     return [env[v] if type(env[v]) is np.ndarray else np.asarray(env[v])
             for v in graph.outputs]
 
@@ -298,18 +320,32 @@ class Program:
 
     def reports_backward(self):
         """Whether run_backward_reporting can hand out each gradient as soon as it is
-        computed: a program of fixed sizes (compiled, or interpreted), not observed."""
-        return self.binding is None and not self.observed
+        computed: interpreted, or compiled into one driver (not per size), not observed."""
+        if self.observed:
+            return False
+        kern = self.compiled_graph("backward")
+        return kern is None or hasattr(kern.plan, "reporting_runner")
 
-    def run_backward_reporting(self, args, ready):
+    def backward_inputs(self, args):
+        """The backward graph's input arrays, in its order, from the saved values and the
+        gradients (a symbolic program's symbol values left out)."""
+        return self._backward_args(args)[:len(self.backward.inputs)]
+
+    def run_backward_reporting(self, args, ready, unread):
         """run_backward, also calling `ready(k, array)` with each gradient k as soon as the
-        program has computed it (the backward's compiled driver with its reports,
-        codegen's Plan.reporting_runner; interpreted: after the node that makes it)."""
+        program has computed it, and `unread(i)` once it reads backward input i no more
+        (the backward's compiled driver with its reports, codegen's Plan.reporting_runner;
+        interpreted, _evaluate_reporting)."""
+        args = self._backward_args(args)
         kern = self.compiled_graph("backward")
         if kern is None:
-            return _evaluate_reporting(self.backward, args, ready)
+            values = None
+            if self.binding is not None:   # (the symbol values: the last argument)
+                values = dict(zip(self.symbols("backward"), args[-1]))
+                args = args[:-1]
+            return _evaluate_reporting(self.backward, args, ready, unread, values)
         trusted = len(self.forward.outputs) - self.n_fw_outputs
-        return kern.plan.reporting_runner(trusted)(*args, ready)
+        return kern.plan.reporting_runner(trusted)(*args, ready, unread)
 
     def run_profiled(self, which, inputs):
         """Run graph `which` through its instrumented driver, reporting each kernel, matrix

@@ -64,9 +64,10 @@ class CompiledBackward(Node):
                                           inputs + list(grads))
             return p.scatter_grads(outs[p.n_fw_outputs:], given)
         args = list(self._saved_arrays) + [g._value for g in grads]
-        early = early_leaves(self, p, given)   # leaves whose hooks fire mid-program
+        early = early_leaves(self, p, given, args)   # leaves whose hooks fire mid-program
         if early is not None:
-            outs = p.run_backward_reporting(args, early.ready)
+            outs = p.run_backward_reporting(args, early.ready, early.unread)
+            early.finish()
         elif profiling._profilers:
             with profiling.record(f"{p.name}.backward", kind="kernel"):
                 outs = p.run_profiled("backward", args)

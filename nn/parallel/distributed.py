@@ -16,7 +16,8 @@ Inside a traced backward (aotgrad.compile around a whole training step) the same
 trace time and record the reduction into the program instead: per bucket a
 `prims.collective_start` after its last gradient, then the `prims.collective_wait`s and the
 averaged gradients as the new `.grad` (see reducer._TracedReduction; the buckets and the
-reducer live in reducer.py).
+reducer live in reducer.py). A traced forward records the buffers' broadcast the same way
+(a start per buffer, then the waits, each copied into its buffer).
 """
 import contextlib
 import itertools
@@ -229,7 +230,7 @@ class DistributedDataParallel(Module):
         searching = self.find_unused_parameters or \
             (self.static_graph and not self._static_graph_learned)
         if tracing:
-            why = self._traced_forward_break(has_buffers, searching)
+            why = self._traced_forward_break(searching)
             if why is not None:
                 dispatch.graph_break(dispatch.describe_break(
                     f"DistributedDataParallel.forward in a compiled step: {why}; compile the "
@@ -243,7 +244,10 @@ class DistributedDataParallel(Module):
         if self._join_config.enable:
             self._join_iteration()
         if has_buffers and self.process_group.size() > 1:
-            self._sync_buffers()
+            if tracing:
+                self._traced_buffer_broadcast()
+            else:
+                self._sync_buffers()
         out = self._call_module(*inputs, **kwargs)
         if searching and _grad_mode.grad_enabled and not tracing and \
                 self.require_backward_grad_sync:
@@ -252,7 +256,26 @@ class DistributedDataParallel(Module):
                                               if id(p) not in reached]
         return out
 
-    def _traced_forward_break(self, has_buffers, searching):
+    def _traced_buffer_broadcast(self):
+        """The buffers' broadcast from the group's first rank, recorded into the program
+        being traced: every broadcast started, then each waited for and copied into its
+        buffer (a write of the module's state the compiled step makes, as eagerly)."""
+        from aotgrad.distributed.program_collectives import broadcast_call
+        from aotgrad.ir import prims
+        buffers = [b for _, b in self.module.named_buffers() if b is not None]
+        reducer = self.reducer
+        if reducer.buffer_calls is None or len(reducer.buffer_calls) != len(buffers):
+            pg = self.process_group
+            reducer.buffer_calls = [broadcast_call(
+                pg, 0, f"DDP {self._serial} buffer {i}: broadcast of {tuple(b.shape)} "
+                       f"{b.dtype} from rank {pg.ranks[0]}") for i, b in enumerate(buffers)]
+        with no_grad():
+            started = [dispatch.apply(prims.collective_start, b, call=call)
+                       for b, call in zip(buffers, reducer.buffer_calls)]
+            for b, s, call in zip(buffers, started, reducer.buffer_calls):
+                b.copy_(dispatch.apply(prims.collective_wait, s, call=call))
+
+    def _traced_forward_break(self, searching):
         """Why this forward cannot be part of a compiled program (None: it can)."""
         if self._join_config.enable:
             return ("under Join each iteration first agrees with the ranks that joined (an "
@@ -264,11 +287,9 @@ class DistributedDataParallel(Module):
                     "all-reduce of the flags), known only when the step runs")
         if searching:
             return ("static_graph's first iteration finds the unused parameters eagerly "
-                    "(as find_unused_parameters does); from the second iteration on the "
-                    "step compiles")
-        if has_buffers:
-            return ("the module's buffers are broadcast from rank 0 on every call "
-                    "(broadcast_buffers=True)")
+                    "(as find_unused_parameters does); run that iteration without "
+                    "aotgrad.compile, and compile the step from the second on (a compiled "
+                    "function whose call broke the graph stays eager for those inputs)")
         return None
 
     @contextlib.contextmanager

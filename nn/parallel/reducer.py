@@ -137,7 +137,7 @@ class _Reducer:
     __slots__ = ("pg", "params", "names", "buckets", "where", "views", "find_unused",
                  "as_view", "ddp", "unused_at_forward", "active", "ready", "next_bucket",
                  "locally_used", "last_wait_s", "comm_hook", "comm_state", "static",
-                 "static_used", "divisor", "traced", "calls")
+                 "static_used", "divisor", "traced", "calls", "buffer_calls")
 
     def __init__(self, ddp, params, names, buckets):
         self.pg = ddp.process_group
@@ -158,6 +158,7 @@ class _Reducer:
         self.divisor = None           # the ranks' count the average divides by (None: all)
         self.traced = None            # the reduction of a backward being traced
         self.calls = None             # per bucket: the CollectiveCall compiled programs run
+        self.buffer_calls = None      # per module buffer: the broadcast compiled programs run
         self.as_view = ddp.gradient_as_bucket_view
         self.ddp = weakref.ref(ddp)
         self.unused_at_forward = ()   # indices the last forward's graph does not reach
@@ -241,10 +242,6 @@ class _Reducer:
                    "buffer, which the .grad a compiled program writes is not")
         elif self.divisor is not None:
             why = "Join's per-iteration divisor is eager state"
-        elif any(b.dtype not in (np.float32, np.float64) for b in self.buckets):
-            why = ("only float32 and float64 buckets are all-reduced inside a program (a "
-                   "16-bit bucket is summed in float32 and rounded eagerly, where a compiled "
-                   "program keeps 16-bit values in float32 between its steps)")
         if why is not None:
             dispatch.graph_break(dispatch.describe_break(
                 f"DistributedDataParallel's gradient all-reduce in a compiled step: {why}"),
@@ -291,7 +288,7 @@ class _Reducer:
             pg = self.pg if self.comm_hook is None else default_group(self.comm_state)
             self.calls = [average_call(
                 pg, f"DDP {ddp._serial} bucket {i}: all-reduce ({how.value} average) of "
-                    f"{b.buffer.size} elements over ranks {pg.ranks}", how)
+                    f"{b.buffer.size} elements over ranks {pg.ranks}", how, b.dtype)
                 for i, b in enumerate(self.buckets)]
         return self.calls[i]
 

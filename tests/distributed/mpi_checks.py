@@ -811,18 +811,13 @@ def check_compiled_step_breaks():
         ("static", dict(static_graph=True), None, "static_graph's first iteration"),
         ("as_view", dict(gradient_as_bucket_view=True), None,
          "gradient_as_bucket_view=True makes each .grad a view"),
-        ("float16", {}, None, "only float32 and float64 buckets"),
-        ("buffers", {}, None, "buffers are broadcast from rank 0"),
         ("join", {}, None, "under Join each iteration"),
         ("custom hook", {}, custom_hook, "a communication hook other than ddp_comm_hooks'"),
     ]
     for name, kwargs, hook, reason in cases:
         models, steps = [], []
         for _ in range(2):
-            aotgrad.manual_seed(5)
-            model = WithBuffer().double() if name == "buffers" else make_net(aotgrad.float64, 5)
-            if name == "float16":
-                model = model.half()
+            model = make_net(aotgrad.float64, 5)
             ddp = DDP(model, bucket_cap_mb=1e-4, **kwargs)
             if hook is not None:
                 ddp.register_comm_hook(None, hook)
@@ -851,6 +846,85 @@ def check_compiled_step_breaks():
         assert set(want) == set(got), (name, sorted(want), sorted(got))
         for n in want:
             equal(got[n], want[n], f"{name}: grad {n} of the compiled step run eagerly")
+
+
+def check_compiled_step_buffers(backend="interpret"):
+    """A compiled whole step of a DDP model with buffers: the program broadcasts them from
+    rank 0 before the forward (here each rank changed its own after construction), as the
+    eager DDP does on every call: no graph break, the eager step's gradients and buffers."""
+    r, k = dist.get_rank(), dist.get_world_size()
+    shard = slice(r * 4, (r + 1) * 4)
+    models, steps = [], []
+    for _ in range(2):
+        aotgrad.manual_seed(5)
+        model = WithBuffer().double()
+        ddp = DDP(model, bucket_cap_mb=1e-4)
+
+        def step(x, y, ddp=ddp, model=model):
+            model.zero_grad()
+            LOSS(ddp(x), y).backward()
+        models.append(model)
+        steps.append(step)
+    compiled = aotgrad.compile(steps[1], backend=backend)
+    for s in range(2):
+        for model in models:   # each rank's own buffer; the forward must take rank 0's
+            with aotgrad.no_grad():
+                model.shift.fill_(0.5 * s + r)
+        x, y = batch(aotgrad.float64, 4 * k, seed=95 + s)
+        steps[0](x[shard], y[shard])
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            compiled(x[shard], y[shard])
+        breaks = [str(w.message) for w in caught if "graph break" in str(w.message)]
+        assert not breaks, breaks
+        for model in models:
+            equal(model.shift.numpy(), np.full(16, 0.5 * s), "the buffer broadcast from rank 0")
+        want, got = grads_of(models[0]), grads_of(models[1])
+        for n in want:
+            close(got[n], want[n], aotgrad.float64, f"grad {n} with buffers, step {s}")
+    assert compiled.eager_calls == 0, compiled.eager_calls
+
+
+def check_compiled_step_16bit(backend="interpret"):
+    """A compiled whole step of a DDP model in float16 / bfloat16 (16-bit buckets, with and
+    without a compression hook): no graph break, its gradients the eager DDP step's (within
+    the dtype's rounding: a compiled program computes in float32 and rounds each value)."""
+    from aotgrad.distributed.algorithms.ddp_comm_hooks import default_hooks
+    r, k = dist.get_rank(), dist.get_world_size()
+    shard = slice(r * 4, (r + 1) * 4)
+    for dtype, hook, tol in ((aotgrad.float16, None, 4e-3),
+                             (aotgrad.bfloat16, None, 3e-2),
+                             (aotgrad.bfloat16, default_hooks.fp16_compress_hook, 3e-2),
+                             (aotgrad.float16, default_hooks.allreduce_hook, 4e-3)):
+        models, steps = [], []
+        for _ in range(2):
+            model = make_net(aotgrad.float32, 4).to(dtype)
+            ddp = DDP(model, bucket_cap_mb=1e-4)
+            if hook is not None:
+                ddp.register_comm_hook(None, hook)
+
+            def step(x, y, ddp=ddp, model=model):
+                model.zero_grad()
+                LOSS(ddp(x), y).backward()
+            models.append(model)
+            steps.append(step)
+        compiled = aotgrad.compile(steps[1], backend=backend)
+        what = f"{dtype} {getattr(hook, '__name__', 'no hook')} {backend}"
+        for s in range(2):
+            x, y = batch(dtype, 4 * k, seed=80 + s)
+            steps[0](x[shard], y[shard])
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                compiled(x[shard], y[shard])
+            breaks = [str(w.message) for w in caught if "graph break" in str(w.message)]
+            assert not breaks, (what, breaks)
+            for (n, p), q in zip(models[0].named_parameters(), models[1].parameters()):
+                assert q.grad.dtype == dtype, (what, n, q.grad.dtype)
+                want = p.grad.float().numpy().astype(np.float64)
+                got = q.grad.float().numpy().astype(np.float64)
+                err = np.abs(got - want).max() / max(1.0, np.abs(want).max())
+                assert err <= tol, (what, n, s, err)
+        assert compiled.eager_calls == 0, (what, compiled.eager_calls)
 
 
 def check_static_graph(dtype):
@@ -927,6 +1001,8 @@ def check_surface():
     check_comm_hooks()
     check_compiled_comm_hooks()
     check_compiled_step_breaks()
+    check_compiled_step_16bit()
+    check_compiled_step_buffers()
     for dtype in (aotgrad.float64, aotgrad.float32):
         check_static_graph(dtype)
     check_join(True)
@@ -972,6 +1048,10 @@ SCENARIOS = {"all": check_all, "collectives": check_collectives, "groups": check
              "objects": check_object_collectives,
              "compiled_hooks": check_compiled_comm_hooks,
              "breaks": check_compiled_step_breaks,
+             "16bit": check_compiled_step_16bit,
+             "buffers": check_compiled_step_buffers,
+             "buffers_numba": lambda: check_compiled_step_buffers("numba"),
+             "16bit_numba": lambda: check_compiled_step_16bit("numba"),
              "compiled_hooks_numba": lambda: check_compiled_comm_hooks("numba"),
              "overlap": lambda: check_compiled_module_hands_out_gradients(aotgrad.float64),
              "overlap_numba": lambda: check_compiled_module_hands_out_gradients(

@@ -102,15 +102,17 @@ def test_post_accumulate_hooks_fire_before_the_lower_layers_backward(compiled):
     for k, layer in enumerate(layers):
         for name, p in layer.named_parameters():
             p.register_post_accumulate_grad_hook(lambda t, k=k, n=name: log.append(f"{k}.{n}"))
-    h = aotgrad.randn(2, 4, requires_grad=True)
-    for k, stage in enumerate(stages):
-        h = stage(h)
-        # (eagerly, the layer's last node: its backward starts there)
-        h.grad_fn.register_prehook(lambda g, k=k: log.append(f"backward {k}"))
-    h.sum().backward()
-    for k in (2, 1):
-        assert log.index(f"{k}.weight") < log.index(f"backward {k - 1}"), log
-        assert log.index(f"{k}.bias") < log.index(f"backward {k - 1}"), log
+    for _ in range(2):   # (the second time too: the leaves' nodes are older than the rest)
+        log.clear()
+        h = aotgrad.randn(2, 4, requires_grad=True)
+        for k, stage in enumerate(stages):
+            h = stage(h)
+            # (eagerly, the layer's last node: its backward starts there)
+            h.grad_fn.register_prehook(lambda g, k=k: log.append(f"backward {k}"))
+        h.sum().backward()
+        for k in (2, 1):
+            assert log.index(f"{k}.weight") < log.index(f"backward {k - 1}"), log
+            assert log.index(f"{k}.bias") < log.index(f"backward {k - 1}"), log
 
 
 # ---- under mpiexec -------------------------------------------------------------------------
@@ -244,10 +246,28 @@ def test_train_ddp_example_whole_step_compiled_with_numba_matches_one_process():
 
 @pytest.mark.mpi
 @pytest.mark.slow
-@pytest.mark.parametrize("scenario", ["overlap_numba", "compiled_hooks_numba"])
+@pytest.mark.parametrize("scenario", ["overlap_numba", "compiled_hooks_numba", "16bit_numba",
+                                      "buffers_numba"])
 def test_compiled_ddp_with_numba_under_mpiexec(scenario):
     # DDP(compile(model)) whose Numba backward hands out each gradient mid-program; a
-    # compiled whole step with the built-in comm hooks in a Numba program
+    # compiled whole step with the built-in comm hooks, one of 16-bit buckets (the program
+    # holds them in float32), one broadcasting buffers, each in a Numba program
     out, _ = _launch(2, scenario, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
     assert sorted(re.findall(rf"ok {scenario} (\d)", out.stdout)) == ["0", "1"], out.stdout
+
+
+@pytest.mark.mpi
+def test_bench_distributed_runs_and_reports_the_overlap():
+    exe = _mpiexec()
+    script = os.path.join(REPO_ROOT, "benchmarks", "bench_distributed.py")
+    out = subprocess.run([exe, "-n", "2", sys.executable, script, "--quick", "--no-compile",
+                          "--reps", "2", "--bucket-cap-mb", "0.01"], env=_env(),
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "all_reduce float32 SUM" in out.stdout, out.stdout
+    found = re.search(r"eager: grads .* in (\d+) buckets", out.stdout)
+    assert found and int(found.group(1)) > 1, out.stdout
+    # several buckets: the first starts while the eager backward still computes
+    window = re.search(r"computed on for (\S+) ms after the first bucket", out.stdout)
+    assert window and float(window.group(1)) > 0, out.stdout
