@@ -252,12 +252,14 @@ def squeeze(x, dim=None):
                   "SqueezeBackward1" if isinstance(dim, (int, np.integer)) else "SqueezeBackward2")
 
 
-@op("expand", "ExpandBackward0")
-def expand(x, *sizes):
-    sizes = _shape_arg(sizes)
+def expanded_shape(x, sizes):
+    """The shape `x.expand(*sizes)` has (-1 keeps a size), or PyTorch's error where x does
+    not expand to it. Ops that expand an operand to a result's shape (addmm's input, a
+    linear's bias, the value of `x[i] = v`) check with it, so their message is expand's."""
     if len(sizes) < x.ndim:
-        raise RuntimeError(f"expand: the number of sizes provided ({len(sizes)}) must be greater "
-                           f"or equal to the number of dimensions in the tensor ({x.ndim})")
+        raise RuntimeError(f"expand({x.type()}{{{size_list(x.shape)}}}, "
+                           f"size={size_list(sizes)}): the number of sizes provided ({len(sizes)}) must be greater or "
+                           f"equal to the number of dimensions in the tensor ({x.ndim})")
     lead = len(sizes) - x.ndim
     for i in range(lead):
         if sizes[i] < 0:
@@ -270,6 +272,12 @@ def expand(x, *sizes):
                                f"match the existing size ({hint(n)}) at non-singleton dimension "
                                f"{lead + i}.  Target sizes: {size_list(sizes)}.  Tensor sizes: "
                                f"{size_list(x.shape)}")
+    return shape
+
+
+@op("expand", "ExpandBackward0")
+def expand(x, *sizes):
+    shape = expanded_shape(x, _shape_arg(sizes))
     if shape == tuple(x.shape):
         return _alias(x)  # still a new view (tp.broadcast_to would return x itself)
     return _view_of(tp.broadcast_to(x, shape), x)
