@@ -155,6 +155,8 @@ class CompiledFunction:
         if sym:
             return self._lookup_symbolic(args, kwargs, leaves, _dynamic.mask_key(key, sym), sym)
         prog = self.cache.get(key)
+        if prog is None:  # strided arguments: the contiguous call's program, if it never
+            prog = guards.layout_free_program(self.cache, key)  # read their layout
         if prog is not None and prog is not RUN_EAGERLY and not guards.lifted_ok(prog):
             where = guards.failed_guard(prog)
             prog = None

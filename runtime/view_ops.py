@@ -148,6 +148,8 @@ def view(x, *shape):
     if len(shape) == 1 and isinstance(shape[0], dt.DType):
         raise NotImplementedError(f"view: reinterpreting {x.dtype.name} as {shape[0].name} "
                                   f"(view(dtype)) is not supported")
+    if not isinstance(x._value, np.ndarray):
+        layout.certain_probe(x, "view()")   # (eagerly, a view of some layouts raises)
     out = reshape(x, *shape)
     if out.numel() > 1 and not layout.is_view_of(out, x):   # traced: the eager layout's rule
         raise RuntimeError(f"view size is not compatible with input tensor's size and stride (at "
@@ -347,19 +349,8 @@ def contiguous(x, memory_format=None):
 
 def is_contiguous(x, memory_format=None):
     """Whether the eager buffer is C-contiguous (traced: the layout eager mode would give)."""
-    v = layout.probe(x)
-    return v is None or v.flags.c_contiguous or v.size <= 1 or \
-        _c_contiguous_ignoring_unit_dims(v)
-
-
-def _c_contiguous_ignoring_unit_dims(v):
-    expect = v.itemsize
-    for n, st in reversed(list(zip(v.shape, v.strides))):
-        if n != 1:
-            if st != expect:
-                return False
-            expect *= n
-    return True
+    v = layout.certain_probe(x, "is_contiguous()")
+    return v is None or layout.is_c_contiguous(v)
 
 
 @op("flip", "FlipBackward0")
