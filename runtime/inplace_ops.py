@@ -30,7 +30,7 @@ from aotgrad.runtime.forward_mode import state as _forward
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.elementwise_ops import where
 from aotgrad.runtime.grad_mode import state as _mode
-from aotgrad.runtime.index_ops import getitem
+from aotgrad.runtime.index_ops import _scatter_winners, getitem
 from aotgrad.runtime.grad_fn_names import named
 from aotgrad.runtime.op_base import as_tensor_like, cast, op
 from aotgrad.runtime.tensor import Tensor
@@ -397,6 +397,10 @@ def setitem(x, index, value):
                   index)
     v = expand(_fit_value(cast(value, x.dtype), tuple(pos.shape), index), tuple(pos.shape))
     pos_flat, v_flat = reshape(pos, -1), reshape(v, -1)
+    # an advanced index may repeat a position: the last write wins
+    keep = None if _basic_index(index) else _scatter_winners(pos_flat, 0, x.numel())
+    if keep is not None and (keep._is_traced or not bool(keep._value.all())):
+        v_flat = where(keep, v_flat, tp.zeros(tuple(v_flat.shape), x.dtype))
     base = snapshot(x)
     xf = reshape(base, -1)
     zeros = tp.zeros((x.numel(),), x.dtype)

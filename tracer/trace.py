@@ -7,6 +7,7 @@ them eagerly. The backward is derived by running the eager engine (`run_backward
 traced outputs with new tangent inputs: one source of derivative truth.
 """
 import contextlib
+import dataclasses
 import functools
 import gc
 import weakref
@@ -247,6 +248,9 @@ def _substitute_param(p, repl):
         return type(p)(_substitute_param(x, repl) for x in p)
     if isinstance(p, slice):
         return slice(*(_substitute_param(x, repl) for x in (p.start, p.stop, p.step)))
+    if dataclasses.is_dataclass(p) and not isinstance(p, type):   # a ValueCheck's sizes
+        return dataclasses.replace(p, **{f.name: _substitute_param(getattr(p, f.name), repl)
+                                         for f in dataclasses.fields(p) if f.init})
     return p
 
 
