@@ -261,3 +261,24 @@ def aliases_lifted(prog, leaves):
         if isinstance(x, Tensor) and id(x._version_counter) in counters:
             return i
     return None
+
+
+@dataclasses.dataclass(eq=False)
+class BreakRetry:
+    """When a guard key whose trace broke (its calls run eagerly) is traced again: at once
+    once a value or object the function read by name (a global flag, a module attribute)
+    is not what it was at the break; else after `wait` eager calls, doubling up to
+    MAX_WAIT, for causes no guard sees (a hook removed, state outside the function's
+    reach). `read_guards`: guard_holds' arguments (and a path), taken at the break."""
+    read_guards: list
+    wait: int = 8
+    calls: int = 0
+    MAX_WAIT = 1024
+
+    def due(self):
+        """Called on each eager call of the key: trace it again now?"""
+        self.calls += 1
+        if self.calls >= self.wait:
+            self.calls, self.wait = 0, min(2 * self.wait, self.MAX_WAIT)
+            return True
+        return not all(guard_holds(*g[:4]) for g in self.read_guards)

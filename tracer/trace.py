@@ -343,6 +343,11 @@ def trace(fn, args, kwargs, names=None, want_grad=True, symbolic_dims=None):
                     f"which the compiled program would not repeat on each call (keep such "
                     f"counters outside the compiled function, or in a tensor)")
             committed = True
+    except (dispatch.GraphBreak, GraphBreakError) as e:
+        # what the break may have depended on: the values and objects the function reads
+        # (a changed one is worth a new trace)
+        e.read_guards = state.guards([]) + state.hook_guards()
+        raise
     finally:
         on_break.remove()
         _mode.grad_enabled = prev_grad
