@@ -142,8 +142,13 @@ def floor_divide(a, b):
 
 def _fmod(a, b):
     """C's fmod, a - trunc(a / b) * b with the quotient held constant (gradients g and
-    -trunc(a / b) g, as in PyTorch); fmod(a, +-inf) is a for finite a."""
-    m = sub(a, mul(_trunc(tp.div(a.detach(), b.detach())), b))
+    -trunc(a / b) g, as in PyTorch); fmod(a, +-inf) is a for finite a. Its result has a's
+    sign, a zero too (fmod(-2., 1.) is -0.): for a with its sign bit set, the same
+    difference is taken as -(trunc(a / b) * b - a), which is -0. where it is exact."""
+    qb = mul(_trunc(tp.div(a.detach(), b.detach())), b)
+    ad = a.detach()
+    negative = logical_or(lt(ad, 0), logical_and(eq(ad, 0), lt(tp.reciprocal(ad), 0)))
+    m = where(negative, neg(sub(qb, a)), sub(a, qb))
     return where(logical_and(isinf(b), isfinite(a)), a, m)
 
 
