@@ -260,8 +260,9 @@ def expanded_shape(x, sizes):
     linear's bias, the value of `x[i] = v`) check with it, so their message is expand's."""
     if len(sizes) < x.ndim:
         raise RuntimeError(f"expand({x.type()}{{{size_list(x.shape)}}}, "
-                           f"size={size_list(sizes)}): the number of sizes provided ({len(sizes)}) must be greater or "
-                           f"equal to the number of dimensions in the tensor ({x.ndim})")
+                           f"size={size_list(sizes)}): the number of sizes provided "
+                           f"({len(sizes)}) must be greater or equal to the number of "
+                           f"dimensions in the tensor ({x.ndim})")
     lead = len(sizes) - x.ndim
     for i in range(lead):
         if sizes[i] < 0:
