@@ -117,7 +117,7 @@ def _has_symbols(p):
     if isinstance(p, slice):
         return _has_symbols((p.start, p.stop, p.step))
     if dataclasses.is_dataclass(p) and not isinstance(p, type):   # a ValueCheck's bound
-        return any(isinstance(getattr(p, f.name), SymInt) for f in dataclasses.fields(p))
+        return any(_has_symbols(getattr(p, f.name)) for f in dataclasses.fields(p))
     return isinstance(p, SymInt)
 
 

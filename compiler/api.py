@@ -78,6 +78,8 @@ class CompiledFunction:
         self.stats = _dynamic.CompileStats()
         self.policy = _dynamic.DynamicPolicy(dynamic)
         self._guard_retraces = 0  # traces again because state the trace read changed
+        self._breaks = {}  # guard key -> guards.BreakRetry: when a key that broke is retried
+        self._break_guards = None  # the read guards of the last trace that broke
         self._lock = threading.RLock()  # around lookup and build; the specialised call takes none
         self.name = getattr(fn, "__name__", type(fn).__name__)
         functools.update_wrapper(self, fn if callable(fn) and hasattr(fn, "__name__") else
@@ -119,6 +121,7 @@ class CompiledFunction:
             tr = trace(self.fn, args, kwargs, self._names(), want_grad=_mode.grad_enabled,
                        symbolic_dims=sym)
         except dispatch.GraphBreak as e:
+            self._break_guards = getattr(e, "read_guards", [])
             msg = f"aotgrad.compile({self.name}): graph break at {e}"
             self.graph_breaks.append(str(e))
             log.info("%s", msg)
@@ -127,6 +130,7 @@ class CompiledFunction:
             self._warn_once(msg + "; running this call eagerly")
             return RUN_EAGERLY
         except GraphBreakError as e:
+            self._break_guards = getattr(e, "read_guards", [])
             log.info("aotgrad.compile(%s): %s", self.name, e)
             if self.fullgraph:
                 raise
@@ -155,6 +159,10 @@ class CompiledFunction:
         if sym:
             return self._lookup_symbolic(args, kwargs, leaves, _dynamic.mask_key(key, sym), sym)
         prog = self.cache.get(key)
+        if prog is RUN_EAGERLY and self._retry_due(key):
+            prog = None
+        if prog is None:  # strided arguments: the contiguous call's program, if it never
+            prog = guards.layout_free_program(self.cache, key)  # read their layout
         if prog is not None and prog is not RUN_EAGERLY and not guards.lifted_ok(prog):
             where = guards.failed_guard(prog)
             prog = None
@@ -205,6 +213,7 @@ class CompiledFunction:
                               f"cache_size_limit ({self.cache_size_limit}) programs; then "
                               f"calls run eagerly. " + remedy(change, self.cache_size_limit))
             prog = self._build(args, kwargs, leaves)
+            self._note_break(key, prog)
             if prog is not RUN_EAGERLY and prog.trace.escaped:
                 # state created inside the function (e.g. optimizer moments on the first
                 # step) is concrete after this call; trace again next time to read it
@@ -212,6 +221,29 @@ class CompiledFunction:
             self.cache[key] = prog
         self._specialise(key, prog, args, leaves)
         return prog, leaves
+
+    def _retry_due(self, key):
+        """A key that runs eagerly after a graph break: trace it again now? (A key that
+        reached a limit is never retried.)"""
+        retry = self._breaks.get(key)
+        if retry is None or not retry.due():
+            return False
+        del self.cache[key]
+        log.info("compile(%s): tracing again a call that broke the graph before", self.name)
+        return True
+
+    def _note_break(self, key, prog):
+        """After `_build` for key: a graph break is retried later (BreakRetry), whatever
+        the number of retries before; a program forgets the break."""
+        if prog is RUN_EAGERLY and self._break_guards is not None:
+            retry = self._breaks.get(key)
+            if retry is None:
+                self._breaks[key] = guards.BreakRetry(self._break_guards)
+            else:
+                retry.read_guards = self._break_guards
+        else:
+            self._breaks.pop(key, None)
+        self._break_guards = None
 
     def _specialise(self, key, prog, args, leaves):
         """Make the call specialised to `key` and `prog` the next call's first try."""
@@ -241,6 +273,8 @@ class CompiledFunction:
         """The program for a call with symbolic dims: the first cached for its key whose
         shape guards (and state guards) hold, else a new trace for that key."""
         entry = self.cache.get(key)
+        if entry is RUN_EAGERLY and self._retry_due(key):
+            entry = None
         if entry is RUN_EAGERLY:
             return entry, leaves
         if entry is not None:
@@ -266,6 +300,7 @@ class CompiledFunction:
             return RUN_EAGERLY, leaves
         log.info("compile(%s): tracing with symbolic sizes (guard key %s)", self.name, key)
         prog = self._build(args, kwargs, leaves, sym)
+        self._note_break(key, prog)
         if prog is RUN_EAGERLY:
             if entry is None:
                 self.cache[key] = RUN_EAGERLY

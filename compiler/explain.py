@@ -36,7 +36,8 @@ def explain(fn, *args, **kwargs):
     lines.append(f"guards: grad_mode={key[0]}; " + "; ".join(
         f"arg{i}: {_guard_text(k)}" for i, k in enumerate(key[2:])
         if isinstance(k, tuple) and k and k[0] in ("T", "S")))
-    if len(key) > 2 and isinstance(key[-1], tuple) and key[-1] and key[-1][0] == "A":
+    if len(key) > 2 and isinstance(key[-1], tuple) and key[-1] and key[-1][0] == "A" and \
+            key[-1][1]:
         lines.append("aliasing arguments (a program for this pattern only): " + ", ".join(
             f"arg{i} {'is' if same else 'shares memory with'} arg{j}"
             for i, j, same in key[-1][1]))

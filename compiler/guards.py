@@ -5,6 +5,8 @@ and the words for why a call missed every cached program."""
 import builtins
 import dataclasses
 
+import numpy as np
+
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.tracer.reads import same_value
@@ -15,33 +17,60 @@ MISS = object()  # what a specialised call returns when its guards do not hold
 
 def _guard_key(leaves, module, treedef=None):
     key = [_mode.grad_enabled, treedef]
-    counters, n_tensors = set(), 0
+    counters, n_tensors, strided = set(), 0, False
     for x in leaves:
         if isinstance(x, Tensor):
             key.append(_tensor_key(x))
             counters.add(id(x._version_counter))
             n_tensors += 1
+            strided = strided or _strided(x)
         elif isinstance(x, (int, float, bool, str, type(None))):
             key.append(("S", type(x).__name__, x))
         else:
             key.append(("O", type(x).__name__, id(x)))
-    if len(counters) != n_tensors:
+    if len(counters) != n_tensors or strided:
         key.append(alias_pattern(leaves))
     return _with_module(key, module)
 
 
+def _strided(x):
+    """Whether tensor x's array is laid out other than C-contiguously."""
+    v = x._value
+    return type(v) is np.ndarray and not v.flags.c_contiguous
+
+
 def alias_pattern(leaves):
-    """("A", ((i, j, same), ...)): tensor leaf i shares memory with the earlier leaf j (views
-    share their base's version counter): the same tensor (`same`), or a view / the base / a
-    sibling view. Part of the guard key only where arguments alias, so the common call pays
-    one set; a program traced for one pattern never runs on another."""
-    first, pairs = {}, []
+    """("A", ((i, j, same), ...), ((i, strides), ...)): tensor leaf i shares memory with the
+    earlier leaf j (views share their base's version counter): the same tensor (`same`), or
+    a view / the base / a sibling view; and the strides of each tensor leaf that is not
+    C-contiguous. Part of the guard key only where arguments alias or one is strided, so
+    the common call pays one set; a program traced for one pattern never runs on another,
+    except one that never read the arguments' layout (`layout_free_program`)."""
+    first, pairs, layouts = {}, [], []
     for i, x in enumerate(leaves):
         if isinstance(x, Tensor):
             j = first.setdefault(id(x._version_counter), i)
             if j != i:
                 pairs.append((i, j, x is leaves[j]))
-    return ("A", tuple(pairs))
+            if _strided(x):
+                layouts.append((i, x._value.strides))
+    return ("A", tuple(pairs), tuple(layouts))
+
+
+def layout_free_program(cache, key):
+    """For a guard key with strided arguments: the program cached for the same call with
+    its arguments C-contiguous (the key without their strides), when its trace never read
+    an argument's layout; else None."""
+    at = next((k for k in range(2, len(key)) if type(key[k]) is tuple and len(key[k]) == 3
+               and key[k][0] == "A"), None)
+    if at is None or not key[at][2]:
+        return None
+    pairs = key[at][1]
+    plain = key[:at] + ((("A", pairs, ()),) if pairs else ()) + key[at + 1:]
+    prog = cache.get(plain)
+    if prog is None or not hasattr(prog, "trace") or prog.trace.layout_read:
+        return None
+    return prog
 
 
 def _tensor_key(x):
@@ -60,13 +89,14 @@ def _with_module(key, module):
 def _tensor_args_key(args, module):
     """_guard_key(args, module, len(args)) when every argument is a tensor, else None."""
     key = [_mode.grad_enabled, len(args)]
-    counters = set()
+    counters, strided = set(), False
     for x in args:
         if not isinstance(x, Tensor):
             return None
         key.append(_tensor_key(x))
         counters.add(id(x._version_counter))
-    if len(counters) != len(args):
+        strided = strided or _strided(x)
+    if len(counters) != len(args) or strided:
         key.append(alias_pattern(args))
     return _with_module(key, module)
 
@@ -150,7 +180,8 @@ def recompile_cause(cache, key, fn, args, kwargs):
         if a[4] != b[4]:
             return _Change(f"{name} changed whether it is an inference tensor ({a[4]} -> "
                            f"{b[4]})", (names[j], "inference"), "inference flag", warn=False)
-    return _Change("the module's train/eval mode or the arguments' aliasing changed",
+    return _Change("the module's train/eval mode or the arguments' aliasing or memory "
+                   "layout changed",
                    ("other",), "mode", warn=False)
 
 
@@ -230,3 +261,24 @@ def aliases_lifted(prog, leaves):
         if isinstance(x, Tensor) and id(x._version_counter) in counters:
             return i
     return None
+
+
+@dataclasses.dataclass(eq=False)
+class BreakRetry:
+    """When a guard key whose trace broke (its calls run eagerly) is traced again: at once
+    once a value or object the function read by name (a global flag, a module attribute)
+    is not what it was at the break; else after `wait` eager calls, doubling up to
+    MAX_WAIT, for causes no guard sees (a hook removed, state outside the function's
+    reach). `read_guards`: guard_holds' arguments (and a path), taken at the break."""
+    read_guards: list
+    wait: int = 8
+    calls: int = 0
+    MAX_WAIT = 1024
+
+    def due(self):
+        """Called on each eager call of the key: trace it again now?"""
+        self.calls += 1
+        if self.calls >= self.wait:
+            self.calls, self.wait = 0, min(2 * self.wait, self.MAX_WAIT)
+            return True
+        return not all(guard_holds(*g[:4]) for g in self.read_guards)

@@ -215,8 +215,11 @@ class Prim:
         try:
             return self.shape_rule(*avals, **params)
         except PrimError as e:
+            # with symbolic sizes, the message names the sizes of the call being traced (as
+            # eager's would): the rule again on their values, where it fails alike
+            err, avals = _with_sizes_of_the_call(self, avals, params, e)
             shapes = ", ".join(type_str(a) if isinstance(a, Aval) else repr(a) for a in avals)
-            raise PrimError(f"prims.{self.name}({shapes}): {e}{format_location()}") from None
+            raise PrimError(f"prims.{self.name}({shapes}): {err}{format_location()}") from None
 
     def bind(self, *args, **params):
         if INTERPRETED:
@@ -234,6 +237,34 @@ class Prim:
             return builder.emit(self, args, params)
         self.abstract_eval(*[aval_of(a) for a in args], **params)
         return self.impl(*args, **params)
+
+
+def _with_sizes_of_the_call(prim, avals, params, err):
+    """(error, avals) to report for `err`, raised by prim's shape rule on `avals`: where
+    sizes are symbolic, the rule's error on their values in the traced call (its hints)
+    and those avals, when the rule fails there too; else `err` and `avals` as they are."""
+    if not any(isinstance(a, Aval) and any(isinstance(d, SymInt) for d in a.shape)
+               for a in avals) and not _has_symbols(params):
+        return err, avals
+    concrete = [Aval(tuple(evaluate_size(d, None) for d in a.shape), a.dtype)
+                if isinstance(a, Aval) else a for a in avals]
+    try:
+        prim.shape_rule(*concrete, **evaluate_params(params, None))
+    except PrimError as e:
+        return e, concrete
+    return err, avals
+
+
+def _has_symbols(p):
+    if isinstance(p, SymInt):
+        return True
+    if type(p) in (tuple, list):
+        return any(_has_symbols(x) for x in p)
+    if isinstance(p, dict):
+        return any(_has_symbols(x) for x in p.values())
+    if isinstance(p, slice):
+        return _has_symbols((p.start, p.stop, p.step))
+    return False
 
 
 # Every prim, by name (the printer, the tensor-level prims and the tests list them from here).
@@ -335,7 +366,7 @@ def evaluate_params(params, values):
             return slice(ev(p.start), ev(p.stop), ev(p.step))
         if dataclasses.is_dataclass(p) and not isinstance(p, type):   # a ValueCheck's bound
             sized = {f.name: ev(getattr(p, f.name)) for f in dataclasses.fields(p)
-                     if isinstance(getattr(p, f.name), SymInt)}
+                     if _has_symbols(getattr(p, f.name))}
             return dataclasses.replace(p, **sized) if sized else p
         return p
     return {k: ev(v) for k, v in params.items()}

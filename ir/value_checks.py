@@ -21,8 +21,10 @@ class ValueCheck:
     """Every element v of the checked value must satisfy `low <= v < high` (`low <= v <=
     high` with `high_inclusive`; a bound that is None is not checked; NaN fails a bound) and,
     with `nonzero`, `v != 0`; the element equal to `exempt` (a loss's ignore_index) passes
-    anyway. `message` is formatted with `value`: the first element that fails, and the
-    bounds `low` and `high` (as checked: a symbolic size's value in this call)."""
+    anyway. `message` is formatted with `value`: the first element that fails, the bounds
+    `low` and `high` (as checked: a symbolic size's value in this call), and `type0`,
+    `type1`, ...: the types of `types` (pairs of a dtype's short name and a shape, which
+    may be symbolic), `f32[5,3]`, with this call's sizes."""
     error: type
     message: str
     low: float = None
@@ -30,6 +32,7 @@ class ValueCheck:
     nonzero: bool = False
     exempt: int = None
     high_inclusive: bool = False
+    types: tuple = ()
 
     def first_violation(self, a):
         """The first element of array `a` that fails the check, or None."""
@@ -66,7 +69,10 @@ class ValueCheck:
     def raise_if_violated(self, a):
         v = self.first_violation(a)
         if v is not None:
-            raise self.error(self.message.format(value=v, low=self.low, high=self.high))
+            shown = {f"type{i}": f"{short}[{','.join(map(str, shape))}]"
+                     for i, (short, shape) in enumerate(self.types)}
+            raise self.error(self.message.format(value=v, low=self.low, high=self.high,
+                                                 **shown))
 
     def __repr__(self):   # valid Python in a printed graph (the header imports aotgrad)
         fields = [f"error={self.error.__name__}", f"message={self.message!r}"]

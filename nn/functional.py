@@ -12,7 +12,7 @@ from aotgrad.runtime.sizes import size_list
 from aotgrad.runtime import ops, shape_ops
 from aotgrad.runtime.ops import op
 from aotgrad.runtime.shape_ops import one_hot  # noqa: F401  (F.one_hot)
-from aotgrad.runtime.value_checks import checked, type_str
+from aotgrad.runtime.value_checks import checked
 from aotgrad.nn._checks import _check_float, _check_tensor  # noqa: F401
 
 
@@ -33,9 +33,9 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
                                   "supported")
     n = weight.shape[0]
     input = checked(input, IndexError,   # eagerly, and at run time when compiled
-                    f"embedding(): index out of range in self (index {{value}}, "
-                    f"num_embeddings={{high}}; indices {type_str(input)}, weight "
-                    f"{type_str(weight)})", low=0, high=n)
+                    "embedding(): index out of range in self (index {value}, "
+                    "num_embeddings={high}; indices {type0}, weight {type1})", low=0, high=n,
+                    shown=(input, weight))
     flat = shape_ops.index_select(weight, 0, input.reshape(-1))
     out = flat.reshape(tuple(input.shape) + (weight.shape[1],))
     if padding_idx is not None:

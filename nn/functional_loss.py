@@ -104,9 +104,9 @@ def _class_targets(name, input, target, ignore_index):
     c = input.shape[cdim]
     # checked eagerly, and at run time in a compiled program (the labels are its data)
     target = checked(target, IndexError,
-                     f"Target {{value}} is out of bounds (number of classes {{high}}; input "
-                     f"{type_str(input)}, target {type_str(target)}).", low=0, high=c,
-                     exempt=ignore_index)
+                     "Target {value} is out of bounds (number of classes {high}; input "
+                     "{type0}, target {type1}).", low=0, high=c, exempt=ignore_index,
+                     shown=(input, target))
     return cdim, c, target
 
 
@@ -279,9 +279,9 @@ def _bce_backward(grad, input, target, weight, reduction):
 
 def _bce_checked(x):
     """x, whose values must lie in [0, 1] (checked eagerly, and at run time compiled)."""
-    return checked(x, RuntimeError, f"all elements of input should be between 0 and 1 (got "
-                                    f"{{value}} in input {type_str(x)})", low=0.0, high=1.0,
-                   high_inclusive=True)
+    return checked(x, RuntimeError, "all elements of input should be between 0 and 1 (got "
+                                    "{value} in input {type0})", low=0.0, high=1.0,
+                   high_inclusive=True, shown=(x,))
 
 
 def _bce_clamped_logs(input, target):

@@ -13,9 +13,10 @@ from aotgrad.runtime import eager_kernels
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.elementwise_ops import abs, add, div, lt, mul, sub, where
 from aotgrad.runtime.linalg_ops import _check_matmul, matmul, outer
-from aotgrad.runtime.op_base import _named, as_tensor_like, broadcast_shapes, op
+from aotgrad.runtime.op_base import _named, as_tensor_like, op
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.runtime.composite import composite
+from aotgrad.runtime.view_ops import expanded_shape
 from aotgrad.runtime.sizes import hint, size_list
 
 
@@ -38,9 +39,7 @@ def _scaled_sum(name, inp, prod, beta, alpha):
     """beta * inp + alpha * prod, with inp broadcast to prod's shape (inp ignored when beta
     is 0)."""
     inp = as_tensor_like(inp, prod.dtype)
-    if broadcast_shapes(inp.shape, prod.shape) != tuple(prod.shape):
-        raise RuntimeError(f"{name}: the input of shape {size_list(inp.shape)} cannot be "
-                           f"broadcast to the product's shape {size_list(prod.shape)}")
+    expanded_shape(inp, tuple(prod.shape))  # PyTorch's message: the input is expanded
     if alpha != 1:
         prod = mul(prod, alpha)
     if beta == 0:

@@ -153,6 +153,8 @@ def apply(prim, *inputs, **params):
         builder.track(out)
         if Tag.VIEW in prim.tags:
             layout.propagate(prim, params, inputs[0], out)
+        else:
+            layout.note_result(inputs, out)
         if Tag.SHARES_MEMORY in prim.tags and inputs[0]._traced_saved:
             # eagerly a view of a tensor saved for the backward: writing to it in place
             # makes that backward raise, so the trace breaks there (see commit_inplace)

@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
-from aotgrad.runtime.value_checks import checked, type_str
+from aotgrad.runtime.value_checks import checked
 from aotgrad.runtime import eager_kernels
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.dispatch import drop_scalar_edges
@@ -125,8 +125,8 @@ def _floor_div_float(a, b):
 def _int_div(a, b, rounding_mode):
     """Integer trunc/floor division (through float64, exact below 2**53)."""
     b = checked(b, RuntimeError,   # eagerly, and at run time when compiled
-                f"ZeroDivisionError (integer division of {type_str(a)} by {type_str(b)} "
-                f"with a zero divisor)", nonzero=True)
+                "ZeroDivisionError (integer division of {type0} by {type1} with a zero "
+                "divisor)", nonzero=True, shown=(a, b))
     q = tp.div(cast(a, dt.float64), cast(b, dt.float64))
     return cast(tp.floor(q) if rounding_mode == "floor" else _trunc(q), a.dtype)
 
@@ -142,8 +142,13 @@ def floor_divide(a, b):
 
 def _fmod(a, b):
     """C's fmod, a - trunc(a / b) * b with the quotient held constant (gradients g and
-    -trunc(a / b) g, as in PyTorch); fmod(a, +-inf) is a for finite a."""
-    m = sub(a, mul(_trunc(tp.div(a.detach(), b.detach())), b))
+    -trunc(a / b) g, as in PyTorch); fmod(a, +-inf) is a for finite a. Its result has a's
+    sign, a zero too (fmod(-2., 1.) is -0.): for a with its sign bit set, the same
+    difference is taken as -(trunc(a / b) * b - a), which is -0. where it is exact."""
+    qb = mul(_trunc(tp.div(a.detach(), b.detach())), b)
+    ad = a.detach()
+    negative = logical_or(lt(ad, 0), logical_and(eq(ad, 0), lt(tp.reciprocal(ad), 0)))
+    m = where(negative, neg(sub(qb, a)), sub(a, qb))
     return where(logical_and(isinf(b), isfinite(a)), a, m)
 
 

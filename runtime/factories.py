@@ -15,7 +15,7 @@ from aotgrad.runtime.op_base import to_array as _to_array
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.op_base import op
 from aotgrad.runtime.tensor import Tensor
-from aotgrad.runtime.value_checks import checked, type_str
+from aotgrad.runtime.value_checks import checked
 
 # what the factories' parameters accept (PyTorch's kinds of argument)
 Number = int | float | bool
@@ -343,8 +343,8 @@ def multinomial(input, num_samples, replacement=False, *, generator=None):
         raise RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples "
                            "without replacement")
     input = checked(input.detach(), RuntimeError,   # eagerly, and at run time compiled
-                    f"probability tensor contains either `inf`, `nan` or element < 0 (got "
-                    f"{{value}} in {type_str(input)})", low=0.0, high=float("inf"))
+                    "probability tensor contains either `inf`, `nan` or element < 0 (got "
+                    "{value} in {type0})", low=0.0, high=float("inf"), shown=(input,))
     if isinstance(input._value, np.ndarray):   # (the sums are checked eagerly only)
         v = input._value
         if (v.reshape(-1, n).sum(-1) == 0).any():

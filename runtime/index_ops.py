@@ -19,14 +19,15 @@ import numpy as np
 from aotgrad.ir import dtypes as dt
 from aotgrad.runtime.sizes import size_list
 from aotgrad.ir.symbolic import SymInt, slice_indices
-from aotgrad.runtime.value_checks import checked, hint, type_str
+from aotgrad.runtime.value_checks import checked, hint
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.elementwise_ops import (add, argwhere, mul, nonzero,  # noqa: F401
                                              where)  # (nonzero, argwhere: index ops)
-from aotgrad.runtime.join_ops import narrow
+from aotgrad.runtime.join_ops import cat, narrow
 from aotgrad.runtime.op_base import _named, as_tensor_like, broadcast_shapes, cast, op
 from aotgrad.runtime.tensor import Tensor
-from aotgrad.runtime.view_ops import _alias, _dim, _view_of, expand, movedim, permute, reshape
+from aotgrad.runtime.view_ops import _alias, _dim, _view_of, clone, expand, movedim, permute, \
+    reshape
 from aotgrad.runtime.dispatch import graph_break
 
 
@@ -70,7 +71,42 @@ def index_select(x, dim, index):
 
 @op("scatter_add", "ScatterAddBackward0")
 def scatter_add(x, dim, index, src):
-    return tp.scatter_add(x, index, src, dim=_dim(dim, x.ndim))
+    d = _dim(dim, x.ndim)
+    _check_scatter_shapes(x, d, index, src)
+    if index.numel() == 0:
+        return clone(x)
+    if x.ndim == 0 or index.ndim == 0:   # a 0-d operand counts as one element
+        return reshape(scatter_add(reshape(x, (-1,)), 0, reshape(index, (-1,)),
+                                   reshape(src, (-1,))), tuple(x.shape))
+    return tp.scatter_add(x, index, _covered(src, index), dim=d)
+
+
+def _covered(src, index):
+    """The part of src that index covers (scatter reads src only there)."""
+    for k in range(src.ndim):
+        if index.shape[k] < src.shape[k]:
+            src = narrow(src, k, 0, index.shape[k])
+    return src
+
+
+def _check_scatter_shapes(x, d, index, src):
+    """PyTorch's rule for scatter's operands: index has self's number of dims (and src's),
+    and its sizes are no larger than self's outside dim d nor than src's anywhere (an empty
+    index writes nothing, whatever its shape; a 0-d tensor counts as one of one element)."""
+    if index.numel() == 0 or max(x.ndim, index.ndim) == 0:
+        return
+    if max(index.ndim, 1) != max(x.ndim, 1):
+        raise RuntimeError("Index tensor must have the same number of dimensions as self tensor")
+    if isinstance(src, Tensor) and max(src.ndim, 1) != max(index.ndim, 1):
+        raise RuntimeError("Index tensor must have the same number of dimensions as src tensor")
+    def shape(t):
+        return tuple(t.shape) or (1,)
+    for k, n in enumerate(shape(index)):
+        if (k != d and n > shape(x)[k]) or (isinstance(src, Tensor) and n > shape(src)[k]):
+            src_shape = size_list(src.shape) if isinstance(src, Tensor) else None
+            raise RuntimeError(f"Expected index {size_list(index.shape)} to be no larger than "
+                               f"self {size_list(x.shape)} apart from dimension {d} and to be "
+                               f"no larger size than src {src_shape}")
 
 
 @op("masked_fill", "MaskedFillBackward0")
@@ -83,8 +119,8 @@ def _normalize_index(idx, n, negative_ok=True):
     (a run-time check the index passes through). With negative_ok=False (gather,
     index_select) a negative index is out of range."""
     idx = checked(idx, IndexError,
-                  f"index {{value}} is out of bounds for dimension with size {{high}} "
-                  f"(index {type_str(idx)})", low=-n if negative_ok else 0, high=n)
+                  "index {value} is out of bounds for dimension with size {high} "
+                  "(index {type0})", low=-n if negative_ok else 0, high=n, shown=(idx,))
     if isinstance(idx._value, np.ndarray):
         v = idx._value
         if negative_ok and v.size and v.min() < 0:
@@ -338,12 +374,12 @@ def index_add(x, dim, index, source, *, alpha=1):
     return tp.scatter_add(x, idx, source, dim=d)
 
 
-def _scatter_winners(index, dim):
-    """A 0/1 mask over index entries: the last write to each target position wins (eager;
-    PyTorch leaves the winner among duplicates unspecified)."""
+def _scatter_winners(index, dim, n):
+    """A 0/1 mask over index entries: the last write to each of the n target positions
+    along dim wins (PyTorch leaves the winner among duplicates unspecified)."""
     v = index._value
     if not isinstance(v, np.ndarray):
-        return None
+        return _traced_scatter_winners(index, dim, n)
     keep = np.zeros(v.shape, dtype=bool)
     moved = np.moveaxis(v, dim, -1).reshape(-1, v.shape[dim]) if v.ndim else v.reshape(1, 1)
     km = np.moveaxis(keep, dim, -1).reshape(-1, v.shape[dim]) if v.ndim else keep.reshape(1, 1)
@@ -358,6 +394,27 @@ def _scatter_winners(index, dim):
     return as_tensor_like(keep)
 
 
+def _traced_scatter_winners(index, dim, n):
+    """_scatter_winners of a traced (non-negative) index, as tensor ops: each entry's target
+    as one key (its row's number * n + its index), a stable sort of the keys, and the last
+    entry of each run of equal keys wins. None where no two entries can meet."""
+    if index.ndim == 0 or index.shape[dim] == 1 or index.numel() == 0:
+        return None
+    from aotgrad.runtime.sort_ops import sort   # (it imports this module)
+    moved = movedim(index, dim, -1)
+    length = moved.shape[-1]
+    rows = moved.numel() // length
+    key = add(mul(tp.iota(shape=(rows, length), dim=0, dtype=dt.int64), n),
+              reshape(moved, (rows, length)))
+    key = reshape(key, (-1,))
+    keys, order = sort(key, stable=True)
+    m = key.shape[0]
+    last = cat([tp.ne(narrow(keys, 0, 0, m - 1), narrow(keys, 0, 1, m - 1)),
+                tp.constant(True, dt.bool_, (1,))])
+    won = tp.scatter_add(tp.zeros((m,), dt.int64), order, cast(last, dt.int64), dim=0)
+    return movedim(reshape(tp.gt(won, tp.zeros((m,), dt.int64)), tuple(moved.shape)), -1, dim)
+
+
 @op("scatter", "ScatterBackward0")
 def scatter(x, dim, index, src=None, *, value=None, reduce=None):
     """x with src (or the scalar value) written at `index` along dim."""
@@ -368,15 +425,18 @@ def scatter(x, dim, index, src=None, *, value=None, reduce=None):
     d = _dim(dim, x.ndim)
     if index.dtype is not dt.int64:
         raise RuntimeError(f"scatter(): Expected dtype int64 for index, got {index.dtype.name}")
+    _check_scatter_shapes(x, d, index, src)
+    if index.numel() == 0:
+        return clone(x)
     if not isinstance(src, Tensor):
         src = tp.constant(src, x.dtype, tuple(index.shape))
-    src = cast(src, x.dtype)
-    for k in range(src.ndim):  # only the part of src that index covers is used
-        if k < index.ndim and index.shape[k] < src.shape[k]:
-            src = narrow(src, k, 0, index.shape[k])
+    if x.ndim == 0 or index.ndim == 0:   # a 0-d operand counts as one element
+        return reshape(scatter(reshape(x, (-1,)), 0, reshape(index, (-1,)),
+                               reshape(src, (-1,))), tuple(x.shape))
+    src = _covered(cast(src, x.dtype), index)
     idx = _normalize_index(index, x.shape[d], negative_ok=False)
-    keep = _scatter_winners(idx, d)
-    if keep is not None and not bool(keep._value.all()):
+    keep = _scatter_winners(idx, d, x.shape[d])
+    if keep is not None and (keep._is_traced or not bool(keep._value.all())):
         src = where(keep, src, tp.zeros(tuple(src.shape), x.dtype))
     written = tp.scatter_add(tp.zeros(tuple(x.shape), x.dtype), idx, src, dim=d)
     hit = tp.scatter_add(tp.zeros(tuple(x.shape), dt.int64), idx,
@@ -424,15 +484,15 @@ def take(x, index):
 def one_hot(x, num_classes=-1):
     if x.dtype is not dt.int64 and x.dtype is not dt.int32:
         raise RuntimeError("one_hot is only applicable to index tensor.")
-    x = checked(x, RuntimeError, f"Class values must be non-negative (got {{value}} in "
-                                 f"{type_str(x)}).", low=0)
+    x = checked(x, RuntimeError, "Class values must be non-negative (got {value} in "
+                                 "{type0}).", low=0, shown=(x,))
     if num_classes == -1:
         num_classes = int(x._concrete("one_hot without num_classes").max()) + 1 \
             if x.numel() else 0
     else:
         x = checked(x, RuntimeError, f"Class values must be smaller than num_classes (got "
-                                     f"{{value}} in {type_str(x)}, num_classes={num_classes}).",
-                    high=num_classes)
+                                     f"{{value}} in {{type0}}, num_classes={num_classes}).",
+                    high=num_classes, shown=(x,))
     shape = tuple(x.shape) + (num_classes,)
     classes = tp.iota(shape=shape, dim=x.ndim, dtype=x.dtype)
     xb = tp.broadcast_in_dim(x, shape=shape, dims=tuple(range(x.ndim)))

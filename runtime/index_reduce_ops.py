@@ -15,6 +15,7 @@ from aotgrad.runtime import shape_ops
 from aotgrad.runtime.op_base import op
 from aotgrad.runtime.scatter_reduce_ops import scatter_reduce
 from aotgrad.runtime.tensor import Tensor
+from aotgrad.runtime.value_checks import checked
 from aotgrad.runtime.view_ops import _dim
 
 REDUCTIONS = ("prod", "mean", "amax", "amin")
@@ -49,8 +50,8 @@ def index_reduce(x, dim, index, source, reduce, *, include_self=True):
         raise RuntimeError(f"index_reduce(): Number of indices ({n_index}) should be equal to "
                            f"source.size(dim): ({n_source}), for dim: {d}")
     size = x.shape[d] if x.ndim else 1
-    if n_index and not index._is_traced and (int(index.max()) >= size or int(index.min()) < 0):
-        raise IndexError("index out of range in self")
+    # checked eagerly and, in a compiled program, at run time
+    index = checked(index, IndexError, "index out of range in self", low=0, high=size)
     if x.ndim == 0:
         return shape_ops.reshape(index_reduce(shape_ops.reshape(x, (1,)), 0,
                                               shape_ops.reshape(index, (-1,)),

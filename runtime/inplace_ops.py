@@ -30,11 +30,11 @@ from aotgrad.runtime.forward_mode import state as _forward
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.elementwise_ops import where
 from aotgrad.runtime.grad_mode import state as _mode
-from aotgrad.runtime.index_ops import getitem
+from aotgrad.runtime.index_ops import _scatter_winners, getitem
 from aotgrad.runtime.grad_fn_names import named
 from aotgrad.runtime.op_base import as_tensor_like, cast, op
 from aotgrad.runtime.tensor import Tensor
-from aotgrad.runtime.view_ops import expand, reshape, traced_aliases
+from aotgrad.runtime.view_ops import expand, expanded_shape, reshape, traced_aliases
 from aotgrad.runtime import dispatch, view_meta
 from aotgrad.runtime.write_hooks import before_write
 
@@ -388,14 +388,19 @@ def setitem(x, index, value):
         try:
             _store(x, value._value, "setitem", idx)
         except ValueError as e:
+            _fit_value(value, x._value[idx].shape, index)  # PyTorch's message for a shape
             raise RuntimeError(f"{e} (destination shape {size_list(x.shape)}, value shape "
                                f"{size_list(value.shape)})") from None
         x._version_counter.v += 1
         return x
     pos = getitem(tp.iota(shape=(x.numel(),), dim=0, dtype=dt.int64).reshape(tuple(x.shape)),
                   index)
-    v = expand(cast(value, x.dtype), tuple(pos.shape))
+    v = expand(_fit_value(cast(value, x.dtype), tuple(pos.shape), index), tuple(pos.shape))
     pos_flat, v_flat = reshape(pos, -1), reshape(v, -1)
+    # an advanced index may repeat a position: the last write wins
+    keep = None if _basic_index(index) else _scatter_winners(pos_flat, 0, x.numel())
+    if keep is not None and (keep._is_traced or not bool(keep._value.all())):
+        v_flat = where(keep, v_flat, tp.zeros(tuple(v_flat.shape), x.dtype))
     base = snapshot(x)
     xf = reshape(base, -1)
     zeros = tp.zeros((x.numel(),), x.dtype)
@@ -404,6 +409,22 @@ def setitem(x, index, value):
                          tp.broadcast_to(tp.constant(1, dt.int64), tuple(pos_flat.shape)), dim=0)
     new = where(tp.gt(hit, tp.zeros((x.numel(),), dt.int64)), scattered, xf)
     return commit_inplace(x, reshape(new, tuple(x.shape)), "setitem")
+
+
+def _fit_value(value, shape, index):
+    """The value of `x[index] = value` for a region of `shape`: without the leading size-1
+    dims it has beyond the region's (PyTorch drops them), or PyTorch's error where it does not
+    expand to the region (expand's message for a view, index_put's for an advanced index)."""
+    extra = value.ndim - len(shape)
+    if extra > 0 and all(n == 1 for n in value.shape[:extra]):
+        value = reshape(value, tuple(value.shape[extra:]))
+    if _basic_index(index):
+        expanded_shape(value, shape)
+    elif value.ndim > len(shape) or not all(
+            v == 1 or v == n for v, n in zip(reversed(value.shape), reversed(shape))):
+        raise RuntimeError(f"shape mismatch: value tensor of shape {size_list(value.shape)} "
+                           f"cannot be broadcast to indexing result of shape {size_list(shape)}")
+    return value
 
 
 def index_put_(x, indices, values, accumulate=False):

@@ -7,23 +7,95 @@ tracing also runs on a *layout probe*: an int8 numpy array of the tensor's shape
 strides (in elements) are the eager tensor's, carried on the traced tensor. A tensor without
 a probe is C-contiguous (a fresh result). Probes are never read: their buffers are
 `np.empty` (pages the OS maps only when touched).
+
+A traced argument carries a probe with the argument's own strides (`argument_probe`), and
+a compiled function serves a program traced for C-contiguous arguments to a call with
+strided ones only when its trace read no layout at all (`probe` tells the trace's builder,
+`note_layout_read`). Eager mode gives the result of a computation (not a view) the layout
+its numpy kernel chooses, which can follow a strided input's: such a traced result's layout
+is *uncertain*, and reading it for the user (`stride()`, `is_contiguous()`, `view`) breaks
+the graph (`certain_probe`).
 """
 import numpy as np
 
-from aotgrad.ir.core import evaluate_params
+from aotgrad.ir.core import current_builder, evaluate_params
 from aotgrad.ir.symbolic import hints
+
 
 def probe(t):
     """An array with t's layout: its eager array, its probe, or None (C-contiguous)."""
     v = t._value
     if isinstance(v, np.ndarray):
         return v
+    note = getattr(current_builder(), "note_layout_read", None)
+    if note is not None:
+        note()
     return t._layout_probe
+
+
+def certain_probe(t, what):
+    """probe(t), for a read whose answer the user sees (`what` names it): a graph break where
+    eager mode's layout of t is not known while tracing."""
+    if t._layout_uncertain:
+        t._concrete(f"{what} of a result computed from a strided tensor (its layout is "
+                    f"eager mode's numpy kernel's choice)")
+    return probe(t)
+
+
+def note_result(inputs, out):
+    """A traced computation (not a view) made `out` from `inputs`: its layout is uncertain
+    where an input's is strided or uncertain (otherwise eagerly C-contiguous)."""
+    for t in inputs:
+        if t._layout_uncertain:
+            out._layout_uncertain = True
+            return
+        p = t._layout_probe
+        if p is not None and not _c_ordered(p):
+            out._layout_uncertain = True
+            return
+
+
+def _c_ordered(p):
+    """Whether array p's strides decrease from the first dim to the last (ignoring size-1
+    and broadcast dims): numpy's kernels then give results C-contiguous layouts."""
+    last = None
+    for n, st in zip(p.shape, p.strides):
+        if n > 1 and st != 0:
+            if last is not None and abs(st) > last:
+                return False
+            last = abs(st)
+    return True
+
+
+def is_c_contiguous(p):
+    """Whether array `p` is C-contiguous as PyTorch sees it: the strides of size-1 dims do
+    not count, nor those of an array of at most one element."""
+    if p.size <= 1 or p.flags.c_contiguous:
+        return True
+    expect = p.itemsize
+    for n, st in reversed(list(zip(p.shape, p.strides))):
+        if n != 1:
+            if st != expect:
+                return False
+            expect *= n
+    return True
+
+
+def argument_probe(array, shape):
+    """A probe of `shape` (an argument's sizes: its hints where symbolic) with the element
+    strides of numpy `array`, the argument's value."""
+    item = array.itemsize
+    strides = tuple(st // item for st in array.strides)
+    lo = sum(st * (n - 1) for n, st in zip(shape, strides) if st < 0 and n > 0)
+    hi = sum(st * (n - 1) for n, st in zip(shape, strides) if st > 0 and n > 0)
+    buf = np.empty(hi - lo + 1, np.int8)
+    return np.lib.stride_tricks.as_strided(buf[-lo:], shape=tuple(shape), strides=strides)
 
 
 def propagate(prim, params, x, out):
     """Give `out` (traced, made by view prim `prim` from x) the layout eager mode gives it."""
-    p = probe(x)
+    v = x._value   # (x's probe as bookkeeping, not a read of its layout)
+    p = v if isinstance(v, np.ndarray) else x._layout_probe
     if p is None:
         if prim.name == "reshape":   # contiguous in, contiguous out
             return
@@ -31,11 +103,14 @@ def propagate(prim, params, x, out):
     r = prim.impl(p, **evaluate_params(params, None))
     if not r.flags.c_contiguous or r.size <= 1 or np.may_share_memory(r, p):
         out._layout_probe = r
+    if x._layout_uncertain:   # a view of an uncertain layout is uncertain
+        out._layout_uncertain = True
 
 
 def mark_fresh(t):
     """t (traced) is a new C-contiguous value eagerly (a copy), whatever it was made from."""
     t.__dict__.pop("_layout_probe", None)
+    t.__dict__.pop("_layout_uncertain", None)
 
 
 def is_view_of(out, x):

@@ -7,7 +7,7 @@ from aotgrad.runtime.scatter_reduce_ops import scatter_reduce
 from aotgrad.runtime.index_reduce_ops import index_reduce
 from aotgrad.runtime.shape_ops import commit_inplace, snapshot
 from aotgrad.runtime.tensor import Tensor
-from aotgrad.runtime import autograd_api, dispatch, printing, reduction_ops, view_ops
+from aotgrad.runtime import autograd_api, dispatch, layout, printing, reduction_ops, view_ops
 
 
 def _r(fn):
@@ -68,9 +68,12 @@ def _type(self, dtype=None, non_blocking=False):
 
 
 def _stride(self, dim=None):
-    """Strides in elements, of the eager buffer (contiguous strides for a traced value)."""
-    v = self._value
-    if hasattr(v, "strides"):
+    """Strides in elements, of the eager buffer (traced: of the layout eager mode gives it,
+    its layout probe; contiguous strides without one)."""
+    v = layout.certain_probe(self, "stride()")
+    if v is None and hasattr(self._value, "strides"):
+        v = self._value
+    if v is not None:
         st = tuple(s // v.itemsize for s in v.strides)
     else:
         st, acc = [], 1

@@ -222,19 +222,21 @@ def broadcast_shapes(*shapes):
         return tuple(np.broadcast_shapes(*[tuple(s) for s in shapes]))
     except ValueError:
         shown = [symbolic.hints(s) for s in shapes]   # a trace's sizes as the call's values
-        a, b = _mismatch(shown[0], shown[1] if len(shown) > 1 else ())
+        a, b, dim = _mismatch(shown[0], shown[1] if len(shown) > 1 else ())
         raise RuntimeError(
-            f"The size of tensor a ({a}) must match the size of tensor b ({b}): shapes "
-            f"{[list(s) for s in shown]} are not broadcastable") from None
+            f"The size of tensor a ({a}) must match the size of tensor b ({b}) at non-singleton "
+            f"dimension {dim}: shapes {[list(s) for s in shown]} are not broadcastable") from None
 
 
 def _mismatch(sa, sb):
-    """The first pair of sizes, from the right, that neither broadcasts (the last sizes when
-    these two shapes broadcast and a third one does not)."""
-    for x, y in zip(reversed(sa), reversed(sb)):
+    """The first pair of sizes, from the right, that neither broadcasts, and its dim in the
+    broadcast result (the last sizes when these two shapes broadcast and a third one does
+    not)."""
+    ndim = max(len(sa), len(sb))
+    for k, (x, y) in enumerate(zip(reversed(sa), reversed(sb))):
         if x != y and 1 not in (x, y):
-            return x, y
-    return (sa[-1] if sa else 1), (sb[-1] if sb else 1)
+            return x, y, ndim - 1 - k
+    return (sa[-1] if sa else 1), (sb[-1] if sb else 1), ndim - 1
 
 
 def _binary_args(a, b, float_result=False):

@@ -21,6 +21,7 @@ from aotgrad.runtime.op_base import cast, op
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.runtime import ops, shape_ops
 from aotgrad.runtime.factories import arange
+from aotgrad.runtime.value_checks import checked
 from aotgrad.runtime.view_ops import _dim
 
 REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
@@ -71,10 +72,10 @@ def scatter_reduce(x, dim, index, src, reduce, *, include_self=True):
             shape_ops.reshape(x, (1,)), 0, shape_ops.reshape(index, (1,)),
             shape_ops.reshape(src, (1,)), reduce, include_self=include_self), ())
     n = x.shape[d]
-    idx_max = int(index.max()) if index.numel() and not index._is_traced else None
-    if idx_max is not None and (idx_max >= n or int(index.min()) < -n):
-        raise RuntimeError(f"scatter_reduce(): index {idx_max} is out of bounds for dimension "
-                           f"{d} with size {n}")
+    # checked on the values eagerly and, in a compiled program, at run time (an index known
+    # while tracing, a constant made in the function, is checked then: no graph break)
+    index = checked(index, RuntimeError, f"scatter_reduce(): index {{value}} is out of bounds "
+                    f"for dimension {d} with size {{high}}", low=-n, high=n)
     index = ops.where(ops.lt(index, 0), ops.add(index, n), index)
     # candidate axis d + 1: position j along it holds src where index == j
     cand_shape = tuple(index.shape[:d + 1]) + (n,) + tuple(index.shape[d + 1:])

@@ -60,6 +60,7 @@ class Tensor:
     _traced_saved = False  # saved for backward while tracing: a view of it is a view eagerly
     _views_saved = False   # a traced view of such a tensor: writing it in place breaks
     _layout_probe = None   # an int8 array with the eager layout of a traced view (layout.py)
+    _layout_uncertain = False  # traced: computed from a strided tensor (layout.py)
     _rng_seed = False      # a seed drawn from the default generator (factories, tracer)
     # type promotion (runtime/op_base.py):
     _weak_scalar = False   # a 0-d tensor standing for a Python number (op_base.mark_weak)
@@ -152,6 +153,9 @@ class Tensor:
     def _is_view(self):
         """Whether this tensor is a view of another (`_base` is set), as PyTorch's (a view of an
         inference tensor is not reported as one: runtime/inference_views.py)."""
+        if isinstance(self._value, Var):  # (views of traced values, and arguments that
+            # are views, have no `_base` inside a trace)
+            self._concrete("Tensor._is_view() inside a compiled function")
         return self._base is not None and not self._inference
 
     def element_size(self):

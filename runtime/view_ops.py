@@ -148,6 +148,8 @@ def view(x, *shape):
     if len(shape) == 1 and isinstance(shape[0], dt.DType):
         raise NotImplementedError(f"view: reinterpreting {x.dtype.name} as {shape[0].name} "
                                   f"(view(dtype)) is not supported")
+    if not isinstance(x._value, np.ndarray):
+        layout.certain_probe(x, "view()")   # (eagerly, a view of some layouts raises)
     out = reshape(x, *shape)
     if out.numel() > 1 and not layout.is_view_of(out, x):   # traced: the eager layout's rule
         raise RuntimeError(f"view size is not compatible with input tensor's size and stride (at "
@@ -252,12 +254,15 @@ def squeeze(x, dim=None):
                   "SqueezeBackward1" if isinstance(dim, (int, np.integer)) else "SqueezeBackward2")
 
 
-@op("expand", "ExpandBackward0")
-def expand(x, *sizes):
-    sizes = _shape_arg(sizes)
+def expanded_shape(x, sizes):
+    """The shape `x.expand(*sizes)` has (-1 keeps a size), or PyTorch's error where x does
+    not expand to it. Ops that expand an operand to a result's shape (addmm's input, a
+    linear's bias, the value of `x[i] = v`) check with it, so their message is expand's."""
     if len(sizes) < x.ndim:
-        raise RuntimeError(f"expand: the number of sizes provided ({len(sizes)}) must be greater "
-                           f"or equal to the number of dimensions in the tensor ({x.ndim})")
+        raise RuntimeError(f"expand({x.type()}{{{size_list(x.shape)}}}, "
+                           f"size={size_list(sizes)}): the number of sizes provided "
+                           f"({len(sizes)}) must be greater or equal to the number of "
+                           f"dimensions in the tensor ({x.ndim})")
     lead = len(sizes) - x.ndim
     for i in range(lead):
         if sizes[i] < 0:
@@ -270,6 +275,12 @@ def expand(x, *sizes):
                                f"match the existing size ({hint(n)}) at non-singleton dimension "
                                f"{lead + i}.  Target sizes: {size_list(sizes)}.  Tensor sizes: "
                                f"{size_list(x.shape)}")
+    return shape
+
+
+@op("expand", "ExpandBackward0")
+def expand(x, *sizes):
+    shape = expanded_shape(x, _shape_arg(sizes))
     if shape == tuple(x.shape):
         return _alias(x)  # still a new view (tp.broadcast_to would return x itself)
     return _view_of(tp.broadcast_to(x, shape), x)
@@ -339,19 +350,8 @@ def contiguous(x, memory_format=None):
 
 def is_contiguous(x, memory_format=None):
     """Whether the eager buffer is C-contiguous (traced: the layout eager mode would give)."""
-    v = layout.probe(x)
-    return v is None or v.flags.c_contiguous or v.size <= 1 or \
-        _c_contiguous_ignoring_unit_dims(v)
-
-
-def _c_contiguous_ignoring_unit_dims(v):
-    expect = v.itemsize
-    for n, st in reversed(list(zip(v.shape, v.strides))):
-        if n != 1:
-            if st != expect:
-                return False
-            expect *= n
-    return True
+    v = layout.certain_probe(x, "is_contiguous()")
+    return v is None or layout.is_c_contiguous(v)
 
 
 @op("flip", "FlipBackward0")

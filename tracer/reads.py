@@ -183,6 +183,19 @@ class StateWalk:
                 if h.container is not None]
 
 
+    def hook_guards(self):
+        """Guards (as `guards`') on the hook lists of the tensors reached that have had hooks
+        (a hook removed since changes what a trace can capture)."""
+        out = []
+        for hops in self.tensors.values():
+            h = self.hops[next(iter(hops))]
+            d = getattr(h.value, "__dict__", {})
+            for attr in ("_hooks", "_post_acc_hooks"):
+                if attr in d:
+                    out.append((d, attr, list(d[attr]), True, f"{h.path}.{attr}"))
+        return out
+
+
 def walk(fn, arg_leaves=(), arg_names=None):
     """Walk from fn (its globals, closure, the module it is, objects passed as arguments,
     named by `arg_names(i)`). The names the code uses grow as code is found; the walk

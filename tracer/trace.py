@@ -7,13 +7,14 @@ them eagerly. The backward is derived by running the eager engine (`run_backward
 traced outputs with new tangent inputs: one source of derivative truth.
 """
 import contextlib
+import dataclasses
 import functools
 import gc
 import weakref
 
 from aotgrad.ir.symbolic import ShapeEnv, SymInt, substitute
 from aotgrad.ir.core import Aval, GraphBuilder, Var, aval_of, current_builder, no_builder
-from aotgrad.runtime import dispatch
+from aotgrad.runtime import dispatch, layout
 from aotgrad.runtime.engine import (Node, SavedTensorModifiedError, VersionCounter,
                                     _node_of, run_backward)
 from aotgrad.runtime.factories import default_generator
@@ -94,6 +95,11 @@ class TraceBuilder(GraphBuilder):
         # checks to run once the function has returned (each may break the graph), e.g.
         # DDP's: every bucket of a traced backward's reduction started
         self.end_checks = []
+        self.layout_read = False  # the trace read a traced tensor's memory layout
+
+    def note_layout_read(self):
+        """layout.probe read a traced tensor's layout (which may follow an argument's)."""
+        self.layout_read = True
 
     def track(self, t):
         self.created.append(weakref.ref(t))
@@ -192,13 +198,22 @@ def _arg_proxy(builder, x, i, want_grad, aval=None):
         p = Tensor._make(v, False)
         # (the eager checks of an inference tensor, e.g. that no backward saves it, run on it)
         p._inference = x._inference
-        return p, None
+        return _with_layout(p, x), None
     leaf = Tensor._make(v, True)
     if x.grad_fn is None:
-        return leaf, leaf
+        return _with_layout(leaf, x), leaf
     p = Tensor._make(v, True)
     p.grad_fn = _InputBackward(leaf)
-    return p, leaf
+    return _with_layout(p, x), leaf
+
+
+def _with_layout(p, x):
+    """Proxy p of argument x with x's memory layout, as eagerly (a strided argument's
+    probe; a C-contiguous one needs none)."""
+    v = x._value
+    if not v.flags.c_contiguous:
+        p._layout_probe = layout.argument_probe(v, v.shape)
+    return p
 
 
 def _symbolic_aval(env, x, i, dims, arg_name, symbol_dims):
@@ -233,6 +248,9 @@ def _substitute_param(p, repl):
         return type(p)(_substitute_param(x, repl) for x in p)
     if isinstance(p, slice):
         return slice(*(_substitute_param(x, repl) for x in (p.start, p.stop, p.step)))
+    if dataclasses.is_dataclass(p) and not isinstance(p, type):   # a ValueCheck's sizes
+        return dataclasses.replace(p, **{f.name: _substitute_param(getattr(p, f.name), repl)
+                                         for f in dataclasses.fields(p) if f.init})
     return p
 
 
@@ -325,6 +343,11 @@ def trace(fn, args, kwargs, names=None, want_grad=True, symbolic_dims=None):
                     f"which the compiled program would not repeat on each call (keep such "
                     f"counters outside the compiled function, or in a tensor)")
             committed = True
+    except (dispatch.GraphBreak, GraphBreakError) as e:
+        # what the break may have depended on: the values and objects the function reads
+        # (a changed one is worth a new trace)
+        e.read_guards = state.guards([]) + state.hook_guards()
+        raise
     finally:
         on_break.remove()
         _mode.grad_enabled = prev_grad
@@ -373,7 +396,8 @@ def trace(fn, args, kwargs, names=None, want_grad=True, symbolic_dims=None):
         written_grads=[nr for nr, _ in written_grads], out_may_alias=out_may_alias,
         lifted_guards=[(t, v, t.requires_grad) for t, v, _ in lifted],
         identity_guards=reads.walk(fn, leaves, arg_name).guards([t for t, _, _ in lifted]),
-        guard_roots=state.roots, shape_env=env, symbol_dims=tuple(symbol_dims), **out_info)
+        guard_roots=state.roots, shape_env=env, symbol_dims=tuple(symbol_dims),
+        layout_read=builder.layout_read, **out_info)
 
 
 def _abandon(state, py_rng):

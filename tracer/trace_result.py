@@ -82,6 +82,7 @@ class TraceResult:
     out_may_alias  = per tensor output: it may share memory with an input (it is an argument
                     or a parameter/closed-over tensor returned as is); others never do
     grad_guards, lifted_guards, identity_guards, guard_roots: what the state guards check
+    layout_read    = the trace read a memory layout (see the field)
     """
     graph: object
     roles: list
@@ -109,6 +110,9 @@ class TraceResult:
     # the (flat argument index, dim) it stands for; None and () for a static trace
     shape_env: object = None
     symbol_dims: tuple = ()
+    # the trace read a traced tensor's memory layout (strides, contiguity, view-or-copy):
+    # then the program serves only calls whose arguments are laid out as the traced call's
+    layout_read: bool = False
 
     def __str__(self):
         roles = ", ".join(f"{v.name}={k.value}" + (f"[{x}]" if k is Role.ARG else "")

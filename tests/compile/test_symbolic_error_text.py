@@ -115,6 +115,11 @@ _SHAPE_ERRORS = {
     "pad_negative": (lambda x: F.pad(x, (0, 0, -6, 0)), ((5, 3),)),
     "repeat_interleave": (lambda x: x.repeat_interleave(aotgrad.tensor(np.array([1, 2])), 0),
                           ((5, 3),)),
+    # raised by a prim's shape rule (the sizes through its hints, as the call's)
+    "scatter_add_src": (lambda x, i, s: x.scatter_add(0, i.long(), s), ((5, 3), (4, 3), (4, 2))),
+    "scatter_index_larger": (lambda x, i, s: x.scatter(0, i.long(), s), ((5, 3), (7, 3), (5, 3))),
+    "gather_index_dims": (lambda x, i: x.gather(1, i.long()), ((5, 3), (5,))),
+    "dot_prim": (lambda x, y: aotgrad.tensordot(x, y, dims=([0], [0])), ((5, 3), (4, 3))),
 }
 
 
@@ -150,4 +155,36 @@ def test_embedding_index_message_names_num_embeddings_of_each_call(backend):
         kind, text = _message(f, (bad, w))
         assert kind is eager[0] and f"num_embeddings={n};" in text
         assert text.startswith("embedding(): index out of range")
+    assert f.stats.compiles == 1
+
+
+# Each row: an op whose run-time value check names the type of a tensor (the checked one or
+# another); a symbolic program must name this call's sizes, not the traced call's.
+_VALUE_CHECKS = {
+    "embedding": (lambda i, w: F.embedding(i, w),
+                  lambda n: (aotgrad.tensor(np.array([0, 9])), _t((n, 3)))),
+    "one_hot": (lambda x: F.one_hot(x, 4),
+                lambda n: (aotgrad.tensor(np.where(np.arange(n) == 2, 9, 1)),)),
+    "cross_entropy": (cross_entropy,
+                      lambda n: (_t((n, 3)), aotgrad.tensor(np.where(np.arange(n) == 1, 5, 0)))),
+    "bce": (lambda x, t: F.binary_cross_entropy(x, t),
+            lambda n: (aotgrad.tensor(np.where(np.arange(n) == 2, 1.5, .5).astype(np.float32)),
+                       _t((n,)))),
+    "index_select": (lambda x, i: x.index_select(0, i),
+                     lambda n: (_t((n, 2)), aotgrad.tensor(np.array([0, n])))),
+    "int_div": (lambda a, b: a // b,
+                lambda n: (aotgrad.tensor(np.arange(n)), aotgrad.tensor(np.arange(n) % 2))),
+}
+
+
+@pytest.mark.parametrize("backend", ["interpret", "numba"])
+@pytest.mark.parametrize("name", list(_VALUE_CHECKS))
+def test_value_check_message_names_this_calls_types(name, backend):
+    fn, make = _VALUE_CHECKS[name]
+    f = aotgrad.compile(fn, dynamic=True, backend=backend)
+    for n in (5, 7):
+        args = make(n)
+        eager = _message(fn, args)
+        assert str(n) in eager[1], eager
+        assert _message(f, args) == eager
     assert f.stats.compiles == 1
