@@ -14,11 +14,13 @@ step"). Steps share 2 cores with whatever else runs: the load average is printed
     python benchmarks/bench_models.py [--steps 50] [--models gpt,lenet] [--quick]
                                       [--torch-compile] [--json out.json]
     python benchmarks/bench_models.py --profile gpt [--steps 5]
-    python benchmarks/bench_models.py --interleave gpt [--steps 30]
+    python benchmarks/bench_models.py --interleave gpt [--steps 30] [--no-jax]
 
 --interleave runs PyTorch eager and aotgrad's compiled step of one model in this process,
-one step of each in turn (so both see the same machine load), and prints the median ms per
-step of each, their ratio and the load average before and after.
+and for the GPT, where JAX is installed, the same model and AdamW as one jax.jit step
+(models_jax.py; --no-jax leaves it out), one step of each in turn (so all see the same
+machine load), and prints the median ms per step of each, the ratios of aotgrad to torch
+eager and to the fastest peer, and the load average before and after.
 
 --profile runs aotgrad's compiled step of one model in this process under
 aotgrad.autograd.profiler and prints its kernels and matrix products, slowest first (time,
@@ -110,8 +112,9 @@ def _profile(model_name, steps, quick, threads):
                                     max_name_column_width=60))
 
 
-def _interleave(model_name, steps, quick, threads):
-    """Median ms per step of torch eager and aotgrad's compiled step, alternated."""
+def _interleave(model_name, steps, quick, threads, with_jax=True):
+    """Median ms per step of torch eager, aotgrad's compiled step and (GPT, where JAX is
+    installed and with_jax) models_jax's jax.jit step, alternated."""
     sys.path.insert(0, HERE)
     import aotgrad as M
     import torch
@@ -129,6 +132,8 @@ def _interleave(model_name, steps, quick, threads):
             opt.step()
             return loss
         steppers[name] = (M.compile(step) if lib is M else step), batches
+    if with_jax and model_name == "gpt":
+        steppers["jax.jit step"] = _jax_stepper(quick)
     for name, (step, batches) in steppers.items():   # compile, warm up
         for i in range(3):
             step(*batches[i % len(batches)])
@@ -139,7 +144,7 @@ def _interleave(model_name, steps, quick, threads):
         for name, (step, batches) in steppers.items():
             x, y = batches[i % len(batches)]
             t0 = time.perf_counter()
-            step(x, y).item()
+            float(step(x, y).item())
             times[name].append(time.perf_counter() - t0)
     med = {name: 1e3 * sorted(t)[len(t) // 2] for name, t in times.items()}
     best = {name: 1e3 * min(t) for name, t in times.items()}
@@ -150,6 +155,26 @@ def _interleave(model_name, steps, quick, threads):
     a, t = med["aotgrad compiled step"], med["torch eager"]
     print(f"  ratio aotgrad/torch: median {a / t:.3f}, min "
           f"{best['aotgrad compiled step'] / best['torch eager']:.3f}")
+    peer = min((n for n in steppers if not n.startswith("aotgrad")), key=med.get)
+    print(f"  ratio aotgrad/best peer ({peer}): median {a / med[peer]:.3f}")
+
+
+def _jax_stepper(quick):
+    """models_jax's GPT step as (step(x, y) -> loss, batches): the parameters and optimizer
+    state live in a closure cell, as in the other systems' stateful steps."""
+    from models_jax import build_gpt
+    step, params, batches = build_gpt(quick, steps=4)
+    cell = [params]
+
+    def run(x, y):
+        cell[0], loss = step(cell[0], x, y)
+        return loss.block_until_ready()
+    return run, batches
+
+
+def _jax_installed():
+    import importlib.util
+    return importlib.util.find_spec("jax") is not None
 
 
 def _run(model_name, system, args, cache):
@@ -176,12 +201,14 @@ def main(argv=None):
     ap.add_argument("--profile", metavar="MODEL")
     ap.add_argument("--interleave", metavar="MODEL")
     ap.add_argument("--systems", help="comma-separated system names (default: all)")
+    ap.add_argument("--no-jax", action="store_true", help="--interleave without jax.jit")
     args = ap.parse_args(argv)
     if args.profile:
         _profile(args.profile, args.steps, args.quick, args.threads)
         return 0
     if args.interleave:
-        _interleave(args.interleave, args.steps, args.quick, args.threads)
+        _interleave(args.interleave, args.steps, args.quick, args.threads,
+                    with_jax=_jax_installed() and not args.no_jax)
         return 0
     if args.worker:
         print(MARK + json.dumps(_worker(*args.worker, args.steps, args.quick, args.threads)))

@@ -187,8 +187,20 @@ class ReductionEmitter:
         scope.add(f"    {acc} = {nanc}")
 
     def _row_scan(self, out, ind, r, body_of):
-        """Append a loop over the reduced dims of `r` whose body is body_of(input value)."""
+        """Append a loop over the reduced dims of `r` whose body is body_of(input value).
+        The loop runs over whole rows: a pass of float sums before it left the state
+        indexing blocks `lo:hi` (the last block's view, read up to the row's length, ran
+        past the row), so whole-row indexing is set for the scan and restored after it."""
         nd = len(self.st.kt.domain)
+        P = self.st.innermost
+        saved = (self.st.slice_mode, self.st.loopvar.get(P))
+        self.st.slice_mode, self.st.loopvar[P] = False, self.st.jvar
+        try:
+            self._row_scan_lines(out, ind, r, body_of, nd)
+        finally:
+            self.st.slice_mode, self.st.loopvar[P] = saved
+
+    def _row_scan_lines(self, out, ind, r, body_of, nd):
         loops = []
         for P in self.st.inner[:-1]:
             loops.append(f"{ind}for i{P} in range(n{P}):")
