@@ -152,7 +152,7 @@ def _take(n, cwd, nice=0):
         _stop(p)
     while len(got) < n:
         try:
-            got.append(_start(cwd, nice))
+            got.append(_start(cwd, nice) if nice else _start(cwd))
         except Exception as e:  # no processes here (limits, sandbox): the caller does it all
             log.debug("could not start a compile helper process (%s: %s); compiling in this "
                       "process", type(e).__name__, e)

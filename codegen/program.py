@@ -182,8 +182,12 @@ class CompiledGraph:
                             "reference stays in use", unit.kernel, exc_info=True)
             finally:
                 tiers.end_load()
-        done = parallel_compile.compile_in_helpers(units, cache.cache_dir(), on_done=swap_in,
-                                                   order=lambda u: u.cost)
+        ready = [u for u in units if getattr(self._units[u.kernel][1], u.kernel).overloads]
+        for unit in ready:      # compiled here meanwhile (another program shares the kernel)
+            swap_in(unit)
+        units = [u for u in units if u not in ready]
+        done = parallel_compile.compile_in_helpers(
+            units, cache.cache_dir(), on_done=swap_in, order=lambda u: u.cost) if units else []
         for unit in units:       # no helpers, or one failed: compile here, in this thread
             if unit.kernel not in self.first_tier_done and not tiers.closing():
                 swap_in(unit)
