@@ -112,12 +112,13 @@ class CompiledGraph:
         reference_first = tiers.enabled() and tiers.first_tier() is tiers.FirstTier.REFERENCE \
             and not symbols_of(graph)
         pmin = parallel_compile_min()
+        on_disk = cache.compiled_on_disk()
         for st, spec in self.specs.items():
             if spec.parallel and hint(math.prod(spec.kernel.domain or (1,))) < pmin:
                 spec.parallel = False
                 self.serial_compiled.add(spec)
             if reference_first and not cache.has_machine_code(
-                    module_source([spec], own[st]), spec.name):
+                    module_source([spec], own[st]), spec.name, on_disk):
                 ref = reference_kernel(st, spec)
                 if ref is not None:
                     self.first_tier[st] = ref
@@ -125,7 +126,7 @@ class CompiledGraph:
             if not spec.parallel or spec in self.serial_compiled:
                 continue
             if tiers.enabled() and not cache.has_machine_code(
-                    module_source([spec], own[st]), spec.name):
+                    module_source([spec], own[st]), spec.name, on_disk):
                 spec.parallel = False
                 self.upgrading[spec] = (st, own[st])
         # the whole program as one text (what `source` shows); names the kernels k_<hash>
