@@ -12,6 +12,8 @@ A reference kernel computes what eager mode computes: its values may differ from
 compiled kernel's in the last bits (the compiled one uses vectorisable exp/tanh and sums in
 blocks), as two backends of one program may.
 """
+import time
+
 import numpy as np
 
 from aotgrad.codegen.steps import Kernel
@@ -20,15 +22,18 @@ from aotgrad.codegen.steps import Kernel
 class ReferenceKernel:
     """Callable as the compiled kernel of `spec` is (same arguments, in the same order):
     reads its "in" arrays, evaluates `step.nodes`, writes its "out" arrays; returns 0 (no
-    failed index check: the reference impls raise their own errors)."""
+    failed index check: the reference impls raise their own errors). `seconds`: how long
+    its last call took (the background compile does the kernels that cost most first)."""
 
     def __init__(self, step, spec):
         self.name = spec.name
         self.nodes = list(step.nodes)
         self.reads = [(i, a.var) for i, a in enumerate(spec.args) if a.kind == "in"]
         self.writes = [(i, a.var) for i, a in enumerate(spec.args) if a.kind == "out"]
+        self.seconds = 0.0
 
     def __call__(self, *args):
+        t0 = time.perf_counter()
         env = {}
         for i, v in self.reads:
             env[v] = args[i].reshape(v.shape)
@@ -46,6 +51,7 @@ class ReferenceKernel:
                   for o, val in values]
         for o, val in values:
             o[...] = val.reshape(o.shape)
+        self.seconds = time.perf_counter() - t0
         return 0
 
 

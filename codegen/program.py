@@ -1,4 +1,5 @@
 """compile_graph: schedule -> emit -> load (disk cache) -> plan; the CompiledGraph object."""
+import collections
 import contextlib
 import copy
 import gc
@@ -166,8 +167,9 @@ class CompiledGraph:
 
     def _compile_first_tier(self, units):
         """Background job (codegen.tiers): compile the kernels that run on numpy for now,
-        in helper processes (the cheapest first, each swapped into the driver as soon as it
-        is compiled), or here where no helper can; True once all are swapped in."""
+        in helper processes (each swapped into the driver as soon as it is compiled; first
+        those whose numpy run took longest for their compile cost), or here where no helper
+        can; True once all are swapped in."""
         def swap_in(unit):
             if not tiers.begin_load():          # the interpreter is exiting
                 return
@@ -187,8 +189,12 @@ class CompiledGraph:
         for unit in ready:      # compiled here meanwhile (another program shares the kernel)
             swap_in(unit)
         units = [u for u in units if u not in ready]
+        numpy_seconds = collections.Counter()
+        for st, ref in list(self.first_tier.items()):
+            numpy_seconds[self.specs[st].name] += ref.seconds
         done = parallel_compile.compile_in_helpers(
-            units, cache.cache_dir(), on_done=swap_in, order=lambda u: u.cost) if units else []
+            units, cache.cache_dir(), on_done=swap_in,
+            order=lambda u: (-numpy_seconds[u.kernel] / u.cost, u.cost)) if units else []
         for unit in units:       # no helpers, or one failed: compile here, in this thread
             if unit.kernel not in self.first_tier_done and not tiers.closing():
                 swap_in(unit)
