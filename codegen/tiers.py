@@ -58,13 +58,37 @@ class FirstTier(enum.Enum):
 
 
 def first_tier():
-    """The first tier (AOTGRAD_FIRST_TIER; none without background compiles)."""
+    """The first tier (AOTGRAD_FIRST_TIER; SERIAL inside `compiled_kernels()`)."""
     env = os.environ.get("AOTGRAD_FIRST_TIER", "").strip().lower() or "reference"
     try:
-        return FirstTier(env)
+        tier = FirstTier(env)
     except ValueError:
         raise ValueError(f"AOTGRAD_FIRST_TIER must be one of "
                          f"{', '.join(t.value for t in FirstTier)}, got {env!r}") from None
+    with _cv:
+        return FirstTier.SERIAL if _compiled_only[0] else tier
+
+
+_compiled_only = [0]     # compiled_kernels() blocks entered and not left
+
+
+class compiled_kernels:
+    """Context manager: programs built inside it compile their kernels before their first
+    call (no numpy first tier), and programs still on it are waited for on entry (up to
+    `timeout` seconds). For checks of the generated code (testing.compare_with_eager)."""
+
+    def __init__(self, timeout=600):
+        self.timeout = timeout
+
+    def __enter__(self):
+        with _cv:
+            _compiled_only[0] += 1
+        wait(self.timeout)
+        return self
+
+    def __exit__(self, *exc):
+        with _cv:
+            _compiled_only[0] -= 1
 
 
 def track(units):

@@ -197,3 +197,25 @@ def test_work_left_at_exit_is_compiled_after_the_process_ends(cold):
     second = _child(cold)
     assert second == dict(status="disk", first_tier=0, compiled_here=0,
                           modules=first["modules"])
+
+
+def test_compare_with_eager_checks_the_compiled_kernels(cold, monkeypatch):
+    """Inside tiers.compiled_kernels() (what compare_with_eager uses) a program compiles its
+    kernels before its first call: comparing the numpy first tier with eager would compare
+    eager with itself."""
+    from aotgrad.testing import compare_with_eager
+    from aotgrad.codegen.program import CompiledGraph
+    built = []
+    real = CompiledGraph.__init__
+
+    def spy(self, *a, **k):
+        real(self, *a, **k)
+        built.append(self)
+    monkeypatch.setattr(CompiledGraph, "__init__", spy)
+    x = aotgrad.tensor(np.linspace(-2, 2, 48, dtype=np.float32).reshape(6, 8),
+                       requires_grad=True)
+    compare_with_eager(lambda x: (aotgrad.softmax(x, -1) * x).sum(), x)
+    assert built and not any(p.first_tier for p in built)
+    with tiers.compiled_kernels():
+        assert tiers.first_tier() is tiers.FirstTier.SERIAL
+    assert tiers.first_tier() is tiers.FirstTier.REFERENCE
