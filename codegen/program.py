@@ -215,7 +215,9 @@ class CompiledGraph:
             variants[spec.name][2].append(st)
         units = [parallel_compile.Unit(mod.__file__, mod.__name__, name, _sig_desc(pspec), 3)
                  for name, (pspec, mod, _) in variants.items()]
-        done = {u.kernel for u in parallel_compile.compile_in_helpers(units, cache.cache_dir())}
+        tiers.track(units)                # (what is left at exit: a detached helper)
+        done = {u.kernel for u in parallel_compile.compile_in_helpers(
+            units, cache.cache_dir(), on_done=tiers.untrack)}
         for name in done:
             if not tiers.begin_load():          # the interpreter is exiting
                 return False
