@@ -16,7 +16,9 @@ Each row is one fresh process: `cold` with an empty cache directory, `warm` the 
 command again on the directory the cold run filled (after the compile work it left behind
 at exit, handed to a detached helper, has finished: `--no-wait-detached` skips the wait).
 Columns: seconds from process start (imports included) to the end of the first and of the
-second step, to the end of all steps; the median and the slowest step after the first
+second step, to the end of all steps (and the CPU seconds of this process, its threads
+included, to the end of the first step and of all steps: less sensitive to the machine's
+load than the wall time; compile helpers are other processes); the median and the slowest step after the first
 while background compiles were still running (and how many such steps), and the median of
 the last 20 steps; the load average. The loss of the last step is checked against torch
 eager's (same seeded data and weights).
@@ -97,11 +99,11 @@ def _worker(model, system, steps, quick):
         ends.append(time.perf_counter())
         busy.append(not system.startswith("torch") and tiers.pending() > 0)
         if i == 0:
-            t_first = t0
+            t_first, cpu_first = t0, time.process_time()
     durs = [ends[0] - t_first] + [b - a for a, b in zip(ends, ends[1:])]
     during = sorted(d for d, b in zip(durs[1:], busy[1:]) if b)
     last = sorted(durs[-20:])
-    return dict(first_s=ends[0] - START, second_s=ends[1] - START if steps > 1 else None,
+    return dict(first_s=ends[0] - START, first_cpu_s=cpu_first, all_cpu_s=time.process_time(), second_s=ends[1] - START if steps > 1 else None,
                 all_s=ends[-1] - START, during_n=len(during),
                 during_med_ms=1e3 * during[len(during) // 2] if during else None,
                 during_max_ms=1e3 * during[-1] if during else None,
@@ -155,8 +157,8 @@ def main(argv=None):
         return 0
     systems = [s for s in SYSTEMS if not args.systems or s in args.systems.split(",")]
     print(f"load average at start {os.getloadavg()[0]:.2f}; {args.steps} steps")
-    print(f"{'model':5s} {'system':30s} {'cache':5s} {'1st step s':>10s} {'2nd s':>6s} "
-          f"{'all s':>7s} {'n busy':>6s} {'busy med':>8s} {'busy max':>8s} {'steady':>7s} "
+    print(f"{'model':5s} {'system':30s} {'cache':5s} {'1st step s':>10s} {'cpu':>5s} "
+          f"{'2nd s':>6s} {'all s':>7s} {'cpu':>6s} {'n busy':>6s} {'busy med':>8s} {'busy max':>8s} {'steady':>7s} "
           f"{'loss':>10s} {'load':>5s}")
     rows = []
     for model in args.models.split(","):
@@ -177,7 +179,8 @@ def main(argv=None):
                         print(f"{model:5s} {system:30s} {state:5s} error: {res['error'][:100]}")
                         continue
                     print(f"{model:5s} {system:30s} {state:5s} {res['first_s']:10.2f} "
-                          f"{_fmt(res['second_s'], 6, 2)} {res['all_s']:7.2f} "
+                          f"{res['first_cpu_s']:5.2f} {_fmt(res['second_s'], 6, 2)} "
+                          f"{res['all_s']:7.2f} {res['all_cpu_s']:6.2f} "
                           f"{res['during_n']:6d} {_fmt(res['during_med_ms'], 8, 1)} "
                           f"{_fmt(res['during_max_ms'], 8, 1)} {res['steady_ms']:7.1f} "
                           f"{res['loss']:10.5f} {res['load']:5.2f}", flush=True)
