@@ -219,3 +219,25 @@ def test_compare_with_eager_checks_the_compiled_kernels(cold, monkeypatch):
     with tiers.compiled_kernels():
         assert tiers.first_tier() is tiers.FirstTier.SERIAL
     assert tiers.first_tier() is tiers.FirstTier.REFERENCE
+
+
+def test_background_helpers_run_at_a_lower_priority(tmp_path, monkeypatch):
+    from aotgrad.codegen import cache
+    monkeypatch.setenv("AOTGRAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("AOTGRAD_COMPILE_WORKERS", "1")
+    monkeypatch.setattr(parallel_compile, "LINGER", 60.0)
+    parallel_compile.shutdown()
+    mod, _ = cache.load_module("import numba\n\n@numba.njit(cache=True)\n"
+                               "def k_one(n):\n    return n + 1\n")
+    unit = parallel_compile.Unit(mod.__file__, mod.__name__, "k_one", [["size"]])
+    seen = []
+    done = parallel_compile.compile_in_helpers([unit], str(tmp_path), on_done=seen.append)
+    try:
+        assert done == [unit] and seen == [unit]
+        helpers = [p for p, _ in parallel_compile._idle]
+        assert len(helpers) == 1
+        mine = os.getpriority(os.PRIO_PROCESS, 0)
+        assert os.getpriority(os.PRIO_PROCESS, helpers[0].pid) == \
+            min(19, mine + parallel_compile.BACKGROUND_NICE)
+    finally:
+        parallel_compile.shutdown()
