@@ -129,7 +129,8 @@ def _close():
     with _load_lock:      # let a load in progress finish
         pass
     with _cv:
-        left = list(_outstanding.values())
+        # (a temporary cache directory is removed at exit: nothing to keep there)
+        left = [u for u in _outstanding.values() if os.path.exists(u.file)]
         _outstanding.clear()
     if left:
         parallel_compile.start_detached(left, os.path.dirname(left[0].file))
