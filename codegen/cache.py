@@ -169,18 +169,40 @@ class CacheStats:
 stats = CacheStats()
 
 
-def has_machine_code(source, kernel):
+def has_machine_code(source, kernel, on_disk=None):
     """Is the kernel `kernel` of the module for `source` compiled: in this process (its
     dispatcher holds an overload), or in numba's disk cache (index and data written)? A
     module that is only imported does not count: the background thread imports a parallel
     variant before a helper process has compiled it, and taking that for compiled made a
-    second trace compile the variant again, here, while the helper did the same."""
+    second trace compile the variant again, here, while the helper did the same.
+    `on_disk`: the set `compiled_on_disk()` returned (one listing of the directory for
+    many questions), else the directory is looked at now."""
     name = module_name(source)
     mod = sys.modules.get(name)
     if mod is not None and getattr(getattr(mod, kernel, None), "overloads", None):
         return True
+    if on_disk is not None:
+        return name in on_disk
     stem = os.path.join(cache_dir(), "__pycache__", name + ".")
     return bool(glob.glob(stem + "*.nbi")) and bool(glob.glob(stem + "*.nbc"))
+
+
+def compiled_on_disk():
+    """The names of the generated modules whose machine code numba's disk cache holds
+    (index and data written), from one listing of the directory. (Each generated module
+    holds one kernel.)"""
+    index, data = set(), set()
+    try:
+        with os.scandir(os.path.join(cache_dir(), "__pycache__")) as it:
+            for e in it:
+                if e.name.startswith(_PREFIX):
+                    if e.name.endswith(".nbi"):
+                        index.add(e.name.split(".", 1)[0])
+                    elif e.name.endswith(".nbc"):
+                        data.add(e.name.split(".", 1)[0])
+    except OSError:
+        pass
+    return index & data
 
 
 def module_name(source):

@@ -2,7 +2,9 @@
 
 Started by `parallel_compile` as `python compile_worker.py` (so it imports neither aotgrad
 nor the caller's `__main__`). Protocol, one JSON object per line: stdin gets
-`{"sys_path": [...]}` and then tasks `{"id", "file", "module", "kernel", "sig"}`; stdout
+`{"sys_path": [...], "nice": n, "detached": b}` (n optional: added to the process's
+niceness, for work in the background; b optional: read every task before the first compile,
+as the process that wrote them may exit meanwhile) and then tasks `{"id", "file", "module", "kernel", "sig"}`; stdout
 answers `{"id", "ok", "cpu"[, "error"]}` per task. It exits at the end of stdin.
 
 `sig` describes the argument types with plain strings so the caller and the helper build
@@ -65,10 +67,17 @@ def main():
     first = sys.stdin.readline()
     if not first:
         return
-    for p in reversed(json.loads(first).get("sys_path", [])):
+    setup = json.loads(first)
+    if setup.get("nice"):
+        try:
+            os.nice(int(setup["nice"]))
+        except OSError:       # not allowed here: compile at the usual priority
+            pass
+    for p in reversed(setup.get("sys_path", [])):
         if p not in sys.path:
             sys.path.insert(1, p)
-    for line in sys.stdin:
+    lines = list(sys.stdin) if setup.get("detached") else sys.stdin
+    for line in lines:
         if not line.strip():
             continue
         task = json.loads(line)

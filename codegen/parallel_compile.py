@@ -12,6 +12,12 @@ caller compiles itself, so results never depend on them.
     n = compile_units(units, compile_here)   # units: [Unit]; compile_here(unit) compiles
                                              # in this process; n: kernels helpers compiled
 
+Work in the background (`compile_in_helpers`: codegen.tiers) goes to helpers started with
+a lower priority (BACKGROUND_NICE), so that the training steps running meanwhile keep the
+cores they need. `start_detached` hands units to a helper that outlives this process: what
+a process leaves queued at exit is still compiled into the disk cache, and the next
+process starts warm.
+
 Helpers stay up for LINGER seconds after a compile (a backward usually follows its forward
 within that), then exit; `shutdown()` (also run at exit) stops them at once. A helper also
 exits when this process dies (end of its input).
@@ -36,9 +42,10 @@ MIN_UNITS = 3          # fewer kernels than this: starting a helper costs more t
 MAX_WORKERS = 8
 HELPER_TIMEOUT = 300   # seconds the caller waits for helpers after its own share is done
 LINGER = 10.0          # seconds an idle helper waits for the next compile before it exits
+BACKGROUND_NICE = 10   # niceness added to helpers that compile in the background
 
 _lock = threading.Lock()
-_idle = []             # [(process, cwd)] helpers waiting for work
+_idle = []             # [(process, (cwd, nice))] helpers waiting for work
 _timer = None
 _foreground = [0, 0.0]  # compiles in progress in this process, when the last one ended
 
@@ -71,7 +78,12 @@ def workers():
     return max(0, min(MAX_WORKERS, _cpus() - 1))
 
 
-def _start(cwd):
+def _setup_line(nice, detached=False):
+    return json.dumps({"sys_path": [x for x in sys.path if isinstance(x, str)],
+                       "nice": nice, "detached": detached}) + "\n"
+
+
+def _start(cwd, nice=0):
     if not sys.executable or getattr(sys, "frozen", False):
         raise OSError("no Python interpreter to run compile helpers with")
     p = subprocess.Popen([sys.executable, compile_worker.__file__], cwd=cwd,
@@ -79,8 +91,7 @@ def _start(cwd):
                          stderr=subprocess.DEVNULL, text=True, encoding="utf-8",
                          bufsize=1)
     try:
-        p.stdin.write(json.dumps({"sys_path": [x for x in sys.path if isinstance(x, str)]})
-                      + "\n")
+        p.stdin.write(_setup_line(nice))
         p.stdin.flush()
     except OSError:
         _stop(p)
@@ -121,25 +132,27 @@ def shutdown():
 atexit.register(shutdown)
 
 
-def _take(n, cwd):
-    """Up to n idle helpers started in `cwd`, then new ones; [] where none can start."""
+def _take(n, cwd, nice=0):
+    """Up to n idle helpers started in `cwd` with niceness `nice`, then new ones; [] where
+    none can start."""
+    key = (cwd, nice)
     got = []
     with _lock:
         for item in list(_idle):
             p, d = item
-            if p.poll() is not None or d != cwd:
+            if p.poll() is not None or d != key:
                 continue
             if len(got) < n:
                 _idle.remove(item)
                 got.append(p)
-        dead = [item for item in _idle if item[0].poll() is not None or item[1] != cwd]
+        dead = [item for item in _idle if item[0].poll() is not None]
         for item in dead:
             _idle.remove(item)
     for p, _ in dead:
         _stop(p)
     while len(got) < n:
         try:
-            got.append(_start(cwd))
+            got.append(_start(cwd, nice) if nice else _start(cwd))
         except Exception as e:  # no processes here (limits, sandbox): the caller does it all
             log.debug("could not start a compile helper process (%s: %s); compiling in this "
                       "process", type(e).__name__, e)
@@ -147,14 +160,14 @@ def _take(n, cwd):
     return got
 
 
-def _give_back(procs, cwd):
+def _give_back(procs, cwd, nice=0):
     global _timer
     if LINGER <= 0:
         for p in procs:
             _stop(p)
         return
     with _lock:
-        _idle.extend((p, cwd) for p in procs)
+        _idle.extend((p, (cwd, nice)) for p in procs)
         if _timer is not None:
             _timer.cancel()
         _timer = threading.Timer(LINGER, shutdown)
@@ -162,9 +175,10 @@ def _give_back(procs, cwd):
         _timer.start()
 
 
-def _feed(p, todo, done, broken, background=False):
+def _feed(p, todo, done, broken, background=False, on_done=None):
     """Thread body: hand this helper one unit at a time until the shared list is empty
-    (in the background: none while a compile in the foreground runs)."""
+    (in the background: none while a compile in the foreground runs); `on_done(unit)` is
+    called here after each unit the helper compiled."""
     while True:
         while background and _foreground[0] > 0:
             time.sleep(0.05)
@@ -196,6 +210,8 @@ def _feed(p, todo, done, broken, background=False):
             return
         if res.get("ok"):
             done.append(u)
+            if on_done is not None:
+                on_done(u)
         else:   # compile_here compiles it again and raises if the error is real
             log.debug("compile helper failed on %s.%s: %s", u.module, u.kernel,
                       res.get("error"))
@@ -229,21 +245,23 @@ def quiet_for():
         return 0.0 if _foreground[0] else time.monotonic() - _foreground[1]
 
 
-def compile_in_helpers(units, cwd):
+def compile_in_helpers(units, cwd, on_done=None, order=None):
     """Compile `units` in helper processes only (for work in the background: the caller's
-    thread only waits); returns the units that were compiled. With no helpers (none can
-    start, AOTGRAD_COMPILE_WORKERS=0) nothing is done."""
+    thread only waits; the helpers run at a lower priority); returns the units that were
+    compiled. `on_done(unit)` is called (in a feeding thread) as each one is done; `order`
+    sorts them (default: the costliest first). With no helpers (none can start,
+    AOTGRAD_COMPILE_WORKERS=0) nothing is done."""
     n = workers()
     if not os.environ.get("AOTGRAD_COMPILE_WORKERS", "").strip():
-        n = min(MAX_WORKERS, _cpus())   # all cores: this is the work that is left
-    procs = _take(min(n, len(units)), cwd) if n else []
+        n = min(MAX_WORKERS, _cpus())   # all cores, at a lower priority than the caller's
+    procs = _take(min(n, len(units)), cwd, BACKGROUND_NICE) if n else []
     if not procs:
         return []
     todo, done, broken = queue.Queue(), [], set()
-    for u in sorted(units, key=lambda u: -u.cost):
+    for u in sorted(units, key=order or (lambda u: -u.cost)):
         todo.put(u)
-    threads = [threading.Thread(target=_feed, args=(p, todo, done, broken, True), daemon=True,
-                                name="aotgrad-compile-feed") for p in procs]
+    threads = [threading.Thread(target=_feed, args=(p, todo, done, broken, True, on_done),
+                                daemon=True, name="aotgrad-compile-feed") for p in procs]
     for t in threads:
         t.start()
     deadline = time.monotonic() + HELPER_TIMEOUT
@@ -256,8 +274,46 @@ def compile_in_helpers(units, cwd):
             if hung:
                 p.kill()
             _stop(p)
-    _give_back(keep, cwd)
+    _give_back(keep, cwd, BACKGROUND_NICE)
     return done
+
+
+def start_detached(units, cwd):
+    """Hand `units` to a new helper process that outlives this one (its own session, at a
+    lower priority) and compiles them into the disk cache, then exits; returns it, or None
+    where it cannot start. Nothing waits for it: the next process that needs the kernels
+    finds them in the cache (or compiles what is not there yet itself)."""
+    if not units or workers() == 0:
+        return None
+    if not sys.executable or getattr(sys, "frozen", False):
+        return None
+    tasks = "".join(json.dumps({"id": i, "file": u.file, "module": u.module,
+                                "kernel": u.kernel, "sig": u.sig}) + "\n"
+                    for i, u in enumerate(sorted(units, key=lambda u: u.cost)))
+    try:
+        p = subprocess.Popen([sys.executable, compile_worker.__file__], cwd=cwd,
+                             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, text=True, encoding="utf-8",
+                             start_new_session=True)
+    except OSError as e:
+        log.debug("could not start a detached compile helper (%s)", e)
+        return None
+    # a thread writes the tasks (a long list may not fit the pipe's buffer at once); the
+    # helper reads them all before it compiles
+    t = threading.Thread(target=_write_all,
+                         args=(p, _setup_line(BACKGROUND_NICE, detached=True) + tasks),
+                         daemon=True, name="aotgrad-compile-detached")
+    t.start()
+    t.join(5.0)
+    return p
+
+
+def _write_all(p, text):
+    try:
+        p.stdin.write(text)
+        p.stdin.close()
+    except OSError:
+        pass
 
 
 def _compile_units(units, compile_here, cwd, max_workers):

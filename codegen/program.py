@@ -1,4 +1,5 @@
 """compile_graph: schedule -> emit -> load (disk cache) -> plan; the CompiledGraph object."""
+import collections
 import contextlib
 import copy
 import gc
@@ -14,6 +15,7 @@ from aotgrad.ir.passes import cse
 from aotgrad.codegen.emitter import emit_kernel, module_source
 from aotgrad.codegen.index import SymbolicSizeInKernel
 from aotgrad.codegen.executor import Plan
+from aotgrad.codegen.first_tier import reference_kernel
 from aotgrad.codegen.scheduler import Kernel, Scheduler, StepKind
 from aotgrad.codegen.symbols import concrete_graph, symbols_of
 from aotgrad.ir.symbolic import hint
@@ -106,15 +108,26 @@ class CompiledGraph:
         self.serial_compiled = set()   # kernels with prange loops compiled serially
         self.upgrading = {}            # spec compiled serially for now -> (its step, helpers)
         self.upgraded = set()          # specs swapped for their parallel variant
+        self.first_tier = {}           # step -> its ReferenceKernel until compiled (tiers)
+        self.first_tier_done = set()   # names of kernels that ran on numpy first, compiled
+        reference_first = tiers.enabled() and tiers.first_tier() is tiers.FirstTier.REFERENCE \
+            and not symbols_of(graph)
         pmin = parallel_compile_min()
+        on_disk = cache.compiled_on_disk()
         for st, spec in self.specs.items():
-            if not spec.parallel:
-                continue
-            if hint(math.prod(spec.kernel.domain or (1,))) < pmin:
+            if spec.parallel and hint(math.prod(spec.kernel.domain or (1,))) < pmin:
                 spec.parallel = False
                 self.serial_compiled.add(spec)
-            elif tiers.enabled() and not cache.has_machine_code(
-                    module_source([spec], own[st]), spec.name):
+            if reference_first and not cache.has_machine_code(
+                    module_source([spec], own[st]), spec.name, on_disk):
+                ref = reference_kernel(st, spec)
+                if ref is not None:
+                    self.first_tier[st] = ref
+                    continue
+            if not spec.parallel or spec in self.serial_compiled:
+                continue
+            if tiers.enabled() and not cache.has_machine_code(
+                    module_source([spec], own[st]), spec.name, on_disk):
                 spec.parallel = False
                 self.upgrading[spec] = (st, own[st])
         # the whole program as one text (what `source` shows); names the kernels k_<hash>
@@ -139,6 +152,55 @@ class CompiledGraph:
                               "numba": t3 - t2}
         if self.upgrading:
             tiers.submit(self._upgrade)
+        if self.first_tier:
+            units = [self._unit(name) for name in {s.name for s in self._on_first_tier()}]
+            tiers.track(units)
+            tiers.submit(lambda: self._compile_first_tier(units))
+
+    def _on_first_tier(self):
+        return [self.specs[st] for st in self.first_tier]
+
+    def _unit(self, name):
+        u = self._units[name]
+        return parallel_compile.Unit(u[1].__file__, u[1].__name__, name, u[3],
+                                     len(u[0].body) * (3 if u[0].parallel else 1))
+
+    def _compile_first_tier(self, units):
+        """Background job (codegen.tiers): compile the kernels that run on numpy for now,
+        in helper processes (each swapped into the driver as soon as it is compiled; first
+        those whose numpy run took longest for their compile cost), or here where no helper
+        can; True once all are swapped in."""
+        def swap_in(unit):
+            if not tiers.begin_load():          # the interpreter is exiting
+                return
+            try:
+                fn = self._compile_one(unit.kernel)    # numba's disk cache, filled by a helper
+                for st in [st for st in self.first_tier if self.specs[st].name == unit.kernel]:
+                    self.plan.swap_kernel(st, fn, self.specs[st])
+                    del self.first_tier[st]
+                self.first_tier_done.add(unit.kernel)
+                tiers.untrack(unit)
+            except Exception:       # the numpy kernel stays: correct, only slower
+                log.warning("kernel %s did not compile in the background; its numpy "
+                            "reference stays in use", unit.kernel, exc_info=True)
+            finally:
+                tiers.end_load()
+        ready = [u for u in units if getattr(self._units[u.kernel][1], u.kernel).overloads]
+        for unit in ready:      # compiled here meanwhile (another program shares the kernel)
+            swap_in(unit)
+        units = [u for u in units if u not in ready]
+        numpy_seconds = collections.Counter()
+        for st, ref in list(self.first_tier.items()):
+            numpy_seconds[self.specs[st].name] += ref.seconds
+        done = parallel_compile.compile_in_helpers(
+            units, cache.cache_dir(), on_done=swap_in,
+            order=lambda u: (-numpy_seconds[u.kernel] / u.cost, u.cost)) if units else []
+        for unit in units:       # no helpers, or one failed: compile here, in this thread
+            if unit.kernel not in self.first_tier_done and not tiers.closing():
+                swap_in(unit)
+        log.debug("program %s: %d of %d kernels compiled by helpers in the background",
+                  self.name, len(done), len(units))
+        return not self.first_tier
 
     def _upgrade(self):
         """Background job (codegen.tiers): compile the parallel variants of the kernels that
@@ -153,7 +215,9 @@ class CompiledGraph:
             variants[spec.name][2].append(st)
         units = [parallel_compile.Unit(mod.__file__, mod.__name__, name, _sig_desc(pspec), 3)
                  for name, (pspec, mod, _) in variants.items()]
-        done = {u.kernel for u in parallel_compile.compile_in_helpers(units, cache.cache_dir())}
+        tiers.track(units)                # (what is left at exit: a detached helper)
+        done = {u.kernel for u in parallel_compile.compile_in_helpers(
+            units, cache.cache_dir(), on_done=tiers.untrack)}
         for name in done:
             if not tiers.begin_load():          # the interpreter is exiting
                 return False
@@ -198,15 +262,17 @@ class CompiledGraph:
         return getattr(u[1], name)
 
     def _compile_all(self):
-        todo = [parallel_compile.Unit(u[1].__file__, u[1].__name__, name, u[3],
-                                      len(u[0].body) * (3 if u[0].parallel else 1))
-                for name, u in self._units.items() if u[2] in ("new", "rebuilt")]
+        later = {spec.name for spec in self._on_first_tier()}
+        todo = [self._unit(name) for name, u in self._units.items()
+                if u[2] in ("new", "rebuilt") and name not in later]
         if todo:
             self.helper_compiled = parallel_compile.compile_units(
                 todo, lambda unit: self._compile_one(unit.kernel), cwd=cache.cache_dir())
             cache.stats.compiled += self.helper_compiled
-        fn_of = {name: self._compile_one(name) for name in self._units}  # cache/memory hits
-        return {st: (fn_of[spec.name], spec) for st, spec in self.specs.items()}
+        fn_of = {name: self._compile_one(name) for name in self._units
+                 if name not in later}                                  # cache/memory hits
+        return {st: (self.first_tier[st] if st in self.first_tier else fn_of[spec.name], spec)
+                for st, spec in self.specs.items()}
 
     def __call__(self, *arrays):
         return self.plan(*arrays)
@@ -225,7 +291,9 @@ class CompiledGraph:
         for i, st in enumerate(sch.steps):
             if isinstance(st, Kernel):
                 spec = self.specs[st]
-                par = "parallel, compiled in the background" if spec in self.upgraded else \
+                par = "numpy reference impls until it is compiled in the background" \
+                    if st in self.first_tier else \
+                    "parallel, compiled in the background" if spec in self.upgraded else \
                     "parallel" if spec.parallel else \
                     "serial; its prange loops run in order: small work" \
                     if spec in self.serial_compiled else \

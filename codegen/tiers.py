@@ -1,4 +1,13 @@
-"""Tiered compilation: a medium kernel starts serial; its parallel variant comes later.
+"""Tiered compilation: a cold kernel runs first on numpy, or serially; its compiled (or
+parallel) variant comes later.
+
+The first tier (AOTGRAD_FIRST_TIER):
+- `reference` (the default): a kernel whose machine code is not in the disk cache runs its
+  nodes with numpy's reference impls (codegen.first_tier) while helper processes, at a
+  lower priority than the caller, compile it in the background; it is swapped into the
+  program's driver as soon as it is compiled. A cold program's first call then costs its
+  trace, schedule and one numpy run instead of tens of Numba compiles.
+- `serial`: as described next (every kernel is compiled before the first call).
 
 Numba compiles a kernel with `prange` loops for its parallel backend in ~1 s, against ~0.4 s
 serially, so compiling a transformer block's medium kernels (256K-1M elements) parallel
@@ -12,10 +21,16 @@ values may differ in the last bits after the swap (W4's gradients: 1e-10 absolut
 parallel variant already in the disk cache is loaded up front, so a second process starts
 with it.
 
-`AOTGRAD_BACKGROUND_COMPILE=0` compiles parallel variants up front instead.
+`AOTGRAD_BACKGROUND_COMPILE=0` compiles every kernel, parallel variants included, up front
+instead (no first tier).
+
+Work still queued when the process exits is not lost: the units not yet compiled are handed
+to a detached helper process (parallel_compile.start_detached) that compiles them into the
+disk cache, so a second run of a script starts warm.
 `wait(timeout)` blocks until every queued upgrade is done (benchmarks call it after warm-up).
 """
 import atexit
+import enum
 import logging
 import os
 import queue
@@ -33,6 +48,60 @@ _cv = threading.Condition()
 _state = {"pending": 0, "thread": None, "done": 0, "failed": 0}
 _load_lock = threading.Lock()    # held while a background job loads compiled code
 _closing = []
+_outstanding = {}                # (module, kernel) -> Unit queued or compiling in the background
+
+
+class FirstTier(enum.Enum):
+    """How a kernel without machine code in the cache runs until it is compiled."""
+    REFERENCE = "reference"     # numpy's reference impls of its nodes (codegen.first_tier)
+    SERIAL = "serial"           # compiled before the first call (serially where parallel)
+
+
+def first_tier():
+    """The first tier (AOTGRAD_FIRST_TIER; SERIAL inside `compiled_kernels()`)."""
+    env = os.environ.get("AOTGRAD_FIRST_TIER", "").strip().lower() or "reference"
+    try:
+        tier = FirstTier(env)
+    except ValueError:
+        raise ValueError(f"AOTGRAD_FIRST_TIER must be one of "
+                         f"{', '.join(t.value for t in FirstTier)}, got {env!r}") from None
+    with _cv:
+        return FirstTier.SERIAL if _compiled_only[0] else tier
+
+
+_compiled_only = [0]     # compiled_kernels() blocks entered and not left
+
+
+class compiled_kernels:
+    """Context manager: programs built inside it compile their kernels before their first
+    call (no numpy first tier), and programs still on it are waited for on entry (up to
+    `timeout` seconds). For checks of the generated code (testing.compare_with_eager)."""
+
+    def __init__(self, timeout=600):
+        self.timeout = timeout
+
+    def __enter__(self):
+        with _cv:
+            _compiled_only[0] += 1
+        wait(self.timeout)
+        return self
+
+    def __exit__(self, *exc):
+        with _cv:
+            _compiled_only[0] -= 1
+
+
+def track(units):
+    """Register background units (parallel_compile.Unit) until `untrack`: those left at
+    exit go to a detached helper."""
+    with _cv:
+        for u in units:
+            _outstanding[(u.module, u.kernel)] = u
+
+
+def untrack(unit):
+    with _cv:
+        _outstanding.pop((unit.module, unit.kernel), None)
 
 
 def begin_load():
@@ -49,11 +118,22 @@ def end_load():
     _load_lock.release()
 
 
+def closing():
+    """Is the interpreter exiting (background jobs stop starting new work)?"""
+    return bool(_closing)
+
+
 @atexit.register
 def _close():
     _closing.append(True)
     with _load_lock:      # let a load in progress finish
         pass
+    with _cv:
+        # (a temporary cache directory is removed at exit: nothing to keep there)
+        left = [u for u in _outstanding.values() if os.path.exists(u.file)]
+        _outstanding.clear()
+    if left:
+        parallel_compile.start_detached(left, os.path.dirname(left[0].file))
 
 
 def enabled():

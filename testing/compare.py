@@ -193,7 +193,9 @@ def compare_with_eager(fn, *args, compiled=None, params=(), rtol=None, atol=None
     cf = compiled or aotgrad.compile(cfn, **compile_kw)
     restore_params()
     n_eager = cf.eager_calls
-    comp = _call(_Run(cf, cargs, cparams), grads, rng_state)
+    from aotgrad.codegen import tiers
+    with tiers.compiled_kernels():     # the generated kernels, not their numpy first tier
+        comp = _call(_Run(cf, cargs, cparams), grads, rng_state)
     ran_eagerly = cf.eager_calls > n_eager
     try:
         if ran_eagerly and not expect_graph_break:
@@ -237,11 +239,13 @@ def bisect_call(fn, args, params, module_copy, grads, rng_state, rtol, atol, com
     def record(which, ins, outs):
         runs.append((which, [np.array(a, copy=True) if isinstance(a, np.ndarray) else a
                              for a in ins]))
-    try:
-        prog = cf.observe(record, *args2)
-    except Exception as e:  # noqa: BLE001 (the comparison's error is what matters)
-        return f"(not bisected: {type(e).__name__}: {e})"
-    _call(_Run(cf, args2, params2), grads, rng_state)
+    from aotgrad.codegen import tiers
+    with tiers.compiled_kernels():     # the generated kernels, not their numpy first tier
+        try:
+            prog = cf.observe(record, *args2)
+        except Exception as e:  # noqa: BLE001 (the comparison's error is what matters)
+            return f"(not bisected: {type(e).__name__}: {e})"
+        _call(_Run(cf, args2, params2), grads, rng_state)
     if not runs:
         return "(not bisected: the recorded program did not run; the call traced again)"
     reports = [bisect_compiled_graph(prog.compiled_graph(which), ins, rtol, atol)

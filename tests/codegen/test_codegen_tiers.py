@@ -16,6 +16,7 @@ from aotgrad.testing import assert_close
 def cold(tmp_path, monkeypatch):
     monkeypatch.setenv("AOTGRAD_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("AOTGRAD_BACKGROUND_COMPILE", "1")
+    monkeypatch.setenv("AOTGRAD_FIRST_TIER", "serial")   # the numpy first tier: test_first_tier.py
     monkeypatch.setenv("AOTGRAD_PARALLEL_MIN", "0")
     for name in [n for n in sys.modules if n.startswith("aotgrad_gen_")]:
         monkeypatch.delitem(sys.modules, name)

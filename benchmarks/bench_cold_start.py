@@ -1,0 +1,194 @@
+"""The first minute of a training run: time to the first step and to N steps from a fresh
+compile cache, beside PyTorch eager, and the same run started again (warm cache).
+
+    python benchmarks/bench_cold_start.py [--steps 300] [--models W4,gpt] [--quick]
+                                          [--systems "torch eager,aotgrad compiled"]
+                                          [--json out.json]
+
+Models: W4 (benchmarks/workloads.py: a pre-LN transformer block, forward + backward and a
+plain SGD update of its parameters) and gpt (benchmarks/models.py: the small GPT, its whole
+training step with AdamW compiled). Systems: torch eager; aotgrad compiled (the default:
+cold kernels run on numpy first while helper processes compile them in the background);
+"aotgrad compiled serial-first" (AOTGRAD_FIRST_TIER=serial: every kernel compiled before
+the first call, parallel variants in the background).
+
+Each row is one fresh process: `cold` with an empty cache directory, `warm` the same
+command again on the directory the cold run filled (after the compile work it left behind
+at exit, handed to a detached helper, has finished: `--no-wait-detached` skips the wait).
+Columns: seconds from process start (imports included) to the end of the first and of the
+second step, to the end of all steps (and the CPU seconds of this process, its threads
+included, to the end of the first step and of all steps: less sensitive to the machine's
+load than the wall time; compile helpers are other processes); the median and the slowest step after the first
+while background compiles were still running (and how many such steps), and the median of
+the last 20 steps; the load average. The loss of the last step is checked against torch
+eager's (same seeded data and weights).
+"""
+import time
+
+START = time.perf_counter()
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MARK = "RESULT "
+SYSTEMS = {"torch eager": {}, "aotgrad compiled": {},
+           "aotgrad compiled serial-first": {"AOTGRAD_FIRST_TIER": "serial"}}
+
+
+def _w4_step(M, quick):
+    """W4's forward + backward and an SGD update of its parameters."""
+    from workloads import WORKLOADS
+    wl = WORKLOADS["W4"]
+    arrays = wl.inputs(quick)
+    tensors, params = [], []
+    for name in wl.names:
+        t = M.from_numpy(arrays[name].copy())
+        if name in wl.grad and name != "x":
+            t.requires_grad_(True)
+            params.append(t)
+        tensors.append(t)
+    loss_fn = (lambda *a: wl.fn(M, *a))
+    if M.__name__ == "aotgrad":
+        loss_fn = M.compile(loss_fn)
+    opt = M.optim.SGD(params, lr=1e-3)
+
+    def step():
+        opt.zero_grad()
+        loss = loss_fn(*tensors)
+        loss.backward()
+        opt.step()
+        return loss
+    return step
+
+
+def _gpt_step(M, quick):
+    from models import build
+    model, opt, batches = build(M, "gpt", quick, steps=4)
+
+    def step_fn(x, y):
+        opt.zero_grad()
+        loss = model(x, y)
+        loss.backward()
+        opt.step()
+        return loss
+    run = M.compile(step_fn) if M.__name__ == "aotgrad" else step_fn
+    it = iter(range(10 ** 9))
+
+    def step():
+        return run(*batches[next(it) % len(batches)])
+    return step
+
+
+def _worker(model, system, steps, quick):
+    sys.path.insert(0, HERE)
+    if system.startswith("torch"):
+        import torch as M
+    else:
+        import aotgrad as M
+        from aotgrad.codegen import tiers
+    step = (_w4_step if model == "W4" else _gpt_step)(M, quick)
+    ends, busy = [], []
+    for i in range(steps):
+        t0 = time.perf_counter()
+        loss = float(step().item())
+        ends.append(time.perf_counter())
+        busy.append(not system.startswith("torch") and tiers.pending() > 0)
+        if i == 0:
+            t_first, cpu_first = t0, time.process_time()
+    durs = [ends[0] - t_first] + [b - a for a, b in zip(ends, ends[1:])]
+    during = sorted(d for d, b in zip(durs[1:], busy[1:]) if b)
+    last = sorted(durs[-20:])
+    return dict(first_s=ends[0] - START, first_cpu_s=cpu_first, all_cpu_s=time.process_time(), second_s=ends[1] - START if steps > 1 else None,
+                all_s=ends[-1] - START, during_n=len(during),
+                during_med_ms=1e3 * during[len(during) // 2] if during else None,
+                during_max_ms=1e3 * during[-1] if during else None,
+                steady_ms=1e3 * last[len(last) // 2], loss=loss, load=os.getloadavg()[0])
+
+
+def _detached_helpers(cache):
+    """Compile helpers still working for `cache` (their working directory)."""
+    out = []
+    for pid in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not pid.isdigit():
+            continue
+        try:
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        if cwd == cache and b"compile_worker.py" in cmd:
+            out.append(int(pid))
+    return out
+
+
+def _run(model, system, args, cache):
+    env = dict(os.environ, AOTGRAD_CACHE_DIR=cache, PYTHONUNBUFFERED="1", **SYSTEMS[system])
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", model, system,
+           "--steps", str(args.steps)] + (["--quick"] if args.quick else [])
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
+    for line in r.stdout.splitlines():
+        if line.startswith(MARK):
+            return json.loads(line[len(MARK):])
+    return dict(error=(r.stderr.strip().splitlines() or ["no output"])[-1])
+
+
+def _fmt(v, width, digits):
+    return "-".rjust(width) if v is None else f"{v:{width}.{digits}f}"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--worker", nargs=2, metavar=("MODEL", "SYSTEM"))
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--models", default="W4,gpt")
+    ap.add_argument("--systems", help="comma-separated system names (default: all)")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--no-wait-detached", action="store_true")
+    ap.add_argument("--json")
+    args = ap.parse_args(argv)
+    if args.worker:
+        print(MARK + json.dumps(_worker(*args.worker, args.steps, args.quick)))
+        return 0
+    systems = [s for s in SYSTEMS if not args.systems or s in args.systems.split(",")]
+    print(f"load average at start {os.getloadavg()[0]:.2f}; {args.steps} steps")
+    print(f"{'model':5s} {'system':30s} {'cache':5s} {'1st step s':>10s} {'cpu':>5s} "
+          f"{'2nd s':>6s} {'all s':>7s} {'cpu':>6s} {'n busy':>6s} {'busy med':>8s} {'busy max':>8s} {'steady':>7s} "
+          f"{'loss':>10s} {'load':>5s}")
+    rows = []
+    for model in args.models.split(","):
+        for system in systems:
+            with tempfile.TemporaryDirectory(prefix="aotgrad-cold-") as cache:
+                for state in ("cold", "warm"):
+                    if state == "warm":
+                        if system.startswith("torch"):
+                            break
+                        t0 = time.perf_counter()
+                        while not args.no_wait_detached and _detached_helpers(cache) and \
+                                time.perf_counter() - t0 < 600:
+                            time.sleep(0.5)
+                    res = _run(model, system, args, cache)
+                    res.update(model=model, system=system, cache=state)
+                    rows.append(res)
+                    if "error" in res:
+                        print(f"{model:5s} {system:30s} {state:5s} error: {res['error'][:100]}")
+                        continue
+                    print(f"{model:5s} {system:30s} {state:5s} {res['first_s']:10.2f} "
+                          f"{res['first_cpu_s']:5.2f} {_fmt(res['second_s'], 6, 2)} "
+                          f"{res['all_s']:7.2f} {res['all_cpu_s']:6.2f} "
+                          f"{res['during_n']:6d} {_fmt(res['during_med_ms'], 8, 1)} "
+                          f"{_fmt(res['during_max_ms'], 8, 1)} {res['steady_ms']:7.1f} "
+                          f"{res['loss']:10.5f} {res['load']:5.2f}", flush=True)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
