@@ -55,6 +55,21 @@ def arrays_of(rows, free=()):
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
+def flat_arrays_of(rows, free=()):
+    """arrays_of(rows, free), each array outside `free` as its flat 1-D view (what a fused
+    kernel takes), or None where arrays_of is None or an array is not C-contiguous."""
+    arrays = arrays_of(rows, free)
+    if arrays is None:
+        return None
+    out = []
+    for row in arrays:
+        for i, a in enumerate(row):
+            if i not in free and not a.flags.c_contiguous:
+                return None
+        out.append(tuple(a if i in free else a.reshape(-1) for i, a in enumerate(row)))
+    return out
+
+
 def written(*tensors):
     """Bump the version of every tensor the step wrote in place (as an in-place op does)."""
     for t in tensors:
