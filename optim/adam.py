@@ -173,7 +173,7 @@ class Adam(Optimizer):
         flat buffers, runtime/kernel_library.py); False where the group must take another
         path, or the kernel is not compiled yet."""
         lr, (b1, b2), eps, wd = g["lr"], g["betas"], g["eps"], g["weight_decay"]
-        if not pairs or not multi_tensor.wanted(g) or not isinstance(lr, (int, float)):
+        if not pairs or not multi_tensor.fused_wanted(g) or not isinstance(lr, (int, float)):
             return False
         amsgrad = g["amsgrad"]
         keys = ("step", "exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if amsgrad else ())

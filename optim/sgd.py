@@ -95,7 +95,7 @@ class SGD(Optimizer):
         path: the first step with momentum (it makes the buffers), or the kernel is not
         compiled yet."""
         lr, mu, damp, wd = g["lr"], g["momentum"], g["dampening"], g["weight_decay"]
-        if not pairs or not multi_tensor.wanted(g) or not isinstance(lr, (int, float)):
+        if not pairs or not multi_tensor.fused_wanted(g) or not isinstance(lr, (int, float)):
             return False
         bufs = [self.state[p].get("momentum_buffer") for p, _ in pairs] if mu != 0 else []
         if any(b is None for b in bufs):

@@ -31,6 +31,14 @@ def wanted(group):
     return group.get("foreach") is not False and not group.get("differentiable", False)
 
 
+def fused_wanted(group):
+    """Does the group ask for (or leave open) the fused path, one generated kernel per
+    parameter (runtime/kernel_library.py)? `fused=None` with `foreach=None` (the defaults)
+    and `fused=True` do; `foreach=True` asks for the multi-tensor path as PyTorch's
+    foreach (numpy, several passes), `foreach=False` for the per-parameter one."""
+    return wanted(group) and (group.get("fused") or not group.get("foreach"))
+
+
 def arrays_of(rows, free=()):
     """The numpy buffers of `rows` (one tuple of tensors per parameter: the parameter, its
     gradient, its state), or None where the multi-tensor path cannot run on them: a traced
