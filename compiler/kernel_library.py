@@ -6,7 +6,8 @@ from aotgrad.codegen import compile_graph
 from aotgrad.codegen.scheduler import Kernel
 from aotgrad.codegen.symbols import symbols_of
 from aotgrad.ir.symbolic import free_symbols
-from aotgrad.runtime.kernel_library import ArgSource, CompiledKernel, KernelArg, library
+from aotgrad.runtime.kernel_library import (ArgSource, CompiledKernel, CompiledProgram, KernelArg,
+                                            library)
 
 
 class NotOneKernel(RuntimeError):
@@ -54,8 +55,22 @@ def compile_flat(graph):
     return CompiledKernel(fn, tuple(args), symbol, prog.cache_status)
 
 
+def compile_program(graph):
+    """`graph` (inputs of symbolic sizes) compiled by the code generator, called through its
+    buffer plan's driver (the inputs trusted: the library hands C-contiguous arrays of the
+    graph's dtypes)."""
+    prog = compile_graph(graph, name=graph.name)
+    run = prog.plan.prepared().runner(len(graph.inputs))
+    return CompiledProgram(run, tuple(symbols_of(graph)), getattr(prog, "cache_status", "new"))
+
+
 def _has_symbols(x):
     return bool(free_symbols(x))
 
 
-library.use_compiler(compile_flat)
+class _Compiler:
+    flat = staticmethod(compile_flat)
+    program = staticmethod(compile_program)
+
+
+library.use_compiler(_Compiler)

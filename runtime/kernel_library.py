@@ -29,7 +29,7 @@ import numpy as np
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.core import Aval, GraphBuilder, no_builder
 from aotgrad.ir.symbolic import ShapeEnv, SymInt
-from aotgrad.runtime.grad_mode import no_grad
+from aotgrad.runtime.grad_mode import enable_grad, no_grad
 from aotgrad.runtime.tensor import Tensor
 
 log = logging.getLogger(__name__)
@@ -52,11 +52,20 @@ class KernelArg:
 
 @dataclass(frozen=True)
 class CompiledKernel:
-    """A jitted kernel and how to call it (what the compiler answers for a Graph)."""
+    """A jitted kernel and how to call it (what the compiler answers for a flat Graph)."""
     fn: Callable
     args: tuple            # KernelArg per parameter, in order
     symbol: str            # the name of the length's symbol
     cache_status: str      # "new", "disk" or "memory": where its machine code came from
+
+
+@dataclass(frozen=True)
+class CompiledProgram:
+    """A Graph with symbolic sizes compiled to kernels (what the compiler answers for a
+    shaped Graph): `fn(*arrays, symbol_values)` -> outputs."""
+    fn: Callable
+    symbols: tuple         # the symbol names, in the order fn takes their values
+    cache_status: str
 
 
 class EagerKernelMode(enum.Enum):
@@ -109,6 +118,58 @@ class FlatUpdate:
         return b.graph, writes
 
 
+@dataclass(frozen=True)
+class ShapedOp:
+    """A function of arrays with symbolic sizes, written with tensor ops: `body(tensors,
+    flags)` -> its output tensors. `shapes`: per input, its shape as size names (str, one
+    symbol each, shared between inputs) and ints; `grads`: the inputs recorded as requiring
+    grad (a body that differentiates, with autograd.grad, records its backward: the
+    derivative rules of the same ops). With `name`, `dtype` and `flags` they key the
+    kernel."""
+    name: str
+    dtype: np.dtype
+    shapes: tuple
+    body: Callable = field(compare=False, hash=False)
+    flags: tuple = ()
+    grads: tuple = ()
+
+    @property
+    def key(self):
+        return (self.name, np.dtype(self.dtype).name, self.shapes, self.flags, self.grads)
+
+    def graph(self):
+        """The body recorded over inputs of symbolic sizes: its Graph, and the size names
+        by symbol name."""
+        env = ShapeEnv()
+        sizes = {}
+        for shape in self.shapes:
+            for s in shape:
+                if isinstance(s, str) and s not in sizes:
+                    sizes[s] = env.create_symbol(64, s)   # (a small hint: serial kernels)
+        b = GraphBuilder(self.name)
+        d = dt.from_numpy(np.dtype(self.dtype))
+        ins = [b.add_input(Aval(tuple(sizes[s] if isinstance(s, str) else s for s in shape), d),
+                           f"x{i}") for i, shape in enumerate(self.shapes)]
+        with env, b, (enable_grad() if self.grads else no_grad()):
+            outs = self.body([Tensor._make(v, i in self.grads) for i, v in enumerate(ins)],
+                             self.flags)
+        b.graph.outputs = [o._value for o in outs]
+        return b.graph, {str(v): k for k, v in sizes.items()}
+
+
+class ShapedKernel:
+    """A compiled ShapedOp, called as `kernel(arrays, sizes)` with C-contiguous arrays of
+    its shapes and dtype and `sizes` {size name: int}; answers its outputs (new arrays)."""
+
+    def __init__(self, op, compiled, names):
+        self.op, self.compiled = op, compiled
+        self._run = compiled.fn
+        self._order = tuple(names[s] for s in compiled.symbols)
+
+    def __call__(self, arrays, sizes):
+        return self._run(*arrays, tuple(sizes[s] for s in self._order))
+
+
 class FlatKernel:
     """A compiled FlatUpdate, called as `kernel(n, arrays, scalars)` with C-contiguous 1-D
     arrays of length n and the update's dtype (written in place) and a 1-D array of its
@@ -144,26 +205,34 @@ class KernelLibrary:
     """The kernels of eager work, compiled on first use and kept per key."""
 
     def __init__(self):
-        self._compile = None          # Graph -> CompiledKernel (set by aotgrad.compiler)
+        self._compiler = None         # set by aotgrad.compiler: see use_compiler
         self._table = {}              # key -> FlatKernel, or None where it cannot compile
         self._pending = {}            # key -> Thread compiling it
         self._lock = threading.Lock()
 
-    def use_compiler(self, compile_graph):
-        """`compile_graph(graph)` -> CompiledKernel; raises where the graph is not one
-        kernel over its flat inputs."""
-        self._compile = compile_graph
+    def use_compiler(self, compiler):
+        """`compiler.flat(graph)` -> CompiledKernel (raises where the graph is not one
+        kernel over its flat inputs); `compiler.program(graph)` -> CompiledProgram."""
+        self._compiler = compiler
 
     def flat_kernel(self, update):
-        """The compiled kernel of `update`, or None: not ready yet (compiling in the
-        background), not compilable, or kernels are off."""
+        """The compiled kernel of FlatUpdate `update`, or None: not ready yet (compiling in
+        the background), not compilable, or kernels are off."""
+        return self._get(update)
+
+    def shaped_kernel(self, op):
+        """The compiled kernel(s) of ShapedOp `op` (a ShapedKernel), or None as
+        flat_kernel."""
+        return self._get(op)
+
+    def _get(self, update):
         key = update.key
         try:
             return self._table[key]
         except KeyError:
             pass
         m = mode()
-        if m is EagerKernelMode.OFF or self._compile is None:
+        if m is EagerKernelMode.OFF or self._compiler is None:
             return None
         with self._lock:
             if key in self._table:
@@ -182,8 +251,11 @@ class KernelLibrary:
     def _build(self, update):
         try:
             with no_builder():
-                graph, writes = update.graph()
-            kernel = FlatKernel(update, self._compile(graph), writes)
+                graph, extra = update.graph()
+            if isinstance(update, FlatUpdate):
+                kernel = FlatKernel(update, self._compiler.flat(graph), extra)
+            else:
+                kernel = ShapedKernel(update, self._compiler.program(graph), extra)
         except Exception as e:    # the numpy path stays: say why once
             log.warning("eager kernel %s (%s) did not compile; the numpy path runs: %s: %s",
                         update.name, np.dtype(update.dtype).name, type(e).__name__, e)
