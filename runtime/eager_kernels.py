@@ -153,10 +153,10 @@ def generated_backward(kernel, reference, g, arrays, out, needs, params):
     backward kernel, or None (not compiled yet, or the layout does not apply). `out`: the
     output's array where the kernel saves it (output_rule), else None."""
     lay = kernel.generated.layout(arrays if out is None else [out], params)
-    if lay is None or not g.flags.c_contiguous or g.dtype != lay.arrays[0].dtype:
+    if lay is None or g.dtype != lay.arrays[0].dtype:
         return None
     dtype = lay.arrays[0].dtype
-    gv = g.reshape(lay.arrays[0].shape)
+    gv = np.ascontiguousarray(g).reshape(lay.arrays[0].shape)   # (an expanded one: copied)
     if kernel.output_rule is not None:
         k = library.shaped_kernel(ShapedOp(kernel.name + ".backward", dtype, lay.shapes * 2,
                                            partial(_rule_body, kernel.output_rule),
