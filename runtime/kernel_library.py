@@ -167,6 +167,8 @@ class ShapedKernel:
         self._order = tuple(names[s] for s in compiled.symbols)
 
     def __call__(self, arrays, sizes):
+        if not self._order:                     # (all sizes fixed: no symbol values)
+            return self._run(*arrays)
         return self._run(*arrays, tuple(sizes[s] for s in self._order))
 
 
