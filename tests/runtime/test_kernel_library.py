@@ -155,3 +155,34 @@ def test_a_second_process_loads_the_kernels_from_the_disk_cache(tmp_path):
     assert set(first) == set(second) and len(first) == 2     # forward and backward
     assert set(first.values()) == {"new"}
     assert set(second.values()) == {"disk"}
+
+
+def test_background_mode_runs_numpy_until_the_kernel_is_compiled(monkeypatch):
+    """The default: a first call compiles in a background thread and answers with the numpy
+    kernel; once compiled, the generated kernel runs."""
+    monkeypatch.setenv("AOTGRAD_EAGER_KERNELS", "background")
+    library.clear()
+    x = ag.tensor(np.linspace(-3, 3, 12, dtype=np.float64).reshape(3, 4))
+    key_of = [k for k in library.info()]
+    assert key_of == []
+    first = F.gelu(x)
+    library.wait()
+    assert any(k[0] == "GeluBackward0.forward" and k[1] == "float64" and how is not None
+               for k, how in library.info().items())
+    second = F.gelu(x)
+    monkeypatch.setenv("AOTGRAD_EAGER_KERNELS", "off")
+    assert_close(first.numpy(), second.numpy(), rtol=1e-12, atol=1e-13)
+
+
+def test_kernels_off_keeps_the_numpy_path(monkeypatch):
+    monkeypatch.setenv("AOTGRAD_EAGER_KERNELS", "off")
+    library.clear()
+    F.softmax(ag.randn(2, 3), -1)
+    assert library.info() == {}
+
+
+def test_a_bad_mode_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("AOTGRAD_EAGER_KERNELS", "sometimes")
+    library.clear()
+    with pytest.raises(ValueError, match="AOTGRAD_EAGER_KERNELS must be one of"):
+        F.softmax(ag.randn(2, 3), -1)
