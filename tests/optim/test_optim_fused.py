@@ -10,7 +10,8 @@ import aotgrad as ag
 from aotgrad import optim
 from aotgrad.runtime.kernel_library import library
 
-SHAPES = [(3, 4), (5,), (), (0, 2), (2, 3, 2), (70,)]
+# (3, 25000): longer than FlatKernel.CHUNK, run chunk by chunk with a short last chunk
+SHAPES = [(3, 4), (5,), (), (0, 2), (2, 3, 2), (70,), (3, 25000)]
 
 CASES = [
     ("SGD", dict(lr=0.1)),
