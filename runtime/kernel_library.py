@@ -17,6 +17,7 @@ First use: a kernel missing from memory is compiled in a background thread (the 
 steps run the caller's numpy path meanwhile); AOTGRAD_EAGER_KERNELS=wait compiles it
 before the first call returns, =off keeps the numpy paths.
 """
+import atexit
 import enum
 import logging
 import os
@@ -231,6 +232,7 @@ class KernelLibrary:
         self._table = {}              # key -> FlatKernel, or None where it cannot compile
         self._pending = {}            # key -> Thread compiling it
         self._lock = threading.Lock()
+        self._closing = False         # the interpreter is exiting: no new compiles
 
     def use_compiler(self, compiler):
         """`compiler.flat(graph)` -> CompiledKernel (raises where the graph is not one
@@ -260,6 +262,8 @@ class KernelLibrary:
             if key in self._table:
                 return self._table[key]
             thread = self._pending.get(key)
+            if thread is None and self._closing:
+                return None
             if thread is None:
                 thread = self._pending[key] = threading.Thread(
                     target=self._build, args=(update,), daemon=True,
@@ -296,6 +300,13 @@ class KernelLibrary:
             for t in threads:
                 t.join()
 
+    def close(self):
+        """At exit: start no compile, and let those under way finish (numba must not be
+        compiling in a daemon thread while the interpreter shuts down)."""
+        with self._lock:
+            self._closing = True
+        self.wait()
+
     def info(self):
         """{key: where its machine code came from ("new", "disk", "memory"), or None where it
         did not compile}."""
@@ -311,6 +322,7 @@ class KernelLibrary:
 
 
 library = KernelLibrary()
+atexit.register(library.close)
 
 
 def flat(a):
