@@ -14,16 +14,17 @@ class NotOneKernel(RuntimeError):
     """The graph did not compile to one kernel that writes all its outputs."""
 
 
-def compile_flat(graph):
+def compile_flat(graph, in_helpers=False):
     """`graph` (inputs: flat arrays of one symbolic length, then a vector of scalars) as one
     kernel. Each output is written in place over an input by the caller, which is sound only
     when one elementwise kernel computes them all (each element read before it is written):
-    any other schedule is refused."""
+    any other schedule is refused. in_helpers: compiled by helper processes (a background
+    compile: see codegen.CompiledGraph)."""
     symbols = symbols_of(graph)
     if len(symbols) != 1:
         raise NotOneKernel(f"{graph.name}: one symbolic length expected, got {symbols}")
     symbol, = symbols
-    prog = compile_graph(graph, name=graph.name)
+    prog = compile_graph(graph, name=graph.name, in_helpers=in_helpers)
     steps = prog.schedule.steps
     if len(steps) != 1 or not isinstance(steps[0], Kernel):
         raise NotOneKernel(f"{graph.name}: scheduled as {len(steps)} steps, not one kernel:\n"
@@ -55,11 +56,11 @@ def compile_flat(graph):
     return CompiledKernel(fn, tuple(args), symbol, prog.cache_status)
 
 
-def compile_program(graph):
+def compile_program(graph, in_helpers=False):
     """`graph` (inputs of symbolic sizes) compiled by the code generator, called through its
     buffer plan's driver (the inputs trusted: the library hands C-contiguous arrays of the
     graph's dtypes)."""
-    prog = compile_graph(graph, name=graph.name)
+    prog = compile_graph(graph, name=graph.name, in_helpers=in_helpers)
     run = prog.plan.prepared().runner(len(graph.inputs))
     return CompiledProgram(run, tuple(symbols_of(graph)), getattr(prog, "cache_status", "new"))
 

@@ -13,14 +13,16 @@ that compiles a Graph (`library.use_compiler`), by aotgrad.compiler when it is i
 Kernels are kept per update and dtype in memory, and their machine code in the code
 generator's disk cache (compiled once per installation, for every length).
 
-First use: a kernel missing from memory is compiled in a background thread (the first
-steps run the caller's numpy path meanwhile); AOTGRAD_EAGER_KERNELS=wait compiles it
-before the first call returns, =off keeps the numpy paths.
+First use: a kernel missing from memory is compiled in the background (a thread that waits
+for helper processes, which compile the machine code into the disk cache; the first steps
+run the caller's numpy path meanwhile); AOTGRAD_EAGER_KERNELS=wait compiles it in this
+process before the first call returns, =off keeps the numpy paths.
 """
 import atexit
 import enum
 import logging
 import os
+import queue
 import threading
 from dataclasses import dataclass, field
 from typing import Callable
@@ -225,18 +227,25 @@ class FlatKernel:
 
 
 class KernelLibrary:
-    """The kernels of eager work, compiled on first use and kept per key."""
+    """The kernels of eager work, compiled on first use and kept per key. Background
+    compiles run one at a time in one worker thread (several threads would take the
+    interpreter lock from the user's steps several times over)."""
 
     def __init__(self):
         self._compiler = None         # set by aotgrad.compiler: see use_compiler
         self._table = {}              # key -> FlatKernel, or None where it cannot compile
-        self._pending = {}            # key -> Thread compiling it
+        self._pending = {}            # key -> Event set when its compile is over
+        self._queue = queue.Queue()   # (update, Event) for the worker
+        self._worker = None
         self._lock = threading.Lock()
         self._closing = False         # the interpreter is exiting: no new compiles
 
     def use_compiler(self, compiler):
-        """`compiler.flat(graph)` -> CompiledKernel (raises where the graph is not one
-        kernel over its flat inputs); `compiler.program(graph)` -> CompiledProgram."""
+        """`compiler.flat(graph, in_helpers)` -> CompiledKernel (raises where the graph is not
+        one kernel over its flat inputs); `compiler.program(graph, in_helpers)` ->
+        CompiledProgram. in_helpers: machine code missing from the disk cache is compiled
+        by helper processes (in the background mode: a compile in this process would hold
+        the interpreter lock for seconds at a time while the user's steps run)."""
         self._compiler = compiler
 
     def flat_kernel(self, update):
@@ -261,27 +270,47 @@ class KernelLibrary:
         with self._lock:
             if key in self._table:
                 return self._table[key]
-            thread = self._pending.get(key)
-            if thread is None and self._closing:
-                return None
-            if thread is None:
-                thread = self._pending[key] = threading.Thread(
-                    target=self._build, args=(update,), daemon=True,
-                    name=f"aotgrad-kernel-{update.name}")
-                thread.start()
-        if m is EagerKernelMode.WAIT:
-            thread.join()
-            return self._table.get(key)
-        return None
+            done = self._pending.get(key)
+            if done is None:
+                if self._closing:
+                    return None
+                done = self._pending[key] = threading.Event()
+                if m is EagerKernelMode.BACKGROUND:
+                    self._queue.put((update, done))
+                    if self._worker is None:
+                        self._worker = threading.Thread(target=self._work, daemon=True,
+                                                        name="aotgrad-eager-kernels")
+                        self._worker.start()
+                    return None
+                mine = True
+            else:
+                mine = False
+        if m is EagerKernelMode.BACKGROUND:
+            return None
+        if mine:                      # wait mode: compiled here, now
+            self._build(update, False, done)
+        else:
+            done.wait()
+        return self._table.get(key)
 
-    def _build(self, update):
+    def _work(self):
+        while True:
+            update, done = self._queue.get()
+            if self._closing:         # (exiting: what has not started is dropped)
+                with self._lock:
+                    self._pending.pop(update.key, None)
+                done.set()
+                continue
+            self._build(update, True, done)
+
+    def _build(self, update, in_helpers, done):
         try:
             with no_builder():
                 graph, extra = update.graph()
             if isinstance(update, FlatUpdate):
-                kernel = FlatKernel(update, self._compiler.flat(graph), extra)
+                kernel = FlatKernel(update, self._compiler.flat(graph, in_helpers), extra)
             else:
-                kernel = ShapedKernel(update, self._compiler.program(graph), extra)
+                kernel = ShapedKernel(update, self._compiler.program(graph, in_helpers), extra)
         except Exception as e:    # the numpy path stays: say why once
             log.warning("eager kernel %s (%s) did not compile; the numpy path runs: %s: %s",
                         update.name, np.dtype(update.dtype).name, type(e).__name__, e)
@@ -289,19 +318,20 @@ class KernelLibrary:
         with self._lock:
             self._table[update.key] = kernel
             self._pending.pop(update.key, None)
+        done.set()
 
     def wait(self):
         """Wait for every kernel being compiled."""
         while True:
             with self._lock:
-                threads = list(self._pending.values())
-            if not threads:
+                events = list(self._pending.values())
+            if not events:
                 return
-            for t in threads:
-                t.join()
+            for e in events:
+                e.wait()
 
     def close(self):
-        """At exit: start no compile, and let those under way finish (numba must not be
+        """At exit: start no compile, and let the one under way finish (numba must not be
         compiling in a daemon thread while the interpreter shuts down)."""
         with self._lock:
             self._closing = True
