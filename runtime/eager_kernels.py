@@ -127,10 +127,18 @@ def _rule_body(output_rule, tensors, flags):
 def _grad_body(reference, n, present, needs, tensors, flags):
     """The gradients of the present inputs in `needs` (positions among the present ones):
     autograd of the reference, recorded (the same derivative rules as the prims path)."""
-    from aotgrad.runtime.autograd_api import grad
+    from aotgrad.runtime.autograd_api import grad   # (it imports the ops, which import us)
     *inputs, g = tensors
     out = _forward_body(reference, n, present, inputs, flags)[0]
     return list(grad([out], [inputs[i] for i in needs], [g], allow_unused=True))
+
+
+def _op_name(kernel, which, lay, n):
+    """The generated kernel's name (part of its key): the node's name, forward or backward,
+    and which of the op's n inputs are present where some are not (a weight without a bias
+    and a bias without a weight have the same shapes)."""
+    name = f"{kernel.name}.{which}"
+    return name if len(lay.present) == n else f"{name}{list(lay.present)}"
 
 
 def generated_forward(kernel, reference, arrays, params):
@@ -141,7 +149,7 @@ def generated_forward(kernel, reference, arrays, params):
         return None
     dtype = lay.arrays[0].dtype
     k = library.shaped_kernel(ShapedOp(
-        kernel.name + ".forward", dtype, lay.shapes,
+        _op_name(kernel, "forward", lay, len(arrays)), dtype, lay.shapes,
         partial(_forward_body, reference, len(arrays), lay.present), lay.params))
     if k is None:
         return None
@@ -158,7 +166,8 @@ def generated_backward(kernel, reference, g, arrays, out, needs, params):
     dtype = lay.arrays[0].dtype
     gv = np.ascontiguousarray(g).reshape(lay.arrays[0].shape)   # (an expanded one: copied)
     if kernel.output_rule is not None:
-        k = library.shaped_kernel(ShapedOp(kernel.name + ".backward", dtype, lay.shapes * 2,
+        k = library.shaped_kernel(ShapedOp(_op_name(kernel, "backward", lay, 1), dtype,
+                                           lay.shapes * 2,
                                            partial(_rule_body, kernel.output_rule),
                                            lay.params))
         if k is None:
@@ -166,7 +175,7 @@ def generated_backward(kernel, reference, g, arrays, out, needs, params):
         return [k([gv, lay.arrays[0]], lay.sizes)[0].reshape(out.shape)]
     want = tuple(j for j, i in enumerate(lay.present) if needs[i])
     k = library.shaped_kernel(ShapedOp(
-        kernel.name + ".backward", dtype, lay.shapes + lay.shapes[:1],
+        _op_name(kernel, "backward", lay, len(arrays)), dtype, lay.shapes + lay.shapes[:1],
         partial(_grad_body, reference, len(arrays), lay.present, want), lay.params,
         grads=want))
     if k is None:
