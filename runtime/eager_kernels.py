@@ -15,12 +15,11 @@ window offset, selections by bit masks rather than np.where). Ops over rows and 
 ops with transcendental functions (softmax, log_softmax, layer_norm, gelu: `Generated`) run
 on kernels from the code generator instead, once compiled (runtime/kernel_library.py): the
 op's reference recorded over inputs of symbolic sizes, and its backward from the same
-source (the output rule, or autograd of the reference). They were 2-10x faster than the
-numpy kernels from 16x10 to 4096x128 (one fused pass, vectorised exp/erf); the numpy
-kernels stay the reference and run until the generated ones are compiled. conv2d and
-max_pool2d stay on numpy: kernels generated from their decompositions were slower at
-LeNet's sizes (forward, single-threaded BLAS: conv 16x1x28x28 * 6x1x5x5 155 against 398 us,
-16x6x12x12 * 16x6x5x5 166 against 256 us; max_pool2d 2x2 of 16x6x28x28 140 against 540 us).
+source (the output rule, or autograd of the reference). They were faster than the numpy
+kernels at every size measured, from 16x10 to 4096x128 (one fused pass, vectorised
+exp/erf); the numpy kernels stay the reference and run until the generated ones are
+compiled. conv2d and max_pool2d stay on numpy: kernels generated from their
+decompositions were slower at LeNet's sizes.
 tests/runtime/test_eager_kernels.py compares each with its reference on
 awkward shapes (size 1, zero size, non-contiguous inputs, padding, stride, dilation).
 """
