@@ -5,14 +5,17 @@ eager kernels off (runtime/eager_kernels.py: the ops run their prims), to see wh
 kernels bring.
 
     python benchmarks/bench_eager_models.py [--models gpt,lenet] [--steps 20] [--threads 1]
-                                            [--no-kernels] [--cpu-time]
+                                            [--no-kernels] [--cpu-time] [--cold]
 
 Prints the median and fastest ms per step (the first two steps left out), the ratio of the
 medians, the last losses (equal up to float32 rounding) and the load average. `--threads`
 sets torch's threads; numpy's BLAS threads are what the environment says (set
 OPENBLAS_NUM_THREADS to match for a like-for-like comparison). `--cpu-time` times each step
 by this process's CPU time instead of the wall clock: on a loaded machine a single-threaded
-step's CPU time leaves out the time other processes held the core (set the threads to 1)."""
+step's CPU time leaves out the time other processes held the core (set the threads to 1).
+`--cold` starts from an empty compile cache (a new temporary AOTGRAD_CACHE_DIR): the eager
+kernel library (runtime/kernel_library.py) compiles its kernels in the background while the
+numpy kernels run, and the first step's time and the time of all steps are printed too."""
 import argparse
 import os
 import sys
@@ -48,7 +51,12 @@ def main(argv=None):
                     help="also run aotgrad with its eager kernels off")
     ap.add_argument("--cpu-time", action="store_true",
                     help="time steps by process CPU time (single-threaded runs on a busy machine)")
+    ap.add_argument("--cold", action="store_true",
+                    help="an empty compile cache: time to the first step and to all steps")
     args = ap.parse_args(argv)
+    if args.cold:
+        import tempfile
+        os.environ["AOTGRAD_CACHE_DIR"] = tempfile.mkdtemp(prefix="aotgrad-bench-cold-")
     import aotgrad
     from aotgrad.runtime import eager_kernels
     libs = [("aotgrad", aotgrad, True)]
@@ -85,6 +93,9 @@ def main(argv=None):
             medians[label] = ts[len(ts) // 2]
             print(f"{model_name:6s} {label:20s} median {1e3 * medians[label]:9.2f} ms  fastest "
                   f"{1e3 * ts[0]:9.2f} ms  last loss {losses[label]:.5f}")
+            if args.cold:
+                print(f"{model_name:6s} {label:20s} first step {1e3 * times[label][0]:9.2f} ms  "
+                      f"all {len(times[label])} steps {sum(times[label]):7.2f} s")
         if "torch" in medians:
             print(f"{model_name:6s} aotgrad / torch (medians) "
                   f"{medians['aotgrad'] / medians['torch']:.2f}; load {load:.2f} -> "

@@ -87,8 +87,12 @@ class CompiledGraph:
     workloads) is compiled and cached once. Kernels missing from the disk cache are
     compiled on several cores (parallel_compile)."""
 
-    def __init__(self, graph, name="graph", reuse_outputs=False):
+    def __init__(self, graph, name="graph", reuse_outputs=False, in_helpers=False):
         t0 = time.perf_counter()
+        # in_helpers: kernels missing from the disk cache are compiled by helper processes
+        # only, and loaded from the cache here (a compile in a background thread of this
+        # process would hold the interpreter lock for seconds: the eager kernel library)
+        self._in_helpers = in_helpers
         blas.start_threads()    # before any parallel kernel is compiled or loaded here
         self.graph, self.name = graph, name
         graph, low_in, low_out = low_precision.widen(graph)  # 16-bit floats kept as float32
@@ -265,7 +269,11 @@ class CompiledGraph:
         later = {spec.name for spec in self._on_first_tier()}
         todo = [self._unit(name) for name, u in self._units.items()
                 if u[2] in ("new", "rebuilt") and name not in later]
-        if todo:
+        if todo and self._in_helpers:
+            self.helper_compiled = len(parallel_compile.compile_in_helpers(todo,
+                                                                           cache.cache_dir()))
+            cache.stats.compiled += self.helper_compiled
+        elif todo:
             self.helper_compiled = parallel_compile.compile_units(
                 todo, lambda unit: self._compile_one(unit.kernel), cwd=cache.cache_dir())
             cache.stats.compiled += self.helper_compiled
@@ -383,7 +391,7 @@ class PerSizeGraph:
         return "\n".join(lines)
 
 
-def compile_graph(graph, name="forward", reuse_outputs=False):
+def compile_graph(graph, name="forward", reuse_outputs=False, in_helpers=False):
     """Compile an IR Graph into a CompiledGraph (a callable over numpy arrays).
 
     A graph with symbolic sizes (codegen.symbols_of) is called with their values as one
@@ -392,12 +400,15 @@ def compile_graph(graph, name="forward", reuse_outputs=False):
     instead (PerSizeGraph), said in the log and its report.
 
     reuse_outputs=True also keeps output arrays across calls (faster; each call overwrites
-    the previous call's results)."""
+    the previous call's results). in_helpers=True compiles missing kernels in helper
+    processes only (see CompiledGraph)."""
     symbols = symbols_of(graph)
     if not symbols:
-        return CompiledGraph(graph, name=name, reuse_outputs=reuse_outputs)
+        return CompiledGraph(graph, name=name, reuse_outputs=reuse_outputs,
+                             in_helpers=in_helpers)
     try:
-        return CompiledGraph(graph, name=name, reuse_outputs=reuse_outputs)
+        return CompiledGraph(graph, name=name, reuse_outputs=reuse_outputs,
+                             in_helpers=in_helpers)
     except SymbolicSizeInKernel as e:
         why = str(e)
     except TypeError as e:       # int() of a symbolic size: a concrete size was needed

@@ -14,6 +14,7 @@ from aotgrad.compiler.api import (BACKENDS, CompiledFunction, assume_constant_re
                                   compile, is_compiling)
 from aotgrad.compiler.dynamic import CompileStats, mark_dynamic, mark_static
 from aotgrad.compiler.explain import Explanation, explain
+from aotgrad.compiler import kernel_library as _kernel_library  # noqa: F401  (eager kernels)
 from aotgrad.compiler.program import Program
 from aotgrad.tracer.trace import GraphBreakError
 

@@ -7,9 +7,10 @@
 import numpy as np
 
 from aotgrad.runtime import multi_tensor
-from aotgrad.optim._update import as_f64, first_step_state, grads_of, weight_decay
+from aotgrad.optim._update import as_f64, first_step_state, grads_of
 from aotgrad.optim.optimizer import Optimizer
 from aotgrad.runtime import ops
+from aotgrad.runtime.kernel_library import FlatUpdate, library
 from aotgrad.runtime.grad_mode import no_grad
 
 
@@ -24,6 +25,45 @@ def _check(lr, betas, eps, weight_decay):
         raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
     if not 0.0 <= weight_decay:
         raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+
+
+def adam_update(p, grad, m, v, mx, factors):
+    """One parameter's Adam update in place, written with tensor ops: the per-parameter
+    step runs it, and the fused step runs it compiled over flat buffers (one source).
+    `factors` (Python numbers or 0-d tensors): one_minus_b1, b2, one_minus_b2, bc2_sqrt,
+    eps, step_size, and "decay" (decoupled: p *= decay) or "l2" (grad += l2 * p) where
+    there is weight decay; `mx` the AMSGrad maximum, or None."""
+    if "decay" in factors:
+        p.mul_(factors["decay"])
+    elif "l2" in factors:
+        grad = ops.add(grad, p.detach(), alpha=factors["l2"])
+    m.add_(ops.mul(ops.sub(grad, m), factors["one_minus_b1"]))          # lerp toward grad
+    v.mul_(factors["b2"]).add_(ops.mul(ops.mul(grad, factors["one_minus_b2"]), grad))
+    if mx is not None:
+        mx.copy_(ops.maximum(mx, v))
+    denom = ops.add(ops.div(ops.sqrt(v if mx is None else mx), factors["bc2_sqrt"]),
+                    factors["eps"])
+    p.sub_(ops.mul(ops.div(m, denom), factors["step_size"]))
+
+
+# the fused step's scalars, in the order of its scalar vector (the first: the decoupled
+# decay factor or the L2 factor, whichever the flags say)
+_SCALAR_NAMES = ("weight_decay", "one_minus_b1", "b2", "one_minus_b2", "bc2_sqrt", "eps",
+                 "step_size")
+_N_SCALARS = len(_SCALAR_NAMES)
+
+
+def _adam_kernel_body(tensors, scalars, flags):
+    """adam_update over flat buffers (p, grad, exp_avg, exp_avg_sq[, max_exp_avg_sq]) with
+    its factors read from the scalar vector; `flags` = (amsgrad, decoupled: True/False, or
+    None without weight decay, maximize)."""
+    amsgrad, decoupled, maximize = flags
+    p, grad, m, v, *mx = tensors
+    s = {name: scalars[i] for i, name in enumerate(_SCALAR_NAMES)}
+    wd = s.pop("weight_decay")
+    if decoupled is not None:
+        s["decay" if decoupled else "l2"] = wd
+    adam_update(p, ops.neg(grad) if maximize else grad, m, v, mx[0] if amsgrad else None, s)
 
 
 class Adam(Optimizer):
@@ -59,7 +99,7 @@ class Adam(Optimizer):
                 for p, _ in pairs:
                     first_step_state(self.state[p], p, "exp_avg", "exp_avg_sq",
                                      *(["max_exp_avg_sq"] if g["amsgrad"] else []))
-                if not self._multi_tensor_step(g, pairs):
+                if not self._fused_step(g, pairs) and not self._multi_tensor_step(g, pairs):
                     for p, grad in pairs:
                         self._one_param_step(g, p, grad)
         return loss
@@ -68,24 +108,22 @@ class Adam(Optimizer):
         """The per-parameter path, written with tensor ops (what a traced step records)."""
         lr, (b1, b2), eps, wd = g.scalar("lr"), g["betas"], g["eps"], g["weight_decay"]
         state = self.state[p]
-        step, m, v = state["step"], state["exp_avg"], state["exp_avg_sq"]
+        step = state["step"]
         step.add_(1)
-        grad = weight_decay(p, grad, lr, wd, g.get("decoupled_weight_decay", self._decoupled))
-        m.add_(ops.mul(ops.sub(grad, m), 1 - b1))          # lerp toward grad
-        v.mul_(b2).add_(ops.mul(ops.mul(grad, 1 - b2), grad))
         # bias corrections in float64 from the float32 step count (PyTorch does them in
         # Python floats), rounded to the parameter dtype once
         t64 = as_f64(step)
         bc1 = ops.sub(1.0, ops.pow(b1, t64))
-        bc2_sqrt = ops.sqrt(ops.sub(1.0, ops.pow(b2, t64))).to(p.dtype)
-        if g["amsgrad"]:
-            mx = state["max_exp_avg_sq"]
-            mx.copy_(ops.maximum(mx, v))
-            denom = ops.add(ops.div(ops.sqrt(mx), bc2_sqrt), eps)
-        else:
-            denom = ops.add(ops.div(ops.sqrt(v), bc2_sqrt), eps)
-        step_size = ops.div(lr, bc1).to(p.dtype)
-        p.sub_(ops.mul(ops.div(m, denom), step_size))
+        factors = dict(one_minus_b1=1 - b1, b2=b2, one_minus_b2=1 - b2,
+                       bc2_sqrt=ops.sqrt(ops.sub(1.0, ops.pow(b2, t64))).to(p.dtype), eps=eps,
+                       step_size=ops.div(lr, bc1).to(p.dtype))
+        if wd != 0:
+            if g.get("decoupled_weight_decay", self._decoupled):
+                factors["decay"] = 1 - lr * wd
+            else:
+                factors["l2"] = wd
+        adam_update(p, grad, state["exp_avg"], state["exp_avg_sq"],
+                    state["max_exp_avg_sq"] if g["amsgrad"] else None, factors)
 
     def _multi_tensor_step(self, g, pairs):
         """The same step on the numpy buffers of the whole group (optim/_foreach.py); False
@@ -130,6 +168,46 @@ class Adam(Optimizer):
         multi_tensor.written(*(t for row in rows for j, t in enumerate(row) if j != 1))
         return True
 
+    def _fused_step(self, g, pairs):
+        """The same step as one generated kernel per parameter (adam_update compiled over
+        flat buffers, runtime/kernel_library.py); False where the group must take another
+        path, or the kernel is not compiled yet."""
+        lr, (b1, b2), eps, wd = g["lr"], g["betas"], g["eps"], g["weight_decay"]
+        if not pairs or not multi_tensor.fused_wanted(g) or not isinstance(lr, (int, float)):
+            return False
+        amsgrad = g["amsgrad"]
+        keys = ("step", "exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if amsgrad else ())
+        rows = [(p, p.grad, *(self.state[p][k] for k in keys)) for p, _ in pairs]
+        arrays = multi_tensor.flat_arrays_of(rows, free=(2,))
+        if arrays is None:
+            return False
+        decay = (g.get("decoupled_weight_decay", self._decoupled) if wd != 0 else None)
+        flags = (amsgrad, decay, bool(g["maximize"]))
+        kernels = {}
+        for row in arrays:
+            dtype = row[0].dtype
+            if dtype not in kernels:
+                kernels[dtype] = library.flat_kernel(FlatUpdate(
+                    "adam", dtype, 5 if amsgrad else 4, _N_SCALARS, _adam_kernel_body, flags))
+                if kernels[dtype] is None:
+                    return False
+        one = np.float32(1)
+        memo = {}
+        for (p, grad, step, m, v, *mx) in arrays:
+            step += one
+            f = p.dtype.type
+            key = (float(step), p.dtype)
+            scalars = memo.get(key)
+            if scalars is None:
+                t64 = step.astype(np.float64)
+                bc1 = 1.0 - np.power(np.float64(b1), t64)
+                scalars = memo[key] = np.array([
+                    f(1 - lr * wd) if decay is True else f(wd), f(1 - b1), f(b2), f(1 - b2),
+                    np.sqrt(1.0 - np.power(np.float64(b2), t64)).astype(p.dtype), f(eps),
+                    (lr / bc1).astype(p.dtype)], p.dtype)
+            kernels[p.dtype](p.size, [p, grad, m, v, *mx], scalars)
+        multi_tensor.written(*(t for row in rows for j, t in enumerate(row) if j != 1))
+        return True
 
 class AdamW(Adam):
     """Adam with decoupled weight decay: p *= 1 - lr * wd before the Adam update

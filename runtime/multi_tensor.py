@@ -31,6 +31,14 @@ def wanted(group):
     return group.get("foreach") is not False and not group.get("differentiable", False)
 
 
+def fused_wanted(group):
+    """Does the group ask for (or leave open) the fused path, one generated kernel per
+    parameter (runtime/kernel_library.py)? `fused=None` with `foreach=None` (the defaults)
+    and `fused=True` do; `foreach=True` asks for the multi-tensor path as PyTorch's
+    foreach (numpy, several passes), `foreach=False` for the per-parameter one."""
+    return wanted(group) and (group.get("fused") or not group.get("foreach"))
+
+
 def arrays_of(rows, free=()):
     """The numpy buffers of `rows` (one tuple of tensors per parameter: the parameter, its
     gradient, its state), or None where the multi-tensor path cannot run on them: a traced
@@ -53,6 +61,21 @@ def arrays_of(rows, free=()):
 
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def flat_arrays_of(rows, free=()):
+    """arrays_of(rows, free), each array outside `free` as its flat 1-D view (what a fused
+    kernel takes), or None where arrays_of is None or an array is not C-contiguous."""
+    arrays = arrays_of(rows, free)
+    if arrays is None:
+        return None
+    out = []
+    for row in arrays:
+        for i, a in enumerate(row):
+            if i not in free and not a.flags.c_contiguous:
+                return None
+        out.append(tuple(a if i in free else a.reshape(-1) for i, a in enumerate(row)))
+    return out
 
 
 def written(*tensors):

@@ -14,7 +14,8 @@ import numpy as np
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir import symbolic
-from aotgrad.ir.core import current_op, current_provenance, format_location, names_location
+from aotgrad.ir.core import (current_builder, current_op, current_provenance, format_location,
+                              names_location)
 from aotgrad.runtime import autocast as _autocast
 from aotgrad.runtime import out_variant
 from aotgrad.runtime import profiling
@@ -251,6 +252,18 @@ def _binary_args(a, b, float_result=False):
                 (not float_result or a.dtype.is_floating_point):
             return a, b
     ta, tb = isinstance(a, Tensor), isinstance(b, Tensor)
+    if ta != tb:
+        # eagerly, a floating tensor and a Python number of its dtype's kind: the number as a
+        # constant already of the tensor's shape (one stride-0 view), without the promotion,
+        # the 0-d constant and the broadcast of the general path (same values, same dtype)
+        t, s = (a, b) if ta else (b, a)
+        if type(s) in (float, int) and type(t._value) is np.ndarray and \
+                t._value.dtype.char in "fd" and current_builder() is None:
+            v = t._value
+            c = np.ndarray(v.shape, v.dtype, np.array(s, v.dtype), 0, (0,) * v.ndim)
+            c.flags.writeable = False
+            c = mark_number_operand(Tensor._make(c))
+            return (t, c) if ta else (c, t)
     if not ta and not tb:
         raise TypeError("at least one argument must be a Tensor")
     if ta and tb:

@@ -303,11 +303,12 @@ def _log_softmax_rule(g, out, *, dim):
 
 _SOFTMAX_KERNEL = eager_kernels.Kernel(
     "SoftmaxBackward0", eager_kernels.softmax_forward, eager_kernels.softmax_backward,
-    accepts=lambda arrays, p: arrays[0].size > 0, output_rule=_softmax_rule)
+    accepts=lambda arrays, p: arrays[0].size > 0, output_rule=_softmax_rule,
+    generated=eager_kernels.Generated(eager_kernels.rows_layout))
 _LOG_SOFTMAX_KERNEL = eager_kernels.Kernel(
     "LogSoftmaxBackward0", eager_kernels.log_softmax_forward,
     eager_kernels.log_softmax_backward, accepts=lambda arrays, p: arrays[0].size > 0,
-    output_rule=_log_softmax_rule)
+    output_rule=_log_softmax_rule, generated=eager_kernels.Generated(eager_kernels.rows_layout))
 
 
 @op("softmax", "SoftmaxBackward0")

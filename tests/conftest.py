@@ -49,6 +49,11 @@ os.environ["AOTGRAD_PARALLEL_MIN"] = "0"
 # ... and up front, not first serially with a parallel variant compiled in the background
 # (tests/codegen/test_codegen_tiers.py turns that on)
 os.environ["AOTGRAD_BACKGROUND_COMPILE"] = "0"
+# eager ops on their numpy kernels, not on generated ones compiled in the background
+# (runtime/kernel_library.py): when a generated kernel becomes ready would change an eager
+# result in its last bits from one run to the next. tests/runtime/test_kernel_library.py and
+# tests/optim/test_optim_fused.py turn them on
+os.environ["AOTGRAD_EAGER_KERNELS"] = "off"
 # every IR pass checks the graph it returns (ir/verifier.py): a pass that breaks an IR
 # invariant fails the test that compiled through it
 os.environ["AOTGRAD_VERIFY"] = "1"

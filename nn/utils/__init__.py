@@ -50,18 +50,25 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
 def _total_2norm_in_place(grads, max_norm, error_if_nonfinite):
     """The multi-tensor path of clip_grad_norm_ (2-norm, one dtype): the op path's numpy
     steps (sqrt of the sum of squares per gradient, then of the stacked norms) on the buffers,
-    so that the two paths agree bit for bit."""
+    so that the two paths agree bit for bit. The squares go to one scratch buffer reused for
+    every gradient (a fresh temporary per gradient cost as much as the sum); a factor of
+    exactly 1 (the norm within max_norm) leaves the gradients as they are, as multiplying
+    by it would."""
     f = grads[0].dtype.type
+    scratch = np.empty(max(g.size for g in grads), grads[0].dtype)
 
     def norm(a):
-        return np.sqrt(np.sum(np.multiply(a, a), axis=tuple(range(a.ndim))).astype(a.dtype))
+        sq = np.multiply(a, a, out=scratch[:a.size].reshape(a.shape)) \
+            if a.dtype == scratch.dtype else np.multiply(a, a)
+        return np.sqrt(np.sum(sq, axis=tuple(range(a.ndim))).astype(a.dtype))
 
     total = norm(np.stack([norm(g) for g in grads]))
     if error_if_nonfinite and not np.isfinite(total):
         _nonfinite(2.0)
     coef = np.minimum(f(max_norm) / (total + f(1e-6)), f(1.0))
-    for g in grads:
-        g *= coef
+    if coef != 1:
+        for g in grads:
+            g *= coef
     return np.asarray(total)
 
 

@@ -1,0 +1,77 @@
+"""The code generator's side of the eager kernel library (runtime/kernel_library.py): a
+Graph of flat buffers of one symbolic length, compiled by codegen.compile_graph, answered as
+its one jitted kernel and the source of each of its arguments, so that the runtime calls the
+kernel directly on its buffers."""
+from aotgrad.codegen import compile_graph
+from aotgrad.codegen.scheduler import Kernel
+from aotgrad.codegen.symbols import symbols_of
+from aotgrad.ir.symbolic import free_symbols
+from aotgrad.runtime.kernel_library import (ArgSource, CompiledKernel, CompiledProgram, KernelArg,
+                                            library)
+
+
+class NotOneKernel(RuntimeError):
+    """The graph did not compile to one kernel that writes all its outputs."""
+
+
+def compile_flat(graph, in_helpers=False):
+    """`graph` (inputs: flat arrays of one symbolic length, then a vector of scalars) as one
+    kernel. Each output is written in place over an input by the caller, which is sound only
+    when one elementwise kernel computes them all (each element read before it is written):
+    any other schedule is refused. in_helpers: compiled by helper processes (a background
+    compile: see codegen.CompiledGraph)."""
+    symbols = symbols_of(graph)
+    if len(symbols) != 1:
+        raise NotOneKernel(f"{graph.name}: one symbolic length expected, got {symbols}")
+    symbol, = symbols
+    prog = compile_graph(graph, name=graph.name, in_helpers=in_helpers)
+    steps = prog.schedule.steps
+    if len(steps) != 1 or not isinstance(steps[0], Kernel):
+        raise NotOneKernel(f"{graph.name}: scheduled as {len(steps)} steps, not one kernel:\n"
+                           f"{prog.report()}")
+    fn, spec = prog.plan.kernel_fns[steps[0]]
+    in_index = {id(v): i for i, v in enumerate(graph.inputs)}
+    out_index = {id(v): i for i, v in enumerate(graph.outputs)}
+    scalars = len(graph.inputs) - 1
+    args = []
+    for a in spec.args:
+        if a.kind == "size":
+            if not _has_symbols(a.value):     # an index offset
+                args.append(KernelArg(ArgSource.NUMBER, int(a.value)))
+            else:                             # the length itself, or an expression of it
+                args.append(KernelArg(ArgSource.LENGTH,
+                                      None if str(a.value) == symbol else a.value))
+        elif a.kind == "const":
+            if _has_symbols(a.value):
+                raise NotOneKernel(f"{graph.name}: a constant depends on the length")
+            args.append(KernelArg(ArgSource.NUMBER, a.dtype.np.type(a.value)))
+        elif a.kind == "in":
+            i = in_index[id(a.var)]
+            args.append(KernelArg(ArgSource.SCALARS) if i == scalars
+                        else KernelArg(ArgSource.ARRAY, i))
+        else:
+            args.append(KernelArg(ArgSource.WRITTEN, out_index[id(a.var)]))
+    if sum(a.source is ArgSource.WRITTEN for a in args) != len(graph.outputs):
+        raise NotOneKernel(f"{graph.name}: the kernel does not write every output")
+    return CompiledKernel(fn, tuple(args), symbol, prog.cache_status)
+
+
+def compile_program(graph, in_helpers=False):
+    """`graph` (inputs of symbolic sizes) compiled by the code generator, called through its
+    buffer plan's driver (the inputs trusted: the library hands C-contiguous arrays of the
+    graph's dtypes)."""
+    prog = compile_graph(graph, name=graph.name, in_helpers=in_helpers)
+    run = prog.plan.prepared().runner(len(graph.inputs))
+    return CompiledProgram(run, tuple(symbols_of(graph)), getattr(prog, "cache_status", "new"))
+
+
+def _has_symbols(x):
+    return bool(free_symbols(x))
+
+
+class _Compiler:
+    flat = staticmethod(compile_flat)
+    program = staticmethod(compile_program)
+
+
+library.use_compiler(_Compiler)

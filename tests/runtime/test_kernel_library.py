@@ -1,0 +1,200 @@
+"""The eager kernel library (runtime/kernel_library.py): softmax, log_softmax, layer_norm and
+gelu on kernels from the code generator against the numpy kernels (their reference) and
+the prims, on awkward shapes (size 1, zero size, non-contiguous inputs, float32/float64),
+gradients and a double backward through the reference; the kernels compiled once and
+loaded from the disk cache by a second process."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import aotgrad as ag
+from aotgrad.runtime import eager_kernels
+from aotgrad.runtime.kernel_library import library
+from aotgrad.testing import assert_close
+
+F = ag.nn.functional
+
+OPS = {
+    "softmax": lambda x, w, b: F.softmax(x, -1),
+    "log_softmax": lambda x, w, b: F.log_softmax(x, -1),
+    "gelu": lambda x, w, b: F.gelu(x),
+    "gelu_tanh": lambda x, w, b: F.gelu(x, approximate="tanh"),
+    "layer_norm": lambda x, w, b: F.layer_norm(x, tuple(x.shape[-1:]), w, b),
+    "layer_norm_plain": lambda x, w, b: F.layer_norm(x, tuple(x.shape[-1:])),
+    "layer_norm_2d": lambda x, w, b: F.layer_norm(x, tuple(x.shape[-2:]), eps=1e-3),
+}
+SHAPES = [(4, 7), (2, 3, 5), (1, 1), (6,), (0, 5), (3, 1)]
+# (kernel name, the node's name): what library.info() keys start with
+NODE = {"softmax": "SoftmaxBackward0", "log_softmax": "LogSoftmaxBackward0",
+        "gelu": "GeluBackward0", "gelu_tanh": "GeluBackward0",
+        "layer_norm": "NativeLayerNormBackward0", "layer_norm_plain": "NativeLayerNormBackward0",
+        "layer_norm_2d": "NativeLayerNormBackward0"}
+
+
+def _data(shape, dtype, seed=0, transposed=False):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape[::-1] if transposed else shape).astype(dtype) * 3
+    if transposed:
+        x = x.T             # a non-contiguous input: the numpy kernel runs
+    w = rng.standard_normal(shape[-1:]).astype(dtype)
+    b = rng.standard_normal(shape[-1:]).astype(dtype)
+    return x, w, b
+
+
+def _run(name, arrays, mode, monkeypatch, create_graph=False):
+    """The op's output and gradients with the generated kernels compiled first ("wait"), or
+    the numpy kernels only ("off"), or the prims only ("prims")."""
+    with monkeypatch.context() as m:
+        m.setenv("AOTGRAD_EAGER_KERNELS", "off" if mode != "wait" else "wait")
+        if mode == "prims":
+            m.setattr(eager_kernels, "run", lambda *a, **k: None)
+        x, w, b = [ag.tensor(a, requires_grad=True) for a in arrays]
+        y = OPS[name](x, w, b)
+        g = ag.tensor(np.random.default_rng(3).standard_normal(tuple(y.shape)).astype(
+            arrays[0].dtype))
+        xs = [x, w, b] if name == "layer_norm" else [x]
+        grads = ag.autograd.grad(y, xs, g, create_graph=create_graph)
+        if create_graph:
+            total = sum((gr * gr).sum() for gr in grads)
+            return y, grads, ag.autograd.grad(total, xs, allow_unused=True)
+        return y, grads
+
+
+def _close(a, b, dtype):
+    tol = dict(rtol=2e-5, atol=2e-6) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-13)
+    assert a.dtype == b.dtype and tuple(a.shape) == tuple(b.shape)
+    assert_close(a.detach().numpy(), b.detach().numpy(), equal_nan=True, **tol)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("name", list(OPS))
+def test_generated_kernel_equals_the_numpy_kernel_and_the_prims(name, shape, dtype,
+                                                                monkeypatch):
+    if name == "layer_norm_2d" and len(shape) < 2:
+        pytest.skip("normalises two dims")
+    arrays = _data(shape, dtype)
+    y, gs = _run(name, arrays, "wait", monkeypatch)
+    for mode in ("off", "prims"):
+        y_ref, gs_ref = _run(name, arrays, mode, monkeypatch)
+        _close(y, y_ref, dtype)
+        for a, b in zip(gs, gs_ref):
+            _close(a, b, dtype)
+    assert y.grad_fn.name() == NODE[name]
+    if 0 not in shape:   # (an empty input runs the numpy path: nothing to compile)
+        keys = [k for k, how in library.info().items() if k[0].startswith(NODE[name])
+                and k[1] == np.dtype(dtype).name]
+        assert {k[0].split(".")[1].split("[")[0] for k in keys} >= {"forward", "backward"}
+
+
+@pytest.mark.parametrize("name", ["softmax", "layer_norm", "gelu"])
+def test_non_contiguous_input_takes_the_numpy_kernel_with_equal_values(name, monkeypatch):
+    arrays = _data((5, 4), np.float32, transposed=True)
+    y, gs = _run(name, arrays, "wait", monkeypatch)
+    y_ref, gs_ref = _run(name, arrays, "prims", monkeypatch)
+    _close(y, y_ref, np.float32)
+    for a, b in zip(gs, gs_ref):
+        _close(a, b, np.float32)
+
+
+@pytest.mark.parametrize("name", ["softmax", "log_softmax", "layer_norm", "gelu"])
+def test_double_backward_runs_the_reference(name, monkeypatch):
+    arrays = _data((3, 6), np.float64)
+    _, gs, gg = _run(name, arrays, "wait", monkeypatch, create_graph=True)
+    _, gs_ref, gg_ref = _run(name, arrays, "prims", monkeypatch, create_graph=True)
+    for a, b in zip(list(gs) + list(gg), list(gs_ref) + list(gg_ref)):
+        if a is None or b is None:
+            assert a is None and b is None
+        else:
+            _close(a, b, np.float64)
+
+
+def test_nonfinite_rows_as_the_reference(monkeypatch):
+    x = np.array([[1., np.inf, 0.], [np.nan, 1., 2.], [-np.inf, -np.inf, 0.],
+                  [-0., 0., 5.]], np.float32)
+    for name in ("softmax", "log_softmax", "layer_norm_plain", "gelu"):
+        y, _ = _run(name, (x, x[0], x[0]), "wait", monkeypatch)
+        y_ref, _ = _run(name, (x, x[0], x[0]), "prims", monkeypatch)
+        assert np.array_equal(np.isnan(y.detach().numpy()), np.isnan(y_ref.detach().numpy()))
+        _close(y, y_ref, np.float32)
+
+
+def test_weight_only_and_bias_only_layer_norms_are_different_kernels(monkeypatch):
+    monkeypatch.setenv("AOTGRAD_EAGER_KERNELS", "wait")
+    x, w, b = _data((3, 5), np.float64)
+    x = ag.tensor(x)
+    for kw in (dict(weight=ag.tensor(w)), dict(bias=ag.tensor(b))):
+        y = F.layer_norm(x, (5,), **kw)
+        monkeypatch.setenv("AOTGRAD_EAGER_KERNELS", "off")
+        y_ref = F.layer_norm(x, (5,), **kw)
+        monkeypatch.setenv("AOTGRAD_EAGER_KERNELS", "wait")
+        _close(y, y_ref, np.float64)
+
+
+def test_float32_stays_float32(monkeypatch):
+    monkeypatch.setenv("AOTGRAD_EAGER_KERNELS", "wait")
+    x = ag.randn(3, 4, requires_grad=True)
+    for f in (lambda t: F.softmax(t, -1), F.gelu, lambda t: F.layer_norm(t, (4,))):
+        y = f(x)
+        (g,) = ag.autograd.grad(y.sum(), [x])
+        assert y.dtype == ag.float32 and g.dtype == ag.float32
+
+
+_SCRIPT = textwrap.dedent("""
+    import json, os
+    os.environ["AOTGRAD_EAGER_KERNELS"] = "wait"
+    import numpy as np, aotgrad as ag
+    from aotgrad.runtime.kernel_library import library
+    x = ag.tensor(np.arange(6.0, dtype=np.float32).reshape(2, 3), requires_grad=True)
+    y = ag.nn.functional.softmax(x, -1)
+    y.sum().backward()
+    print(json.dumps({"|".join(map(str, k[:2])): how for k, how in library.info().items()}))
+""")
+
+
+def test_a_second_process_loads_the_kernels_from_the_disk_cache(tmp_path):
+    env = dict(os.environ, AOTGRAD_CACHE_DIR=str(tmp_path / "cache"))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    runs = [json.loads(subprocess.run([sys.executable, "-c", _SCRIPT], env=env, check=True,
+                                      capture_output=True, text=True, timeout=300)
+                       .stdout.strip().splitlines()[-1]) for _ in range(2)]
+    first, second = runs
+    assert set(first) == set(second) and len(first) == 2     # forward and backward
+    assert set(first.values()) == {"new"}
+    assert set(second.values()) == {"disk"}
+
+
+def test_background_mode_runs_numpy_until_the_kernel_is_compiled(monkeypatch):
+    """The default: a first call compiles in a background thread and answers with the numpy
+    kernel; once compiled, the generated kernel runs."""
+    monkeypatch.setenv("AOTGRAD_EAGER_KERNELS", "background")
+    library.clear()
+    x = ag.tensor(np.linspace(-3, 3, 12, dtype=np.float64).reshape(3, 4))
+    key_of = [k for k in library.info()]
+    assert key_of == []
+    first = F.gelu(x)
+    library.wait()
+    assert any(k[0] == "GeluBackward0.forward" and k[1] == "float64" and how is not None
+               for k, how in library.info().items())
+    second = F.gelu(x)
+    monkeypatch.setenv("AOTGRAD_EAGER_KERNELS", "off")
+    assert_close(first.numpy(), second.numpy(), rtol=1e-12, atol=1e-13)
+
+
+def test_kernels_off_keeps_the_numpy_path(monkeypatch):
+    monkeypatch.setenv("AOTGRAD_EAGER_KERNELS", "off")
+    library.clear()
+    F.softmax(ag.randn(2, 3), -1)
+    assert library.info() == {}
+
+
+def test_a_bad_mode_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("AOTGRAD_EAGER_KERNELS", "sometimes")
+    library.clear()
+    with pytest.raises(ValueError, match="AOTGRAD_EAGER_KERNELS must be one of"):
+        F.softmax(ag.randn(2, 3), -1)
