@@ -139,7 +139,7 @@ def _dot_plan(node):
 
 class Plan:
     def __init__(self, graph, schedule, kernel_fns, reuse_outputs=False, symbols=(),
-                 low_precision=(None, None)):
+                 low_precision=(None, None), small_kernels=None):
         self.graph, self.schedule = graph, schedule
         # a graph with symbolic sizes: the driver takes their values as one trailing tuple
         # (this order), binds them as locals and computes every size from them per call; its
@@ -149,6 +149,9 @@ class Plan:
         # no such value; see codegen/low_precision.py)
         self.low_in, self.low_out = low_precision
         self.kernel_fns = kernel_fns     # step -> (fn, KernelSpec)
+        # step -> (fn, size_variants.SmallVariant): a symbolic kernel's range-loop variant,
+        # run instead of kernel_fns' at the calls whose work is small
+        self.small_kernels = small_kernels or {}
         self._bound_kernels = []         # per driver: (its globals, {step: global name})
         self._swap_lock = threading.Lock()   # a kernel swap waits for a driver being built
         self.reuse_outputs = reuse_outputs
@@ -396,24 +399,17 @@ class Plan:
     def _step_lines(self, st, bind, name_of, shaped, operand, knames):
         if isinstance(st, Kernel):
             fn, spec = self.kernel_fns[st]
-            args = []
-            for a in spec.args:
-                if a.kind == "size":
-                    args.append(source(a.value))
-                elif a.kind == "const" and _has_symbols(a.value):   # a size's value, per call
-                    args.append(f"{bind(a.dtype.np.type, '_t')}({source(a.value)})")
-                elif a.kind == "const":
-                    args.append(bind(a.dtype.np.type(a.value), "_c"))
-                else:
-                    args.append(shaped(a.var, a.shape))
             knames[st] = bind(fn, '_k')
-            call = f"{knames[st]}({', '.join(args)})"
-            if not spec.checks:
-                return [call]
-            names = sorted({n.prim.name for n in st.nodes
-                            if Tag.BOUNDS_CHECKED in n.prim.tags})
-            msg = f"{'/'.join(names) or 'gather'}(): {'; '.join(spec.checks)}"
-            return [f"if {call}:", f"    raise IndexError({msg!r})"]
+            lines = self._kernel_lines(st, knames[st], spec, bind, shaped)
+            small = self.small_kernels.get(st)
+            if small is None:
+                return lines
+            # the variant a static program of this call's size runs (codegen.size_variants)
+            fn, variant = small
+            return [f"if {variant.runs_source()}:"] + [
+                "    " + line for line in self._kernel_lines(
+                    st, bind(fn, '_k'), variant.spec, bind, shaped)] + \
+                ["else:"] + ["    " + line for line in lines]
         n = st.nodes[0]
         if st.kind == StepKind.DOT:
             pre = []
@@ -460,6 +456,25 @@ class Plan:
         if not n.prim.multiple_results:
             return [f"{outs[0]} = _contig({call})"]
         return [f"{', '.join(outs)}, = {call}"] + [f"{o} = _contig({o})" for o in outs]
+
+    def _kernel_lines(self, st, kname, spec, bind, shaped):
+        """The lines calling kernel `kname` (its KernelSpec `spec`) for step `st`."""
+        args = []
+        for a in spec.args:
+            if a.kind == "size":
+                args.append(source(a.value))
+            elif a.kind == "const" and _has_symbols(a.value):   # a size's value, per call
+                args.append(f"{bind(a.dtype.np.type, '_t')}({source(a.value)})")
+            elif a.kind == "const":
+                args.append(bind(a.dtype.np.type(a.value), "_c"))
+            else:
+                args.append(shaped(a.var, a.shape))
+        call = f"{kname}({', '.join(args)})"
+        if not spec.checks:
+            return [call]
+        names = sorted({n.prim.name for n in st.nodes if Tag.BOUNDS_CHECKED in n.prim.tags})
+        msg = f"{'/'.join(names) or 'gather'}(): {'; '.join(spec.checks)}"
+        return [f"if {call}:", f"    raise IndexError({msg!r})"]
 
     def _params(self, n, bind):
         """Source of a reference step's params: bound once, or evaluated per call at the

@@ -11,10 +11,12 @@ import time
 from aotgrad.codegen import blas, cache, low_precision, parallel_compile, tiers
 from aotgrad.codegen.compile_worker import numba_signature
 from aotgrad.ir.passes import cse
-from aotgrad.codegen.emitter import emit_kernel, module_source
+from aotgrad.codegen.emit_base import PAR_MIN
+from aotgrad.codegen.emitter import module_source
 from aotgrad.codegen.index import SymbolicSizeInKernel
 from aotgrad.codegen.executor import Plan
 from aotgrad.codegen.scheduler import Kernel, Scheduler, StepKind
+from aotgrad.codegen.size_variants import emit_variants
 from aotgrad.codegen.symbols import concrete_graph, symbols_of
 from aotgrad.ir.symbolic import hint
 
@@ -98,11 +100,15 @@ class CompiledGraph:
             t1 = time.perf_counter()
             helpers, own = set(), {}
             self.specs = {}
+            self.small_variants = {}   # step -> its size_variants.SmallVariant
             for st in self.schedule.steps:
                 if isinstance(st, Kernel):
                     own[st] = set()
-                    self.specs[st] = emit_kernel(self.scheduler, st, own[st])
+                    self.specs[st], small = emit_variants(self.scheduler, st, own[st])
                     helpers |= own[st]
+                    if small is not None:
+                        self.small_variants[st] = small
+                        helpers |= small.helpers
         self.serial_compiled = set()   # kernels with prange loops compiled serially
         self.upgrading = {}            # spec compiled serially for now -> (its step, helpers)
         self.upgraded = set()          # specs swapped for their parallel variant
@@ -118,20 +124,26 @@ class CompiledGraph:
                 spec.parallel = False
                 self.upgrading[spec] = (st, own[st])
         # the whole program as one text (what `source` shows); names the kernels k_<hash>
-        self.source = module_source(list(self.specs.values()), helpers)
+        self.source = module_source(list(self.specs.values()) +
+                                    [v.spec for v in self.small_variants.values()], helpers)
         t2 = time.perf_counter()
         self._units = {}  # kernel name -> [spec, module, how, signature, helpers]
         for st, spec in self.specs.items():
             if spec.name not in self._units:
                 mod, how = cache.load_module(module_source([spec], own[st]))
                 self._units[spec.name] = [spec, mod, how, _sig_desc(spec), own[st]]
+        for v in self.small_variants.values():
+            if v.spec.name not in self._units:
+                mod, how = cache.load_module(module_source([v.spec], v.helpers))
+                self._units[v.spec.name] = [v.spec, mod, how, _sig_desc(v.spec), v.helpers]
         hows = [u[2] for u in self._units.values()]
         self.cache_status = next((h for h in _STATUS_ORDER if h in hows), "memory")
         self.helper_compiled = 0
         fns = self._compile_all()
         t3 = time.perf_counter()
         self.plan = Plan(graph, self.schedule, fns, reuse_outputs=reuse_outputs,
-                         symbols=symbols_of(graph), low_precision=(low_in, low_out))
+                         symbols=symbols_of(graph), low_precision=(low_in, low_out),
+                         small_kernels=self.small_fns)
         self.compile_seconds = time.perf_counter() - t0
         # seconds per stage: schedule (CSE included), codegen (kernel and driver source),
         # numba (loading the modules and compiling the kernels)
@@ -206,6 +218,7 @@ class CompiledGraph:
                 todo, lambda unit: self._compile_one(unit.kernel), cwd=cache.cache_dir())
             cache.stats.compiled += self.helper_compiled
         fn_of = {name: self._compile_one(name) for name in self._units}  # cache/memory hits
+        self.small_fns = {st: (fn_of[v.spec.name], v) for st, v in self.small_variants.items()}
         return {st: (fn_of[spec.name], spec) for st, spec in self.specs.items()}
 
     def __call__(self, *arrays):
@@ -231,6 +244,9 @@ class CompiledGraph:
                     if spec in self.serial_compiled else \
                     "serial until its parallel variant is compiled in the background" \
                     if spec in self.upgrading else "serial"
+                small = self.small_variants.get(st)
+                if small is not None:
+                    par += f"; {small.spec.name}, serial, below {PAR_MIN} elements of work"
                 lines.append(f"  [{i}] kernel {spec.name} ({par}): {st.describe()}")
             else:
                 n = st.nodes[0]
