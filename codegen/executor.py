@@ -396,6 +396,16 @@ class Plan:
                 if st in knames:
                     g[knames[st]] = fn
 
+    def swap_small(self, st, fn):
+        """Run the small-size variant of step `st` (small_kernels) with `fn` from the next
+        call on, in every driver made so far and later."""
+        with self._swap_lock:
+            variant = self.small_kernels[st][1]
+            self.small_kernels[st] = (fn, variant)
+            for g, knames in self._bound_kernels:
+                if variant in knames:
+                    g[knames[variant]] = fn
+
     def _step_lines(self, st, bind, name_of, shaped, operand, knames):
         if isinstance(st, Kernel):
             fn, spec = self.kernel_fns[st]
@@ -406,9 +416,10 @@ class Plan:
                 return lines
             # the variant a static program of this call's size runs (codegen.size_variants)
             fn, variant = small
+            knames[variant] = bind(fn, '_k')
             return [f"if {variant.runs_source()}:"] + [
                 "    " + line for line in self._kernel_lines(
-                    st, bind(fn, '_k'), variant.spec, bind, shaped)] + \
+                    st, knames[variant], variant.spec, bind, shaped)] + \
                 ["else:"] + ["    " + line for line in lines]
         n = st.nodes[0]
         if st.kind == StepKind.DOT:

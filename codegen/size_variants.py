@@ -8,13 +8,18 @@ at a short sequence would run its long sequences on one thread. So such a kernel
 twice, as a static program of a small and of a large size would emit it, and the driver
 picks one per call by the work at that call's sizes (codegen.executor): every size runs the
 kernel that a static program of that size runs, and gets the same numbers.
+
+Like a static program, a symbolic one compiles up front only the variant its traced sizes
+run. The other is compiled on the first call that needs it (in the background with tiered
+compilation, codegen.tiers) and that call runs the compiled variant meanwhile, when both
+take the same arguments; else both are compiled up front.
 """
 import dataclasses
 import math
 
 from aotgrad.codegen.emit_base import PAR_MIN, KernelSpec
 from aotgrad.codegen.emitter import emit_kernel
-from aotgrad.ir.symbolic import SymInt, source
+from aotgrad.ir.symbolic import SymInt, hint, source
 
 
 @dataclasses.dataclass(eq=False)
@@ -24,6 +29,10 @@ class SmallVariant:
     spec: KernelSpec
     helpers: set       # the approximation helpers its module needs
     work: SymInt       # the kernel's elements of work, a polynomial of the symbols
+
+    def runs_at_hint(self):
+        """Does this variant run at the traced sizes?"""
+        return hint(self.work) < PAR_MIN
 
     def runs_source(self):
         """Python source of the driver's test that this variant runs (symbols as locals)."""
@@ -46,3 +55,12 @@ def emit_variants(scheduler, kt, helpers):
         return small, None
     helpers |= big_helpers
     return spec, SmallVariant(small, small_helpers, work)
+
+
+def same_arguments(a, b):
+    """Do kernel specs a and b take the same arguments (so that one can stand in for the
+    other in a driver's call)?"""
+    def key(spec):
+        return [(x.kind, x.var, tuple(map(str, x.shape or ())), str(x.value), x.dtype)
+                for x in spec.args]
+    return key(a) == key(b)
