@@ -530,6 +530,8 @@ class KernelEmitter:
         # a heuristic on the traced sizes; a symbolic program asks for both variants and
         # picks one per call (codegen.size_variants)
         st.parallel = hint(work) >= PAR_MIN if self.parallel is None else self.parallel
+        if self.parallel and hint(work) < PAR_MIN:
+            st.growth = PAR_MIN / max(1, hint(work))
         for P in range(m):
             st.args.size(st.cdom[P])
         st.loopvar = {}

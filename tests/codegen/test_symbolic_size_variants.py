@@ -7,6 +7,8 @@ import pytest
 
 from aotgrad.codegen import CompiledGraph, compile_graph, tiers
 from aotgrad.codegen.emit_base import PAR_MIN
+from aotgrad.codegen.scheduler import Kernel, Scheduler
+from aotgrad.codegen.size_variants import emit_variants
 from aotgrad.codegen.symbols import concrete_graph
 from aotgrad.ir import prims
 from aotgrad.ir.core import evaluate
@@ -99,3 +101,21 @@ def test_background_compile_of_a_deferred_variant(tmp_path, monkeypatch):
     assert prog.plan.kernel_fns[st][0].py_func.__name__ == prog.specs[st].name
     assert_close(prog(x, (LARGE,)), want, rtol=1e-6, atol=1e-6)
     assert_close(prog.plan.runner(0)(x, (LARGE,)), want, rtol=1e-6, atol=1e-6)
+
+
+def _emitted(graph):
+    """[(spec, SmallVariant or None)] per kernel of graph's schedule (nothing compiled)."""
+    sch = Scheduler(graph)
+    return [emit_variants(sch, st, set()) for st in sch.run().steps if isinstance(st, Kernel)]
+
+
+def test_each_variant_is_emitted_as_the_static_program_at_a_size_it_runs_at():
+    # a column sum: by row blocks or by column chunks, chosen on the rows each thread gets
+    g = build(lambda n, x: prims.reduce_sum(prims.tanh(x), dims=(0,)), ("n", 64), hint=8)
+    large = PAR_MIN // 64 + 5
+    sym = _emitted(g)
+    assert sym and all(v is not None for _, v in sym)
+    assert [s.body for s, _ in sym] == \
+        [s.body for s, _ in _emitted(concrete_graph(g, {"s0": large}))]
+    assert [v.spec.body for _, v in sym] == \
+        [s.body for s, _ in _emitted(concrete_graph(g, {"s0": 8}))]
