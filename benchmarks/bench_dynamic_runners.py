@@ -48,6 +48,21 @@ def _recorded_calls(f, *steps):
     return calls
 
 
+def _kernels_run(plan, args):
+    """The names of the kernels the driver of `plan` runs on `args`, in step order (a
+    symbolic program's kernel: the size variant its call picks, codegen.size_variants)."""
+    from aotgrad.codegen.emit_base import PAR_MIN
+    from aotgrad.ir.symbolic import evaluate
+    at = dict(zip(plan.symbols, args[-1])) if plan.symbols else {}
+    names = []
+    for st, (_, spec) in plan.kernel_fns.items():
+        small = plan.small_kernels.get(st)
+        if small is not None and evaluate(small[1].work, at) < PAR_MIN:
+            spec = small[1].spec
+        names.append(spec.name)
+    return names
+
+
 def _profile(plan, args, reps):
     """{(step index, event name): median ns} over `reps` profiled runs
     (codegen.executor.profiled); the two programs' schedules are matched by step index."""
@@ -85,17 +100,18 @@ def main(argv=None):
     args = ap.parse_args(argv)
     wl, dyn = WORKLOADS[args.workload], DYNAMIC_DIMS[args.workload]
     arrays = wl.inputs(quick=False)
-    drivers, steps = {}, {}
+    drivers, steps, kernels = {}, {}, {}
     for label, dynamic, mark in (("static", False, None),
                                  ("symbolic", None, aotgrad.mark_dynamic)):
         f = aotgrad.compile(lambda *a: wl.fn(aotgrad, *a), dynamic=dynamic)
-        steps = [_tensors(aotgrad, wl, arrays, dyn, args.size, mark)]
+        at = [_tensors(aotgrad, wl, arrays, dyn, args.size, mark)]
         if mark is not None:
             traced = FIRST_SIZE[args.workload] if args.traced_at is None else args.traced_at
-            steps.insert(0, _tensors(aotgrad, wl, arrays, dyn, traced, mark))
-        calls = _recorded_calls(f, *steps)
+            at.insert(0, _tensors(aotgrad, wl, arrays, dyn, traced, mark))
+        calls = _recorded_calls(f, *at)
         for which, (run, plan, a) in calls.items():
             drivers[label, which] = run, a
+            kernels[label, which] = _kernels_run(plan, a)
             if args.profile:
                 steps[label, which] = _profile(plan, a, args.reps)
     print(f"{args.workload}, dynamic dim size {args.size}: runner median ms "
@@ -104,8 +120,11 @@ def main(argv=None):
         if ("static", which) in drivers and ("symbolic", which) in drivers:
             s, y = _time_pair(drivers["static", which], drivers["symbolic", which],
                               args.reps)
+            ks, ky = kernels["static", which], kernels["symbolic", which]
+            same = "the same kernels" if ks == ky else \
+                f"{sum(a != b for a, b in zip(ks, ky))} of {len(ks)} kernels differ"
             print(f"  {which:10s} static {s * 1e3:8.3f}  symbolic {y * 1e3:8.3f}  "
-                  f"ratio {y / s:.3f}")
+                  f"ratio {y / s:.3f}  ({same})")
         if ("static", which) in steps and ("symbolic", which) in steps:
             a, b = steps["static", which], steps["symbolic", which]
             a, b = ({i: (name, t) for (i, name), t in x.items()} for x in (a, b))
