@@ -12,13 +12,13 @@
    - `ddp, one bucket at the end`: bucket_cap_mb large enough for one bucket, so that the
      all-reduce starts only after the last gradient (no overlap);
    and the same with the module compiled (aotgrad.compile, Numba), whole and layer by
-   layer (each layer's compiled backward hands its gradients to the hooks when it ends, so
-   the buckets of the top layers start while the lower layers' backward runs). The fraction of
-   communication hidden behind the backward is 1 - wait / comm, with `wait` the time the
-   hook of the last gradient blocked waiting for the buckets (DDP's reducer records it).
-   DDP around a module compiled whole: its compiled backward is ONE call, and the hooks
-   fire when it returns, so every bucket starts after the whole backward (back to back):
-   nothing of the backward hides the communication there.
+   layer. The fraction of communication hidden behind the backward is 1 - wait / comm,
+   with `wait` the time the hook of the last gradient blocked waiting for the buckets
+   (DDP's reducer records it). DDP around a module compiled whole: its compiled backward
+   is one program, which hands each parameter's gradient to DDP's hook as soon as it has
+   computed it (the last layers' first), so a bucket's all-reduce starts while the program
+   computes the gradients of the layers below, as eagerly; compiled layer by layer, each
+   layer's backward hands them out when it ends.
 3. The whole training step compiled (aotgrad.compile around zero_grad, the DDP forward,
    backward and SGD step): one program in which each bucket's all-reduce is started as a
    step right after the bucket's last gradient and waited for before the optimizer. `wait`
@@ -188,13 +188,15 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=128, help="per rank")
     ap.add_argument("--bucket-cap-mb", type=float, default=2.0)
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--reps", type=int, default=None, help="timed steps per variant "
+                    "(default 5 with --quick, else 20)")
     args = ap.parse_args(argv)
     from threadpoolctl import threadpool_limits
     threadpool_limits(1)
     dist.init_process_group(backend="mpi")
     rank, world = dist.get_rank(), dist.get_world_size()
     sizes = [2 ** k for k in range(10, 21 if args.quick else 27, 2)]
-    reps = 5 if args.quick else 20
+    reps = args.reps or (5 if args.quick else 20)
     width = args.width or (256 if args.quick else 1024)
     bandwidth = bench_all_reduce(sizes, 50 if args.quick else 200)
     steps = [bench_ddp(width, args.depth, args.batch, args.bucket_cap_mb, reps, False)]
@@ -214,7 +216,7 @@ def main(argv=None):
         print(f"DDP step, MLP 256-{width}x{args.depth}-10, batch {args.batch} per rank, "
               f"bucket_cap_mb {args.bucket_cap_mb}")
         for s in steps:
-            mode = {False: "eager", True: "compiled (its backward one call)",
+            mode = {False: "eager", True: "compiled whole (DDP(compile(model)))",
                     "per_layer": "compiled per layer",
                     "whole_step": "whole step compiled (all-reduces as program steps)"}[
                 s["compiled"]]

@@ -35,6 +35,7 @@ sys.path.insert(0, HERE)
 from systems import REFERENCE, SYSTEMS  # noqa: E402
 from workloads import WORKLOADS  # noqa: E402
 from worker import MARK  # noqa: E402
+from checks import max_rel_diff  # noqa: E402
 
 ENV_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
             "MKL_NUM_THREADS", "NUMBA_NUM_THREADS", "XLA_FLAGS")
@@ -165,26 +166,7 @@ def measure(wkey, sname, quick, env, timeout, log):
     return res
 
 
-# ---- checks --------------------------------------------------------------------------------
-def max_rel_diff(cs, ref):
-    """Largest relative difference of loss and gradient checksums against the reference;
-    (value, what) with value inf when a gradient is missing or its shape/dtype differs."""
-    worst = (abs(cs["loss"] - ref["loss"]) / max(abs(ref["loss"]), 1e-30), "loss")
-    for name, r in ref["grads"].items():
-        g = cs["grads"].get(name)
-        if (g is None) != (r is None):
-            return float("inf"), f"grad {name} missing"
-        if g is None:
-            continue
-        if g["shape"] != r["shape"] or g["dtype"] != r["dtype"]:
-            return float("inf"), f"grad {name} {g['dtype']}{g['shape']} vs {r['dtype']}{r['shape']}"
-        for d in (abs(g["norm"] - r["norm"]) / max(r["norm"], 1e-30),
-                  abs(g["wsum"] - r["wsum"]) / max(r["wabs"], 1e-30)):
-            if d > worst[0]:
-                worst = (d, f"grad {name}")
-    return worst
-
-
+# ---- roofline ------------------------------------------------------------------------------
 def roofline(wl, quick, machine):
     b, f = wl.bytes_moved(quick), wl.matmul_flops(quick)
     mem_s = b / (machine["copy_GBps"] * 1e9)

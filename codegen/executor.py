@@ -137,6 +137,26 @@ def _dot_plan(node):
     return pa, sa, pb, sb, so
 
 
+def ready_after_steps(steps, graph):
+    """{step index: the indices of the graph's outputs whose value is final once that step
+    has run}; index -1: before the first step (an input returned as it is). Each value is
+    stored by one step (the IR is in SSA form): the step that lists it among its outputs,
+    or a product's transposed result (`out_view`)."""
+    made_by = {}
+    for i, st in enumerate(steps):
+        for v in st.outputs:
+            made_by[v] = i
+        if st.out_view is not None:
+            made_by[st.out_view[0]] = i
+    inputs = set(graph.inputs)
+    ready = {}
+    for k, v in enumerate(graph.outputs):
+        # (a value no step lists: reported after the last step, to be safe)
+        i = made_by.get(v, -1 if v in inputs else len(steps) - 1)
+        ready.setdefault(i, []).append(k)
+    return ready
+
+
 class Plan:
     def __init__(self, graph, schedule, kernel_fns, reuse_outputs=False, symbols=(),
                  low_precision=(None, None), small_kernels=None):
@@ -277,17 +297,33 @@ class Plan:
             r = self._runners[trusted] = self._driver(self._fixed, trusted=trusted)[1]
         return r
 
-    def _driver(self, fixed, timed=False, trusted=0, clock=time.perf_counter):
+    def _driver(self, fixed, timed=False, trusted=0, clock=time.perf_counter, reporting=False):
         with self._swap_lock:
-            return self._build_driver(fixed, timed, trusted, clock)
+            return self._build_driver(fixed, timed, trusted, clock, reporting)
 
-    def _build_driver(self, fixed, timed, trusted, clock=time.perf_counter):
+    def reporting_runner(self, trusted=0):
+        """A driver that takes one more argument, `ready(k, array)`, and calls it with each
+        output k as soon as the step that finishes it has run (the outputs that no step
+        makes, before the first step), rather than only returning them all at the end: a
+        compiled backward hands each parameter's gradient to its post-accumulate-grad hooks
+        (DistributedDataParallel's bucket all-reduces) while the rest of the program runs.
+        Made on first use; the ordinary driver is unchanged."""
+        key = ("reporting", trusted)
+        r = self._runners.get(key)
+        if r is None:
+            r = self._runners[key] = self._driver(self._fixed, trusted=trusted,
+                                                  reporting=True)[1]
+        return r
+
+    def _build_driver(self, fixed, timed, trusted, clock=time.perf_counter, reporting=False):
         """Python source for `program(*inputs) -> outputs` and the function itself.
 
         Each step is one line calling a kernel, np.matmul or a prim's numpy impl on local
         names; workspace views, kernel constants and reshaped views of fixed buffers are
         bound once as globals. A step costs one call, not a loop over an env list.
-        With timed=True the function also returns each step's perf_counter stamp."""
+        With timed=True the function also returns each step's perf_counter stamp; with
+        reporting=True it takes `_ready` last and calls `_ready(k, output k)` after the step
+        that finishes output k (see ready_after_steps)."""
         g = {"np": np, "_ndarray": np.ndarray, "_empty": np.empty, "_mm": np.matmul,
              "_contig": np.ascontiguousarray, "_normalise": self._normalise,
              "_gemm": blas.gemm_stack, "_gemm1": blas.gemm_serial,
@@ -335,7 +371,8 @@ class Plan:
                 f"{name_of(v)}.transpose({perm!r})"
 
         ins = [f"v{s}" for s in self.in_slots]
-        lines = [f"def program({', '.join(ins + ['_syms'] * bool(self.symbols))}):"]
+        params = ins + ["_syms"] * bool(self.symbols) + ["_ready"] * reporting
+        lines = [f"def program({', '.join(params)}):"]
         if self.symbols:
             lines.append(f"    {', '.join(self.symbols)}, = _syms")
         for a, low in zip(ins, self.low_in or ()):
@@ -356,10 +393,19 @@ class Plan:
             lines.append("    _t = [_clock()]")
             g["_clock"] = clock
         body, step_of = [], []   # step_of[i]: the step body line i belongs to
-        for st in self.schedule.steps:
+        # reporting: `_ready(k, output k)` lines (no step's: an error a hook raises is its own)
+        ready_at = ready_after_steps(self.schedule.steps, self.graph) if reporting else {}
+        report = self._output_sources(name_of, bind, fixed) if reporting else None
+        for k in ready_at.get(-1, ()):
+            body.append(f"        _ready({k}, {report[k]})")
+            step_of.append(None)
+        for i, st in enumerate(self.schedule.steps):
             step_lines = self._step_lines(st, bind, name_of, shaped, operand, knames)
             body += ["        " + line for line in step_lines]
             step_of += [st] * len(step_lines)
+            for k in ready_at.get(i, ()):
+                body.append(f"        _ready({k}, {report[k]})")
+                step_of.append(None)
             if timed:
                 body.append("        _t.append(_clock())")
                 step_of.append(None)
@@ -376,15 +422,20 @@ class Plan:
         lines += ["    try:"] + body + ["    except Exception as _e:", "        _n = _locate(_e)",
                                           "        if _n is _e:", "            raise",
                                           "        raise _n from None"]
+        outs = self._output_sources(name_of, bind, fixed)
+        lines.append(f"    return [{', '.join(outs)}]" + (", _t" if timed else ""))
+        src = "\n".join(lines) + "\n"
+        exec(compile(src, f"<{self.graph.name} program>", "exec"), g)
+        return src, g["program"]
+
+    def _output_sources(self, name_of, bind, fixed):
+        """The driver's source text of each output's returned value."""
         outs = [name_of(v) if v in fixed else f"v{s}.copy()" if s in self.copy_slots else
                 f"v{s}" for v, s in zip(self.graph.outputs, self.out_slots)]
         if self.low_out:
             outs = [o if low is None else f"{o}.astype({bind(low.np, '_d')})"
                     for o, low in zip(outs, self.low_out)]
-        lines.append(f"    return [{', '.join(outs)}]" + (", _t" if timed else ""))
-        src = "\n".join(lines) + "\n"
-        exec(compile(src, f"<{self.graph.name} program>", "exec"), g)
-        return src, g["program"]
+        return outs
 
     def swap_kernel(self, st, fn, spec):
         """Run step `st` with `fn` (same arguments) from the next call on, in every driver

@@ -1,54 +1,86 @@
-"""The specialised call path of a compiled program: straight-line Python generated per
-program and per guard key, so that a training step costs a few microseconds of Python.
+"""The one call path of a compiled program: straight-line Python generated from its trace,
+so that a training step costs a few microseconds of Python whatever the program does.
 
-- `specialise(key, prog)`: `call(args)`, the guard checks for one key and the call, inline;
-  MISS when a check fails (the caller falls back to the full lookup).
-- `make_call(prog)`: the program's call on flattened inputs, giving outputs a
-  `_CallBackward` whose edges to leaves are made only when something asks for them.
-- `make_fast_backward(prog)`: the `loss.backward()` of such an output: the backward driver
-  on the saved values, then the leaves' .grad written directly; it hands over to the
-  general engine (returns False) whenever hooks, retain_grad, anomaly mode, the profiler,
-  tracing or an in-place change need it.
+- `make_plan(prog)`: the program's CallPlan. Its `call(leaves, trusted, values)` is emitted
+  from the trace's typed facts (Role, Mutation, OutputLayout, copied outputs, the symbol
+  binding), one block of lines per feature the program has (`CallBlock`) and none for the
+  others: seeds drawn, in-place writes written back, .grad writes and clears, escaped
+  tensors made concrete, constants among the outputs, copied outputs, returned written
+  arguments, retain_grad on arguments, the node of the outputs. Profiling and anomaly
+  mode are lines of the same call (`Program.run_checked` runs the graph there).
+- `specialise(key, prog)`: `call(args)`, the guard checks for one key and the call; for a
+  single-output loss of leaf arguments the call inline (static or symbolic sizes).
+- `make_fast_backward(prog, plan)`: the `loss.backward()` of such an output: the backward
+  driver on the saved values, then the leaves' .grad written directly; it hands over to the
+  general engine (returns False) where the engine's `fast_path_ok` does not hold (checked by
+  Tensor.backward) or a leaf, the saved values or an input need it.
 """
 import builtins
 import dataclasses
-import functools
+import enum
 import math
+import weakref
 
 import numpy as np
 
 from aotgrad.compiler.guards import MISS, aliases_lifted, lifted_ok
-from aotgrad.ir.core import Aval, current_builder
-from aotgrad.ir.symbolic import is_static_shape
+from aotgrad.ir.core import Aval
+from aotgrad.ir.symbolic import evaluate, is_static_shape
 from aotgrad.runtime import profiling
 from aotgrad.runtime.engine import accumulate_array, next_sequence_nr, plain_leaves
-from aotgrad.runtime.compiled_backward import CompiledBackward
+from aotgrad.runtime.compiled_backward import CompiledBackward, _CallBackward, \
+    _WrittenBackward, write_back, write_grad
+from aotgrad.runtime.factories import default_generator
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.tracer.pytree import unflatten
-from aotgrad.tracer.trace_result import Role
+from aotgrad.tracer.trace_result import Mutation, Role
 
 
-# When the generated code hands a call or a backward over to the general path, whatever
-# else it checks (written once: the generators paste it, Program's call evaluates it).
-GENERAL_PATH_NEEDED = "profiling._profilers or _mode.anomaly"
-general_path_needed = eval(f"lambda: {GENERAL_PATH_NEEDED}",  # noqa: S307 (our own text)
-                           {"profiling": profiling, "_mode": _mode})
+# When a call runs its graphs through Program.run_checked (profiler events, anomaly mode's
+# NaN check) and gives its outputs a node made by Node.__init__ (anomaly mode records the
+# forward stack there). Written once: the generated calls paste it.
+CHECKS_NEEDED = "profiling._profilers or _mode.anomaly"
+
+_WRITES = (Mutation.ARG, Mutation.LIFTED)          # a tensor's value written back
+_GRAD_WRITES = (Mutation.GRAD, Mutation.ARG_GRAD)  # a tensor's .grad written
 
 
-def _node_lines(saved, leaves, replay, versions):
+class CallBlock(enum.Enum):
+    """A feature of a program whose call needs lines of its own (CallPlan.blocks)."""
+    SEEDS = "seeds drawn"
+    LIFTED = "lifted tensors read"
+    SYMBOLS = "symbol values read once"
+    LEAF_WRITE_CHECK = "in-place writes to leaves refused"
+    SNAPSHOT = "written inputs snapshot for a create_graph backward"
+    COPIED_OUTPUTS = "outputs copied"
+    UNSHARED_SAVED = "saved values unshared from written tensors"
+    WRITE_BACK = "in-place writes written back"
+    GRAD_WRITES = ".grad written"
+    GRAD_CLEARS = ".grad cleared"
+    ESCAPES = "escaped tensors made concrete"
+    CONSTANT_OUTPUTS = "non-tensor outputs"
+    RETURNED_ARGS = "written arguments returned"
+    RETAINED_ARGS = "retain_grad on arguments"
+    NODE = "node of the differentiable outputs"
+    WRITTEN_NODE = "node giving written tensors their gradients"
+    OBSERVED = "observed runners"
+
+
+def _node_lines(saved, leaves, replay, versions, indent="    "):
     """The one way a _CallBackward is made (pasted into the generated calls): `node`, from
     the expressions of its saved arrays, leaves, replayed inputs and their versions; the
     names new_node, Node, seq, in_avals, out_avals, prog and plan are bound."""
-    return ["    node = new_node(Node)",
-            "    node._seq = seq()",
-            "    node._in_avals, node._out_avals = in_avals, out_avals",
-            "    node.program = prog",
-            f"    node._saved_arrays = {saved}",
-            f"    node._leaves = {leaves}",
-            f"    node._replay = {replay}",
-            f"    node._versions = {versions}",
-            "    node._fast_backward = plan.fast_backward"]
+    return [indent + line for line in (
+        "node = new_node(Node)",
+        "node._seq = seq()",
+        "node._in_avals, node._out_avals = in_avals, out_avals",
+        "node.program = prog",
+        f"node._saved_arrays = {saved}",
+        f"node._leaves = {leaves}",
+        f"node._replay = {replay}",
+        f"node._versions = {versions}",
+        "node._fast_backward = plan.fast_backward")]
 
 
 @dataclasses.dataclass(eq=False)
@@ -56,42 +88,61 @@ class InlineCall:
     """What `specialise` needs to emit a call in full (a single-output loss of leaf
     arguments, every input an argument in order): the forward driver that skips the input
     checks, where the differentiable inputs sit among the arguments, how many forward
-    outputs precede the saved values."""
+    outputs precede the saved values, the forward's symbols (indices into the values)."""
     run: object
     diff_pos: list
     n_fw: int
+    symbols: tuple = ()
 
 
 @dataclasses.dataclass(eq=False)
 class CallPlan:
-    """How calls of one program run, derived once from its trace (`make_plan`):
-    `call(leaves, trusted)` the straight-line call, or None where the general call
-    (Program._call) is needed; `inline` for specialise; `avals` (differentiable inputs,
-    differentiable outputs) of its _CallBackward nodes; `fast_backward`, their
+    """How calls of one program run, derived once from its trace (`make_plan`): `call`,
+    the generated call (`source`, made of `blocks`); `inline` for specialise; `avals`
+    (differentiable inputs, differentiable outputs) of its nodes (a symbolic program's:
+    `avals_at(values)`, made once per set of sizes); `fast_backward`, their
     `loss.backward()` (made, and the backward program compiled, on first use)."""
     program: object
     call: object = None
+    source: str = ""
+    blocks: tuple = ()
     inline: InlineCall = None
     avals: tuple = None
     fast_backward: object = None
 
     def __post_init__(self):
         self.fast_backward = self._first_fast_backward
-        self._implicit = {}  # output_nr -> the grads `out.backward()` feeds the backward
+        self._implicit = {}  # (output_nr, values) -> the grads `out.backward()` feeds
+        self._avals_at = {}  # a symbolic program's symbol values -> its nodes' avals
+        self._diff_vars = None
 
-    def implicit_grads(self, nr, out_avals=None):
+    def avals_at(self, values):
+        """(in_avals, out_avals) of the nodes of a symbolic program's call with symbol
+        `values` (a tuple in the binding's order), made once per set of values."""
+        avals = self._avals_at.get(values)
+        if avals is None:
+            if len(self._avals_at) >= 64:
+                self._avals_at.clear()
+            d = self.program.binding.as_dict(values)
+            ins, outs = self._diff_vars
+            avals = self._avals_at[values] = (
+                [Aval(tuple(evaluate(s, d) for s in v.shape), v.dtype) for v in ins],
+                [Aval(tuple(evaluate(s, d) for s in v.shape), v.dtype) for v in outs])
+        return avals
+
+    def implicit_grads(self, nr, values=None):
         """The arrays `out.backward()` feeds the backward program for output nr of the
         differentiable outputs (ones there, zeros for the others), or False when that output
-        is not a floating scalar (the general path raises the error). Made once (per shapes,
-        `out_avals` of a symbolic program's call), never handed to the user: the backward
+        is not a floating scalar (the general path raises the error). Made once (per set of
+        symbol `values` for a symbolic program), never handed to the user: the backward
         only reads them, and an output that passes one through is not owned, so it is copied
         before it becomes a .grad."""
-        key = nr if out_avals is None else (nr,) + tuple(a.shape for a in out_avals)
+        key = (nr, values)
         grads = self._implicit.get(key)
         if grads is None:
-            if len(self._implicit) >= 64:  # (symbolic: one per set of output shapes)
+            if len(self._implicit) >= 64:
                 self._implicit.clear()
-            avals = self.avals[1] if out_avals is None else out_avals
+            avals = self.avals[1] if values is None else self.avals_at(values)[1]
             a = avals[nr]
             if math.prod(a.shape) != 1 or not a.dtype.is_floating_point:
                 grads = False
@@ -107,187 +158,373 @@ class CallPlan:
         return self.fast_backward(t, retain_graph)
 
     def __str__(self):
-        kind = "general (Program._call)" if self.call is None else \
-            "inline per guard key" if self.inline is not None else "straight-line"
-        if self.call is not None and self.program.binding is not None:
+        kind = "straight-line call"
+        if self.blocks:
+            kind += " with " + ", ".join(b.value for b in self.blocks)
+        if self.program.binding is not None:
             kind += " (symbolic sizes " + ", ".join(
-                name for _, _, name in self.program.binding.define) + " read per call)"
-        return f"call plan of {self.program.name}: {kind}"
+                name for _, _, name in self.program.binding.define) + " read once per call)"
+        if self.inline is not None:
+            kind += "; inline per guard key"
+        return f"call plan of {self.program.name}: {kind}\n{self.source}"
+
+
+def _flat_to_graph_output(tr):
+    """Per index of diff_outs' numbering (flattened outputs, then mutations): the index of
+    the graph output it is (constants among the outputs have none)."""
+    out, k = [], 0
+    for is_t in tr.out_is_tensor:
+        out.append(k if is_t else None)
+        k += is_t
+    return out + [tr.layout.n_tensor_outputs + j for j in range(len(tr.mutations))]
+
+
+class _Source:
+    """Lines of a generated function and the globals they name."""
+
+    def __init__(self, ns):
+        self.lines, self.ns = [], ns
+        self._names = {}  # id(obj) -> its global's name (one name per object)
+
+    def bind(self, obj, prefix):
+        name = self._names.get(id(obj))
+        if name is None:
+            name = self._names[id(obj)] = f"{prefix}{len(self.ns)}"
+            self.ns[name] = obj
+        return name
+
+    def bind_lazy(self, make, prefix):
+        """A global that is `make()`, made on the first call through it (a graph compiled
+        only when a call needs it)."""
+        name = f"{prefix}{len(self.ns)}"
+
+        def first(*args):
+            run = self.ns[name] = make()
+            return run(*args)
+        self.ns[name] = first
+        return name
+
+    def add(self, *lines, indent=1):
+        self.lines += ["    " * indent + line for line in lines]
 
 
 def make_plan(prog):
-    """prog's CallPlan: the call specialised to its trace, or the general one (call None)
-    where it needs that (seeds, in-place writes, .grad writes, retain_grad() on an argument,
-    non-tensor outputs, outputs to copy, an observed program). The specialised call runs
-    the generated drivers directly and gives the outputs a _CallBackward, whose edges to
-    leaf inputs are made only when something asks for them. A symbolic program's call reads
-    its symbol values (SymbolBinding), passes them to the drivers and keeps them last among
-    the saved values for the backward; its nodes' avals are the call's."""
+    """prog's CallPlan: its call emitted from the trace (see the module's docstring). A
+    symbolic program's call reads its symbol values (SymbolBinding) once, passes each
+    graph its own as one trailing tuple and keeps them last among the saved values for the
+    backward; its nodes' avals are made once per set of values."""
     tr = prog.trace
     plan = CallPlan(prog)
-    if prog.observed or tr.mutations or tr.grad_clears or tr.escaped or \
-            not all(tr.out_is_tensor) or tr.retained_args or \
-            any(kind is Role.SEED for kind, _ in tr.roles):
-        return plan
-    if prog.copied_outputs("inference") or (prog.has_backward and prog.copied_outputs("forward")):
-        return plan  # an output to copy (it would share an input's memory)
-    n_fw, n_out, single = prog.n_fw_outputs, len(tr.out_is_tensor), tr.out_tree is None
-    has_backward, diff_outs, out_tree = prog.has_backward, tr.diff_outs, tr.out_tree
-    run = prog.runner("forward" if has_backward else "inference")  # (compiled now)
-    run_fw = run if has_backward else None
-    arg_roles = prog.arg_roles
-    identity = arg_roles is not None and arg_roles == list(range(len(arg_roles)))
-    # a call through the guard (specialise) checked every argument's array: the forward
-    # driver skips its checks on the inputs that are the leading arguments
-    n_lead = 0
-    while n_lead < len(tr.roles) and tr.roles[n_lead] == (Role.ARG, n_lead):
-        n_lead += 1
-    run_trusted = run_fw
-    binding = prog.binding  # symbolic sizes: values read per call, kept for the backward
-    if run_fw is not None and n_lead and prog.backend != "interpret" and binding is None:
-        run_trusted = prog.compiled_graph("forward").plan.runner(trusted=n_lead)
-    roles = [(kind is Role.ARG, x) for kind, x in tr.roles]
+    g = tr.graph
+    n_fw, n_flat, single = prog.n_fw_outputs, len(tr.out_is_tensor), tr.out_tree is None
+    n_tensor = tr.layout.n_tensor_outputs
+    has_backward, diff_outs = prog.has_backward, tr.diff_outs
+    binding = prog.binding
+    blocks = []
+
+    def block(b):
+        if b not in blocks:
+            blocks.append(b)
+
+    if prog.observed:
+        block(CallBlock.OBSERVED)
     pos = {(kind, x if kind is Role.ARG else id(x)): i for i, (kind, x) in enumerate(tr.roles)}
     diff_pos = [pos[(kind, x if kind is Role.ARG else id(x))] for kind, x in tr.diff_roles]
+    to_graph = _flat_to_graph_output(tr)
+    diff_out_vars = [g.outputs[to_graph[k]] for k in diff_outs]
+    plan._diff_vars = ([g.inputs[p] for p in diff_pos], diff_out_vars)
     if diff_outs and binding is None:  # shapes and dtypes are fixed per program
-        g = tr.graph
-        plan.avals = ([Aval(g.inputs[p].shape, g.inputs[p].dtype) for p in diff_pos],
-                      [Aval(g.outputs[k].shape, g.outputs[k].dtype) for k in diff_outs])
-    # what specialise needs to emit this call inline
-    if has_backward and identity and single and diff_outs == [0] and binding is None:
-        plan.inline = InlineCall(run_trusted, diff_pos, n_fw)
-    # the node of a call whose differentiable inputs are all leaves
-    ns = {"new_node": _CallBackward.__new__, "Node": _CallBackward, "seq": next_sequence_nr,
-          "prog": prog, "plan": plan}
-    if plan.avals is not None:
-        ns["in_avals"], ns["out_avals"] = plan.avals
-    # (a symbolic program's avals are the call's: passed in)
-    header = "def leaf_node(saved, leaves, replay):" if binding is None else \
-        "def leaf_node(saved, leaves, replay, in_avals, out_avals):"
-    source = "\n".join([header] + _node_lines(
-        "saved", "leaves", "replay", "[t._version_counter.v for t in replay]") +
-        ["    return node"]) + "\n"
-    exec(builtins.compile(source, f"<node of {prog.name}>", "exec"), ns)
-    leaf_node = ns["leaf_node"]
-    make, mode = Tensor._make, _mode
+        plan.avals = ([Aval(v.shape, v.dtype) for v in plan._diff_vars[0]],
+                      [Aval(v.shape, v.dtype) for v in diff_out_vars])
+    # the lifted leaves' AccumulateGrad nodes, kept while the program lives (hooks on them)
+    plan.accumulators = [t._grad_accumulator() for kind, t in tr.diff_roles
+                         if kind is Role.LIFTED and t.grad_fn is None]
 
-    def call(leaves, trusted, values=None):
-        if identity and len(leaves) == len(arg_roles):
-            replay = leaves
-        elif arg_roles is not None:
-            replay = [leaves[i] for i in arg_roles]
+    s = _Source({"prog": prog, "plan": plan, "profiling": profiling, "_mode": _mode,
+                 "make": Tensor._make, "np": np})
+    s.add("def call(leaves, trusted=False, values=None):", indent=0)
+    s.add("checked = " + CHECKS_NEEDED)
+    # ---- the inputs, as the graphs take them, and as the backward replays them
+    replay, args = [], []
+    for i, (kind, x) in enumerate(tr.roles):
+        if kind is Role.ARG:
+            s.add(f"r{i} = leaves[{x}]")
+        elif kind is Role.LIFTED:
+            block(CallBlock.LIFTED)
+            s.add(f"r{i} = {s.bind(x, 'lifted')}")
         else:
-            replay = [leaves[x] if is_arg else x for is_arg, x in roles]
-        vals = [t._value for t in replay]
-        if run_fw is None or not mode.grad_enabled:
-            if binding is not None:
-                vals += prog.symbol_args("inference", values or binding.values(leaves))
-            outs = prog.runner("inference")(*vals)
-            outs = [make(v) for v in outs[:n_out]]
-            return outs[0] if single else unflatten(out_tree, outs)
+            block(CallBlock.SEEDS)
+            s.ns["generator"] = default_generator
+            s.add(f"r{i} = generator.next_seed()._value  # a fresh seed")
+        replay.append(f"r{i}")
+        args.append(f"r{i}" if kind is Role.SEED else f"r{i}._value")
+    if args:
+        s.add(f"{', '.join(f'v{i}' for i in range(len(args)))}, = {', '.join(args)},")
+    if binding is not None:
+        block(CallBlock.SYMBOLS)
+        s.ns["read"] = binding.values
+        s.add("if values is None:  # (the caller checked the shape guards for these sizes)",
+              "    values = read(leaves)")
+    names = binding.names if binding is not None else ()
+
+    def sym_arg(which):
+        syms = prog.symbols(which)
+        return [f"({''.join(f'values[{names.index(n)}], ' for n in syms)})"] if syms else []
+
+    def target(kind, x):  # the tensor a mutation writes (or whose .grad it writes)
+        return f"leaves[{x}]" if kind in (Mutation.ARG, Mutation.ARG_GRAD) else s.bind(x, "t")
+
+    need_grad = "need_grad" if has_backward else None
+    if has_backward:
+        s.add("need_grad = _mode.grad_enabled")
+    if any(kind is Mutation.ARG for kind, _ in tr.mutations):
+        block(CallBlock.LEAF_WRITE_CHECK)
+        s.add("if _mode.grad_enabled:", "    prog.check_leaf_writes(leaves)")
+    writes = [(kind, x) for kind, x in tr.mutations if kind in _WRITES]
+
+    # ---- the run, per graph: forward (saves for the backward) or inference
+    arg_roles = prog.arg_roles
+    n_lead = 0  # the leading inputs that are the leading arguments (trusted by specialise)
+    while n_lead < len(tr.roles) and tr.roles[n_lead] == (Role.ARG, n_lead):
+        n_lead += 1
+    copied = set()
+
+    primary = "forward" if has_backward else "inference"  # compiled now; the other on use
+
+    def run_lines(which, indent):
+        def trusted():
+            return prog.compiled_graph(which).plan.runner(trusted=n_lead)
+        if which == primary:
+            run = s.bind(prog.runner(which), f"run_{which}_")
+        else:
+            run = s.bind_lazy(lambda: prog.runner(which), f"run_{which}_")
+        trusted_run = None
+        if n_lead and prog.backend != "interpret" and not prog.observed:
+            trusted_run = s.bind(trusted(), f"run_{which}_trusted") if which == primary \
+                else s.bind_lazy(trusted, f"run_{which}_trusted")
+        vals = ", ".join([f"v{i}" for i in range(len(args))] + sym_arg(which))
+        s.add("if checked:",
+              f"    outs = prog.run_checked({which!r}, [{', '.join(f'v{i}' for i in range(len(args)))}], "
+              f"{'values' if binding is not None else 'None'})",
+              "else:", indent=indent)
+        call_of = f"({trusted_run} if trusted else {run})" if trusted_run else run
+        s.add(f"    outs = {call_of}({vals})", indent=indent)
+        for k in prog.copied_outputs(which):
+            copied.add(k)
+            s.add(f"outs[{k}] = np.array(outs[{k}], copy=True)  # it could share an input's "
+                  f"memory", indent=indent)
+
+    if has_backward:
+        s.add("if need_grad:")
+        if writes:
+            block(CallBlock.SNAPSHOT)
+            s.add(f"    replay = prog.snapshot_written([{', '.join(replay)}], leaves)")
+        run_lines("forward", 2)
+        s.add(f"    saved = outs[{n_fw}:]")
+        if writes:
+            block(CallBlock.UNSHARED_SAVED)
+            s.ns["unshare"] = _unshare
+            s.add(f"    saved = unshare(saved, [{', '.join(target(k, x) + '._value' for k, x in writes)}])")
         if binding is not None:
-            if values is None:
-                values = binding.values(leaves)
-            vals += prog.symbol_args("forward", values)
-        outs = (run_trusted if trusted else run_fw)(*vals)
-        saved = outs[n_fw:]
-        outs = [make(outs[0])] if single else [make(v) for v in outs[:n_out]]
-        if diff_outs:
-            diff_inputs = [replay[j] for j in diff_pos]
-            prog.first_call_state(diff_inputs, outs)
-            if binding is None:
-                avals = plan.avals
-            else:  # shapes vary per call; the backward gets the forward's symbol values
-                saved = list(saved) + [values]
-                avals = ([Aval(t._value.shape, t.dtype) for t in diff_inputs],
-                         [Aval(outs[k]._value.shape, outs[k].dtype) for k in diff_outs])
-            for t in diff_inputs:
-                if t.grad_fn is not None:  # a non-leaf input: its edge is fixed now
-                    node = CompiledBackward(prog, saved, diff_inputs, *avals, replay)
-                    break
+            s.add("    saved = [*saved, values]  # the backward gets the forward's sizes")
+        s.add("else:")
+        run_lines("inference", 2)
+    else:
+        run_lines("inference", 1)
+    if copied:
+        block(CallBlock.COPIED_OUTPUTS)
+    if not writes:
+        replay_expr = f"[{', '.join(replay)}]"
+    else:
+        replay_expr = "replay"
+
+    # ---- what the program wrote, in the order it did
+    for j, (kind, x) in enumerate(tr.mutations):
+        value = f"outs[{n_tensor + j}]"
+        if kind in _GRAD_WRITES:
+            block(CallBlock.GRAD_WRITES)
+            s.ns["write_grad"] = write_grad
+            s.add(f"write_grad({target(kind, x)}, {value})")
+        elif kind is Mutation.ESCAPE:  # a tensor the function stored away: made concrete
+            block(CallBlock.ESCAPES)
+            t = target(kind, x)
+            s.add(f"{t}._value, {t}.grad_fn, {t}._requires_grad = {value}, None, False",
+                  f"{t}._version_counter.v += 1")
+        else:
+            block(CallBlock.WRITE_BACK)
+            s.ns["write_back"] = write_back
+            s.add(f"write_back({target(kind, x)}, {value})")
+    for kind, x in tr.grad_clears:
+        block(CallBlock.GRAD_CLEARS)
+        s.ns["write_grad"] = write_grad
+        s.add(f"write_grad({target(kind, x)}, None)")
+
+    # ---- the outputs
+    outs, k_t = [], 0
+    returned = dict(prog.returned_args)
+    for k, (is_t, const) in enumerate(zip(tr.out_is_tensor, tr.out_leaves)):
+        if k in returned:  # an argument written in place and returned: itself
+            block(CallBlock.RETURNED_ARGS)
+            s.add(f"out{k} = leaves[{returned[k]}]")
+        elif is_t:
+            s.add(f"out{k} = make(outs[{k_t}])")
+        else:
+            block(CallBlock.CONSTANT_OUTPUTS)
+            s.add(f"out{k} = {s.bind(const, 'const')}")
+        k_t += is_t
+        outs.append(f"out{k}")
+    written_args = {x for kind, x in tr.mutations if kind is Mutation.ARG}
+    for i in tr.retained_args:  # retain_grad() on an argument inside: on the caller's tensor
+        block(CallBlock.RETAINED_ARGS)
+        if i in written_args:  # written in place: its new value's (the node's slot, below)
+            s.add(f"leaves[{i}]._retains_grad = True")
+        else:
+            s.add(f"if leaves[{i}].requires_grad and leaves[{i}].grad_fn is not None:",
+                  f"    leaves[{i}].retain_grad()")
+
+    # ---- the node of the differentiable outputs (and of written tensors with history)
+    if has_backward and diff_outs:
+        s.add("if need_grad:")
+        diff = []
+        for j, (kind, x) in enumerate(tr.diff_roles):
+            diff.append(f"d{j}")
+            s.add(f"    d{j} = {f'leaves[{x}]' if kind is Role.ARG else s.bind(x, 'lifted')}")
+        diff_list = f"[{', '.join(diff)}]"
+        if binding is None:
+            s.ns["in_avals"], s.ns["out_avals"] = plan.avals
+        else:
+            s.ns["avals_cache"], s.ns["avals_at"] = plan._avals_at, plan.avals_at
+            s.add("    in_avals, out_avals = avals_cache.get(values) or avals_at(values)")
+        if tr.written_grads:
+            block(CallBlock.WRITTEN_NODE)
+            s.ns["Written"] = _WrittenBackward
+            s.add(f"    node = Written(prog, saved, {diff_list}, in_avals, out_avals, "
+                  f"{replay_expr})")
+        else:
+            block(CallBlock.NODE)
+            s.ns.update(Full=CompiledBackward, new_node=_CallBackward.__new__,
+                        Node=_CallBackward, seq=next_sequence_nr)
+            non_leaf = " or ".join(f"{d}.grad_fn is not None" for d in diff)
+            s.add(f"    if checked or {non_leaf}:  # edges fixed now (a non-leaf input)",
+                  f"        node = Full(prog, saved, {diff_list}, in_avals, out_avals, "
+                  f"{replay_expr})",
+                  "    else:  # edges to the leaves made when something asks for them")
+            if writes:
+                versions = [f"replay[{i}]._version_counter.v" if kind is not Role.SEED
+                            else "None" for i, (kind, _) in enumerate(tr.roles)]
             else:
-                node = leaf_node(saved, diff_inputs, replay, *avals) if binding is not None \
-                    else leaf_node(saved, diff_inputs, replay)
-            for nr, k in enumerate(diff_outs):
-                o = outs[k]
-                o._requires_grad, o.grad_fn, o._output_nr = True, node, nr
-        return outs[0] if single else unflatten(out_tree, outs)
-    plan.call = call
+                versions = [f"r{i}._version_counter.v" if kind is not Role.SEED else "None"
+                            for i, (kind, _) in enumerate(tr.roles)]
+            s.lines += _node_lines("saved", diff_list, replay_expr,
+                                   f"[{', '.join(versions)}]", indent="            ")
+        targets = outs + [target(kind, x) for kind, x in tr.mutations]
+        for nr, k in enumerate(diff_outs):
+            # (an argument returned as is comes again later, as a tensor written in place:
+            # its last slot is the one its gradient flows into)
+            t = targets[k]
+            s.add(f"    {t}._requires_grad, {t}.grad_fn, {t}._output_nr = True, node, {nr}")
+        for nr, k in enumerate(diff_outs):
+            if k >= n_flat:
+                # a tensor written in place that retains its grad keeps retaining, as
+                # eagerly: .grad is the gradient of the new value
+                t = targets[k]
+                s.ns["weakref_to"] = weakref.ref
+                s.add(f"    if {t}._retains_grad and {t}._output_nr == {nr}:",
+                      f"        node._set_retain_grad({nr}, weakref_to({t}))")
+    if single:
+        s.add(f"return {outs[0]}")
+    else:
+        s.ns.update(unflatten=unflatten, out_tree=tr.out_tree)
+        s.add(f"return unflatten(out_tree, [{', '.join(outs)}])")
+    plan.source = "\n".join(s.lines) + "\n"
+    plan.blocks = tuple(blocks)
+    exec(builtins.compile(plan.source, f"<call of {prog.name}>", "exec"), s.ns)
+    plan.call = s.ns["call"]
+
+    # what specialise needs to emit this call inline: nothing but the run and the node
+    identity = arg_roles is not None and arg_roles == list(range(len(arg_roles)))
+    if has_backward and identity and single and diff_outs == [0] and \
+            set(blocks) <= {CallBlock.SYMBOLS, CallBlock.NODE}:
+        run = prog.runner("forward")
+        if n_lead and prog.backend != "interpret":
+            run = prog.compiled_graph("forward").plan.runner(trusted=n_lead)
+        plan.inline = InlineCall(run, diff_pos, n_fw,
+                                 tuple(names.index(n) for n in prog.symbols("forward")))
     return plan
+
+
+def _unshare(saved, written):
+    """Saved arrays that share memory with a tensor about to be written back, copied (the
+    backward must not read what the write-back changes)."""
+    return [np.array(a, copy=True) if isinstance(a, np.ndarray) and
+            any(np.may_share_memory(a, w) for w in written) else a for a in saved]
 
 
 def make_fast_backward(prog, plan):
     """`fast_backward(t, retain_graph) -> bool`, a _CallBackward's `loss.backward()` for
-    this program as straight-line code: False, having done nothing, where the general
-    engine is needed (hooks on the output, its node or a leaf, retain_grad, profiling,
-    anomaly mode, tracing, a freed graph, an input modified in place, a leaf passed twice,
-    an output that is not a floating scalar); else it runs the backward program on the
-    saved values and the implicit gradient and writes the leaves' .grad."""
+    this program as straight-line code. Tensor.backward calls it only where the engine's
+    `fast_path_ok(node)` holds (no hooks or retain_grad on the node, no profiler, anomaly
+    mode off, not tracing); it returns False, having done nothing, where its own conditions
+    fail (a freed graph, hooks or retain_grad on a leaf, a leaf passed twice, an input
+    modified in place, an output that is not a floating scalar); else it runs the backward
+    program on the saved values and the implicit gradient and writes the leaves' .grad."""
     tr = prog.trace
     run, owned = prog.runner("backward"), None
     symbolic = prog.binding is not None  # saved values end with the forward's symbol values
-    if prog.backend != "interpret":
+    if prog.backend != "interpret" and not prog.observed:
         owned = prog.owned_outputs("backward")
         # its inputs: saved values made by the forward program, and implicit_grads'
         # arrays (C-contiguous, writeable, of the program's avals): no input checks
-        if not symbolic:
-            driver = prog.compiled_graph("backward").plan
-            run = driver.runner(trusted=len(driver.in_slots))
+        driver = prog.compiled_graph("backward").plan
+        run = driver.runner(trusted=len(driver.in_slots))
     slots, k = [], 0  # (diff input, backward output, owned) per gradient it makes
     for j, present in enumerate(tr.grad_present):
         if present:
             slots.append((j, k, bool(owned and owned[k])))
             k += 1
     n_saved = len(prog.forward.outputs) - prog.n_fw_outputs
-    n_replay, n_leaves = len(tr.roles), len(tr.diff_roles)
-    g = {"profiling": profiling, "_mode": _mode, "current_builder": current_builder,
-         "plain_leaves": plain_leaves, "run": run, "make": Tensor._make,
+    n_leaves = len(tr.diff_roles)
+    g = {"plain_leaves": plain_leaves, "run": run, "make": Tensor._make,
          "accumulate_array": accumulate_array, "prog": prog, "plan": plan}
     saved = [f"s{i}" for i in range(n_saved)]
-    g_out = prog.trace.graph.outputs
-    out_static = all(is_static_shape(g_out[k].shape) for k in tr.diff_outs)
+    diff_out_vars = plan._diff_vars[1]
+    out_static = all(is_static_shape(v.shape) for v in diff_out_vars)
     # a symbolic program's backward takes the forward's symbol values, as one tuple
-    bw_symbols = "(" + "".join(f"values[{s!r}], " for s in prog.symbols("backward")) + ")" \
-        if symbolic and prog.symbols("backward") else None
-    if symbolic and not (out_static and len(tr.diff_outs) == 1):
-        # the output shapes are the call's: the implicit grads per shapes
-        get_grads = ["    grads = plan.implicit_grads(t._output_nr, node._out_avals)",
-                     "    if grads is False:", "        return False"]
-        if len(tr.diff_outs) > 1:
-            get_grads.append(f"    reach = prog.grads_reached([i == t._output_nr for i in "
-                             f"range({len(tr.diff_outs)})])")
-        grad_args = ["*grads"] + ([bw_symbols] if bw_symbols else [])
-    elif len(tr.diff_outs) == 1:
-        # (a symbolic program's one output of a static shape: its grads made once)
-        grads = plan.implicit_grads(0, [Aval(g_out[k].shape, g_out[k].dtype)
-                                        for k in tr.diff_outs] if symbolic else None)
-        if grads is False:
-            return _no_fast_backward
-        g.update({f"g{i}": a for i, a in enumerate(grads)})
-        get_grads, grad_args = [], [f"g{i}" for i in range(len(grads))]
-        if bw_symbols:
-            grad_args.append(bw_symbols)
-    else:
-        # the other outputs get no gradient: a leaf only they reach gets no .grad
-        get_grads = ["    grads = plan.implicit_grads(t._output_nr)",
-                     "    if grads is False:", "        return False",
-                     f"    reach = prog.grads_reached([i == t._output_nr for i in "
-                     f"range({len(tr.diff_outs)})])"]
-        grad_args = ["*grads"]
+    names = prog.binding.names if symbolic else ()
+    bw_symbols = "(" + "".join(f"values[{names.index(n)}], " for n in prog.symbols("backward")) \
+        + ")" if symbolic and prog.symbols("backward") else None
     lines = [
         "def fast_backward(t, retain_graph):",
         "    node = t.grad_fn",
-        "    if node._saved_arrays is None or not plain_leaves(node._leaves):",
-        "        return False"] + get_grads
-    if n_replay:
-        lines += [f"    {''.join(f'r{i}, ' for i in range(n_replay))}= node._replay",
-                  "    v = node._versions",
-                  "    if " + " or ".join(f"r{i}._version_counter.v != v[{i}]"
-                                        for i in range(n_replay)) + ":",
-                  "        return False  # modified in place: the general path raises"]
+        "    saved = node._saved_arrays",
+        "    if saved is None or not plain_leaves(node._leaves):",
+        "        return False"]
     if n_saved or symbolic:
-        lines.append(f"    {''.join(f'{s}, ' for s in saved)}"
-                     f"{'values, ' if symbolic else ''}= node._saved_arrays")
+        lines.append(f"    {''.join(f'{a}, ' for a in saved)}"
+                     f"{'values, ' if symbolic else ''}= saved")
+    if len(tr.diff_outs) == 1 and (not symbolic or out_static):
+        # one differentiable output of a static shape: its implicit grads made once
+        grads = plan.implicit_grads(0, None) if not symbolic else _static_grads(diff_out_vars)
+        if grads is False:
+            return _no_fast_backward
+        g.update({f"g{i}": a for i, a in enumerate(grads)})
+        grad_args = [f"g{i}" for i in range(len(grads))]
+    else:
+        lines += [f"    grads = plan.implicit_grads(t._output_nr{', values' if symbolic else ''})",
+                  "    if grads is False:", "        return False"]
+        if len(tr.diff_outs) > 1:
+            # the other outputs get no gradient: a leaf only they reach gets no .grad
+            lines.append(f"    reach = prog.grads_reached([i == t._output_nr for i in "
+                         f"range({len(tr.diff_outs)})])")
+        grad_args = ["*grads"]
+    if bw_symbols:
+        grad_args.append(bw_symbols)
+    checked = [i for i, (kind, _) in enumerate(tr.roles) if kind is not Role.SEED]
+    if checked:
+        lines += ["    replay, v = node._replay, node._versions",
+                  "    if " + " or ".join(f"replay[{i}]._version_counter.v != v[{i}]"
+                                        for i in checked) + ":",
+                  "        return False  # modified in place: the general path raises"]
     lines += [f"    outs = run({', '.join(saved + grad_args)})",
               "    if not retain_graph:",
               "        node._release()",
@@ -311,22 +548,17 @@ def make_fast_backward(prog, plan):
     return fast_backward
 
 
-class _CallBackward(CompiledBackward):
-    """The grad_fn the specialised call path gives a compiled function's outputs when every
-    differentiable input is a leaf. It is made without Node.__init__, and its edges (an
-    AccumulateGrad per leaf) only when something reads `next_functions` (the general engine,
-    a user walking the graph). A plain `loss.backward()` runs the backward program and
-    accumulates into the leaves' .grad directly: `_fast_backward`, set per node to its
-    program's make_fast_backward()."""
-
-    @functools.cached_property
-    def next_functions(self):
-        return tuple((t._grad_accumulator(), 0) for t in self._leaves)
+def _static_grads(out_vars):
+    """The implicit grads of a symbolic program's one differentiable output when its shape
+    is static (a loss): made once."""
+    a = out_vars[0]
+    if math.prod(a.shape) != 1 or not a.dtype.is_floating_point:
+        return False
+    return [np.ones(a.shape, a.dtype.np)]
 
 
 def _no_fast_backward(t, retain_graph):
     return False
-
 
 
 def _shape_check(name, shape):
@@ -341,11 +573,12 @@ def _shape_check(name, shape):
 def specialise(key, prog):
     """`call(args) -> output, or MISS`: the program's call specialised to one guard key, as
     straight-line code over the arguments. It runs the program only where
-    `_tensor_args_key(args, None) == key` (and the lifted guards hold), and every argument's
-    array is C-contiguous, aligned and writeable, so the forward driver skips its input
-    checks. For a single-output loss of leaf parameters (the common training step) it also
-    makes the output and its _CallBackward inline. MISS sends the call to the full lookup,
-    which decides (and warns, recompiles) as before."""
+    `_tensor_args_key(args, None) == key` (and the lifted guards hold, and a symbolic
+    program's shape guards), and every argument's array is C-contiguous, aligned and
+    writeable, so the forward driver skips its input checks. For a single-output loss of
+    leaf parameters (the common training step) it also makes the output and its
+    _CallBackward inline, with static or symbolic sizes. MISS sends the call to the full
+    lookup, which decides (and warns, recompiles) as before."""
     grad_enabled, n, specs = key[0], key[1], key[2:]
     if specs and specs[-1][0] == "A":  # arguments that alias: the full lookup each call
         return None
@@ -377,27 +610,38 @@ def specialise(key, prog):
                   f" != {n} or aliases_lifted(prog, args) is not None:",
                   "        return MISS"]
     plan = prog.call_plan()
-    inline = plan.inline if plan.call is not None and grad_enabled else None
+    inline = plan.inline if grad_enabled else None
+    values = ""
     if prog.binding is not None:
         # symbolic sizes (None in the key): read once here, with the shape guards
         g["read"] = prog.binding.values
-        lines += ["    values = read(args)", "    if values is None:", "        return MISS",
-                  "    return prog(args, True, values)"]
-    elif inline is None:
-        lines.append("    return prog(args, True)")
+        lines += ["    values = read(args)", "    if values is None:", "        return MISS"]
+        values = ", values"
+    if inline is None:
+        lines.append(f"    return prog(args, True{values})")
     else:
         leaves = [f"a{j}" for j in inline.diff_pos]
         g.update(run=inline.run, make=Tensor._make, new_node=_CallBackward.__new__,
-                 Node=_CallBackward, seq=next_sequence_nr, in_avals=plan.avals[0],
-                 out_avals=plan.avals[1], plan=plan)
+                 Node=_CallBackward, seq=next_sequence_nr, plan=plan)
+        run_args = [f"v{i}" for i in range(n)]
+        if inline.symbols:
+            run_args.append("(" + "".join(f"values[{i}], " for i in inline.symbols) + ")")
         lines += [
-            "    if " + GENERAL_PATH_NEEDED + " or "
+            "    if " + CHECKS_NEEDED + " or "
             + " or ".join(f"{a}.grad_fn is not None" for a in leaves) + ":",
-            "        return prog(args, True)  # the general path",
-            f"    outs = run({', '.join(f'v{i}' for i in range(n))})",
-            "    out = make(outs[0])"] + _node_lines(
-                f"outs[{inline.n_fw}:]", f"[{', '.join(leaves)}]", "args",
-                f"[{', '.join(f'a{i}._version_counter.v' for i in range(n))}]") + [
+            f"        return prog(args, True{values})  # the checked run, or edges fixed now",
+            f"    outs = run({', '.join(run_args)})",
+            "    out = make(outs[0])"]
+        if prog.binding is None:
+            g["in_avals"], g["out_avals"] = plan.avals
+            saved = f"outs[{inline.n_fw}:]"
+        else:  # per set of sizes, made once; the backward gets the forward's sizes
+            g["avals_cache"], g["avals_at"] = plan._avals_at, plan.avals_at
+            lines.append("    in_avals, out_avals = avals_cache.get(values) or avals_at(values)")
+            saved = f"[*outs[{inline.n_fw}:], values]"
+        lines += _node_lines(
+            saved, f"[{', '.join(leaves)}]", "args",
+            f"[{', '.join(f'a{i}._version_counter.v' for i in range(n))}]") + [
             "    out._requires_grad = True",
             "    out.grad_fn = node",
             "    return out"]
@@ -406,4 +650,3 @@ def specialise(key, prog):
     call = g["call"]
     call.program, call.source = prog, source
     return call
-

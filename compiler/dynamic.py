@@ -165,13 +165,25 @@ class SymbolicPrograms(list):
 class SymbolBinding:
     """How a symbolic program reads its symbol values off a call: `define`, per symbol, the
     (leaf index, dim) of the argument it was made for (each input dim its own symbol); the
-    trace's ShapeEnv, whose guards (relations between symbols, specialisations) must hold."""
+    trace's ShapeEnv, whose guards (relations between symbols, specialisations) must hold.
+    A call's values are a tuple in `names` order (hashable: what is made once per set of
+    sizes is kept under it)."""
     env: object
     define: list
     _read: object = None
 
+    @property
+    def names(self):
+        """The symbols' names, in the order of a call's values."""
+        return tuple(name for _, _, name in self.define)
+
+    def as_dict(self, values):
+        """{symbol: value} of a call's values tuple."""
+        return dict(zip(self.names, values))
+
     def values(self, leaves):
-        """{symbol: value} for a call's flattened arguments, or None where a guard fails."""
+        """The symbol values (a tuple) of a call's flattened arguments, or None where a
+        guard fails."""
         read = self._read
         if read is None:
             read = self._read = self._make_read()
@@ -186,8 +198,7 @@ class SymbolBinding:
                       "        return None"]
         for g in self.env.guards:
             lines += [f"    if not ({g.source()}):", "        return None"]
-        lines.append("    return {" + ", ".join(f"{name!r}: {name}"
-                                              for _, _, name in self.define) + "}")
+        lines.append("    return (" + "".join(f"{name}, " for _, _, name in self.define) + ")")
         ns = {}
         exec(compile("\n".join(lines) + "\n", "<symbol values and shape guards>", "exec"),
              ns)

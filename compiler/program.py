@@ -1,10 +1,9 @@
 """Program: one compiled specialisation of a function (its joint, forward, backward and
-inference graphs, the partition, their compiled runners) and the general call that runs it
-with any roles, in-place writes, .grad writes, profiling and anomaly mode."""
+inference graphs, the partition, their compiled runners). Its calls take the one call path
+generated from its trace (compiler/call.py: the CallPlan), whatever the program does."""
 import dataclasses
 import os
 import threading
-import weakref
 
 import numpy as np
 
@@ -12,17 +11,13 @@ from aotgrad.compiler import call, guards
 from aotgrad.compiler.dynamic import SymbolBinding
 from aotgrad.ir.core import graph_symbols as symbols_of
 from aotgrad.ir import passes
-from aotgrad.ir.core import Aval
 from aotgrad.ir.partition import partition
 from aotgrad.ir.printer import HEADER, format_graph
 from aotgrad.ir.tags import Tag
 from aotgrad.runtime import profiling
-from aotgrad.runtime.engine import _checked_hook_result, accumulate_retained
-from aotgrad.runtime.compiled_backward import CompiledBackward, check_nan, write_back, write_grad
-from aotgrad.runtime.factories import default_generator
+from aotgrad.runtime.compiled_backward import check_nan
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.tensor import Tensor
-from aotgrad.tracer.pytree import unflatten
 from aotgrad.tracer.trace_result import Mutation, Role
 
 
@@ -55,6 +50,35 @@ def _runner(graph, backend, name, trusted=0, symbols=()):
 
 
 _PREPARE_LOCK = threading.RLock()  # a program's lazy compile steps (rare: only on first use)
+
+
+def _evaluate_reporting(graph, args, ready):
+    """ir.core.evaluate of `graph` (fixed sizes), calling `ready(k, array)` with output k
+    right after the node that makes it (an input returned as it is: before the first)."""
+    from aotgrad.ir.core import located_error
+    at = {}
+    for k, v in enumerate(graph.outputs):
+        at.setdefault(v, []).append(k)
+    env = dict(zip(graph.inputs, args))
+
+    def report(vs):
+        for v in vs:
+            for k in at.get(v, ()):
+                o = env[v]
+                ready(k, o if type(o) is np.ndarray else np.asarray(o))
+    report(graph.inputs)
+    for n in graph.nodes:
+        try:
+            outs = n.prim.impl(*[env[v] for v in n.inputs], **n.params)
+        except Exception as e:
+            located = located_error(e, n)
+            if located is e:
+                raise
+            raise located from None
+        env.update(zip(n.outputs, outs if n.prim.multiple_results else (outs,)))
+        report(n.outputs)
+    return [env[v] if type(env[v]) is np.ndarray else np.asarray(env[v])
+            for v in graph.outputs]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -108,11 +132,9 @@ class Program:
         self._reached, self._grad_deps = {}, None
         self._kernels = {}
         self._owned = {}
-        self._accumulators = None
-        self._avals = None
         self._plan = None        # the CallPlan (call.make_plan), made on first call
         self._state_check = None  # guards.make_state_check(trace), made on first use
-        self.observed = False    # observe(): every call takes the general path
+        self.observed = False    # observe(): the runners report to a callback
         # per input, the index of the argument it is, when every input is one (the common case)
         self.arg_roles = [x for _, x in tr.roles] if all(k is Role.ARG for k, _ in tr.roles) \
             else None
@@ -131,9 +153,13 @@ class Program:
         return syms
 
     def symbol_args(self, which, values):
-        """The trailing arguments of graph `which`'s callable for symbol `values`."""
+        """The trailing arguments of graph `which`'s callable for symbol `values` (a tuple
+        in the binding's order, as SymbolBinding.values reads them)."""
         syms = self.symbols(which)
-        return (tuple(values[s] for s in syms),) if syms else ()
+        if not syms:
+            return ()
+        names = self.binding.names
+        return (tuple(values[names.index(s)] for s in syms),)
     # ---- running ------------------------------------------------------------------------
     def runner(self, which):
         """`run(*arrays) -> arrays` of graph `which` (compiled on first use)."""
@@ -184,10 +210,10 @@ class Program:
         """Call `callback(which, inputs, outputs)` after each run of the compiled graphs
         ("forward", "backward", "inference"; arrays as the program got and made them).
         For testing (aotgrad.testing's kernel bisection): install before the first call. The
-        program then takes the general call path, which runs every graph through its runner."""
+        program's call is then made again, through the observed runners only."""
         self.build()
         self.observed = True
-        self._plan = None  # (made again: the general call, through the observed runners)
+        self._plan = None  # (made again: every graph run through its observed runner)
         for which, run in list(self._runners.items()):
             def observed(*args, _run=run, _which=which):
                 outs = _run(*args)
@@ -223,6 +249,7 @@ class Program:
         g = getattr(self, which)
         if values is None or self.binding is None:
             return g
+        values = self.binding.as_dict(values)
         from aotgrad.ir.core import Eqn, Graph, evaluate_params
         return Graph(g.inputs, [Eqn(n.prim, n.inputs, n.outputs, evaluate_params(n.params, values),
                                     n.provenance) for n in g.nodes], g.outputs, g.name)
@@ -251,6 +278,38 @@ class Program:
 
     def run_backward(self, args):
         return self.runner("backward")(*self._backward_args(args))
+
+    def run_checked(self, which, inputs, values):
+        """Run graph `which` ("forward" or "inference") on `inputs` (the call's arrays) with
+        what the call checks where CHECKS_NEEDED holds: each kernel an event of the active
+        profilers, anomaly mode's NaN check (naming the node that made the first NaN)."""
+        inputs = list(inputs) + list(self.symbol_args(which, values)) \
+            if values is not None else list(inputs)
+        if profiling._profilers:
+            with profiling.record(f"{self.name}.{which}", kind="kernel"):
+                outs = self.run_profiled(which, inputs)
+        else:
+            outs = self.runner(which)(*inputs)
+        if _mode.anomaly and _mode.anomaly_check_nan:
+            n = len(inputs) - (1 if values is not None and self.symbols(which) else 0)
+            check_nan(self.concrete_graph(which, values), inputs[:n], outs,
+                      f"{self.name}.{which}")
+        return outs
+
+    def reports_backward(self):
+        """Whether run_backward_reporting can hand out each gradient as soon as it is
+        computed: a program of fixed sizes (compiled, or interpreted), not observed."""
+        return self.binding is None and not self.observed
+
+    def run_backward_reporting(self, args, ready):
+        """run_backward, also calling `ready(k, array)` with each gradient k as soon as the
+        program has computed it (the backward's compiled driver with its reports,
+        codegen's Plan.reporting_runner; interpreted: after the node that makes it)."""
+        kern = self.compiled_graph("backward")
+        if kern is None:
+            return _evaluate_reporting(self.backward, args, ready)
+        trusted = len(self.forward.outputs) - self.n_fw_outputs
+        return kern.plan.reporting_runner(trusted)(*args, ready)
 
     def run_profiled(self, which, inputs):
         """Run graph `which` through its instrumented driver, reporting each kernel, matrix
@@ -371,108 +430,13 @@ class Program:
         """Run on the call's flattened inputs; `trusted`: they are the arguments themselves,
         all tensors whose arrays passed the guard's checks (see call.specialise); `values`:
         a symbolic program's symbol values, where the caller read them already."""
-        fast = (self._plan or self.call_plan()).call
-        if fast is not None and not call.general_path_needed():
-            return fast(leaves, trusted, values)
-        return self._call(leaves, values)
+        return (self._plan or self.call_plan()).call(leaves, trusted, values)
 
-    def _call(self, leaves, values=None):
-        """The general call: any roles, mutations, .grad writes, profiling, anomaly mode."""
-        tr = self.trace
-        if self.arg_roles is not None:  # every input is an argument (the common case)
-            replay = [leaves[i] for i in self.arg_roles]
-            inputs = [t._value for t in replay]
-        else:
-            inputs, replay = [], []
-            for kind, x in tr.roles:
-                if kind is Role.ARG:
-                    t = leaves[x]
-                elif kind is Role.LIFTED:
-                    t = x
-                else:
-                    t = default_generator.next_seed()
-                inputs.append(t._value)
-                replay.append(t if kind is not Role.SEED else t._value)
-        if _mode.grad_enabled and tr.mutations:
-            self._check_leaf_writes(leaves)
-            if self.has_backward:
-                replay = self._snapshot_written(replay, leaves)
-        need_grad = self.has_backward and _mode.grad_enabled
-        which = "forward" if need_grad else "inference"
-        extra = ()
-        if self.binding is not None:  # (the lookup checked the guards for these sizes)
-            if values is None:
-                values = self.binding.values(leaves)
-            extra = self.symbol_args(which, values)
-        if profiling._profilers:
-            with profiling.record(f"{self.name}.{which}", kind="kernel"):
-                outs = self.run_profiled(which, list(inputs) + list(extra))
-        else:
-            outs = self.runner(which)(*inputs, *extra)
-        if _mode.anomaly and _mode.anomaly_check_nan:
-            check_nan(self.concrete_graph(which, values), inputs, outs, f"{self.name}.{which}")
-        fw, saved = outs[:self.n_fw_outputs], (outs[self.n_fw_outputs:] if need_grad else None)
-        n_tensor_outs = tr.layout.n_tensor_outputs
-        copies = self.copied_outputs(which)
-        if copies:
-            fw = list(fw)
-            for i in copies:
-                fw[i] = np.array(fw[i], copy=True)
-        if tr.mutations and saved:  # the backward must not read what the write-back changes
-            saved = _unshare(saved, [leaves[x]._value if kind is Mutation.ARG else x._value
-                                     for kind, x in tr.mutations if kind in _WRITES])
-        if saved is not None and values is not None:
-            saved = list(saved) + [values]  # the backward gets the forward's symbol values
-        for (kind, x), value in zip(tr.mutations, fw[n_tensor_outs:]):
-            if kind in _GRAD_WRITES:
-                write_grad(leaves[x] if kind is Mutation.ARG_GRAD else x, value)
-            elif kind is Mutation.ESCAPE:  # a tensor the function stored away: make it concrete
-                x._value, x.grad_fn, x._requires_grad = value, None, False
-                x._version_counter.v += 1
-            else:
-                write_back(leaves[x] if kind is Mutation.ARG else x, value)
-        for kind, x in tr.grad_clears:
-            write_grad(leaves[x] if kind is Mutation.ARG_GRAD else x, None)
-        vals = iter(fw[:n_tensor_outs])
-        outs = [Tensor._make(next(vals)) if is_t else const
-                for is_t, const in zip(tr.out_is_tensor, tr.out_leaves)]
-        for k, x in self.returned_args:  # an argument written in place and returned: itself
-            outs[k] = leaves[x]
-        for i in tr.retained_args:  # retain_grad() on an argument inside: on the caller's tensor
-            t = leaves[i]
-            if any(kind is Mutation.ARG and x == i for kind, x in tr.mutations):
-                t._retains_grad = True   # written in place: its new value's (see below)
-            elif t.requires_grad and t.grad_fn is not None:
-                t.retain_grad()
-        if need_grad and tr.diff_outs:
-            diff_inputs = [leaves[x] if kind is Role.ARG else x for kind, x in tr.diff_roles]
-            # after the outputs, the tensors written in place whose new value has history:
-            # rebased onto the node (made first, so its edges keep their old history)
-            targets = outs + [leaves[x] if kind is Mutation.ARG else x for kind, x in tr.mutations]
-            self.first_call_state(diff_inputs, targets)
-            avals = self._avals
-            if values is not None:  # shapes vary per call
-                avals = ([Aval(t._value.shape, t.dtype) for t in diff_inputs],
-                         [Aval(targets[k]._value.shape, targets[k].dtype) for k in tr.diff_outs])
-            node = (_WrittenBackward if tr.written_grads else CompiledBackward)(
-                self, saved, diff_inputs, *avals, replay)
-            for nr, k in enumerate(tr.diff_outs):
-                # (an argument returned as is comes again later, as a tensor written in place:
-                # its last slot is the one its gradient flows into)
-                t = targets[k]
-                t._requires_grad, t.grad_fn, t._output_nr = True, node, nr
-            for nr, k in enumerate(tr.diff_outs):
-                t = targets[k]
-                if t._retains_grad and k >= len(outs) and t._output_nr == nr:
-                    # keeps retaining, as eagerly: .grad is the gradient of the new value
-                    node._set_retain_grad(nr, weakref.ref(t))
-        return outs[0] if tr.out_tree is None else unflatten(tr.out_tree, outs)
-
-    def _snapshot_written(self, replay, leaves):
+    def snapshot_written(self, replay, leaves):
         """The call's inputs as the backward replays them (create_graph): a tensor the
         program writes back is replaced by a copy of its value now, with its history now."""
         written = {id(leaves[x] if kind is Mutation.ARG else x) for kind, x in self.trace.mutations
-                   if kind in _WRITES}
+                   if kind in (Mutation.ARG, Mutation.LIFTED)}
         out = []
         for t in replay:
             if isinstance(t, Tensor) and id(t) in written:
@@ -482,7 +446,7 @@ class Program:
             out.append(t)
         return out
 
-    def _check_leaf_writes(self, leaves):
+    def check_leaf_writes(self, leaves):
         """The trace saw a non-leaf (or a tensor that needs no grad) where this call passes a
         leaf that requires grad: writing it in place is the error it is eagerly."""
         for kind, x in self.trace.mutations:
@@ -490,19 +454,6 @@ class Program:
                 raise RuntimeError(
                     f"a leaf Variable that requires grad is being used in an in-place operation "
                     f"(compiled function {self.name} writes argument {x} in place).")
-
-    def first_call_state(self, diff_inputs, outs):
-        """On the first call with a gradient: keep the lifted leaves' AccumulateGrad nodes,
-        and note the avals of the differentiable inputs and outputs."""
-        if self._accumulators is not None:
-            return
-        tr = self.trace
-        if self._accumulators is None:  # keep the lifted leaves' AccumulateGrad nodes
-            self._accumulators = [t._grad_accumulator() for kind, t in tr.diff_roles
-                                  if kind is Role.LIFTED and t.grad_fn is None]
-        if self._avals is None:  # shapes and dtypes are fixed per program (guards)
-            self._avals = ([Aval(t._value.shape, t.dtype) for t in diff_inputs],
-                           [Aval(outs[k]._value.shape, outs[k].dtype) for k in tr.diff_outs])
 
     # ---- reading ------------------------------------------------------------------------
     def __str__(self):
@@ -547,10 +498,6 @@ class Program:
                          self._kernels.items() if k is not None and hasattr(k, "report"))
 
 
-_WRITES = (Mutation.ARG, Mutation.LIFTED)          # a tensor's value written back
-_GRAD_WRITES = (Mutation.GRAD, Mutation.ARG_GRAD)  # a tensor's .grad written
-
-
 def _input_key(kind, x):
     """A differentiated input's identity among the roles (an argument index or a tensor)."""
     return (kind, x) if kind is Role.ARG else (kind, id(x))
@@ -575,74 +522,12 @@ class _Grads(list):
     written = ()
 
 
-class _WrittenBackward(CompiledBackward):
-    """The grad_fn of a call that wrote tensors in place whose new values have history.
-    Eagerly such a tensor's retain_grad() and hooks registered after the write see the
-    gradient of its new value: what reaches it from outside and from its uses inside the
-    function after the write. The compiled backward returns that gradient; this node gives it
-    to them (a hook's replacement flows on to the inputs, as eagerly), in place of the
-    engine, which would see only the part from outside."""
-
-    def __init__(self, program, *args):
-        super().__init__(program, *args)
-        self._written = {nr: j for j, nr in enumerate(program.trace.written_grads)}
-        self._written_hooks, self._written_retain = {}, {}
-
-    def _set_retain_grad(self, output_nr, ref):
-        if output_nr in self._written:
-            self._written_retain[output_nr] = ref
-        else:
-            super()._set_retain_grad(output_nr, ref)
-
-    def _tensor_hooks(self, output_nr):
-        if output_nr in self._written:
-            return self._written_hooks.setdefault(output_nr, [])
-        return super()._tensor_hooks(output_nr)
-
-    def _backward(self, grads):
-        given = [g is not None for g in grads]
-        out = super()._backward(grads)
-        if not (self._written_hooks or self._written_retain):
-            return list(out)
-        totals, grads = list(out.written), list(out)
-        slots = [nr for nr, reached in zip(self._written, self.program.written_reached(given))
-                 if reached]
-        for i, nr in enumerate(reversed(slots)):  # later writes first, as a backward goes
-            j = self._written[nr]
-            g = totals[j]
-            for h in list(self._written_hooks.get(nr, ())):
-                r = h(g)
-                if r is not None:
-                    r = _checked_hook_result(h, g, r)
-                    if r is not g:  # the replacement flows on (the backward is linear in
-                        tangents = [None] * len(self._out_avals)  # its output grads)
-                        tangents[nr] = r - g
-                        delta = CompiledBackward._backward(self, tangents)
-                        grads = [d if a is None else a if d is None else a + d
-                                 for a, d in zip(grads, delta)]
-                        for nr2 in reversed(slots[:len(slots) - 1 - i]):  # not yet given
-                            j2 = self._written[nr2]
-                            totals[j2] = totals[j2] + delta.written[j2]
-                        g = r
-            ref = self._written_retain.get(nr)
-            t = ref() if ref is not None else None
-            if t is not None and t.grad_fn is self and t._output_nr == nr:
-                accumulate_retained(t, g)
-        return grads
-
-
 def _returned_written_args(tr):
     """[(output index, argument index)]: outputs that are an argument the function wrote in
     place, returned as is. Eagerly such an output is the caller's tensor itself (its memory,
     its new history), so the call returns that tensor rather than a new one."""
     written = {x for kind, x in tr.mutations if kind is Mutation.ARG}
     return [(k, x) for k, x in enumerate(tr.out_args) if x is not None and x in written]
-
-
-def _unshare(saved, written):
-    """Saved arrays that share memory with a tensor about to be written back, copied."""
-    return [np.array(s, copy=True) if isinstance(s, np.ndarray) and
-            any(np.may_share_memory(s, w) for w in written) else s for s in saved]
 
 
 def _restrict(joint, n_primals, n_fw_outputs):

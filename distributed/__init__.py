@@ -28,13 +28,16 @@ from aotgrad.distributed.process_group import (DEFAULT_TIMEOUT, DistBackendError
                                                is_available, is_initialized,
                                                is_mpi_available, new_group)
 from aotgrad.distributed.grad_bucket import GradBucket
+from aotgrad.distributed.object_collectives import (all_gather_object, broadcast_object_list,
+                                                    gather_object, scatter_object_list)
 from aotgrad.distributed.point_to_point import (P2POp, batch_isend_irecv, irecv, isend, recv,
                                                 send)
 from aotgrad.distributed.reduce_op import ReduceOp
 
 __all__ = ["DEFAULT_TIMEOUT", "DistBackendError", "DistError", "GradBucket", "GroupMember",
            "ProcessGroup",
-           "ReduceOp", "Work", "all_gather", "all_gather_into_tensor", "all_reduce",
+           "ReduceOp", "Work", "all_gather", "all_gather_into_tensor", "all_gather_object",
+           "all_reduce", "broadcast_object_list", "gather_object", "scatter_object_list",
            "all_to_all", "all_to_all_single", "barrier", "batch_isend_irecv", "irecv", "isend",
            "P2POp", "recv", "send",
            "broadcast", "destroy_process_group", "gather", "get_backend", "get_global_rank",

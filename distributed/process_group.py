@@ -255,9 +255,10 @@ def _abort_job(exc_type, exc, tb):
         from mpi4py import MPI
         world = MPI.COMM_WORLD
         who = f"rank {world.Get_rank()} of {world.Get_size()}"
-        sys.stderr.write(f"aotgrad.distributed: {who} raised {exc_type.__name__}: {exc}\n")
-        traceback.print_exception(exc_type, exc, tb, file=sys.stderr)
-        sys.stderr.write(f"aotgrad.distributed: {who} aborts the job (MPI_Abort)\n")
+        # one write: the launcher may stop forwarding this rank's output once it aborts
+        sys.stderr.write(f"aotgrad.distributed: {who} raised {exc_type.__name__}: {exc}\n"
+                         + "".join(traceback.format_exception(exc_type, exc, tb))
+                         + f"aotgrad.distributed: {who} aborts the job (MPI_Abort)\n")
         sys.stderr.flush()
     finally:
         MPI.COMM_WORLD.Abort(1)

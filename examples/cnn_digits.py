@@ -16,8 +16,8 @@ import aotgrad.nn.functional as F
 try:
     from _common import Timer, batches, can_compile, load_digits_or_synthetic, progress, split
 except ImportError:
-    from examples._common import (Timer, batches, can_compile, load_digits_or_synthetic,
-                                  progress, split)
+    from aotgrad.examples._common import (Timer, batches, can_compile, load_digits_or_synthetic,
+                                          progress, split)
 
 
 def make_model(channels=8):

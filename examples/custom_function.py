@@ -21,7 +21,7 @@ import aotgrad.nn.functional as F
 try:
     from _common import Timer, can_compile, progress
 except ImportError:
-    from examples._common import Timer, can_compile, progress
+    from aotgrad.examples._common import Timer, can_compile, progress
 
 
 class SquarePlus(aotgrad.autograd.Function):

@@ -26,8 +26,8 @@ try:
     from _common import batches, load_digits_or_synthetic, split
     from train_mlp import make_model
 except ImportError:
-    from examples._common import batches, load_digits_or_synthetic, split
-    from examples.train_mlp import make_model
+    from aotgrad.examples._common import batches, load_digits_or_synthetic, split
+    from aotgrad.examples.train_mlp import make_model
 
 
 def per_batch_ms(fn, reps):

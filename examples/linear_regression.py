@@ -12,8 +12,8 @@ from aotgrad import nn, optim
 
 try:
     from _common import progress
-except ImportError:  # imported as examples.linear_regression
-    from examples._common import progress
+except ImportError:  # imported as aotgrad.examples.linear_regression
+    from aotgrad.examples._common import progress
 
 TRUE_WEIGHT, TRUE_BIAS = 0.7, 0.3
 

@@ -1,13 +1,18 @@
-"""The autograd side of compiled programs: the node whose backward runs a compiled backward graph,
-and an interpreter that runs a Graph with tensor ops (differentiable, for create_graph)."""
+"""The autograd side of compiled programs: the nodes whose backward runs a compiled backward
+graph (CompiledBackward; _CallBackward, its edges made on demand; _WrittenBackward, for
+tensors written in place), and an interpreter that runs a Graph with tensor ops
+(differentiable, for create_graph)."""
+import functools
+
 import numpy as np
 
 from aotgrad.ir.core import first_nan_node
 from aotgrad.runtime import profiling
 from aotgrad.runtime.dispatch import apply
-from aotgrad.runtime.engine import FREED_MESSAGE, Node, SavedTensor, _node_of, fresh, \
-    write_grad  # noqa: F401 (compiler.py imports it from here)
+from aotgrad.runtime.engine import FREED_MESSAGE, Node, SavedTensor, _checked_hook_result, \
+    _node_of, accumulate_retained, fresh, write_grad  # noqa: F401 (the compiler's call imports it)
 from aotgrad.runtime.grad_mode import state as _mode
+from aotgrad.runtime.grad_ready import early_leaves
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.runtime.write_hooks import before_write
 
@@ -59,7 +64,10 @@ class CompiledBackward(Node):
                                           inputs + list(grads))
             return p.scatter_grads(outs[p.n_fw_outputs:], given)
         args = list(self._saved_arrays) + [g._value for g in grads]
-        if profiling._profilers:
+        early = early_leaves(self, p, given)   # leaves whose hooks fire mid-program
+        if early is not None:
+            outs = p.run_backward_reporting(args, early.ready)
+        elif profiling._profilers:
             with profiling.record(f"{p.name}.backward", kind="kernel"):
                 outs = p.run_profiled("backward", args)
         else:
@@ -71,11 +79,82 @@ class CompiledBackward(Node):
             seen = {id(a) for a in args}
             owned = [o.base is None and id(o) not in seen and not seen.add(id(o)) for o in outs]
         grads = [fresh(Tensor._make(o)) if own else Tensor._make(o) for o, own in zip(outs, owned)]
+        if early is not None:
+            return early.drop_delivered(p.scatter_grads(grads, given))
         return p.scatter_grads(grads, given)
 
     def _release(self):
         self._saved_arrays = None
         self._replay = self._versions = ()
+
+
+class _CallBackward(CompiledBackward):
+    """The grad_fn the generated call gives a compiled function's outputs when every
+    differentiable input is a leaf. It is made without Node.__init__, and its edges (an
+    AccumulateGrad per leaf) only when something reads `next_functions` (the general engine,
+    a user walking the graph). A plain `loss.backward()` runs the backward program and
+    accumulates into the leaves' .grad directly: `_fast_backward`, set per node to its
+    program's fast backward (compiler.call.make_fast_backward)."""
+
+    @functools.cached_property
+    def next_functions(self):
+        return tuple((t._grad_accumulator(), 0) for t in self._leaves)
+
+
+class _WrittenBackward(CompiledBackward):
+    """The grad_fn of a call that wrote tensors in place whose new values have history.
+    Eagerly such a tensor's retain_grad() and hooks registered after the write see the
+    gradient of its new value: what reaches it from outside and from its uses inside the
+    function after the write. The compiled backward returns that gradient; this node gives it
+    to them (a hook's replacement flows on to the inputs, as eagerly), in place of the
+    engine, which would see only the part from outside."""
+
+    def __init__(self, program, *args):
+        super().__init__(program, *args)
+        self._written = {nr: j for j, nr in enumerate(program.trace.written_grads)}
+        self._written_hooks, self._written_retain = {}, {}
+
+    def _set_retain_grad(self, output_nr, ref):
+        if output_nr in self._written:
+            self._written_retain[output_nr] = ref
+        else:
+            super()._set_retain_grad(output_nr, ref)
+
+    def _tensor_hooks(self, output_nr):
+        if output_nr in self._written:
+            return self._written_hooks.setdefault(output_nr, [])
+        return super()._tensor_hooks(output_nr)
+
+    def _backward(self, grads):
+        given = [g is not None for g in grads]
+        out = super()._backward(grads)
+        if not (self._written_hooks or self._written_retain):
+            return list(out)
+        totals, grads = list(out.written), list(out)
+        slots = [nr for nr, reached in zip(self._written, self.program.written_reached(given))
+                 if reached]
+        for i, nr in enumerate(reversed(slots)):  # later writes first, as a backward goes
+            j = self._written[nr]
+            g = totals[j]
+            for h in list(self._written_hooks.get(nr, ())):
+                r = h(g)
+                if r is not None:
+                    r = _checked_hook_result(h, g, r)
+                    if r is not g:  # the replacement flows on (the backward is linear in
+                        tangents = [None] * len(self._out_avals)  # its output grads)
+                        tangents[nr] = r - g
+                        delta = CompiledBackward._backward(self, tangents)
+                        grads = [d if a is None else a if d is None else a + d
+                                 for a, d in zip(grads, delta)]
+                        for nr2 in reversed(slots[:len(slots) - 1 - i]):  # not yet given
+                            j2 = self._written[nr2]
+                            totals[j2] = totals[j2] + delta.written[j2]
+                        g = r
+            ref = self._written_retain.get(nr)
+            t = ref() if ref is not None else None
+            if t is not None and t.grad_fn is self and t._output_nr == nr:
+                accumulate_retained(t, g)
+        return grads
 
 
 def check_nan(graph, args, outs, what):

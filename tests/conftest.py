@@ -68,17 +68,11 @@ pytest_plugins = ["pytester"] + ([] if _plugin_autoloads() else ["aotgrad.testin
 
 @pytest.fixture
 def example():
-    """`example(name)`: the module examples/<name>.py (the examples folder is not a package;
-    it is on sys.path for the test only)."""
+    """`example(name)`: the module examples/<name>.py, imported as aotgrad.examples.<name>
+    (the repository root is the package; the examples fall back to that name for their
+    shared `_common` module when they are not run as scripts)."""
     import importlib
-    import sys
-    from repo_paths import REPO_ROOT
-    examples = os.path.join(REPO_ROOT, "examples")
-    sys.path.insert(0, examples)
-    try:
-        yield importlib.import_module
-    finally:
-        sys.path.remove(examples)
+    return lambda name: importlib.import_module(f"aotgrad.examples.{name}")
 
 
 @pytest.fixture(scope="module")

@@ -180,6 +180,7 @@ class DistributedDataParallel(Module):
             raise RuntimeError("register_comm_hook must be called before the first backward "
                                "pass that reduces gradients")
         self.reducer.comm_hook, self.reducer.comm_state = hook, state
+        self.reducer.calls = None   # (a compiled step's all-reduces are the hook's from now)
         self._has_comm_hook = True   # (a module value: compiled steps guard on it)
 
     # ---- Join (uneven inputs): DDP is a joinable ---------------------------------------
@@ -227,15 +228,18 @@ class DistributedDataParallel(Module):
         # learned the unused parameters: from then on the forward does not communicate)
         searching = self.find_unused_parameters or \
             (self.static_graph and not self._static_graph_learned)
-        if tracing and (has_buffers or searching or self._join_config.enable):
+        if tracing:
+            why = self._traced_forward_break(has_buffers, searching)
+            if why is not None:
+                dispatch.graph_break(dispatch.describe_break(
+                    f"DistributedDataParallel.forward in a compiled step: {why}; compile the "
+                    f"module inside it instead, DistributedDataParallel(aotgrad.compile("
+                    f"model))"), None)
+        if tracing and self._has_comm_hook and self.reducer.compiled_average() is None:
             dispatch.graph_break(dispatch.describe_break(
-                "DistributedDataParallel.forward communicates on every call (buffer "
-                "broadcast, the unused-parameter search, or Join): compile the module "
-                "inside it instead, DistributedDataParallel(aotgrad.compile(model))"), None)
-        if tracing and self._has_comm_hook:
-            dispatch.graph_break(dispatch.describe_break(
-                "DistributedDataParallel with a communication hook (register_comm_hook): "
-                "the hook runs eagerly only"), None)
+                "DistributedDataParallel with a communication hook other than "
+                "ddp_comm_hooks' allreduce_hook, fp16_compress_hook and bf16_compress_hook "
+                "(register_comm_hook): the hook runs eagerly only"), None)
         if self._join_config.enable:
             self._join_iteration()
         if has_buffers and self.process_group.size() > 1:
@@ -247,6 +251,25 @@ class DistributedDataParallel(Module):
             self.reducer.unused_at_forward = [i for i, p in enumerate(self.reducer.params)
                                               if id(p) not in reached]
         return out
+
+    def _traced_forward_break(self, has_buffers, searching):
+        """Why this forward cannot be part of a compiled program (None: it can)."""
+        if self._join_config.enable:
+            return ("under Join each iteration first agrees with the ranks that joined (an "
+                    "eager all-reduce) on whether this backward reduces and by how many it "
+                    "divides")
+        if self.find_unused_parameters:
+            return ("with find_unused_parameters=True, which parameters get a gradient "
+                    "depends on what every rank's forward used (its autograd graph, then an "
+                    "all-reduce of the flags), known only when the step runs")
+        if searching:
+            return ("static_graph's first iteration finds the unused parameters eagerly "
+                    "(as find_unused_parameters does); from the second iteration on the "
+                    "step compiles")
+        if has_buffers:
+            return ("the module's buffers are broadcast from rank 0 on every call "
+                    "(broadcast_buffers=True)")
+        return None
 
     @contextlib.contextmanager
     def no_sync(self):

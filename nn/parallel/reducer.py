@@ -232,14 +232,19 @@ class _Reducer:
         from aotgrad.runtime.grad_accumulation import note_grad_write
         builder = current_builder()
         why = None
-        if self.comm_hook is not None:
-            why = "a communication hook (register_comm_hook) runs eagerly only"
+        if self.comm_hook is not None and self.compiled_average() is None:
+            why = ("a communication hook other than ddp_comm_hooks' allreduce_hook, "
+                   "fp16_compress_hook and bf16_compress_hook (register_comm_hook) runs "
+                   "eagerly only")
         elif self.as_view:
-            why = "gradient_as_bucket_view=True keeps .grad in the eager buckets"
+            why = ("gradient_as_bucket_view=True makes each .grad a view of its bucket's "
+                   "buffer, which the .grad a compiled program writes is not")
         elif self.divisor is not None:
             why = "Join's per-iteration divisor is eager state"
         elif any(b.dtype not in (np.float32, np.float64) for b in self.buckets):
-            why = "only float32 and float64 buckets are all-reduced inside a program"
+            why = ("only float32 and float64 buckets are all-reduced inside a program (a "
+                   "16-bit bucket is summed in float32 and rounded eagerly, where a compiled "
+                   "program keeps 16-bit values in float32 between its steps)")
         if why is not None:
             dispatch.graph_break(dispatch.describe_break(
                 f"DistributedDataParallel's gradient all-reduce in a compiled step: {why}"),
@@ -264,14 +269,29 @@ class _Reducer:
                     param._grad = g
             state.release()
 
+    def compiled_average(self):
+        """How a compiled step averages the buckets: DDP's own all-reduce, or the one of a
+        built-in communication hook (BucketAverage); None for another hook."""
+        from aotgrad.distributed.program_collectives import BucketAverage
+        if self.comm_hook is None:
+            return BucketAverage.SUM_THEN_DIVIDE
+        from aotgrad.distributed.algorithms.ddp_comm_hooks import default_hooks as h
+        return {h.allreduce_hook: BucketAverage.DIVIDE_THEN_SUM,
+                h.fp16_compress_hook: BucketAverage.FLOAT16,
+                h.bf16_compress_hook: BucketAverage.BFLOAT16}.get(self.comm_hook)
+
     def program_call(self, i):
         """Bucket i's CollectiveCall (one per bucket: programs never merge two of them)."""
         if self.calls is None:
+            from aotgrad.distributed.process_group import default_group
             from aotgrad.distributed.program_collectives import average_call
             ddp = self.ddp()
+            how = self.compiled_average()
+            # (a built-in hook's state is the process group it averages over)
+            pg = self.pg if self.comm_hook is None else default_group(self.comm_state)
             self.calls = [average_call(
-                self.pg, f"DDP {ddp._serial} bucket {i}: all-reduce (average) of "
-                         f"{b.buffer.size} elements over ranks {self.pg.ranks}")
+                pg, f"DDP {ddp._serial} bucket {i}: all-reduce ({how.value} average) of "
+                    f"{b.buffer.size} elements over ranks {pg.ranks}", how)
                 for i, b in enumerate(self.buckets)]
         return self.calls[i]
 

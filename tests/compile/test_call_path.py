@@ -373,8 +373,8 @@ def test_forward_only_calls_compile_no_backward_and_avals_match_the_tensors():
     cf(x, w)
     prog = cf.ir(x, w)
     assert "forward" in prog._runners and "backward" not in prog._runners
-    assert [(a.shape, a.dtype) for a in prog._avals[0]] == [(w._value.shape, w.dtype)]
-    assert [(a.shape, a.dtype) for a in prog._avals[1]] == [((), ag.float32)]
+    assert [(a.shape, a.dtype) for a in prog.call_plan().avals[0]] == [(w._value.shape, w.dtype)]
+    assert [(a.shape, a.dtype) for a in prog.call_plan().avals[1]] == [((), ag.float32)]
     cf(x, w).backward()
     assert "backward" in prog._runners
     we = w.detach().requires_grad_()

@@ -9,6 +9,7 @@ import pytest
 import aotgrad as ag
 from aotgrad import compiler
 from aotgrad.testing import assert_close
+from aotgrad.compiler.call import CallBlock
 
 
 def test_public_names_resolve_through_the_package_and_the_root():
@@ -123,8 +124,10 @@ def test_the_stages_are_typed_and_printable():
     out, two = cf(x, w, b2)
     assert two == 2 and b2.numpy().tolist() == [1.0] * 5
     prog = cf.ir(x, w, b2)
-    assert prog.call_plan().call is None     # a mutation: the general call
-    assert "general" in str(prog.call_plan())
+    plan = prog.call_plan()  # a mutation and a constant output: blocks of the one call
+    assert plan.call is not None and plan.inline is None
+    assert CallBlock.WRITE_BACK in plan.blocks and CallBlock.CONSTANT_OUTPUTS in plan.blocks
+    assert "write_back(" in str(plan) and "in-place writes written back" in str(plan)
     g = ag.compile(lambda x, w: (x @ w).sum(), backend="interpret")
     g(x, w)
     plan = g.ir(x, w).call_plan()

@@ -166,6 +166,61 @@ def check_collectives():
             assert sum(batches, []) == shards[r]
 
 
+def rank_object(r):
+    """A picklable value that differs per rank, in size too (the byte counts differ)."""
+    return {"rank": r, "name": "x" * (3 * r + 1), "array": np.arange(r + 2.0),
+            "nested": [(r, None), {r * 1.5}]}
+
+
+def same_object(got, want, what):
+    ok = type(got) is type(want) and got.keys() == want.keys() and all(
+        np.array_equal(got[key], want[key]) if key == "array" else got[key] == want[key]
+        for key in want)
+    if not ok:
+        raise AssertionError(f"rank {dist.get_rank()}: {what}: {got!r} != {want!r}")
+
+
+def check_object_collectives():
+    """all_gather_object, broadcast_object_list, gather_object, scatter_object_list: what each
+    rank gets equals what the others passed (objects of different sizes per rank), roots
+    other than rank 0, and their argument errors."""
+    r, k = dist.get_rank(), dist.get_world_size()
+    gathered = [None] * k
+    assert dist.all_gather_object(gathered, rank_object(r)) is None
+    for q in range(k):
+        same_object(gathered[q], rank_object(q), f"all_gather_object from rank {q}")
+    for src in range(k):
+        objs = [rank_object(src), "tail", src] if r == src else [None, None, None]
+        dist.broadcast_object_list(objs, src=src)
+        same_object(objs[0], rank_object(src), f"broadcast_object_list from {src}")
+        equal(objs[1:], ["tail", src], "broadcast_object_list's other entries")
+    dst = k - 1
+    out = [None] * k if r == dst else None
+    dist.gather_object(rank_object(r), out, dst=dst)
+    if r == dst:
+        for q in range(k):
+            same_object(out[q], rank_object(q), f"gather_object from rank {q}")
+    mine = [None]
+    dist.scatter_object_list(mine, [rank_object(10 + q) for q in range(k)] if r == 1 else None,
+                             src=1)
+    same_object(mine[0], rank_object(10 + r), "scatter_object_list")
+    mine = [None]
+    dist.scatter_object_list(mine, [q * q for q in range(k)] if r == 0 else None)
+    equal(mine[0], r * r, "scatter_object_list from the default root")
+    for bad, call in ((ValueError, lambda: dist.all_gather_object([None] * (k + 1), r)),
+                      (ValueError, lambda: dist.scatter_object_list([], None)),
+                      (ValueError, lambda: dist.gather_object(r, None if r == 0 else [None],
+                                                              dst=0)),
+                      (ValueError, lambda: dist.broadcast_object_list([1], src=k))):
+        try:
+            call()
+        except bad:
+            pass
+        else:
+            raise AssertionError(f"rank {r}: a bad object collective call did not raise")
+    dist.barrier()
+
+
 def check_groups():
     """new_group: the members communicate among themselves (src given as a global rank); the
     others get NON_GROUP_MEMBER, and collectives on it leave their tensors alone."""
@@ -350,6 +405,47 @@ def check_whole_step_compiled(dtype, opt_kind, bucket_cap_mb, backend="interpret
         assert starts[0] < max(products), "the first bucket starts after the whole backward"
 
 
+def check_compiled_module_hands_out_gradients(dtype, backend="interpret"):
+    """DDP(compile(model)): the compiled backward hands each parameter's gradient to DDP's
+    hook as soon as the program has computed it, so the last layers' buckets start their
+    all-reduces while the program still computes the first layers' gradients. Seen from a
+    second hook on every parameter: the hooks fire in the order the backward finishes the
+    gradients (head first), and when the head's fire, the first layer has no gradient yet
+    and buckets are already in flight. The gradients equal one process's on the whole batch."""
+    r, k = dist.get_rank(), dist.get_world_size()
+    ref, mine = make_net(dtype, 1), make_net(dtype, 1 + r)
+    ddp = DDP(aotgrad.compile(mine, backend=backend), bucket_cap_mb=1e-6)
+    names = {id(p): n for n, p in mine.named_parameters()}
+    first = mine.body[0].weight
+    log = []
+    for p in mine.parameters():
+        p.register_post_accumulate_grad_hook(
+            lambda t: log.append((names[id(t)], first.grad is None, ddp.reducer.next_bucket)))
+    for step in range(2):
+        log.clear()
+        x, y = batch(dtype, 4 * k, seed=30 + step)
+        ref.zero_grad()
+        LOSS(ref(x), y).backward()
+        ddp.zero_grad()
+        out = ddp(x[r * 4:(r + 1) * 4])
+        # (a hook of the compiled backward's node: it runs once the program has returned)
+        out.grad_fn.register_hook(lambda *_: log.append(("returned", None, None)))
+        LOSS(out, y[r * 4:(r + 1) * 4]).backward()
+        fired = [n for n, _, _ in log]
+        assert sorted(fired) == sorted(list(names.values()) + ["returned"]), fired
+        # every gradient reached DDP before the program returned, the last layers' first
+        assert fired[-1] == "returned", fired
+        head = [entry for entry in log if entry[0].startswith(("head.", "extra."))]
+        assert all(no_first_grad for _, no_first_grad, _ in head), log
+        # (buckets start in index order, the parameters' in reverse registration order)
+        assert max(started for _, _, started in head) >= 1, log
+        assert fired.index("body.0.weight") > max(fired.index(n) for n, _, _ in head), fired
+        assert not ddp.reducer.active
+        for name, g in grads_of(ref).items():
+            close(grads_of(mine)[name], g, dtype, f"grad {name} of DDP(compile(model)) step "
+                                                  f"{step} ({backend})")
+
+
 def check_compiled_step_with_unused_parameters():
     """A compiled step whose backward leaves parameters without gradient (a forward output
     the loss ignores; a branch not taken) breaks the graph at the end of the trace, naming
@@ -448,6 +544,8 @@ def check_ddp():
     for dtype in (aotgrad.float64, aotgrad.float32):
         check_ddp_case(dtype, "adamw", 1e-3, "compiled")
     check_ddp_case(aotgrad.float64, "sgd", 1e-3, "compile_ddp")
+    for dtype in (aotgrad.float64, aotgrad.float32):
+        check_compiled_module_hands_out_gradients(dtype)
     for dtype in (aotgrad.float64, aotgrad.float32):
         for opt_kind in ("sgd", "adamw"):
             check_whole_step_compiled(dtype, opt_kind, 1e-4)
@@ -642,6 +740,119 @@ def check_comm_hooks():
                   f"compiled grad {name} (comm hook: {with_hook})")
 
 
+def check_compiled_comm_hooks(backend="interpret"):
+    """A compiled whole step of a DDP model with a built-in communication hook: no graph
+    break, each bucket averaged in the program as the hook does it (allreduce_hook: divided,
+    then summed; fp16/bf16: the gradients the program leaves are 16-bit values), equal to
+    the eager DDP with the same hook."""
+    import ml_dtypes
+    from aotgrad.distributed.algorithms.ddp_comm_hooks import default_hooks
+    r, k = dist.get_rank(), dist.get_world_size()
+    shard = slice(r * 4, (r + 1) * 4)
+    for hook, wire, tol in ((default_hooks.allreduce_hook, None, 1e-12),
+                            (default_hooks.fp16_compress_hook, np.float16, 2e-3),
+                            (default_hooks.bf16_compress_hook, ml_dtypes.bfloat16, 2e-2)):
+        models, steps = [], []
+        for _ in range(2):
+            model = make_net(aotgrad.float64, 3)
+            ddp = DDP(model, bucket_cap_mb=1e-4)
+            ddp.register_comm_hook(None, hook)
+            opt = make_opt("sgd", ddp.parameters())
+
+            def step(x, y, ddp=ddp, opt=opt):
+                opt.zero_grad()
+                LOSS(ddp(x), y).backward()
+                opt.step()
+            models.append(model)
+            steps.append(step)
+        eager, compiled = steps[0], aotgrad.compile(steps[1], backend=backend)
+        for s in range(3):
+            x, y = batch(aotgrad.float64, 4 * k, seed=70 + s)
+            eager(x[shard], y[shard])
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                compiled(x[shard], y[shard])
+            breaks = [str(w.message) for w in caught if "graph break" in str(w.message)]
+            assert not breaks, (hook.__name__, breaks)
+            want, got = grads_of(models[0]), grads_of(models[1])
+            for name, g in got.items():
+                if wire is not None:   # compressed in the program: 16-bit values
+                    equal(g.astype(wire).astype(np.float64), g, f"{hook.__name__} {name}")
+                err = np.abs(g - want[name]).max() / max(1.0, np.abs(want[name]).max())
+                assert err <= tol, (hook.__name__, name, s, err)
+        assert compiled.eager_calls == 0, (hook.__name__, compiled.eager_calls)
+
+
+class WithBuffer(Net):
+    """Net with a buffer the forward reads (DDP broadcasts it from rank 0 every call)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("shift", aotgrad.zeros(16))
+
+    def forward(self, x, use_extra=True):
+        h = self.body(x) + self.shift
+        return self.head(h) + self.extra(h)
+
+
+def check_compiled_step_breaks():
+    """What stays a graph break in a compiled whole DDP step, each with its own reason, and
+    the step (run eagerly) equal to the same DDP step uncompiled."""
+    from aotgrad.distributed.algorithms.join import Join
+    r, k = dist.get_rank(), dist.get_world_size()
+    shard = slice(r * 4, (r + 1) * 4)
+
+    def custom_hook(state, bucket):
+        return dist.all_reduce(bucket.buffer().div_(k), async_op=True).get_future().then(
+            lambda f: f.value()[0])
+    cases = [
+        ("find_unused", dict(find_unused_parameters=True), None,
+         "find_unused_parameters=True, which parameters get a gradient"),
+        ("static", dict(static_graph=True), None, "static_graph's first iteration"),
+        ("as_view", dict(gradient_as_bucket_view=True), None,
+         "gradient_as_bucket_view=True makes each .grad a view"),
+        ("float16", {}, None, "only float32 and float64 buckets"),
+        ("buffers", {}, None, "buffers are broadcast from rank 0"),
+        ("join", {}, None, "under Join each iteration"),
+        ("custom hook", {}, custom_hook, "a communication hook other than ddp_comm_hooks'"),
+    ]
+    for name, kwargs, hook, reason in cases:
+        models, steps = [], []
+        for _ in range(2):
+            aotgrad.manual_seed(5)
+            model = WithBuffer().double() if name == "buffers" else make_net(aotgrad.float64, 5)
+            if name == "float16":
+                model = model.half()
+            ddp = DDP(model, bucket_cap_mb=1e-4, **kwargs)
+            if hook is not None:
+                ddp.register_comm_hook(None, hook)
+
+            def step(x, y, ddp=ddp, model=model):
+                model.zero_grad()
+                LOSS(ddp(x), y).backward()
+            models.append((model, ddp))
+            steps.append(step)
+        compiled = aotgrad.compile(steps[1], backend="interpret")
+        x, y = batch(models[0][0].body[0].weight.dtype, 4 * k, seed=90)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            if name == "join":
+                with Join([models[0][1]]):
+                    steps[0](x[shard], y[shard])
+                with Join([models[1][1]]):
+                    compiled(x[shard], y[shard])
+            else:
+                steps[0](x[shard], y[shard])
+                compiled(x[shard], y[shard])
+        breaks = [str(w.message) for w in caught if "graph break" in str(w.message)]
+        assert any(reason in b for b in breaks), (name, breaks)
+        assert compiled.eager_calls == 1, (name, compiled.eager_calls)
+        want, got = grads_of(models[0][0]), grads_of(models[1][0])
+        assert set(want) == set(got), (name, sorted(want), sorted(got))
+        for n in want:
+            equal(got[n], want[n], f"{name}: grad {n} of the compiled step run eagerly")
+
+
 def check_static_graph(dtype):
     """static_graph=True with a branch rank 1 never uses: no find_unused_parameters needed,
     the first iteration learns it; N steps of AdamW equal one process."""
@@ -714,6 +925,8 @@ def check_surface():
     check_point_to_point()
     check_all_to_all()
     check_comm_hooks()
+    check_compiled_comm_hooks()
+    check_compiled_step_breaks()
     for dtype in (aotgrad.float64, aotgrad.float32):
         check_static_graph(dtype)
     check_join(True)
@@ -749,12 +962,20 @@ def check_timeout():
 
 def check_all():
     check_collectives()
+    check_object_collectives()
     check_groups()
     check_ddp()
     check_surface()
 
 
 SCENARIOS = {"all": check_all, "collectives": check_collectives, "groups": check_groups,
+             "objects": check_object_collectives,
+             "compiled_hooks": check_compiled_comm_hooks,
+             "breaks": check_compiled_step_breaks,
+             "compiled_hooks_numba": lambda: check_compiled_comm_hooks("numba"),
+             "overlap": lambda: check_compiled_module_hands_out_gradients(aotgrad.float64),
+             "overlap_numba": lambda: check_compiled_module_hands_out_gradients(
+                 aotgrad.float32, "numba"),
              "ddp": check_ddp, "surface": check_surface,
              "raise": check_raise,
              "unused_error": check_unused_error, "timeout": check_timeout}

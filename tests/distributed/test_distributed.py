@@ -240,3 +240,14 @@ def test_train_ddp_example_whole_step_compiled_with_numba_matches_one_process():
                       out.stdout)
     assert found and max(map(float, found.groups())) < 1e-5, out.stdout
     assert "DDP in a compiled whole step (numba, 0 eager calls)" in out.stdout, out.stdout
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", ["overlap_numba", "compiled_hooks_numba"])
+def test_compiled_ddp_with_numba_under_mpiexec(scenario):
+    # DDP(compile(model)) whose Numba backward hands out each gradient mid-program; a
+    # compiled whole step with the built-in comm hooks in a Numba program
+    out, _ = _launch(2, scenario, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert sorted(re.findall(rf"ok {scenario} (\d)", out.stdout)) == ["0", "1"], out.stdout

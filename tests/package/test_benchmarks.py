@@ -83,12 +83,7 @@ def test_checksums_match_closed_form(report):
 
 
 def test_mismatch_is_flagged():
-    sys.path.insert(0, BENCH)
-    try:
-        from run import max_rel_diff
-    finally:
-        while BENCH in sys.path:
-            sys.path.remove(BENCH)
+    from aotgrad.benchmarks.checks import max_rel_diff
     ref = {"loss": 2.0, "grads": {"w": {"norm": 1.0, "wsum": 0.5, "wabs": 1.0,
                                         "shape": [2], "dtype": "float32"}}}
     off = json.loads(json.dumps(ref))
