@@ -4,12 +4,13 @@ Two scenarios (issue 18):
 - W2 (MLP 784-1024-1024-10) for an epoch whose last batch is smaller (ragged);
 - W4 (pre-LN transformer block) fed 10 sequence lengths T = 32..128.
 
-For each: the compiles, the total wall time of the run (compiles included), and the
+For each: the compiles, the total wall time of the run (compiles included; then how long
+the compiles it left to the background went on), and the
 per-step time (forward + backward, median) of the symbolic program against the static
 program at the same size; with torch installed, torch.compile(dynamic=True) beside them.
 
     python -m aotgrad.benchmarks.bench_dynamic [--quick] [--backend numba|interpret]
-        [--no-torch] [--only W2|W4] [--cold] [--reps N]
+        [--no-torch] [--only W2|W4] [--cold] [--reps N] [--stat median|min]
 
 The symbolic run marks the data dims dynamic (aotgrad.mark_dynamic: the batch of x and
 labels for W2, T of x for W4); the weights stay static. The static run compiles with
@@ -59,22 +60,29 @@ def _per_step(f, ts, reps):
     return _interleaved([(f, ts)], reps)[0]
 
 
-def _interleaved(runs, reps):
-    """Median seconds per step of each (f, tensors) in runs, their steps taken in turn so
-    that all of them see the same load on a shared machine."""
+def _interleaved(runs, reps, stat=statistics.median):
+    """Seconds per step (`stat` of `reps` steps) of each (f, tensors) in runs, their steps
+    taken in turn so that all of them see the same load on a shared machine. After a
+    warm-up step each, the kernels compiled in the background (parallel variants, size
+    variants a new size asked for) are waited for."""
+    from aotgrad.codegen import wait_for_parallel_kernels
     for f, ts in runs:
         _step(f, ts)
+    wait_for_parallel_kernels(600)
     times = [[] for _ in runs]
     for _ in range(reps):
         for (f, ts), out in zip(runs, times):
             t0 = time.perf_counter()
             _step(f, ts)
             out.append(time.perf_counter() - t0)
-    return [statistics.median(t) for t in times]
+    return [stat(t) for t in times]
 
 
 def _aotgrad_run(wl, arrays, dyn, sizes, symbolic, backend):
+    """(the compiled function, seconds of the run over `sizes`, seconds its background
+    compiles went on after it)."""
     import aotgrad
+    from aotgrad.codegen import wait_for_parallel_kernels
     f = aotgrad.compile(lambda *a: wl.fn(aotgrad, *a), backend=backend,
                         dynamic=None if symbolic else False)
     f.cache_size_limit = 64
@@ -84,8 +92,9 @@ def _aotgrad_run(wl, arrays, dyn, sizes, symbolic, backend):
         warnings.filterwarnings("ignore", "aotgrad.compile.*recompiling", UserWarning)
         for n in sizes:
             _step(f, _tensors(aotgrad, wl, arrays, dyn, n, mark))
-    total = time.perf_counter() - t0
-    return f, total
+    t1 = time.perf_counter()
+    wait_for_parallel_kernels(600)
+    return f, t1 - t0, time.perf_counter() - t1
 
 
 def _torch_run(wl, arrays, dyn, sizes):
@@ -119,14 +128,14 @@ def scenario(title, key, dyn, sizes, timed_sizes, args):
     print(f"\n{title}: sizes {list(sizes)} ({_load()})")
     rows = []
     _fresh_cache(args)
-    static, t_static = _aotgrad_run(wl, arrays, dyn, sizes, False, args.backend)
+    static, t_static, bg_static = _aotgrad_run(wl, arrays, dyn, sizes, False, args.backend)
     _fresh_cache(args)
-    symbolic, t_sym = _aotgrad_run(wl, arrays, dyn, sizes, True, args.backend)
+    symbolic, t_sym, bg_sym = _aotgrad_run(wl, arrays, dyn, sizes, True, args.backend)
     runs = {"static": lambda n: (static, _tensors(aotgrad, wl, arrays, dyn, n, None)),
             "symbolic": lambda n: (symbolic, _tensors(aotgrad, wl, arrays, dyn, n,
                                                       aotgrad.mark_dynamic))}
-    rows.append(("aotgrad static (dynamic=False)", static.stats.compiles, t_static))
-    rows.append(("aotgrad symbolic (mark_dynamic)", symbolic.stats.compiles, t_sym))
+    rows.append(("aotgrad static (dynamic=False)", static.stats.compiles, t_static, bg_static))
+    rows.append(("aotgrad symbolic (mark_dynamic)", symbolic.stats.compiles, t_sym, bg_sym))
     if not args.no_torch:
         try:
             import torch  # noqa: F401
@@ -136,14 +145,16 @@ def scenario(title, key, dyn, sizes, timed_sizes, args):
             import torch
             tf, t_torch, graphs = _torch_run(wl, arrays, dyn, sizes)
             runs["torch"] = lambda n: (tf, _tensors(torch, wl, arrays, dyn, n, None))
-            rows.append(("torch.compile(dynamic=True)", graphs, t_torch))
+            rows.append(("torch.compile(dynamic=True)", graphs, t_torch, 0.0))
     # per size: every system's steps in turn (the same load for all)
-    per = {n: dict(zip(runs, _interleaved([make(n) for make in runs.values()], args.reps)))
+    stat = {"median": statistics.median, "min": min}[args.stat]
+    per = {n: dict(zip(runs, _interleaved([make(n) for make in runs.values()], args.reps,
+                                          stat)))
            for n in timed_sizes}
-    print(f"  {'system':34s} {'compiles':>8s} {'total s':>9s}")
-    for name, compiles, total in rows:
-        print(f"  {name:34s} {compiles!s:>8s} {total:9.2f}")
-    print(f"  per step, median of {args.reps} (ms):")
+    print(f"  {'system':34s} {'compiles':>8s} {'total s':>9s} {'+ background s':>15s}")
+    for name, compiles, total, bg in rows:
+        print(f"  {name:34s} {compiles!s:>8s} {total:9.2f} {bg:15.2f}")
+    print(f"  per step, {args.stat} of {args.reps} (ms):")
     print(f"  {'size':>6s} " + " ".join(f"{k:>9s}" for k in runs) + "  symbolic/static")
     for n in timed_sizes:
         print(f"  {n:6d} " + " ".join(f"{per[n][k] * 1e3:9.3f}" for k in runs) +
@@ -158,6 +169,8 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=10, help="timed steps per size")
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--only", choices=("W2", "W4"), help="one scenario")
+    ap.add_argument("--stat", choices=("median", "min"), default="median",
+                    help="of the timed steps (min: the least disturbed by other load)")
     ap.add_argument("--cold", action="store_true",
                     help="each aotgrad system compiles into its own empty kernel cache")
     args = ap.parse_args(argv)
