@@ -119,3 +119,21 @@ def test_each_variant_is_emitted_as_the_static_program_at_a_size_it_runs_at():
         [s.body for s, _ in _emitted(concrete_graph(g, {"s0": large}))]
     assert [v.spec.body for _, v in sym] == \
         [s.body for s, _ in _emitted(concrete_graph(g, {"s0": 8}))]
+
+
+def test_workspace_views_made_once_per_size_and_dropped_when_a_buffer_grows():
+    def f(n, x, w):     # a product between two kernels: its operand lives in the workspace
+        h = prims.tanh(prims.mul(x, x))
+        y = prims.dot_general(h, w, contract=((1,), (0,)), batch=((), ()))
+        return prims.reduce_sum(prims.exp(y), dims=(1,))
+    g = build(f, ("n", 16), (16, 8))
+    prog = compile_graph(g)
+    w = np.random.default_rng(1).uniform(-1, 1, (16, 8)).astype(np.float32)
+    for n in (5, 40, 3, 40, 5, 64, 5):
+        x = np.random.default_rng(n).uniform(-1, 1, (n, 16)).astype(np.float32)
+        assert_close(prog(x, w, (n,)), evaluate(g, [x, w], values={"s0": n}), rtol=1e-5,
+                     atol=1e-6)
+    cache, = prog.plan._view_caches
+    # 64 grew the buffers: the views of the sizes before it (3, 40) were dropped
+    assert set(cache) == {(64,), (5,)}
+    assert "_views" in prog.plan.driver_source
