@@ -18,6 +18,7 @@ import math
 
 from numba import njit, prange
 
+from aotgrad.codegen.symbols import by_size
 from aotgrad.ir import prims
 
 # elements per part from which its copy runs over numba's threads
@@ -44,8 +45,9 @@ def parts(root, producers):
     """([(part, low)] in order of low, dim) when `root` is a tree of `add`s over zero pads
     along one dim that tile it exactly; else None. Walks the tree without recursion."""
     out = root.outputs[0]
-    if root.prim is not prims.add or not out.dtype.is_floating_point or \
-            not all(type(s) is int for s in out.shape):
+    # (symbolic sizes: the tiling must hold for every value, and outside a trace a symbolic
+    # comparison is True only when it provably holds)
+    if root.prim is not prims.add or not out.dtype.is_floating_point:
         return None
     found, stack, dim = [], [root], None
     while stack:
@@ -121,8 +123,8 @@ def step_lines(node, found, dim, shaped, bind):
     zero = bind(out.dtype.np.type(0), "_c")
     lines = []
     for x, lo in found:
-        fn = place_parallel if math.prod(x.shape) >= PARALLEL_MIN else place
-        lines.append(f"{bind(fn, '_kc')}({shaped(x, _rows(x.shape, dim))}, {o}, "
+        fn = by_size(math.prod(x.shape), PARALLEL_MIN, place, place_parallel, bind, "_kc")
+        lines.append(f"{fn}({shaped(x, _rows(x.shape, dim))}, {o}, "
                      f"{lo * post}, {zero})")
     return lines
 

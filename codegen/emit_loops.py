@@ -11,7 +11,7 @@ from aotgrad.codegen.emit_reductions import MINMAX, RedOp
 from aotgrad.codegen.index import identity
 from aotgrad.codegen.steps import KernelType
 from aotgrad.ir import dtypes as dt
-from aotgrad.ir.symbolic import hint
+from aotgrad.ir.symbolic import SymInt, hint
 
 
 class LoopNestEmitter:
@@ -84,8 +84,9 @@ class LoopNestEmitter:
         """Column sums over one kept dim go by ranges of rows (`cols_blocked`) rather than
         by column chunks when every thread gets at least ROW_BLOCK rows (traced sizes)."""
         rows = math.prod(self.st.cdom[P] for P in outer)
+        grown = hint(rows) * (self.st.growth if isinstance(rows, SymInt) else 1)
         return self.float_sums_in_parallel() and \
-            hint(rows) >= max(1, numba.config.NUMBA_NUM_THREADS) * ROW_BLOCK
+            grown >= max(1, numba.config.NUMBA_NUM_THREADS) * ROW_BLOCK
 
     def _combine_blocks(self, cparts):
         """Write each reduction's output: its per-row-block partials (nrb, ...) summed in

@@ -20,6 +20,10 @@ class EmitState:
     refmap: dict = None          # access key -> (collapsed shape, collapsed index)
     # the loop structure (set by KernelEmitter.build)
     parallel: bool = False
+    # a symbolic kernel's prange variant traced below PAR_MIN elements of work: how much
+    # its symbolic sizes grow up to the smallest call it runs at (codegen.size_variants),
+    # so that its size heuristics decide there, as a static program of that size does
+    growth: float = 1.0
     outer: list = None           # collapsed dims the row index decodes to
     inner: list = None           # collapsed dims looped inside a row
     innermost: int = None

@@ -515,8 +515,9 @@ class KernelEmitter:
     reductions (emit_reductions.ReductionEmitter) and its loop nests
     (emit_loops.LoopNestEmitter)."""
 
-    def __init__(self, scheduler, kt, helpers):
+    def __init__(self, scheduler, kt, helpers, parallel=None):
         self.st = EmitState(kt, helpers)
+        self.parallel = parallel     # None: prange loops when the traced work is large
         self.values = ValueEmitter(scheduler, self.st)
         self.reds = ReductionEmitter(self.st, self.values)
         self.loops = LoopNestEmitter(self.st, self.values, self.reds)
@@ -526,7 +527,11 @@ class KernelEmitter:
         st.cdom, st.cpart, st.dimmap, st.refmap = self.values.collapse()
         m = len(st.cdom)
         work = math.prod(kt.domain) if kt.domain else 1
-        st.parallel = hint(work) >= PAR_MIN   # a heuristic: the traced sizes
+        # a heuristic on the traced sizes; a symbolic program asks for both variants and
+        # picks one per call (codegen.size_variants)
+        st.parallel = hint(work) >= PAR_MIN if self.parallel is None else self.parallel
+        if self.parallel and hint(work) < PAR_MIN:
+            st.growth = PAR_MIN / max(1, hint(work))
         for P in range(m):
             st.args.size(st.cdom[P])
         st.loopvar = {}
@@ -659,8 +664,10 @@ def _inlined(body):
     return tuple(inline_helpers(list(body)))
 
 
-def emit_kernel(scheduler, kt, helpers):
-    return KernelEmitter(scheduler, kt, helpers).build()
+def emit_kernel(scheduler, kt, helpers, parallel=None):
+    """The KernelSpec of kernel `kt`; `parallel` forces its loops to prange (True) or range
+    (False) whatever its size."""
+    return KernelEmitter(scheduler, kt, helpers, parallel).build()
 
 
 def module_source(specs, helpers):

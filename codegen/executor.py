@@ -7,6 +7,7 @@ the kernels): a line per kernel call, np.matmul or reference step, with workspac
 kernel constants and reshaped views bound once as globals. A call checks its inputs,
 allocates the outputs and runs the lines: no per-step dispatch, no env list.
 """
+import contextlib
 import dataclasses
 import functools
 import math
@@ -189,7 +190,7 @@ def inputs_unread_after_steps(steps, graph):
 
 class Plan:
     def __init__(self, graph, schedule, kernel_fns, reuse_outputs=False, symbols=(),
-                 low_precision=(None, None)):
+                 low_precision=(None, None), small_kernels=None):
         self.graph, self.schedule = graph, schedule
         # a graph with symbolic sizes: the driver takes their values as one trailing tuple
         # (this order), binds them as locals and computes every size from them per call; its
@@ -199,6 +200,10 @@ class Plan:
         # no such value; see codegen/low_precision.py)
         self.low_in, self.low_out = low_precision
         self.kernel_fns = kernel_fns     # step -> (fn, KernelSpec)
+        # step -> (fn, size_variants.SmallVariant): a symbolic kernel's range-loop variant,
+        # run instead of kernel_fns' at the calls whose work is small
+        self.small_kernels = small_kernels or {}
+        self._view_caches = []           # per driver of a symbolic plan: values -> views
         self._bound_kernels = []         # per driver: (its globals, {step: global name})
         self._swap_lock = threading.Lock()   # a kernel swap waits for a driver being built
         self.reuse_outputs = reuse_outputs
@@ -374,6 +379,16 @@ class Plan:
                 return names[v]
             return f"v{self.slot[v]}"
 
+        per_size = {}   # source of a workspace view -> its name (a symbolic plan's)
+
+        def sized(expr):
+            """The name of `expr`, a view of workspace buffers that depends only on the
+            symbol values: made once per values tuple (see _views_lines)."""
+            if expr not in per_size:
+                per_size[expr] = f"_q{len(per_size)}"
+            return per_size[expr]
+        self._sized, self._gemm_args = sized, []
+
         def shaped(v, shp):
             """v viewed with shape shp (a bound global when v is a fixed buffer)."""
             shp = tuple(shp)
@@ -383,6 +398,8 @@ class Plan:
                 view = fixed[v].reshape(shp)
                 if np.shares_memory(view, fixed[v]):
                     return bind(view, "_w")
+            if self.symbols and v in self.buf_of:   # a C-contiguous view: reshape is a view
+                return sized(f"{name_of(v)}.reshape({shape_source(shp)})")
             return f"{name_of(v)}.reshape({shape_source(shp)})"
 
         def operand(v, perm, shp):
@@ -416,8 +433,7 @@ class Plan:
             lines.append(f"        {a} = _normalise({a}, {shp}, {dn})")
         for s, shape, d in self.out_alloc_spec:
             lines.append(f"    v{s} = _empty({shape_source(shape)}, {bind(np.dtype(d), '_d')})")
-        if self.symbols:
-            lines += self._workspace_lines(bind)
+        views_at = len(lines)   # a symbolic plan's workspace views go here (below)
         if timed:
             lines.append("    _t = [_clock()]")
             g["_clock"] = clock
@@ -444,9 +460,17 @@ class Plan:
             if timed:
                 body.append("        _t.append(_clock())")
                 step_of.append(None)
+        blas1 = "_blas1"
+        if self._gemm_args:   # as a static program: OpenBLAS held to one thread only where
+            # a product of this call's sizes runs on the gemm schedule
+            g["_nullctx"] = contextlib.nullcontext
+            blas1 = sized(f"(_blas1 if any(g is not None for g in "
+                          f"({', '.join(self._gemm_args)},)) else _nullctx)")
+        if self.symbols:
+            lines[views_at:views_at] = self._views_lines(g, bind, per_size)
         if self._gemms:   # products shared out over numba's threads: OpenBLAS on one thread
             g["_blas1"] = blas.single_threaded
-            body = ["        with _blas1():"] + ["    " + line for line in body]
+            body = [f"        with {blas1}():"] + ["    " + line for line in body]
             step_of = [None] + step_of
         if not body:
             body, step_of = ["        pass"], [None]
@@ -482,27 +506,31 @@ class Plan:
                 if st in knames:
                     g[knames[st]] = fn
 
+    def swap_small(self, st, fn):
+        """Run the small-size variant of step `st` (small_kernels) with `fn` from the next
+        call on, in every driver made so far and later."""
+        with self._swap_lock:
+            variant = self.small_kernels[st][1]
+            self.small_kernels[st] = (fn, variant)
+            for g, knames in self._bound_kernels:
+                if variant in knames:
+                    g[knames[variant]] = fn
+
     def _step_lines(self, st, bind, name_of, shaped, operand, knames):
         if isinstance(st, Kernel):
             fn, spec = self.kernel_fns[st]
-            args = []
-            for a in spec.args:
-                if a.kind == "size":
-                    args.append(source(a.value))
-                elif a.kind == "const" and _has_symbols(a.value):   # a size's value, per call
-                    args.append(f"{bind(a.dtype.np.type, '_t')}({source(a.value)})")
-                elif a.kind == "const":
-                    args.append(bind(a.dtype.np.type(a.value), "_c"))
-                else:
-                    args.append(shaped(a.var, a.shape))
             knames[st] = bind(fn, '_k')
-            call = f"{knames[st]}({', '.join(args)})"
-            if not spec.checks:
-                return [call]
-            names = sorted({n.prim.name for n in st.nodes
-                            if Tag.BOUNDS_CHECKED in n.prim.tags})
-            msg = f"{'/'.join(names) or 'gather'}(): {'; '.join(spec.checks)}"
-            return [f"if {call}:", f"    raise IndexError({msg!r})"]
+            lines = self._kernel_lines(st, knames[st], spec, bind, shaped)
+            small = self.small_kernels.get(st)
+            if small is None:
+                return lines
+            # the variant a static program of this call's size runs (codegen.size_variants)
+            fn, variant = small
+            knames[variant] = bind(fn, '_k')
+            return [f"if {variant.runs_source()}:"] + [
+                "    " + line for line in self._kernel_lines(
+                    st, knames[variant], variant.spec, bind, shaped)] + \
+                ["else:"] + ["    " + line for line in lines]
         n = st.nodes[0]
         if st.kind == StepKind.DOT:
             pre = []
@@ -528,9 +556,12 @@ class Plan:
             if sym is None:
                 return mm
             g, (fa, fb, fc) = sym
-            return pre + [f"_g = {g}(_syms)", "if _g is None:"] + ["    " + mm[-1]] + \
-                ["else:", f"    (_gemm1 if _g[0] else _gemm)(*_g[1], {fa}, *_g[2], {fb}, *_g[3], "
-                           f"{fc}, *_g[4])"]
+            # the gemm arguments: a function of the symbol values, made once per values
+            ga = self._sized(f"{g}(_syms)")
+            self._gemm_args.append(ga)
+            return pre + [f"if {ga} is None:"] + ["    " + mm[-1]] + \
+                ["else:", f"    (_gemm1 if {ga}[0] else _gemm)(*{ga}[1], {fa}, *{ga}[2], {fb}, "
+                           f"*{ga}[3], {fc}, *{ga}[4])"]
         if st.kind == StepKind.CHECK:   # raises, or its output is its input
             return [f"{bind(n.prim.impl, '_ref_')}({name_of(n.inputs[0])}, "
                     f"**{self._params(n, bind)})",
@@ -550,6 +581,25 @@ class Plan:
             return [f"{outs[0]} = _contig({call})"]
         return [f"{', '.join(outs)}, = {call}"] + [f"{o} = _contig({o})" for o in outs]
 
+    def _kernel_lines(self, st, kname, spec, bind, shaped):
+        """The lines calling kernel `kname` (its KernelSpec `spec`) for step `st`."""
+        args = []
+        for a in spec.args:
+            if a.kind == "size":
+                args.append(source(a.value))
+            elif a.kind == "const" and _has_symbols(a.value):   # a size's value, per call
+                args.append(f"{bind(a.dtype.np.type, '_t')}({source(a.value)})")
+            elif a.kind == "const":
+                args.append(bind(a.dtype.np.type(a.value), "_c"))
+            else:
+                args.append(shaped(a.var, a.shape))
+        call = f"{kname}({', '.join(args)})"
+        if not spec.checks:
+            return [call]
+        names = sorted({n.prim.name for n in st.nodes if Tag.BOUNDS_CHECKED in n.prim.tags})
+        msg = f"{'/'.join(names) or 'gather'}(): {'; '.join(spec.checks)}"
+        return [f"if {call}:", f"    raise IndexError({msg!r})"]
+
     def _params(self, n, bind):
         """Source of a reference step's params: bound once, or evaluated per call at the
         symbol values when they hold symbolic sizes."""
@@ -558,15 +608,45 @@ class Plan:
             return p
         return f"_evp({p}, dict(zip({self.symbols!r}, _syms)))"
 
-    def _workspace_lines(self, bind):
+    def _views_lines(self, g, bind, per_size):
+        """The driver's lines binding a symbolic plan's workspace views (_workspace_lines,
+        then the reshapes of them its steps read, `per_size`: source -> name): made by a
+        function of the symbol values on the first call with those values, then taken from
+        a dict (a call costs a lookup, not a slice and reshape per value). Growing a buffer
+        empties every driver's dict: no kept views hold on to a buffer given up."""
+        clear = bind(self._clear_views, "_vclear")
+        body = self._workspace_lines(bind, grown=f"        {clear}()")
+        body += [f"    {name} = {expr}" for expr, name in per_size.items()]
+        names = [line.split(" = ")[0].strip() for line in body
+                 if line.startswith(("    v", "    _q"))]
+        if not names:
+            return body
+        cache = {}
+        self._view_caches.append(cache)
+        cname, fname = bind(cache, "_vc"), f"_views{len(g)}"
+        src = "\n".join([f"def {fname}(_syms):", f"    {', '.join(self.symbols)}, = _syms"] +
+                        body + [f"    _r = {cname}[_syms] = ({', '.join(names)},)",
+                                "    return _r"]) + "\n"
+        exec(compile(src, f"<{self.graph.name} workspace views>", "exec"), g)
+        return [f"    _v = {cname}.get(_syms)",
+                "    if _v is None:",
+                f"        _v = {fname}(_syms)",
+                f"    {', '.join(names)}, = _v"]
+
+    def _clear_views(self):
+        for cache in self._view_caches:
+            cache.clear()
+
+    def _workspace_lines(self, bind, grown=None):
         """A symbolic plan's workspace: each buffer grown when this call needs more than
-        it holds, each value a view of its buffer at this call's shape."""
+        it holds (then the line `grown`), each value a view of its buffer at this call's
+        shape."""
         lines = [f"    _ws = {bind(self._ws, '_ws')}"] if self.buffers else []
         for b, (d, n) in enumerate(self.buffers):
             lines += [f"    _n = {source(n)}",
                       f"    if _ws[{b}].size < _n:",
-                      f"        _ws[{b}] = _empty(_n, {bind(np.dtype(d), '_d')})",
-                      f"    _b{b} = _ws[{b}]"]
+                      f"        _ws[{b}] = _empty(_n, {bind(np.dtype(d), '_d')})"] + \
+                ([grown] if grown else []) + [f"    _b{b} = _ws[{b}]"]
         for v, b in self.buf_of.items():
             lines.append(f"    v{self.slot[v]} = _b{b}[:{source(math.prod(v.shape))}]"
                          f".reshape({shape_source(v.shape)})")
@@ -633,7 +713,9 @@ class Plan:
         blas.warm(d)
         plan = gemm_plan.SymbolicGemm(n, dot_plan, self.symbols, self._probes_at, roots, fn, d)
         self.gemm_how[n] = f"{blas.provider()} gemm, slabs chosen per call at its sizes"
-        return bind(plan, "_gp"), tuple(f"{name_of(r)}.reshape(-1)" for r in roots)
+        return bind(plan, "_gp"), tuple(
+            self._sized(f"{name_of(r)}.reshape(-1)") if r in self.buf_of else
+            f"{name_of(r)}.reshape(-1)" for r in roots)
 
     def _gemm_call(self, n, pa, sa, pb, sb, so, bind, name_of):
         """The line running this product as blas.gemm_stack over numba's threads (below

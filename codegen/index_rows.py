@@ -21,6 +21,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit, prange
 
+from aotgrad.codegen.symbols import by_size
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir import prims
 
@@ -37,10 +38,6 @@ class RowIndex(NamedTuple):
     dim: int
 
 
-def _static(shape):
-    return all(type(d) is int for d in shape)
-
-
 def row_index(node, producers):
     """The RowIndex of a gather or scatter_add that moves whole slices along its dim, or
     None. producers: var -> the node that makes it."""
@@ -52,9 +49,8 @@ def row_index(node, producers):
     if b is None or b.prim is not prims.broadcast_in_dim or tuple(b.params["dims"]) != (dim,):
         return None
     i = b.inputs[0]
-    if i.ndim != 1 or not dt.is_integer(i.dtype) or not _static(x.shape) or \
-            not _static(idx.shape):
-        return None
+    if i.ndim != 1 or not dt.is_integer(i.dtype):   # (sizes may be symbolic: the driver's
+        return None                                   # views compute them per call)
     if node.prim is prims.scatter_add and not (x.dtype.is_floating_point or dt.is_integral(x.dtype)):
         return None     # bool (np.add.at ors them) and complex stay reference steps
     rest = lambda s: tuple(s[:dim]) + tuple(s[dim + 1:])   # noqa: E731
@@ -75,8 +71,9 @@ def step_lines(node, rows, shaped, name_of, bind):
     idx = name_of(rows.index)
     if node.prim is prims.gather:
         x = node.inputs[0]
-        take = take_rows_parallel if math.prod(out.shape) >= PARALLEL_MIN else take_rows
-        call = (f"{bind(take, '_kr')}({shaped(x, _view3(x.shape, dim))}, {idx}, "
+        take = by_size(math.prod(out.shape), PARALLEL_MIN, take_rows, take_rows_parallel,
+                       bind, "_kr")
+        call = (f"{take}({shaped(x, _view3(x.shape, dim))}, {idx}, "
                 f"{shaped(out, _view3(out.shape, dim))})")
     else:
         x, _, src = node.inputs

@@ -2,6 +2,7 @@
 import collections
 import contextlib
 import copy
+import functools
 import gc
 import logging
 import math
@@ -12,11 +13,13 @@ import time
 from aotgrad.codegen import blas, cache, low_precision, parallel_compile, tiers
 from aotgrad.codegen.compile_worker import numba_signature
 from aotgrad.ir.passes import cse
-from aotgrad.codegen.emitter import emit_kernel, module_source
+from aotgrad.codegen.emit_base import PAR_MIN
+from aotgrad.codegen.emitter import module_source
 from aotgrad.codegen.index import SymbolicSizeInKernel
 from aotgrad.codegen.executor import Plan
 from aotgrad.codegen.first_tier import reference_kernel
 from aotgrad.codegen.scheduler import Kernel, Scheduler, StepKind
+from aotgrad.codegen.size_variants import emit_variants, same_arguments
 from aotgrad.codegen.symbols import concrete_graph, symbols_of
 from aotgrad.ir.symbolic import hint
 
@@ -104,11 +107,26 @@ class CompiledGraph:
             t1 = time.perf_counter()
             helpers, own = set(), {}
             self.specs = {}
+            self.small_variants = {}   # step -> its size_variants.SmallVariant
             for st in self.schedule.steps:
                 if isinstance(st, Kernel):
                     own[st] = set()
-                    self.specs[st] = emit_kernel(self.scheduler, st, own[st])
+                    self.specs[st], small = emit_variants(self.scheduler, st, own[st])
                     helpers |= own[st]
+                    if small is not None:
+                        self.small_variants[st] = small
+                        helpers |= small.helpers
+        self._own = own
+        # step -> the spec of its size variant that the traced sizes do not run and that is
+        # not compiled yet: compiled on the first call that needs it (codegen.size_variants)
+        self.deferred = {}
+        for st, v in self.small_variants.items():
+            other = self.specs[st] if v.runs_at_hint() else v.spec
+            if same_arguments(v.spec, self.specs[st]) and not cache.has_machine_code(
+                    module_source([other], own[st] if other is self.specs[st] else v.helpers),
+                    other.name):
+                self.deferred[st] = other
+        self._deferred_lock = threading.Lock()
         self.serial_compiled = set()   # kernels with prange loops compiled serially
         self.upgrading = {}            # spec compiled serially for now -> (its step, helpers)
         self.upgraded = set()          # specs swapped for their parallel variant
@@ -119,6 +137,8 @@ class CompiledGraph:
         pmin = parallel_compile_min()
         on_disk = cache.compiled_on_disk()
         for st, spec in self.specs.items():
+            if self.deferred.get(st) is spec:
+                continue
             if spec.parallel and hint(math.prod(spec.kernel.domain or (1,))) < pmin:
                 spec.parallel = False
                 self.serial_compiled.add(spec)
@@ -135,20 +155,26 @@ class CompiledGraph:
                 spec.parallel = False
                 self.upgrading[spec] = (st, own[st])
         # the whole program as one text (what `source` shows); names the kernels k_<hash>
-        self.source = module_source(list(self.specs.values()), helpers)
+        self.source = module_source(list(self.specs.values()) +
+                                    [v.spec for v in self.small_variants.values()], helpers)
         t2 = time.perf_counter()
         self._units = {}  # kernel name -> [spec, module, how, signature, helpers]
         for st, spec in self.specs.items():
-            if spec.name not in self._units:
+            if spec.name not in self._units and self.deferred.get(st) is not spec:
                 mod, how = cache.load_module(module_source([spec], own[st]))
                 self._units[spec.name] = [spec, mod, how, _sig_desc(spec), own[st]]
+        for st, v in self.small_variants.items():
+            if v.spec.name not in self._units and self.deferred.get(st) is not v.spec:
+                mod, how = cache.load_module(module_source([v.spec], v.helpers))
+                self._units[v.spec.name] = [v.spec, mod, how, _sig_desc(v.spec), v.helpers]
         hows = [u[2] for u in self._units.values()]
         self.cache_status = next((h for h in _STATUS_ORDER if h in hows), "memory")
         self.helper_compiled = 0
         fns = self._compile_all()
         t3 = time.perf_counter()
         self.plan = Plan(graph, self.schedule, fns, reuse_outputs=reuse_outputs,
-                         symbols=symbols_of(graph), low_precision=(low_in, low_out))
+                         symbols=symbols_of(graph), low_precision=(low_in, low_out),
+                         small_kernels=self.small_fns)
         self.compile_seconds = time.perf_counter() - t0
         # seconds per stage: schedule (CSE included), codegen (kernel and driver source),
         # numba (loading the modules and compiling the kernels)
@@ -279,8 +305,62 @@ class CompiledGraph:
             cache.stats.compiled += self.helper_compiled
         fn_of = {name: self._compile_one(name) for name in self._units
                  if name not in later}                                  # cache/memory hits
-        return {st: (self.first_tier[st] if st in self.first_tier else fn_of[spec.name], spec)
+
+        def fn(st, spec):
+            return fn_of.get(spec.name) or self._stand_in(st, spec)
+        self.small_fns = {st: (fn(st, v.spec), v) for st, v in self.small_variants.items()}
+        # (a first-tier step runs its numpy reference until its kernel is compiled; first
+        # tiers are for fixed sizes, size variants for symbolic ones: a step has one or neither)
+        return {st: (self.first_tier[st] if st in self.first_tier else fn(st, spec), spec)
                 for st, spec in self.specs.items()}
+
+    # -- a size variant compiled on first use (codegen.size_variants) ----------------------
+    def _stand_in(self, st, spec):
+        """What the driver calls for step st's deferred variant `spec` until it is
+        compiled: its first call asks for the compile and, as every call does until the
+        compile is done, runs the step's other variant (the same arguments)."""
+        def first_call(*args):
+            return self._start_deferred(st, spec)(*args)
+        return first_call
+
+    def _start_deferred(self, st, spec):
+        with self._deferred_lock:
+            small = spec is self.small_variants[st].spec
+            other = self.plan.kernel_fns[st][0] if small else self.plan.small_kernels[st][0]
+            if self.deferred.get(st) is spec:
+                del self.deferred[st]
+                self._swap_variant(st, spec, other)
+                if tiers.enabled():
+                    tiers.submit(functools.partial(self._compile_deferred, st, spec))
+                else:
+                    self._compile_deferred(st, spec)
+        return other
+
+    def _swap_variant(self, st, spec, fn):
+        if spec is self.small_variants[st].spec:
+            self.plan.swap_small(st, fn)
+        else:
+            self.plan.swap_kernel(st, fn, spec)
+
+    def _compile_deferred(self, st, spec):
+        """Compile step st's variant `spec` (in helper processes when it runs in the
+        background), load it and swap it into the driver."""
+        v = self.small_variants[st]
+        text = module_source([spec], v.helpers if spec is v.spec else self._own[st])
+        mod, _ = cache.load_module(text)
+        if tiers.enabled() and not cache.has_machine_code(text, spec.name):
+            parallel_compile.compile_in_helpers(
+                [parallel_compile.Unit(mod.__file__, mod.__name__, spec.name, _sig_desc(spec),
+                                       3 if spec.parallel else 1)], cache.cache_dir())
+        if not tiers.begin_load():          # the interpreter is exiting
+            return False
+        try:
+            fn = getattr(mod, spec.name)
+            fn.compile(_numba_sig(spec))    # from numba's disk cache when a helper compiled it
+            self._swap_variant(st, spec, fn)
+        finally:
+            tiers.end_load()
+        return True
 
     def __call__(self, *arrays):
         return self.plan(*arrays)
@@ -307,6 +387,13 @@ class CompiledGraph:
                     if spec in self.serial_compiled else \
                     "serial until its parallel variant is compiled in the background" \
                     if spec in self.upgrading else "serial"
+                small = self.small_variants.get(st)
+                if self.deferred.get(st) is spec:
+                    par += ", compiled on the first call that needs it"
+                if small is not None:
+                    par += f"; {small.spec.name}, serial, below {PAR_MIN} elements of work" + (
+                        ", compiled on the first call that needs it"
+                        if self.deferred.get(st) is small.spec else "")
                 lines.append(f"  [{i}] kernel {spec.name} ({par}): {st.describe()}")
             else:
                 n = st.nodes[0]

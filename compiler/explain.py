@@ -3,6 +3,7 @@ import warnings
 
 from aotgrad.compiler.api import RUN_EAGERLY, CompiledFunction
 from aotgrad.compiler.guards import _guard_key
+from aotgrad.ir import symbolic
 from aotgrad.runtime import dispatch
 from aotgrad.tracer.pytree import flatten
 
@@ -85,6 +86,14 @@ def _dynamic_lines(cf, prog):
             lines.append(f"specialised: {sp.expr.source()} == {sp.value} ({sp.why}; "
                          + ", ".join(f"{n} = {env.sources[n]}" for n in
                                      sorted(sp.expr.free_symbols)) + ")")
+        # a symbol an equality guard pins: a size matched against a static one (a weight's)
+        # or against another argument's
+        told = {sp.expr.source() for sp in env.specialised}
+        for name, value in env.replacements().items():
+            if name not in told:
+                what = "specialised" if isinstance(value, int) else "unified"
+                lines.append(f"{what}: {name} == {symbolic.source(value)} (a shape decision of "
+                             f"the trace relied on it; {name} = {env.sources[name]})")
     return lines
 
 

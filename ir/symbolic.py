@@ -26,6 +26,9 @@ import operator
 _CURRENT = contextvars.ContextVar("aotgrad_shape_env", default=None)
 _OP_TEXT = {operator.eq: "==", operator.ne: "!=", operator.lt: "<", operator.le: "<=",
             operator.gt: ">", operator.ge: ">="}
+# the relation that holds when `op` does not
+_NEGATED = {operator.eq: operator.ne, operator.ne: operator.eq, operator.lt: operator.ge,
+            operator.le: operator.gt, operator.gt: operator.le, operator.ge: operator.lt}
 
 
 def _key_of_atom(a):
@@ -195,7 +198,8 @@ class SymInt:
         if env is None:                     # structural: only provable facts are True
             return op is operator.ne
         result = op(diff.hint, 0)
-        env.add_guard(diff, op, result, f"{source(self)} {_OP_TEXT[op]} {source(o)}")
+        held = op if result else _NEGATED[op]   # the text says what held: s0 != s1, not s0 == s1
+        env.add_guard(diff, op, result, f"{source(self)} {_OP_TEXT[held]} {source(o)}")
         return result
 
     __eq__ = _comparison(operator.eq)
@@ -372,7 +376,7 @@ def _known_sign(p):
 @dataclasses.dataclass(frozen=True)
 class Guard:
     """A relation the program relies on: `expr op 0` evaluated to `holds` on the traced
-    call; `text` in the user's terms."""
+    call; `text` the relation that held, in the user's terms."""
     expr: object
     op: object
     holds: bool
@@ -416,13 +420,15 @@ class ShapeEnv:
         return SymInt.symbol(name, hint)
 
     def add_guard(self, expr, op, holds, text):
-        key = (expr._terms if isinstance(expr, SymInt) else expr, op, holds)
+        # `s1 != 4` found False and `s1 == 4` found True are one relation: one guard
+        key = (expr._terms if isinstance(expr, SymInt) else expr,
+               op if holds else _NEGATED[op])
         if key not in self._seen:
             self._seen.add(key)
             self.guards.append(Guard(expr, op, holds, text))
 
     def specialise(self, expr, why):
-        key = (expr._terms, operator.eq, True)
+        key = (expr._terms, operator.eq)
         if key not in self._seen:
             self._seen.add(key)
             diff = expr - expr.hint

@@ -64,8 +64,6 @@ def index_select(x, dim, index):
     k = index.shape[0]
     shape = tuple(x.shape[:d]) + (k,) + tuple(x.shape[d + 1:])
     idx = tp.broadcast_in_dim(index, shape=shape, dims=(d,))
-    if k > x.shape[d]:  # gather needs index dims <= input dims outside `dim`: fine; inside: ok
-        pass
     return tp.gather(x, idx, dim=d)
 
 

@@ -1,6 +1,7 @@
 """Dynamic shapes: the API (dynamic=, mark_dynamic/mark_static, cf.stats, explain), the
 policy (which dims become symbols), guards on the relations a trace relied on, and
 compiled == eager over sequences of sizes for a small MLP (interpret backend)."""
+import itertools
 import logging
 
 import numpy as np
@@ -228,3 +229,20 @@ def test_anomaly_mode_names_the_nan_of_a_symbolic_program():
         with pytest.raises(RuntimeError, match="nan values.*log"):
             f(x)
     assert f.stats.compiles == 1
+
+
+def test_explain_names_a_dim_pinned_by_a_weight_and_guards_read_as_what_held():
+    lin = nn.Linear(4, 3)
+    f = aotgrad.compile(lambda x: lin(x).sum(), backend="interpret", dynamic=True)
+    f(aotgrad.randn(5, 4))
+    f(aotgrad.randn(6, 4))
+    text = aotgrad.explain(f, aotgrad.randn(7, 4))
+    # x's dim 1 met the weight's 4: static in the program, and explain says why
+    assert "specialised: s1 == 4 (a shape decision of the trace relied on it; " \
+           "s1 = x.size(1))" in text
+    assert "stats: traces=1, compiles=1, cache_hits=" in text
+    guards = text.split("shape guards (a call that breaks one traces again):\n")[1]
+    guards = [line.strip() for line in
+              itertools.takewhile(lambda line: line.startswith("  "), guards.splitlines())]
+    assert guards and all(eval(g, {"s0": 5, "s1": 4}) for g in guards)   # held when traced
+    assert len(set(guards)) == len(guards)     # `s1 != 4` False and `s1 == 4` True: one guard

@@ -49,7 +49,9 @@ def test_decisions_answer_from_hints_and_record_guards():
         assert s0 % 4 == 0
         assert s1 > s0
     texts = [g.text for g in env.guards]
-    assert texts == ["s0 == s1", "(s0 % 4) == 0", "s1 > s0"]
+    assert texts == ["s0 != s1", "(s0 % 4) == 0", "s1 > s0"]   # what held at the hints
+    for t in texts:
+        assert eval(t, {"s0": 8, "s1": 12}) is True
     assert env.check({"s0": 16, "s1": 20})
     assert not env.check({"s0": 6, "s1": 20})      # 6 % 4 != 0
     assert not env.check({"s0": 16, "s1": 16})     # s0 == s1 now
