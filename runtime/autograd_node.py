@@ -23,6 +23,7 @@ from aotgrad.runtime.grad_mode import state as _mode
 
 _seq = itertools.count()
 next_sequence_nr = _seq.__next__  # a node's sequence number (later nodes run first)
+_ACCUMULATE_FIRST = 1 << 64         # added to an AccumulateGrad's number (see there)
 _EMPTY = types.MappingProxyType({})
 
 
@@ -187,6 +188,14 @@ class AccumulateGrad(Node):
     def __init__(self, variable):  # made every step: no edges, avals derived on demand
         self.variable = variable
         self._note_origin()
+        # PyTorch's AccumulateGrad has the largest sequence number: the engine runs it as
+        # soon as its gradient is ready (a leaf's .grad and its post-accumulate-grad hooks,
+        # DDP's bucket all-reduces, come before the rest of the backward). A node reused
+        # across iterations would otherwise keep its first number and run last.
+        self._seq += _ACCUMULATE_FIRST
+
+    def _sequence_nr(self):
+        return _ACCUMULATE_FIRST - 1   # UINT64_MAX, as PyTorch reports it
 
     @property
     def _out_avals(self):

@@ -84,6 +84,23 @@ def _post_acc(M):
     return log
 
 
+def _post_acc_runs_first(M):
+    # a leaf's AccumulateGrad runs as soon as its gradient is ready, in every iteration
+    # (the node is made once per leaf and reused: its sequence number must not make it wait)
+    w1, w2, log = leaf(M, 1., 2.), leaf(M, 3., 4.), []
+    w1.register_post_accumulate_grad_hook(lambda t: log.append("w1"))
+    w2.register_post_accumulate_grad_hook(lambda t: log.append("w2"))
+    # held, as DDP holds them: the same nodes serve every iteration
+    accumulators = [(w * 1).grad_fn.next_functions[0][0] for w in (w1, w2)]
+    for it in range(2):
+        h = (w1 * 2).exp()
+        h.register_hook(lambda g, it=it: log.append(f"h{it}"))
+        u = (h * 0.5).sin()
+        u.register_hook(lambda g, it=it: log.append(f"u{it}"))
+        (u * w2).sum().backward()
+    return log, len(accumulators)
+
+
 def _post_acc_returns(M):
     x = leaf(M, 1., 2.)
     x.register_post_accumulate_grad_hook(lambda t: M.zeros(2))
@@ -179,7 +196,7 @@ def _leaf_hook_every_backward(M):
 
 HOOK_CASES = [_node_hook_wrong_count, _node_hook_fills_none, _hook_grad_mode,
               _leaf_hook_every_backward, _hook_order, _hook_remove, _leaf_hook, _retain_then_hook, _hook_then_retain,
-              _retain_accumulates, _used_twice, _post_acc, _post_acc_returns, _post_acc_no_grad,
+              _retain_accumulates, _used_twice, _post_acc, _post_acc_runs_first, _post_acc_returns, _post_acc_no_grad,
               _post_acc_nonleaf, _hook_no_grad, _hook_changes_size, _hook_changes_dtype,
               _node_hooks, _node_hooks_replace, _accumulate_grad_prehook]
 
