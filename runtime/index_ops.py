@@ -398,14 +398,14 @@ def _traced_scatter_winners(index, dim, n):
     entry of each run of equal keys wins. None where no two entries can meet."""
     if index.ndim == 0 or index.shape[dim] == 1 or index.numel() == 0:
         return None
-    from aotgrad.runtime.sort_ops import sort   # (it imports this module)
     moved = movedim(index, dim, -1)
     length = moved.shape[-1]
     rows = moved.numel() // length
     key = add(mul(tp.iota(shape=(rows, length), dim=0, dtype=dt.int64), n),
               reshape(moved, (rows, length)))
     key = reshape(key, (-1,))
-    keys, order = sort(key, stable=True)
+    order = tp.argsort(key, dim=0)   # (stable)
+    keys = gather(key, 0, order)
     m = key.shape[0]
     last = cat([tp.ne(narrow(keys, 0, 0, m - 1), narrow(keys, 0, 1, m - 1)),
                 tp.constant(True, dt.bool_, (1,))])
