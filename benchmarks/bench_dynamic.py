@@ -18,7 +18,9 @@ dynamic=False (cache_size_limit raised so that no size runs eagerly; its recompi
 warnings silenced). The per-step times take the systems' steps in turn at each size, so
 that all of them see the same load on a shared machine; the load average is printed with
 each table. Compiles and total time depend on what the kernel cache already holds: --cold
-gives each aotgrad system its own empty cache (numba compiles included).
+gives each aotgrad system its own empty cache (numba compiles included); the kernels the
+static run compiled stay loaded in this process, though, and the symbolic run (second)
+takes those it shares from memory: its total is not a cold one.
 """
 import argparse
 import os
