@@ -15,10 +15,13 @@ program at the same size; with torch installed, torch.compile(dynamic=True) besi
 The symbolic run marks the data dims dynamic (aotgrad.mark_dynamic: the batch of x and
 labels for W2, T of x for W4); the weights stay static. The static run compiles with
 dynamic=False (cache_size_limit raised so that no size runs eagerly; its recompile
-warnings silenced). The per-step times take the systems' steps in turn at each size, so
-that all of them see the same load on a shared machine; the load average is printed with
-each table. Compiles and total time depend on what the kernel cache already holds: --cold
-gives each aotgrad system its own empty cache (numba compiles included).
+warnings silenced). The per-step times take the two aotgrad programs' steps in turn at
+each size, so that both see the same load on a shared machine, and torch's after them
+(its threads spin on after a step and slowed the next one); the load average is printed
+with each table. Compiles and total time depend on what the kernel cache already holds: --cold
+gives each aotgrad system its own empty cache (numba compiles included); the kernels the
+static run compiled stay loaded in this process, though, and the symbolic run (second)
+takes those it shares from memory: its total is not a cold one.
 """
 import argparse
 import os
@@ -62,7 +65,8 @@ def _per_step(f, ts, reps):
 
 def _interleaved(runs, reps, stat=statistics.median):
     """Seconds per step (`stat` of `reps` steps) of each (f, tensors) in runs, their steps
-    taken in turn so that all of them see the same load on a shared machine. After a
+    taken in turn (in a rotating order) so that all of them see the same load on a shared
+    machine. After a
     warm-up step each, the kernels compiled in the background (parallel variants, size
     variants a new size asked for) are waited for."""
     from aotgrad.codegen import wait_for_parallel_kernels
@@ -70,8 +74,10 @@ def _interleaved(runs, reps, stat=statistics.median):
         _step(f, ts)
     wait_for_parallel_kernels(600)
     times = [[] for _ in runs]
-    for _ in range(reps):
-        for (f, ts), out in zip(runs, times):
+    order = list(zip(runs, times))
+    for i in range(reps):
+        # each system follows each other one as often
+        for (f, ts), out in order[i % len(order):] + order[:i % len(order)]:
             t0 = time.perf_counter()
             _step(f, ts)
             out.append(time.perf_counter() - t0)
@@ -148,9 +154,14 @@ def scenario(title, key, dyn, sizes, timed_sizes, args):
             rows.append(("torch.compile(dynamic=True)", graphs, t_torch, 0.0))
     # per size: every system's steps in turn (the same load for all)
     stat = {"median": statistics.median, "min": min}[args.stat]
-    per = {n: dict(zip(runs, _interleaved([make(n) for make in runs.values()], args.reps,
-                                          stat)))
-           for n in timed_sizes}
+    # aotgrad's two programs in turn; torch on its own after them (its threads spin on
+    # after a step and slowed the aotgrad step that came next)
+    per = {}
+    for n in timed_sizes:
+        pair = ("static", "symbolic")
+        per[n] = dict(zip(pair, _interleaved([runs[k](n) for k in pair], args.reps, stat)))
+        if "torch" in runs:
+            per[n]["torch"] = _interleaved([runs["torch"](n)], args.reps, stat)[0]
     print(f"  {'system':34s} {'compiles':>8s} {'total s':>9s} {'+ background s':>15s}")
     for name, compiles, total, bg in rows:
         print(f"  {name:34s} {compiles!s:>8s} {total:9.2f} {bg:15.2f}")

@@ -349,14 +349,17 @@ class CompiledGraph:
         text = module_source([spec], v.helpers if spec is v.spec else self._own[st])
         mod, _ = cache.load_module(text)
         if tiers.enabled() and not cache.has_machine_code(text, spec.name):
-            parallel_compile.compile_in_helpers(
+            cache.stats.compiled += len(parallel_compile.compile_in_helpers(
                 [parallel_compile.Unit(mod.__file__, mod.__name__, spec.name, _sig_desc(spec),
-                                       3 if spec.parallel else 1)], cache.cache_dir())
+                                       3 if spec.parallel else 1)], cache.cache_dir()))
         if not tiers.begin_load():          # the interpreter is exiting
             return False
         try:
             fn = getattr(mod, spec.name)
+            misses = sum(fn.stats.cache_misses.values())
             fn.compile(_numba_sig(spec))    # from numba's disk cache when a helper compiled it
+            if sum(fn.stats.cache_misses.values()) > misses:
+                cache.stats.compiled += 1   # compiled here
             self._swap_variant(st, spec, fn)
         finally:
             tiers.end_load()
