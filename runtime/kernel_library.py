@@ -31,7 +31,7 @@ import numpy as np
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.core import Aval, GraphBuilder, no_builder
-from aotgrad.ir.symbolic import ShapeEnv, SymInt
+from aotgrad.ir.symbolic import ShapeEnv
 from aotgrad.runtime.grad_mode import enable_grad, no_grad
 from aotgrad.runtime.tensor import Tensor
 
