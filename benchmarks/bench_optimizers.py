@@ -100,6 +100,10 @@ def main(argv=None):
         times = {label: [] for label in calls}
         for label, fn in calls.items():
             fn()
+        if "torch" in sys.modules:
+            # again after aotgrad's first calls: compiling its kernels starts numba's OpenMP
+            # threads from this thread, which changed torch's thread count here
+            sys.modules["torch"].set_num_threads(args.threads)
         for _ in range(args.reps):
             for label, fn in calls.items():
                 t0 = clock()

@@ -31,7 +31,7 @@ import numpy as np
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.core import Aval, GraphBuilder, no_builder
-from aotgrad.ir.symbolic import ShapeEnv, SymInt
+from aotgrad.ir.symbolic import ShapeEnv
 from aotgrad.runtime.grad_mode import enable_grad, no_grad
 from aotgrad.runtime.tensor import Tensor
 
@@ -78,12 +78,21 @@ class EagerKernelMode(enum.Enum):
 
 
 def mode():
-    value = os.environ.get("AOTGRAD_EAGER_KERNELS", "background").strip().lower()
-    try:
-        return EagerKernelMode(value)
-    except ValueError:
-        raise ValueError(f"AOTGRAD_EAGER_KERNELS must be one of "
-                         f"{', '.join(m.value for m in EagerKernelMode)}; got {value!r}") from None
+    """The setting of AOTGRAD_EAGER_KERNELS, read at each use (a test or a user may change
+    it between calls)."""
+    value = os.environ.get("AOTGRAD_EAGER_KERNELS", "background")
+    m = _MODES.get(value)
+    if m is None:
+        try:
+            m = _MODES[value] = EagerKernelMode(value.strip().lower())
+        except ValueError:
+            raise ValueError(f"AOTGRAD_EAGER_KERNELS must be one of "
+                             f"{', '.join(m.value for m in EagerKernelMode)}; "
+                             f"got {value!r}") from None
+    return m
+
+
+_MODES = {}     # the setting's text -> its mode (parsed once per distinct text)
 
 
 @dataclass(frozen=True)
@@ -259,13 +268,15 @@ class KernelLibrary:
         return self._get(op)
 
     def _get(self, update):
+        m = mode()
+        if m is EagerKernelMode.OFF:
+            return None
         key = update.key
         try:
             return self._table[key]
         except KeyError:
             pass
-        m = mode()
-        if m is EagerKernelMode.OFF or self._compiler is None:
+        if self._compiler is None:
             return None
         with self._lock:
             if key in self._table:

@@ -193,6 +193,20 @@ def test_kernels_off_keeps_the_numpy_path(monkeypatch):
     assert library.info() == {}
 
 
+def test_off_turns_off_kernels_already_compiled(monkeypatch):
+    x = ag.tensor(np.linspace(-4, 4, 10, dtype=np.float32))
+    monkeypatch.setenv("AOTGRAD_EAGER_KERNELS", "wait")
+    F.gelu(x)
+    monkeypatch.setenv("AOTGRAD_EAGER_KERNELS", "off")
+    off = F.gelu(x)
+    with monkeypatch.context() as m:
+        m.setattr(eager_kernels, "run", lambda *a, **k: None)
+        prims = F.gelu(x)
+    numpy_kernel, _ = eager_kernels._gelu_forward([x.numpy()], approximate="none")
+    np.testing.assert_array_equal(off.numpy(), numpy_kernel)   # the numpy kernel, bit for bit
+    assert_close(off.numpy(), prims.numpy(), rtol=1e-6, atol=1e-7)
+
+
 def test_a_bad_mode_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("AOTGRAD_EAGER_KERNELS", "sometimes")
     library.clear()
