@@ -525,9 +525,10 @@ def make_fast_backward(prog, plan):
     if bw_symbols:
         grad_args.append(bw_symbols)
     checked = [i for i, (kind, _) in enumerate(tr.roles) if kind is not Role.SEED]
-    if checked:
-        lines += ["    replay, v = node._replay, node._versions",
-                  "    if " + " or ".join(f"replay[{i}]._version_counter.v != v[{i}]"
+    if checked:  # (a seed is an array: no version)
+        lines += [f"    {''.join(f'r{i}, ' for i in range(len(tr.roles)))}= node._replay",
+                  "    v = node._versions",
+                  "    if " + " or ".join(f"r{i}._version_counter.v != v[{i}]"
                                         for i in checked) + ":",
                   "        return False  # modified in place: the general path raises"]
     lines += [f"    outs = run({', '.join(saved + grad_args)})",
