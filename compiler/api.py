@@ -163,8 +163,8 @@ class CompiledFunction:
             prog = None
         if prog is None:  # strided arguments: the contiguous call's program, if it never
             prog = guards.layout_free_program(self.cache, key)  # read their layout
-        if prog is not None and prog is not RUN_EAGERLY and not guards.lifted_ok(prog):
-            where = guards.failed_guard(prog)
+        if prog is not None and prog is not RUN_EAGERLY and not guards.lifted_ok(prog, leaves):
+            where = guards.failed_guard(prog, leaves)
             prog = None
             self._guard_retraces += 1
             self.stats.guard_failures += 1
@@ -279,7 +279,7 @@ class CompiledFunction:
             return entry, leaves
         if entry is not None:
             for prog in list(entry):
-                if not guards.lifted_ok(prog):
+                if not guards.lifted_ok(prog, leaves):
                     self.stats.guard_failures += 1
                     entry.remove(prog)
                     continue

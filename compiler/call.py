@@ -614,8 +614,9 @@ def specialise(key, prog):
                   f"    if type(v{i}) is not ndarray or {_shape_check(f'v{i}', shape)} or "
                   f"v{i}.dtype is not d{i} or not v{i}.flags.carray:",
                   "        return MISS"]
-    if prog.trace.grad_guards or prog.trace.lifted_guards or prog.trace.identity_guards:
-        lines += ["    if not lifted_ok(prog):", "        return MISS"]
+    if prog.trace.grad_guards or prog.trace.arg_grad_guards or prog.trace.lifted_guards or \
+            prog.trace.identity_guards:
+        lines += ["    if not lifted_ok(prog, args):", "        return MISS"]
     if prog.trace.mutations and n:
         # the program writes in place: arguments that share memory with one another or with
         # a lifted tensor need their own trace (or eager), which the full lookup decides

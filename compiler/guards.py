@@ -186,22 +186,26 @@ def recompile_cause(cache, key, fn, args, kwargs):
 
 
 
-def lifted_ok(prog):
+def lifted_ok(prog, leaves):
     """Lifted tensors are read at call time; their shapes/dtypes/requires_grad are guards,
     and so is the .grad state the program reads or writes, the object each place on the
     way to one holds (a parameter slot, attribute, dict entry, global, closure cell), and
     each plain Python value the trace read by name."""
-    return prog.state_check()
+    return prog.state_check(leaves)
 
 
 def make_state_check(tr):
-    """`check() -> bool`: lifted_ok's guards as straight-line code."""
+    """`check(leaves) -> bool`: lifted_ok's guards as straight-line code."""
     g = {"MISS": MISS, "same_value": same_value}
-    lines = ["def check():"]
-    for i, (t, init, read) in enumerate(tr.grad_guards):
-        g[f"gt{i}"], g[f"gi{i}"] = t, init
-        lines += [f"    if (gt{i}._grad is None) is not {init is None}" +
-                  (f" or gt{i}._grad is not gi{i}" if read else "") + ":",
+    lines = ["def check(leaves):"]
+    grads = [(f"gt{i}", t, init, read) for i, (t, init, read) in enumerate(tr.grad_guards)]
+    grads += [(f"leaves[{k}]", None, init, read) for k, init, read in tr.arg_grad_guards]
+    for i, (t, obj, init, read) in enumerate(grads):
+        if obj is not None:
+            g[t] = obj
+        g[f"gi{i}"] = init
+        lines += [f"    if ({t}._grad is None) is not {init is None}" +
+                  (f" or {t}._grad is not gi{i}" if read else "") + ":",
                   "        return False"]
     for i, (t, v, requires_grad) in enumerate(tr.lifted_guards):
         g[f"lt{i}"], g[f"ld{i}"] = t, v.dtype.np
@@ -239,8 +243,13 @@ def guard_holds(where, key, expected, is_value):
     return now is expected or (is_value and same_value(now, expected))
 
 
-def failed_guard(prog):
+def failed_guard(prog, leaves):
     """What the first state guard that fails now saw, in words (for the recompile warning)."""
+    for k, init, _ in prog.trace.arg_grad_guards:
+        if (leaves[k]._grad is None) is not (init is None):
+            return (f"argument {k}'s .grad was {'None' if init is None else 'set'} at the trace "
+                    f"and is {'set' if init is None else 'None'} now (backward() inside the "
+                    f"function accumulates into a .grad that is set)")
     for where, key, expected, is_value, path in prog.trace.identity_guards:
         if not guard_holds(where, key, expected, is_value):
             if is_value:

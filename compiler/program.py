@@ -191,12 +191,13 @@ class Program:
             r = self._runners[which]
         return r
 
-    def state_check(self):
-        """Whether the state guards of the trace hold now (guards.lifted_ok)."""
+    def state_check(self, leaves):
+        """Whether the state guards of the trace hold now for the call's flattened inputs
+        (guards.lifted_ok)."""
         check = self._state_check
         if check is None:
             check = self._state_check = guards.make_state_check(self.trace)
-        return check()
+        return check(leaves)
 
     def call_plan(self):
         """How calls of this program run (call.CallPlan), derived once."""

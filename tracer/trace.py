@@ -201,6 +201,9 @@ def _arg_proxy(builder, x, i, want_grad, aval=None):
         return _with_layout(p, x), None
     leaf = Tensor._make(v, True)
     if x.grad_fn is None:
+        # its .grad as eagerly: read, or accumulated into by a backward() inside (the
+        # tensor is lifted where the trace reads it; a guard on it: see _grad_state)
+        leaf._grad = x._grad
         return _with_layout(leaf, x), leaf
     p = Tensor._make(v, True)
     p.grad_fn = _InputBackward(leaf)
@@ -329,7 +332,9 @@ def trace(fn, args, kwargs, names=None, want_grad=True, symbolic_dims=None):
             else:
                 diff_outs, diff_roles, grads, written_grads = derive_backward(
                     builder, outs, [t for _, t in written], proxies, diff_leaves, want_grad)
-            grad_writes, grad_guards = _grad_state(builder, proxies)
+            grad_writes, grad_guards, arg_grad_guards = _grad_state(
+                builder, proxies, {i: x._grad for i, x in enumerate(leaves)
+                                   if i in diff_leaves and x.grad_fn is None})
             drawn = side_effects.rng_changed(py_rng) or ", ".join(
                 f"the generator `{p}`" for p in state.drawn_rngs())
             if drawn:
@@ -392,6 +397,7 @@ def trace(fn, args, kwargs, names=None, want_grad=True, symbolic_dims=None):
         out_tree=out_tree, diff_outs=diff_outs, diff_roles=diff_roles,
         mutations=[r for r, _ in mutations], escaped=bool(escapes),
         grad_clears=[r for r, v in grad_writes if v is None], grad_guards=grad_guards,
+        arg_grad_guards=arg_grad_guards,
         grad_present=[g is not None for g in grads],
         written_grads=[nr for nr, _ in written_grads], out_may_alias=out_may_alias,
         lifted_guards=[(t, v, t.requires_grad) for t, v, _ in lifted],
@@ -520,19 +526,31 @@ def derive_backward(builder, outs, written, proxies, diff_leaves, want_grad):
     return diff_outs, diff_roles, grads[:n], written_grads
 
 
-def _grad_state(builder, proxies):
+def _grad_state(builder, proxies, arg_grads):
     """`.grad` written inside the function (backward() inside compile) is state too:
-    -> ([(role, new value Var or None to clear)], [(tensor, grad at trace, grad was read)])."""
+    -> ([(role, new value Var or None to clear)], [(tensor, grad at trace, grad was read)],
+    [(argument index, grad at trace, grad was read)]). Whether a .grad was set decides
+    whether backward() accumulates into it or sets it: a guard, for arguments as for
+    lifted tensors. `arg_grads`: leaf argument index -> its .grad at the trace; guarded
+    where a backward ran inside or the trace read that .grad."""
     arg_of = {id(p): i for i, p in enumerate(proxies) if isinstance(p, Tensor)}
-    writes, guards = [], []
+    writes, guards, arg_guards = [], [], []
     for t, init in builder.grad_state.values():
         final = t._grad
         role = (Mutation.ARG_GRAD, arg_of[id(t)]) if id(t) in arg_of else (Mutation.GRAD, t)
+        read = init is not None and id(init) in builder.current
         if role[0] is Mutation.GRAD:
-            guards.append((t, init, init is not None and id(init) in builder.current))
+            guards.append((t, init, read))
+        else:
+            arg_guards.append((role[1], init, read))
         if final is not init:
             writes.append((role, None if final is None else _value_of(builder, final)))
-    return writes, guards
+    guarded = {k for k, _, _ in arg_guards}
+    for k, init in arg_grads.items():
+        read = init is not None and id(init) in builder.current
+        if k not in guarded and (builder.grad_state or read):
+            arg_guards.append((k, init, read))
+    return writes, guards, arg_guards
 
 
 def _refuse_backward_escapes(builder, values):

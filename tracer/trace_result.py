@@ -81,7 +81,8 @@ class TraceResult:
     retained_args  = indices of the (non-leaf) arguments the function called retain_grad() on
     out_may_alias  = per tensor output: it may share memory with an input (it is an argument
                     or a parameter/closed-over tensor returned as is); others never do
-    grad_guards, lifted_guards, identity_guards, guard_roots: what the state guards check
+    grad_guards, arg_grad_guards, lifted_guards, identity_guards, guard_roots: what the state
+                    guards check (arg_grad_guards: an argument's .grad, by its index)
     layout_read    = the trace read a memory layout (see the field)
     """
     graph: object
@@ -95,6 +96,7 @@ class TraceResult:
     escaped: bool
     grad_clears: list
     grad_guards: list
+    arg_grad_guards: list
     grad_present: list
     written_grads: list
     out_may_alias: list
