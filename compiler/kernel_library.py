@@ -2,9 +2,6 @@
 Graph of flat buffers of one symbolic length, compiled by codegen.compile_graph, answered as
 its one jitted kernel and the source of each of its arguments, so that the runtime calls the
 kernel directly on its buffers."""
-from aotgrad.codegen import compile_graph
-from aotgrad.codegen.scheduler import Kernel
-from aotgrad.codegen.symbols import symbols_of
 from aotgrad.ir.symbolic import free_symbols
 from aotgrad.runtime.kernel_library import (ArgSource, CompiledKernel, CompiledProgram, KernelArg,
                                             library)
@@ -20,6 +17,10 @@ def compile_flat(graph, in_helpers=False):
     when one elementwise kernel computes them all (each element read before it is written):
     any other schedule is refused. in_helpers: compiled by helper processes (a background
     compile: see codegen.CompiledGraph)."""
+    # (the code generator, and numba with it, load on the first kernel, not on import)
+    from aotgrad.codegen import compile_graph
+    from aotgrad.codegen.scheduler import Kernel
+    from aotgrad.codegen.symbols import symbols_of
     symbols = symbols_of(graph)
     if len(symbols) != 1:
         raise NotOneKernel(f"{graph.name}: one symbolic length expected, got {symbols}")
@@ -60,6 +61,8 @@ def compile_program(graph, in_helpers=False):
     """`graph` (inputs of symbolic sizes) compiled by the code generator, called through its
     buffer plan's driver (the inputs trusted: the library hands C-contiguous arrays of the
     graph's dtypes)."""
+    from aotgrad.codegen import compile_graph
+    from aotgrad.codegen.symbols import symbols_of
     prog = compile_graph(graph, name=graph.name, in_helpers=in_helpers)
     run = prog.plan.prepared().runner(len(graph.inputs))
     return CompiledProgram(run, tuple(symbols_of(graph)), getattr(prog, "cache_status", "new"))
