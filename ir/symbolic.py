@@ -13,7 +13,8 @@ expression: the guard `expr == hint`, and the reason, listed by `explain()`.
 
 Outside a ShapeEnv (codegen, after tracing) comparisons are structural and record nothing:
 `a == b` is True only when the two expressions are provably equal, so a decision taken on
-it holds for every size; `int()` raises, and heuristics read `hint(x)`.
+it holds for every size; an order (`<`, `>=`, ...) not provable for every size raises, as
+`int()` does, and heuristics read `hint(x)`.
 
 Sizes 0 and 1 are never made symbols (PyTorch's 0/1 specialisation: broadcasting and empty
 tensors behave differently there), so every symbol is >= 2.
@@ -196,7 +197,11 @@ class SymInt:
             return op(known, 0)
         env = _CURRENT.get()
         if env is None:                     # structural: only provable facts are True
-            return op is operator.ne
+            if op is operator.eq or op is operator.ne:
+                return op is operator.ne
+            raise TypeError(
+                f"{source(self)} {_OP_TEXT[op]} {source(o)} depends on the sizes and no trace "
+                f"is active to guard it; decide on hint() for a heuristic, or on a provable fact")
         result = op(diff.hint, 0)
         held = op if result else _NEGATED[op]   # the text says what held: s0 != s1, not s0 == s1
         env.add_guard(diff, op, result, f"{source(self)} {_OP_TEXT[held]} {source(o)}")
