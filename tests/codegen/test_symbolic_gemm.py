@@ -32,7 +32,7 @@ def run_sizes(graph, shapes, sizes, dtype=np.float32):
             for g, r in zip(got, ref):
                 assert g.dtype == np.asarray(r).dtype and g.shape == np.shape(r)
                 assert_close(g, r, rtol=2e-4, atol=2e-4, equal_nan=True)
-    plans = [v for v in prog.plan._bound_kernels[-1][0].values() if isinstance(v, SymbolicGemm)]
+    plans = [v for v in prog.plan.bound_kernels[-1][0].values() if isinstance(v, SymbolicGemm)]
     return prog, plans
 
 

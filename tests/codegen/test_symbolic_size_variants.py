@@ -133,7 +133,7 @@ def test_workspace_views_made_once_per_size_and_dropped_when_a_buffer_grows():
         x = np.random.default_rng(n).uniform(-1, 1, (n, 16)).astype(np.float32)
         assert_close(prog(x, w, (n,)), evaluate(g, [x, w], values={"s0": n}), rtol=1e-5,
                      atol=1e-6)
-    cache, = prog.plan._view_caches
+    cache, = prog.plan.view_caches
     # 64 grew the buffers: the views of the sizes before it (3, 40) were dropped
     assert set(cache) == {(64,), (5,)}
     assert "_views" in prog.plan.driver_source

@@ -161,7 +161,7 @@ def test_trusted_runner_skips_checks_only_on_the_trusted_prefix():
                  equal_nan=True)
     with pytest.raises(ValueError, match="shape"):
         run(x, np.ones((4, 3), np.float32))
-    src = plan._driver(plan._fixed, trusted=1)[0]
+    src = plan._driver(plan.fixed_views, trusted=1)[0]
     assert "type(v0)" not in src and "type(v1)" in src
 
 
