@@ -58,8 +58,16 @@ class LoopNestEmitter:
             return
         phases = self.values.phases()
         self.values.plan_row_cache(phases)
+        # one scratch row per thread, allocated once per call: an allocation per row (a
+        # malloc and a free around a 128-element attention row) cost a sixth of a softmax
+        # backward. The thread count is a constant of the source, as in cols_chunked, and
+        # numba's thread ids lie below it; rows are 64 bytes or more apart (no cache line
+        # written by two threads).
+        nt, n = max(1, numba.config.NUMBA_NUM_THREADS), f"n{self.st.innermost}"
         for v, nm in self.st.cache_buf.items():
-            self.st.row_scope.add(f"{nm} = _empty(n{self.st.innermost}, {np_name(v.dtype)})")
+            body.append(f"    {nm}_t = _empty(({nt}, ({n} + 15) // 16 * 16 + 16), "
+                        f"{np_name(v.dtype)})")
+            self.st.row_scope.add(f"{nm} = {nm}_t[numba.get_thread_id(), :{n}]")
         for reds, fulls in phases:
             creds = {r: cparts[r][1] for r in reds if r in cparts}
             reds = [r for r in reds if r not in cparts]
