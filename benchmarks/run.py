@@ -175,8 +175,15 @@ def roofline(wl, quick, machine):
             "floor_s": max(mem_s, flop_s)}
 
 
+# issue 19's targets: compiled aotgrad's median over the best peer's (or jax.jit's) at most
+RATIO_TARGETS = {"W1": (0.4, None), "W2": (0.95, None), "W3": (0.15, None), "W4": (0.85, None),
+                 "W5": (1.0, "jax_jit"), "W6": (0.9, "jax_jit")}
+COLD_FIRST_CALL_MAX_S = {"W4": 2.0}
+
+
 def targets(results, quick):
-    """Issue 6's targets, each PASS / FAIL / n.a. (n.a. when a figure is missing)."""
+    """The targets (issue 6's, then issue 19's ratios to the peers), each PASS / FAIL / n.a.
+    (n.a. when a figure is missing)."""
     out = []
 
     def med(w, s):
@@ -213,6 +220,19 @@ def targets(results, quick):
             c, wm = r.get("first_call_s"), r.get("warm_first_call_s")
             add("W4 cold compile (first call) under 5 s", c, 5.0, None if c is None else c < 5)
             add("W4 warm-cache first call under 1 s", wm, 1.0, None if wm is None else wm < 1)
+        if w in RATIO_TARGETS:
+            limit, peer = RATIO_TARGETS[w]
+            peers = {peer: med(w, peer)} if peer else others
+            peers = {k: v for k, v in peers.items() if v is not None}
+            best = min(peers, key=peers.get) if peers else (peer or "best peer")
+            ref = peers.get(best)
+            add(f"{w} compiled at most {limit}x {best}", comp,
+                None if ref is None else limit * ref,
+                None if comp is None or ref is None else comp <= limit * ref)
+        if w in COLD_FIRST_CALL_MAX_S:
+            c = wr["systems"].get("aotgrad_compiled", {}).get("first_call_s")
+            lim = COLD_FIRST_CALL_MAX_S[w]
+            add(f"{w} cold first call at most {lim:g} s", c, lim, None if c is None else c <= lim)
     return out
 
 
@@ -355,7 +375,7 @@ def main(argv=None):
              if mkl_rate else ")"))
     print(table(results, machine))
     print(f"\n{report['peak_memory_note']}")
-    print("\ntargets (issue 6):")
+    print("\ntargets (issues 6 and 19):")
     for t in report["targets"]:
         v = t["value"]
         print(f"  {t['status']:5s} {t['target']}: {fmt_t(v)} (limit {fmt_t(t['limit'])})")
