@@ -9,7 +9,7 @@ import numpy as np
 
 from aotgrad.compiler import call, guards
 from aotgrad.compiler.dynamic import SymbolBinding
-from aotgrad.ir.core import graph_symbols as symbols_of
+from aotgrad.ir.core import evaluate, evaluate_params, graph_symbols as symbols_of
 from aotgrad.ir import passes
 from aotgrad.ir.partition import partition
 from aotgrad.ir.printer import HEADER, format_graph
@@ -25,10 +25,8 @@ def _runner(graph, backend, name, trusted=0, symbols=()):
     """`run(*arrays) -> list of arrays` for one graph, and its compiled program (or None).
     A graph with `symbols` takes their values as one more argument, a tuple in that order."""
     if backend == "interpret":
-        from aotgrad.ir.core import evaluate
         # (numpy's reference impls give 0-d results as numpy scalars: a tensor holds arrays)
         if symbols:
-            from aotgrad.ir.core import evaluate_params
             memo = {}  # the symbol values of recent calls -> each node's evaluated params
 
             def run(*args):
@@ -58,7 +56,6 @@ def _evaluate_reporting(graph, args, ready, unread, values=None):
     `unread(i)` once no later node reads argument i, through itself or a value that shares
     its memory (numpy's results are checked: a reference impl may return a view).
     `values`: a symbolic graph's symbol values (its nodes' params are evaluated at them)."""
-    from aotgrad.ir.core import evaluate_params, located_error
     nodes = graph.nodes
     at, last_use = {}, {}
     for k, v in enumerate(graph.outputs):
@@ -67,12 +64,11 @@ def _evaluate_reporting(graph, args, ready, unread, values=None):
     for t, n in enumerate(nodes):
         for v in n.inputs:
             last_use[v] = max(last_use.get(v, -1), t)
-    env = dict(zip(graph.inputs, args))
     arrays = [(i, a) for i, a in enumerate(args) if isinstance(a, np.ndarray)]
     sharing = {i: {v} for i, v in enumerate(graph.inputs)}   # argument -> values sharing it
     still_read = set(range(len(args)))
 
-    def report(t, made):
+    def report(t, made, env):
         for v in made:
             o = env[v]
             if isinstance(o, np.ndarray):
@@ -87,20 +83,10 @@ def _evaluate_reporting(graph, args, ready, unread, values=None):
             for k in at.get(v, ()):
                 o = env[v]
                 ready(k, o if type(o) is np.ndarray else np.asarray(o))
-    report(-1, graph.inputs)
-    for t, n in enumerate(nodes):
-        try:
-            params = n.params if values is None else evaluate_params(n.params, values)
-            outs = n.prim.impl(*[env[v] for v in n.inputs], **params)
-        except Exception as e:
-            located = located_error(e, n)
-            if located is e:
-                raise
-            raise located from None
-        env.update(zip(n.outputs, outs if n.prim.multiple_results else (outs,)))
-        report(t, n.outputs)
-    return [env[v] if type(env[v]) is np.ndarray else np.asarray(env[v])
-            for v in graph.outputs]
+    report(-1, graph.inputs, dict(zip(graph.inputs, args)))
+    outs = evaluate(graph, args, values,
+                    after_node=lambda t, n, env: report(t, n.outputs, env))
+    return [o if type(o) is np.ndarray else np.asarray(o) for o in outs]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

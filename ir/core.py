@@ -372,10 +372,11 @@ def evaluate_params(params, values):
     return {k: ev(v) for k, v in params.items()}
 
 
-def evaluate(graph, args, values=None, node_params=None):
+def evaluate(graph, args, values=None, node_params=None, after_node=None):
     """Run `graph` with the reference impls; `values`: the symbol values of a graph with
     symbolic sizes (its params are evaluated with them), or `node_params`: each node's
-    params so evaluated already."""
+    params so evaluated already. `after_node(i, node, env)`: called once node i's outputs
+    are in `env` (value of each Var so far)."""
     env = dict(zip(graph.inputs, args))
     for i, n in enumerate(graph.nodes):
         try:
@@ -391,6 +392,8 @@ def evaluate(graph, args, values=None, node_params=None):
         if not n.prim.multiple_results:
             outs = (outs,)
         env.update(zip(n.outputs, outs))
+        if after_node is not None:
+            after_node(i, n, env)
     return [env[v] for v in graph.outputs]
 
 
