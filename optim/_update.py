@@ -53,9 +53,22 @@ def addcdiv(x, a, b, value=1.0):
 
 def lerp_(x, end, weight):
     """x <- lerp(x, end, weight) in place, for a Python float weight."""
-    if weight < 0.5:
-        return x.add_(ops.mul(ops.sub(end, x), weight))
-    return x.copy_(ops.sub(end, ops.mul(ops.sub(end, x), 1.0 - weight)))
+    high = lerp_high(weight)
+    return lerp_by_(x, end, 1.0 - weight if high else weight, high)
+
+
+def lerp_high(weight):
+    """Does lerp at this Python float weight take the formula from the end (weight >= 0.5)?"""
+    return not weight < 0.5
+
+
+def lerp_by_(x, end, factor, high):
+    """lerp_'s two formulas: x += factor * (end - x) (factor = the weight), or with `high`
+    x = end - factor * (end - x) (factor = 1 - weight). `factor` may be a 0-d tensor (a
+    fused kernel's scalar), `high` is decided from the Python weight by lerp_high."""
+    if not high:
+        return x.add_(ops.mul(ops.sub(end, x), factor))
+    return x.copy_(ops.sub(end, ops.mul(ops.sub(end, x), factor)))
 
 
 def _is_one(value):

@@ -6,11 +6,66 @@
 import numpy as np
 
 from aotgrad.optim._update import (addcdiv, addcmul, check_nonnegative, grads_of,
-                                   lerp_, new_step)
+                                   lerp_by_, lerp_high, new_step)
 from aotgrad.optim.optimizer import Optimizer
 from aotgrad.runtime import multi_tensor, ops
 from aotgrad.runtime.factories import zeros_like
 from aotgrad.runtime.grad_mode import no_grad
+from aotgrad.runtime.kernel_library import FlatUpdate, library
+
+
+def rmsprop_update(p, grad, sq, buf, ga, factors, lerp_from_end):
+    """One parameter's RMSprop update in place, written with tensor ops: the per-parameter
+    step runs it, and the fused step runs it compiled over flat buffers (one source).
+    `factors` (Python numbers or 0-d tensors): alpha, one_minus_alpha, eps, neg_lr, "l2"
+    where there is weight decay, "momentum" where `buf` (the momentum buffer) is given and
+    "lerp" (the factor of lerp_by_) where `ga` (the centered gradient average) is given;
+    `lerp_from_end`: lerp_high(1 - alpha)."""
+    if "l2" in factors:
+        grad = ops.add(grad, p.detach(), alpha=factors["l2"])
+    sq.copy_(addcmul(ops.mul(sq, factors["alpha"]), grad, grad, factors["one_minus_alpha"]))
+    if ga is not None:
+        lerp_by_(ga, grad, factors["lerp"], lerp_from_end)
+        avg = ops.sqrt(addcmul(sq, ga, ga, -1))
+    else:
+        avg = ops.sqrt(sq)
+    avg = ops.add(avg, factors["eps"])
+    if buf is not None:
+        buf.copy_(addcdiv(ops.mul(buf, factors["momentum"]), grad, avg))
+        p.add_(buf, alpha=factors["neg_lr"])
+    else:
+        p.add_(ops.div(ops.mul(grad, factors["neg_lr"]), avg))
+
+
+def _factors(lr, alpha, eps, wd, mom, centered):
+    """rmsprop_update's factors as Python numbers (lr: a number or a 0-d tensor), and
+    lerp_from_end."""
+    high = lerp_high(1 - alpha)
+    factors = dict(alpha=alpha, one_minus_alpha=1 - alpha, eps=eps, neg_lr=-lr)
+    if wd != 0:
+        factors["l2"] = wd
+    if mom > 0:
+        factors["momentum"] = mom
+    if centered:
+        factors["lerp"] = 1.0 - (1 - alpha) if high else 1 - alpha
+    return factors, high
+
+
+# the fused step's scalars, in the order of its scalar vector (unused ones are zero)
+_SCALAR_NAMES = ("l2", "alpha", "one_minus_alpha", "lerp", "eps", "momentum", "neg_lr")
+
+
+def _rmsprop_kernel_body(tensors, scalars, flags):
+    """rmsprop_update over flat buffers (p, grad, square_avg[, momentum_buffer][, grad_avg])
+    with its factors read from the scalar vector; flags = (weight decay, momentum, centered,
+    lerp_from_end, maximize)."""
+    has_wd, has_mom, centered, high, maximize = flags
+    p, grad, sq, *rest = tensors
+    present = {"l2": has_wd, "momentum": has_mom, "lerp": centered}
+    factors = {name: scalars[i] for i, name in enumerate(_SCALAR_NAMES)
+               if present.get(name, True)}
+    rmsprop_update(p, ops.neg(grad) if maximize else grad, sq,
+                   rest[0] if has_mom else None, rest[-1] if centered else None, factors, high)
 
 
 class RMSprop(Optimizer):
@@ -41,7 +96,7 @@ class RMSprop(Optimizer):
                 pairs = list(grads_of(g))
                 for p, _ in pairs:
                     self._init_state(g, p)
-                if not self._multi_tensor_step(g, pairs):
+                if not self._fused_step(g, pairs) and not self._multi_tensor_step(g, pairs):
                     for p, grad in pairs:
                         self._one_param_step(g, p, grad)
         return loss
@@ -62,22 +117,10 @@ class RMSprop(Optimizer):
         wd, mom, centered = g["weight_decay"], g["momentum"], g["centered"]
         state = self.state[p]
         state["step"].add_(1)
-        if wd != 0:
-            grad = ops.add(grad, p.detach(), alpha=wd)
-        sq = state["square_avg"]
-        sq.copy_(addcmul(ops.mul(sq, alpha), grad, grad, 1 - alpha))
-        if centered:
-            ga = lerp_(state["grad_avg"], grad, 1 - alpha)
-            avg = ops.sqrt(addcmul(sq, ga, ga, -1))
-        else:
-            avg = ops.sqrt(sq)
-        avg = ops.add(avg, eps)
-        if mom > 0:
-            buf = state["momentum_buffer"]
-            buf.copy_(addcdiv(ops.mul(buf, mom), grad, avg))
-            p.add_(buf, alpha=-lr)
-        else:
-            p.add_(ops.div(ops.mul(grad, -lr), avg))
+        factors, high = _factors(lr, alpha, eps, wd, mom, centered)
+        rmsprop_update(p, grad, state["square_avg"],
+                       state["momentum_buffer"] if mom > 0 else None,
+                       state["grad_avg"] if centered else None, factors, high)
 
     def _multi_tensor_step(self, g, pairs):
         """The same step on the numpy buffers of the group (runtime/multi_tensor.py); False
@@ -120,5 +163,40 @@ class RMSprop(Optimizer):
                 upd = grad * f(-lr)
                 upd /= tmp
                 p += upd
+        multi_tensor.written(*(t for row in rows for j, t in enumerate(row) if j != 1))
+        return True
+
+    def _fused_step(self, g, pairs):
+        """The same step as one generated kernel per parameter (rmsprop_update compiled over
+        flat buffers, runtime/kernel_library.py); False where the group must take another
+        path, or the kernel is not compiled yet."""
+        lr, alpha, eps = g["lr"], g["alpha"], g["eps"]
+        wd, mom, centered = g["weight_decay"], g["momentum"], g["centered"]
+        if not pairs or not multi_tensor.fused_wanted(g) or not isinstance(lr, (int, float)):
+            return False
+        keys = ("step", "square_avg") + (("momentum_buffer",) if mom > 0 else ()) + \
+            (("grad_avg",) if centered else ())
+        rows = [(p, p.grad, *(self.state[p][k] for k in keys)) for p, _ in pairs]
+        arrays = multi_tensor.flat_arrays_of(rows, free=(2,))
+        if arrays is None:
+            return False
+        factors, high = _factors(lr, alpha, eps, wd, mom, centered)
+        flags = (wd != 0, mom > 0, bool(centered), high, bool(g["maximize"]))
+        n_arrays = 3 + (mom > 0) + bool(centered)
+        kernels, scalars = {}, {}
+        for row in arrays:
+            dtype = row[0].dtype
+            if dtype not in kernels:
+                kernels[dtype] = library.flat_kernel(FlatUpdate(
+                    "rmsprop", dtype, n_arrays, len(_SCALAR_NAMES), _rmsprop_kernel_body,
+                    flags))
+                if kernels[dtype] is None:
+                    return False
+                scalars[dtype] = np.array([factors.get(name, 0) for name in _SCALAR_NAMES],
+                                          dtype)
+        one = np.float32(1)
+        for p, grad, step, *rest in arrays:
+            step += one
+            kernels[p.dtype](p.size, [p, grad, *rest], scalars[p.dtype])
         multi_tensor.written(*(t for row in rows for j, t in enumerate(row) if j != 1))
         return True
