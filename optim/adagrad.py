@@ -11,6 +11,33 @@ from aotgrad.optim.optimizer import Optimizer
 from aotgrad.runtime import multi_tensor, ops
 from aotgrad.runtime.factories import full_like, tensor
 from aotgrad.runtime.grad_mode import no_grad
+from aotgrad.runtime.kernel_library import FlatUpdate, library
+
+
+def adagrad_update(p, grad, acc, factors):
+    """One parameter's Adagrad update in place, written with tensor ops: the per-parameter
+    step runs it, and the fused step runs it compiled over flat buffers (one source).
+    `factors` (Python numbers or 0-d tensors): eps, neg_clr (minus the decayed learning
+    rate), and "l2" where there is weight decay."""
+    if "l2" in factors:
+        grad = ops.add(grad, p.detach(), alpha=factors["l2"])
+    acc.add_(ops.mul(grad, grad))
+    std = ops.add(ops.sqrt(acc), factors["eps"])
+    p.add_(ops.div(ops.mul(grad, factors["neg_clr"]), std))
+
+
+# the fused step's scalars, in the order of its scalar vector
+_SCALAR_NAMES = ("l2", "eps", "neg_clr")
+
+
+def _adagrad_kernel_body(tensors, scalars, flags):
+    """adagrad_update over flat buffers (p, grad, sum) with its factors read from the scalar
+    vector; flags = (weight decay, maximize)."""
+    has_wd, maximize = flags
+    p, grad, acc = tensors
+    factors = {name: scalars[i] for i, name in enumerate(_SCALAR_NAMES)
+               if has_wd or name != "l2"}
+    adagrad_update(p, ops.neg(grad) if maximize else grad, acc, factors)
 
 
 class Adagrad(Optimizer):
@@ -51,7 +78,7 @@ class Adagrad(Optimizer):
                 pairs = list(grads_of(g))
                 for p, _ in pairs:
                     self._init_state(p, g)
-                if not self._multi_tensor_step(g, pairs):
+                if not self._fused_step(g, pairs) and not self._multi_tensor_step(g, pairs):
                     for p, grad in pairs:
                         self._one_param_step(g, p, grad)
         return loss
@@ -67,12 +94,10 @@ class Adagrad(Optimizer):
         lr, lr_decay, eps, wd = g.scalar("lr"), g["lr_decay"], g["eps"], g["weight_decay"]
         state = self.state[p]
         step = state["step"].add_(1)
+        factors = dict(eps=eps, neg_clr=ops.neg(self._clr(step, lr, lr_decay, p.dtype)))
         if wd != 0:
-            grad = ops.add(grad, p.detach(), alpha=wd)
-        clr = self._clr(step, lr, lr_decay, p.dtype)
-        s = state["sum"].add_(ops.mul(grad, grad))
-        std = ops.add(ops.sqrt(s), eps)
-        p.add_(ops.div(ops.mul(grad, ops.neg(clr)), std))
+            factors["l2"] = wd
+        adagrad_update(p, grad, state["sum"], factors)
 
     def _multi_tensor_step(self, g, pairs):
         """The same step on the numpy buffers of the group (runtime/multi_tensor.py); False
@@ -99,5 +124,37 @@ class Adagrad(Optimizer):
             upd = grad * neg_clr(float(step), p.dtype)[0]
             upd /= tmp
             p += upd
+        multi_tensor.written(*(t for row in rows for j, t in enumerate(row) if j != 1))
+        return True
+
+    def _fused_step(self, g, pairs):
+        """The same step as one generated kernel per parameter (adagrad_update compiled over
+        flat buffers, runtime/kernel_library.py); False where the group must take another
+        path, or the kernel is not compiled yet."""
+        lr, lr_decay, eps, wd = g["lr"], g["lr_decay"], g["eps"], g["weight_decay"]
+        if not pairs or not multi_tensor.fused_wanted(g) or not isinstance(lr, (int, float)):
+            return False
+        rows = [(p, p.grad, self.state[p]["step"], self.state[p]["sum"]) for p, _ in pairs]
+        arrays = multi_tensor.flat_arrays_of(rows, free=(2,))
+        if arrays is None:
+            return False
+        flags = (wd != 0, bool(g["maximize"]))
+        kernels = {}
+        for row in arrays:
+            dtype = row[0].dtype
+            if dtype not in kernels:
+                kernels[dtype] = library.flat_kernel(FlatUpdate(
+                    "adagrad", dtype, 3, len(_SCALAR_NAMES), _adagrad_kernel_body, flags))
+                if kernels[dtype] is None:
+                    return False
+        # the scalar vector per (step count, dtype), neg_clr rounded by the per-parameter
+        # path's own ops
+        scalars = multi_tensor.StepScalars(lambda t, dtype: (np.array(
+            [wd, eps, ops.neg(self._clr(tensor(t, dtype=dt.float32), lr, lr_decay,
+                                        dt.from_numpy(dtype)))._value], dtype),))
+        one = np.float32(1)
+        for p, grad, step, acc in arrays:
+            step += one
+            kernels[p.dtype](p.size, [p, grad, acc], scalars(float(step), p.dtype)[0])
         multi_tensor.written(*(t for row in rows for j, t in enumerate(row) if j != 1))
         return True

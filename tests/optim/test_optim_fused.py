@@ -28,6 +28,9 @@ CASES = [
     ("RMSprop", dict(lr=3e-3, centered=True, maximize=True, eps=1e-6)),
     # 1 - alpha >= 0.5: the centered average's lerp takes its other formula
     ("RMSprop", dict(lr=3e-3, alpha=0.3, centered=True, momentum=0.5, weight_decay=0.01)),
+    ("Adagrad", dict(lr=1e-1)),
+    ("Adagrad", dict(lr=5e-2, lr_decay=0.1, weight_decay=0.1, initial_accumulator_value=0.3)),
+    ("Adagrad", dict(lr=5e-2, lr_decay=1e-3, eps=1e-6, maximize=True)),
 ]
 
 # the optimizers whose PyTorch constructor takes `fused` (the others take the fused path by
