@@ -10,6 +10,7 @@ them like any other op.
 from aotgrad.ir import dtypes as dt
 from aotgrad.runtime import ops
 from aotgrad.runtime.factories import tensor, zeros_like
+from aotgrad.runtime.kernel_library import FlatUpdate, library
 
 
 def grads_of(group):
@@ -98,3 +99,26 @@ def weight_decay(p, grad, lr, wd, decoupled):
         p.mul_(1 - lr * wd)
         return grad
     return ops.add(grad, p.detach(), alpha=wd)
+
+
+def fused_kernels(name, arrays, n_arrays, names, body, flags):
+    """The generated kernel per parameter dtype of a fused step ({dtype: FlatKernel}) for
+    `arrays` (multi_tensor.flat_arrays_of's rows), the update `body` over `n_arrays` flat
+    buffers with the scalar vector of `names`; None where one is not compiled yet (or cannot
+    be): the step takes another path."""
+    kernels = {}
+    for row in arrays:
+        dtype = row[0].dtype
+        if dtype not in kernels:
+            kernels[dtype] = library.flat_kernel(FlatUpdate(name, dtype, n_arrays, len(names),
+                                                            body, flags))
+            if kernels[dtype] is None:
+                return None
+    return kernels
+
+
+def kernel_factors(scalars, names, present=()):
+    """{name: scalars[i]} for the scalar vector of `names` in a kernel body, leaving out the
+    names in `present` mapped to False (a factor the flags say is unused)."""
+    skip = {k for k, v in dict(present).items() if not v}
+    return {name: scalars[i] for i, name in enumerate(names) if name not in skip}

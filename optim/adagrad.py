@@ -6,12 +6,12 @@
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
-from aotgrad.optim._update import as_f64, check_nonnegative, grads_of, new_step
+from aotgrad.optim._update import (as_f64, check_nonnegative, fused_kernels, grads_of,
+                                   kernel_factors, new_step)
 from aotgrad.optim.optimizer import Optimizer
 from aotgrad.runtime import multi_tensor, ops
 from aotgrad.runtime.factories import full_like, tensor
 from aotgrad.runtime.grad_mode import no_grad
-from aotgrad.runtime.kernel_library import FlatUpdate, library
 
 
 def adagrad_update(p, grad, acc, factors):
@@ -35,8 +35,7 @@ def _adagrad_kernel_body(tensors, scalars, flags):
     vector; flags = (weight decay, maximize)."""
     has_wd, maximize = flags
     p, grad, acc = tensors
-    factors = {name: scalars[i] for i, name in enumerate(_SCALAR_NAMES)
-               if has_wd or name != "l2"}
+    factors = kernel_factors(scalars, _SCALAR_NAMES, dict(l2=has_wd))
     adagrad_update(p, ops.neg(grad) if maximize else grad, acc, factors)
 
 
@@ -139,14 +138,10 @@ class Adagrad(Optimizer):
         if arrays is None:
             return False
         flags = (wd != 0, bool(g["maximize"]))
-        kernels = {}
-        for row in arrays:
-            dtype = row[0].dtype
-            if dtype not in kernels:
-                kernels[dtype] = library.flat_kernel(FlatUpdate(
-                    "adagrad", dtype, 3, len(_SCALAR_NAMES), _adagrad_kernel_body, flags))
-                if kernels[dtype] is None:
-                    return False
+        kernels = fused_kernels("adagrad", arrays, 3, _SCALAR_NAMES, _adagrad_kernel_body,
+                                flags)
+        if kernels is None:
+            return False
         # the scalar vector per (step count, dtype), neg_clr rounded by the per-parameter
         # path's own ops
         scalars = multi_tensor.StepScalars(lambda t, dtype: (np.array(

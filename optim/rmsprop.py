@@ -5,13 +5,12 @@
 """
 import numpy as np
 
-from aotgrad.optim._update import (addcdiv, addcmul, check_nonnegative, grads_of,
-                                   lerp_by_, lerp_high, new_step)
+from aotgrad.optim._update import (addcdiv, addcmul, check_nonnegative, fused_kernels,
+                                   grads_of, kernel_factors, lerp_by_, lerp_high, new_step)
 from aotgrad.optim.optimizer import Optimizer
 from aotgrad.runtime import multi_tensor, ops
 from aotgrad.runtime.factories import zeros_like
 from aotgrad.runtime.grad_mode import no_grad
-from aotgrad.runtime.kernel_library import FlatUpdate, library
 
 
 def rmsprop_update(p, grad, sq, buf, ga, factors, lerp_from_end):
@@ -61,9 +60,8 @@ def _rmsprop_kernel_body(tensors, scalars, flags):
     lerp_from_end, maximize)."""
     has_wd, has_mom, centered, high, maximize = flags
     p, grad, sq, *rest = tensors
-    present = {"l2": has_wd, "momentum": has_mom, "lerp": centered}
-    factors = {name: scalars[i] for i, name in enumerate(_SCALAR_NAMES)
-               if present.get(name, True)}
+    factors = kernel_factors(scalars, _SCALAR_NAMES,
+                             dict(l2=has_wd, momentum=has_mom, lerp=centered))
     rmsprop_update(p, ops.neg(grad) if maximize else grad, sq,
                    rest[0] if has_mom else None, rest[-1] if centered else None, factors, high)
 
@@ -183,17 +181,12 @@ class RMSprop(Optimizer):
         factors, high = _factors(lr, alpha, eps, wd, mom, centered)
         flags = (wd != 0, mom > 0, bool(centered), high, bool(g["maximize"]))
         n_arrays = 3 + (mom > 0) + bool(centered)
-        kernels, scalars = {}, {}
-        for row in arrays:
-            dtype = row[0].dtype
-            if dtype not in kernels:
-                kernels[dtype] = library.flat_kernel(FlatUpdate(
-                    "rmsprop", dtype, n_arrays, len(_SCALAR_NAMES), _rmsprop_kernel_body,
-                    flags))
-                if kernels[dtype] is None:
-                    return False
-                scalars[dtype] = np.array([factors.get(name, 0) for name in _SCALAR_NAMES],
-                                          dtype)
+        kernels = fused_kernels("rmsprop", arrays, n_arrays, _SCALAR_NAMES,
+                                _rmsprop_kernel_body, flags)
+        if kernels is None:
+            return False
+        scalars = {dtype: np.array([factors.get(name, 0) for name in _SCALAR_NAMES], dtype)
+                   for dtype in kernels}
         one = np.float32(1)
         for p, grad, step, *rest in arrays:
             step += one

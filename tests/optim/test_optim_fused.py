@@ -31,6 +31,8 @@ CASES = [
     ("Adagrad", dict(lr=1e-1)),
     ("Adagrad", dict(lr=5e-2, lr_decay=0.1, weight_decay=0.1, initial_accumulator_value=0.3)),
     ("Adagrad", dict(lr=5e-2, lr_decay=1e-3, eps=1e-6, maximize=True)),
+    ("Adamax", dict(lr=2e-2)),
+    ("Adamax", dict(lr=1e-2, betas=(0.3, 0.9), weight_decay=0.1, maximize=True)),
 ]
 
 # the optimizers whose PyTorch constructor takes `fused` (the others take the fused path by
