@@ -6,12 +6,64 @@
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
-from aotgrad.optim._update import (addcmul, as_f64, check_betas, check_nonnegative, grads_of,
-                                   lerp_, new_step, weight_decay)
+from aotgrad.optim._update import (addcmul, as_f64, check_betas, check_nonnegative,
+                                   fused_kernels, grads_of, kernel_factors, lerp_by_,
+                                   lerp_high, new_step)
 from aotgrad.optim.optimizer import Optimizer
 from aotgrad.runtime import multi_tensor, ops
 from aotgrad.runtime.factories import tensor, zeros_like
 from aotgrad.runtime.grad_mode import no_grad
+
+
+def nadam_update(p, grad, m, v, factors, lerp_from_end):
+    """One parameter's NAdam update in place, written with tensor ops: the per-parameter step
+    runs it, and the fused step runs it compiled over flat buffers (one source). `factors`
+    (Python numbers or 0-d tensors): lerp (the factor of lerp_by_ for the weight 1 - b1),
+    b2, one_minus_b2, bc2 (1 - b2^t), eps, c_grad and c_avg (the gradient's and the
+    average's factors), and "decay" (decoupled: p *= decay) or "l2" (grad += l2 * p) where
+    there is weight decay; `lerp_from_end`: lerp_high(1 - b1)."""
+    if "decay" in factors:
+        p.mul_(factors["decay"])
+    elif "l2" in factors:
+        grad = ops.add(grad, p.detach(), alpha=factors["l2"])
+    lerp_by_(m, grad, factors["lerp"], lerp_from_end)
+    v.copy_(addcmul(ops.mul(v, factors["b2"]), grad, grad, factors["one_minus_b2"]))
+    denom = ops.add(ops.sqrt(ops.div(v, factors["bc2"])), factors["eps"])
+    p.add_(ops.div(ops.mul(grad, factors["c_grad"]), denom))
+    p.add_(ops.div(ops.mul(m, factors["c_avg"]), denom))
+
+
+def _constant_factors(lr, b1, b2, eps, wd, decoupled):
+    """nadam_update's factors that do not change with the step (lr: a number or a 0-d
+    tensor), and lerp_from_end."""
+    high = lerp_high(1 - b1)
+    factors = dict(lerp=1.0 - (1 - b1) if high else 1 - b1, b2=b2, one_minus_b2=1 - b2,
+                   eps=eps)
+    if wd != 0:
+        if decoupled:
+            factors["decay"] = 1 - lr * wd
+        else:
+            factors["l2"] = wd
+    return factors, high
+
+
+# the fused step's scalars, in the order of its scalar vector (the first: the decoupled
+# decay factor or the L2 factor, whichever the flags say)
+_SCALAR_NAMES = ("weight_decay", "lerp", "b2", "one_minus_b2", "bc2", "eps", "c_grad",
+                 "c_avg")
+
+
+def _nadam_kernel_body(tensors, scalars, flags):
+    """nadam_update over flat buffers (p, grad, exp_avg, exp_avg_sq) with its factors read
+    from the scalar vector; flags = (decoupled: True/False, or None without weight decay,
+    lerp_from_end, maximize)."""
+    decoupled, high, maximize = flags
+    p, grad, m, v = tensors
+    factors = kernel_factors(scalars, _SCALAR_NAMES)
+    wd = factors.pop("weight_decay")
+    if decoupled is not None:
+        factors["decay" if decoupled else "l2"] = wd
+    nadam_update(p, ops.neg(grad) if maximize else grad, m, v, factors, high)
 
 
 class NAdam(Optimizer):
@@ -51,7 +103,7 @@ class NAdam(Optimizer):
                         state["mu_product"] = tensor(1.0, dtype=dt.float32)
                         state["exp_avg"] = zeros_like(p.detach())
                         state["exp_avg_sq"] = zeros_like(p.detach())
-                if not self._multi_tensor_step(g, pairs):
+                if not self._fused_step(g, pairs) and not self._multi_tensor_step(g, pairs):
                     for p, grad in pairs:
                         self._one_param_step(g, p, grad)
         return loss
@@ -76,15 +128,10 @@ class NAdam(Optimizer):
         lr, (b1, b2), eps, wd = g.scalar("lr"), g["betas"], g["eps"], g["weight_decay"]
         state = self.state[p]
         step = state["step"].add_(1)
-        grad = weight_decay(p, grad, lr, wd, g["decoupled_weight_decay"])
-        bc2, c_grad, c_avg = self._scalars(step, state["mu_product"], lr, b1, b2,
-                                           g["momentum_decay"], p.dtype)
-        m = lerp_(state["exp_avg"], grad, 1 - b1)
-        v = state["exp_avg_sq"]
-        v.copy_(addcmul(ops.mul(v, b2), grad, grad, 1 - b2))
-        denom = ops.add(ops.sqrt(ops.div(v, bc2)), eps)
-        p.add_(ops.div(ops.mul(grad, c_grad), denom))
-        p.add_(ops.div(ops.mul(m, c_avg), denom))
+        factors, high = _constant_factors(lr, b1, b2, eps, wd, g["decoupled_weight_decay"])
+        factors["bc2"], factors["c_grad"], factors["c_avg"] = self._scalars(
+            step, state["mu_product"], lr, b1, b2, g["momentum_decay"], p.dtype)
+        nadam_update(p, grad, state["exp_avg"], state["exp_avg_sq"], factors, high)
 
     def _multi_tensor_step(self, g, pairs):
         """The same step on the numpy buffers of the group (runtime/multi_tensor.py); False
@@ -128,5 +175,46 @@ class NAdam(Optimizer):
             np.multiply(m, c_avg, out=tmp)
             tmp /= denom
             p += tmp
+        multi_tensor.written(*(t for row in rows for j, t in enumerate(row) if j != 1))
+        return True
+
+    def _fused_step(self, g, pairs):
+        """The same step as one generated kernel per parameter (nadam_update compiled over
+        flat buffers, runtime/kernel_library.py); False where the group must take another
+        path, or the kernel is not compiled yet."""
+        lr, (b1, b2), eps, wd = g["lr"], g["betas"], g["eps"], g["weight_decay"]
+        if not pairs or not multi_tensor.fused_wanted(g) or not isinstance(lr, (int, float)):
+            return False
+        keys = ("step", "mu_product", "exp_avg", "exp_avg_sq")
+        rows = [(p, p.grad, *(self.state[p][k] for k in keys)) for p, _ in pairs]
+        arrays = multi_tensor.flat_arrays_of(rows, free=(2, 3))
+        if arrays is None:
+            return False
+        decoupled = bool(g["decoupled_weight_decay"]) if wd != 0 else None
+        constant, high = _constant_factors(lr, b1, b2, eps, wd, decoupled)
+        kernels = fused_kernels("nadam", arrays, 4, _SCALAR_NAMES, _nadam_kernel_body,
+                                (decoupled, high, bool(g["maximize"])))
+        if kernels is None:
+            return False
+        head = [constant.get("decay", constant.get("l2", 0))] + \
+            [constant[k] for k in ("lerp", "b2", "one_minus_b2")]
+
+        def scalars(t, prod, prod_dtype, dtype):
+            # the new product and the scalar vector at step t, by the per-parameter path's
+            # own ops
+            mu_product = tensor(prod, dtype=dt.from_numpy(prod_dtype))
+            bc2, c_grad, c_avg = self._scalars(tensor(t, dtype=dt.float32), mu_product, lr,
+                                               b1, b2, g["momentum_decay"],
+                                               dt.from_numpy(dtype))
+            return mu_product._value, np.array(
+                head + [bc2._value, eps, c_grad._value, c_avg._value], dtype)
+        factors = multi_tensor.StepScalars(scalars)
+        one = np.float32(1)
+        for p, grad, step, mu_product, m, v in arrays:
+            step += one
+            new_prod, vector = factors(float(step), float(mu_product), mu_product.dtype,
+                                       p.dtype)
+            mu_product[...] = new_prod
+            kernels[p.dtype](p.size, [p, grad, m, v], vector)
         multi_tensor.written(*(t for row in rows for j, t in enumerate(row) if j != 1))
         return True

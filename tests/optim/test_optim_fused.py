@@ -33,6 +33,9 @@ CASES = [
     ("Adagrad", dict(lr=5e-2, lr_decay=1e-3, eps=1e-6, maximize=True)),
     ("Adamax", dict(lr=2e-2)),
     ("Adamax", dict(lr=1e-2, betas=(0.3, 0.9), weight_decay=0.1, maximize=True)),
+    ("NAdam", dict(lr=1e-2)),
+    ("NAdam", dict(lr=1e-2, weight_decay=0.1, momentum_decay=0.01, maximize=True)),
+    ("NAdam", dict(lr=1e-2, betas=(0.4, 0.95), weight_decay=0.1, decoupled_weight_decay=True)),
 ]
 
 # the optimizers whose PyTorch constructor takes `fused` (the others take the fused path by
