@@ -7,11 +7,66 @@ import numpy as np
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.optim._update import (addcmul, as_f64, check_betas, check_nonnegative,
-                                   first_step_state, grads_of, lerp_, weight_decay)
+                                   first_step_state, fused_kernels, grads_of, kernel_factors,
+                                   lerp_by_, lerp_high)
 from aotgrad.optim.optimizer import Optimizer
 from aotgrad.runtime import multi_tensor, ops
 from aotgrad.runtime.factories import tensor
 from aotgrad.runtime.grad_mode import no_grad
+
+
+def radam_update(p, grad, m, v, factors, lerp_from_end):
+    """One parameter's RAdam update in place, written with tensor ops: the per-parameter step
+    runs it, and the fused step runs it compiled over flat buffers (one source). `factors`
+    (Python numbers or 0-d tensors): lerp (the factor of lerp_by_ for the weight 1 - b1),
+    b2, one_minus_b2, lr, eps, and at this step bc1, bc2_sqrt, rect and rectified (a bool
+    0-d tensor: rho_t > 5), and "decay" (decoupled: p *= decay) or "l2" (grad += l2 * p)
+    where there is weight decay; `lerp_from_end`: lerp_high(1 - b1)."""
+    if "decay" in factors:
+        p.mul_(factors["decay"])
+    elif "l2" in factors:
+        grad = ops.add(grad, p.detach(), alpha=factors["l2"])
+    lerp_by_(m, grad, factors["lerp"], lerp_from_end)
+    v.copy_(addcmul(ops.mul(v, factors["b2"]), grad, grad, factors["one_minus_b2"]))
+    lr = factors["lr"]
+    m_hat = ops.div(m, factors["bc1"])
+    adaptive = ops.div(factors["bc2_sqrt"], ops.add(ops.sqrt(v), factors["eps"]))
+    step_rect = ops.mul(ops.mul(ops.mul(m_hat, lr), adaptive), factors["rect"])
+    p.sub_(ops.where(factors["rectified"], step_rect, ops.mul(m_hat, lr)))
+
+
+def _constant_factors(lr, b1, b2, eps, wd, decoupled):
+    """radam_update's factors that do not change with the step (lr: a number or a 0-d
+    tensor), and lerp_from_end."""
+    high = lerp_high(1 - b1)
+    factors = dict(lerp=1.0 - (1 - b1) if high else 1 - b1, b2=b2, one_minus_b2=1 - b2,
+                   lr=lr, eps=eps)
+    if wd != 0:
+        if decoupled:
+            factors["decay"] = 1 - lr * wd
+        else:
+            factors["l2"] = wd
+    return factors, high
+
+
+# the fused step's scalars, in the order of its scalar vector (the first: the decoupled
+# decay factor or the L2 factor, whichever the flags say; "rectified" 1 or 0)
+_SCALAR_NAMES = ("weight_decay", "lerp", "b2", "one_minus_b2", "lr", "eps", "bc1",
+                 "bc2_sqrt", "rect", "rectified")
+
+
+def _radam_kernel_body(tensors, scalars, flags):
+    """radam_update over flat buffers (p, grad, exp_avg, exp_avg_sq) with its factors read
+    from the scalar vector; flags = (decoupled: True/False, or None without weight decay,
+    lerp_from_end, maximize)."""
+    decoupled, high, maximize = flags
+    p, grad, m, v = tensors
+    factors = kernel_factors(scalars, _SCALAR_NAMES)
+    wd = factors.pop("weight_decay")
+    if decoupled is not None:
+        factors["decay" if decoupled else "l2"] = wd
+    factors["rectified"] = ops.gt(factors["rectified"], 0.5)
+    radam_update(p, ops.neg(grad) if maximize else grad, m, v, factors, high)
 
 
 class RAdam(Optimizer):
@@ -44,7 +99,7 @@ class RAdam(Optimizer):
                 pairs = list(grads_of(g))
                 for p, _ in pairs:
                     first_step_state(self.state[p], p, "exp_avg", "exp_avg_sq")
-                if not self._multi_tensor_step(g, pairs):
+                if not self._fused_step(g, pairs) and not self._multi_tensor_step(g, pairs):
                     for p, grad in pairs:
                         self._one_param_step(g, p, grad)
         return loss
@@ -72,15 +127,10 @@ class RAdam(Optimizer):
         lr, (b1, b2), eps, wd = g.scalar("lr"), g["betas"], g["eps"], g["weight_decay"]
         state = self.state[p]
         step = state["step"].add_(1)
-        grad = weight_decay(p, grad, lr, wd, g["decoupled_weight_decay"])
-        m = lerp_(state["exp_avg"], grad, 1 - b1)
-        v = state["exp_avg_sq"]
-        v.copy_(addcmul(ops.mul(v, b2), grad, grad, 1 - b2))
-        bc1, rect, rectified, bc2_sqrt = self._scalars(step, b1, b2, p.dtype)
-        m_hat = ops.div(m, bc1)
-        adaptive = ops.div(bc2_sqrt, ops.add(ops.sqrt(v), eps))
-        step_rect = ops.mul(ops.mul(ops.mul(m_hat, lr), adaptive), rect)
-        p.sub_(ops.where(rectified, step_rect, ops.mul(m_hat, lr)))
+        factors, high = _constant_factors(lr, b1, b2, eps, wd, g["decoupled_weight_decay"])
+        (factors["bc1"], factors["rect"], factors["rectified"],
+         factors["bc2_sqrt"]) = self._scalars(step, b1, b2, p.dtype)
+        radam_update(p, grad, state["exp_avg"], state["exp_avg_sq"], factors, high)
 
     def _multi_tensor_step(self, g, pairs):
         """The same step on the numpy buffers of the group (runtime/multi_tensor.py); False
@@ -116,5 +166,40 @@ class RAdam(Optimizer):
                 m_hat *= tmp
                 m_hat *= rect
             p -= m_hat
+        multi_tensor.written(*(t for row in rows for j, t in enumerate(row) if j != 1))
+        return True
+
+    def _fused_step(self, g, pairs):
+        """The same step as one generated kernel per parameter (radam_update compiled over
+        flat buffers, runtime/kernel_library.py); False where the group must take another
+        path, or the kernel is not compiled yet."""
+        lr, (b1, b2), eps, wd = g["lr"], g["betas"], g["eps"], g["weight_decay"]
+        if not pairs or not multi_tensor.fused_wanted(g) or not isinstance(lr, (int, float)):
+            return False
+        keys = ("step", "exp_avg", "exp_avg_sq")
+        rows = [(p, p.grad, *(self.state[p][k] for k in keys)) for p, _ in pairs]
+        arrays = multi_tensor.flat_arrays_of(rows, free=(2,))
+        if arrays is None:
+            return False
+        decoupled = bool(g["decoupled_weight_decay"]) if wd != 0 else None
+        constant, high = _constant_factors(lr, b1, b2, eps, wd, decoupled)
+        kernels = fused_kernels("radam", arrays, 4, _SCALAR_NAMES, _radam_kernel_body,
+                                (decoupled, high, bool(g["maximize"])))
+        if kernels is None:
+            return False
+        head = [constant.get("decay", constant.get("l2", 0))] + \
+            [constant[k] for k in ("lerp", "b2", "one_minus_b2", "lr", "eps")]
+
+        def scalars(t, dtype):
+            # the scalar vector at step t, by the per-parameter path's own ops
+            bc1, rect, rectified, bc2_sqrt = self._scalars(tensor(t, dtype=dt.float32), b1,
+                                                           b2, dt.from_numpy(dtype))
+            return (np.array(head + [bc1._value, bc2_sqrt._value, rect._value,
+                                     1 if bool(rectified._value) else 0], dtype),)
+        factors = multi_tensor.StepScalars(scalars)
+        one = np.float32(1)
+        for p, grad, step, m, v in arrays:
+            step += one
+            kernels[p.dtype](p.size, [p, grad, m, v], factors(float(step), p.dtype)[0])
         multi_tensor.written(*(t for row in rows for j, t in enumerate(row) if j != 1))
         return True

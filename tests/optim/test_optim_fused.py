@@ -36,6 +36,11 @@ CASES = [
     ("NAdam", dict(lr=1e-2)),
     ("NAdam", dict(lr=1e-2, weight_decay=0.1, momentum_decay=0.01, maximize=True)),
     ("NAdam", dict(lr=1e-2, betas=(0.4, 0.95), weight_decay=0.1, decoupled_weight_decay=True)),
+    ("RAdam", dict(lr=1e-2)),
+    ("RAdam", dict(lr=1e-2, betas=(0.4, 0.9), weight_decay=0.1, maximize=True)),
+    # betas[1] = 0.6: rho_inf = 4, never rectified
+    ("RAdam", dict(lr=1e-2, betas=(0.9, 0.6))),
+    ("RAdam", dict(lr=1e-2, weight_decay=0.1, decoupled_weight_decay=True)),
 ]
 
 # the optimizers whose PyTorch constructor takes `fused` (the others take the fused path by
@@ -59,8 +64,12 @@ def _grads(step, dtype):
     return out
 
 
-def _run(M, name, kw, dtype, steps=5, **flags):
-    """Parameters and states after `steps` steps in two param groups (the second with its own
+# RAdam's rectified step begins at step 6 (rho_t > 5): run past it
+STEPS = {"RAdam": 7}
+
+
+def _run(M, name, kw, dtype, **flags):
+    """Parameters and states after 5 steps (STEPS) in two param groups (the second with its own
     lr), the optimizer rebuilt from its state_dict() after step 2."""
     rng = np.random.default_rng(0)
     ps = [M.tensor(rng.standard_normal(s).astype(dtype), requires_grad=True) for s in SHAPES]
@@ -69,7 +78,7 @@ def _run(M, name, kw, dtype, steps=5, **flags):
         return getattr(M.optim, name)([{"params": ps[:3]},
                                        {"params": ps[3:], "lr": kw["lr"] * 0.5}], **kw, **flags)
     opt = make()
-    for step in range(steps):
+    for step in range(STEPS.get(name, 5)):
         for p, g in zip(ps, _grads(step, dtype)):
             p.grad = None if g is None else M.tensor(g)
         opt.step()
