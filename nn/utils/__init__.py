@@ -84,12 +84,12 @@ def clip_grad_value_(parameters, clip_value, foreach=None):
     grads = [p.grad for p in _params(parameters) if p.grad is not None]
     arrays = multi_tensor.arrays_of([grads]) if grads and foreach is not False and \
         not math.isnan(clip_value) else None
-    if arrays is not None:  # the multi-tensor path: clamp's two selections on the buffers
+    if arrays is not None:  # the multi-tensor path: clamp on the buffers
         f = arrays[0][0].dtype.type
         lo, hi = f(-clip_value), f(clip_value)
         for a in arrays[0]:
-            np.copyto(a, lo, where=a < lo)
-            np.copyto(a, hi, where=a > hi)
+            # (np.clip keeps NaN and, where a value equals a bound, the value: -0.0 stays)
+            np.clip(a, lo, hi, out=a)
         multi_tensor.written(*grads)
         return
     with no_grad():

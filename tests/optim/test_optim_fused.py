@@ -137,3 +137,24 @@ def test_fused_step_bumps_versions_and_keeps_buffers():
 def test_fused_and_foreach_true_together_raise():
     with pytest.raises(RuntimeError, match="`fused` and `foreach` cannot be `True`"):
         optim.SGD([ag.randn(2, requires_grad=True)], lr=0.1, fused=True, foreach=True)
+
+
+@pytest.mark.parametrize("clip", [0.7, 0.0, np.inf])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_clip_grad_value_multi_tensor_equals_per_parameter_bit_for_bit(clip, dtype):
+    def run(**flags):
+        rng = np.random.default_rng(3)
+        params = []
+        for s in SHAPES:
+            g = (rng.standard_normal(s) * 2).astype(dtype)
+            if g.size > 4:
+                g.reshape(-1)[:5] = [np.nan, -0.0, np.inf, 0.0, -np.inf]
+            params.append(ag.ones(s, dtype=ag.float32 if dtype == np.float32 else ag.float64,
+                                  requires_grad=True))
+            params[-1].grad = ag.tensor(g)
+        ag.nn.utils.clip_grad_value_(params, clip, **flags)
+        return [p.grad.numpy() for p in params]
+
+    for a, b in zip(run(foreach=True), run(foreach=False)):
+        np.testing.assert_array_equal(_bits(a), _bits(b))
+        assert np.all(np.isnan(a) | (np.abs(a) <= clip))
