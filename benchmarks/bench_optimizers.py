@@ -1,7 +1,7 @@
 """Eager optimizer steps and gradient clipping over the parameters of a small GPT (token and
-position embeddings, 4 blocks of n_embd 256, about 3.3 M parameters), aotgrad's multi-tensor
-path (the default), its per-parameter path (`foreach=False`) and PyTorch's foreach path,
-side by side in one process.
+position embeddings, 4 blocks of n_embd 256, about 3.3 M parameters), aotgrad's fused path
+(the default: generated kernels), its numpy multi-tensor path (`foreach=True`), its
+per-parameter path (`foreach=False`) and PyTorch's foreach path, side by side in one process.
 
     python benchmarks/bench_optimizers.py [--reps 30] [--threads 1] [--cpu-time] [--only AdamW]
 
@@ -69,6 +69,12 @@ def cases(M, flags, only=None):
         ps = _params(M)
         out.append((name, lambda ps=ps, max_norm=max_norm:
                     M.nn.utils.clip_grad_norm_(ps, max_norm, **clip_flags)))
+    if not only or "clip_grad_value_" in only:
+        # the first call clamps, the later ones find the gradients within the bounds (the
+        # time does not depend on it)
+        ps = _params(M)
+        out.append(("clip_grad_value_", lambda ps=ps:
+                    M.nn.utils.clip_grad_value_(ps, 0.5, **clip_flags)))
     return out
 
 
