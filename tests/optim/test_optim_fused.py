@@ -158,3 +158,18 @@ def test_clip_grad_value_multi_tensor_equals_per_parameter_bit_for_bit(clip, dty
     for a, b in zip(run(foreach=True), run(foreach=False)):
         np.testing.assert_array_equal(_bits(a), _bits(b))
         assert np.all(np.isnan(a) | (np.abs(a) <= clip))
+
+
+def test_fused_kernels_are_the_range_loop_variant():
+    # the library runs a kernel chunk by chunk, below the prange variant's threshold: the
+    # kernel it holds is the serial one, whether just compiled or loaded from the disk cache
+    p = ag.randn(5, requires_grad=True)
+    opt = optim.RAdam([p], lr=0.1)
+    p.grad = ag.randn(5)
+    opt.step()
+    library.clear()              # (forgotten in memory: loaded from the disk cache again)
+    opt.step()
+    kernels = [k for key, k in library._table.items() if key[0] == "radam" and k is not None]
+    assert kernels
+    for k in kernels:
+        assert not getattr(k.compiled.fn, "targetoptions", {}).get("parallel")
