@@ -52,8 +52,9 @@ class Adagrad(Optimizer):
         check_nonnegative(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
                           initial_accumulator_value=initial_accumulator_value, eps=eps)
         multi_tensor.check_flags(foreach, fused)
-        # foreach (None: the multi-tensor path where it can run) and fused (the same path)
-        # choose the multi-tensor step; differentiable=True keeps the per-parameter one
+        # foreach=None and fused=True take the fused kernel where it can run, foreach=True
+        # numpy's multi-tensor step; foreach=False and differentiable=True keep the
+        # per-parameter one
         super().__init__(params, dict(lr=lr, lr_decay=lr_decay, eps=eps,
                                       weight_decay=weight_decay,
                                       initial_accumulator_value=initial_accumulator_value,

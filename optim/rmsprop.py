@@ -80,8 +80,9 @@ class RMSprop(Optimizer):
                  differentiable=False):
         check_nonnegative(lr=lr, eps=eps, momentum=momentum, weight_decay=weight_decay,
                           alpha=alpha)
-        # foreach (None: the multi-tensor path where it can run) chooses the multi-tensor
-        # step; differentiable=True keeps the per-parameter one; capturable changes nothing
+        # foreach=None takes the fused kernel where it can run (runtime/multi_tensor.py's
+        # fused_wanted), foreach=True numpy's multi-tensor step; foreach=False and
+        # differentiable=True keep the per-parameter one; capturable changes nothing
         super().__init__(params, dict(lr=lr, momentum=momentum, alpha=alpha, eps=eps,
                                       centered=centered, weight_decay=weight_decay,
                                       capturable=capturable, foreach=foreach,
