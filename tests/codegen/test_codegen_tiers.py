@@ -42,7 +42,7 @@ def graph():
 
 def _bound(prog):
     """The kernel objects the driver calls now."""
-    g, names = prog.plan.prepared()._bound_kernels[0]
+    g, names = prog.plan.prepared().bound_kernels[0]
     return [g[n] for n in names.values()]
 
 

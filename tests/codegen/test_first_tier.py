@@ -68,7 +68,7 @@ Y = RNG.uniform(-1, 1, (24,)).astype(np.float32)
 
 
 def _bound(prog):
-    g, names = prog.plan.prepared()._bound_kernels[0]
+    g, names = prog.plan.prepared().bound_kernels[0]
     return [g[n] for n in names.values()]
 
 
