@@ -347,7 +347,10 @@ def _dot_general(a, b, *, contract, batch=((), ())):
     else:
         out = np.matmul(_wide(am), _wide(bm))
     out = out.reshape(bsh + afs + bfs)
-    return out.astype(a.dtype, copy=False)  # 16-bit floats: float32 products, rounded once
+    # 16-bit floats: float32 products, rounded once. C-contiguous, as PyTorch's products are
+    # (np.matmul follows strided batch dims): a product's layout never depends on its inputs'
+    out = out.astype(a.dtype, copy=False)
+    return out if out.flags.c_contiguous else out.copy(order="C")
 
 
 def _scatter_add(x, idx, src, *, dim):

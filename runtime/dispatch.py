@@ -154,7 +154,7 @@ def apply(prim, *inputs, **params):
         if Tag.VIEW in prim.tags:
             layout.propagate(prim, params, inputs[0], out)
         else:
-            layout.note_result(inputs, out)
+            layout.note_result(prim, inputs, out)
         if Tag.SHARES_MEMORY in prim.tags and inputs[0]._traced_saved:
             # eagerly a view of a tensor saved for the backward: writing to it in place
             # makes that backward raise, so the trace breaks there (see commit_inplace)

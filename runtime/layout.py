@@ -20,6 +20,7 @@ import numpy as np
 
 from aotgrad.ir.core import current_builder, evaluate_params
 from aotgrad.ir.symbolic import hints
+from aotgrad.ir.tags import Tag
 
 
 def probe(t):
@@ -42,9 +43,12 @@ def certain_probe(t, what):
     return probe(t)
 
 
-def note_result(inputs, out):
-    """A traced computation (not a view) made `out` from `inputs`: its layout is uncertain
-    where an input's is strided or uncertain (otherwise eagerly C-contiguous)."""
+def note_result(prim, inputs, out):
+    """A traced computation (not a view) `prim` made `out` from `inputs`: its layout is
+    uncertain where an input's is strided or uncertain (otherwise eagerly C-contiguous),
+    except a product's, which is C-contiguous eagerly whatever its operands' layouts."""
+    if Tag.CONTRACTION in prim.tags:
+        return
     for t in inputs:
         if t._layout_uncertain:
             out._layout_uncertain = True

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import aotgrad
+from aotgrad.testing import assert_close
 from aotgrad.tracer.trace import GraphBreakError
 
 BACKENDS = ["interpret", "numba"]
@@ -137,3 +138,26 @@ def test_program_that_reads_a_layout_is_traced_again_for_another_layout():
     assert cf.stats.compiles == 2
     cf(x.t(), y)
     assert cf.stats.compiles == 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_attention_heads_merged_with_contiguous_compile(backend):
+    # the usual multi-head attention: q, k, v are strided views of one projection, and the
+    # heads are merged with .transpose(1, 2).contiguous().view(...). A product is
+    # C-contiguous eagerly whatever its operands' layouts, so this layout is known while
+    # tracing: no graph break, and the strides a reader sees are eager's
+    B, T, H, D = 2, 5, 3, 4
+    rng = np.random.default_rng(0)
+    qkv = aotgrad.tensor(rng.standard_normal((B, T, 3 * H * D)).astype(np.float32))
+
+    def heads(qkv):
+        q, k, v = qkv.split(H * D, dim=2)
+        q, k, v = (t.view(B, T, H, D).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1) * D ** -0.5).softmax(dim=-1)
+        y = att @ v
+        return y.transpose(1, 2).contiguous().view(B, T, H * D), y.stride()
+
+    out, strides = aotgrad.compile(heads, backend=backend, fullgraph=True)(qkv)
+    ref, ref_strides = heads(qkv)
+    assert_close(out, ref)
+    assert strides == ref_strides == (H * T * D, T * D, D, 1)
