@@ -63,6 +63,21 @@ def lerp_high(weight):
     return not weight < 0.5
 
 
+def moment_factors(lr, b1, b2, eps, wd, decoupled):
+    """The step-independent factors of an Adam-family update written with lerp_by_ (NAdam,
+    RAdam): the first moment's lerp factor, the second moment's, eps, lr (a number or a 0-d
+    tensor), and the weight decay (`decay`, decoupled, or `l2`); and lerp_from_end."""
+    high = lerp_high(1 - b1)
+    factors = dict(lerp=1.0 - (1 - b1) if high else 1 - b1, b2=b2, one_minus_b2=1 - b2,
+                   lr=lr, eps=eps)
+    if wd != 0:
+        if decoupled:
+            factors["decay"] = 1 - lr * wd
+        else:
+            factors["l2"] = wd
+    return factors, high
+
+
 def lerp_by_(x, end, factor, high):
     """lerp_'s two formulas: x += factor * (end - x) (factor = the weight), or with `high`
     x = end - factor * (end - x) (factor = 1 - weight). `factor` may be a 0-d tensor (a

@@ -8,7 +8,7 @@ import numpy as np
 from aotgrad.ir import dtypes as dt
 from aotgrad.optim._update import (addcmul, as_f64, check_betas, check_nonnegative,
                                    fused_kernels, grads_of, kernel_factors, lerp_by_,
-                                   lerp_high, new_step)
+                                   moment_factors, new_step)
 from aotgrad.optim.optimizer import Optimizer
 from aotgrad.runtime import multi_tensor, ops
 from aotgrad.runtime.factories import tensor, zeros_like
@@ -31,20 +31,6 @@ def nadam_update(p, grad, m, v, factors, lerp_from_end):
     denom = ops.add(ops.sqrt(ops.div(v, factors["bc2"])), factors["eps"])
     p.add_(ops.div(ops.mul(grad, factors["c_grad"]), denom))
     p.add_(ops.div(ops.mul(m, factors["c_avg"]), denom))
-
-
-def _constant_factors(lr, b1, b2, eps, wd, decoupled):
-    """nadam_update's factors that do not change with the step (lr: a number or a 0-d
-    tensor), and lerp_from_end."""
-    high = lerp_high(1 - b1)
-    factors = dict(lerp=1.0 - (1 - b1) if high else 1 - b1, b2=b2, one_minus_b2=1 - b2,
-                   eps=eps)
-    if wd != 0:
-        if decoupled:
-            factors["decay"] = 1 - lr * wd
-        else:
-            factors["l2"] = wd
-    return factors, high
 
 
 # the fused step's scalars, in the order of its scalar vector (the first: the decoupled
@@ -128,7 +114,7 @@ class NAdam(Optimizer):
         lr, (b1, b2), eps, wd = g.scalar("lr"), g["betas"], g["eps"], g["weight_decay"]
         state = self.state[p]
         step = state["step"].add_(1)
-        factors, high = _constant_factors(lr, b1, b2, eps, wd, g["decoupled_weight_decay"])
+        factors, high = moment_factors(lr, b1, b2, eps, wd, g["decoupled_weight_decay"])
         factors["bc2"], factors["c_grad"], factors["c_avg"] = self._scalars(
             step, state["mu_product"], lr, b1, b2, g["momentum_decay"], p.dtype)
         nadam_update(p, grad, state["exp_avg"], state["exp_avg_sq"], factors, high)
@@ -191,7 +177,7 @@ class NAdam(Optimizer):
         if arrays is None:
             return False
         decoupled = bool(g["decoupled_weight_decay"]) if wd != 0 else None
-        constant, high = _constant_factors(lr, b1, b2, eps, wd, decoupled)
+        constant, high = moment_factors(lr, b1, b2, eps, wd, decoupled)
         kernels = fused_kernels("nadam", arrays, 4, _SCALAR_NAMES, _nadam_kernel_body,
                                 (decoupled, high, bool(g["maximize"])))
         if kernels is None:

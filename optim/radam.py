@@ -8,7 +8,7 @@ import numpy as np
 from aotgrad.ir import dtypes as dt
 from aotgrad.optim._update import (addcmul, as_f64, check_betas, check_nonnegative,
                                    first_step_state, fused_kernels, grads_of, kernel_factors,
-                                   lerp_by_, lerp_high)
+                                   lerp_by_, moment_factors)
 from aotgrad.optim.optimizer import Optimizer
 from aotgrad.runtime import multi_tensor, ops
 from aotgrad.runtime.factories import tensor
@@ -33,20 +33,6 @@ def radam_update(p, grad, m, v, factors, lerp_from_end):
     adaptive = ops.div(factors["bc2_sqrt"], ops.add(ops.sqrt(v), factors["eps"]))
     step_rect = ops.mul(ops.mul(ops.mul(m_hat, lr), adaptive), factors["rect"])
     p.sub_(ops.where(factors["rectified"], step_rect, ops.mul(m_hat, lr)))
-
-
-def _constant_factors(lr, b1, b2, eps, wd, decoupled):
-    """radam_update's factors that do not change with the step (lr: a number or a 0-d
-    tensor), and lerp_from_end."""
-    high = lerp_high(1 - b1)
-    factors = dict(lerp=1.0 - (1 - b1) if high else 1 - b1, b2=b2, one_minus_b2=1 - b2,
-                   lr=lr, eps=eps)
-    if wd != 0:
-        if decoupled:
-            factors["decay"] = 1 - lr * wd
-        else:
-            factors["l2"] = wd
-    return factors, high
 
 
 # the fused step's scalars, in the order of its scalar vector (the first: the decoupled
@@ -127,7 +113,7 @@ class RAdam(Optimizer):
         lr, (b1, b2), eps, wd = g.scalar("lr"), g["betas"], g["eps"], g["weight_decay"]
         state = self.state[p]
         step = state["step"].add_(1)
-        factors, high = _constant_factors(lr, b1, b2, eps, wd, g["decoupled_weight_decay"])
+        factors, high = moment_factors(lr, b1, b2, eps, wd, g["decoupled_weight_decay"])
         (factors["bc1"], factors["rect"], factors["rectified"],
          factors["bc2_sqrt"]) = self._scalars(step, b1, b2, p.dtype)
         radam_update(p, grad, state["exp_avg"], state["exp_avg_sq"], factors, high)
@@ -182,7 +168,7 @@ class RAdam(Optimizer):
         if arrays is None:
             return False
         decoupled = bool(g["decoupled_weight_decay"]) if wd != 0 else None
-        constant, high = _constant_factors(lr, b1, b2, eps, wd, decoupled)
+        constant, high = moment_factors(lr, b1, b2, eps, wd, decoupled)
         kernels = fused_kernels("radam", arrays, 4, _SCALAR_NAMES, _radam_kernel_body,
                                 (decoupled, high, bool(g["maximize"])))
         if kernels is None:
