@@ -450,7 +450,7 @@ def check_compiled_step_with_unused_parameters():
     """A compiled step whose backward leaves parameters without gradient (a forward output
     the loss ignores; a branch not taken) breaks the graph at the end of the trace, naming
     them; eagerly, the next forward raises PyTorch's error, and so does the next call."""
-    r, k = dist.get_rank(), dist.get_world_size()
+    r = dist.get_rank()
 
     class TwoHeads(Net):
         def forward(self, x, use_extra=True):
