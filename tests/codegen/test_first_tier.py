@@ -156,10 +156,12 @@ def test_a_compiled_training_step_on_the_first_tier_equals_eager(cold):
 
 
 CHILD = textwrap.dedent("""
-    import json, sys
+    import importlib.util, json, sys
     import numpy as np
-    sys.path.insert(0, sys.argv[1])
-    from test_first_tier import graph, X, Y
+    spec = importlib.util.spec_from_file_location("first_tier_case", sys.argv[1])
+    case = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(case)
+    graph, X, Y = case.graph, case.X, case.Y
     from aotgrad.codegen import compile_graph, cache
     prog = compile_graph(graph())
     prog(X, Y)
@@ -173,7 +175,7 @@ def _child(cache_dir):
     env = {k: v for k, v in os.environ.items() if not k.startswith("AOTGRAD_")}
     env.update(AOTGRAD_CACHE_DIR=str(cache_dir), AOTGRAD_BACKGROUND_COMPILE="1",
                PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    r = subprocess.run([sys.executable, "-c", CHILD, os.path.dirname(__file__)], env=env,
+    r = subprocess.run([sys.executable, "-c", CHILD, os.path.abspath(__file__)], env=env,
                        capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
