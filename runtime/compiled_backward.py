@@ -95,7 +95,7 @@ class _CallBackward(CompiledBackward):
     AccumulateGrad per leaf) only when something reads `next_functions` (the general engine,
     a user walking the graph). A plain `loss.backward()` runs the backward program and
     accumulates into the leaves' .grad directly: `_fast_backward`, set per node to its
-    program's fast backward (compiler.call.make_fast_backward)."""
+    program's fast backward (compiler.fast_backward.make_fast_backward)."""
 
     @functools.cached_property
     def next_functions(self):
