@@ -7,7 +7,7 @@ import numpy as np
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.runtime.sizes import hint, size_list
-from aotgrad.runtime import eager_kernels, ops, shape_ops
+from aotgrad.runtime import eager_kernels, ops, shape_ops, window_kernels
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.factories import rand, tensor
 from aotgrad.runtime.grad_mode import no_grad
@@ -130,7 +130,7 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     else:
         pad = _pair(padding, "padding")
     params = dict(stride=(sh, sw), padding=pad, dilation=(dh, dw), groups=groups)
-    out = eager_kernels.run(eager_kernels.CONV2D, (x, weight, bias), _conv2d_prims, **params)
+    out = eager_kernels.run(window_kernels.CONV2D, (x, weight, bias), _conv2d_prims, **params)
     if out is None:
         out = _conv2d_prims(x, weight, bias, **params)
     return tp.reshape(out, shape=tuple(out.shape[1:])) if unbatched else out
@@ -187,7 +187,7 @@ def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     k, s, p, d = _pool_args("max_pool2d", kernel_size, stride, padding, dilation)
     if not return_indices:
         params = dict(kernel=k, stride=s, padding=p, dilation=d, ceil_mode=ceil_mode)
-        out = eager_kernels.run(eager_kernels.MAX_POOL2D, (x,), _max_pool2d_prims, **params)
+        out = eager_kernels.run(window_kernels.MAX_POOL2D, (x,), _max_pool2d_prims, **params)
         if out is None:
             out = _max_pool2d_prims(x, **params)
         return shape_ops.squeeze(out, 0) if input.ndim == 3 else out

@@ -1,0 +1,193 @@
+"""Eager convolution and pooling on whole-array numpy kernels (runtime/eager_kernels.py's
+mechanism: one node whose backward runs the kernel's backward; the op's prims stay the
+reference and the create_graph path): windows as strided views and one BLAS contraction
+forward, scatter-adds by window offset backward, selections by bit masks."""
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from aotgrad.runtime.eager_kernels import Kernel, _keep, _select
+
+
+def window_count(n, k, s, lo, hi, d, ceil_mode=False, pool=False):
+    """Output size along one dim (as nn.functional's _out_size)."""
+    span = n + lo + hi - (d * (k - 1) + 1)
+    if span < 0:
+        return 0
+    out = (-(-span // s) if ceil_mode else span // s) + 1
+    if ceil_mode and pool and (out - 1) * s >= n + lo:
+        out -= 1
+    return out
+
+
+def _windows(xp, kernel, stride, dilation, oh, ow):
+    """(N, C, kh, kw, oh, ow) read-only view of the windows of the padded input xp."""
+    (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation
+    n, c = xp.shape[:2]
+    s0, s1, s2, s3 = xp.strides
+    return as_strided(xp, (n, c, kh, kw, oh, ow), (s0, s1, s2 * dh, s3 * dw, s2 * sh, s3 * sw),
+                      writeable=False)
+
+
+def _pad_hw(x, lo, hi, value):
+    (ph, pw), (eh, ew) = lo, hi
+    if not (ph or pw or eh or ew):
+        return x
+    out = np.full(x.shape[:2] + (x.shape[2] + ph + eh, x.shape[3] + pw + ew), value, x.dtype)
+    out[:, :, ph:ph + x.shape[2], pw:pw + x.shape[3]] = x
+    return out
+
+
+def _scatter_windows(dwin, shape, kernel, stride, dilation, padding):
+    """The adjoint of _windows: sum (N, C, kh, kw, oh, ow) window values into an (N, C, H, W)
+    array (the padding cut off)."""
+    (kh, kw), (sh, sw), (dh, dw), (ph, pw) = kernel, stride, dilation, padding
+    n, c, h, w = shape
+    oh, ow = dwin.shape[4:]
+    hp = max(h + 2 * ph, (oh - 1) * sh + dh * (kh - 1) + 1)
+    wp = max(w + 2 * pw, (ow - 1) * sw + dw * (kw - 1) + 1)
+    out = np.zeros((n, c, hp, wp), dwin.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            out[:, :, i * dh:i * dh + (oh - 1) * sh + 1:sh,
+                j * dw:j * dw + (ow - 1) * sw + 1:sw] += dwin[:, :, i, j]
+    return out[:, :, ph:ph + h, pw:pw + w]
+
+
+def _conv_geometry(x_shape, w_shape, stride, padding, dilation):
+    (kh, kw) = w_shape[2:]
+    oh = window_count(x_shape[2], kh, stride[0], padding[0], padding[0], dilation[0])
+    ow = window_count(x_shape[3], kw, stride[1], padding[1], padding[1], dilation[1])
+    return oh, ow
+
+
+def _conv2d_forward(arrays, *, stride, padding, dilation, groups):
+    x, w, b = arrays
+    n, c = x.shape[:2]
+    o, _, kh, kw = w.shape
+    oh, ow = _conv_geometry(x.shape, w.shape, stride, padding, dilation)
+    xp = _pad_hw(x, padding, padding, 0)
+    win = _windows(xp, (kh, kw), stride, dilation, oh, ow)
+    # (C, kh, kw, N, oh, ow) -> (K, N*L): one contraction with the (O, K) weight
+    cols = np.ascontiguousarray(win.transpose(1, 2, 3, 0, 4, 5)).reshape(c * kh * kw,
+                                                                          n * oh * ow)
+    y = np.matmul(w.reshape(o, -1), cols)
+    out = np.ascontiguousarray(y.reshape(o, n, oh, ow).transpose(1, 0, 2, 3))
+    if b is not None:
+        out += b.reshape(1, o, 1, 1)
+    return out, cols
+
+
+def _conv2d_backward(g, arrays, cols, needs, *, stride, padding, dilation, groups):
+    x, w, b = arrays
+    n, c = x.shape[:2]
+    o, _, kh, kw = w.shape
+    oh, ow = g.shape[2:]
+    gm = np.ascontiguousarray(g.transpose(1, 0, 2, 3)).reshape(o, n * oh * ow)
+    gx = gw = gb = None
+    if needs[0] and tuple(stride) == (1, 1) and oh * ow < 256:
+        # (on larger images the rows are long enough that the widened product costs more)
+        gx = _conv2d_input_grad_stride1(g, w, x.shape, padding, dilation)
+    elif needs[0]:
+        # scattered channel-major, (C, N, ...), where each tap's slice of dcols is contiguous
+        dcols = np.matmul(w.reshape(o, -1).T, gm).reshape(c, kh, kw, n, oh, ow)
+        gx = _scatter_windows(dcols.transpose(0, 3, 1, 2, 4, 5), (c, n) + x.shape[2:],
+                              (kh, kw), stride, dilation, padding)
+        gx = np.ascontiguousarray(gx.transpose(1, 0, 2, 3))
+    if needs[1]:
+        # (K, N*L) @ (N*L, O), transposed: BLAS reads both operands along rows
+        gw = np.matmul(cols, gm.T).T.reshape(w.shape)
+    if b is not None and needs[2]:
+        gb = g.sum(axis=(0, 2, 3)).astype(g.dtype, copy=False)
+    return gx, gw, gb
+
+
+def _conv2d_input_grad_stride1(g, w, x_shape, padding, dilation):
+    """The input's gradient of a stride-1 convolution with rows as wide as the padded input:
+    the window of tap (i, j) is then the flat padded image shifted by i*dh*wp + j*dw, so each
+    tap's scatter is one long contiguous add per (channel, sample) instead of one per output
+    row (the zero columns of the widened gradient add nothing)."""
+    n, c, h, w_ = x_shape
+    o, _, kh, kw = w.shape
+    oh, ow = g.shape[2:]
+    (ph, pw), (dh, dw) = padding, dilation
+    hp, wp = h + 2 * ph, w_ + 2 * pw
+    wide = np.zeros((o, n, oh, wp), g.dtype)
+    wide[..., :ow] = g.transpose(1, 0, 2, 3)
+    dcols = np.matmul(w.reshape(o, -1).T, wide.reshape(o, -1)).reshape(c, kh * kw, n, oh * wp)
+    flat = np.zeros((c, n, hp * wp + dw * (kw - 1)), g.dtype)
+    for k in range(kh * kw):
+        at = k // kw * dh * wp + k % kw * dw
+        flat[:, :, at:at + oh * wp] += dcols[:, k]
+    img = flat[:, :, :hp * wp].reshape(c, n, hp, wp)[:, :, ph:ph + h, pw:pw + w_]
+    return np.ascontiguousarray(img.transpose(1, 0, 2, 3))
+
+
+def _conv2d_accepts(arrays, params):
+    """One group, and at least one window (the reference raises its error otherwise)."""
+    x, w, _ = arrays
+    return params["groups"] == 1 and min(_conv_geometry(
+        x.shape, w.shape, params["stride"], params["padding"], params["dilation"])) > 0
+
+
+CONV2D = Kernel("ConvolutionBackward0", _conv2d_forward, _conv2d_backward, _conv2d_accepts)
+
+
+def _max_pool2d_geometry(shape, kernel, stride, padding, dilation, ceil_mode):
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel, stride, padding, dilation
+    h, w = shape[2:]
+    oh = window_count(h, kh, sh, ph, ph, dh, ceil_mode, True)
+    ow = window_count(w, kw, sw, pw, pw, dw, ceil_mode, True)
+    eh = max(0, (oh - 1) * sh + dh * (kh - 1) + 1 - (h + 2 * ph))
+    ew = max(0, (ow - 1) * sw + dw * (kw - 1) + 1 - (w + 2 * pw))
+    return oh, ow, (ph + eh, pw + ew)
+
+
+def _max_pool2d_forward(arrays, *, kernel, stride, padding, dilation, ceil_mode):
+    """The first maximum of each window (the first NaN where there is one, as argmax picks
+    it), tap by tap over strided views: numpy's argmax over a short axis is slow."""
+    x, = arrays
+    oh, ow, hi = _max_pool2d_geometry(x.shape, kernel, stride, padding, dilation, ceil_mode)
+    win = _windows(_pad_hw(x, padding, hi, -np.inf), kernel, stride, dilation, oh, ow)
+    best = win[:, :, 0, 0].copy()
+    idx = np.zeros(best.shape, np.int32)
+    nan = bool(np.isnan(x).any())
+    better = np.empty(best.shape, bool)
+    for k in range(1, kernel[0] * kernel[1]):
+        v = win[:, :, k // kernel[1], k % kernel[1]]
+        np.greater(v, best, out=better)
+        if nan:
+            better |= np.isnan(v) & ~np.isnan(best)
+        best = _select(better, v, best)
+        idx += better * (np.int32(k) - idx)
+    return best, idx
+
+
+def _max_pool2d_backward(g, arrays, idx, needs, *, kernel, stride, padding, dilation,
+                         ceil_mode):
+    x, = arrays
+    n, c = x.shape[:2]
+    oh, ow = g.shape[2:]
+    (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation
+    if sh > dh * (kh - 1) and sw > dw * (kw - 1):
+        # windows apart: each input element gets at most one tap's gradient, so the taps are
+        # written in place (no window array, no adds)
+        (ph, pw), (h, w) = padding, x.shape[2:]
+        out = np.zeros((n, c, max(h + 2 * ph, (oh - 1) * sh + dh * (kh - 1) + 1),
+                        max(w + 2 * pw, (ow - 1) * sw + dw * (kw - 1) + 1)), g.dtype)
+        for k in range(kh * kw):
+            i, j = k // kw * dh, k % kw * dw
+            out[:, :, i:i + (oh - 1) * sh + 1:sh, j:j + (ow - 1) * sw + 1:sw] = _keep(idx == k, g)
+        return (np.ascontiguousarray(out[:, :, ph:ph + h, pw:pw + w]),)
+    dwin = np.zeros((n, c, kh, kw, oh, ow), g.dtype)
+    for k in range(kh * kw):
+        dwin[:, :, k // kw, k % kw] = _keep(idx == k, g)
+    return (np.ascontiguousarray(_scatter_windows(dwin, x.shape, kernel, stride, dilation,
+                                                  padding)),)
+
+
+def _max_pool2d_accepts(arrays, params):
+    return min(_max_pool2d_geometry(arrays[0].shape, **params)[:2]) > 0
+
+
+MAX_POOL2D = Kernel("MaxPool2DWithIndicesBackward0", _max_pool2d_forward,
+                    _max_pool2d_backward, _max_pool2d_accepts)
