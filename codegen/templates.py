@@ -243,6 +243,11 @@ def _atan2(ctx, node, a):
     return f"np.arctan2({a[0]}, {a[1]})"
 
 
+@template(P.fmod)
+def _fmod(ctx, node, a):
+    return f"np.fmod({a[0]}, {a[1]})"
+
+
 @template(P.where)
 def _where(ctx, node, a):
     return f"({a[1]} if {a[0]} else {a[2]})"

@@ -441,6 +441,9 @@ pow = register("pow", _binary_rule("float"), _quiet(np.power), P)
 maximum = register("maximum", _binary_rule("any"), _tie_first(np.maximum), P)
 minimum = register("minimum", _binary_rule("any"), _tie_first(np.minimum), P)
 atan2 = register("atan2", _binary_rule("float"), np.arctan2, P)
+# C's fmod, exact in IEEE arithmetic (a - trunc(a / b) * b is not once the quotient passes
+# 2**24 in float32); the result has a's sign, a zero result too
+fmod = register("fmod", _binary_rule("float"), _quiet(np.fmod), P)
 eq = register("eq", _binary_rule("any", dt.bool_), np.equal, CMP)
 ne = register("ne", _binary_rule("any", dt.bool_), np.not_equal, CMP)
 lt = register("lt", _binary_rule("any", dt.bool_), np.less, CMP)
@@ -600,8 +603,16 @@ argmax = register("argmax", _arg_rule,
                   lambda x, *, dim: np.argmax(x, axis=dim).astype(np.int64), ARG_RED)
 argmin = register("argmin", _arg_rule,
                   lambda x, *, dim: np.argmin(x, axis=dim).astype(np.int64), ARG_RED)
-cumsum = register("cumsum", _cumsum_rule, lambda x, *, dim: np.cumsum(
-    _wide(x), axis=dim, dtype=_wide(x).dtype).astype(x.dtype, copy=False), R)
+def _plus_zero(a):
+    """a + 0.0 for floats: a running sum that starts from +0.0 (PyTorch's scans) is never
+    -0.0, while numpy's scans start from the first element and keep its -0.0."""
+    if a.dtype.kind in "fc":
+        a += a.dtype.type(0)
+    return a
+
+
+cumsum = register("cumsum", _cumsum_rule, lambda x, *, dim: _plus_zero(np.cumsum(
+    _wide(x), axis=dim, dtype=_wide(x).dtype)).astype(x.dtype, copy=False), R)
 def _cumprod(x, *, dim):
     with np.errstate(all="ignore"):  # inf * 0 is NaN silently, as in PyTorch
         return np.cumprod(x, axis=dim, dtype=x.dtype)
@@ -645,8 +656,8 @@ def _logcumsumexp_rule(x, *, dim):
 
 
 def _logcumsumexp(x, *, dim):
-    with np.errstate(all="ignore"):
-        return np.logaddexp.accumulate(x, axis=dim, dtype=x.dtype)
+    with np.errstate(all="ignore"):   # the scan starts from -inf: log(exp(-0.0)) is +0.0
+        return _plus_zero(np.logaddexp.accumulate(x, axis=dim, dtype=x.dtype))
 
 
 logcumsumexp = register("logcumsumexp", _logcumsumexp_rule, _logcumsumexp, R)

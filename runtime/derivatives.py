@@ -323,6 +323,18 @@ def _(ctx, g):
     return tp.mul(tp.mul(g, x), recip), tp.mul(tp.neg(tp.mul(g, y)), recip)
 
 
+@defvjp(P.fmod, save=(0, 1), save_if={0: (1,), 1: (1,)})
+def _(ctx, g):
+    """g for a, and -trunc(a / b) g for b (PyTorch's, with the quotient rounded)."""
+    x, y = ctx.saved_tensors
+    gy = None
+    if ctx.needs_input_grad[1]:
+        q = tp.div(x, y)
+        q = tp.where(tp.lt(q, _zeros_like(q)), tp.ceil(q), tp.floor(q))
+        gy = tp.neg(tp.mul(g, q))
+    return (g if ctx.needs_input_grad[0] else None), gy
+
+
 @defvjp(P.where, save=(0,))
 def _(ctx, g):
     pred, = ctx.saved_tensors

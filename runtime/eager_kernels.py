@@ -423,11 +423,9 @@ def log_softmax_backward(g, arrays, out, needs, *, dim):
 
 
 def relu_forward(arrays):
-    x, = arrays   # 0 where x <= 0 (so -0.0 gives 0.0); NaN passes, as the reference
-    zero = x.dtype.type(0)
-    out = np.maximum(x, zero)   # NaN propagates; -0.0 may stay -0.0 here ...
-    out += zero                 # ... and + 0.0 makes it 0.0
-    return out, None
+    x, = arrays   # 0 where x < 0, x elsewhere: -0.0 stays -0.0 and NaN passes (PyTorch)
+    # np.maximum returns its second operand on ties, so x's own zero (-0.0 included) is kept
+    return np.maximum(x.dtype.type(0), x), None
 
 
 def relu_backward(g, arrays, y, needs):

@@ -112,14 +112,18 @@ def _trunc(q):
 
 
 def _floor_div_float(a, b):
-    """Python's (and PyTorch's) floor division of floats: floor(a / b), except that a finite
-    nonzero a over an infinite b of the other sign is -1 and an infinite a over a finite
-    nonzero b is NaN."""
-    q = tp.floor(tp.div(a, b))
-    fin_a, fin_b = isfinite(a), isfinite(b)
-    q = where(logical_and(logical_and(logical_not(fin_a), fin_b), ne(b, 0)), math.nan, q)
-    other_sign = logical_and(ne(a, 0), ne(lt(a, 0), lt(b, 0)))
-    return where(logical_and(logical_and(isinf(b), fin_a), other_sign), -1.0, q)
+    """Python's (and PyTorch's) floor division of floats, from the exact fmod so that a
+    quotient that rounds across an integer is not floored to the wrong side: (a - fmod(a, b))
+    / b, minus 1 where the remainder's sign differs from b's, rounded to the nearest integer;
+    a zero quotient keeps the sign of a / b, and b == 0 gives a / b (inf or NaN)."""
+    q = tp.div(a, b)
+    mod = tp.fmod(a, b)
+    div = tp.div(tp.sub(a, mod), b)
+    div = where(logical_and(ne(mod, 0), ne(lt(b, 0), lt(mod, 0))), sub(div, 1.0), div)
+    fl = tp.floor(div)
+    fl = where(gt(sub(div, fl), 0.5), add(fl, 1.0), fl)
+    fl = where(eq(div, 0), mul(q, 0.0), fl)   # 0 * q: a zero with the sign of a / b
+    return where(eq(b, 0), q, fl)
 
 
 def _int_div(a, b, rounding_mode):
@@ -141,15 +145,9 @@ def floor_divide(a, b):
 
 
 def _fmod(a, b):
-    """C's fmod, a - trunc(a / b) * b with the quotient held constant (gradients g and
-    -trunc(a / b) g, as in PyTorch); fmod(a, +-inf) is a for finite a. Its result has a's
-    sign, a zero too (fmod(-2., 1.) is -0.): for a with its sign bit set, the same
-    difference is taken as -(trunc(a / b) * b - a), which is -0. where it is exact."""
-    qb = mul(_trunc(tp.div(a.detach(), b.detach())), b)
-    ad = a.detach()
-    negative = logical_or(lt(ad, 0), logical_and(eq(ad, 0), lt(tp.reciprocal(ad), 0)))
-    m = where(negative, neg(sub(qb, a)), sub(a, qb))
-    return where(logical_and(isinf(b), isfinite(a)), a, m)
+    """C's fmod (exact); the result has a's sign, a zero too (fmod(-2., 1.) is -0.);
+    gradients g and -trunc(a / b) g, as in PyTorch."""
+    return tp.fmod(a, b)
 
 
 @op("remainder")
@@ -356,16 +354,22 @@ _RELU_KERNEL = eager_kernels.Kernel("ReluBackward0", eager_kernels.relu_forward,
 @op("relu", "ReluBackward0")
 @composite("ReluBackward0", ("x",))
 def relu(x):
-    # PyTorch's rule: 0 where x <= 0, so the gradient at 0 is 0 (max(x, 0) would split it,
-    # 0.5) and NaN passes through; the backward needs only the mask, which is 1 byte/element
+    # PyTorch's rule: the gradient is 0 where x <= 0 (max(x, 0) would split it at 0, 0.5)
+    # and NaN passes through; the backward needs only the mask, which is 1 byte/element
     out = eager_kernels.run(_RELU_KERNEL, (x,), _relu_prims)
     return out if out is not None else _relu_prims(x)
 
 
 def _relu_prims(x):
-    """relu as prims (the reference of the eager kernel, and what a trace records)."""
+    """relu as prims (the reference of the eager kernel, and what a trace records): 0 where
+    x < 0, x's own zero where x is +-0.0 (relu(-0.0) is -0.0, like PyTorch) and x elsewhere
+    (NaN passes). The gradient is PyTorch's through where's rule: 0 where x <= 0 (the zero
+    is picked by x's sign, 1 / x < 0 for -0.0, not computed from x), g where x > 0 or NaN."""
     zero = tp.zeros(x.shape, x.dtype)
-    return tp.where(tp.le(x, zero), zero, x)
+    if not x.dtype.is_floating_point:
+        return tp.where(tp.lt(x, zero), zero, x)
+    own_zero = tp.where(tp.lt(tp.reciprocal(x), zero), tp.neg(zero), zero)
+    return tp.where(tp.lt(x, zero), zero, tp.where(tp.le(x, zero), own_zero, x))
 
 
 def _softplus(z):

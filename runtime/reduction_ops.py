@@ -158,13 +158,35 @@ def _arg(prim):
 argmax, argmin = op("argmax")(_arg(tp.argmax)), op("argmin")(_arg(tp.argmin))
 
 
-def _var(x, dim, correction, keepdim):
+def _wide_float(x):
+    """x in float64 where it is a narrower float: PyTorch accumulates var/std (and var_mean's
+    mean) in double, so a row of 3e38 float32 values has a finite mean and variance, and a
+    float32 std is finite where the variance itself overflows float32."""
+    if x.dtype.is_floating_point and x.dtype is not dt.float64:
+        return cast(x, dt.float64)
+    return x
+
+
+def _var(x, dim, correction, keepdim, *, one_output_centre_in_dtype=False):
+    """The variance in float64 (for float inputs); the caller narrows it to x's dtype.
+    `one_output_centre_in_dtype`: PyTorch's CPU var/std (not var_mean) with a single output
+    element centre on mean(x) taken in x's dtype (float32), which overflows where the sum of
+    x does; other shapes and var_mean accumulate the mean in double too."""
     dims = norm_dims(dim, x.ndim)
     n = math.prod(x.shape[d] for d in dims)
-    mu = mean(x, dims, keepdim=True)
-    d = sub(x, mu)
+    xw = _wide_float(x)
+    one_output = math.prod(x.shape[d] for d in range(x.ndim) if d not in dims) == 1
+    if one_output_centre_in_dtype and one_output and x.dtype is dt.float32:
+        mu = cast(mean(x, dims, keepdim=True), xw.dtype)
+    else:
+        mu = mean(xw, dims, keepdim=True)
+    d = sub(xw, mu)
     s = sum(mul(d, d), dims, keepdim=keepdim)
     return div(s, float(builtins.max(0, n - correction)))
+
+
+def _narrow(v, like):
+    return cast(v, like.dtype) if v.dtype is not like.dtype else v
 
 
 def _correction(unbiased, correction):
@@ -173,19 +195,27 @@ def _correction(unbiased, correction):
     return 1 if unbiased in (None, True) else 0
 
 
+def _dim_and_correction(dim, unbiased, correction):
+    """var(x, dims) given as the second positional argument, where `unbiased` stands."""
+    if isinstance(unbiased, bool) is False and unbiased is not None and dim is None:
+        dim, unbiased = unbiased, None
+    return dim, _correction(unbiased, correction)
+
+
 @op("var", "VarBackward0")
 @composite("VarBackward0", ("x",))
 def var(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
-    if isinstance(unbiased, bool) is False and unbiased is not None and dim is None:
-        dim, unbiased = unbiased, None
-    return _var(x, dim, _correction(unbiased, correction), keepdim)
+    dim, c = _dim_and_correction(dim, unbiased, correction)
+    return _narrow(_var(x, dim, c, keepdim, one_output_centre_in_dtype=True), x)
 
 
 @op("std", "StdBackward0")
 @composite("StdBackward0", ("x",))
 def std(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
-    """sqrt(var); its gradient is 0 (not NaN) where std is 0, as in PyTorch."""
-    return _sqrt0(var(x, dim, unbiased, keepdim, correction=correction))
+    """sqrt(var), taken before the variance is narrowed to x's dtype (PyTorch); its gradient
+    is 0 (not NaN) where std is 0, as in PyTorch."""
+    dim, c = _dim_and_correction(dim, unbiased, correction)
+    return _narrow(_sqrt0(_var(x, dim, c, keepdim, one_output_centre_in_dtype=True)), x)
 
 
 def _sqrt0(v):
@@ -194,16 +224,22 @@ def _sqrt0(v):
     return where(is0, 0.0, sqrt(where(is0, 1.0, v)))
 
 
+def _wide_mean(x, dim, keepdim):
+    """var_mean's mean: accumulated in double like its variance (PyTorch), so it is finite
+    where mean(x) overflows."""
+    return _narrow(mean(_wide_float(x), dim, keepdim), x)
+
+
 def var_mean(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
-    return share_node("VarMeanBackward0", [x], (var(x, dim, unbiased, keepdim,
-                                                    correction=correction),
-                                                mean(x, dim, keepdim)))
+    dim, c = _dim_and_correction(dim, unbiased, correction)
+    return share_node("VarMeanBackward0", [x], (_narrow(_var(x, dim, c, keepdim), x),
+                                                _wide_mean(x, dim, keepdim)))
 
 
 def std_mean(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
-    return share_node("StdMeanBackward0", [x], (std(x, dim, unbiased, keepdim,
-                                                    correction=correction),
-                                                mean(x, dim, keepdim)))
+    dim, c = _dim_and_correction(dim, unbiased, correction)
+    return share_node("StdMeanBackward0", [x], (_narrow(_sqrt0(_var(x, dim, c, keepdim)), x),
+                                                _wide_mean(x, dim, keepdim)))
 
 
 def _norm_rule(ctx, g):
