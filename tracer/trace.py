@@ -330,8 +330,15 @@ def trace(fn, args, kwargs, names=None, want_grad=True, symbolic_dims=None):
             if builder.grad_state:  # the function ran backward() itself: no outer backward
                 diff_outs, diff_roles, grads, written_grads = [], [], [], []
             else:
+                grads_before = {i: proxies[i]._grad for i in retained_args}
                 diff_outs, diff_roles, grads, written_grads = derive_backward(
                     builder, outs, [t for _, t in written], proxies, diff_leaves, want_grad)
+                # the traced backward filled the .grad of the arguments that retain_grad()
+                # (a value of the backward, which would look stored outside the function):
+                # each call repeats retain_grad() on the caller's tensor instead, whose
+                # backward fills its .grad
+                for i, g in grads_before.items():
+                    proxies[i]._grad = g
             grad_writes, grad_guards, arg_grad_guards = _grad_state(
                 builder, proxies, {i: x._grad for i, x in enumerate(leaves)
                                    if i in diff_leaves and x.grad_fn is None})

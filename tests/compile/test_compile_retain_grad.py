@@ -252,3 +252,35 @@ def test_retain_grad_called_inside_on_an_argument_reaches_the_callers_tensor(bac
         np.testing.assert_array_equal(a.grad.numpy(), W0)
         np.testing.assert_array_equal(a.grad.numpy(), ae.grad.numpy())
     assert len(cf.cache) == 1
+
+
+def retain_inside_square(x):
+    x.retain_grad()
+    return (x * x).sum()
+
+
+def retain_inside_times_constant(x):
+    x.retain_grad()
+    return (x * ag.tensor(W0)).sum()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("fn, want", [(retain_inside_square, lambda a: 2 * a),
+                                      (retain_inside_times_constant, lambda a: W0)])
+def test_retain_grad_on_the_only_argument_compiles(backend, fn, want):
+    """x.retain_grad() on a function's only argument, whose gradient is computed from the
+    argument itself or from a constant made inside: the traced backward's gradient of x is
+    not stored anywhere (the call repeats retain_grad() on the caller's tensor), so the call
+    compiles, with no eager fallback, and x.grad is eager mode's."""
+    cf = ag.compile(fn, backend=backend)
+    for _ in range(2):
+        a = ag.tensor(A0, requires_grad=True) * 2
+        ae = ag.tensor(A0, requires_grad=True) * 2
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            cf(a).backward()
+        fn(ae).backward()
+        assert a.retains_grad
+        np.testing.assert_array_equal(a.grad.numpy(), want(A0 * 2))
+        np.testing.assert_array_equal(a.grad.numpy(), ae.grad.numpy())
+    assert cf.stats.eager_fallbacks == 0 and cf.stats.compiles == 1
