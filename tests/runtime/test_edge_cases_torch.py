@@ -9,8 +9,8 @@ Known, deliberate differences (not tested here; see the cases' comments where th
 topk's order among equal elements (unspecified in PyTorch), max()/min() over all elements
 with a NaN (gradient NaN everywhere, like amax, where PyTorch sends it to the NaNs), prod,
 var and remainder gradients at infinite inputs, gelu(inf) (inf here, NaN in PyTorch),
-pow(-0.0, -0.5) (+inf, IEEE; PyTorch -inf), the sign of zero results of remainder, and
-floor division whose float quotient rounds across an integer (7.5 // 0.1).
+and pow(-0.0, -0.5) (+inf, IEEE; PyTorch -inf). Exact remainders and signs of zero:
+test_signed_zero_exact_torch.py.
 """
 import itertools
 import math
