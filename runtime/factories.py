@@ -10,6 +10,8 @@ from aotgrad.ir import dtypes as dt
 from aotgrad.ir.core import current_builder
 from aotgrad.ir.symbolic import SymInt
 from aotgrad.runtime import device as _device
+from aotgrad.runtime.layout import like_layout
+from aotgrad.runtime.memory_format import preserve_format
 from aotgrad.runtime import ops, shape_ops
 from aotgrad.runtime.op_base import to_array as _to_array
 from aotgrad.runtime import tprims as tp
@@ -109,28 +111,37 @@ def full(size: SizeLike, fill_value: Number, dtype: DTypeLike = None, device: De
     return _fill(_size((size,)), fill_value, dtype, requires_grad)
 
 
+def _like(x, out, memory_format):
+    """out (a fresh tensor of x's shape) with the strides of PyTorch's `*_like(x)`: x's layout
+    kept under preserve_format (the default), C order under contiguous_format (channels-last
+    formats keep C order, runtime/memory_format.py)."""
+    if memory_format is None or memory_format is preserve_format:
+        return like_layout(x, out)
+    return out
+
+
 def zeros_like(x: Tensor, dtype: DTypeLike = None, requires_grad: bool = False, *,
                device: DeviceLike = None, layout: Any = None, memory_format: Any = None) -> Tensor:
-    return zeros(tuple(x.shape), dtype=dtype or x.dtype, device=device,
-                 requires_grad=requires_grad)
+    return _like(x, zeros(tuple(x.shape), dtype=dtype or x.dtype, device=device,
+                          requires_grad=requires_grad), memory_format)
 
 
 def ones_like(x: Tensor, dtype: DTypeLike = None, requires_grad: bool = False, *,
               device: DeviceLike = None, layout: Any = None, memory_format: Any = None) -> Tensor:
-    return ones(tuple(x.shape), dtype=dtype or x.dtype, device=device,
-                requires_grad=requires_grad)
+    return _like(x, ones(tuple(x.shape), dtype=dtype or x.dtype, device=device,
+                         requires_grad=requires_grad), memory_format)
 
 
 def empty_like(x: Tensor, dtype: DTypeLike = None, requires_grad: bool = False, *,
                device: DeviceLike = None, layout: Any = None, memory_format: Any = None) -> Tensor:
-    return zeros_like(x, dtype, requires_grad, device=device)
+    return zeros_like(x, dtype, requires_grad, device=device, memory_format=memory_format)
 
 
 def full_like(x: Tensor, fill_value: Number, dtype: DTypeLike = None, requires_grad: bool = False,
               *, device: DeviceLike = None, layout: Any = None,
               memory_format: Any = None) -> Tensor:
-    return full(tuple(x.shape), fill_value, dtype=dtype or x.dtype, device=device,
-                requires_grad=requires_grad)
+    return _like(x, full(tuple(x.shape), fill_value, dtype=dtype or x.dtype, device=device,
+                         requires_grad=requires_grad), memory_format)
 
 
 def arange(start: Number, end: Number | None = None, step: Number = 1, dtype: DTypeLike = None,
@@ -267,14 +278,14 @@ def randn(*sizes: int | Sequence[int], size: SizeLike | None = None, dtype: DTyp
 
 def rand_like(x, dtype=None, *, device=None, requires_grad=False, layout=None,
               memory_format=None):
-    return rand(tuple(x.shape), dtype=dtype or x.dtype, device=device,
-                requires_grad=requires_grad)
+    return _like(x, rand(tuple(x.shape), dtype=dtype or x.dtype, device=device,
+                         requires_grad=requires_grad), memory_format)
 
 
 def randn_like(x, dtype=None, *, device=None, requires_grad=False, layout=None,
                memory_format=None):
-    return randn(tuple(x.shape), dtype=dtype or x.dtype, device=device,
-                 requires_grad=requires_grad)
+    return _like(x, randn(tuple(x.shape), dtype=dtype or x.dtype, device=device,
+                          requires_grad=requires_grad), memory_format)
 
 
 def randint(low: int, high: int | Sequence[int] | None = None, size: SizeLike | None = None,

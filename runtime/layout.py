@@ -125,3 +125,98 @@ def is_view_of(out, x):
     if po is None or px is None:   # a reshape whose result got no probe copied x
         return px is None
     return po.size <= 1 or np.may_share_memory(po, px)
+
+
+# ---- PyTorch's preserve_format (empty_like, zeros_like, ..., clone) ----------------------
+def _non_overlapping_and_dense(shape, strides):
+    """PyTorch's is_non_overlapping_and_dense: the elements fill a block exactly, in some
+    order of the dims (size-0/1 dims do not count)."""
+    if len(shape) == 1:
+        return shape[0] < 2 or strides[0] == 1
+    perm = sorted(range(len(shape)), key=lambda d: (shape[d] < 2, strides[d] if shape[d] >= 2
+                                                    else 0))
+    need = 1
+    for d in perm:
+        if shape[d] < 2:
+            return True
+        if strides[d] != need:
+            return False
+        need *= shape[d]
+    return True
+
+
+def _dense_strides_keeping_order(shape, strides):
+    """PyTorch's infer_dense_strides: dense strides in the dims' order of x's strides (a
+    stable insertion sort, innermost first; a dim of stride 0 keeps its place; equal strides
+    put the smaller size inside)."""
+    def order(a, b):
+        sa, sb = strides[a], strides[b]
+        if sa == 0 or sb == 0:
+            return 0
+        if sa != sb:
+            return -1 if sa < sb else 1
+        return 1 if shape[a] > shape[b] else 0
+    perm = list(range(len(shape)))[::-1]
+    for i in range(1, len(perm)):
+        j = i
+        for k in range(i - 1, -1, -1):
+            c = order(perm[k], perm[j])
+            if c > 0:
+                perm[k], perm[j] = perm[j], perm[k]
+                j = k
+            elif c < 0:
+                break
+    out, step = [0] * len(shape), 1
+    for d in perm:
+        out[d] = step
+        if shape[d] > 1:
+            step *= shape[d]
+    return tuple(out)
+
+
+def preserved_strides(shape, strides):
+    """The element strides of PyTorch's `empty_like(x)` (memory_format=preserve_format, also
+    zeros_like, full_like, randn_like, clone, ...) for x of `shape` and element `strides`:
+    x's own where x is non-overlapping and dense, else dense strides in x's order; None where
+    that is C-contiguous (the plain result)."""
+    shape, strides = tuple(shape), tuple(strides)
+    out = strides if _non_overlapping_and_dense(shape, strides) else \
+        _dense_strides_keeping_order(shape, strides)
+    c, step = [], 1
+    for n in reversed(shape):
+        c.append(step)
+        step *= n
+    return None if out == tuple(reversed(c)) else out
+
+
+def strided_empty(shape, strides, dtype):
+    """An uninitialised numpy array of `shape` with element `strides` (dense ones)."""
+    numel = 1 + sum((n - 1) * st for n, st in zip(shape, strides)) if all(shape) else 0
+    buf = np.empty(numel, dtype)
+    return np.lib.stride_tricks.as_strided(buf, shape=tuple(shape),
+                                           strides=tuple(st * buf.itemsize for st in strides))
+
+
+def like_layout(x, out):
+    """`out`, a fresh C-contiguous tensor of x's shape made by a `*_like(x)` factory or a
+    clone of x, given the layout PyTorch's preserve_format gives it: x's strides where x is
+    dense, else dense strides in x's dims' order. Eagerly its array is laid out so; while
+    tracing it gets the matching layout probe (uncertain where x's is)."""
+    v = x._value
+    if isinstance(v, np.ndarray):
+        if v.flags.c_contiguous and v.ndim <= 1 or not isinstance(out._value, np.ndarray):
+            return out
+        st = preserved_strides(v.shape, tuple(s // v.itemsize for s in v.strides))
+        if st is not None:
+            a = strided_empty(v.shape, st, out._value.dtype)
+            a[...] = out._value
+            out._value = a
+        return out
+    if x._layout_uncertain:
+        out._layout_uncertain = True
+    p = x._layout_probe
+    if p is not None:
+        st = preserved_strides(p.shape, tuple(s // p.itemsize for s in p.strides))
+        if st is not None:
+            out._layout_probe = strided_empty(p.shape, st, np.int8)
+    return out

@@ -323,17 +323,22 @@ def tile(x, *reps):
 @op("clone", "CloneBackward0")
 def clone(x, *, memory_format=None):
     _layout.check(x, memory_format, "clone")
+    # preserve_format (the default) keeps x's layout as PyTorch's empty_like does; the other
+    # formats give C order (channels-last ones too, runtime/memory_format.py)
+    preserve = memory_format is None or memory_format is _layout.preserve_format
     if isinstance(x._value, np.ndarray):
         out = tp.reshape(x, shape=tuple(x.shape))
-        out._value = np.array(out._value, copy=True)
+        out._value = np.array(out._value, order="C", copy=True)
+        if preserve:
+            layout.like_layout(x, out)
         out._version_counter = VersionCounter()  # its own memory now: not a view's counter
         tangent = tangent_of(out)
         if tangent is not None:  # the reshape's tangent views x's: the copy gets its own
             set_tangent(out, clone(tangent))
         return out
     out = tp.reshape(x, shape=tuple(x.shape))
-    layout.mark_fresh(out)   # a copy eagerly: C-contiguous, whatever x's layout
-    return out
+    layout.mark_fresh(out)   # a copy eagerly: a fresh layout, x's under preserve_format
+    return layout.like_layout(x, out) if preserve else out
 
 
 def contiguous(x, memory_format=None):
@@ -342,15 +347,27 @@ def contiguous(x, memory_format=None):
     _layout.check(x, memory_format, "contiguous")
     if is_contiguous(x):
         return x
-    out = clone(x)
-    if isinstance(out._value, np.ndarray):   # traced: a clone is a fresh, contiguous value
-        out._value = np.ascontiguousarray(out._value)
-    return out
+    return clone(x, memory_format=_layout.contiguous_format)
 
 
 def is_contiguous(x, memory_format=None):
-    """Whether the eager buffer is C-contiguous (traced: the layout eager mode would give)."""
+    """Whether the eager buffer is C-contiguous (traced: the layout eager mode would give), or
+    channels-last contiguous when `memory_format` asks (rank 4, or 5 for channels_last_3d;
+    False at other ranks, as PyTorch)."""
     v = layout.certain_probe(x, "is_contiguous()")
+    if memory_format is _layout.channels_last or memory_format is _layout.channels_last_3d:
+        if x.ndim != memory_format.rank:
+            return False
+        shape = tuple(x.shape)
+        strides = tuple(s // v.itemsize for s in v.strides) if v is not None else \
+            tuple(math.prod(shape[d + 1:]) for d in range(len(shape)))
+        need = 1   # channels innermost, then the spatial dims from the last, batch outermost
+        for d in [1] + list(range(x.ndim - 1, 1, -1)) + [0]:
+            if shape[d] != 1:
+                if strides[d] != need:
+                    return False
+                need *= shape[d]
+        return True
     return v is None or layout.is_c_contiguous(v)
 
 
