@@ -96,8 +96,9 @@ def mish(input, inplace=False):
 @op("logsigmoid", "LogSigmoidBackward0")
 @composite("LogSigmoidBackward0", ("input",))
 def logsigmoid(input):
-    """log(sigmoid(x)) = -softplus(-x), without softplus's linear threshold (PyTorch)."""
-    return ops.neg(ops._softplus(ops.neg(input)))
+    """log(sigmoid(x)) = -softplus(-x), without softplus's linear threshold (PyTorch); + 0.0
+    makes the -0.0 of a large x +0.0, as PyTorch's min(x, 0) - log1p(exp(-|x|))."""
+    return ops.add(ops.neg(ops._softplus(ops.neg(input))), 0.0)
 
 
 def tanh(input):
@@ -250,7 +251,8 @@ def hardswish(input, inplace=False):
     inside = ops.logical_and(ops.gt(src, -3.0), ops.lt(src, 3.0))
     safe = ops.where(inside, src, 0.0)  # keeps a NaN out of the unused branch's gradient
     mid = ops.mul(ops.mul(safe, ops.add(safe, 3.0)), 1.0 / 6.0)
-    out = ops.where(ops.le(src, -3.0), 0.0, ops.where(inside, mid, src))
+    # x * 0 / 6 up to -3 is -0.0 (PyTorch's formula)
+    out = ops.where(ops.le(src, -3.0), -0.0, ops.where(inside, mid, src))
     return _maybe_inplace(input, out, inplace, "hardswish")
 
 

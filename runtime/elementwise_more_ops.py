@@ -14,6 +14,7 @@ import math
 from aotgrad.ir import dtypes as dt
 from aotgrad.runtime import elementwise_ops as ew
 from aotgrad.runtime import tprims as tp
+from aotgrad.runtime.composite import with_rule
 from aotgrad.runtime.op_base import _binary_args, as_tensor_like, cast, op
 from aotgrad.runtime.tensor import Tensor
 
@@ -68,11 +69,28 @@ def copysign(a, b):
     return ew.where(signbit(b), ew.neg(mag), mag)
 
 
+def _hypot_rule(ctx, g):
+    """PyTorch's: g * a / hypot(a, b) and g * b / hypot(a, b) (NaN at (0, 0))."""
+    a, b, out, need = ctx.args["a"], ctx.args["b"], ctx.result, ctx.needs_input_grad
+    return [ew.div(ew.mul(g, a), out) if need[0] else None,
+            ew.div(ew.mul(g, b), out) if len(need) > 1 and need[1] else None]
+
+
 @op("hypot", "HypotBackward0")
 def hypot(a, b):
-    """sqrt(a^2 + b^2)."""
+    """sqrt(a^2 + b^2) without overflow or underflow of the squares (C's hypot, as PyTorch):
+    max * sqrt(1 + (min / max)^2); an infinite input gives inf, even with a NaN."""
+    return _hypot(a, b)
+
+
+@with_rule("HypotBackward0", ("a", "b"), _hypot_rule)
+def _hypot(a, b):
     a, b = _binary_args(a, b, float_result=True)
-    return ew.sqrt(ew.add(ew.mul(a, a), ew.mul(b, b)))
+    x, y = ew.abs(a), ew.abs(b)
+    big, small = ew.maximum(x, y), ew.minimum(x, y)
+    r = ew.div(small, ew.where(ew.eq(big, 0), 1.0, big))
+    h = ew.mul(big, ew.sqrt(ew.add(ew.mul(r, r), 1.0)))
+    return ew.where(ew.logical_or(ew.isinf(x), ew.isinf(y)), math.inf, h)
 
 
 @op("heaviside")

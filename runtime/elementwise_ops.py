@@ -379,10 +379,34 @@ def _softplus(z):
     return add(where(pos, z, 0.0), log1p(exp(where(pos, neg(z), z))))
 
 
+_INT_NAMES = {"int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char",
+              "uint8": "Byte", "bool": "Bool"}
+
+
 @op("round")
-def round(x):
-    """Round half to even, like PyTorch."""
-    return _round_half_even(x) if x.dtype.is_floating_point else x
+def round(x, *, decimals=0):
+    """Round half to even, like PyTorch; with `decimals`, to that many decimal digits (left
+    of the point where negative), computed as PyTorch does in x's dtype: round(x * 10^d) /
+    10^d, or round(x / 10^-d) * 10^-d. Zero gradient."""
+    if not x.dtype.is_floating_point:
+        if decimals != 0:
+            raise NotImplementedError(f'"round_cpu" not implemented for '
+                                      f"'{_INT_NAMES.get(x.dtype.name, x.dtype.name)}'")
+        return x
+    return _round_digits(x, decimals) if decimals else _round(x)
+
+
+@composite("RoundBackward0", ("x",))
+def _round(x):
+    return _round_half_even(x)
+
+
+@composite("RoundBackward1", ("x",))
+def _round_digits(x, decimals):
+    scale = float(10 ** builtins.abs(int(decimals)))
+    if decimals > 0:
+        return div(_round_half_even(mul(x, scale)), scale)
+    return mul(_round_half_even(div(x, scale)), scale)
 
 
 def _round_half_even(x):
@@ -391,7 +415,11 @@ def _round_half_even(x):
     half = tp.broadcast_to(tp.constant(0.5, x.dtype), x.shape)
     up = add(f, 1.0)
     f_even = eq(remainder(f, 2.0), 0.0)
-    return where(gt(diff, half), up, where(lt(diff, half), f, where(f_even, f, up)))
+    r = where(gt(diff, half), up, where(lt(diff, half), f, where(f_even, f, up)))
+    # a zero result has x's sign (round(-0.4) is -0.0, C's nearbyint): picked, not computed
+    # from x, so the gradient stays 0
+    x_zero = where(lt(tp.reciprocal(x), 0.0), -0.0, 0.0)
+    return where(eq(r, 0.0), x_zero, r)
 
 
 @op("clamp")

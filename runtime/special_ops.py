@@ -108,8 +108,10 @@ def _x_log(x, y, log_fn, pole):
     x, y = _binary_args(x, y, float_result=True)
     inf_log = logical_or(le(y, pole), isinf(y))
     ly = where(logical_and(eq(x, 0), inf_log), 0.0, log_fn(y))
-    # + 0.0 turns -0.0 * ly into +0.0: PyTorch's value where x == 0 is +0.0 whatever x's sign
-    return add(mul(x, ly), 0.0)
+    # PyTorch's value where x == 0 is +0.0 whatever the signs: + 0.0 there turns a -0.0
+    # product into +0.0, and + -0.0 elsewhere changes nothing (x * log(1) of a negative x
+    # stays -0.0); constants, so the gradients are the product's
+    return add(mul(x, ly), where(eq(x, 0), 0.0, -0.0))
 
 
 @op("xlogy", "XlogyBackward0")
