@@ -297,13 +297,20 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):  # noqa: A002
     if isinstance(ord, str):
         raise RuntimeError(f"linalg.vector_norm: ord must be a number, got '{ord}'")
     dims = _dims(dim, x.ndim)
+    if ord in (math.inf, -math.inf):   # max/min of |x| has no identity: PyTorch's errors
+        name = "inf" if ord > 0 else "-inf"
+        if dims is None and x.numel() == 0:
+            raise RuntimeError(f"linalg.vector_norm cannot compute the {name} norm on an empty "
+                               f"tensor because the operation does not have an identity")
+        for d in dims or ():
+            if x.shape[d] == 0:   # (sic: PyTorch's text has no space after the dim)
+                raise RuntimeError(f"linalg.vector_norm cannot compute the {name} norm on the "
+                                   f"dimension {d}because this dimension is empty and the "
+                                   f"operation does not have an identity")
     if dims is None and not keepdim:
         return _vector_pnorm(x, ord, None, False)
     if dims is None:
         dims = tuple(range(x.ndim))
-    if ord in (math.inf, -math.inf) and builtins.any(x.shape[d] == 0 for d in dims):
-        raise RuntimeError("linalg.vector_norm cannot compute the inf norm on an empty tensor "
-                           "because the operation does not have an identity")
     return _vector_pnorm(x, ord, dims, keepdim)
 
 

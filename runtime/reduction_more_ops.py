@@ -125,6 +125,10 @@ def kthvalue(x, k, dim=-1, keepdim=False):
 @op("aminmax")
 def aminmax(x, *, dim=None, keepdim=False):
     """(min, max) in one call."""
+    if dim is None and x.numel() == 0:
+        raise RuntimeError("aminmax(): cannot compute aminmax over an empty dimension as the "
+                           "operation has no identity.")
+    red._check_nonempty("aminmax", x, dim)
     d = () if dim is None else dim
     return aminmax_type(red.amin(x, d, keepdim), red.amax(x, d, keepdim))
 

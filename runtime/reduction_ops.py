@@ -79,7 +79,25 @@ def prod(x, dim=None, keepdim=False, *, dtype=None):
 
 @op("amax", "AmaxBackward0")
 @composite("AmaxBackward0", ("x",))
+def _check_nonempty(name, x, dim, all_dims_error=RuntimeError):
+    """PyTorch's errors of a reduction without an identity (amax, max, argmax, aminmax) over
+    an empty dim: over all elements of an empty tensor (`all_dims_error`; argmax's is an
+    IndexError), or over a given dim of size 0 (named as the user gave it)."""
+    if dim is None or dim == ():
+        if x.numel() == 0:
+            tail = "" if all_dims_error is IndexError else \
+                " Specify the reduction dim with the 'dim' argument."
+            raise all_dims_error(f"{name}(): Expected reduction dim to be specified for "
+                                 f"input.numel() == 0.{tail}")
+        return
+    for d in (tuple(dim) if isinstance(dim, (tuple, list)) else (dim,)):
+        if x.ndim and x.shape[norm_dims(d, x.ndim)[0]] == 0:
+            sep = ":" if name == "aminmax" else "():"
+            raise IndexError(f"{name}{sep} Expected reduction dim {d} to have non-zero size.")
+
+
 def amax(x, dim=(), keepdim=False):
+    _check_nonempty("amax", x, dim)
     dims = norm_dims(None if dim == () else dim, x.ndim)
     return _keep(tp.reduce_max(x, dims=dims), x.shape, dims, keepdim)
 
@@ -87,6 +105,7 @@ def amax(x, dim=(), keepdim=False):
 @op("amin", "AminBackward0")
 @composite("AminBackward0", ("x",))
 def amin(x, dim=(), keepdim=False):
+    _check_nonempty("amin", x, dim)
     dims = norm_dims(None if dim == () else dim, x.ndim)
     return _keep(tp.reduce_min(x, dims=dims), x.shape, dims, keepdim)
 
@@ -117,11 +136,8 @@ def _minmax(x, dim, keepdim, other, all_fn, arg_fn, pair_fn, name):
     if isinstance(dim, Tensor) and other is None:
         return _named(pair_fn(x, dim), "MaximumBackward0" if name == "max" else
                       "MinimumBackward0")
+    _check_nonempty(name, x, dim)
     if dim is None:
-        if x.numel() == 0:
-            raise RuntimeError(f"{name}(): Expected reduction dim to be specified for "
-                               f"input.numel() == 0. Specify the reduction dim with the 'dim' "
-                               f"argument.")
         return all_fn(x)
     d = norm_dims(dim, x.ndim)[0] if x.ndim else 0
     idx = arg_fn(x, d, keepdim=True)
@@ -143,8 +159,9 @@ def min(x, dim=None, keepdim=False):
     return _minmax(x, dim, keepdim, None, _min_all, argmin, minimum, "min")
 
 
-def _arg(prim):
+def _arg(prim, name):
     def f(x, dim=None, keepdim=False):
+        _check_nonempty(name, x, dim, all_dims_error=IndexError)
         if dim is None:
             r = prim(tp.reshape(x, shape=(x.numel(),)), dim=0)
             return tp.reshape(r, shape=(1,) * x.ndim) if keepdim else r
@@ -155,7 +172,7 @@ def _arg(prim):
     return f
 
 
-argmax, argmin = op("argmax")(_arg(tp.argmax)), op("argmin")(_arg(tp.argmin))
+argmax, argmin = op("argmax")(_arg(tp.argmax, "argmax")), op("argmin")(_arg(tp.argmin, "argmin"))
 
 
 def _wide_float(x):

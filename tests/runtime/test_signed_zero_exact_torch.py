@@ -20,7 +20,10 @@ import aotgrad.nn.functional as F
 # numpy's reference prims warn on 1/0, fmod(x, 0), ...; PyTorch is silent
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
-MODES = [None, "interpret", "numba"]
+# the numba backend compiles a kernel per test (seconds): by default only where a kernel
+# template is the subject (fmod's); the others run it under -m slow
+MODES = [None, "interpret", pytest.param("numba", marks=pytest.mark.slow)]
+MODES_NUMBA = [None, "interpret", "numba"]
 nan, inf = math.nan, math.inf
 
 
@@ -96,7 +99,7 @@ def _remainder_inputs(dtype):
             np.concatenate([b, sb.ravel()]).astype(dtype))
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MODES_NUMBA)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_fmod_remainder_floor_divide_are_exact(mode, dtype):
     """numpy's fmod is exact and its remainder/floor_divide follow Python (and PyTorch):
@@ -184,3 +187,93 @@ def test_var_std_like_torch(torch):
             assert str(o.dtype).split(".")[-1] == str(r.dtype).split(".")[-1]
             np.testing.assert_allclose(o.numpy(), r.numpy(), rtol=2e-6,
                                        err_msg=f"case {i}")
+
+
+# ---- found by the adversarial sweep ---------------------------------------------------------
+@pytest.mark.parametrize("mode", MODES)
+def test_round_keeps_the_sign_of_zero_and_takes_decimals(mode):
+    """C's nearbyint: half to even, a zero result with x's sign (round(-0.4) is -0.0);
+    decimals as PyTorch: round(x * 10^d) / 10^d in x's dtype, or round(x / 10^-d) * 10^-d."""
+    x = np.array([-0.5, -0.4, -0.0, 0.4, 0.5, 1.5, 2.5, -2.5, -1e-40, nan, -inf, 0.05, -0.05,
+                  1234.5678, 25.0, -35.0], np.float32)
+    got = _run(lambda t: (ag.round(t), ag.round(t, decimals=2), t.round(decimals=-1)), mode, x)
+    want = [np.round(x), np.round(x * np.float32(100)) / np.float32(100),
+            np.round(x / np.float32(10)) * np.float32(10)]
+    for name, g, w in zip(["round", "decimals=2", "decimals=-1"], got, want):
+        _bits_equal(g, w, name)
+
+
+def test_round_nodes_and_integer_decimals():
+    x = ag.tensor([0.5, 1.25], requires_grad=True)
+    y, y2 = ag.round(x), ag.round(x, decimals=1)
+    assert y.grad_fn.name() == "RoundBackward0" and y2.grad_fn.name() == "RoundBackward1"
+    assert len(y.grad_fn.next_functions) == 1   # one node over x, as PyTorch's
+    (y + y2).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [0.0, 0.0])
+    np.testing.assert_array_equal(ag.round(ag.tensor([15, -25])).numpy(), [15, -25])
+    with pytest.raises(NotImplementedError, match="round_cpu.*Long"):
+        ag.round(ag.tensor([15]), decimals=-1)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_hypot_does_not_overflow(mode):
+    a = np.array([0.0, 3.0, 1e30, -1e30, 3e38, 1e-30, inf, nan, 0.0], np.float32)
+    b = np.array([1e30, 4.0, 1e30, 0.0, 3e38, 1e-30, nan, -inf, 0.0], np.float32)
+    got, = _run(lambda x, y: ag.hypot(x, y), mode, a, b)
+    want = np.hypot(a.astype(np.float64), b.astype(np.float64)).astype(np.float32)
+    np.testing.assert_allclose(got, want, rtol=2e-7)
+    assert got.dtype == np.float32
+
+
+def test_hypot_gradient_is_pytorchs():
+    a = ag.tensor([3.0, 0.0, -1e30], requires_grad=True)
+    b = ag.tensor([4.0, 0.0, 1e30], requires_grad=True)
+    h = ag.hypot(a, b)
+    assert h.grad_fn.name() == "HypotBackward0"
+    h.sum().backward()   # a / hypot, b / hypot: NaN at (0, 0)
+    np.testing.assert_allclose(a.grad.numpy(), [0.6, nan, -math.sqrt(0.5)], rtol=1e-6)
+    np.testing.assert_allclose(b.grad.numpy(), [0.8, nan, math.sqrt(0.5)], rtol=1e-6)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_signed_zero_of_xlogy_hardswish_logsigmoid(mode):
+    x = np.array([-0.0, 0.0, -1.0, -2.0, -3.5, 1e30], np.float32)
+    y = np.array([1.0, 2.0, 1.0, 1.0, 0.0, 1.0], np.float32)
+    got = _run(lambda t, u: (ag.xlogy(t, u), ag.special.xlog1py(t, u - 1), F.hardswish(t),
+                             F.logsigmoid(t)), mode, x, y)
+    # x == 0 gives +0.0; x * log(1) of a negative x is -0.0; x * relu6(x + 3) / 6 is -0.0
+    # up to -3; min(x, 0) - log1p(exp(-|x|)) is +0.0 for a large x
+    _bits_equal(got[0][:4], np.array([0.0, 0.0, -0.0, -0.0], np.float32), "xlogy")
+    _bits_equal(got[1][:4], np.array([0.0, 0.0, -0.0, -0.0], np.float32), "xlog1py")
+    _bits_equal(got[2][4:5], np.array([-0.0], np.float32), "hardswish")
+    _bits_equal(got[3][5:], np.array([0.0], np.float32), "logsigmoid")
+
+
+@pytest.mark.parametrize("case, error, text", [
+    (lambda x: x.amax(1), IndexError, "amax(): Expected reduction dim 1 to have non-zero size."),
+    (lambda x: x.amin(-1), IndexError, "amin(): Expected reduction dim -1 to have non-zero size."),
+    (lambda x: x.max(1), IndexError, "max(): Expected reduction dim 1 to have non-zero size."),
+    (lambda x: x.argmin(1), IndexError, "argmin(): Expected reduction dim 1 to have non-zero"),
+    (lambda x: x.argmax(), IndexError, "argmax(): Expected reduction dim to be specified for "
+                                       "input.numel() == 0."),
+    (lambda x: x.amax(), RuntimeError, "amax(): Expected reduction dim to be specified for"),
+    (lambda x: ag.aminmax(x, dim=1), IndexError, "aminmax: Expected reduction dim 1 to have"),
+    (lambda x: ag.aminmax(x), RuntimeError, "aminmax(): cannot compute aminmax over an empty"),
+    (lambda x: ag.linalg.vector_norm(x, -inf, dim=1), RuntimeError,
+     "linalg.vector_norm cannot compute the -inf norm on the dimension 1because"),
+])
+def test_reductions_without_identity_over_empty_dims_raise_pytorchs_errors(case, error, text):
+    with pytest.raises(error) as e:
+        case(ag.zeros(2, 0))
+    assert text in str(e.value)
+
+
+def test_reductions_over_empty_dims_like_torch(vs_torch):
+    for case in [lambda M: M.zeros(2, 0).amax(1), lambda M: M.zeros(2, 0).max(1),
+                 lambda M: M.zeros(2, 0).argmax(), lambda M: M.zeros(0, 3).amax(1),
+                 lambda M: M.zeros(0, 3).max(1), lambda M: M.zeros(2, 0).sum(1),
+                 lambda M: M.zeros(2, 0).mean(1), lambda M: M.zeros(2, 0).prod(1),
+                 lambda M: M.zeros(2, 0).norm(dim=1),
+                 lambda M: M.linalg.vector_norm(M.zeros(2, 0), M.inf, dim=1)]:
+        vs_torch.same(case, exact_error=True)
+    vs_torch.same(lambda M: M.aminmax(M.zeros(2, 0), dim=1))  # (its text is checked above)
