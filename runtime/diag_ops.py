@@ -17,6 +17,7 @@ from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.elementwise_ops import where
 from aotgrad.runtime.index_ops import _const_index, index_add, index_select
 from aotgrad.runtime.op_base import _named, op
+from aotgrad.runtime.view_meta import mark_copy_of_view, unmark_copy_of_view
 from aotgrad.runtime.view_ops import _dim, movedim, reshape
 
 
@@ -56,7 +57,7 @@ def diagonal(x, offset=0, dim1=0, dim2=1):
     rows = np.arange(k) + builtins.max(0, -offset)
     pos = rows * c + rows + offset
     flat = reshape(y, tuple(y.shape[:-2]) + (r * c,))
-    return index_select(flat, flat.ndim - 1, _const_index(pos))
+    return mark_copy_of_view(index_select(flat, flat.ndim - 1, _const_index(pos)), "diagonal")
 
 
 @op("diag_embed", "DiagEmbedBackward0")
@@ -80,5 +81,5 @@ def diag(x, diagonal=0):
     if x.ndim == 1:
         return _named(diag_embed(x, diagonal), "DiagEmbedBackward0")
     if x.ndim == 2:
-        return globals()["diagonal"](x, diagonal)
+        return unmark_copy_of_view(globals()["diagonal"](x, diagonal))  # a copy in PyTorch too
     raise RuntimeError(f"diag(): Supports 1D or 2D tensors. Got {x.ndim}D")

@@ -29,6 +29,7 @@ from aotgrad.runtime.tensor import Tensor
 from aotgrad.runtime.view_ops import _alias, _dim, _view_of, clone, expand, movedim, permute, \
     reshape
 from aotgrad.runtime.dispatch import graph_break
+from aotgrad.runtime.view_meta import mark_copy_of_view
 
 
 # ---- gather / index ------------------------------------------------------------------------
@@ -332,7 +333,7 @@ def unfold(x, dimension, size, step):
         return reshape(x, 1)
     y = index_select(x, d, _const_index(idx))
     y = reshape(y, tuple(x.shape[:d]) + (count, size) + tuple(x.shape[d + 1:]))
-    return movedim(y, d + 1, -1)
+    return mark_copy_of_view(movedim(y, d + 1, -1), "unfold")
 
 
 @op("repeat_interleave")

@@ -42,6 +42,7 @@ from aotgrad.runtime.write_hooks import before_write
 def _inplace_guard(x, opname, requires_grad=False):
     """Refuse an in-place write to x that autograd cannot record. `requires_grad`: another
     argument of the op requires grad (the write is recorded even where x does not)."""
+    view_meta.refuse_write_to_copy_of_view(x, opname)
     if x._inference and not _mode.inference:
         where = "" if current_op.get() is not None else f"{opname}: "  # an op names itself
         raise RuntimeError(f"{where}Inplace update to inference tensor outside InferenceMode "

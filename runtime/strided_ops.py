@@ -22,6 +22,7 @@ from aotgrad.runtime.sizes import size_list
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.index_ops import _const_index, index_copy, take
 from aotgrad.runtime.inplace_ops import _inplace_guard
+from aotgrad.runtime.view_meta import mark_copy_of_view
 from aotgrad.runtime.op_base import cast, op
 from aotgrad.runtime.factories import zeros
 from aotgrad.runtime.tensor import Tensor
@@ -105,8 +106,9 @@ def as_strided(input, size, stride, storage_offset=None):
                            f"bounds for a tensor of {numel} elements (shape "
                            f"{size_list(input.shape)})")
     if not size:
-        return reshape(take(input, _const_index(pos.reshape(1))), ())
-    return take(input, _const_index(pos))
+        return mark_copy_of_view(reshape(take(input, _const_index(pos.reshape(1))), ()),
+                                 "as_strided")
+    return mark_copy_of_view(take(input, _const_index(pos)), "as_strided")
 
 
 @op("diagonal_scatter", "DiagonalScatterBackward0")

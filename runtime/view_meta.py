@@ -141,3 +141,34 @@ class RefusedViewBackward(Node):
     def _backward(self, grads):
         raise RuntimeError(self.msg)
 
+
+
+# ---- ops that are views in PyTorch and copies here ------------------------------------------
+# diagonal(), unfold() and as_strided() gather their elements into a new tensor: the values
+# are PyTorch's, but a write into the result (or a view of it) would not reach the input as
+# it does in PyTorch. Such a write raises instead of giving a different answer.
+_COPY_OF_VIEW = "_copy_of_view_op"
+
+
+def mark_copy_of_view(t, opname):
+    """`t` is the result of `opname`, a view in PyTorch and a copy here; returns t."""
+    t.__dict__[_COPY_OF_VIEW] = opname
+    return t
+
+
+def unmark_copy_of_view(t):
+    """`t` is a copy in PyTorch too (diag() of a matrix); returns t."""
+    t.__dict__.pop(_COPY_OF_VIEW, None)
+    return t
+
+
+def refuse_write_to_copy_of_view(x, opname):
+    """Raise where x (or the tensor x views) is such a copy."""
+    for t in (x, x._base):
+        made_by = None if t is None else t.__dict__.get(_COPY_OF_VIEW)
+        if made_by is not None:
+            raise RuntimeError(
+                f"{opname}: an in-place write into the result of {made_by}() (or a view of it) "
+                f"is not supported: in PyTorch {made_by}() returns a view, so the write would "
+                f"change its input, while aotgrad's {made_by}() returns a copy. Write into the "
+                f"input instead (for example with diagonal_scatter, or through index_put_)")

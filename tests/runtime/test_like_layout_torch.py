@@ -97,3 +97,40 @@ def test_like_and_clone_layouts_like_torch(torch):
         for make in (lambda M, x: M.empty_like(x), lambda M, x: x.clone()):
             ours = make(ag, ag.zeros(*shape).permute(*perm))
             assert meta(ours) == meta(make(torch, torch.zeros(*shape).permute(*perm)))
+
+
+# diagonal(), unfold() and as_strided() are views in PyTorch and copies here: the values and
+# gradients are PyTorch's, and a write into the result, which in PyTorch changes the input,
+# raises instead of being lost
+COPIES_OF_VIEWS = [
+    ("diagonal", lambda x: x.diagonal(), lambda y: y.fill_(1.0)),
+    ("diagonal", lambda x: ag.linalg.diagonal(x), lambda y: y[1:].add_(1.0)),
+    ("diagonal", lambda x: x.diagonal(1), lambda y: y.__setitem__(0, 5.0)),
+    ("unfold", lambda x: x.unfold(1, 2, 1), lambda y: y.zero_()),
+    ("as_strided", lambda x: x.as_strided((2, 2), (1, 3)), lambda y: y.mul_(2.0)),
+]
+
+
+@pytest.mark.parametrize("name, view, write", COPIES_OF_VIEWS,
+                         ids=[f"{c[0]}{i}" for i, c in enumerate(COPIES_OF_VIEWS)])
+@pytest.mark.parametrize("mode", [None, "interpret"])
+@pytest.mark.filterwarnings("ignore:aotgrad.compile")   # (a write into a view breaks first)
+def test_write_into_a_copied_view_raises(name, view, write, mode):
+    def f(x):
+        write(view(x))
+        return x.sum()
+    fn = f if mode is None else ag.compile(f, backend=mode)
+    with pytest.raises(RuntimeError, match=rf"result of {name}\(\).*PyTorch {name}\(\) returns "
+                                           rf"a view"):
+        fn(_x(ag))
+
+
+def test_copied_view_values_and_clones_stay_writable():
+    x = _x(ag)
+    d = x.diagonal()
+    np.testing.assert_array_equal(d.numpy(), [0.0, 5.0, 10.0])
+    c = d.clone()
+    c.fill_(1.0)                 # a clone is a tensor of its own
+    m = ag.diag(x)               # diag() of a matrix is a copy in PyTorch too
+    m.fill_(2.0)
+    assert x.sum().item() == 66.0
