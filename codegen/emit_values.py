@@ -436,11 +436,13 @@ class ValueEmitter:
             return dep[v]
 
         def expense(v):
-            """Cost of v's expression down to the values read from memory."""
+            """Cost of v's expression down to the values read from memory and the rows'
+            reduction results (known by then: a later pass does not redo them)."""
             if v not in cost:
                 nodes, stack = set(), [v]
                 while stack:
-                    n = inside(stack.pop())
+                    u = stack.pop()
+                    n = None if u in red_outs else inside(u)
                     if n is not None and n not in nodes:
                         nodes.add(n)
                         stack.extend(n.inputs)
