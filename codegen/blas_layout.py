@@ -1,9 +1,16 @@
 """How products meet memory without a copying kernel: dot operands that BLAS reads in place
-through a strided view (`strided_operands`), and products that write their result straight
-into a transposed layout (`products_written_transposed`). Both ask the scheduler for the
-graph's producers, users and node kinds."""
+through a strided view (`strided_operands`), products that write their result straight
+into a transposed layout (`products_written_transposed`), and products that write their
+result straight into their slice of a concatenation (`products_written_into_concatenations`).
+All ask the scheduler for the graph's producers, users and node kinds."""
+import math
+
+import numpy as np
+
+from aotgrad.codegen.blas import layout_probe
 from aotgrad.codegen.node_kinds import IN_KERNEL, STORED, NodeKind
-from aotgrad.codegen.steps import Kernel, StepKind
+from aotgrad.codegen.routes import RouteKind
+from aotgrad.codegen.steps import Into, Kernel, StepKind
 from aotgrad.ir import prims as P
 
 
@@ -76,3 +83,58 @@ def products_written_transposed(S, steps):
                 continue
         kept.append(st)
     return kept
+
+
+# readers of a concatenation that cannot tell a -0.0 part element from the +0.0 the slice
+# copies make of it: products, and sums (whose accumulators start at +0.0)
+_SIGN_BLIND_READERS = (P.dot_general, P.reduce_sum)
+
+
+def products_written_into_concatenations(S, steps):
+    """Drop each concatenation step (codegen.concat: attention's q, k and v gradients going
+    back into the qkv projection's gradient) whose every part is a product's result,
+    reshaped: each product writes straight into its slice of the concatenation's buffer
+    (its DOT step gets `into`), and the part's reshape and the copies go.
+
+    Only for static sizes, and only where the parts are read by nothing else and the
+    concatenation only by products and sums: the copies add +0.0 (a -0.0 element becomes
+    +0.0, as in the traced sum of pads), which neither of those can tell from -0.0."""
+    outs = set(S.g.outputs)
+    if any(not isinstance(d, int) for v in S.g.inputs for d in v.shape):
+        return steps
+    made_by = {v: st for st in steps for v in st.outputs}
+    drop = set()
+    for st in steps:
+        route = st.route
+        if route is None or route.kind is not RouteKind.CONCAT:
+            continue
+        root = route.node.outputs[0]
+        found, dim = route.detail
+        if root in outs or any(not isinstance(d, int) for d in root.shape) or \
+                any(u.prim not in _SIGN_BLIND_READERS for u in S.users.get(root, ())):
+            continue
+        probe = layout_probe(root.shape)
+        plan = []
+        for x, lo in found:
+            view = made_by.get(x)
+            t = view.inputs[0] if view is not None and view.kind == StepKind.VIEW and \
+                not view.view_expr else None
+            dot = made_by.get(t)
+            if dot is None or dot.kind != StepKind.DOT or dot.into is not None or \
+                    x in outs or t in outs or len(S.users.get(x, ())) != 1 or \
+                    len(S.users.get(t, ())) != 1:
+                break
+            into = Into(root, dim, lo, x.shape[dim])
+            try:
+                part = into.view(probe, t.shape)
+            except ValueError:      # the slice reshaped to the product's result copies
+                break
+            if not np.shares_memory(part, probe) or part.size != math.prod(t.shape):
+                break
+            plan.append((view, dot, into))
+        else:
+            for view, dot, into in plan:
+                dot.into = into
+                drop.add(view)
+            drop.add(st)
+    return [s for s in steps if s not in drop]

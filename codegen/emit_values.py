@@ -386,11 +386,13 @@ class ValueEmitter:
             scope.add(f"{self.access('out', v, shape, cix)} = {e}")
 
     def plan_row_cache(self, phases):
-        """Values several column passes of a row kernel need, that do not depend on the
-        kernel's own reductions and are expensive (a transcendental in their expression,
-        e.g. the GELU chain in a layer-norm backward): the first pass that computes one
-        stores it in a row-sized scratch buffer (in L1/L2), later passes load it. Only the
-        values later passes use directly (the cut) are kept, not their operands."""
+        """Values several column passes of a row kernel need, that depend on none of the
+        kernel's own reductions, or only on reductions finished before the first pass that
+        needs them, and are expensive (a transcendental in their expression: the GELU chain
+        in a layer-norm backward; a softmax's exp(x - max), used by the pass that sums it
+        and the pass that divides it): the first pass that computes one stores it in a
+        row-sized scratch buffer (in L1/L2), later passes load it. Only the values later
+        passes use directly (the cut) are kept, not their operands."""
         self.st.cache_buf, self.st.cache_ready, self.st.cache_pending = {}, set(), set()
         self.st.pass_active = False
         kt = self.st.kt
@@ -400,6 +402,10 @@ class ValueEmitter:
         nd = len(kt.domain)
         idn = identity(nd)
         red_outs = {r.outputs[0] for r in kt.reds}
+        # the pass after which each reduction's row value is known (a column sum riding
+        # along is known only after every row: never within the row)
+        known_after = {r.outputs[0]: p for p, (reds, _) in enumerate(active) for r in reds}
+        never = len(active)
         S = self.S
         dep, cost = {}, {}
 
@@ -407,8 +413,9 @@ class ValueEmitter:
             n = S.prod.get(v)
             return None if n is None or self._is_leaf(v) else n
 
-        def reddep(v):
-            """Does v depend on one of the kernel's reductions? (memoised in `dep`)"""
+        def ready(v):
+            """The first pass that can compute v: one after the last pass that finishes a
+            reduction v depends on (0 for none; memoised in `dep`)."""
             stack = [v]
             while stack:
                 u = stack[-1]
@@ -417,23 +424,25 @@ class ValueEmitter:
                     continue
                 n = inside(u)
                 if u in red_outs or n is None:
-                    dep[u] = u in red_outs
+                    dep[u] = known_after.get(u, never) + 1 if u in red_outs else 0
                     stack.pop()
                     continue
                 todo = [w for w in n.inputs if w not in dep]
                 if todo:
                     stack.extend(todo)
                     continue
-                dep[u] = any(dep[w] for w in n.inputs)
+                dep[u] = max((dep[w] for w in n.inputs), default=0)
                 stack.pop()
             return dep[v]
 
         def expense(v):
-            """Cost of v's expression down to the values read from memory."""
+            """Cost of v's expression down to the values read from memory and the rows'
+            reduction results (known by then: a later pass does not redo them)."""
             if v not in cost:
                 nodes, stack = set(), [v]
                 while stack:
-                    n = inside(stack.pop())
+                    u = stack.pop()
+                    n = None if u in red_outs else inside(u)
                     if n is not None and n not in nodes:
                         nodes.add(n)
                         stack.extend(n.inputs)
@@ -454,7 +463,7 @@ class ValueEmitter:
             for v in u:
                 first.setdefault(v, p)
         cands = {v for p, u in enumerate(uses) for v in u
-                 if first[v] < p and not reddep(v) and expense(v) >= 12}
+                 if first[v] < p and ready(v) <= first[v] and expense(v) >= 12}
         keep = set()
         for p, u in enumerate(uses):
             for c in cands & u:

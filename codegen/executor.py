@@ -136,6 +136,8 @@ class Plan:
             elif st.out_view is not None:     # a product written into its transposed output
                 self.alias[st.out_view[0]] = st.outputs[0]
                 self._slot(st.out_view[0])
+            if st.into is not None:           # a product written into a concatenation
+                self.alias[st.outputs[0]] = st.into.root
         last = {}
         for i, st in enumerate(steps):
             for v in st.inputs:
@@ -148,6 +150,12 @@ class Plan:
         for i, st in enumerate(steps):
             for v in st.outputs:
                 self._slot(v)
+            # a product written into a concatenation stores into the concatenation's
+            # buffer, allocated at its first part
+            for v in (st.outputs if st.into is None else [st.into.root]):
+                self._slot(v)
+                if v in self.buf_of:
+                    continue
                 # a reference step returns a new array; a slice kernel writes into a buffer
                 if st.kind in (StepKind.REFERENCE, StepKind.VIEW, StepKind.CHECK) and \
                         st.route is None:
@@ -198,6 +206,10 @@ class Plan:
             ws = [np.empty(n, dtype=np.dtype(d)) for d, n in self.buffers]
             fixed_vars = {v: ws[b][:math.prod(v.shape)].reshape(v.shape)
                           for v, b in self.buf_of.items()}
+        for st in self.schedule.steps:
+            if st.into is not None and st.into.root in fixed_vars:
+                fixed_vars[st.outputs[0]] = st.into.view(fixed_vars[st.into.root],
+                                                         st.outputs[0].shape)
         for st in self.schedule.steps:
             if st.out_view is not None and st.outputs[0] in fixed_vars:
                 d, inv = st.out_view
@@ -295,7 +307,13 @@ class Plan:
                 continue
             if st.kind != StepKind.VIEW:
                 for v in st.outputs:
-                    root(v)
+                    if st.into is None:
+                        root(v)
+                        continue
+                    if st.into.root not in probes:    # a concatenation, at its first part
+                        root(st.into.root)
+                    r, p, x = probes[st.into.root]
+                    probes[v] = (r, p, st.into.view(x, size(v.shape)))
                 if st.out_view is not None:
                     d, inv = st.out_view
                     r, p, x = probes[st.outputs[0]]

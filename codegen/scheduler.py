@@ -16,7 +16,8 @@ No walk here recurses over an expression's depth. Every refused fusion is record
 (`Schedule.refused`) with its reason.
 """
 from aotgrad.codegen import cuts, routes
-from aotgrad.codegen.blas_layout import products_written_transposed, strided_operands
+from aotgrad.codegen.blas_layout import (products_written_into_concatenations,
+                                         products_written_transposed, strided_operands)
 from aotgrad.codegen.fusion import KernelMerger
 from aotgrad.codegen.index import (gather_index, gather_row_index, identity, pad_index,
                                    row_index, view_index)
@@ -183,8 +184,8 @@ class Scheduler:
                 st.outputs = [v for v in st.outputs if v in mat]
                 st.row_outputs = [v for v in st.outputs if st.ktype != KernelType.ELEMENTWISE
                                   and v.shape != st.domain]
-        sch.steps = products_written_transposed(
-            self, [s for s in steps if not isinstance(s, Kernel) or s.outputs])
+        sch.steps = products_written_into_concatenations(self, products_written_transposed(
+            self, [s for s in steps if not isinstance(s, Kernel) or s.outputs]))
         sch.materialised = mat
         return sch
 

@@ -6,6 +6,7 @@ D. `rows` kernels reduce the trailing `k` dims of D (softmax, layer norm, cross-
 per row, one column pass per dependency level of its reductions, then the epilogue writes
 full-domain and per-row outputs. `cols` kernels reduce leading dims (bias grads)."""
 from enum import Enum
+from typing import NamedTuple
 
 
 class StepKind(str, Enum):
@@ -24,6 +25,21 @@ class KernelType(str, Enum):
     COLS = "cols"
 
 
+class Into(NamedTuple):
+    """Where a DOT step stores its result: in the buffer of `root` (a concatenation), as
+    root's slice [low, low + size) along `dim` reshaped to the result's shape (a view)."""
+    root: object
+    dim: int
+    low: int
+    size: int
+
+    def view(self, root_array, shape):
+        """The result's array: a view of `root_array` (a ValueError where numpy would have
+        to copy)."""
+        part = root_array[(slice(None),) * self.dim + (slice(self.low, self.low + self.size),)]
+        return part.reshape(tuple(shape), copy=False)
+
+
 class Step:
     """One step of a program (`kind`: a StepKind; a CHECK step checks values at run time
     and its output is its input: an alias, like a view).
@@ -32,7 +48,8 @@ class Step:
     out_view: a DOT step that writes its result into a transposed view of its output
     (attention's heads going back to (batch, seq, heads, dim)): (result var, permutation).
     view_expr: a VIEW step that is a strided view of `inputs[0]` (numpy suffix text), read
-    in place by BLAS. route: a REFERENCE step run by a library kernel (codegen.routes)."""
+    in place by BLAS. route: a REFERENCE step run by a library kernel (codegen.routes).
+    into: an Into, a DOT step whose result is a slice of a concatenation's buffer."""
 
     def __init__(self, kind, nodes=(), outputs=()):
         self.kind, self.nodes, self.outputs = kind, list(nodes), list(outputs)
@@ -40,6 +57,7 @@ class Step:
         self.out_view = None
         self.view_expr = None
         self.route = None
+        self.into = None
 
 
 class Kernel(Step):
