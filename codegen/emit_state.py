@@ -68,9 +68,10 @@ class EmitState:
     def interleave_hint(self, approx_before, reductions):
         """The line that ends an innermost loop body to have LLVM interleave it
         (approx.INTERLEAVE vectors per iteration), or None. Only elementwise bodies that
-        call an approximation: LLVM interleaves reductions itself, and a short body gains
-        nothing for the compile time."""
-        if reductions or self.approx_uses == approx_before:
+        call an approximation, in kernels large enough for threads: LLVM interleaves
+        reductions itself, and a short body or a small kernel gains nothing for the compile
+        time."""
+        if reductions or not self.parallel or self.approx_uses == approx_before:
             return None
         return "_interleave()"
 

@@ -78,7 +78,7 @@ def plain(x, out):
 
 def test_an_approximation_chain_is_interleaved_and_equals_the_reference():
     from aotgrad.codegen import compile_graph
-    n = 4096 * 3 + 37          # blocks and a remainder below one interleaved vector step
+    n = (1 << 17) + 37   # parallel (PAR_MIN elements), with a remainder below one vector step
 
     def fn(x):
         a = prims.tanh(prims.add(prims.mul(x, _full((n,), 1.5)), _full((n,), 0.5)))
@@ -112,3 +112,27 @@ def test_reductions_and_short_bodies_are_left_to_llvm():
     for fn in (plain, summed):
         prog = compile_graph(_graph(fn, ((n,), F32)))
         assert _hinted_loops(prog.source) == 0, prog.source
+
+
+@pytest.mark.slow        # a second parallel kernel compile
+def test_a_column_sum_beside_an_approximation_is_interleaved_and_exact():
+    # the bias gradient of a GELU-like backward: an elementwise output and its column sum
+    from aotgrad.codegen import compile_graph
+    R, C = 512, 260
+
+    def fn(x):
+        y = prims.mul(prims.tanh(x), prims.exp(prims.neg(prims.mul(x, x))))
+        return [y, prims.reduce_sum(y, dims=(0,))]
+    g = _graph(fn, ((R, C), F32))
+    prog = compile_graph(g)
+    assert _hinted_loops(prog.source) >= 1, prog.source
+    x = _special_inputs(R * C, seed=1).reshape(R, C)
+    x[:, 5] = 0.25                       # a column without special values
+    got = prog(x)
+    with np.errstate(invalid="ignore", over="ignore"):
+        ref = [np.asarray(r) for r in evaluate(g, [x])]
+    for a, r in zip(got, ref):
+        assert a.dtype == np.float32 and a.shape == r.shape
+        assert (np.isnan(a) == np.isnan(r)).all()
+        ok = ~np.isnan(r)
+        np.testing.assert_allclose(a[ok], r[ok], rtol=2e-6, atol=1e-6)
