@@ -271,9 +271,13 @@ def exp_f32(x):
     # out a denormal costs a microcode assist, ~100 cycles per vector: a causal softmax,
     # where half the inputs are -inf, ran 3x slower)
     xc = np.float32(0.0) if xc < np.float32(-104.5) else xc
-    fn = np.floor(xc * np.float32(1.4426950408889634) + np.float32(0.5))
-    r = xc - fn * np.float32(0.693359375)
-    r = r - fn * np.float32(-2.12194440e-4)
+    # n = round(x / ln2) by adding 1.5 * 2^23, which leaves n in the low mantissa bits: n
+    # comes from the bits (no float-to-int conversion, whose NaN case needed a select);
+    # |x / ln2| < 2^22 here
+    t = _fma(xc, np.float32(1.4426950408889634), np.float32(12582912.0))
+    fn = t - np.float32(12582912.0)
+    r = _fma(fn, np.float32(-0.693359375), xc)   # exact: 0.693359375 has 9 bits
+    r = _fma(fn, np.float32(2.12194440e-4), r)
     p = np.float32(0.0013903575018048286)
     p = _fma(p, r, np.float32(0.00836635660380125))
     p = _fma(p, r, np.float32(0.04166676849126816))
@@ -281,11 +285,14 @@ def exp_f32(x):
     p = _fma(p, r, np.float32(0.5))
     p = _fma(p, r, np.float32(1.0))
     p = _fma(p, r, np.float32(1.0))
-    n = np.int32(fn if fn == fn else np.float32(0.0))
+    n = _f2i(t) - np.int32(0x4B400000)
     n1 = n >> 1
     # p * 2^(n - n1) stays normal (|n - n1| <= 76): add to p's exponent bits directly
     pn = _i2f(_f2i(p) + np.int32((n - n1) << 23))
-    return np.float32(0.0) if x < np.float32(-104.5) else pn * _i2f(np.int32((n1 + 127) << 23))
+    e = pn * _i2f(np.int32((n1 + 127) << 23))
+    # a NaN x gives some n: the result is x itself
+    e = x if x != x else e
+    return np.float32(0.0) if x < np.float32(-104.5) else e
 ''')
 
 _helper("rsqrt_f32", (), '''
