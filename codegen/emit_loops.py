@@ -311,6 +311,7 @@ class LoopNestEmitter:
             ind += "    "
         self.st.view_scope = _Scope(pre, ind)
         self.st.inner_scope = _Scope(inner, ind + "    ")
+        approx_before = self.st.approx_uses
         for r in reds:
             v = self.values.val(r.inputs[0], identity(nd))
             op, ad = self.reds.red_info(r)
@@ -331,6 +332,10 @@ class LoopNestEmitter:
         for v, ix, shape, cix in self.values.out_targets(fulls):
             e = self.values.val(v, ix)
             self.st.inner_scope.add(f"{self.values.access('out', v, shape, cix)} = {e}")
+        # column sums update arrays, not a scalar accumulator: LLVM sees an elementwise loop
+        hint = self.st.interleave_hint(approx_before, reductions=False)
+        if hint:
+            self.st.inner_scope.add(hint)
         body.extend(loops + pre)
         rng = "range(hi - lo)" if slice_mode else f"range(n{P})"
         body.append(f"{ind}for jj in {rng}:")

@@ -110,6 +110,7 @@ class ReductionEmitter:
             bind += "    "
         self.st.inner_scope = _Scope(body, bind)
         self.st.pass_active = bool(self.st.cache_buf)
+        approx_before = self.st.approx_uses
         blocks = {}
         for r in reds:
             v = self.values.val(r.inputs[0], identity(nd))
@@ -139,6 +140,9 @@ class ReductionEmitter:
         for v, ix, shape, cix in self.values.out_targets(fulls):
             e = self.values.val(v, ix)
             self.st.inner_scope.add(f"{self.values.access('out', v, shape, cix)} = {e}")
+        hint = self.st.interleave_hint(approx_before, bool(reds or creds))
+        if hint:
+            body.append(bind + hint)
         if self.st.pass_active:
             self.st.cache_ready |= self.st.cache_pending
             self.st.cache_pending = set()

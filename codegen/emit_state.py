@@ -2,6 +2,7 @@
 (values, reductions, loop nests) instead of living as attributes of one mixin object."""
 from dataclasses import dataclass, field
 
+from aotgrad.codegen.approx import APPROXIMATED
 from aotgrad.codegen.emit_args import KernelArgs
 from aotgrad.codegen.emit_base import _Scope
 
@@ -45,6 +46,9 @@ class EmitState:
     cache_ready: set = field(default_factory=set)      # values stored by an earlier pass
     cache_pending: set = field(default_factory=set)    # values the current pass stores
     pass_active: bool = False    # emitting a column pass that uses the scratch buffers
+    # vectorisable approximations (exp, tanh, ...) emitted so far: a loop whose body added
+    # one is a long chain of dependent operations (`interleave_hint`)
+    approx_uses: int = 0
 
     red_outs: frozenset = field(init=False)   # the reductions' outputs: fixed while emitting
 
@@ -58,6 +62,18 @@ class EmitState:
 
     def need(self, h):
         self.helpers.add(h)
+        if h in APPROXIMATED:
+            self.approx_uses += 1
+
+    def interleave_hint(self, approx_before, reductions):
+        """The line that ends an innermost loop body to have LLVM interleave it
+        (approx.INTERLEAVE vectors per iteration), or None. Only elementwise bodies that
+        call an approximation, in kernels large enough for threads: LLVM interleaves
+        reductions itself, and a short body or a small kernel gains nothing for the compile
+        time."""
+        if reductions or not self.parallel or self.approx_uses == approx_before:
+            return None
+        return "_interleave()"
 
     def rng(self, n):
         """The loop range over n: prange in a parallel kernel."""
