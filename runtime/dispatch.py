@@ -52,17 +52,14 @@ class PrimBackward(Node):
         self._note_origin()
         self._name, self.prim, self.rule, self.params = rule.node_name, prim, rule, params
         self.needs_input_grad = need = tuple(need)
-        save_if = rule.save_if
-        if save_if is None:
-            self._saved = [SavedTensor(inputs[i]) for i in rule.save_inputs]
-        else:  # an input only some gradients need is saved only when one of them is wanted
-            self._saved = [SavedTensor(inputs[i])
-                           if i not in save_if or any(need[j] for j in save_if[i]) else None
-                           for i in rule.save_inputs]
-        if rule.save_output:  # (the output likewise: then modifying it in place is no error)
-            wanted = save_if is None or "out" not in save_if or \
-                any(need[j] for j in save_if["out"])
-            self._saved.append(SavedTensor(out, is_output=True) if wanted else None)
+        plan = _save_plans.get((rule, need))
+        if plan is None:
+            plan = _save_plans[(rule, need)] = _save_plan(rule, need)
+        inputs_wanted, out_wanted = plan
+        self._saved = [SavedTensor(inputs[i]) if i is not None else None
+                       for i in inputs_wanted]
+        if out_wanted is not None:
+            self._saved.append(SavedTensor(out, is_output=True) if out_wanted else None)
 
     @property
     def saved_tensors(self):
@@ -105,6 +102,26 @@ class PrimBackward(Node):
 
 
 _MISSING = object()  # PrimBackward.__getattr__: no saved tensor of that name
+_save_plans = {}  # (rule, needs_input_grad) -> _save_plan(rule, needs_input_grad)
+
+
+def _save_plan(rule, need):
+    """What a node of `rule` saves when the inputs' gradients `need` are wanted: (the input
+    position of each saved slot, None where that input is not needed; whether the output is
+    saved, None where the rule saves no output). An input (or the output) only some
+    gradients need is saved only when one of them is wanted; an unsaved output leaves
+    modifying it in place no error."""
+    save_if = rule.save_if
+    if save_if is None:
+        inputs_wanted = tuple(rule.save_inputs)
+    else:
+        inputs_wanted = tuple(i if i not in save_if or any(need[j] for j in save_if[i])
+                              else None for i in rule.save_inputs)
+    out_wanted = None
+    if rule.save_output:
+        out_wanted = save_if is None or "out" not in save_if or \
+            any(need[j] for j in save_if["out"])
+    return inputs_wanted, out_wanted
 _NO_EDGE = (None, 0)  # the edge of an input that does not require grad
 
 
@@ -162,12 +179,21 @@ def _array_aval(v):
 def checked_avals(prim, vals, params):
     """The input avals of `prim` bound on numpy arrays `vals`, after its shape rule accepted
     them (raising its error when it does not)."""
+    # (keys with params have an even length, those without an odd one: they never meet)
     if params:
-        if not all(type(p) in _PLAIN_PARAMS for p in params.values()):
-            in_avals = [aval_of(v) for v in vals]
-            prim.abstract_eval(*in_avals, **params)
-            return in_avals
-        key = (prim, *[v.shape for v in vals], *[v.dtype for v in vals], *params.items())
+        for p in params.values():
+            if type(p) not in _PLAIN_PARAMS:
+                in_avals = [aval_of(v) for v in vals]
+                prim.abstract_eval(*in_avals, **params)
+                return in_avals
+        key = (prim, *[v.shape for v in vals], *[v.dtype for v in vals],
+               tuple(params.items()))
+    elif len(vals) == 2:
+        a, b = vals
+        key = (prim, a.shape, b.shape, a.dtype, b.dtype)
+    elif len(vals) == 1:
+        a, = vals
+        key = (prim, a.shape, a.dtype)
     else:
         key = (prim, *[v.shape for v in vals], *[v.dtype for v in vals])
     in_avals = _checked.get(key)
@@ -185,8 +211,11 @@ def apply(prim, *inputs, **params):
     builder = current_builder()
     in_avals = None
     if builder is None and not profiling._profilers and prim not in WATCHED_PRIMS:
-        vals = [t._value for t in inputs]
-        if all(type(v) is _np.ndarray for v in vals):
+        for t in inputs:
+            if type(t._value) is not _np.ndarray:
+                break
+        else:
+            vals = [t._value for t in inputs]
             # the eager hot path: Prim.bind's work without its dispatch (numpy arrays, which
             # no transform interprets; no profiler records), keeping the input avals for the
             # autograd node
