@@ -333,6 +333,10 @@ def _slice(x, *, start, limit, strides=None):
 
 
 def _dot_general(a, b, *, contract, batch=((), ())):
+    if contract == _MM and batch == _NO_BATCH and a.ndim == 2 and b.ndim == 2 and \
+            a.shape[1] != 1:  # a matrix product: a and b are already the canonical form
+        out = np.matmul(_wide(a), _wide(b)).astype(a.dtype, copy=False)
+        return out if out.flags.c_contiguous else out.copy(order="C")
     lc, rc, lb, rb, af, bf = dot_dims(a.ndim, b.ndim, contract=contract, batch=batch)
     af, bf = list(af), list(bf)
     # canonical form: a -> (batch, free, contract), b -> (batch, contract, free); one matmul
@@ -351,6 +355,9 @@ def _dot_general(a, b, *, contract, batch=((), ())):
     # (np.matmul follows strided batch dims): a product's layout never depends on its inputs'
     out = out.astype(a.dtype, copy=False)
     return out if out.flags.c_contiguous else out.copy(order="C")
+
+
+_MM, _NO_BATCH = ((1,), (0,)), ((), ())
 
 
 def _scatter_add(x, idx, src, *, dim):

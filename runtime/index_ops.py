@@ -167,6 +167,9 @@ def _expand_index(x, index):
 
 @op("getitem")
 def getitem(x, index):
+    basic = _basic_index(x, index)
+    if basic is not None:
+        return _basic_getitem(x, *basic)
     if isinstance(index, Tensor) and index.ndim == 0 and index.dtype is dt.bool_ and \
             isinstance(index._value, np.ndarray):
         index = bool(index._value)  # a 0-d mask acts like a bool scalar
@@ -261,6 +264,59 @@ def getitem(x, index):
             _named(y, "SelectBackward0")
         return y
     return _named(_advanced(y, adv_pos, [t for _, t in adv]), "IndexBackward0")
+
+
+def _basic_index(x, index):
+    """Eager `x[index]` with Python ints and slices only, every int in range and every step
+    positive: (start, limit, strides, the dims kept, whether every index is an int), which
+    the general path below would compute; None for any other index (which it handles, or
+    refuses with its error)."""
+    shape = x._value.shape
+    if type(x._value) is not np.ndarray:
+        return None
+    items = index if type(index) is tuple else (index,)
+    if len(items) > len(shape):
+        return None
+    start, limit, strides, kept, all_ints = [], [], [], [], True
+    for dim, i in enumerate(items):
+        n = shape[dim]
+        if type(i) is int:
+            if not -n <= i < n:
+                return None
+            i %= n
+            start.append(i), limit.append(i + 1), strides.append(1)
+        elif type(i) is slice:
+            s, e, st = i.indices(n)
+            if st <= 0:
+                return None
+            start.append(s), limit.append(builtins.max(e, s)), strides.append(st)
+            kept.append(dim)
+            all_ints = False
+        else:
+            return None
+    for dim in range(len(items), len(shape)):
+        start.append(0), limit.append(shape[dim]), strides.append(1)
+        kept.append(dim)
+    return start, limit, strides, kept, all_ints
+
+
+def _basic_getitem(x, start, limit, strides, kept, all_ints):
+    """x[index] for what _basic_index found: the general path's slice and reshape."""
+    shape = x._value.shape
+    y = x
+    if builtins.any(s != 0 for s in start) or tuple(limit) != shape or \
+            builtins.any(s != 1 for s in strides):
+        y = _view_of(tp.slice(x, start=tuple(start), limit=tuple(limit), strides=tuple(strides)),
+                     x)
+    y_shape = y._value.shape
+    new_shape = tuple(y_shape[d] for d in kept)
+    if new_shape != y_shape:
+        y = _view_of(tp.reshape(y, shape=new_shape), x)
+    if y is x:
+        y = _alias(x)
+    if all_ints:
+        _named(y, "SelectBackward0")
+    return y
 
 
 def _getitem_bool_scalars(x, index):
