@@ -329,7 +329,7 @@ def _pad(x, *, config, value=0.0):
 
 def _slice(x, *, start, limit, strides=None):
     strides = strides or (1,) * x.ndim
-    return x[tuple(builtins.slice(s, l, st) for s, l, st in zip(start, limit, strides))]
+    return x[tuple(map(builtins.slice, start, limit, strides))]
 
 
 def _dot_general(a, b, *, contract, batch=((), ())):

@@ -186,8 +186,12 @@ def checked_avals(prim, vals, params):
                 in_avals = [aval_of(v) for v in vals]
                 prim.abstract_eval(*in_avals, **params)
                 return in_avals
-        key = (prim, *[v.shape for v in vals], *[v.dtype for v in vals],
-               tuple(params.items()))
+        if len(vals) == 1:
+            a, = vals
+            key = (prim, a.shape, a.dtype, tuple(params.items()))
+        else:
+            key = (prim, *[v.shape for v in vals], *[v.dtype for v in vals],
+                   tuple(params.items()))
     elif len(vals) == 2:
         a, b = vals
         key = (prim, a.shape, b.shape, a.dtype, b.dtype)

@@ -28,7 +28,7 @@ from aotgrad.runtime.op_base import _named, as_tensor_like, broadcast_shapes, ca
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.runtime.view_ops import _alias, _dim, _view_of, clone, expand, movedim, permute, \
     reshape
-from aotgrad.runtime.dispatch import graph_break
+from aotgrad.runtime.dispatch import drop_scalar_edges, graph_break
 
 
 # ---- gather / index ------------------------------------------------------------------------
@@ -170,6 +170,10 @@ def getitem(x, index):
     basic = _basic_index(x, index)
     if basic is not None:
         return _basic_getitem(x, *basic)
+    if isinstance(index, Tensor):
+        out = _take_rows(x, index)
+        if out is not None:
+            return out
     if isinstance(index, Tensor) and index.ndim == 0 and index.dtype is dt.bool_ and \
             isinstance(index._value, np.ndarray):
         index = bool(index._value)  # a 0-d mask acts like a bool scalar
@@ -317,6 +321,31 @@ def _basic_getitem(x, start, limit, strides, kept, all_ints):
     if all_ints:
         _named(y, "SelectBackward0")
     return y
+
+
+_ROW_INDEX_DTYPES = (np.dtype(np.int64), np.dtype(np.int32))
+
+
+def _take_rows(x, index):
+    """Eager `x[index]` for a 1-d int64 or int32 tensor `index` whose values are in range:
+    one gather along dim 0, the general path's values, with one node over x named
+    IndexBackward0 (as PyTorch's: the result is no view). None otherwise (the general path
+    then computes it, or raises its error)."""
+    xv, v = x._value, index._value
+    if type(xv) is not np.ndarray or type(v) is not np.ndarray or v.ndim != 1 or \
+            xv.ndim == 0 or v.dtype not in _ROW_INDEX_DTYPES:
+        return None
+    n = xv.shape[0]
+    if v.size:
+        lo, hi = v.min(), v.max()
+        if lo < -n or hi >= n:
+            return None
+        if lo < 0:
+            v = np.where(v < 0, v + n, v)
+    v = v.astype(np.int64, copy=False)
+    rows = np.broadcast_to(v.reshape((-1,) + (1,) * (xv.ndim - 1)), v.shape + xv.shape[1:])
+    # (the index is no edge of the node, as in PyTorch)
+    return drop_scalar_edges(tp.gather(x, Tensor._make(rows), dim=0), (0,), "IndexBackward0")
 
 
 def _getitem_bool_scalars(x, index):
