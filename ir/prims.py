@@ -599,10 +599,12 @@ concatenate = register("concatenate", _concat_rule,
 # a copy: flip is not a view (numpy's flip is; writing to it reached the input)
 rev = register("rev", _rev_rule, lambda x, *, dims: np.flip(x, tuple(dims)).copy(),
                (Tag.SHAPE, Tag.VIEW, Tag.MAY_ALIAS_INPUT))
-reduce_sum = register("reduce_sum", _reduce_rule("sum"), _reduce(np.sum), AXIS_RED)
-reduce_max = register("reduce_max", _reduce_rule("max"), _reduce(np.max), AXIS_RED)
-reduce_min = register("reduce_min", _reduce_rule("min"), _reduce(np.min), AXIS_RED)
-reduce_prod = register("reduce_prod", _reduce_rule("prod"), _reduce(np.prod), AXIS_RED)
+# (the ufuncs' reduce: what np.sum/max/min/prod call for an ndarray, without their wrapper)
+reduce_sum = register("reduce_sum", _reduce_rule("sum"), _reduce(np.add.reduce), AXIS_RED)
+reduce_max = register("reduce_max", _reduce_rule("max"), _reduce(np.maximum.reduce), AXIS_RED)
+reduce_min = register("reduce_min", _reduce_rule("min"), _reduce(np.minimum.reduce), AXIS_RED)
+reduce_prod = register("reduce_prod", _reduce_rule("prod"), _reduce(np.multiply.reduce),
+                       AXIS_RED)
 argmax = register("argmax", _arg_rule,
                   lambda x, *, dim: np.argmax(x, axis=dim).astype(np.int64), ARG_RED)
 argmin = register("argmin", _arg_rule,

@@ -331,6 +331,8 @@ def norm_dims(dim, ndim, allow_none=True):
     """Normalise `dim` (None, int or tuple, negatives allowed) to a sorted tuple."""
     if dim is None:
         return tuple(range(ndim))
+    if type(dim) is int and -ndim <= dim < ndim:  # (one dim in range: the loop's answer)
+        return (dim % ndim,)
     dims = (dim,) if isinstance(dim, (int, np.integer)) else tuple(dim)
     out = []
     for d in dims:
