@@ -102,6 +102,7 @@ class PrimBackward(Node):
 
 
 _MISSING = object()  # PrimBackward.__getattr__: no saved tensor of that name
+_NO_EDGE = (None, 0)  # the edge of an input that does not require grad
 _save_plans = {}  # (rule, needs_input_grad) -> _save_plan(rule, needs_input_grad)
 
 
@@ -122,7 +123,6 @@ def _save_plan(rule, need):
         out_wanted = save_if is None or "out" not in save_if or \
             any(need[j] for j in save_if["out"])
     return inputs_wanted, out_wanted
-_NO_EDGE = (None, 0)  # the edge of an input that does not require grad
 
 
 class ScalarOperandBackward(Node):
@@ -157,8 +157,9 @@ def _lift(builder, t):
 # Eager binds the shape rule accepted: (prim, input shapes, input dtypes, params) -> the
 # input avals. A shape rule is a function of its avals and params alone, so a bind of the
 # same key needs no second check; a key the rule rejects is never stored (it raises again,
-# with its message). Params are part of the key only when every value is of a plain type
-# (compared by value); a bind with any other value is checked every time.
+# with its message). Params are part of the key (their values and types) only when every
+# value is of a plain type; a bind with any other value, or a tuple holding an unhashable
+# one, is checked every time.
 _checked = {}
 _CHECKED_MAX = 4096  # distinct keys kept (a program of many shapes starts afresh past it)
 _PLAIN_PARAMS = frozenset((int, float, bool, str, tuple, type(None), DType))
@@ -181,17 +182,17 @@ def checked_avals(prim, vals, params):
     them (raising its error when it does not)."""
     # (keys with params have an even length, those without an odd one: they never meet)
     if params:
-        for p in params.values():
-            if type(p) not in _PLAIN_PARAMS:
-                in_avals = [aval_of(v) for v in vals]
-                prim.abstract_eval(*in_avals, **params)
-                return in_avals
+        types = tuple(map(type, params.values()))   # (1 and 1.0 and True are equal keys)
+        if not _PLAIN_PARAMS.issuperset(types):
+            in_avals = [aval_of(v) for v in vals]
+            prim.abstract_eval(*in_avals, **params)
+            return in_avals
+        p = (tuple(params.items()), types)
         if len(vals) == 1:
             a, = vals
-            key = (prim, a.shape, a.dtype, tuple(params.items()))
+            key = (prim, a.shape, a.dtype, p)
         else:
-            key = (prim, *[v.shape for v in vals], *[v.dtype for v in vals],
-                   tuple(params.items()))
+            key = (prim, *[v.shape for v in vals], *[v.dtype for v in vals], p)
     elif len(vals) == 2:
         a, b = vals
         key = (prim, a.shape, b.shape, a.dtype, b.dtype)
@@ -200,7 +201,12 @@ def checked_avals(prim, vals, params):
         key = (prim, a.shape, a.dtype)
     else:
         key = (prim, *[v.shape for v in vals], *[v.dtype for v in vals])
-    in_avals = _checked.get(key)
+    try:
+        in_avals = _checked.get(key)
+    except TypeError:  # a tuple param holding an unhashable value: checked every time
+        in_avals = [aval_of(v) for v in vals]
+        prim.abstract_eval(*in_avals, **params)
+        return in_avals
     if in_avals is None:
         in_avals = [_array_aval(v) for v in vals]
         prim.abstract_eval(*in_avals, **params)

@@ -236,3 +236,18 @@ def test_indexing_under_no_grad_and_inference_mode():
     with ag.inference_mode():
         y = _t((4, 3))[ag.tensor(np.array([0, 3]))]
         assert y.is_inference()
+
+
+def test_param_types_and_unhashable_params_are_no_shared_key():
+    x = _t((2, 3))
+    tp.reshape(x, shape=(3, 2))
+    y = tp.reshape(x, shape=(3, 2))
+    assert tuple(y.shape) == (3, 2)
+    # a tuple holding a list cannot be a key: checked (and refused) every time
+    for _ in range(2):
+        with pytest.raises((PrimError, TypeError)):
+            tp.reshape(x, shape=(3, [2]))
+    w = _t((3, 4))
+    a = tp.dot_general(x, w, contract=((1,), (0,)))
+    b = tp.dot_general(x, w, contract=((1,), (0,)), batch=((), ()))
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
