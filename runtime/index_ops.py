@@ -335,15 +335,21 @@ def _take_rows(x, index):
     if type(xv) is not np.ndarray or type(v) is not np.ndarray or v.ndim != 1 or \
             xv.ndim == 0 or v.dtype not in _ROW_INDEX_DTYPES:
         return None
-    n = xv.shape[0]
-    if v.size:
-        lo, hi = v.min(), v.max()
+    n, k = xv.shape[0], v.shape[0]
+    if k:
+        lo, hi = np.minimum.reduce(v), np.maximum.reduce(v)
         if lo < -n or hi >= n:
             return None
         if lo < 0:
             v = np.where(v < 0, v + n, v)
     v = v.astype(np.int64, copy=False)
-    rows = np.broadcast_to(v.reshape((-1,) + (1,) * (xv.ndim - 1)), v.shape + xv.shape[1:])
+    if xv.ndim == 1:
+        rows = v
+    elif k and v.flags.c_contiguous:  # (np.broadcast_to's view, made directly)
+        rows = np.ndarray((k,) + xv.shape[1:], np.int64, v, 0, (8,) + (0,) * (xv.ndim - 1))
+        rows.flags.writeable = False
+    else:
+        rows = np.broadcast_to(v.reshape((-1,) + (1,) * (xv.ndim - 1)), v.shape + xv.shape[1:])
     # (the index is no edge of the node, as in PyTorch)
     return drop_scalar_edges(tp.gather(x, Tensor._make(rows), dim=0), (0,), "IndexBackward0")
 

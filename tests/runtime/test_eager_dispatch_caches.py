@@ -251,3 +251,17 @@ def test_param_types_and_unhashable_params_are_no_shared_key():
     a = tp.dot_general(x, w, contract=((1,), (0,)))
     b = tp.dot_general(x, w, contract=((1,), (0,)), batch=((), ()))
     np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_tensor_index_strided_and_int32():
+    xv = np.arange(24, dtype=np.float32).reshape(4, 3, 2)
+    x = ag.tensor(xv, requires_grad=True)
+    for j in (ag.tensor(np.array([3, 0, 1, 2, 2, 1]))[::2],
+              ag.tensor(np.array([-1, 1], np.int32))):
+        x.grad = None
+        y = x[j]
+        np.testing.assert_array_equal(y.detach().numpy(), xv[j.numpy()])
+        y.sum().backward()
+        want = np.zeros_like(xv)
+        np.add.at(want, j.numpy(), 1)
+        np.testing.assert_array_equal(x.grad.numpy(), want)
