@@ -329,10 +329,14 @@ def _pad(x, *, config, value=0.0):
 
 def _slice(x, *, start, limit, strides=None):
     strides = strides or (1,) * x.ndim
-    return x[tuple(builtins.slice(s, l, st) for s, l, st in zip(start, limit, strides))]
+    return x[tuple(map(builtins.slice, start, limit, strides))]
 
 
 def _dot_general(a, b, *, contract, batch=((), ())):
+    if contract == _MM and batch == _NO_BATCH and a.ndim == 2 and b.ndim == 2 and \
+            a.shape[1] != 1:  # a matrix product: a and b are already the canonical form
+        out = np.matmul(_wide(a), _wide(b)).astype(a.dtype, copy=False)
+        return out if out.flags.c_contiguous else out.copy(order="C")
     lc, rc, lb, rb, af, bf = dot_dims(a.ndim, b.ndim, contract=contract, batch=batch)
     af, bf = list(af), list(bf)
     # canonical form: a -> (batch, free, contract), b -> (batch, contract, free); one matmul
@@ -351,6 +355,9 @@ def _dot_general(a, b, *, contract, batch=((), ())):
     # (np.matmul follows strided batch dims): a product's layout never depends on its inputs'
     out = out.astype(a.dtype, copy=False)
     return out if out.flags.c_contiguous else out.copy(order="C")
+
+
+_MM, _NO_BATCH = ((1,), (0,)), ((), ())
 
 
 def _scatter_add(x, idx, src, *, dim):
@@ -595,10 +602,12 @@ concatenate = register("concatenate", _concat_rule,
 # a copy: flip is not a view (numpy's flip is; writing to it reached the input)
 rev = register("rev", _rev_rule, lambda x, *, dims: np.flip(x, tuple(dims)).copy(),
                (Tag.SHAPE, Tag.VIEW, Tag.MAY_ALIAS_INPUT))
-reduce_sum = register("reduce_sum", _reduce_rule("sum"), _reduce(np.sum), AXIS_RED)
-reduce_max = register("reduce_max", _reduce_rule("max"), _reduce(np.max), AXIS_RED)
-reduce_min = register("reduce_min", _reduce_rule("min"), _reduce(np.min), AXIS_RED)
-reduce_prod = register("reduce_prod", _reduce_rule("prod"), _reduce(np.prod), AXIS_RED)
+# (the ufuncs' reduce: what np.sum/max/min/prod call for an ndarray, without their wrapper)
+reduce_sum = register("reduce_sum", _reduce_rule("sum"), _reduce(np.add.reduce), AXIS_RED)
+reduce_max = register("reduce_max", _reduce_rule("max"), _reduce(np.maximum.reduce), AXIS_RED)
+reduce_min = register("reduce_min", _reduce_rule("min"), _reduce(np.minimum.reduce), AXIS_RED)
+reduce_prod = register("reduce_prod", _reduce_rule("prod"), _reduce(np.multiply.reduce),
+                       AXIS_RED)
 argmax = register("argmax", _arg_rule,
                   lambda x, *, dim: np.argmax(x, axis=dim).astype(np.int64), ARG_RED)
 argmin = register("argmin", _arg_rule,

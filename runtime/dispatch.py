@@ -6,9 +6,10 @@ numpy arrays; while a GraphBuilder is active they are IR Vars and the bind recor
 import numpy as _np
 
 from aotgrad.ir.core import WATCHED_PRIMS, Aval, aval_of, current_builder, Var
+from aotgrad.ir.dtypes import DType
 from aotgrad.ir.tags import Tag
 from aotgrad.runtime import forward_mode, layout, profiling
-from aotgrad.runtime.autograd_node import Node, _node_of
+from aotgrad.runtime.autograd_node import Node
 from aotgrad.runtime.forward_mode import state as _forward
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.graph_breaks import GraphBreak, describe_break, graph_break, \
@@ -32,24 +33,33 @@ class PrimBackward(Node):
     """The autograd node of one prim application; its backward is the prim's one rule."""
 
     def __init__(self, prim, rule, params, inputs, out, in_avals=None):
-        nexts = [_node_of(t) if t.requires_grad else (None, 0) for t in inputs]
-        if in_avals is None:
-            in_avals = [Aval(t._value.shape, t.dtype) for t in inputs]
-        super().__init__(nexts, in_avals, [aval_of(out._value)])
+        # (Node.__init__'s work written out: this runs for every recorded prim)
+        nexts, need = [], []
+        for t in inputs:
+            if t.requires_grad:
+                fn = t.grad_fn
+                nexts.append((fn, t._output_nr) if fn is not None else
+                             (t._grad_accumulator(), 0))
+                need.append(True)
+            else:
+                nexts.append(_NO_EDGE)
+                need.append(False)
+        self.next_functions = tuple(nexts)
+        self._in_avals = in_avals if in_avals is not None else \
+            [Aval(t._value.shape, t.dtype) for t in inputs]
+        v = out._value
+        self._out_avals = [_array_aval(v) if type(v) is _np.ndarray else aval_of(v)]
+        self._note_origin()
         self._name, self.prim, self.rule, self.params = rule.node_name, prim, rule, params
-        self.needs_input_grad = tuple(t.requires_grad for t in inputs)
-        save_if = rule.save_if
-        need = self.needs_input_grad
-        if save_if is None:
-            self._saved = [SavedTensor(inputs[i]) for i in rule.save_inputs]
-        else:  # an input only some gradients need is saved only when one of them is wanted
-            self._saved = [SavedTensor(inputs[i])
-                           if i not in save_if or any(need[j] for j in save_if[i]) else None
-                           for i in rule.save_inputs]
-        if rule.save_output:  # (the output likewise: then modifying it in place is no error)
-            wanted = save_if is None or "out" not in save_if or \
-                any(need[j] for j in save_if["out"])
-            self._saved.append(SavedTensor(out, is_output=True) if wanted else None)
+        self.needs_input_grad = need = tuple(need)
+        plan = _save_plans.get((rule, need))
+        if plan is None:
+            plan = _save_plans[(rule, need)] = _save_plan(rule, need)
+        inputs_wanted, out_wanted = plan
+        self._saved = [SavedTensor(inputs[i]) if i is not None else None
+                       for i in inputs_wanted]
+        if out_wanted is not None:
+            self._saved.append(SavedTensor(out, is_output=True) if out_wanted else None)
 
     @property
     def saved_tensors(self):
@@ -92,6 +102,27 @@ class PrimBackward(Node):
 
 
 _MISSING = object()  # PrimBackward.__getattr__: no saved tensor of that name
+_NO_EDGE = (None, 0)  # the edge of an input that does not require grad
+_save_plans = {}  # (rule, needs_input_grad) -> _save_plan(rule, needs_input_grad)
+
+
+def _save_plan(rule, need):
+    """What a node of `rule` saves when the inputs' gradients `need` are wanted: (the input
+    position of each saved slot, None where that input is not needed; whether the output is
+    saved, None where the rule saves no output). An input (or the output) only some
+    gradients need is saved only when one of them is wanted; an unsaved output leaves
+    modifying it in place no error."""
+    save_if = rule.save_if
+    if save_if is None:
+        inputs_wanted = tuple(rule.save_inputs)
+    else:
+        inputs_wanted = tuple(i if i not in save_if or any(need[j] for j in save_if[i])
+                              else None for i in rule.save_inputs)
+    out_wanted = None
+    if rule.save_output:
+        out_wanted = save_if is None or "out" not in save_if or \
+            any(need[j] for j in save_if["out"])
+    return inputs_wanted, out_wanted
 
 
 class ScalarOperandBackward(Node):
@@ -123,18 +154,82 @@ def _lift(builder, t):
     return t._value if isinstance(t._value, Var) else builder.lift_object(t)
 
 
+# Eager binds the shape rule accepted: (prim, input shapes, input dtypes, params) -> the
+# input avals. A shape rule is a function of its avals and params alone, so a bind of the
+# same key needs no second check; a key the rule rejects is never stored (it raises again,
+# with its message). Params are part of the key (their values and types) only when every
+# value is of a plain type; a bind with any other value, or a tuple holding an unhashable
+# one, is checked every time.
+_checked = {}
+_CHECKED_MAX = 4096  # distinct keys kept (a program of many shapes starts afresh past it)
+_PLAIN_PARAMS = frozenset((int, float, bool, str, tuple, type(None), DType))
+_avals = {}  # (shape, numpy dtype) -> the Aval of such an array (avals are never modified)
+
+
+def _array_aval(v):
+    """The Aval of numpy array v (one shared object per shape and dtype)."""
+    a = _avals.get((v.shape, v.dtype))
+    if a is None:
+        a = aval_of(v)
+        if len(_avals) >= _CHECKED_MAX:
+            _avals.clear()
+        _avals[(v.shape, v.dtype)] = a
+    return a
+
+
+def checked_avals(prim, vals, params):
+    """The input avals of `prim` bound on numpy arrays `vals`, after its shape rule accepted
+    them (raising its error when it does not)."""
+    # (keys with params have an even length, those without an odd one: they never meet)
+    if params:
+        types = tuple(map(type, params.values()))   # (1 and 1.0 and True are equal keys)
+        if not _PLAIN_PARAMS.issuperset(types):
+            in_avals = [aval_of(v) for v in vals]
+            prim.abstract_eval(*in_avals, **params)
+            return in_avals
+        p = (tuple(params.items()), types)
+        if len(vals) == 1:
+            a, = vals
+            key = (prim, a.shape, a.dtype, p)
+        else:
+            key = (prim, *[v.shape for v in vals], *[v.dtype for v in vals], p)
+    elif len(vals) == 2:
+        a, b = vals
+        key = (prim, a.shape, b.shape, a.dtype, b.dtype)
+    elif len(vals) == 1:
+        a, = vals
+        key = (prim, a.shape, a.dtype)
+    else:
+        key = (prim, *[v.shape for v in vals], *[v.dtype for v in vals])
+    try:
+        in_avals = _checked.get(key)
+    except TypeError:  # a tuple param holding an unhashable value: checked every time
+        in_avals = [aval_of(v) for v in vals]
+        prim.abstract_eval(*in_avals, **params)
+        return in_avals
+    if in_avals is None:
+        in_avals = [_array_aval(v) for v in vals]
+        prim.abstract_eval(*in_avals, **params)
+        if len(_checked) >= _CHECKED_MAX:
+            _checked.clear()
+        _checked[key] = in_avals
+    return in_avals
+
+
 def apply(prim, *inputs, **params):
     """Bind `prim` on the tensors' values and record its autograd node when needed."""
     builder = current_builder()
     in_avals = None
     if builder is None and not profiling._profilers and prim not in WATCHED_PRIMS:
-        vals = [t._value for t in inputs]
-        if all(type(v) is _np.ndarray for v in vals):
+        for t in inputs:
+            if type(t._value) is not _np.ndarray:
+                break
+        else:
+            vals = [t._value for t in inputs]
             # the eager hot path: Prim.bind's work without its dispatch (numpy arrays, which
             # no transform interprets; no profiler records), keeping the input avals for the
             # autograd node
-            in_avals = [aval_of(v) for v in vals]
-            prim.abstract_eval(*in_avals, **params)
+            in_avals = checked_avals(prim, vals, params)
             out_val = prim.impl(*vals, **params)
     if in_avals is None:
         if builder is None:
@@ -170,12 +265,14 @@ def apply(prim, *inputs, **params):
     if _forward.level is not None and not _forward.suspended and inputs and \
             not _mode.inference:  # (inference mode records no tangents, as in PyTorch)
         _forward_tangent(prim, params, inputs, out)
-    if _mode.grad_enabled and inputs:
-        rule = VJP.get(prim)
-        if rule is not None and any(t.requires_grad for t in inputs) and \
-                out.dtype.is_floating_point:
-            out._requires_grad = True  # (the slot itself: floating point checked above)
-            out.grad_fn = PrimBackward(prim, rule, params, inputs, out, in_avals)
+    if inputs and _mode.grad_enabled:
+        for t in inputs:
+            if t.requires_grad:
+                rule = VJP.get(prim)
+                if rule is not None and out.dtype.is_floating_point:
+                    out._requires_grad = True  # (the slot itself: floating point checked)
+                    out.grad_fn = PrimBackward(prim, rule, params, inputs, out, in_avals)
+                break
     return out
 
 

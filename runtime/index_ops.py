@@ -28,7 +28,7 @@ from aotgrad.runtime.op_base import _named, as_tensor_like, broadcast_shapes, ca
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.runtime.view_ops import _alias, _dim, _view_of, clone, expand, movedim, permute, \
     reshape
-from aotgrad.runtime.dispatch import graph_break
+from aotgrad.runtime.dispatch import drop_scalar_edges, graph_break
 from aotgrad.runtime.view_meta import mark_copy_of_view
 
 
@@ -168,6 +168,13 @@ def _expand_index(x, index):
 
 @op("getitem")
 def getitem(x, index):
+    basic = _basic_index(x, index)
+    if basic is not None:
+        return _basic_getitem(x, *basic)
+    if isinstance(index, Tensor):
+        out = _take_rows(x, index)
+        if out is not None:
+            return out
     if isinstance(index, Tensor) and index.ndim == 0 and index.dtype is dt.bool_ and \
             isinstance(index._value, np.ndarray):
         index = bool(index._value)  # a 0-d mask acts like a bool scalar
@@ -262,6 +269,90 @@ def getitem(x, index):
             _named(y, "SelectBackward0")
         return y
     return _named(_advanced(y, adv_pos, [t for _, t in adv]), "IndexBackward0")
+
+
+def _basic_index(x, index):
+    """Eager `x[index]` with Python ints and slices only, every int in range and every step
+    positive: (start, limit, strides, the dims kept, whether every index is an int), which
+    the general path below would compute; None for any other index (which it handles, or
+    refuses with its error)."""
+    shape = x._value.shape
+    if type(x._value) is not np.ndarray:
+        return None
+    items = index if type(index) is tuple else (index,)
+    if len(items) > len(shape):
+        return None
+    start, limit, strides, kept, all_ints = [], [], [], [], True
+    for dim, i in enumerate(items):
+        n = shape[dim]
+        if type(i) is int:
+            if not -n <= i < n:
+                return None
+            i %= n
+            start.append(i), limit.append(i + 1), strides.append(1)
+        elif type(i) is slice:
+            s, e, st = i.indices(n)
+            if st <= 0:
+                return None
+            start.append(s), limit.append(builtins.max(e, s)), strides.append(st)
+            kept.append(dim)
+            all_ints = False
+        else:
+            return None
+    for dim in range(len(items), len(shape)):
+        start.append(0), limit.append(shape[dim]), strides.append(1)
+        kept.append(dim)
+    return start, limit, strides, kept, all_ints
+
+
+def _basic_getitem(x, start, limit, strides, kept, all_ints):
+    """x[index] for what _basic_index found: the general path's slice and reshape."""
+    shape = x._value.shape
+    y = x
+    if builtins.any(s != 0 for s in start) or tuple(limit) != shape or \
+            builtins.any(s != 1 for s in strides):
+        y = _view_of(tp.slice(x, start=tuple(start), limit=tuple(limit), strides=tuple(strides)),
+                     x)
+    y_shape = y._value.shape
+    new_shape = tuple(y_shape[d] for d in kept)
+    if new_shape != y_shape:
+        y = _view_of(tp.reshape(y, shape=new_shape), x)
+    if y is x:
+        y = _alias(x)
+    if all_ints:
+        _named(y, "SelectBackward0")
+    return y
+
+
+_ROW_INDEX_DTYPES = (np.dtype(np.int64), np.dtype(np.int32))
+
+
+def _take_rows(x, index):
+    """Eager `x[index]` for a 1-d int64 or int32 tensor `index` whose values are in range:
+    one gather along dim 0, the general path's values, with one node over x named
+    IndexBackward0 (as PyTorch's: the result is no view). None otherwise (the general path
+    then computes it, or raises its error)."""
+    xv, v = x._value, index._value
+    if type(xv) is not np.ndarray or type(v) is not np.ndarray or v.ndim != 1 or \
+            xv.ndim == 0 or v.dtype not in _ROW_INDEX_DTYPES:
+        return None
+    n, k = xv.shape[0], v.shape[0]
+    if k:
+        lo, hi = np.minimum.reduce(v), np.maximum.reduce(v)
+        if lo < -n or hi >= n:
+            return None
+        if lo < 0:
+            v = np.where(v < 0, v + n, v)
+    v = v.astype(np.int64, copy=False)
+    if xv.ndim == 1:
+        rows = v
+    elif k and v.flags.c_contiguous:  # (np.broadcast_to's view, made directly)
+        rows = np.ndarray((k,) + xv.shape[1:], np.int64, v, 0, (8,) + (0,) * (xv.ndim - 1))
+        rows.flags.writeable = False
+    else:
+        rows = np.broadcast_to(v.reshape((-1,) + (1,) * (xv.ndim - 1)), v.shape + xv.shape[1:])
+    # (the index is no edge of the node, as in PyTorch)
+    return drop_scalar_edges(tp.gather(x, Tensor._make(rows), dim=0), (0,), "IndexBackward0")
 
 
 def _getitem_bool_scalars(x, index):

@@ -24,16 +24,16 @@ def matmul(a, b):
     PyTorch's: dot, mv or mm for vectors and matrices; a batched left operand against a
     matrix or vector is folded into one mm/mv between two reshapes (ViewBackward0,
     UnsafeViewBackward0); broadcast batches go through one bmm."""
-    _check_matmul(a, b)
-    if tracing() and max(a.ndim, b.ndim) > 2:
-        return _named(one_contraction(a, b), "MmBackward0")
-    if a.ndim == 1 and b.ndim == 1:
-        return _named(tp.dot_general(a, b, contract=((0,), (0,))), "DotBackward0")
-    if a.ndim == 2 and b.ndim == 1:
-        return _named(tp.dot_general(a, b, contract=((1,), (0,))), "MvBackward0")
-    if a.ndim == 2 and b.ndim == 2:
+    na, nb = _check_matmul(a, b)
+    if na == 2 and nb == 2:
         return _named(tp.dot_general(a, b, contract=((1,), (0,))), "MmBackward0")
-    if a.ndim == 1 and b.ndim == 2:  # (k,) @ (k, n): a row matrix through mm
+    if max(na, nb) > 2 and tracing():
+        return _named(one_contraction(a, b), "MmBackward0")
+    if na == 1 and nb == 1:
+        return _named(tp.dot_general(a, b, contract=((0,), (0,))), "DotBackward0")
+    if na == 2 and nb == 1:
+        return _named(tp.dot_general(a, b, contract=((1,), (0,))), "MvBackward0")
+    if na == 1 and nb == 2:  # (k,) @ (k, n): a row matrix through mm
         row = _named(view_ops.unsqueeze(a, 0), "UnsqueezeBackward0")
         return _named(view_ops.squeeze(matmul(row, b), 0),
                       "SqueezeBackward4")
@@ -72,16 +72,20 @@ def one_contraction(a, b):
 
 
 def _check_matmul(a, b):
+    """PyTorch's errors for operands matmul cannot take; (a.ndim, b.ndim) when it can."""
     if a.dtype is not b.dtype:
         raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: "
                            f"{a.dtype.name} != {b.dtype.name}")
-    if a.ndim == 0 or b.ndim == 0:
+    sa, sb = a._value.shape, b._value.shape
+    na, nb = len(sa), len(sb)
+    if na == 0 or nb == 0:
         raise RuntimeError("both arguments to matmul need to be at least 1D, but they are "
-                           f"{a.ndim}D and {b.ndim}D")
-    if a.shape[-1] != b.shape[-2 if b.ndim > 1 else 0]:
+                           f"{na}D and {nb}D")
+    if sa[-1] != sb[-2 if nb > 1 else 0]:
         raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied "
-                           f"({'x'.join(map(str, hints(a.shape)))} and "
-                           f"{'x'.join(map(str, hints(b.shape)))})")
+                           f"({'x'.join(map(str, hints(sa)))} and "
+                           f"{'x'.join(map(str, hints(sb)))})")
+    return na, nb
 
 
 def _batched_matmul(a, b):

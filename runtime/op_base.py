@@ -29,6 +29,7 @@ def op(name, grad_name=None):
     """Mark a user-level op: provenance name, profiler row, and the grad_fn name of its result."""
     def deco(fn):
         tensor_args = _tensor_parameters(fn)
+        last_tensor_arg = max((i for i, _ in tensor_args), default=-1)
         event = profiling.op_event_name(name)
 
         @functools.wraps(fn)
@@ -41,10 +42,15 @@ def op(name, grad_name=None):
                 args, kwargs = _autocast.cast_args(name, args, kwargs, cast)
             token = current_op.set(name)
             try:
-                for i, pname in tensor_args:
-                    a = args[i] if i < len(args) else kwargs.get(pname)
-                    if type(a) in _NOT_TENSORS:
-                        _not_a_tensor(name, pname, i, a)
+                if kwargs or len(args) <= last_tensor_arg:
+                    for i, pname in tensor_args:
+                        a = args[i] if i < len(args) else kwargs.get(pname)
+                        if type(a) in _NOT_TENSORS:
+                            _not_a_tensor(name, pname, i, a)
+                else:  # (the common call: every tensor argument given by position)
+                    for i, pname in tensor_args:
+                        if type(args[i]) in _NOT_TENSORS:
+                            _not_a_tensor(name, pname, i, args[i])
                 if profiling._profilers:
                     with profiling.record(event, kind="op",
                                           shapes=_input_shapes(args, kwargs)):
@@ -59,8 +65,8 @@ def op(name, grad_name=None):
             if grad_name is not None:
                 t = out if type(out) is Tensor else \
                     (out[0] if isinstance(out, ReturnType) else None)
-                if t is not None:
-                    named(t, grad_name)
+                if t is not None and t.grad_fn is not None:
+                    t.grad_fn._name = grad_name  # (grad_fn_names.named, inline)
             return out
         return wrapper
     return deco
@@ -248,7 +254,7 @@ def _binary_args(a, b, float_result=False):
         # (traced values compare structurally: a guard here would only pick the fast path)
         if (va.shape == vb.shape if type(va) is np.ndarray and type(vb) is np.ndarray else
                 symbolic.same_shape(va.shape, vb.shape)) and va.dtype == vb.dtype and \
-                is_weak(a) == is_weak(b) and \
+                a._weak_scalar == b._weak_scalar and \
                 (not float_result or a.dtype.is_floating_point):
             return a, b
     ta, tb = isinstance(a, Tensor), isinstance(b, Tensor)
@@ -296,7 +302,8 @@ def _category(d):
 
 def _binary(prim, float_result=False):
     def f(a, b):
-        weak = _weak_or_scalar(a) and _weak_or_scalar(b)
+        weak = (not isinstance(a, Tensor) or a._weak_scalar) and \
+            (not isinstance(b, Tensor) or b._weak_scalar)   # (_weak_or_scalar, inline)
         a, b = _binary_args(a, b, float_result)
         out = prim(a, b)
         return mark_weak(out) if weak else out
@@ -307,7 +314,7 @@ def is_weak(t):
     """A weakly typed 0-d tensor stands for a Python number that may change between calls of
     a compiled function (an optimizer's learning rate): in type promotion it acts like that
     number, so `p * lr` stays float32 exactly as with a Python float (JAX's weak types)."""
-    return t.__dict__.get("_weak_scalar", False)
+    return t._weak_scalar   # (the class default False unless mark_weak set it)
 
 
 def mark_weak(t):
@@ -324,6 +331,8 @@ def norm_dims(dim, ndim, allow_none=True):
     """Normalise `dim` (None, int or tuple, negatives allowed) to a sorted tuple."""
     if dim is None:
         return tuple(range(ndim))
+    if type(dim) is int and -ndim <= dim < ndim:  # (one dim in range: the loop's answer)
+        return (dim % ndim,)
     dims = (dim,) if isinstance(dim, (int, np.integer)) else tuple(dim)
     out = []
     for d in dims:

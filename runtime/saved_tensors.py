@@ -4,6 +4,8 @@ to rebuild the tensor when the backward reads it) and the per-thread state of
 import threading
 import weakref
 
+import numpy as np
+
 from aotgrad.ir.core import Var, current_builder
 from aotgrad.runtime import dual_state
 from aotgrad.runtime.grad_mode import state as _mode
@@ -63,25 +65,27 @@ class SavedTensor:
                                "forbidden.")
         if t._inference and not _mode.inference:
             raise RuntimeError(INFERENCE_SAVE_MESSAGE)
-        self.value, self.counter = t._value, t._version_counter
-        self.version = self.counter.v
-        self.requires_grad, self.is_output, self.op_name = t.requires_grad, is_output, op_name
-        self.grad_fn = None if is_output else t.grad_fn
+        value, counter, requires_grad = t._value, t._version_counter, t.requires_grad
+        self.value, self.counter, self.version = value, counter, counter.v
+        self.requires_grad, self.is_output, self.op_name = requires_grad, is_output, op_name
+        grad_fn = None if is_output else t.grad_fn
+        self.grad_fn = grad_fn
         self.output_nr = t._output_nr
         # an output is saved while its node is being made (grad_fn not yet set): never a leaf
-        self.leaf = t if (not is_output and t.grad_fn is None and t.requires_grad) else None
+        self.leaf = t if (not is_output and grad_fn is None and requires_grad) else None
         # a saved input comes back as itself (PyTorch: no needless unwrapping); not while
         # tracing, where a kept proxy would outlive its trace
-        self.original = None if is_output or isinstance(t._value, Var) else t
+        traced = type(value) is not np.ndarray and isinstance(value, Var)
+        self.original = None if is_output or traced else t
         self.hooks = None
         self.ref = weakref.ref(t)  # to name its current grad_fn if it is modified in place
         self.sparse = t._sparse  # a sparse COO tensor's indices (sparse_ops)
         # forward-mode AD through a backward (forward-over-reverse) needs the saved tensor's
         # tangent: a rebuilt tensor gets it back (while the same dual level is on: its list
         # of dual tensors identifies it)
-        tangent = dual_state.tangent_of(t)
+        tangent = dual_state.tangent_of(t) if dual_state.state.level is not None else None
         self.tangent = None if tangent is None else (tangent, dual_state.state.duals)
-        if isinstance(t._value, Var):  # traced: a reshape of it may be a view eagerly
+        if traced:  # traced: a reshape of it may be a view eagerly
             t._traced_saved = True
         if saved_hooks.stack and not is_number_operand(t):  # saved_tensors_hooks: keep what
             # pack returns (a Python number operand is never packed, as in PyTorch)

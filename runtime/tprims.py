@@ -3,6 +3,8 @@
 Derivative rules and ops are written with these, so each call is both computed (eager)
 and recorded (tracing), and is itself differentiable.
 """
+import functools
+
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
@@ -17,8 +19,7 @@ from aotgrad.runtime.tensor import Tensor
 
 
 def _make(prim):
-    def f(*tensors, **params):
-        return apply(prim, *tensors, **params)
+    f = functools.partial(apply, prim)  # (no Python frame of its own between op and apply)
     f.__name__ = prim.name
     f.__doc__ = f"Tensor-level `prims.{prim.name}`."
     return f

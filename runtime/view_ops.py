@@ -105,6 +105,8 @@ def traced_aliases(x):
 
 
 def _dim(d, ndim):
+    if type(d) is int and -ndim <= d < ndim:  # (norm_dims' answer for a dim in range)
+        return d % ndim
     return norm_dims(d, ndim)[0] if ndim else 0
 
 
