@@ -169,21 +169,31 @@ def test_a_second_process_loads_the_kernels_from_the_disk_cache(tmp_path):
     assert set(second.values()) == {"disk"}
 
 
-def test_background_mode_runs_numpy_until_the_kernel_is_compiled(monkeypatch):
-    """The default: a first call compiles in a background thread and answers with the numpy
-    kernel; once compiled, the generated kernel runs."""
+def test_background_mode_chooses_once_per_process(monkeypatch):
+    """The default: a kernel not ready at its op's first use (not in memory, not on disk)
+    leaves the op on its numpy kernel for the whole process, bit for bit, while it compiles
+    in a background thread; a new process (clear()) loads it from the disk cache at first use
+    and runs it from the first call."""
     monkeypatch.setenv("AOTGRAD_EAGER_KERNELS", "background")
     library.clear()
-    x = ag.tensor(np.linspace(-3, 3, 12, dtype=np.float64).reshape(3, 4))
-    key_of = [k for k in library.info()]
-    assert key_of == []
+    x = ag.tensor(np.linspace(-3, 3, 12, dtype=np.float64).reshape(3, 4) + 0.25)
+    assert library.info() == {}
+    numpy_kernel, _ = eager_kernels._gelu_forward([x.numpy()], approximate="none")
     first = F.gelu(x)
     library.wait()
-    assert any(k[0] == "GeluBackward0.forward" and k[1] == "float64" and how is not None
-               for k, how in library.info().items())
-    second = F.gelu(x)
-    monkeypatch.setenv("AOTGRAD_EAGER_KERNELS", "off")
-    assert_close(first.numpy(), second.numpy(), rtol=1e-12, atol=1e-13)
+    key, = [k for k, how in library.info().items()
+            if k[0] == "GeluBackward0.forward" and k[1] == "float64" and how is not None]
+    assert key in library.numpy_keys()
+    second = F.gelu(x)             # compiled by now, but not ready at first use: numpy still
+    np.testing.assert_array_equal(first.numpy(), numpy_kernel)
+    np.testing.assert_array_equal(second.numpy(), numpy_kernel)
+    library.clear()                # as a new process: on disk now, loaded at first use
+    third = F.gelu(x)
+    assert library.info()[key] in ("disk", "memory") and key not in library.numpy_keys()
+    generated, = library.shaped_kernel(eager_kernels.ShapedOp(
+        key[0], np.float64, key[2], None, key[3]))([x.numpy().reshape(-1)], {"n": 12})
+    np.testing.assert_array_equal(third.numpy().reshape(-1), generated)
+    assert_close(third.numpy(), numpy_kernel, rtol=1e-12, atol=1e-13)
 
 
 def test_kernels_off_keeps_the_numpy_path(monkeypatch):
