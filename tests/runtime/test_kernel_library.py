@@ -169,12 +169,13 @@ def test_a_second_process_loads_the_kernels_from_the_disk_cache(tmp_path):
     assert set(second.values()) == {"disk"}
 
 
-def test_background_mode_chooses_once_per_process(monkeypatch):
+def test_background_mode_chooses_once_per_process(monkeypatch, tmp_path):
     """The default: a kernel not ready at its op's first use (not in memory, not on disk)
     leaves the op on its numpy kernel for the whole process, bit for bit, while it compiles
     in a background thread; a new process (clear()) loads it from the disk cache at first use
     and runs it from the first call."""
     monkeypatch.setenv("AOTGRAD_EAGER_KERNELS", "background")
+    monkeypatch.setenv("AOTGRAD_CACHE_DIR", str(tmp_path))   # (nothing compiled there yet)
     library.clear()
     x = ag.tensor(np.linspace(-3, 3, 12, dtype=np.float64).reshape(3, 4) + 0.25)
     assert library.info() == {}
