@@ -95,8 +95,17 @@ class Layout:
 @dataclass(frozen=True)
 class Generated:
     """An op whose kernels come from the code generator: `layout(arrays, params)` -> Layout,
-    or None where the generated kernels do not apply (the numpy kernel runs)."""
+    or None where the generated kernels do not apply (the numpy kernel runs).
+
+    By default the forward kernel is the op's reference and the backward one its autograd.
+    `forward(tensors, flags)` (tensor ops over the layout's inputs) instead gives the output
+    and then the numpy backward's ctx (`ctx(outputs, arrays, params)` -> (out, ctx) shapes
+    them); with `backward=False` the numpy backward runs (where the reference's autograd
+    makes a slow kernel)."""
     layout: Callable
+    forward: Callable = None
+    ctx: Callable = None
+    backward: bool = True
 
 
 @dataclass(frozen=True)
@@ -157,20 +166,23 @@ def _op_name(kernel, which, lay, n):
 
 
 def generated_forward(kernel, reference, arrays, params):
-    """The op's output from its generated kernel, or None (not compiled yet, or the layout
-    does not apply)."""
-    lay = kernel.generated.layout(arrays, params)
+    """The op's output from its generated kernel and the numpy backward's ctx (None: not
+    computed), or None (not compiled yet, or the layout does not apply)."""
+    gen = kernel.generated
+    lay = gen.layout(arrays, params)
     if lay is None:
         return None
     dtype = lay.arrays[0].dtype
+    body = gen.forward or partial(_forward_body, reference, len(arrays), lay.present)
     k = library.shaped_kernel(ShapedOp(
-        _op_name(kernel, "forward", lay, len(arrays)), dtype, lay.shapes,
-        partial(_forward_body, reference, len(arrays), lay.present), lay.params,
+        _op_name(kernel, "forward", lay, len(arrays)), dtype, lay.shapes, body, lay.params,
         dtypes=lay.dtypes))
     if k is None:
         return None
-    out = k(lay.arrays, lay.sizes)[0]
-    return out.reshape(arrays[0].shape if lay.out is None else lay.out_shape())
+    outs = k(lay.arrays, lay.sizes)
+    if gen.ctx is not None:
+        return gen.ctx(outs, arrays, params)
+    return outs[0].reshape(arrays[0].shape if lay.out is None else lay.out_shape()), None
 
 
 def generated_backward(kernel, reference, g, arrays, out, needs, params):
@@ -255,9 +267,10 @@ class KernelBackward(Node):
                                         i not in self._kernel.saves) else t._value
                   for i, t in enumerate(inputs)]
         with np.errstate(all="ignore"):
-            outs = None if self._kernel.generated is None else generated_backward(
-                self._kernel, self._reference, g._value, arrays, None, self.needs_input_grad,
-                self._params)
+            outs = None if self._kernel.generated is None or \
+                not self._kernel.generated.backward else generated_backward(
+                    self._kernel, self._reference, g._value, arrays, None,
+                    self.needs_input_grad, self._params)
             if outs is None:
                 if self._ctx_missing:
                     self._ctx = self._kernel.forward(arrays, **self._params)[1]
@@ -299,13 +312,14 @@ def run(kernel, inputs, reference, /, **params):
     if not kernel.accepts(arrays, params):
         return None
     with np.errstate(all="ignore"):   # NaN/inf results without numpy's warnings, as PyTorch
-        out_val = None if kernel.generated is None else \
+        gen = None if kernel.generated is None else \
             generated_forward(kernel, reference, arrays, params)
-        from_library = out_val is not None
-        if from_library:
-            ctx = None
+        if gen is not None:
+            out_val, ctx = gen
         else:
             out_val, ctx = kernel.forward(arrays, **params)
+        # (a generated forward without the numpy backward's ctx: recomputed if that runs)
+        from_library = gen is not None and ctx is None
     out = Tensor._make(out_val, False)
     if _mode.grad_enabled and any(t is not None and t.requires_grad for t in inputs):
         out.requires_grad = True

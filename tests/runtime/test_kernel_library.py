@@ -223,3 +223,49 @@ def test_a_bad_mode_is_a_clear_error(monkeypatch):
     library.clear()
     with pytest.raises(ValueError, match="AOTGRAD_EAGER_KERNELS must be one of"):
         F.softmax(ag.randn(2, 3), -1)
+
+
+POOLS = [((2, 3, 8, 8), dict(kernel_size=2)), ((1, 1, 7, 9), dict(kernel_size=3, stride=2)),
+         ((2, 2, 6, 6), dict(kernel_size=2, stride=1)),
+         ((3, 1, 9, 9), dict(kernel_size=(2, 3), stride=(2, 3), dilation=2)),
+         ((1, 2, 5, 5), dict(kernel_size=2, ceil_mode=True)),     # (ceil_mode pads: numpy)
+         ((2, 1, 4, 4), dict(kernel_size=2, padding=1)),          # (padding: numpy)
+         ((0, 2, 4, 4), dict(kernel_size=2))]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("shape,kw", POOLS, ids=lambda v: str(v))
+def test_max_pool2d_generated_forward_equals_the_numpy_kernel_bit_for_bit(shape, kw, dtype,
+                                                                          monkeypatch):
+    """Values, and the gradients of the numpy backward from the generated kernel's tap
+    indices, with NaN and ties in windows."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(shape).astype(dtype)
+    if x.size:
+        x.reshape(-1)[3] = np.nan
+        x.reshape(-1)[5] = x.reshape(-1)[4]
+    runs = []
+    for mode in ("wait", "off"):
+        monkeypatch.setenv("AOTGRAD_EAGER_KERNELS", mode)
+        xt = ag.tensor(x, requires_grad=True)
+        y = F.max_pool2d(xt, **kw)
+        g = rng.standard_normal(tuple(y.shape)).astype(dtype) if not runs else runs[0][2]
+        y.backward(ag.tensor(g))
+        runs.append((y.detach().numpy(), xt.grad.numpy(), g))
+    (y1, g1, _), (y2, g2, _) = runs
+    assert y1.dtype == y2.dtype and y1.shape == y2.shape
+    np.testing.assert_array_equal(y1.view(np.uint8), y2.view(np.uint8))
+    np.testing.assert_array_equal(g1, g2)
+
+
+def test_max_pool2d_as_torch(torch, monkeypatch):
+    monkeypatch.setenv("AOTGRAD_EAGER_KERNELS", "wait")
+    x = np.random.default_rng(1).standard_normal((2, 3, 9, 9)).astype(np.float32)
+    out = []
+    for M in (ag, torch):
+        xt = M.tensor(x, requires_grad=True)
+        y = M.nn.functional.max_pool2d(xt, 3, 2)
+        (y * y).sum().backward()
+        out.append((y.detach().numpy(), xt.grad.numpy()))
+    for a, b in zip(*out):
+        np.testing.assert_array_equal(a, b)
