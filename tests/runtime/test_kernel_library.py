@@ -269,3 +269,51 @@ def test_max_pool2d_as_torch(torch, monkeypatch):
         out.append((y.detach().numpy(), xt.grad.numpy()))
     for a, b in zip(*out):
         np.testing.assert_array_equal(a, b)
+
+
+AVG_POOLS = POOLS[:5] + [
+    ((2, 1, 5, 4), dict(kernel_size=3, padding=1)),
+    ((2, 1, 5, 4), dict(kernel_size=3, padding=1, count_include_pad=False)),
+    ((1, 2, 7, 7), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True,
+                        count_include_pad=False)),
+    ((2, 2, 6, 6), dict(kernel_size=2, divisor_override=3)),
+    ((0, 2, 4, 4), dict(kernel_size=2)), ((3, 4, 4), dict(kernel_size=2))]
+AVG_POOLS = [(s, {k: v for k, v in kw.items() if k != "dilation"}) for s, kw in AVG_POOLS]
+
+
+def _avg_pool(x, kw, mode, monkeypatch, M=ag):
+    with monkeypatch.context() as m:
+        m.setenv("AOTGRAD_EAGER_KERNELS", "off" if mode == "prims" else mode)
+        if mode == "prims":
+            m.setattr(eager_kernels, "run", lambda *a, **k: None)
+        xt = M.tensor(x, requires_grad=True)
+        y = M.nn.functional.avg_pool2d(xt, **kw)
+        (y * y).sum().backward()
+        return y.detach().numpy(), xt.grad.numpy(), y.grad_fn.name()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("shape,kw", AVG_POOLS, ids=lambda v: str(v))
+def test_avg_pool2d_kernels_equal_the_prims(shape, kw, dtype, monkeypatch):
+    """The generated forward (no padding) and the numpy kernel against the prims: values
+    and gradients, with padding, ceil_mode, count_include_pad and divisor_override."""
+    x = np.random.default_rng(0).standard_normal(shape).astype(dtype)
+    ref = _avg_pool(x, kw, "prims", monkeypatch)
+    tol = dict(rtol=2e-6, atol=2e-6) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-13)
+    for mode in ("wait", "off"):
+        got = _avg_pool(x, kw, mode, monkeypatch)
+        for a, b in zip(got[:2], ref[:2]):
+            assert a.dtype == b.dtype and a.shape == b.shape
+            assert_close(a, b, **tol)
+        assert got[2] == "AvgPool2DBackward0"
+
+
+def test_avg_pool2d_as_torch(torch, monkeypatch):
+    x = np.random.default_rng(2).standard_normal((2, 3, 9, 9))
+    for kw in (dict(kernel_size=3, stride=2), dict(kernel_size=2, padding=1, ceil_mode=True,
+                                                   count_include_pad=False)):
+        got = _avg_pool(x, kw, "wait", monkeypatch)
+        want = _avg_pool(x, kw, "wait", monkeypatch, M=torch)
+        for a, b in zip(got[:2], want[:2]):
+            assert_close(a, b, rtol=1e-12, atol=1e-13)
+        assert got[2] == want[2]
