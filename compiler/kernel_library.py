@@ -2,6 +2,8 @@
 Graph of flat buffers of one symbolic length, compiled by codegen.compile_graph, answered as
 its one jitted kernel and the source of each of its arguments, so that the runtime calls the
 kernel directly on its buffers."""
+import os
+
 from aotgrad.ir.symbolic import free_symbols
 from aotgrad.runtime.kernel_library import (ArgSource, CompiledKernel, CompiledProgram, KernelArg,
                                             library)
@@ -78,9 +80,34 @@ def _has_symbols(x):
     return bool(free_symbols(x))
 
 
+def _marker(key):
+    """The file that says the kernel(s) of library key `key` are in the disk cache: named by
+    the key and the code generator's version key, in the cache directory (cleared with it)."""
+    import hashlib
+    from aotgrad.codegen import cache
+    h = hashlib.sha256(f"{cache._VERSION_KEY}\n{key!r}".encode()).hexdigest()[:32]
+    return os.path.join(cache.cache_dir(), "eager-library", h)
+
+
+def on_disk(key):
+    """Did a run compile the kernel(s) of library key `key` into the disk cache? (A marker
+    outliving machine code that was removed, or made by other code under the same key, only
+    costs a compile at first use.)"""
+    return os.path.exists(_marker(key))
+
+
+def mark_on_disk(key):
+    path = _marker(key)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w"):
+        pass
+
+
 class _Compiler:
     flat = staticmethod(compile_flat)
     program = staticmethod(compile_program)
+    on_disk = staticmethod(on_disk)
+    mark_on_disk = staticmethod(mark_on_disk)
 
 
 library.use_compiler(_Compiler)

@@ -224,27 +224,29 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
     """Mean over each window; divisors follow PyTorch's count_include_pad/ceil_mode rules."""
     _check_4d("avg_pool2d", input)
     x = shape_ops.unsqueeze(input, 0) if input.ndim == 3 else input
-    k, s, p, d = _pool_args("avg_pool2d", kernel_size, stride, padding, 1)
-    pat, (oh, ow), (eh, ew) = _patches(x, k, s, p, d, value=0.0, ceil_mode=ceil_mode, pool=True)
+    k, s, p, _ = _pool_args("avg_pool2d", kernel_size, stride, padding, 1)
+    params = dict(kernel=k, stride=s, padding=p, ceil_mode=ceil_mode,
+                  count_include_pad=count_include_pad,
+                  divisor_override=None if divisor_override is None else
+                  float(divisor_override))
+    out = eager_kernels.run(window_kernels.AVG_POOL2D, (x,), _avg_pool2d_prims, **params)
+    if out is None:
+        out = _avg_pool2d_prims(x, **params)
+    return shape_ops.squeeze(out, 0) if input.ndim == 3 else out
+
+
+def _avg_pool2d_prims(x, *, kernel, stride, padding, ceil_mode, count_include_pad,
+                      divisor_override):
+    """avg_pool2d of a 4-D input as prims (the reference of the eager kernel, and what a
+    trace records)."""
+    pat, _, _ = _patches(x, kernel, stride, padding, (1, 1), value=0.0, ceil_mode=ceil_mode,
+                         pool=True)
     total = ops.sum(pat, 2)
     if divisor_override is not None:
-        div = float(divisor_override)
-        out = ops.div(total, div)
-    else:
-        h, w = x.shape[2:]
-        # count the elements each window covers: ones in the input (and in the padding when
-        # count_include_pad), zeros in the ceil-mode overhang
-        m = np.zeros((h + 2 * p[0] + eh, w + 2 * p[1] + ew), dtype=np.float64)
-        if count_include_pad:
-            m[:h + 2 * p[0], :w + 2 * p[1]] = 1
-        else:
-            m[p[0]:p[0] + h, p[1]:p[1] + w] = 1
-        csum = np.zeros((oh, ow))
-        for i in range(k[0]):
-            for j in range(k[1]):
-                csum += m[i:i + (oh - 1) * s[0] + 1:s[0], j:j + (ow - 1) * s[1] + 1:s[1]]
-        out = ops.div(total, tensor(csum.astype(x.dtype.np)))
-    return shape_ops.squeeze(out, 0) if input.ndim == 3 else out
+        return ops.div(total, divisor_override)
+    div = window_kernels.avg_pool2d_divisor(tuple(x.shape[2:]), kernel, stride, padding,
+                                            ceil_mode, count_include_pad)
+    return ops.div(total, tensor(div.astype(x.dtype.np)))
 
 
 def adaptive_avg_pool2d(input, output_size):

@@ -1,4 +1,5 @@
 """nn.functional: losses, each with PyTorch's `reduction` semantics."""
+import dataclasses
 import math
 import warnings
 
@@ -8,7 +9,7 @@ from aotgrad.ir import dtypes as dt
 from aotgrad.runtime.sizes import size_list
 from aotgrad.ir.core import current_op
 from aotgrad.runtime.value_checks import checked, hint, type_str
-from aotgrad.runtime import ops, shape_ops
+from aotgrad.runtime import eager_kernels, ops, shape_ops
 from aotgrad.runtime import tprims as tp
 from aotgrad.runtime.factories import rand, tensor
 from aotgrad.runtime.grad_mode import no_grad
@@ -124,10 +125,42 @@ def _nll_name(logp, *args, **kwargs):
     return "NllLossBackward0" if logp.ndim <= 2 else "NllLoss2DBackward0"
 
 
+def _nll_node(logp, target, weight, ignore_index, reduction, cdim, c, name, smoothing=0.0):
+    """nll_loss as one node (its edge: the log-probabilities only, as PyTorch's): eagerly on
+    the numpy kernel (eager_kernels.nll_forward), else on the prims (_nll)."""
+    # (a weight that requires grad keeps the prims' graph: the node's edge is logp's only)
+    if reduction in _REDUCTIONS and (weight is None or tuple(weight.shape) == (c,) and
+                                     not weight.requires_grad):
+        kernel = _NLL_SMOOTHED if smoothing > 0.0 else \
+            _NLL if logp.ndim <= 2 else _NLL_2D
+        out = eager_kernels.run(kernel, (logp, target, weight), _nll_reference,
+                                ignore_index=ignore_index, reduction=reduction,
+                                label_smoothing=float(smoothing))
+        if out is not None:
+            return out
+    if smoothing > 0.0:     # (PyTorch records the smoothing's ops)
+        return _nll(logp, target, weight, ignore_index, reduction, cdim, c, name, smoothing)
+    return _nll_composite(logp, target, weight, ignore_index, reduction, cdim, c, name)
+
+
 @composite(_nll_name, ("logp",))
-def _nll_node(logp, target, weight, ignore_index, reduction, cdim, c, name):
-    """nll_loss as one node (its edge: the log-probabilities only, as PyTorch's)."""
+def _nll_composite(logp, target, weight, ignore_index, reduction, cdim, c, name):
     return _nll(logp, target, weight, ignore_index, reduction, cdim, c, name)
+
+
+def _nll_reference(logp, target, weight, *, ignore_index, reduction, label_smoothing):
+    """The nll kernel's reference: its prims."""
+    cdim = 0 if logp.ndim == 1 else 1
+    return _nll(logp, target, weight, ignore_index, reduction, cdim, logp.shape[cdim],
+                "nll_loss", label_smoothing)
+
+
+_REDUCTIONS = ("mean", "sum", "none")
+# one node, named as PyTorch's last node of the same call (its smoothed loss ends in an add)
+_NLL = eager_kernels.Kernel("NllLossBackward0", eager_kernels.nll_forward,
+                            eager_kernels.nll_backward, indices=(1,), edges=(0,))
+_NLL_2D = dataclasses.replace(_NLL, name="NllLoss2DBackward0")
+_NLL_SMOOTHED = dataclasses.replace(_NLL, name="AddBackward0")
 
 
 def _nll(logp, target, weight, ignore_index, reduction, cdim, c, name, smoothing=0.0):
@@ -187,10 +220,9 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
             return ops.div(ops.sum(loss), float(n))
         return _reduce(loss, reduction, "cross_entropy")
     cdim, c, target = _class_targets("cross_entropy", input, target, ignore_index)
-    if label_smoothing == 0.0:  # NllLossBackward0 <- LogSoftmaxBackward0, as PyTorch records
-        return _nll_node(logp, target, weight, ignore_index, reduction, cdim, c, "cross_entropy")
-    return _nll(logp, target, weight, ignore_index, reduction, cdim, c, "cross_entropy",
-                label_smoothing)
+    # NllLossBackward0 <- LogSoftmaxBackward0, as PyTorch records
+    return _nll_node(logp, target, weight, ignore_index, reduction, cdim, c, "cross_entropy",
+                     label_smoothing)
 
 
 @op("binary_cross_entropy")

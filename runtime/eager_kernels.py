@@ -19,8 +19,10 @@ op's reference recorded over inputs of symbolic sizes, and its backward from the
 source (the output rule, or autograd of the reference). They were faster than the numpy
 kernels at every size measured, from 16x10 to 4096x128 (one fused pass, vectorised
 exp/erf); the numpy kernels stay the reference and run until the generated ones are
-compiled. conv2d and max_pool2d stay on numpy: kernels generated from their
-decompositions were slower at LeNet's sizes.
+compiled. max_pool2d's and avg_pool2d's forwards run on generated kernels written tap by
+tap over strided slices (runtime/window_kernels.py), their backwards on numpy; conv2d stays
+on numpy (im2col and one BLAS product): kernels generated from the decompositions were slower at LeNet's
+sizes, as was a max_pool2d backward generated as a stack of the taps' selections.
 tests/runtime/test_eager_kernels.py compares each with its reference on
 awkward shapes (size 1, zero size, non-contiguous inputs, padding, stride, dilation).
 """
@@ -82,13 +84,30 @@ class Layout:
     arrays: list
     present: tuple
     params: tuple
+    # per present array, its dtype where they differ (class indices); None: all the first's
+    dtypes: tuple = None
+    # the output's shape as size names and ints; None: the first array's
+    out: tuple = None
+
+    def out_shape(self):
+        return self.arrays[0].shape if self.out is None else \
+            tuple(self.sizes[s] if isinstance(s, str) else s for s in self.out)
 
 
 @dataclass(frozen=True)
 class Generated:
     """An op whose kernels come from the code generator: `layout(arrays, params)` -> Layout,
-    or None where the generated kernels do not apply (the numpy kernel runs)."""
+    or None where the generated kernels do not apply (the numpy kernel runs).
+
+    By default the forward kernel is the op's reference and the backward one its autograd.
+    `forward(tensors, flags)` (tensor ops over the layout's inputs) instead gives the output
+    and then the numpy backward's ctx (`ctx(outputs, arrays, params)` -> (out, ctx) shapes
+    them); with `backward=False` the numpy backward runs (where the reference's autograd
+    makes a slow kernel)."""
     layout: Callable
+    forward: Callable = None
+    ctx: Callable = None
+    backward: bool = True
 
 
 @dataclass(frozen=True)
@@ -111,6 +130,10 @@ class Kernel:
     saves: tuple = None
     # kernels from the code generator, used once compiled (see Generated)
     generated: Generated = None
+    # the inputs that are integer arrays (class indices: no gradient), the others floats
+    indices: tuple = ()
+    # the inputs the node has edges to, as PyTorch's node (None: all of them)
+    edges: tuple = None
 
 
 def _forward_body(reference, n, present, tensors, flags):
@@ -145,18 +168,23 @@ def _op_name(kernel, which, lay, n):
 
 
 def generated_forward(kernel, reference, arrays, params):
-    """The op's output from its generated kernel, or None (not compiled yet, or the layout
-    does not apply)."""
-    lay = kernel.generated.layout(arrays, params)
+    """The op's output from its generated kernel and the numpy backward's ctx (None: not
+    computed), or None (not compiled yet, or the layout does not apply)."""
+    gen = kernel.generated
+    lay = gen.layout(arrays, params)
     if lay is None:
         return None
     dtype = lay.arrays[0].dtype
+    body = gen.forward or partial(_forward_body, reference, len(arrays), lay.present)
     k = library.shaped_kernel(ShapedOp(
-        _op_name(kernel, "forward", lay, len(arrays)), dtype, lay.shapes,
-        partial(_forward_body, reference, len(arrays), lay.present), lay.params))
+        _op_name(kernel, "forward", lay, len(arrays)), dtype, lay.shapes, body, lay.params,
+        dtypes=lay.dtypes))
     if k is None:
         return None
-    return k(lay.arrays, lay.sizes)[0].reshape(arrays[0].shape)
+    outs = k(lay.arrays, lay.sizes)
+    if gen.ctx is not None:
+        return gen.ctx(outs, arrays, params)
+    return outs[0].reshape(arrays[0].shape if lay.out is None else lay.out_shape()), None
 
 
 def generated_backward(kernel, reference, g, arrays, out, needs, params):
@@ -167,7 +195,7 @@ def generated_backward(kernel, reference, g, arrays, out, needs, params):
     if lay is None or g.dtype != lay.arrays[0].dtype:
         return None
     dtype = lay.arrays[0].dtype
-    gv = np.ascontiguousarray(g).reshape(lay.arrays[0].shape)   # (an expanded one: copied)
+    gv = np.ascontiguousarray(g).reshape(lay.out_shape())   # (an expanded one: copied)
     if kernel.output_rule is not None:
         k = library.shaped_kernel(ShapedOp(_op_name(kernel, "backward", lay, 1), dtype,
                                            lay.shapes * 2,
@@ -178,9 +206,10 @@ def generated_backward(kernel, reference, g, arrays, out, needs, params):
         return [k([gv, lay.arrays[0]], lay.sizes)[0].reshape(out.shape)]
     want = tuple(j for j, i in enumerate(lay.present) if needs[i])
     k = library.shaped_kernel(ShapedOp(
-        _op_name(kernel, "backward", lay, len(arrays)), dtype, lay.shapes + lay.shapes[:1],
+        _op_name(kernel, "backward", lay, len(arrays)), dtype,
+        lay.shapes + ((lay.shapes[0] if lay.out is None else lay.out),),
         partial(_grad_body, reference, len(arrays), lay.present, want), lay.params,
-        grads=want))
+        grads=want, dtypes=None if lay.dtypes is None else lay.dtypes + (dtype,)))
     if k is None:
         return None
     grads = [None] * len(arrays)
@@ -195,9 +224,10 @@ class KernelBackward(Node):
     whole_op = True   # composite.one_node keeps it as the op's node (a nested call's included)
 
     def __init__(self, kernel, reference, inputs, out, params, ctx, ctx_missing=False):
+        edged = inputs if kernel.edges is None else [inputs[i] for i in kernel.edges]
         super().__init__([_node_of(t) if t is not None and t.requires_grad else (None, 0)
-                          for t in inputs],
-                         [None if t is None else Aval(t._value.shape, t.dtype) for t in inputs],
+                          for t in edged],
+                         [None if t is None else Aval(t._value.shape, t.dtype) for t in edged],
                          [Aval(out._value.shape, out.dtype)])
         self._name, self._kernel, self._reference = kernel.name, kernel, reference
         self._params, self._ctx = params, ctx
@@ -239,17 +269,19 @@ class KernelBackward(Node):
                                         i not in self._kernel.saves) else t._value
                   for i, t in enumerate(inputs)]
         with np.errstate(all="ignore"):
-            outs = None if self._kernel.generated is None else generated_backward(
-                self._kernel, self._reference, g._value, arrays, None, self.needs_input_grad,
-                self._params)
+            outs = None if self._kernel.generated is None or \
+                not self._kernel.generated.backward else generated_backward(
+                    self._kernel, self._reference, g._value, arrays, None,
+                    self.needs_input_grad, self._params)
             if outs is None:
                 if self._ctx_missing:
                     self._ctx = self._kernel.forward(arrays, **self._params)[1]
                     self._ctx_missing = False
                 outs = self._kernel.backward(g._value, arrays, self._ctx,
                                              self.needs_input_grad, **self._params)
-        return [None if a is None or not need else Tensor._make(a)
-                for a, need in zip(outs, self.needs_input_grad)]
+        grads = [None if a is None or not need else Tensor._make(a)
+                 for a, need in zip(outs, self.needs_input_grad)]
+        return grads if self._kernel.edges is None else [grads[i] for i in self._kernel.edges]
 
     def _release(self):
         for s in self._saved:
@@ -265,25 +297,31 @@ def run(kernel, inputs, reference, /, **params):
     if current_builder() is not None or _forward.level is not None:
         return None
     dtype = None
-    for t in inputs:
+    for i, t in enumerate(inputs):
         if t is None:
             continue
         v = t._value
-        if type(v) is not np.ndarray or v.dtype not in _FLOATS or \
-                (dtype is not None and v.dtype != dtype) or "_sparse" in t.__dict__:
+        if type(v) is not np.ndarray or "_sparse" in t.__dict__:
+            return None
+        if i in kernel.indices:
+            if v.dtype.kind not in "iu":
+                return None
+            continue
+        if v.dtype not in _FLOATS or (dtype is not None and v.dtype != dtype):
             return None
         dtype = v.dtype
     arrays = [None if t is None else t._value for t in inputs]
     if not kernel.accepts(arrays, params):
         return None
     with np.errstate(all="ignore"):   # NaN/inf results without numpy's warnings, as PyTorch
-        out_val = None if kernel.generated is None else \
+        gen = None if kernel.generated is None else \
             generated_forward(kernel, reference, arrays, params)
-        from_library = out_val is not None
-        if from_library:
-            ctx = None
+        if gen is not None:
+            out_val, ctx = gen
         else:
             out_val, ctx = kernel.forward(arrays, **params)
+        # (a generated forward without the numpy backward's ctx: recomputed if that runs)
+        from_library = gen is not None and ctx is None
     out = Tensor._make(out_val, False)
     if _mode.grad_enabled and any(t is not None and t.requires_grad for t in inputs):
         out.requires_grad = True
@@ -466,3 +504,71 @@ def _gelu_backward(g, arrays, ctx, needs, *, approximate):
 
 
 GELU = Kernel("GeluBackward0", _gelu_forward, _gelu_backward, generated=Generated(flat_layout))
+
+
+# ---- nll_loss (cross_entropy's second node, after log_softmax's) ---------------------------
+def _class_rows(x):
+    """Logits (C,), (N, C) or (N, C, d1, ...) as rows x classes (the class dim moved last)."""
+    if x.ndim == 1:
+        return x.reshape(1, -1)
+    if x.ndim == 2:
+        return x
+    return np.moveaxis(x, 1, -1).reshape(-1, x.shape[1])
+
+
+def _from_class_rows(rows, x):
+    """The inverse of _class_rows, for an array of x's shape."""
+    if x.ndim <= 2:
+        return rows.reshape(x.shape)
+    moved = x.shape[:1] + x.shape[2:] + x.shape[1:2]
+    return np.ascontiguousarray(np.moveaxis(rows.reshape(moved), -1, 1))
+
+
+def nll_forward(arrays, *, ignore_index, reduction, label_smoothing):
+    """nll_loss of log-probabilities (C,), (N, C) or (N, C, d1, ...) against class indices,
+    with label smoothing (cross_entropy's), as the ops' reference computes it."""
+    logp, t, w = arrays
+    rows = _class_rows(logp)
+    f = logp.dtype.type
+    t = t.reshape(-1)
+    valid = t != ignore_index
+    safe = np.where(valid, t, 0)
+    w_t = np.where(valid, w[safe], f(0)) if w is not None else valid.astype(logp.dtype)
+    loss = -(np.where(valid, rows[np.arange(rows.shape[0]), safe], f(0)) * w_t)
+    if label_smoothing > 0:
+        lw = rows * w if w is not None else rows
+        smooth = np.where(valid, -lw.sum(axis=1), f(0))
+        loss = loss * f(1.0 - label_smoothing) + smooth * f(label_smoothing / rows.shape[1])
+    if reduction == "mean":
+        out = loss.sum() / w_t.sum()
+    elif reduction == "sum":
+        out = loss.sum()
+    else:
+        out = loss.reshape(arrays[1].shape)
+    return np.asarray(out, logp.dtype), (safe, valid, w_t)
+
+
+def nll_backward(g, arrays, ctx, needs, *, ignore_index, reduction, label_smoothing):
+    """The log-probabilities' gradient: minus the (weighted, smoothed) cotangent at each
+    row's target, over the summed weights for a mean; none at ignored rows."""
+    logp, t, w = arrays
+    if ctx is None:
+        ctx = nll_forward(arrays, ignore_index=ignore_index, reduction=reduction,
+                          label_smoothing=label_smoothing)[1]
+    safe, valid, w_t = ctx
+    f = logp.dtype.type
+    n = safe.shape[0]
+    c = logp.shape[0 if logp.ndim == 1 else 1]
+    if reduction == "none":
+        gl = g.reshape(-1)
+    else:
+        gl = np.broadcast_to(g / w_t.sum() if reduction == "mean" else g, (n,))
+    d = np.zeros((n, c), logp.dtype)
+    if label_smoothing > 0:
+        s = np.where(valid, gl, f(0)) * f(label_smoothing / c)
+        d -= s[:, None] * w if w is not None else s[:, None]
+        gl = gl * f(1.0 - label_smoothing)
+    picked = -gl * w_t
+    picked[~valid] = 0        # (an ignored row: no gradient, whatever the cotangent)
+    d[np.arange(n), safe] += picked
+    return _from_class_rows(d, logp), None, None

@@ -14,9 +14,17 @@ Kernels are kept per update and dtype in memory, and their machine code in the c
 generator's disk cache (compiled once per installation, for every length).
 
 First use: a kernel missing from memory is compiled in the background (a thread that waits
-for helper processes, which compile the machine code into the disk cache; the first steps
-run the caller's numpy path meanwhile); AOTGRAD_EAGER_KERNELS=wait compiles it in this
-process before the first call returns, =off keeps the numpy paths.
+for helper processes, which compile the machine code into the disk cache; the caller's numpy
+path runs meanwhile); AOTGRAD_EAGER_KERNELS=wait compiles it in this process before the
+first call returns, =off keeps the numpy paths.
+
+Values do not change mid-run. A generated kernel of an op (ShapedOp) may differ from its
+numpy path in the last bits (other approximations, another order of summation), so in the
+background mode the choice is made once per key and process, at the key's first use: the
+generated kernel where it is ready then (in memory, or compiled on disk by an earlier run:
+loaded now), else the numpy path for the rest of the process, while the background compile
+fills the disk cache for the next run. A FlatUpdate's kernel equals its numpy path bit for
+bit (the fused optimizers' contract, tested), so it takes over as soon as it is compiled.
 """
 import atexit
 import enum
@@ -109,6 +117,9 @@ class FlatUpdate:
     body: Callable = field(compare=False, hash=False)
     flags: tuple = ()
 
+    # its kernel computes the numpy path's values bit for bit: it may take over mid-run
+    exact = True
+
     @property
     def key(self):
         return (self.name, np.dtype(self.dtype).name, self.n_arrays, self.n_scalars, self.flags)
@@ -144,10 +155,16 @@ class ShapedOp:
     body: Callable = field(compare=False, hash=False)
     flags: tuple = ()
     grads: tuple = ()
+    dtypes: tuple = None   # per input, its dtype where they differ; None: all `dtype`
+
+    # its kernel may differ from the numpy path in the last bits: chosen once per process
+    exact = False
 
     @property
     def key(self):
-        return (self.name, np.dtype(self.dtype).name, self.shapes, self.flags, self.grads)
+        key = (self.name, np.dtype(self.dtype).name, self.shapes, self.flags, self.grads)
+        return key if self.dtypes is None else \
+            key + (tuple(np.dtype(d).name for d in self.dtypes),)
 
     def graph(self):
         """The body recorded over inputs of symbolic sizes: its Graph, and the size names
@@ -159,9 +176,9 @@ class ShapedOp:
                 if isinstance(s, str) and s not in sizes:
                     sizes[s] = env.create_symbol(64, s)   # (a small hint: serial kernels)
         b = GraphBuilder(self.name)
-        d = dt.from_numpy(np.dtype(self.dtype))
+        ds = [dt.from_numpy(np.dtype(d)) for d in self.dtypes or (self.dtype,) * len(self.shapes)]
         ins = [b.add_input(Aval(tuple(sizes[s] if isinstance(s, str) else s for s in shape), d),
-                           f"x{i}") for i, shape in enumerate(self.shapes)]
+                           f"x{i}") for i, (shape, d) in enumerate(zip(self.shapes, ds))]
         with env, b, (enable_grad() if self.grads else no_grad()):
             outs = self.body([Tensor._make(v, i in self.grads) for i, v in enumerate(ins)],
                              self.flags)
@@ -171,7 +188,7 @@ class ShapedOp:
 
 class ShapedKernel:
     """A compiled ShapedOp, called as `kernel(arrays, sizes)` with C-contiguous arrays of
-    its shapes and dtype and `sizes` {size name: int}; answers its outputs (new arrays)."""
+    its shapes and dtypes and `sizes` {size name: int}; answers its outputs (new arrays)."""
 
     def __init__(self, op, compiled, names):
         self.op, self.compiled = op, compiled
@@ -243,6 +260,9 @@ class KernelLibrary:
     def __init__(self):
         self._compiler = None         # set by aotgrad.compiler: see use_compiler
         self._table = {}              # key -> FlatKernel, or None where it cannot compile
+        # keys of inexact kernels (ShapedOp) that were not ready at their first use in this
+        # process: the numpy path runs for them until clear() (in the background mode)
+        self._numpy_keys = set()
         self._pending = {}            # key -> Event set when its compile is over
         self._queue = queue.Queue()   # (update, Event) for the worker
         self._worker = None
@@ -254,7 +274,9 @@ class KernelLibrary:
         one kernel over its flat inputs); `compiler.program(graph, in_helpers)` ->
         CompiledProgram. in_helpers: machine code missing from the disk cache is compiled
         by helper processes (in the background mode: a compile in this process would hold
-        the interpreter lock for seconds at a time while the user's steps run)."""
+        the interpreter lock for seconds at a time while the user's steps run).
+        `compiler.on_disk(key)`: did a run compile the kernel of `key` into the disk cache
+        (`compiler.mark_on_disk(key)`, said after each compile)?"""
         self._compiler = compiler
 
     def flat_kernel(self, update):
@@ -272,12 +294,17 @@ class KernelLibrary:
         if m is EagerKernelMode.OFF:
             return None
         key = update.key
+        fixed = m is EagerKernelMode.BACKGROUND and not update.exact
+        if fixed and key in self._numpy_keys:
+            return None
         try:
             return self._table[key]
         except KeyError:
             pass
         if self._compiler is None:
             return None
+        # (outside the lock: a look at the disk, and the code generator's import)
+        ready = fixed and self._compiler.on_disk(key)
         with self._lock:
             if key in self._table:
                 return self._table[key]
@@ -286,7 +313,9 @@ class KernelLibrary:
                 if self._closing:
                     return None
                 done = self._pending[key] = threading.Event()
-                if m is EagerKernelMode.BACKGROUND:
+                if m is EagerKernelMode.BACKGROUND and not ready:
+                    if fixed:
+                        self._numpy_keys.add(key)
                     self._queue.put((update, done))
                     if self._worker is None:
                         self._worker = threading.Thread(target=self._work, daemon=True,
@@ -296,9 +325,11 @@ class KernelLibrary:
                 mine = True
             else:
                 mine = False
-        if m is EagerKernelMode.BACKGROUND:
+                if fixed:             # (being compiled: not ready at its first use)
+                    self._numpy_keys.add(key)
+        if m is EagerKernelMode.BACKGROUND and not (mine and ready):
             return None
-        if mine:                      # wait mode: compiled here, now
+        if mine:                      # wait mode, or on disk: compiled (loaded) here, now
             self._build(update, False, done)
         else:
             done.wait()
@@ -326,6 +357,11 @@ class KernelLibrary:
             log.warning("eager kernel %s (%s) did not compile; the numpy path runs: %s: %s",
                         update.name, np.dtype(update.dtype).name, type(e).__name__, e)
             kernel = None
+        else:
+            try:
+                self._compiler.mark_on_disk(update.key)
+            except OSError as e:      # (the next run compiles it again: only slower)
+                log.debug("eager kernel %s: not marked as compiled: %s", update.name, e)
         with self._lock:
             self._table[update.key] = kernel
             self._pending.pop(update.key, None)
@@ -355,11 +391,19 @@ class KernelLibrary:
             return {k: None if v is None else v.compiled.cache_status
                     for k, v in self._table.items()}
 
+    def numpy_keys(self):
+        """The keys whose ops run their numpy path for the rest of this process: their
+        kernels were not ready at first use (background mode)."""
+        with self._lock:
+            return set(self._numpy_keys)
+
     def clear(self):
-        """Forget the kernels in memory (the disk cache keeps their machine code)."""
+        """Forget the kernels in memory and the choices made at first use, as a new process
+        would (the disk cache keeps their machine code)."""
         self.wait()
         with self._lock:
             self._table.clear()
+            self._numpy_keys.clear()
 
 
 library = KernelLibrary()

@@ -5,7 +5,7 @@ forward, scatter-adds by window offset backward, selections by bit masks."""
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from aotgrad.runtime.eager_kernels import Kernel, _keep, _select
+from aotgrad.runtime.eager_kernels import Generated, Kernel, Layout, _keep, _select
 
 
 def window_count(n, k, s, lo, hi, d, ceil_mode=False, pool=False):
@@ -189,5 +189,164 @@ def _max_pool2d_accepts(arrays, params):
     return min(_max_pool2d_geometry(arrays[0].shape, **params)[:2]) > 0
 
 
+def _max_pool2d_layout(arrays, params):
+    """A C-contiguous input without padding (none asked, none for ceil_mode) and windows of
+    two taps or more: its N*C planes as rows of a generated kernel, the plane size fixed."""
+    x, = arrays
+    kernel = params["kernel"]
+    if not x.flags.c_contiguous or kernel[0] * kernel[1] < 2 or \
+            tuple(params["padding"]) != (0, 0) or \
+            _max_pool2d_geometry(x.shape, **params)[2] != (0, 0):
+        return None
+    n, c, h, w = x.shape
+    return Layout((("r", h, w),), {"r": n * c}, [x.reshape(n * c, h, w)], (0,),
+                  tuple(sorted(params.items())))
+
+
+def _max_pool2d_taps(tensors, flags):
+    """The generated forward: each window's first maximum (its first NaN where there is
+    one) and that tap's index (as a float), tap by tap over strided slices of the planes:
+    the selections of the numpy kernel, so the same values bit for bit, in one loop over
+    the output that the code generator makes of the slices' index arithmetic."""
+    from aotgrad.runtime import ops     # (the ops lie above this module)
+    x, = tensors
+    p = dict(flags)
+    (kh, kw), (sh, sw), (dh, dw) = p["kernel"], p["stride"], p["dilation"]
+    oh, ow, _ = _max_pool2d_geometry((1, 1) + tuple(x.shape[1:]), **p)
+    best = idx = None
+    for k in range(kh * kw):
+        i, j = k // kw * dh, k % kw * dw
+        v = x[:, i:i + (oh - 1) * sh + 1:sh, j:j + (ow - 1) * sw + 1:sw]
+        if best is None:
+            best = v
+            continue
+        better = ops.logical_or(ops.gt(v, best), ops.logical_and(
+            ops.isnan(v), ops.logical_not(ops.isnan(best))))
+        best = ops.where(better, v, best)
+        idx = ops.where(better, float(k), 0.0 if idx is None else idx)
+    return [best, idx]
+
+
+def _max_pool2d_ctx(outs, arrays, params):
+    best, idx = outs
+    n, c = arrays[0].shape[:2]
+    return best.reshape((n, c) + best.shape[1:]), idx.reshape((n, c) + idx.shape[1:])
+
+
+# the forward on a generated kernel (its tap indices the numpy backward's ctx); the backward
+# on numpy: the reference's autograd (pads of strided slices) made a slower kernel
 MAX_POOL2D = Kernel("MaxPool2DWithIndicesBackward0", _max_pool2d_forward,
-                    _max_pool2d_backward, _max_pool2d_accepts)
+                    _max_pool2d_backward, _max_pool2d_accepts,
+                    generated=Generated(_max_pool2d_layout, _max_pool2d_taps, _max_pool2d_ctx,
+                                        backward=False))
+
+
+# ---- average pooling -------------------------------------------------------------------------
+def avg_pool2d_divisor(hw, kernel, stride, padding, ceil_mode, count_include_pad):
+    """Each window's divisor (float64, (oh, ow)): the elements it covers, those of the
+    padding included when count_include_pad, never those of the ceil-mode overhang."""
+    (h, w), (kh, kw), (sh, sw), (ph, pw) = hw, kernel, stride, padding
+    oh, ow, (hh, hw_) = _max_pool2d_geometry((1, 1, h, w), kernel, stride, padding, (1, 1),
+                                             ceil_mode)
+    m = np.zeros((h + ph + hh, w + pw + hw_), dtype=np.float64)
+    if count_include_pad:
+        m[:h + 2 * ph, :w + 2 * pw] = 1
+    else:
+        m[ph:ph + h, pw:pw + w] = 1
+    csum = np.zeros((oh, ow))
+    for i in range(kh):
+        for j in range(kw):
+            csum += m[i:i + (oh - 1) * sh + 1:sh, j:j + (ow - 1) * sw + 1:sw]
+    return csum
+
+
+def _avg_divisor(x, params):
+    if params["divisor_override"] is not None:
+        return x.dtype.type(params["divisor_override"])
+    return avg_pool2d_divisor(x.shape[2:], params["kernel"], params["stride"],
+                              params["padding"], params["ceil_mode"],
+                              params["count_include_pad"]).astype(x.dtype)
+
+
+def _avg_geometry(shape, params):
+    return _max_pool2d_geometry(shape, params["kernel"], params["stride"], params["padding"],
+                                (1, 1), params["ceil_mode"])
+
+
+def _avg_pool2d_forward(arrays, **params):
+    """The windows' sums tap by tap over strided views, over their divisors."""
+    x, = arrays
+    kernel = params["kernel"]
+    oh, ow, hi = _avg_geometry(x.shape, params)
+    win = _windows(_pad_hw(x, params["padding"], hi, 0), kernel, params["stride"], (1, 1),
+                   oh, ow)
+    total = win[:, :, 0, 0].copy()
+    for k in range(1, kernel[0] * kernel[1]):
+        total += win[:, :, k // kernel[1], k % kernel[1]]
+    total /= _avg_divisor(x, params)
+    return total, ()
+
+
+def _avg_pool2d_backward(g, arrays, ctx, needs, **params):
+    """Each window's gradient over its divisor, added to every element it covers."""
+    x, = arrays
+    kernel, stride = params["kernel"], params["stride"]
+    gd = g / _avg_divisor(x, params)
+    (kh, kw), (sh, sw), (ph, pw) = kernel, stride, params["padding"]
+    if sh >= kh and sw >= kw:
+        # windows apart: each element gets at most one window's gradient, written in place
+        (n, c, h, w), (oh, ow) = x.shape, gd.shape[2:]
+        out = np.zeros((n, c, max(h + 2 * ph, (oh - 1) * sh + kh),
+                        max(w + 2 * pw, (ow - 1) * sw + kw)), gd.dtype)
+        for i in range(kh):
+            for j in range(kw):
+                out[:, :, i:i + (oh - 1) * sh + 1:sh, j:j + (ow - 1) * sw + 1:sw] = gd
+        out = out[:, :, ph:ph + h, pw:pw + w]
+        return (out if out.flags.c_contiguous else np.ascontiguousarray(out),)
+    dwin = np.broadcast_to(gd[:, :, None, None], gd.shape[:2] + tuple(kernel) + gd.shape[2:])
+    return (np.ascontiguousarray(_scatter_windows(dwin, x.shape, kernel, stride, (1, 1),
+                                                  params["padding"])),)
+
+
+def _avg_pool2d_accepts(arrays, params):
+    return min(_avg_geometry(arrays[0].shape, params)[:2]) > 0
+
+
+def _avg_pool2d_layout(arrays, params):
+    """As max_pool2d's: a C-contiguous input without padding, its planes as rows."""
+    x, = arrays
+    if not x.flags.c_contiguous or tuple(params["padding"]) != (0, 0) or \
+            _avg_geometry(x.shape, params)[2] != (0, 0):
+        return None
+    n, c, h, w = x.shape
+    return Layout((("r", h, w),), {"r": n * c}, [x.reshape(n * c, h, w)], (0,),
+                  tuple(sorted(params.items())))
+
+
+def _avg_pool2d_taps(tensors, flags):
+    """The generated forward: the windows' sums tap by tap over strided slices (no padding:
+    every divisor the window's size, or the override)."""
+    from aotgrad.runtime import ops     # (the ops lie above this module)
+    x, = tensors
+    p = dict(flags)
+    (kh, kw), (sh, sw) = p["kernel"], p["stride"]
+    oh, ow, _ = _avg_geometry((1, 1) + tuple(x.shape[1:]), p)
+    total = None
+    for k in range(kh * kw):
+        i, j = k // kw, k % kw
+        v = x[:, i:i + (oh - 1) * sh + 1:sh, j:j + (ow - 1) * sw + 1:sw]
+        total = v if total is None else ops.add(total, v)
+    div = p["divisor_override"] if p["divisor_override"] is not None else float(kh * kw)
+    return [ops.div(total, div)]
+
+
+def _avg_pool2d_out(outs, arrays, params):
+    out, = outs
+    n, c = arrays[0].shape[:2]
+    return out.reshape((n, c) + out.shape[1:]), ()   # (the backward takes no ctx)
+
+
+AVG_POOL2D = Kernel("AvgPool2DBackward0", _avg_pool2d_forward, _avg_pool2d_backward,
+                    _avg_pool2d_accepts,
+                    generated=Generated(_avg_pool2d_layout, _avg_pool2d_taps, _avg_pool2d_out,
+                                        backward=False))

@@ -20,56 +20,76 @@ def _params(parameters):
 def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False,
                     foreach=None):
     """Scale all gradients so that their joint norm is at most max_norm; returns the norm
-    before clipping (a 0-d tensor)."""
+    before clipping (a 0-d tensor), as PyTorch: each gradient's norm_type-norm in its own
+    dtype, the total the norm of those norms (promoted to a common dtype), then every gradient
+    times min(max_norm / (total + 1e-6), 1) cast to its dtype.
+
+    Eagerly each gradient's norm comes from one function (_array_norm: a sum of squares in a
+    fixed order for the 2-norm) whichever path runs, so the paths agree bit for bit: the
+    per-parameter path (foreach=False) scales with a tensor op per gradient, the default
+    (foreach=None or True) scales the buffers in place. A traced call records the ops."""
     grads = [p.grad for p in _params(parameters) if p.grad is not None]
     from aotgrad.runtime.factories import tensor
     if not grads:
         return tensor(0.0)
     norm_type = float(norm_type)
-    arrays = multi_tensor.arrays_of([grads]) if foreach is not False and norm_type == 2.0 \
-        else None
-    with no_grad():
-        if arrays is not None:
-            total = _total_2norm_in_place(arrays[0], max_norm, error_if_nonfinite)
-            multi_tensor.written(*grads)
-            return Tensor._make(total)
-        if math.isinf(norm_type):
-            norms = [ops.amax(ops.abs(g)) for g in grads]
-            total = norms[0] if len(norms) == 1 else ops.amax(shape_ops.stack(norms))
-        else:
-            norms = [ops.norm(g, norm_type) for g in grads]
-            total = ops.norm(shape_ops.stack(norms), norm_type)
-        if error_if_nonfinite and not bool(ops.isfinite(total)):
+    rows = multi_tensor.arrays_of([(g,) for g in grads])
+    # (NaN/inf products without numpy's warnings, as PyTorch)
+    with no_grad(), np.errstate(all="ignore"):
+        if rows is None:           # traced (or not numpy buffers): the tensor ops
+            return _clip_by_ops(grads, max_norm, norm_type, error_if_nonfinite)
+        arrays = [r[0] for r in rows]
+        norms = [_array_norm(a, norm_type) for a in arrays]
+        total = _array_norm(np.stack(norms), norm_type)
+        if error_if_nonfinite and not np.isfinite(total):
             _nonfinite(norm_type)
-        coef = ops.clamp(ops.div(float(max_norm), ops.add(total, 1e-6)), max=1.0)
-        for g in grads:
-            g.mul_(coef.to(g.dtype))
+        f = total.dtype.type
+        coef = np.minimum(f(max_norm) / (total + f(1e-6)), f(1.0))
+        if foreach is False:
+            for g in grads:
+                g.mul_(Tensor._make(coef.astype(g._value.dtype)))
+        else:
+            for a in arrays:
+                c = coef.astype(a.dtype)
+                if c != 1:         # (times exactly 1 leaves every value as it is)
+                    np.multiply(a, c, out=a)
+            multi_tensor.written(*grads)
+    return Tensor._make(total)
+
+
+def _array_norm(a, p):
+    """The p-norm of all of array `a`'s elements as a 0-d array of its dtype, its elements
+    taken in C order (a sum of squares for p = 2, one BLAS dot product of the flat buffer);
+    the norms of an empty array: 0 (inf for p = -inf)."""
+    flat = np.ascontiguousarray(a).reshape(-1)
+    f = a.dtype.type
+    if p == 2.0:
+        return np.sqrt(np.asarray(np.dot(flat, flat), a.dtype))
+    if p == 1.0:
+        return np.asarray(np.add.reduce(np.abs(flat)), a.dtype)
+    if math.isinf(p):
+        ext = np.maximum if p > 0 else np.minimum
+        return np.asarray(ext.reduce(np.abs(flat), initial=f(0 if p > 0 else np.inf)), a.dtype)
+    if p == 0.0:
+        return np.asarray(np.count_nonzero(flat), a.dtype)
+    s = np.add.reduce(np.power(np.abs(flat), f(p)))   # (|x| = 0 with p < 0: inf)
+    return np.asarray(np.power(s, f(1.0 / p)), a.dtype)
+
+
+def _clip_by_ops(grads, max_norm, norm_type, error_if_nonfinite):
+    if math.isinf(norm_type):
+        reduce = ops.amax if norm_type > 0 else ops.amin
+        norms = [reduce(ops.abs(g)) for g in grads]
+        total = norms[0] if len(norms) == 1 else reduce(shape_ops.stack(norms))
+    else:
+        norms = [ops.norm(g, norm_type) for g in grads]
+        total = ops.norm(shape_ops.stack(norms), norm_type)
+    if error_if_nonfinite and not bool(ops.isfinite(total)):
+        _nonfinite(norm_type)
+    coef = ops.clamp(ops.div(float(max_norm), ops.add(total, 1e-6)), max=1.0)
+    for g in grads:
+        g.mul_(coef.to(g.dtype))
     return total
-
-
-def _total_2norm_in_place(grads, max_norm, error_if_nonfinite):
-    """The multi-tensor path of clip_grad_norm_ (2-norm, one dtype): the op path's numpy
-    steps (sqrt of the sum of squares per gradient, then of the stacked norms) on the buffers,
-    so that the two paths agree bit for bit. The squares go to one scratch buffer reused for
-    every gradient (a fresh temporary per gradient cost as much as the sum); a factor of
-    exactly 1 (the norm within max_norm) leaves the gradients as they are, as multiplying
-    by it would."""
-    f = grads[0].dtype.type
-    scratch = np.empty(max(g.size for g in grads), grads[0].dtype)
-
-    def norm(a):
-        sq = np.multiply(a, a, out=scratch[:a.size].reshape(a.shape)) \
-            if a.dtype == scratch.dtype else np.multiply(a, a)
-        return np.sqrt(np.sum(sq, axis=tuple(range(a.ndim))).astype(a.dtype))
-
-    total = norm(np.stack([norm(g) for g in grads]))
-    if error_if_nonfinite and not np.isfinite(total):
-        _nonfinite(2.0)
-    coef = np.minimum(f(max_norm) / (total + f(1e-6)), f(1.0))
-    if coef != 1:
-        for g in grads:
-            g *= coef
-    return np.asarray(total)
 
 
 def _nonfinite(norm_type):
@@ -82,14 +102,13 @@ def _nonfinite(norm_type):
 def clip_grad_value_(parameters, clip_value, foreach=None):
     """Clamp every gradient to [-clip_value, clip_value] in place."""
     grads = [p.grad for p in _params(parameters) if p.grad is not None]
-    arrays = multi_tensor.arrays_of([grads]) if grads and foreach is not False and \
-        not math.isnan(clip_value) else None
-    if arrays is not None:  # the multi-tensor path: clamp on the buffers
-        f = arrays[0][0].dtype.type
-        lo, hi = f(-clip_value), f(clip_value)
-        for a in arrays[0]:
+    rows = multi_tensor.arrays_of([(g,) for g in grads]) if grads and foreach is not False \
+        and not math.isnan(clip_value) else None
+    if rows is not None:  # the multi-tensor path: clamp on the buffers (of any float dtypes)
+        for a, in rows:
+            f = a.dtype.type
             # (np.clip keeps NaN and, where a value equals a bound, the value: -0.0 stays)
-            np.clip(a, lo, hi, out=a)
+            np.clip(a, f(-clip_value), f(clip_value), out=a)
         multi_tensor.written(*grads)
         return
     with no_grad():

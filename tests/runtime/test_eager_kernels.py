@@ -1,4 +1,4 @@
-"""The eager kernels of conv2d and max_pool2d (runtime/eager_kernels.py) against their
+"""The eager kernels of conv2d, max_pool2d and avg_pool2d (runtime/window_kernels.py) against their
 reference, the prim decomposition the op runs where no kernel applies: values and gradients
 on awkward shapes (size 1, zero batch, non-contiguous inputs, padding, stride, dilation,
 ceil mode, NaN), float32 stays float32, a double backward through the kernel's node, the
@@ -342,3 +342,15 @@ def test_addmm_kernel_double_backward_equals_the_reference(monkeypatch):
         assert (a is None) == (b is None)
         if a is not None:
             assert_close(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_avg_pool2d_node_and_double_backward_through_the_reference(monkeypatch):
+    def fn(x):
+        return F.avg_pool2d(x * x, 3, 2, padding=1, count_include_pad=False)
+    arrays = [_rand(2, 2, 7, 6, dtype=np.float64)]
+    y, g1, h1 = _run(fn, arrays, True, monkeypatch, create_graph=True)
+    assert type(y.grad_fn) is eager_kernels.KernelBackward
+    assert y.grad_fn.name() == "AvgPool2DBackward0"
+    _, g2, h2 = _run(fn, arrays, False, monkeypatch, create_graph=True)
+    for a, b in zip(g1 + h1, g2 + h2):
+        assert_close(a.detach().numpy(), b.detach().numpy(), rtol=1e-12, atol=1e-13)

@@ -169,21 +169,32 @@ def test_a_second_process_loads_the_kernels_from_the_disk_cache(tmp_path):
     assert set(second.values()) == {"disk"}
 
 
-def test_background_mode_runs_numpy_until_the_kernel_is_compiled(monkeypatch):
-    """The default: a first call compiles in a background thread and answers with the numpy
-    kernel; once compiled, the generated kernel runs."""
+def test_background_mode_chooses_once_per_process(monkeypatch, tmp_path):
+    """The default: a kernel not ready at its op's first use (not in memory, not on disk)
+    leaves the op on its numpy kernel for the whole process, bit for bit, while it compiles
+    in a background thread; a new process (clear()) loads it from the disk cache at first use
+    and runs it from the first call."""
     monkeypatch.setenv("AOTGRAD_EAGER_KERNELS", "background")
+    monkeypatch.setenv("AOTGRAD_CACHE_DIR", str(tmp_path))   # (nothing compiled there yet)
     library.clear()
-    x = ag.tensor(np.linspace(-3, 3, 12, dtype=np.float64).reshape(3, 4))
-    key_of = [k for k in library.info()]
-    assert key_of == []
+    x = ag.tensor(np.linspace(-3, 3, 12, dtype=np.float64).reshape(3, 4) + 0.25)
+    assert library.info() == {}
+    numpy_kernel, _ = eager_kernels._gelu_forward([x.numpy()], approximate="none")
     first = F.gelu(x)
     library.wait()
-    assert any(k[0] == "GeluBackward0.forward" and k[1] == "float64" and how is not None
-               for k, how in library.info().items())
-    second = F.gelu(x)
-    monkeypatch.setenv("AOTGRAD_EAGER_KERNELS", "off")
-    assert_close(first.numpy(), second.numpy(), rtol=1e-12, atol=1e-13)
+    key, = [k for k, how in library.info().items()
+            if k[0] == "GeluBackward0.forward" and k[1] == "float64" and how is not None]
+    assert key in library.numpy_keys()
+    second = F.gelu(x)             # compiled by now, but not ready at first use: numpy still
+    np.testing.assert_array_equal(first.numpy(), numpy_kernel)
+    np.testing.assert_array_equal(second.numpy(), numpy_kernel)
+    library.clear()                # as a new process: on disk now, loaded at first use
+    third = F.gelu(x)
+    assert library.info()[key] in ("disk", "memory") and key not in library.numpy_keys()
+    generated, = library.shaped_kernel(eager_kernels.ShapedOp(
+        key[0], np.float64, key[2], None, key[3]))([x.numpy().reshape(-1)], {"n": 12})
+    np.testing.assert_array_equal(third.numpy().reshape(-1), generated)
+    assert_close(third.numpy(), numpy_kernel, rtol=1e-12, atol=1e-13)
 
 
 def test_kernels_off_keeps_the_numpy_path(monkeypatch):
@@ -212,3 +223,97 @@ def test_a_bad_mode_is_a_clear_error(monkeypatch):
     library.clear()
     with pytest.raises(ValueError, match="AOTGRAD_EAGER_KERNELS must be one of"):
         F.softmax(ag.randn(2, 3), -1)
+
+
+POOLS = [((2, 3, 8, 8), dict(kernel_size=2)), ((1, 1, 7, 9), dict(kernel_size=3, stride=2)),
+         ((2, 2, 6, 6), dict(kernel_size=2, stride=1)),
+         ((3, 1, 9, 9), dict(kernel_size=(2, 3), stride=(2, 3), dilation=2)),
+         ((1, 2, 5, 5), dict(kernel_size=2, ceil_mode=True)),     # (ceil_mode pads: numpy)
+         ((2, 1, 4, 4), dict(kernel_size=2, padding=1)),          # (padding: numpy)
+         ((0, 2, 4, 4), dict(kernel_size=2))]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("shape,kw", POOLS, ids=lambda v: str(v))
+def test_max_pool2d_generated_forward_equals_the_numpy_kernel_bit_for_bit(shape, kw, dtype,
+                                                                          monkeypatch):
+    """Values, and the gradients of the numpy backward from the generated kernel's tap
+    indices, with NaN and ties in windows."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(shape).astype(dtype)
+    if x.size:
+        x.reshape(-1)[3] = np.nan
+        x.reshape(-1)[5] = x.reshape(-1)[4]
+    runs = []
+    for mode in ("wait", "off"):
+        monkeypatch.setenv("AOTGRAD_EAGER_KERNELS", mode)
+        xt = ag.tensor(x, requires_grad=True)
+        y = F.max_pool2d(xt, **kw)
+        g = rng.standard_normal(tuple(y.shape)).astype(dtype) if not runs else runs[0][2]
+        y.backward(ag.tensor(g))
+        runs.append((y.detach().numpy(), xt.grad.numpy(), g))
+    (y1, g1, _), (y2, g2, _) = runs
+    assert y1.dtype == y2.dtype and y1.shape == y2.shape
+    np.testing.assert_array_equal(y1.view(np.uint8), y2.view(np.uint8))
+    np.testing.assert_array_equal(g1, g2)
+
+
+def test_max_pool2d_as_torch(torch, monkeypatch):
+    monkeypatch.setenv("AOTGRAD_EAGER_KERNELS", "wait")
+    x = np.random.default_rng(1).standard_normal((2, 3, 9, 9)).astype(np.float32)
+    out = []
+    for M in (ag, torch):
+        xt = M.tensor(x, requires_grad=True)
+        y = M.nn.functional.max_pool2d(xt, 3, 2)
+        (y * y).sum().backward()
+        out.append((y.detach().numpy(), xt.grad.numpy()))
+    for a, b in zip(*out):
+        np.testing.assert_array_equal(a, b)
+
+
+AVG_POOLS = POOLS[:5] + [
+    ((2, 1, 5, 4), dict(kernel_size=3, padding=1)),
+    ((2, 1, 5, 4), dict(kernel_size=3, padding=1, count_include_pad=False)),
+    ((1, 2, 7, 7), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True,
+                        count_include_pad=False)),
+    ((2, 2, 6, 6), dict(kernel_size=2, divisor_override=3)),
+    ((0, 2, 4, 4), dict(kernel_size=2)), ((3, 4, 4), dict(kernel_size=2))]
+AVG_POOLS = [(s, {k: v for k, v in kw.items() if k != "dilation"}) for s, kw in AVG_POOLS]
+
+
+def _avg_pool(x, kw, mode, monkeypatch, M=ag):
+    with monkeypatch.context() as m:
+        m.setenv("AOTGRAD_EAGER_KERNELS", "off" if mode == "prims" else mode)
+        if mode == "prims":
+            m.setattr(eager_kernels, "run", lambda *a, **k: None)
+        xt = M.tensor(x, requires_grad=True)
+        y = M.nn.functional.avg_pool2d(xt, **kw)
+        (y * y).sum().backward()
+        return y.detach().numpy(), xt.grad.numpy(), y.grad_fn.name()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("shape,kw", AVG_POOLS, ids=lambda v: str(v))
+def test_avg_pool2d_kernels_equal_the_prims(shape, kw, dtype, monkeypatch):
+    """The generated forward (no padding) and the numpy kernel against the prims: values
+    and gradients, with padding, ceil_mode, count_include_pad and divisor_override."""
+    x = np.random.default_rng(0).standard_normal(shape).astype(dtype)
+    ref = _avg_pool(x, kw, "prims", monkeypatch)
+    tol = dict(rtol=2e-6, atol=2e-6) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-13)
+    for mode in ("wait", "off"):
+        got = _avg_pool(x, kw, mode, monkeypatch)
+        for a, b in zip(got[:2], ref[:2]):
+            assert a.dtype == b.dtype and a.shape == b.shape
+            assert_close(a, b, **tol)
+        assert got[2] == "AvgPool2DBackward0"
+
+
+def test_avg_pool2d_as_torch(torch, monkeypatch):
+    x = np.random.default_rng(2).standard_normal((2, 3, 9, 9))
+    for kw in (dict(kernel_size=3, stride=2), dict(kernel_size=2, padding=1, ceil_mode=True,
+                                                   count_include_pad=False)):
+        got = _avg_pool(x, kw, "wait", monkeypatch)
+        want = _avg_pool(x, kw, "wait", monkeypatch, M=torch)
+        for a, b in zip(got[:2], want[:2]):
+            assert_close(a, b, rtol=1e-12, atol=1e-13)
+        assert got[2] == want[2]
