@@ -1,13 +1,14 @@
 """The first minute of a training run: time to the first step and to N steps from a fresh
 compile cache, beside PyTorch eager, and the same run started again (warm cache).
 
-    python benchmarks/bench_cold_start.py [--steps 300] [--models W4,gpt] [--quick]
+    python benchmarks/bench_cold_start.py [--steps 300] [--models W4,gpt,lenet] [--quick]
                                           [--systems "torch eager,aotgrad compiled"]
                                           [--json out.json]
 
 Models: W4 (benchmarks/workloads.py: a pre-LN transformer block, forward + backward and a
-plain SGD update of its parameters) and gpt (benchmarks/models.py: the small GPT, its whole
-training step with AdamW compiled). Systems: torch eager; aotgrad compiled (the default:
+plain SGD update of its parameters), gpt (benchmarks/models.py: the small GPT, its whole
+training step with AdamW compiled) and lenet (benchmarks/models.py: LeNet, its whole training
+step with SGD and momentum compiled). Systems: torch eager; aotgrad compiled (the default:
 cold kernels run on numpy first while helper processes compile them in the background);
 "aotgrad compiled serial-first" (AOTGRAD_FIRST_TIER=serial: every kernel compiled before
 the first call, parallel variants in the background).
@@ -66,9 +67,10 @@ def _w4_step(M, quick):
     return step
 
 
-def _gpt_step(M, quick):
+def _model_step(M, name, quick):
+    """The whole training step of benchmarks/models.py's model `name`, compiled on aotgrad."""
     from models import build
-    model, opt, batches = build(M, "gpt", quick, steps=4)
+    model, opt, batches = build(M, name, quick, steps=4)
 
     def step_fn(x, y):
         opt.zero_grad()
@@ -91,7 +93,7 @@ def _worker(model, system, steps, quick):
     else:
         import aotgrad as M
         from aotgrad.codegen import tiers
-    step = (_w4_step if model == "W4" else _gpt_step)(M, quick)
+    step = _w4_step(M, quick) if model == "W4" else _model_step(M, model, quick)
     ends, busy = [], []
     for i in range(steps):
         t0 = time.perf_counter()
@@ -146,7 +148,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--worker", nargs=2, metavar=("MODEL", "SYSTEM"))
     ap.add_argument("--steps", type=int, default=300)
-    ap.add_argument("--models", default="W4,gpt")
+    ap.add_argument("--models", default="W4,gpt,lenet")
     ap.add_argument("--systems", help="comma-separated system names (default: all)")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--no-wait-detached", action="store_true")
