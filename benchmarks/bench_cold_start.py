@@ -21,8 +21,8 @@ second step, to the end of all steps (and the CPU seconds of this process, its t
 included, to the end of the first step and of all steps: less sensitive to the machine's
 load than the wall time; compile helpers are other processes); the median and the slowest step after the first
 while background compiles were still running (and how many such steps), and the median of
-the last 20 steps; the load average. The loss of the last step is checked against torch
-eager's (same seeded data and weights).
+the last 20 steps; the load average; the loss of the last step and its relative difference
+from torch eager's in the same run (same seeded data and weights; `vs torch`).
 """
 import time
 
@@ -161,9 +161,10 @@ def main(argv=None):
     print(f"load average at start {os.getloadavg()[0]:.2f}; {args.steps} steps")
     print(f"{'model':5s} {'system':30s} {'cache':5s} {'1st step s':>10s} {'cpu':>5s} "
           f"{'2nd s':>6s} {'all s':>7s} {'cpu':>6s} {'n busy':>6s} {'busy med':>8s} {'busy max':>8s} {'steady':>7s} "
-          f"{'loss':>10s} {'load':>5s}")
+          f"{'loss':>10s} {'vs torch':>8s} {'load':>5s}")
     rows = []
     for model in args.models.split(","):
+        torch_loss = None
         for system in systems:
             with tempfile.TemporaryDirectory(prefix="aotgrad-cold-") as cache:
                 for state in ("cold", "warm"):
@@ -180,12 +181,18 @@ def main(argv=None):
                     if "error" in res:
                         print(f"{model:5s} {system:30s} {state:5s} error: {res['error'][:100]}")
                         continue
+                    if system == "torch eager":
+                        torch_loss = res["loss"]
+                    res["vs_torch"] = None if torch_loss is None else \
+                        abs(res["loss"] - torch_loss) / max(abs(torch_loss), 1e-30)
+                    vs = "-" if res["vs_torch"] is None else f"{res['vs_torch']:.1e}"
                     print(f"{model:5s} {system:30s} {state:5s} {res['first_s']:10.2f} "
                           f"{res['first_cpu_s']:5.2f} {_fmt(res['second_s'], 6, 2)} "
                           f"{res['all_s']:7.2f} {res['all_cpu_s']:6.2f} "
                           f"{res['during_n']:6d} {_fmt(res['during_med_ms'], 8, 1)} "
                           f"{_fmt(res['during_max_ms'], 8, 1)} {res['steady_ms']:7.1f} "
-                          f"{res['loss']:10.5f} {res['load']:5.2f}", flush=True)
+                          f"{res['loss']:10.5f} {vs:>8s} "
+                          f"{res['load']:5.2f}", flush=True)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(rows, f, indent=1)
