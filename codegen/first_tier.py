@@ -20,6 +20,7 @@ compiled kernel's in the last bits (the compiled one uses vectorisable exp/tanh 
 blocks), as two backends of one program may.
 """
 import dataclasses
+import functools
 import time
 
 import numpy as np
@@ -58,13 +59,23 @@ class RowBlocks:
     per_block: list
     params: dict
     summed: dict            # output var -> the numpy function combining two partials
+    squeeze: dict           # broadcast node -> the shape its whole input takes in a block
 
-    def block_params(self, n):
+    def block_steps(self, n):
+        """node -> (impl, params) for a block of n rows."""
         out = {}
         for node in self.per_block:
             p = self.params[node]
-            out[node] = dict(p, shape=(n,) + p["shape"]) if "shape" in p else p
+            p = dict(p, shape=(n,) + p["shape"]) if "shape" in p else p
+            impl = _impl(node.prim)
+            if node in self.squeeze:
+                impl = functools.partial(_broadcast_reshaped, self.squeeze[node])
+            out[node] = (impl, p)
         return out
+
+
+def _broadcast_reshaped(shape_in, x, *, shape, dims):
+    return prims.broadcast_in_dim.impl(x.reshape(shape_in), shape=shape, dims=dims)
 
 
 _COMBINE = {"reduce_sum": np.add, "reduce_max": np.maximum, "reduce_min": np.minimum}
@@ -91,7 +102,7 @@ def _plan(nodes, writes, prefix):
         return None
     is_split = lambda v: tuple(v.shape[:k]) == tuple(prefix)  # noqa: E731
     consumed = {v for n in nodes for v in n.inputs}
-    split, params, summed = {}, {}, {}   # var -> True (split) / False (whole)
+    split, params, summed, squeeze = {}, {}, {}, {}   # split: var -> True / False (whole)
 
     def need(v, s):
         if s and not is_split(v) or split.setdefault(v, s) != s:
@@ -121,7 +132,7 @@ def _plan(nodes, writes, prefix):
                 continue
             if n.prim.multiple_results:
                 raise _Mixed
-            params[n] = _block_params(n, k, need)
+            params[n] = _block_params(n, k, need, squeeze)
     except _Mixed:
         return None
     if any(v not in split for _, v in writes) or any(
@@ -134,13 +145,14 @@ def _plan(nodes, writes, prefix):
     per_block = [n for n in nodes if n in params]
     once = [n for n in nodes if n not in params]
     return RowBlocks(k, rows, block, frozenset(v for v, s in split.items() if s), once,
-                     per_block, params, summed)
+                     per_block, params, summed, squeeze)
 
 
-def _block_params(n, k, need):
+def _block_params(n, k, need, squeeze):
     """The params of split node n over a block (dims remapped to the block's axes; "shape"
-    without its leading dim); calls need(var, split) for its inputs; raises _Mixed where n
-    mixes rows."""
+    without its leading dim); calls need(var, split) for its inputs; sets squeeze[n] to the
+    shape its whole input takes in a block (without axes of length 1 that fall on the rows)
+    where it differs; raises _Mixed where n mixes rows."""
     out = n.outputs[0]
     if Tag.POINTWISE in n.prim.tags:
         for v in n.inputs:
@@ -158,9 +170,12 @@ def _block_params(n, k, need):
         if dims[:k] == tuple(range(k)) and tuple(x.shape[:k]) == tuple(out.shape[:k]):
             need(x, True)                  # its rows are the output's rows
             dims = (0,) + tuple(d - k + 1 for d in dims[k:])
-        elif all(d >= k for d in dims):
+        elif all(d >= k or x.shape[i] == 1 for i, d in enumerate(dims)):
             need(x, False)                 # repeated along the rows
-            dims = tuple(d - k + 1 for d in dims)
+            keep = tuple(i for i, d in enumerate(dims) if d >= k)
+            dims = tuple(dims[i] - k + 1 for i in keep)
+            if len(keep) < len(x.shape):   # its axes of length 1 that fall on the rows
+                squeeze[n] = tuple(x.shape[i] for i in keep)
         else:
             raise _Mixed
         return dict(n.params, dims=dims, shape=tuple(out.shape[k:]))
@@ -174,10 +189,12 @@ class _Mixed(Exception):
     """A node mixes rows: the kernel runs whole."""
 
 
-def _evaluate(nodes, env, params=None):
+def _evaluate(nodes, env, how=None):
+    """Run `nodes` on the values in `env` (adding theirs); `how(node)`: the impl and params
+    to run it with (default: its reference impl and its params)."""
     for n in nodes:
-        outs = _impl(n.prim)(*[env[v] for v in n.inputs],
-                             **(n.params if params is None else params(n)))
+        impl, p = (_impl(n.prim), n.params) if how is None else how(n)
+        outs = impl(*[env[v] for v in n.inputs], **p)
         if n.prim.multiple_results:
             env.update(zip(n.outputs, outs))
         else:
@@ -245,7 +262,7 @@ class ReferenceKernel:
         for lo in range(0, rows, block):
             hi = min(rows, lo + block)
             if hi - lo not in params_of:
-                params_of[hi - lo] = rb.block_params(hi - lo)
+                params_of[hi - lo] = rb.block_steps(hi - lo)
             p = params_of[hi - lo]
             env = dict(whole)
             env.update((v, x[lo:hi]) for v, x in split_ins)

@@ -68,6 +68,25 @@ def _layer_norm_graph():
     return b.graph
 
 
+def _masked_softmax_graph():
+    """(2, 3, 6, 6) scores, a causal mask of shape (1, 1, 6, 6) broadcast over the batch
+    and heads (its length-1 axes fall on the rows), a softmax along the last axis."""
+    b = GraphBuilder("attn")
+    s = b.add_input(Aval((2, 3, 6, 6), dt.float32), "s")
+    m = b.add_input(Aval((1, 1, 6, 6), dt.bool_), "m")
+    shape = (2, 3, 6, 6)
+    with b:
+        neg = prims.broadcast_in_dim(prims.full(shape=(), value=-np.inf, dtype=dt.float32),
+                                     shape=shape, dims=())
+        t = prims.where(prims.broadcast_in_dim(m, shape=shape, dims=(0, 1, 2, 3)), s, neg)
+        e = prims.exp(prims.sub(t, prims.broadcast_in_dim(
+            prims.reduce_max(t, dims=(3,)), shape=shape, dims=(0, 1, 2))))
+        p = prims.div(e, prims.broadcast_in_dim(prims.reduce_sum(e, dims=(3,)),
+                                                shape=shape, dims=(0, 1, 2)))
+    b.graph.outputs = [p]
+    return b.graph
+
+
 RNG = np.random.default_rng(7)
 
 
@@ -76,6 +95,8 @@ RNG = np.random.default_rng(7)
                            RNG.uniform(-1, 1, (24,)).astype(np.float32)]),
     (_layer_norm_graph, lambda: [RNG.normal(size=(4, 6, 8)).astype(np.float32),
                                  RNG.uniform(0.5, 2, (8,)).astype(np.float32)]),
+    (_masked_softmax_graph, lambda: [RNG.normal(size=(2, 3, 6, 6)).astype(np.float32),
+                                     np.tril(np.ones((6, 6), bool))[None, None]]),
 ])
 def test_blocked_kernels_equal_the_whole_array_reference(numpy_tier, make, inputs):
     g, args = make(), inputs()
@@ -85,8 +106,10 @@ def test_blocked_kernels_equal_the_whole_array_reference(numpy_tier, make, input
     blocked = [r for r in refs if r.blocks is not None]
     assert blocked, "no kernel ran in blocks"
     assert all(r.blocks.block < r.blocks.rows for r in blocked)
-    if make is _layer_norm_graph:        # the rows are the two leading axes flattened
+    if make is not _rows_graph:          # the rows are the two leading axes flattened
         assert {r.blocks.axes for r in blocked} == {2}
+    if make is _masked_softmax_graph:
+        assert any(r.blocks.squeeze for r in blocked)
     got = [np.array(a) for a in prog(*args)]
     for r in refs:                       # the same program run whole
         r.blocks = None
