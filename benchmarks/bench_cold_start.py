@@ -21,7 +21,8 @@ second step, to the end of all steps (and the CPU seconds of this process, its t
 included, to the end of the first step and of all steps: less sensitive to the machine's
 load than the wall time; compile helpers are other processes); the median and the slowest step after the first
 while background compiles were still running (and how many such steps), and the median of
-the last 20 steps; the load average; the loss of the last step and its relative difference
+the last 20 steps; the load average; the calls of the compiled function that ran eagerly
+(`eager`: a graph break; must be 0); the loss of the last step and its relative difference
 from torch eager's in the same run (same seeded data and weights; `vs torch`).
 """
 import time
@@ -64,6 +65,7 @@ def _w4_step(M, quick):
         loss.backward()
         opt.step()
         return loss
+    step.compiled = loss_fn if M.__name__ == "aotgrad" else None
     return step
 
 
@@ -83,6 +85,7 @@ def _model_step(M, name, quick):
 
     def step():
         return run(*batches[next(it) % len(batches)])
+    step.compiled = run if M.__name__ == "aotgrad" else None
     return step
 
 
@@ -105,7 +108,10 @@ def _worker(model, system, steps, quick):
     durs = [ends[0] - t_first] + [b - a for a, b in zip(ends, ends[1:])]
     during = sorted(d for d, b in zip(durs[1:], busy[1:]) if b)
     last = sorted(durs[-20:])
-    return dict(first_s=ends[0] - START, first_cpu_s=cpu_first, all_cpu_s=time.process_time(), second_s=ends[1] - START if steps > 1 else None,
+    # calls of the compiled function that ran eagerly instead (a graph break): the figures
+    # are not the compiled system's where this is not 0
+    eager = step.compiled.eager_calls if step.compiled is not None else None
+    return dict(eager_calls=eager, first_s=ends[0] - START, first_cpu_s=cpu_first, all_cpu_s=time.process_time(), second_s=ends[1] - START if steps > 1 else None,
                 all_s=ends[-1] - START, during_n=len(during),
                 during_med_ms=1e3 * during[len(during) // 2] if during else None,
                 during_max_ms=1e3 * during[-1] if during else None,
@@ -161,7 +167,7 @@ def main(argv=None):
     print(f"load average at start {os.getloadavg()[0]:.2f}; {args.steps} steps")
     print(f"{'model':5s} {'system':30s} {'cache':5s} {'1st step s':>10s} {'cpu':>5s} "
           f"{'2nd s':>6s} {'all s':>7s} {'cpu':>6s} {'n busy':>6s} {'busy med':>8s} {'busy max':>8s} {'steady':>7s} "
-          f"{'loss':>10s} {'vs torch':>8s} {'load':>5s}")
+          f"{'eager':>5s} {'loss':>10s} {'vs torch':>8s} {'load':>5s}")
     rows = []
     for model in args.models.split(","):
         torch_loss = None
@@ -191,6 +197,7 @@ def main(argv=None):
                           f"{res['all_s']:7.2f} {res['all_cpu_s']:6.2f} "
                           f"{res['during_n']:6d} {_fmt(res['during_med_ms'], 8, 1)} "
                           f"{_fmt(res['during_max_ms'], 8, 1)} {res['steady_ms']:7.1f} "
+                          f"{'-' if res['eager_calls'] is None else res['eager_calls']:>5} "
                           f"{res['loss']:10.5f} {vs:>8s} "
                           f"{res['load']:5.2f}", flush=True)
     if args.json:
