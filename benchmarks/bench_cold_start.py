@@ -1,13 +1,14 @@
 """The first minute of a training run: time to the first step and to N steps from a fresh
 compile cache, beside PyTorch eager, and the same run started again (warm cache).
 
-    python benchmarks/bench_cold_start.py [--steps 300] [--models W4,gpt] [--quick]
+    python benchmarks/bench_cold_start.py [--steps 300] [--models W4,gpt,lenet] [--quick]
                                           [--systems "torch eager,aotgrad compiled"]
                                           [--json out.json]
 
 Models: W4 (benchmarks/workloads.py: a pre-LN transformer block, forward + backward and a
-plain SGD update of its parameters) and gpt (benchmarks/models.py: the small GPT, its whole
-training step with AdamW compiled). Systems: torch eager; aotgrad compiled (the default:
+plain SGD update of its parameters), gpt (benchmarks/models.py: the small GPT, its whole
+training step with AdamW compiled) and lenet (benchmarks/models.py: LeNet, its whole training
+step with SGD and momentum compiled). Systems: torch eager; aotgrad compiled (the default:
 cold kernels run on numpy first while helper processes compile them in the background);
 "aotgrad compiled serial-first" (AOTGRAD_FIRST_TIER=serial: every kernel compiled before
 the first call, parallel variants in the background).
@@ -20,8 +21,9 @@ second step, to the end of all steps (and the CPU seconds of this process, its t
 included, to the end of the first step and of all steps: less sensitive to the machine's
 load than the wall time; compile helpers are other processes); the median and the slowest step after the first
 while background compiles were still running (and how many such steps), and the median of
-the last 20 steps; the load average. The loss of the last step is checked against torch
-eager's (same seeded data and weights).
+the last 20 steps; the load average; the calls of the compiled function that ran eagerly
+(`eager`: a graph break; must be 0); the loss of the last step and its relative difference
+from torch eager's in the same run (same seeded data and weights; `vs torch`).
 """
 import time
 
@@ -63,12 +65,14 @@ def _w4_step(M, quick):
         loss.backward()
         opt.step()
         return loss
+    step.compiled = loss_fn if M.__name__ == "aotgrad" else None
     return step
 
 
-def _gpt_step(M, quick):
+def _model_step(M, name, quick):
+    """The whole training step of benchmarks/models.py's model `name`, compiled on aotgrad."""
     from models import build
-    model, opt, batches = build(M, "gpt", quick, steps=4)
+    model, opt, batches = build(M, name, quick, steps=4)
 
     def step_fn(x, y):
         opt.zero_grad()
@@ -81,6 +85,7 @@ def _gpt_step(M, quick):
 
     def step():
         return run(*batches[next(it) % len(batches)])
+    step.compiled = run if M.__name__ == "aotgrad" else None
     return step
 
 
@@ -91,7 +96,7 @@ def _worker(model, system, steps, quick):
     else:
         import aotgrad as M
         from aotgrad.codegen import tiers
-    step = (_w4_step if model == "W4" else _gpt_step)(M, quick)
+    step = _w4_step(M, quick) if model == "W4" else _model_step(M, model, quick)
     ends, busy = [], []
     for i in range(steps):
         t0 = time.perf_counter()
@@ -103,7 +108,10 @@ def _worker(model, system, steps, quick):
     durs = [ends[0] - t_first] + [b - a for a, b in zip(ends, ends[1:])]
     during = sorted(d for d, b in zip(durs[1:], busy[1:]) if b)
     last = sorted(durs[-20:])
-    return dict(first_s=ends[0] - START, first_cpu_s=cpu_first, all_cpu_s=time.process_time(), second_s=ends[1] - START if steps > 1 else None,
+    # calls of the compiled function that ran eagerly instead (a graph break): the figures
+    # are not the compiled system's where this is not 0
+    eager = step.compiled.eager_calls if step.compiled is not None else None
+    return dict(eager_calls=eager, first_s=ends[0] - START, first_cpu_s=cpu_first, all_cpu_s=time.process_time(), second_s=ends[1] - START if steps > 1 else None,
                 all_s=ends[-1] - START, during_n=len(during),
                 during_med_ms=1e3 * during[len(during) // 2] if during else None,
                 during_max_ms=1e3 * during[-1] if during else None,
@@ -146,7 +154,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--worker", nargs=2, metavar=("MODEL", "SYSTEM"))
     ap.add_argument("--steps", type=int, default=300)
-    ap.add_argument("--models", default="W4,gpt")
+    ap.add_argument("--models", default="W4,gpt,lenet")
     ap.add_argument("--systems", help="comma-separated system names (default: all)")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--no-wait-detached", action="store_true")
@@ -159,9 +167,10 @@ def main(argv=None):
     print(f"load average at start {os.getloadavg()[0]:.2f}; {args.steps} steps")
     print(f"{'model':5s} {'system':30s} {'cache':5s} {'1st step s':>10s} {'cpu':>5s} "
           f"{'2nd s':>6s} {'all s':>7s} {'cpu':>6s} {'n busy':>6s} {'busy med':>8s} {'busy max':>8s} {'steady':>7s} "
-          f"{'loss':>10s} {'load':>5s}")
+          f"{'eager':>5s} {'loss':>10s} {'vs torch':>8s} {'load':>5s}")
     rows = []
     for model in args.models.split(","):
+        torch_loss = None
         for system in systems:
             with tempfile.TemporaryDirectory(prefix="aotgrad-cold-") as cache:
                 for state in ("cold", "warm"):
@@ -178,12 +187,19 @@ def main(argv=None):
                     if "error" in res:
                         print(f"{model:5s} {system:30s} {state:5s} error: {res['error'][:100]}")
                         continue
+                    if system == "torch eager":
+                        torch_loss = res["loss"]
+                    res["vs_torch"] = None if torch_loss is None else \
+                        abs(res["loss"] - torch_loss) / max(abs(torch_loss), 1e-30)
+                    vs = "-" if res["vs_torch"] is None else f"{res['vs_torch']:.1e}"
                     print(f"{model:5s} {system:30s} {state:5s} {res['first_s']:10.2f} "
                           f"{res['first_cpu_s']:5.2f} {_fmt(res['second_s'], 6, 2)} "
                           f"{res['all_s']:7.2f} {res['all_cpu_s']:6.2f} "
                           f"{res['during_n']:6d} {_fmt(res['during_med_ms'], 8, 1)} "
                           f"{_fmt(res['during_max_ms'], 8, 1)} {res['steady_ms']:7.1f} "
-                          f"{res['loss']:10.5f} {res['load']:5.2f}", flush=True)
+                          f"{'-' if res['eager_calls'] is None else res['eager_calls']:>5} "
+                          f"{res['loss']:10.5f} {vs:>8s} "
+                          f"{res['load']:5.2f}", flush=True)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(rows, f, indent=1)

@@ -1,0 +1,177 @@
+"""The numpy first tier in blocks of rows (codegen.first_tier.RowBlocks): a kernel whose
+nodes keep rows to themselves runs block by block and gives what the whole-array reference
+run gives (a tail block, reductions along the rows and over them, broadcasts of per-row
+and per-column values, reshapes); a kernel that mixes rows, or an output buffer that
+overlaps an input in another layout, runs whole."""
+import numpy as np
+import pytest
+
+from aotgrad.codegen import compile_graph, first_tier, tiers
+from aotgrad.ir import Aval, GraphBuilder, evaluate, prims
+from aotgrad.ir import dtypes as dt
+from aotgrad.testing import assert_close
+
+
+@pytest.fixture
+def numpy_tier(tmp_path, monkeypatch):
+    """Programs built here keep their kernels on the numpy first tier (no compile), with
+    small blocks (BLOCK_ELEMENTS) so that small arrays run in several of them."""
+    monkeypatch.setenv("AOTGRAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("AOTGRAD_BACKGROUND_COMPILE", "1")
+    monkeypatch.delenv("AOTGRAD_FIRST_TIER", raising=False)
+    monkeypatch.setattr(tiers, "submit", lambda job: None)
+    monkeypatch.setattr(first_tier, "BLOCK_ELEMENTS", 72)
+
+
+def _refs(prog):
+    return list(prog.first_tier.values())
+
+
+def _rows_graph():
+    """Softmax along rows, a column sum (a reduction over the rows), pointwise outputs."""
+    b = GraphBuilder("rows")
+    x = b.add_input(Aval((40, 24), dt.float32), "x")
+    y = b.add_input(Aval((24,), dt.float32), "y")
+    with b:
+        t = prims.tanh(prims.add(x, prims.broadcast_in_dim(y, shape=(40, 24), dims=(1,))))
+        e = prims.exp(prims.sub(t, prims.broadcast_in_dim(
+            prims.reduce_max(t, dims=(1,)), shape=(40, 24), dims=(0,))))
+        soft = prims.div(e, prims.broadcast_in_dim(prims.reduce_sum(e, dims=(1,)),
+                                                   shape=(40, 24), dims=(0,)))
+        cols = prims.reduce_sum(prims.mul(t, x), dims=(0,))
+        top = prims.reduce_max(prims.mul(t, x), dims=(0,))
+        half = prims.mul(t, prims.full(shape=(40, 24), value=0.5, dtype=dt.float32))
+    b.graph.outputs = [soft, cols, top, half]
+    return b.graph
+
+
+def _layer_norm_graph():
+    """(4, 6, 8): a layer norm over the last axis (reshapes to (4, 6, 1)), a bias and the
+    bias's gradient (a sum over the two leading axes)."""
+    b = GraphBuilder("ln")
+    x = b.add_input(Aval((4, 6, 8), dt.float32), "x")
+    w = b.add_input(Aval((8,), dt.float32), "w")
+    shape = (4, 6, 8)
+    with b:
+        mean = prims.div(prims.reduce_sum(x, dims=(2,)),
+                         prims.broadcast_in_dim(prims.full(shape=(), value=8.0, dtype=dt.float32),
+                                                shape=(4, 6), dims=()))
+        c = prims.sub(x, prims.broadcast_in_dim(prims.reshape(mean, shape=(4, 6, 1)),
+                                                shape=shape, dims=(0, 1, 2)))
+        var = prims.reduce_sum(prims.mul(c, c), dims=(2,))
+        r = prims.rsqrt(prims.add(var, prims.broadcast_in_dim(
+            prims.full(shape=(), value=1e-5, dtype=dt.float32), shape=(4, 6), dims=())))
+        y = prims.mul(prims.mul(c, prims.broadcast_in_dim(r, shape=shape, dims=(0, 1))),
+                      prims.broadcast_in_dim(w, shape=shape, dims=(2,)))
+        gw = prims.reduce_sum(y, dims=(0, 1))
+    b.graph.outputs = [y, gw]
+    return b.graph
+
+
+def _masked_softmax_graph():
+    """(2, 3, 6, 6) scores, a causal mask of shape (1, 1, 6, 6) broadcast over the batch
+    and heads (its length-1 axes fall on the rows), a softmax along the last axis."""
+    b = GraphBuilder("attn")
+    s = b.add_input(Aval((2, 3, 6, 6), dt.float32), "s")
+    m = b.add_input(Aval((1, 1, 6, 6), dt.bool_), "m")
+    shape = (2, 3, 6, 6)
+    with b:
+        neg = prims.broadcast_in_dim(prims.full(shape=(), value=-np.inf, dtype=dt.float32),
+                                     shape=shape, dims=())
+        t = prims.where(prims.broadcast_in_dim(m, shape=shape, dims=(0, 1, 2, 3)), s, neg)
+        e = prims.exp(prims.sub(t, prims.broadcast_in_dim(
+            prims.reduce_max(t, dims=(3,)), shape=shape, dims=(0, 1, 2))))
+        p = prims.div(e, prims.broadcast_in_dim(prims.reduce_sum(e, dims=(3,)),
+                                                shape=shape, dims=(0, 1, 2)))
+    b.graph.outputs = [p]
+    return b.graph
+
+
+RNG = np.random.default_rng(7)
+
+
+@pytest.mark.parametrize("make, inputs", [
+    (_rows_graph, lambda: [RNG.uniform(-2, 2, (40, 24)).astype(np.float32),
+                           RNG.uniform(-1, 1, (24,)).astype(np.float32)]),
+    (_layer_norm_graph, lambda: [RNG.normal(size=(4, 6, 8)).astype(np.float32),
+                                 RNG.uniform(0.5, 2, (8,)).astype(np.float32)]),
+    (_masked_softmax_graph, lambda: [RNG.normal(size=(2, 3, 6, 6)).astype(np.float32),
+                                     np.tril(np.ones((6, 6), bool))[None, None]]),
+])
+def test_blocked_kernels_equal_the_whole_array_reference(numpy_tier, make, inputs):
+    g, args = make(), inputs()
+    prog = compile_graph(g)
+    refs = _refs(prog)
+    assert refs and len(refs) == len(prog.kernels())
+    blocked = [r for r in refs if r.blocks is not None]
+    assert blocked, "no kernel ran in blocks"
+    assert all(r.blocks.block < r.blocks.rows for r in blocked)
+    if make is not _rows_graph:          # the rows are the two leading axes flattened
+        assert {r.blocks.axes for r in blocked} == {2}
+    if make is _masked_softmax_graph:
+        assert any(r.blocks.squeeze for r in blocked)
+    got = [np.array(a) for a in prog(*args)]
+    for r in refs:                       # the same program run whole
+        r.blocks = None
+    whole = [np.array(a) for a in prog(*args)]
+    want = evaluate(g, args)
+    for a, w, e in zip(got, whole, want):
+        assert a.dtype == w.dtype == e.dtype
+        # blocks change nothing along a row; a sum over the rows adds partial sums (in
+        # float64), so it may differ from one numpy sum in the last bits
+        assert_close(a, w, rtol=1e-6, atol=1e-6)
+        assert_close(a, e, rtol=1e-6, atol=1e-6)
+
+
+def test_a_kernel_that_mixes_rows_runs_whole(numpy_tier):
+    b = GraphBuilder("mix")
+    x = b.add_input(Aval((24, 24), dt.float32), "x")
+    with b:
+        t = prims.exp(x)
+        out = prims.add(t, prims.transpose(t, perm=(1, 0)))
+    b.graph.outputs = [out]
+    a = RNG.normal(size=(24, 24)).astype(np.float32)
+    prog = compile_graph(b.graph)
+    assert all(r.blocks is None for r in _refs(prog))
+    assert_close(prog(a)[0], evaluate(b.graph, [a])[0], rtol=1e-6, atol=0)
+
+
+def _pointwise_ref(numpy_tier_graph_rows=40):
+    b = GraphBuilder("pw")
+    x = b.add_input(Aval((numpy_tier_graph_rows, 24), dt.float32), "x")
+    with b:
+        out = prims.add(prims.tanh(x), prims.full(shape=(numpy_tier_graph_rows, 24),
+                                                   value=1.0, dtype=dt.float32))
+    b.graph.outputs = [out]
+    prog = compile_graph(b.graph)
+    ref, = _refs(prog)
+    assert ref.blocks is not None
+    spec = next(iter(prog.specs.values()))
+    return ref, [a.kind for a in spec.args]
+
+
+def _call(ref, kinds, x, out):
+    args = [x if k == "in" else out if k == "out" else 0 for k in kinds]
+    assert ref(*args) == 0
+
+
+def test_an_output_written_over_its_input_in_place(numpy_tier):
+    ref, kinds = _pointwise_ref()
+    x = RNG.normal(size=(40, 24)).astype(np.float32)
+    want = np.tanh(x) + np.float32(1)
+    _call(ref, kinds, x, x)              # the same buffer, the same rows: blocks are safe
+    assert_close(x, want, rtol=1e-6, atol=0)
+
+
+def test_an_output_overlapping_its_input_in_another_layout_runs_whole(numpy_tier,
+                                                                      monkeypatch):
+    ref, kinds = _pointwise_ref()
+    buf = RNG.normal(size=(41 * 24,)).astype(np.float32)
+    x, out = buf[:40 * 24].reshape(40, 24), buf[24:].reshape(40, 24)   # rows shifted by one
+    want = np.tanh(x) + np.float32(1)
+    calls = []
+    monkeypatch.setattr(ref, "_run_whole", lambda args: calls.append(
+        first_tier.ReferenceKernel._run_whole(ref, args)))
+    _call(ref, kinds, x, out)
+    assert calls, "the overlapping call did not run whole"
+    assert_close(out, want, rtol=1e-6, atol=0)
