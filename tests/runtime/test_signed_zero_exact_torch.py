@@ -277,3 +277,11 @@ def test_reductions_over_empty_dims_like_torch(vs_torch):
                  lambda M: M.linalg.vector_norm(M.zeros(2, 0), M.inf, dim=1)]:
         vs_torch.same(case, exact_error=True)
     vs_torch.same(lambda M: M.aminmax(M.zeros(2, 0), dim=1))  # (its text is checked above)
+
+
+def test_prelu_refuses_mixed_dtypes_like_torch(vs_torch):
+    from torch_compare import error_text, same_text
+    for a, b in [("float64", "float32"), ("float16", "float32")]:
+        ours, theirs = vs_torch.both(lambda M, nn: error_text(lambda: M.nn.functional.prelu(
+            M.zeros(2, dtype=getattr(M, a)), M.tensor([0.25], dtype=getattr(M, b)))))
+        assert ours is not None and same_text(ours, theirs), (ours, theirs)
