@@ -3,6 +3,7 @@ import math
 import warnings
 
 from aotgrad.runtime import eager_kernels, ops, shape_ops
+from aotgrad.runtime.sizes import scalar_type_name
 from aotgrad.runtime.factories import rand, zeros_like
 from aotgrad.runtime.ops import op
 from aotgrad.nn._checks import _check_float, _check_tensor
@@ -380,6 +381,10 @@ def prelu(input, weight):
     """
     _check_tensor("prelu", input)
     _check_tensor("prelu", weight)
+    if input.dtype is not weight.dtype:
+        raise RuntimeError(f"prelu: Type promoting not supported. Got "
+                           f"{scalar_type_name(input.dtype)} and "
+                           f"{scalar_type_name(weight.dtype)}")
     if weight.ndim > 1:
         raise RuntimeError(f"prelu: Expected `weight` to be a scalar or 1D tensor, but got: "
                            f"ndim = {weight.ndim}")

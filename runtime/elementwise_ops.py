@@ -22,6 +22,7 @@ from aotgrad.runtime.op_base import (_binary, _binary_args, _named, _weak_or_sca
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.runtime.composite import composite, with_rule
 from aotgrad.runtime.saved_hooks import mark_number_operand
+from aotgrad.runtime.sizes import scalar_type_name
 
 
 # ---- binary --------------------------------------------------------------------------------
@@ -379,10 +380,6 @@ def _softplus(z):
     return add(where(pos, z, 0.0), log1p(exp(where(pos, neg(z), z))))
 
 
-_INT_NAMES = {"int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char",
-              "uint8": "Byte", "bool": "Bool"}
-
-
 @op("round")
 def round(x, *, decimals=0):
     """Round half to even, like PyTorch; with `decimals`, to that many decimal digits (left
@@ -391,7 +388,7 @@ def round(x, *, decimals=0):
     if not x.dtype.is_floating_point:
         if decimals != 0:
             raise NotImplementedError(f'"round_cpu" not implemented for '
-                                      f"'{_INT_NAMES.get(x.dtype.name, x.dtype.name)}'")
+                                      f"'{scalar_type_name(x.dtype)}'")
         return x
     return _round_digits(x, decimals) if decimals else _round(x)
 

@@ -20,3 +20,15 @@ def size_list(shape):
 def type_str(a):
     """`f32[5,3]`, for an error message: a symbolic size shows its hint."""
     return f"{a.dtype.short}[{','.join(map(str, hints(a.shape)))}]"
+
+
+# PyTorch's ScalarType names, which its error messages use ("Got Double and Float")
+_SCALAR_TYPE_NAMES = {"float64": "Double", "float32": "Float", "float16": "Half",
+                      "bfloat16": "BFloat16", "int64": "Long", "int32": "Int", "int16": "Short",
+                      "int8": "Char", "uint8": "Byte", "bool": "Bool",
+                      "complex64": "ComplexFloat", "complex128": "ComplexDouble"}
+
+
+def scalar_type_name(dtype):
+    """PyTorch's name of `dtype` in error messages (`Double` for float64)."""
+    return _SCALAR_TYPE_NAMES.get(dtype.name, dtype.name)

@@ -15,9 +15,7 @@ modified_bessel_i0, modified_bessel_i1 = i0, i1
 
 
 def round(input, decimals=0):  # noqa: A001  (special.round, like torch.special.round)
-    if decimals:
-        raise NotImplementedError("special.round: decimals != 0 is not supported")
-    return _round(input)
+    return _round(input, decimals=decimals)
 
 
 __all__ = ["digamma", "entr", "erf", "erfc", "erfcx", "erfinv", "exp2", "expit", "expm1", "gammaln",

@@ -277,3 +277,25 @@ def test_reductions_over_empty_dims_like_torch(vs_torch):
                  lambda M: M.linalg.vector_norm(M.zeros(2, 0), M.inf, dim=1)]:
         vs_torch.same(case, exact_error=True)
     vs_torch.same(lambda M: M.aminmax(M.zeros(2, 0), dim=1))  # (its text is checked above)
+
+
+def test_prelu_refuses_mixed_dtypes_like_torch(vs_torch):
+    from torch_compare import error_text, same_text
+    for a, b in [("float64", "float32"), ("float16", "float32")]:
+        ours, theirs = vs_torch.both(lambda M, nn: error_text(lambda: M.nn.functional.prelu(
+            M.zeros(2, dtype=getattr(M, a)), M.tensor([0.25], dtype=getattr(M, b)))))
+        assert ours is not None and same_text(ours, theirs), (ours, theirs)
+
+
+@pytest.mark.parametrize("mode", MODES_NUMBA)
+def test_ties_of_signed_zeros_give_the_first_operand_everywhere(mode):
+    """maximum/minimum/clamp with tensor bounds on a tie of 0.0 and -0.0: the first operand,
+    eager and in both backends' kernels (PyTorch's answer depends on the element's position,
+    see the module's docstring; its scalar loop gives the first operand too)."""
+    a = np.array([0.0, -0.0, 0.0, -0.0, nan, 1.0], np.float32)
+    b = np.array([-0.0, 0.0, 0.0, -0.0, 0.0, nan], np.float32)
+    got = _run(lambda x, y: (ag.maximum(x, y), ag.minimum(x, y), ag.max(x, y),
+                             ag.clamp(x, min=y), ag.clamp(x, max=y)), mode, a, b)
+    first = np.array([0.0, -0.0, 0.0, -0.0, nan, nan], np.float32)
+    for i, g in enumerate(got):
+        _bits_equal(g, first, f"output {i}")
