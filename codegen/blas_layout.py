@@ -85,8 +85,9 @@ def products_written_transposed(S, steps):
     return kept
 
 
-# readers of a concatenation that cannot tell a -0.0 part element from the +0.0 the slice
-# copies make of it: products, and sums (whose accumulators start at +0.0)
+# readers of a concatenation that treat a -0.0 part element as the +0.0 the slice copies
+# make of it: sums, whose accumulators start at +0.0 (+0.0 + -0.0 is +0.0), and products,
+# which sum products of it (the gemm accumulators start at zero, as the sums' do)
 _SIGN_BLIND_READERS = (P.dot_general, P.reduce_sum)
 
 
@@ -98,7 +99,7 @@ def products_written_into_concatenations(S, steps):
 
     Only for static sizes, and only where the parts are read by nothing else and the
     concatenation only by products and sums: the copies add +0.0 (a -0.0 element becomes
-    +0.0, as in the traced sum of pads), which neither of those can tell from -0.0."""
+    +0.0, as in the traced sum of pads), and those readers add from +0.0 themselves."""
     outs = set(S.g.outputs)
     if any(not isinstance(d, int) for v in S.g.inputs for d in v.shape):
         return steps

@@ -12,7 +12,9 @@ vectorised loop.
 Only a sum that a product reads is routed (it is stored for BLAS anyway); one read by fused
 loops alone stays in them. `concat_roots` finds the sums (the scheduler then makes each a
 step that reads the parts), `parts` lists a root's parts and offsets, `step_lines` writes
-the driver's calls.
+the driver's calls. Where every part is a product's result (attention's gradients), the
+products write into their slices themselves and no copy runs
+(blas_layout.products_written_into_concatenations).
 """
 import math
 

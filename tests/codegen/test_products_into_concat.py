@@ -79,6 +79,22 @@ def test_products_write_into_their_slices_of_the_concatenation():
     assert np.isnan(got[1][2 * C:]).any() and not np.isnan(got[1][:2 * C]).any()
 
 
+def test_negative_zero_parts_sum_like_the_copies():
+    """A column of dq that is all -0.0 (ds negative, k's column zero): the copies made it
+    +0.0; written in place it stays -0.0, and the column sum reading it is +0.0 as before."""
+    g = _graph()
+    prog = compile_graph(g, name="qkv_grad")
+    args = _args(g)
+    args[0] = -np.abs(args[0]) - 1
+    args[3][..., 0] = 0.0
+    got, ref = prog(*args), evaluate(g, args)
+    cols = [h * D for h in range(H)]
+    assert (np.asarray(ref[1])[cols] == 0).all()
+    assert np.signbit(got[1]).tolist() == np.signbit(np.asarray(ref[1])).tolist()
+    for a, r in zip(got, ref):
+        assert_close(a, np.asarray(r), rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
 def test_a_reader_that_sees_the_sign_of_zero_keeps_the_copies():
     g = _graph(reader="elementwise")
     prog = compile_graph(g, name="qkv_grad")
