@@ -21,10 +21,11 @@ kernels at every size measured, from 16x10 to 4096x128 (one fused pass, vectoris
 exp/erf); the numpy kernels stay the reference and run until the generated ones are
 compiled. max_pool2d's and avg_pool2d's forwards run on generated kernels written tap by
 tap over strided slices (runtime/window_kernels.py), their backwards on numpy; conv2d stays
-on numpy (im2col and one BLAS product): kernels generated from the decompositions were slower at LeNet's
-sizes, as was a max_pool2d backward generated as a stack of the taps' selections.
-tests/runtime/test_eager_kernels.py compares each with its reference on
-awkward shapes (size 1, zero size, non-contiguous inputs, padding, stride, dilation).
+on numpy (im2col and one BLAS product): kernels generated from the decompositions were
+slower at LeNet's sizes, as was a max_pool2d backward generated as a stack of the taps'
+selections; nll_loss runs on numpy (its node follows log_softmax's, as PyTorch records).
+tests/runtime/test_eager_kernels.py compares each with its reference on awkward shapes
+(size 1, zero size, non-contiguous inputs, padding, stride, dilation).
 """
 from dataclasses import dataclass
 from typing import Callable
