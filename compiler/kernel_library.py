@@ -99,7 +99,7 @@ def on_disk(key):
 def mark_on_disk(key):
     path = _marker(key)
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w"):
+    with open(path, "w", encoding="utf-8"):    # (an empty file: its name says it all)
         pass
 
 

@@ -1,5 +1,6 @@
 """nn.functional: convolution, unfolding, pooling and padding, as patches + one contraction
 (or a reduction), so they are differentiable and traceable like every other op."""
+import dataclasses
 import math
 import warnings
 
@@ -187,7 +188,7 @@ def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     k, s, p, d = _pool_args("max_pool2d", kernel_size, stride, padding, dilation)
     if not return_indices:
         params = dict(kernel=k, stride=s, padding=p, dilation=d, ceil_mode=ceil_mode)
-        out = eager_kernels.run(window_kernels.MAX_POOL2D, (x,), _max_pool2d_prims, **params)
+        out = eager_kernels.run(_MAX_POOL2D, (x,), _max_pool2d_prims, **params)
         if out is None:
             out = _max_pool2d_prims(x, **params)
         return shape_ops.squeeze(out, 0) if input.ndim == 3 else out
@@ -229,7 +230,7 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
                   count_include_pad=count_include_pad,
                   divisor_override=None if divisor_override is None else
                   float(divisor_override))
-    out = eager_kernels.run(window_kernels.AVG_POOL2D, (x,), _avg_pool2d_prims, **params)
+    out = eager_kernels.run(_AVG_POOL2D, (x,), _avg_pool2d_prims, **params)
     if out is None:
         out = _avg_pool2d_prims(x, **params)
     return shape_ops.squeeze(out, 0) if input.ndim == 3 else out
@@ -247,6 +248,61 @@ def _avg_pool2d_prims(x, *, kernel, stride, padding, ceil_mode, count_include_pa
     div = window_kernels.avg_pool2d_divisor(tuple(x.shape[2:]), kernel, stride, padding,
                                             ceil_mode, count_include_pad)
     return ops.div(total, tensor(div.astype(x.dtype.np)))
+
+
+def _max_pool2d_taps(tensors, flags):
+    """max_pool2d's generated forward over planes (r, H, W) without padding: each window's
+    first maximum (its first NaN where there is one) and that tap's index (as a float), tap
+    by tap over strided slices: the numpy kernel's selections, so the same values bit for
+    bit, in one loop over the output that the code generator makes of the slices' index
+    arithmetic."""
+    x, = tensors
+    p = dict(flags)
+    (kh, kw), (sh, sw), (dh, dw) = p["kernel"], p["stride"], p["dilation"]
+    h, w = x.shape[1:]
+    oh = window_kernels.window_count(h, kh, sh, 0, 0, dh, p["ceil_mode"], True)
+    ow = window_kernels.window_count(w, kw, sw, 0, 0, dw, p["ceil_mode"], True)
+    best = idx = None
+    for k in range(kh * kw):
+        i, j = k // kw * dh, k % kw * dw
+        v = x[:, i:i + (oh - 1) * sh + 1:sh, j:j + (ow - 1) * sw + 1:sw]
+        if best is None:
+            best = v
+            continue
+        better = ops.logical_or(ops.gt(v, best), ops.logical_and(
+            ops.isnan(v), ops.logical_not(ops.isnan(best))))
+        best = ops.where(better, v, best)
+        idx = ops.where(better, float(k), 0.0 if idx is None else idx)
+    return [best, idx]
+
+
+def _avg_pool2d_taps(tensors, flags):
+    """avg_pool2d's generated forward over planes (r, H, W) without padding: the windows'
+    sums tap by tap over strided slices, over the window's size (or the override)."""
+    x, = tensors
+    p = dict(flags)
+    (kh, kw), (sh, sw) = p["kernel"], p["stride"]
+    h, w = x.shape[1:]
+    oh = window_kernels.window_count(h, kh, sh, 0, 0, 1, p["ceil_mode"], True)
+    ow = window_kernels.window_count(w, kw, sw, 0, 0, 1, p["ceil_mode"], True)
+    total = None
+    for i in range(kh):
+        for j in range(kw):
+            v = x[:, i:i + (oh - 1) * sh + 1:sh, j:j + (ow - 1) * sw + 1:sw]
+            total = v if total is None else ops.add(total, v)
+    div = p["divisor_override"] if p["divisor_override"] is not None else float(kh * kw)
+    return [ops.div(total, div)]
+
+
+# the numpy kernels, with their forwards on generated kernels (the tap indices the numpy
+# backward's ctx); the backwards stay on numpy: the references' autograd (pads of strided
+# slices) and a stack of the taps' selections made slower kernels
+_MAX_POOL2D = dataclasses.replace(window_kernels.MAX_POOL2D, generated=eager_kernels.Generated(
+    window_kernels.max_pool2d_layout, _max_pool2d_taps, window_kernels.max_pool2d_ctx,
+    backward=False))
+_AVG_POOL2D = dataclasses.replace(window_kernels.AVG_POOL2D, generated=eager_kernels.Generated(
+    window_kernels.avg_pool2d_layout, _avg_pool2d_taps, window_kernels.avg_pool2d_out,
+    backward=False))
 
 
 def adaptive_avg_pool2d(input, output_size):

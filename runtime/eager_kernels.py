@@ -21,10 +21,11 @@ kernels at every size measured, from 16x10 to 4096x128 (one fused pass, vectoris
 exp/erf); the numpy kernels stay the reference and run until the generated ones are
 compiled. max_pool2d's and avg_pool2d's forwards run on generated kernels written tap by
 tap over strided slices (runtime/window_kernels.py), their backwards on numpy; conv2d stays
-on numpy (im2col and one BLAS product): kernels generated from the decompositions were slower at LeNet's
-sizes, as was a max_pool2d backward generated as a stack of the taps' selections.
-tests/runtime/test_eager_kernels.py compares each with its reference on
-awkward shapes (size 1, zero size, non-contiguous inputs, padding, stride, dilation).
+on numpy (im2col and one BLAS product): kernels generated from the decompositions were
+slower at LeNet's sizes, as was a max_pool2d backward generated as a stack of the taps'
+selections; nll_loss runs on numpy (its node follows log_softmax's, as PyTorch records).
+tests/runtime/test_eager_kernels.py compares each with its reference on awkward shapes
+(size 1, zero size, non-contiguous inputs, padding, stride, dilation).
 """
 from dataclasses import dataclass
 from typing import Callable
@@ -84,14 +85,6 @@ class Layout:
     arrays: list
     present: tuple
     params: tuple
-    # per present array, its dtype where they differ (class indices); None: all the first's
-    dtypes: tuple = None
-    # the output's shape as size names and ints; None: the first array's
-    out: tuple = None
-
-    def out_shape(self):
-        return self.arrays[0].shape if self.out is None else \
-            tuple(self.sizes[s] if isinstance(s, str) else s for s in self.out)
 
 
 @dataclass(frozen=True)
@@ -177,14 +170,13 @@ def generated_forward(kernel, reference, arrays, params):
     dtype = lay.arrays[0].dtype
     body = gen.forward or partial(_forward_body, reference, len(arrays), lay.present)
     k = library.shaped_kernel(ShapedOp(
-        _op_name(kernel, "forward", lay, len(arrays)), dtype, lay.shapes, body, lay.params,
-        dtypes=lay.dtypes))
+        _op_name(kernel, "forward", lay, len(arrays)), dtype, lay.shapes, body, lay.params))
     if k is None:
         return None
     outs = k(lay.arrays, lay.sizes)
     if gen.ctx is not None:
         return gen.ctx(outs, arrays, params)
-    return outs[0].reshape(arrays[0].shape if lay.out is None else lay.out_shape()), None
+    return outs[0].reshape(arrays[0].shape), None
 
 
 def generated_backward(kernel, reference, g, arrays, out, needs, params):
@@ -195,7 +187,7 @@ def generated_backward(kernel, reference, g, arrays, out, needs, params):
     if lay is None or g.dtype != lay.arrays[0].dtype:
         return None
     dtype = lay.arrays[0].dtype
-    gv = np.ascontiguousarray(g).reshape(lay.out_shape())   # (an expanded one: copied)
+    gv = np.ascontiguousarray(g).reshape(lay.arrays[0].shape)   # (an expanded one: copied)
     if kernel.output_rule is not None:
         k = library.shaped_kernel(ShapedOp(_op_name(kernel, "backward", lay, 1), dtype,
                                            lay.shapes * 2,
@@ -206,10 +198,9 @@ def generated_backward(kernel, reference, g, arrays, out, needs, params):
         return [k([gv, lay.arrays[0]], lay.sizes)[0].reshape(out.shape)]
     want = tuple(j for j, i in enumerate(lay.present) if needs[i])
     k = library.shaped_kernel(ShapedOp(
-        _op_name(kernel, "backward", lay, len(arrays)), dtype,
-        lay.shapes + ((lay.shapes[0] if lay.out is None else lay.out),),
+        _op_name(kernel, "backward", lay, len(arrays)), dtype, lay.shapes + lay.shapes[:1],
         partial(_grad_body, reference, len(arrays), lay.present, want), lay.params,
-        grads=want, dtypes=None if lay.dtypes is None else lay.dtypes + (dtype,)))
+        grads=want))
     if k is None:
         return None
     grads = [None] * len(arrays)

@@ -155,16 +155,13 @@ class ShapedOp:
     body: Callable = field(compare=False, hash=False)
     flags: tuple = ()
     grads: tuple = ()
-    dtypes: tuple = None   # per input, its dtype where they differ; None: all `dtype`
 
     # its kernel may differ from the numpy path in the last bits: chosen once per process
     exact = False
 
     @property
     def key(self):
-        key = (self.name, np.dtype(self.dtype).name, self.shapes, self.flags, self.grads)
-        return key if self.dtypes is None else \
-            key + (tuple(np.dtype(d).name for d in self.dtypes),)
+        return (self.name, np.dtype(self.dtype).name, self.shapes, self.flags, self.grads)
 
     def graph(self):
         """The body recorded over inputs of symbolic sizes: its Graph, and the size names
@@ -176,9 +173,9 @@ class ShapedOp:
                 if isinstance(s, str) and s not in sizes:
                     sizes[s] = env.create_symbol(64, s)   # (a small hint: serial kernels)
         b = GraphBuilder(self.name)
-        ds = [dt.from_numpy(np.dtype(d)) for d in self.dtypes or (self.dtype,) * len(self.shapes)]
+        d = dt.from_numpy(np.dtype(self.dtype))
         ins = [b.add_input(Aval(tuple(sizes[s] if isinstance(s, str) else s for s in shape), d),
-                           f"x{i}") for i, (shape, d) in enumerate(zip(self.shapes, ds))]
+                           f"x{i}") for i, shape in enumerate(self.shapes)]
         with env, b, (enable_grad() if self.grads else no_grad()):
             outs = self.body([Tensor._make(v, i in self.grads) for i, v in enumerate(ins)],
                              self.flags)
@@ -188,7 +185,7 @@ class ShapedOp:
 
 class ShapedKernel:
     """A compiled ShapedOp, called as `kernel(arrays, sizes)` with C-contiguous arrays of
-    its shapes and dtypes and `sizes` {size name: int}; answers its outputs (new arrays)."""
+    its shapes and dtype and `sizes` {size name: int}; answers its outputs (new arrays)."""
 
     def __init__(self, op, compiled, names):
         self.op, self.compiled = op, compiled

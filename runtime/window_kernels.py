@@ -5,7 +5,7 @@ forward, scatter-adds by window offset backward, selections by bit masks."""
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from aotgrad.runtime.eager_kernels import Generated, Kernel, Layout, _keep, _select
+from aotgrad.runtime.eager_kernels import Kernel, Layout, _keep, _select
 
 
 def window_count(n, k, s, lo, hi, d, ceil_mode=False, pool=False):
@@ -189,7 +189,7 @@ def _max_pool2d_accepts(arrays, params):
     return min(_max_pool2d_geometry(arrays[0].shape, **params)[:2]) > 0
 
 
-def _max_pool2d_layout(arrays, params):
+def max_pool2d_layout(arrays, params):
     """A C-contiguous input without padding (none asked, none for ceil_mode) and windows of
     two taps or more: its N*C planes as rows of a generated kernel, the plane size fixed."""
     x, = arrays
@@ -203,42 +203,16 @@ def _max_pool2d_layout(arrays, params):
                   tuple(sorted(params.items())))
 
 
-def _max_pool2d_taps(tensors, flags):
-    """The generated forward: each window's first maximum (its first NaN where there is
-    one) and that tap's index (as a float), tap by tap over strided slices of the planes:
-    the selections of the numpy kernel, so the same values bit for bit, in one loop over
-    the output that the code generator makes of the slices' index arithmetic."""
-    from aotgrad.runtime import ops     # (the ops lie above this module)
-    x, = tensors
-    p = dict(flags)
-    (kh, kw), (sh, sw), (dh, dw) = p["kernel"], p["stride"], p["dilation"]
-    oh, ow, _ = _max_pool2d_geometry((1, 1) + tuple(x.shape[1:]), **p)
-    best = idx = None
-    for k in range(kh * kw):
-        i, j = k // kw * dh, k % kw * dw
-        v = x[:, i:i + (oh - 1) * sh + 1:sh, j:j + (ow - 1) * sw + 1:sw]
-        if best is None:
-            best = v
-            continue
-        better = ops.logical_or(ops.gt(v, best), ops.logical_and(
-            ops.isnan(v), ops.logical_not(ops.isnan(best))))
-        best = ops.where(better, v, best)
-        idx = ops.where(better, float(k), 0.0 if idx is None else idx)
-    return [best, idx]
-
-
-def _max_pool2d_ctx(outs, arrays, params):
+def max_pool2d_ctx(outs, arrays, params):
+    """The generated forward's outputs (values, tap indices) in the input's (N, C) shape."""
     best, idx = outs
     n, c = arrays[0].shape[:2]
     return best.reshape((n, c) + best.shape[1:]), idx.reshape((n, c) + idx.shape[1:])
 
 
-# the forward on a generated kernel (its tap indices the numpy backward's ctx); the backward
-# on numpy: the reference's autograd (pads of strided slices) made a slower kernel
+# (nn/functional_conv.py adds the generated forward, written with the ops above this module)
 MAX_POOL2D = Kernel("MaxPool2DWithIndicesBackward0", _max_pool2d_forward,
-                    _max_pool2d_backward, _max_pool2d_accepts,
-                    generated=Generated(_max_pool2d_layout, _max_pool2d_taps, _max_pool2d_ctx,
-                                        backward=False))
+                    _max_pool2d_backward, _max_pool2d_accepts)
 
 
 # ---- average pooling -------------------------------------------------------------------------
@@ -312,7 +286,7 @@ def _avg_pool2d_accepts(arrays, params):
     return min(_avg_geometry(arrays[0].shape, params)[:2]) > 0
 
 
-def _avg_pool2d_layout(arrays, params):
+def avg_pool2d_layout(arrays, params):
     """As max_pool2d's: a C-contiguous input without padding, its planes as rows."""
     x, = arrays
     if not x.flags.c_contiguous or tuple(params["padding"]) != (0, 0) or \
@@ -323,30 +297,13 @@ def _avg_pool2d_layout(arrays, params):
                   tuple(sorted(params.items())))
 
 
-def _avg_pool2d_taps(tensors, flags):
-    """The generated forward: the windows' sums tap by tap over strided slices (no padding:
-    every divisor the window's size, or the override)."""
-    from aotgrad.runtime import ops     # (the ops lie above this module)
-    x, = tensors
-    p = dict(flags)
-    (kh, kw), (sh, sw) = p["kernel"], p["stride"]
-    oh, ow, _ = _avg_geometry((1, 1) + tuple(x.shape[1:]), p)
-    total = None
-    for k in range(kh * kw):
-        i, j = k // kw, k % kw
-        v = x[:, i:i + (oh - 1) * sh + 1:sh, j:j + (ow - 1) * sw + 1:sw]
-        total = v if total is None else ops.add(total, v)
-    div = p["divisor_override"] if p["divisor_override"] is not None else float(kh * kw)
-    return [ops.div(total, div)]
-
-
-def _avg_pool2d_out(outs, arrays, params):
+def avg_pool2d_out(outs, arrays, params):
+    """The generated forward's output in the input's (N, C) shape; no ctx."""
     out, = outs
     n, c = arrays[0].shape[:2]
     return out.reshape((n, c) + out.shape[1:]), ()   # (the backward takes no ctx)
 
 
+# (nn/functional_conv.py adds the generated forward)
 AVG_POOL2D = Kernel("AvgPool2DBackward0", _avg_pool2d_forward, _avg_pool2d_backward,
-                    _avg_pool2d_accepts,
-                    generated=Generated(_avg_pool2d_layout, _avg_pool2d_taps, _avg_pool2d_out,
-                                        backward=False))
+                    _avg_pool2d_accepts)
