@@ -292,7 +292,7 @@ def run(kernel, inputs, reference, /, **params):
         if t is None:
             continue
         v = t._value
-        if type(v) is not np.ndarray or "_sparse" in t.__dict__:
+        if type(v) is not np.ndarray or t._sparse is not None:
             return None
         if i in kernel.indices:
             if v.dtype.kind not in "iu":

@@ -53,7 +53,7 @@ def arrays_of(rows, free=()):
     for row in rows:
         arrays = tuple(t._value for t in row)
         for i, a in enumerate(arrays):
-            if type(a) is not np.ndarray or "_sparse" in row[i].__dict__ or not a.flags.writeable or \
+            if type(a) is not np.ndarray or row[i]._sparse is not None or not a.flags.writeable or \
                     a.dtype not in _FLOATS or (i not in free and a.dtype != arrays[0].dtype):
                 return None
         out.append(arrays)
