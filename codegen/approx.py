@@ -11,7 +11,8 @@ self-contained (numba's `cache=True` does not track helpers imported from other 
 Error bounds (max relative error against float64 numpy, float32 inputs over the whole
 finite float32 range, normal results; measured by tests/codegen/test_codegen_approx.py):
 
-  exp_f32       <= 2e-7   (Cody-Waite reduction by ln2, degree-6 polynomial fitted here
+  exp_f32       <= 2e-7   (Cody-Waite reduction by ln2 (FMAs; n rounded by adding 1.5*2^23
+                           and read from the bits), degree-6 polynomial fitted here
                            (relative minimax, 9e-8 in float32), 2^n built from exponent bits
                            in two halves so that overflow, underflow and denormals come out
                            right; NaN/inf preserved; the clamps are min/max instructions;

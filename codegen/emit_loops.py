@@ -332,8 +332,7 @@ class LoopNestEmitter:
         for v, ix, shape, cix in self.values.out_targets(fulls):
             e = self.values.val(v, ix)
             self.st.inner_scope.add(f"{self.values.access('out', v, shape, cix)} = {e}")
-        # column sums update arrays, not a scalar accumulator: LLVM sees an elementwise loop
-        hint = self.st.interleave_hint(approx_before, reductions=False)
+        hint = self.st.interleave_hint(approx_before)
         if hint:
             self.st.inner_scope.add(hint)
         body.extend(loops + pre)

@@ -140,7 +140,7 @@ class ReductionEmitter:
         for v, ix, shape, cix in self.values.out_targets(fulls):
             e = self.values.val(v, ix)
             self.st.inner_scope.add(f"{self.values.access('out', v, shape, cix)} = {e}")
-        hint = self.st.interleave_hint(approx_before, bool(reds or creds))
+        hint = self.st.interleave_hint(approx_before)
         if hint:
             body.append(bind + hint)
         if self.st.pass_active:

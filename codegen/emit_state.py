@@ -65,13 +65,16 @@ class EmitState:
         if h in APPROXIMATED:
             self.approx_uses += 1
 
-    def interleave_hint(self, approx_before, reductions):
+    def interleave_hint(self, approx_before):
         """The line that ends an innermost loop body to have LLVM interleave it
-        (approx.INTERLEAVE vectors per iteration), or None. Only elementwise bodies that
-        call an approximation, in kernels large enough for threads: LLVM interleaves
-        reductions itself, and a short body or a small kernel gains nothing for the compile
-        time."""
-        if reductions or not self.parallel or self.approx_uses == approx_before:
+        (approx.INTERLEAVE vectors per iteration), or None: loops that call an
+        approximation, in kernels large enough for threads (a small kernel gains nothing
+        for the compile time). LLVM interleaves a loop with a reduction by itself, as many
+        vectors as its register estimate allows, which varies with the body: a sum then
+        adds in a different order in two kernels that compute the same values (a symbolic
+        program's variant and the static program of that size). The fixed count fixes the
+        order."""
+        if not self.parallel or self.approx_uses == approx_before:
             return None
         return "_interleave()"
 
