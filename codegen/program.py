@@ -218,6 +218,7 @@ class CompiledGraph:
         for unit in ready:      # compiled here meanwhile (another program shares the kernel)
             swap_in(unit)
         units = [u for u in units if u not in ready]
+
         def numpy_seconds(name):      # read as each helper takes its next kernel
             return sum(ref.seconds for st, ref in list(self.first_tier.items())
                        if self.specs[st].name == name)
