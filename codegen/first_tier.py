@@ -46,8 +46,8 @@ def _impl(prim):
 class RowBlocks:
     """How a kernel runs in blocks of rows: the rows are the flattened leading `axes` axes
     (`rows` of them), shared by every value cut into blocks (`split`); a block of n rows of
-    such a value is its (n, *rest) view. `whole`: values read whole; `once`: the nodes that
-    read only whole values (run once per call); `per_block`: the rest, with their params
+    such a value is its (n, *rest) view; the other values are read whole. `once`: the nodes
+    that read only whole values (run once per call); `per_block`: the rest, with their params
     for a block (`params[node]`: dims remapped, "shape" without its leading dim, filled in
     per block size); `summed`: outputs reduced over the rows (sum, max or min), combined
     across blocks (sums in float64)."""
@@ -78,7 +78,9 @@ def _broadcast_reshaped(shape_in, x, *, shape, dims):
     return prims.broadcast_in_dim.impl(x.reshape(shape_in), shape=shape, dims=dims)
 
 
-_COMBINE = {"reduce_sum": np.add, "reduce_max": np.maximum, "reduce_min": np.minimum}
+# a reduction over the rows, per block: how two blocks' partial results combine
+_COMBINE = {prims.reduce_sum: np.add, prims.reduce_max: np.maximum,
+            prims.reduce_min: np.minimum}
 
 
 def row_blocks(nodes, reads, writes):
@@ -100,7 +102,9 @@ def _plan(nodes, writes, prefix):
     k, rows = len(prefix), int(np.prod(prefix))
     if rows < 2:
         return None
-    is_split = lambda v: tuple(v.shape[:k]) == tuple(prefix)  # noqa: E731
+
+    def is_split(v):
+        return tuple(v.shape[:k]) == tuple(prefix)
     consumed = {v for n in nodes for v in n.inputs}
     split, params, summed, squeeze = {}, {}, {}, {}   # split: var -> True / False (whole)
 
@@ -114,11 +118,11 @@ def _plan(nodes, writes, prefix):
             need(v, True)
         for n in reversed(nodes):
             out = n.outputs[0]
-            if (n.prim.name in _COMBINE and not n.prim.multiple_results and out not in split
+            if (n.prim in _COMBINE and out not in split
                     and out not in consumed and set(range(k)) <= set(n.params["dims"])
                     and is_split(n.inputs[0])):
                 split[out] = False
-                summed[out] = _COMBINE[n.prim.name]
+                summed[out] = _COMBINE[n.prim]
                 need(n.inputs[0], True)
                 params[n] = dict(n.params, dims=(0,) + tuple(
                     d - k + 1 for d in n.params["dims"] if d >= k))

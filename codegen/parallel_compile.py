@@ -249,17 +249,16 @@ def compile_in_helpers(units, cwd, on_done=None, order=None):
     """Compile `units` in helper processes only (for work in the background: the caller's
     thread only waits; the helpers run at a lower priority); returns the units that were
     compiled. `on_done(unit)` is called (in a feeding thread) as each one is done; `order`
-    sorts them (default: the costliest first). With no helpers (none can start,
-    AOTGRAD_COMPILE_WORKERS=0) nothing is done."""
+    is the sort key of the units left, read each time a helper takes its next one (so a key
+    that reads measurements made meanwhile reorders the rest; default: the costliest
+    first). With no helpers (none can start, AOTGRAD_COMPILE_WORKERS=0) nothing is done."""
     n = workers()
     if not os.environ.get("AOTGRAD_COMPILE_WORKERS", "").strip():
         n = min(MAX_WORKERS, _cpus())   # all cores, at a lower priority than the caller's
     procs = _take(min(n, len(units)), cwd, BACKGROUND_NICE) if n else []
     if not procs:
         return []
-    todo, done, broken = queue.Queue(), [], set()
-    for u in sorted(units, key=order or (lambda u: -u.cost)):
-        todo.put(u)
+    todo, done, broken = _Ordered(units, order or (lambda u: -u.cost)), [], set()
     threads = [threading.Thread(target=_feed, args=(p, todo, done, broken, True, on_done),
                                 daemon=True, name="aotgrad-compile-feed") for p in procs]
     for t in threads:
@@ -276,6 +275,22 @@ def compile_in_helpers(units, cwd, on_done=None, order=None):
             _stop(p)
     _give_back(keep, cwd, BACKGROUND_NICE)
     return done
+
+
+class _Ordered:
+    """The units left to compile, taken smallest `key` first, the key read at each take
+    (what queue.Queue's get_nowait is for the feeding threads)."""
+
+    def __init__(self, units, key):
+        self._units, self._key, self._lock = list(units), key, threading.Lock()
+
+    def get_nowait(self):
+        with self._lock:
+            if not self._units:
+                raise queue.Empty
+            u = min(self._units, key=self._key)
+            self._units.remove(u)
+            return u
 
 
 def start_detached(units, cwd):

@@ -1,5 +1,4 @@
 """compile_graph: schedule -> emit -> load (disk cache) -> plan; the CompiledGraph object."""
-import collections
 import contextlib
 import copy
 import functools
@@ -219,12 +218,13 @@ class CompiledGraph:
         for unit in ready:      # compiled here meanwhile (another program shares the kernel)
             swap_in(unit)
         units = [u for u in units if u not in ready]
-        numpy_seconds = collections.Counter()
-        for st, ref in list(self.first_tier.items()):
-            numpy_seconds[self.specs[st].name] += ref.seconds
+
+        def numpy_seconds(name):      # read as each helper takes its next kernel
+            return sum(ref.seconds for st, ref in list(self.first_tier.items())
+                       if self.specs[st].name == name)
         done = parallel_compile.compile_in_helpers(
             units, cache.cache_dir(), on_done=swap_in,
-            order=lambda u: (-numpy_seconds[u.kernel] / u.cost, u.cost)) if units else []
+            order=lambda u: (-numpy_seconds(u.kernel) / u.cost, u.cost)) if units else []
         for unit in units:       # no helpers, or one failed: compile here, in this thread
             if unit.kernel not in self.first_tier_done and not tiers.closing():
                 swap_in(unit)

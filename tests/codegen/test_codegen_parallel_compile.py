@@ -1,6 +1,7 @@
 """codegen: one module per kernel, kernels compiled by helper processes into the disk cache,
 and the fallbacks (no helpers, helpers that die, an unwritable cache directory)."""
 import glob
+import json
 import os
 import subprocess
 import sys
@@ -277,3 +278,46 @@ def test_parallel_threshold_default_and_bad_value(monkeypatch):
     monkeypatch.setenv("AOTGRAD_PARALLEL_MIN", "lots")
     with pytest.raises(ValueError, match="AOTGRAD_PARALLEL_MIN"):
         parallel_compile_min()
+
+
+class _FakeHelper:
+    """Stands in for a helper process: records the kernels it is asked for and answers
+    each one compiled."""
+
+    def __init__(self):
+        self.asked, self.pid = [], 0
+        self.stdin, self.stdout = self, self
+
+    def write(self, line):
+        self.asked.append(json.loads(line)["kernel"])
+
+    def flush(self):
+        pass
+
+    def readline(self):
+        return json.dumps({"ok": True}) + "\n"
+
+    def poll(self):
+        return None
+
+
+def test_background_order_is_read_as_each_kernel_is_taken(monkeypatch, tmp_path):
+    # a measurement made while the first kernel compiles (here: when it is done) reorders
+    # the kernels left, as the first tier's measured numpy times do
+    helper = _FakeHelper()
+    monkeypatch.setenv("AOTGRAD_COMPILE_WORKERS", "1")
+    monkeypatch.setattr(parallel_compile, "_take", lambda n, cwd, nice=0: [helper])
+    monkeypatch.setattr(parallel_compile, "_give_back", lambda procs, cwd, nice=0: None)
+    units = [parallel_compile.Unit("f.py", "m", name, [], cost)
+             for name, cost in (("a", 3.0), ("b", 2.0), ("c", 1.0))]
+    measured = {"a": 0.0, "b": 0.0, "c": 0.0}
+
+    def on_done(unit):
+        if unit.kernel == "a":
+            measured["c"] = 5.0
+
+    done = parallel_compile.compile_in_helpers(
+        units, str(tmp_path), on_done=on_done,
+        order=lambda u: (-measured[u.kernel], -u.cost))
+    assert helper.asked == ["a", "c", "b"]
+    assert [u.kernel for u in done] == ["a", "c", "b"]
