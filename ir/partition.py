@@ -96,6 +96,8 @@ def _partition(joint, n_primals, n_fw_outputs, allow_reductions):
     needed_by_bw = _ancestors_nodes(joint, grads, producer)
     fw_needed = _ancestors_nodes(joint, fw_outs, producer)
 
+    # under a memory budget, saving less comes first: no value is held back for read cost
+    too_costly = {} if allow_reductions else _costly_recomputes(joint, bw_nodes, primals)
     g = nx.DiGraph()
     S, T = "__source__", "__sink__"
     g.add_node(S)
@@ -105,7 +107,7 @@ def _partition(joint, n_primals, n_fw_outputs, allow_reductions):
     for n in joint.nodes:
         if n in bw_nodes:
             continue
-        recomputable = n.prim.kind in RECOMPUTABLE_KINDS or \
+        recomputable = (n.prim.kind in RECOMPUTABLE_KINDS and n not in too_costly) or \
             (allow_reductions and n.prim.kind is Tag.REDUCTION)
         for v in n.outputs:
             if not recomputable:
@@ -150,11 +152,60 @@ def _partition(joint, n_primals, n_fw_outputs, allow_reductions):
             kind = p.prim.kind.value if p.prim.kind in (
                 Tag.CONTRACTION, Tag.RANDOM, Tag.REDUCTION) else None
             where = f" at {p.provenance.where()}" if p.provenance is not None else ""
-            reasons[v] = f"output of {p.prim.name}{where}" + (
-                f" (never recomputed: {kind})" if kind else
-                " (recomputing it would need more bytes saved)")
+            if p in too_costly:
+                why = (f" (recomputing it would read {_fmt_bytes(too_costly[p])} of saved "
+                       f"values, more than saving it writes and reads)")
+            elif kind:
+                why = f" (never recomputed: {kind})"
+            else:
+                why = " (recomputing it would need more bytes saved)"
+            reasons[v] = f"output of {p.prim.name}{where}{why}"
     del needed_by_bw, fw_needed
     return Partition(fwd, bwd, saved, recomputed, reasons)
+
+
+def _costly_recomputes(joint, bw_nodes, primals):
+    """{node: bytes}: the forward pointwise nodes whose recomputation in the backward would
+    read more bytes from memory than saving their output costs (a write in the forward and
+    a read in the backward: twice its size), with the bytes it would read. The min cut
+    treats them like contractions (never recomputed: their output or a value computed from
+    it is saved), which keeps its guarantees.
+
+    A recomputation reads the values it starts from: inputs, values never recomputed, and
+    the values held back here (taken in graph order, so each one ends the chains through
+    it). A transformer's residual stream, x + a1 + m1 + a2 + ..., is where this matters:
+    recomputed, the stream after block k reads every earlier branch output (2k+1 tensors)
+    in each layer norm's backward; held back, it reads one saved value. A pointwise chain
+    from one input (an activation from x) reads x once and stays recomputed."""
+    reads = {v: {v: nbytes(v)} for v in primals}   # value -> {value read: bytes of it read}
+    costly = {}
+    for n in joint.nodes:
+        if n in bw_nodes:
+            continue
+        if n.prim.kind not in RECOMPUTABLE_KINDS:
+            for v in n.outputs:
+                reads[v] = {v: nbytes(v)}
+            continue
+        merged = {}
+        for u in n.inputs:
+            for w, b in reads.get(u, {u: nbytes(u)}).items():
+                merged[w] = max(merged.get(w, 0), b)
+        if n.prim.kind is Tag.SHAPE:   # a slice reads only the part of its source it keeps
+            cap = max(nbytes(v) for v in n.outputs)
+            merged = {w: min(b, cap) for w, b in merged.items()}
+        total = sum(merged.values())
+        # sized at the widest dtype it touches: a 1-byte mask from a float compare is no
+        # costlier to rebuild than the float value the backward reads beside it
+        width = max([u.dtype.itemsize for u in n.inputs] + [v.dtype.itemsize for v in n.outputs])
+        if n.prim.kind is Tag.POINTWISE and all(
+                total > 2 * width * math.prod(hints(v.shape)) for v in n.outputs):
+            costly[n] = total
+            for v in n.outputs:
+                reads[v] = {v: nbytes(v)}
+        else:
+            for v in n.outputs:
+                reads[v] = merged
+    return costly
 
 
 def _closure(g, start, forward):
