@@ -115,7 +115,8 @@ def _partition(joint, n_primals, n_fw_outputs, allow_reductions):
             for u in n.inputs:
                 g.add_edge(("out", u), ("in", v))
     fw_values = list(primals) + [v for n in joint.nodes if n not in bw_nodes for v in n.outputs]
-    in_memory = _contraction_operands([n for n in joint.nodes if n not in bw_nodes], producer)
+    fw_nodes = [n for n in joint.nodes if n not in bw_nodes]
+    in_memory = _contraction_operands(fw_nodes, producer) | _read_past_a_contraction(fw_nodes)
     for v in fw_values:
         g.add_edge(("in", v), ("out", v),
                    capacity=_save_cost(v, producer.get(v), v in in_memory))
@@ -311,6 +312,48 @@ def _contraction_operands(nodes, producer):
             out.add(u)
         else:
             stack.extend(p.inputs)
+    return out
+
+
+def _read_past_a_contraction(nodes):
+    """Values that a node reads after a contraction computed from them: the forward must
+    hold them in memory until then (a residual stream x, read by x + attention(x) after
+    attention's matrix products), so saving them adds no write. Per value, the
+    contractions it depends on, as a bit set."""
+    bit, index = {}, {}
+    depends = {}      # value -> bit set of the contractions it was computed from
+    reaches = {}      # contraction bit -> bit set of the values it was computed from
+    made_from = {}    # value -> bit set of the values it was computed from (itself included)
+    for n in nodes:
+        for u in n.inputs:
+            if u not in index:
+                index[u] = len(index)
+                made_from[u] = 1 << index[u]
+                depends[u] = 0
+        dep = 0
+        src = 0
+        for u in n.inputs:
+            dep |= depends[u]
+            src |= made_from[u]
+        if n.prim.kind is Tag.CONTRACTION:
+            bit[n] = 1 << len(bit)
+            reaches[bit[n]] = src
+            dep |= bit[n]
+        for v in n.outputs:
+            index[v] = len(index)
+            made_from[v] = src | (1 << index[v])
+            depends[v] = dep
+    out = set()
+    for n in nodes:
+        dep = 0
+        for u in n.inputs:
+            dep |= depends[u]
+        while dep:
+            low = dep & -dep
+            dep ^= low
+            for u in n.inputs:
+                if u not in out and reaches[low] >> index[u] & 1:
+                    out.add(u)
     return out
 
 
