@@ -4,7 +4,9 @@ The forward returns its outputs plus *saved* values; the backward takes the save
 plus output gradients. Which values to save is a minimum s-t cut (networkx) over the
 forward-region values, each weighted by its size in bytes: cheap pointwise and shape ops are
 recomputed in the backward when that saves memory; contractions, reductions, random and
-index ops are never recomputed (AOTAutograd's min-cut rematerialisation, simplified).
+index ops are never recomputed (AOTAutograd's min-cut rematerialisation, simplified), nor
+is a pointwise value whose recomputation would read more bytes than saving it costs (a
+residual stream rebuilt from every earlier branch output).
 """
 import math
 
@@ -277,7 +279,8 @@ def _save_cost(v, producer, in_memory=False):
     memory anyway: its size. A pointwise or shape value would otherwise live only inside a
     fused kernel: saving it adds a write in the forward and a read in the backward, so it
     costs twice its size (with fast vectorised math, recomputing it is cheaper) -- unless
-    the forward writes it to memory anyway as a matmul operand (`in_memory`): then it costs
+    the forward holds it in memory anyway, as a matmul operand or a value read after a
+    contraction computed from it (`in_memory`): then it costs
     its size, a hair less than the value it was computed from, so that of two equal-sized
     candidates the later one is saved and the backward does not run a kernel to rebuild it
     (the transformer block's qkv bias add, 0.35 ms)."""
