@@ -99,7 +99,10 @@ def _partition(joint, n_primals, n_fw_outputs, allow_reductions):
     fw_needed = _ancestors_nodes(joint, fw_outs, producer)
 
     # under a memory budget, saving less comes first: no value is held back for read cost
-    too_costly = {} if allow_reductions else _costly_recomputes(joint, bw_nodes, primals)
+    fw_nodes = [n for n in joint.nodes if n not in bw_nodes]
+    in_memory = _contraction_operands(fw_nodes, producer) | _read_past_a_contraction(fw_nodes)
+    too_costly = {} if allow_reductions else \
+        _costly_recomputes(fw_nodes, primals, in_memory)
     g = nx.DiGraph()
     S, T = "__source__", "__sink__"
     g.add_node(S)
@@ -117,8 +120,6 @@ def _partition(joint, n_primals, n_fw_outputs, allow_reductions):
             for u in n.inputs:
                 g.add_edge(("out", u), ("in", v))
     fw_values = list(primals) + [v for n in joint.nodes if n not in bw_nodes for v in n.outputs]
-    fw_nodes = [n for n in joint.nodes if n not in bw_nodes]
-    in_memory = _contraction_operands(fw_nodes, producer) | _read_past_a_contraction(fw_nodes)
     for v in fw_values:
         g.add_edge(("in", v), ("out", v),
                    capacity=_save_cost(v, producer.get(v), v in in_memory))
@@ -167,7 +168,7 @@ def _partition(joint, n_primals, n_fw_outputs, allow_reductions):
     return Partition(fwd, bwd, saved, recomputed, reasons)
 
 
-def _costly_recomputes(joint, bw_nodes, primals):
+def _costly_recomputes(fw_nodes, primals, in_memory):
     """{node: bytes}: the forward pointwise nodes whose recomputation in the backward would
     read more bytes from memory than saving their output costs (a write in the forward and
     a read in the backward: twice its size), with the bytes it would read. The min cut
@@ -182,9 +183,7 @@ def _costly_recomputes(joint, bw_nodes, primals):
     from one input (an activation from x) reads x once and stays recomputed."""
     reads = {v: {v: nbytes(v)} for v in primals}   # value -> {value read: bytes of it read}
     costly = {}
-    for n in joint.nodes:
-        if n in bw_nodes:
-            continue
+    for n in fw_nodes:
         if n.prim.kind not in RECOMPUTABLE_KINDS:
             for v in n.outputs:
                 reads[v] = {v: nbytes(v)}
@@ -201,7 +200,8 @@ def _costly_recomputes(joint, bw_nodes, primals):
         # costlier to rebuild than the float value the backward reads beside it
         width = max([u.dtype.itemsize for u in n.inputs] + [v.dtype.itemsize for v in n.outputs])
         if n.prim.kind is Tag.POINTWISE and all(
-                total > 2 * width * math.prod(hints(v.shape)) for v in n.outputs):
+                total > (1 if v in in_memory else 2) * width * math.prod(hints(v.shape))
+                for v in n.outputs):
             costly[n] = total
             for v in n.outputs:
                 reads[v] = {v: nbytes(v)}
@@ -321,42 +321,36 @@ def _contraction_operands(nodes, producer):
 def _read_past_a_contraction(nodes):
     """Values that a node reads after a contraction computed from them: the forward must
     hold them in memory until then (a residual stream x, read by x + attention(x) after
-    attention's matrix products), so saving them adds no write. Per value, the
-    contractions it depends on, as a bit set."""
-    bit, index = {}, {}
-    depends = {}      # value -> bit set of the contractions it was computed from
-    reaches = {}      # contraction bit -> bit set of the values it was computed from
-    made_from = {}    # value -> bit set of the values it was computed from (itself included)
+    attention's matrix products), so saving them adds no write. As bit sets of the
+    contractions: those each value is computed from, and those computed from each value;
+    a value is held when a node that reads it reads another value computed from a
+    contraction computed from it (bit sets grow with the contractions, not the values)."""
+    bit, after = {}, {}          # contraction -> its bit; value -> contractions it is made from
     for n in nodes:
-        for u in n.inputs:
-            if u not in index:
-                index[u] = len(index)
-                made_from[u] = 1 << index[u]
-                depends[u] = 0
         dep = 0
-        src = 0
         for u in n.inputs:
-            dep |= depends[u]
-            src |= made_from[u]
+            dep |= after.get(u, 0)
         if n.prim.kind is Tag.CONTRACTION:
             bit[n] = 1 << len(bit)
-            reaches[bit[n]] = src
             dep |= bit[n]
         for v in n.outputs:
-            index[v] = len(index)
-            made_from[v] = src | (1 << index[v])
-            depends[v] = dep
+            after[v] = dep
+    if not bit:
+        return set()
+    before = {}                  # value -> contractions computed from it
+    for n in reversed(nodes):
+        down = bit.get(n, 0)
+        for v in n.outputs:
+            down |= before.get(v, 0)
+        for u in n.inputs:
+            before[u] = before.get(u, 0) | down
     out = set()
     for n in nodes:
-        dep = 0
         for u in n.inputs:
-            dep |= depends[u]
-        while dep:
-            low = dep & -dep
-            dep ^= low
-            for u in n.inputs:
-                if u not in out and reaches[low] >> index[u] & 1:
-                    out.add(u)
+            if u in out or not before.get(u):
+                continue
+            if any(w is not u and after.get(w, 0) & before[u] for w in n.inputs):
+                out.add(u)
     return out
 
 

@@ -57,6 +57,13 @@ def test_the_residual_stream_is_saved_not_rebuilt_from_every_branch():
     assert most <= 2, prog.partition.report()
     assert any("would read" in prog.partition.reasons[v] for v in prog.saved), \
         prog.partition.report()
+    # the forward holds each block's stream until its residual add (after the block's
+    # product): the stream itself is saved, not a layer norm's centred copy of it (a
+    # further write); only the last stream, which the final layer norm alone reads, may
+    # be saved either way
+    centred = [v for v in prog.saved if tuple(v.shape) == (N, D)
+               and prog.partition.reasons[v].startswith("output of sub")]
+    assert len(centred) <= 1, prog.partition.report()
 
 
 def test_the_residual_stack_gradients_match_eager():
