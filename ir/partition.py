@@ -158,7 +158,7 @@ def _partition(joint, n_primals, n_fw_outputs, allow_reductions):
             where = f" at {p.provenance.where()}" if p.provenance is not None else ""
             if p in too_costly:
                 why = (f" (recomputing it would read {_fmt_bytes(too_costly[p])} of saved "
-                       f"values, more than saving it writes and reads)")
+                       f"values, more than saving it costs)")
             elif kind:
                 why = f" (never recomputed: {kind})"
             else:
@@ -170,8 +170,10 @@ def _partition(joint, n_primals, n_fw_outputs, allow_reductions):
 
 def _costly_recomputes(fw_nodes, primals, in_memory):
     """{node: bytes}: the forward pointwise nodes whose recomputation in the backward would
-    read more bytes from memory than saving their output costs (a write in the forward and
-    a read in the backward: twice its size), with the bytes it would read. The min cut
+    read more bytes from memory than saving their output costs (a read in the backward,
+    and a write in the forward unless the forward holds the value anyway, `in_memory`: once
+    or twice its size, counted at the widest dtype the node touches), with the bytes it
+    would read. The min cut
     treats them like contractions (never recomputed: their output or a value computed from
     it is saved), which keeps its guarantees.
 
@@ -198,7 +200,7 @@ def _costly_recomputes(fw_nodes, primals, in_memory):
         total = sum(merged.values())
         # sized at the widest dtype it touches: a 1-byte mask from a float compare is no
         # costlier to rebuild than the float value the backward reads beside it
-        width = max([u.dtype.itemsize for u in n.inputs] + [v.dtype.itemsize for v in n.outputs])
+        width = max(v.dtype.itemsize for v in (*n.inputs, *n.outputs))
         if n.prim.kind is Tag.POINTWISE and all(
                 total > (1 if v in in_memory else 2) * width * math.prod(hints(v.shape))
                 for v in n.outputs):
