@@ -4,7 +4,9 @@ The forward returns its outputs plus *saved* values; the backward takes the save
 plus output gradients. Which values to save is a minimum s-t cut (networkx) over the
 forward-region values, each weighted by its size in bytes: cheap pointwise and shape ops are
 recomputed in the backward when that saves memory; contractions, reductions, random and
-index ops are never recomputed (AOTAutograd's min-cut rematerialisation, simplified).
+index ops are never recomputed (AOTAutograd's min-cut rematerialisation, simplified), nor
+is a pointwise value whose recomputation would read more bytes than saving it costs (a
+residual stream rebuilt from every earlier branch output).
 """
 import math
 
@@ -96,6 +98,11 @@ def _partition(joint, n_primals, n_fw_outputs, allow_reductions):
     needed_by_bw = _ancestors_nodes(joint, grads, producer)
     fw_needed = _ancestors_nodes(joint, fw_outs, producer)
 
+    # under a memory budget, saving less comes first: no value is held back for read cost
+    fw_nodes = [n for n in joint.nodes if n not in bw_nodes]
+    in_memory = _contraction_operands(fw_nodes, producer) | _read_past_a_contraction(fw_nodes)
+    too_costly = {} if allow_reductions else \
+        _costly_recomputes(fw_nodes, primals, in_memory)
     g = nx.DiGraph()
     S, T = "__source__", "__sink__"
     g.add_node(S)
@@ -105,7 +112,7 @@ def _partition(joint, n_primals, n_fw_outputs, allow_reductions):
     for n in joint.nodes:
         if n in bw_nodes:
             continue
-        recomputable = n.prim.kind in RECOMPUTABLE_KINDS or \
+        recomputable = (n.prim.kind in RECOMPUTABLE_KINDS and n not in too_costly) or \
             (allow_reductions and n.prim.kind is Tag.REDUCTION)
         for v in n.outputs:
             if not recomputable:
@@ -113,7 +120,6 @@ def _partition(joint, n_primals, n_fw_outputs, allow_reductions):
             for u in n.inputs:
                 g.add_edge(("out", u), ("in", v))
     fw_values = list(primals) + [v for n in joint.nodes if n not in bw_nodes for v in n.outputs]
-    in_memory = _contraction_operands([n for n in joint.nodes if n not in bw_nodes], producer)
     for v in fw_values:
         g.add_edge(("in", v), ("out", v),
                    capacity=_save_cost(v, producer.get(v), v in in_memory))
@@ -150,11 +156,61 @@ def _partition(joint, n_primals, n_fw_outputs, allow_reductions):
             kind = p.prim.kind.value if p.prim.kind in (
                 Tag.CONTRACTION, Tag.RANDOM, Tag.REDUCTION) else None
             where = f" at {p.provenance.where()}" if p.provenance is not None else ""
-            reasons[v] = f"output of {p.prim.name}{where}" + (
-                f" (never recomputed: {kind})" if kind else
-                " (recomputing it would need more bytes saved)")
+            if p in too_costly:
+                why = (f" (recomputing it would read {_fmt_bytes(too_costly[p])} of saved "
+                       f"values, more than saving it costs)")
+            elif kind:
+                why = f" (never recomputed: {kind})"
+            else:
+                why = " (recomputing it would need more bytes saved)"
+            reasons[v] = f"output of {p.prim.name}{where}{why}"
     del needed_by_bw, fw_needed
     return Partition(fwd, bwd, saved, recomputed, reasons)
+
+
+def _costly_recomputes(fw_nodes, primals, in_memory):
+    """{node: bytes}: the forward pointwise nodes whose recomputation in the backward would
+    read more bytes from memory than saving their output costs (a read in the backward,
+    and a write in the forward unless the forward holds the value anyway, `in_memory`: once
+    or twice its size, counted at the widest dtype the node touches), with the bytes it
+    would read. The min cut
+    treats them like contractions (never recomputed: their output or a value computed from
+    it is saved), which keeps its guarantees.
+
+    A recomputation reads the values it starts from: inputs, values never recomputed, and
+    the values held back here (taken in graph order, so each one ends the chains through
+    it). A transformer's residual stream, x + a1 + m1 + a2 + ..., is where this matters:
+    recomputed, the stream after block k reads every earlier branch output (2k+1 tensors)
+    in each layer norm's backward; held back, it reads one saved value. A pointwise chain
+    from one input (an activation from x) reads x once and stays recomputed."""
+    reads = {v: {v: nbytes(v)} for v in primals}   # value -> {value read: bytes of it read}
+    costly = {}
+    for n in fw_nodes:
+        if n.prim.kind not in RECOMPUTABLE_KINDS:
+            for v in n.outputs:
+                reads[v] = {v: nbytes(v)}
+            continue
+        merged = {}
+        for u in n.inputs:
+            for w, b in reads.get(u, {u: nbytes(u)}).items():
+                merged[w] = max(merged.get(w, 0), b)
+        if n.prim.kind is Tag.SHAPE:   # a slice reads only the part of its source it keeps
+            cap = max(nbytes(v) for v in n.outputs)
+            merged = {w: min(b, cap) for w, b in merged.items()}
+        total = sum(merged.values())
+        # sized at the widest dtype it touches: a 1-byte mask from a float compare is no
+        # costlier to rebuild than the float value the backward reads beside it
+        width = max(v.dtype.itemsize for v in (*n.inputs, *n.outputs))
+        if n.prim.kind is Tag.POINTWISE and all(
+                total > (1 if v in in_memory else 2) * width * math.prod(hints(v.shape))
+                for v in n.outputs):
+            costly[n] = total
+            for v in n.outputs:
+                reads[v] = {v: nbytes(v)}
+        else:
+            for v in n.outputs:
+                reads[v] = merged
+    return costly
 
 
 def _closure(g, start, forward):
@@ -225,7 +281,8 @@ def _save_cost(v, producer, in_memory=False):
     memory anyway: its size. A pointwise or shape value would otherwise live only inside a
     fused kernel: saving it adds a write in the forward and a read in the backward, so it
     costs twice its size (with fast vectorised math, recomputing it is cheaper) -- unless
-    the forward writes it to memory anyway as a matmul operand (`in_memory`): then it costs
+    the forward holds it in memory anyway, as a matmul operand or a value read after a
+    contraction computed from it (`in_memory`): then it costs
     its size, a hair less than the value it was computed from, so that of two equal-sized
     candidates the later one is saved and the backward does not run a kernel to rebuild it
     (the transformer block's qkv bias add, 0.35 ms)."""
@@ -260,6 +317,42 @@ def _contraction_operands(nodes, producer):
             out.add(u)
         else:
             stack.extend(p.inputs)
+    return out
+
+
+def _read_past_a_contraction(nodes):
+    """Values that a node reads after a contraction computed from them: the forward must
+    hold them in memory until then (a residual stream x, read by x + attention(x) after
+    attention's matrix products), so saving them adds no write. As bit sets of the
+    contractions: those each value is computed from, and those computed from each value;
+    a value is held when a node that reads it reads another value computed from a
+    contraction computed from it (bit sets grow with the contractions, not the values)."""
+    bit, after = {}, {}          # contraction -> its bit; value -> contractions it is made from
+    for n in nodes:
+        dep = 0
+        for u in n.inputs:
+            dep |= after.get(u, 0)
+        if n.prim.kind is Tag.CONTRACTION:
+            bit[n] = 1 << len(bit)
+            dep |= bit[n]
+        for v in n.outputs:
+            after[v] = dep
+    if not bit:
+        return set()
+    before = {}                  # value -> contractions computed from it
+    for n in reversed(nodes):
+        down = bit.get(n, 0)
+        for v in n.outputs:
+            down |= before.get(v, 0)
+        for u in n.inputs:
+            before[u] = before.get(u, 0) | down
+    out = set()
+    for n in nodes:
+        for u in n.inputs:
+            if u in out or not before.get(u):
+                continue
+            if any(w is not u and after.get(w, 0) & before[u] for w in n.inputs):
+                out.add(u)
     return out
 
 
