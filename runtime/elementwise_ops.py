@@ -364,13 +364,13 @@ def relu(x):
 def _relu_prims(x):
     """relu as prims (the reference of the eager kernel, and what a trace records): 0 where
     x < 0, x's own zero where x is +-0.0 (relu(-0.0) is -0.0, like PyTorch) and x elsewhere
-    (NaN passes). The gradient is PyTorch's through where's rule: 0 where x <= 0 (the zero
-    is picked by x's sign, 1 / x < 0 for -0.0, not computed from x), g where x > 0 or NaN."""
+    (NaN passes). The gradient is PyTorch's through where's rule and one mask: 0 where
+    x <= 0, g where x > 0 or NaN (the value taken where x <= 0 carries no gradient)."""
     zero = tp.zeros(x.shape, x.dtype)
     if not x.dtype.is_floating_point:
         return tp.where(tp.lt(x, zero), zero, x)
-    own_zero = tp.where(tp.lt(tp.reciprocal(x), zero), tp.neg(zero), zero)
-    return tp.where(tp.lt(x, zero), zero, tp.where(tp.le(x, zero), own_zero, x))
+    at_most_zero = tp.where(tp.lt(x, zero), zero, x.detach())   # (no gradient, no tangent)
+    return tp.where(tp.le(x, zero), at_most_zero, x)
 
 
 def _softplus(z):

@@ -60,6 +60,16 @@ def test_relu_keeps_negative_zero_and_has_pytorch_gradient(mode):
     _bits_equal(x.grad.numpy(), RELU_GRAD, "relu gradient")
 
 
+def test_relu_forward_mode_tangent_and_saved_mask():
+    """jvp's tangent is PyTorch's too: 0 where x <= 0 (the zero's own value carries none)."""
+    _, tangent = ag.func.jvp(ag.relu, (ag.tensor(RELU_IN),), (ag.ones(len(RELU_IN)),))
+    _bits_equal(tangent.numpy(), RELU_GRAD, "relu tangent")
+    f = ag.compile(lambda t: ag.relu(t).sum(), backend="interpret")
+    x = ag.tensor(RELU_IN, requires_grad=True)
+    f(x).backward()
+    _bits_equal(x.grad.numpy(), RELU_GRAD, "compiled relu gradient")
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_zero_signs_of_relu_scans_and_xlogy(mode):
     def f(x):
