@@ -244,7 +244,7 @@ def hardswish(input, inplace=False):
     x / 3 + 1/2 strictly between -3 and 3, 1 from 3 on and at NaN.
 
     >>> F.hardswish(aotgrad.tensor([-4., 1., 4.]))
-    tensor([0.0000, 0.6667, 4.0000])
+    tensor([-0.0000, 0.6667, 4.0000])
     """
     _check_tensor("hardswish", input)
     _check_float("hardswish", input)
