@@ -291,6 +291,8 @@ def _basic_index(x, index):
             i %= n
             start.append(i), limit.append(i + 1), strides.append(1)
         elif type(i) is slice:
+            if not (_plain_bound(i.start) and _plain_bound(i.stop) and _plain_bound(i.step)):
+                return None   # (a symbolic size read here as an int would specialise it)
             s, e, st = i.indices(n)
             if st <= 0:
                 return None
@@ -303,6 +305,10 @@ def _basic_index(x, index):
         start.append(0), limit.append(shape[dim]), strides.append(1)
         kept.append(dim)
     return start, limit, strides, kept, all_ints
+
+
+def _plain_bound(b):
+    return b is None or type(b) is int
 
 
 def _basic_getitem(x, start, limit, strides, kept, all_ints):
