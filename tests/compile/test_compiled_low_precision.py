@@ -9,6 +9,8 @@ from aotgrad import nn
 from aotgrad.testing import assert_close
 
 LOW = ("bfloat16", "float16")
+# the numba compiles of both dtypes cost the default suite ~1 min: bfloat16's under -m slow
+LOW_NUMBA = (pytest.param("bfloat16", marks=pytest.mark.slow), "float16")
 TOL = {"bfloat16": 2e-2, "float16": 3e-3}   # a few units in the last place, relative
 
 
@@ -18,8 +20,8 @@ def _close(a, b, dtype):
                  atol=TOL[dtype], equal_nan=True)
 
 
-@pytest.mark.parametrize("backend", ("interpret", "numba"))
-@pytest.mark.parametrize("dtype", LOW)
+@pytest.mark.parametrize("dtype, backend", [(d, "interpret") for d in LOW] + [
+    pytest.param("bfloat16", "numba", marks=pytest.mark.slow), ("float16", "numba")])
 def test_forward_and_gradients(dtype, backend):
     d = getattr(ag, dtype)
 
@@ -41,7 +43,7 @@ def test_forward_and_gradients(dtype, backend):
         _close(a.grad, b.grad, dtype)
 
 
-@pytest.mark.parametrize("dtype", LOW)
+@pytest.mark.parametrize("dtype", LOW_NUMBA)
 def test_autocast_training_loop_compiled(dtype):
     d = getattr(ag, dtype)
     ag.manual_seed(1)
