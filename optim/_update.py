@@ -8,7 +8,7 @@ written with tensor ops, so an optimizer step traced inside a compiled function 
 them like any other op.
 """
 from aotgrad.ir import dtypes as dt
-from aotgrad.runtime import ops
+from aotgrad.runtime import multi_tensor, ops
 from aotgrad.runtime.factories import tensor, zeros_like
 from aotgrad.runtime.kernel_library import FlatUpdate, library
 
@@ -114,6 +114,29 @@ def weight_decay(p, grad, lr, wd, decoupled):
         p.mul_(1 - lr * wd)
         return grad
     return ops.add(grad, p.detach(), alpha=wd)
+
+
+def fused_arrays(state, group, pairs, keys, free):
+    """(the rows, their flat buffers) of a fused step over `pairs`: a row is (param, grad,
+    *state[param][k] for k in keys), its buffers multi_tensor.flat_arrays_of's; None where
+    the group must take another path (the fused path is not wanted, lr is a tensor, or a
+    buffer is not flat)."""
+    if not pairs or not multi_tensor.fused_wanted(group) or \
+            not isinstance(group["lr"], (int, float)):
+        return None
+    rows = [(p, p.grad, *(state[p][k] for k in keys)) for p, _ in pairs]
+    arrays = multi_tensor.flat_arrays_of(rows, free=free)
+    return None if arrays is None else (rows, arrays)
+
+
+def split_weight_decay(factors, decoupled):
+    """A kernel body's factors with "weight_decay" renamed to what the update reads:
+    "decay" (decoupled), "l2" (added to the gradient), or dropped (decoupled is None: no
+    weight decay)."""
+    wd = factors.pop("weight_decay")
+    if decoupled is not None:
+        factors["decay" if decoupled else "l2"] = wd
+    return factors
 
 
 def fused_kernels(name, arrays, n_arrays, names, body, flags):

@@ -6,8 +6,8 @@
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
-from aotgrad.optim._update import (as_f64, check_nonnegative, fused_kernels, grads_of,
-                                   kernel_factors, new_step)
+from aotgrad.optim._update import (as_f64, check_nonnegative, fused_arrays, fused_kernels,
+                                   grads_of, kernel_factors, new_step)
 from aotgrad.optim.optimizer import Optimizer
 from aotgrad.runtime import multi_tensor, ops
 from aotgrad.runtime.factories import full_like, tensor
@@ -132,12 +132,10 @@ class Adagrad(Optimizer):
         flat buffers, runtime/kernel_library.py); False where the group must take another
         path, or the kernel is not compiled yet."""
         lr, lr_decay, eps, wd = g["lr"], g["lr_decay"], g["eps"], g["weight_decay"]
-        if not pairs or not multi_tensor.fused_wanted(g) or not isinstance(lr, (int, float)):
+        found = fused_arrays(self.state, g, pairs, ("step", "sum"), free=(2,))
+        if found is None:
             return False
-        rows = [(p, p.grad, self.state[p]["step"], self.state[p]["sum"]) for p, _ in pairs]
-        arrays = multi_tensor.flat_arrays_of(rows, free=(2,))
-        if arrays is None:
-            return False
+        rows, arrays = found
         flags = (wd != 0, bool(g["maximize"]))
         kernels = fused_kernels("adagrad", arrays, 3, _SCALAR_NAMES, _adagrad_kernel_body,
                                 flags)

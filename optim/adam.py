@@ -7,7 +7,7 @@
 import numpy as np
 
 from aotgrad.runtime import multi_tensor
-from aotgrad.optim._update import as_f64, first_step_state, grads_of
+from aotgrad.optim._update import as_f64, first_step_state, fused_arrays, grads_of
 from aotgrad.optim.optimizer import Optimizer
 from aotgrad.runtime import ops
 from aotgrad.runtime.kernel_library import FlatUpdate, library
@@ -173,14 +173,12 @@ class Adam(Optimizer):
         flat buffers, runtime/kernel_library.py); False where the group must take another
         path, or the kernel is not compiled yet."""
         lr, (b1, b2), eps, wd = g["lr"], g["betas"], g["eps"], g["weight_decay"]
-        if not pairs or not multi_tensor.fused_wanted(g) or not isinstance(lr, (int, float)):
-            return False
         amsgrad = g["amsgrad"]
         keys = ("step", "exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if amsgrad else ())
-        rows = [(p, p.grad, *(self.state[p][k] for k in keys)) for p, _ in pairs]
-        arrays = multi_tensor.flat_arrays_of(rows, free=(2,))
-        if arrays is None:
+        found = fused_arrays(self.state, g, pairs, keys, free=(2,))
+        if found is None:
             return False
+        rows, arrays = found
         decay = (g.get("decoupled_weight_decay", self._decoupled) if wd != 0 else None)
         flags = (amsgrad, decay, bool(g["maximize"]))
         kernels = {}

@@ -7,7 +7,7 @@ import numpy as np
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.optim._update import (as_f64, check_betas, check_nonnegative, first_step_state,
-                                   fused_kernels, grads_of, kernel_factors, lerp_by_,
+                                   fused_arrays, fused_kernels, grads_of, kernel_factors, lerp_by_,
                                    lerp_high)
 from aotgrad.optim.optimizer import Optimizer
 from aotgrad.runtime import multi_tensor, ops
@@ -126,13 +126,10 @@ class Adamax(Optimizer):
         flat buffers, runtime/kernel_library.py); False where the group must take another
         path, or the kernel is not compiled yet."""
         lr, (b1, b2), eps, wd = g["lr"], g["betas"], g["eps"], g["weight_decay"]
-        if not pairs or not multi_tensor.fused_wanted(g) or not isinstance(lr, (int, float)):
+        found = fused_arrays(self.state, g, pairs, ("step", "exp_avg", "exp_inf"), free=(2,))
+        if found is None:
             return False
-        keys = ("step", "exp_avg", "exp_inf")
-        rows = [(p, p.grad, *(self.state[p][k] for k in keys)) for p, _ in pairs]
-        arrays = multi_tensor.flat_arrays_of(rows, free=(2,))
-        if arrays is None:
-            return False
+        rows, arrays = found
         factor, high = _lerp(b1)
         kernels = fused_kernels("adamax", arrays, 4, _SCALAR_NAMES, _adamax_kernel_body,
                                 (wd != 0, high, bool(g["maximize"])))

@@ -6,9 +6,9 @@
 import numpy as np
 
 from aotgrad.ir import dtypes as dt
-from aotgrad.optim._update import (addcmul, as_f64, check_betas, check_nonnegative,
+from aotgrad.optim._update import (addcmul, as_f64, check_betas, check_nonnegative, fused_arrays,
                                    fused_kernels, grads_of, kernel_factors, lerp_by_,
-                                   moment_factors, new_step)
+                                   moment_factors, new_step, split_weight_decay)
 from aotgrad.optim.optimizer import Optimizer
 from aotgrad.runtime import multi_tensor, ops
 from aotgrad.runtime.factories import tensor, zeros_like
@@ -45,10 +45,7 @@ def _nadam_kernel_body(tensors, scalars, flags):
     lerp_from_end, maximize)."""
     decoupled, high, maximize = flags
     p, grad, m, v = tensors
-    factors = kernel_factors(scalars, _SCALAR_NAMES)
-    wd = factors.pop("weight_decay")
-    if decoupled is not None:
-        factors["decay" if decoupled else "l2"] = wd
+    factors = split_weight_decay(kernel_factors(scalars, _SCALAR_NAMES), decoupled)
     nadam_update(p, ops.neg(grad) if maximize else grad, m, v, factors, high)
 
 
@@ -169,13 +166,11 @@ class NAdam(Optimizer):
         flat buffers, runtime/kernel_library.py); False where the group must take another
         path, or the kernel is not compiled yet."""
         lr, (b1, b2), eps, wd = g["lr"], g["betas"], g["eps"], g["weight_decay"]
-        if not pairs or not multi_tensor.fused_wanted(g) or not isinstance(lr, (int, float)):
-            return False
         keys = ("step", "mu_product", "exp_avg", "exp_avg_sq")
-        rows = [(p, p.grad, *(self.state[p][k] for k in keys)) for p, _ in pairs]
-        arrays = multi_tensor.flat_arrays_of(rows, free=(2, 3))
-        if arrays is None:
+        found = fused_arrays(self.state, g, pairs, keys, free=(2, 3))
+        if found is None:
             return False
+        rows, arrays = found
         decoupled = bool(g["decoupled_weight_decay"]) if wd != 0 else None
         constant, high = moment_factors(lr, b1, b2, eps, wd, decoupled)
         kernels = fused_kernels("nadam", arrays, 4, _SCALAR_NAMES, _nadam_kernel_body,

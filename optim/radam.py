@@ -7,8 +7,8 @@ import numpy as np
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.optim._update import (addcmul, as_f64, check_betas, check_nonnegative,
-                                   first_step_state, fused_kernels, grads_of, kernel_factors,
-                                   lerp_by_, moment_factors)
+                                   first_step_state, fused_arrays, fused_kernels, grads_of,
+                                   kernel_factors, lerp_by_, moment_factors, split_weight_decay)
 from aotgrad.optim.optimizer import Optimizer
 from aotgrad.runtime import multi_tensor, ops
 from aotgrad.runtime.factories import tensor
@@ -47,10 +47,7 @@ def _radam_kernel_body(tensors, scalars, flags):
     lerp_from_end, maximize)."""
     decoupled, high, maximize = flags
     p, grad, m, v = tensors
-    factors = kernel_factors(scalars, _SCALAR_NAMES)
-    wd = factors.pop("weight_decay")
-    if decoupled is not None:
-        factors["decay" if decoupled else "l2"] = wd
+    factors = split_weight_decay(kernel_factors(scalars, _SCALAR_NAMES), decoupled)
     factors["rectified"] = ops.gt(factors["rectified"], 0.5)
     radam_update(p, ops.neg(grad) if maximize else grad, m, v, factors, high)
 
@@ -160,13 +157,10 @@ class RAdam(Optimizer):
         flat buffers, runtime/kernel_library.py); False where the group must take another
         path, or the kernel is not compiled yet."""
         lr, (b1, b2), eps, wd = g["lr"], g["betas"], g["eps"], g["weight_decay"]
-        if not pairs or not multi_tensor.fused_wanted(g) or not isinstance(lr, (int, float)):
+        found = fused_arrays(self.state, g, pairs, ("step", "exp_avg", "exp_avg_sq"), free=(2,))
+        if found is None:
             return False
-        keys = ("step", "exp_avg", "exp_avg_sq")
-        rows = [(p, p.grad, *(self.state[p][k] for k in keys)) for p, _ in pairs]
-        arrays = multi_tensor.flat_arrays_of(rows, free=(2,))
-        if arrays is None:
-            return False
+        rows, arrays = found
         decoupled = bool(g["decoupled_weight_decay"]) if wd != 0 else None
         constant, high = moment_factors(lr, b1, b2, eps, wd, decoupled)
         kernels = fused_kernels("radam", arrays, 4, _SCALAR_NAMES, _radam_kernel_body,

@@ -5,8 +5,9 @@
 """
 import numpy as np
 
-from aotgrad.optim._update import (addcdiv, addcmul, check_nonnegative, fused_kernels,
-                                   grads_of, kernel_factors, lerp_by_, lerp_high, new_step)
+from aotgrad.optim._update import (addcdiv, addcmul, check_nonnegative, fused_arrays,
+                                   fused_kernels, grads_of, kernel_factors, lerp_by_, lerp_high,
+                                   new_step)
 from aotgrad.optim.optimizer import Optimizer
 from aotgrad.runtime import multi_tensor, ops
 from aotgrad.runtime.factories import zeros_like
@@ -171,14 +172,12 @@ class RMSprop(Optimizer):
         path, or the kernel is not compiled yet."""
         lr, alpha, eps = g["lr"], g["alpha"], g["eps"]
         wd, mom, centered = g["weight_decay"], g["momentum"], g["centered"]
-        if not pairs or not multi_tensor.fused_wanted(g) or not isinstance(lr, (int, float)):
-            return False
         keys = ("step", "square_avg") + (("momentum_buffer",) if mom > 0 else ()) + \
             (("grad_avg",) if centered else ())
-        rows = [(p, p.grad, *(self.state[p][k] for k in keys)) for p, _ in pairs]
-        arrays = multi_tensor.flat_arrays_of(rows, free=(2,))
-        if arrays is None:
+        found = fused_arrays(self.state, g, pairs, keys, free=(2,))
+        if found is None:
             return False
+        rows, arrays = found
         factors, high = _factors(lr, alpha, eps, wd, mom, centered)
         flags = (wd != 0, mom > 0, bool(centered), high, bool(g["maximize"]))
         n_arrays = 3 + (mom > 0) + bool(centered)
