@@ -139,16 +139,16 @@ def split_weight_decay(factors, decoupled):
     return factors
 
 
-def fused_kernels(name, arrays, n_arrays, names, body, flags):
+def fused_kernels(name, arrays, n_arrays, n_scalars, body, flags):
     """The generated kernel per parameter dtype of a fused step ({dtype: FlatKernel}) for
     `arrays` (multi_tensor.flat_arrays_of's rows), the update `body` over `n_arrays` flat
-    buffers with the scalar vector of `names`; None where one is not compiled yet (or cannot
+    buffers and a scalar vector of `n_scalars`; None where one is not compiled yet (or cannot
     be): the step takes another path."""
     kernels = {}
     for row in arrays:
         dtype = row[0].dtype
         if dtype not in kernels:
-            kernels[dtype] = library.flat_kernel(FlatUpdate(name, dtype, n_arrays, len(names),
+            kernels[dtype] = library.flat_kernel(FlatUpdate(name, dtype, n_arrays, n_scalars,
                                                             body, flags))
             if kernels[dtype] is None:
                 return None

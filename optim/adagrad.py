@@ -137,7 +137,7 @@ class Adagrad(Optimizer):
             return False
         rows, arrays = found
         flags = (wd != 0, bool(g["maximize"]))
-        kernels = fused_kernels("adagrad", arrays, 3, _SCALAR_NAMES, _adagrad_kernel_body,
+        kernels = fused_kernels("adagrad", arrays, 3, len(_SCALAR_NAMES), _adagrad_kernel_body,
                                 flags)
         if kernels is None:
             return False

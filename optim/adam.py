@@ -7,10 +7,10 @@
 import numpy as np
 
 from aotgrad.runtime import multi_tensor
-from aotgrad.optim._update import as_f64, first_step_state, fused_arrays, grads_of
+from aotgrad.optim._update import (as_f64, first_step_state, fused_arrays, fused_kernels,
+                                   grads_of)
 from aotgrad.optim.optimizer import Optimizer
 from aotgrad.runtime import ops
-from aotgrad.runtime.kernel_library import FlatUpdate, library
 from aotgrad.runtime.grad_mode import no_grad
 
 
@@ -181,14 +181,10 @@ class Adam(Optimizer):
         rows, arrays = found
         decay = (g.get("decoupled_weight_decay", self._decoupled) if wd != 0 else None)
         flags = (amsgrad, decay, bool(g["maximize"]))
-        kernels = {}
-        for row in arrays:
-            dtype = row[0].dtype
-            if dtype not in kernels:
-                kernels[dtype] = library.flat_kernel(FlatUpdate(
-                    "adam", dtype, 5 if amsgrad else 4, _N_SCALARS, _adam_kernel_body, flags))
-                if kernels[dtype] is None:
-                    return False
+        kernels = fused_kernels("adam", arrays, 5 if amsgrad else 4, _N_SCALARS,
+                                _adam_kernel_body, flags)
+        if kernels is None:
+            return False
         one = np.float32(1)
         memo = {}
         for (p, grad, step, m, v, *mx) in arrays:

@@ -131,7 +131,7 @@ class Adamax(Optimizer):
             return False
         rows, arrays = found
         factor, high = _lerp(b1)
-        kernels = fused_kernels("adamax", arrays, 4, _SCALAR_NAMES, _adamax_kernel_body,
+        kernels = fused_kernels("adamax", arrays, 4, len(_SCALAR_NAMES), _adamax_kernel_body,
                                 (wd != 0, high, bool(g["maximize"])))
         if kernels is None:
             return False

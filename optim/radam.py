@@ -163,7 +163,7 @@ class RAdam(Optimizer):
         rows, arrays = found
         decoupled = bool(g["decoupled_weight_decay"]) if wd != 0 else None
         constant, high = moment_factors(lr, b1, b2, eps, wd, decoupled)
-        kernels = fused_kernels("radam", arrays, 4, _SCALAR_NAMES, _radam_kernel_body,
+        kernels = fused_kernels("radam", arrays, 4, len(_SCALAR_NAMES), _radam_kernel_body,
                                 (decoupled, high, bool(g["maximize"])))
         if kernels is None:
             return False

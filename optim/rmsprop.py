@@ -181,7 +181,7 @@ class RMSprop(Optimizer):
         factors, high = _factors(lr, alpha, eps, wd, mom, centered)
         flags = (wd != 0, mom > 0, bool(centered), high, bool(g["maximize"]))
         n_arrays = 3 + (mom > 0) + bool(centered)
-        kernels = fused_kernels("rmsprop", arrays, n_arrays, _SCALAR_NAMES,
+        kernels = fused_kernels("rmsprop", arrays, n_arrays, len(_SCALAR_NAMES),
                                 _rmsprop_kernel_body, flags)
         if kernels is None:
             return False
