@@ -1,8 +1,19 @@
-"""Graphs with one symbolic size, built directly in the IR (the codegen tests of symbolic
-sizes)."""
+"""Graphs built directly in the IR for the codegen tests: `static` over inputs of given avals,
+`build` over inputs whose shapes name one symbolic size."""
 from aotgrad.ir.core import Aval, GraphBuilder
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir.symbolic import ShapeEnv
+
+
+def static(fn, *avals):
+    """A graph over inputs of the given (shape, dtype) pairs: `fn(*input_vars)` returns its
+    output var(s)."""
+    b = GraphBuilder("forward")
+    xs = [b.add_input(Aval(s, d), f"x{i}") for i, (s, d) in enumerate(avals)]
+    with b:
+        outs = fn(*xs)
+    b.graph.outputs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    return b.graph
 
 
 def build(fn, *shapes, hint=8, dtype=dt.float32):

@@ -8,9 +8,10 @@ import pytest
 
 import aotgrad as ag
 from aotgrad.codegen import blas
-from aotgrad.ir import Aval, GraphBuilder, evaluate, prims
+from aotgrad.ir import evaluate, prims
 from aotgrad.ir import dtypes as dt
 from aotgrad.testing import assert_close
+from symbolic_graphs import static
 
 pytestmark = pytest.mark.skipif(not blas.available(),
                                 reason="numpy's OpenBLAS not found or no cheap threading layer")
@@ -24,15 +25,6 @@ def _split_everything(monkeypatch):
 
 def _rand(shape, d=np.float32, seed=0):
     return np.random.default_rng(seed).uniform(-1, 1, shape).astype(d)
-
-
-def _graph(fn, *avals):
-    b = GraphBuilder("forward")
-    xs = [b.add_input(Aval(s, d), f"x{i}") for i, (s, d) in enumerate(avals)]
-    with b:
-        outs = fn(*xs)
-    b.graph.outputs = list(outs)
-    return b.graph
 
 
 def _check_graph(g, arrays, gemms):
@@ -57,7 +49,7 @@ def test_plain_and_transposed_operands(d):
                 prims.dot_general(x, y, contract=((1,), (1,))),
                 prims.dot_general(x, x, contract=((0,), (0,))),
                 prims.dot_general(w, y, contract=((1,), (0,)))]
-    g = _graph(fn, ((7, 5), d), ((5, 9), d), ((9, 5), d))
+    g = static(fn, ((7, 5), d), ((5, 9), d), ((9, 5), d))
     _check_graph(g, [_rand((7, 5), d.np), _rand((5, 9), d.np, 1), _rand((9, 5), d.np, 2)], 4)
 
 
@@ -68,7 +60,7 @@ def test_wide_product_is_cut_along_columns():
 
     def fn(x, w):
         return [prims.dot_general(x, w, contract=((1,), (0,)))]
-    g = _graph(fn, ((3, 6), dt.float32), ((6, 41), dt.float32))
+    g = static(fn, ((3, 6), dt.float32), ((6, 41), dt.float32))
     _check_graph(g, [_rand((3, 6)), _rand((6, 41), seed=1)], 1)
 
 
@@ -78,7 +70,7 @@ def test_batched_with_permuted_batch_dims():
         s = prims.dot_general(q, k, contract=((3,), (3,)), batch=((0, 2), (0, 2)))
         t = prims.dot_general(q, k, contract=((1,), (1,)), batch=((0, 2), (0, 2)))
         return [s, t]
-    g = _graph(fn, ((2, 5, 3, 4), dt.float32), ((2, 5, 3, 4), dt.float32))
+    g = static(fn, ((2, 5, 3, 4), dt.float32), ((2, 5, 3, 4), dt.float32))
     _check_graph(g, [_rand((2, 5, 3, 4)), _rand((2, 5, 3, 4), seed=1)], 2)
 
 
@@ -88,7 +80,7 @@ def test_vectors_and_empty_products_fall_back_or_work():
                 prims.dot_general(v, x, contract=((0,), (1,))),       # vector @ matrix.T
                 prims.dot_general(x, e, contract=((1,), (0,))),       # (4,6) @ (6,0)
                 prims.dot_general(z, z, contract=((0,), (0,)))]       # k = 0: zeros (3,3)
-    g = _graph(fn, ((4, 6), dt.float32), ((6,), dt.float32), ((6, 0), dt.float32),
+    g = static(fn, ((4, 6), dt.float32), ((6,), dt.float32), ((6, 0), dt.float32),
                ((0, 3), dt.float32))
     prog = _check_graph(g, [_rand((4, 6)), _rand((6,), seed=1), np.zeros((6, 0), np.float32),
                             np.zeros((0, 3), np.float32)], 2)
@@ -98,7 +90,7 @@ def test_vectors_and_empty_products_fall_back_or_work():
 def test_integer_products_stay_on_numpy():
     def fn(x, w):
         return [prims.dot_general(x, w, contract=((1,), (0,)))]
-    g = _graph(fn, ((4, 6), dt.int64), ((6, 3), dt.int64))
+    g = static(fn, ((4, 6), dt.int64), ((6, 3), dt.int64))
     x = np.arange(24, dtype=np.int64).reshape(4, 6)
     _check_graph(g, [x, x.T[:, :3].copy()], 0)
 
@@ -161,13 +153,13 @@ def test_small_products_run_on_the_calling_thread(monkeypatch):
 
     def fn2(a, b):
         return [prims.dot_general(a, b, contract=((1,), (0,)))]             # 40*50*60 = 120000
-    g = _graph(fn, ((7, 5), dt.float32), ((5, 9), dt.float32), ((9, 5), dt.float32),
+    g = static(fn, ((7, 5), dt.float32), ((5, 9), dt.float32), ((9, 5), dt.float32),
                ((2, 5, 3, 4), dt.float32), ((2, 5, 3, 4), dt.float32))
     prog = _check_graph(g, [_rand((7, 5)), _rand((5, 9), seed=1), _rand((9, 5), seed=2),
                             _rand((2, 5, 3, 4), seed=3), _rand((2, 5, 3, 4), seed=4)], 0)
     assert prog.plan.source.count("_gemm1(") == 5
     assert all("calling thread" in how for how in prog.plan.gemm_how.values())
-    g2 = _graph(fn2, ((40, 50), dt.float32), ((50, 60), dt.float32))
+    g2 = static(fn2, ((40, 50), dt.float32), ((50, 60), dt.float32))
     prog2 = _check_graph(g2, [_rand((40, 50)), _rand((50, 60), seed=1)], 1)
     assert "_gemm1(" not in prog2.plan.source
 
@@ -196,7 +188,7 @@ def test_openblas_threads_restored_after_a_call():
 
     def fn(x, w):
         return [prims.dot_general(x, w, contract=((1,), (0,)))]
-    g = _graph(fn, ((4, 6), dt.float32), ((6, 3), dt.float32))
+    g = static(fn, ((4, 6), dt.float32), ((6, 3), dt.float32))
     _check_graph(g, [_rand((4, 6)), _rand((6, 3), seed=1)], 1)
     assert lib.get_threads() == before
 
@@ -211,7 +203,7 @@ def test_forked_child_gets_a_clear_error_not_sigterm():
 
     def fn(x, w):
         return [prims.dot_general(x, w, contract=((1,), (0,)))]
-    g = _graph(fn, ((4, 6), dt.float32), ((6, 3), dt.float32))
+    g = static(fn, ((4, 6), dt.float32), ((6, 3), dt.float32))
     prog = _check_graph(g, [_rand((4, 6)), _rand((6, 3), seed=1)], 1)
     if parallel.threading_layer() != "omp":
         pytest.skip("not the OpenMP threading layer")

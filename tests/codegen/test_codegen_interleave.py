@@ -6,20 +6,12 @@ import re
 import numpy as np
 import pytest
 
-from aotgrad.ir import Aval, GraphBuilder, evaluate, prims
+from aotgrad.ir import evaluate, prims
 from aotgrad.ir import dtypes as dt
+from symbolic_graphs import static
 
 pytestmark = pytest.mark.usefixtures("module_cache_dir")
 F32 = dt.float32
-
-
-def _graph(fn, *avals):
-    b = GraphBuilder("forward")
-    xs = [b.add_input(Aval(s, d), f"x{i}") for i, (s, d) in enumerate(avals)]
-    with b:
-        outs = fn(*xs)
-    b.graph.outputs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
-    return b.graph
 
 
 def _full(shape, v):
@@ -85,7 +77,7 @@ def test_an_approximation_chain_is_interleaved_and_equals_the_reference():
         s = prims.logistic(x)
         e = prims.exp(prims.neg(prims.mul(x, x)))
         return prims.add(prims.mul(a, s), prims.mul(_full((n,), 0.1), e))
-    g = _graph(fn, ((n,), F32))
+    g = static(fn, ((n,), F32))
     prog = compile_graph(g)
     assert _hinted_loops(prog.source) >= 1, prog.source
     x = _special_inputs(n)
@@ -110,7 +102,7 @@ def test_short_bodies_and_small_kernels_are_left_to_llvm():
     def summed(x):
         return prims.reduce_sum(prims.exp(x), dims=(0,))
     for fn, n in ((plain, big), (summed, small)):
-        prog = compile_graph(_graph(fn, ((n,), F32)))
+        prog = compile_graph(static(fn, ((n,), F32)))
         assert _hinted_loops(prog.source) == 0, prog.source
 
 
@@ -122,7 +114,7 @@ def test_a_sum_of_approximations_adds_in_a_fixed_order():
 
     def summed(x):
         return prims.reduce_sum(prims.exp(prims.neg(prims.mul(x, x))), dims=(0,))
-    g = _graph(summed, ((n,), F32))
+    g = static(summed, ((n,), F32))
     prog = compile_graph(g)
     assert _hinted_loops(prog.source) >= 1, prog.source
     x = np.random.default_rng(3).uniform(-3, 3, n).astype(np.float32)
@@ -140,7 +132,7 @@ def test_a_column_sum_beside_an_approximation_is_interleaved_and_exact():
     def fn(x):
         y = prims.mul(prims.tanh(x), prims.exp(prims.neg(prims.mul(x, x))))
         return [y, prims.reduce_sum(y, dims=(0,))]
-    g = _graph(fn, ((R, C), F32))
+    g = static(fn, ((R, C), F32))
     prog = compile_graph(g)
     assert _hinted_loops(prog.source) >= 1, prog.source
     x = _special_inputs(R * C, seed=1).reshape(R, C)

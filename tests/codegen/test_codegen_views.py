@@ -5,22 +5,14 @@ import numpy as np
 import pytest
 
 import aotgrad as ag
-from aotgrad.ir import Aval, GraphBuilder, evaluate, passes, prims
+from aotgrad.ir import evaluate, passes, prims
 from aotgrad.ir import dtypes as dt
 from aotgrad.testing import assert_close
+from symbolic_graphs import static
 
 F32, F64 = dt.float32, dt.float64
 
 pytestmark = pytest.mark.usefixtures("module_cache_dir")
-
-
-def build(fn, *avals):
-    b = GraphBuilder("forward")
-    xs = [b.add_input(Aval(s, d), f"x{i}") for i, (s, d) in enumerate(avals)]
-    with b:
-        outs = fn(*xs)
-    b.graph.outputs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
-    return b.graph
 
 
 def rand(shape, seed=0, d=np.float32):
@@ -52,7 +44,7 @@ def test_sum_of_pads_is_one_kernel_without_reference_steps():
         pc = prims.pad(c, config=((0, 0, 0), (8, 0, 0)), value=0.0)
         return prims.add(prims.add(pa, pb), pc)
     arrs = [rand((5, 4), i) for i in range(3)]
-    prog = run(build(fn, ((5, 4), F32), ((5, 4), F32), ((5, 4), F32)), arrs)
+    prog = run(static(fn, ((5, 4), F32), ((5, 4), F32), ((5, 4), F32)), arrs)
     assert kinds(prog) == ["kernel"]
     got = prog(*arrs)[0]
     np.testing.assert_array_equal(got, np.concatenate(arrs, axis=1))
@@ -66,7 +58,7 @@ def test_pad_along_an_outer_dim_with_fill_value_and_a_transposed_input():
         p = prims.pad(t, config=((2, 1, 0), (0, 0, 0), (1, 0, 0)), value=-1.5)
         return prims.mul(p, p)                                        # (7, 3, 7)
     x = rand((3, 4, 6))
-    prog = run(build(fn, ((3, 4, 6), F32)), [x])
+    prog = run(static(fn, ((3, 4, 6), F32)), [x])
     assert kinds(prog) == ["kernel"]
     want = np.pad(x.transpose(1, 0, 2), ((2, 1), (0, 0), (1, 0)), constant_values=-1.5) ** 2
     assert_close(prog(x)[0], want, rtol=1e-6, atol=0, equal_nan=True)
@@ -81,7 +73,7 @@ def test_pad_of_a_slice_and_of_a_rev_clamps_in_the_sources_coordinates():
                       config=((1, 0, 0), (0, 0, 0)), value=0.0)          # (6, 5)
         return prims.add(p, q)
     x = rand((5, 8), 3)
-    prog = run(build(fn, ((5, 8), F32)), [x])
+    prog = run(static(fn, ((5, 8), F32)), [x])
     assert "ref" not in kinds(prog)
 
 
@@ -90,7 +82,7 @@ def test_pad_with_interior_padding_stays_a_reference_step():
         return prims.mul(prims.pad(x, config=((1, 1, 1),), value=0.0), prims.full(
             shape=(9,), value=2.0, dtype=F32))
     x = rand((4,))
-    prog = run(build(fn, ((4,), F32)), [x])
+    prog = run(static(fn, ((4,), F32)), [x])
     assert "ref" in kinds(prog)
 
 
@@ -122,7 +114,7 @@ def test_double_transpose_folds_away():
     def fn(x):
         t = prims.transpose(prims.transpose(x, perm=(0, 2, 1)), perm=(0, 2, 1))
         return prims.mul(t, t)
-    g = build(fn, ((2, 3, 4), F32))
+    g = static(fn, ((2, 3, 4), F32))
     h = passes.optimize(g)
     assert _prims_of(h) == ["mul"]
     x = rand((2, 3, 4))
@@ -134,7 +126,7 @@ def test_transpose_of_a_dot_becomes_the_swapped_dot():
     def fn(a, b):
         d = prims.dot_general(a, b, contract=((1,), (1,)), batch=((0,), (0,)))   # (2, 4, 5)
         return prims.transpose(d, perm=(0, 2, 1))
-    g = build(fn, ((2, 3, 4), F32), ((2, 3, 5), F32))
+    g = static(fn, ((2, 3, 4), F32), ((2, 3, 5), F32))
     h = passes.optimize(g)
     assert _prims_of(h) == ["dot_general"]
     assert h.nodes[0].inputs[0] is g.inputs[1]
@@ -147,7 +139,7 @@ def test_transpose_of_a_dot_with_another_use_is_kept():
     def fn(a, b):
         d = prims.dot_general(a, b, contract=((1,), (0,)))
         return [prims.transpose(d, perm=(1, 0)), prims.mul(d, d)]
-    g = build(fn, ((3, 4), F32), ((4, 5), F32))
+    g = static(fn, ((3, 4), F32), ((4, 5), F32))
     h = passes.optimize(g)
     assert _prims_of(h).count("dot_general") == 1 and "transpose" in _prims_of(h)
 
@@ -159,7 +151,7 @@ def test_operand_transpose_is_absorbed_only_when_free_dims_keep_their_order():
         zt = prims.transpose(z, perm=(1, 0, 2))                           # (3, 2, 4)
         u = prims.dot_general(zt, x, contract=((2,), (2,)), batch=((1,), (0,)))  # (2,3,5)
         return [s, u]
-    g = build(fn, ((2, 5, 4), F32), ((2, 3, 4), F32), ((2, 3, 4), F32))
+    g = static(fn, ((2, 5, 4), F32), ((2, 3, 4), F32), ((2, 3, 4), F32))
     h = passes.optimize(g)
     dots = [n for n in h.nodes if n.prim.name == "dot_general"]
     assert dots[0].inputs[1] is g.inputs[1]          # y^T absorbed into the contraction
@@ -176,7 +168,7 @@ def test_operand_transpose_reordering_free_dims_is_not_absorbed():
     def fn(x, w):
         xt = prims.transpose(x, perm=(1, 0, 2))                            # (3, 2, 4)
         return prims.dot_general(xt, w, contract=((2,), (0,)))             # (3, 2, 5)
-    g = build(fn, ((2, 3, 4), F32), ((4, 5), F32))
+    g = static(fn, ((2, 3, 4), F32), ((4, 5), F32))
     h = passes.optimize(g)
     assert "transpose" in _prims_of(h)
     arrs = [rand((2, 3, 4), 1), rand((4, 5), 2)]
@@ -199,7 +191,7 @@ def test_masked_row_max_and_softmax(d):
     x[3, 6] = np.nan            # a NaN the mask hides
     m = np.tril(np.ones((6, n), bool), 3)
     m[3, 6] = False
-    g = build(fn, ((6, n), d), ((6, n), dt.bool_))
+    g = static(fn, ((6, n), d), ((6, n), dt.bool_))
     from aotgrad.codegen import compile_graph
     got_max, got_p = compile_graph(g)(x, m)
     want_max = np.where(m, x, -np.inf).max(axis=1)
@@ -223,7 +215,7 @@ def test_sliced_and_transposed_dot_operands_are_views_not_copies():
         s = prims.dot_general(q, k, contract=((3,), (3,)), batch=((0, 1), (0, 1)))  # (2,2,5,5)
         e = prims.exp(s)
         return [prims.dot_general(e, v, contract=((3,), (2,)), batch=((0, 1), (0, 1)))]
-    g = build(fn, ((2, 5, 6), F32), ((24, 6), F32))
+    g = static(fn, ((2, 5, 6), F32), ((24, 6), F32))
     arrs = [rand((2, 5, 6), 1), rand((24, 6), 2) * 0.3]
     prog = run(g, arrs, rtol=1e-5)
     views = [st for st in prog.schedule.steps if getattr(st, "view_expr", None)]
@@ -237,7 +229,7 @@ def test_a_view_that_is_also_a_graph_output_is_materialised():
     def fn(x, w):
         t = prims.transpose(x, perm=(1, 0))
         return [t, prims.dot_general(t, w, contract=((1,), (0,)))]
-    g = build(fn, ((4, 3), F32), ((4, 2), F32))
+    g = static(fn, ((4, 3), F32), ((4, 2), F32))
     prog = run(g, [rand((4, 3), 1), rand((4, 2), 2)], rtol=1e-5)
     out = prog(rand((4, 3), 1), rand((4, 2), 2))[0]
     assert out.flags.c_contiguous
@@ -258,7 +250,7 @@ def test_column_sum_in_float32_blocks_is_accurate_and_shares_the_pass(rows, cols
     g_ = rand((rows, cols), 1) + 3.0
     x = rand((rows, cols), 2)
     w = rand((cols, 3), 3)
-    graph = build(fn, ((rows, cols), F32), ((rows, cols), F32), ((cols, 3), F32))
+    graph = static(fn, ((rows, cols), F32), ((rows, cols), F32), ((cols, 3), F32))
     prog = run(graph, [g_, x, w], rtol=2e-5)
     kern = [st for st in prog.schedule.steps if st.kind == "kernel"]
     assert len(kern) == 1 and kern[0].ktype == "cols"
@@ -279,7 +271,7 @@ def test_column_sums_over_leading_dims_ride_along_a_3d_row_kernel():
         return [dx, prims.reduce_sum(g, dims=(0, 1)), prims.reduce_sum(prims.mul(g, x),
                                                                        dims=(0, 1))]
     arrs = [rand((4, 6, 40), 1), rand((4, 6, 40), 2), rand((40,), 3)]
-    prog = run(build(fn, ((4, 6, 40), F32), ((4, 6, 40), F32), ((40,), F32)), arrs,
+    prog = run(static(fn, ((4, 6, 40), F32), ((4, 6, 40), F32), ((40,), F32)), arrs,
                rtol=1e-5)
     kern = [st for st in prog.schedule.steps if st.kind == "kernel"]
     assert len(kern) == 1 and kern[0].ktype == "rows" and len(kern[0].col_reds) == 2
@@ -292,7 +284,7 @@ def test_a_column_sum_of_a_regrouping_reshape_moves_above_it():
         y = prims.reshape(x, shape=(2, 5, 24))
         return [prims.reduce_sum(y, dims=(0, 1)),
                 prims.reduce_sum(prims.reshape(x, shape=(10, 24)), dims=(0,))]
-    g = build(fn, ((2, 5, 3, 2, 4), F32))
+    g = static(fn, ((2, 5, 3, 2, 4), F32))
     opt = passes.optimize(g)
     reds = [n for n in opt.nodes if n.prim.name == "reduce_sum"]
     assert [n.inputs[0].shape for n in reds] == [(2, 5, 3, 2, 4), (10, 24)]
@@ -318,7 +310,7 @@ def test_qkv_gradient_assembly_and_its_bias_gradient_are_one_parallel_kernel():
         g2 = prims.reshape(g, shape=(b, t, 3 * h * dh))
         return [g2, prims.reduce_sum(g2, dims=(0, 1))]
     shape = (b, h, t, dh)
-    graph = passes.optimize(build(fn, (shape, F32), (shape, F32), (shape, F32)))
+    graph = passes.optimize(static(fn, (shape, F32), (shape, F32), (shape, F32)))
     arrs = [rand(shape, i) + 1.5 for i in range(3)]
     prog = run(graph, arrs, rtol=1e-5)
     kern = [st for st in prog.schedule.steps if st.kind == "kernel"]
@@ -341,7 +333,7 @@ def test_a_product_transposed_back_is_written_straight_into_the_transposed_layou
         ot = prims.transpose(o, perm=(0, 2, 1, 3))
         return [ot, prims.dot_general(prims.reshape(ot, shape=(b * t, h * dh)), w,
                                       contract=((1,), (0,)))]
-    graph = build(fn, ((b, h, t, t), F32), ((b, h, t, dh), F32), ((h * dh, 3), F32))
+    graph = static(fn, ((b, h, t, t), F32), ((b, h, t, dh), F32), ((h * dh, 3), F32))
     arrs = [rand((b, h, t, t), 1), rand((b, h, t, dh), 2), rand((h * dh, 3), 3)]
     prog = run(graph, arrs, rtol=2e-4)
     assert kinds(prog).count("kernel") == 0, prog.report()
