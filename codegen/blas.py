@@ -11,9 +11,8 @@ Here one thread pool does everything: while a program runs, OpenBLAS is set to o
 (`single_threaded()`), and each product is cut into one piece per numba thread (whole
 matrices of a stack, or slabs of rows or columns of one matrix), each piece a plain
 single-threaded `cblas_?gemm` called through its address: a large product runs as fast
-as np.matmul's own threads, a stack of small ones faster. A product below SERIAL_MAX that
-moves little memory (`runs_serial`) runs the same pieces on the calling thread
-(`gemm_serial`): no parallel region to start.
+as np.matmul's own threads, a stack of small ones faster. A product below SERIAL_MAX runs
+the same pieces on the calling thread (`gemm_serial`): no parallel region to start.
 
 The gemm comes from MKL's sequential layer when the `mkl` package is installed
 (`pip install aotgrad[mkl]`): on this project's test machine it ran the transformer, MLP
@@ -45,11 +44,6 @@ SPLIT_MIN = 1 << 18
 # sharing them saves while numba's workers spin, more once they sleep (after a numpy step),
 # and up to a scheduler time slice while another process holds the other core
 SERIAL_MAX = 1 << 22
-# ... unless they move at least this many bytes (operands and result): a skinny product (an
-# MLP's 10-class head, 256x1024 @ 1024x10, or its gradients) is bound by memory, not by its
-# few multiply-adds, and takes as long as a product 20x its size; on two threads each reads
-# the half of the activation its own thread's kernel has just written, still in its cache
-SERIAL_BYTES_MAX = 1 << 19
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 
 log = logging.getLogger(__name__)
@@ -260,12 +254,6 @@ def gemm_layout(view, perm, new_shape):
     else:
         return None
     return tuple(int(s) for s in x.strides[:-2]), flag, int(ld)
-
-
-def runs_serial(macs, nbytes):
-    """Does a product of `macs` multiply-adds over operands and a result of `nbytes` bytes
-    run on the calling thread (gemm_serial) rather than over numba's threads?"""
-    return macs < SERIAL_MAX and nbytes < SERIAL_BYTES_MAX
 
 
 def pieces(batch, m, n, threads):

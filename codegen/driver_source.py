@@ -437,8 +437,7 @@ class DriverWriter:
 
     def gemm_call(self, n, pa, sa, pb, sb, so, bind, name_of):
         """The line running this product as blas.gemm_stack over numba's threads (below
-        blas.SERIAL_MAX multiply-adds and moving little memory, blas.runs_serial:
-        blas.gemm_serial on the calling thread), or None
+        blas.SERIAL_MAX multiply-adds: blas.gemm_serial on the calling thread), or None
         (np.matmul then): small products, no usable BLAS library, a dtype it has no gemm for,
         or an operand BLAS cannot read without a copy."""
         import numba
@@ -468,8 +467,7 @@ class DriverWriter:
         (fa, oa), (fb, ob), (fc, oc) = flat(a), flat(b), flat(out)
         blas.warm(d)
         batch, m, k, nn = so[:-2], sa[-2], sa[-1], sb[-1]
-        serial = blas.runs_serial(math.prod(sa) * sb[-1],
-                                  d.itemsize * (math.prod(sa) + math.prod(sb) + math.prod(so)))
+        serial = math.prod(sa) * sb[-1] < blas.SERIAL_MAX
         parts, cut_cols = (1, False) if serial else \
             blas.pieces(math.prod(batch), m, nn, numba.get_num_threads())
         arr = (lambda t: bind(np.array(t, np.int64), "_i"))

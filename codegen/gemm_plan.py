@@ -3,8 +3,8 @@
 A static program fixes each product's gemm arguments (flags, leading dimensions, offsets,
 batch steps, slabs) when its driver is made. With symbolic sizes they depend on the symbol
 values, so a `SymbolicGemm` works them out per call from those values, with the same rules
-as the static path (`blas.gemm_layout`, `blas.pieces`, SPLIT_MIN, `blas.runs_serial`), and
-keeps them per distinct values tuple: a repeated size costs one dict lookup.
+as the static path (`blas.gemm_layout`, `blas.pieces`, SPLIT_MIN / SERIAL_MAX), and keeps
+them per distinct values tuple: a repeated size costs one dict lookup.
 """
 import math
 
@@ -61,8 +61,7 @@ class SymbolicGemm:
             return None
         oa, ob, oc = (blas.offset_of(probes[v][2], probes[v][1]) for v in (a, b, out))
         batch, m, k, n = so[:-2], sa[-2], sa[-1], sb[-1]
-        serial = blas.runs_serial(macs, self.alpha.itemsize * (
-            math.prod(sa) + math.prod(sb) + math.prod(so)))
+        serial = macs < blas.SERIAL_MAX
         parts, cut_cols = (1, False) if serial else \
             blas.pieces(math.prod(batch), m, n, numba.get_num_threads())
         steps = (lambda t: np.array(t, np.int64))

@@ -172,26 +172,6 @@ def test_small_products_run_on_the_calling_thread(monkeypatch):
     assert "_gemm1(" not in prog2.plan.source
 
 
-def test_skinny_products_that_move_much_memory_run_over_the_threads(monkeypatch):
-    # an MLP's 10-class head, 256x1024 @ 1024x10: few multiply-adds (below SERIAL_MAX) but
-    # over a megabyte of operands (above SERIAL_BYTES_MAX): threaded; 64^3 stays serial
-    monkeypatch.setattr(blas, "SERIAL_MAX", 1 << 22)
-    assert 256 * 1024 * 10 < blas.SERIAL_MAX and 64 ** 3 < blas.SERIAL_MAX
-    assert not blas.runs_serial(256 * 1024 * 10, 4 * (256 * 1024 + 10 * 1024 + 256 * 10))
-    assert blas.runs_serial(64 ** 3, 4 * 3 * 64 * 64)
-
-    def fn(h, w, a):
-        return [prims.dot_general(h, w, contract=((1,), (1,))),
-                prims.dot_general(a, a, contract=((1,), (0,)))]
-    g = _graph(fn, ((256, 1024), dt.float32), ((10, 1024), dt.float32), ((64, 64), dt.float32))
-    prog = _check_graph(g, [_rand((256, 1024)), _rand((10, 1024), seed=1),
-                            _rand((64, 64), seed=2)], 1)
-    assert prog.plan.source.count("_gemm1(") == 1
-    skinny, cube = sorted(prog.plan.gemm_how.values(), key=lambda how: "1024x10" not in how)
-    assert "256x1024 @ 1024x10" in skinny and "over numba's threads" in skinny, skinny
-    assert "64x64 @ 64x64" in cube and "calling thread" in cube, cube
-
-
 def test_gemm_serial_equals_gemm_stack():
     fn, one, e = blas.gemm_address(np.float32), np.float32(1), np.zeros(0, np.int64)
     buf = _rand((2, 4, 2, 3, 6), np.float32, 3)
