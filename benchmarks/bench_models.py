@@ -31,6 +31,7 @@ far less with the load than the means, so a change to one kernel can be compared
 two checkouts; --threads 1 takes the other processes' share of the cores out as well.
 """
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -111,7 +112,7 @@ def _compiled_step(M, name, quick):
         return run, f"{name} {wl.title}: compiled forward + backward"
     from models import build
     model, opt, batches = build(M, name, quick, steps=4)
-    it = iter(range(1 << 62))
+    calls = itertools.count()
 
     @M.compile
     def step(x, y):
@@ -120,7 +121,7 @@ def _compiled_step(M, name, quick):
         loss.backward()
         opt.step()
         return loss
-    return (lambda: step(*batches[next(it) % len(batches)])), f"{name}: compiled step"
+    return (lambda: step(*batches[next(calls) % len(batches)])), f"{name}: compiled step"
 
 
 def _step_minima(prof, steps):
