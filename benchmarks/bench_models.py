@@ -13,7 +13,7 @@ step"). Steps share 2 cores with whatever else runs: the load average is printed
 
     python benchmarks/bench_models.py [--steps 50] [--models gpt,lenet] [--quick]
                                       [--torch-compile] [--json out.json]
-    python benchmarks/bench_models.py --profile gpt [--steps 5]
+    python benchmarks/bench_models.py --profile gpt|W4 [--steps 5] [--min] [--threads 1]
     python benchmarks/bench_models.py --interleave gpt [--steps 30] [--no-jax]
 
 --interleave runs PyTorch eager and aotgrad's compiled step of one model in this process,
@@ -22,11 +22,16 @@ and for the GPT, where JAX is installed, the same model and AdamW as one jax.jit
 machine load), and prints the median ms per step of each, the ratios of aotgrad to torch
 eager and to the fastest peer, and the load average before and after.
 
---profile runs aotgrad's compiled step of one model in this process under
-aotgrad.autograd.profiler and prints its kernels and matrix products, slowest first (time,
-shapes, fused nodes, GB/s, GFLOP/s).
+--profile runs aotgrad's compiled step of one model (or the compiled forward and backward of
+one workload of workloads.py, W1-W6) in this process under aotgrad.autograd.profiler and
+prints its kernels and matrix products, slowest first (time, shapes, fused nodes, GB/s,
+GFLOP/s). With --min, each kernel's and product's fastest time over the steps instead (per
+call within a step, summed per step) and their median: on a shared machine the minima move
+far less with the load than the means, so a change to one kernel can be compared between
+two checkouts; --threads 1 takes the other processes' share of the cores out as well.
 """
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -85,14 +90,29 @@ def _worker(model_name, system, steps, quick, threads):
                 steady_ms=1e3 * sorted(steady)[len(steady) // 2], losses=losses)
 
 
-def _profile(model_name, steps, quick, threads):
-    """The compiled step's kernels and products under the profiler, slowest first."""
+def _compiled_step(M, name, quick):
+    """A callable running one compiled step of `name`: a model of models.py (the whole
+    training step compiled) or a workload of workloads.py (W1-W6: the compiled loss, then
+    backward, grads set to None first), and a label for it."""
     sys.path.insert(0, HERE)
-    import aotgrad as M
-    from aotgrad.autograd import profiler
+    from workloads import WORKLOADS
+    if name in WORKLOADS:
+        wl = WORKLOADS[name]
+        arrays = wl.inputs(quick)
+        tensors = [M.from_numpy(arrays[n].copy()).requires_grad_(n in wl.grad)
+                   for n in wl.names]
+        loss_fn = M.compile(lambda *a: wl.fn(M, *a))
+
+        def run():
+            for t in tensors:
+                t.grad = None
+            loss = loss_fn(*tensors)
+            loss.backward()
+            return loss
+        return run, f"{name} {wl.title}: compiled forward + backward"
     from models import build
-    M.set_num_threads(threads)
-    model, opt, batches = build(M, model_name, quick, steps=4)
+    model, opt, batches = build(M, name, quick, steps=4)
+    calls = itertools.count()
 
     @M.compile
     def step(x, y):
@@ -101,15 +121,54 @@ def _profile(model_name, steps, quick, threads):
         loss.backward()
         opt.step()
         return loss
-    for i in range(3):                       # compile, and a warm call
-        step(*batches[i % len(batches)])
+    return (lambda: step(*batches[next(calls) % len(batches)])), f"{name}: compiled step"
+
+
+def _step_minima(prof, steps):
+    """Per kernel or product of the compiled programs: (sum over its calls within a step of
+    the fastest of that call across the steps, calls per step, median per step, name),
+    slowest first. The minimum is what the step takes when no other process interrupts it:
+    on a shared machine it moves far less with the load than the mean."""
+    import numpy as np
+    times = {}
+    for e in prof.events():
+        if e.kind == "kernel" and e.fused_nodes:
+            times.setdefault(e.name, []).append(e.cpu_time_total)
+    rows = []
+    for name, ts in times.items():
+        per = len(ts) // steps
+        if per == 0:
+            continue
+        a = np.array(ts[:per * steps]).reshape(steps, per)
+        rows.append((float(a.min(axis=0).sum()), per, float(np.median(a.sum(axis=1))), name))
+    return sorted(rows, reverse=True)
+
+
+def _profile(name, steps, quick, threads, minima=False):
+    """The compiled step's kernels and products under the profiler, slowest first; with
+    minima, each one's fastest time over the steps (_step_minima) instead of the averages."""
+    import aotgrad as M
+    from aotgrad.autograd import profiler
+    M.set_num_threads(threads)
+    run, label = _compiled_step(M, name, quick)
+    for _ in range(3):                       # compile, and a warm call
+        run()
     M.codegen.wait_for_parallel_kernels(600)
+    run()
     with profiler.profile() as prof:
-        for i in range(steps):
-            step(*batches[i % len(batches)])
-    print(f"{model_name}: compiled step, {steps} steps, load {os.getloadavg()[0]:.2f}")
-    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=60,
-                                    max_name_column_width=60))
+        for _ in range(steps):
+            run()
+    print(f"{label}, {steps} steps, {threads} threads, load {os.getloadavg()[0]:.2f}")
+    if not minima:
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=60,
+                                        max_name_column_width=60))
+        return
+    rows = _step_minima(prof, steps)
+    print(f"{'min us/step':>11s} {'median':>9s} {'calls':>5s}  kernel or product")
+    for low, per, med, event in rows:
+        print(f"{low:11.1f} {med:9.1f} {per:5d}  {event}")
+    print(f"{sum(r[0] for r in rows) / 1e3:11.2f} {sum(r[2] for r in rows) / 1e3:9.2f}"
+          f"        ms per step in kernels and products (minima, medians)")
 
 
 def _interleave(model_name, steps, quick, threads, with_jax=True):
@@ -198,13 +257,16 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--torch-compile", action="store_true")
     ap.add_argument("--json")
-    ap.add_argument("--profile", metavar="MODEL")
+    ap.add_argument("--profile", metavar="MODEL",
+                    help="a model (gpt, lenet) or a workload of workloads.py (W1-W6)")
+    ap.add_argument("--min", action="store_true",
+                    help="--profile: each kernel's fastest time over the steps")
     ap.add_argument("--interleave", metavar="MODEL")
     ap.add_argument("--systems", help="comma-separated system names (default: all)")
     ap.add_argument("--no-jax", action="store_true", help="--interleave without jax.jit")
     args = ap.parse_args(argv)
     if args.profile:
-        _profile(args.profile, args.steps, args.quick, args.threads)
+        _profile(args.profile, args.steps, args.quick, args.threads, minima=args.min)
         return 0
     if args.interleave:
         _interleave(args.interleave, args.steps, args.quick, args.threads,
