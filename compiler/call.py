@@ -25,6 +25,7 @@ import weakref
 
 import numpy as np
 
+from aotgrad.compiler import fused_call
 from aotgrad.compiler.fast_backward import make_fast_backward, symbol_tuple
 from aotgrad.compiler.guards import MISS, aliases_lifted, lifted_ok
 from aotgrad.ir.core import Aval
@@ -32,7 +33,7 @@ from aotgrad.ir.symbolic import evaluate
 from aotgrad.runtime import profiling
 from aotgrad.runtime.engine import next_sequence_nr
 from aotgrad.runtime.compiled_backward import CompiledBackward, _CallBackward, \
-    _WrittenBackward, write_back, write_grad
+    _FusedBackward, _WrittenBackward, write_back, write_grad
 from aotgrad.runtime.factories import default_generator
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.tensor import Tensor
@@ -108,7 +109,12 @@ class CallPlan:
     `avals_at(values)`, made once per set of sizes); `fast_backward`, their
     `loss.backward()` (made, and the backward program compiled, on first use);
     `accumulators`, the lifted leaves' AccumulateGrad nodes, kept while the program lives
-    (hooks registered on them stay)."""
+    (hooks registered on them stay).
+    The fused variant (compiler/fused_call.py), where `fused_possible`: `streak`, how many
+    calls in a row had their output backpropagated at once (implicit gradient, fast path);
+    `pending`, the latest call's output has not been yet; `turn`, the latest call's number
+    (its node's `_turn`); `fused_run`, the fused program's runner once its kernels are
+    compiled (`fused_ready`); `fused_backward`, the `loss.backward()` of its outputs."""
     program: object
     call: object = None
     source: str = ""
@@ -117,9 +123,17 @@ class CallPlan:
     avals: tuple = None
     fast_backward: object = None
     accumulators: list = ()
+    fused_possible: bool = False
+    streak: int = 0
+    pending: bool = False
+    turn: int = 0
+    fused_run: object = None
+    fused_backward: object = None
+    n_lead: int = 0  # the leading inputs that are the leading arguments (trusted runners)
 
     def __post_init__(self):
         self.fast_backward = self._first_fast_backward
+        self.fused_backward = self._first_fused_backward
         self._implicit = {}  # (output_nr, values) -> the grads `out.backward()` feeds
         self._avals_at = {}  # a symbolic program's symbol values -> its nodes' avals
         self._diff_vars = None  # the graph Vars of the differentiable inputs and outputs
@@ -165,6 +179,44 @@ class CallPlan:
             self.fast_backward = make_fast_backward(self.program, self)
         return self.fast_backward(t, retain_graph)
 
+    def _first_fused_backward(self, t, retain_graph):
+        if self.fused_backward == self._first_fused_backward:
+            self.fused_backward = fused_call.make_fused_backward(self.program, self)
+        return self.fused_backward(t, retain_graph)
+
+    def fused_ready(self):
+        """The fused program's runner (compiled on the first call that asks), once none of
+        its kernels runs on numpy's reference impls any more (codegen's first tier, while
+        they compile in the background: the split programs are faster until then); None
+        before. It takes the call's arrays, then a symbolic program's symbol values."""
+        prog = self.program
+        kern = prog.compiled_graph("fused")
+        if kern is not None and kern.first_tier:
+            return None
+        if prog.copied_outputs("fused"):
+            # (its output could share an input's memory: the split call's copy is needed)
+            self.fused_possible, self.streak = False, 0
+            return None
+        run = prog.runner("fused")
+        if kern is not None and self.n_lead and not prog.observed:
+            run = kern.plan.runner(trusted=self.n_lead)
+        if prog.binding is not None:
+            names, syms = prog.binding.names, prog.symbols("fused")
+            if tuple(syms) != tuple(names):
+                at = [names.index(n) for n in syms]
+                whole = run
+
+                def run(*args):
+                    values = args[-1]
+                    return whole(*args[:-1], tuple(values[i] for i in at))
+            elif not syms:
+                whole = run
+
+                def run(*args):
+                    return whole(*args[:-1])
+        self.fused_run = run
+        return run
+
     def __str__(self):
         kind = "straight-line call"
         blocks = [b.value for b in self.blocks if b is not CallBlock.SYMBOLS]
@@ -175,6 +227,9 @@ class CallPlan:
                 name for _, _, name in self.program.binding.define) + " read once per call)"
         if self.inline is not None:
             kind += "; inline per guard key"
+        if self.fused_possible:
+            kind += (f"; the fused forward+backward program after {fused_call.FUSED_AFTER} "
+                     f"calls backpropagated at once")
         return f"call plan of {self.program.name}: {kind}\n{self.source}"
 
 
@@ -457,6 +512,11 @@ def make_plan(prog):
             run = prog.compiled_graph("forward").plan.runner(trusted=n_lead)
         plan.inline = InlineCall(run, list(tr.roles), list(tr.diff_roles), n_fw,
                                  tuple(names.index(n) for n in prog.symbols("forward")))
+        # (the fused variant runs in the inline call only: the others are checked calls,
+        # calls with non-leaf inputs or of modules, which keep the split programs)
+        plan.n_lead = n_lead
+        plan.fused_possible = fused_call.fused_possible(
+            prog, blocks, {CallBlock.SYMBOLS, CallBlock.LIFTED, CallBlock.NODE})
     return plan
 
 
@@ -551,9 +611,7 @@ def specialise(key, prog):
         lines += [
             "    if " + CHECKS_NEEDED + " or "
             + " or ".join(f"{a}.grad_fn is not None" for a in leaves) + ":",
-            f"        return prog(args, True{values})  # the checked run, or edges fixed now",
-            f"    outs = run({', '.join(run_args)})",
-            "    out = make(outs[0])"]
+            f"        return prog(args, True{values})  # the checked run, or edges fixed now"]
         if prog.binding is None:
             g["in_avals"], g["out_avals"] = plan.avals
             saved = f"outs[{inline.n_fw}:]"
@@ -562,9 +620,38 @@ def specialise(key, prog):
             lines.append("    in_avals, out_avals = avals_cache.get(values) or avals_at(values)")
             saved = f"[*outs[{inline.n_fw}:], values]"
         identity = inputs == [f"a{i}" for i in range(n)]
-        lines += _node_lines(
-            saved, f"[{', '.join(leaves)}]", "args" if identity else f"[{', '.join(inputs)}]",
-            f"[{', '.join(f'{t}._version_counter.v' for t in inputs)}]") + [
+        replay = "args" if identity else f"[{', '.join(inputs)}]"
+        versions = f"[{', '.join(f'{t}._version_counter.v' for t in inputs)}]"
+        split = [f"    outs = run({', '.join(run_args)})",
+                 "    out = make(outs[0])"] + _node_lines(
+            saved, f"[{', '.join(leaves)}]", replay, versions)
+        if plan.fused_possible:  # the fused program where the recent calls ask for it
+            g.update(Fused=_FusedBackward, FUSED_AFTER=fused_call.FUSED_AFTER)
+            fused_args = [f"v{x}" if kind is Role.ARG else f"{t}._value"
+                          for (kind, x), t in zip(inline.roles, inputs)]
+            if prog.binding is not None:
+                fused_args.append("values")
+            lines += fused_call.turn_lines()
+            lines += [
+                "    if plan.streak >= FUSED_AFTER and (plan.fused_run or plan.fused_ready()):",
+                f"        outs = plan.fused_run({', '.join(fused_args)})",
+                "        out = make(outs[0])",
+                "        node = new_node(Fused)",
+                "        node._seq = seq()",
+                "        node._in_avals, node._out_avals = in_avals, out_avals",
+                "        node.program = prog",
+                "        node._grads, node._needs_forward = outs, True",
+                f"        node._values = {'values' if prog.binding is not None else 'None'}",
+                f"        node._leaves = [{', '.join(leaves)}]",
+                f"        node._replay = {replay}",
+                f"        node._versions = {versions}",
+                "        node._fast_backward = plan.fused_backward",
+                "    else:"]
+            lines += ["    " + line for line in split]
+            lines.append("    node._turn = turn")
+        else:
+            lines += split
+        lines += [
             "    out._requires_grad = True",
             "    out.grad_fn = node",
             "    return out"]
