@@ -134,6 +134,7 @@ class CallPlan:
     def __post_init__(self):
         self.fast_backward = self._first_fast_backward
         self.fused_backward = self._first_fused_backward
+        self._fused_made = None
         self._implicit = {}  # (output_nr, values) -> the grads `out.backward()` feeds
         self._avals_at = {}  # a symbolic program's symbol values -> its nodes' avals
         self._diff_vars = None  # the graph Vars of the differentiable inputs and outputs
@@ -180,9 +181,12 @@ class CallPlan:
         return self.fast_backward(t, retain_graph)
 
     def _first_fused_backward(self, t, retain_graph):
+        run = self._fused_made
+        if run is None:
+            run = self._fused_made = fused_call.make_fused_backward(self.program, self)
         if self.fused_backward == self._first_fused_backward:
-            self.fused_backward = fused_call.make_fused_backward(self.program, self)
-        return self.fused_backward(t, retain_graph)
+            self.fused_backward = run
+        return run(t, retain_graph)
 
     def fused_ready(self):
         """The fused program's runner (compiled on the first call that asks), once none of
