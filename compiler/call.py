@@ -114,7 +114,7 @@ class CallPlan:
     calls in a row had their output backpropagated at once (implicit gradient, fast path);
     `pending`, the latest call's output has not been yet; `turn`, the latest call's number
     (its node's `_turn`); `fused_run`, the fused program's runner once its kernels are
-    compiled (`fused_ready`); `fused_backward`, the `loss.backward()` of its outputs."""
+    compiled and chosen (`fused_trial`, `fused_choice`); `fused_backward`, the `loss.backward()` of its outputs."""
     program: object
     call: object = None
     source: str = ""
@@ -129,6 +129,8 @@ class CallPlan:
     turn: int = 0
     fused_run: object = None
     fused_backward: object = None
+    fused_choice: fused_call.FusedChoice = fused_call.FusedChoice.UNDECIDED
+    trial_seconds: tuple = None  # (split, fused): the timing trial's fastest runs
     n_lead: int = 0  # the leading inputs that are the leading arguments (trusted runners)
 
     def __post_init__(self):
@@ -188,22 +190,63 @@ class CallPlan:
             self.fused_backward = run
         return run(t, retain_graph)
 
-    def fused_ready(self):
-        """The fused program's runner (compiled on the first call that asks), once none of
-        its kernels runs on numpy's reference impls any more (codegen's first tier, while
-        they compile in the background: the split programs are faster until then); None
-        before. It takes the call's arrays, then a symbolic program's symbol values."""
+    def fused_trial(self, arrays, values):
+        """The first call that may run the fused program (compiled here, on first use):
+        once its kernels and the split programs' are in their final form (fused_call.settled;
+        until then None, the split call runs), time both variants on the call's `arrays`
+        (and symbol `values`) and keep the faster for the program's later calls
+        (`fused_choice`, `trial_seconds`). Returns the fused program's outputs for this call
+        where it won, else None."""
         prog = self.program
         kern = prog.compiled_graph("fused")
-        if kern is not None and kern.first_tier:
+        if not all(fused_call.settled(prog.compiled_graph(w))
+                   for w in ("fused", "forward", "backward")):
             return None
         if prog.copied_outputs("fused"):
             # (its output could share an input's memory: the split call's copy is needed)
-            self.fused_possible, self.streak = False, 0
+            self.fused_choice = fused_call.FusedChoice.SPLIT
             return None
-        run = prog.runner("fused")
+        run = self._fused_runner(prog.runner("fused"))
+        call_args = list(arrays) + ([values] if prog.binding is not None else [])
+        if kern is None or self.fused_choice is fused_call.FusedChoice.FUSED:
+            # (interpreted: no kernels to time; or chosen in advance)
+            outs = run(*call_args)
+            self.fused_choice = fused_call.FusedChoice.FUSED
+        else:
+            fw_args = list(arrays) + list(prog.symbol_args("forward", values))
+            grads = self.implicit_grads(0, values)
+            n_fw = prog.n_fw_outputs
+
+            def split():
+                saved = list(prog.runner("forward")(*fw_args)[n_fw:])
+                if prog.binding is not None:
+                    saved.append(values)
+                return prog.run_backward(saved + list(grads))
+            t_fused, t_split, outs = fused_call.timing_trial(lambda: run(*call_args), split)
+            self.trial_seconds = (t_split, t_fused)
+            self.fused_choice = fused_call.FusedChoice.FUSED if t_fused < t_split \
+                else fused_call.FusedChoice.SPLIT
+        if self.fused_choice is not fused_call.FusedChoice.FUSED:
+            return None
         if kern is not None and self.n_lead and not prog.observed:
-            run = kern.plan.runner(trusted=self.n_lead)
+            run = self._fused_runner(kern.plan.runner(trusted=self.n_lead))
+        self.fused_run = run
+        return outs
+
+    def fused_report(self):
+        """The fused variant's state in words: the choice and the trial's times."""
+        text = self.fused_choice.value
+        if self.fused_choice is fused_call.FusedChoice.UNDECIDED:
+            text = "fused or split: " + text
+        if self.trial_seconds is not None:
+            t_split, t_fused = self.trial_seconds
+            text += f"; trial: split {t_split * 1e3:.3f} ms, fused {t_fused * 1e3:.3f} ms"
+        return text
+
+    def _fused_runner(self, run):
+        """The fused program's `run`, taking the call's arrays, then a symbolic program's
+        symbol values (all of them, in the binding's order)."""
+        prog = self.program
         if prog.binding is not None:
             names, syms = prog.binding.names, prog.symbols("fused")
             if tuple(syms) != tuple(names):
@@ -218,7 +261,6 @@ class CallPlan:
 
                 def run(*args):
                     return whole(*args[:-1])
-        self.fused_run = run
         return run
 
     def __str__(self):
@@ -233,7 +275,7 @@ class CallPlan:
             kind += "; inline per guard key"
         if self.fused_possible:
             kind += (f"; the fused forward+backward program after {fused_call.FUSED_AFTER} "
-                     f"calls backpropagated at once")
+                     f"calls backpropagated at once ({self.fused_report()})")
         return f"call plan of {self.program.name}: {kind}\n{self.source}"
 
 
@@ -635,10 +677,18 @@ def specialise(key, prog):
                           for (kind, x), t in zip(inline.roles, inputs)]
             if prog.binding is not None:
                 fused_args.append("values")
+            g["SPLIT"] = fused_call.FusedChoice.SPLIT
+            arrays = [a for a in fused_args if a != "values"]
             lines += fused_call.turn_lines()
             lines += [
-                "    if plan.streak >= FUSED_AFTER and (plan.fused_run or plan.fused_ready()):",
-                f"        outs = plan.fused_run({', '.join(fused_args)})",
+                "    outs = None",
+                "    if plan.streak >= FUSED_AFTER and plan.fused_choice is not SPLIT:",
+                "        if plan.fused_run is not None:",
+                f"            outs = plan.fused_run({', '.join(fused_args)})",
+                "        else:  # (compiled now; a trial decides which variant is faster)",
+                f"            outs = plan.fused_trial([{', '.join(arrays)}], "
+                f"{'values' if prog.binding is not None else 'None'})",
+                "    if outs is not None:",
                 "        out = make(outs[0])",
                 "        node = new_node(Fused)",
                 "        node._seq = seq()",

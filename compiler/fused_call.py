@@ -24,7 +24,9 @@ the forward gives the values the fused call saw; no in-place writes, .grad write
 or copied outputs, whose effects happen once per call).
 """
 import builtins
+import enum
 import math
+import time
 
 from aotgrad.ir import passes
 from aotgrad.ir.core import Eqn, Graph
@@ -37,6 +39,46 @@ from aotgrad.runtime.tensor import Tensor
 # path) before the next call runs the fused program. One such call can be a coincidence
 # (a first call checked by hand); two make the pattern of a training loop.
 FUSED_AFTER = 2
+
+
+# How many times the timing trial runs each variant (the fastest run of each counts: the
+# first run of a new program pays for its first allocations).
+TRIAL_RUNS = 3
+
+
+class FusedChoice(enum.Enum):
+    """Whether a program's calls run the fused variant once the streak allows it: decided
+    once, by a timing trial on a call's arguments (`CallPlan.fused_trial`) when its kernels
+    are compiled in their final form; the interpret backend takes FUSED without one."""
+    UNDECIDED = "not tried yet"
+    FUSED = "fused forward+backward"
+    SPLIT = "split forward and backward"
+
+
+def settled(kern):
+    """Whether a compiled graph's kernels are in their final form: none runs on numpy's
+    reference impls (codegen's first tier) and none awaits its parallel variant."""
+    if kern is None:
+        return True
+    if kern.first_tier:
+        return False
+    waiting = {spec.name for spec in kern.upgrading}
+    return waiting <= {spec.name for spec in kern.upgraded}
+
+
+def timing_trial(run_fused, run_split):
+    """(seconds of the fused run, of the split runs, the fused run's outputs): the fastest
+    of TRIAL_RUNS runs of each, alternating, so that both see the same machine load."""
+    t_fused = t_split = math.inf
+    outs = None
+    for _ in range(TRIAL_RUNS):
+        t = time.perf_counter()
+        outs = run_fused()
+        t_fused = min(t_fused, time.perf_counter() - t)
+        t = time.perf_counter()
+        run_split()
+        t_split = min(t_split, time.perf_counter() - t)
+    return t_fused, t_split, outs
 
 
 def fused_possible(prog, blocks, allowed):
