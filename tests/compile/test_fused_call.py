@@ -231,7 +231,7 @@ def test_programs_that_do_not_qualify():
     assert type(vec(x).grad_fn).__name__ != "_FusedBackward"
 
 
-def test_lifted_parameters_and_printed_stages():
+def test_lifted_parameters_and_printed_stages(tmp_path):
     w = ag.randn(5, 3, requires_grad=True)
 
     def loss(x):
@@ -248,6 +248,8 @@ def test_lifted_parameters_and_printed_stages():
     text = str(f.ir(x))
     assert "fused forward+backward" in text and "def fused(" in text
     assert "fused forward+backward ops:" in str(ag.explain(f, x))
+    f.ir(x).dump(str(tmp_path))
+    assert "def fused(" in (tmp_path / "fused.py").read_text()
 
 
 @pytest.mark.parametrize("backend", ["interpret", "numba"])
