@@ -21,6 +21,7 @@ import builtins
 import dataclasses
 import enum
 import math
+import warnings
 import weakref
 
 import numpy as np
@@ -131,6 +132,7 @@ class CallPlan:
     fused_backward: object = None
     fused_choice: fused_call.FusedChoice = fused_call.FusedChoice.UNDECIDED
     trial_seconds: tuple = None  # (split, fused): the timing trial's fastest runs
+    fused_failure: str = None     # why the fused program did not compile (then SPLIT)
     n_lead: int = 0  # the leading inputs that are the leading arguments (trusted runners)
 
     def __post_init__(self):
@@ -198,7 +200,15 @@ class CallPlan:
         (`fused_choice`, `trial_seconds`). Returns the fused program's outputs for this call
         where it won, else None."""
         prog = self.program
-        kern = prog.compiled_graph("fused")
+        try:
+            kern = prog.compiled_graph("fused")
+        except Exception as e:  # noqa: BLE001 (the split programs give the answer)
+            self.fused_choice = fused_call.FusedChoice.SPLIT
+            self.fused_failure = f"{type(e).__name__}: {e}"
+            warnings.warn(f"aotgrad.compile({prog.name}): the fused forward+backward program "
+                          f"failed to compile ({self.fused_failure}); its calls keep the "
+                          f"split forward and backward programs", stacklevel=3)
+            return None
         if not all(fused_call.settled(prog.compiled_graph(w))
                    for w in ("fused", "forward", "backward")):
             return None
@@ -238,6 +248,8 @@ class CallPlan:
         text = self.fused_choice.value
         if self.fused_choice is fused_call.FusedChoice.UNDECIDED:
             text = "fused or split: " + text
+        if self.fused_failure is not None:
+            text += f"; the fused program failed to compile: {self.fused_failure}"
         if self.trial_seconds is not None:
             t_split, t_fused = self.trial_seconds
             text += f"; trial: split {t_split * 1e3:.3f} ms, fused {t_fused * 1e3:.3f} ms"

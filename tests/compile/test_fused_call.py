@@ -320,3 +320,26 @@ def test_the_timing_trial_decides_once_and_either_answer_is_eager_s():
     out.backward()
     for a, r in zip(args, ref):
         assert_close(a.grad.numpy(), r, **TOL)
+
+
+def test_a_fused_program_that_fails_to_compile_warns_and_keeps_the_split_path(monkeypatch):
+    f = ag.compile(_loss, backend="interpret")
+    args = _args(12)
+    f(*args)
+    prog = f.ir(*args)
+    inner = prog.compiled_graph
+
+    def failing(which):
+        if which == "fused":
+            raise NotImplementedError("no kernel for this")
+        return inner(which)
+    monkeypatch.setattr(prog, "compiled_graph", failing)
+    with pytest.warns(UserWarning, match="fused forward\\+backward program failed to compile"):
+        _warm(f, args, calls=FUSED_AFTER + 2)
+    plan = prog.call_plan()
+    assert plan.fused_choice is FusedChoice.SPLIT and "no kernel for this" in str(plan)
+    out = f(*args)
+    assert not _fused(out)
+    out.backward()
+    for a, r in zip(args, _eager_grads(_loss, args)):
+        assert_close(a.grad.numpy(), r, **TOL)
