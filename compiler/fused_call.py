@@ -41,9 +41,12 @@ from aotgrad.runtime.tensor import Tensor
 FUSED_AFTER = 2
 
 
-# How many times the timing trial runs each variant (the fastest run of each counts: the
-# first run of a new program pays for its first allocations).
+# How many times the timing trial runs each variant at least (the fastest run of each
+# counts: the first run of a new program pays for its first allocations), and for how long
+# at least, up to TRIAL_MAX_RUNS (a tiny program's runs of microseconds need many to tell).
 TRIAL_RUNS = 3
+TRIAL_SECONDS = 0.005
+TRIAL_MAX_RUNS = 100
 
 
 class FusedChoice(enum.Enum):
@@ -68,10 +71,13 @@ def settled(kern):
 
 def timing_trial(run_fused, run_split):
     """(seconds of the fused run, of the split runs, the fused run's outputs): the fastest
-    of TRIAL_RUNS runs of each, alternating, so that both see the same machine load."""
+    runs of each, alternating, so that both see the same machine load (see TRIAL_RUNS)."""
     t_fused = t_split = math.inf
     outs = None
-    for _ in range(TRIAL_RUNS):
+    start = time.perf_counter()
+    for k in range(TRIAL_MAX_RUNS):
+        if k >= TRIAL_RUNS and time.perf_counter() - start >= TRIAL_SECONDS:
+            break
         t = time.perf_counter()
         outs = run_fused()
         t_fused = min(t_fused, time.perf_counter() - t)
