@@ -193,13 +193,17 @@ class CallPlan:
         return run(t, retain_graph)
 
     def fused_trial(self, arrays, values):
-        """The first call that may run the fused program (compiled here, on first use):
-        once its kernels and the split programs' are in their final form (fused_call.settled;
+        """The first call that may run the fused program (compiled here, on first use, once
+        no background compile is pending): once its kernels and the split programs' are in their final form (fused_call.settled;
         until then None, the split call runs), time both variants on the call's `arrays`
         (and symbol `values`) and keep the faster for the program's later calls
         (`fused_choice`, `trial_seconds`). Returns the fused program's outputs for this call
         where it won, else None."""
         prog = self.program
+        if prog.backend != "interpret":
+            from aotgrad.codegen import tiers  # (loaded with the compiled programs: numba)
+            if tiers.pending():
+                return None  # the background compiles of the split kernels go first
         try:
             kern = prog.compiled_graph("fused")
         except Exception as e:  # noqa: BLE001 (the split programs give the answer)

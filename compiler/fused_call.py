@@ -36,9 +36,11 @@ from aotgrad.runtime.engine import accumulate_array, plain_leaves
 from aotgrad.runtime.tensor import Tensor
 
 # How many calls in a row must have been backpropagated at once (implicit gradient, fast
-# path) before the next call runs the fused program. One such call can be a coincidence
-# (a first call checked by hand); two make the pattern of a training loop.
-FUSED_AFTER = 2
+# path) before a call compiles the fused program and tries it. The fused program costs a
+# compile of its own (as long as the forward's and the backward's together) and saves
+# milliseconds per step: it pays back over a training loop's many steps, not over a
+# script's (or a test's) handful of calls, which keep the split programs only.
+FUSED_AFTER = 8
 
 
 # How many times the timing trial runs each variant at least (the fastest run of each
