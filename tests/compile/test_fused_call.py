@@ -343,3 +343,14 @@ def test_a_fused_program_that_fails_to_compile_warns_and_keeps_the_split_path(mo
     out.backward()
     for a, r in zip(args, _eager_grads(_loss, args)):
         assert_close(a.grad.numpy(), r, **TOL)
+
+
+def test_nothing_fused_is_built_before_the_streak():
+    f = ag.compile(_loss, backend="interpret")
+    args = _args(13)
+    _warm(f, args, calls=FUSED_AFTER)   # the first call is not counted: one short
+    prog = f.ir(*args)
+    assert "fused" not in prog._runners and "_fused" not in prog.__dict__
+    assert not _fused(f(*args))
+    f(*args)      # the output above was never backpropagated: the streak starts again
+    assert prog.call_plan().streak == 0
