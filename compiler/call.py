@@ -88,6 +88,24 @@ def _node_lines(saved, leaves, replay, versions, indent="    "):
         "node._fast_backward = plan.fast_backward")]
 
 
+def _fused_node_lines(values, leaves, replay, versions, indent="        "):
+    """The one way a _FusedBackward is made (the inline call's, where the fused program
+    ran): `node`, holding the program's outputs `outs` (the gradients), the symbol `values`,
+    the leaves, the replayed inputs and their versions (see _node_lines); the names
+    new_node, Fused, seq, in_avals, out_avals, prog and plan are bound."""
+    return [indent + line for line in (
+        "node = new_node(Fused)",
+        "node._seq = seq()",
+        "node._in_avals, node._out_avals = in_avals, out_avals",
+        "node.program = prog",
+        "node._grads, node._needs_forward = outs, True",
+        f"node._values = {values}",
+        f"node._leaves = {leaves}",
+        f"node._replay = {replay}",
+        f"node._versions = {versions}",
+        "node._fast_backward = plan.fused_backward")]
+
+
 @dataclasses.dataclass(eq=False)
 class InlineCall:
     """What `specialise` needs to emit a call in full (a single-output loss whose inputs
@@ -115,7 +133,8 @@ class CallPlan:
     calls in a row had their output backpropagated at once (implicit gradient, fast path);
     `pending`, the latest call's output has not been yet; `turn`, the latest call's number
     (its node's `_turn`); `fused_run`, the fused program's runner once its kernels are
-    compiled and chosen (`fused_trial`, `fused_choice`); `fused_backward`, the `loss.backward()` of its outputs."""
+    compiled and chosen (`fused_trial`, `fused_choice`); `fused_backward`, the
+    `loss.backward()` of its outputs."""
     program: object
     call: object = None
     source: str = ""
@@ -193,12 +212,12 @@ class CallPlan:
         return run(t, retain_graph)
 
     def fused_trial(self, arrays, values):
-        """The first call that may run the fused program (compiled here, on first use, once
-        no background compile is pending): once its kernels and the split programs' are in their final form (fused_call.settled;
-        until then None, the split call runs), time both variants on the call's `arrays`
-        (and symbol `values`) and keep the faster for the program's later calls
-        (`fused_choice`, `trial_seconds`). Returns the fused program's outputs for this call
-        where it won, else None."""
+        """The first calls that may run the fused program (compiled here, on first use,
+        once no background compile is pending): once its kernels and the split programs'
+        are in their final form (fused_call.settled; until then None, the split call runs),
+        time both variants on the call's `arrays` (and symbol `values`) and keep the faster
+        for the program's later calls (`fused_choice`, `trial_seconds`). Returns the fused
+        program's outputs for this call where it won, else None."""
         prog = self.program
         if prog.backend != "interpret":
             from aotgrad.codegen import tiers  # (loaded with the compiled programs: numba)
@@ -696,27 +715,19 @@ def specialise(key, prog):
             g["SPLIT"] = fused_call.FusedChoice.SPLIT
             arrays = [a for a in fused_args if a != "values"]
             lines += fused_call.turn_lines()
+            symbol_values = "values" if prog.binding is not None else "None"
             lines += [
                 "    outs = None",
                 "    if plan.streak >= FUSED_AFTER and plan.fused_choice is not SPLIT:",
                 "        if plan.fused_run is not None:",
                 f"            outs = plan.fused_run({', '.join(fused_args)})",
                 "        else:  # (compiled now; a trial decides which variant is faster)",
-                f"            outs = plan.fused_trial([{', '.join(arrays)}], "
-                f"{'values' if prog.binding is not None else 'None'})",
+                f"            outs = plan.fused_trial([{', '.join(arrays)}], {symbol_values})",
                 "    if outs is not None:",
-                "        out = make(outs[0])",
-                "        node = new_node(Fused)",
-                "        node._seq = seq()",
-                "        node._in_avals, node._out_avals = in_avals, out_avals",
-                "        node.program = prog",
-                "        node._grads, node._needs_forward = outs, True",
-                f"        node._values = {'values' if prog.binding is not None else 'None'}",
-                f"        node._leaves = [{', '.join(leaves)}]",
-                f"        node._replay = {replay}",
-                f"        node._versions = {versions}",
-                "        node._fast_backward = plan.fused_backward",
-                "    else:"]
+                "        out = make(outs[0])"]
+            lines += _fused_node_lines(symbol_values, f"[{', '.join(leaves)}]", replay,
+                                       versions)
+            lines.append("    else:")
             lines += ["    " + line for line in split]
             lines.append("    node._turn = turn")
         else:
