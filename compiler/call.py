@@ -689,10 +689,19 @@ def specialise(key, prog):
             syms = [names[i] for i in inline.symbols]
             run_args.append("values" if tuple(syms) == names else
                             "(" + "".join(f"{name}, " for name in syms) + ")")
-        lines += [
-            "    if " + CHECKS_NEEDED + " or "
-            + " or ".join(f"{a}.grad_fn is not None" for a in leaves) + ":",
-            f"        return prog(args, True{values})  # the checked run, or edges fixed now"]
+        non_leaf = " or ".join(f"{a}.grad_fn is not None" for a in leaves)
+        if plan.fused_possible:
+            # under a profiler, a program that runs its fused variant still does, as one
+            # event of the profiler with its kernels (Program.run_checked)
+            lines += [
+                f"    profiled = {CHECKS_NEEDED}",
+                f"    if profiled and (_mode.anomaly or plan.fused_run is None or "
+                f"plan.streak < FUSED_AFTER) or {non_leaf}:",
+                f"        return prog(args, True{values})  # the checked run, or edges fixed now"]
+        else:
+            lines += [
+                f"    if {CHECKS_NEEDED} or {non_leaf}:",
+                f"        return prog(args, True{values})  # the checked run, or edges fixed now"]
         if prog.binding is None:
             g["in_avals"], g["out_avals"] = plan.avals
             saved = f"outs[{inline.n_fw}:]"
@@ -719,7 +728,10 @@ def specialise(key, prog):
             lines += [
                 "    outs = None",
                 "    if plan.streak >= FUSED_AFTER and plan.fused_choice is not SPLIT:",
-                "        if plan.fused_run is not None:",
+                "        if profiled:",
+                f"            outs = prog.run_checked('fused', [{', '.join(arrays)}], "
+                f"{symbol_values})",
+                "        elif plan.fused_run is not None:",
                 f"            outs = plan.fused_run({', '.join(fused_args)})",
                 "        else:  # (compiled now; a trial decides which variant is faster)",
                 f"            outs = plan.fused_trial([{', '.join(arrays)}], {symbol_values})",

@@ -163,6 +163,15 @@ class Program:
                     g = self._fused = fused_call.fused_graph(self)
         return g
 
+    def count_fused_backward(self, node):
+        """A backward at the implicit gradient of the output of `node` (a _FusedBackward),
+        through the general path: it keeps the program's fused streak as the fast
+        backward does (fused_call.counted_lines)."""
+        plan = self.call_plan()
+        if plan.pending and node._turn == plan.turn:
+            plan.pending = False
+            plan.streak += 1
+
     def saved_after_fused(self, replay, values):
         """The split forward's saved values for a call that ran the fused program instead,
         from the call's inputs `replay` (checked unmodified) and symbol `values`: its

@@ -128,6 +128,21 @@ class _FusedBackward(_CallBackward):
     def _saved_arrays(self, value):
         self._saved, self._needs_forward = value, False
 
+    def _backward(self, grads):
+        # the general path (a profiler, hooks on a leaf, retain_grad on the output) with the
+        # gradient the fused program was run for, the scalar 1: its stored gradients
+        # (copied into .grad: a retained graph hands them out again), counted toward the
+        # program's fused streak as the fast backward counts them
+        g = grads[0] if len(grads) == 1 else None
+        if self._grads is not None and not _mode.grad_enabled and g is not None and \
+                g._value.size == 1 and g._value.reshape(()) == 1:
+            self._check_versions()
+            p = self.program
+            p.count_fused_backward(self)
+            return p.scatter_grads([Tensor._make(o) for o in self._grads[p.n_fw_outputs:]],
+                                   [True])
+        return super()._backward(grads)
+
     def _release(self):
         super()._release()
         self._grads = None

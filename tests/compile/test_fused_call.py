@@ -152,7 +152,9 @@ def test_hooks_on_an_input_and_retain_grad_on_the_output():
     assert_close(args[0].grad.numpy(), 2 * ref[0], **TOL)
     assert_close(args[1].grad.numpy(), ref[1], **TOL)
     assert out.grad.item() == 1.0
-    assert not _fused(f(*args))
+    # (the general path at the implicit gradient hands out the stored gradients: the
+    # program stays fused)
+    assert _fused(f(*args))
 
 
 def test_retain_graph_hands_the_gradients_out_twice_then_frees_them():
@@ -354,3 +356,26 @@ def test_nothing_fused_is_built_before_the_streak():
     assert not _fused(f(*args))
     f(*args)      # the output above was never backpropagated: the streak starts again
     assert prog.call_plan().streak == 0
+
+
+@pytest.mark.parametrize("backend", ["interpret", "numba"])
+def test_the_profiler_sees_the_fused_call_as_one_event_and_it_stays_fused(backend):
+    from aotgrad.autograd import profiler
+    f = ag.compile(_loss, backend=backend)
+    args = _args(14)
+    f(*args)
+    _choose_fused(f, *args)
+    _warm(f, args, calls=FUSED_AFTER + 2)    # (the last one fused: chosen)
+    with profiler.profile() as prof:
+        for _ in range(2):
+            for a in args:
+                a.grad = None
+            out = f(*args)
+            assert _fused(out)
+            out.backward()
+    names = [e.name for e in prof.events()]
+    prog = f.ir(*args)
+    assert names.count(f"{prog.name}.fused") == 2
+    assert f"{prog.name}.forward" not in names and f"{prog.name}.backward" not in names
+    for a, r in zip(args, _eager_grads(_loss, args)):
+        assert_close(a.grad.numpy(), r, **TOL)
