@@ -4,8 +4,9 @@
 
 Phases (each run in a fresh process by run.py, in this order, sharing the cache dirs):
   main  first call (trace + compile with the caches run.py made empty), the wait for
-        compiles the system finishes in the background (`settle_s`), steady-state median
-        of forward+backward steps (wall clock, and process CPU time summed over threads),
+        compiles the system finishes in the background (`settle_s`), 12 warm-up steps and
+        that wait again (a variant chosen during them), steady-state median of
+        forward+backward steps (wall clock, and process CPU time summed over threads),
         loss and gradient checksums
   warm  first call in a new process with the disk caches populated by `main`; peak RSS
         growth over that first call and three more steps (the high-water mark is reset
