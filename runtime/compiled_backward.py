@@ -132,10 +132,11 @@ class _FusedBackward(_CallBackward):
         # the general path (a profiler, hooks on a leaf, retain_grad on the output) with the
         # gradient the fused program was run for, the scalar 1: its stored gradients
         # (copied into .grad: a retained graph hands them out again), counted toward the
-        # program's fused streak as the fast backward counts them
+        # program's fused streak as the fast backward counts them (anomaly mode: the split
+        # backward, whose outputs it checks for NaN)
         g = grads[0] if len(grads) == 1 else None
-        if self._grads is not None and not _mode.grad_enabled and g is not None and \
-                g._value.size == 1 and g._value.reshape(()) == 1:
+        if self._grads is not None and not _mode.grad_enabled and not _mode.anomaly and \
+                g is not None and g._value.size == 1 and g._value.reshape(()) == 1:
             self._check_versions()
             p = self.program
             p.count_fused_backward(self)
