@@ -14,9 +14,10 @@ leaves' `.grad` (`make_fused_backward`), as the split fast backward does.
 The choice is adaptive, per program (CallPlan.streak): the fused program is compiled and
 tried once FUSED_AFTER calls in a row had their output backpropagated at once with the
 implicit gradient (the fast path, compiler/fast_backward.py, or the general path with the
-scalar 1: a profiler, hooks on a leaf, retain_grad on the output); a timing trial then keeps
+scalar 1: a profiler, hooks on a leaf, retain_grad on the output, autograd.grad); a timing
+trial then keeps
 the faster variant for the program (CallPlan.fused_trial). Any other use of an output (an
-explicit gradient other than 1, create_graph, autograd.grad, no backward before the next
+explicit gradient other than 1, create_graph, anomaly mode, no backward before the next
 call) drops the program back to the split path, and is never answered from the stored
 gradients: the output's node runs the split forward again on the call's inputs (their
 versions checked, as saved tensors are) and the general path runs the split backward.
