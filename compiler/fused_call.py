@@ -15,8 +15,7 @@ The choice is adaptive, per program (CallPlan.streak): the fused program is comp
 tried once FUSED_AFTER calls in a row had their output backpropagated at once with the
 implicit gradient (the fast path, compiler/fast_backward.py, or the general path with the
 scalar 1: a profiler, hooks on a leaf, retain_grad on the output, autograd.grad); a timing
-trial then keeps
-the faster variant for the program (CallPlan.fused_trial). Any other use of an output (an
+trial then keeps the faster variant for the program (CallPlan.fused_trial). Any other use of an output (an
 explicit gradient other than 1, create_graph, anomaly mode, no backward before the next
 call) drops the program back to the split path, and is never answered from the stored
 gradients: the output's node runs the split forward again on the call's inputs (their
