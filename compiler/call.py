@@ -21,10 +21,12 @@ import builtins
 import dataclasses
 import enum
 import math
+import warnings
 import weakref
 
 import numpy as np
 
+from aotgrad.compiler import fused_call
 from aotgrad.compiler.fast_backward import make_fast_backward, symbol_tuple
 from aotgrad.compiler.guards import MISS, aliases_lifted, lifted_ok
 from aotgrad.ir.core import Aval
@@ -32,7 +34,7 @@ from aotgrad.ir.symbolic import evaluate
 from aotgrad.runtime import profiling
 from aotgrad.runtime.engine import next_sequence_nr
 from aotgrad.runtime.compiled_backward import CompiledBackward, _CallBackward, \
-    _WrittenBackward, write_back, write_grad
+    _FusedBackward, _WrittenBackward, write_back, write_grad
 from aotgrad.runtime.factories import default_generator
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.tensor import Tensor
@@ -86,6 +88,24 @@ def _node_lines(saved, leaves, replay, versions, indent="    "):
         "node._fast_backward = plan.fast_backward")]
 
 
+def _fused_node_lines(values, leaves, replay, versions, indent="        "):
+    """The one way a _FusedBackward is made (the inline call's, where the fused program
+    ran): `node`, holding the program's outputs `outs` (the gradients), the symbol `values`,
+    the leaves, the replayed inputs and their versions (see _node_lines); the names
+    new_node, Fused, seq, in_avals, out_avals, prog and plan are bound."""
+    return [indent + line for line in (
+        "node = new_node(Fused)",
+        "node._seq = seq()",
+        "node._in_avals, node._out_avals = in_avals, out_avals",
+        "node.program = prog",
+        "node._grads, node._needs_forward = outs, True",
+        f"node._values = {values}",
+        f"node._leaves = {leaves}",
+        f"node._replay = {replay}",
+        f"node._versions = {versions}",
+        "node._fast_backward = plan.fused_backward")]
+
+
 @dataclasses.dataclass(eq=False)
 class InlineCall:
     """What `specialise` needs to emit a call in full (a single-output loss whose inputs
@@ -108,7 +128,13 @@ class CallPlan:
     `avals_at(values)`, made once per set of sizes); `fast_backward`, their
     `loss.backward()` (made, and the backward program compiled, on first use);
     `accumulators`, the lifted leaves' AccumulateGrad nodes, kept while the program lives
-    (hooks registered on them stay)."""
+    (hooks registered on them stay).
+    The fused variant (compiler/fused_call.py), where `fused_possible`: `streak`, how many
+    calls in a row had their output backpropagated at once (implicit gradient, fast path);
+    `pending`, the latest call's output has not been yet; `turn`, the latest call's number
+    (its node's `_turn`); `fused_run`, the fused program's runner once its kernels are
+    compiled and chosen (`fused_trial`, `fused_choice`); `fused_backward`, the
+    `loss.backward()` of its outputs."""
     program: object
     call: object = None
     source: str = ""
@@ -117,9 +143,21 @@ class CallPlan:
     avals: tuple = None
     fast_backward: object = None
     accumulators: list = ()
+    fused_possible: bool = False
+    streak: int = 0
+    pending: bool = False
+    turn: int = 0
+    fused_run: object = None
+    fused_backward: object = None
+    fused_choice: fused_call.FusedChoice = fused_call.FusedChoice.UNDECIDED
+    trial_seconds: tuple = None  # (split, fused): the timing trial's fastest runs
+    fused_failure: str = None     # why the fused program did not compile (then SPLIT)
+    n_lead: int = 0  # the leading inputs that are the leading arguments (trusted runners)
 
     def __post_init__(self):
         self.fast_backward = self._first_fast_backward
+        self.fused_backward = self._first_fused_backward
+        self._fused_made = None
         self._implicit = {}  # (output_nr, values) -> the grads `out.backward()` feeds
         self._avals_at = {}  # a symbolic program's symbol values -> its nodes' avals
         self._diff_vars = None  # the graph Vars of the differentiable inputs and outputs
@@ -165,6 +203,101 @@ class CallPlan:
             self.fast_backward = make_fast_backward(self.program, self)
         return self.fast_backward(t, retain_graph)
 
+    def _first_fused_backward(self, t, retain_graph):
+        run = self._fused_made
+        if run is None:
+            run = self._fused_made = fused_call.make_fused_backward(self.program, self)
+        if self.fused_backward == self._first_fused_backward:
+            self.fused_backward = run
+        return run(t, retain_graph)
+
+    def fused_trial(self, arrays, values):
+        """The first calls that may run the fused program (compiled here, on first use,
+        once no background compile is pending): once its kernels and the split programs'
+        are in their final form (fused_call.settled; until then None, the split call runs),
+        time both variants on the call's `arrays` (and symbol `values`) and keep the faster
+        for the program's later calls (`fused_choice`, `trial_seconds`). Returns the fused
+        program's outputs for this call where it won, else None."""
+        prog = self.program
+        if prog.backend != "interpret":
+            from aotgrad.codegen import tiers  # (loaded with the compiled programs: numba)
+            if tiers.pending():
+                return None  # the background compiles of the split kernels go first
+        try:
+            kern = prog.compiled_graph("fused")
+        except Exception as e:  # noqa: BLE001 (the split programs give the answer)
+            self.fused_choice = fused_call.FusedChoice.SPLIT
+            self.fused_failure = f"{type(e).__name__}: {e}"
+            warnings.warn(f"aotgrad.compile({prog.name}): the fused forward+backward program "
+                          f"failed to compile ({self.fused_failure}); its calls keep the "
+                          f"split forward and backward programs", stacklevel=3)
+            return None
+        if not all(fused_call.settled(prog.compiled_graph(w))
+                   for w in ("fused", "forward", "backward")):
+            return None
+        if prog.copied_outputs("fused"):
+            # (its output could share an input's memory: the split call's copy is needed)
+            self.fused_choice = fused_call.FusedChoice.SPLIT
+            return None
+        run = self._fused_runner(prog.runner("fused"))
+        call_args = list(arrays) + ([values] if prog.binding is not None else [])
+        if kern is None or self.fused_choice is fused_call.FusedChoice.FUSED:
+            # (interpreted: no kernels to time; or chosen in advance)
+            outs = run(*call_args)
+            self.fused_choice = fused_call.FusedChoice.FUSED
+        else:
+            fw_args = list(arrays) + list(prog.symbol_args("forward", values))
+            grads = self.implicit_grads(0, values)
+            n_fw = prog.n_fw_outputs
+
+            def split():
+                saved = list(prog.runner("forward")(*fw_args)[n_fw:])
+                if prog.binding is not None:
+                    saved.append(values)
+                return prog.run_backward(saved + list(grads))
+            t_fused, t_split, outs = fused_call.timing_trial(lambda: run(*call_args), split)
+            self.trial_seconds = (t_split, t_fused)
+            self.fused_choice = fused_call.FusedChoice.FUSED if t_fused < t_split \
+                else fused_call.FusedChoice.SPLIT
+        if self.fused_choice is not fused_call.FusedChoice.FUSED:
+            return None
+        if kern is not None and self.n_lead and not prog.observed:
+            run = self._fused_runner(kern.plan.runner(trusted=self.n_lead))
+        self.fused_run = run
+        return outs
+
+    def fused_report(self):
+        """The fused variant's state in words: the choice and the trial's times."""
+        text = self.fused_choice.value
+        if self.fused_choice is fused_call.FusedChoice.UNDECIDED:
+            text = "fused or split: " + text
+        if self.fused_failure is not None:
+            text += f"; the fused program failed to compile: {self.fused_failure}"
+        if self.trial_seconds is not None:
+            t_split, t_fused = self.trial_seconds
+            text += f"; trial: split {t_split * 1e3:.3f} ms, fused {t_fused * 1e3:.3f} ms"
+        return text
+
+    def _fused_runner(self, run):
+        """The fused program's `run`, taking the call's arrays, then a symbolic program's
+        symbol values (all of them, in the binding's order)."""
+        prog = self.program
+        if prog.binding is not None:
+            names, syms = prog.binding.names, prog.symbols("fused")
+            if tuple(syms) != tuple(names):
+                at = [names.index(n) for n in syms]
+                whole = run
+
+                def run(*args):
+                    values = args[-1]
+                    return whole(*args[:-1], tuple(values[i] for i in at))
+            elif not syms:
+                whole = run
+
+                def run(*args):
+                    return whole(*args[:-1])
+        return run
+
     def __str__(self):
         kind = "straight-line call"
         blocks = [b.value for b in self.blocks if b is not CallBlock.SYMBOLS]
@@ -175,6 +308,9 @@ class CallPlan:
                 name for _, _, name in self.program.binding.define) + " read once per call)"
         if self.inline is not None:
             kind += "; inline per guard key"
+        if self.fused_possible:
+            kind += (f"; the fused forward+backward program after {fused_call.FUSED_AFTER} "
+                     f"calls backpropagated at once ({self.fused_report()})")
         return f"call plan of {self.program.name}: {kind}\n{self.source}"
 
 
@@ -457,6 +593,11 @@ def make_plan(prog):
             run = prog.compiled_graph("forward").plan.runner(trusted=n_lead)
         plan.inline = InlineCall(run, list(tr.roles), list(tr.diff_roles), n_fw,
                                  tuple(names.index(n) for n in prog.symbols("forward")))
+        # (the fused variant runs in the inline call only: the others are checked calls,
+        # calls with non-leaf inputs or of modules, which keep the split programs)
+        plan.n_lead = n_lead
+        plan.fused_possible = fused_call.fused_possible(
+            prog, blocks, {CallBlock.SYMBOLS, CallBlock.LIFTED, CallBlock.NODE})
     return plan
 
 
@@ -548,12 +689,19 @@ def specialise(key, prog):
             syms = [names[i] for i in inline.symbols]
             run_args.append("values" if tuple(syms) == names else
                             "(" + "".join(f"{name}, " for name in syms) + ")")
-        lines += [
-            "    if " + CHECKS_NEEDED + " or "
-            + " or ".join(f"{a}.grad_fn is not None" for a in leaves) + ":",
-            f"        return prog(args, True{values})  # the checked run, or edges fixed now",
-            f"    outs = run({', '.join(run_args)})",
-            "    out = make(outs[0])"]
+        non_leaf = " or ".join(f"{a}.grad_fn is not None" for a in leaves)
+        if plan.fused_possible:
+            # under a profiler, a program that runs its fused variant still does, as one
+            # event of the profiler with its kernels (Program.run_checked)
+            lines += [
+                f"    profiled = {CHECKS_NEEDED}",
+                f"    if profiled and (_mode.anomaly or plan.fused_run is None or "
+                f"plan.streak < FUSED_AFTER) or {non_leaf}:",
+                f"        return prog(args, True{values})  # the checked run, or edges fixed now"]
+        else:
+            lines += [
+                f"    if {CHECKS_NEEDED} or {non_leaf}:",
+                f"        return prog(args, True{values})  # the checked run, or edges fixed now"]
         if prog.binding is None:
             g["in_avals"], g["out_avals"] = plan.avals
             saved = f"outs[{inline.n_fw}:]"
@@ -562,9 +710,41 @@ def specialise(key, prog):
             lines.append("    in_avals, out_avals = avals_cache.get(values) or avals_at(values)")
             saved = f"[*outs[{inline.n_fw}:], values]"
         identity = inputs == [f"a{i}" for i in range(n)]
-        lines += _node_lines(
-            saved, f"[{', '.join(leaves)}]", "args" if identity else f"[{', '.join(inputs)}]",
-            f"[{', '.join(f'{t}._version_counter.v' for t in inputs)}]") + [
+        replay = "args" if identity else f"[{', '.join(inputs)}]"
+        versions = f"[{', '.join(f'{t}._version_counter.v' for t in inputs)}]"
+        split = [f"    outs = run({', '.join(run_args)})",
+                 "    out = make(outs[0])"] + _node_lines(
+            saved, f"[{', '.join(leaves)}]", replay, versions)
+        if plan.fused_possible:  # the fused program where the recent calls ask for it
+            g.update(Fused=_FusedBackward, FUSED_AFTER=fused_call.FUSED_AFTER)
+            fused_args = [f"v{x}" if kind is Role.ARG else f"{t}._value"
+                          for (kind, x), t in zip(inline.roles, inputs)]
+            if prog.binding is not None:
+                fused_args.append("values")
+            g["SPLIT"] = fused_call.FusedChoice.SPLIT
+            arrays = [a for a in fused_args if a != "values"]
+            lines += fused_call.turn_lines()
+            symbol_values = "values" if prog.binding is not None else "None"
+            lines += [
+                "    outs = None",
+                "    if plan.streak >= FUSED_AFTER and plan.fused_choice is not SPLIT:",
+                "        if profiled:",
+                f"            outs = prog.run_checked('fused', [{', '.join(arrays)}], "
+                f"{symbol_values})",
+                "        elif plan.fused_run is not None:",
+                f"            outs = plan.fused_run({', '.join(fused_args)})",
+                "        else:  # (compiled now; a trial decides which variant is faster)",
+                f"            outs = plan.fused_trial([{', '.join(arrays)}], {symbol_values})",
+                "    if outs is not None:",
+                "        out = make(outs[0])"]
+            lines += _fused_node_lines(symbol_values, f"[{', '.join(leaves)}]", replay,
+                                       versions)
+            lines.append("    else:")
+            lines += ["    " + line for line in split]
+            lines.append("    node._turn = turn")
+        else:
+            lines += split
+        lines += [
             "    out._requires_grad = True",
             "    out.grad_fn = node",
             "    return out"]

@@ -1,6 +1,7 @@
 """aotgrad.explain(fn, *args): graphs, graph breaks, guards and op counts, in words."""
 import warnings
 
+from aotgrad.compiler import fused_call
 from aotgrad.compiler.api import RUN_EAGERLY, CompiledFunction
 from aotgrad.compiler.guards import _guard_key
 from aotgrad.ir import symbolic
@@ -63,6 +64,10 @@ def explain(fn, *args, **kwargs):
         g = prog.forward if prog.has_backward else prog.inference
         lines.append(f"graphs: 1; forward ops: {len(g.nodes)}; backward ops: "
                      f"{len(prog.backward.nodes) if prog.backward else 0}")
+        if prog.call_plan().fused_possible:
+            lines.append(f"fused forward+backward ops: {len(prog.fused.nodes)} (a call runs "
+                         f"it once {fused_call.FUSED_AFTER} calls in a row were "
+                         f"backpropagated at once)")
         lines.append("op counts (joint): " + ", ".join(f"{k}={v}" for k, v in
                                                       sorted(counts.items())))
         lines.append(str(prog))

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 
+from aotgrad.compiler.fused_call import counted_lines
 from aotgrad.ir.symbolic import is_static_shape
 from aotgrad.runtime.engine import accumulate_array, plain_leaves
 from aotgrad.runtime.tensor import Tensor
@@ -94,6 +95,8 @@ def make_fast_backward(prog, plan):
         if len(tr.diff_outs) > 1:
             body = [f"    if reach[{j}]:"] + ["    " + b for b in body]
         lines += body
+    if plan.fused_possible:  # (a backward at once of the latest call: toward the fused call)
+        lines += counted_lines()
     lines.append("    return True")
     source = "\n".join(lines) + "\n"
     exec(builtins.compile(source, f"<backward of {prog.name}>", "exec"), g)

@@ -7,7 +7,7 @@ import threading
 
 import numpy as np
 
-from aotgrad.compiler import call, guards
+from aotgrad.compiler import call, fused_call, guards
 from aotgrad.compiler.dynamic import SymbolBinding
 from aotgrad.ir.core import evaluate, evaluate_params, graph_symbols as symbols_of
 from aotgrad.ir import passes
@@ -151,6 +151,38 @@ class Program:
         self.binding = SymbolBinding(tr.shape_env, list(tr.symbol_dims)) \
             if tr.shape_env is not None else None
         self._symbols = {}
+
+    @property
+    def fused(self):
+        """The fused forward+backward graph (compiler/fused_call.py), made on first use."""
+        g = self.__dict__.get("_fused")
+        if g is None:
+            with _PREPARE_LOCK:
+                g = self.__dict__.get("_fused")
+                if g is None:
+                    g = self._fused = fused_call.fused_graph(self)
+        return g
+
+    def count_fused_backward(self, node):
+        """A backward at the implicit gradient of the output of `node` (a _FusedBackward),
+        through the general path: it keeps the program's fused streak as the fast
+        backward does (fused_call.counted_lines)."""
+        plan = self.call_plan()
+        if plan.pending and node._turn == plan.turn:
+            plan.pending = False
+            plan.streak += 1
+
+    def saved_after_fused(self, replay, values):
+        """The split forward's saved values for a call that ran the fused program instead,
+        from the call's inputs `replay` (checked unmodified) and symbol `values`: its
+        forward runs again. The program goes back to the split path for its next calls."""
+        plan = self.call_plan()
+        plan.streak, plan.pending = 0, False
+        args = [t._value for t in replay]
+        if values is not None:
+            args += self.symbol_args("forward", values)
+        saved = list(self.runner("forward")(*args)[self.n_fw_outputs:])
+        return saved + [values] if self.binding is not None else saved
 
     def symbols(self, which):
         """The symbols graph `which` takes values of (its callable's trailing tuple)."""
@@ -443,7 +475,7 @@ class Program:
         if self.backend != "interpret":
             self.build()
         parts = []
-        for which in ("forward", "backward", "inference"):
+        for which in ("forward", "backward", "inference", "fused"):
             k = self._kernels.get(which)
             if k is not None and getattr(k, "source", None):
                 parts.append(f"# ---- {which} ----\n{k.source}")
@@ -480,8 +512,13 @@ class Program:
 
     # ---- reading ------------------------------------------------------------------------
     def __str__(self):
-        plan = str(self.call_plan()).rstrip("\n").splitlines()
-        parts = [str(self.graphs), "\n".join("# " + line for line in plan)]
+        plan = self.call_plan()
+        parts = [str(self.graphs)]
+        if plan.fused_possible:  # (the graph only: its kernels compile on first use)
+            parts.append(f"# fused forward+backward at the implicit gradient 1 (runs once "
+                         f"{fused_call.FUSED_AFTER} calls in a row were backpropagated at "
+                         f"once)\n" + format_graph(self.fused))
+        parts.append("\n".join("# " + line for line in str(plan).rstrip("\n").splitlines()))
         if self.source:
             parts.append(self.source)
         return "\n".join(parts)
@@ -495,6 +532,8 @@ class Program:
         files = {"joint.py": format_graph(self.joint, "joint"),
                  "inference.py": format_graph(self.inference, "inference"),
                  **self.graphs.stages.files()}
+        if self.call_plan().fused_possible:
+            files["fused.py"] = format_graph(self.fused, "fused")
         if self.has_backward:
             files["forward.py"] = format_graph(self.forward, "forward")
             files["backward.py"] = format_graph(self.backward, "backward")

@@ -33,6 +33,7 @@ class CompiledBackward(Node):
     inputs, so the gradient is itself differentiable (double backward through compile)."""
     _name = "CompiledFunctionBackward"
     materialize_grads = False  # which outputs got a gradient decides which inputs get one
+    _turn = 0  # the number of the program's call that made it (compiler/fused_call.py)
 
     def __init__(self, program, saved, diff_inputs, in_avals, out_avals, replay_inputs):
         super().__init__([_node_of(t) for t in diff_inputs], in_avals, out_avals)
@@ -100,6 +101,52 @@ class _CallBackward(CompiledBackward):
     @functools.cached_property
     def next_functions(self):
         return tuple((t._grad_accumulator(), 0) for t in self._leaves)
+
+
+class _FusedBackward(_CallBackward):
+    """The grad_fn of an output made by a program's fused forward+backward variant
+    (compiler/fused_call.py): the call stored the gradients at the implicit seed 1
+    (`_grads`, the fused program's outputs), which its `_fast_backward` hands out. Any other
+    backward needs the split forward's saved values: the first read of `_saved_arrays`
+    checks the call's inputs' versions (PyTorch's error for one modified in place), runs
+    the split forward again on them (`program.saved_after_fused`) and drops the stored
+    gradients; the split backward then runs as for any _CallBackward."""
+    _grads = None
+    _needs_forward = False
+    _saved = None
+    _values = None   # a symbolic program's symbol values of the call
+
+    @property
+    def _saved_arrays(self):
+        if self._needs_forward:
+            self._check_versions()
+            self._saved = self.program.saved_after_fused(self._replay, self._values)
+            self._needs_forward, self._grads = False, None
+        return self._saved
+
+    @_saved_arrays.setter
+    def _saved_arrays(self, value):
+        self._saved, self._needs_forward = value, False
+
+    def _backward(self, grads):
+        # the general path (a profiler, hooks on a leaf, retain_grad on the output) with the
+        # gradient the fused program was run for, the scalar 1: its stored gradients
+        # (copied into .grad: a retained graph hands them out again), counted toward the
+        # program's fused streak as the fast backward counts them (anomaly mode: the split
+        # backward, whose outputs it checks for NaN)
+        g = grads[0] if len(grads) == 1 else None
+        if self._grads is not None and not _mode.grad_enabled and not _mode.anomaly and \
+                g is not None and g._value.size == 1 and g._value.reshape(()) == 1:
+            self._check_versions()
+            p = self.program
+            p.count_fused_backward(self)
+            return p.scatter_grads([Tensor._make(o) for o in self._grads[p.n_fw_outputs:]],
+                                   [True])
+        return super()._backward(grads)
+
+    def _release(self):
+        super()._release()
+        self._grads = None
 
 
 class _WrittenBackward(CompiledBackward):

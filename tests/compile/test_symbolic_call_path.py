@@ -13,15 +13,18 @@ def _programs(f):
 
 
 def _count_fast_backwards(plan):
-    """Wrap plan.fast_backward (already made) to count the backwards it served."""
+    """Wrap plan.fast_backward (already made) and the fused call's fast backward
+    (compiler/fused_call.py) to count the backwards they served."""
     served = []
-    inner = plan.fast_backward
 
-    def counted(t, retain_graph):
-        ok = inner(t, retain_graph)
-        served.append(ok)
-        return ok
-    plan.fast_backward = counted
+    def counting(inner):
+        def counted(t, retain_graph):
+            ok = inner(t, retain_graph)
+            served.append(ok)
+            return ok
+        return counted
+    plan.fast_backward = counting(plan.fast_backward)
+    plan.fused_backward = counting(plan.fused_backward)
     return served
 
 

@@ -1,0 +1,188 @@
+"""The fused variant of a compiled loss: one program that computes the forward outputs and
+the gradients of a floating scalar output at the implicit seed 1, for programs whose
+outputs are backpropagated at once (`loss = f(x); loss.backward()`, a training step).
+
+The split path runs the forward program (which saves values) and later the backward program
+(which recomputes what the partitioner chose not to save). When the caller always
+backpropagates the output right away with the implicit gradient, both can be one pass: the
+trace's joint graph with its one tangent input replaced by the constant 1, optimised by the
+same passes (CSE then shares the pointwise values the forward and the backward both compute)
+and compiled by the same code generator. Such a call stores the gradients on its output's
+node (runtime.compiled_backward._FusedBackward); `loss.backward()` then only writes the
+leaves' `.grad` (`make_fused_backward`), as the split fast backward does.
+
+The choice is adaptive, per program (CallPlan.streak): the fused program is compiled and
+tried once FUSED_AFTER calls in a row had their output backpropagated at once with the
+implicit gradient (the fast path, compiler/fast_backward.py, or the general path with the
+scalar 1: a profiler, hooks on a leaf, retain_grad on the output, autograd.grad); a timing
+trial then keeps the faster variant for the program (CallPlan.fused_trial). Any other use of an output (an
+explicit gradient other than 1, create_graph, anomaly mode, no backward before the next
+call) drops the program back to the split path, and is never answered from the stored
+gradients: the output's node runs the split forward again on the call's inputs (their
+versions checked, as saved tensors are) and the general path runs the split backward.
+Programs that qualify (`fused_possible`): one differentiable output, a floating scalar of a
+static shape, leaf or lifted inputs, and no other CallBlock (no random seeds, so a re-run of
+the forward gives the values the fused call saw; no in-place writes, .grad writes, escapes
+or copied outputs, whose effects happen once per call).
+"""
+import builtins
+import enum
+import math
+import time
+
+from aotgrad.ir import passes
+from aotgrad.ir.core import Eqn, Graph
+from aotgrad.ir.prims import full
+from aotgrad.ir.symbolic import is_static_shape
+from aotgrad.runtime.engine import accumulate_array, plain_leaves
+from aotgrad.runtime.tensor import Tensor
+
+# How many calls in a row must have been backpropagated at once (implicit gradient, fast
+# path) before a call compiles the fused program and tries it. The fused program costs a
+# compile of its own (as long as the forward's and the backward's together) and saves
+# milliseconds per step: it pays back over a training loop's many steps, not over a
+# script's (or a test's) handful of calls, which keep the split programs only.
+FUSED_AFTER = 8
+
+
+# How many times the timing trial runs each variant at least (the fastest run of each
+# counts: the first run of a new program pays for its first allocations), and for how long
+# at least, up to TRIAL_MAX_RUNS (a tiny program's runs of microseconds need many to tell).
+TRIAL_RUNS = 3
+TRIAL_SECONDS = 0.005
+TRIAL_MAX_RUNS = 100
+
+
+class FusedChoice(enum.Enum):
+    """Whether a program's calls run the fused variant once the streak allows it: decided
+    once, by a timing trial on a call's arguments (`CallPlan.fused_trial`) when its kernels
+    are compiled in their final form; the interpret backend takes FUSED without one."""
+    UNDECIDED = "not tried yet"
+    FUSED = "fused forward+backward"
+    SPLIT = "split forward and backward"
+
+
+def settled(kern):
+    """Whether a compiled graph's kernels are in their final form: none runs on numpy's
+    reference impls (codegen's first tier) and none awaits its parallel variant."""
+    if kern is None:
+        return True
+    if kern.first_tier:
+        return False
+    waiting = {spec.name for spec in kern.upgrading}
+    return waiting <= {spec.name for spec in kern.upgraded}
+
+
+def timing_trial(run_fused, run_split):
+    """(seconds of the fused run, of the split runs, the fused run's outputs): the fastest
+    runs of each, alternating, so that both see the same machine load (see TRIAL_RUNS)."""
+    t_fused = t_split = math.inf
+    outs = None
+    start = time.perf_counter()
+    for k in range(TRIAL_MAX_RUNS):
+        if k >= TRIAL_RUNS and time.perf_counter() - start >= TRIAL_SECONDS:
+            break
+        t = time.perf_counter()
+        outs = run_fused()
+        t_fused = min(t_fused, time.perf_counter() - t)
+        t = time.perf_counter()
+        run_split()
+        t_split = min(t_split, time.perf_counter() - t)
+    return t_fused, t_split, outs
+
+
+def fused_possible(prog, blocks, allowed):
+    """Whether `prog` may get a fused variant: its call needs no block outside `allowed`
+    (see the module's docstring), it has a backward, one output that is its one
+    differentiable output, a floating scalar of a static shape."""
+    tr = prog.trace
+    if not prog.has_backward or prog.observed or tr.out_tree is not None or \
+            tr.diff_outs != [0] or tr.written_grads or not set(blocks) <= allowed:
+        return False
+    tangent = prog.joint.inputs[tr.n_primals]
+    return is_static_shape(tangent.shape) and math.prod(tangent.shape) == 1 and \
+        tangent.dtype.is_floating_point and len(prog.joint.inputs) == tr.n_primals + 1
+
+
+def fused_graph(prog):
+    """The fused graph of `prog`: the optimised joint graph with its tangent input computed
+    as the constant 1 (`full`), taking the primals only; outputs: the forward outputs, then
+    the gradients (the joint's own outputs), through the IR passes again."""
+    tr = prog.trace
+    joint = prog.joint
+    tangent = joint.inputs[tr.n_primals]
+    seed = Eqn(full, [], [tangent], {"shape": tuple(tangent.shape), "value": 1.0,
+                                     "dtype": tangent.dtype})
+    g = Graph(joint.inputs[:tr.n_primals], [seed] + joint.nodes, joint.outputs, "fused")
+    g = passes.optimize(g)
+    g.name = "fused"
+    return g
+
+
+def make_fused_backward(prog, plan):
+    """`fused_backward(t, retain_graph) -> bool`: the `loss.backward()` of an output made by
+    the fused program (Tensor.backward calls it where the engine's `fast_path_ok` holds).
+    It hands the gradients the call stored on the node to the leaves' .grad, as the split
+    fast backward writes them (an array owned by nobody becomes .grad without a copy, unless
+    the graph is retained: a second backward hands the same gradients out again). It returns
+    False, having done nothing, where the general path must run: the node freed or its
+    gradients dropped, hooks on a leaf, a leaf passed twice, an input modified in place."""
+    tr = prog.trace
+    n_fw = prog.n_fw_outputs
+    owned = prog.owned_outputs("fused") if prog.backend != "interpret" and \
+        not prog.observed else None
+    n_leaves = len(tr.diff_roles)
+    g = {"plain_leaves": plain_leaves, "make": Tensor._make,
+         "accumulate_array": accumulate_array, "plan": plan}
+    lines = [
+        "def fused_backward(t, retain_graph):",
+        "    node = t.grad_fn",
+        "    outs = node._grads",
+        "    if outs is None or not plain_leaves(node._leaves):",
+        "        return False",
+        f"    {''.join(f'r{i}, ' for i in range(len(tr.roles)))}= node._replay",
+        "    v = node._versions",
+        "    if " + " or ".join(f"r{i}._version_counter.v != v[{i}]"
+                              for i in range(len(tr.roles))) + ":",
+        "        return False  # modified in place: the general path raises",
+        *counted_lines(),
+        "    own = not retain_graph",
+        "    if own:",
+        "        node._release()",
+        f"    {''.join(f'l{i}, ' for i in range(n_leaves))}= node._leaves"]
+    k = n_fw
+    for j, present in enumerate(tr.grad_present):
+        if not present:
+            continue
+        if owned and owned[k]:
+            lines += [f"    if own and l{j}._grad is None:",
+                      f"        l{j}._grad = make(outs[{k}])",
+                      "    else:",
+                      f"        accumulate_array(l{j}, outs[{k}], own)"]
+        else:
+            lines.append(f"    accumulate_array(l{j}, outs[{k}], False)")
+        k += 1
+    lines.append("    return True")
+    source = "\n".join(lines) + "\n"
+    exec(builtins.compile(source, f"<fused backward of {prog.name}>", "exec"), g)
+    fused_backward = g["fused_backward"]
+    fused_backward.source = source
+    return fused_backward
+
+
+def counted_lines(indent="    "):
+    """Lines of a fast backward (names `node` and `plan` bound) that count a backward of
+    the output of the program's latest call, made at once with the implicit gradient, toward
+    the fused variant (CallPlan.streak)."""
+    return [indent + "if plan.pending and node._turn == plan.turn:",
+            indent + "    plan.pending = False",
+            indent + "    plan.streak += 1"]
+
+
+def turn_lines(indent="    "):
+    """Lines of a generated call (name `plan` bound) that start a call's turn: the previous
+    call's output, not backpropagated at once, ends the streak; `turn` is this call's."""
+    return [indent + "if plan.pending:  # the last output was not backpropagated at once",
+            indent + "    plan.streak = 0",
+            indent + "plan.pending = True",
+            indent + "turn = plan.turn = plan.turn + 1"]
