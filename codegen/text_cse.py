@@ -14,7 +14,8 @@ import re
 # any other statement, or a call of anything but a pure scalar function, ends the run.
 _ASSIGN_LINE = re.compile(r"^(\s*)([A-Za-z_]\w*) = (.+)$")
 _PURE_CALLS = frozenset({"abs", "np.floor", "np.sqrt", "np.int32", "np.int64", "np.float32",
-                         "np.float64", "_i2f", "_f2i", "_fma"})
+                         "np.float64", "_i2f", "_f2i", "_fma", "_radd", "_rmul", "_maxnum", "_minnum",
+                         "_imin", "_imax", "max", "min"})
 
 
 def _pure(tree):

@@ -152,6 +152,18 @@ def test_shared_subexpressions_respect_reassignment_stores_and_runs():
                           "    u = x * y", "    for j in range(3):", "        e = x * y"]
 
 
+def test_shared_subexpressions_run_on_across_a_reduction_update():
+    """A sum's or max's accumulator update is a pure call: the values after it still merge
+    with those before it (W1's fused loss and gradient: sigmoid and 1 - sigmoid of x on
+    either side of the loss's sum share one exp), and the accumulator's new value is a new
+    value."""
+    from aotgrad.codegen.text_cse import shared_subexpressions as cse
+    lines = ["    e = -abs(x)", "    acc = _radd(acc, e)", "    m = _maxnum(m, e)",
+             "    f = -abs(x)", "    g = _radd(acc, e)", "    h = acc + e"]
+    assert cse(lines) == ["    e = -abs(x)", "    acc = _radd(acc, e)", "    m = _maxnum(m, e)",
+                          "    f = e", "    g = _radd(acc, e)", "    h = acc + e"]
+
+
 def test_shared_subexpressions_keep_the_documented_accuracy(mod):
     """The merged tanh/tanh' pair stays within the bound of each helper alone (values may
     differ from the separate helpers' in the last bit: fast-math contraction decides anew
