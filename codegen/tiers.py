@@ -43,9 +43,25 @@ log = logging.getLogger(__name__)
 
 QUIET = 0.5
 
-_jobs = queue.Queue()
+
+class Priority(enum.IntEnum):
+    """Which background job runs first (lowest first, whatever the order they came in)."""
+    FIRST_TIER = 0    # compiles kernels that run on numpy for now (serial variants)
+    UPGRADE = 1       # compiles the parallel variants of kernels that run serially
+
+
+# Helpers that compile the kernels still running on numpy (codegen.first_tier): one per
+# core, the first of them at the caller's priority (FIRST_TIER_BOOSTED). A step on numpy
+# keeps about one core busy (its products aside), and every second of these compiles is a
+# second of steps at the numpy speed, but niced helpers barely ran while the training used
+# both cores. The parallel variants come later, from niced helpers only.
+FIRST_TIER_BOOSTED = 1
+
+_jobs = queue.PriorityQueue()    # (priority, sequence number, job)
 _cv = threading.Condition()
-_state = {"pending": 0, "thread": None, "done": 0, "failed": 0}
+_state = {"pending": 0, "thread": None, "done": 0, "failed": 0, "seq": 0}
+_queued = {p: 0 for p in Priority}   # jobs waiting (not started) by priority
+_unfinished = {p: 0 for p in Priority}   # jobs queued or running by priority
 _load_lock = threading.Lock()    # held while a background job loads compiled code
 _closing = []
 _outstanding = {}                # (module, kernel) -> Unit queued or compiling in the background
@@ -140,21 +156,35 @@ def enabled():
     return os.environ.get("AOTGRAD_BACKGROUND_COMPILE", "1").strip() != "0"
 
 
-def submit(job):
-    """Queue `job()` (compiles and swaps in a program's parallel variants) for the
-    background thread."""
+def submit(job, priority=Priority.UPGRADE):
+    """Queue `job()` (compiles kernels and swaps them into a program's driver) for the
+    background thread, which runs one job at a time, those of the lowest `priority` first.
+    A job returns True when it did all its work, False when some failed."""
     with _cv:
         _state["pending"] += 1
+        _state["seq"] += 1
+        _queued[priority] += 1
+        _unfinished[priority] += 1
+        seq = _state["seq"]
         if _state["thread"] is None or not _state["thread"].is_alive():
             t = threading.Thread(target=_loop, daemon=True, name="aotgrad-tier-up")
             _state["thread"] = t
             t.start()
-    _jobs.put(job)
+    _jobs.put((priority, seq, job))
+
+
+def more_urgent(priority):
+    """Is a job of a lower (more urgent) priority than `priority` waiting? A long job stops
+    taking new work then, and submits the rest again (after it)."""
+    with _cv:
+        return any(n for p, n in _queued.items() if p < priority)
 
 
 def _loop():
     while True:
-        job = _jobs.get()
+        priority, _, job = _jobs.get()
+        with _cv:
+            _queued[priority] -= 1
         while parallel_compile.quiet_for() < QUIET:   # foreground compiles go first
             time.sleep(0.05)
         ok = False
@@ -166,6 +196,7 @@ def _loop():
             ok = False
         with _cv:
             _state["pending"] -= 1
+            _unfinished[priority] -= 1
             _state["done" if ok else "failed"] += 1
             _cv.notify_all()
 
@@ -176,6 +207,7 @@ def wait(timeout=None):
         return _cv.wait_for(lambda: _state["pending"] == 0, timeout)
 
 
-def pending():
+def pending(priority=None):
+    """Background jobs queued or running (of `priority` only, if given)."""
     with _cv:
-        return _state["pending"]
+        return _state["pending"] if priority is None else _unfinished[priority]

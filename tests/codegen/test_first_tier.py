@@ -39,7 +39,7 @@ def cold(tmp_path, monkeypatch):
 def held_jobs(monkeypatch):
     """Background jobs kept here instead of run: the test runs them when it wants."""
     jobs = []
-    monkeypatch.setattr(tiers, "submit", jobs.append)
+    monkeypatch.setattr(tiers, "submit", lambda job, priority=None: jobs.append(job))
     return jobs
 
 
