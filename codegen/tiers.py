@@ -3,10 +3,15 @@ parallel) variant comes later.
 
 The first tier (AOTGRAD_FIRST_TIER):
 - `reference` (the default): a kernel whose machine code is not in the disk cache runs its
-  nodes with numpy's reference impls (codegen.first_tier) while helper processes, at a
-  lower priority than the caller, compile it in the background; it is swapped into the
-  program's driver as soon as it is compiled. A cold program's first call then costs its
-  trace, schedule and one numpy run instead of tens of Numba compiles.
+  nodes with numpy's reference impls (codegen.first_tier) while helper processes compile
+  it in the background; it is swapped into the program's driver as soon as it is compiled.
+  A cold program's first call then costs its trace, schedule and one numpy run instead of
+  tens of Numba compiles. A kernel with prange loops is compiled serially first (a
+  parallel compile costs ~2.5x as much), its parallel variant after it, as below: the
+  first-tier jobs (Priority.FIRST_TIER) run before any upgrade to a parallel variant, of
+  whichever program, and an upgrade in progress stops taking new kernels when one comes.
+  One of their helpers runs at the caller's priority (FIRST_TIER_BOOSTED). A kernel whose
+  serial variant only is in the disk cache starts on it.
 - `serial`: as described next (every kernel is compiled before the first call).
 
 Numba compiles a kernel with `prange` loops for its parallel backend in ~1 s, against ~0.4 s
@@ -24,9 +29,10 @@ with it.
 `AOTGRAD_BACKGROUND_COMPILE=0` compiles every kernel, parallel variants included, up front
 instead (no first tier).
 
-Work still queued when the process exits is not lost: the units not yet compiled are handed
-to a detached helper process (parallel_compile.start_detached) that compiles them into the
-disk cache, so a second run of a script starts warm.
+Work still queued when the process exits is not lost: the units not yet compiled (tracked
+from the moment their job is queued) are handed to a detached helper process
+(parallel_compile.start_detached) that compiles them into the disk cache, so a second run
+of a script starts warm, on its parallel variants.
 `wait(timeout)` blocks until every queued upgrade is done (benchmarks call it after warm-up).
 """
 import atexit
