@@ -309,7 +309,8 @@ class _Ordered:
 
 def start_detached(units, cwd):
     """Hand `units` to a new helper process that outlives this one (its own session, at a
-    lower priority) and compiles them into the disk cache, then exits; returns it, or None
+    lower priority) and compiles them into the disk cache in the order given (the next
+    process may start while it works), then exits; returns it, or None
     where it cannot start. Nothing waits for it: the next process that needs the kernels
     finds them in the cache (or compiles what is not there yet itself)."""
     if not units or workers() == 0:
@@ -318,7 +319,7 @@ def start_detached(units, cwd):
         return None
     tasks = "".join(json.dumps({"id": i, "file": u.file, "module": u.module,
                                 "kernel": u.kernel, "sig": u.sig}) + "\n"
-                    for i, u in enumerate(sorted(units, key=lambda u: u.cost)))
+                    for i, u in enumerate(units))
     try:
         p = subprocess.Popen([sys.executable, compile_worker.__file__], cwd=cwd,
                              stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,

@@ -195,7 +195,7 @@ class CompiledGraph:
                               "numba": t3 - t2}
         if self.first_tier:
             units = [self._unit(name) for name in {s.name for s in self._on_first_tier()}]
-            tiers.track(units)
+            tiers.track(units, tiers.Priority.FIRST_TIER)
             tiers.submit(lambda: self._compile_first_tier(units), tiers.Priority.FIRST_TIER)
         if self.upgrading:
             self._variants = self._parallel_variants()
@@ -260,7 +260,8 @@ class CompiledGraph:
                 pspec.parallel = True
                 text = module_source([pspec], own)
                 file, module = cache.write_module(text)
-                unit = parallel_compile.Unit(file, module, spec.name, _sig_desc(pspec), 3)
+                unit = parallel_compile.Unit(file, module, spec.name, _sig_desc(pspec),
+                                             3 * len(pspec.body))
                 variants[spec.name] = [pspec, text, [], unit]
             variants[spec.name][2].append(st)
         tiers.track([v[3] for v in variants.values()])

@@ -113,12 +113,12 @@ class compiled_kernels:
             _compiled_only[0] -= 1
 
 
-def track(units):
-    """Register background units (parallel_compile.Unit) until `untrack`: those left at
-    exit go to a detached helper."""
+def track(units, priority=Priority.UPGRADE):
+    """Register background units (parallel_compile.Unit) of a job of `priority` until
+    `untrack`: those left at exit go to a detached helper, the most urgent first."""
     with _cv:
         for u in units:
-            _outstanding[(u.module, u.kernel)] = u
+            _outstanding[(u.module, u.kernel)] = (priority, u)
 
 
 def untrack(unit):
@@ -152,7 +152,8 @@ def _close():
         pass
     with _cv:
         # (a temporary cache directory is removed at exit: nothing to keep there)
-        left = [u for u in _outstanding.values() if os.path.exists(u.file)]
+        left = [u for _, u in sorted(_outstanding.values(), key=lambda pu: (pu[0], pu[1].cost))
+                if os.path.exists(u.file)]
         _outstanding.clear()
     if left:
         parallel_compile.start_detached(left, os.path.dirname(left[0].file))
