@@ -273,8 +273,13 @@ class CompiledGraph:
         taking new kernels while a more urgent job waits (kernels still on numpy), and then
         submits itself again for the rest."""
         left = [v[3] for v in self._variants.values() if v[0] not in self.upgraded]
+        # the most elements of work per unit of compile cost first: what a thread more
+        # gains on a step for the wait
+        work = {name: hint(math.prod(v[0].kernel.domain or (1,)))
+                for name, v in self._variants.items()}
         done = {u.kernel for u in parallel_compile.compile_in_helpers(
             left, cache.cache_dir(), on_done=tiers.untrack,
+            order=lambda u: (-work[u.kernel] / u.cost, u.cost),
             stop=lambda: tiers.more_urgent(tiers.Priority.UPGRADE))}
         for name in done:
             if not tiers.begin_load():          # the interpreter is exiting
