@@ -192,7 +192,10 @@ def _loop():
         priority, _, job = _jobs.get()
         with _cv:
             _queued[priority] -= 1
-        while parallel_compile.quiet_for() < QUIET:   # foreground compiles go first
+        # foreground compiles go first (a backward's usually follows its forward's within
+        # QUIET); kernels on numpy cost every step meanwhile: theirs only wait while one runs
+        quiet = QUIET if priority > Priority.FIRST_TIER else 0.0
+        while parallel_compile.quiet_for() <= quiet:
             time.sleep(0.05)
         ok = False
         try:
