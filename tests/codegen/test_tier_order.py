@@ -184,3 +184,29 @@ def test_a_second_process_starts_on_the_parallel_variants_left_queued_at_exit(co
     second = _child(cold)
     assert second == dict(status="disk", first_tier=0, upgrading=0, compiled_here=0,
                           parallel=[True])
+
+
+def test_a_boosted_helper_runs_at_the_callers_priority(tmp_path, monkeypatch):
+    """(Niced helpers: test_first_tier.py's test_background_helpers_run_at_a_lower_priority.)"""
+    from aotgrad.codegen import cache
+    monkeypatch.setenv("AOTGRAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(parallel_compile, "LINGER", 60.0)
+    parallel_compile.shutdown()
+    units = []
+    for k in range(2):
+        mod, _ = cache.load_module(f"import numba\n\n@numba.njit(cache=True)\n"
+                                   f"def k_{k}(n):\n    return n + {k}\n")
+        units.append(parallel_compile.Unit(mod.__file__, mod.__name__, f"k_{k}", [["size"]]))
+    try:
+        assert parallel_compile.compile_in_helpers([], str(tmp_path), boosted=1) == []
+        # a stop() true at once: nothing is taken
+        assert parallel_compile.compile_in_helpers(units, str(tmp_path), helpers=1,
+                                                   boosted=1, stop=lambda: True) == []
+        done = parallel_compile.compile_in_helpers(units, str(tmp_path), helpers=1, boosted=1)
+        assert sorted(u.kernel for u in done) == ["k_0", "k_1"]
+        helpers = [p for p, _ in parallel_compile._idle]
+        assert len(helpers) == 1
+        assert os.getpriority(os.PRIO_PROCESS, helpers[0].pid) == \
+            os.getpriority(os.PRIO_PROCESS, 0)
+    finally:
+        parallel_compile.shutdown()
