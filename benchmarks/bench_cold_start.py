@@ -24,8 +24,8 @@ while background compiles were still running (and how many such steps), and the 
 the last 20 steps; how many steps after the first ran kernels on numpy (the first tier:
 `n numpy`) and the seconds from process start to the end of the last of them (`numpy s`),
 and to the end of the last step while any background compile was pending (`busy s`; `-`
-where they were still pending at the last step); the load average; the calls of the compiled function that ran eagerly
-(`eager`: a graph break; must be 0); the loss of the last step and its relative difference
+where they were still pending at the last step); the load average; the calls of the
+compiled function that ran eagerly (`eager`: a graph break; must be 0); the loss of the last step and its relative difference
 from torch eager's in the same run (same seeded data and weights; `vs torch`).
 """
 import time
@@ -118,7 +118,7 @@ def _worker(model, system, steps, quick):
     eager = step.compiled.eager_calls if step.compiled is not None else None
 
     def end_of(flags):     # seconds from the start to the end of the last flagged step
-        if flags[-1]:      # (None: not over by the last step)
+        if flags[-1] or system.startswith("torch"):   # (None: not over by the last step)
             return None
         return max((e - START for e, f in zip(ends, flags) if f), default=ends[0] - START)
     return dict(numpy_n=sum(on_numpy[1:]), numpy_end_s=end_of(on_numpy),
