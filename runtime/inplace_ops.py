@@ -370,6 +370,15 @@ def setitem(x, index, value):
         if isinstance(i, slice) and i.step is not None and i.step <= 0:
             raise ValueError("step must be greater than zero")
     readonly = isinstance(x._value, np.ndarray) and not x._value.flags.writeable
+    if current_builder() is not None and _basic_index(index):
+        probed = layout.probe(x)
+        if probed is not None and _overlaps(probed):
+            # eagerly (below) the indexed view of an expanded tensor is written: PyTorch's
+            # error where that view overlaps itself; else the write reaches every element
+            # sharing its memory, which the traced whole-tensor update does not express
+            _check_overlap(getitem(x, index), "setitem")
+            raise dispatch.GraphBreak(dispatch.describe_break(
+                "setitem into an expanded tensor (elements share memory)"))
     if readonly and current_builder() is None and _basic_index(index):
         # an expanded tensor: the indexed view is written (an error if it overlaps itself)
         v = getitem(x, index)

@@ -37,9 +37,17 @@ def _check(data, backends, torch=None, max_steps=8):
     assert msg is None, f"{msg}\n{prog}"
 
 
-@_settings(40)
+@_settings(25)
 @given(st.data())
 def test_programs_interpret_match_eager(data):
+    _check(data, ("interpret",))
+
+
+@pytest.mark.slow
+@_settings(100)
+@given(st.data())
+def test_programs_interpret_match_eager_more(data):
+    # (more examples than the default run's, which keeps the suite within its time)
     _check(data, ("interpret",))
 
 
