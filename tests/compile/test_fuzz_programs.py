@@ -37,7 +37,7 @@ def _check(data, backends, torch=None, max_steps=8):
     assert msg is None, f"{msg}\n{prog}"
 
 
-@_settings(25)
+@_settings(15)
 @given(st.data())
 def test_programs_interpret_match_eager(data):
     _check(data, ("interpret",))

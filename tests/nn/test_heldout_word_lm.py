@@ -93,7 +93,8 @@ def _run(torch, weights, compiled):
     return out.detach(), loss.item(), norm, grads, words.view(-1).tolist()
 
 
-@pytest.mark.parametrize("compiled", (False, True))
+# (the compiled run takes ~15 s: under -m slow, for the default suite's time)
+@pytest.mark.parametrize("compiled", (False, pytest.param(True, marks=pytest.mark.slow)))
 def test_word_language_model_matches_torch(torch, compiled):
     import aotgrad
     torch.manual_seed(0)
