@@ -21,7 +21,6 @@ import builtins
 import dataclasses
 import enum
 import math
-import warnings
 import weakref
 
 import numpy as np
@@ -133,7 +132,7 @@ class CallPlan:
     calls in a row had their output backpropagated at once (implicit gradient, fast path);
     `pending`, the latest call's output has not been yet; `turn`, the latest call's number
     (its node's `_turn`); `fused_run`, the fused program's runner once its kernels are
-    compiled and chosen (`fused_trial`, `fused_choice`); `fused_backward`, the
+    compiled and chosen (`fused_call.trial`, `fused_choice`); `fused_backward`, the
     `loss.backward()` of its outputs."""
     program: object
     call: object = None
@@ -211,93 +210,6 @@ class CallPlan:
             self.fused_backward = run
         return run(t, retain_graph)
 
-    def fused_trial(self, arrays, values):
-        """The first calls that may run the fused program (compiled here, on first use,
-        once no background compile is pending): once its kernels and the split programs'
-        are in their final form (fused_call.settled; until then None, the split call runs),
-        time both variants on the call's `arrays` (and symbol `values`) and keep the faster
-        for the program's later calls (`fused_choice`, `trial_seconds`). Returns the fused
-        program's outputs for this call where it won, else None."""
-        prog = self.program
-        if prog.backend != "interpret":
-            from aotgrad.codegen import tiers  # (loaded with the compiled programs: numba)
-            if tiers.pending():
-                return None  # the background compiles of the split kernels go first
-        try:
-            kern = prog.compiled_graph("fused")
-        except Exception as e:  # noqa: BLE001 (the split programs give the answer)
-            self.fused_choice = fused_call.FusedChoice.SPLIT
-            self.fused_failure = f"{type(e).__name__}: {e}"
-            warnings.warn(f"aotgrad.compile({prog.name}): the fused forward+backward program "
-                          f"failed to compile ({self.fused_failure}); its calls keep the "
-                          f"split forward and backward programs", stacklevel=3)
-            return None
-        if not all(fused_call.settled(prog.compiled_graph(w))
-                   for w in ("fused", "forward", "backward")):
-            return None
-        if prog.copied_outputs("fused"):
-            # (its output could share an input's memory: the split call's copy is needed)
-            self.fused_choice = fused_call.FusedChoice.SPLIT
-            return None
-        run = self._fused_runner(prog.runner("fused"))
-        call_args = list(arrays) + ([values] if prog.binding is not None else [])
-        if kern is None or self.fused_choice is fused_call.FusedChoice.FUSED:
-            # (interpreted: no kernels to time; or chosen in advance)
-            outs = run(*call_args)
-            self.fused_choice = fused_call.FusedChoice.FUSED
-        else:
-            fw_args = list(arrays) + list(prog.symbol_args("forward", values))
-            grads = self.implicit_grads(0, values)
-            n_fw = prog.n_fw_outputs
-
-            def split():
-                saved = list(prog.runner("forward")(*fw_args)[n_fw:])
-                if prog.binding is not None:
-                    saved.append(values)
-                return prog.run_backward(saved + list(grads))
-            t_fused, t_split, outs = fused_call.timing_trial(lambda: run(*call_args), split)
-            self.trial_seconds = (t_split, t_fused)
-            self.fused_choice = fused_call.FusedChoice.FUSED if t_fused < t_split \
-                else fused_call.FusedChoice.SPLIT
-        if self.fused_choice is not fused_call.FusedChoice.FUSED:
-            return None
-        if kern is not None and self.n_lead and not prog.observed:
-            run = self._fused_runner(kern.plan.runner(trusted=self.n_lead))
-        self.fused_run = run
-        return outs
-
-    def fused_report(self):
-        """The fused variant's state in words: the choice and the trial's times."""
-        text = self.fused_choice.value
-        if self.fused_choice is fused_call.FusedChoice.UNDECIDED:
-            text = "fused or split: " + text
-        if self.fused_failure is not None:
-            text += f"; the fused program failed to compile: {self.fused_failure}"
-        if self.trial_seconds is not None:
-            t_split, t_fused = self.trial_seconds
-            text += f"; trial: split {t_split * 1e3:.3f} ms, fused {t_fused * 1e3:.3f} ms"
-        return text
-
-    def _fused_runner(self, run):
-        """The fused program's `run`, taking the call's arrays, then a symbolic program's
-        symbol values (all of them, in the binding's order)."""
-        prog = self.program
-        if prog.binding is not None:
-            names, syms = prog.binding.names, prog.symbols("fused")
-            if tuple(syms) != tuple(names):
-                at = [names.index(n) for n in syms]
-                whole = run
-
-                def run(*args):
-                    values = args[-1]
-                    return whole(*args[:-1], tuple(values[i] for i in at))
-            elif not syms:
-                whole = run
-
-                def run(*args):
-                    return whole(*args[:-1])
-        return run
-
     def __str__(self):
         kind = "straight-line call"
         blocks = [b.value for b in self.blocks if b is not CallBlock.SYMBOLS]
@@ -310,7 +222,7 @@ class CallPlan:
             kind += "; inline per guard key"
         if self.fused_possible:
             kind += (f"; the fused forward+backward program after {fused_call.FUSED_AFTER} "
-                     f"calls backpropagated at once ({self.fused_report()})")
+                     f"calls backpropagated at once ({fused_call.report(self)})")
         return f"call plan of {self.program.name}: {kind}\n{self.source}"
 
 
@@ -722,6 +634,7 @@ def specialise(key, prog):
             if prog.binding is not None:
                 fused_args.append("values")
             g["SPLIT"] = fused_call.FusedChoice.SPLIT
+            g["fused_trial"] = fused_call.trial
             arrays = [a for a in fused_args if a != "values"]
             lines += fused_call.turn_lines()
             symbol_values = "values" if prog.binding is not None else "None"
@@ -734,7 +647,7 @@ def specialise(key, prog):
                 "        elif plan.fused_run is not None:",
                 f"            outs = plan.fused_run({', '.join(fused_args)})",
                 "        else:  # (compiled now; a trial decides which variant is faster)",
-                f"            outs = plan.fused_trial([{', '.join(arrays)}], {symbol_values})",
+                f"            outs = fused_trial(plan, [{', '.join(arrays)}], {symbol_values})",
                 "    if outs is not None:",
                 "        out = make(outs[0])"]
             lines += _fused_node_lines(symbol_values, f"[{', '.join(leaves)}]", replay,

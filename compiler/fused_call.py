@@ -15,7 +15,7 @@ The choice is adaptive, per program (CallPlan.streak): the fused program is comp
 tried once FUSED_AFTER calls in a row had their output backpropagated at once with the
 implicit gradient (the fast path, compiler/fast_backward.py, or the general path with the
 scalar 1: a profiler, hooks on a leaf, retain_grad on the output, autograd.grad); a timing
-trial then keeps the faster variant for the program (CallPlan.fused_trial). Any other use of an output (an
+trial then keeps the faster variant for the program (`trial`). Any other use of an output (an
 explicit gradient other than 1, create_graph, anomaly mode, no backward before the next
 call) drops the program back to the split path, and is never answered from the stored
 gradients: the output's node runs the split forward again on the call's inputs (their
@@ -29,6 +29,7 @@ import builtins
 import enum
 import math
 import time
+import warnings
 
 from aotgrad.ir import passes
 from aotgrad.ir.core import Eqn, Graph
@@ -55,7 +56,7 @@ TRIAL_MAX_RUNS = 100
 
 class FusedChoice(enum.Enum):
     """Whether a program's calls run the fused variant once the streak allows it: decided
-    once, by a timing trial on a call's arguments (`CallPlan.fused_trial`) when its kernels
+    once, by a timing trial on a call's arguments (`trial`) when its kernels
     are compiled in their final form; the interpret backend takes FUSED without one."""
     UNDECIDED = "not tried yet"
     FUSED = "fused forward+backward"
@@ -186,3 +187,91 @@ def turn_lines(indent="    "):
             indent + "    plan.streak = 0",
             indent + "plan.pending = True",
             indent + "turn = plan.turn = plan.turn + 1"]
+
+
+def trial(plan, arrays, values):
+    """The first calls that may run the fused program (compiled here, on first use,
+    once no background compile is pending): once its kernels and the split programs'
+    are in their final form (settled; until then None, the split call runs),
+    time both variants on the call's `arrays` (and symbol `values`) and keep the faster
+    for the program's later calls (`fused_choice`, `trial_seconds`). Returns the fused
+    program's outputs for this call where it won, else None."""
+    prog = plan.program
+    if prog.backend != "interpret":
+        from aotgrad.codegen import tiers  # (loaded with the compiled programs: numba)
+        if tiers.pending():
+            return None  # the background compiles of the split kernels go first
+    try:
+        kern = prog.compiled_graph("fused")
+    except Exception as e:  # noqa: BLE001 (the split programs give the answer)
+        plan.fused_choice = FusedChoice.SPLIT
+        plan.fused_failure = f"{type(e).__name__}: {e}"
+        warnings.warn(f"aotgrad.compile({prog.name}): the fused forward+backward program "
+                      f"failed to compile ({plan.fused_failure}); its calls keep the "
+                      f"split forward and backward programs", stacklevel=3)
+        return None
+    if not all(settled(prog.compiled_graph(w))
+               for w in ("fused", "forward", "backward")):
+        return None
+    if prog.copied_outputs("fused"):
+        # (its output could share an input's memory: the split call's copy is needed)
+        plan.fused_choice = FusedChoice.SPLIT
+        return None
+    run = _runner(plan, prog.runner("fused"))
+    call_args = list(arrays) + ([values] if prog.binding is not None else [])
+    if kern is None or plan.fused_choice is FusedChoice.FUSED:
+        # (interpreted: no kernels to time; or chosen in advance)
+        outs = run(*call_args)
+        plan.fused_choice = FusedChoice.FUSED
+    else:
+        fw_args = list(arrays) + list(prog.symbol_args("forward", values))
+        grads = plan.implicit_grads(0, values)
+        n_fw = prog.n_fw_outputs
+
+        def split():
+            saved = list(prog.runner("forward")(*fw_args)[n_fw:])
+            if prog.binding is not None:
+                saved.append(values)
+            return prog.run_backward(saved + list(grads))
+        t_fused, t_split, outs = timing_trial(lambda: run(*call_args), split)
+        plan.trial_seconds = (t_split, t_fused)
+        plan.fused_choice = FusedChoice.FUSED if t_fused < t_split \
+            else FusedChoice.SPLIT
+    if plan.fused_choice is not FusedChoice.FUSED:
+        return None
+    if kern is not None and plan.n_lead and not prog.observed:
+        run = _runner(plan, kern.plan.runner(trusted=plan.n_lead))
+    plan.fused_run = run
+    return outs
+
+def report(plan):
+    """The fused variant's state in words: the choice and the trial's times."""
+    text = plan.fused_choice.value
+    if plan.fused_choice is FusedChoice.UNDECIDED:
+        text = "fused or split: " + text
+    if plan.fused_failure is not None:
+        text += f"; the fused program failed to compile: {plan.fused_failure}"
+    if plan.trial_seconds is not None:
+        t_split, t_fused = plan.trial_seconds
+        text += f"; trial: split {t_split * 1e3:.3f} ms, fused {t_fused * 1e3:.3f} ms"
+    return text
+
+def _runner(plan, run):
+    """The fused program's `run`, taking the call's arrays, then a symbolic program's
+    symbol values (all of them, in the binding's order)."""
+    prog = plan.program
+    if prog.binding is not None:
+        names, syms = prog.binding.names, prog.symbols("fused")
+        if tuple(syms) != tuple(names):
+            at = [names.index(n) for n in syms]
+            whole = run
+
+            def run(*args):
+                values = args[-1]
+                return whole(*args[:-1], tuple(values[i] for i in at))
+        elif not syms:
+            whole = run
+
+            def run(*args):
+                return whole(*args[:-1])
+    return run
