@@ -235,14 +235,16 @@ class CompiledGraph:
     def _upgrade(self):
         """Background job (codegen.tiers): compile the parallel variants of the kernels that
         started serial in helper processes, load them and swap them into the driver."""
-        variants = {}                     # kernel name -> (parallel spec, module, steps)
+        # kernel name -> (parallel spec, module, [(step, its parallel spec)]): steps that
+        # run one kernel on different values each keep their own spec (its arguments)
+        variants = {}
         for spec, (st, own) in self.upgrading.items():
+            pspec = copy.copy(spec)
+            pspec.parallel = True
             if spec.name not in variants:
-                pspec = copy.copy(spec)
-                pspec.parallel = True
                 mod, _ = cache.load_module(module_source([pspec], own))
                 variants[spec.name] = (pspec, mod, [])
-            variants[spec.name][2].append(st)
+            variants[spec.name][2].append((st, pspec))
         units = [parallel_compile.Unit(mod.__file__, mod.__name__, name, _sig_desc(pspec), 3)
                  for name, (pspec, mod, _) in variants.items()]
         tiers.track(units)                # (what is left at exit: a detached helper)
@@ -255,10 +257,10 @@ class CompiledGraph:
                 pspec, mod, steps = variants[name]
                 fn = getattr(mod, name)
                 fn.compile(_numba_sig(pspec))   # numba's disk cache, filled by the helper
-                for st in steps:
-                    self.plan.swap_kernel(st, fn, pspec)
-                    self.specs[st] = pspec
-                self.upgraded.add(pspec)
+                for st, step_spec in steps:
+                    self.plan.swap_kernel(st, fn, step_spec)
+                    self.specs[st] = step_spec
+                    self.upgraded.add(step_spec)
             finally:
                 tiers.end_load()
         return len(done) == len(variants)
