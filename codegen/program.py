@@ -81,6 +81,17 @@ def _collector_paused():
         gc.enable()
 
 
+def schedule_graph(graph):
+    """How codegen runs `graph`, before any kernel is emitted: (the graph it schedules, with
+    16-bit floats kept as float32 and identical subexpressions computed once; the 16-bit
+    dtypes of its inputs and outputs (low_precision.widen); its Scheduler; its schedule)."""
+    graph, low_in, low_out = low_precision.widen(graph)
+    with _collector_paused():
+        graph = cse(graph, keep_outputs=True)
+        scheduler = Scheduler(graph)
+        return graph, (low_in, low_out), scheduler, scheduler.run()
+
+
 class CompiledGraph:
     """A Graph compiled to fused Numba kernels + BLAS calls. Call it with numpy arrays.
 
@@ -97,12 +108,9 @@ class CompiledGraph:
         self._in_helpers = in_helpers
         blas.start_threads()    # before any parallel kernel is compiled or loaded here
         self.graph, self.name = graph, name
-        graph, low_in, low_out = low_precision.widen(graph)  # 16-bit floats kept as float32
+        graph, (low_in, low_out), self.scheduler, self.schedule = schedule_graph(graph)
+        self.scheduled_graph = graph
         with _collector_paused():
-            graph = cse(graph, keep_outputs=True)  # identical subexpressions computed once
-            self.scheduled_graph = graph
-            self.scheduler = Scheduler(graph)
-            self.schedule = self.scheduler.run()
             t1 = time.perf_counter()
             helpers, own = set(), {}
             self.specs = {}

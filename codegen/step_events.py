@@ -57,29 +57,47 @@ def _dims(s):
     return "x".join(map(str, s)) or "scalar"
 
 
+def _dot_sizes(n):
+    """(batch, m, k, n) of a product node."""
+    a, b = n.inputs
+    d = dot_dims(a.ndim, b.ndim, **n.params)
+    return (math.prod(a.shape[i] for i in d.lhs_batch),
+            math.prod(a.shape[i] for i in d.lhs_free),
+            math.prod(a.shape[i] for i in d.lhs_contract),
+            math.prod(b.shape[i] for i in d.rhs_free))
+
+
+def step_work(st):
+    """(bytes, flops) of a kernel, product or reference step: the memory it reads and
+    writes (each value once) and a product's floating-point operations (0 otherwise)."""
+    if isinstance(st, Kernel):
+        return _moved(list(st.inputs) + list(st.outputs)), 0
+    n = st.nodes[0]
+    if st.kind == StepKind.DOT:
+        batch, m, k, nn = _dot_sizes(n)
+        return _moved(list(n.inputs) + [n.outputs[0]]), 2 * batch * m * k * nn
+    ins = st.inputs if st.route is not None else n.inputs
+    return _moved(list(ins) + list(n.outputs)), 0
+
+
 def _kernel_event(st, spec):
     kind = st.ktype.value
     return StepEvent(
         name=f"kernel {spec.name} ({kind} {_dims(st.domain)}, {len(st.nodes)} nodes)",
         shapes=tuple(tuple(v.shape) for v in st.inputs), nodes=len(st.nodes),
-        bytes=_moved(list(st.inputs) + list(st.outputs)), flops=0,
-        how="parallel" if spec.parallel else "serial")
+        bytes=step_work(st)[0], flops=0, how="parallel" if spec.parallel else "serial")
 
 
 def _dot_event(st, how):
     n = st.nodes[0]
     a, b = n.inputs
-    out = n.outputs[0]
-    d = dot_dims(a.ndim, b.ndim, **n.params)
-    batch = math.prod(a.shape[i] for i in d.lhs_batch)
-    m = math.prod(a.shape[i] for i in d.lhs_free)
-    k = math.prod(a.shape[i] for i in d.lhs_contract)
-    nn = math.prod(b.shape[i] for i in d.rhs_free)
+    batch, m, k, nn = _dot_sizes(n)
+    nbytes, flops = step_work(st)
     stack = f"{batch}x" if batch != 1 else ""
     return StepEvent(
-        name=f"matmul {stack}({m}x{k} @ {k}x{nn}) {out.dtype.np.name}",
-        shapes=(tuple(a.shape), tuple(b.shape)), nodes=1,
-        bytes=_moved([a, b, out]), flops=2 * batch * m * k * nn, how=how or "np.matmul")
+        name=f"matmul {stack}({m}x{k} @ {k}x{nn}) {n.outputs[0].dtype.np.name}",
+        shapes=(tuple(a.shape), tuple(b.shape)), nodes=1, bytes=nbytes, flops=flops,
+        how=how or "np.matmul")
 
 
 def _reference_event(st):
@@ -88,12 +106,10 @@ def _reference_event(st):
     if route is not None:
         return StepEvent(name=f"{n.prim.name} ({route.kind.value})",
                          shapes=tuple(tuple(v.shape) for v in st.inputs), nodes=1,
-                         bytes=_moved(list(st.inputs) + list(n.outputs)), flops=0,
-                         how=route.describe())
+                         bytes=step_work(st)[0], flops=0, how=route.describe())
     return StepEvent(name=f"{n.prim.name} (numpy)",
                      shapes=tuple(tuple(v.shape) for v in n.inputs), nodes=1,
-                     bytes=_moved(list(n.inputs) + list(n.outputs)), flops=0,
-                     how="reference implementation")
+                     bytes=step_work(st)[0], flops=0, how="reference implementation")
 
 
 def step_events(schedule, kernel_fns, gemm_how):

@@ -150,6 +150,7 @@ class CallPlan:
     fused_backward: object = None
     fused_choice: fused_call.FusedChoice = fused_call.FusedChoice.UNDECIDED
     trial_seconds: tuple = None  # (split, fused): the timing trial's fastest runs
+    estimated_gain: float = None  # the fused program's, before it is compiled (fused_call)
     fused_failure: str = None     # why the fused program did not compile (then SPLIT)
     n_lead: int = 0  # the leading inputs that are the leading arguments (trusted runners)
 

@@ -46,6 +46,14 @@ from aotgrad.runtime.tensor import Tensor
 FUSED_AFTER = 8
 
 
+# The fused program is compiled only where its estimated time (codegen.cost) is at least
+# this fraction below the split programs' together: fusing saves the saved values' round
+# trip through memory and the pointwise work the two share, which is most of a pointwise
+# program's time and little of one made of matrix products, whose fused compile (as long as
+# the split programs' compiles together) competes with the training for the cores.
+FUSED_MIN_GAIN = 0.1
+
+
 # How many times the timing trial runs each variant at least (the fastest run of each
 # counts: the first run of a new program pays for its first allocations), and for how long
 # at least, up to TRIAL_MAX_RUNS (a tiny program's runs of microseconds need many to tell).
@@ -90,6 +98,17 @@ def timing_trial(run_fused, run_split):
         run_split()
         t_split = min(t_split, time.perf_counter() - t)
     return t_fused, t_split, outs
+
+
+def estimated_gain(prog):
+    """The fraction of the split programs' estimated time (codegen.cost) the fused program
+    saves: (split - fused) / split, from their schedules, before any fused kernel is
+    compiled."""
+    from aotgrad.codegen import cost, schedule_graph  # (loaded with the compiled programs)
+    split = sum(cost.estimated_seconds(prog.compiled_graph(w).schedule)
+                for w in ("forward", "backward"))
+    fused = cost.estimated_seconds(schedule_graph(prog.fused)[3])
+    return (split - fused) / split
 
 
 def fused_possible(prog, blocks, allowed):
@@ -201,6 +220,11 @@ def trial(plan, arrays, values):
         from aotgrad.codegen import tiers  # (loaded with the compiled programs: numba)
         if tiers.pending():
             return None  # the background compiles of the split kernels go first
+        if plan.fused_choice is FusedChoice.UNDECIDED and plan.estimated_gain is None:
+            plan.estimated_gain = estimated_gain(prog)
+            if plan.estimated_gain < FUSED_MIN_GAIN:
+                plan.fused_choice = FusedChoice.SPLIT     # not worth its compile
+                return None
     try:
         kern = prog.compiled_graph("fused")
     except Exception as e:  # noqa: BLE001 (the split programs give the answer)
@@ -249,6 +273,10 @@ def report(plan):
     text = plan.fused_choice.value
     if plan.fused_choice is FusedChoice.UNDECIDED:
         text = "fused or split: " + text
+    if plan.estimated_gain is not None:
+        text += f"; estimated gain {plan.estimated_gain:.0%}" + (
+            f" (below {FUSED_MIN_GAIN:.0%}: not compiled)"
+            if plan.estimated_gain < FUSED_MIN_GAIN else "")
     if plan.fused_failure is not None:
         text += f"; the fused program failed to compile: {plan.fused_failure}"
     if plan.trial_seconds is not None:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import aotgrad as ag
-from aotgrad.compiler.fused_call import FUSED_AFTER, FusedChoice
+from aotgrad.compiler.fused_call import FUSED_AFTER, FUSED_MIN_GAIN, FusedChoice, estimated_gain
 from aotgrad.testing import assert_close
 
 TOL = dict(rtol=2e-5, atol=1e-5, equal_nan=True)
@@ -333,6 +333,36 @@ def test_the_timing_trial_decides_once_and_either_answer_is_eager_s():
     out.backward()
     for a, r in zip(args, ref):
         assert_close(a.grad.numpy(), r, **TOL)
+
+
+def test_a_program_of_products_keeps_its_split_programs_without_compiling_the_fused_one():
+    """Fusing saves the saved values' round trip and shared pointwise work: little of a
+    program that is mostly a matrix product, whose fused program is then never compiled."""
+    def loss(x, w):
+        return ag.relu(x @ w).sum()
+    ag.manual_seed(14)
+    args = (ag.randn(64, 1024, requires_grad=True), ag.randn(1024, 1024, requires_grad=True))
+    f = ag.compile(loss, backend="numba")
+    _warm(f, args, calls=FUSED_AFTER + 2)
+    prog = f.ir(*args)
+    plan = prog.call_plan()
+    assert plan.fused_choice is FusedChoice.SPLIT, str(plan)
+    assert plan.estimated_gain < FUSED_MIN_GAIN and "not compiled" in str(plan)
+    assert "fused" not in prog._runners and plan.trial_seconds is None
+    out = f(*args)
+    assert not _fused(out)
+    out.backward()
+    for a, r in zip(args, _eager_grads(loss, args)):
+        assert_close(a.grad.numpy(), r, rtol=1e-4, atol=1e-3)
+
+
+def test_the_estimate_favours_fusing_a_pointwise_loss():
+    def loss(x):
+        return (ag.tanh(x) * ag.exp(-x * x)).sum()
+    x = ag.randn(512, 512, requires_grad=True)
+    f = ag.compile(loss, backend="numba")
+    f(x).backward()
+    assert estimated_gain(f.ir(x)) >= FUSED_MIN_GAIN
 
 
 def test_a_fused_program_that_fails_to_compile_warns_and_keeps_the_split_path(monkeypatch):
