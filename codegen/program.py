@@ -249,21 +249,22 @@ class CompiledGraph:
         return not self.first_tier
 
     def _parallel_variants(self):
-        """kernel name -> [its parallel spec, its module's source, its steps, its Unit] for
+        """kernel name -> [its parallel spec, its module's source, [(its step, the step's parallel spec)], its Unit] for
         the kernels in `upgrading`. Their module files are written now and their units
         tracked (codegen.tiers), so that the work left at exit, queued jobs included, goes
         to the detached helper and the next process starts on the parallel variants."""
         variants = {}
         for spec, (st, own) in self.upgrading.items():
+            pspec = copy.copy(spec)
+            pspec.parallel = True
             if spec.name not in variants:
-                pspec = copy.copy(spec)
-                pspec.parallel = True
                 text = module_source([pspec], own)
                 file, module = cache.write_module(text)
                 unit = parallel_compile.Unit(file, module, spec.name, _sig_desc(pspec),
                                              3 * len(pspec.body))
                 variants[spec.name] = [pspec, text, [], unit]
-            variants[spec.name][2].append(st)
+            # steps that run one kernel on different values each keep their own spec
+            variants[spec.name][2].append((st, pspec))
         tiers.track([v[3] for v in variants.values()])
         return variants
 
@@ -289,11 +290,11 @@ class CompiledGraph:
                 mod, _ = cache.load_module(text)
                 fn = getattr(mod, name)
                 fn.compile(_numba_sig(pspec))   # numba's disk cache, filled by the helper
-                for st in steps:
-                    self.plan.swap_kernel(st, fn, pspec)
-                    self.specs[st] = pspec
+                for st, step_spec in steps:
+                    self.plan.swap_kernel(st, fn, step_spec)
+                    self.specs[st] = step_spec
+                    self.upgraded.add(step_spec)
                     self.first_tier.pop(st, None)    # (its serial compile failed)
-                self.upgraded.add(pspec)
             finally:
                 tiers.end_load()
         if len(done) < len(left) and tiers.more_urgent(tiers.Priority.UPGRADE) \
