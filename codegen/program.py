@@ -249,8 +249,8 @@ class CompiledGraph:
         return not self.first_tier
 
     def _parallel_variants(self):
-        """kernel name -> [its parallel spec, its module's source, [(its step, the step's parallel spec)], its Unit] for
-        the kernels in `upgrading`. Their module files are written now and their units
+        """kernel name -> [its parallel spec, its module's source, [(a step running it, the
+        step's parallel spec)], its Unit] for the kernels in `upgrading`. Their module files are written now and their units
         tracked (codegen.tiers), so that the work left at exit, queued jobs included, goes
         to the detached helper and the next process starts on the parallel variants."""
         variants = {}

@@ -97,3 +97,38 @@ def test_up_front_when_background_compile_is_off(cold, monkeypatch):
     prog = compile_graph(graph())
     assert not prog.upgrading
     assert all(f.targetoptions.get("parallel") for f in _bound(prog))
+
+
+def shared_kernel_graph():
+    """One pointwise kernel run by two steps on different values (the same body, so the
+    same kernel), with a product between them."""
+    b = GraphBuilder("twice")
+    x = b.add_input(Aval((300, 512), dt.float32), "x")
+    w = b.add_input(Aval((512, 512), dt.float32), "w")
+    with b:
+        h = prims.mul(prims.tanh(x), x)
+        p = prims.dot_general(h, w, contract=((1,), (0,)))
+        o = prims.mul(prims.tanh(p), p)
+    b.graph.outputs = [o]
+    return b.graph
+
+
+def test_upgrade_of_a_kernel_two_steps_share_keeps_each_steps_arguments(cold):
+    """A kernel's parallel variant swapped into both steps that run it: every driver made
+    after the swap (a trusted runner, the profiler's) still passes each step its own
+    arrays."""
+    g = shared_kernel_graph()
+    prog = compile_graph(g)
+    names = [s.name for s in prog.specs.values()]
+    assert len(names) == 2 and names[0] == names[1], names
+    rng = np.random.default_rng(3)
+    x = rng.uniform(-1, 1, (300, 512)).astype(np.float32)
+    w = rng.uniform(-0.1, 0.1, (512, 512)).astype(np.float32)
+    want = evaluate(g, [x, w])[0]
+    assert_close(prog(x, w)[0], want, rtol=1e-4, atol=1e-4)
+    assert wait_for_parallel_kernels(timeout=300)
+    assert prog.upgraded, prog.report()
+    assert_close(prog(x, w)[0], want, rtol=1e-4, atol=1e-4)
+    assert_close(prog.plan.runner(trusted=2)(x, w)[0], want, rtol=1e-4, atol=1e-4)
+    assert_close(prog.plan.profiled(x, w)[0][0], want, rtol=1e-4, atol=1e-4)
+    assert prog.report().count("parallel, compiled in the background") == 2
