@@ -250,9 +250,10 @@ class CompiledGraph:
 
     def _parallel_variants(self):
         """kernel name -> [its parallel spec, its module's source, [(a step running it, the
-        step's parallel spec)], its Unit] for the kernels in `upgrading`. Their module files are written now and their units
-        tracked (codegen.tiers), so that the work left at exit, queued jobs included, goes
-        to the detached helper and the next process starts on the parallel variants."""
+        step's parallel spec)], its Unit] for the kernels in `upgrading`. Their module files
+        are written now and their units tracked (codegen.tiers), so that the work left at
+        exit, queued jobs included, goes to the detached helper and the next process starts
+        on the parallel variants."""
         variants = {}
         for spec, (st, own) in self.upgrading.items():
             pspec = copy.copy(spec)
