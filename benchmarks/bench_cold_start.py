@@ -21,8 +21,11 @@ second step, to the end of all steps (and the CPU seconds of this process, its t
 included, to the end of the first step and of all steps: less sensitive to the machine's
 load than the wall time; compile helpers are other processes); the median and the slowest step after the first
 while background compiles were still running (and how many such steps), and the median of
-the last 20 steps; the load average; the calls of the compiled function that ran eagerly
-(`eager`: a graph break; must be 0); the loss of the last step and its relative difference
+the last 20 steps; how many steps after the first ran kernels on numpy (the first tier:
+`n numpy`) and the seconds from process start to the end of the last of them (`numpy s`),
+and to the end of the last step while any background compile was pending (`busy s`; `-`
+where they were still pending at the last step); the load average; the calls of the
+compiled function that ran eagerly (`eager`: a graph break; must be 0); the loss of the last step and its relative difference
 from torch eager's in the same run (same seeded data and weights; `vs torch`).
 """
 import time
@@ -97,12 +100,14 @@ def _worker(model, system, steps, quick):
         import aotgrad as M
         from aotgrad.codegen import tiers
     step = _w4_step(M, quick) if model == "W4" else _model_step(M, model, quick)
-    ends, busy = [], []
+    ends, busy, on_numpy = [], [], []
     for i in range(steps):
         t0 = time.perf_counter()
         loss = float(step().item())
         ends.append(time.perf_counter())
         busy.append(not system.startswith("torch") and tiers.pending() > 0)
+        on_numpy.append(not system.startswith("torch") and
+                        tiers.pending(tiers.Priority.FIRST_TIER) > 0)
         if i == 0:
             t_first, cpu_first = t0, time.process_time()
     durs = [ends[0] - t_first] + [b - a for a, b in zip(ends, ends[1:])]
@@ -111,7 +116,13 @@ def _worker(model, system, steps, quick):
     # calls of the compiled function that ran eagerly instead (a graph break): the figures
     # are not the compiled system's where this is not 0
     eager = step.compiled.eager_calls if step.compiled is not None else None
-    return dict(eager_calls=eager, first_s=ends[0] - START, first_cpu_s=cpu_first, all_cpu_s=time.process_time(), second_s=ends[1] - START if steps > 1 else None,
+
+    def end_of(flags):     # seconds from the start to the end of the last flagged step
+        if flags[-1] or system.startswith("torch"):   # (None: not over by the last step)
+            return None
+        return max((e - START for e, f in zip(ends, flags) if f), default=ends[0] - START)
+    return dict(numpy_n=sum(on_numpy[1:]), numpy_end_s=end_of(on_numpy),
+                busy_end_s=end_of(busy), eager_calls=eager, first_s=ends[0] - START, first_cpu_s=cpu_first, all_cpu_s=time.process_time(), second_s=ends[1] - START if steps > 1 else None,
                 all_s=ends[-1] - START, during_n=len(during),
                 during_med_ms=1e3 * during[len(during) // 2] if during else None,
                 during_max_ms=1e3 * during[-1] if during else None,
@@ -167,6 +178,7 @@ def main(argv=None):
     print(f"load average at start {os.getloadavg()[0]:.2f}; {args.steps} steps")
     print(f"{'model':5s} {'system':30s} {'cache':5s} {'1st step s':>10s} {'cpu':>5s} "
           f"{'2nd s':>6s} {'all s':>7s} {'cpu':>6s} {'n busy':>6s} {'busy med':>8s} {'busy max':>8s} {'steady':>7s} "
+          f"{'n numpy':>7s} {'numpy s':>7s} {'busy s':>6s} "
           f"{'eager':>5s} {'loss':>10s} {'vs torch':>8s} {'load':>5s}")
     rows = []
     for model in args.models.split(","):
@@ -197,6 +209,8 @@ def main(argv=None):
                           f"{res['all_s']:7.2f} {res['all_cpu_s']:6.2f} "
                           f"{res['during_n']:6d} {_fmt(res['during_med_ms'], 8, 1)} "
                           f"{_fmt(res['during_max_ms'], 8, 1)} {res['steady_ms']:7.1f} "
+                          f"{res['numpy_n']:7d} {_fmt(res['numpy_end_s'], 7, 2)} "
+                          f"{_fmt(res['busy_end_s'], 6, 2)} "
                           f"{'-' if res['eager_calls'] is None else res['eager_calls']:>5} "
                           f"{res['loss']:10.5f} {vs:>8s} "
                           f"{res['load']:5.2f}", flush=True)

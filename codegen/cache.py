@@ -273,7 +273,22 @@ def load_module(source, fresh=False):
     return mod, how
 
 
-def _load_module(name, source, d, fresh):
+def write_module(source):
+    """Write the generated module for `source` into the cache (if it is not there yet)
+    without importing it; returns (its file, its module name). For a kernel a helper
+    process compiles while this process does not need it yet (a parallel variant queued
+    in the background): a process that exits first still leaves its file for the detached
+    helper that compiles what was left."""
+    name = module_name(source)
+    d = cache_dir()
+    with _dir_lock(d, exclusive=False):
+        path, _ = _write_file(name, source, d)
+    return path, name
+
+
+def _write_file(name, source, d):
+    """(path, how) of module `name`'s file in `d`, written unless it holds `source` already:
+    how is 'disk' (there), 'new' or 'rebuilt' (written)."""
     path = os.path.join(d, name + ".py")
     text = _header(name) + source
     how = "disk"
@@ -290,6 +305,12 @@ def _load_module(name, source, d, fresh):
         how = "rebuilt"
     if how != "disk":
         _write_atomic(path, text)
+    return path, how
+
+
+def _load_module(name, source, d, fresh):
+    path, how = _write_file(name, source, d)
+    text = _header(name) + source
     if fresh:
         sys.modules.pop(name, None)
     try:

@@ -175,13 +175,15 @@ def _give_back(procs, cwd, nice=0):
         _timer.start()
 
 
-def _feed(p, todo, done, broken, background=False, on_done=None):
+def _feed(p, todo, done, broken, background=False, on_done=None, stop=None):
     """Thread body: hand this helper one unit at a time until the shared list is empty
-    (in the background: none while a compile in the foreground runs); `on_done(unit)` is
-    called here after each unit the helper compiled."""
+    or `stop()` is true (in the background: none while a compile in the foreground runs);
+    `on_done(unit)` is called here after each unit the helper compiled."""
     while True:
         while background and _foreground[0] > 0:
             time.sleep(0.05)
+        if stop is not None and stop():
+            return
         try:
             u = todo.get_nowait()
         except queue.Empty:
@@ -245,21 +247,32 @@ def quiet_for():
         return 0.0 if _foreground[0] else time.monotonic() - _foreground[1]
 
 
-def compile_in_helpers(units, cwd, on_done=None, order=None):
+def compile_in_helpers(units, cwd, on_done=None, order=None, nice=BACKGROUND_NICE,
+                       helpers=None, stop=None, boosted=0):
     """Compile `units` in helper processes only (for work in the background: the caller's
-    thread only waits; the helpers run at a lower priority); returns the units that were
-    compiled. `on_done(unit)` is called (in a feeding thread) as each one is done; `order`
-    is the sort key of the units left, read each time a helper takes its next one (so a key
-    that reads measurements made meanwhile reorders the rest; default: the costliest
-    first). With no helpers (none can start, AOTGRAD_COMPILE_WORKERS=0) nothing is done."""
+    thread only waits; the helpers run with niceness `nice` added, by default at a lower
+    priority than the caller); returns the units that were compiled. `on_done(unit)` is
+    called (in a feeding thread) as each one is done; `order` is the sort key of the units
+    left, read each time a helper takes its next one (so a key that reads measurements made
+    meanwhile reorders the rest; default: the costliest first); `stop()`, read at the same
+    time, true: no more units are taken (those left are not compiled). `helpers` caps the
+    helper processes (default: one per core; AOTGRAD_COMPILE_WORKERS caps both); the first
+    `boosted` of them run at the caller's priority. With no helpers (none can start,
+    AOTGRAD_COMPILE_WORKERS=0) nothing is done."""
     n = workers()
     if not os.environ.get("AOTGRAD_COMPILE_WORKERS", "").strip():
         n = min(MAX_WORKERS, _cpus())   # all cores, at a lower priority than the caller's
-    procs = _take(min(n, len(units)), cwd, BACKGROUND_NICE) if n else []
+    if helpers is not None:
+        n = min(n, helpers)
+    n = min(n, len(units))
+    fast = _take(min(n, boosted), cwd) if n and boosted else []
+    slow = _take(n - len(fast), cwd, nice) if n > len(fast) else []
+    procs = fast + slow
     if not procs:
         return []
     todo, done, broken = _Ordered(units, order or (lambda u: -u.cost)), [], set()
-    threads = [threading.Thread(target=_feed, args=(p, todo, done, broken, True, on_done),
+    threads = [threading.Thread(target=_feed, args=(p, todo, done, broken, True, on_done,
+                                                    stop),
                                 daemon=True, name="aotgrad-compile-feed") for p in procs]
     for t in threads:
         t.start()
@@ -273,7 +286,8 @@ def compile_in_helpers(units, cwd, on_done=None, order=None):
             if hung:
                 p.kill()
             _stop(p)
-    _give_back(keep, cwd, BACKGROUND_NICE)
+    _give_back([p for p in keep if p in fast], cwd)
+    _give_back([p for p in keep if p in slow], cwd, nice)
     return done
 
 
@@ -295,7 +309,8 @@ class _Ordered:
 
 def start_detached(units, cwd):
     """Hand `units` to a new helper process that outlives this one (its own session, at a
-    lower priority) and compiles them into the disk cache, then exits; returns it, or None
+    lower priority) and compiles them into the disk cache in the order given (the next
+    process may start while it works), then exits; returns it, or None
     where it cannot start. Nothing waits for it: the next process that needs the kernels
     finds them in the cache (or compiles what is not there yet itself)."""
     if not units or workers() == 0:
@@ -304,7 +319,7 @@ def start_detached(units, cwd):
         return None
     tasks = "".join(json.dumps({"id": i, "file": u.file, "module": u.module,
                                 "kernel": u.kernel, "sig": u.sig}) + "\n"
-                    for i, u in enumerate(sorted(units, key=lambda u: u.cost)))
+                    for i, u in enumerate(units))
     try:
         p = subprocess.Popen([sys.executable, compile_worker.__file__], cwd=cwd,
                              stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,

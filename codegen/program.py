@@ -42,6 +42,13 @@ def _numba_sig(spec):
     return numba_signature(_sig_desc(spec))
 
 
+def _serial(spec):
+    """The serial variant of a kernel spec emitted with prange loops (they run in order)."""
+    serial = copy.copy(spec)
+    serial.parallel = False
+    return serial
+
+
 _STATUS_ORDER = ("rebuilt", "new", "disk", "memory")
 
 
@@ -150,10 +157,17 @@ class CompiledGraph:
                 spec.parallel = False
                 self.serial_compiled.add(spec)
             if reference_first and not cache.has_machine_code(
-                    module_source([spec], own[st]), spec.name, on_disk):
+                    module_source([spec], own[st]), spec.name, on_disk) and not (
+                    spec.parallel and cache.has_machine_code(
+                        module_source([_serial(spec)], own[st]), spec.name, on_disk)):
                 ref = reference_kernel(st, spec)
                 if ref is not None:
                     self.first_tier[st] = ref
+                    if spec.parallel and spec not in self.serial_compiled:
+                        # its serial variant (cheaper to compile) replaces the numpy run
+                        # first, its parallel variant comes after every serial one
+                        spec.parallel = False
+                        self.upgrading[spec] = (st, own[st])
                     continue
             if not spec.parallel or spec in self.serial_compiled:
                 continue
@@ -187,12 +201,13 @@ class CompiledGraph:
         # numba (loading the modules and compiling the kernels)
         self.stage_seconds = {"schedule": t1 - t0, "codegen": t2 - t1 + time.perf_counter() - t3,
                               "numba": t3 - t2}
-        if self.upgrading:
-            tiers.submit(self._upgrade)
         if self.first_tier:
             units = [self._unit(name) for name in {s.name for s in self._on_first_tier()}]
-            tiers.track(units)
-            tiers.submit(lambda: self._compile_first_tier(units))
+            tiers.track(units, tiers.Priority.FIRST_TIER)
+            tiers.submit(lambda: self._compile_first_tier(units), tiers.Priority.FIRST_TIER)
+        if self.upgrading:
+            self._variants = self._parallel_variants()
+            tiers.submit(self._upgrade)
 
     def _on_first_tier(self):
         return [self.specs[st] for st in self.first_tier]
@@ -232,7 +247,8 @@ class CompiledGraph:
                        if self.specs[st].name == name)
         done = parallel_compile.compile_in_helpers(
             units, cache.cache_dir(), on_done=swap_in,
-            order=lambda u: (-numpy_seconds(u.kernel) / u.cost, u.cost)) if units else []
+            order=lambda u: (-numpy_seconds(u.kernel) / u.cost, u.cost),
+            boosted=tiers.FIRST_TIER_BOOSTED) if units else []
         for unit in units:       # no helpers, or one failed: compile here, in this thread
             if unit.kernel not in self.first_tier_done and not tiers.closing():
                 swap_in(unit)
@@ -240,38 +256,61 @@ class CompiledGraph:
                   self.name, len(done), len(units))
         return not self.first_tier
 
-    def _upgrade(self):
-        """Background job (codegen.tiers): compile the parallel variants of the kernels that
-        started serial in helper processes, load them and swap them into the driver."""
-        # kernel name -> (parallel spec, module, [(step, its parallel spec)]): steps that
-        # run one kernel on different values each keep their own spec (its arguments)
+    def _parallel_variants(self):
+        """kernel name -> [its parallel spec, its module's source, [(a step running it, the
+        step's parallel spec)], its Unit] for the kernels in `upgrading`. Their module files
+        are written now and their units tracked (codegen.tiers), so that the work left at
+        exit, queued jobs included, goes to the detached helper and the next process starts
+        on the parallel variants."""
         variants = {}
         for spec, (st, own) in self.upgrading.items():
             pspec = copy.copy(spec)
             pspec.parallel = True
             if spec.name not in variants:
-                mod, _ = cache.load_module(module_source([pspec], own))
-                variants[spec.name] = (pspec, mod, [])
+                text = module_source([pspec], own)
+                file, module = cache.write_module(text)
+                unit = parallel_compile.Unit(file, module, spec.name, _sig_desc(pspec),
+                                             3 * len(pspec.body))
+                variants[spec.name] = [pspec, text, [], unit]
+            # steps that run one kernel on different values each keep their own spec
             variants[spec.name][2].append((st, pspec))
-        units = [parallel_compile.Unit(mod.__file__, mod.__name__, name, _sig_desc(pspec), 3)
-                 for name, (pspec, mod, _) in variants.items()]
-        tiers.track(units)                # (what is left at exit: a detached helper)
+        tiers.track([v[3] for v in variants.values()])
+        return variants
+
+    def _upgrade(self):
+        """Background job (codegen.tiers): compile the parallel variants of the kernels that
+        run serially in helper processes, load them and swap them into the driver. It stops
+        taking new kernels while a more urgent job waits (kernels still on numpy), and then
+        submits itself again for the rest."""
+        left = [v[3] for v in self._variants.values() if v[0] not in self.upgraded]
+        # the most elements of work per unit of compile cost first: what a thread more
+        # gains on a step for the wait
+        work = {name: hint(math.prod(v[0].kernel.domain or (1,)))
+                for name, v in self._variants.items()}
         done = {u.kernel for u in parallel_compile.compile_in_helpers(
-            units, cache.cache_dir(), on_done=tiers.untrack)}
+            left, cache.cache_dir(), on_done=tiers.untrack,
+            order=lambda u: (-work[u.kernel] / u.cost, u.cost),
+            stop=lambda: tiers.more_urgent(tiers.Priority.UPGRADE))}
         for name in done:
             if not tiers.begin_load():          # the interpreter is exiting
                 return False
             try:
-                pspec, mod, steps = variants[name]
+                pspec, text, steps, _ = self._variants[name]
+                mod, _ = cache.load_module(text)
                 fn = getattr(mod, name)
                 fn.compile(_numba_sig(pspec))   # numba's disk cache, filled by the helper
                 for st, step_spec in steps:
                     self.plan.swap_kernel(st, fn, step_spec)
                     self.specs[st] = step_spec
                     self.upgraded.add(step_spec)
+                    self.first_tier.pop(st, None)    # (its serial compile failed)
             finally:
                 tiers.end_load()
-        return len(done) == len(variants)
+        if len(done) < len(left) and tiers.more_urgent(tiers.Priority.UPGRADE) \
+                and not tiers.closing():
+            tiers.submit(self._upgrade)
+            return True
+        return len(done) == len(left)
 
     @property
     def module_names(self):

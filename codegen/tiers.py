@@ -3,10 +3,15 @@ parallel) variant comes later.
 
 The first tier (AOTGRAD_FIRST_TIER):
 - `reference` (the default): a kernel whose machine code is not in the disk cache runs its
-  nodes with numpy's reference impls (codegen.first_tier) while helper processes, at a
-  lower priority than the caller, compile it in the background; it is swapped into the
-  program's driver as soon as it is compiled. A cold program's first call then costs its
-  trace, schedule and one numpy run instead of tens of Numba compiles.
+  nodes with numpy's reference impls (codegen.first_tier) while helper processes compile
+  it in the background; it is swapped into the program's driver as soon as it is compiled.
+  A cold program's first call then costs its trace, schedule and one numpy run instead of
+  tens of Numba compiles. A kernel with prange loops is compiled serially first (a
+  parallel compile costs ~2.5x as much), its parallel variant after it, as below: the
+  first-tier jobs (Priority.FIRST_TIER) run before any upgrade to a parallel variant, of
+  whichever program, and an upgrade in progress stops taking new kernels when one comes.
+  One of their helpers runs at the caller's priority (FIRST_TIER_BOOSTED). A kernel whose
+  serial variant only is in the disk cache starts on it.
 - `serial`: as described next (every kernel is compiled before the first call).
 
 Numba compiles a kernel with `prange` loops for its parallel backend in ~1 s, against ~0.4 s
@@ -24,9 +29,10 @@ with it.
 `AOTGRAD_BACKGROUND_COMPILE=0` compiles every kernel, parallel variants included, up front
 instead (no first tier).
 
-Work still queued when the process exits is not lost: the units not yet compiled are handed
-to a detached helper process (parallel_compile.start_detached) that compiles them into the
-disk cache, so a second run of a script starts warm.
+Work still queued when the process exits is not lost: the units not yet compiled (tracked
+from the moment their job is queued) are handed to a detached helper process
+(parallel_compile.start_detached) that compiles them into the disk cache, so a second run
+of a script starts warm, on its parallel variants.
 `wait(timeout)` blocks until every queued upgrade is done (benchmarks call it after warm-up).
 """
 import atexit
@@ -43,9 +49,25 @@ log = logging.getLogger(__name__)
 
 QUIET = 0.5
 
-_jobs = queue.Queue()
+
+class Priority(enum.IntEnum):
+    """Which background job runs first (lowest first, whatever the order they came in)."""
+    FIRST_TIER = 0    # compiles kernels that run on numpy for now (serial variants)
+    UPGRADE = 1       # compiles the parallel variants of kernels that run serially
+
+
+# Helpers that compile the kernels still running on numpy (codegen.first_tier): one per
+# core, the first of them at the caller's priority (FIRST_TIER_BOOSTED). A step on numpy
+# keeps about one core busy (its products aside), and every second of these compiles is a
+# second of steps at the numpy speed, but niced helpers barely ran while the training used
+# both cores. The parallel variants come later, from niced helpers only.
+FIRST_TIER_BOOSTED = 1
+
+_jobs = queue.PriorityQueue()    # (priority, sequence number, job)
 _cv = threading.Condition()
-_state = {"pending": 0, "thread": None, "done": 0, "failed": 0}
+_state = {"pending": 0, "thread": None, "done": 0, "failed": 0, "seq": 0}
+_queued = {p: 0 for p in Priority}   # jobs waiting (not started) by priority
+_unfinished = {p: 0 for p in Priority}   # jobs queued or running by priority
 _load_lock = threading.Lock()    # held while a background job loads compiled code
 _closing = []
 _outstanding = {}                # (module, kernel) -> Unit queued or compiling in the background
@@ -91,12 +113,12 @@ class compiled_kernels:
             _compiled_only[0] -= 1
 
 
-def track(units):
-    """Register background units (parallel_compile.Unit) until `untrack`: those left at
-    exit go to a detached helper."""
+def track(units, priority=Priority.UPGRADE):
+    """Register background units (parallel_compile.Unit) of a job of `priority` until
+    `untrack`: those left at exit go to a detached helper, the most urgent first."""
     with _cv:
         for u in units:
-            _outstanding[(u.module, u.kernel)] = u
+            _outstanding[(u.module, u.kernel)] = (priority, u)
 
 
 def untrack(unit):
@@ -130,7 +152,8 @@ def _close():
         pass
     with _cv:
         # (a temporary cache directory is removed at exit: nothing to keep there)
-        left = [u for u in _outstanding.values() if os.path.exists(u.file)]
+        left = [u for _, u in sorted(_outstanding.values(), key=lambda pu: (pu[0], pu[1].cost))
+                if os.path.exists(u.file)]
         _outstanding.clear()
     if left:
         parallel_compile.start_detached(left, os.path.dirname(left[0].file))
@@ -140,22 +163,39 @@ def enabled():
     return os.environ.get("AOTGRAD_BACKGROUND_COMPILE", "1").strip() != "0"
 
 
-def submit(job):
-    """Queue `job()` (compiles and swaps in a program's parallel variants) for the
-    background thread."""
+def submit(job, priority=Priority.UPGRADE):
+    """Queue `job()` (compiles kernels and swaps them into a program's driver) for the
+    background thread, which runs one job at a time, those of the lowest `priority` first.
+    A job returns True when it did all its work, False when some failed."""
     with _cv:
         _state["pending"] += 1
+        _state["seq"] += 1
+        _queued[priority] += 1
+        _unfinished[priority] += 1
+        seq = _state["seq"]
         if _state["thread"] is None or not _state["thread"].is_alive():
             t = threading.Thread(target=_loop, daemon=True, name="aotgrad-tier-up")
             _state["thread"] = t
             t.start()
-    _jobs.put(job)
+    _jobs.put((priority, seq, job))
+
+
+def more_urgent(priority):
+    """Is a job of a lower (more urgent) priority than `priority` waiting? A long job stops
+    taking new work then, and submits the rest again (after it)."""
+    with _cv:
+        return any(n for p, n in _queued.items() if p < priority)
 
 
 def _loop():
     while True:
-        job = _jobs.get()
-        while parallel_compile.quiet_for() < QUIET:   # foreground compiles go first
+        priority, _, job = _jobs.get()
+        with _cv:
+            _queued[priority] -= 1
+        # foreground compiles go first (a backward's usually follows its forward's within
+        # QUIET); kernels on numpy cost every step meanwhile: theirs only wait while one runs
+        quiet = QUIET if priority > Priority.FIRST_TIER else 0.0
+        while parallel_compile.quiet_for() <= quiet:
             time.sleep(0.05)
         ok = False
         try:
@@ -166,6 +206,7 @@ def _loop():
             ok = False
         with _cv:
             _state["pending"] -= 1
+            _unfinished[priority] -= 1
             _state["done" if ok else "failed"] += 1
             _cv.notify_all()
 
@@ -176,6 +217,7 @@ def wait(timeout=None):
         return _cv.wait_for(lambda: _state["pending"] == 0, timeout)
 
 
-def pending():
+def pending(priority=None):
+    """Background jobs queued or running (of `priority` only, if given)."""
     with _cv:
-        return _state["pending"]
+        return _state["pending"] if priority is None else _unfinished[priority]

@@ -92,7 +92,7 @@ def _graph():
 def test_an_imported_but_uncompiled_parallel_variant_is_not_compiled_here(cold, monkeypatch):
     monkeypatch.setenv("AOTGRAD_BACKGROUND_COMPILE", "1")
     monkeypatch.setenv("AOTGRAD_FIRST_TIER", "serial")    # (not the numpy first tier)
-    monkeypatch.setattr(tiers, "submit", lambda job: None)   # the upgrade never finishes
+    monkeypatch.setattr(tiers, "submit", lambda job, priority=None: None)   # never upgraded
     prog = compile_graph(_graph())
     assert prog.upgrading
     for spec, (_, own) in prog.upgrading.items():

@@ -49,6 +49,8 @@ def _bound(prog):
 X = np.random.default_rng(1).uniform(-2, 2, (300, 512)).astype(np.float32)
 
 
+# (serial -> parallel on the numpy tier's path: test_tier_order.py, in the default suite)
+@pytest.mark.slow
 def test_cold_kernels_start_serial_and_are_upgraded(cold):
     g = graph()
     prog = compile_graph(g)
@@ -73,7 +75,7 @@ def test_cold_kernels_start_serial_and_are_upgraded(cold):
 
 
 def test_report_says_serial_until_upgraded(cold, monkeypatch):
-    monkeypatch.setattr(tiers, "submit", lambda job: None)     # keep it serial
+    monkeypatch.setattr(tiers, "submit", lambda job, priority=None: None)   # keep it serial
     prog = compile_graph(graph())
     assert prog.upgrading and not prog.upgraded
     assert "serial until its parallel variant is compiled in the background" in prog.report()

@@ -39,7 +39,7 @@ def cold(tmp_path, monkeypatch):
 def held_jobs(monkeypatch):
     """Background jobs kept here instead of run: the test runs them when it wants."""
     jobs = []
-    monkeypatch.setattr(tiers, "submit", jobs.append)
+    monkeypatch.setattr(tiers, "submit", lambda job, priority=None: jobs.append(job))
     return jobs
 
 
@@ -181,6 +181,9 @@ def _child(cache_dir):
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+# (a second process starting warm after the detached helper: test_tier_order.py, in the
+# default suite)
+@pytest.mark.slow
 def test_work_left_at_exit_is_compiled_after_the_process_ends(cold):
     """The first process runs its one call on numpy and exits at once: a detached helper
     compiles its kernels into the cache, and a second process starts warm."""

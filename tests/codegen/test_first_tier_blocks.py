@@ -19,8 +19,8 @@ def numpy_tier(tmp_path, monkeypatch):
     monkeypatch.setenv("AOTGRAD_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("AOTGRAD_BACKGROUND_COMPILE", "1")
     monkeypatch.delenv("AOTGRAD_FIRST_TIER", raising=False)
-    monkeypatch.setattr(tiers, "submit", lambda job: None)
-    monkeypatch.setattr(tiers, "track", lambda units: None)   # nothing left for exit
+    monkeypatch.setattr(tiers, "submit", lambda job, priority=None: None)
+    monkeypatch.setattr(tiers, "track", lambda units, priority=None: None)   # none at exit
     monkeypatch.setattr(first_tier, "BLOCK_ELEMENTS", 72)
 
 
