@@ -3,7 +3,8 @@
 Started by `parallel_compile` as `python compile_worker.py` (so it imports neither aotgrad
 nor the caller's `__main__`). Protocol, one JSON object per line: stdin gets
 `{"sys_path": [...], "nice": n, "detached": b}` (n optional: added to the process's
-niceness, for work in the background; b optional: read every task before the first compile,
+niceness, for work in the background, which then also runs in the idle scheduling class
+where the OS has one; b optional: read every task before the first compile,
 as the process that wrote them may exit meanwhile) and then tasks `{"id", "file", "module", "kernel", "sig"}`; stdout
 answers `{"id", "ok", "cpu"[, "error"]}` per task. It exits at the end of stdin.
 
@@ -61,6 +62,16 @@ def compile_task(task):
     return time.process_time() - t
 
 
+def _idle_class():
+    """Run in Linux's idle scheduling class (SCHED_IDLE): only on CPU time no process of a
+    normal class wants. A background compile with niceness alone still took about a sixth
+    of the training's step time on two cores (W4: 31 ms steps against 26)."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):     # not on this OS, or not allowed: niceness only
+        pass
+
+
 def main():
     out = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8")
     sys.stdout = sys.stderr          # anything the compiler prints stays off the answer pipe
@@ -73,6 +84,7 @@ def main():
             os.nice(int(setup["nice"]))
         except OSError:       # not allowed here: compile at the usual priority
             pass
+        _idle_class()
     for p in reversed(setup.get("sys_path", [])):
         if p not in sys.path:
             sys.path.insert(1, p)
