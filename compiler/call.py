@@ -26,7 +26,8 @@ import weakref
 import numpy as np
 
 from aotgrad.compiler import fused_call
-from aotgrad.compiler.fast_backward import make_fast_backward, symbol_tuple
+from aotgrad.compiler.fast_backward import make_fast_backward, make_fused_backward, \
+    symbol_tuple
 from aotgrad.compiler.guards import MISS, aliases_lifted, lifted_ok
 from aotgrad.ir.core import Aval
 from aotgrad.ir.symbolic import evaluate
@@ -206,7 +207,7 @@ class CallPlan:
     def _first_fused_backward(self, t, retain_graph):
         run = self._fused_made
         if run is None:
-            run = self._fused_made = fused_call.make_fused_backward(self.program, self)
+            run = self._fused_made = make_fused_backward(self.program, self)
         if self.fused_backward == self._first_fused_backward:
             self.fused_backward = run
         return run(t, retain_graph)

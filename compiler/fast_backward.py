@@ -1,7 +1,9 @@
 """The generated `loss.backward()` of a compiled call's output (a _CallBackward whose
 inputs are leaves): the backward program on the saved values and the implicit gradient,
 then the leaves' .grad written directly, as straight-line code per program
-(`make_fast_backward`, made on first use by the program's CallPlan)."""
+(`make_fast_backward`, made on first use by the program's CallPlan); and that of an output
+of the fused forward+backward program (`make_fused_backward`: the gradients the call made,
+handed to the leaves' .grad the same way)."""
 import builtins
 import math
 
@@ -73,36 +75,91 @@ def make_fast_backward(prog, plan):
         grad_args = ["*grads"]
     if bw_symbols:
         grad_args.append(bw_symbols)
-    checked = [i for i, (kind, _) in enumerate(tr.roles) if kind is not Role.SEED]
-    if checked:  # (a seed is an array: no version)
-        lines += [f"    {''.join(f'r{i}, ' for i in range(len(tr.roles)))}= node._replay",
-                  "    v = node._versions",
-                  "    if " + " or ".join(f"r{i}._version_counter.v != v[{i}]"
-                                        for i in checked) + ":",
-                  "        return False  # modified in place: the general path raises"]
+    # (a seed is an array: no version)
+    lines += _versions_unchanged(tr, [i for i, (kind, _) in enumerate(tr.roles)
+                                      if kind is not Role.SEED])
     lines += [f"    outs = run({', '.join(saved + grad_args)})",
               "    if not retain_graph:",
               "        node._release()",
               f"    {''.join(f'l{i}, ' for i in range(n_leaves))}= node._leaves"]
     for j, k, own in slots:
-        if own:
-            body = [f"    if l{j}._grad is None:",
-                    f"        l{j}._grad = make(outs[{k}])",
-                    "    else:",
-                    f"        accumulate_array(l{j}, outs[{k}], True)"]
-        else:
-            body = [f"    accumulate_array(l{j}, outs[{k}], False)"]
+        body = _grad_lines(j, k, "True" if own else None)
         if len(tr.diff_outs) > 1:
             body = [f"    if reach[{j}]:"] + ["    " + b for b in body]
         lines += body
     if plan.fused_possible:  # (a backward at once of the latest call: toward the fused call)
         lines += counted_lines()
-    lines.append("    return True")
-    source = "\n".join(lines) + "\n"
-    exec(builtins.compile(source, f"<backward of {prog.name}>", "exec"), g)
-    fast_backward = g["fast_backward"]
-    fast_backward.source = source
-    return fast_backward
+    return _made("fast_backward", lines, f"<backward of {prog.name}>", g)
+
+
+def make_fused_backward(prog, plan):
+    """`fused_backward(t, retain_graph) -> bool`: the `loss.backward()` of an output made by
+    the fused program (compiler/fused_call.py; Tensor.backward calls it where the engine's
+    `fast_path_ok` holds). It hands the gradients the call stored on the node to the leaves'
+    .grad, as the split fast backward writes them (an array owned by nobody becomes .grad
+    without a copy, unless the graph is retained: a second backward hands the same gradients
+    out again). It returns False, having done nothing, where the general path must run: the
+    node freed or its gradients dropped, hooks on a leaf, a leaf passed twice, an input
+    modified in place."""
+    tr = prog.trace
+    owned = prog.owned_outputs("fused") if prog.backend != "interpret" and \
+        not prog.observed else None
+    g = {"plain_leaves": plain_leaves, "make": Tensor._make,
+         "accumulate_array": accumulate_array, "plan": plan}
+    lines = [
+        "def fused_backward(t, retain_graph):",
+        "    node = t.grad_fn",
+        "    outs = node._grads",
+        "    if outs is None or not plain_leaves(node._leaves):",
+        "        return False",
+        *_versions_unchanged(tr, range(len(tr.roles))),
+        *counted_lines(),
+        "    own = not retain_graph",
+        "    if own:",
+        "        node._release()",
+        f"    {''.join(f'l{i}, ' for i in range(len(tr.diff_roles)))}= node._leaves"]
+    k = prog.n_fw_outputs
+    for j, present in enumerate(tr.grad_present):
+        if present:
+            lines += _grad_lines(j, k, "own" if owned and owned[k] else None)
+            k += 1
+    return _made("fused_backward", lines, f"<fused backward of {prog.name}>", g)
+
+
+def _versions_unchanged(tr, checked):
+    """Lines returning False where an input among `checked` (role indices) was modified in
+    place since the call (its version differs from the node's record)."""
+    checked = list(checked)
+    if not checked:
+        return []
+    return [f"    {''.join(f'r{i}, ' for i in range(len(tr.roles)))}= node._replay",
+            "    v = node._versions",
+            "    if " + " or ".join(f"r{i}._version_counter.v != v[{i}]" for i in checked)
+            + ":",
+            "        return False  # modified in place: the general path raises"]
+
+
+def _grad_lines(j, k, own):
+    """Lines writing output k (array `outs[k]`) into leaf j's .grad: `own` is None where the
+    array is not the backward's to give away (it is accumulated into a copy), else the
+    source of the condition under which it is ("True", or a flag of the function)."""
+    if own is None:
+        return [f"    accumulate_array(l{j}, outs[{k}], False)"]
+    first = f"l{j}._grad is None" if own == "True" else f"{own} and l{j}._grad is None"
+    return [f"    if {first}:",
+            f"        l{j}._grad = make(outs[{k}])",
+            "    else:",
+            f"        accumulate_array(l{j}, outs[{k}], {own})"]
+
+
+def _made(name, lines, filename, g):
+    """The function `name` defined by `lines` (then `return True`), compiled in globals
+    `g`, with its source text as `.source`."""
+    source = "\n".join(lines + ["    return True"]) + "\n"
+    exec(builtins.compile(source, filename, "exec"), g)
+    fn = g[name]
+    fn.source = source
+    return fn
 
 
 def symbol_tuple(names, syms):

@@ -9,7 +9,8 @@ trace's joint graph with its one tangent input replaced by the constant 1, optim
 same passes (CSE then shares the pointwise values the forward and the backward both compute)
 and compiled by the same code generator. Such a call stores the gradients on its output's
 node (runtime.compiled_backward._FusedBackward); `loss.backward()` then only writes the
-leaves' `.grad` (`make_fused_backward`), as the split fast backward does.
+leaves' `.grad` (compiler/fast_backward.py's `make_fused_backward`), as the split fast
+backward does.
 
 The choice is adaptive, per program (CallPlan.streak): the fused program is compiled and
 tried once FUSED_AFTER calls in a row had their output backpropagated at once with the
@@ -25,7 +26,6 @@ static shape, leaf or lifted inputs, and no other CallBlock (no random seeds, so
 the forward gives the values the fused call saw; no in-place writes, .grad writes, escapes
 or copied outputs, whose effects happen once per call).
 """
-import builtins
 import enum
 import math
 import time
@@ -35,8 +35,6 @@ from aotgrad.ir import passes
 from aotgrad.ir.core import Eqn, Graph
 from aotgrad.ir.prims import full
 from aotgrad.ir.symbolic import is_static_shape
-from aotgrad.runtime.engine import accumulate_array, plain_leaves
-from aotgrad.runtime.tensor import Tensor
 
 # How many calls in a row must have been backpropagated at once (implicit gradient, fast
 # path) before a call compiles the fused program and tries it. The fused program costs a
@@ -137,57 +135,6 @@ def fused_graph(prog):
     g = passes.optimize(g)
     g.name = "fused"
     return g
-
-
-def make_fused_backward(prog, plan):
-    """`fused_backward(t, retain_graph) -> bool`: the `loss.backward()` of an output made by
-    the fused program (Tensor.backward calls it where the engine's `fast_path_ok` holds).
-    It hands the gradients the call stored on the node to the leaves' .grad, as the split
-    fast backward writes them (an array owned by nobody becomes .grad without a copy, unless
-    the graph is retained: a second backward hands the same gradients out again). It returns
-    False, having done nothing, where the general path must run: the node freed or its
-    gradients dropped, hooks on a leaf, a leaf passed twice, an input modified in place."""
-    tr = prog.trace
-    n_fw = prog.n_fw_outputs
-    owned = prog.owned_outputs("fused") if prog.backend != "interpret" and \
-        not prog.observed else None
-    n_leaves = len(tr.diff_roles)
-    g = {"plain_leaves": plain_leaves, "make": Tensor._make,
-         "accumulate_array": accumulate_array, "plan": plan}
-    lines = [
-        "def fused_backward(t, retain_graph):",
-        "    node = t.grad_fn",
-        "    outs = node._grads",
-        "    if outs is None or not plain_leaves(node._leaves):",
-        "        return False",
-        f"    {''.join(f'r{i}, ' for i in range(len(tr.roles)))}= node._replay",
-        "    v = node._versions",
-        "    if " + " or ".join(f"r{i}._version_counter.v != v[{i}]"
-                              for i in range(len(tr.roles))) + ":",
-        "        return False  # modified in place: the general path raises",
-        *counted_lines(),
-        "    own = not retain_graph",
-        "    if own:",
-        "        node._release()",
-        f"    {''.join(f'l{i}, ' for i in range(n_leaves))}= node._leaves"]
-    k = n_fw
-    for j, present in enumerate(tr.grad_present):
-        if not present:
-            continue
-        if owned and owned[k]:
-            lines += [f"    if own and l{j}._grad is None:",
-                      f"        l{j}._grad = make(outs[{k}])",
-                      "    else:",
-                      f"        accumulate_array(l{j}, outs[{k}], own)"]
-        else:
-            lines.append(f"    accumulate_array(l{j}, outs[{k}], False)")
-        k += 1
-    lines.append("    return True")
-    source = "\n".join(lines) + "\n"
-    exec(builtins.compile(source, f"<fused backward of {prog.name}>", "exec"), g)
-    fused_backward = g["fused_backward"]
-    fused_backward.source = source
-    return fused_backward
 
 
 def counted_lines(indent="    "):
