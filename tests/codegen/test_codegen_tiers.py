@@ -1,30 +1,21 @@
 """Tiered compilation (codegen.tiers): a cold medium kernel starts serial, its parallel
 variant is compiled by helper processes in the background and swapped into the driver; a
 variant already compiled is used at once; without helpers the serial kernel stays."""
-import sys
 
 import numpy as np
 import pytest
 
-from aotgrad.codegen import compile_graph, parallel_compile, tiers, wait_for_parallel_kernels
+from aotgrad.codegen import compile_graph, tiers, wait_for_parallel_kernels
 from aotgrad.ir import Aval, GraphBuilder, evaluate, prims
 from aotgrad.ir import dtypes as dt
 from aotgrad.testing import assert_close
 
 
 @pytest.fixture
-def cold(tmp_path, monkeypatch):
-    monkeypatch.setenv("AOTGRAD_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv("AOTGRAD_BACKGROUND_COMPILE", "1")
+def cold(empty_cache, monkeypatch):
     monkeypatch.setenv("AOTGRAD_FIRST_TIER", "serial")   # the numpy first tier: test_first_tier.py
     monkeypatch.setenv("AOTGRAD_PARALLEL_MIN", "0")
-    for name in [n for n in sys.modules if n.startswith("aotgrad_gen_")]:
-        monkeypatch.delitem(sys.modules, name)
-    assert wait_for_parallel_kernels(timeout=300)   # nothing left over from other tests
-    parallel_compile.shutdown()
-    yield tmp_path
-    assert wait_for_parallel_kernels(timeout=300)
-    parallel_compile.shutdown()
+    return empty_cache
 
 
 def graph():

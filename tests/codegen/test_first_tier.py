@@ -22,17 +22,9 @@ from repo_paths import REPO_ROOT
 
 
 @pytest.fixture
-def cold(tmp_path, monkeypatch):
-    monkeypatch.setenv("AOTGRAD_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv("AOTGRAD_BACKGROUND_COMPILE", "1")
+def cold(empty_cache, monkeypatch):
     monkeypatch.delenv("AOTGRAD_FIRST_TIER", raising=False)
-    for name in [n for n in sys.modules if n.startswith("aotgrad_gen_")]:
-        monkeypatch.delitem(sys.modules, name)
-    assert wait_for_parallel_kernels(timeout=300)   # nothing left over from other tests
-    parallel_compile.shutdown()
-    yield tmp_path
-    assert wait_for_parallel_kernels(timeout=300)
-    parallel_compile.shutdown()
+    return empty_cache
 
 
 @pytest.fixture

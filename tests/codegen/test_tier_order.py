@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-from aotgrad.codegen import compile_graph, parallel_compile, tiers, wait_for_parallel_kernels
+from aotgrad.codegen import compile_graph, parallel_compile, tiers
 from aotgrad.codegen.first_tier import ReferenceKernel
 from aotgrad.ir import Aval, GraphBuilder, evaluate, prims
 from aotgrad.ir import dtypes as dt
@@ -23,18 +23,10 @@ from repo_paths import REPO_ROOT
 
 
 @pytest.fixture
-def cold(tmp_path, monkeypatch):
-    monkeypatch.setenv("AOTGRAD_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv("AOTGRAD_BACKGROUND_COMPILE", "1")
+def cold(empty_cache, monkeypatch):
     monkeypatch.delenv("AOTGRAD_FIRST_TIER", raising=False)
     monkeypatch.delenv("AOTGRAD_PARALLEL_MIN", raising=False)
-    for name in [n for n in sys.modules if n.startswith("aotgrad_gen_")]:
-        monkeypatch.delitem(sys.modules, name)
-    assert wait_for_parallel_kernels(timeout=300)   # nothing left over from other tests
-    parallel_compile.shutdown()
-    yield tmp_path
-    assert wait_for_parallel_kernels(timeout=300)
-    parallel_compile.shutdown()
+    return empty_cache
 
 
 @pytest.fixture
