@@ -3,15 +3,13 @@ second trace whose kernels are unchanged compiles nothing, and a kernel whose pa
 variant is only imported (its compile still running in the background) is not taken for
 compiled."""
 import copy
-import sys
 
 import numpy as np
 import pytest
 
 import aotgrad
 from aotgrad import nn
-from aotgrad.codegen import cache, compile_graph, parallel_compile, tiers
-from aotgrad.codegen import wait_for_parallel_kernels
+from aotgrad.codegen import cache, compile_graph, tiers
 from aotgrad.codegen.emitter import module_source
 from aotgrad.ir import Aval, GraphBuilder, evaluate, prims
 from aotgrad.ir import dtypes as dt
@@ -19,17 +17,10 @@ from aotgrad.testing import assert_close
 
 
 @pytest.fixture
-def cold(tmp_path, monkeypatch):
-    monkeypatch.setenv("AOTGRAD_CACHE_DIR", str(tmp_path))
+def cold(empty_cache, monkeypatch):
     monkeypatch.setenv("AOTGRAD_PARALLEL_MIN", "0")
-    for name in [n for n in sys.modules if n.startswith("aotgrad_gen_")]:
-        monkeypatch.delitem(sys.modules, name)
-    assert wait_for_parallel_kernels(timeout=300)
-    parallel_compile.shutdown()
     cache.stats.reset()
-    yield tmp_path
-    assert wait_for_parallel_kernels(timeout=300)
-    parallel_compile.shutdown()
+    return empty_cache
 
 
 def _mlp_step():

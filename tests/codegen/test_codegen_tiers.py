@@ -13,6 +13,7 @@ from aotgrad.testing import assert_close
 
 @pytest.fixture
 def cold(empty_cache, monkeypatch):
+    monkeypatch.setenv("AOTGRAD_BACKGROUND_COMPILE", "1")
     monkeypatch.setenv("AOTGRAD_FIRST_TIER", "serial")   # the numpy first tier: test_first_tier.py
     monkeypatch.setenv("AOTGRAD_PARALLEL_MIN", "0")
     return empty_cache

@@ -2,10 +2,7 @@
 with the reference impls until helper processes have compiled it, then the compiled kernel
 is swapped in; what is left at exit is compiled by a detached helper, so the next process
 starts warm."""
-import json
 import os
-import subprocess
-import sys
 import textwrap
 import time
 
@@ -18,11 +15,12 @@ from aotgrad.codegen.first_tier import ReferenceKernel
 from aotgrad.ir import Aval, GraphBuilder, evaluate, prims
 from aotgrad.ir import dtypes as dt
 from aotgrad.testing import assert_close
-from repo_paths import REPO_ROOT
+from child_process import run_child
 
 
 @pytest.fixture
 def cold(empty_cache, monkeypatch):
+    monkeypatch.setenv("AOTGRAD_BACKGROUND_COMPILE", "1")
     monkeypatch.delenv("AOTGRAD_FIRST_TIER", raising=False)
     return empty_cache
 
@@ -164,13 +162,7 @@ CHILD = textwrap.dedent("""
 
 
 def _child(cache_dir):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AOTGRAD_")}
-    env.update(AOTGRAD_CACHE_DIR=str(cache_dir), AOTGRAD_BACKGROUND_COMPILE="1",
-               PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    r = subprocess.run([sys.executable, "-c", CHILD, os.path.abspath(__file__)], env=env,
-                       capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    return run_child(CHILD, __file__, cache_dir)
 
 
 # (a second process starting warm after the detached helper: test_tier_order.py, in the

@@ -3,10 +3,7 @@ numpy first, then its serial variant, then its parallel one, with the same value
 jobs that take kernels off numpy run before the upgrades to parallel variants, whatever
 the order they were queued in; and a second process finds in the disk cache the parallel
 variants the first one left queued at exit."""
-import json
 import os
-import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -19,11 +16,12 @@ from aotgrad.codegen.first_tier import ReferenceKernel
 from aotgrad.ir import Aval, GraphBuilder, evaluate, prims
 from aotgrad.ir import dtypes as dt
 from aotgrad.testing import assert_close
-from repo_paths import REPO_ROOT
+from child_process import run_child
 
 
 @pytest.fixture
 def cold(empty_cache, monkeypatch):
+    monkeypatch.setenv("AOTGRAD_BACKGROUND_COMPILE", "1")
     monkeypatch.delenv("AOTGRAD_FIRST_TIER", raising=False)
     monkeypatch.delenv("AOTGRAD_PARALLEL_MIN", raising=False)
     return empty_cache
@@ -140,13 +138,7 @@ CHILD = textwrap.dedent("""
 
 
 def _child(cache_dir):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AOTGRAD_")}
-    env.update(AOTGRAD_CACHE_DIR=str(cache_dir), AOTGRAD_BACKGROUND_COMPILE="1",
-               PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    r = subprocess.run([sys.executable, "-c", CHILD, os.path.abspath(__file__)], env=env,
-                       capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    return run_child(CHILD, __file__, cache_dir)
 
 
 def _helpers_in(d):
