@@ -1,5 +1,6 @@
 """Whole-slice gathers and scatter-adds (embedding lookups and their gradients) as library
-kernels over the un-broadcast index.
+kernels over the un-broadcast index; and gathers, scatter-adds and argmaxes along one axis
+with an index per element (a max pool's window choice and its gradient).
 
 `index_select(weight, 0, i)` (an embedding) traces to `gather(x, broadcast_in_dim(i), dim)`
 and its gradient to `scatter_add(zeros, broadcast_in_dim(i), g, dim)`: every slice
@@ -14,6 +15,15 @@ kernel return nonzero; the driver then raises numpy's IndexError.
 
 `row_index(node, producers)` recognises the pattern (codegen.routes: the step reads the
 1-D index instead of the broadcast), `step_lines` writes the driver's lines for it.
+
+Along one axis (`axis_index`, `axis_step_lines`): a gather or scatter-add whose index has its
+operand's shape outside `dim` (`take_along_axis`'s form), and an argmax over `dim`, each
+operand viewed as (pre, size along dim, post). As reference steps numpy ran them as
+`np.take_along_axis`, `np.add.at` and `np.argmax` over a middle axis, which loop per
+element in Python-free but generic code (LeNet's max pools: about a millisecond a step).
+The kernels keep numpy's semantics: a negative index wraps, one out of range raises numpy's
+IndexError, the scatter adds in index order (the same sums), and argmax takes the first
+largest value with a NaN counting as the largest.
 """
 import math
 from typing import NamedTuple
@@ -57,6 +67,51 @@ def row_index(node, producers):
     if rest(idx.shape) != rest(x.shape):    # a gather of part of each slice: not whole rows
         return None
     return RowIndex(i, idx, dim)
+
+
+class AxisIndex(NamedTuple):
+    """An argmax over `dim`, or a gather/scatter_add along `dim` whose index has its
+    operand's shape outside `dim`."""
+    dim: int
+
+
+def axis_index(node):
+    """The AxisIndex of an argmax, gather or scatter_add node that an axis kernel runs, or
+    None (another pattern, or a bool scatter: np.add.at ors them)."""
+    dim = node.params.get("dim")
+    x = node.inputs[0]
+    if node.prim is prims.argmax:
+        return AxisIndex(dim)
+    if node.prim is not prims.gather and node.prim is not prims.scatter_add:
+        return None
+    idx = node.inputs[1]
+    if not dt.is_integer(idx.dtype):
+        return None
+    if node.prim is prims.scatter_add and not (x.dtype.is_floating_point or
+                                                dt.is_integral(x.dtype)):
+        return None     # bool: np.add.at ors them
+    rest = lambda s: tuple(s[:dim]) + tuple(s[dim + 1:])   # noqa: E731
+    if rest(idx.shape) != rest(x.shape):
+        return None     # a gather of part of each slice (PyTorch's smaller index)
+    return AxisIndex(dim)
+
+
+def axis_step_lines(node, ax, shaped, name_of, bind):
+    """The driver's lines running `node` (an AxisIndex `ax`) with its axis kernel."""
+    out, dim = node.outputs[0], ax.dim
+    x = node.inputs[0]
+    v3 = lambda v: shaped(v, _view3(v.shape, dim))   # noqa: E731
+    if node.prim is prims.argmax:
+        shape = _view3(x.shape, dim)
+        return [f"{bind(argmax_axis, '_ka')}({v3(x)}, {shaped(out, (shape[0], shape[2]))})"]
+    idx = node.inputs[1]
+    if node.prim is prims.gather:
+        call = f"{bind(take_axis, '_ka')}({v3(x)}, {v3(idx)}, {v3(out)})"
+    else:
+        call = f"{bind(add_axis, '_ka')}({v3(x)}, {v3(idx)}, {v3(node.inputs[2])}, {v3(out)})"
+    err = bind(_index_error, "_ka")
+    return [f"if {call}:",
+            f"    {err}({node.prim.name!r}, {name_of(idx)}, {x.shape[dim]}, {dim})"]
 
 
 def _view3(shape, dim):
@@ -160,4 +215,64 @@ def add_rows(x, idx, src, out):
             s, dst = sp[r], op_[j]
             for c in range(dst.size):
                 dst[c] += s[c]
+    return 0
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def argmax_axis(x, out):
+    """out[p, q] = the first j with x[p, j, q] largest (x: (pre, n, post)); a NaN counts
+    as the largest, as in np.argmax. Returns 0."""
+    n = x.shape[1]
+    for p in range(x.shape[0]):
+        xp, op_ = x[p], out[p]
+        for q in range(x.shape[2]):
+            best = xp[0, q]
+            at = 0
+            if best == best:
+                for j in range(1, n):
+                    v = xp[j, q]
+                    if v != v:
+                        at = j
+                        break
+                    if v > best:
+                        best = v
+                        at = j
+            op_[q] = at
+    return 0
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def take_axis(x, idx, out):
+    """out[p, r, q] = x[p, idx[p, r, q], q] (x: (pre, n, post); idx, out: (pre, k, post));
+    1 when an index is out of range (nothing written), else 0."""
+    n = x.shape[1]
+    if not _fits(idx.ravel(), n):
+        return 1
+    for p in range(x.shape[0]):
+        xp, ip, op_ = x[p], idx[p], out[p]
+        for r in range(ip.shape[0]):
+            for q in range(ip.shape[1]):
+                j = ip[r, q]
+                if j < 0:
+                    j += n
+                op_[r, q] = xp[j, q]
+    return 0
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def add_axis(x, idx, src, out):
+    """out = x; out[p, idx[p, r, q], q] += src[p, r, q] in index order (np.add.at's order,
+    so the same sums); 1 when an index is out of range (nothing written), else 0."""
+    n = x.shape[1]
+    if not _fits(idx.ravel(), n):
+        return 1
+    out[...] = x
+    for p in range(x.shape[0]):
+        ip, sp, op_ = idx[p], src[p], out[p]
+        for r in range(ip.shape[0]):
+            for q in range(ip.shape[1]):
+                j = ip[r, q]
+                if j < 0:
+                    j += n
+                op_[j, q] += sp[r, q]
     return 0

@@ -1,5 +1,6 @@
 """Reference-kind steps that run a library kernel of codegen instead of a prim's numpy
 implementation or a generated loop: whole-slice gathers and scatter-adds (index_rows),
+gathers, scatter-adds and argmaxes along one axis with an index per element (index_rows),
 concatenations traced as sums of zero pads that a product reads (concat).
 
 The scheduler asks `find_routes` once per graph which nodes run so (a concatenation's root
@@ -13,14 +14,17 @@ import enum
 from typing import NamedTuple
 
 from aotgrad.codegen import concat, index_rows
+from aotgrad.codegen.node_kinds import NodeKind
 
 
 class RouteKind(str, enum.Enum):
     SLICES = "whole slices at a 1-D index"
+    AXIS = "along one axis, an index per element"
     CONCAT = "slice copies of a concatenation"
 
 
-_MODULE = {RouteKind.SLICES: "index_rows", RouteKind.CONCAT: "concat"}
+_MODULE = {RouteKind.SLICES: "index_rows", RouteKind.AXIS: "index_rows",
+           RouteKind.CONCAT: "concat"}
 
 
 class Route(NamedTuple):
@@ -36,12 +40,15 @@ class Route(NamedTuple):
         """The driver's lines for the step (see index_rows / concat step_lines)."""
         if self.kind is RouteKind.SLICES:
             return index_rows.step_lines(self.node, self.detail, shaped, name_of, bind)
+        if self.kind is RouteKind.AXIS:
+            return index_rows.axis_step_lines(self.node, self.detail, shaped, name_of, bind)
         found, dim = self.detail
         return concat.step_lines(self.node, found, dim, shaped, bind)
 
 
-def find_routes(graph, producers, users):
-    """node -> Route for every node of `graph` that runs as a library kernel."""
+def find_routes(graph, producers, users, kind):
+    """node -> Route for every node of `graph` that runs as a library kernel. kind: node ->
+    its NodeKind (an axis kernel takes only nodes that no generated kernel fuses)."""
     out = {}
     for n in concat.concat_roots(graph, producers, users):
         found, dim = concat.parts(n, producers)
@@ -51,4 +58,8 @@ def find_routes(graph, producers, users):
         if r is not None:
             ins = [r.index if v is r.broadcast else v for v in n.inputs]
             out[n] = Route(RouteKind.SLICES, n, ins, r)
+            continue
+        a = index_rows.axis_index(n) if kind[n] is NodeKind.REFERENCE else None
+        if a is not None:
+            out[n] = Route(RouteKind.AXIS, n, list(n.inputs), a)
     return out

@@ -45,8 +45,8 @@ class Scheduler:
             if self.kind[n] == NodeKind.ROW_GATHER and self._through_offset_view(n.inputs[0]):
                 self.kind[n] = NodeKind.REFERENCE
         # nodes run by a library kernel of codegen (a step of their own); none for export
-        self.routes = routes.find_routes(graph, self.prod, self.users) if library_kernels \
-            else {}
+        self.routes = routes.find_routes(graph, self.prod, self.users, self.kind) \
+            if library_kernels else {}
         for n in self.routes:
             self.kind[n] = NodeKind.REFERENCE
         self.sched = Schedule(graph)
