@@ -3,6 +3,7 @@ directory, the aotgrad pytest plugin, pytester, and the `torch` and `vs_torch` o
 import atexit
 import os
 import shutil
+import sys
 import tempfile
 
 import numpy as np
@@ -92,6 +93,21 @@ def module_cache_dir(tmp_path_factory):
         os.environ.pop("AOTGRAD_CACHE_DIR", None)
     else:
         os.environ["AOTGRAD_CACHE_DIR"] = old
+
+
+@pytest.fixture
+def empty_cache(tmp_path, monkeypatch):
+    """An empty kernel cache (tmp_path): no generated module loaded, no background work
+    or compile helper left over from other tests, none left after."""
+    from aotgrad.codegen import parallel_compile, wait_for_parallel_kernels
+    monkeypatch.setenv("AOTGRAD_CACHE_DIR", str(tmp_path))
+    for name in [n for n in sys.modules if n.startswith("aotgrad_gen_")]:
+        monkeypatch.delitem(sys.modules, name)
+    assert wait_for_parallel_kernels(timeout=300)
+    parallel_compile.shutdown()
+    yield tmp_path
+    assert wait_for_parallel_kernels(timeout=300)
+    parallel_compile.shutdown()
 
 
 @pytest.fixture
