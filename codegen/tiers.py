@@ -10,8 +10,8 @@ The first tier (AOTGRAD_FIRST_TIER):
   parallel compile costs ~2.5x as much), its parallel variant after it, as below: the
   first-tier jobs (Priority.FIRST_TIER) run before any upgrade to a parallel variant, of
   whichever program, and an upgrade in progress stops taking new kernels when one comes.
-  Up to two of their helpers run at the caller's priority (FIRST_TIER_BOOSTED); the
-  upgrades' helpers run niced, in the idle scheduling class. A kernel whose
+  One of their helpers runs at the caller's priority (FIRST_TIER_BOOSTED); the others,
+  and the upgrades' helpers, run niced, in the idle scheduling class. A kernel whose
   serial variant only is in the disk cache starts on it.
 - `serial`: as described next (every kernel is compiled before the first call).
 
@@ -58,12 +58,15 @@ class Priority(enum.IntEnum):
 
 
 # Helpers that compile the kernels still running on numpy (codegen.first_tier): one per
-# core, the first FIRST_TIER_BOOSTED of them at the caller's priority. Every second of
-# these compiles is a second of steps at the numpy speed (a serial kernel's step is about
-# half a numpy step's), so they share the cores with the training; background helpers
-# (niced, in the idle scheduling class: codegen.compile_worker) barely ran while the
-# training used both cores. The parallel variants come later, from background helpers only.
-FIRST_TIER_BOOSTED = 2
+# core, the first FIRST_TIER_BOOSTED of them at the caller's priority, the others in the
+# background (niced, in the idle scheduling class: codegen.compile_worker), where they
+# take only the CPU time the training leaves. Every second of these compiles is a second
+# of steps at the numpy speed, but a helper at the caller's priority per core slowed the
+# numpy steps more than it sped the compiles: on two cores, one boosted helper gave W4 and
+# the GPT the same times to 300 steps as two, and LeNet (whose kernels never finish
+# compiling in its short run) 3.0 s against 4.4 s. The parallel variants come later, from
+# background helpers only.
+FIRST_TIER_BOOSTED = 1
 
 _jobs = queue.PriorityQueue()    # (priority, sequence number, job)
 _cv = threading.Condition()
