@@ -15,8 +15,10 @@ backward does.
 The choice is adaptive, per program (CallPlan.streak): the fused program is compiled and
 tried once FUSED_AFTER calls in a row had their output backpropagated at once with the
 implicit gradient (the fast path, compiler/fast_backward.py, or the general path with the
-scalar 1: a profiler, hooks on a leaf, retain_grad on the output, autograd.grad); a timing
-trial then keeps the faster variant for the program (`trial`). Any other use of an output (an
+scalar 1: a profiler, hooks on a leaf, retain_grad on the output, autograd.grad), where
+the schedules' estimate (`estimated_gain`, codegen.cost) says it saves FUSED_MIN_GAIN of
+the split programs' time or more (else it is never compiled); a timing trial then keeps
+the faster variant for the program (`trial`). Any other use of an output (an
 explicit gradient other than 1, create_graph, anomaly mode, no backward before the next
 call) drops the program back to the split path, and is never answered from the stored
 gradients: the output's node runs the split forward again on the call's inputs (their
@@ -106,7 +108,7 @@ def estimated_gain(prog):
     split = sum(cost.estimated_seconds(prog.compiled_graph(w).schedule)
                 for w in ("forward", "backward"))
     fused = cost.estimated_seconds(schedule_graph(prog.fused)[3])
-    return (split - fused) / split
+    return (split - fused) / split if split > 0 else 0.0
 
 
 def fused_possible(prog, blocks, allowed):
