@@ -19,8 +19,8 @@ kernel return nonzero; the driver then raises numpy's IndexError.
 Along one axis (`axis_index`, `axis_step_lines`): a gather or scatter-add whose index has its
 operand's shape outside `dim` (`take_along_axis`'s form), and an argmax over `dim`, each
 operand viewed as (pre, size along dim, post). As reference steps numpy ran them as
-`np.take_along_axis`, `np.add.at` and `np.argmax` over a middle axis, which loop per
-element in Python-free but generic code (LeNet's max pools: about a millisecond a step).
+`np.take_along_axis`, `np.add.at` (an indexed read-modify-write per element) and
+`np.argmax` over a middle axis: about a millisecond of each step of LeNet's max pools.
 The kernels keep numpy's semantics: a negative index wraps, one out of range raises numpy's
 IndexError, the scatter adds in index order (the same sums), and argmax takes the first
 largest value with a NaN counting as the largest.
