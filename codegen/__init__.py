@@ -22,9 +22,9 @@ Modules, one job each:
   cache       on-disk module cache (AOTGRAD_CACHE_DIR), cache_clear(), cache_info()
   blas        products on numpy's OpenBLAS, one single-threaded gemm per numba thread
   tiers       medium kernels start serial; parallel variants compiled in the background
-  program     compile_graph and CompiledGraph; schedule_graph (a graph's schedule, no kernels)
-  cost        a schedule's estimated time from its bytes and flops (step_events: what the
-              profiler shows of each step)
+  program     compile_graph and CompiledGraph
+  cost        a schedule's estimated time from its bytes and flops, a value's trip through
+              memory (step_events: what the profiler shows of each step)
   symbols     symbols_of(graph): the symbol values a program with symbolic sizes takes
 Imports only aotgrad.ir.
 """
@@ -43,9 +43,9 @@ if "NUMBA_THREADING_LAYER" not in _os.environ:
     _numba.config.THREADING_LAYER_PRIORITY = ["omp", "workqueue", "tbb"]
 
 from aotgrad.codegen.cache import cache_clear, cache_dir, cache_info  # noqa: E402
-from aotgrad.codegen.program import CompiledGraph, compile_graph, schedule_graph  # noqa: E402
+from aotgrad.codegen.program import CompiledGraph, compile_graph  # noqa: E402
 from aotgrad.codegen.symbols import symbols_of  # noqa: E402
 from aotgrad.codegen.tiers import wait as wait_for_parallel_kernels  # noqa: E402
 
-__all__ = ["compile_graph", "CompiledGraph", "schedule_graph", "symbols_of", "cache_clear", "cache_info", "cache_dir",
+__all__ = ["compile_graph", "CompiledGraph", "symbols_of", "cache_clear", "cache_info", "cache_dir",
            "wait_for_parallel_kernels"]

@@ -1,6 +1,7 @@
 """A rough estimate of how long a schedule runs, from what its steps move and compute, made
-without compiling it: for deciding whether a variant of a program is worth its compile
-(compiler/fused_call.py: the fused forward+backward program).
+without compiling it, and of a value's trip through memory: for deciding whether a variant
+of a program is worth its compile (compiler/fused_call.py: the fused forward+backward
+program, which saves the split programs' saved values a round trip).
 
 A fused kernel or a reference step costs the bytes it reads and writes (each value once, as
 the profiler counts them, codegen.step_events) at BYTES_PER_SECOND; a matrix product its
@@ -11,6 +12,7 @@ split one before it is kept (fused_call.trial). Symbolic sizes count at their tr
 """
 from aotgrad.codegen.scheduler import Kernel, StepKind
 from aotgrad.codegen.step_events import step_work
+from aotgrad.codegen.step_events import value_bytes
 from aotgrad.ir.symbolic import hint
 
 BYTES_PER_SECOND = 10e9
@@ -27,3 +29,8 @@ def estimated_seconds(schedule):
         nbytes, flops = step_work(st)
         total += STEP_SECONDS + hint(nbytes) / BYTES_PER_SECOND + hint(flops) / FLOPS_PER_SECOND
     return total
+
+
+def value_seconds(v):
+    """The estimated seconds of one pass of value `v` (an IR Var) through memory."""
+    return hint(value_bytes(v)) / BYTES_PER_SECOND

@@ -40,7 +40,7 @@ class StepEvent:
             bytes=evaluate(self.bytes, values), flops=evaluate(self.flops, values))
 
 
-def _nbytes(v):
+def value_bytes(v):
     return math.prod(v.shape) * v.dtype.itemsize
 
 
@@ -49,7 +49,7 @@ def _moved(values):
     for v in values:
         if v not in seen:
             seen.add(v)
-            total += _nbytes(v)
+            total += value_bytes(v)
     return total
 
 

@@ -16,8 +16,8 @@ The choice is adaptive, per program (CallPlan.streak): the fused program is comp
 tried once FUSED_AFTER calls in a row had their output backpropagated at once with the
 implicit gradient (the fast path, compiler/fast_backward.py, or the general path with the
 scalar 1: a profiler, hooks on a leaf, retain_grad on the output, autograd.grad), where
-the schedules' estimate (`estimated_gain`, codegen.cost) says it saves FUSED_MIN_GAIN of
-the split programs' time or more (else it is never compiled); a timing trial then keeps
+an estimate (`estimated_gain`, codegen.cost) says it saves FUSED_MIN_GAIN of the split
+programs' time or more (else it is never compiled); a timing trial then keeps
 the faster variant for the program (`trial`). Any other use of an output (an
 explicit gradient other than 1, create_graph, anomaly mode, no backward before the next
 call) drops the program back to the split path, and is never answered from the stored
@@ -46,11 +46,12 @@ from aotgrad.ir.symbolic import is_static_shape
 FUSED_AFTER = 8
 
 
-# The fused program is compiled only where its estimated time (codegen.cost) is at least
-# this fraction below the split programs' together: fusing saves the saved values' round
-# trip through memory and the pointwise work the two share, which is most of a pointwise
-# program's time and little of one made of matrix products, whose fused compile (as long as
-# the split programs' compiles together) competes with the training for the cores.
+# The fused program is compiled only where it is estimated to save at least this fraction
+# of the split programs' time together (`estimated_gain`): fusing saves the saved values'
+# round trip through memory (and the pointwise work the two share), which is much of a
+# pointwise program's time and little of one made of matrix products, whose fused compile
+# (as long as the split programs' compiles together) competes with the training for the
+# cores.
 FUSED_MIN_GAIN = 0.1
 
 
@@ -101,14 +102,18 @@ def timing_trial(run_fused, run_split):
 
 
 def estimated_gain(prog):
-    """The fraction of the split programs' estimated time (codegen.cost) the fused program
-    saves: (split - fused) / split, from their schedules, before any fused kernel is
-    compiled."""
-    from aotgrad.codegen import cost, schedule_graph  # (loaded with the compiled programs)
+    """The fraction of the split programs' estimated time (codegen.cost, from their
+    schedules) that the fused program saves, estimated without building it: the saved
+    values' round trip through memory (written by the forward unless they are its inputs,
+    then read again by the backward), which one pass over both does not make."""
+    from aotgrad.codegen import cost  # (loaded with the compiled programs)
     split = sum(cost.estimated_seconds(prog.compiled_graph(w).schedule)
                 for w in ("forward", "backward"))
-    fused = cost.estimated_seconds(schedule_graph(prog.fused)[3])
-    return (split - fused) / split if split > 0 else 0.0
+    fw = prog.forward
+    ins = set(fw.inputs)
+    saved = set(fw.outputs[prog.n_fw_outputs:])
+    moved = sum(cost.value_seconds(v) * (1 if v in ins else 2) for v in saved)
+    return moved / split if split > 0 else 0.0
 
 
 def fused_possible(prog, blocks, allowed):
