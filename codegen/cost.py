@@ -11,8 +11,7 @@ two estimates of one program is read, and a variant chosen by it is still timed 
 split one before it is kept (fused_call.trial). Symbolic sizes count at their traced value.
 """
 from aotgrad.codegen.scheduler import Kernel, StepKind
-from aotgrad.codegen.step_events import step_work
-from aotgrad.codegen.step_events import value_bytes
+from aotgrad.codegen.step_events import step_work, value_bytes
 from aotgrad.ir.symbolic import hint
 
 BYTES_PER_SECOND = 10e9

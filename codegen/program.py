@@ -9,7 +9,7 @@ import os
 import threading
 import time
 
-from aotgrad.codegen import blas, cache, low_precision, parallel_compile, tiers
+from aotgrad.codegen import blas, cache, cost, low_precision, parallel_compile, tiers
 from aotgrad.codegen.compile_worker import numba_signature
 from aotgrad.ir.passes import cse
 from aotgrad.codegen.emit_base import PAR_MIN
@@ -248,7 +248,8 @@ class CompiledGraph:
         done = parallel_compile.compile_in_helpers(
             units, cache.cache_dir(), on_done=swap_in,
             order=lambda u: (-numpy_seconds(u.kernel) / u.cost, u.cost),
-            boosted=tiers.FIRST_TIER_BOOSTED) if units else []
+            boosted=tiers.first_tier_boosted(cost.estimated_seconds(self.schedule))) \
+            if units else []
         for unit in units:       # no helpers, or one failed: compile here, in this thread
             if unit.kernel not in self.first_tier_done and not tiers.closing():
                 swap_in(unit)

@@ -10,8 +10,9 @@ The first tier (AOTGRAD_FIRST_TIER):
   parallel compile costs ~2.5x as much), its parallel variant after it, as below: the
   first-tier jobs (Priority.FIRST_TIER) run before any upgrade to a parallel variant, of
   whichever program, and an upgrade in progress stops taking new kernels when one comes.
-  One of their helpers runs at the caller's priority (FIRST_TIER_BOOSTED); the others,
-  and the upgrades' helpers, run niced, in the idle scheduling class. A kernel whose
+  For a program whose run is estimated at a few milliseconds or more, one of their
+  helpers runs at the caller's priority (first_tier_boosted); the others, and the
+  upgrades' helpers, run niced, in the idle scheduling class. A kernel whose
   serial variant only is in the disk cache starts on it.
 - `serial`: as described next (every kernel is compiled before the first call).
 
@@ -58,15 +59,24 @@ class Priority(enum.IntEnum):
 
 
 # Helpers that compile the kernels still running on numpy (codegen.first_tier): one per
-# core, the first FIRST_TIER_BOOSTED of them at the caller's priority, the others in the
+# core, the first FIRST_TIER_BOOSTED of them at the caller's priority for a program whose
+# run is estimated at BOOST_MIN_SECONDS or more (codegen.cost), the others in the
 # background (niced, in the idle scheduling class: codegen.compile_worker), where they
 # take only the CPU time the training leaves. Every second of these compiles is a second
-# of steps at the numpy speed, but a helper at the caller's priority per core slowed the
-# numpy steps more than it sped the compiles: on two cores, one boosted helper gave W4 and
-# the GPT the same times to 300 steps as two, and LeNet (whose kernels never finish
-# compiling in its short run) 3.0 s against 4.4 s. The parallel variants come later, from
-# background helpers only.
+# of steps at the numpy speed, which matters where a step costs tens of milliseconds: on
+# two cores a boosted helper took W4's cold run to 300 steps from 14.9 to 12.4 s and the
+# GPT's from 48 to 45 s. A second one gained nothing there. For a small program it only
+# slows the numpy steps: the README's MLP stepped at 3.1 ms against 2.3 without it, and
+# LeNet's kernels never finish compiling in its short run anyway. The parallel variants
+# come later, from background helpers only.
 FIRST_TIER_BOOSTED = 1
+BOOST_MIN_SECONDS = 0.005
+
+
+def first_tier_boosted(estimated_seconds):
+    """How many first-tier helpers run at the caller's priority for a program whose run is
+    estimated at `estimated_seconds` (codegen.cost)."""
+    return FIRST_TIER_BOOSTED if estimated_seconds >= BOOST_MIN_SECONDS else 0
 
 _jobs = queue.PriorityQueue()    # (priority, sequence number, job)
 _cv = threading.Condition()

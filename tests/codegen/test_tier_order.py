@@ -233,3 +233,9 @@ def test_a_fused_program_from_an_empty_cache_equals_eager(cold):
     assert kinds[-1], kinds
     prog = f.ir(*args)
     assert all(not prog.compiled_graph(w).first_tier for w in ("forward", "fused"))
+
+
+def test_a_helper_at_the_callers_priority_only_for_a_program_of_milliseconds():
+    """(Small programs: a boosted helper would only slow their numpy steps.)"""
+    assert tiers.first_tier_boosted(tiers.BOOST_MIN_SECONDS / 10) == 0
+    assert tiers.first_tier_boosted(tiers.BOOST_MIN_SECONDS) == tiers.FIRST_TIER_BOOSTED >= 1
