@@ -1,14 +1,16 @@
 """A rough estimate of how long a schedule runs, from what its steps move and compute, made
 without compiling it, and of a value's trip through memory: for deciding whether a variant
 of a program is worth its compile (compiler/fused_call.py: the fused forward+backward
-program, which saves the split programs' saved values a round trip).
+program, which saves the split programs' saved values a round trip), and whether a
+program's first-tier compiles get a helper at the caller's priority (codegen.tiers).
 
 A fused kernel or a reference step costs the bytes it reads and writes (each value once, as
 the profiler counts them, codegen.step_events) at BYTES_PER_SECOND; a matrix product its
 flops at FLOPS_PER_SECOND; every step STEP_SECONDS of call overhead. The rates are this
-code's order of magnitude on a CPU of a few cores, not a measurement: only the ratio of
-two estimates of one program is read, and a variant chosen by it is still timed against the
-split one before it is kept (fused_call.trial). Symbolic sizes count at their traced value.
+code's order of magnitude on a CPU of a few cores, not a measurement: the fused choice reads
+a ratio of two estimates of one program (and a variant chosen by it is still timed against
+the split one before it is kept, fused_call.trial), the tiers only whether a program's run
+is of milliseconds. Symbolic sizes count at their traced value.
 """
 from aotgrad.codegen.scheduler import Kernel, StepKind
 from aotgrad.codegen.step_events import step_work, value_bytes
