@@ -8,6 +8,7 @@ import math
 import os
 import threading
 import time
+from typing import NamedTuple
 
 from aotgrad.codegen import blas, cache, cost, low_precision, parallel_compile, tiers
 from aotgrad.codegen.compile_worker import numba_signature
@@ -40,6 +41,15 @@ def _sig_desc(spec):
 
 def _numba_sig(spec):
     return numba_signature(_sig_desc(spec))
+
+
+class _ParallelVariant(NamedTuple):
+    """A kernel's parallel variant, compiled in the background: its spec, its module's
+    source, (a step running it, the step's own parallel spec) per step, its Unit."""
+    spec: object
+    source: str
+    steps: list
+    unit: object
 
 
 def _serial(spec):
@@ -258,11 +268,10 @@ class CompiledGraph:
         return not self.first_tier
 
     def _parallel_variants(self):
-        """kernel name -> [its parallel spec, its module's source, [(a step running it, the
-        step's parallel spec)], its Unit] for the kernels in `upgrading`. Their module files
-        are written now and their units tracked (codegen.tiers), so that the work left at
-        exit, queued jobs included, goes to the detached helper and the next process starts
-        on the parallel variants."""
+        """kernel name -> its _ParallelVariant, for the kernels in `upgrading`. Their module
+        files are written now and their units tracked (codegen.tiers), so that the work left
+        at exit, queued jobs included, goes to the detached helper and the next process
+        starts on the parallel variants."""
         variants = {}
         for spec, (st, own) in self.upgrading.items():
             pspec = copy.copy(spec)
@@ -272,10 +281,10 @@ class CompiledGraph:
                 file, module = cache.write_module(text)
                 unit = parallel_compile.Unit(file, module, spec.name, _sig_desc(pspec),
                                              3 * len(pspec.body))
-                variants[spec.name] = [pspec, text, [], unit]
+                variants[spec.name] = _ParallelVariant(pspec, text, [], unit)
             # steps that run one kernel on different values each keep their own spec
-            variants[spec.name][2].append((st, pspec))
-        tiers.track([v[3] for v in variants.values()])
+            variants[spec.name].steps.append((st, pspec))
+        tiers.track([v.unit for v in variants.values()])
         return variants
 
     def _upgrade(self):
@@ -283,10 +292,10 @@ class CompiledGraph:
         run serially in helper processes, load them and swap them into the driver. It stops
         taking new kernels while a more urgent job waits (kernels still on numpy), and then
         submits itself again for the rest."""
-        left = [v[3] for v in self._variants.values() if v[0] not in self.upgraded]
+        left = [v.unit for v in self._variants.values() if v.spec not in self.upgraded]
         # the most elements of work per unit of compile cost first: what a thread more
         # gains on a step for the wait
-        work = {name: hint(math.prod(v[0].kernel.domain or (1,)))
+        work = {name: hint(math.prod(v.spec.kernel.domain or (1,)))
                 for name, v in self._variants.items()}
         done = {u.kernel for u in parallel_compile.compile_in_helpers(
             left, cache.cache_dir(), on_done=tiers.untrack,
@@ -296,11 +305,11 @@ class CompiledGraph:
             if not tiers.begin_load():          # the interpreter is exiting
                 return False
             try:
-                pspec, text, steps, _ = self._variants[name]
-                mod, _ = cache.load_module(text)
+                variant = self._variants[name]
+                mod, _ = cache.load_module(variant.source)
                 fn = getattr(mod, name)
-                fn.compile(_numba_sig(pspec))   # numba's disk cache, filled by the helper
-                for st, step_spec in steps:
+                fn.compile(_numba_sig(variant.spec))  # numba's disk cache, filled by the helper
+                for st, step_spec in variant.steps:
                     self.plan.swap_kernel(st, fn, step_spec)
                     self.specs[st] = step_spec
                     self.upgraded.add(step_spec)

@@ -80,7 +80,7 @@ def first_tier_boosted(estimated_seconds):
 
 _jobs = queue.PriorityQueue()    # (priority, sequence number, job)
 _cv = threading.Condition()
-_state = {"pending": 0, "thread": None, "done": 0, "failed": 0, "seq": 0}
+_state = {"thread": None, "done": 0, "failed": 0, "seq": 0}
 _queued = {p: 0 for p in Priority}   # jobs waiting (not started) by priority
 _unfinished = {p: 0 for p in Priority}   # jobs queued or running by priority
 _load_lock = threading.Lock()    # held while a background job loads compiled code
@@ -183,7 +183,6 @@ def submit(job, priority=Priority.UPGRADE):
     background thread, which runs one job at a time, those of the lowest `priority` first.
     A job returns True when it did all its work, False when some failed."""
     with _cv:
-        _state["pending"] += 1
         _state["seq"] += 1
         _queued[priority] += 1
         _unfinished[priority] += 1
@@ -220,7 +219,6 @@ def _loop():
                         "stay in use", exc_info=True)
             ok = False
         with _cv:
-            _state["pending"] -= 1
             _unfinished[priority] -= 1
             _state["done" if ok else "failed"] += 1
             _cv.notify_all()
@@ -229,10 +227,10 @@ def _loop():
 def wait(timeout=None):
     """Block until the queued upgrades are done (True) or `timeout` seconds pass (False)."""
     with _cv:
-        return _cv.wait_for(lambda: _state["pending"] == 0, timeout)
+        return _cv.wait_for(lambda: not any(_unfinished.values()), timeout)
 
 
 def pending(priority=None):
     """Background jobs queued or running (of `priority` only, if given)."""
     with _cv:
-        return _state["pending"] if priority is None else _unfinished[priority]
+        return sum(_unfinished.values()) if priority is None else _unfinished[priority]
