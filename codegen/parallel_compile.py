@@ -247,26 +247,22 @@ def quiet_for():
         return 0.0 if _foreground[0] else time.monotonic() - _foreground[1]
 
 
-def compile_in_helpers(units, cwd, on_done=None, order=None, nice=BACKGROUND_NICE,
-                       helpers=None, stop=None, boosted=0):
+def compile_in_helpers(units, cwd, on_done=None, order=None, stop=None, boosted=0):
     """Compile `units` in helper processes only (for work in the background: the caller's
-    thread only waits; the helpers run with niceness `nice` added, by default at a lower
-    priority than the caller); returns the units that were compiled. `on_done(unit)` is
-    called (in a feeding thread) as each one is done; `order` is the sort key of the units
-    left, read each time a helper takes its next one (so a key that reads measurements made
-    meanwhile reorders the rest; default: the costliest first); `stop()`, read at the same
-    time, true: no more units are taken (those left are not compiled). `helpers` caps the
-    helper processes (default: one per core; AOTGRAD_COMPILE_WORKERS caps both); the first
-    `boosted` of them run at the caller's priority. With no helpers (none can start,
-    AOTGRAD_COMPILE_WORKERS=0) nothing is done."""
+    thread only waits); returns the units that were compiled. One helper per core
+    (AOTGRAD_COMPILE_WORKERS caps them): the first `boosted` at the caller's priority, the
+    others at a lower one (BACKGROUND_NICE, in the idle scheduling class: compile_worker).
+    `on_done(unit)` is called (in a feeding thread) as each one is done; `order` is the sort
+    key of the units left, read each time a helper takes its next one (so a key that reads
+    measurements made meanwhile reorders the rest; default: the costliest first); `stop()`,
+    read at the same time, true: no more units are taken (those left are not compiled).
+    With no helpers (none can start, AOTGRAD_COMPILE_WORKERS=0) nothing is done."""
     n = workers()
     if not os.environ.get("AOTGRAD_COMPILE_WORKERS", "").strip():
         n = min(MAX_WORKERS, _cpus())   # all cores, at a lower priority than the caller's
-    if helpers is not None:
-        n = min(n, helpers)
     n = min(n, len(units))
     fast = _take(min(n, boosted), cwd) if n and boosted else []
-    slow = _take(n - len(fast), cwd, nice) if n > len(fast) else []
+    slow = _take(n - len(fast), cwd, BACKGROUND_NICE) if n > len(fast) else []
     procs = fast + slow
     if not procs:
         return []
@@ -287,7 +283,7 @@ def compile_in_helpers(units, cwd, on_done=None, order=None, nice=BACKGROUND_NIC
                 p.kill()
             _stop(p)
     _give_back([p for p in keep if p in fast], cwd)
-    _give_back([p for p in keep if p in slow], cwd, nice)
+    _give_back([p for p in keep if p in slow], cwd, BACKGROUND_NICE)
     return done
 
 

@@ -174,6 +174,7 @@ def test_a_boosted_helper_runs_at_the_callers_priority(tmp_path, monkeypatch):
     """(Niced helpers: test_first_tier.py's test_background_helpers_run_at_a_lower_priority.)"""
     from aotgrad.codegen import cache
     monkeypatch.setenv("AOTGRAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("AOTGRAD_COMPILE_WORKERS", "1")     # one helper
     monkeypatch.setattr(parallel_compile, "LINGER", 60.0)
     parallel_compile.shutdown()
     units = []
@@ -184,9 +185,9 @@ def test_a_boosted_helper_runs_at_the_callers_priority(tmp_path, monkeypatch):
     try:
         assert parallel_compile.compile_in_helpers([], str(tmp_path), boosted=1) == []
         # a stop() true at once: nothing is taken
-        assert parallel_compile.compile_in_helpers(units, str(tmp_path), helpers=1,
-                                                   boosted=1, stop=lambda: True) == []
-        done = parallel_compile.compile_in_helpers(units, str(tmp_path), helpers=1, boosted=1)
+        assert parallel_compile.compile_in_helpers(units, str(tmp_path), boosted=1,
+                                                   stop=lambda: True) == []
+        done = parallel_compile.compile_in_helpers(units, str(tmp_path), boosted=1)
         assert sorted(u.kernel for u in done) == ["k_0", "k_1"]
         helpers = [p for p, _ in parallel_compile._idle]
         assert len(helpers) == 1
