@@ -18,18 +18,79 @@ time this way. Constants (`full`) are one broadcast value, not an array of their
 A reference kernel computes what eager mode computes: its values may differ from the
 compiled kernel's in the last bits (the compiled one uses vectorisable exp/tanh and sums in
 blocks), as two backends of one program may.
+
+The first tier is rented, not owned (`Rent`): a program whose numpy runs have cost more,
+beyond what its compiled kernels are estimated to take (codegen.cost), than compiling its
+kernels still on numpy would take with every core, stops renting and waits for those
+compiles. Its calls on numpy then never cost more than about twice the better of the two
+choices, whether the training stops after a few steps or runs for hours (the ski-rental
+rule). Where a numpy step is several times a compiled one (a GPT's erf and softmax chains,
+with the background compiles slowed by the training on the same cores), waiting wins;
+where it is close (a product-bound block), the background compiles finish first.
 """
 import dataclasses
 import functools
+import logging
+import threading
 import time
 
 import numpy as np
 
+from aotgrad.codegen import cost
 from aotgrad.codegen.steps import Kernel
 from aotgrad.ir import prims
 from aotgrad.ir.tags import Tag
 
+log = logging.getLogger(__name__)
+
 BLOCK_ELEMENTS = 1 << 15    # elements of the widest value per block of rows (L2-sized)
+WAIT_LIMIT = 300.0          # seconds a program waits for its first-tier compiles, at most
+
+
+class Rent:
+    """The account of one program's first tier: every run of one of its reference kernels
+    is charged what it took beyond its compiled kernel's estimate; once the charges reach
+    the estimated seconds the kernels still on numpy take to compile on `workers` helpers
+    (`compiled(name)` takes a kernel off as it is swapped in), the charging call waits for
+    the compiles (`finished()`, called when the program's first-tier job ends), once.
+    `program`: its name (for the log); `charged`, `waited`: seconds charged and waited so
+    far."""
+
+    def __init__(self, program, compile_seconds, workers):
+        self.program = program
+        self._left = dict(compile_seconds)      # kernel name -> its estimated compile seconds
+        self._left_total = sum(self._left.values())
+        self._workers = max(1, workers)
+        self._lock = threading.Lock()
+        self._finished = threading.Event()
+        self._waited_once = False
+        self.charged = 0.0
+        self.waited = 0.0
+
+    def compiled(self, name):
+        with self._lock:
+            self._left_total -= self._left.pop(name, 0.0)
+
+    def finished(self):
+        self._finished.set()
+
+    def due(self):
+        """Seconds the kernels still on numpy are estimated to take to compile now."""
+        with self._lock:
+            return max(0.0, self._left_total) / min(self._workers, max(1, len(self._left)))
+
+    def charge(self, seconds):
+        self.charged += max(0.0, seconds)
+        if self._waited_once or self._finished.is_set() or self.charged < self.due():
+            return
+        self._waited_once = True
+        log.info("%s: its kernels ran on numpy for %.2f s more than compiled ones would take: "
+                 "waiting for their compiles (%.2f s estimated)", self.program, self.charged,
+                 self.due())
+        t0 = time.perf_counter()
+        self._finished.wait(WAIT_LIMIT)
+        self.waited = time.perf_counter() - t0
+        log.info("%s: waited %.2f s for its compiles", self.program, self.waited)
 
 
 def _full(*, shape, value, dtype):
@@ -218,12 +279,16 @@ class ReferenceKernel:
         self.writes = [(i, a.var) for i, a in enumerate(spec.args) if a.kind == "out"]
         self.blocks = row_blocks(self.nodes, self.reads, self.writes)
         self.seconds = 0.0
+        self.compiled_seconds = cost.step_seconds(step)   # the compiled kernel's, estimated
+        self.rent = None        # the program's Rent, where it has one
 
     def __call__(self, *args):
         t0 = time.perf_counter()
         if self.blocks is None or not self._run_blocks(args):
             self._run_whole(args)
         self.seconds = time.perf_counter() - t0
+        if self.rent is not None:
+            self.rent.charge(self.seconds - self.compiled_seconds)
         return 0
 
     def _run_whole(self, args):

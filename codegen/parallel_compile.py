@@ -78,6 +78,14 @@ def workers():
     return max(0, min(MAX_WORKERS, _cpus() - 1))
 
 
+def background_workers():
+    """How many helpers `compile_in_helpers` starts for a long list of units: one per core,
+    at a lower priority than the caller's (AOTGRAD_COMPILE_WORKERS caps them)."""
+    if os.environ.get("AOTGRAD_COMPILE_WORKERS", "").strip():
+        return workers()
+    return min(MAX_WORKERS, _cpus())
+
+
 def _setup_line(nice, detached=False):
     return json.dumps({"sys_path": [x for x in sys.path if isinstance(x, str)],
                        "nice": nice, "detached": detached}) + "\n"
@@ -257,10 +265,7 @@ def compile_in_helpers(units, cwd, on_done=None, order=None, stop=None, boosted=
     measurements made meanwhile reorders the rest; default: the costliest first); `stop()`,
     read at the same time, true: no more units are taken (those left are not compiled).
     With no helpers (none can start, AOTGRAD_COMPILE_WORKERS=0) nothing is done."""
-    n = workers()
-    if not os.environ.get("AOTGRAD_COMPILE_WORKERS", "").strip():
-        n = min(MAX_WORKERS, _cpus())   # all cores, at a lower priority than the caller's
-    n = min(n, len(units))
+    n = min(background_workers(), len(units))
     fast = _take(min(n, boosted), cwd) if n and boosted else []
     slow = _take(n - len(fast), cwd, BACKGROUND_NICE) if n > len(fast) else []
     procs = fast + slow

@@ -17,7 +17,7 @@ from aotgrad.codegen.emit_base import PAR_MIN
 from aotgrad.codegen.emitter import module_source
 from aotgrad.codegen.index import SymbolicSizeInKernel
 from aotgrad.codegen.executor import Plan
-from aotgrad.codegen.first_tier import reference_kernel
+from aotgrad.codegen.first_tier import Rent, reference_kernel
 from aotgrad.codegen.scheduler import Kernel, Scheduler, StepKind
 from aotgrad.codegen.size_variants import emit_variants, same_arguments
 from aotgrad.codegen.symbols import concrete_graph, symbols_of
@@ -211,8 +211,15 @@ class CompiledGraph:
         # numba (loading the modules and compiling the kernels)
         self.stage_seconds = {"schedule": t1 - t0, "codegen": t2 - t1 + time.perf_counter() - t3,
                               "numba": t3 - t2}
+        self.rent = None       # the first tier's account (first_tier.Rent)
         if self.first_tier:
-            units = [self._unit(name) for name in {s.name for s in self._on_first_tier()}]
+            specs = {s.name: s for s in self._on_first_tier()}
+            units = [self._unit(name) for name in specs]
+            self.rent = Rent(
+                self.name, {name: cost.compile_seconds(s) for name, s in specs.items()},
+                parallel_compile.background_workers())
+            for ref in self.first_tier.values():
+                ref.rent = self.rent
             tiers.track(units, tiers.Priority.FIRST_TIER)
             tiers.submit(lambda: self._compile_first_tier(units), tiers.Priority.FIRST_TIER)
         if self.upgrading:
@@ -231,7 +238,14 @@ class CompiledGraph:
         """Background job (codegen.tiers): compile the kernels that run on numpy for now,
         in helper processes (each swapped into the driver as soon as it is compiled; first
         those whose numpy run took longest for their compile cost), or here where no helper
-        can; True once all are swapped in."""
+        can; True once all are swapped in. A call waiting for them (first_tier.Rent) goes on
+        when the job ends, whatever its outcome."""
+        try:
+            return self._compile_first_tier_units(units)
+        finally:
+            self.rent.finished()
+
+    def _compile_first_tier_units(self, units):
         def swap_in(unit):
             if not tiers.begin_load():          # the interpreter is exiting
                 return
@@ -241,6 +255,7 @@ class CompiledGraph:
                     self.plan.swap_kernel(st, fn, self.specs[st])
                     del self.first_tier[st]
                 self.first_tier_done.add(unit.kernel)
+                self.rent.compiled(unit.kernel)
                 tiers.untrack(unit)
             except Exception:       # the numpy kernel stays: correct, only slower
                 log.warning("kernel %s did not compile in the background; its numpy "
