@@ -24,7 +24,8 @@ while background compiles were still running (and how many such steps), and the 
 the last 20 steps; how many steps after the first ran kernels on numpy (the first tier:
 `n numpy`) and the seconds from process start to the end of the last of them (`numpy s`),
 and to the end of the last step while any background compile was pending (`busy s`; `-`
-where they were still pending at the last step); the load average; the calls of the
+where they were still pending at the last step); the seconds the programs waited for their
+first-tier compiles once their numpy runs had cost as much (`wait s`: codegen.first_tier.Rent); the load average; the calls of the
 compiled function that ran eagerly (`eager`: a graph break; must be 0); the loss of the last step and its relative difference
 from torch eager's in the same run (same seeded data and weights; `vs torch`).
 """
@@ -117,12 +118,20 @@ def _worker(model, system, steps, quick):
     # are not the compiled system's where this is not 0
     eager = step.compiled.eager_calls if step.compiled is not None else None
 
+    # seconds the compiled programs waited for their first-tier compiles (codegen.first_tier
+    # .Rent), once their numpy runs had cost as much as those compiles were estimated to
+    waited = None
+    if step.compiled is not None:
+        rents = [getattr(k, "rent", None) for p in step.compiled.cache.values()
+                 for k in getattr(p, "_kernels", {}).values()]
+        waited = sum(r.waited for r in rents if r is not None)
+
     def end_of(flags):     # seconds from the start to the end of the last flagged step
         if flags[-1] or system.startswith("torch"):   # (None: not over by the last step)
             return None
         return max((e - START for e, f in zip(ends, flags) if f), default=ends[0] - START)
     return dict(numpy_n=sum(on_numpy[1:]), numpy_end_s=end_of(on_numpy),
-                busy_end_s=end_of(busy), eager_calls=eager, first_s=ends[0] - START, first_cpu_s=cpu_first, all_cpu_s=time.process_time(), second_s=ends[1] - START if steps > 1 else None,
+                busy_end_s=end_of(busy), waited_s=waited, eager_calls=eager, first_s=ends[0] - START, first_cpu_s=cpu_first, all_cpu_s=time.process_time(), second_s=ends[1] - START if steps > 1 else None,
                 all_s=ends[-1] - START, during_n=len(during),
                 during_med_ms=1e3 * during[len(during) // 2] if during else None,
                 during_max_ms=1e3 * during[-1] if during else None,
@@ -178,7 +187,7 @@ def main(argv=None):
     print(f"load average at start {os.getloadavg()[0]:.2f}; {args.steps} steps")
     print(f"{'model':5s} {'system':30s} {'cache':5s} {'1st step s':>10s} {'cpu':>5s} "
           f"{'2nd s':>6s} {'all s':>7s} {'cpu':>6s} {'n busy':>6s} {'busy med':>8s} {'busy max':>8s} {'steady':>7s} "
-          f"{'n numpy':>7s} {'numpy s':>7s} {'busy s':>6s} "
+          f"{'n numpy':>7s} {'numpy s':>7s} {'busy s':>6s} {'wait s':>6s} "
           f"{'eager':>5s} {'loss':>10s} {'vs torch':>8s} {'load':>5s}")
     rows = []
     for model in args.models.split(","):
@@ -211,6 +220,7 @@ def main(argv=None):
                           f"{_fmt(res['during_max_ms'], 8, 1)} {res['steady_ms']:7.1f} "
                           f"{res['numpy_n']:7d} {_fmt(res['numpy_end_s'], 7, 2)} "
                           f"{_fmt(res['busy_end_s'], 6, 2)} "
+                          f"{_fmt(res.get('waited_s'), 6, 2)} "
                           f"{'-' if res['eager_calls'] is None else res['eager_calls']:>5} "
                           f"{res['loss']:10.5f} {vs:>8s} "
                           f"{res['load']:5.2f}", flush=True)

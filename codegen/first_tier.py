@@ -52,12 +52,14 @@ class Rent:
     is charged what it took beyond its compiled kernel's estimate; once the charges reach
     the estimated seconds the kernels still on numpy take to compile on `workers` helpers
     (`compiled(name)` takes a kernel off as it is swapped in), the charging call waits for
-    the compiles (`finished()`, called when the program's first-tier job ends), once.
+    the compiles, once, while the program's first-tier job runs (`started()`, `finished()`:
+    never for a job still queued behind another, or one nothing will run).
     `program`: its name (for the log); `charged`, `waited`: seconds charged and waited so
     far."""
 
     def __init__(self, program, compile_seconds, workers):
         self.program = program
+        self._started = False
         self._left = dict(compile_seconds)      # kernel name -> its estimated compile seconds
         self._left_total = sum(self._left.values())
         self._workers = max(1, workers)
@@ -71,6 +73,9 @@ class Rent:
         with self._lock:
             self._left_total -= self._left.pop(name, 0.0)
 
+    def started(self):
+        self._started = True
+
     def finished(self):
         self._finished.set()
 
@@ -81,7 +86,8 @@ class Rent:
 
     def charge(self, seconds):
         self.charged += max(0.0, seconds)
-        if self._waited_once or self._finished.is_set() or self.charged < self.due():
+        if self._waited_once or not self._started or self._finished.is_set() \
+                or self.charged < self.due():
             return
         self._waited_once = True
         log.info("%s: its kernels ran on numpy for %.2f s more than compiled ones would take: "

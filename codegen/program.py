@@ -240,6 +240,7 @@ class CompiledGraph:
         those whose numpy run took longest for their compile cost), or here where no helper
         can; True once all are swapped in. A call waiting for them (first_tier.Rent) goes on
         when the job ends, whatever its outcome."""
+        self.rent.started()
         try:
             return self._compile_first_tier_units(units)
         finally:

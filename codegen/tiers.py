@@ -13,7 +13,9 @@ The first tier (AOTGRAD_FIRST_TIER):
   For a program whose run is estimated at a few milliseconds or more, one of their
   helpers runs at the caller's priority (first_tier_boosted); the others, and the
   upgrades' helpers, run niced, in the idle scheduling class. A kernel whose
-  serial variant only is in the disk cache starts on it.
+  serial variant only is in the disk cache starts on it. A program whose numpy runs have
+  cost about as much as its first-tier compiles still left waits for them
+  (first_tier.Rent).
 - `serial`: as described next (every kernel is compiled before the first call).
 
 Numba compiles a kernel with `prange` loops for its parallel backend in ~1 s, against ~0.4 s

@@ -23,6 +23,7 @@ def _finish_later(rent, seconds):
 
 def test_charges_below_the_compile_estimate_do_not_wait():
     rent = Rent("p", {"k1": 1.0, "k2": 3.0}, workers=2)
+    rent.started()
     assert rent.due() == pytest.approx(2.0)     # 4 s of compiles on two helpers
     t0 = time.perf_counter()
     for _ in range(19):
@@ -34,6 +35,7 @@ def test_charges_below_the_compile_estimate_do_not_wait():
 
 def test_the_charge_that_reaches_the_estimate_waits_for_the_compiles_once():
     rent = Rent("p", {"k1": 1.0, "k2": 3.0}, workers=2)
+    rent.started()
     rent.compiled("k2")                        # 1 s left, on one helper: due 1 s
     assert rent.due() == pytest.approx(1.0)
     rent.charge(0.5)
@@ -47,9 +49,21 @@ def test_the_charge_that_reaches_the_estimate_waits_for_the_compiles_once():
 
 def test_a_finished_job_is_never_waited_for():
     rent = Rent("p", {"k": 0.0}, workers=1)
+    rent.started()
     rent.finished()
     rent.charge(1.0)
     assert rent.waited == 0.0
+
+
+def test_a_job_not_started_is_never_waited_for():
+    rent = Rent("p", {"k": 1.0}, workers=1)
+    t0 = time.perf_counter()
+    rent.charge(5.0)            # (queued behind another job, or held: nothing to wait on)
+    assert rent.waited == 0.0 and time.perf_counter() - t0 < 0.2
+    rent.started()                              # running now: the next charge waits
+    _finish_later(rent, 0.2)
+    rent.charge(0.1)
+    assert rent.waited >= 0.15
 
 
 def graph():
