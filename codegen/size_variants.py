@@ -7,7 +7,9 @@ A symbolic program cannot make that choice once from the traced sizes: a transfo
 at a short sequence would run its long sequences on one thread. So such a kernel is emitted
 twice, as a static program of a small and of a large size would emit it, and the driver
 picks one per call by the work at that call's sizes (codegen.executor): every size runs the
-kernel that a static program of that size runs, and gets the same numbers.
+kernel that a static program of that size runs, and gets the same numbers (up to the
+order LLVM vectorises a row sum in: on some CPUs it groups the adds differently in a loop
+whose length is a constant, a last-bit difference).
 
 Like a static program, a symbolic one compiles up front only the variant its traced sizes
 run. The other is compiled on the first call that needs it (in the background with tiered

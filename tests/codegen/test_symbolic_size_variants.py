@@ -1,6 +1,7 @@
 """A symbolic kernel whose work depends on a symbol runs, at each call, the loop structure
 a static program of that call's size runs (range loops below emit_base.PAR_MIN elements of
-work, prange loops above): the same numbers as the static program at every size, and the
+work, prange loops above): the static program's numbers at every size (up to how LLVM
+vectorises a sum in a loop of constant or variable length), and the
 variant the traced sizes did not need is compiled on the first call that needs it."""
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ from aotgrad.codegen.emit_base import PAR_MIN
 from aotgrad.codegen.scheduler import Kernel, Scheduler
 from aotgrad.codegen.size_variants import emit_variants
 from aotgrad.codegen.symbols import concrete_graph
-from aotgrad.ir import prims
+from aotgrad.ir import prims, symbolic
 from aotgrad.ir.core import evaluate
 from aotgrad.testing import assert_close
 from symbolic_graphs import build
@@ -40,9 +41,13 @@ def _static(graph, n):
 
 
 def _equal(got, want):
+    """The same values up to the order LLVM vectorises a row sum in: the static kernel's
+    loops have constant trip counts, the symbolic one's do not, and on some CPUs (AVX2)
+    LLVM groups the sum's reassociable adds differently for each (a last-bit difference in
+    a quarter of a softmax's rows); the kernels' choice is checked apart."""
     for g, w in zip(got, want):
         assert g.dtype == w.dtype and g.shape == w.shape
-        np.testing.assert_array_equal(g, w)
+        np.testing.assert_array_max_ulp(g, w, maxulp=4)
 
 
 def test_each_size_runs_the_static_programs_kernels(monkeypatch):
@@ -62,6 +67,8 @@ def test_each_size_runs_the_static_programs_kernels(monkeypatch):
         # the static program of this size chose the loops the symbolic one ran
         par = n * W >= PAR_MIN
         assert all(s.parallel == par for s in static.specs.values())
+        assert all((symbolic.evaluate(v.work, {"s0": n}) < PAR_MIN) == (not par)
+                   for v in prog.small_variants.values())
     assert not prog.deferred
     names = {s.name for s in prog.specs.values()} | \
         {v.spec.name for v in prog.small_variants.values()}
