@@ -405,8 +405,8 @@ def shadow_values(graph, arrays):
 def reordered_values(graph, arrays):
     """The graph's outputs in its own dtypes with every sum taken in the reverse order
     (products and sum reductions read their summed axes reversed): how far the float32
-    reference's value depends on the order of its sums. A dot product that cancels (a sum
-    of thousands of terms much smaller than their magnitudes) can be close to exact in the
+    reference's value depends on the order of its sums. A dot product that cancels (thousands
+    of terms whose sum is much smaller than their magnitudes) can be close to exact in the
     reference's order and not in another one equally valid (a BLAS's other blocking)."""
     env = {v: np.asarray(a) for v, a in zip(graph.inputs, arrays)}
     for n in graph.nodes:
