@@ -61,7 +61,6 @@ class Rent:
         self.program = program
         self._started = False
         self._left = dict(compile_seconds)      # kernel name -> its estimated compile seconds
-        self._left_total = sum(self._left.values())
         self._workers = max(1, workers)
         self._lock = threading.Lock()
         self._finished = threading.Event()
@@ -71,7 +70,7 @@ class Rent:
 
     def compiled(self, name):
         with self._lock:
-            self._left_total -= self._left.pop(name, 0.0)
+            self._left.pop(name, None)
 
     def started(self):
         self._started = True
@@ -82,7 +81,7 @@ class Rent:
     def due(self):
         """Seconds the kernels still on numpy are estimated to take to compile now."""
         with self._lock:
-            return max(0.0, self._left_total) / min(self._workers, max(1, len(self._left)))
+            return sum(self._left.values()) / min(self._workers, max(1, len(self._left)))
 
     def charge(self, seconds):
         self.charged += max(0.0, seconds)
