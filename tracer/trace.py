@@ -9,7 +9,6 @@ traced outputs with new tangent inputs: one source of derivative truth.
 import contextlib
 import dataclasses
 import functools
-import gc
 import weakref
 
 from aotgrad.ir.symbolic import ShapeEnv, SymInt, substitute
@@ -21,6 +20,7 @@ from aotgrad.runtime.factories import default_generator
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.tracer import reads, side_effects
+from aotgrad.tracer.heap import TraceHeap
 from aotgrad.tracer.pytree import flatten, unflatten
 from aotgrad.tracer.trace_result import Mutation, OutputLayout, Role, TraceResult
 
@@ -261,6 +261,11 @@ def trace(fn, args, kwargs, names=None, want_grad=True, symbolic_dims=None):
     """Trace fn(*args, **kwargs). Raises dispatch.GraphBreak where it needs concrete values.
     `symbolic_dims`: {flat argument index: dims} whose sizes the trace keeps symbolic (a
     ShapeEnv records the decisions taken on them as guards)."""
+    with TraceHeap() as heap:  # the trace's collections walk only what it made
+        return _trace(heap, fn, args, kwargs, names, want_grad, symbolic_dims)
+
+
+def _trace(heap, fn, args, kwargs, names, want_grad, symbolic_dims):
     leaves, in_tree = flatten((tuple(args), dict(kwargs)))
     builder = TraceBuilder(names)
     names = []
@@ -305,6 +310,7 @@ def trace(fn, args, kwargs, names=None, want_grad=True, symbolic_dims=None):
                 check()
             del checks
             _check_flags(proxies, leaves, want_grad)
+            _check_argument_containers(args, kwargs, p_args, p_kwargs, proxies)
             # retain_grad() on an argument inside the function: each call repeats it on the
             # caller's tensor (as eagerly); on a leaf it does nothing
             retained_args = [i for i, p in enumerate(proxies) if isinstance(p, Tensor) and
@@ -320,7 +326,9 @@ def trace(fn, args, kwargs, names=None, want_grad=True, symbolic_dims=None):
                        if isinstance(p, Tensor) and p._value is not arg_vars[i] and
                        first.get(id(leaves[i])) == i]
             if builder.swapped:
-                gc.collect()
+                # a tensor from before the trace that died in a cycle is not freed here: its
+                # write-back then goes to a tensor nobody can read
+                heap.collect()
                 written += [((Mutation.LIFTED, r.ref()), r.ref()) for r in builder.swapped.values()
                             if r.ref() is not None]
             mutations = [(role, t._value) for role, t in written]
@@ -376,7 +384,10 @@ def trace(fn, args, kwargs, names=None, want_grad=True, symbolic_dims=None):
                     retained_args=retained_args)
     del outs, proxies, p_args, p_kwargs, written, diff_leaves
     mutations += [(r, v) for r, v in grad_writes if v is not None]
-    escapes = _escapes(builder)
+    escapes = _escapes(builder, heap.collect)
+    if escapes:  # confirmed by a full collection (tracer/heap.py), the list let go first
+        del escapes
+        escapes = _escapes(builder, heap.collect_all)
     try:
         _refuse_backward_escapes(builder, [v for _, v in escapes])
     except GraphBreakError:
@@ -473,6 +484,29 @@ def _check_flags(proxies, leaves, want_grad):
             raise GraphBreakError(
                 f"argument {i} had its requires_grad flag changed inside the function "
                 f"(requires_grad_()); set it before calling the compiled function")
+
+
+def _check_argument_containers(args, kwargs, p_args, p_kwargs, proxies):
+    """The function got its list and dict arguments rebuilt around the traced tensors: an item
+    it stores in one, replaces or removes would reach the caller's container eagerly, and
+    never in the compiled call (refuse: eager fallback, or the error)."""
+    start = 0   # (the leaves' order is flatten's: the positional arguments, then the keywords)
+    for name, arg, p_arg in [(f"argument {i}", a, p) for i, (a, p) in enumerate(zip(args, p_args))] \
+            + [(f"argument {k!r}", kwargs[k], p_kwargs[k]) for k in kwargs]:
+        leaves, tree = flatten(arg)
+        p_leaves, p_tree = flatten(p_arg)
+        if p_tree != tree or not all(a is b or _same_constant(a, b) for a, b in
+                                     zip(p_leaves, proxies[start:start + len(leaves)])):
+            raise GraphBreakError(
+                f"{name} (a {type(arg).__name__}) had an item stored, replaced or removed "
+                f"inside the function; the compiled program would not repeat that on the "
+                f"caller's container: return the new values instead")
+        start += len(leaves)
+
+
+def _same_constant(a, b):
+    """Two equal plain Python constants (an item written back with the value it had)."""
+    return type(a) is type(b) and isinstance(a, (int, float, complex, str, bytes)) and a == b
 
 
 def _shares(o, proxies, arg_vars):
@@ -584,11 +618,11 @@ def _refuse_backward_escapes(builder, values):
                 f"the compiled function")
 
 
-def _escapes(builder):
-    """Traced tensors still alive once the trace's own references are gone were stored by
-    the function somewhere (lazily created optimizer state, caches): they become outputs
-    that the runtime makes concrete."""
-    gc.collect()
+def _escapes(builder, collect):
+    """Traced tensors still alive once the trace's own references are gone (and `collect`
+    has freed the garbage cycles) were stored by the function somewhere (lazily created
+    optimizer state, caches): they become outputs that the runtime makes concrete."""
+    collect()
     produced = {v for n in builder.graph.nodes for v in n.outputs}
     escapes, seen = [], set()
     for ref in builder.created:
