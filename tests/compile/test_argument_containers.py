@@ -98,3 +98,38 @@ def test_reading_containers_and_in_place_writes_to_their_tensors_stay_compiled()
         lc = compiled(_x(), {"w": w_c}, {"decay": 0.5})
         np.testing.assert_allclose(lc.item(), le.item(), rtol=1e-6)
         np.testing.assert_allclose(w_c.numpy(), w_e.numpy())
+
+
+def test_dict_subclasses_reach_the_function_as_themselves():
+    import collections
+
+    def fn(x, d):
+        kind = 2.0 if isinstance(d, collections.OrderedDict) else \
+            4.0 if isinstance(d, collections.defaultdict) else 3.0
+        return (x * d["w"]).sum() * kind
+
+    compiled = ag.compile(fn, fullgraph=True)
+    for make in [dict, collections.OrderedDict, lambda **kw: collections.defaultdict(list, **kw)]:
+        le, lc = fn(_x(), make(w=ag.full((2, 3), 1.5))), compiled(_x(), make(w=ag.full((2, 3), 1.5)))
+        np.testing.assert_allclose(lc.item(), le.item(), rtol=1e-6)
+
+
+def test_ordered_dict_reordered_and_defaultdict_filled_as_eagerly():
+    import collections
+
+    def reorders(x, d):
+        d.move_to_end("a")
+        return x.sum() * d["b"]
+
+    def fills(x, d):
+        return x.sum() * (len(d["missing"]) + 1)
+
+    for fn, make in [(reorders, lambda: collections.OrderedDict(a=1.0, b=2.0)),
+                     (fills, lambda: collections.defaultdict(list))]:
+        de, dc = make(), make()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            lc = ag.compile(fn)(_x(), dc)
+        le = fn(_x(), de)
+        np.testing.assert_allclose(lc.item(), le.item(), rtol=1e-6)
+        assert list(dc.items()) == list(de.items()) and type(dc) is type(de)
