@@ -161,11 +161,17 @@ return_types = {n: _return_type(n) for n in ("max", "min", "sort", "topk", "kthv
 
 
 # ---- conversion helpers --------------------------------------------------------------------
+def python_number(s):
+    """A symbolic size used as an operand (`x * x.shape[0]`) is the number it is on this
+    call: specialised, so the program is guarded on it (ir/symbolic.py); anything else as is."""
+    return int(s) if isinstance(s, symbolic.SymInt) else s
+
+
 def scalar_dtype(s, other=None):
     """PyTorch promotion of a Python scalar against a tensor dtype."""
     if isinstance(s, (bool, np.bool_)):
         return other or dt.bool_
-    if isinstance(s, (int, np.integer)):
+    if isinstance(s, (int, np.integer, symbolic.SymInt)):
         return other if other is not None and other is not dt.bool_ else dt.int64
     if isinstance(s, (float, np.floating)):
         return other if other is not None and other.is_floating_point else dt.float32
@@ -177,8 +183,10 @@ def to_array(data, dtype=None):
     if isinstance(data, Tensor):
         arr = np.array(data._concrete("tensor(Tensor)"), copy=True)
         return arr if dtype is None else arr.astype(dt.as_dtype(dtype).np)
-    if isinstance(data, (list, tuple)) and any(isinstance(d, Tensor) for d in _flat(data)):
+    if isinstance(data, (list, tuple)) and \
+            any(isinstance(d, (Tensor, symbolic.SymInt)) for d in _flat(data)):
         data = _nested(data)
+    data = python_number(data)
     if isinstance(data, np.generic):  # a numpy scalar keeps its dtype, like an array
         data = np.asarray(data)
     if isinstance(data, np.ndarray):
@@ -206,7 +214,7 @@ def _flat(data):
 
 def _nested(data):
     return [(_nested(d) if isinstance(d, (list, tuple)) else
-             (d.item() if isinstance(d, Tensor) else d)) for d in data]
+             (d.item() if isinstance(d, Tensor) else python_number(d))) for d in data]
 
 
 def as_tensor_like(x, dtype=None):
@@ -215,6 +223,7 @@ def as_tensor_like(x, dtype=None):
         return x
     if isinstance(x, np.ndarray):
         return Tensor._make(to_array(x), False)  # a copy, as tensor(x)
+    x = python_number(x)
     return tp.constant(x, scalar_dtype(x, dtype))
 
 
@@ -258,6 +267,7 @@ def _binary_args(a, b, float_result=False):
                 (not float_result or a.dtype.is_floating_point):
             return a, b
     ta, tb = isinstance(a, Tensor), isinstance(b, Tensor)
+    a, b = python_number(a), python_number(b)
     if ta != tb:
         # eagerly, a floating tensor and a Python number of its dtype's kind: the number as a
         # constant already of the tensor's shape (one stride-0 view), without the promotion,
