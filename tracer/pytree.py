@@ -1,5 +1,15 @@
 """Flatten nested tuples/lists/dicts into leaves and a structure that rebuilds them."""
 import collections
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class DictKind:
+    """A dict's tree node: its type, and a defaultdict's factory. The factory is not compared:
+    the trace of a function that calls it inserts a key, which is a graph break, so a
+    program never depends on it (and a new lambda per call must not miss the guard)."""
+    type: type
+    factory: object = dataclasses.field(default=None, compare=False)
 
 
 def flatten(tree):
@@ -15,7 +25,7 @@ def _flatten(x, leaves):
         return (type(x), tuple(_flatten(v, leaves) for v in x))
     if isinstance(x, dict):
         keys = list(x.keys())
-        kind = (dict, type(x), getattr(x, "default_factory", None))
+        kind = DictKind(type(x), getattr(x, "default_factory", None))
         return (kind, tuple(keys), tuple(_flatten(dict.__getitem__(x, k), leaves) for k in keys))
     leaves.append(x)
     return None
@@ -29,16 +39,16 @@ def unflatten(treedef, leaves):
 def _build(td, it):
     if td is None:
         return next(it)
-    if isinstance(td[0], tuple):   # a dict: (dict, its type, a defaultdict's factory)
-        _, typ, factory = td[0]
+    if isinstance(td[0], DictKind):
+        typ = td[0].type
         items = [(k, _build(sub, it)) for k, sub in zip(td[1], td[2])]
         if typ is dict:
             return dict(items)
-        if isinstance(typ, type) and issubclass(typ, collections.defaultdict):
-            return typ(factory, items)
+        if issubclass(typ, collections.defaultdict):
+            return typ(td[0].factory, items)
         try:
             return typ(items)
-        except TypeError:
+        except (TypeError, ValueError):   # a subclass made otherwise: its items as a dict
             return dict(items)
     typ, subs = td
     vals = [_build(s, it) for s in subs]

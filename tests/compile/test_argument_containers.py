@@ -13,7 +13,7 @@ from aotgrad.tracer.trace import GraphBreakError
 
 
 def _x():
-    return ag.tensor(np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3), requires_grad=True)
+    return ag.tensor(np.linspace(-1, 2, 6, dtype=np.float32).reshape(2, 3), requires_grad=True)
 
 
 def _stores(x, state):
@@ -133,3 +133,16 @@ def test_ordered_dict_reordered_and_defaultdict_filled_as_eagerly():
         le = fn(_x(), de)
         np.testing.assert_allclose(lc.item(), le.item(), rtol=1e-6)
         assert list(dc.items()) == list(de.items()) and type(dc) is type(de)
+
+
+def test_a_new_defaultdict_factory_per_call_reuses_the_program():
+    import collections
+
+    def fn(x, d):
+        return (x * d["w"]).sum()
+
+    compiled = ag.compile(fn, fullgraph=True)
+    for k in range(3):
+        d = collections.defaultdict(lambda: 0.0, w=ag.full((2, 3), float(k + 1)))
+        np.testing.assert_allclose(compiled(_x(), d).item(), fn(_x(), d).item(), atol=1e-6)
+    assert compiled.n_traces == 1
