@@ -19,7 +19,8 @@ from aotgrad.runtime.factories import (Generator, arange, as_tensor, bernoulli, 
                                        initial_seed, linspace, logspace, manual_seed,
                                        multinomial, normal, ones,
                                        ones_like, rand, rand_like, randint, randn, randn_like,
-                                       randperm, seed, set_rng_state, tensor, zeros, zeros_like)
+                                       randperm, scalar_tensor, seed, set_rng_state, tensor, zeros,
+                                       zeros_like)
 from aotgrad.runtime.grad_mode import (enable_grad, inference_mode, is_grad_enabled,
                                        is_inference_mode_enabled, no_grad, set_grad_enabled)
 from aotgrad.runtime.grad_mode import is_anomaly_check_nan_enabled, is_anomaly_enabled
@@ -146,7 +147,8 @@ __all__ = [
     "as_tensor", "bernoulli", "empty", "empty_like", "eye", "from_numpy", "full", "full_like",
     "get_rng_state", "initial_seed", "linspace", "logspace", "manual_seed", "multinomial",
     "normal", "ones", "ones_like", "rand", "rand_like", "randint", "randn", "randn_like",
-    "randperm", "seed", "set_rng_state", "tensor", "zeros", "zeros_like", "enable_grad",
+    "randperm", "scalar_tensor", "seed", "set_rng_state", "tensor", "zeros", "zeros_like",
+    "enable_grad",
     "inference_mode", "is_grad_enabled", "is_inference_mode_enabled", "no_grad",
     "set_grad_enabled", "is_anomaly_check_nan_enabled", "is_anomaly_enabled", "abs",
     "absolute", "add", "all", "amax", "amin", "any", "argmax", "argmin", "atan2", "bmm",

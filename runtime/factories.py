@@ -11,6 +11,7 @@ from aotgrad.ir.core import current_builder
 from aotgrad.ir.symbolic import SymInt
 from aotgrad.runtime import device as _device
 from aotgrad.runtime.layout import like_layout
+from aotgrad.runtime.op_base import python_number
 from aotgrad.runtime.memory_format import preserve_format
 from aotgrad.runtime import ops, shape_ops
 from aotgrad.runtime.op_base import to_array as _to_array
@@ -109,6 +110,17 @@ def full(size: SizeLike, fill_value: Number, dtype: DTypeLike = None, device: De
     if dtype is None:
         dtype = ops.scalar_dtype(fill_value)
     return _fill(_size((size,)), fill_value, dtype, requires_grad)
+
+
+def scalar_tensor(s: Number, dtype: DTypeLike = None, device: DeviceLike = None,
+                  requires_grad: bool = False, layout: Any = None,
+                  pin_memory: bool = False) -> Tensor:
+    """A 0-d tensor holding s, float32 unless dtype says otherwise (whatever s's type, as
+    PyTorch's `scalar_tensor`)."""
+    _device.check(device, "scalar_tensor")
+    if isinstance(s, Tensor) or not isinstance(s, (bool, int, float, np.number, SymInt)):
+        raise TypeError(f"scalar_tensor(): argument 's' must be Number, not {type(s).__name__}")
+    return _fill((), python_number(s), dt.float32 if dtype is None else dtype, requires_grad)
 
 
 def _like(x, out, memory_format):

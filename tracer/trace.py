@@ -491,8 +491,9 @@ def _check_argument_containers(args, kwargs, p_args, p_kwargs, proxies):
     it stores in one, replaces or removes would reach the caller's container eagerly, and
     never in the compiled call (refuse: eager fallback, or the error)."""
     start = 0   # (the leaves' order is flatten's: the positional arguments, then the keywords)
-    for name, arg, p_arg in [(f"argument {i}", a, p) for i, (a, p) in enumerate(zip(args, p_args))] \
-            + [(f"argument {k!r}", kwargs[k], p_kwargs[k]) for k in kwargs]:
+    named = [(f"argument {i}", a, p) for i, (a, p) in enumerate(zip(args, p_args))] + \
+        [(f"argument {k!r}", kwargs[k], p_kwargs[k]) for k in kwargs]
+    for name, arg, p_arg in named:
         leaves, tree = flatten(arg)
         p_leaves, p_tree = flatten(p_arg)
         if p_tree != tree or not all(a is b or _same_constant(a, b) for a, b in

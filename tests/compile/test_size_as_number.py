@@ -22,6 +22,7 @@ CASES = {
     "add alpha": lambda x: x.add(x, alpha=x.shape[0]),
     "masked_fill": lambda x: x.masked_fill(x > 2, x.shape[0]),
     "tensor of a size": lambda x: ag.tensor(x.shape[0]) * x,
+    "scalar_tensor of a size": lambda x: ag.scalar_tensor(x.shape[0]) * x,
     "tensor of the shape": lambda x: ag.tensor(x.shape).sum() * x,
     "as_tensor list": lambda x: ag.as_tensor([x.shape[0], 2.5]).sum() * x,
 }
