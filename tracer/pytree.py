@@ -12,6 +12,9 @@ class DictKind:
     factory: object = dataclasses.field(default=None, compare=False)
 
 
+_PLAIN_DICT = DictKind(dict)   # (one object: a call's keyword arguments are flattened each call)
+
+
 def flatten(tree):
     """-> (leaves, treedef). Containers: tuple, list, dict and their subclasses (a dict's items in
     its own order; OrderedDict and defaultdict rebuilt as such); the rest are leaves."""
@@ -25,7 +28,8 @@ def _flatten(x, leaves):
         return (type(x), tuple(_flatten(v, leaves) for v in x))
     if isinstance(x, dict):
         keys = list(x.keys())
-        kind = DictKind(type(x), getattr(x, "default_factory", None))
+        kind = _PLAIN_DICT if type(x) is dict else \
+            DictKind(type(x), getattr(x, "default_factory", None))
         return (kind, tuple(keys), tuple(_flatten(dict.__getitem__(x, k), leaves) for k in keys))
     leaves.append(x)
     return None

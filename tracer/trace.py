@@ -22,11 +22,9 @@ from aotgrad.runtime.tensor import Tensor
 from aotgrad.tracer import reads, side_effects
 from aotgrad.tracer.heap import TraceHeap
 from aotgrad.tracer.pytree import flatten, unflatten
+from aotgrad.tracer.refusals import (GraphBreakError, check_argument_containers, check_flags,
+                                     refuse_aliased_writes, refuse_backward_escapes)
 from aotgrad.tracer.trace_result import Mutation, OutputLayout, Role, TraceResult
-
-
-class GraphBreakError(RuntimeError):
-    """Raised with fullgraph=True when the function cannot be captured as one graph."""
 
 
 class _Lifted:
@@ -309,8 +307,8 @@ def _trace(heap, fn, args, kwargs, names, want_grad, symbolic_dims):
             for check in checks:   # (then dropped: what they hold must not look stored)
                 check()
             del checks
-            _check_flags(proxies, leaves, want_grad)
-            _check_argument_containers(args, kwargs, p_args, p_kwargs, proxies)
+            check_flags(proxies, leaves, want_grad)
+            check_argument_containers(args, kwargs, p_args, p_kwargs, proxies)
             # retain_grad() on an argument inside the function: each call repeats it on the
             # caller's tensor (as eagerly); on a leaf it does nothing
             retained_args = [i for i, p in enumerate(proxies) if isinstance(p, Tensor) and
@@ -333,7 +331,7 @@ def _trace(heap, fn, args, kwargs, names, want_grad, symbolic_dims):
                             if r.ref() is not None]
             mutations = [(role, t._value) for role, t in written]
             if written:
-                _refuse_aliased_writes(fn, args, kwargs, leaves, written, builder)
+                refuse_aliased_writes(fn, args, kwargs, leaves, written, builder)
             n_primals = len(builder.graph.inputs)
             if builder.grad_state:  # the function ran backward() itself: no outer backward
                 diff_outs, diff_roles, grads, written_grads = [], [], [], []
@@ -389,7 +387,7 @@ def _trace(heap, fn, args, kwargs, names, want_grad, symbolic_dims):
         del escapes
         escapes = _escapes(builder, heap.collect_all)
     try:
-        _refuse_backward_escapes(builder, [v for _, v in escapes])
+        refuse_backward_escapes(builder, [v for _, v in escapes])
     except GraphBreakError:
         _abandon(state, py_rng)
         raise
@@ -429,85 +427,6 @@ def _abandon(state, py_rng):
     state.rollback()
     state.restore_rngs()
     side_effects.set_rng_states(py_rng)
-
-
-def _refuse_aliased_writes(fn, args, kwargs, leaves, written, builder):
-    """A write through one of two inputs that share memory without being the same tensor (a
-    view and its base, two views of one tensor, an argument and a closed-over tensor or
-    parameter) must be seen through the other, which the functional program cannot do:
-    refuse (eager fallback, or the error with fullgraph)."""
-    by_counter = {}  # id(version counter) -> {(Role.ARG, id) or (Role.LIFTED, id): tensor, name}
-    for i, x in enumerate(leaves):
-        if isinstance(x, Tensor):
-            by_counter.setdefault(id(x._version_counter), {}).setdefault(
-                (Role.ARG, id(x)), (x, i))
-    for rec in builder.lifted:
-        t = rec.ref()
-        if t is not None:  # (a tensor written meanwhile counts versions on a private counter)
-            sw = builder.swapped.get(id(t))
-            c = sw.counter if sw is not None and sw.ref() is t else t._version_counter
-            by_counter.setdefault(id(c), {})[(Role.LIFTED, id(t))] = (t, None)
-    written_args = {role[1] for role, _ in written if role[0] is Mutation.ARG}
-    written_lifted = {id(role[1]) for role, _ in written if role[0] is Mutation.LIFTED}
-    names = None
-    for g in by_counter.values():
-        if len(g) < 2 or not any(
-                (k is Role.ARG and i in written_args) or (k is Role.LIFTED and tid in written_lifted)
-                for (k, tid), (_, i) in g.items()):
-            continue
-        if names is None:
-            from aotgrad.tracer.arg_names import leaf_names
-            names = leaf_names(fn, args, kwargs)
-        said = list(dict.fromkeys(f"argument '{names[i]}'" if i is not None else
-                                  "a parameter or closed-over tensor" for t, i in g.values()))
-        raise GraphBreakError(
-            f"{' and '.join(said)} share memory "
-            f"({_alias_kind([t for t, _ in g.values()])}) and the function writes one of "
-            f"them in place; the compiled program cannot show that write through the other "
-            f"(pass tensors that do not overlap, or one tensor once)")
-
-
-def _alias_kind(members):
-    if len({id(m) for m in members}) == 1:
-        return "the same tensor"
-    if any(m._base is not None and any(m._base is o for o in members) for m in members):
-        return "a view and its base"
-    return "views of one tensor"
-
-
-def _check_flags(proxies, leaves, want_grad):
-    """requires_grad_() on an argument inside the function changes the caller's tensor
-    eagerly; the compiled program cannot: refuse (eager fallback, or the error)."""
-    for i, p in enumerate(proxies):
-        if isinstance(p, Tensor) and p.grad_fn is None and \
-                p.requires_grad != (leaves[i].requires_grad and want_grad):
-            raise GraphBreakError(
-                f"argument {i} had its requires_grad flag changed inside the function "
-                f"(requires_grad_()); set it before calling the compiled function")
-
-
-def _check_argument_containers(args, kwargs, p_args, p_kwargs, proxies):
-    """The function got its list and dict arguments rebuilt around the traced tensors: an item
-    it stores in one, replaces or removes would reach the caller's container eagerly, and
-    never in the compiled call (refuse: eager fallback, or the error)."""
-    start = 0   # (the leaves' order is flatten's: the positional arguments, then the keywords)
-    named = [(f"argument {i}", a, p) for i, (a, p) in enumerate(zip(args, p_args))] + \
-        [(f"argument {k!r}", kwargs[k], p_kwargs[k]) for k in kwargs]
-    for name, arg, p_arg in named:
-        leaves, tree = flatten(arg)
-        p_leaves, p_tree = flatten(p_arg)
-        if p_tree != tree or not all(a is b or _same_constant(a, b) for a, b in
-                                     zip(p_leaves, proxies[start:start + len(leaves)])):
-            raise GraphBreakError(
-                f"{name} (a {type(arg).__name__}) had an item stored, replaced or removed "
-                f"inside the function; the compiled program would not repeat that on the "
-                f"caller's container: return the new values instead")
-        start += len(leaves)
-
-
-def _same_constant(a, b):
-    """Two equal plain Python constants (an item written back with the value it had)."""
-    return type(a) is type(b) and isinstance(a, (int, float, complex, str, bytes)) and a == b
 
 
 def _shares(o, proxies, arg_vars):
@@ -593,30 +512,6 @@ def _grad_state(builder, proxies, arg_grads):
         if k not in guarded and (builder.grad_state or read):
             arg_guards.append((k, init, read))
     return writes, guards, arg_guards
-
-
-def _refuse_backward_escapes(builder, values):
-    """A value of the backward (one that reads a tangent) stored outside the function, e.g. a
-    hook registered inside that keeps the gradient it sees, cannot be made concrete by the
-    forward program: refuse it clearly (eager fallback, or the error with fullgraph)."""
-    if not (values and builder.tangents):
-        return
-    dep, where = set(builder.tangents), {}
-    for n in builder.graph.nodes:
-        if any(v in dep for v in n.inputs):
-            dep.update(n.outputs)
-            for v in n.outputs:
-                where[v] = n
-    for v in values:
-        if v in dep:
-            n = where.get(v)
-            prov = n.provenance if n is not None else None
-            at = f" (made by {prov.op or n.prim.name} at {prov.where()})" \
-                if prov is not None and prov.file else ""
-            raise GraphBreakError(
-                f"a value of the backward{at} is stored outside the function (a hook "
-                f"registered inside keeps the gradient it sees?); register such hooks outside "
-                f"the compiled function")
 
 
 def _escapes(builder, collect):
