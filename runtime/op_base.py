@@ -267,7 +267,6 @@ def _binary_args(a, b, float_result=False):
                 (not float_result or a.dtype.is_floating_point):
             return a, b
     ta, tb = isinstance(a, Tensor), isinstance(b, Tensor)
-    a, b = python_number(a), python_number(b)
     if ta != tb:
         # eagerly, a floating tensor and a Python number of its dtype's kind: the number as a
         # constant already of the tensor's shape (one stride-0 view), without the promotion,
