@@ -21,7 +21,8 @@ Modules, one job each:
   executor    the flat step list over planned buffers
   cache       on-disk module cache (AOTGRAD_CACHE_DIR), cache_clear(), cache_info()
   blas        products on numpy's OpenBLAS, one single-threaded gemm per numba thread
-  tiers       medium kernels start serial; parallel variants compiled in the background
+  tiers       cold kernels run on numpy until helper processes have compiled them
+  parts       a kernel's parallel loops split into parts that threads run
   program     compile_graph and CompiledGraph
   cost        a schedule's estimated time from its bytes and flops, a value's trip through
               memory (step_events: what the profiler shows of each step)

@@ -58,7 +58,7 @@ from numba import prange
 from numba.extending import intrinsic as _intrinsic
 from llvmlite import ir as _llir
 
-_jit = numba.njit(cache=True, %s)
+_jit = numba.njit(cache=True, nogil=True, %s)
 _ijit = numba.njit(cache=True, inline="always", %s)
 _pjit = numba.njit(cache=True, parallel=True, %s)
 NAN32 = np.float32(np.nan)

@@ -273,19 +273,6 @@ def load_module(source, fresh=False):
     return mod, how
 
 
-def write_module(source):
-    """Write the generated module for `source` into the cache (if it is not there yet)
-    without importing it; returns (its file, its module name). For a kernel a helper
-    process compiles while this process does not need it yet (a parallel variant queued
-    in the background): a process that exits first still leaves its file for the detached
-    helper that compiles what was left."""
-    name = module_name(source)
-    d = cache_dir()
-    with _dir_lock(d, exclusive=False):
-        path, _ = _write_file(name, source, d)
-    return path, name
-
-
 def _write_file(name, source, d):
     """(path, how) of module `name`'s file in `d`, written unless it holds `source` already:
     how is 'disk' (there), 'new' or 'rebuilt' (written)."""

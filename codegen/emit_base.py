@@ -1,6 +1,8 @@
 """Shared pieces of the kernel emitter: tuning constants, dtype names, constant
 literals and the small records (argument, kernel spec, scope) the emitter builds."""
+import enum
 import math
+from dataclasses import dataclass
 
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir import prims as P
@@ -52,9 +54,32 @@ class ArgSpec:
         self.kind, self.var, self.shape, self.value, self.dtype = kind, var, shape, value, dtype
 
 
+class ParallelForm(enum.Enum):
+    """How a kernel's parallel loops run on several threads."""
+    PARTS = "parts"     # one serial function, its parallel loops split into parts that
+                        # threads run (codegen.parts): compiled once, as cheaply as serial
+    PRANGE = "prange"   # numba's parallel backend (exported packages, which run without
+                        # aotgrad's runtime)
+
+
+@dataclass(frozen=True)
+class PartsLayout:
+    """The phases of a kernel emitted in ParallelForm.PARTS. The kernel is called as
+    `k(phase, part, nparts, ws, *args)`: phase 0 returns the bytes of workspace its shared
+    partials need (only when `shared`); phase 1..loops runs that parallel loop's share
+    `part` of `nparts` (every part of a phase may run at once, on other threads); phase
+    loops + 1 (only when `final`) runs the code after the last loop, once. Each phase call
+    first recomputes the serial code before its loop (scalars and combines of the partials
+    earlier loops wrote: cheap and the same in every part)."""
+    loops: int
+    shared: bool
+    final: bool
+
+
 class KernelSpec:
-    def __init__(self, kernel, body, args, parallel):
+    def __init__(self, kernel, body, args, parallel, parts=None):
         self.kernel, self.body, self.args, self.parallel = kernel, body, args, parallel
+        self.parts = parts   # its PartsLayout, in ParallelForm.PARTS; None otherwise
         self.name = None
         self.checks = []   # the kernel returns nonzero when one of these index checks failed
 

@@ -6,7 +6,7 @@ import math
 
 import numba
 
-from aotgrad.codegen.emit_base import BLOCK, COL_CHUNK, ROW_BLOCK, _Scope, np_name
+from aotgrad.codegen.emit_base import BLOCK, COL_CHUNK, ROW_BLOCK, ParallelForm, _Scope, np_name
 from aotgrad.codegen.emit_reductions import MINMAX, RedOp
 from aotgrad.codegen.index import identity
 from aotgrad.codegen.steps import KernelType
@@ -42,8 +42,7 @@ class LoopNestEmitter:
                 cp = self.st.fresh("cpart")
                 # float32 partials over ROW_BLOCK rows (a float64 read-modify-write per
                 # element cost 10 ms on W3), blocks combined in float64 afterwards
-                body.append(f"    {cp} = _zeros((nrb, n{self.st.inner[-1]}), "
-                            f"{np_name(r.inputs[0].dtype)})")
+                self.st.partials(body, cp, f"(nrb, n{self.st.inner[-1]})", r.inputs[0].dtype)
                 cparts[r] = (cp, self.st.fresh("crow"))
                 rb.append(f"        {cparts[r][1]} = {cp}[rblk]")
             rb.append(f"        for r in range(rblk * {ROW_BLOCK}, "
@@ -60,14 +59,14 @@ class LoopNestEmitter:
         self.values.plan_row_cache(phases)
         # one scratch row per thread, allocated once per call: an allocation per row (a
         # malloc and a free around a 128-element attention row) cost a sixth of a softmax
-        # backward. The thread count is a constant of the source, as in cols_chunked, and
-        # numba's thread ids lie below it; rows are 64 bytes or more apart (no cache line
-        # written by two threads).
-        nt, n = max(1, numba.config.NUMBA_NUM_THREADS), f"n{self.st.innermost}"
+        # backward. Under numba's prange the thread count is a constant of the source, as in
+        # cols_chunked, and numba's thread ids lie below it; rows are 64 bytes or more apart
+        # (no cache line written by two threads). A part allocates its own.
+        (nt, tid), n = self.st.thread_rows(), f"n{self.st.innermost}"
         for v, nm in self.st.cache_buf.items():
             body.append(f"    {nm}_t = _empty(({nt}, ({n} + 15) // 16 * 16 + 16), "
                         f"{np_name(v.dtype)})")
-            self.st.row_scope.add(f"{nm} = {nm}_t[numba.get_thread_id(), :{n}]")
+            self.st.row_scope.add(f"{nm} = {nm}_t[{tid}, :{n}]")
         for reds, fulls in phases:
             creds = {r: cparts[r][1] for r in reds if r in cparts}
             reds = [r for r in reds if r not in cparts]
@@ -135,7 +134,7 @@ class LoopNestEmitter:
               f"        r1 = {rows} * (rblk + 1) // nrb"]
         for r in kt.reds:
             cparts[r], views[r] = self.st.fresh("cpart"), self.st.fresh("crow")
-            body.append(f"    {cparts[r]} = _zeros((nrb, {kshape}), np.float64)")
+            self.st.partials(body, cparts[r], f"(nrb, {kshape})", dt.float64)
             rb.append(f"        {views[r]} = {cparts[r]}[rblk]")
             if r.inputs[0].dtype is dt.float32:
                 parts[r] = self.st.fresh("pv")
@@ -168,7 +167,7 @@ class LoopNestEmitter:
             for r in reds:
                 parts[r] = self.st.fresh("part")
                 acc_dtype = self.reds.red_info(r)[1]
-                body.append(f"    {parts[r]} = _empty(n{P0}, {np_name(acc_dtype)})")
+                self.st.partials(body, parts[r], f"n{P0}", acc_dtype)
             rb = [f"    for r in {self.st.rng(f'n{P0}')}:"]
             self.st.row_scope = _Scope(rb, "        ")
             accs = {r: self.reds.init_acc(self.st.row_scope, r) for r in reds}
@@ -207,7 +206,7 @@ class LoopNestEmitter:
                 op, ad = self.reds.red_info(r)
                 p = self.st.fresh("part")
                 parts[r] = p
-                body.append(f"    {p} = _empty(nb, {np_name(ad)})")
+                self.st.partials(body, p, "nb", ad)
             blk = [f"    for b in {self.st.rng('nb')}:",
                    f"        lo = b * {BLOCK}",
                    f"        hi = _imin(lo + {BLOCK}, n0)"]
@@ -246,11 +245,16 @@ class LoopNestEmitter:
         """Column reduction over one kept dim: prange over kept-dim chunks, rows inside."""
         kt = self.st.kt
         K = self.st.innermost
-        accs = {}
+        accs, fills = {}, {}
         for r in kt.reds:
             op, ad = self.reds.red_info(r)
             a = self.st.fresh("acc")
-            body.append(f"    {a} = _full(n{K}, {np_name(ad)}, {self.reds.init_expr(r)})")
+            if self.st.parallel and self.st.form is ParallelForm.PARTS:
+                # shared by the parts: each chunk sets its own slice's start value
+                self.st.partials(body, a, f"n{K}", ad)
+                fills[r] = self.reds.init_expr(r)
+            else:
+                body.append(f"    {a} = _full(n{K}, {np_name(ad)}, {self.reds.init_expr(r)})")
             accs[r] = a
         rows = " * ".join(f"n{P}" for P in self.st.outer) or "1"
         # chunks of at most COL_CHUNK columns, at least one per thread (256 columns in one
@@ -267,6 +271,9 @@ class LoopNestEmitter:
         for r in kt.reds:
             views[r] = self.st.fresh("av")
             cl.append(f"        {views[r]} = {accs[r]}[lo:hi]")
+            if r in fills:
+                cl.append("        for q in range(hi - lo):")
+                cl.append(f"            {views[r]}[q] = {fills[r]}")
             if self.reds.red_info(r)[0] is RedOp.SUM and r.inputs[0].dtype is dt.float32:
                 # float32 partials over ROW_BLOCK rows, added into the float64 sums: a
                 # float64 accumulator in the loop halves the vector width of everything

@@ -2,9 +2,11 @@
 (values, reductions, loop nests) instead of living as attributes of one mixin object."""
 from dataclasses import dataclass, field
 
+import numba
+
 from aotgrad.codegen.approx import APPROXIMATED
 from aotgrad.codegen.emit_args import KernelArgs
-from aotgrad.codegen.emit_base import _Scope
+from aotgrad.codegen.emit_base import ParallelForm, _Scope, np_name
 
 
 @dataclass(eq=False)
@@ -21,6 +23,11 @@ class EmitState:
     refmap: dict = None          # access key -> (collapsed shape, collapsed index)
     # the loop structure (set by KernelEmitter.build)
     parallel: bool = False
+    form: ParallelForm = ParallelForm.PARTS
+    parallel_loops: list = field(default_factory=list)   # their range texts, in order
+    # PARTS: buffers that the parts of a parallel loop share (partials combined after it):
+    # (name, shape source, ir dtype), in the workspace the caller passes
+    shared: list = field(default_factory=list)
     # a symbolic kernel's prange variant traced below PAR_MIN elements of work: how much
     # its symbolic sizes grow up to the smallest call it runs at (codegen.size_variants),
     # so that its size heuristics decide there, as a static program of that size does
@@ -79,5 +86,29 @@ class EmitState:
         return "_interleave()"
 
     def rng(self, n):
-        """The loop range over n: prange in a parallel kernel."""
-        return f"prange({n})" if self.parallel else f"range({n})"
+        """The loop range over n: prange in a parallel kernel, or its part's share of it
+        (ParallelForm.PARTS). Called for the top-level parallel loops only."""
+        if not self.parallel:
+            return f"range({n})"
+        if self.form is ParallelForm.PRANGE:
+            text = f"prange({n})"
+        else:
+            text = f"range(({n}) * part // nparts, ({n}) * (part + 1) // nparts)"
+        self.parallel_loops.append(text)
+        return text
+
+    def partials(self, body, name, shape, dtype):
+        """Allocate `name` (shape source `shape`, an ir dtype; zeroed), written by the
+        iterations of a parallel loop and read after it: in ParallelForm.PARTS the parts
+        share it, a view of the caller's workspace (KernelEmitter.build places it)."""
+        if self.parallel and self.form is ParallelForm.PARTS:
+            self.shared.append((name, shape, dtype))
+        else:
+            body.append(f"    {name} = _zeros({shape}, {np_name(dtype)})")
+
+    def thread_rows(self):
+        """(rows, index source) of a per-thread scratch buffer: one row per numba thread
+        indexed by its thread id, or in PARTS one row (each part call allocates its own)."""
+        if self.parallel and self.form is ParallelForm.PRANGE:
+            return max(1, numba.config.NUMBA_NUM_THREADS), "numba.get_thread_id()"
+        return 1, "0"

@@ -14,8 +14,11 @@ import hashlib
 import math
 import re
 
+import numpy as np
+
 from aotgrad.codegen import approx
-from aotgrad.codegen.emit_base import PAR_MIN, KernelSpec, _Scope
+from aotgrad.codegen.emit_base import (PAR_MIN, KernelSpec, ParallelForm, PartsLayout, _Scope,
+                                       np_name)
 from aotgrad.codegen.emit_loops import LoopNestEmitter
 from aotgrad.codegen.emit_reductions import ReductionEmitter
 from aotgrad.codegen.emit_state import EmitState
@@ -32,8 +35,8 @@ class KernelEmitter:
     reductions (emit_reductions.ReductionEmitter) and its loop nests
     (emit_loops.LoopNestEmitter)."""
 
-    def __init__(self, scheduler, kt, helpers, parallel=None):
-        self.st = EmitState(kt, helpers)
+    def __init__(self, scheduler, kt, helpers, parallel=None, form=ParallelForm.PARTS):
+        self.st = EmitState(kt, helpers, form=form)
         self.parallel = parallel     # None: prange loops when the traced work is large
         self.values = ValueEmitter(scheduler, self.st)
         self.reds = ReductionEmitter(self.st, self.values)
@@ -78,24 +81,79 @@ class KernelEmitter:
             self.loops.cols_chunked(body)
         else:
             self.loops.nest(body)
+        st.parallel = bool(st.parallel_loops)
         sig = st.args.signature()
+        done = "    return gerr[0]" if st.checks else "    return 0"
+        lines = list(_inlined(tuple(body)))     # approximations pasted in
+        parts = None
+        if st.parallel and st.form is ParallelForm.PARTS:
+            parts, lines = _in_phases(lines, st, done)
+            sig = "phase, part, nparts, ws, " + sig
         text = [f"def KERNEL({sig}):", "    _wide()"]
         if st.checks:
             text.append("    gerr = _zeros(1, np.int64)")
-        # approximations pasted in; prange bodies become functions of their own: widen them
-        for line in _inlined(tuple(body)):
+        for line in lines:
             text.append(line)
-            if "in prange(" in line:
+            if "in prange(" in line:    # prange bodies become functions of their own: widen them
                 text.append(" " * (len(line) - len(line.lstrip()) + 4) + "_wide()")
-        text.append("    return gerr[0]" if st.checks else "    return 0")
+        text.append(done)
         source = "\n".join(text) + "\n"
         leaked = _SYMBOL_NAME.search(source)
         if leaked:
             raise SymbolicSizeInKernel(f"kernel text reads the symbolic size {leaked.group(0)} "
                                        f"as a literal ({kt.describe()})")
-        spec = KernelSpec(kt, source, st.args.specs, st.parallel)
+        spec = KernelSpec(kt, source, st.args.specs, st.parallel, parts)
         spec.checks = sorted(set(st.checks))
         return spec
+
+
+WORKSPACE_ALIGN = 64    # bytes: each shared buffer starts a cache line of its own
+
+
+def _in_phases(lines, st, done):
+    """(PartsLayout, lines) of a kernel body in ParallelForm.PARTS (see PartsLayout): the
+    top-level parallel loops each run in a phase of their own, after the serial code before
+    them; the shared partials are views of the workspace `ws`."""
+    segments, loops, current = [[]], [], None
+    headers = iter(st.parallel_loops)
+    expected = next(headers, None)
+    for line in lines:
+        top = line.startswith("    ") and not line.startswith("     ")
+        if top and expected is not None and line.startswith("    for ") and \
+                line.endswith(f" in {expected}:"):
+            current = [line]
+            loops.append(current)
+            segments.append([])
+            expected = next(headers, None)
+        elif current is not None and not top:
+            current.append(line)
+        else:
+            current = None
+            segments[-1].append(line)
+    if expected is not None or len(loops) != len(st.parallel_loops):
+        raise AssertionError(f"parallel loop {expected!r} is not at the kernel's top level")
+    out = list(segments[0])
+    if st.shared:
+        out.append("    _w0 = 0")
+        counts = []
+        for k, (name, shape, dtype) in enumerate(st.shared):
+            dims = shape.strip("()").split(", ")
+            counts.append(" * ".join(f"({d})" for d in dims))
+            size = f"{counts[-1]} * {np.dtype(dtype.np).itemsize}"
+            out.append(f"    _w{k + 1} = _w{k} + ({size} + {WORKSPACE_ALIGN - 1}) "
+                       f"// {WORKSPACE_ALIGN} * {WORKSPACE_ALIGN}")
+        out += ["    if phase == 0:", f"        return _w{len(st.shared)}"]
+        for k, (name, shape, dtype) in enumerate(st.shared):
+            view = f"ws[_w{k}:_w{k + 1}].view({np_name(dtype)})[:{counts[k]}]"
+            out.append(f"    {name} = {view}" +
+                       (f".reshape({shape})" if shape.startswith("(") else ""))
+    for k, loop in enumerate(loops):
+        out.append(f"    if phase == {k + 1}:")
+        out += ["    " + line for line in loop]
+        out.append("    " + done)
+        out += segments[k + 1]
+    final = any(line.strip() for line in segments[-1])
+    return PartsLayout(len(loops), bool(st.shared), final), out
 
 
 # a symbol's name in kernel text: a size formatted as a literal (kernel locals never
@@ -111,10 +169,10 @@ def _inlined(body):
     return tuple(inline_helpers(list(body)))
 
 
-def emit_kernel(scheduler, kt, helpers, parallel=None):
-    """The KernelSpec of kernel `kt`; `parallel` forces its loops to prange (True) or range
-    (False) whatever its size."""
-    return KernelEmitter(scheduler, kt, helpers, parallel).build()
+def emit_kernel(scheduler, kt, helpers, parallel=None, form=ParallelForm.PARTS):
+    """The KernelSpec of kernel `kt`; `parallel` forces its loops to be parallel (True) or
+    serial (False) whatever its size; `form` says how parallel loops run."""
+    return KernelEmitter(scheduler, kt, helpers, parallel, form).build()
 
 
 def module_source(specs, helpers):
@@ -126,7 +184,7 @@ def module_source(specs, helpers):
         if h not in by_body:
             name = f"k_{h}"
             by_body[h] = name
-            deco = "@_pjit" if s.parallel else "@_jit"
+            deco = "@_pjit" if s.parallel and s.parts is None else "@_jit"
             parts.append(f"\n\n{deco}\n" + s.body.replace("def KERNEL(", f"def {name}(", 1))
         s.name = by_body[h]
     return "".join(parts)

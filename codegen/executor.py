@@ -263,7 +263,8 @@ class Plan:
 
     def swap_kernel(self, st, fn, spec):
         """Run step `st` with `fn` (same arguments) from the next call on, in every driver
-        made so far and later (a kernel's parallel variant replacing its serial one)."""
+        made so far and later (a compiled kernel replacing its numpy first tier, a size
+        variant compiled on first use)."""
         with self._swap_lock:
             self.kernel_fns[st] = (fn, spec)
             self._profiled = None          # (its events say how each kernel runs)

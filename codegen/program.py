@@ -1,14 +1,10 @@
 """compile_graph: schedule -> emit -> load (disk cache) -> plan; the CompiledGraph object."""
 import contextlib
-import copy
 import functools
 import gc
 import logging
-import math
-import os
 import threading
 import time
-from typing import NamedTuple
 
 from aotgrad.codegen import blas, cache, cost, low_precision, parallel_compile, tiers
 from aotgrad.codegen.compile_worker import numba_signature
@@ -18,17 +14,18 @@ from aotgrad.codegen.emitter import module_source
 from aotgrad.codegen.index import SymbolicSizeInKernel
 from aotgrad.codegen.executor import Plan
 from aotgrad.codegen.first_tier import Rent, reference_kernel
+from aotgrad.codegen.parts import PartsKernel
 from aotgrad.codegen.scheduler import Kernel, Scheduler, StepKind
 from aotgrad.codegen.size_variants import emit_variants, same_arguments
 from aotgrad.codegen.symbols import concrete_graph, symbols_of
-from aotgrad.ir.symbolic import hint
 
 log = logging.getLogger(__name__)
 
 
 def _sig_desc(spec):
     """The kernel's argument types as plain data (see compile_worker.numba_signature)."""
-    out = []
+    # a kernel in parts first takes its phase, part, part count and workspace (codegen.parts)
+    out = [["size"], ["size"], ["size"], ["array", "uint8", 1]] if spec.parts else []
     for a in spec.args:
         if a.kind == "size":
             out.append(["size"])
@@ -43,40 +40,13 @@ def _numba_sig(spec):
     return numba_signature(_sig_desc(spec))
 
 
-class _ParallelVariant(NamedTuple):
-    """A kernel's parallel variant, compiled in the background: its spec, its module's
-    source, (a step running it, the step's own parallel spec) per step, its Unit."""
-    spec: object
-    source: str
-    steps: list
-    unit: object
-
-
-def _serial(spec):
-    """The serial variant of a kernel spec emitted with prange loops (they run in order)."""
-    serial = copy.copy(spec)
-    serial.parallel = False
-    return serial
+def runnable(fn, spec):
+    """What the driver calls for kernel `spec` compiled as `fn`: a kernel in parts runs
+    them on the thread pool (codegen.parts)."""
+    return PartsKernel(fn, spec.parts) if spec.parts else fn
 
 
 _STATUS_ORDER = ("rebuilt", "new", "disk", "memory")
-
-
-def parallel_compile_min():
-    """Elements of work below which a kernel emitted with `prange` loops is compiled without
-    numba's parallel backend (the loops then run in order). Default 0: every such kernel
-    (codegen.emit_base.PAR_MIN elements or more) runs parallel, since products and kernels
-    share numba's threads (codegen.blas). Numba compiles a parallel kernel ~2.5x slower
-    than a serial one, so a cold one starts serial and its parallel variant is compiled in
-    the background (codegen.tiers). AOTGRAD_PARALLEL_MIN=N sets the threshold."""
-    env = os.environ.get("AOTGRAD_PARALLEL_MIN", "").strip()
-    if env:
-        try:
-            return max(0, int(env))
-        except ValueError:
-            raise ValueError(f"AOTGRAD_PARALLEL_MIN must be a whole number of elements, "
-                             f"got {env!r}") from None
-    return 0
 
 
 @contextlib.contextmanager
@@ -151,40 +121,18 @@ class CompiledGraph:
                     other.name):
                 self.deferred[st] = other
         self._deferred_lock = threading.Lock()
-        self.serial_compiled = set()   # kernels with prange loops compiled serially
-        self.upgrading = {}            # spec compiled serially for now -> (its step, helpers)
-        self.upgraded = set()          # specs swapped for their parallel variant
         self.first_tier = {}           # step -> its ReferenceKernel until compiled (tiers)
         self.first_tier_done = set()   # names of kernels that ran on numpy first, compiled
         reference_first = tiers.enabled() and tiers.first_tier() is tiers.FirstTier.REFERENCE \
             and not symbols_of(graph)
-        pmin = parallel_compile_min()
         on_disk = cache.compiled_on_disk()
         for st, spec in self.specs.items():
-            if self.deferred.get(st) is spec:
+            if self.deferred.get(st) is spec or not reference_first:
                 continue
-            if spec.parallel and hint(math.prod(spec.kernel.domain or (1,))) < pmin:
-                spec.parallel = False
-                self.serial_compiled.add(spec)
-            if reference_first and not cache.has_machine_code(
-                    module_source([spec], own[st]), spec.name, on_disk) and not (
-                    spec.parallel and cache.has_machine_code(
-                        module_source([_serial(spec)], own[st]), spec.name, on_disk)):
+            if not cache.has_machine_code(module_source([spec], own[st]), spec.name, on_disk):
                 ref = reference_kernel(st, spec)
                 if ref is not None:
                     self.first_tier[st] = ref
-                    if spec.parallel and spec not in self.serial_compiled:
-                        # its serial variant (cheaper to compile) replaces the numpy run
-                        # first, its parallel variant comes after every serial one
-                        spec.parallel = False
-                        self.upgrading[spec] = (st, own[st])
-                    continue
-            if not spec.parallel or spec in self.serial_compiled:
-                continue
-            if tiers.enabled() and not cache.has_machine_code(
-                    module_source([spec], own[st]), spec.name, on_disk):
-                spec.parallel = False
-                self.upgrading[spec] = (st, own[st])
         # the whole program as one text (what `source` shows); names the kernels k_<hash>
         self.source = module_source(list(self.specs.values()) +
                                     [v.spec for v in self.small_variants.values()], helpers)
@@ -222,17 +170,13 @@ class CompiledGraph:
                 ref.rent = self.rent
             tiers.track(units, tiers.Priority.FIRST_TIER)
             tiers.submit(lambda: self._compile_first_tier(units), tiers.Priority.FIRST_TIER)
-        if self.upgrading:
-            self._variants = self._parallel_variants()
-            tiers.submit(self._upgrade)
 
     def _on_first_tier(self):
         return [self.specs[st] for st in self.first_tier]
 
     def _unit(self, name):
         u = self._units[name]
-        return parallel_compile.Unit(u[1].__file__, u[1].__name__, name, u[3],
-                                     len(u[0].body) * (3 if u[0].parallel else 1))
+        return parallel_compile.Unit(u[1].__file__, u[1].__name__, name, u[3], len(u[0].body))
 
     def _compile_first_tier(self, units):
         """Background job (codegen.tiers): compile the kernels that run on numpy for now,
@@ -253,7 +197,7 @@ class CompiledGraph:
             try:
                 fn = self._compile_one(unit.kernel)    # numba's disk cache, filled by a helper
                 for st in [st for st in self.first_tier if self.specs[st].name == unit.kernel]:
-                    self.plan.swap_kernel(st, fn, self.specs[st])
+                    self.plan.swap_kernel(st, runnable(fn, self.specs[st]), self.specs[st])
                     del self.first_tier[st]
                 self.first_tier_done.add(unit.kernel)
                 self.rent.compiled(unit.kernel)
@@ -282,61 +226,6 @@ class CompiledGraph:
         log.debug("program %s: %d of %d kernels compiled by helpers in the background",
                   self.name, len(done), len(units))
         return not self.first_tier
-
-    def _parallel_variants(self):
-        """kernel name -> its _ParallelVariant, for the kernels in `upgrading`. Their module
-        files are written now and their units tracked (codegen.tiers), so that the work left
-        at exit, queued jobs included, goes to the detached helper and the next process
-        starts on the parallel variants."""
-        variants = {}
-        for spec, (st, own) in self.upgrading.items():
-            pspec = copy.copy(spec)
-            pspec.parallel = True
-            if spec.name not in variants:
-                text = module_source([pspec], own)
-                file, module = cache.write_module(text)
-                unit = parallel_compile.Unit(file, module, spec.name, _sig_desc(pspec),
-                                             3 * len(pspec.body))
-                variants[spec.name] = _ParallelVariant(pspec, text, [], unit)
-            # steps that run one kernel on different values each keep their own spec
-            variants[spec.name].steps.append((st, pspec))
-        tiers.track([v.unit for v in variants.values()])
-        return variants
-
-    def _upgrade(self):
-        """Background job (codegen.tiers): compile the parallel variants of the kernels that
-        run serially in helper processes, load them and swap them into the driver. It stops
-        taking new kernels while a more urgent job waits (kernels still on numpy), and then
-        submits itself again for the rest."""
-        left = [v.unit for v in self._variants.values() if v.spec not in self.upgraded]
-        # the most elements of work per unit of compile cost first: what a thread more
-        # gains on a step for the wait
-        work = {name: hint(math.prod(v.spec.kernel.domain or (1,)))
-                for name, v in self._variants.items()}
-        done = {u.kernel for u in parallel_compile.compile_in_helpers(
-            left, cache.cache_dir(), on_done=tiers.untrack,
-            order=lambda u: (-work[u.kernel] / u.cost, u.cost),
-            stop=lambda: tiers.more_urgent(tiers.Priority.UPGRADE))}
-        for name in done:
-            if not tiers.begin_load():          # the interpreter is exiting
-                return False
-            try:
-                variant = self._variants[name]
-                mod, _ = cache.load_module(variant.source)
-                fn = getattr(mod, name)
-                fn.compile(_numba_sig(variant.spec))  # numba's disk cache, filled by the helper
-                for st, step_spec in variant.steps:
-                    self.plan.swap_kernel(st, fn, step_spec)
-                    self.specs[st] = step_spec
-                    self.upgraded.add(step_spec)
-                    self.first_tier.pop(st, None)    # (its serial compile failed)
-            finally:
-                tiers.end_load()
-        if len(done) < len(left) and tiers.more_urgent(tiers.Priority.UPGRADE) \
-                and not tiers.closing():
-            tiers.submit(self._upgrade)
-            return True
-        return len(done) == len(left)
 
     @property
     def module_names(self):
@@ -382,7 +271,8 @@ class CompiledGraph:
                  if name not in later}                                  # cache/memory hits
 
         def fn(st, spec):
-            return fn_of.get(spec.name) or self._stand_in(st, spec)
+            compiled = fn_of.get(spec.name)
+            return self._stand_in(st, spec) if compiled is None else runnable(compiled, spec)
         self.small_fns = {st: (fn(st, v.spec), v) for st, v in self.small_variants.items()}
         # (a first-tier step runs its numpy reference until its kernel is compiled; first
         # tiers are for fixed sizes, size variants for symbolic ones: a step has one or neither)
@@ -426,7 +316,7 @@ class CompiledGraph:
         if tiers.enabled() and not cache.has_machine_code(text, spec.name):
             cache.stats.compiled += len(parallel_compile.compile_in_helpers(
                 [parallel_compile.Unit(mod.__file__, mod.__name__, spec.name, _sig_desc(spec),
-                                       3 if spec.parallel else 1)], cache.cache_dir()))
+                                       len(spec.body))], cache.cache_dir()))
         if not tiers.begin_load():          # the interpreter is exiting
             return False
         try:
@@ -435,7 +325,7 @@ class CompiledGraph:
             fn.compile(_numba_sig(spec))    # from numba's disk cache when a helper compiled it
             if sum(fn.stats.cache_misses.values()) > misses:
                 cache.stats.compiled += 1   # compiled here
-            self._swap_variant(st, spec, fn)
+            self._swap_variant(st, spec, runnable(fn, spec))
         finally:
             tiers.end_load()
         return True
@@ -459,12 +349,8 @@ class CompiledGraph:
                 spec = self.specs[st]
                 par = "numpy reference impls until it is compiled in the background" \
                     if st in self.first_tier else \
-                    "parallel, compiled in the background" if spec in self.upgraded else \
-                    "parallel" if spec.parallel else \
-                    "serial; its prange loops run in order: small work" \
-                    if spec in self.serial_compiled else \
-                    "serial until its parallel variant is compiled in the background" \
-                    if spec in self.upgrading else "serial"
+                    f"parallel, in parts on threads: {spec.parts.loops} loop(s)" \
+                    if spec.parts else "parallel" if spec.parallel else "serial"
                 small = self.small_variants.get(st)
                 if self.deferred.get(st) is spec:
                     par += ", compiled on the first call that needs it"

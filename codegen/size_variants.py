@@ -1,8 +1,9 @@
 """The two loop structures of a symbolic program's kernel whose work depends on a symbol.
 
-A static program gives a kernel prange loops when its work (the elements of its loop domain)
-reaches emit_base.PAR_MIN, and range loops below: the choice changes the loop nest itself
-(a column sum in row blocks or in column chunks, a collapsed nest), not only numba's flag.
+A static program gives a kernel parallel loops (run in parts on threads, codegen.parts) when
+its work (the elements of its loop domain) reaches emit_base.PAR_MIN, and serial loops
+below: the choice changes the loop nest itself (a column sum in row blocks or in column
+chunks, a collapsed nest), not only how the loops run.
 A symbolic program cannot make that choice once from the traced sizes: a transformer traced
 at a short sequence would run its long sequences on one thread. So such a kernel is emitted
 twice, as a static program of a small and of a large size would emit it, and the driver
@@ -27,7 +28,7 @@ from aotgrad.ir.symbolic import SymInt, hint, source
 @dataclasses.dataclass(eq=False)
 class SmallVariant:
     """The range-loop variant of a kernel: it runs at the calls whose `work` is below
-    PAR_MIN elements (the kernel's other variant, with prange loops, at the others)."""
+    PAR_MIN elements (the kernel's other variant, with parallel loops, at the others)."""
     spec: KernelSpec
     helpers: set       # the approximation helpers its module needs
     work: SymInt       # the kernel's elements of work, a polynomial of the symbols
@@ -43,8 +44,8 @@ class SmallVariant:
 
 def emit_variants(scheduler, kt, helpers):
     """(the KernelSpec of kernel `kt`, its SmallVariant or None). Without a symbol in its
-    work, a kernel is emitted once, as in a static program. Else the spec has prange loops
-    and the SmallVariant range loops; None when both come out the same (no loop of the
+    work, a kernel is emitted once, as in a static program. Else the spec has parallel loops
+    and the SmallVariant serial ones; None when both come out the same (no loop of the
     kernel can run in parallel). `helpers` receives the helpers the spec needs."""
     work = math.prod(kt.domain) if kt.domain else 1
     if not isinstance(work, SymInt):

@@ -1,43 +1,30 @@
-"""Tiered compilation: a cold kernel runs first on numpy, or serially; its compiled (or
-parallel) variant comes later.
+"""Tiered compilation: a cold kernel runs first on numpy; its compiled code comes later.
 
 The first tier (AOTGRAD_FIRST_TIER):
 - `reference` (the default): a kernel whose machine code is not in the disk cache runs its
   nodes with numpy's reference impls (codegen.first_tier) while helper processes compile
   it in the background; it is swapped into the program's driver as soon as it is compiled.
   A cold program's first call then costs its trace, schedule and one numpy run instead of
-  tens of Numba compiles. A kernel with prange loops is compiled serially first (a
-  parallel compile costs ~2.5x as much), its parallel variant after it, as below: the
-  first-tier jobs (Priority.FIRST_TIER) run before any upgrade to a parallel variant, of
-  whichever program, and an upgrade in progress stops taking new kernels when one comes.
-  For a program whose run is estimated at a few milliseconds or more, one of their
-  helpers runs at the caller's priority (first_tier_boosted); the others, and the
-  upgrades' helpers, run niced, in the idle scheduling class. A kernel whose
-  serial variant only is in the disk cache starts on it. A program whose numpy runs have
-  cost about as much as its first-tier compiles still left waits for them
-  (first_tier.Rent).
-- `serial`: as described next (every kernel is compiled before the first call).
+  tens of Numba compiles. A kernel with parallel loops is compiled once: its loops run in
+  parts on threads (codegen.parts), so no second, parallel compile follows. The
+  first-tier jobs (Priority.FIRST_TIER) run before any other background compile (a
+  symbolic kernel's size variant, Priority.UPGRADE), of whichever program, and a job in
+  progress stops taking new kernels when a more urgent one comes. For a program whose run
+  is estimated at a few milliseconds or more, one of their helpers runs at the caller's
+  priority (first_tier_boosted); the others run niced, in the idle scheduling class. A
+  program whose numpy runs have cost about as much as its first-tier compiles still left
+  waits for them (first_tier.Rent).
+- `serial`: every kernel is compiled before the first call (the name is historical: the
+  kernels are the same either way).
 
-Numba compiles a kernel with `prange` loops for its parallel backend in ~1 s, against ~0.4 s
-serially, so compiling a transformer block's medium kernels (256K-1M elements) parallel
-up front took its first call from 4.3 to 9.4 s. Instead such a kernel is first compiled
-serially (same body: its prange loops run in order) and the program runs at once; its
-parallel variant is compiled in the background by helper processes, once no foreground
-compile has run for QUIET seconds, and then swapped into the program's driver between two
-steps. Both variants run the same loops (parallel loops write disjoint rows or per-block
-partials, combined in a fixed order), but LLVM may vectorise a sum differently in each, so
-values may differ in the last bits after the swap (W4's gradients: 1e-10 absolute). A
-parallel variant already in the disk cache is loaded up front, so a second process starts
-with it.
-
-`AOTGRAD_BACKGROUND_COMPILE=0` compiles every kernel, parallel variants included, up front
-instead (no first tier).
+`AOTGRAD_BACKGROUND_COMPILE=0` compiles every kernel up front (no first tier, and a
+symbolic kernel's size variants too).
 
 Work still queued when the process exits is not lost: the units not yet compiled (tracked
 from the moment their job is queued) are handed to a detached helper process
 (parallel_compile.start_detached) that compiles them into the disk cache, so a second run
-of a script starts warm, on its parallel variants.
-`wait(timeout)` blocks until every queued upgrade is done (benchmarks call it after warm-up).
+of a script starts warm.
+`wait(timeout)` blocks until every queued job is done (benchmarks call it after warm-up).
 """
 import atexit
 import enum
@@ -56,8 +43,9 @@ QUIET = 0.5
 
 class Priority(enum.IntEnum):
     """Which background job runs first (lowest first, whatever the order they came in)."""
-    FIRST_TIER = 0    # compiles kernels that run on numpy for now (serial variants)
-    UPGRADE = 1       # compiles the parallel variants of kernels that run serially
+    FIRST_TIER = 0    # compiles kernels that run on numpy for now
+    UPGRADE = 1       # compiles a kernel that runs some other way meanwhile (a symbolic
+                      # kernel's size variant)
 
 
 # Helpers that compile the kernels still running on numpy (codegen.first_tier): one per
@@ -69,8 +57,7 @@ class Priority(enum.IntEnum):
 # two cores a boosted helper took W4's cold run to 300 steps from 14.9 to 12.4 s and the
 # GPT's from 48 to 45 s. A second one gained nothing there. For a small program it only
 # slows the numpy steps: the README's MLP stepped at 3.1 ms against 2.3 without it, and
-# LeNet's kernels never finish compiling in its short run anyway. The parallel variants
-# come later, from background helpers only.
+# LeNet's kernels never finish compiling in its short run anyway.
 FIRST_TIER_BOOSTED = 1
 BOOST_MIN_SECONDS = 0.005
 
@@ -93,7 +80,7 @@ _outstanding = {}                # (module, kernel) -> Unit queued or compiling 
 class FirstTier(enum.Enum):
     """How a kernel without machine code in the cache runs until it is compiled."""
     REFERENCE = "reference"     # numpy's reference impls of its nodes (codegen.first_tier)
-    SERIAL = "serial"           # compiled before the first call (serially where parallel)
+    SERIAL = "serial"           # compiled before the first call
 
 
 def first_tier():
@@ -216,9 +203,9 @@ def _loop():
         ok = False
         try:
             ok = job()
-        except Exception:      # an upgrade only speeds things up: the serial kernels stay
-            log.warning("background compile of parallel kernels failed; the serial kernels "
-                        "stay in use", exc_info=True)
+        except Exception:      # a job only speeds things up: what runs meanwhile stays
+            log.warning("a background compile failed; the kernels running meanwhile stay "
+                        "in use", exc_info=True)
             ok = False
         with _cv:
             _unfinished[priority] -= 1
@@ -227,7 +214,7 @@ def _loop():
 
 
 def wait(timeout=None):
-    """Block until the queued upgrades are done (True) or `timeout` seconds pass (False)."""
+    """Block until the queued jobs are done (True) or `timeout` seconds pass (False)."""
     with _cv:
         return _cv.wait_for(lambda: not any(_unfinished.values()), timeout)
 

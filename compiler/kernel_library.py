@@ -36,8 +36,8 @@ def compile_flat(graph, in_helpers=False):
     small = prog.plan.small_kernels.get(steps[0])
     if small is not None:
         # the range-loop variant (codegen.size_variants): the library runs the kernel on
-        # chunks of at most FlatKernel.CHUNK elements, below the prange variant's PAR_MIN
-        # (the plan's kernel_fns holds the prange one once both come from the disk cache)
+        # chunks of at most FlatKernel.CHUNK elements, below the parallel variant's PAR_MIN
+        # (the plan's kernel_fns holds the parallel one once both come from the disk cache)
         fn, spec = small[0], small[1].spec
     in_index = {id(v): i for i, v in enumerate(graph.inputs)}
     out_index = {id(v): i for i, v in enumerate(graph.outputs)}

@@ -175,6 +175,7 @@ def lower(graph):
     """The code generator's schedule of `graph`, without compiling it here: Numba module
     source per distinct kernel, and the steps that call them, products, reference prims,
     views and value checks (the package's driver is emitted from these)."""
+    from aotgrad.codegen.emit_base import ParallelForm
     from aotgrad.codegen.emitter import emit_kernel, module_source
     from aotgrad.codegen.scheduler import Kernel, Scheduler
     graph = passes.cse(graph, keep_outputs=True)   # as codegen.compile_graph does
@@ -185,7 +186,8 @@ def lower(graph):
     for st in schedule.steps:
         if isinstance(st, Kernel):
             helpers = set()
-            spec = emit_kernel(scheduler, st, helpers)
+            # numba's prange: the package runs without aotgrad's thread pool (codegen.parts)
+            spec = emit_kernel(scheduler, st, helpers, form=ParallelForm.PRANGE)
             src = module_source([spec], helpers)    # names the kernel k_<hash of its body>
             modules[spec.name] = src
             signatures[spec.name] = [

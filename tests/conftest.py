@@ -44,11 +44,8 @@ else:
     _CACHE = tempfile.mkdtemp(prefix="aotgrad-test-cache-")
     atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 os.environ["AOTGRAD_CACHE_DIR"] = _CACHE
-# kernels large enough for prange are compiled parallel whatever their size, so tests on
-# small arrays exercise numba's parallel backend (the default compiles medium ones serially)
-os.environ["AOTGRAD_PARALLEL_MIN"] = "0"
-# ... and up front, not first serially with a parallel variant compiled in the background
-# (tests/codegen/test_codegen_tiers.py turns that on)
+# kernels compiled up front, not run on numpy first while helper processes compile them
+# (tests/codegen/test_first_tier.py and test_tier_order.py turn that on)
 os.environ["AOTGRAD_BACKGROUND_COMPILE"] = "0"
 # eager ops on their numpy kernels, not on generated ones compiled in the background
 # (runtime/kernel_library.py): when a generated kernel becomes ready would change an eager

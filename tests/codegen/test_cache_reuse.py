@@ -1,24 +1,15 @@
 """Kernels are cached by their structure (a module per kernel, named by its source): a
-second trace whose kernels are unchanged compiles nothing, and a kernel whose parallel
-variant is only imported (its compile still running in the background) is not taken for
-compiled."""
-import copy
-
-import numpy as np
+second trace whose kernels are unchanged compiles nothing."""
 import pytest
 
 import aotgrad
 from aotgrad import nn
-from aotgrad.codegen import cache, compile_graph, tiers
-from aotgrad.codegen.emitter import module_source
-from aotgrad.ir import Aval, GraphBuilder, evaluate, prims
-from aotgrad.ir import dtypes as dt
+from aotgrad.codegen import cache
 from aotgrad.testing import assert_close
 
 
 @pytest.fixture
 def cold(empty_cache, monkeypatch):
-    monkeypatch.setenv("AOTGRAD_PARALLEL_MIN", "0")
     cache.stats.reset()
     return empty_cache
 
@@ -69,32 +60,3 @@ def test_a_retrace_for_optimizer_state_compiles_only_the_changed_kernels(cold, m
     eager_step(x, y)
     for p, q in zip(model.parameters(), eager_model.parameters()):
         assert_close(p.detach().numpy(), q.detach().numpy(), rtol=1e-5, atol=1e-6, equal_nan=True)
-
-
-def _graph():
-    b = GraphBuilder("p")
-    x = b.add_input(Aval((300, 512), dt.float32), "x")
-    with b:
-        rows = prims.reduce_sum(prims.tanh(x), dims=(1,))
-    b.graph.outputs = [rows]
-    return b.graph
-
-
-def test_an_imported_but_uncompiled_parallel_variant_is_not_compiled_here(cold, monkeypatch):
-    monkeypatch.setenv("AOTGRAD_BACKGROUND_COMPILE", "1")
-    monkeypatch.setenv("AOTGRAD_FIRST_TIER", "serial")    # (not the numpy first tier)
-    monkeypatch.setattr(tiers, "submit", lambda job, priority=None: None)   # never upgraded
-    prog = compile_graph(_graph())
-    assert prog.upgrading
-    for spec, (_, own) in prog.upgrading.items():
-        pspec = copy.copy(spec)
-        pspec.parallel = True
-        source = module_source([pspec], own)
-        cache.load_module(source)       # what the background job does before its helpers
-        assert not cache.has_machine_code(source, pspec.name)
-    cache.stats.reset()
-    again = compile_graph(_graph())
-    assert again.upgrading              # still serial: the variant is not compiled yet
-    assert cache.stats.compiled == 0, cache.stats
-    x = np.random.default_rng(0).uniform(-2, 2, (300, 512)).astype(np.float32)
-    assert_close(again(x)[0], evaluate(_graph(), [x])[0], rtol=1e-5, atol=1e-4, equal_nan=True)

@@ -242,44 +242,6 @@ def test_signature_description_matches_numba_typeof(arr):
     assert sig == (numba.typeof(np.int64(3)), numba.typeof(arr.dtype.type(1)), numba.typeof(arr))
 
 
-def prange_graph():
-    """A row kernel with enough work for the emitter's prange (300 x 512)."""
-    b = GraphBuilder("p")
-    x = b.add_input(Aval((300, 512), F32), "x")
-    with b:
-        out = prims.reduce_sum(prims.tanh(x), dims=(1,))
-    b.graph.outputs = [out]
-    return b.graph
-
-
-@pytest.mark.parametrize("threshold, parallel", [("0", True), (str(1 << 30), False)])
-def test_medium_prange_kernels_compile_serially_below_the_threshold(
-        cold, monkeypatch, threshold, parallel):
-    monkeypatch.setenv("AOTGRAD_PARALLEL_MIN", threshold)
-    g = prange_graph()
-    prog = compile_graph(g)
-    (spec,) = prog.specs.values()
-    assert "prange(" in spec.body                        # the emitter's parallel loop shape
-    assert spec.parallel is parallel
-    mod = sys.modules[prog.module_names[0]]
-    assert getattr(mod, spec.name).targetoptions.get("parallel", False) is parallel
-    assert ("prange loops run in order" in prog.report()) is (not parallel)
-    x = np.random.default_rng(1).uniform(-2, 2, (300, 512)).astype(np.float32)
-    assert_close(prog(x)[0], np.tanh(x.astype(np.float64)).sum(1), rtol=1e-5, atol=1e-4,
-                 equal_nan=True, check_dtype=False)
-
-
-def test_parallel_threshold_default_and_bad_value(monkeypatch):
-    from aotgrad.codegen.program import parallel_compile_min
-    monkeypatch.delenv("AOTGRAD_PARALLEL_MIN", raising=False)
-    assert parallel_compile_min() == 0       # every prange kernel runs parallel
-    monkeypatch.setenv("AOTGRAD_PARALLEL_MIN", "4096")
-    assert parallel_compile_min() == 4096
-    monkeypatch.setenv("AOTGRAD_PARALLEL_MIN", "lots")
-    with pytest.raises(ValueError, match="AOTGRAD_PARALLEL_MIN"):
-        parallel_compile_min()
-
-
 class _FakeHelper:
     """Stands in for a helper process: records the kernels it is asked for and answers
     each one compiled."""

@@ -1,8 +1,8 @@
-"""The order of a cold kernel's tiers (codegen.tiers): a kernel with prange loops runs on
-numpy first, then its serial variant, then its parallel one, with the same values; the
-jobs that take kernels off numpy run before the upgrades to parallel variants, whatever
-the order they were queued in; and a second process finds in the disk cache the parallel
-variants the first one left queued at exit."""
+"""The order of a cold kernel's tiers (codegen.tiers): a kernel with parallel loops runs on
+numpy first, then compiled once, in parts on threads (codegen.parts), with the same values;
+the jobs that take kernels off numpy run before other background compiles, whatever the
+order they were queued in; and a second process finds in the disk cache the kernels the
+first one left queued at exit."""
 import os
 import textwrap
 import threading
@@ -13,6 +13,7 @@ import pytest
 
 from aotgrad.codegen import compile_graph, parallel_compile, tiers
 from aotgrad.codegen.first_tier import ReferenceKernel
+from aotgrad.codegen.parts import PartsKernel
 from aotgrad.ir import Aval, GraphBuilder, evaluate, prims
 from aotgrad.ir import dtypes as dt
 from aotgrad.testing import assert_close
@@ -56,42 +57,28 @@ def _bound(prog):
     return [g[n] for n in names.values()]
 
 
-def _parallel(fn):
-    return bool(getattr(fn, "targetoptions", {}).get("parallel"))
+def _in_parts(fn):
+    return isinstance(fn, PartsKernel) and bool(fn.fn.overloads)
 
 
-def test_numpy_then_serial_then_parallel_with_the_same_values(cold, held_jobs):
+def test_numpy_then_compiled_in_parts_with_the_same_values(cold, held_jobs):
     g = graph()
     (want,) = evaluate(g, [X])
     prog = compile_graph(g)
-    assert all("prange(" in s.body for s in prog.specs.values())
+    assert all(s.parts and "prange(" not in s.body for s in prog.specs.values())
     assert prog.first_tier and all(isinstance(k, ReferenceKernel) for k in _bound(prog))
-    assert [p for _, p in held_jobs] == [tiers.Priority.FIRST_TIER, tiers.Priority.UPGRADE]
+    assert [p for _, p in held_jobs] == [tiers.Priority.FIRST_TIER]    # one compile, no upgrade
     (on_numpy,) = prog(X)
     assert held_jobs[0][0]() is True and not prog.first_tier
-    kernels = _bound(prog)
-    assert all(getattr(k, "overloads", None) and not _parallel(k) for k in kernels)
-    assert "serial until its parallel variant is compiled in the background" in prog.report()
-    (serial,) = prog(X)
-    assert held_jobs[1][0]() is True
-    assert all(_parallel(k) for k in _bound(prog))
-    (parallel,) = prog(X)
-    for got in (on_numpy, serial, parallel):
+    assert all(_in_parts(k) for k in _bound(prog))
+    assert "in parts on threads" in prog.report()
+    (compiled,) = prog(X)
+    for got in (on_numpy, compiled):
         assert_close(got, want, rtol=1e-5, atol=1e-4)
-    # the same program again in this process starts on the parallel variant
+    # the same program again in this process starts compiled
     again = compile_graph(graph())
-    assert not again.first_tier and not again.upgrading
-    assert all(_parallel(k) for k in _bound(again))
-
-
-def test_a_kernel_whose_serial_variant_is_cached_starts_on_it(cold, held_jobs):
-    prog = compile_graph(graph())
-    assert held_jobs[0][0]() is True          # the serial variant only
-    second = compile_graph(graph())
-    assert not second.first_tier and second.upgrading
-    assert [p for _, p in held_jobs[2:]] == [tiers.Priority.UPGRADE]
-    assert not any(_parallel(k) for k in _bound(second))
-    assert prog.upgrading
+    assert not again.first_tier and all(_in_parts(k) for k in _bound(again))
+    np.testing.assert_array_equal(again(X)[0], compiled)
 
 
 def test_first_tier_jobs_run_before_upgrades_queued_earlier():
@@ -132,8 +119,8 @@ CHILD = textwrap.dedent("""
     prog(case.X)
     g, names = prog.plan.prepared().bound_kernels[0]
     print(json.dumps({"status": prog.cache_status, "first_tier": len(prog.first_tier),
-                      "upgrading": len(prog.upgrading), "compiled_here": cache.stats.compiled,
-                      "parallel": [case._parallel(g[n]) for n in names.values()]}))
+                      "compiled_here": cache.stats.compiled,
+                      "parts": [case._in_parts(g[n]) for n in names.values()]}))
 """)
 
 
@@ -156,18 +143,17 @@ def _helpers_in(d):
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds the detached helper in /proc")
-def test_a_second_process_starts_on_the_parallel_variants_left_queued_at_exit(cold):
+def test_a_second_process_starts_on_the_kernels_left_queued_at_exit(cold):
     """The first process exits right after its first call, its kernel still on numpy and
-    its parallel variant's job still queued: the detached helper compiles both variants,
-    and the second process runs the parallel one from its first call."""
+    its compile still queued: the detached helper compiles it, and the second process runs
+    it in parts from its first call."""
     first = _child(cold)
     assert first["status"] == "new" and first["first_tier"] == 1
     deadline = time.monotonic() + 240
     while _helpers_in(cold) and time.monotonic() < deadline:
         time.sleep(0.2)
     second = _child(cold)
-    assert second == dict(status="disk", first_tier=0, upgrading=0, compiled_here=0,
-                          parallel=[True])
+    assert second == dict(status="disk", first_tier=0, compiled_here=0, parts=[True])
 
 
 def test_a_boosted_helper_runs_at_the_callers_priority(tmp_path, monkeypatch):

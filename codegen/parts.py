@@ -1,0 +1,127 @@
+"""A kernel's parallel loops run as parts on threads (codegen.emit_base.ParallelForm.PARTS).
+
+A kernel large enough for several threads is compiled once, as a serial function that
+takes `(phase, part, nparts, ws)` before its arguments (emit_base.PartsLayout): each
+parallel loop is a phase whose iterations are split into `nparts` contiguous ranges, and
+the threads of this module's pool run one range each, at once (the kernels release the
+interpreter lock). Numba's parallel backend would compile the same kernel a second time,
+about 2.5x as long, and its variant could round a sum otherwise than the serial one; here
+there is one machine code, so the values do not depend on the thread count.
+
+    PartsKernel(fn, layout)(*args)   # what the driver calls in place of fn(*args)
+
+The pool has `get_num_threads() - 1` workers (aotgrad.set_num_threads; the caller runs
+part 0 itself). It serves one call at a time: a call that finds it busy (another Python
+thread's program) runs its parts in order on its own thread, with the same results. After
+a fork the child starts a new pool on its first call.
+"""
+import os
+import threading
+
+import numba
+import numpy as np
+
+_NO_WORKSPACE = np.zeros(0, np.uint8)
+
+
+class _Worker:
+    """A thread that runs one part at a time: `start` hands it a call, `join` waits for
+    its return value (an exception it raised is raised there)."""
+
+    def __init__(self):
+        self._go, self._done = threading.Lock(), threading.Lock()
+        self._go.acquire()
+        self._done.acquire()
+        self._call, self._result = None, None
+        threading.Thread(target=self._loop, daemon=True, name="aotgrad-parts").start()
+
+    def _loop(self):
+        while True:
+            self._go.acquire()
+            fn, args = self._call
+            try:
+                self._result = fn(*args)
+            except BaseException as e:     # handed to the caller, which raises it
+                self._result = e
+            self._call = None
+            self._done.release()
+
+    def start(self, fn, args):
+        self._call = (fn, args)
+        self._go.release()
+
+    def join(self):
+        self._done.acquire()
+        r, self._result = self._result, None
+        if isinstance(r, BaseException):
+            raise r
+        return r
+
+
+class _Pool:
+    def __init__(self):
+        self.workers = []
+        self.busy = threading.Lock()
+
+    def run(self, fn, phase, ws, args):
+        """Phase `phase` of kernel `fn` in as many parts as there are threads; the OR of
+        their return values (a nonzero one: an index check failed)."""
+        n = numba.get_num_threads()
+        if n < 2 or not self.busy.acquire(blocking=False):
+            return fn(phase, 0, 1, ws, *args)
+        try:
+            while len(self.workers) < n - 1:
+                self.workers.append(_Worker())
+            helpers = self.workers[:n - 1]
+            for p, w in enumerate(helpers, 1):
+                w.start(fn, (phase, p, n, ws) + args)
+            err, failed = 0, None
+            try:
+                err = fn(phase, 0, n, ws, *args)
+            except BaseException as e:
+                failed = e
+            for w in helpers:           # every started part ends before this returns
+                try:
+                    err |= w.join()
+                except BaseException as e:
+                    failed = failed or e
+            if failed is not None:
+                raise failed
+            return err
+        finally:
+            self.busy.release()
+
+
+_pool = [_Pool()]
+
+
+def _new_pool_in_child():
+    _pool[0] = _Pool()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_pool_in_child)
+
+
+class PartsKernel:
+    """The callable the driver runs for a kernel in ParallelForm.PARTS: the same arguments
+    as the kernel's KernelSpec lists, the same return value (nonzero: an index check
+    failed)."""
+    __slots__ = ("fn", "layout")
+
+    def __init__(self, fn, layout):
+        self.fn, self.layout = fn, layout
+
+    def __call__(self, *args):
+        fn, layout, pool = self.fn, self.layout, _pool[0]
+        ws = np.zeros(fn(0, 0, 1, _NO_WORKSPACE, *args), np.uint8) if layout.shared \
+            else _NO_WORKSPACE
+        err = 0
+        for phase in range(1, layout.loops + 1):
+            err |= pool.run(fn, phase, ws, args)
+        if layout.final:
+            err |= fn(layout.loops + 1, 0, 1, ws, *args)
+        return err
+
+    def __repr__(self):
+        return f"PartsKernel({getattr(self.fn, '__name__', self.fn)!r}, {self.layout})"
