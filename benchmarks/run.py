@@ -106,7 +106,7 @@ def _mkl_sgemm_rate(a, b, c, quick):
     parts = numba.get_num_threads()
 
     def run():
-        blas.gemm_stack(blas.gemm_address(np.float32), blas.NO_TRANS, blas.NO_TRANS, m, m, m,
+        blas.gemm_threads(blas.gemm_address(np.float32), blas.NO_TRANS, blas.NO_TRANS, m, m, m,
                         np.float32(1), a.reshape(-1), 0, m, b.reshape(-1), 0, m,
                         c.reshape(-1), 0, m, e, e, e, e, parts, False)
     with blas.single_threaded():

@@ -1,5 +1,5 @@
-"""Matrix products shared out over numba's threads, on Intel MKL where installed, else on
-numpy's own OpenBLAS.
+"""Matrix products shared out over aotgrad's threads (codegen.parts), on Intel MKL where
+installed, else on numpy's own OpenBLAS.
 
 A compiled program alternates BLAS calls with fused kernels. Left to itself, OpenBLAS runs
 each call on its own thread pool, whose workers then spin for ~0.1 s waiting for the next
@@ -7,12 +7,14 @@ call; a parallel kernel started in that window shares its cores with them (sever
 times slower on 2 cores). So kernels had to run serially, and attention's stacks of small products (32 of 128x64x128) paid for
 OpenBLAS splitting every small matrix over its threads.
 
-Here one thread pool does everything: while a program runs, OpenBLAS is set to one thread
-(`single_threaded()`), and each product is cut into one piece per numba thread (whole
-matrices of a stack, or slabs of rows or columns of one matrix), each piece a plain
-single-threaded `cblas_?gemm` called through its address: a large product runs as fast
-as np.matmul's own threads, a stack of small ones faster. A product below SERIAL_MAX runs
-the same pieces on the calling thread (`gemm_serial`): no parallel region to start.
+Here one thread pool does everything, the one the kernels' parts run on: while a program
+runs, OpenBLAS is set to one thread (`single_threaded()`), and each product is cut into one
+piece per thread (whole matrices of a stack, or slabs of rows or columns of one matrix),
+each piece a plain single-threaded `cblas_?gemm` called through its address: a large
+product runs as fast as np.matmul's own threads, a stack of small ones faster. A product
+below SERIAL_MAX runs the same pieces on the calling thread (`gemm_serial`). (On numba's
+own OpenMP threads, a product left them spinning while the next kernel's parts wanted the
+same cores: the GPT's step ran 0.99x PyTorch's instead of 0.84x.)
 
 The gemm comes from MKL's sequential layer when the `mkl` package is installed
 (`pip install aotgrad[mkl]`): on this project's test machine it ran the transformer, MLP
@@ -33,16 +35,19 @@ from typing import NamedTuple
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, prange, types
+from numba import njit, types
 from numba.extending import intrinsic
+
+from aotgrad.codegen.emit_base import PartsLayout
+from aotgrad.codegen.parts import PartsKernel
 
 # products with fewer multiply-adds than this stay on np.matmul, which OpenBLAS (set to one
 # thread meanwhile) runs on the calling thread: cutting them costs more than it gains
 SPLIT_MIN = 1 << 18
 # products with fewer multiply-adds than this (a few tens of microseconds on one core) run
-# on the calling thread (gemm_serial): starting a parallel region costs about as much as
-# sharing them saves while numba's workers spin, more once they sleep (after a numpy step),
-# and up to a scheduler time slice while another process holds the other core
+# on the calling thread (gemm_serial): handing pieces to the other threads costs about as
+# much as sharing them saves, and up to a scheduler time slice while another process holds
+# the other core
 SERIAL_MAX = 1 << 22
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 
@@ -117,7 +122,7 @@ def gemm_address(dtype):
 
 @functools.cache
 def available():
-    """Can products be shared out over numba's threads? Needs MKL or numpy's OpenBLAS, and
+    """Can products be shared out over aotgrad's threads? Needs MKL or numpy's OpenBLAS, and
     a threading layer that starts a region cheaply (not workqueue: ~66 us per region)."""
     import numba
     if provider() is None:
@@ -209,14 +214,14 @@ _WARM = set()
 
 
 def warm(dtype):
-    """Compile (or load from numba's cache) gemm_stack and gemm_serial for `dtype` now: when
-    a program is prepared, not in the middle of its first call."""
+    """Compile (or load from numba's cache) gemm_threads' and gemm_serial's code for `dtype`
+    now: when a program is prepared, not in the middle of its first call."""
     if dtype in _WARM:
         return
     fn = gemm_address(dtype)
     a, c, e = np.ones(1, dtype), np.zeros(1, dtype), np.zeros(0, np.int64)
     with single_threaded():
-        for gemm in (gemm_stack, gemm_serial):
+        for gemm in (gemm_threads, gemm_serial):
             gemm(fn, NO_TRANS, NO_TRANS, 1, 1, 1, dtype.type(1), a, 0, 1, a, 0, 1, c, 0, 1, e, e,
                  e, e, 1, False)
     _WARM.add(dtype)
@@ -320,28 +325,35 @@ def _piece(it, fn, ta, tb, m, n, k, alpha, pa, a_off, lda, pb, b_off, ldb, pc, c
                     pc + co * isz, ldc)
 
 
-@njit(parallel=True, cache=True, nogil=True)
-def gemm_stack(fn, ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, c, c_off, ldc, batch,
-               a_steps, b_steps, c_steps, parts, cut_cols):
-    """c[i] = op(a)[i] @ op(b)[i] for every matrix i of the stack `batch`: a, b and c are the
-    flat arrays the operands and the result are views of, from element a_off/b_off/c_off on,
-    with the given flags, leading dimensions and batch steps (c's rows unit-stride: it may
-    be a transposed view, e.g. attention heads written straight into (batch, seq, heads,
-    dim)); alpha 1 in c's dtype; `parts` pieces per matrix, one prange item per piece."""
+@njit(cache=True, nogil=True)
+def gemm_parts(phase, part, nparts, ws, fn, ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off,
+               ldb, c, c_off, ldc, batch, a_steps, b_steps, c_steps, parts, cut_cols):
+    """c[i] = op(a)[i] @ op(b)[i] for every matrix i of the stack `batch`, the pieces of share
+    `part` of `nparts` (a kernel in parts, codegen.parts: `gemm_threads` runs the shares on
+    aotgrad's threads at once; `phase` and `ws` are unused): a, b and c are the flat arrays
+    the operands and the result are views of, from element a_off/b_off/c_off on, with the
+    given flags, leading dimensions and batch steps (c's rows unit-stride: it may be a
+    transposed view, e.g. attention heads written straight into (batch, seq, heads, dim));
+    alpha 1 in c's dtype; `parts` pieces per matrix."""
     pa, pb, pc = np.int64(a.ctypes.data), np.int64(b.ctypes.data), np.int64(c.ctypes.data)
     nb = 1
     for d in batch:
         nb *= d
-    for it in prange(nb * parts):
+    total = nb * parts
+    for it in range(total * part // nparts, total * (part + 1) // nparts):
         _piece(it, fn, ta, tb, m, n, k, alpha, pa, a_off, lda, pb, b_off, ldb, pc, c_off, ldc,
                c.itemsize, batch, a_steps, b_steps, c_steps, parts, cut_cols)
     return 0
 
 
+# what a program's driver calls for a product shared out over the threads
+gemm_threads = PartsKernel(gemm_parts, PartsLayout(loops=1, shared=False, final=False))
+
+
 @njit(cache=True, nogil=True)
 def gemm_serial(fn, ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, c, c_off, ldc, batch,
                 a_steps, b_steps, c_steps, parts, cut_cols):
-    """gemm_stack's products, one after another on the calling thread (no parallel region)."""
+    """gemm_parts' products, all of them, one after another on the calling thread."""
     pa, pb, pc = np.int64(a.ctypes.data), np.int64(b.ctypes.data), np.int64(c.ctypes.data)
     nb = 1
     for d in batch:

@@ -139,7 +139,7 @@ class DriverWriter:
             self.fixed, self.timed, self.trusted, self.clock, self.reporting
         g = {"np": np, "_ndarray": np.ndarray, "_empty": np.empty, "_mm": np.matmul,
              "_contig": np.ascontiguousarray, "_normalise": self.plan.normalise_input,
-             "_gemm": blas.gemm_stack, "_gemm1": blas.gemm_serial,
+             "_gemm": blas.gemm_threads, "_gemm1": blas.gemm_serial,
              "_evp": evaluate_params}
         names, knames = {}, {}
         self.plan.bound_kernels.append((g, knames))
@@ -247,7 +247,7 @@ class DriverWriter:
                           f"({', '.join(self._gemm_args)},)) else _nullctx)")
         if self.plan.symbols:
             lines[views_at:views_at] = self.views_lines(g, bind, per_size)
-        if self._gemms:   # products shared out over numba's threads: OpenBLAS on one thread
+        if self._gemms:   # products shared out over aotgrad's threads: OpenBLAS on one thread
             g["_blas1"] = blas.single_threaded
             body = [f"        with {blas1}():"] + ["    " + line for line in body]
             step_of = [None] + step_of
@@ -298,7 +298,7 @@ class DriverWriter:
                 pre = [f"{name_of(d)} = {name_of(st.outputs[0])}.transpose({inv!r})"]
             pa, sa, pb, sb, so = _dot_plan(n)
             # a static product's gemm arguments are fixed when the driver is made; else
-            # np.matmul, OpenBLAS held to one thread as around gemm_stack (its threads
+            # np.matmul, OpenBLAS held to one thread as around gemm_threads (its threads
             # would compete with numba's spinning workers)
             call = None if self.plan.symbols else \
                 self.gemm_call(n, pa, sa, pb, sb, so, bind, name_of)
@@ -436,7 +436,7 @@ class DriverWriter:
             f"{name_of(r)}.reshape(-1)" for r in roots)
 
     def gemm_call(self, n, pa, sa, pb, sb, so, bind, name_of):
-        """The line running this product as blas.gemm_stack over numba's threads (below
+        """The line running this product as blas.gemm_threads over aotgrad's threads (below
         blas.SERIAL_MAX multiply-adds: blas.gemm_serial on the calling thread), or None
         (np.matmul then): small products, no usable BLAS library, a dtype it has no gemm for,
         or an operand BLAS cannot read without a copy."""
@@ -475,7 +475,7 @@ class DriverWriter:
         slabs = f", {parts} {'column' if cut_cols else 'row'} slabs each" if parts > 1 else ""
         into = "" if self._probe[out][0] is out else \
             f", written into {self._probe[out][0].name}'s layout"
-        where = "on the calling thread" if serial else "over numba's threads"
+        where = "on the calling thread" if serial else "in parts on threads"
         self.plan.gemm_how[n] = (f"{blas.provider()} gemm {where}: "
                             f"{math.prod(batch)} x ({m}x{k} @ {k}x{nn}){slabs}{into}")
         return (f"{'_gemm1' if serial else '_gemm'}({fn}, {la[1]}, {lb[1]}, {m}, {nn}, {k}, "

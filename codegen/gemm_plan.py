@@ -20,13 +20,13 @@ CACHE_MAX = 256
 
 class SymbolicGemm:
     """Per call, `self(values)` gives (serial?, args before a, args between a and b,
-    args between b and c, args after c) for blas.gemm_stack / gemm_serial, or None when this
+    args between b and c, args after c) for blas.gemm_threads / gemm_serial, or None when this
     size runs on np.matmul (a small product, an operand BLAS cannot read without a copy at
     this size, or views that lie over other roots than at the hint the driver was made at).
 
     `probes_at(values)` gives the program's layout probes at those values (executor
     `_probes`), `roots` the (a, b, out) roots the driver names at the hint. The driver calls
-    blas.gemm_serial or gemm_stack through its own globals (a forked child's guard replaces
+    blas.gemm_serial or gemm_threads through its own globals (a forked child's guard replaces
     the parallel one there)."""
 
     def __init__(self, node, dot_plan, symbols, probes_at, roots, fn, dtype):

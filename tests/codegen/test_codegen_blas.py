@@ -1,5 +1,5 @@
-"""Products shared out over numba's threads (codegen.blas): every layout the executor hands to
-`gemm_stack` against numpy, and whole compiled programs against eager mode.
+"""Products shared out over aotgrad.s threads (codegen.blas): every layout the executor hands to
+`gemm_threads` against numpy, and whole compiled programs against eager mode.
 
 SPLIT_MIN and SERIAL_MAX are lowered to 0 here so that small products take the threaded path
 too (test_small_products_run_on_the_calling_thread restores SERIAL_MAX)."""
@@ -164,13 +164,13 @@ def test_small_products_run_on_the_calling_thread(monkeypatch):
     assert "_gemm1(" not in prog2.plan.source
 
 
-def test_gemm_serial_equals_gemm_stack():
+def test_gemm_serial_equals_gemm_threads():
     fn, one, e = blas.gemm_address(np.float32), np.float32(1), np.zeros(0, np.int64)
     buf = _rand((2, 4, 2, 3, 6), np.float32, 3)
     steps = np.array([4 * 2 * 3 * 6, 6], np.int64)
     outs = []
     with blas.single_threaded():
-        for gemm, parts in ((blas.gemm_stack, 1), (blas.gemm_stack, 2), (blas.gemm_serial, 1),
+        for gemm, parts in ((blas.gemm_threads, 1), (blas.gemm_threads, 2), (blas.gemm_serial, 1),
                             (blas.gemm_serial, 3)):
             c = np.full((2, 3, 4, 4), np.nan, np.float32)
             gemm(fn, blas.NO_TRANS, blas.TRANS, 4, 4, 6, one, buf.reshape(-1), 0, 36,
@@ -227,7 +227,7 @@ def _child(prog, q):
 
 @pytest.mark.parametrize("name", ["openblas", "mkl"])
 @pytest.mark.parametrize("d", [np.float32, np.float64])
-def test_gemm_stack_on_each_library(name, d):
+def test_gemm_threads_on_each_library(name, d):
     # every flag pair, both cuts, and a stack read through batch steps and an offset, on
     # each library that is here (MKL only where the `mkl` package is installed)
     lib = blas.openblas() if name == "openblas" else blas.mkl()
@@ -243,7 +243,7 @@ def test_gemm_stack_on_each_library(name, d):
                 want = (a.T if ta == blas.TRANS else a) @ (b.T if tb == blas.TRANS else b)
                 for parts, cut in ((1, False), (2, False), (3, True)):
                     c = np.full((m, n), np.nan, d)
-                    blas.gemm_stack(fn, ta, tb, m, n, k, one, a.reshape(-1), 0, a.shape[1],
+                    blas.gemm_threads(fn, ta, tb, m, n, k, one, a.reshape(-1), 0, a.shape[1],
                                     b.reshape(-1), 0, b.shape[1], c.reshape(-1), 0, n, e, e,
                                     e, e, parts, cut)
                     assert_close(c, want, rtol=1e-5, atol=1e-6, equal_nan=True)
@@ -252,7 +252,7 @@ def test_gemm_stack_on_each_library(name, d):
         q, kk = buf[:, :, 0].transpose(0, 2, 1, 3), buf[:, :, 1].transpose(0, 2, 1, 3)
         c = np.full((2, 3, 4, 4), np.nan, d)
         steps = np.array([4 * 2 * 3 * 6, 6], np.int64)
-        blas.gemm_stack(fn, blas.NO_TRANS, blas.TRANS, 4, 4, 6, one, buf.reshape(-1), 0, 36,
+        blas.gemm_threads(fn, blas.NO_TRANS, blas.TRANS, 4, 4, 6, one, buf.reshape(-1), 0, 36,
                         buf.reshape(-1), 18, 36, c.reshape(-1), 0, 4, np.array([2, 3], np.int64),
                         steps, steps, np.array([48, 16], np.int64), 1, False)
         assert_close(c, q @ kk.transpose(0, 1, 3, 2), rtol=1e-5, atol=1e-6, equal_nan=True)
@@ -261,7 +261,7 @@ def test_gemm_stack_on_each_library(name, d):
         for parts in (1, 2):
             big = np.full(5 + 2 * 4 * 3 * 4 + 3, np.nan, d)
             out = big[5:5 + 96].reshape(2, 4, 3, 4)
-            blas.gemm_stack(fn, blas.NO_TRANS, blas.TRANS, 4, 4, 6, one, buf.reshape(-1), 0,
+            blas.gemm_threads(fn, blas.NO_TRANS, blas.TRANS, 4, 4, 6, one, buf.reshape(-1), 0,
                             36, buf.reshape(-1), 18, 36, big, 5, 12, np.array([2, 3], np.int64),
                             steps, steps, np.array([48, 4], np.int64), parts, False)
             assert_close(out.transpose(0, 2, 1, 3), q @ kk.transpose(0, 1, 3, 2), rtol=1e-5,

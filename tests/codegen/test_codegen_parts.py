@@ -233,4 +233,4 @@ def test_a_kernel_two_steps_share_keeps_each_steps_arguments():
     assert_close(prog(x, w)[0], want, rtol=1e-4, atol=1e-4)
     assert_close(prog.plan.runner(trusted=2)(x, w)[0], want, rtol=1e-4, atol=1e-4)
     assert_close(prog.plan.profiled(x, w)[0][0], want, rtol=1e-4, atol=1e-4)
-    assert prog.report().count("in parts on threads") == 2
+    assert prog.report().count("(parallel, in parts on threads") == 2

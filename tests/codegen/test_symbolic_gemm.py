@@ -1,4 +1,4 @@
-"""Products with symbolic sizes run on the BLAS schedule (gemm_stack / gemm_serial, row or
+"""Products with symbolic sizes run on the BLAS schedule (gemm_threads / gemm_serial, row or
 column slabs) with arguments worked out per call, equal to numpy at every size."""
 import functools
 
@@ -15,7 +15,7 @@ from symbolic_graphs import build as _build
 
 build = functools.partial(_build, hint=64)   # (products large enough for the slabs)
 
-pytestmark = [pytest.mark.skipif(not blas.available(), reason="no BLAS for gemm_stack"),
+pytestmark = [pytest.mark.skipif(not blas.available(), reason="no BLAS for gemm_threads"),
               pytest.mark.usefixtures("module_cache_dir")]
 
 
