@@ -6,7 +6,7 @@ optimizer outside, and aotgrad with the whole step compiled.
 For each: the seconds from process start to the end of the first step (imports and compiles
 included), on a cold compile cache (a fresh directory) and on a warm one (the same directory
 again); the median ms per step after the first two (aotgrad's background compiles of
-parallel kernels may still run then); the median ms of 10 more steps once they are done
+kernels may still run then); the median ms of 10 more steps once they are done
 ("steady"); the seconds to all steps; and the largest difference of the loss curve from the
 same library's eager curve. --systems picks systems by name ("torch eager,aotgrad compiled
 step"). Steps share 2 cores with whatever else runs: the load average is printed per row.

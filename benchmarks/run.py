@@ -93,22 +93,21 @@ def machine_info(quick):
 
 def _mkl_sgemm_rate(a, b, c, quick):
     """MKL's sgemm rate on the same product, run as aotgrad runs it (one sequential gemm per
-    numba thread, codegen.blas), where aotgrad uses MKL; else None."""
+    thread of aotgrad's, codegen.blas), where aotgrad uses MKL; else None."""
     try:
-        import numba
-        from aotgrad.codegen import blas
+        from aotgrad.codegen import blas, parts
     except ImportError:
         return None
     if blas.provider() != "mkl" or not blas.available():
         return None
     m = a.shape[0]
     e = np.zeros(0, np.int64)
-    parts = numba.get_num_threads()
+    pieces = parts.get_num_threads()
 
     def run():
         blas.gemm_threads(blas.gemm_address(np.float32), blas.NO_TRANS, blas.NO_TRANS, m, m, m,
                         np.float32(1), a.reshape(-1), 0, m, b.reshape(-1), 0, m,
-                        c.reshape(-1), 0, m, e, e, e, e, parts, False)
+                        c.reshape(-1), 0, m, e, e, e, e, pieces, False)
     with blas.single_threaded():
         t = _median_time(run, 3 if quick else 7)
     return 2 * m ** 3 / t / 1e9
@@ -275,7 +274,7 @@ def table(results, machine):
             if r.get("warm_error"):
                 note += f" warm run error: {r['warm_error'][:60]}"
             if (r.get("settle_s") or 0) > 0.05:
-                note += f"; parallel kernels in {r['settle_s']:.1f} s after the first call"
+                note += f"; background compiles done {r['settle_s']:.1f} s after the first call"
             wp = r.get("warm_programs")
             if isinstance(wp, dict):
                 note += "; warm cache " + ",".join(f"{_SHORT.get(k, k)}:{v['cache']}"

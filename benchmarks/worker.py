@@ -136,7 +136,7 @@ def run(wkey, sname, phase, quick):
         return res
     if phase == "main":
         t = time.perf_counter()
-        step.settle()                # parallel kernels compiled in the background
+        step.settle()                # kernels compiled in the background
         res["settle_s"] = time.perf_counter() - t
         res.update(steady_median(step, quick))
         res["checksums"] = checksums(*step.readout(step()))

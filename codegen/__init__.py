@@ -20,7 +20,7 @@ Modules, one job each:
               parts share; emit_reductions, emit_loops: reductions and loop nests)
   executor    the flat step list over planned buffers
   cache       on-disk module cache (AOTGRAD_CACHE_DIR), cache_clear(), cache_info()
-  blas        products on numpy's OpenBLAS, one single-threaded gemm per numba thread
+  blas        products on numpy's OpenBLAS, one single-threaded gemm per thread
   tiers       cold kernels run on numpy until helper processes have compiled them
   parts       a kernel's parallel loops split into parts that threads run
   program     compile_graph and CompiledGraph
@@ -29,24 +29,10 @@ Modules, one job each:
   symbols     symbols_of(graph): the symbol values a program with symbolic sizes takes
 Imports only aotgrad.ir.
 """
-import os as _os
-
-import numba as _numba
-
-# Products run on numba's threads (codegen.blas), so kernels and BLAS share one pool. Its
-# OpenMP layer starts a parallel region in ~2 us; the workqueue layer took ~66 us per region,
-# more than a small kernel. OpenMP's idle workers spin for a while after a region, which
-# would take the cores from numpy's own BLAS threads, but programs keep OpenBLAS on one
-# thread while they run. Where OpenMP cannot load, numba falls back to workqueue. A user's
-# NUMBA_THREADING_LAYER still wins.
-if "NUMBA_THREADING_LAYER" not in _os.environ:
-    _numba.config.THREADING_LAYER = "default"
-    _numba.config.THREADING_LAYER_PRIORITY = ["omp", "workqueue", "tbb"]
-
-from aotgrad.codegen.cache import cache_clear, cache_dir, cache_info  # noqa: E402
-from aotgrad.codegen.program import CompiledGraph, compile_graph  # noqa: E402
-from aotgrad.codegen.symbols import symbols_of  # noqa: E402
-from aotgrad.codegen.tiers import wait as wait_for_parallel_kernels  # noqa: E402
+from aotgrad.codegen.cache import cache_clear, cache_dir, cache_info
+from aotgrad.codegen.program import CompiledGraph, compile_graph
+from aotgrad.codegen.symbols import symbols_of
+from aotgrad.codegen.tiers import wait as wait_for_parallel_kernels
 
 __all__ = ["compile_graph", "CompiledGraph", "symbols_of", "cache_clear", "cache_info", "cache_dir",
            "wait_for_parallel_kernels"]

@@ -122,38 +122,8 @@ def gemm_address(dtype):
 
 @functools.cache
 def available():
-    """Can products be shared out over aotgrad's threads? Needs MKL or numpy's OpenBLAS, and
-    a threading layer that starts a region cheaply (not workqueue: ~66 us per region)."""
-    import numba
-    if provider() is None:
-        return False
-    start_threads()
-    return numba.threading_layer() != "workqueue"
-
-
-# GNU OpenMP's idle workers spin ~300000 times before they sleep: milliseconds in which a
-# multi-threaded numpy matmul right after a compiled program runs 3-4x slower (measured:
-# 512x512 in 3.4-4.9 ms against 1.1 ms). 10000 spins still cover the gaps between a
-# program's steps (W2/W4 step times unchanged; 1000 made them 5% slower).
-SPINCOUNT = 10000
-
-
-def start_threads():
-    """Start numba's threads (once, before its first parallel region), with GNU OpenMP's
-    spin count set to SPINCOUNT unless the user set GOMP_SPINCOUNT or OMP_WAIT_POLICY. The
-    variable is only set while the OpenMP runtime loads (it reads it then), so runtimes
-    loaded later (PyTorch's own) see the user's environment."""
-    from numba.np.ufunc import parallel
-    if parallel._is_initialized:
-        return
-    ours = not any(k in os.environ for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY"))
-    if ours:
-        os.environ["GOMP_SPINCOUNT"] = str(SPINCOUNT)
-    try:
-        parallel._launch_threads()
-    finally:
-        if ours:
-            os.environ.pop("GOMP_SPINCOUNT", None)
+    """Can products be shared out over aotgrad's threads? Needs MKL or numpy's OpenBLAS."""
+    return provider() is not None
 
 
 # ILP64 builds only: the gemm call passes 64-bit sizes. (prefix, suffix) of the symbol names.

@@ -18,12 +18,14 @@ products write into their slices themselves and no copy runs
 """
 import math
 
-from numba import njit, prange
+from numba import njit
 
+from aotgrad.codegen.emit_base import PartsLayout
+from aotgrad.codegen.parts import PartsKernel
 from aotgrad.codegen.symbols import by_size
 from aotgrad.ir import prims
 
-# elements per part from which its copy runs over numba's threads
+# elements per part from which its copy runs in parts on threads (codegen.parts)
 PARALLEL_MIN = 1 << 17
 
 
@@ -125,7 +127,7 @@ def step_lines(node, found, dim, shaped, bind):
     zero = bind(out.dtype.np.type(0), "_c")
     lines = []
     for x, lo in found:
-        fn = by_size(math.prod(x.shape), PARALLEL_MIN, place, place_parallel, bind, "_kc")
+        fn = by_size(math.prod(x.shape), PARALLEL_MIN, place, place_threads, bind, "_kc")
         lines.append(f"{fn}({shaped(x, _rows(x.shape, dim))}, {o}, "
                      f"{lo * post}, {zero})")
     return lines
@@ -142,11 +144,15 @@ def place(src, out, off, zero):
     return 0
 
 
-@njit(cache=True, nogil=True, parallel=True, error_model="numpy")
-def place_parallel(src, out, off, zero):
-    """place with the rows shared out over numba's threads."""
-    for p in prange(src.shape[0]):
+@njit(cache=True, nogil=True, error_model="numpy")
+def place_parts(phase, part, nparts, ws, src, out, off, zero):
+    """place's rows of share `part` of `nparts` (a kernel in parts, codegen.parts)."""
+    n = src.shape[0]
+    for p in range(n * part // nparts, n * (part + 1) // nparts):
         s, o = src[p], out[p, off:off + src.shape[1]]
         for i in range(s.size):
             o[i] = s[i] + zero
     return 0
+
+
+place_threads = PartsKernel(place_parts, PartsLayout(loops=1, shared=False, final=False))

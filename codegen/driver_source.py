@@ -11,6 +11,7 @@ import math
 import numpy as np
 
 from aotgrad.codegen import blas, gemm_plan
+from aotgrad.codegen.parts import get_num_threads
 from aotgrad.codegen.scheduler import Kernel, StepKind
 from aotgrad.ir.core import evaluate_params, located_error
 from aotgrad.ir.prims import dot_dims
@@ -440,7 +441,6 @@ class DriverWriter:
         blas.SERIAL_MAX multiply-adds: blas.gemm_serial on the calling thread), or None
         (np.matmul then): small products, no usable BLAS library, a dtype it has no gemm for,
         or an operand BLAS cannot read without a copy."""
-        import numba
         (a, b), out = n.inputs, n.outputs[0]
         d = out.dtype.np
         fn = blas.gemm_address(d) if blas.available() else None
@@ -469,7 +469,7 @@ class DriverWriter:
         batch, m, k, nn = so[:-2], sa[-2], sa[-1], sb[-1]
         serial = math.prod(sa) * sb[-1] < blas.SERIAL_MAX
         parts, cut_cols = (1, False) if serial else \
-            blas.pieces(math.prod(batch), m, nn, numba.get_num_threads())
+            blas.pieces(math.prod(batch), m, nn, get_num_threads())
         arr = (lambda t: bind(np.array(t, np.int64), "_i"))
         self._gemms += 1
         slabs = f", {parts} {'column' if cut_cols else 'row'} slabs each" if parts > 1 else ""

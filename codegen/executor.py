@@ -12,7 +12,6 @@ import math
 import os
 import threading
 import time
-import weakref
 
 import numpy as np
 
@@ -35,7 +34,6 @@ def keep_freed_memory():
     if _MALLOC_TUNED:
         return
     _MALLOC_TUNED.append(True)
-    import os
     import sys
     if os.environ.get("AOTGRAD_MALLOC_TUNING", "1") == "0" or not sys.platform.startswith("linux"):
         return
@@ -46,45 +44,6 @@ def keep_freed_memory():
         libc.mallopt(-1, 512 << 20)   # M_TRIM_THRESHOLD
     except (OSError, AttributeError):   # not glibc
         pass
-
-
-_LIVE = weakref.WeakSet()    # plans with drivers (for the fork guard below)
-_FORKED = []
-
-FORK_MESSAGE = ("aotgrad: compiled programs cannot run in a process forked after compiled "
-                "programs ran in its parent: GNU OpenMP's threads (numba's threading layer) "
-                "do not survive fork(). Start worker processes with multiprocessing's "
-                "'spawn' or 'forkserver' method, or set NUMBA_THREADING_LAYER=workqueue "
-                "before importing aotgrad.")
-
-
-def _refuse(*args, **kwargs):
-    raise RuntimeError(FORK_MESSAGE)
-
-
-def _after_fork_in_child():
-    """In a child forked after numba started GNU OpenMP threads, any parallel region
-    terminates the process (SIGTERM, from numba). Make every program raise a clear error
-    instead, now and for programs made later."""
-    from numba.np.ufunc import parallel
-    if not parallel._is_initialized or parallel.threading_layer() != "omp":
-        return
-    try:
-        from numba.np.ufunc import omppool
-        if getattr(omppool, "openmp_vendor", "GNU") != "GNU":
-            return
-    except ImportError:
-        return
-    _FORKED.append(True)
-    for plan in list(_LIVE):
-        for g, knames in plan.bound_kernels:
-            g["_gemm"] = _refuse
-            for name in knames.values():
-                g[name] = _refuse
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class Plan:
@@ -191,11 +150,8 @@ class Plan:
 
     # -- building the runnable steps -------------------------------------------------------
     def prepare(self):
-        if _FORKED:
-            raise RuntimeError(FORK_MESSAGE)
         keep_freed_memory()
-        _LIVE.add(self)
-        with parallel_compile.foreground():   # may compile blas.gemm_stack (first use)
+        with parallel_compile.foreground():   # may compile blas.gemm_parts (first use)
             self._prepare()
 
     def _prepare(self):

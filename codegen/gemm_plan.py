@@ -8,10 +8,10 @@ them per distinct values tuple: a repeated size costs one dict lookup.
 """
 import math
 
-import numba
 import numpy as np
 
 from aotgrad.codegen import blas
+from aotgrad.codegen.parts import get_num_threads
 from aotgrad.ir.symbolic import evaluate
 
 # distinct size tuples kept per product; a program fed more sizes than this starts over
@@ -63,7 +63,7 @@ class SymbolicGemm:
         batch, m, k, n = so[:-2], sa[-2], sa[-1], sb[-1]
         serial = macs < blas.SERIAL_MAX
         parts, cut_cols = (1, False) if serial else \
-            blas.pieces(math.prod(batch), m, n, numba.get_num_threads())
+            blas.pieces(math.prod(batch), m, n, get_num_threads())
         steps = (lambda t: np.array(t, np.int64))
         return (serial,
                 (self.fn, la[1], lb[1], m, n, k, self.alpha), (oa, la[2]), (ob, lb[2]),

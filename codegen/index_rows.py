@@ -29,8 +29,10 @@ import math
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
+from aotgrad.codegen.emit_base import PartsLayout
+from aotgrad.codegen.parts import PartsKernel
 from aotgrad.codegen.symbols import by_size
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir import prims
@@ -126,7 +128,7 @@ def step_lines(node, rows, shaped, name_of, bind):
     idx = name_of(rows.index)
     if node.prim is prims.gather:
         x = node.inputs[0]
-        take = by_size(math.prod(out.shape), PARALLEL_MIN, take_rows, take_rows_parallel,
+        take = by_size(math.prod(out.shape), PARALLEL_MIN, take_rows, take_rows_threads,
                        bind, "_kr")
         call = (f"{take}({shaped(x, _view3(x.shape, dim))}, {idx}, "
                 f"{shaped(out, _view3(out.shape, dim))})")
@@ -177,14 +179,16 @@ def take_rows(x, idx, out):
     return 0
 
 
-@njit(cache=True, nogil=True, parallel=True, error_model="numpy")
-def take_rows_parallel(x, idx, out):
-    """take_rows with the rows shared out over numba's threads."""
+@njit(cache=True, nogil=True, error_model="numpy")
+def take_rows_parts(phase, part, nparts, ws, x, idx, out):
+    """take_rows' rows of share `part` of `nparts` (a kernel in parts, codegen.parts); 1
+    when an index is out of range (each part checks them all, and writes nothing then)."""
     n = x.shape[1]
     if not _fits(idx, n):
         return 1
     k = idx.size
-    for it in prange(x.shape[0] * k):
+    total = x.shape[0] * k
+    for it in range(total * part // nparts, total * (part + 1) // nparts):
         p, r = it // k, it % k
         j = idx[r]
         if j < 0:
@@ -193,6 +197,9 @@ def take_rows_parallel(x, idx, out):
         for c in range(dst.size):
             dst[c] = src[c]
     return 0
+
+
+take_rows_threads = PartsKernel(take_rows_parts, PartsLayout(loops=1, shared=False, final=False))
 
 
 @njit(cache=True, nogil=True, error_model="numpy")

@@ -11,9 +11,11 @@ there is one machine code, so the values do not depend on the thread count.
     PartsKernel(fn, layout)(*args)   # what the driver calls in place of fn(*args)
 
 The pool has `get_num_threads() - 1` workers (aotgrad.set_num_threads; the caller runs
-part 0 itself). It serves one call at a time: a call that finds it busy (another Python
-thread's program) runs its parts in order on its own thread, with the same results. After
-a fork the child starts a new pool on its first call.
+part 0 itself; by default one thread per core, NUMBA_NUM_THREADS). It serves one call at a
+time: a call that finds it busy (another Python thread's program) runs its parts in order on
+its own thread, with the same results. After a fork the child starts a new pool on its
+first call: compiled programs run in forked workers (numba's OpenMP threads would not have
+survived the fork).
 """
 import os
 import threading
@@ -22,6 +24,19 @@ import numba
 import numpy as np
 
 _NO_WORKSPACE = np.zeros(0, np.uint8)
+
+
+class _Threads:
+    """How many threads a call's parts run on (aotgrad.set_num_threads)."""
+    count = max(1, numba.config.NUMBA_NUM_THREADS)
+
+
+def set_num_threads(n):
+    _Threads.count = n
+
+
+def get_num_threads():
+    return _Threads.count
 
 
 class _Worker:
@@ -66,7 +81,7 @@ class _Pool:
     def run(self, fn, phase, ws, args):
         """Phase `phase` of kernel `fn` in as many parts as there are threads; the OR of
         their return values (a nonzero one: an index check failed)."""
-        n = numba.get_num_threads()
+        n = _Threads.count
         if n < 2 or not self.busy.acquire(blocking=False):
             return fn(phase, 0, 1, ws, *args)
         try:

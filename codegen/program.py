@@ -6,7 +6,7 @@ import logging
 import threading
 import time
 
-from aotgrad.codegen import blas, cache, cost, low_precision, parallel_compile, tiers
+from aotgrad.codegen import cache, cost, low_precision, parallel_compile, tiers
 from aotgrad.codegen.compile_worker import numba_signature
 from aotgrad.ir.passes import cse
 from aotgrad.codegen.emit_base import PAR_MIN
@@ -93,7 +93,6 @@ class CompiledGraph:
         # only, and loaded from the cache here (a compile in a background thread of this
         # process would hold the interpreter lock for seconds: the eager kernel library)
         self._in_helpers = in_helpers
-        blas.start_threads()    # before any parallel kernel is compiled or loaded here
         self.graph, self.name = graph, name
         graph, (low_in, low_out), self.scheduler, self.schedule = schedule_graph(graph)
         self.scheduled_graph = graph

@@ -1,31 +1,26 @@
 """The thread pools behind `aotgrad.set_num_threads` / `get_num_threads`.
 
-Compiled kernels and their matrix products share numba's threads (see codegen.blas);
+Compiled kernels and their matrix products share one pool (codegen.parts, codegen.blas);
 eager matrix products run on numpy's OpenBLAS pool. `set_num_threads(n)` sets both, as
-PyTorch's sets its intra-op pool. Numba caps the count at `NUMBA_NUM_THREADS` (by default
-the number of cores), fixed when numba starts; the generated kernels split their work by
-that maximum, so results do not depend on the count set here. Numba's setting applies to
-the calling thread (and the threads it starts afterwards).
+PyTorch's sets its intra-op pool, for every thread of the process. The generated kernels
+split their work into blocks whose number does not depend on the count (parts take whole
+blocks), so results do not depend on the count set here.
 """
-import numba
-
-from aotgrad.codegen import blas
+from aotgrad.codegen import blas, parts
 
 
 def set_num_threads(n):
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise RuntimeError(f"set_num_threads: number of threads must be positive, got {n!r}")
-    blas.start_threads()
-    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+    parts.set_num_threads(n)
     lib = blas.openblas()
     if lib is not None:
         lib.set_threads(n)
 
 
 def get_num_threads():
-    """The threads compiled programs use (numba's count for the calling thread)."""
-    blas.start_threads()
-    return numba.get_num_threads()
+    """The threads compiled programs use."""
+    return parts.get_num_threads()
 
 
 class _InteropThreads:

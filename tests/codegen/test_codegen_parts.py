@@ -93,7 +93,7 @@ def _bound(prog):
 def nparts(monkeypatch):
     """Set how many parts a call splits its loops into (the pool's thread count)."""
     def set_parts(n):
-        monkeypatch.setattr(parts.numba, "get_num_threads", lambda: n)
+        monkeypatch.setattr(parts._Threads, "count", n)
     return set_parts
 
 
@@ -234,3 +234,22 @@ def test_a_kernel_two_steps_share_keeps_each_steps_arguments():
     assert_close(prog.plan.runner(trusted=2)(x, w)[0], want, rtol=1e-4, atol=1e-4)
     assert_close(prog.plan.profiled(x, w)[0][0], want, rtol=1e-4, atol=1e-4)
     assert prog.report().count("(parallel, in parts on threads") == 2
+
+
+def test_set_num_threads_sets_how_many_parts_a_call_runs():
+    import aotgrad
+    g = rows_and_cols()
+    prog = compile_graph(g)
+    arrays = _inputs(g)
+    n = aotgrad.get_num_threads()
+    try:
+        aotgrad.set_num_threads(1)
+        assert parts.get_num_threads() == 1
+        one = prog(*arrays)
+        aotgrad.set_num_threads(3)
+        assert aotgrad.get_num_threads() == 3
+        three = prog(*arrays)
+    finally:
+        aotgrad.set_num_threads(n)
+    for a, b in zip(one, three):
+        np.testing.assert_array_equal(a, b)
