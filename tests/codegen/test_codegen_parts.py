@@ -253,3 +253,22 @@ def test_set_num_threads_sets_how_many_parts_a_call_runs():
         aotgrad.set_num_threads(n)
     for a, b in zip(one, three):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.05])
+def test_a_signal_wakes_its_waiter_whether_it_polls_or_sleeps(delay):
+    """A worker polls its flag for a while, then sleeps on the lock: a signal set in either
+    window wakes it once, and leaves the flag clear for the next one."""
+    import time
+    signal = parts._Signal()
+
+    def later():
+        time.sleep(delay)
+        signal.set()
+    t = threading.Thread(target=later)
+    t.start()
+    signal.wait()
+    t.join()
+    assert signal.flag[0] == 0
+    assert not parts._poll(signal.flag, 1000)
+    assert not signal.lock.acquire(blocking=False)
