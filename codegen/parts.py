@@ -12,8 +12,8 @@ there is one machine code, so the values do not depend on the thread count.
 
 The pool has `get_num_threads() - 1` workers (aotgrad.set_num_threads; the caller runs
 part 0 itself; by default one thread per core, NUMBA_NUM_THREADS). It serves one call at a
-time: a call that finds it busy (another Python thread's program) runs its parts in order on
-its own thread, with the same results. After a fork the child starts a new pool on its
+time: a call that finds it busy (another Python thread's program) runs the whole loop as one
+part on its own thread, with the same results. After a fork the child starts a new pool on its
 first call: compiled programs run in forked workers (numba's OpenMP threads would not have
 survived the fork).
 """
