@@ -236,8 +236,8 @@ def compile_units(units, compile_here, cwd=None, max_workers=None):
 
 
 class foreground:
-    """Context manager marking compile work in this process (background upgrades wait for
-    it: codegen.tiers)."""
+    """Context manager marking compile work in this process (background jobs other than the
+    first tier's wait for it: codegen.tiers)."""
 
     def __enter__(self):
         with _lock:
