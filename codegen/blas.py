@@ -17,9 +17,10 @@ own OpenMP threads, a product left them spinning while the next kernel's parts w
 same cores: the GPT's step ran 0.99x PyTorch's instead of 0.84x.)
 
 The gemm comes from MKL's sequential layer when the `mkl` package is installed
-(`pip install aotgrad[mkl]`): on this project's test machine it ran the transformer, MLP
-and attention products faster than OpenBLAS (benchmarks/).
-`AOTGRAD_BLAS=openblas` (or `mkl`) forces the choice; `provider()` says which is used.
+(`pip install aotgrad[mkl]`) and the CPU is Intel's, else from numpy's OpenBLAS: on an
+Intel machine MKL ran the transformer, MLP and attention products faster than OpenBLAS, on
+an AMD EPYC OpenBLAS did (benchmarks/run.py and bench_models.py, each library forced in
+turn). `AOTGRAD_BLAS=openblas` (or `mkl`) forces the choice; `provider()` says which is used.
 
 `gemm_layout` decides at plan time whether BLAS can read an operand as it lies (else the
 executor keeps np.matmul). Without either library (another BLAS, another platform)
@@ -107,16 +108,33 @@ def _find_mkl():
     return None
 
 
+@functools.cache
 def provider():
-    """'mkl' or 'openblas': whose gemm the products call (None: neither, np.matmul)."""
-    if mkl() is not None:
+    """'mkl' or 'openblas': whose gemm the products call (None: neither, np.matmul). MKL
+    where it is loaded and the CPU is Intel's (or AOTGRAD_BLAS=mkl), else OpenBLAS."""
+    forced = os.environ.get("AOTGRAD_BLAS", "").strip().lower()
+    if forced != "openblas" and mkl() is not None and \
+            (forced == "mkl" or _cpu_vendor() in ("GenuineIntel", None)):
         return "mkl"
     return "openblas" if openblas() is not None else None
 
 
+def _cpu_vendor():
+    """The CPU's vendor string (GenuineIntel, AuthenticAMD, ...), None where unknown."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
 def gemm_address(dtype):
     """The address of the chosen library's cblas gemm for `dtype` (ILP64), or None."""
-    lib = mkl() or openblas()
+    name = provider()
+    lib = mkl() if name == "mkl" else openblas() if name == "openblas" else None
     return None if lib is None else lib[1].get(np.dtype(dtype))
 
 

@@ -270,7 +270,25 @@ def test_gemm_threads_on_each_library(name, d):
 
 
 def test_provider_is_the_library_whose_gemm_runs():
-    assert blas.provider() in ("mkl", "openblas")
-    lib = blas.mkl() or blas.openblas()
+    name = blas.provider()
+    assert name in ("mkl", "openblas")
+    lib = blas.mkl() if name == "mkl" else blas.openblas()
     assert blas.gemm_address(np.float32) == lib[1][np.dtype(np.float32)]
     assert blas.gemm_address(np.int64) is None
+
+
+@pytest.mark.skipif(blas.mkl() is None, reason="the mkl package is not installed")
+def test_mkl_is_chosen_on_intel_cpus_or_when_forced(monkeypatch):
+    cases = [("GenuineIntel", "", "mkl"), (None, "", "mkl"), ("AuthenticAMD", "", "openblas"),
+             ("AuthenticAMD", "mkl", "mkl"), ("GenuineIntel", "openblas", "openblas")]
+    try:
+        for vendor, forced, want in cases:
+            monkeypatch.setattr(blas, "_cpu_vendor", lambda: vendor)
+            monkeypatch.setenv("AOTGRAD_BLAS", forced)
+            blas.provider.cache_clear()
+            assert blas.provider() == want, (vendor, forced)
+            lib = blas.mkl() if want == "mkl" else blas.openblas()
+            assert blas.gemm_address(np.float32) == lib[1][np.dtype(np.float32)]
+    finally:
+        monkeypatch.undo()
+        blas.provider.cache_clear()
