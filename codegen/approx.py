@@ -183,6 +183,43 @@ def _full(typingctx, shape, dtype, value):  # _full(n, np.float32, value)
     return arrty(shape, dtype, value), codegen
 
 
+# Views without numba's array.view and reshape: each of those compiles a function of its
+# own (the dtype and size checks) in every process, 0.6 s per kernel for a view of the
+# parts' workspace. The kernels' views are of C-contiguous arrays at sizes the generator
+# works out, so this intrinsic builds the view inline: `shape` (an int or a tuple) of
+# `dtype`, from byte `offset` of `a`'s data, C order, sharing `a`'s memory.
+@_intrinsic
+def _view(typingctx, a, offset, shape, dtype):  # _view(ws, nbytes, (n, m), np.float64)
+    from numba.core import cgutils, types
+    from numba.core.imputils import impl_ret_borrowed
+    from numba.np.arrayobj import make_array, populate_array
+    if not isinstance(a, types.Array) or a.layout != "C":
+        return None
+    tup = isinstance(shape, types.BaseTuple)
+    arrty = types.Array(dtype.dtype, len(shape) if tup else 1, "C")
+
+    def codegen(context, builder, sig, args):
+        src = make_array(sig.args[0])(context, builder, args[0])
+        dims = cgutils.unpack_tuple(builder, args[2]) if tup else [args[2]]
+        dims = [context.cast(builder, d, t, types.intp)
+                for d, t in zip(dims, sig.args[2] if tup else [sig.args[2]])]
+        itemsize = context.get_constant(types.intp, context.get_abi_sizeof(
+            context.get_data_type(arrty.dtype)))
+        strides = [itemsize]
+        for d in dims[:0:-1]:
+            strides.insert(0, builder.mul(strides[0], d))
+        start = builder.bitcast(src.data, _llir.IntType(8).as_pointer())
+        off = context.cast(builder, args[1], sig.args[1], types.intp)
+        data = builder.bitcast(builder.gep(start, [off]),
+                               context.get_data_type(arrty.dtype).as_pointer())
+        out = make_array(arrty)(context, builder)
+        populate_array(out, data=data, shape=cgutils.pack_array(builder, dims),
+                       strides=cgutils.pack_array(builder, strides), itemsize=itemsize,
+                       meminfo=src.meminfo)
+        return impl_ret_borrowed(context, builder, arrty, out._getvalue())
+    return arrty(a, offset, shape, dtype), codegen
+
+
 def _mk_imin(pred):             # integer min/max (numba's builtin min/max also compile apart)
     def impl(typingctx, a, b):
         from numba.core import types

@@ -122,7 +122,7 @@ def provider():
 def _cpu_vendor():
     """The CPU's vendor string (GenuineIntel, AuthenticAMD, ...), None where unknown."""
     try:
-        with open("/proc/cpuinfo") as f:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
             for line in f:
                 if line.startswith("vendor_id"):
                     return line.split(":", 1)[1].strip()

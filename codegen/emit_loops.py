@@ -14,6 +14,12 @@ from aotgrad.ir import dtypes as dt
 from aotgrad.ir.symbolic import SymInt, hint
 
 
+def flat_view(name):
+    """Source of a 1-d view of the C-contiguous array `name` (approx's `_view` intrinsic:
+    numba's reshape would compile a function of its own)."""
+    return f"_view({name}, 0, {name}.size, {name}.dtype)"
+
+
 class LoopNestEmitter:
     """The loop nests of one kernel (one of `nest`, `full_nest`, `blocked`, `cols_chunked`
     per kernel, chosen by KernelEmitter.build)."""
@@ -105,8 +111,8 @@ class LoopNestEmitter:
             shape, _ = self.st.refmap[("out", v)]
             name = self.st.args.array("out", v, shape if shape else [1])
             of, pf = self.st.fresh("of"), self.st.fresh("pf")
-            self.st.top_scope.add(f"{of} = {name}.reshape({name}.size)")
-            self.st.top_scope.add(f"{pf} = {cp}.reshape((nrb, {of}.size))")
+            self.st.top_scope.add(f"{of} = {flat_view(name)}")
+            self.st.top_scope.add(f"{pf} = _view({cp}, 0, (nrb, {of}.size), {cp}.dtype)")
             # explicit loops: an array method here would become a parallel region per q
             tot = self.st.fresh("ctot")
             self.st.top_scope.add(f"{tot} = _zeros({of}.size, np.float64)")
@@ -140,8 +146,8 @@ class LoopNestEmitter:
                 parts[r] = self.st.fresh("pv")
                 fv, fp = self.st.fresh("fv"), self.st.fresh("fp")
                 rb.append(f"        {parts[r]} = _zeros(({kshape},), np.float32)")
-                rb.append(f"        {fv} = {views[r]}.reshape({views[r]}.size)")
-                rb.append(f"        {fp} = {parts[r]}.reshape({parts[r]}.size)")
+                rb.append(f"        {fv} = {flat_view(views[r])}")
+                rb.append(f"        {fp} = {flat_view(parts[r])}")
                 flat.append((fv, fp))
         rb.append("        for r in range(r0, r1):")
         self.st.row_scope = _Scope(rb, "            ")
@@ -357,8 +363,8 @@ class LoopNestEmitter:
             name = self.st.args.array("out", v, shape if shape else [1])
             od = v.dtype
             of, af = self.st.fresh("of"), self.st.fresh("af")
-            self.st.top_scope.add(f"{of} = {name}.reshape({name}.size)")
-            self.st.top_scope.add(f"{af} = {accs[r]}.reshape({accs[r]}.size)")
+            self.st.top_scope.add(f"{of} = {flat_view(name)}")
+            self.st.top_scope.add(f"{af} = {flat_view(accs[r])}")
             self.st.top_scope.add(f"for q in range({of}.size):")
             e = f"{af}[q] != 0" if od is dt.bool_ else f"{np_name(od)}({af}[q])"
             self.st.top_scope.add(f"    {of}[q] = {e}")

@@ -144,9 +144,7 @@ def _in_phases(lines, st, done):
                        f"// {WORKSPACE_ALIGN} * {WORKSPACE_ALIGN}")
         out += ["    if phase == 0:", f"        return _w{len(st.shared)}"]
         for k, (name, shape, dtype) in enumerate(st.shared):
-            view = f"ws[_w{k}:_w{k + 1}].view({np_name(dtype)})[:{counts[k]}]"
-            out.append(f"    {name} = {view}" +
-                       (f".reshape({shape})" if shape.startswith("(") else ""))
+            out.append(f"    {name} = _view(ws, _w{k}, {shape}, {np_name(dtype)})")
     for k, loop in enumerate(loops):
         out.append(f"    if phase == {k + 1}:")
         out += ["    " + line for line in loop]

@@ -38,6 +38,15 @@ def alloc(n, m, v):
 @_jit
 def imin(a, b):
     return _imin(a, b), _imax(a, b)
+
+
+@_jit
+def views(ws, x, n, m):
+    a = _view(ws, 64, (n, m), np.float64)      # bytes 64.. of a uint8 workspace
+    a[:] = 1.5
+    b = _view(ws, 64 + 8 * n * m, n, np.float32)
+    b[:] = 2.0
+    return a, b, _view(x, 0, x.size, x.dtype), _view(x, 0, (x.shape[1], x.shape[0]), x.dtype)
 """
     m, _ = cache.load_module(src)
     yield m
@@ -120,6 +129,24 @@ def test_allocation_intrinsics(mod):
     assert f2.dtype == np.float64 and f2.shape == (5, 3) and (f2 == 2.5).all()
     assert mod.alloc(0, 4, 1.0)[1].shape == (0,)
     assert mod.imin(3, -2) == (-2, 3) and mod.imin(-5, 9) == (-5, 9)
+
+
+def test_view_intrinsic_reinterprets_c_arrays_in_place(mod):
+    ws = np.zeros(64 + 8 * 6 + 4 * 2, np.uint8)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    a, b, flat, swapped = mod.views(ws, x, 2, 3)
+    assert a.shape == (2, 3) and a.dtype == np.float64 and a.flags.c_contiguous
+    np.testing.assert_array_equal(ws[64:112].view(np.float64), np.full(6, 1.5))
+    np.testing.assert_array_equal(ws[112:].view(np.float32), [2.0, 2.0])
+    assert (ws[:64] == 0).all() and b.dtype == np.float32
+    # views of x share its memory: a write through one is seen in x
+    np.testing.assert_array_equal(flat, x.ravel())
+    np.testing.assert_array_equal(swapped, x.reshape(3, 2))
+    flat[4] = -1
+    assert x[1, 1] == -1
+    # a view keeps its base alive after the caller drops it
+    del ws
+    assert (a == 1.5).all()
 
 
 def test_shared_subexpressions_merge_equal_values_across_pasted_helpers():
