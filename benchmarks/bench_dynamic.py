@@ -67,7 +67,7 @@ def _interleaved(runs, reps, stat=statistics.median):
     """Seconds per step (`stat` of `reps` steps) of each (f, tensors) in runs, their steps
     taken in turn (in a rotating order) so that all of them see the same load on a shared
     machine. After a
-    warm-up step each, the kernels compiled in the background (parallel variants, size
+    warm-up step each, the kernels compiled in the background (first-tier kernels, size
     variants a new size asked for) are waited for."""
     from aotgrad.codegen import wait_for_parallel_kernels
     for f, ts in runs:

@@ -115,7 +115,7 @@ def run(name, reps):
     loss.backward()
     first = time.perf_counter() - t
     t = time.perf_counter()
-    ag.codegen.wait_for_parallel_kernels(timeout=600)   # medium kernels start serial
+    ag.codegen.wait_for_parallel_kernels(timeout=600)   # background compiles done
     settle = time.perf_counter() - t
     grads = [a.grad.numpy().copy() if a.grad is not None else None for a in args]
     # eager reference gradients

@@ -68,7 +68,7 @@ def _torchlike(T, wl, arrays, wrap):
         def info():
             return _program_info(fn.ir(*tensors).schedule_report())
 
-        def settle():   # medium kernels start serial; their parallel variants come later
+        def settle():   # cold kernels start on numpy; their compiles finish in the background
             from aotgrad.codegen import wait_for_parallel_kernels
             wait_for_parallel_kernels(timeout=600)
 
