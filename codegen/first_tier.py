@@ -31,6 +31,7 @@ where it is close (a product-bound block), the background compiles finish first.
 import dataclasses
 import functools
 import logging
+import math
 import threading
 import time
 
@@ -156,7 +157,7 @@ def row_blocks(nodes, reads, writes):
     values = [v for n in nodes for v in n.outputs]
     if not writes or not values:
         return None
-    widest = max(values, key=lambda v: int(np.prod(v.shape)))   # the kernel's domain
+    widest = max(values, key=lambda v: math.prod(v.shape))   # the kernel's domain
     for axes in range(len(widest.shape), 0, -1):
         plan = _plan(nodes, writes, widest.shape[:axes])
         if plan is not None:
@@ -165,7 +166,7 @@ def row_blocks(nodes, reads, writes):
 
 
 def _plan(nodes, writes, prefix):
-    k, rows = len(prefix), int(np.prod(prefix))
+    k, rows = len(prefix), math.prod(prefix)
     if rows < 2:
         return None
 
@@ -208,7 +209,7 @@ def _plan(nodes, writes, prefix):
     if any(v not in split for _, v in writes) or any(
             split[v] is False and v not in summed for _, v in writes):
         return None
-    widest = max(int(np.prod(v.shape[k:])) for v, s in split.items() if s)
+    widest = max(math.prod(v.shape[k:]) for v, s in split.items() if s)
     block = max(1, BLOCK_ELEMENTS // max(1, widest))
     if block >= rows:
         return None

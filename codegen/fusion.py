@@ -204,9 +204,13 @@ class KernelMerger:
         # a topological labelling of the steps (each step's label above its dependencies'),
         # kept valid through the merges: it bounds the searches of _reaches_indirectly
         self.label = {s: i for i, s in enumerate(toposort(steps))}
+        # each step's place in the order (a dict: a list's index and remove made the merges
+        # of an unrolled loop quadratic); a merged kernel takes the later of the two places
+        place = {s: i for i, s in enumerate(steps)}
         changed = True
         while changed:
             changed = False
+            steps = sorted(place, key=place.__getitem__)
             for a, b, sibling in self._merge_pairs(steps, dep):
                 if a not in dep or b not in dep:        # absorbed earlier in this pass
                     continue
@@ -226,15 +230,10 @@ class KernelMerger:
                         self.refused.append(rec)
                     continue
                 self._absorb(a, b)
-                i_a, i_b = steps.index(a), steps.index(b)
-                steps.remove(b)
-                # the merged kernel runs where the later of the two ran
-                if i_b > i_a:
-                    steps.remove(a)
-                    steps.insert(i_b - 1, a)
+                place[a] = max(place[a], place.pop(b))
                 self._merged_deps(dep, users, step_of, a, b)
                 changed = True
-        return toposort(steps)
+        return toposort(sorted(place, key=place.__getitem__))
 
     def _merged_deps(self, dep, users, step_of, a, b):
         """Update the step dependencies `dep`, their reverse `users` and `step_of` (value ->
