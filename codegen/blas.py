@@ -17,10 +17,11 @@ own OpenMP threads, a product left them spinning while the next kernel's parts w
 same cores: the GPT's step ran 0.99x PyTorch's instead of 0.84x.)
 
 The gemm comes from MKL's sequential layer when the `mkl` package is installed
-(`pip install aotgrad[mkl]`) and the CPU is Intel's, else from numpy's OpenBLAS: on an
-Intel machine MKL ran the transformer, MLP and attention products faster than OpenBLAS, on
-an AMD EPYC OpenBLAS did (benchmarks/run.py and bench_models.py, each library forced in
-turn). `AOTGRAD_BLAS=openblas` (or `mkl`) forces the choice; `provider()` says which is used.
+(`pip install aotgrad[mkl]`) and the CPU is Intel's, else from numpy's OpenBLAS: on the
+machine the extra was added on, MKL ran the transformer, MLP and attention products faster
+than OpenBLAS; on an AMD EPYC OpenBLAS did (benchmarks/run.py and bench_models.py, each
+library forced in turn), and MKL is Intel's library, tuned for Intel's CPUs.
+`AOTGRAD_BLAS=openblas` (or `mkl`) forces the choice; `provider()` says which is used.
 
 `gemm_layout` decides at plan time whether BLAS can read an operand as it lies (else the
 executor keeps np.matmul). Without either library (another BLAS, another platform)
