@@ -205,7 +205,7 @@ def _view(typingctx, a, offset, shape, dtype):  # _view(ws, nbytes, (n, m), np.f
                 for d, t in zip(dims, sig.args[2] if tup else [sig.args[2]])]
         itemsize = context.get_constant(types.intp, context.get_abi_sizeof(
             context.get_data_type(arrty.dtype)))
-        strides = [itemsize]
+        strides = [itemsize] if dims else []
         for d in dims[:0:-1]:
             strides.insert(0, builder.mul(strides[0], d))
         start = builder.bitcast(src.data, _llir.IntType(8).as_pointer())
@@ -213,8 +213,9 @@ def _view(typingctx, a, offset, shape, dtype):  # _view(ws, nbytes, (n, m), np.f
         data = builder.bitcast(builder.gep(start, [off]),
                                context.get_data_type(arrty.dtype).as_pointer())
         out = make_array(arrty)(context, builder)
-        populate_array(out, data=data, shape=cgutils.pack_array(builder, dims),
-                       strides=cgutils.pack_array(builder, strides), itemsize=itemsize,
+        intp = context.get_value_type(types.intp)
+        populate_array(out, data=data, shape=cgutils.pack_array(builder, dims, intp),
+                       strides=cgutils.pack_array(builder, strides, intp), itemsize=itemsize,
                        meminfo=src.meminfo)
         return impl_ret_borrowed(context, builder, arrty, out._getvalue())
     return arrty(a, offset, shape, dtype), codegen

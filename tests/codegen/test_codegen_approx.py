@@ -47,6 +47,12 @@ def views(ws, x, n, m):
     b = _view(ws, 64 + 8 * n * m, n, np.float32)
     b[:] = 2.0
     return a, b, _view(x, 0, x.size, x.dtype), _view(x, 0, (x.shape[1], x.shape[0]), x.dtype)
+
+
+@_jit
+def scalar_view(x):
+    v = _view(x, 4, (), x.dtype)     # 0-d: the second element
+    return v[()]
 """
     m, _ = cache.load_module(src)
     yield m
@@ -147,6 +153,7 @@ def test_view_intrinsic_reinterprets_c_arrays_in_place(mod):
     # a view keeps its base alive after the caller drops it
     del ws
     assert (a == 1.5).all()
+    assert mod.scalar_view(np.array([1.0, 2.5, 3.0], np.float32)) == 2.5
 
 
 def test_shared_subexpressions_merge_equal_values_across_pasted_helpers():
