@@ -184,8 +184,8 @@ def _full(typingctx, shape, dtype, value):  # _full(n, np.float32, value)
 
 
 # Views without numba's array.view and reshape: each of those compiles a function of its
-# own (the dtype and size checks) in every process, 0.6 s per kernel for a view of the
-# parts' workspace. The kernels' views are of C-contiguous arrays at sizes the generator
+# own (the dtype and size checks) at every call site, in every process, a large part of a
+# kernel's compile. The kernels' views are of C-contiguous arrays at sizes the generator
 # works out, so this intrinsic builds the view inline: `shape` (an int or a tuple) of
 # `dtype`, from byte `offset` of `a`'s data, C order, sharing `a`'s memory.
 @_intrinsic
