@@ -15,7 +15,7 @@ from aotgrad.ir.symbolic import SymInt, hint
 
 
 def flat_view(name):
-    """Source of a 1-d view of the C-contiguous array `name` (approx's `_view` intrinsic:
+    """Source of a 1-d view of the C-contiguous array `name` (the prelude's `_view` intrinsic:
     numba's reshape would compile a function of its own)."""
     return f"_view({name}, 0, {name}.size, {name}.dtype)"
 

@@ -74,7 +74,7 @@ class EmitState:
 
     def interleave_hint(self, approx_before):
         """The line that ends an innermost loop body to have LLVM interleave it
-        (approx.INTERLEAVE vectors per iteration), or None: loops that call an
+        (prelude.INTERLEAVE vectors per iteration), or None: loops that call an
         approximation, in kernels large enough for threads (a small kernel gains nothing
         for the compile time). LLVM interleaves a loop with a reduction by itself, as many
         vectors as its register estimate allows, which varies with the body: a sum then

@@ -16,7 +16,7 @@ import re
 
 import numpy as np
 
-from aotgrad.codegen import approx
+from aotgrad.codegen import approx, prelude
 from aotgrad.codegen.emit_base import (PAR_MIN, KernelSpec, ParallelForm, PartsLayout, _Scope,
                                        np_name)
 from aotgrad.codegen.emit_loops import LoopNestEmitter
@@ -175,7 +175,7 @@ def emit_kernel(scheduler, kt, helpers, parallel=None, form=ParallelForm.PARTS):
 
 def module_source(specs, helpers):
     """The module text: prelude, helpers, then each distinct kernel once (deduplicated)."""
-    parts = [approx.PRELUDE, approx.helper_source(helpers)]
+    parts = [prelude.PRELUDE, approx.helper_source(helpers)]
     by_body = {}
     for s in specs:
         h = hashlib.sha1(s.body.encode()).hexdigest()[:12]

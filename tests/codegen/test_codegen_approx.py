@@ -14,9 +14,9 @@ BOUND = 1e-6          # the documented contract; measured values are ~2e-7
 def mod(tmp_path_factory):
     old = os.environ.get("AOTGRAD_CACHE_DIR")
     os.environ["AOTGRAD_CACHE_DIR"] = str(tmp_path_factory.mktemp("approx_cache"))
-    from aotgrad.codegen import approx, cache
+    from aotgrad.codegen import approx, cache, prelude
     from aotgrad.codegen.inline import inline_helpers
-    src = approx.PRELUDE + approx.helper_source(approx.APPROXIMATED)
+    src = prelude.PRELUDE + approx.helper_source(approx.APPROXIMATED)
     for n in approx.APPROXIMATED:
         # v_: the statements pasted in, as kernels have them; c_: a call of the helper
         body = inline_helpers([f"        y = {n}(x[i])"])
@@ -202,10 +202,10 @@ def test_shared_subexpressions_keep_the_documented_accuracy(mod):
     """The merged tanh/tanh' pair stays within the bound of each helper alone (values may
     differ from the separate helpers' in the last bit: fast-math contraction decides anew
     where a value has two users)."""
-    from aotgrad.codegen import approx, cache
+    from aotgrad.codegen import approx, cache, prelude
     from aotgrad.codegen.inline import inline_helpers
     body = inline_helpers(["        t = tanh_e_f32(x[i])", "        d = tanh_d_f32(x[i])"])
-    src = approx.PRELUDE + approx.helper_source(approx.APPROXIMATED) + \
+    src = prelude.PRELUDE + approx.helper_source(approx.APPROXIMATED) + \
         "\n\n@_jit\ndef both(x, o1, o2):\n    for i in range(x.size):\n" + "\n".join(body) + \
         "\n        o1[i] = t\n        o2[i] = d\n"
     m, _ = cache.load_module(src)

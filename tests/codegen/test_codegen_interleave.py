@@ -39,9 +39,9 @@ def test_the_intrinsic_interleaves_its_loop(tmp_path, monkeypatch):
     # the metadata is consumed by the vectoriser: the interleaved loop shows up as more
     # vector operations per iteration than the same loop without the call
     monkeypatch.setenv("AOTGRAD_CACHE_DIR", str(tmp_path))
-    from aotgrad.codegen import approx, cache
+    from aotgrad.codegen import approx, cache, prelude
     body = "        out[i] = exp_f32(x[i]) * np.float32(2.0)\n"
-    src = approx.PRELUDE + approx.helper_source({"exp_f32"}) + f"""
+    src = prelude.PRELUDE + approx.helper_source({"exp_f32"}) + f"""
 
 @_jit
 def hinted(x, out):
