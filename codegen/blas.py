@@ -41,7 +41,7 @@ from numba import njit, types
 from numba.extending import intrinsic
 
 from aotgrad.codegen.emit_base import PartsLayout
-from aotgrad.codegen.parts import PartsKernel
+from aotgrad.codegen.parts import NO_WORKSPACE, PartsKernel
 
 # products with fewer multiply-adds than this stay on np.matmul, which OpenBLAS (set to one
 # thread meanwhile) runs on the calling thread: cutting them costs more than it gains
@@ -343,11 +343,6 @@ gemm_threads = PartsKernel(gemm_parts, PartsLayout(loops=1, shared=False, final=
 def gemm_serial(fn, ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, c, c_off, ldc, batch,
                 a_steps, b_steps, c_steps, parts, cut_cols):
     """gemm_parts' products, all of them, one after another on the calling thread."""
-    pa, pb, pc = np.int64(a.ctypes.data), np.int64(b.ctypes.data), np.int64(c.ctypes.data)
-    nb = 1
-    for d in batch:
-        nb *= d
-    for it in range(nb * parts):
-        _piece(it, fn, ta, tb, m, n, k, alpha, pa, a_off, lda, pb, b_off, ldb, pc, c_off, ldc,
-               c.itemsize, batch, a_steps, b_steps, c_steps, parts, cut_cols)
-    return 0
+    return gemm_parts(1, 0, 1, NO_WORKSPACE, fn, ta, tb, m, n, k, alpha, a, a_off, lda, b,
+                      b_off, ldb, c, c_off, ldc, batch, a_steps, b_steps, c_steps, parts,
+                      cut_cols)

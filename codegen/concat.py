@@ -21,7 +21,7 @@ import math
 from numba import njit
 
 from aotgrad.codegen.emit_base import PartsLayout
-from aotgrad.codegen.parts import PartsKernel
+from aotgrad.codegen.parts import NO_WORKSPACE, PartsKernel
 from aotgrad.codegen.symbols import by_size
 from aotgrad.ir import prims
 
@@ -134,19 +134,8 @@ def step_lines(node, found, dim, shaped, bind):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def place(src, out, off, zero):
-    """out[p, off:off + src.shape[1]] = src[p] + zero (a +0.0 of out's dtype) for every
-    row p."""
-    for p in range(src.shape[0]):
-        s, o = src[p], out[p, off:off + src.shape[1]]
-        for i in range(s.size):
-            o[i] = s[i] + zero
-    return 0
-
-
-@njit(cache=True, nogil=True, error_model="numpy")
 def place_parts(phase, part, nparts, ws, src, out, off, zero):
-    """place's rows of share `part` of `nparts` (a kernel in parts, codegen.parts)."""
+    """`place`'s rows of share `part` of `nparts` (a kernel in parts, codegen.parts)."""
     n = src.shape[0]
     for p in range(n * part // nparts, n * (part + 1) // nparts):
         s, o = src[p], out[p, off:off + src.shape[1]]
@@ -156,3 +145,10 @@ def place_parts(phase, part, nparts, ws, src, out, off, zero):
 
 
 place_threads = PartsKernel(place_parts, PartsLayout(loops=1, shared=False, final=False))
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def place(src, out, off, zero):
+    """out[p, off:off + src.shape[1]] = src[p] + zero (a +0.0 of out's dtype) for every
+    row p, on the calling thread (place_parts in one part)."""
+    return place_parts(1, 0, 1, NO_WORKSPACE, src, out, off, zero)

@@ -32,7 +32,7 @@ import numpy as np
 from numba import njit
 
 from aotgrad.codegen.emit_base import PartsLayout
-from aotgrad.codegen.parts import PartsKernel
+from aotgrad.codegen.parts import NO_WORKSPACE, PartsKernel
 from aotgrad.codegen.symbols import by_size
 from aotgrad.ir import dtypes as dt
 from aotgrad.ir import prims
@@ -161,25 +161,6 @@ def _fits(idx, n):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def take_rows(x, idx, out):
-    """out[p, r, :] = x[p, idx[r], :] (x: (pre, n, post), out: (pre, k, post)); 1 when an
-    index is out of range (nothing written), else 0."""
-    n = x.shape[1]
-    if not _fits(idx, n):
-        return 1
-    for p in range(x.shape[0]):
-        xp, op_ = x[p], out[p]
-        for r in range(idx.size):
-            j = idx[r]
-            if j < 0:
-                j += n
-            src, dst = xp[j], op_[r]
-            for c in range(dst.size):
-                dst[c] = src[c]
-    return 0
-
-
-@njit(cache=True, nogil=True, error_model="numpy")
 def take_rows_parts(phase, part, nparts, ws, x, idx, out):
     """take_rows' rows of share `part` of `nparts` (a kernel in parts, codegen.parts); 1
     when an index is out of range (each part checks them all, and writes nothing then)."""
@@ -200,6 +181,14 @@ def take_rows_parts(phase, part, nparts, ws, x, idx, out):
 
 
 take_rows_threads = PartsKernel(take_rows_parts, PartsLayout(loops=1, shared=False, final=False))
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def take_rows(x, idx, out):
+    """out[p, r, :] = x[p, idx[r], :] (x: (pre, n, post), out: (pre, k, post)); 1 when an
+    index is out of range (nothing written), else 0. On the calling thread (take_rows_parts
+    in one part)."""
+    return take_rows_parts(1, 0, 1, NO_WORKSPACE, x, idx, out)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")

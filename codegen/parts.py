@@ -25,7 +25,9 @@ import numpy as np
 from numba import types
 from numba.extending import intrinsic
 
-_NO_WORKSPACE = np.zeros(0, np.uint8)
+# the workspace of a kernel without shared partials (also what a serial wrapper passes its
+# kernel in parts, run as one part)
+NO_WORKSPACE = np.zeros(0, np.uint8)
 
 
 class _Threads:
@@ -173,8 +175,8 @@ class PartsKernel:
 
     def __call__(self, *args):
         fn, layout, pool = self.fn, self.layout, _pool[0]
-        ws = np.zeros(fn(0, 0, 1, _NO_WORKSPACE, *args), np.uint8) if layout.shared \
-            else _NO_WORKSPACE
+        ws = np.zeros(fn(0, 0, 1, NO_WORKSPACE, *args), np.uint8) if layout.shared \
+            else NO_WORKSPACE
         err = 0
         for phase in range(1, layout.loops + 1):
             err |= pool.run(fn, phase, ws, args)
