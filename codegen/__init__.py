@@ -20,7 +20,8 @@ Modules, one job each:
               parts share; emit_reductions, emit_loops: reductions and loop nests)
   executor    the flat step list over planned buffers
   cache       on-disk module cache (AOTGRAD_CACHE_DIR), cache_clear(), cache_info()
-  blas        products on numpy's OpenBLAS, one single-threaded gemm per thread
+  blas        products on MKL (Intel CPUs) or numpy's OpenBLAS, one single-threaded
+              gemm per thread
   tiers       cold kernels run on numpy until helper processes have compiled them
   parts       a kernel's parallel loops split into parts that threads run
   program     compile_graph and CompiledGraph

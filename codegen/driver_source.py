@@ -300,7 +300,7 @@ class DriverWriter:
             pa, sa, pb, sb, so = _dot_plan(n)
             # a static product's gemm arguments are fixed when the driver is made; else
             # np.matmul, OpenBLAS held to one thread as around gemm_threads (its threads
-            # would compete with numba's spinning workers)
+            # would compete with the kernels' parts for the cores)
             call = None if self.plan.symbols else \
                 self.gemm_call(n, pa, sa, pb, sb, so, bind, name_of)
             if call:

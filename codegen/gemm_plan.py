@@ -26,8 +26,7 @@ class SymbolicGemm:
 
     `probes_at(values)` gives the program's layout probes at those values (executor
     `_probes`), `roots` the (a, b, out) roots the driver names at the hint. The driver calls
-    blas.gemm_serial or gemm_threads through its own globals (a forked child's guard replaces
-    the parallel one there)."""
+    blas.gemm_serial or gemm_threads through its own globals."""
 
     def __init__(self, node, dot_plan, symbols, probes_at, roots, fn, dtype):
         self.node, self.plan, self.symbols = node, dot_plan, tuple(symbols)
