@@ -1,5 +1,5 @@
-"""Matrix products shared out over aotgrad's threads (codegen.parts), on Intel MKL where
-installed, else on numpy's own OpenBLAS.
+"""Matrix products shared out over aotgrad's threads (codegen.parts), on Intel MKL on Intel
+CPUs where it is installed, else on numpy's own OpenBLAS.
 
 A compiled program alternates BLAS calls with fused kernels. Left to itself, OpenBLAS runs
 each call on its own thread pool, whose workers then spin for ~0.1 s waiting for the next
@@ -294,7 +294,7 @@ def _offset(i, batch, steps):
 @njit(cache=True, nogil=True)
 def _piece(it, fn, ta, tb, m, n, k, alpha, pa, a_off, lda, pb, b_off, ldb, pc, c_off, ldc, isz,
            batch, a_steps, b_steps, c_steps, parts, cut_cols):
-    """Piece `it` of a stack (see gemm_stack): slab it % parts of matrix it // parts."""
+    """Piece `it` of a stack (see gemm_parts): slab it % parts of matrix it // parts."""
     i, p = it // parts, it % parts
     ao = a_off + _offset(i, batch, a_steps)
     bo, co = b_off + _offset(i, batch, b_steps), c_off + _offset(i, batch, c_steps)
