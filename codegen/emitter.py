@@ -135,11 +135,9 @@ def _in_phases(lines, st, done):
     out = list(segments[0])
     if st.shared:
         out.append("    _w0 = 0")
-        counts = []
         for k, (name, shape, dtype) in enumerate(st.shared):
-            dims = shape.strip("()").split(", ")
-            counts.append(" * ".join(f"({d})" for d in dims))
-            size = f"{counts[-1]} * {np.dtype(dtype.np).itemsize}"
+            count = " * ".join(f"({d})" for d in shape.strip("()").split(", "))
+            size = f"{count} * {np.dtype(dtype.np).itemsize}"
             out.append(f"    _w{k + 1} = _w{k} + ({size} + {WORKSPACE_ALIGN - 1}) "
                        f"// {WORKSPACE_ALIGN} * {WORKSPACE_ALIGN}")
         out += ["    if phase == 0:", f"        return _w{len(st.shared)}"]
