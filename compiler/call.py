@@ -397,6 +397,10 @@ def make_plan(prog):
         replay_expr = "replay"
 
     # ---- what the program wrote, in the order it did
+    if args and writes:
+        # the arrays are the tensors' again: a written tensor whose old array nothing else
+        # holds then takes its new one instead of a copy (write_back)
+        s.add(f"del {', '.join(f'v{i}' for i in range(len(args)))}")
     for j, (kind, x) in enumerate(tr.mutations):
         value = f"outs[{n_tensor + j}]"
         if kind in _GRAD_WRITES:
@@ -580,6 +584,8 @@ def specialise(key, prog):
             lambda i: f"v{i}" if i < n else f"args[{i}]._value", "return MISS")]
         values = ", values"
     if inline is None:
+        if prog.trace.mutations and n:   # (see the call's write-back block)
+            lines.append(f"    del {', '.join(f'v{i}' for i in range(n))}")
         lines.append(f"    return prog(args, True{values})")
     else:
         lifted = {}  # id -> the global naming a lifted tensor

@@ -3,6 +3,7 @@ graph (CompiledBackward; _CallBackward, its edges made on demand; _WrittenBackwa
 tensors written in place), and an interpreter that runs a Graph with tensor ops
 (differentiable, for create_graph)."""
 import functools
+import sys
 
 import numpy as np
 
@@ -225,12 +226,46 @@ def check_nan(graph, args, outs, what):
     raise RuntimeError(f"Function '{what}' returned nan values in its output.{where}")
 
 
+def _holders(t, value):
+    """(references to t._value, references to `value`), counted from write_back's frame."""
+    return sys.getrefcount(t._value), sys.getrefcount(value)
+
+
+def _sole_holders():
+    """_holders' counts where only t refers to its array and only one list refers to the new
+    value, which the caller passes on as the compiled call passes it to write_back (`value`
+    bound in one frame between them): measured, not assumed, as interpreters count their
+    frames' references differently."""
+    class Holder:
+        pass
+
+    def frame(t, value):      # write_back's frame, up to its _holders call
+        return _holders(t, value)
+    h, outs = Holder(), [np.empty(1)]
+    h._value = np.empty(1)
+    return frame(h, outs[0])
+
+
+_SOLE = _sole_holders()
+
+
 def write_back(t, value):
-    """Functionalized in-place update of a real tensor by a compiled program."""
+    """Functionalized in-place update of a real tensor by a compiled program: the new value is
+    copied into t's array, so every view and other holder of that memory sees it. Where none
+    can (t's array owns its memory and only t refers to it; the new value is a fresh array of
+    the same layout that only the program's output list refers to), t takes the new array
+    instead of a copy of it: an optimizer step's parameters and moments, written back every
+    step. (A raw pointer to the old memory is then stale, as after PyTorch reallocates a
+    tensor's storage.)"""
     before_write(t)
     if isinstance(t._value, np.ndarray) and t._value.shape == value.shape and \
             t._value.flags.writeable:
-        np.copyto(t._value, value)
+        if _holders(t, value) == _SOLE and t._value.base is None and value.base is None and \
+                t._value.dtype == value.dtype and t._value.strides == value.strides and \
+                value.flags.writeable:
+            t._value = value
+        else:
+            np.copyto(t._value, value)
     else:
         t._value = value
     t._version_counter.v += 1
