@@ -14,6 +14,7 @@ from aotgrad.runtime.engine import FREED_MESSAGE, Node, SavedTensor, _checked_ho
     _node_of, accumulate_retained, fresh, write_grad  # noqa: F401 (the compiler's call imports it)
 from aotgrad.runtime.grad_mode import state as _mode
 from aotgrad.runtime.grad_ready import early_leaves
+from aotgrad.runtime.storage import exposed
 from aotgrad.runtime.tensor import Tensor
 from aotgrad.runtime.write_hooks import before_write
 
@@ -252,17 +253,16 @@ _SOLE = _sole_holders()
 def write_back(t, value):
     """Functionalized in-place update of a real tensor by a compiled program: the new value is
     copied into t's array, so every view and other holder of that memory sees it. Where none
-    can (t's array owns its memory and only t refers to it; the new value is a fresh array of
-    the same layout that only the program's output list refers to), t takes the new array
-    instead of a copy of it: an optimizer step's parameters and moments, written back every
-    step. (A raw pointer to the old memory is then stale, as after PyTorch reallocates a
-    tensor's storage.)"""
+    can (t's array owns its memory, only t refers to it and its memory was never handed out,
+    storage.expose; the new value is a fresh array of the same layout that only the program's
+    output list refers to), t takes the new array instead of a copy of it: an optimizer
+    step's parameters and moments, written back every step."""
     before_write(t)
     if isinstance(t._value, np.ndarray) and t._value.shape == value.shape and \
             t._value.flags.writeable:
         if _holders(t, value) == _SOLE and t._value.base is None and value.base is None and \
                 t._value.dtype == value.dtype and t._value.strides == value.strides and \
-                value.flags.writeable:
+                value.flags.writeable and not exposed(t._value):
             t._value = value
         else:
             np.copyto(t._value, value)

@@ -17,6 +17,7 @@ from aotgrad.runtime import shape_ops as so
 from aotgrad.runtime.factories import arange, randint, tensor
 from aotgrad.runtime.op_base import cast, norm_dims, op
 from aotgrad.runtime.op_base import return_types
+from aotgrad.runtime.storage import expose
 from aotgrad.runtime.not_implemented_derivative import without_derivative
 
 
@@ -32,7 +33,7 @@ def _buffer(self, what):
 
 def data_ptr(self):
     """The address of the first element of the eager buffer."""
-    return int(_buffer(self, "data_ptr").__array_interface__["data"][0])
+    return int(expose(_buffer(self, "data_ptr")).__array_interface__["data"][0])
 
 
 def storage_offset(self):

@@ -19,6 +19,7 @@ from aotgrad.ir import dtypes as dt
 from aotgrad.runtime.sizes import size_list
 from aotgrad.ir.core import Var, format_location
 from aotgrad.runtime.sizes import type_str
+from aotgrad.runtime.storage import expose as _expose
 from aotgrad.ir.core import current_builder as _current_builder
 from aotgrad.runtime import dual_state as _dual_state
 from aotgrad.runtime.device import CPU as _CPU
@@ -361,7 +362,8 @@ class Tensor:
             # under no_grad)
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use "
                                "tensor.detach().numpy() instead.")
-        return self._concrete("Tensor.numpy()")
+        v = self._concrete("Tensor.numpy()")
+        return _expose(v) if isinstance(v, np.ndarray) else v
 
     def item(self):
         v = self._concrete("Tensor.item()")
@@ -378,7 +380,9 @@ class Tensor:
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use "
                                "tensor.detach().numpy() instead.")
         v = self._concrete("np.asarray(Tensor)")
-        return v if dtype is None else v.astype(dtype)
+        if dtype is not None:
+            return v.astype(dtype)
+        return _expose(v) if isinstance(v, np.ndarray) else v
 
     def __bool__(self):
         v = self._concrete("bool(Tensor) (Python control flow on a tensor value)")

@@ -3,7 +3,8 @@ memory, as eagerly and in PyTorch.
 
 The call hands the tensor the program's new array instead of copying it into the old one only
 where nothing else can see the old memory (no view, no other tensor, no numpy array the user
-kept); everywhere else the old array is written. Each test compares with the same code run
+kept, no address handed out); everywhere else the old array is written, so its address stays
+the tensor's, as PyTorch's in-place ops keep a tensor's storage. Each test compares with the same code run
 eagerly, and calls the compiled function twice (the trace's call and the cached one).
 """
 import numpy as np
@@ -57,6 +58,22 @@ def test_every_holder_of_the_memory_sees_the_write(backend, holder):
             got = seen if isinstance(seen, np.ndarray) else seen.numpy()
             np.testing.assert_array_equal(got, want)
             np.testing.assert_array_equal(p.numpy(), P0 + (k + 1))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("how", ["data_ptr", "storage", "row_storage", "numpy", "asarray"])
+def test_an_address_handed_out_stays_the_tensors(backend, how):
+    f = ag.compile(add_one, backend=backend)
+    p = fresh()
+    addr = {"data_ptr": lambda: p.data_ptr(),
+            "storage": lambda: p.untyped_storage().data_ptr(),
+            "row_storage": lambda: p[1].untyped_storage().data_ptr(),
+            "numpy": lambda: p.numpy().ctypes.data,       # the array itself is dropped
+            "asarray": lambda: np.asarray(p).ctypes.data}[how]()
+    for k in range(2):
+        f(p)
+        assert p.data_ptr() == addr
+        np.testing.assert_array_equal(p.numpy(), P0 + (k + 1))
 
 
 def copy_from(p, q):
