@@ -237,14 +237,10 @@ def _sole_holders():
     value, which the caller passes on as the compiled call passes it to write_back (`value`
     bound in one frame between them): measured, not assumed, as interpreters count their
     frames' references differently."""
-    class Holder:
-        pass
-
     def frame(t, value):      # write_back's frame, up to its _holders call
         return _holders(t, value)
-    h, outs = Holder(), [np.empty(1)]
-    h._value = np.empty(1)
-    return frame(h, outs[0])
+    outs = [np.empty(1)]      # the program's output list
+    return frame(Tensor._make(np.empty(1)), outs[0])
 
 
 _SOLE = _sole_holders()
