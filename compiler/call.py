@@ -584,7 +584,7 @@ def specialise(key, prog):
             lambda i: f"v{i}" if i < n else f"args[{i}]._value", "return MISS")]
         values = ", values"
     if inline is None:
-        if prog.trace.mutations and n:   # (see the call's write-back block)
+        if CallBlock.WRITE_BACK in plan.blocks and n:   # (see the call's write-back block)
             lines.append(f"    del {', '.join(f'v{i}' for i in range(n))}")
         lines.append(f"    return prog(args, True{values})")
     else:
