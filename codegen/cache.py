@@ -169,21 +169,21 @@ class CacheStats:
 stats = CacheStats()
 
 
-def has_machine_code(source, kernel, on_disk=None):
+def has_machine_code(source, kernel, on_disk=None, directory=None):
     """Is the kernel `kernel` of the module for `source` compiled: in this process (its
     dispatcher holds an overload), or in numba's disk cache (index and data written)? A
     module that is only imported does not count: the background thread imports a parallel
     variant before a helper process has compiled it, and taking that for compiled made a
     second trace compile the variant again, here, while the helper did the same.
     `on_disk`: the set `compiled_on_disk()` returned (one listing of the directory for
-    many questions), else the directory is looked at now."""
+    many questions), else the directory (`directory`, default the cache) is looked at now."""
     name = module_name(source)
     mod = sys.modules.get(name)
     if mod is not None and getattr(getattr(mod, kernel, None), "overloads", None):
         return True
     if on_disk is not None:
         return name in on_disk
-    stem = os.path.join(cache_dir(), "__pycache__", name + ".")
+    stem = os.path.join(directory or cache_dir(), "__pycache__", name + ".")
     return bool(glob.glob(stem + "*.nbi")) and bool(glob.glob(stem + "*.nbc"))
 
 
@@ -258,18 +258,20 @@ def _dir_lock(d, exclusive):
             os.close(fd)
 
 
-def load_module(source, fresh=False):
-    """Import the generated module for `source`; returns (module, how) with how in
-    ('memory', 'disk', 'new', 'rebuilt')."""
+def load_module(source, fresh=False, directory=None):
+    """Import the generated module for `source` from `directory` (default: the cache);
+    returns (module, how) with how in ('memory', 'disk', 'new', 'rebuilt')."""
     name = module_name(source)
     if not fresh and name in sys.modules:
         log.debug("module %s: already loaded", name)
-        stats.loads["memory"] += 1
+        if directory is None:
+            stats.loads["memory"] += 1
         return sys.modules[name], "memory"
-    d = cache_dir()
+    d = directory or cache_dir()
     with _dir_lock(d, exclusive=False):
         mod, how = _load_module(name, source, d, fresh)
-    stats.loads[how] += 1
+    if directory is None:               # (`stats` counts the kernel cache's modules)
+        stats.loads[how] += 1
     return mod, how
 
 

@@ -37,7 +37,8 @@ import time
 
 import numpy as np
 
-from aotgrad.codegen import cost
+from aotgrad.codegen import cost, row_vm
+from aotgrad.codegen.row_program import row_program
 from aotgrad.codegen.steps import Kernel
 from aotgrad.ir import prims
 from aotgrad.ir.tags import Tag
@@ -150,22 +151,22 @@ _COMBINE = {prims.reduce_sum: np.add, prims.reduce_max: np.maximum,
             prims.reduce_min: np.minimum}
 
 
-def row_blocks(nodes, reads, writes):
+def row_blocks(nodes, reads, writes, one_block=False):
     """A RowBlocks plan for `nodes` (reads, writes: the kernel's (index, var) pairs), or
-    None where a node mixes rows (a transpose, a pad...) or the kernel is one block anyway.
-    The most leading axes that work are taken (the finest blocks)."""
+    None where a node mixes rows (a transpose, a pad...) or, unless `one_block`, the kernel
+    is one block anyway. The most leading axes that work are taken (the finest blocks)."""
     values = [v for n in nodes for v in n.outputs]
     if not writes or not values:
         return None
     widest = max(values, key=lambda v: math.prod(v.shape))   # the kernel's domain
     for axes in range(len(widest.shape), 0, -1):
-        plan = _plan(nodes, writes, widest.shape[:axes])
+        plan = _plan(nodes, writes, widest.shape[:axes], one_block)
         if plan is not None:
             return plan
     return None
 
 
-def _plan(nodes, writes, prefix):
+def _plan(nodes, writes, prefix, one_block):
     k, rows = len(prefix), math.prod(prefix)
     if rows < 2:
         return None
@@ -211,7 +212,7 @@ def _plan(nodes, writes, prefix):
         return None
     widest = max(math.prod(v.shape[k:]) for v, s in split.items() if s)
     block = max(1, BLOCK_ELEMENTS // max(1, widest))
-    if block >= rows:
+    if block >= rows and not one_block:
         return None
     per_block = [n for n in nodes if n in params]
     once = [n for n in nodes if n not in params]
@@ -283,14 +284,23 @@ class ReferenceKernel:
         self.nodes = list(step.nodes)
         self.reads = [(i, a.var) for i, a in enumerate(spec.args) if a.kind == "in"]
         self.writes = [(i, a.var) for i, a in enumerate(spec.args) if a.kind == "out"]
-        self.blocks = row_blocks(self.nodes, self.reads, self.writes)
+        rows = row_blocks(self.nodes, self.reads, self.writes, one_block=True)
+        # numpy runs in blocks where there are several; the row machine takes any rows
+        self.blocks = rows if rows is not None and rows.block < rows.rows else None
+        self.program = row_program(self, rows) if row_vm.enabled() and rows else None
+        if self.program is not None:
+            row_vm.request()
         self.seconds = 0.0
         self.compiled_seconds = cost.step_seconds(step)   # the compiled kernel's, estimated
         self.rent = None        # the program's Rent, where it has one
 
     def __call__(self, *args):
         t0 = time.perf_counter()
-        if self.blocks is None or not self._run_blocks(args):
+        if self.program is not None and row_vm.machine() is not None:
+            done = self._run_blocks(args, self.program.rb)
+        else:
+            done = self.blocks is not None and self._run_blocks(args, self.blocks)
+        if not done:
             self._run_whole(args)
         self.seconds = time.perf_counter() - t0
         if self.rent is not None:
@@ -309,11 +319,11 @@ class ReferenceKernel:
         for o, val in values:
             o[...] = val.reshape(o.shape)
 
-    def _run_blocks(self, args):
-        """Run block by block; False (nothing written) where an output buffer overlaps an
-        input other than the same rows of the same layout (a block's writes would reach
-        rows a later block reads)."""
-        rb = self.blocks
+    def _run_blocks(self, args, rb):
+        """Run by rows (plan `rb`: on the row machine where it is loaded and runs the
+        kernel, else block by block on numpy); False (nothing written) where an output
+        buffer overlaps an input other than the same rows of the same layout (a block's
+        writes would reach rows a later block reads)."""
         if not all(args[i].flags.c_contiguous for i, _ in self.writes):
             return False                   # (a reshape would copy: writes would be lost)
         ins = {v: args[i].reshape(v.shape) for i, v in self.reads}
@@ -327,6 +337,11 @@ class ReferenceKernel:
                     return False
         whole = {v: x for v, x in ins.items() if v not in rb.split}
         _evaluate(rb.once, whole)
+        machine = row_vm.machine() if self.program is not None else None
+        if machine is not None and self.program.run(machine, args, whole):
+            return True
+        if rb.block >= rb.rows:
+            return False
         rows, block = rb.rows, rb.block
         split_ins = [(v, x.reshape((rows,) + x.shape[rb.axes:]))
                      for v, x in ins.items() if v in rb.split]

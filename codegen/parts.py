@@ -164,6 +164,12 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_new_pool_in_child)
 
 
+def run_parts(fn, args):
+    """Run `fn(1, part, nparts, NO_WORKSPACE, *args)` once per thread of the pool (the
+    calling convention of a parts kernel's loop); the OR of the return values."""
+    return _pool[0].run(fn, 1, NO_WORKSPACE, args)
+
+
 class PartsKernel:
     """The callable the driver runs for a kernel in ParallelForm.PARTS: the same arguments
     as the kernel's KernelSpec lists, the same return value (nonzero: an index check

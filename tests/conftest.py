@@ -52,6 +52,10 @@ os.environ["AOTGRAD_BACKGROUND_COMPILE"] = "0"
 # result in its last bits from one run to the next. tests/runtime/test_kernel_library.py and
 # tests/optim/test_optim_fused.py turn them on
 os.environ["AOTGRAD_EAGER_KERNELS"] = "off"
+# cold kernels on numpy's first tier, not on the row machine (codegen/row_vm.py), whose
+# loading in the background would decide which of the two ran (tests/codegen/
+# test_row_machine.py turns it on)
+os.environ["AOTGRAD_ROW_MACHINE"] = "0"
 # every IR pass checks the graph it returns (ir/verifier.py): a pass that breaks an IR
 # invariant fails the test that compiled through it
 os.environ["AOTGRAD_VERIFY"] = "1"

@@ -15,8 +15,10 @@ from aotgrad.testing import assert_close
 @pytest.fixture
 def numpy_tier(tmp_path, monkeypatch):
     """Programs built here keep their kernels on the numpy first tier (no compile), with
-    small blocks (BLOCK_ELEMENTS) so that small arrays run in several of them."""
+    small blocks (BLOCK_ELEMENTS) so that small arrays run in several of them, on numpy
+    (not the row machine: tests/codegen/test_row_machine.py)."""
     monkeypatch.setenv("AOTGRAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("AOTGRAD_ROW_MACHINE", "0")
     monkeypatch.setenv("AOTGRAD_BACKGROUND_COMPILE", "1")
     monkeypatch.delenv("AOTGRAD_FIRST_TIER", raising=False)
     monkeypatch.setattr(tiers, "submit", lambda job, priority=None: None)
@@ -184,7 +186,7 @@ def test_a_compiled_training_step_in_blocks_equals_eager(numpy_tier, monkeypatch
     blocked = []
     run_blocks = first_tier.ReferenceKernel._run_blocks
     monkeypatch.setattr(first_tier.ReferenceKernel, "_run_blocks",
-                        lambda self, args: blocked.append(run_blocks(self, args))
+                        lambda self, args, rb: blocked.append(run_blocks(self, args, rb))
                         or blocked[-1])
     rng = np.random.default_rng(0)
     x = aotgrad.tensor(rng.standard_normal((2, 9, 12)).astype(np.float32))

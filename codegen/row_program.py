@@ -1,0 +1,322 @@
+"""A cold kernel as a program of the row machine (codegen.row_vm): its RowBlocks plan
+(codegen.first_tier) translated into row instructions once, then run on each call over
+the kernel's arguments, on the threads of codegen.parts.
+
+    program = row_program(kernel)      # None: a node the machine has no instruction for
+    program.run(fn, args)              # fn: the loaded machine (row_vm.machine())
+
+Per row, a value of the kernel is its elements past the row axes, in C order, held in a
+float64 register of `group` rows. What a RowBlocks plan computes once per call (its `once`
+nodes, a value repeated along the rows) is computed with numpy before the machine runs and
+handed to it with the constants (`pre`); a reduction over the rows (a bias's gradient) is
+summed per part in float64 and combined afterwards, as the numpy blocks combine theirs.
+Only float32, float64 and bool values run here: a kernel with another dtype (an integer
+index, a 16-bit float) stays on numpy."""
+import dataclasses
+import math
+
+import numpy as np
+
+from aotgrad.codegen import parts
+from aotgrad.codegen.row_vm import Op, Round
+from aotgrad.ir import prims
+from aotgrad.ir.tags import Tag
+
+# elements of the widest value per group of rows: registers of 8 KB, a program's live ones
+# in the CPU's cache
+GROUP_ELEMENTS = 1024
+
+# the machine's instruction of each element-wise prim (row_vm._UNARY, _BINARY)
+_ELEMENTWISE = {
+    prims.neg: Op.NEG, prims.abs: Op.ABS, prims.exp: Op.EXP, prims.log: Op.LOG,
+    prims.log1p: Op.LOG1P, prims.expm1: Op.EXPM1, prims.sqrt: Op.SQRT, prims.rsqrt: Op.RSQRT,
+    prims.sin: Op.SIN, prims.cos: Op.COS, prims.tanh: Op.TANH, prims.logistic: Op.LOGISTIC,
+    prims.erf: Op.ERF, prims.sign: Op.SIGN, prims.floor: Op.FLOOR, prims.ceil: Op.CEIL,
+    prims.reciprocal: Op.RECIPROCAL, prims.logical_not: Op.NOT,
+    prims.add: Op.ADD, prims.sub: Op.SUB, prims.mul: Op.MUL, prims.div: Op.DIV,
+    prims.pow: Op.POW, prims.maximum: Op.MAX, prims.minimum: Op.MIN, prims.eq: Op.EQ,
+    prims.ne: Op.NE, prims.lt: Op.LT, prims.le: Op.LE, prims.gt: Op.GT, prims.ge: Op.GE,
+    prims.logical_and: Op.AND, prims.logical_or: Op.OR,
+}
+_BOOL_ARITHMETIC = {Op.ADD: Op.OR, Op.MUL: Op.AND, Op.MAX: Op.OR, Op.MIN: Op.AND}
+# a reduction within a row, and over the rows: (instruction, the identity, numpy's combine)
+_REDUCE = {prims.reduce_sum: Op.REDUCE_SUM, prims.reduce_max: Op.REDUCE_MAX,
+           prims.reduce_min: Op.REDUCE_MIN}
+_ACC = {prims.reduce_sum: (Op.ACC_SUM, 0.0, np.add),
+        prims.reduce_max: (Op.ACC_MAX, -np.inf, np.maximum),
+        prims.reduce_min: (Op.ACC_MIN, np.inf, np.minimum)}
+_LOAD = {np.dtype(np.float32): Op.LOAD_F32, np.dtype(np.float64): Op.LOAD_F64,
+         np.dtype(np.bool_): Op.LOAD_B8}
+_STORE = {np.dtype(np.float32): Op.STORE_F32, np.dtype(np.float64): Op.STORE_F64,
+          np.dtype(np.bool_): Op.STORE_B8}
+_ROUND = {np.dtype(np.float32): Round.F32, np.dtype(np.float64): Round.F64,
+          np.dtype(np.bool_): Round.BOOL}
+
+
+class Unsupported(Exception):
+    """A node or value the row machine does not run: the kernel stays on numpy."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Instr:
+    """One instruction before registers are assigned: operands are vars."""
+    op: Op
+    dst: object             # the var it defines (None: a store or an accumulation)
+    args: tuple             # the vars it reads (a, b, c)
+    n: int                  # the result's elements per row
+    m: int = 0              # the operand's elements per row (gather, reductions)
+    aux: int = 0            # Round mode, or an input/output slot
+    idx: np.ndarray = None  # the index map within a row (gather, reductions)
+    acc: int = -1           # the output's offset in the accumulators (ACC_*)
+
+
+@dataclasses.dataclass
+class _Pre:
+    """A register every group starts with: a constant (`value`), or a value numpy computes
+    per call from the kernel's whole values (`node`, with the params for one row)."""
+    var: object
+    length: int
+    value: np.ndarray = None
+    node: object = None
+    impl: object = None
+    params: dict = None
+
+
+class RowProgram:
+    """A kernel's nodes as row-machine code (see the module docstring)."""
+
+    def __init__(self, kernel, rb):
+        self.kernel = kernel
+        self.rb = rb
+        self.rows = rb.rows
+        k = rb.axes
+        self.length = {}                       # split var -> elements per row
+        for v in rb.split:
+            self.length[v] = math.prod(v.shape[k:])
+            _check_dtype(v)
+        self.group = max(1, min(rb.rows, GROUP_ELEMENTS // max(1, max(self.length.values()))))
+        self.inputs = [(i, v) for i, v in kernel.reads if v in rb.split]
+        self.outputs = [(i, v) for i, v in kernel.writes if v in rb.split]
+        self.summed = []                       # (arg index, var, acc offset, size, combine)
+        self.pre = []
+        instrs = self._translate(kernel)
+        self.code, self.idx, self.work, self.pre_len, self.pre_offsets = self._assign(instrs)
+        self.acc_len = sum(size for _, _, _, size, _ in self.summed)
+        self.acc_init = np.zeros(self.acc_len)
+        for _, v, off, size, (_, init, _) in self.summed:
+            self.acc_init[off:off + size] = init
+        self.pre_template = np.zeros(self.pre_len)
+        for p in self.pre:
+            if p.value is not None:
+                off = self.pre_offsets[p.var]
+                self.pre_template[off:off + p.length * self.group] = np.tile(p.value, self.group)
+
+    # -- translation --------------------------------------------------------------------
+    def _translate(self, kernel):
+        rb, k = self.rb, self.rb.axes
+        steps = rb.block_steps(1)              # node -> (impl, params) for one row
+        loaded = set()
+        alias = {}                             # var -> the var whose register it shares
+        out = []
+
+        def reg(v):
+            while v in alias:
+                v = alias[v]
+            return v
+
+        def use(v):
+            v = reg(v)
+            if v in rb.split and v not in loaded and any(w is v for _, w in self.inputs):
+                loaded.add(v)
+                slot = next(j for j, (_, w) in enumerate(self.inputs) if w is v)
+                dt = np.dtype(v.dtype.np)
+                out.append(Instr(_LOAD[dt], v, (), self.length[v], aux=slot))
+            return v
+
+        whole_inputs = {v for _, v in kernel.reads if v not in rb.split}
+        for node in rb.per_block:
+            o = node.outputs[0]
+            prim = node.prim
+            if o in rb.summed:
+                if np.dtype(o.dtype.np) == np.bool_ and prim is prims.reduce_sum:
+                    prim = prims.reduce_max
+                acc_op, init, combine = _ACC.get(prim, (None, None, None))
+                if acc_op is None:
+                    raise Unsupported(prim.name)
+                x = node.inputs[0]
+                _check_dtype(x)
+                dims = steps[node][1]["dims"]
+                size = math.prod(o.shape)
+                off = sum(s for _, _, _, s, _ in self.summed)
+                idx = _reduce_index((1,) + tuple(x.shape[k:]), tuple(o.shape), dims)
+                self.summed.extend((i, o, off, size, (acc_op, init, combine))
+                                   for i, w in kernel.writes if w is o)
+                out.append(Instr(acc_op, None, (use(x),), 0, m=self.length[reg(x)],
+                                 idx=idx, acc=off))
+                continue
+            _check_dtype(o)
+            n = self.length[o]
+            impl, params = steps[node]
+            if prim is prims.full:
+                value = np.asarray(impl(**params)).astype(np.float64).ravel()
+                self.pre.append(_Pre(o, n, value=np.ascontiguousarray(value)))
+            elif prim is prims.reshape:
+                alias[o] = reg(node.inputs[0])
+            elif prim is prims.broadcast_in_dim:
+                x = node.inputs[0]
+                if x not in rb.split:              # the same for every row: numpy, per call
+                    if x not in whole_inputs and x not in {w for m in rb.once
+                                                          for w in m.outputs}:
+                        raise Unsupported("a broadcast of a value made in the rows")
+                    self.pre.append(_Pre(o, n, node=node, impl=impl, params=params))
+                    continue
+                idx = np.asarray(impl(np.arange(self.length[reg(x)]).reshape(
+                    (1,) + tuple(x.shape[k:])), **params)).ravel().astype(np.int64)
+                if len(idx) == self.length[reg(x)] and np.array_equal(idx, np.arange(len(idx))):
+                    alias[o] = reg(x)
+                else:
+                    out.append(Instr(Op.GATHER, o, (use(x),), n, m=self.length[reg(x)],
+                                     idx=idx))
+            elif prim in _REDUCE:
+                x = node.inputs[0]
+                if np.dtype(o.dtype.np) == np.bool_ and prim is prims.reduce_sum:
+                    prim = prims.reduce_max                # a sum of bools: any
+                idx = _reduce_index((1,) + tuple(x.shape[k:]), (1,) + tuple(o.shape[k:]),
+                                    params["dims"])
+                out.append(Instr(_REDUCE[prim], o, (use(x),), n, m=self.length[reg(x)],
+                                 aux=_ROUND[np.dtype(o.dtype.np)], idx=idx))
+            elif prim is prims.convert_element_type:
+                if params.get("via") is not None:
+                    raise Unsupported("a 16-bit rounding")
+                x = node.inputs[0]
+                src, dst = np.dtype(x.dtype.np), np.dtype(o.dtype.np)
+                if dst == np.bool_:
+                    out.append(Instr(Op.TO_BOOL, o, (use(x),), n, aux=Round.BOOL))
+                elif src == np.float64 and dst == np.float32:
+                    out.append(Instr(Op.COPY, o, (use(x),), n, aux=Round.F32))
+                else:                              # exact: the register holds it already
+                    alias[o] = reg(x)
+            elif prim is prims.where:
+                c, a, b = node.inputs
+                out.append(Instr(Op.WHERE, o, (use(a), use(b), use(c)), n))
+            elif prim in _ELEMENTWISE:
+                if any(v.shape != o.shape for v in node.inputs):
+                    raise Unsupported("operands of different shapes")
+                op = _ELEMENTWISE[prim]
+                if np.dtype(o.dtype.np) == np.bool_:     # bools: or, and; 0.0 or 1.0 kept
+                    op = _BOOL_ARITHMETIC.get(op, op)
+                    if op in (Op.SUB, Op.DIV, Op.POW, Op.NEG, Op.RECIPROCAL):
+                        raise Unsupported(f"{prim.name} of bools")
+                out.append(Instr(op, o, tuple(use(v) for v in node.inputs), n,
+                                 aux=_ROUND[np.dtype(o.dtype.np)]))
+            else:
+                raise Unsupported(prim.name)
+        for slot, (_, v) in enumerate(self.outputs):
+            r = use(v)
+            out.append(Instr(_STORE[np.dtype(v.dtype.np)], None, (r,), self.length[v], aux=slot))
+        self._alias = alias
+        return out
+
+    # -- registers ----------------------------------------------------------------------
+    def _assign(self, instrs):
+        """The code matrix, index vector, work length, pre length and pre offsets: each
+        value a register of length * group float64s; the preloaded ones first (never
+        overwritten), the others reused once their last reader has run."""
+        g = self.group
+        offsets, pre_len = {}, 0
+        for p in self.pre:
+            offsets[p.var] = pre_len
+            pre_len += p.length * g
+        preloaded = {p.var for p in self.pre}
+        self._sizes = {}
+        last = {}
+        for t, ins in enumerate(instrs):
+            for v in ins.args:
+                last[v] = t
+        free = {}                              # size -> [offsets]
+        top = pre_len
+        code = np.zeros((len(instrs), 8), np.int64)
+        idx_parts, idx_len = [], 0
+        for t, ins in enumerate(instrs):
+            a = [offsets[v] for v in ins.args]
+            dst = 0
+            if ins.dst is not None:
+                size = ins.n * g
+                if free.get(size):
+                    dst = free[size].pop()
+                else:
+                    dst, top = top, top + size
+                offsets[ins.dst] = dst
+                self._sizes[ins.dst] = size
+            for v in set(ins.args):            # operands read for the last time: free
+                if last.get(v) == t and v not in preloaded:
+                    free.setdefault(self._sizes[v], []).append(offsets[v])
+            ib = 0
+            if ins.idx is not None:
+                ib, idx_len = idx_len, idx_len + len(ins.idx)
+                idx_parts.append(ins.idx)
+            a += [0] * (3 - len(a))
+            if ins.op is Op.WHERE:
+                code[t] = (ins.op, dst, a[0], a[1], a[2], ins.n, ins.m, ins.aux)
+            elif ins.op in (Op.GATHER, Op.REDUCE_SUM, Op.REDUCE_MAX, Op.REDUCE_MIN):
+                code[t] = (ins.op, dst, a[0], ib, 0, ins.n, ins.m, ins.aux)
+            elif ins.op in (Op.ACC_SUM, Op.ACC_MAX, Op.ACC_MIN):
+                code[t] = (ins.op, 0, a[0], ib, ins.acc, 0, ins.m, 0)
+            else:
+                code[t] = (ins.op, dst, a[0], a[1], 0, ins.n, ins.m, ins.aux)
+        idx = np.concatenate(idx_parts) if idx_parts else np.zeros(1, np.int64)
+        return code, np.ascontiguousarray(idx, np.int64), top - pre_len, pre_len, offsets
+
+    # -- a call -------------------------------------------------------------------------
+    def run(self, fn, args, whole):
+        """Run on the kernel's arguments `args` (outputs written); `whole`: the kernel's
+        values that are not cut into rows, by var (its whole inputs, and what its `once`
+        nodes computed from them). False (nothing written): an argument of another dtype
+        than its value's."""
+        pre = self.pre_template.copy()
+        g = self.group
+        for p in self.pre:
+            if p.node is not None:
+                val = p.impl(whole[p.node.inputs[0]], **p.params)
+                off = self.pre_offsets[p.var]
+                pre[off:off + p.length * g] = np.tile(
+                    np.asarray(val, np.float64).ravel(), g)
+        ins = [np.ascontiguousarray(args[i]) for i, _ in self.inputs]   # alive until the end
+        if any(x.dtype != v.dtype.np for x, (_, v) in zip(ins, self.inputs)) or any(
+                args[i].dtype != v.dtype.np for i, v in self.outputs):
+            return False
+        addr_in = np.array([x.__array_interface__["data"][0] for x in ins] or [0], np.int64)
+        addr_out = np.array([args[i].__array_interface__["data"][0] for i, _ in self.outputs]
+                            or [0], np.int64)
+        nparts = max(1, parts.get_num_threads())
+        acc = np.tile(self.acc_init, (nparts, 1)) if self.acc_len else np.zeros((nparts, 1))
+        parts.run_parts(fn, (self.code, self.idx, pre, addr_in, addr_out, acc, self.rows,
+                             g, self.work))
+        for i, v, off, size, (_, _, combine) in self.summed:
+            total = combine.reduce(acc[:, off:off + size], axis=0)
+            args[i][...] = total.reshape(args[i].shape).astype(args[i].dtype)
+        del ins
+        return True
+
+
+def _check_dtype(v):
+    if np.dtype(v.dtype.np) not in _ROUND:
+        raise Unsupported(f"dtype {v.dtype}")
+
+
+def _reduce_index(in_shape, out_shape, dims):
+    """For each element of a value of `in_shape` (C order), the flat index of the element of
+    its reduction over `dims` (of `out_shape`) it goes to."""
+    ix = np.arange(math.prod(out_shape), dtype=np.int64).reshape(out_shape)
+    for d in sorted(dims):
+        ix = np.expand_dims(ix, d)
+    return np.ascontiguousarray(np.broadcast_to(ix, in_shape)).ravel()
+
+
+def row_program(kernel, rb):
+    """The RowProgram of a first-tier kernel (codegen.first_tier.ReferenceKernel) and its
+    RowBlocks plan `rb`, or None where the machine cannot run it."""
+    try:
+        return RowProgram(kernel, rb)
+    except Unsupported:
+        return None

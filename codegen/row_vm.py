@@ -1,0 +1,460 @@
+"""The row machine: one Numba function, compiled once per installation, that runs a cold
+kernel's nodes row by row until the kernel's own machine code is compiled.
+
+A kernel that keeps each row to itself (codegen.first_tier.RowBlocks: pointwise chains, row
+reductions, broadcasts of per-row or per-column values) is translated into a short program
+of row instructions (codegen.row_program). `run_rows` interprets such a program over a range
+of rows, a group of rows at a time: every value of a group lives in a float64 register of
+the machine's scratch, a few kilobytes that stay in the CPU's cache, and every instruction
+is one vectorised loop over it. Numpy's first tier paid a Python call and a fresh array for
+every node of every block; here a node costs one loop over cached memory.
+
+The machine is a generated module like a kernel's (the prelude and codegen.approx's float32
+approximations are text, and numba's cache must see all of its code in one file), kept in a
+directory of the installation (`machine_dir`), not in the kernel cache of the user's
+programs: one compile serves every program, every cache directory and every later run.
+
+Registers hold float32 and bool values as float64. A float32 result is rounded to float32
+after every instruction (Round.F32): sums, products, quotients and square roots of float32
+values computed in float64 and rounded once are float32's correctly rounded results, and
+exp, log, tanh, logistic, erf and rsqrt use the compiled kernels' float32 approximations. A
+bool result is 0.0 or 1.0 (Round.BOOL)."""
+import contextlib
+import enum
+import logging
+import os
+import threading
+
+log = logging.getLogger(__name__)
+
+
+class Op(enum.IntEnum):
+    """The row machine's instructions: each is one row (op, dst, a, b, c, n, m, aux) of a
+    program's code matrix. dst, a, b, c: offsets of registers in the scratch; n: the
+    result's length per row; m: the operand's, where it differs (GATHER, REDUCE_*,
+    ACC_*); aux: the Round mode, or the slot of an input (LOAD_*) or output (STORE_*)."""
+    LOAD_F32 = 0          # dst = input aux's rows (as float64)
+    LOAD_F64 = 1
+    LOAD_B8 = 2
+    STORE_F32 = 3         # output aux's rows = a
+    STORE_F64 = 4
+    STORE_B8 = 5
+    NEG = 10              # dst[i] = f(a[i])
+    ABS = 11
+    EXP = 12
+    LOG = 13
+    LOG1P = 14
+    EXPM1 = 15
+    SQRT = 16
+    RSQRT = 17
+    SIN = 18
+    COS = 19
+    TANH = 20
+    LOGISTIC = 21
+    ERF = 22
+    SIGN = 23
+    FLOOR = 24
+    CEIL = 25
+    RECIPROCAL = 26
+    NOT = 27
+    TO_BOOL = 28
+    COPY = 29
+    ADD = 40              # dst[i] = f(a[i], b[i])
+    SUB = 41
+    MUL = 42
+    DIV = 43
+    POW = 44
+    MAX = 45
+    MIN = 46
+    EQ = 47
+    NE = 48
+    LT = 49
+    LE = 50
+    GT = 51
+    GE = 52
+    AND = 53
+    OR = 54
+    WHERE = 60            # dst[i] = a[i] if c[i] else b[i]
+    GATHER = 70           # dst[j] = a[idx[b + j]] within each row: a broadcast
+    REDUCE_SUM = 71       # dst[idx[b + i]] (+)= a[i] within each row
+    REDUCE_MAX = 72
+    REDUCE_MIN = 73
+    ACC_SUM = 80          # acc[part, c + idx[b + i]] (+)= a[i] over the part's rows
+    ACC_MAX = 81
+    ACC_MIN = 82
+
+
+class Round(enum.IntEnum):
+    """How an instruction's result is kept (its node's dtype)."""
+    F64 = 0
+    F32 = 1
+    BOOL = 2
+
+
+# The expression of each element-wise instruction on x (and y): (float32, float64). The
+# float32 one takes x, y as float32 values and may return float32 or float64 (rounded to
+# float32 either way); None: the float64 one, rounded.
+_UNARY = {
+    Op.NEG: ("-x", "-x"),
+    Op.ABS: ("abs(x)", "abs(x)"),
+    Op.EXP: ("exp_f32(x)", "math.exp(x)"),
+    Op.LOG: ("log_f32(x)", "_log(x)"),
+    Op.LOG1P: (None, "_log1p(x)"),
+    Op.EXPM1: (None, "math.expm1(x)"),
+    Op.SQRT: (None, "_sqrt(x)"),
+    Op.RSQRT: ("rsqrt_f32(x)", "_rsqrt(x)"),
+    Op.SIN: (None, "math.sin(x)"),
+    Op.COS: (None, "math.cos(x)"),
+    Op.TANH: ("tanh_f32(x)", "math.tanh(x)"),
+    Op.LOGISTIC: ("logistic_f32(x)", "_logistic(x)"),
+    Op.ERF: ("erf_f32(x)", "math.erf(x)"),
+    Op.SIGN: (None, "_sign(x)"),
+    Op.FLOOR: (None, "np.floor(x)"),
+    Op.CEIL: (None, "np.ceil(x)"),
+    Op.RECIPROCAL: (None, "1.0 / x"),
+    Op.NOT: (None, "1.0 if x == 0.0 else 0.0"),
+    Op.TO_BOOL: (None, "1.0 if x != 0.0 else 0.0"),
+    Op.COPY: (None, "x"),
+}
+_BINARY = {
+    Op.ADD: "x + y", Op.SUB: "x - y", Op.MUL: "x * y", Op.DIV: "x / y", Op.POW: "x ** y",
+    Op.MAX: "_max(x, y)", Op.MIN: "_min(x, y)",
+    Op.EQ: "1.0 if x == y else 0.0", Op.NE: "1.0 if x != y else 0.0",
+    Op.LT: "1.0 if x < y else 0.0", Op.LE: "1.0 if x <= y else 0.0",
+    Op.GT: "1.0 if x > y else 0.0", Op.GE: "1.0 if x >= y else 0.0",
+    Op.AND: "1.0 if (x != 0.0 and y != 0.0) else 0.0",
+    Op.OR: "1.0 if (x != 0.0 or y != 0.0) else 0.0",
+}
+APPROXIMATIONS = ("exp_f32", "log_f32", "tanh_f32", "logistic_f32", "erf_f32", "rsqrt_f32")
+
+_SCALARS = '''
+
+@_ijit
+def _max(x, y):             # NaN propagates; of two equal values (0.0, -0.0) the first
+    if x != x or x == y:
+        return x
+    if y != y:
+        return y
+    return x if x > y else y
+
+
+@_ijit
+def _min(x, y):
+    if x != x or x == y:
+        return x
+    if y != y:
+        return y
+    return x if x < y else y
+
+
+@_ijit
+def _sign(x):
+    if x > 0.0:
+        return 1.0
+    if x < 0.0:
+        return -1.0
+    return x if x != x else 0.0     # NaN stays NaN; both zeros give 0.0, as numpy's sign
+
+
+@_ijit
+def _logistic(x):
+    if x >= 0.0:
+        return 1.0 / (1.0 + math.exp(-x))
+    e = math.exp(x)
+    return e / (1.0 + e)
+
+
+@_ijit
+def _log(x):
+    return math.log(x) if x > 0.0 else (-INF64 if x == 0.0 else (x if x != x else NAN64))
+
+
+@_ijit
+def _log1p(x):
+    return math.log1p(x) if x > -1.0 else (-INF64 if x == -1.0 else (x if x != x else NAN64))
+
+
+@_ijit
+def _sqrt(x):
+    return math.sqrt(x) if x >= 0.0 else (x if x != x else NAN64)
+
+
+@_ijit
+def _rsqrt(x):
+    return 1.0 / _sqrt(x)
+
+
+@_intrinsic
+def _ptr(typingctx, addr, dtype):
+    """A pointer of `dtype` at the integer address `addr`."""
+    ptrty = numba.types.CPointer(dtype.dtype)
+
+    def codegen(context, builder, sig, args):
+        return builder.inttoptr(args[0], context.get_value_type(ptrty))
+    return ptrty(addr, dtype), codegen
+'''
+
+_HEAD = '''
+
+@_jit
+def run_rows(phase, part, nparts, ws, code, idx, pre, addr_in, addr_out, acc, nrows, group,
+             work):
+    lo = nrows * part // nparts
+    hi = nrows * (part + 1) // nparts
+    npre = pre.shape[0]
+    s = np.empty(npre + work, np.float64)
+    for i in range(npre):
+        s[i] = pre[i]
+    ninstr = code.shape[0]
+    r = lo
+    while r < hi:
+        g = min(group, hi - r)
+        for k in range(ninstr):
+            op = code[k, 0]
+            dst = code[k, 1]
+            a = code[k, 2]
+            b = code[k, 3]
+            c = code[k, 4]
+            n = code[k, 5]
+            m = code[k, 6]
+            aux = code[k, 7]
+            gn = g * n
+            # (registers as slices: an index from a range is known not to be negative, so
+            # the loops vectorise; s[dst + i] would be checked for wrapping around)
+            d = s[dst:dst + gn]
+            xa = s[a:a + gn]
+            if op == 0:
+                p32 = _ptr(addr_in[aux] + r * n * 4, np.float32)
+                for i in range(gn):
+                    d[i] = p32[i]
+            elif op == 1:
+                p64 = _ptr(addr_in[aux] + r * n * 8, np.float64)
+                for i in range(gn):
+                    d[i] = p64[i]
+            elif op == 2:
+                p8 = _ptr(addr_in[aux] + r * n, np.uint8)
+                for i in range(gn):
+                    d[i] = 1.0 if p8[i] != 0 else 0.0
+            elif op == 3:
+                q32 = _ptr(addr_out[aux] + r * n * 4, np.float32)
+                for i in range(gn):
+                    q32[i] = np.float32(xa[i])
+            elif op == 4:
+                q64 = _ptr(addr_out[aux] + r * n * 8, np.float64)
+                for i in range(gn):
+                    q64[i] = xa[i]
+            elif op == 5:
+                q8 = _ptr(addr_out[aux] + r * n, np.uint8)
+                for i in range(gn):
+                    q8[i] = 1 if xa[i] != 0.0 else 0
+'''
+
+_TAIL = '''\
+            elif op == 60:
+                yb = s[b:b + gn]
+                zc = s[c:c + gn]
+                for i in range(gn):
+                    d[i] = xa[i] if zc[i] != 0.0 else yb[i]
+            elif op == 70:
+                ix = idx[b:b + n]
+                for j in range(g):
+                    dj = s[dst + j * n:dst + j * n + n]
+                    aj = s[a + j * m:a + j * m + m]
+                    for i in range(n):
+                        dj[i] = aj[ix[i]]
+            elif op == 71 or op == 72 or op == 73:
+                ix = idx[b:b + m]
+                for j in range(g):
+                    dj = s[dst + j * n:dst + j * n + n]
+                    aj = s[a + j * m:a + j * m + m]
+                    if op == 71:
+                        for i in range(n):
+                            dj[i] = 0.0
+                        for i in range(m):
+                            dj[ix[i]] += aj[i]
+                    elif op == 72:
+                        for i in range(n):
+                            dj[i] = -INF64
+                        for i in range(m):
+                            dj[ix[i]] = _max(dj[ix[i]], aj[i])
+                    else:
+                        for i in range(n):
+                            dj[i] = INF64
+                        for i in range(m):
+                            dj[ix[i]] = _min(dj[ix[i]], aj[i])
+                    if aux == 1:
+                        for i in range(n):
+                            dj[i] = np.float64(np.float32(dj[i]))
+            elif op == 80 or op == 81 or op == 82:
+                ix = idx[b:b + m]
+                ap = acc[part]
+                at = ap[c:]
+                for j in range(g):
+                    aj = s[a + j * m:a + j * m + m]
+                    if op == 80:
+                        for i in range(m):
+                            at[ix[i]] += aj[i]
+                    elif op == 81:
+                        for i in range(m):
+                            at[ix[i]] = _max(at[ix[i]], aj[i])
+                    else:
+                        for i in range(m):
+                            at[ix[i]] = _min(at[ix[i]], aj[i])
+        r += g
+    return 0
+'''
+
+
+def _elementwise_text():
+    """One branch per element-wise instruction, each a plain loop per rounding mode (the
+    loops vectorise; a mode tested per element would not)."""
+    out = []
+    for op, (f32, f64) in _UNARY.items():
+        rounded = (f"                        x = np.float32(xa[i])\n"
+                   f"                        d[i] = np.float64(np.float32({f32}))\n"
+                   if f32 else
+                   f"                        x = xa[i]\n"
+                   f"                        d[i] = np.float64(np.float32({f64}))\n")
+        out.append(f"            elif op == {int(op)}:\n"
+                   f"                if aux == 1:\n"
+                   f"                    for i in range(gn):\n" + rounded +
+                   f"                else:\n"
+                   f"                    for i in range(gn):\n"
+                   f"                        x = xa[i]\n"
+                   f"                        d[i] = {f64}\n")
+    for op, expr in _BINARY.items():
+        out.append(f"            elif op == {int(op)}:\n"
+                   f"                yb = s[b:b + gn]\n"
+                   f"                if aux == 1:\n"
+                   f"                    for i in range(gn):\n"
+                   f"                        x = xa[i]\n"
+                   f"                        y = yb[i]\n"
+                   f"                        d[i] = np.float64(np.float32({expr}))\n"
+                   f"                else:\n"
+                   f"                    for i in range(gn):\n"
+                   f"                        x = xa[i]\n"
+                   f"                        y = yb[i]\n"
+                   f"                        d[i] = {expr}\n")
+    return "".join(out)
+
+
+def machine_source():
+    """The text of the row machine's module (without the cache's header line)."""
+    from aotgrad.codegen import approx, prelude
+    return (prelude.PRELUDE + approx.helper_source(APPROXIMATIONS) + _SCALARS + _HEAD
+            + _elementwise_text() + _TAIL)
+
+
+def machine_dir():
+    """Where the machine's module and its machine code live: `_machine` beside this file
+    (the installation), else, where the installation is read-only, the kernel cache."""
+    d = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_machine")
+    try:
+        os.makedirs(d, mode=0o700, exist_ok=True)
+        if os.access(d, os.W_OK):
+            return d
+    except OSError:
+        pass
+    from aotgrad.codegen import cache
+    return cache.cache_dir()
+
+
+def signature_description():
+    """`run_rows`'s one signature, as codegen.compile_worker describes one."""
+    return [["size"]] * 3 + [["array", "uint8", 1], ["array", "int64", 2],
+                             ["array", "int64", 1], ["array", "float64", 1],
+                             ["array", "int64", 1], ["array", "int64", 1],
+                             ["array", "float64", 2]] + [["size"]] * 3
+
+
+class _Machine:
+    """The machine of this process: None until loaded (`machine()`), loaded once by a
+    background thread that compiles it in a helper process where numba's cache does not
+    hold it yet (once per installation: the first process to need it holds a lock on the
+    machine's directory meanwhile, so others wait for its work instead of repeating it)."""
+
+    def __init__(self):
+        self.fn = None
+        self.started = False
+        self.failed = None
+        self.lock = threading.Lock()
+        self.ready = threading.Event()
+
+
+_machine = _Machine()
+
+
+def enabled():
+    """AOTGRAD_ROW_MACHINE=0 keeps cold kernels on numpy (codegen.first_tier)."""
+    return os.environ.get("AOTGRAD_ROW_MACHINE", "1").strip() != "0"
+
+
+def machine():
+    """`run_rows` where it is loaded in this process, else None (and its loading starts)."""
+    fn = _machine.fn
+    if fn is None and not _machine.started:
+        request()
+    return fn
+
+
+def request():
+    """Start loading the machine in the background (once per process)."""
+    with _machine.lock:
+        if _machine.started or not enabled():
+            return
+        _machine.started = True
+    threading.Thread(target=_load, daemon=True, name="aotgrad-row-machine").start()
+
+
+def wait(timeout=None):
+    """Block until the machine is loaded (True) or failed or `timeout` passed (False)."""
+    request()
+    return _machine.ready.wait(timeout) and _machine.fn is not None
+
+
+def _load():
+    from aotgrad.codegen import cache, parallel_compile, tiers
+    from aotgrad.codegen.compile_worker import numba_signature
+    try:
+        source, d = machine_source(), machine_dir()
+        mod, _ = cache.load_module(source, directory=d)
+        if not cache.has_machine_code(source, "run_rows", directory=d):
+            unit = parallel_compile.Unit(mod.__file__, mod.__name__, "run_rows",
+                                         signature_description(), len(source))
+            tiers.track([unit], tiers.Priority.FIRST_TIER)
+            try:
+                with _compile_lock(d):
+                    if not cache.has_machine_code(source, "run_rows", directory=d):
+                        parallel_compile.compile_in_helpers([unit], d)
+            finally:
+                tiers.untrack(unit)
+        if not tiers.begin_load():          # the interpreter is exiting
+            return
+        try:
+            # numba's cache, filled by the helper (or compiled here where none could run)
+            mod.run_rows.compile(numba_signature(signature_description()))
+        finally:
+            tiers.end_load()
+        _machine.fn = mod.run_rows
+    except Exception as e:      # the first tier stays on numpy: correct, only slower
+        _machine.failed = e
+        log.warning("the row machine did not load (%s: %s); cold kernels stay on numpy",
+                    type(e).__name__, e)
+    finally:
+        _machine.ready.set()
+
+
+@contextlib.contextmanager
+def _compile_lock(d):
+    fd = None
+    try:
+        import fcntl
+        fd = os.open(os.path.join(d, ".machine.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except (ImportError, OSError):
+        pass
+    try:
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)

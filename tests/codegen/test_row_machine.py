@@ -1,0 +1,245 @@
+"""The row machine (codegen/row_vm.py, codegen/row_program.py): a cold kernel that keeps its
+rows to itself runs as a program of row instructions until its own machine code is
+compiled. Each kernel's results are compared with the IR's reference evaluation (numpy,
+as eager computes): element-wise prims of float32, float64 and bool, NaN, infinities and
+-0.0, reductions within rows and over them (partial sums of several threads), broadcasts
+of per-row, per-column and repeated values, a causal mask, outputs written over their
+inputs; and a training step compiled on the first tier against eager. The machine is
+compiled once (in a helper process) the first time this module needs it."""
+import numpy as np
+import pytest
+
+from aotgrad.codegen import compile_graph, first_tier, parts, row_program, row_vm, tiers
+from aotgrad.ir import Aval, GraphBuilder, evaluate, prims
+from aotgrad.ir import dtypes as dt
+from aotgrad.testing import assert_close
+
+
+@pytest.fixture
+def machine_tier(tmp_path, monkeypatch):
+    """Programs built here keep their cold kernels on the first tier (no compile of
+    theirs), where the row machine runs what it can; every run through the machine is
+    counted in the list returned."""
+    monkeypatch.setenv("AOTGRAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("AOTGRAD_BACKGROUND_COMPILE", "1")
+    monkeypatch.setenv("AOTGRAD_ROW_MACHINE", "1")
+    monkeypatch.delenv("AOTGRAD_FIRST_TIER", raising=False)
+    monkeypatch.setattr(tiers, "submit", lambda job, priority=None: None)
+    monkeypatch.setattr(tiers, "track", lambda units, priority=None: None)
+    assert row_vm.wait(900), f"the row machine did not load: {row_vm._machine.failed!r}"
+    runs = []
+    run = row_program.RowProgram.run
+    monkeypatch.setattr(row_program.RowProgram, "run",
+                        lambda self, fn, args, whole: runs.append(run(self, fn, args, whole))
+                        or runs[-1])
+    return runs
+
+
+def _graph(name, avals, body):
+    b = GraphBuilder(name)
+    xs = [b.add_input(Aval(shape, dtype), f"x{i}") for i, (shape, dtype) in enumerate(avals)]
+    with b:
+        outs = body(*xs)
+    b.graph.outputs = list(outs)
+    return b.graph
+
+
+def _check(graph, args, runs, rtol=1e-6, atol=1e-6, machine=True):
+    prog = compile_graph(graph)
+    assert prog.first_tier, "no kernel on the first tier"
+    got = [np.array(a) for a in prog(*args)]
+    want = evaluate(graph, args)
+    if machine:
+        assert runs and all(runs), "no kernel ran on the row machine"
+    for g, w in zip(got, want):
+        assert g.dtype == np.asarray(w).dtype
+        assert_close(g, w, rtol=rtol, atol=atol, equal_nan=True)
+    return prog, got, want
+
+
+def _bcast(v, shape, dims):
+    return prims.broadcast_in_dim(v, shape=shape, dims=dims)
+
+
+def _const(value, shape, dtype=dt.float32):
+    return prims.full(shape=shape, value=value, dtype=dtype)
+
+
+RNG = np.random.default_rng(11)
+UNARY = [prims.neg, prims.abs, prims.exp, prims.log, prims.log1p, prims.expm1, prims.sqrt,
+         prims.rsqrt, prims.sin, prims.cos, prims.tanh, prims.logistic, prims.erf, prims.sign,
+         prims.floor, prims.ceil, prims.reciprocal]
+BINARY = [prims.add, prims.sub, prims.mul, prims.div, prims.pow, prims.maximum,
+          prims.minimum]
+COMPARE = [prims.eq, prims.ne, prims.lt, prims.le, prims.gt, prims.ge]
+
+
+def _specials(shape, dtype, rng):
+    x = rng.uniform(-3, 3, shape).astype(dtype)
+    flat = x.reshape(-1)
+    flat[:8] = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, -1.0, 88.0]
+    return x
+
+
+@pytest.mark.parametrize("dtype", [dt.float32, dt.float64])
+@pytest.mark.parametrize("prim", UNARY)
+def test_unary_prims_equal_the_reference(machine_tier, prim, dtype):
+    shape = (33, 20)
+    g = _graph(prim.name, [(shape, dtype)], lambda x: [prim(x)])
+    x = _specials(shape, dtype.np, RNG)
+    # float32: the compiled kernels' approximations (<= 5e-7 relative), exact elsewhere
+    rtol = 2e-6 if dtype is dt.float32 else 1e-12
+    _, got, want = _check(g, [x], machine_tier, rtol=rtol, atol=1e-30)
+    # NaN where the reference has NaN, and the sign of every zero (-0.0 stays -0.0)
+    assert np.array_equal(np.isnan(got[0]), np.isnan(want[0]))
+    zeros = want[0] == 0
+    assert np.array_equal(np.signbit(got[0][zeros]), np.signbit(want[0][zeros]))
+
+
+@pytest.mark.parametrize("dtype", [dt.float32, dt.float64])
+@pytest.mark.parametrize("prim", BINARY + COMPARE)
+def test_binary_prims_equal_the_reference(machine_tier, prim, dtype):
+    shape = (17, 12)
+    g = _graph(prim.name, [(shape, dtype), (shape, dtype)], lambda x, y: [prim(x, y)])
+    x, y = _specials(shape, dtype.np, RNG), _specials(shape, dtype.np, RNG)[::-1].copy()
+    y.reshape(-1)[20:24] = [0.0, -0.0, np.inf, np.nan]
+    x.reshape(-1)[20:24] = [-0.0, 0.0, np.inf, 2.0]
+    _, got, want = _check(g, [x, y], machine_tier, rtol=2e-6 if dtype is dt.float32 else 1e-12,
+                          atol=1e-30)
+    zeros = want[0] == 0
+    if want[0].dtype.kind == "f":
+        assert np.array_equal(np.signbit(got[0][zeros]), np.signbit(want[0][zeros]))
+
+
+def test_bool_values_masks_and_conversions(machine_tier):
+    shape = (24, 10)
+
+    def body(x, y, m):
+        big = prims.gt(x, y)
+        both = prims.logical_and(big, m)
+        either = prims.add(big, m)                        # bool + bool: or
+        none_ = prims.logical_not(prims.logical_or(both, either))
+        f = prims.convert_element_type(both, dtype=dt.float32)
+        back = prims.convert_element_type(prims.mul(x, f), dtype=dt.bool_)
+        w = prims.where(m, x, prims.neg(y))
+        d = prims.convert_element_type(prims.convert_element_type(x, dtype=dt.float64),
+                                       dtype=dt.float32)
+        return [both, either, none_, f, back, w, d]
+    g = _graph("bools", [(shape, dt.float32), (shape, dt.float32), (shape, dt.bool_)], body)
+    x, y = RNG.normal(size=shape).astype(np.float32), RNG.normal(size=shape).astype(np.float32)
+    m = RNG.random(shape) < 0.5
+    _check(g, [x, y, m], machine_tier, rtol=0, atol=0)
+
+
+def test_row_reductions_softmax_and_reductions_over_the_rows(machine_tier, monkeypatch):
+    monkeypatch.setattr(row_program, "GROUP_ELEMENTS", 64)   # groups of 2 rows and a tail
+    R, C = 41, 24
+
+    def body(x, y):
+        t = prims.tanh(prims.add(x, _bcast(y, (R, C), (1,))))
+        e = prims.exp(prims.sub(t, _bcast(prims.reduce_max(t, dims=(1,)), (R, C), (0,))))
+        soft = prims.div(e, _bcast(prims.reduce_sum(e, dims=(1,)), (R, C), (0,)))
+        tx = prims.mul(t, x)
+        return [soft, prims.reduce_sum(tx, dims=(0,)), prims.reduce_max(tx, dims=(0,)),
+                prims.reduce_min(tx, dims=(0,)), prims.reduce_sum(tx, dims=(0, 1)),
+                prims.reduce_min(t, dims=(1,)),
+                prims.mul(t, _const(0.5, (R, C)))]
+    g = _graph("rows", [((R, C), dt.float32), ((C,), dt.float32)], body)
+    x = RNG.uniform(-2, 2, (R, C)).astype(np.float32)
+    x[3, 5] = np.nan                       # a NaN row: its max, min and sums are NaN
+    y = RNG.uniform(-1, 1, (C,)).astype(np.float32)
+    for threads in (1, 2, 3):              # partial results of each thread, combined
+        monkeypatch.setattr(parts._Threads, "count", threads)
+        _check(g, [x, y], machine_tier, rtol=1e-6, atol=1e-6)
+
+
+def test_layer_norm_forward_and_backward_over_three_axes(machine_tier):
+    shape = (4, 6, 8)
+
+    def body(x, w, gy):
+        mean = prims.div(prims.reduce_sum(x, dims=(2,)), _bcast(_const(8.0, ()), (4, 6), ()))
+        c = prims.sub(x, _bcast(prims.reshape(mean, shape=(4, 6, 1)), shape, (0, 1, 2)))
+        var = prims.div(prims.reduce_sum(prims.mul(c, c), dims=(2,)),
+                        _bcast(_const(8.0, ()), (4, 6), ()))
+        r = prims.rsqrt(prims.add(var, _bcast(_const(1e-5, ()), (4, 6), ())))
+        xhat = prims.mul(c, _bcast(r, shape, (0, 1)))
+        y = prims.mul(xhat, _bcast(w, shape, (2,)))
+        gw = prims.reduce_sum(prims.mul(gy, xhat), dims=(0, 1))
+        gb = prims.reduce_sum(gy, dims=(0, 1))
+        return [y, gw, gb]
+    g = _graph("ln", [(shape, dt.float32), ((8,), dt.float32), (shape, dt.float32)], body)
+    args = [RNG.normal(size=shape).astype(np.float32),
+            RNG.uniform(0.5, 2, (8,)).astype(np.float32),
+            RNG.normal(size=shape).astype(np.float32)]
+    _check(g, args, machine_tier, rtol=2e-6, atol=1e-6)
+
+
+def test_a_causal_mask_repeated_over_batch_and_heads(machine_tier):
+    shape = (2, 3, 6, 6)
+
+    def body(s, m):
+        t = prims.where(_bcast(m, shape, (0, 1, 2, 3)), s, _bcast(_const(-np.inf, ()), shape, ()))
+        e = prims.exp(prims.sub(t, _bcast(prims.reduce_max(t, dims=(3,)), shape, (0, 1, 2))))
+        return [prims.div(e, _bcast(prims.reduce_sum(e, dims=(3,)), shape, (0, 1, 2)))]
+    g = _graph("attn", [(shape, dt.float32), ((1, 1, 6, 6), dt.bool_)], body)
+    args = [RNG.normal(size=shape).astype(np.float32), np.tril(np.ones((6, 6), bool))[None, None]]
+    _check(g, args, machine_tier, rtol=2e-6, atol=1e-7)
+
+
+def test_an_output_written_over_its_input(machine_tier):
+    g = _graph("pw", [((40, 24), dt.float32)],
+               lambda x: [prims.add(prims.tanh(x), _const(1.0, (40, 24)))])
+    prog = compile_graph(g)
+    ref, = prog.first_tier.values()
+    assert ref.program is not None
+    kinds = [a.kind for a in next(iter(prog.specs.values())).args]
+    x = RNG.normal(size=(40, 24)).astype(np.float32)
+    want = evaluate(g, [x])[0]
+    assert ref(*[x if k in ("in", "out") else 0 for k in kinds]) == 0
+    assert machine_tier == [True]
+    assert_close(x, want, rtol=2e-6, atol=2.4e-7)     # tanh(x) + 1: an ulp of 1 near -1
+
+
+def test_kernels_the_machine_does_not_run_stay_on_numpy(machine_tier, monkeypatch):
+    # an integer value: no instruction (float64 registers would not hold every int64)
+    g = _graph("ints", [((20, 8), dt.int64)], lambda x: [prims.add(x, x)])
+    prog = compile_graph(g)
+    assert all(r.program is None for r in prog.first_tier.values())
+    x = RNG.integers(-2 ** 62, 2 ** 62, (20, 8))
+    assert np.array_equal(prog(x)[0], x + x)
+    # turned off
+    monkeypatch.setenv("AOTGRAD_ROW_MACHINE", "0")
+    g = _graph("off", [((20, 8), dt.float32)], lambda x: [prims.exp(x)])
+    prog = compile_graph(g)
+    assert all(r.program is None for r in prog.first_tier.values())
+
+
+def test_a_compiled_training_step_on_the_machine_equals_eager(machine_tier):
+    import aotgrad
+    F = aotgrad.nn.functional
+    rng = np.random.default_rng(0)
+    x = aotgrad.tensor(rng.standard_normal((2, 9, 12)).astype(np.float32))
+    labels = aotgrad.tensor(rng.integers(0, 5, (2, 9)))
+    w1 = rng.standard_normal((20, 12)).astype(np.float32) * 0.3
+    w2 = rng.standard_normal((5, 20)).astype(np.float32) * 0.3
+    mask = aotgrad.tensor(np.tril(np.ones((9, 9), bool)))
+
+    def loss_fn(w1, w2):
+        h = F.gelu(F.layer_norm(x @ w1.T, (20,)), approximate="tanh")
+        a = (h @ h.transpose(1, 2)).masked_fill(~mask, float("-inf"))
+        s = F.softmax(a, dim=-1) @ F.gelu(h)
+        return F.cross_entropy((s @ w2.T).reshape(18, 5), labels.reshape(18))
+
+    def grads(fn):
+        ps = [aotgrad.tensor(w1, requires_grad=True), aotgrad.tensor(w2, requires_grad=True)]
+        loss = fn(*ps)
+        loss.backward()
+        return [loss.detach().numpy()] + [p.grad.numpy() for p in ps]
+
+    want = grads(loss_fn)
+    compiled = aotgrad.compile(loss_fn)
+    for _ in range(2):
+        got = grads(compiled)
+        for g, w in zip(got, want):
+            assert_close(g, w, rtol=2e-5, atol=2e-6)
+    assert any(machine_tier), "no kernel of the step ran on the row machine"
