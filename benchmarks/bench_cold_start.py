@@ -13,7 +13,10 @@ cold kernels run on numpy first while helper processes compile them in the backg
 "aotgrad compiled serial-first" (AOTGRAD_FIRST_TIER=serial: every kernel compiled before
 the first call, other background compiles after it); "aotgrad compiled up-front"
 (AOTGRAD_BACKGROUND_COMPILE=0: nothing in the background, so its first step's time holds
-every compile the run needs).
+every compile the run needs); "aotgrad compiled numpy-first" (AOTGRAD_ROW_MACHINE=0: cold
+kernels on numpy, not on the row machine, codegen/row_vm.py). The row machine is compiled
+once per installation, not per cache directory: a cold row here has it (run any cold
+program once after installing, or delete codegen/_machine to see a fresh installation).
 
 Each row is one fresh process: `cold` with an empty cache directory, `warm` the same
 command again on the directory the cold run filled (after the compile work it left behind
@@ -46,7 +49,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 MARK = "RESULT "
 SYSTEMS = {"torch eager": {}, "aotgrad compiled": {},
            "aotgrad compiled serial-first": {"AOTGRAD_FIRST_TIER": "serial"},
-           "aotgrad compiled up-front": {"AOTGRAD_BACKGROUND_COMPILE": "0"}}
+           "aotgrad compiled up-front": {"AOTGRAD_BACKGROUND_COMPILE": "0"},
+           "aotgrad compiled numpy-first": {"AOTGRAD_ROW_MACHINE": "0"}}
 
 
 def _w4_step(M, quick):

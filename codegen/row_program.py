@@ -18,9 +18,8 @@ import math
 import numpy as np
 
 from aotgrad.codegen import parts
-from aotgrad.codegen.row_vm import Op, Round
+from aotgrad.codegen.row_vm import AccForm, GatherForm, Op, ReduceForm, Round
 from aotgrad.ir import prims
-from aotgrad.ir.tags import Tag
 
 # elements of the widest value per group of rows: registers of 8 KB, a program's live ones
 # in the CPU's cache
@@ -258,10 +257,16 @@ class RowProgram:
             a += [0] * (3 - len(a))
             if ins.op is Op.WHERE:
                 code[t] = (ins.op, dst, a[0], a[1], a[2], ins.n, ins.m, ins.aux)
-            elif ins.op in (Op.GATHER, Op.REDUCE_SUM, Op.REDUCE_MAX, Op.REDUCE_MIN):
-                code[t] = (ins.op, dst, a[0], ib, 0, ins.n, ins.m, ins.aux)
+            elif ins.op is Op.GATHER:
+                code[t] = (ins.op, dst, a[0], ib, _gather_form(ins.idx, ins.n, ins.m), ins.n,
+                           ins.m, ins.aux)
+            elif ins.op in (Op.REDUCE_SUM, Op.REDUCE_MAX, Op.REDUCE_MIN):
+                code[t] = (ins.op, dst, a[0], ib, _reduce_form(ins.idx, ins.n, ins.m), ins.n,
+                           ins.m, ins.aux)
             elif ins.op in (Op.ACC_SUM, Op.ACC_MAX, Op.ACC_MIN):
-                code[t] = (ins.op, 0, a[0], ib, ins.acc, 0, ins.m, 0)
+                direct = np.array_equal(ins.idx, np.arange(ins.m))
+                code[t] = (ins.op, 0, a[0], ib, ins.acc,
+                           AccForm.DIRECT if direct else AccForm.INDEXED, ins.m, 0)
             else:
                 code[t] = (ins.op, dst, a[0], a[1], 0, ins.n, ins.m, ins.aux)
         idx = np.concatenate(idx_parts) if idx_parts else np.zeros(1, np.int64)
@@ -297,6 +302,21 @@ class RowProgram:
             args[i][...] = total.reshape(args[i].shape).astype(args[i].dtype)
         del ins
         return True
+
+
+def _gather_form(idx, n, m):
+    if n % m == 0:
+        if np.array_equal(idx, np.repeat(np.arange(m), n // m)):
+            return GatherForm.REPEAT
+        if np.array_equal(idx, np.tile(np.arange(m), n // m)):
+            return GatherForm.TILE
+    return GatherForm.INDEXED
+
+
+def _reduce_form(idx, n, m):
+    if m % n == 0 and np.array_equal(idx, np.repeat(np.arange(n), m // n)):
+        return ReduceForm.RUNS
+    return ReduceForm.INDEXED
 
 
 def _check_dtype(v):

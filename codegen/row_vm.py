@@ -75,6 +75,7 @@ class Op(enum.IntEnum):
     AND = 53
     OR = 54
     WHERE = 60            # dst[i] = a[i] if c[i] else b[i]
+    # (GatherForm, ReduceForm in c, AccForm in n: the shape of the index map)
     GATHER = 70           # dst[j] = a[idx[b + j]] within each row: a broadcast
     REDUCE_SUM = 71       # dst[idx[b + i]] (+)= a[i] within each row
     REDUCE_MAX = 72
@@ -82,6 +83,26 @@ class Op(enum.IntEnum):
     ACC_SUM = 80          # acc[part, c + idx[b + i]] (+)= a[i] over the part's rows
     ACC_MAX = 81
     ACC_MIN = 82
+
+
+class GatherForm(enum.IntEnum):
+    """A GATHER's index map, where a loop needs no index (in c): each element repeated
+    n // m times (a per-row value broadcast along its row), or the row n // m times."""
+    INDEXED = 0
+    REPEAT = 1
+    TILE = 2
+
+
+class ReduceForm(enum.IntEnum):
+    """A REDUCE_*'s index map (in c): runs of m // n elements (over the last axes)."""
+    INDEXED = 0
+    RUNS = 1
+
+
+class AccForm(enum.IntEnum):
+    """An ACC_*'s index map (in n): element i into element i (a sum over the rows only)."""
+    INDEXED = 0
+    DIRECT = 1
 
 
 class Round(enum.IntEnum):
@@ -256,12 +277,55 @@ _TAIL = '''\
                 for i in range(gn):
                     d[i] = xa[i] if zc[i] != 0.0 else yb[i]
             elif op == 70:
-                ix = idx[b:b + n]
-                for j in range(g):
-                    dj = s[dst + j * n:dst + j * n + n]
-                    aj = s[a + j * m:a + j * m + m]
-                    for i in range(n):
-                        dj[i] = aj[ix[i]]
+                if c == 1:                   # each element repeated n // m times
+                    rep = n // m
+                    for o in range(g * m):
+                        v = xa[o]
+                        do = s[dst + o * rep:dst + o * rep + rep]
+                        for i in range(rep):
+                            do[i] = v
+                elif c == 2:                 # the row repeated n // m times
+                    for t in range(g * (n // m)):
+                        dt = s[dst + t * m:dst + t * m + m]
+                        at = s[a + (t // (n // m)) * m:a + (t // (n // m)) * m + m]
+                        for i in range(m):
+                            dt[i] = at[i]
+                else:
+                    ix = idx[b:b + n]
+                    for j in range(g):
+                        dj = s[dst + j * n:dst + j * n + n]
+                        aj = s[a + j * m:a + j * m + m]
+                        for i in range(n):
+                            dj[i] = aj[ix[i]]
+            elif (op == 71 or op == 72 or op == 73) and c == 1:   # runs of m // n
+                run = m // n
+                for o in range(g * n):
+                    ao = s[a + o * run:a + o * run + run]
+                    if op == 71:
+                        t0 = 0.0                 # four sums: the adds overlap
+                        t1 = 0.0
+                        t2 = 0.0
+                        t3 = 0.0
+                        i = 0
+                        while i + 4 <= run:
+                            t0 += ao[i]
+                            t1 += ao[i + 1]
+                            t2 += ao[i + 2]
+                            t3 += ao[i + 3]
+                            i += 4
+                        while i < run:
+                            t0 += ao[i]
+                            i += 1
+                        v = (t0 + t1) + (t2 + t3)
+                    elif op == 72:
+                        v = -INF64
+                        for i in range(run):
+                            v = _max(v, ao[i])
+                    else:
+                        v = INF64
+                        for i in range(run):
+                            v = _min(v, ao[i])
+                    s[dst + o] = np.float64(np.float32(v)) if aux == 1 else v
             elif op == 71 or op == 72 or op == 73:
                 ix = idx[b:b + m]
                 for j in range(g):
@@ -288,10 +352,13 @@ _TAIL = '''\
             elif op == 80 or op == 81 or op == 82:
                 ix = idx[b:b + m]
                 ap = acc[part]
-                at = ap[c:]
+                at = ap[c:c + m] if n == 1 else ap[c:]
                 for j in range(g):
                     aj = s[a + j * m:a + j * m + m]
-                    if op == 80:
+                    if op == 80 and n == 1:      # element i to element i: a vector add
+                        for i in range(m):
+                            at[i] += aj[i]
+                    elif op == 80:
                         for i in range(m):
                             at[ix[i]] += aj[i]
                     elif op == 81:

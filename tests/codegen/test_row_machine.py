@@ -9,7 +9,7 @@ compiled once (in a helper process) the first time this module needs it."""
 import numpy as np
 import pytest
 
-from aotgrad.codegen import compile_graph, first_tier, parts, row_program, row_vm, tiers
+from aotgrad.codegen import compile_graph, parts, row_program, row_vm, tiers
 from aotgrad.ir import Aval, GraphBuilder, evaluate, prims
 from aotgrad.ir import dtypes as dt
 from aotgrad.testing import assert_close
@@ -171,7 +171,10 @@ def test_layer_norm_forward_and_backward_over_three_axes(machine_tier):
     args = [RNG.normal(size=shape).astype(np.float32),
             RNG.uniform(0.5, 2, (8,)).astype(np.float32),
             RNG.normal(size=shape).astype(np.float32)]
-    _check(g, args, machine_tier, rtol=2e-6, atol=1e-6)
+    prog, _, _ = _check(g, args, machine_tier, rtol=2e-6, atol=1e-6)
+    acc_forms = {(int(op), int(n)) for r in prog.first_tier.values() if r.program is not None
+                 for op, n in zip(r.program.code[:, 0], r.program.code[:, 5])}
+    assert (row_vm.Op.ACC_SUM, row_vm.AccForm.DIRECT) in acc_forms     # the bias's gradient
 
 
 def test_a_causal_mask_repeated_over_batch_and_heads(machine_tier):
@@ -243,3 +246,27 @@ def test_a_compiled_training_step_on_the_machine_equals_eager(machine_tier):
         for g, w in zip(got, want):
             assert_close(g, w, rtol=2e-5, atol=2e-6)
     assert any(machine_tier), "no kernel of the step ran on the row machine"
+
+
+def test_broadcasts_and_reductions_within_rows_of_every_form(machine_tier):
+    R, M, C = 9, 4, 5
+
+    def body(x, y, z):
+        tiled = _bcast(prims.exp(x), (R, M, C), (0, 2))       # the row M times (TILE)
+        repeated = _bcast(prims.exp(y), (R, M, C), (0, 1))    # each element C times (REPEAT)
+        mixed = prims.transpose(z, perm=(0, 1))               # (a view: kept apart below)
+        t = prims.mul(tiled, repeated)
+        return [t, prims.reduce_sum(t, dims=(2,)),            # runs of C (RUNS)
+                prims.reduce_max(t, dims=(1,)),               # every C-th element
+                prims.reduce_min(t, dims=(1, 2)), prims.reduce_sum(t, dims=(0,)),
+                prims.reduce_max(t, dims=(0, 2)), mixed]
+    g = _graph("forms", [((R, C), dt.float32), ((R, M), dt.float32), ((R, C), dt.float32)],
+               body)
+    args = [RNG.normal(size=(R, C)).astype(np.float32), RNG.normal(size=(R, M)).astype(np.float32),
+            RNG.normal(size=(R, C)).astype(np.float32)]
+    prog, _, _ = _check(g, args, machine_tier, rtol=2e-6, atol=1e-6)
+    codes = [r.program.code for r in prog.first_tier.values() if r.program is not None]
+    forms = {(int(op), int(c)) for code in codes for op, c in zip(code[:, 0], code[:, 4])}
+    assert {(row_vm.Op.GATHER, row_vm.GatherForm.TILE),
+            (row_vm.Op.GATHER, row_vm.GatherForm.REPEAT),
+            (row_vm.Op.REDUCE_SUM, row_vm.ReduceForm.RUNS)} <= forms
