@@ -412,10 +412,23 @@ def machine_source():
             + _elementwise_text() + _TAIL)
 
 
+_INSTALLED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_machine")
+
+
+def _purge_others(d, keep):
+    """Remove the machines of earlier versions of this code from the installation's
+    directory (only this version's source can be loaded here)."""
+    from aotgrad.codegen import cache
+    for name in os.listdir(d):
+        stem = name.split(".", 1)[0]
+        if name.endswith(".py") and stem.startswith("aotgrad_gen_") and stem != keep:
+            cache.purge(stem, d)
+
+
 def machine_dir():
     """Where the machine's module and its machine code live: `_machine` beside this file
     (the installation), else, where the installation is read-only, the kernel cache."""
-    d = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_machine")
+    d = _INSTALLED
     try:
         os.makedirs(d, mode=0o700, exist_ok=True)
         if os.access(d, os.W_OK):
@@ -485,6 +498,8 @@ def _load():
     try:
         source, d = machine_source(), machine_dir()
         mod, _ = cache.load_module(source, directory=d)
+        if d == _INSTALLED:
+            _purge_others(d, mod.__name__)
         if not cache.has_machine_code(source, "run_rows", directory=d):
             unit = parallel_compile.Unit(mod.__file__, mod.__name__, "run_rows",
                                          signature_description(), len(source))

@@ -16,11 +16,10 @@ from aotgrad.testing import assert_close
 
 
 @pytest.fixture
-def machine_tier(tmp_path, monkeypatch):
+def machine_tier(empty_cache, monkeypatch):
     """Programs built here keep their cold kernels on the first tier (no compile of
     theirs), where the row machine runs what it can; every run through the machine is
     counted in the list returned."""
-    monkeypatch.setenv("AOTGRAD_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("AOTGRAD_BACKGROUND_COMPILE", "1")
     monkeypatch.setenv("AOTGRAD_ROW_MACHINE", "1")
     monkeypatch.delenv("AOTGRAD_FIRST_TIER", raising=False)
