@@ -13,6 +13,7 @@ summed per part in float64 and combined afterwards, as the numpy blocks combine 
 Only float32, float64 and bool values run here: a kernel with another dtype (an integer
 index, a 16-bit float) stays on numpy."""
 import dataclasses
+import logging
 import math
 
 import numpy as np
@@ -20,6 +21,8 @@ import numpy as np
 from aotgrad.codegen import parts
 from aotgrad.codegen.row_vm import AccForm, GatherForm, Op, ReduceForm, Round
 from aotgrad.ir import prims
+
+log = logging.getLogger(__name__)
 
 # elements of the widest value per group of rows: registers of 8 KB, a program's live ones
 # in the CPU's cache
@@ -93,6 +96,8 @@ class RowProgram:
         for v in rb.split:
             self.length[v] = math.prod(v.shape[k:])
             _check_dtype(v)
+        if not all(self.length.values()):
+            raise Unsupported("an empty value")
         self.group = max(1, min(rb.rows, GROUP_ELEMENTS // max(1, max(self.length.values()))))
         self.inputs = [(i, v) for i, v in kernel.reads if v in rb.split]
         self.outputs = [(i, v) for i, v in kernel.writes if v in rb.split]
@@ -339,4 +344,8 @@ def row_program(kernel, rb):
     try:
         return RowProgram(kernel, rb)
     except Unsupported:
+        return None
+    except Exception:       # a gap here: the kernel stays on numpy, correct and slower
+        log.warning("kernel %s: no row program; it stays on numpy", kernel.name,
+                    exc_info=True)
         return None

@@ -269,3 +269,10 @@ def test_broadcasts_and_reductions_within_rows_of_every_form(machine_tier):
     assert {(row_vm.Op.GATHER, row_vm.GatherForm.TILE),
             (row_vm.Op.GATHER, row_vm.GatherForm.REPEAT),
             (row_vm.Op.REDUCE_SUM, row_vm.ReduceForm.RUNS)} <= forms
+
+
+def test_an_empty_row_stays_on_numpy(machine_tier):
+    g = _graph("empty", [((6, 0), dt.float32)], lambda x: [prims.exp(x)])
+    prog = compile_graph(g)
+    assert all(r.program is None for r in prog.first_tier.values())
+    assert prog(np.zeros((6, 0), np.float32))[0].shape == (6, 0)
