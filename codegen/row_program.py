@@ -218,7 +218,6 @@ class RowProgram:
         for slot, (_, v) in enumerate(self.outputs):
             r = use(v)
             out.append(Instr(_STORE[np.dtype(v.dtype.np)], None, (r,), self.length[v], aux=slot))
-        self._alias = alias
         return out
 
     # -- registers ----------------------------------------------------------------------
