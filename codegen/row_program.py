@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 # elements of the widest value per group of rows: registers of 8 KB, a program's live ones
 # in the CPU's cache
 GROUP_ELEMENTS = 1024
+# elements of the widest value below which a program runs on the calling thread alone
+PARTS_MIN_ELEMENTS = 1 << 15
 
 # the machine's instruction of each element-wise prim (row_vm._UNARY, _BINARY)
 _ELEMENTWISE = {
@@ -98,6 +100,7 @@ class RowProgram:
             _check_dtype(v)
         if not all(self.length.values()):
             raise Unsupported("an empty value")
+        self.elements = rb.rows * max(self.length.values())
         self.group = max(1, min(rb.rows, GROUP_ELEMENTS // max(1, max(self.length.values()))))
         self.inputs = [(i, v) for i, v in kernel.reads if v in rb.split]
         self.outputs = [(i, v) for i, v in kernel.writes if v in rb.split]
@@ -299,8 +302,11 @@ class RowProgram:
                             or [0], np.int64)
         nparts = max(1, parts.get_num_threads())
         acc = np.tile(self.acc_init, (nparts, 1)) if self.acc_len else np.zeros((nparts, 1))
-        parts.run_parts(fn, (self.code, self.idx, pre, addr_in, addr_out, acc, self.rows,
-                             g, self.work))
+        args_ = (self.code, self.idx, pre, addr_in, addr_out, acc, self.rows, g, self.work)
+        if self.elements < PARTS_MIN_ELEMENTS:    # not worth waking the other threads
+            fn(1, 0, 1, parts.NO_WORKSPACE, *args_)
+        else:
+            parts.run_parts(fn, args_)
         for i, v, off, size, (_, _, combine) in self.summed:
             total = combine.reduce(acc[:, off:off + size], axis=0)
             args[i][...] = total.reshape(args[i].shape).astype(args[i].dtype)

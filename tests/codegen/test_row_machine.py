@@ -132,6 +132,7 @@ def test_bool_values_masks_and_conversions(machine_tier):
 
 def test_row_reductions_softmax_and_reductions_over_the_rows(machine_tier, monkeypatch):
     monkeypatch.setattr(row_program, "GROUP_ELEMENTS", 64)   # groups of 2 rows and a tail
+    monkeypatch.setattr(row_program, "PARTS_MIN_ELEMENTS", 0)  # small, yet on every thread
     R, C = 41, 24
 
     def body(x, y):
