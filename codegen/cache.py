@@ -240,10 +240,11 @@ def purge(name, directory=None):
 
 
 @contextlib.contextmanager
-def _dir_lock(d, exclusive):
+def dir_lock(d, exclusive):
     """Held (shared) while a process writes and imports a module, and (exclusive) while
     cache_clear deletes: numba needs the module's file while it is imported, so another
-    process's cache_clear must not delete it in between. Without flock: no lock."""
+    process's cache_clear must not delete it in between; (exclusive) while the row machine
+    is compiled (codegen.row_vm), so another process waits for it. Without flock: no lock."""
     fd = None
     try:
         import fcntl
@@ -268,7 +269,7 @@ def load_module(source, fresh=False, directory=None):
             stats.loads["memory"] += 1
         return sys.modules[name], "memory"
     d = directory or cache_dir()
-    with _dir_lock(d, exclusive=False):
+    with dir_lock(d, exclusive=False):
         mod, how = _load_module(name, source, d, fresh)
     if directory is None:               # (`stats` counts the kernel cache's modules)
         stats.loads[how] += 1
@@ -349,7 +350,7 @@ def cache_clear():
     import time
     d = cache_dir()
     now, freed = time.time(), 0
-    with _dir_lock(d, exclusive=True):
+    with dir_lock(d, exclusive=True):
         for p in glob.glob(os.path.join(d, _PREFIX + "*.py")) + \
                 glob.glob(os.path.join(d, "__pycache__", _PREFIX + "*")) + \
                 glob.glob(os.path.join(d, ".tmp_*")):

@@ -90,7 +90,6 @@ class RowProgram:
     """A kernel's nodes as row-machine code (see the module docstring)."""
 
     def __init__(self, kernel, rb):
-        self.kernel = kernel
         self.rb = rb
         self.rows = rb.rows
         k = rb.axes
@@ -107,7 +106,7 @@ class RowProgram:
         self.summed = []                       # (arg index, var, acc offset, size, combine)
         self.pre = []
         instrs = self._translate(kernel)
-        self.code, self.idx, self.work, self.pre_len, self.pre_offsets = self._assign(instrs)
+        self.code, self.idx, self.work, self.pre_len, self.offsets = self._assign(instrs)
         self.acc_len = sum(size for _, _, _, size, _ in self.summed)
         self.acc_init = np.zeros(self.acc_len)
         for _, v, off, size, (_, init, _) in self.summed:
@@ -115,7 +114,7 @@ class RowProgram:
         self.pre_template = np.zeros(self.pre_len)
         for p in self.pre:
             if p.value is not None:
-                off = self.pre_offsets[p.var]
+                off = self.offsets[p.var]
                 self.pre_template[off:off + p.length * self.group] = np.tile(p.value, self.group)
 
     # -- translation --------------------------------------------------------------------
@@ -290,7 +289,7 @@ class RowProgram:
         for p in self.pre:
             if p.node is not None:
                 val = p.impl(whole[p.node.inputs[0]], **p.params)
-                off = self.pre_offsets[p.var]
+                off = self.offsets[p.var]
                 pre[off:off + p.length * g] = np.tile(
                     np.asarray(val, np.float64).ravel(), g)
         ins = [np.ascontiguousarray(args[i]) for i, _ in self.inputs]   # alive until the end

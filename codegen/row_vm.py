@@ -19,7 +19,6 @@ after every instruction (Round.F32): sums, products, quotients and square roots 
 values computed in float64 and rounded once are float32's correctly rounded results, and
 exp, log, tanh, logistic, erf and rsqrt use the compiled kernels' float32 approximations. A
 bool result is 0.0 or 1.0 (Round.BOOL)."""
-import contextlib
 import enum
 import logging
 import os
@@ -505,7 +504,7 @@ def _load():
                                          signature_description(), len(source))
             tiers.track([unit], tiers.Priority.FIRST_TIER)
             try:
-                with _compile_lock(d):
+                with cache.dir_lock(d, exclusive=True):
                     if not cache.has_machine_code(source, "run_rows", directory=d):
                         parallel_compile.compile_in_helpers([unit], d)
             finally:
@@ -524,19 +523,3 @@ def _load():
                     type(e).__name__, e)
     finally:
         _machine.ready.set()
-
-
-@contextlib.contextmanager
-def _compile_lock(d):
-    fd = None
-    try:
-        import fcntl
-        fd = os.open(os.path.join(d, ".machine.lock"), os.O_RDWR | os.O_CREAT, 0o600)
-        fcntl.flock(fd, fcntl.LOCK_EX)
-    except (ImportError, OSError):
-        pass
-    try:
-        yield
-    finally:
-        if fd is not None:
-            os.close(fd)
