@@ -31,22 +31,29 @@ def manifest():
     return m
 
 
-def _import(relpath):
-    """Import a file of the package under a name made from its content (numba's cache needs
-    the module registered in sys.modules; two packages with the same file share it)."""
+def _import(relpath, own=False):
+    """Import a file of the package under a name made from its content: numba's cache
+    records the module's name and imports it by that name when it loads, so a copy of the
+    package elsewhere finds its machine code. Two packages with the same file share the
+    module, unless `own`: then this package's file is executed as a module of its own (under
+    the same name, registered only where none is), whose functions compile into this
+    package's cache."""
     path = os.path.join(HERE, relpath)
     with open(path, "rb") as f:
         name = "_aotgrad_exported_" + hashlib.sha1(f.read()).hexdigest()[:20]
     mod = sys.modules.get(name)
-    if mod is not None:
+    if mod is not None and not (own and os.path.abspath(mod.__file__) != os.path.abspath(path)):
         return mod
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
+    registered = name not in sys.modules
+    if registered:
+        sys.modules[name] = mod
     try:
         spec.loader.exec_module(mod)
     except BaseException:
-        sys.modules.pop(name, None)
+        if registered:
+            sys.modules.pop(name, None)
         raise
     return mod
 
@@ -89,7 +96,7 @@ def warm():
     machine code in its cache: beside the kernels when the folder is writable)."""
     m = manifest()
     for k in m["kernels"]:
-        getattr(_import(os.path.join("kernels", k + ".py")), k).compile(
+        getattr(_import(os.path.join("kernels", k + ".py"), own=True), k).compile(
             _numba_types(m["kernel_signatures"][k]))
 
 

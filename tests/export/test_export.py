@@ -287,6 +287,17 @@ def test_load_exported_runs_a_copied_package_and_checks_shapes(exported, tmp_pat
     assert m["outputs"][0]["shape"] == [4, 10]
 
 
+def test_precompile_compiles_into_each_package_of_the_same_program(exported, tmp_path):
+    """Saving one program twice with precompile in one process compiles the kernels into
+    both packages: the second must not find the first's module and skip its own cache."""
+    ep = exported["mlp"]["ep"]
+    for sub in ("first", "second"):
+        pkg = tmp_path / sub
+        ep.save(str(pkg), precompile=True)
+        cached = os.listdir(pkg / "kernels" / "__pycache__")
+        assert any(f.endswith(".nbi") for f in cached), (sub, cached)
+
+
 def test_bad_dynamic_dims_are_clear_errors():
     m = nn.Linear(3, 2)
     with pytest.raises(TypeError, match="dynamic_dims for argument 0 is 'batch'"):
