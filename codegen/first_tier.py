@@ -19,15 +19,17 @@ A reference kernel computes what eager mode computes: its values may differ from
 compiled kernel's in the last bits (the compiled one uses vectorisable exp/tanh and sums in
 blocks), as two backends of one program may.
 
-The first tier is rented, not owned (`Rent`): a program whose numpy runs have cost more,
-beyond what its compiled kernels are estimated to take (codegen.cost), than compiling its
-kernels still on numpy would take with every core, stops renting and waits for those
+The first tier is rented, not owned (`Rent`): a small program whose numpy runs have cost
+more, beyond what its compiled kernels are estimated to take (codegen.cost), than compiling
+its kernels still on numpy would take with every core, stops renting and waits for those
 compiles. Its calls on numpy then never cost more than about twice the better of the two
 choices, whether the training stops after a few steps or runs for hours (the ski-rental
-rule). Where a numpy step is several times a compiled one (a GPT's erf and softmax chains,
-with the background compiles slowed by the training on the same cores), waiting wins;
-where it is close (a product-bound block), the background compiles finish first.
+rule), as long as the steps and the compiles do not compete for the cores. A program of a
+few milliseconds or more does compete (its compile helper runs at its priority, and its
+steps run on every core, so the step waits for the thread the compile delays, and the
+compile advances slowly meanwhile): it waits at its second call (its first stays fast).
 """
+import collections
 import dataclasses
 import functools
 import logging
@@ -52,15 +54,21 @@ WAIT_LIMIT = 300.0          # seconds a program waits for its first-tier compile
 class Rent:
     """The account of one program's first tier: every run of one of its reference kernels
     is charged what it took beyond its compiled kernel's estimate; once the charges reach
-    the estimated seconds the kernels still on numpy take to compile on `workers` helpers
-    (`compiled(name)` takes a kernel off as it is swapped in), the charging call waits for
-    the compiles, once, while the program's first-tier job runs (`started()`, `finished()`:
-    never for a job still queued behind another, or one nothing will run).
-    `program`: its name (for the log); `charged`, `waited`: seconds charged and waited so
-    far."""
+    `share` of the estimated seconds the kernels still on numpy take to compile on
+    `workers` helpers (`compiled(name)` takes a kernel off as it is swapped in), the
+    charging call waits for the compiles, once, while the program's first-tier job runs
+    (`started()`, `finished()`: never for a job still queued behind another, or one nothing
+    will run), and never in the program's first call, which stays fast (a kernel charged
+    more often than it runs in one call, `runs_per_call`: its name -> count, 1 where
+    absent, marks the second). share 1 is the ski-rental rule; share 0: the program's
+    second call waits. `program`: its name (for the log); `charged`, `waited`: seconds
+    charged and waited so far."""
 
-    def __init__(self, program, compile_seconds, workers):
+    def __init__(self, program, compile_seconds, workers, share=1.0, runs_per_call=None):
         self.program = program
+        self.share = share
+        self._runs_per_call = dict(runs_per_call or {})
+        self._runs = collections.Counter()      # kernel name -> runs charged
         self._started = False
         self._left = dict(compile_seconds)      # kernel name -> its estimated compile seconds
         self._workers = max(1, workers)
@@ -85,10 +93,14 @@ class Rent:
         with self._lock:
             return sum(self._left.values()) / min(self._workers, max(1, len(self._left)))
 
-    def charge(self, seconds):
+    def charge(self, seconds, kernel):
+        """Charge a run of reference kernel `kernel` (its name) `seconds` beyond its
+        compiled estimate (a negative figure is no credit)."""
         self.charged += max(0.0, seconds)
-        if self._waited_once or not self._started or self._finished.is_set() \
-                or self.charged < self.due():
+        self._runs[kernel] += 1
+        again = self._runs[kernel] > self._runs_per_call.get(kernel, 1)
+        if self._waited_once or not again or not self._started or self._finished.is_set() \
+                or self.charged < self.share * self.due():
             return
         self._waited_once = True
         log.info("%s: its kernels ran on numpy for %.2f s more than compiled ones would take: "
@@ -304,7 +316,7 @@ class ReferenceKernel:
             self._run_whole(args)
         self.seconds = time.perf_counter() - t0
         if self.rent is not None:
-            self.rent.charge(self.seconds - self.compiled_seconds)
+            self.rent.charge(self.seconds - self.compiled_seconds, self.name)
         return 0
 
     def _run_whole(self, args):

@@ -1,4 +1,5 @@
 """compile_graph: schedule -> emit -> load (disk cache) -> plan; the CompiledGraph object."""
+import collections
 import contextlib
 import functools
 import gc
@@ -162,9 +163,19 @@ class CompiledGraph:
         if self.first_tier:
             specs = {s.name: s for s in self._on_first_tier()}
             units = [self._unit(name) for name in specs]
+            # a program of a few milliseconds or more has a helper at its own priority,
+            # which competes with its steps for the cores: a step on numpy then costs more
+            # than it gains (its threads wait for the one the compile delays) and slows the
+            # compile meanwhile, so its second call waits for the compiles (share 0;
+            # benchmarks/bench_cold_start.py measures both); a smaller program, on one
+            # thread, rents as long as the ski-rental rule allows
+            self.first_tier_boosted = tiers.first_tier_boosted(
+                cost.estimated_seconds(self.schedule))
             self.rent = Rent(
                 self.name, {name: cost.compile_seconds(s) for name, s in specs.items()},
-                parallel_compile.background_workers())
+                parallel_compile.background_workers(),
+                share=0.0 if self.first_tier_boosted else 1.0,
+                runs_per_call=collections.Counter(s.name for s in self._on_first_tier()))
             for ref in self.first_tier.values():
                 ref.rent = self.rent
             tiers.track(units, tiers.Priority.FIRST_TIER)
@@ -217,7 +228,7 @@ class CompiledGraph:
         done = parallel_compile.compile_in_helpers(
             units, cache.cache_dir(), on_done=swap_in,
             order=lambda u: (-numpy_seconds(u.kernel) / u.cost, u.cost),
-            boosted=tiers.first_tier_boosted(cost.estimated_seconds(self.schedule))) \
+            boosted=self.first_tier_boosted) \
             if units else []
         for unit in units:       # no helpers, or one failed: compile here, in this thread
             if unit.kernel not in self.first_tier_done and not tiers.closing():

@@ -1,7 +1,9 @@
 """The first tier is rented (codegen.first_tier.Rent): a program's numpy runs are charged
-what they cost beyond their compiled kernels' estimate, and once the charges reach the
-estimated compile of the kernels still on numpy, the program waits for those compiles,
-once, and then runs them compiled, with the values it had on numpy."""
+what they cost beyond their compiled kernels' estimate, and once the charges reach a share
+of the estimated compile of the kernels still on numpy (all of it for a small program;
+none for one whose steps compete with the compile for the cores), the program waits for
+those compiles, once, never in its first call, and then runs them compiled, with the
+values it had on numpy."""
 import threading
 import time
 
@@ -27,8 +29,8 @@ def test_charges_below_the_compile_estimate_do_not_wait():
     assert rent.due() == pytest.approx(2.0)     # 4 s of compiles on two helpers
     t0 = time.perf_counter()
     for _ in range(19):
-        rent.charge(0.1)
-    rent.charge(-5.0)                          # a call faster than its estimate: no credit
+        rent.charge(0.1, "k1")
+    rent.charge(-5.0, "k1")                    # a call faster than its estimate: no credit
     assert rent.charged == pytest.approx(1.9)
     assert time.perf_counter() - t0 < 1.0 and rent.waited == 0.0
 
@@ -38,12 +40,12 @@ def test_the_charge_that_reaches_the_estimate_waits_for_the_compiles_once():
     rent.started()
     rent.compiled("k2")                        # 1 s left, on one helper: due 1 s
     assert rent.due() == pytest.approx(1.0)
-    rent.charge(0.5)
+    rent.charge(0.5, "k1")
     _finish_later(rent, 0.3)
-    rent.charge(0.6)
+    rent.charge(0.6, "k1")
     assert rent.waited >= 0.25
     t0 = time.perf_counter()
-    rent.charge(10.0)                          # it waits once only
+    rent.charge(10.0, "k1")                    # it waits once only
     assert time.perf_counter() - t0 < 0.2
 
 
@@ -51,19 +53,68 @@ def test_a_finished_job_is_never_waited_for():
     rent = Rent("p", {"k": 0.0}, workers=1)
     rent.started()
     rent.finished()
-    rent.charge(1.0)
+    rent.charge(1.0, "k")
+    rent.charge(1.0, "k")
     assert rent.waited == 0.0
 
 
 def test_a_job_not_started_is_never_waited_for():
     rent = Rent("p", {"k": 1.0}, workers=1)
     t0 = time.perf_counter()
-    rent.charge(5.0)            # (queued behind another job, or held: nothing to wait on)
+    rent.charge(5.0, "k")       # (queued behind another job, or held: nothing to wait on)
+    rent.charge(5.0, "k")
     assert rent.waited == 0.0 and time.perf_counter() - t0 < 0.2
     rent.started()                              # running now: the next charge waits
     _finish_later(rent, 0.2)
-    rent.charge(0.1)
+    rent.charge(0.1, "k")
     assert rent.waited >= 0.15
+
+
+def test_the_first_call_never_waits_whatever_its_charges():
+    rent = Rent("p", {"k1": 1.0, "k2": 1.0}, workers=2)
+    rent.started()
+    t0 = time.perf_counter()
+    rent.charge(5.0, "k1")                     # each kernel's first run: the first call
+    rent.charge(5.0, "k2")
+    assert rent.waited == 0.0 and time.perf_counter() - t0 < 0.2
+    _finish_later(rent, 0.2)
+    rent.charge(0.0, "k1")                     # k1 again: the second call, long due
+    assert rent.waited >= 0.15
+
+
+def test_a_kernel_that_runs_twice_a_call_waits_only_in_the_second_call():
+    # (four identical transformer blocks run one kernel four times a call)
+    rent = Rent("p", {"k": 1.0}, workers=1, share=0.0, runs_per_call={"k": 2})
+    rent.started()
+    rent.charge(1.0, "k")
+    rent.charge(1.0, "k")                      # the first call, twice
+    assert rent.waited == 0.0
+    _finish_later(rent, 0.2)
+    rent.charge(0.0, "k")                      # the second call
+    assert rent.waited >= 0.15
+
+
+def test_share_zero_waits_at_the_second_call_share_one_at_the_estimate():
+    eager = Rent("p", {"k": 10.0}, workers=1, share=0.0)
+    eager.started()
+    eager.charge(0.0, "k")
+    _finish_later(eager, 0.2)
+    eager.charge(0.0, "k")                     # nothing charged, yet the second call waits
+    assert eager.waited >= 0.15
+    patient = Rent("p", {"k": 10.0}, workers=1, share=1.0)
+    patient.started()
+    t0 = time.perf_counter()
+    for _ in range(50):
+        patient.charge(0.1, "k")               # 5 s of 10: not due
+    assert patient.waited == 0.0 and time.perf_counter() - t0 < 0.5
+    half = Rent("p", {"k": 10.0}, workers=1, share=0.5)
+    half.started()
+    for _ in range(49):
+        half.charge(0.1, "k")
+    assert half.waited == 0.0
+    _finish_later(half, 0.2)
+    half.charge(0.2, "k")                      # 5.1 s charged: half of 10 s reached
+    assert half.waited >= 0.15
 
 
 def graph():
@@ -127,3 +178,29 @@ def test_a_program_whose_rent_is_not_due_keeps_running_on_numpy(cold, monkeypatc
     assert prog.rent.waited == 0.0 and prog.rent.charged > 0.0 and prog.first_tier
     for a, b in zip(got, want):
         assert_close(a, b, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("boost_min, share", [(0.0, 0.0), (1e9, 1.0)])
+def test_a_program_competing_with_its_compiles_waits_at_its_second_call(cold, monkeypatch,
+                                                                       boost_min, share):
+    # a program estimated at BOOST_MIN_SECONDS or more has a compile helper at its own
+    # priority (it competes with the steps): its rent's share is 0; a smaller one rents
+    monkeypatch.setattr(tiers, "BOOST_MIN_SECONDS", boost_min)
+    held = []
+    monkeypatch.setattr(tiers, "submit",
+                        lambda job, priority=tiers.Priority.UPGRADE: held.append(job))
+    prog = compile_graph(graph())
+    assert prog.rent.share == share
+    assert prog.first_tier_boosted == (tiers.FIRST_TIER_BOOSTED if share == 0.0 else 0)
+    want = evaluate(graph(), [X])
+    first = prog(X)                                  # the first call never waits
+    assert prog.rent.waited == 0.0
+    if share == 0.0:       # the job runs now (held above): the second call waits for it
+        job = threading.Thread(target=held[0], daemon=True)
+        job.start()
+        second = prog(X)
+        job.join(300)
+        assert prog.rent.waited > 0.0 and not prog.first_tier
+        for got in (first, second):
+            for a, b in zip(got, want):
+                assert_close(a, b, rtol=1e-5, atol=1e-4)
