@@ -56,13 +56,16 @@ class Rent:
     is charged what it took beyond its compiled kernel's estimate; once the charges reach
     `share` of the estimated seconds the kernels still on numpy take to compile on
     `workers` helpers (`compiled(name)` takes a kernel off as it is swapped in), the
-    charging call waits for the compiles, once, while the program's first-tier job runs
-    (`started()`, `finished()`: never for a job still queued behind another, or one nothing
-    will run), and never in the program's first call, which stays fast (a kernel charged
-    more often than it runs in one call, `runs_per_call`: its name -> count, 1 where
-    absent, marks the second). share 1 is the ski-rental rule; share 0: the program's
-    second call waits. `program`: its name (for the log); `charged`, `waited`: seconds
-    charged and waited so far."""
+    charging call waits for the compiles, once, until the program's first-tier job ends
+    (`started()`, `finished()`), and never in the program's first call, which stays fast
+    (a kernel charged more often than it runs in one call, `runs_per_call`: its name ->
+    count, 1 where absent, marks the second). share 1 is the ski-rental rule, whose
+    estimate holds only for a job that runs now: never for one still queued behind
+    another. share 0: the program's second call waits, for a job still queued too (behind
+    other first-tier jobs, whose compiles it then waits for as well: a program called once
+    and traced again, the second sharing most of its kernels, is the common case).
+    `program`: its name (for the log); `charged`, `waited`: seconds charged and waited so
+    far."""
 
     def __init__(self, program, compile_seconds, workers, share=1.0, runs_per_call=None):
         self.program = program
@@ -99,7 +102,8 @@ class Rent:
         self.charged += max(0.0, seconds)
         self._runs[kernel] += 1
         again = self._runs[kernel] > self._runs_per_call.get(kernel, 1)
-        if self._waited_once or not again or not self._started or self._finished.is_set() \
+        if self._waited_once or not again or self._finished.is_set() \
+                or (self.share > 0.0 and not self._started) \
                 or self.charged < self.share * self.due():
             return
         self._waited_once = True

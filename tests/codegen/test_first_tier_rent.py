@@ -82,6 +82,16 @@ def test_the_first_call_never_waits_whatever_its_charges():
     assert rent.waited >= 0.15
 
 
+def test_share_zero_waits_for_a_job_still_queued():
+    # (the GPT's step traced again at its second call: the new program's job queues behind
+    # the first one's, which compiles most of its kernels; both are waited for)
+    rent = Rent("p", {"k": 1.0}, workers=1, share=0.0)
+    rent.charge(0.0, "k")
+    _finish_later(rent, 0.2)                   # (queued, then run and finished)
+    rent.charge(0.0, "k")
+    assert rent.waited >= 0.15
+
+
 def test_a_kernel_that_runs_twice_a_call_waits_only_in_the_second_call():
     # (four identical transformer blocks run one kernel four times a call)
     rent = Rent("p", {"k": 1.0}, workers=1, share=0.0, runs_per_call={"k": 2})
