@@ -118,8 +118,15 @@ class Rent:
 
 def _full(*, shape, value, dtype):
     """`prims.full` as a broadcast of one value (read-only: the impls never write their
-    inputs, and the kernel's results are copied into its buffers)."""
-    return np.broadcast_to(np.full((), value, dtype=dtype.np), shape)
+    inputs, and the kernel's results are copied into its buffers), made once per shape,
+    dtype and value (a small kernel's call made several, each as dear as a node)."""
+    return _constant(tuple(shape), dtype.np, repr(value), value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _constant(shape, np_dtype, value_repr, value):
+    # (value_repr in the key: 0.0 == -0.0 and 1 == True, but their arrays differ)
+    return np.broadcast_to(np.full((), value, dtype=np_dtype), shape)
 
 
 def _impl(prim):
@@ -277,6 +284,19 @@ class _Mixed(Exception):
     """A node mixes rows: the kernel runs whole."""
 
 
+def _constant_part(nodes):
+    """`nodes` split in two: those whose values depend on none of the kernel's inputs
+    (`full`, and what only constants feed; never a communication), and the rest."""
+    known, const, rest = set(), [], []
+    for n in nodes:
+        if Tag.COMMUNICATION not in n.prim.tags and all(v in known for v in n.inputs):
+            const.append(n)
+            known.update(n.outputs)
+        else:
+            rest.append(n)
+    return const, rest
+
+
 def _evaluate(nodes, env, how=None):
     """Run `nodes` on the values in `env` (adding theirs); `how(node)`: the impl and params
     to run it with (default: its reference impl and its params)."""
@@ -309,6 +329,7 @@ class ReferenceKernel:
         self.seconds = 0.0
         self.compiled_seconds = cost.step_seconds(step)   # the compiled kernel's, estimated
         self.rent = None        # the program's Rent, where it has one
+        self._constants = {}    # "whole" / "once" -> (constant values, nodes left)
 
     def __call__(self, *args):
         t0 = time.perf_counter()
@@ -323,9 +344,22 @@ class ReferenceKernel:
             self.rent.charge(self.seconds - self.compiled_seconds, self.name)
         return 0
 
+    def _evaluate_kept(self, key, nodes, env):
+        """_evaluate(nodes, env), the values that depend on no input made at the first call
+        only (the impls are deterministic and never write their inputs: a constant's value
+        is the same array each call; a small kernel's constants cost as much as its work)."""
+        kept = self._constants.get(key)
+        if kept is None:
+            const, rest = _constant_part(nodes)
+            values = {}
+            _evaluate(const, values)
+            kept = self._constants[key] = (values, rest)
+        env.update(kept[0])
+        _evaluate(kept[1], env)
+
     def _run_whole(self, args):
         env = {v: args[i].reshape(v.shape) for i, v in self.reads}
-        _evaluate(self.nodes, env)
+        self._evaluate_kept("whole", self.nodes, env)
         values = [(args[i], np.asarray(env[v])) for i, v in self.writes]
         # an output buffer may be an input's buffer (the plan reuses dead buffers): every
         # value that could read from an output buffer is copied before the first write
@@ -352,7 +386,7 @@ class ReferenceKernel:
                         == x.__array_interface__["data"][0]):
                     return False
         whole = {v: x for v, x in ins.items() if v not in rb.split}
-        _evaluate(rb.once, whole)
+        self._evaluate_kept("once", rb.once, whole)
         machine = row_vm.machine() if self.program is not None else None
         if machine is not None and self.program.run(machine, args, whole):
             return True

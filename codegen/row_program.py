@@ -289,9 +289,8 @@ class RowProgram:
         for p in self.pre:
             if p.node is not None:
                 val = p.impl(whole[p.node.inputs[0]], **p.params)
-                off = self.offsets[p.var]
-                pre[off:off + p.length * g] = np.tile(
-                    np.asarray(val, np.float64).ravel(), g)
+                off = self.offsets[p.var]    # the value once per row of the group
+                pre[off:off + p.length * g].reshape(g, p.length)[...] = np.ravel(val)
         ins = [np.ascontiguousarray(args[i]) for i, _ in self.inputs]   # alive until the end
         if any(x.dtype != v.dtype.np for x, (_, v) in zip(ins, self.inputs)) or any(
                 args[i].dtype != v.dtype.np for i, v in self.outputs):
@@ -300,7 +299,8 @@ class RowProgram:
         addr_out = np.array([args[i].__array_interface__["data"][0] for i, _ in self.outputs]
                             or [0], np.int64)
         nparts = max(1, parts.get_num_threads())
-        acc = np.tile(self.acc_init, (nparts, 1)) if self.acc_len else np.zeros((nparts, 1))
+        acc = np.empty((nparts, max(1, self.acc_len)))
+        acc[...] = self.acc_init if self.acc_len else 0.0
         args_ = (self.code, self.idx, pre, addr_in, addr_out, acc, self.rows, g, self.work)
         if self.elements < PARTS_MIN_ELEMENTS:    # not worth waking the other threads
             fn(1, 0, 1, parts.NO_WORKSPACE, *args_)

@@ -210,3 +210,62 @@ def test_a_compiled_training_step_in_blocks_equals_eager(numpy_tier, monkeypatch
     assert any(blocked), "no kernel of the step ran in blocks"
     for g, w in zip(got, want):
         assert_close(g, w, rtol=1e-5, atol=1e-6)
+
+
+def _constants_graph():
+    """A kernel whose constants (a full, a shifted full, a signed zero) feed values of its
+    input, and a scalar computed from an input (not a constant: made every call)."""
+    b = GraphBuilder("consts")
+    x = b.add_input(Aval((40, 24), dt.float32), "x")
+    s = b.add_input(Aval((), dt.float32), "s")
+    with b:
+        two = prims.full(shape=(), value=2.0, dtype=dt.float32)
+        c = prims.add(two, prims.full(shape=(), value=0.25, dtype=dt.float32))  # 2.25
+        k = prims.mul(s, c)                                     # varies with s
+        y = prims.add(prims.mul(x, prims.broadcast_in_dim(c, shape=(40, 24), dims=())),
+                      prims.broadcast_in_dim(k, shape=(40, 24), dims=()))
+        z = prims.mul(prims.full(shape=(40, 24), value=-0.0, dtype=dt.float32), x)
+    b.graph.outputs = [y, z]
+    return b.graph
+
+
+@pytest.mark.parametrize("whole", [False, True])
+def test_a_kernels_constants_are_made_once_and_its_inputs_each_call(numpy_tier, monkeypatch,
+                                                                   whole):
+    g = _constants_graph()
+    prog = compile_graph(g)
+    refs = _refs(prog)
+    if whole:
+        for r in refs:
+            r.blocks = None
+    made = []
+    real = first_tier._evaluate
+    monkeypatch.setattr(first_tier, "_evaluate",
+                        lambda nodes, env, how=None: (made.extend(
+                            n for n in nodes
+                            if n.prim is prims.full and n.params["shape"] == ()),
+                            real(nodes, env, how))[1])
+    for s in (1.0, -3.0, 0.5):
+        x = RNG.normal(size=(40, 24)).astype(np.float32)
+        x[0, :3] = [0.0, -1.0, 1.0]
+        args = [x, np.float32(s)]
+        want = evaluate(g, args)
+        got = prog(*args)
+        for a, e in zip(got, want):
+            assert_close(a, e, rtol=1e-6, atol=0)
+            # -0.0 * 1.0 is -0.0 and -0.0 * -1.0 is 0.0: the signed zero was kept as such
+            assert np.array_equal(np.signbit(np.asarray(a)), np.signbit(e))
+    # the scalar fulls (and the sum of two of them) were made at the first call only
+    assert made and len(made) == len(set(made))
+
+
+def test_full_keeps_apart_values_that_compare_equal():
+    f32 = dt.float32
+    assert np.signbit(first_tier._full(shape=(3,), value=-0.0, dtype=f32)).all()
+    assert not np.signbit(first_tier._full(shape=(3,), value=0.0, dtype=f32)).any()
+    assert first_tier._full(shape=(2,), value=True, dtype=dt.bool_).dtype == np.bool_
+    assert first_tier._full(shape=(2,), value=1, dtype=f32).dtype == np.float32
+    nan = first_tier._full(shape=(2, 2), value=float("nan"), dtype=f32)
+    assert np.isnan(nan).all() and nan.shape == (2, 2)
+    with pytest.raises(ValueError):
+        first_tier._full(shape=(2,), value=1.0, dtype=f32)[0] = 5.0    # read-only
