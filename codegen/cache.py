@@ -240,15 +240,17 @@ def purge(name, directory=None):
 
 
 @contextlib.contextmanager
-def dir_lock(d, exclusive):
-    """Held (shared) while a process writes and imports a module, and (exclusive) while
-    cache_clear deletes: numba needs the module's file while it is imported, so another
-    process's cache_clear must not delete it in between; (exclusive) while the row machine
-    is compiled (codegen.row_vm), so another process waits for it. Without flock: no lock."""
+def dir_lock(d, exclusive, name=".lock"):
+    """A lock on directory `d`, held (shared) while a process writes and imports a module,
+    and (exclusive) while cache_clear deletes: numba needs the module's file while it is
+    imported, so another process's cache_clear must not delete it in between. Another
+    `name` is another lock on the same directory (codegen.row_vm holds one while it
+    compiles the row machine, so another process waits for it, without stopping the loads
+    of kernels from the same directory). Without flock: no lock."""
     fd = None
     try:
         import fcntl
-        fd = os.open(os.path.join(d, ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(os.path.join(d, name), os.O_RDWR | os.O_CREAT, 0o600)
         fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
     except (ImportError, OSError):
         pass

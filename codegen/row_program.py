@@ -107,15 +107,14 @@ class RowProgram:
         self.pre = []
         instrs = self._translate(kernel)
         self.code, self.idx, self.work, self.pre_len, self.offsets = self._assign(instrs)
-        self.acc_len = sum(size for _, _, _, size, _ in self.summed)
-        self.acc_init = np.zeros(self.acc_len)
+        # (one slot at least: the machine takes a 2-d accumulator even where none is used)
+        self.acc_init = np.zeros(max(1, sum(size for _, _, _, size, _ in self.summed)))
         for _, v, off, size, (_, init, _) in self.summed:
             self.acc_init[off:off + size] = init
         self.pre_template = np.zeros(self.pre_len)
         for p in self.pre:
             if p.value is not None:
-                off = self.offsets[p.var]
-                self.pre_template[off:off + p.length * self.group] = np.tile(p.value, self.group)
+                self._fill(self.pre_template, p, p.value)
 
     # -- translation --------------------------------------------------------------------
     def _translate(self, kernel):
@@ -279,6 +278,13 @@ class RowProgram:
         return code, np.ascontiguousarray(idx, np.int64), top - pre_len, pre_len, offsets
 
     # -- a call -------------------------------------------------------------------------
+    def _fill(self, pre, p, value):
+        """Write per-row value `p` (`value`: its row) into the scratch `pre`, once for each
+        row of a group."""
+        off = self.offsets[p.var]
+        pre[off:off + p.length * self.group].reshape(self.group, p.length)[...] = \
+            np.ravel(value)
+
     def run(self, fn, args, whole):
         """Run on the kernel's arguments `args` (outputs written); `whole`: the kernel's
         values that are not cut into rows, by var (its whole inputs, and what its `once`
@@ -288,9 +294,7 @@ class RowProgram:
         g = self.group
         for p in self.pre:
             if p.node is not None:
-                val = p.impl(whole[p.node.inputs[0]], **p.params)
-                off = self.offsets[p.var]    # the value once per row of the group
-                pre[off:off + p.length * g].reshape(g, p.length)[...] = np.ravel(val)
+                self._fill(pre, p, p.impl(whole[p.node.inputs[0]], **p.params))
         ins = [np.ascontiguousarray(args[i]) for i, _ in self.inputs]   # alive until the end
         if any(x.dtype != v.dtype.np for x, (_, v) in zip(ins, self.inputs)) or any(
                 args[i].dtype != v.dtype.np for i, v in self.outputs):
@@ -299,8 +303,8 @@ class RowProgram:
         addr_out = np.array([args[i].__array_interface__["data"][0] for i, _ in self.outputs]
                             or [0], np.int64)
         nparts = max(1, parts.get_num_threads())
-        acc = np.empty((nparts, max(1, self.acc_len)))
-        acc[...] = self.acc_init if self.acc_len else 0.0
+        acc = np.empty((nparts, self.acc_init.size))
+        acc[...] = self.acc_init
         args_ = (self.code, self.idx, pre, addr_in, addr_out, acc, self.rows, g, self.work)
         if self.elements < PARTS_MIN_ELEMENTS:    # not worth waking the other threads
             fn(1, 0, 1, parts.NO_WORKSPACE, *args_)

@@ -504,7 +504,7 @@ def _load():
                                          signature_description(), len(source))
             tiers.track([unit], tiers.Priority.FIRST_TIER)
             try:
-                with cache.dir_lock(d, exclusive=True):
+                with cache.dir_lock(d, exclusive=True, name=".machine.lock"):
                     if not cache.has_machine_code(source, "run_rows", directory=d):
                         parallel_compile.compile_in_helpers([unit], d)
             finally:

@@ -6,10 +6,12 @@ as eager computes): element-wise prims of float32, float64 and bool, NaN, infini
 of per-row, per-column and repeated values, a causal mask, outputs written over their
 inputs; and a training step compiled on the first tier against eager. The machine is
 compiled once (in a helper process) the first time this module needs it."""
+import threading
+
 import numpy as np
 import pytest
 
-from aotgrad.codegen import compile_graph, parts, row_program, row_vm, tiers
+from aotgrad.codegen import cache, compile_graph, parts, row_program, row_vm, tiers
 from aotgrad.ir import Aval, GraphBuilder, evaluate, prims
 from aotgrad.ir import dtypes as dt
 from aotgrad.testing import assert_close
@@ -277,3 +279,18 @@ def test_an_empty_row_stays_on_numpy(machine_tier):
     prog = compile_graph(g)
     assert all(r.program is None for r in prog.first_tier.values())
     assert prog(np.zeros((6, 0), np.float32))[0].shape == (6, 0)
+
+
+def test_the_machines_compile_lock_leaves_the_kernel_loads_free(tmp_path):
+    # (where the installation is read-only the machine compiles in the kernel cache: the
+    # lock held meanwhile must not stop a program's kernels loading from it)
+    got = threading.Event()
+
+    def load_lock():
+        with cache.dir_lock(str(tmp_path), exclusive=False):
+            got.set()
+    with cache.dir_lock(str(tmp_path), exclusive=True, name=".machine.lock"):
+        t = threading.Thread(target=load_lock, daemon=True)
+        t.start()
+        assert got.wait(10.0)
+    t.join(10.0)
