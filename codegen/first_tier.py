@@ -39,7 +39,7 @@ import time
 
 import numpy as np
 
-from aotgrad.codegen import cost, row_vm
+from aotgrad.codegen import cost, row_native, row_vm
 from aotgrad.codegen.row_program import row_program
 from aotgrad.codegen.steps import Kernel
 from aotgrad.ir import prims
@@ -327,13 +327,20 @@ class ReferenceKernel:
         if self.program is not None:
             row_vm.request()
         self.seconds = 0.0
+        self.calls = 0
         self.compiled_seconds = cost.step_seconds(step)   # the compiled kernel's, estimated
         self.rent = None        # the program's Rent, where it has one
         self._constants = {}    # "whole" / "once" -> (constant values, nodes left)
 
     def __call__(self, *args):
         t0 = time.perf_counter()
-        if self.program is not None and row_vm.machine() is not None:
+        self.calls += 1
+        if self.calls == 2 and self.program is not None:
+            # (not at the first: a first call stays as fast as it can be, and a kernel run
+            # once needs no compile)
+            row_native.request(self.program)
+        if self.program is not None and (self.program.native is not None
+                                         or row_vm.machine() is not None):
             done = self._run_blocks(args, self.program.rb)
         else:
             done = self.blocks is not None and self._run_blocks(args, self.blocks)
@@ -387,7 +394,11 @@ class ReferenceKernel:
                     return False
         whole = {v: x for v, x in ins.items() if v not in rb.split}
         self._evaluate_kept("once", rb.once, whole)
-        machine = row_vm.machine() if self.program is not None else None
+        machine = None
+        if self.program is not None:
+            native = self.program.native
+            machine = native if native is not None and not self.program.writes_over_inputs(
+                args) else row_vm.machine()
         if machine is not None and self.program.run(machine, args, whole):
             return True
         if rb.block >= rb.rows:

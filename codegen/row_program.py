@@ -112,6 +112,7 @@ class RowProgram:
         for _, v, off, size, (_, init, _) in self.summed:
             self.acc_init[off:off + size] = init
         self.pre_template = np.zeros(self.pre_len)
+        self.native = None      # codegen.row_native: the compiled program, once it is
         for p in self.pre:
             if p.value is not None:
                 self._fill(self.pre_template, p, p.value)
@@ -284,6 +285,11 @@ class RowProgram:
         off = self.offsets[p.var]
         pre[off:off + p.length * self.group].reshape(self.group, p.length)[...] = \
             np.ravel(value)
+
+    def writes_over_inputs(self, args):
+        """Whether an output of this call is one of its inputs (the same memory)."""
+        ins = {args[i].__array_interface__["data"][0] for i, _ in self.inputs}
+        return any(args[i].__array_interface__["data"][0] in ins for i, _ in self.outputs)
 
     def run(self, fn, args, whole):
         """Run on the kernel's arguments `args` (outputs written); `whole`: the kernel's

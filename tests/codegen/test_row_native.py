@@ -1,0 +1,287 @@
+"""Row programs compiled by LLVM directly (codegen/row_native.py) compute what the row
+machine computes (codegen/row_vm.py), bit for bit: every element-wise instruction in each
+rounding mode on NaN, infinities, -0.0 and denormals, every form of gather, reduction and
+accumulation over the rows, per-row and repeated values, a group's tail rows and several
+threads' partial results. A cold kernel runs its program natively once it is compiled,
+except where an output is written over its input; a compiled training step on the native
+programs equals eager."""
+import numpy as np
+import pytest
+
+from aotgrad.codegen import compile_graph, first_tier, parts, row_native, row_program, \
+    row_vm, tiers
+from aotgrad.ir import Aval, GraphBuilder, prims
+from aotgrad.ir import dtypes as dt
+from aotgrad.testing import assert_close
+
+
+@pytest.fixture
+def captured(empty_cache, monkeypatch):
+    """Programs built here keep their cold kernels on the first tier (no compile of theirs
+    but the native one, which each test asks for itself); every row program run is
+    recorded with its arguments: (program, copies of the arguments, whole values)."""
+    monkeypatch.setenv("AOTGRAD_BACKGROUND_COMPILE", "1")
+    monkeypatch.setenv("AOTGRAD_ROW_MACHINE", "1")
+    monkeypatch.delenv("AOTGRAD_FIRST_TIER", raising=False)
+    monkeypatch.setattr(tiers, "submit", lambda job, priority=None: None)
+    monkeypatch.setattr(tiers, "track", lambda units, priority=None: None)
+    monkeypatch.setattr(row_native, "request", lambda program: None)
+    assert row_vm.wait(900), f"the row machine did not load: {row_vm._machine.failed!r}"
+    runs = []
+    run = row_program.RowProgram.run
+
+    def recording(self, fn, args, whole):
+        runs.append((self, [np.array(a) for a in args], dict(whole)))
+        return run(self, fn, args, whole)
+    monkeypatch.setattr(row_program.RowProgram, "run", recording)
+    return runs
+
+
+def _graph(name, avals, body):
+    b = GraphBuilder(name)
+    xs = [b.add_input(Aval(shape, dtype), f"x{i}") for i, (shape, dtype) in enumerate(avals)]
+    with b:
+        outs = body(*xs)
+    b.graph.outputs = list(outs)
+    return b.graph
+
+
+def _same(x, y):
+    """Equal arrays, NaN where NaN, and the sign of every zero."""
+    if x.dtype.kind != "f":
+        return np.array_equal(x, y)
+    return (np.array_equal(x, y, equal_nan=True)
+            and np.array_equal(np.signbit(x[x == 0]), np.signbit(y[y == 0])))
+
+
+def _native_equals_machine(runs, threads=(1, 2, 3)):
+    """Run every recorded program on the machine and natively, on the same arguments, with
+    each number of threads: the same arrays, bit for bit. Returns the programs."""
+    assert runs, "no kernel ran as a row program"
+    machine = row_vm.machine()
+    programs = []
+    for program, args, whole in runs:
+        if program in programs:
+            continue
+        programs.append(program)
+        assert row_native.supported(program)
+        native = row_native.compile_program(program)
+        for n in threads:
+            parts._Threads.count = n
+            want = [a.copy() for a in args]
+            got = [a.copy() for a in args]
+            assert program.run(machine, want, whole)
+            assert program.run(native, got, whole)
+            for w, g in zip(want, got):
+                assert _same(w, g), (w, g)
+    return programs
+
+
+RNG = np.random.default_rng(5)
+UNARY = [prims.neg, prims.abs, prims.exp, prims.log, prims.log1p, prims.expm1, prims.sqrt,
+         prims.rsqrt, prims.sin, prims.cos, prims.tanh, prims.logistic, prims.erf, prims.sign,
+         prims.floor, prims.ceil, prims.reciprocal]
+BINARY = [prims.add, prims.sub, prims.mul, prims.div, prims.maximum, prims.minimum,
+          prims.eq, prims.ne, prims.lt, prims.le, prims.gt, prims.ge]
+SPECIALS = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, -1e-40, 1e-310, -1.0, 1.0, 88.0,
+            89.5, -104.0, -105.0, 9.5, -9.5, 3.9, 4.0, 0.625, -0.624, 1e30, -1e30, 0.5]
+
+
+def _values(shape, dtype):
+    x = RNG.uniform(-4, 4, shape).astype(dtype)
+    flat = x.reshape(-1)
+    specials = np.array(SPECIALS).astype(dtype)
+    both = np.concatenate([specials, RNG.permutation(specials)])[:flat.size]
+    flat[:both.size] = both
+    return x
+
+
+@pytest.fixture(autouse=True)
+def _threads():
+    count = parts._Threads.count
+    yield
+    parts._Threads.count = count
+
+
+@pytest.mark.parametrize("dtype", [dt.float32, dt.float64])
+@pytest.mark.parametrize("prim", UNARY)
+def test_unary_instructions_equal_the_machine(captured, prim, dtype):
+    shape = (37, 24)
+    g = _graph(prim.name, [(shape, dtype)], lambda x: [prim(x)])
+    compile_graph(g)(_values(shape, dtype.np))
+    _native_equals_machine(captured)
+
+
+@pytest.mark.parametrize("dtype", [dt.float32, dt.float64])
+@pytest.mark.parametrize("prim", BINARY)
+def test_binary_instructions_equal_the_machine(captured, prim, dtype):
+    shape = (29, 32)
+    g = _graph(prim.name, [(shape, dtype), (shape, dtype)], lambda x, y: [prim(x, y)])
+    x = _values(shape, dtype.np)
+    y = _values(shape, dtype.np)[::-1].copy()
+    compile_graph(g)(x, y)
+    _native_equals_machine(captured)
+
+
+def test_a_chain_with_constants_scalars_masks_and_conversions(captured):
+    shape = (50, 40)
+
+    def body(x, y, m, s):
+        c = prims.full(shape=shape, value=-0.0, dtype=dt.float32)
+        t = prims.add(prims.mul(x, prims.broadcast_in_dim(s, shape=shape, dims=())), c)
+        u = prims.tanh(prims.sub(t, y))
+        big = prims.gt(u, y)
+        w = prims.where(prims.logical_and(big, m), u, prims.neg(x))
+        d = prims.convert_element_type(prims.convert_element_type(w, dtype=dt.float64),
+                                       dtype=dt.float32)
+        f = prims.convert_element_type(prims.logical_or(big, m), dtype=dt.float32)
+        return [w, d, f, prims.logical_not(big), prims.exp(prims.mul(d, f))]
+    g = _graph("chain", [(shape, dt.float32), (shape, dt.float32), (shape, dt.bool_),
+                         ((), dt.float32)], body)
+    compile_graph(g)(_values(shape, np.float32), _values(shape, np.float32)[::-1].copy(),
+                     RNG.random(shape) < 0.5, np.float32(1.5))
+    _native_equals_machine(captured)
+
+
+@pytest.mark.parametrize("group", [64, 1024])
+def test_reductions_gathers_and_accumulations_of_every_form(captured, monkeypatch, group):
+    monkeypatch.setattr(row_program, "GROUP_ELEMENTS", group)   # 64: a group's tail rows
+    monkeypatch.setattr(row_program, "PARTS_MIN_ELEMENTS", 0)
+    R, M, C = 41, 4, 7
+
+    def body(x, y, b):
+        t = prims.mul(prims.broadcast_in_dim(prims.exp(x), shape=(R, M, C), dims=(0, 2)),
+                      prims.broadcast_in_dim(y, shape=(R, M, C), dims=(0, 1)))
+        t = prims.add(t, prims.broadcast_in_dim(b, shape=(R, M, C), dims=(1, 2)))
+        soft = prims.div(t, prims.broadcast_in_dim(prims.reduce_sum(t, dims=(2,)),
+                                                   shape=(R, M, C), dims=(0, 1)))
+        return [soft, prims.reduce_max(t, dims=(1,)), prims.reduce_min(t, dims=(1, 2)),
+                prims.reduce_sum(t, dims=(0,)), prims.reduce_max(t, dims=(0, 2)),
+                prims.reduce_min(t, dims=(0, 1)), prims.reduce_sum(t, dims=(0, 1, 2))]
+    g = _graph("forms", [((R, C), dt.float32), ((R, M), dt.float32), ((M, C), dt.float32)],
+               body)
+    x = _values((R, C), np.float32)
+    x[x > 80] = 3.0                       # (no inf from exp: sums of mixed signs stay finite)
+    compile_graph(g)(x, _values((R, M), np.float32), _values((M, C), np.float32))
+    programs = _native_equals_machine(captured)
+    # and reductions over the rows only: each element into its own accumulator
+    captured.clear()
+    g = _graph("over rows", [((R, C), dt.float32)],
+               lambda x: [prims.reduce_sum(prims.exp(x), dims=(0,)),
+                          prims.reduce_max(x, dims=(0,)), prims.reduce_min(x, dims=(0,))])
+    compile_graph(g)(x)
+    programs += _native_equals_machine(captured)
+    # (over the rows and the last axis)
+    captured.clear()
+    g = _graph("over rows and columns", [((R, M, C), dt.float32)],
+               lambda x: [prims.reduce_sum(prims.exp(x), dims=(0, 2)),
+                          prims.reduce_min(x, dims=(0, 2))])
+    compile_graph(g)(_values((R, M, C), np.float32))
+    programs += _native_equals_machine(captured)
+    ops = {(row_vm.Op(int(r[0])), int(r[4]) if r[0] < 80 else int(r[5]))
+           for p in programs for r in p.code}
+    assert {(row_vm.Op.GATHER, row_vm.GatherForm.TILE),
+            (row_vm.Op.GATHER, row_vm.GatherForm.REPEAT),
+            (row_vm.Op.REDUCE_SUM, row_vm.ReduceForm.RUNS),
+            (row_vm.Op.ACC_SUM, row_vm.AccForm.DIRECT),
+            (row_vm.Op.ACC_MAX, row_vm.AccForm.DIRECT)} <= ops
+    assert any(op in (row_vm.Op.REDUCE_MAX, row_vm.Op.REDUCE_MIN) for op, _ in ops)
+
+
+def test_a_causal_softmax_over_long_rows(captured):
+    shape = (2, 3, 40, 40)
+
+    def body(s, m):
+        t = prims.where(prims.broadcast_in_dim(m, shape=shape, dims=(0, 1, 2, 3)), s,
+                        prims.broadcast_in_dim(prims.full(shape=(), value=-np.inf,
+                                                          dtype=dt.float32), shape=shape,
+                                               dims=()))
+        mx = prims.reduce_max(t, dims=(3,))
+        e = prims.exp(prims.sub(t, prims.broadcast_in_dim(mx, shape=shape, dims=(0, 1, 2))))
+        return [prims.div(e, prims.broadcast_in_dim(prims.reduce_sum(e, dims=(3,)),
+                                                    shape=shape, dims=(0, 1, 2)))]
+    g = _graph("attn", [(shape, dt.float32), ((1, 1, 40, 40), dt.bool_)], body)
+    compile_graph(g)(RNG.normal(size=shape).astype(np.float32),
+                     np.tril(np.ones((40, 40), bool))[None, None])
+    _native_equals_machine(captured)
+
+
+def test_pow_stays_on_the_machine(captured):
+    g = _graph("pow", [((20, 8), dt.float32), ((20, 8), dt.float32)],
+               lambda x, y: [prims.pow(x, y)])
+    prog = compile_graph(g)
+    ref, = prog.first_tier.values()
+    assert ref.program is not None and not row_native.supported(ref.program)
+
+
+def test_a_cold_kernel_runs_natively_once_compiled_but_not_over_its_input(empty_cache,
+                                                                          monkeypatch):
+    monkeypatch.setenv("AOTGRAD_BACKGROUND_COMPILE", "1")
+    monkeypatch.setenv("AOTGRAD_ROW_MACHINE", "1")
+    monkeypatch.delenv("AOTGRAD_FIRST_TIER", raising=False)
+    monkeypatch.setattr(tiers, "submit", lambda job, priority=None: None)
+    monkeypatch.setattr(tiers, "track", lambda units, priority=None: None)
+    calls = []
+    native_call = row_native.NativeRows.__call__
+    monkeypatch.setattr(row_native.NativeRows, "__call__",
+                        lambda self, *a: calls.append(1) or native_call(self, *a))
+    g = _graph("pw", [((64, 48), dt.float32)],
+               lambda x: [prims.mul(prims.tanh(x), prims.full(shape=(64, 48), value=2.0,
+                                                              dtype=dt.float32))])
+    prog = compile_graph(g)
+    ref, = prog.first_tier.values()
+    x = RNG.normal(size=(64, 48)).astype(np.float32)
+    want = (np.tanh(x.astype(np.float64)) * 2).astype(np.float32)
+    for _ in range(3):                    # the second call asks for the native compile
+        assert_close(prog(x)[0], want, rtol=2e-6, atol=1e-7)
+        row_native.wait()
+    assert ref.program.native is not None and calls
+    # the same kernel writing over its input: the machine's run, not the native one
+    kinds = [a.kind for a in next(iter(prog.specs.values())).args]
+    n = len(calls)
+    y = x.copy()
+    assert ref(*[y if k in ("in", "out") else 0 for k in kinds]) == 0
+    assert len(calls) == n
+    assert_close(y, want, rtol=2e-6, atol=1e-7)
+
+
+def test_a_compiled_training_step_on_native_programs_equals_eager(empty_cache, monkeypatch):
+    import aotgrad
+    monkeypatch.setenv("AOTGRAD_BACKGROUND_COMPILE", "1")
+    monkeypatch.setenv("AOTGRAD_ROW_MACHINE", "1")
+    monkeypatch.delenv("AOTGRAD_FIRST_TIER", raising=False)
+    monkeypatch.setattr(tiers, "submit", lambda job, priority=None: None)
+    monkeypatch.setattr(tiers, "track", lambda units, priority=None: None)
+    monkeypatch.setattr(first_tier.Rent, "charge", lambda self, seconds, kernel: None)
+    calls = []
+    native_call = row_native.NativeRows.__call__
+    monkeypatch.setattr(row_native.NativeRows, "__call__",
+                        lambda self, *a: calls.append(1) or native_call(self, *a))
+    F = aotgrad.nn.functional
+    rng = np.random.default_rng(1)
+    x = aotgrad.tensor(rng.standard_normal((2, 16, 24)).astype(np.float32))
+    labels = aotgrad.tensor(rng.integers(0, 7, (2, 16)))
+    w1 = rng.standard_normal((32, 24)).astype(np.float32) * 0.3
+    w2 = rng.standard_normal((7, 32)).astype(np.float32) * 0.3
+    mask = aotgrad.tensor(np.tril(np.ones((16, 16), bool)))
+
+    def loss_fn(w1, w2):
+        h = F.gelu(F.layer_norm(x @ w1.T, (32,)), approximate="tanh")
+        a = (h @ h.transpose(1, 2)).masked_fill(~mask, float("-inf"))
+        s = F.softmax(a, dim=-1) @ F.silu(h)
+        return F.cross_entropy((s @ w2.T).reshape(32, 7), labels.reshape(32))
+
+    def grads(fn):
+        ps = [aotgrad.tensor(w1, requires_grad=True), aotgrad.tensor(w2, requires_grad=True)]
+        loss = fn(*ps)
+        loss.backward()
+        return [loss.detach().numpy()] + [p.grad.numpy() for p in ps]
+
+    want = grads(loss_fn)
+    compiled = aotgrad.compile(loss_fn)
+    for _ in range(4):
+        got = grads(compiled)
+        row_native.wait()
+        for g, w in zip(got, want):
+            assert_close(g, w, rtol=2e-5, atol=2e-6)
+    assert calls, "no kernel of the step ran natively"
