@@ -19,15 +19,20 @@ A reference kernel computes what eager mode computes: its values may differ from
 compiled kernel's in the last bits (the compiled one uses vectorisable exp/tanh and sums in
 blocks), as two backends of one program may.
 
-The first tier is rented, not owned (`Rent`): a small program whose numpy runs have cost
-more, beyond what its compiled kernels are estimated to take (codegen.cost), than compiling
-its kernels still on numpy would take with every core, stops renting and waits for those
+The first tier is rented, not owned (`Rent`): a program whose numpy runs have cost more,
+beyond what its compiled kernels are estimated to take (codegen.cost), than compiling its
+kernels still on numpy would take with every core, stops renting and waits for those
 compiles. Its calls on numpy then never cost more than about twice the better of the two
 choices, whether the training stops after a few steps or runs for hours (the ski-rental
-rule), as long as the steps and the compiles do not compete for the cores. A program of a
-few milliseconds or more does compete (its compile helper runs at its priority, and its
-steps run on every core, so the step waits for the thread the compile delays, and the
-compile advances slowly meanwhile): it waits at its second call (its first stays fast).
+rule), as long as the steps and the compiles do not compete for the cores. A small
+program's steps run on one thread, and its compiles beside them on idle cores. A program
+of a few milliseconds or more runs its steps on every core, so a compile beside them slows
+them as much as it advances: its compiles are held back until the rent is due, and run
+then while that call waits (codegen.tiers.defer).
+
+A kernel that keeps its rows to itself runs meanwhile on the row machine (codegen.row_vm),
+and from its second call on, once LLVM has compiled its row program (tens of milliseconds,
+codegen.row_native), as machine code close to the compiled kernel's speed.
 """
 import collections
 import dataclasses
@@ -54,22 +59,19 @@ WAIT_LIMIT = 300.0          # seconds a program waits for its first-tier compile
 class Rent:
     """The account of one program's first tier: every run of one of its reference kernels
     is charged what it took beyond its compiled kernel's estimate; once the charges reach
-    `share` of the estimated seconds the kernels still on numpy take to compile on
-    `workers` helpers (`compiled(name)` takes a kernel off as it is swapped in), the
-    charging call waits for the compiles, once, until the program's first-tier job ends
-    (`started()`, `finished()`), and never in the program's first call, which stays fast
+    the estimated seconds the kernels still on numpy take to compile on `workers` helpers
+    (`compiled(name)` takes a kernel off as it is swapped in), the charging call waits for
+    the compiles, once, until the program's first-tier job ends (`started()`,
+    `finished()`): the ski-rental rule. Never in the program's first call, which stays fast
     (a kernel charged more often than it runs in one call, `runs_per_call`: its name ->
-    count, 1 where absent, marks the second). share 1 is the ski-rental rule, whose
-    estimate holds only for a job that runs now: never for one still queued behind
-    another. share 0: the program's second call waits, for a job still queued too (behind
-    other first-tier jobs, whose compiles it then waits for as well: a program called once
-    and traced again, the second sharing most of its kernels, is the common case).
-    `program`: its name (for the log); `charged`, `waited`: seconds charged and waited so
-    far."""
+    count, 1 where absent, marks the second). A job held back (`start`: codegen.tiers.defer's
+    start) is started by that call; one queued behind another is not waited for (the
+    estimate holds for a job that runs now). `program`: its name (for the log); `charged`,
+    `waited`: seconds charged and waited so far."""
 
-    def __init__(self, program, compile_seconds, workers, share=1.0, runs_per_call=None):
+    def __init__(self, program, compile_seconds, workers, runs_per_call=None, start=None):
         self.program = program
-        self.share = share
+        self._start = start     # a held-back job's start (codegen.tiers.defer), or None
         self._runs_per_call = dict(runs_per_call or {})
         self._runs = collections.Counter()      # kernel name -> runs charged
         self._started = False
@@ -103,8 +105,12 @@ class Rent:
         self._runs[kernel] += 1
         again = self._runs[kernel] > self._runs_per_call.get(kernel, 1)
         if self._waited_once or not again or self._finished.is_set() \
-                or (self.share > 0.0 and not self._started) \
-                or self.charged < self.share * self.due():
+                or self.charged < self.due():
+            return
+        if self._start is not None:         # a job held back: it starts now, and is waited for
+            start, self._start = self._start, None
+            start()
+        elif not self._started:
             return
         self._waited_once = True
         log.info("%s: its kernels ran on numpy for %.2f s more than compiled ones would take: "
@@ -338,7 +344,7 @@ class ReferenceKernel:
         if self.calls == 2 and self.program is not None:
             # (not at the first: a first call stays as fast as it can be, and a kernel run
             # once needs no compile)
-            row_native.request(self.program)
+            row_native.request(self.program, self.seconds)
         if self.program is not None and (self.program.native is not None
                                          or row_vm.machine() is not None):
             done = self._run_blocks(args, self.program.rb)

@@ -163,23 +163,29 @@ class CompiledGraph:
         if self.first_tier:
             specs = {s.name: s for s in self._on_first_tier()}
             units = [self._unit(name) for name in specs]
-            # a program of a few milliseconds or more has a helper at its own priority,
-            # which competes with its steps for the cores: a step on numpy then costs more
-            # than it gains (its threads wait for the one the compile delays) and slows the
-            # compile meanwhile, so its second call waits for the compiles (share 0;
-            # benchmarks/bench_cold_start.py measures both); a smaller program, on one
-            # thread, rents as long as the ski-rental rule allows
+            # a program of a few milliseconds or more runs its steps on every core, so a
+            # compile beside them slows them as much as it advances (the step waits for the
+            # thread the compile delays): its compiles are held back until its first-tier
+            # runs have cost as much as they would take, and that call waits for them, with
+            # every core (the ski-rental rule, buying once the rent paid equals the price;
+            # left at exit, they go to the detached helper, so the next run starts warm). A
+            # smaller program, on one thread, compiles beside its steps on helpers that take
+            # the idle cores only, and waits once its rent reaches the remaining compiles
             self.first_tier_boosted = tiers.first_tier_boosted(
                 cost.estimated_seconds(self.schedule))
+            tiers.track(units, tiers.Priority.FIRST_TIER)
+            held = tiers.defer(self._compile_first_tier, units,
+                               priority=tiers.Priority.FIRST_TIER) \
+                if self.first_tier_boosted else None
             self.rent = Rent(
                 self.name, {name: cost.compile_seconds(s) for name, s in specs.items()},
-                parallel_compile.background_workers(),
-                share=0.0 if self.first_tier_boosted else 1.0,
+                parallel_compile.background_workers(), start=held,
                 runs_per_call=collections.Counter(s.name for s in self._on_first_tier()))
             for ref in self.first_tier.values():
                 ref.rent = self.rent
-            tiers.track(units, tiers.Priority.FIRST_TIER)
-            tiers.submit(lambda: self._compile_first_tier(units), tiers.Priority.FIRST_TIER)
+            if held is None:
+                tiers.submit(functools.partial(self._compile_first_tier, units),
+                             tiers.Priority.FIRST_TIER)
 
     def _on_first_tier(self):
         return [self.specs[st] for st in self.first_tier]

@@ -1,5 +1,5 @@
-"""A row program (codegen.row_program) compiled to machine code by LLVM directly, in tens of
-milliseconds, while its kernel waits for Numba's compile (about a second a kernel).
+"""A row program (codegen.row_program) compiled to machine code by LLVM directly, for a small
+fraction of what Numba's compile of its kernel costs, while the kernel waits for that.
 
 The row machine (codegen.row_vm) interprets a program one instruction at a time: every
 element-wise instruction is a pass over its registers in the scratch. Here the same code
@@ -14,8 +14,9 @@ order of every sum (tests/codegen/test_row_native.py compares the two on every i
 
 `lower(program)` is the IR's text, `compile_program(program)` the callable (the machine's
 calling convention: `fn(phase, part, nparts, ws, code, idx, pre, addr_in, addr_out, acc,
-nrows, group, work)`, so RowProgram.run and codegen.parts run either), `request(program)`
-queues that compile on one background thread and sets `program.native` when it is done.
+nrows, group, work)`, so RowProgram.run and codegen.parts run either), `request(program,
+seconds)` queues that compile on one background thread and sets `program.native` when it
+is done.
 A program with an instruction not lowered here (POW) keeps the machine."""
 import contextlib
 import ctypes
@@ -168,6 +169,11 @@ class _Emitter:
         if hint is not None:
             br.set_metadata("llvm.loop", hint)
         b.position_at_end(after)
+
+    def array_type(self, op):
+        """The element type of the input a LOAD_* reads or the output a STORE_* writes."""
+        return {Op.LOAD_F32: self.F32, Op.LOAD_F64: self.F64, Op.LOAD_B8: self.I8,
+                Op.STORE_F32: self.F32, Op.STORE_F64: self.F64, Op.STORE_B8: self.I8}[op]
 
     # scratch
     def sptr(self, off, i):
@@ -445,11 +451,61 @@ def _writes(row):
         else int(row[1])
 
 
-def _segments(code):
+# a value repeated along runs at least this long (each row's one value, a row of 128
+# values each repeated 128 times) is read in the loops that use it, once a run, rather than
+# written out by a loop of its own
+ROW_VALUE_MIN_LENGTH = 8
+
+
+def _row_values(code):
+    """The gathers that repeat each element of their operand n // m times (REPEAT) along
+    runs of at least ROW_VALUE_MIN_LENGTH, whose result only element-wise instructions
+    read, while the operand's register stays as it is: {gather t: (its result's offset,
+    the operand's offset, the run length, {reader u})}. Their readers read the operand once
+    a run instead; the gather itself emits nothing. The readers in one run of the code
+    (`_segments`) all read runs of one length."""
+    out = {}
+    for t, row in enumerate(code):
+        op, dst, a, c, n, m = (Op(int(row[0])), int(row[1]), int(row[2]), int(row[4]),
+                               int(row[5]), int(row[6]))
+        if op is not Op.GATHER or c != GatherForm.REPEAT or n // m < ROW_VALUE_MIN_LENGTH:
+            continue
+        # (an instruction never reads the register it writes: the allocator gives its
+        # result a register before it frees its operands')
+        end = _redefined(code, dst, t)
+        readers = {u for u in range(t + 1, end) if dst in _reads(code[u])}
+        if readers and all(Op(int(code[u][0])) in _POINTWISE for u in readers) \
+                and not any(_writes(code[u]) == a for u in range(t + 1, max(readers) + 1)):
+            out[t] = (dst, a, n // m, readers)
+    while True:                            # one run length per run of the code
+        mixed = set()
+        for fused, ts in _segments(code, skip=out):
+            lengths = {}
+            for t, (dst, a, run, readers) in out.items():
+                if fused and readers & set(ts):
+                    lengths.setdefault(run, []).append(t)
+            if len(lengths) > 1:
+                keep = max(lengths, key=lambda k: (len(lengths[k]), k))
+                mixed.update(t for k, gs in lengths.items() if k != keep for t in gs)
+        if not mixed:
+            return out
+        for t in mixed:
+            del out[t]
+
+
+def _redefined(code, off, after):
+    """The first instruction after `after` that writes `off` (len(code) where none)."""
+    return next((u for u in range(after + 1, len(code)) if _writes(code[u]) == off),
+                len(code))
+
+
+def _segments(code, skip=()):
     """The code's instructions in runs: each run either one non-element-wise instruction or
-    element-wise ones of one row length, in order."""
+    element-wise ones of one row length, in order (the instructions in `skip` left out)."""
     runs = []
     for t, row in enumerate(code):
+        if t in skip:
+            continue
         op = Op(int(row[0]))
         fused = op in _POINTWISE
         if fused and runs and runs[-1][0] and runs[-1][1] == int(row[5]):
@@ -459,15 +515,20 @@ def _segments(code):
     return [(fused, ts) for fused, _, ts in runs]
 
 
-def _read_elsewhere(code, segments):
+def _read_elsewhere(code, segments, row_values):
     """For each run, the offsets its instructions write that an instruction of a later run
-    reads before they are written again (those go to the scratch)."""
+    reads before they are written again (those go to the scratch); a per-row value's
+    reader reads the value's register."""
     run_of = {t: k for k, (_, ts) in enumerate(segments) for t in ts}
+    swap = {(u, dst): a for dst, a, _, readers in row_values.values() for u in readers}
     out = [set() for _ in segments]
     last_def = {}                          # offset -> the run that wrote it last
     for t, row in enumerate(code):
+        if t not in run_of:
+            continue
         k = run_of[t]
         for off in _reads(row):
+            off = swap.get((t, off), off)
             d = last_def.get(off)
             if d is not None and d != k:
                 out[d].add(off)
@@ -485,8 +546,11 @@ def lower(program):
     b, ir = e.b, e.ir
     code = program.code
     group = program.group
-    segments = _segments(code)
-    stored = _read_elsewhere(code, segments)
+    row_values = _row_values(code)
+    segments = _segments(code, skip=row_values)
+    stored = _read_elsewhere(code, segments, row_values)
+    per_row = {(u, dst): (a, run) for dst, a, run, readers in row_values.values()
+               for u in readers}
     # preloaded registers of one value throughout (a `full`): constants of the code
     consts = {}
     for p in program.pre:
@@ -494,20 +558,18 @@ def lower(program):
             bits = p.value.view(np.int64)
             if (bits == bits[0]).all():
                 consts[program.offsets[p.var]] = e.c64(p.value[0])
-    ptr_ty = {Op.LOAD_F32: e.F32, Op.LOAD_F64: e.F64, Op.LOAD_B8: e.I8,
-              Op.STORE_F32: e.F32, Op.STORE_F64: e.F64, Op.STORE_B8: e.I8}
     e.scope_all(["scratch"] + [("in", k) for k in range(len(program.inputs))]
                 + [("out", k) for k in range(len(program.outputs))])
-    # the inputs' and outputs' addresses, as typed pointers, loaded once
+    # the inputs' and outputs' addresses, as typed pointers, loaded once: (is an input,
+    # slot) -> pointer
     bases = {}
     for row in code:
         op = Op(int(row[0]))
-        if op in ptr_ty:
-            where = e.ain if op in _LOADS else e.aout
-            key = (op in _LOADS, int(row[7]), str(ptr_ty[op]))
+        if op in _LOADS or op in _STORES:
+            key = (op in _LOADS, int(row[7]))
             if key not in bases:
-                addr = b.load(b.gep(where, [e.ci(int(row[7]))]))
-                bases[key] = b.inttoptr(addr, ptr_ty[op].as_pointer())
+                addr = b.load(b.gep(e.ain if key[0] else e.aout, [e.ci(key[1])]))
+                bases[key] = b.inttoptr(addr, e.array_type(op).as_pointer())
     # for r in lo, lo + group, ... < hi: g = min(group, hi - r)
     before = b.block
     head = e.fn.append_basic_block("group")
@@ -528,7 +590,7 @@ def lower(program):
              for p in program.pre}
     for (fused, ts), keep in zip(segments, stored):
         if fused:
-            _pointwise_loop(e, code, ts, keep, r, g, bases, consts, scalars, exact)
+            _pointwise_loop(e, code, ts, keep, r, g, bases, consts, scalars, exact, per_row)
         else:
             _other(e, code[ts[0]], g)
             _mark_exact(exact, code[ts[0]])
@@ -555,66 +617,79 @@ def _mark_exact(exact, row):
         exact[dst] = aux in (Round.F32, Round.BOOL)
 
 
-def _pointwise_loop(e, code, ts, keep, r, g, bases, consts, scalars, exact):
-    """One loop over the g * n elements of a run of element-wise instructions. A register
-    read from the scratch that holds float32 values goes through float32 (exact), so LLVM
-    computes in float32 what the machine computes in float64 and rounds (the same result:
-    sums, differences, products and quotients of float32 values, rounded once from float64,
-    are float32's)."""
+def _pointwise_loop(e, code, ts, keep, r, g, bases, consts, scalars, exact, per_row):
+    """One loop over the g * n elements of a run of element-wise instructions (a loop over
+    runs of repeated values around one along each run, where the run of instructions reads
+    repeated values, `per_row`: (reader, offset) -> (the value's offset, the run length)). A register read from the scratch that holds
+    float32 values goes through float32 (exact), so LLVM computes in float32 what the
+    machine computes in float64 and rounds (the same result: sums, differences, products
+    and quotients of float32 values, rounded once from float64, are float32's)."""
     b = e.b
     n = int(code[ts[0]][5])
-    gn = b.mul(g, e.ci(n))
     row0 = b.mul(r, e.ci(n))               # the group's first element in the arrays
+
+    def exact_load(off, i):
+        x = e.sload(off, i)
+        return e.round32(x) if exact.get(off, False) else x
     # values of one element, loaded before the loop (LLVM does not prove that the loop's
     # stores to the scratch miss them, and leaves the loop scalar)
     invariant = dict(consts)
     for t in ts:
         for off in _reads(code[t]):
             if off in scalars and off not in invariant:
-                x = e.sload(off, e.ci(0))
-                invariant[off] = e.round32(x) if exact.get(off, False) else x
-    with e.loop(gn, hint=e.loop_hint(INTERLEAVE, _Target.float32_lanes())) as i:
-        val = dict(invariant)              # offset -> its value in this iteration
+                invariant[off] = exact_load(off, e.ci(0))
+    hint = e.loop_hint(INTERLEAVE, _Target.float32_lanes())
+    repeated = {per_row[(t, off)] for t in ts for off in _reads(code[t]) if (t, off) in per_row}
+    if not repeated:
+        with e.loop(b.mul(g, e.ci(n)), hint=hint) as i:
+            _pointwise_body(e, code, ts, keep, i, row0, bases, dict(invariant), {}, per_row,
+                            exact, exact_load)
+        return
+    run, = {length for _, length in repeated}     # (_row_values: one length per run)
+    with e.loop(b.mul(g, e.ci(n // run))) as q:
+        values = {a: exact_load(a, q) for a, _ in sorted(repeated)}
+        with e.loop(e.ci(run), hint=hint) as k:
+            i = b.add(b.mul(q, e.ci(run)), k)
+            _pointwise_body(e, code, ts, keep, i, row0, bases, dict(invariant), values,
+                            per_row, exact, exact_load)
 
+
+def _pointwise_body(e, code, ts, keep, i, row0, bases, val, row_value, per_row, exact,
+                    exact_load):
+    """Element i of the run's instructions; `val`: offset -> its value in this iteration
+    (constants and values of one element to start with), `row_value`: the row's values."""
+    b = e.b
+    for t in ts:
         def read(off):
-            if off in val:
-                return val[off]
-            x = e.sload(off, i)
-            return e.round32(x) if exact.get(off, False) else x
-        for t in ts:
-            row = code[t]
-            op, dst, a, bb, c, aux = (Op(int(row[0])), int(row[1]), int(row[2]),
-                                      int(row[3]), int(row[4]), int(row[7]))
-            if op in _LOADS:
-                x = e.scoped(b.load(b.gep(bases[(True, aux, str(_ptr_elem(e, op)))],
-                                          [b.add(row0, i)])), ("in", aux))
-                v = (b.fpext(x, e.F64) if op is Op.LOAD_F32 else x if op is Op.LOAD_F64
-                     else b.select(b.icmp_unsigned("!=", x, e.ci(0, e.I8)), e.c64(1.0),
-                                   e.c64(0.0)))
-            elif op in _STORES:
-                x = read(a)
-                if op is Op.STORE_F32:
-                    x = b.fptrunc(x, e.F32)
-                elif op is Op.STORE_B8:
-                    x = b.zext(b.fcmp_unordered("!=", x, e.c64(0.0)), e.I8)
-                e.scoped(b.store(x, b.gep(bases[(False, aux, str(_ptr_elem(e, op)))],
-                                          [b.add(row0, i)])), ("out", aux))
-                continue
-            elif op is Op.WHERE:
-                v = b.select(b.fcmp_unordered("!=", read(c), e.c64(0.0)), read(a), read(bb))
-            elif op in _UNARY:
-                v = e.unary(op, read(a), aux)
-            else:
-                v = e.binary(op, read(a), read(bb), aux)
-            val[dst] = v
-            _mark_exact(exact, row)
-            if dst in keep and _last_write(code, ts, t, dst):
-                e.sstore(v, dst, i)
-
-
-def _ptr_elem(e, op):
-    return {Op.LOAD_F32: e.F32, Op.LOAD_F64: e.F64, Op.LOAD_B8: e.I8, Op.STORE_F32: e.F32,
-            Op.STORE_F64: e.F64, Op.STORE_B8: e.I8}[op]
+            if (t, off) in per_row:
+                return row_value[per_row[(t, off)][0]]
+            return val[off] if off in val else exact_load(off, i)
+        row = code[t]
+        op, dst, a, bb, c, aux = (Op(int(row[0])), int(row[1]), int(row[2]), int(row[3]),
+                                  int(row[4]), int(row[7]))
+        if op in _LOADS:
+            x = e.scoped(b.load(b.gep(bases[(True, aux)], [b.add(row0, i)])), ("in", aux))
+            v = (b.fpext(x, e.F64) if op is Op.LOAD_F32 else x if op is Op.LOAD_F64
+                 else b.select(b.icmp_unsigned("!=", x, e.ci(0, e.I8)), e.c64(1.0),
+                               e.c64(0.0)))
+        elif op in _STORES:
+            x = read(a)
+            if op is Op.STORE_F32:
+                x = b.fptrunc(x, e.F32)
+            elif op is Op.STORE_B8:
+                x = b.zext(b.fcmp_unordered("!=", x, e.c64(0.0)), e.I8)
+            e.scoped(b.store(x, b.gep(bases[(False, aux)], [b.add(row0, i)])), ("out", aux))
+            continue
+        elif op is Op.WHERE:
+            v = b.select(b.fcmp_unordered("!=", read(c), e.c64(0.0)), read(a), read(bb))
+        elif op in _UNARY:
+            v = e.unary(op, read(a), aux)
+        else:
+            v = e.binary(op, read(a), read(bb), aux)
+        val[dst] = v
+        _mark_exact(exact, row)
+        if dst in keep and _last_write(code, ts, t, dst):
+            e.sstore(v, dst, i)
 
 
 def _last_write(code, ts, t, dst):
@@ -843,9 +918,10 @@ def compile_program(program):
         mod.verify()
         mod.triple = tm.triple
         mod.data_layout = str(tm.target_data)
-        pto = llvm.create_pipeline_tuning_options(speed_level=3)
+        pto = llvm.create_pipeline_tuning_options(speed_level=2)
         pto.loop_vectorization = True
         pto.slp_vectorization = True
+        pto.loop_unrolling = False
         pb = llvm.create_pass_builder(tm, pto)
         pb.getModulePassManager().run(mod, pb)
         engine = llvm.create_mcjit_compiler(mod, tm)
@@ -867,17 +943,19 @@ def program_key(program):
 
 
 class _Compiler:
-    """One background thread compiling queued programs in order, each key once: a program
-    whose key is compiled or queued already gets that code."""
+    """One background thread compiling queued programs, those that took longest on the
+    row machine first, each key once: a program whose key is compiled or queued already
+    gets that code."""
 
     def __init__(self):
-        self.jobs = queue.Queue()
+        self.jobs = queue.PriorityQueue()      # (-seconds, sequence number, key, program)
+        self.seq = 0
         self.started = False
         self.lock = threading.Lock()
         self.done = {}          # key -> NativeRows, or None (it failed)
         self.waiting = {}       # key -> programs queued for it
 
-    def submit(self, program):
+    def submit(self, program, seconds):
         key = program_key(program)
         with self.lock:
             if key in self.done:
@@ -887,15 +965,17 @@ class _Compiler:
                 self.waiting[key].append(program)
                 return
             self.waiting[key] = [program]
+            self.seq += 1
+            seq = self.seq
             if not self.started:
                 self.started = True
                 threading.Thread(target=self._loop, daemon=True,
                                  name="aotgrad-row-native").start()
-        self.jobs.put((key, program))
+        self.jobs.put((-seconds, seq, key, program))
 
     def _loop(self):
         while True:
-            key, program = self.jobs.get()
+            _, _, key, program = self.jobs.get()
             native = None
             try:
                 native = compile_program(program)
@@ -913,11 +993,11 @@ class _Compiler:
 _compiler = _Compiler()
 
 
-def request(program):
-    """Compile `program` in the background (once per program_key); `program.native` is set
-    when it is done."""
+def request(program, seconds=0.0):
+    """Compile `program` in the background (once per program_key; those whose run took
+    most `seconds` first); `program.native` is set when it is done."""
     if enabled() and supported(program):
-        _compiler.submit(program)
+        _compiler.submit(program, seconds)
 
 
 def wait():

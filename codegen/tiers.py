@@ -9,11 +9,11 @@ The first tier (AOTGRAD_FIRST_TIER):
   parts on threads (codegen.parts), so no second, parallel compile follows. The
   first-tier jobs (Priority.FIRST_TIER) run before any other background compile (a
   symbolic kernel's size variant, Priority.UPGRADE), of whichever program, and a job in
-  progress stops taking new kernels when a more urgent one comes. For a program whose run
-  is estimated at a few milliseconds or more, one of their helpers runs at the caller's
-  priority (first_tier_boosted); the others run niced, in the idle scheduling class. A
-  program whose numpy runs have cost about as much as its first-tier compiles still left
-  waits for them (first_tier.Rent).
+  progress stops taking new kernels when a more urgent one comes. Their helpers run niced,
+  in the idle scheduling class, except one for a program whose run is estimated at a few
+  milliseconds or more (first_tier_boosted): such a program's job is held back (`defer`)
+  until its numpy runs have cost about as much as its compiles (first_tier.Rent), and that
+  call waits for it. A smaller program waits for its job, started at once, at that point.
 - `serial`: every kernel is compiled before the first call (the name is historical: the
   kernels are the same either way).
 
@@ -28,11 +28,13 @@ of a script starts warm.
 """
 import atexit
 import enum
+import functools
 import logging
 import os
 import queue
 import threading
 import time
+import weakref
 
 from aotgrad.codegen import parallel_compile
 
@@ -49,15 +51,13 @@ class Priority(enum.IntEnum):
 
 
 # Helpers that compile the kernels still running on numpy (codegen.first_tier): one per
-# core, the first FIRST_TIER_BOOSTED of them at the caller's priority for a program whose
-# run is estimated at BOOST_MIN_SECONDS or more (codegen.cost), the others in the
-# background (niced, in the idle scheduling class: codegen.compile_worker), where they
-# take only the CPU time the training leaves. Every second of these compiles is a second
-# of steps at the numpy speed, which matters where a step costs tens of milliseconds: on
-# two cores a boosted helper took W4's cold run to 300 steps from 14.9 to 12.4 s and the
-# GPT's from 48 to 45 s. A second one gained nothing there. For a small program it only
-# slows the numpy steps: the README's MLP stepped at 3.1 ms against 2.3 without it, and
-# LeNet's kernels never finish compiling in its short run anyway.
+# core, in the background (niced, in the idle scheduling class: codegen.compile_worker),
+# where they take only the CPU time the training leaves, except FIRST_TIER_BOOSTED of them
+# at the caller's priority for a program whose run is estimated at BOOST_MIN_SECONDS or
+# more (codegen.cost). Such a program's steps run on every core: its job is held back
+# until its rent is due, and the call waits for it then, so the helper at full priority
+# takes a core nobody else wants. A small program's helpers only slow its numpy steps at
+# that priority (the README's MLP stepped at 3.1 ms against 2.3 niced).
 FIRST_TIER_BOOSTED = 1
 BOOST_MIN_SECONDS = 0.005
 
@@ -75,6 +75,7 @@ _unfinished = {p: 0 for p in Priority}   # jobs queued or running by priority
 _load_lock = threading.Lock()    # held while a background job loads compiled code
 _closing = []
 _outstanding = {}                # (module, kernel) -> Unit queued or compiling in the background
+_deferred = {}                   # key -> (weak method, args, priority) held back (defer)
 
 
 class FirstTier(enum.Enum):
@@ -183,6 +184,39 @@ def submit(job, priority=Priority.UPGRADE):
     _jobs.put((priority, seq, job))
 
 
+def defer(method, *args, priority=Priority.UPGRADE):
+    """Hold back the job `method(*args)`: it is submitted when the function returned is
+    called (once), or by `wait()`, whichever comes first. `method` is a bound method, held
+    weakly: the job of an object dropped meanwhile never runs (its units, tracked as a
+    queued job's are, still go to the detached helper at exit)."""
+    key = object()
+    with _cv:
+        for k in [k for k, (ref, _, _) in _deferred.items() if ref() is None]:
+            del _deferred[k]
+        _deferred[key] = (weakref.WeakMethod(method), args, priority)
+
+    def start():
+        with _cv:
+            held = _deferred.pop(key, None)
+        if held is not None:
+            _submit_held(*held)
+    return start
+
+
+def _submit_held(ref, args, priority):
+    method = ref()
+    if method is not None:
+        submit(functools.partial(method, *args), priority)
+
+
+def _start_deferred():
+    with _cv:
+        held = list(_deferred.values())
+        _deferred.clear()
+    for h in held:
+        _submit_held(*h)
+
+
 def more_urgent(priority):
     """Is a job of a lower (more urgent) priority than `priority` waiting? A long job stops
     taking new work then, and submits the rest again (after it)."""
@@ -214,7 +248,9 @@ def _loop():
 
 
 def wait(timeout=None):
-    """Block until the queued jobs are done (True) or `timeout` seconds pass (False)."""
+    """Block until the queued jobs, and those held back (`defer`), are done (True) or
+    `timeout` seconds pass (False)."""
+    _start_deferred()
     with _cv:
         return _cv.wait_for(lambda: not any(_unfinished.values()), timeout)
 

@@ -1,9 +1,9 @@
 """The first tier is rented (codegen.first_tier.Rent): a program's numpy runs are charged
 what they cost beyond their compiled kernels' estimate, and once the charges reach a share
-of the estimated compile of the kernels still on numpy (all of it for a small program;
-none for one whose steps compete with the compile for the cores), the program waits for
-those compiles, once, never in its first call, and then runs them compiled, with the
-values it had on numpy."""
+of the estimated compile of the kernels still on numpy, the program waits for those
+compiles, once, never in its first call, and then runs them compiled, with the values it
+had on numpy. A program whose steps compete with the compile for the cores holds its
+compiles back until then."""
 import threading
 import time
 
@@ -82,19 +82,27 @@ def test_the_first_call_never_waits_whatever_its_charges():
     assert rent.waited >= 0.15
 
 
-def test_share_zero_waits_for_a_job_still_queued():
-    # (the GPT's step traced again at its second call: the new program's job queues behind
-    # the first one's, which compiles most of its kernels; both are waited for)
-    rent = Rent("p", {"k": 1.0}, workers=1, share=0.0)
-    rent.charge(0.0, "k")
-    _finish_later(rent, 0.2)                   # (queued, then run and finished)
-    rent.charge(0.0, "k")
-    assert rent.waited >= 0.15
+def test_a_held_back_job_starts_when_the_rent_is_due_and_is_waited_for():
+    started = []
+    rent = None
+
+    def start():                           # (tiers.defer's start: the job runs elsewhere)
+        started.append(True)
+        rent.started()
+        _finish_later(rent, 0.2)
+    rent = Rent("p", {"k": 1.0}, workers=1, start=start)
+    rent.charge(0.6, "k")                      # the first call: never waits, nor starts it
+    rent.charge(0.3, "k")                      # 0.9 s of 1 s: not due
+    assert not started and rent.waited == 0.0
+    rent.charge(0.2, "k")                      # due: started, and waited for
+    assert started == [True] and rent.waited >= 0.15
+    rent.charge(5.0, "k")                      # once
+    assert started == [True]
 
 
 def test_a_kernel_that_runs_twice_a_call_waits_only_in_the_second_call():
     # (four identical transformer blocks run one kernel four times a call)
-    rent = Rent("p", {"k": 1.0}, workers=1, share=0.0, runs_per_call={"k": 2})
+    rent = Rent("p", {"k": 0.0}, workers=1, runs_per_call={"k": 2})
     rent.started()
     rent.charge(1.0, "k")
     rent.charge(1.0, "k")                      # the first call, twice
@@ -104,27 +112,16 @@ def test_a_kernel_that_runs_twice_a_call_waits_only_in_the_second_call():
     assert rent.waited >= 0.15
 
 
-def test_share_zero_waits_at_the_second_call_share_one_at_the_estimate():
-    eager = Rent("p", {"k": 10.0}, workers=1, share=0.0)
-    eager.started()
-    eager.charge(0.0, "k")
-    _finish_later(eager, 0.2)
-    eager.charge(0.0, "k")                     # nothing charged, yet the second call waits
-    assert eager.waited >= 0.15
-    patient = Rent("p", {"k": 10.0}, workers=1, share=1.0)
-    patient.started()
+def test_charges_wait_at_the_estimate_and_not_before():
+    rent = Rent("p", {"k": 10.0}, workers=1)
+    rent.started()
     t0 = time.perf_counter()
-    for _ in range(50):
-        patient.charge(0.1, "k")               # 5 s of 10: not due
-    assert patient.waited == 0.0 and time.perf_counter() - t0 < 0.5
-    half = Rent("p", {"k": 10.0}, workers=1, share=0.5)
-    half.started()
-    for _ in range(49):
-        half.charge(0.1, "k")
-    assert half.waited == 0.0
-    _finish_later(half, 0.2)
-    half.charge(0.2, "k")                      # 5.1 s charged: half of 10 s reached
-    assert half.waited >= 0.15
+    for _ in range(99):
+        rent.charge(0.1, "k")                  # 9.9 s of 10: not due
+    assert rent.waited == 0.0 and time.perf_counter() - t0 < 0.5
+    _finish_later(rent, 0.2)
+    rent.charge(0.2, "k")                      # 10.1 s charged
+    assert rent.waited >= 0.15
 
 
 def graph():
@@ -190,27 +187,60 @@ def test_a_program_whose_rent_is_not_due_keeps_running_on_numpy(cold, monkeypatc
         assert_close(a, b, rtol=1e-5, atol=1e-4)
 
 
-@pytest.mark.parametrize("boost_min, share", [(0.0, 0.0), (1e9, 1.0)])
-def test_a_program_competing_with_its_compiles_waits_at_its_second_call(cold, monkeypatch,
-                                                                       boost_min, share):
-    # a program estimated at BOOST_MIN_SECONDS or more has a compile helper at its own
-    # priority (it competes with the steps): its rent's share is 0; a smaller one rents
-    monkeypatch.setattr(tiers, "BOOST_MIN_SECONDS", boost_min)
-    held = []
-    monkeypatch.setattr(tiers, "submit",
-                        lambda job, priority=tiers.Priority.UPGRADE: held.append(job))
+@pytest.mark.parametrize("boosted", [True, False])
+def test_a_program_competing_with_its_compiles_holds_them_back_until_its_rent_is_due(
+        cold, monkeypatch, boosted):
+    # a program estimated at BOOST_MIN_SECONDS or more runs its steps on every core: its
+    # compiles wait (tiers.defer) until its charges reach their estimate, and that call
+    # waits for them; a smaller one compiles beside its steps from the start
+    monkeypatch.setattr(tiers, "BOOST_MIN_SECONDS", 0.0 if boosted else 1e9)
+    submitted = []
+
+    def submit(job, priority=tiers.Priority.UPGRADE):
+        submitted.append(job)
+        if boosted:                      # (the small program's job is not run here)
+            threading.Thread(target=job, daemon=True).start()
+    monkeypatch.setattr(tiers, "submit", submit)
+    due = [1e9]
+    monkeypatch.setattr(Rent, "due", lambda self: due[0])
     prog = compile_graph(graph())
-    assert prog.rent.share == share
-    assert prog.first_tier_boosted == (tiers.FIRST_TIER_BOOSTED if share == 0.0 else 0)
+    assert prog.first_tier_boosted == (tiers.FIRST_TIER_BOOSTED if boosted else 0)
+    assert len(submitted) == (0 if boosted else 1)
     want = evaluate(graph(), [X])
-    first = prog(X)                                  # the first call never waits
-    assert prog.rent.waited == 0.0
-    if share == 0.0:       # the job runs now (held above): the second call waits for it
-        job = threading.Thread(target=held[0], daemon=True)
-        job.start()
-        second = prog(X)
-        job.join(300)
-        assert prog.rent.waited > 0.0 and not prog.first_tier
-        for got in (first, second):
-            for a, b in zip(got, want):
-                assert_close(a, b, rtol=1e-5, atol=1e-4)
+    got = [prog(X), prog(X)]                 # charges far below the estimate: no compile
+    assert prog.rent.waited == 0.0 and prog.first_tier
+    assert len(submitted) == (0 if boosted else 1)
+    due[0] = 0.0
+    got.append(prog(X))                      # the rent is due: the compile starts, and waits
+    if boosted:
+        assert len(submitted) == 1 and prog.rent.waited > 0.0 and not prog.first_tier
+        got.append(prog(X))
+    for g in got:
+        for a, b in zip(g, want):
+            assert_close(a, b, rtol=1e-5, atol=1e-4)
+
+
+def test_a_held_back_compile_starts_when_the_tiers_are_waited_for(cold, monkeypatch):
+    monkeypatch.setattr(tiers, "BOOST_MIN_SECONDS", 0.0)
+    prog = compile_graph(graph())
+    prog(X)
+    assert prog.first_tier and not tiers.pending()
+    assert tiers.wait(300)
+    assert not prog.first_tier
+    want = evaluate(graph(), [X])
+    for a, b in zip(prog(X), want):
+        assert_close(a, b, rtol=1e-5, atol=1e-4)
+
+
+def test_a_dropped_programs_held_back_compile_never_starts(cold, monkeypatch):
+    import gc
+    monkeypatch.setattr(tiers, "BOOST_MIN_SECONDS", 0.0)
+    submitted = []
+    monkeypatch.setattr(tiers, "submit",
+                        lambda job, priority=tiers.Priority.UPGRADE: submitted.append(job))
+    prog = compile_graph(graph())
+    prog(X)
+    del prog
+    gc.collect()
+    tiers.wait(10)
+    assert submitted == []
