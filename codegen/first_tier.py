@@ -31,8 +31,8 @@ them as much as it advances: its compiles are held back until the rent is due, a
 then while that call waits (codegen.tiers.defer).
 
 A kernel that keeps its rows to itself runs meanwhile on the row machine (codegen.row_vm),
-and from its second call on, once LLVM has compiled its row program (tens of milliseconds,
-codegen.row_native), as machine code close to the compiled kernel's speed.
+and from its second call on, once LLVM has compiled its row program (codegen.row_native),
+as machine code close to the compiled kernel's speed.
 """
 import collections
 import dataclasses

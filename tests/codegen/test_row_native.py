@@ -8,8 +8,8 @@ programs equals eager."""
 import numpy as np
 import pytest
 
-from aotgrad.codegen import compile_graph, first_tier, parts, row_native, row_program, \
-    row_vm, tiers
+from aotgrad.codegen import compile_graph, first_tier, parts, row_lower, row_native, \
+    row_program, row_vm, tiers
 from aotgrad.ir import Aval, GraphBuilder, prims
 from aotgrad.ir import dtypes as dt
 from aotgrad.testing import assert_close
@@ -64,7 +64,7 @@ def _native_equals_machine(runs, threads=(1, 2, 3)):
         if program in programs:
             continue
         programs.append(program)
-        assert row_native.supported(program)
+        assert row_lower.supported(program)
         native = row_native.compile_program(program)
         for n in threads:
             parts._Threads.count = n
@@ -205,7 +205,7 @@ def test_a_causal_softmax_over_long_rows(captured):
                      np.tril(np.ones((40, 40), bool))[None, None])
     programs = _native_equals_machine(captured)
     # each row's max and sum read per row by the loops that use them
-    assert any(row_native._row_values(p.code) for p in programs)
+    assert any(row_lower._row_values(p.code) for p in programs)
 
 
 def test_pow_stays_on_the_machine(captured):
@@ -213,7 +213,7 @@ def test_pow_stays_on_the_machine(captured):
                lambda x, y: [prims.pow(x, y)])
     prog = compile_graph(g)
     ref, = prog.first_tier.values()
-    assert ref.program is not None and not row_native.supported(ref.program)
+    assert ref.program is not None and not row_lower.supported(ref.program)
 
 
 def test_a_cold_kernel_runs_natively_once_compiled_but_not_over_its_input(empty_cache,

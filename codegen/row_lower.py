@@ -1,0 +1,799 @@
+"""A row program (codegen.row_program) as LLVM IR (llvmlite.ir, no Numba), for
+codegen.row_native to compile.
+
+The row machine (codegen.row_vm) interprets a program one instruction at a time: every
+element-wise instruction is a pass over its registers in the scratch. `lower` writes the
+same code matrix as one function: the element-wise instructions of one row length that
+follow each other (loads, stores, arithmetic, selects) become one loop that keeps their
+values in registers of the CPU, and stores to the scratch only what a later instruction
+outside the loop reads; a value repeated along runs is read once a run by the loops that
+use it; other gathers, reductions and accumulations keep a loop of their own, as in the
+machine. The function computes what the machine computes, bit for bit: the same float64
+registers rounded to float32 after every float32 instruction, the same float32
+approximations (their steps written out below as codegen.approx has them), the same order
+of every sum (tests/codegen/test_row_native.py compares the two on every instruction). A
+program with an instruction not lowered here (POW) keeps the machine (`supported`)."""
+import contextlib
+import math
+
+import numpy as np
+
+from aotgrad.codegen.row_vm import AccForm, GatherForm, Op, ReduceForm, Round
+
+_UNLOWERED = frozenset({Op.POW})
+# vectors in flight per iteration of an element-wise loop (a long chain of dependent
+# operations, as an approximation's, runs one vector at a time otherwise)
+INTERLEAVE = 4
+
+
+def supported(program):
+    return not any(Op(int(op)) in _UNLOWERED for op in program.code[:, 0])
+
+
+def _types():
+    from llvmlite import ir
+    return ir, ir.FloatType(), ir.DoubleType(), ir.IntType(64), ir.IntType(32), \
+        ir.IntType(8), ir.IntType(1)
+
+
+class _Loop:
+    """A counted loop being written (_Emitter.counted)."""
+
+    def __init__(self, index, values):
+        self.index = index
+        self.values = values    # the carried values' phis
+        self.next = list(values)
+        self.step = None
+
+
+class _Emitter:
+    """Writes one program's function with an llvmlite IRBuilder."""
+
+    def __init__(self, program, lanes):
+        self.lanes = lanes
+        ir, self.F32, self.F64, self.I64, self.I32, self.I8, self.I1 = _types()
+        self.ir = ir
+        self.p = program
+        self.module = ir.Module(name="rows")
+        p64 = self.I64.as_pointer()
+        pd = self.F64.as_pointer()
+        fnty = ir.FunctionType(self.I64, [self.I64, self.I64, p64, p64, pd, pd, p64])
+        self.fn = ir.Function(self.module, fnty, name="rows")
+        lo, hi, ain, aout, s, acc, idx = self.fn.args
+        for a in (s, acc):
+            a.add_attribute("noalias")
+        self.lo, self.hi, self.ain, self.aout, self.s, self.acc, self.idx = \
+            lo, hi, ain, aout, s, acc, idx
+        self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
+        self._decl = {}
+        # the scratch, each input and each output in an alias scope of its own: LLVM then
+        # vectorises a loop over them without checking addresses at run time (the caller
+        # runs the program here only where no output is an input: NativeRows.__call__)
+        self._scopes = {}
+        mod = self.module
+        self._domain = mod.add_metadata([ir.MetaDataString(mod, "rows")])
+        self._domain.operands = (self._domain, ir.MetaDataString(mod, "rows"))
+
+    def _scope(self, key):
+        """(alias.scope, noalias) metadata for the memory `key` names."""
+        ir, mod = self.ir, self.module
+        if key not in self._scopes:
+            # (made with placeholder operands, then given their real ones: add_metadata
+            # hashes its operands, and these refer to themselves)
+            name = ir.MetaDataString(mod, str(key))
+            scope = mod.add_metadata([name])
+            scope.operands = (scope, self._domain, name)
+            self._scopes[key] = scope
+        return self._scopes[key]
+
+    def scoped(self, instr, key):
+        """Mark load or store `instr` as an access of memory `key` ("scratch", or ("in",
+        slot), ("out", slot)) only; the keys must all be made (`scope_all`) first."""
+        ir, mod = self.ir, self.module
+        own = mod.add_metadata([ir.MetaDataString(mod, "list")])
+        own.operands = (self._scopes[key],)
+        others = mod.add_metadata([ir.MetaDataString(mod, "list")])
+        others.operands = tuple(v for k, v in self._scopes.items() if k != key)
+        instr.set_metadata("alias.scope", own)
+        if others.operands:
+            instr.set_metadata("noalias", others)
+        return instr
+
+    def scope_all(self, keys):
+        for k in keys:
+            self._scope(k)
+
+    # constants and calls
+    def c64(self, v):
+        return self.ir.Constant(self.F64, float(v))
+
+    def c32(self, v):
+        return self.ir.Constant(self.F32, float(np.float32(v)))
+
+    def ci(self, v, ty=None):
+        return self.ir.Constant(ty or self.I64, int(v))
+
+    def intrinsic(self, name, ty, nargs=1):
+        key = (name, str(ty))
+        if key not in self._decl:
+            self._decl[key] = self.module.declare_intrinsic(
+                name, [ty], self.ir.FunctionType(ty, [ty] * nargs))
+        return self._decl[key]
+
+    def extern(self, name):
+        if name not in self._decl:
+            self._decl[name] = self.ir.Function(
+                self.module, self.ir.FunctionType(self.F64, [self.F64]), name=name)
+        return self._decl[name]
+
+    def call(self, name, *args):
+        return self.b.call(self.intrinsic(name, args[0].type, len(args)), list(args))
+
+    def loop_hint(self, interleave, width):
+        """Metadata for a loop's closing branch: vectors of `width` elements, `interleave`
+        of them per iteration."""
+        ir, mod = self.ir, self.module
+        facts = [mod.add_metadata([ir.MetaDataString(mod, name), ir.Constant(self.I32, v)])
+                 for name, v in (("llvm.loop.interleave.count", interleave),
+                                 ("llvm.loop.vectorize.width", width))]
+        # a loop ID is a node whose first operand is itself (the last operand only makes
+        # add_metadata return a new node per loop)
+        md = mod.add_metadata(facts + [ir.Constant(self.I32, len(mod.metadata))])
+        md.operands = (md, *facts)
+        return md
+
+    @contextlib.contextmanager
+    def counted(self, stop, start=None, carried=(), hint=None):
+        """Write a loop `for index in range(start, stop, step)`: yields a _Loop whose
+        `values` are the phis of the values it carries (from `carried`); the body sets
+        their `next` values, and `step` where it is not 1. After the loop, the phis hold
+        the final values."""
+        b = self.b
+        before = b.block
+        head = self.fn.append_basic_block()
+        body = self.fn.append_basic_block()
+        after = self.fn.append_basic_block()
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.phi(self.I64)
+        i.add_incoming(start if start is not None else self.ci(0), before)
+        phis = []
+        for init in carried:
+            phis.append(b.phi(init.type))
+            phis[-1].add_incoming(init, before)
+        b.cbranch(b.icmp_signed("<", i, stop), body, after)
+        b.position_at_end(body)
+        lp = _Loop(i, phis)
+        yield lp
+        end = b.block
+        i.add_incoming(b.add(i, lp.step if lp.step is not None else self.ci(1)), end)
+        for ph, v in zip(phis, lp.next):
+            ph.add_incoming(v, end)
+        br = b.branch(head)
+        if hint is not None:
+            br.set_metadata("llvm.loop", hint)
+        b.position_at_end(after)
+
+    @contextlib.contextmanager
+    def loop(self, stop, start=None, hint=None):
+        """`with self.loop(stop) as i:` a counted loop carrying nothing."""
+        with self.counted(stop, start, hint=hint) as lp:
+            yield lp.index
+
+    def array_type(self, op):
+        """The element type of the input a LOAD_* reads or the output a STORE_* writes."""
+        return {Op.LOAD_F32: self.F32, Op.LOAD_F64: self.F64, Op.LOAD_B8: self.I8,
+                Op.STORE_F32: self.F32, Op.STORE_F64: self.F64, Op.STORE_B8: self.I8}[op]
+
+    # scratch
+    def sptr(self, off, i):
+        return self.b.gep(self.s, [self.b.add(self.ci(off), i)])
+
+    def sload(self, off, i):
+        return self.scoped(self.b.load(self.sptr(off, i)), "scratch")
+
+    def sstore(self, v, off, i):
+        self.scoped(self.b.store(v, self.sptr(off, i)), "scratch")
+
+    # float helpers with the machine's semantics
+    def select(self, cond, x, y):
+        return self.b.select(cond, x, y)
+
+    def lt(self, x, y):
+        return self.b.fcmp_ordered("<", x, y)
+
+    def gt(self, x, y):
+        return self.b.fcmp_ordered(">", x, y)
+
+    def eq(self, x, y):
+        return self.b.fcmp_ordered("==", x, y)
+
+    def isnan(self, x):
+        return self.b.fcmp_unordered("!=", x, x)
+
+    def round32(self, x):
+        return self.b.fpext(self.b.fptrunc(x, self.F32), self.F64)
+
+    def fma(self, a, x, c):
+        return self.call("llvm.fma", a, x, c)
+
+    def poly(self, z, coeffs):
+        p = self.c32(coeffs[0])
+        for c in coeffs[1:]:
+            p = self.fma(p, z, self.c32(c))
+        return p
+
+    def f2i(self, x):
+        return self.b.bitcast(x, self.I32)
+
+    def i2f(self, x):
+        return self.b.bitcast(x, self.F32)
+
+    # row_vm's scalar helpers (float64)
+    def vmax(self, x, y, less=False):
+        b = self.b
+        first = b.or_(self.isnan(x), self.eq(x, y))
+        better = self.lt(x, y) if less else self.gt(x, y)
+        return self.select(first, x, self.select(self.isnan(y), y,
+                                                 self.select(better, x, y)))
+
+    def sign(self, x):
+        return self.select(self.gt(x, self.c64(0)), self.c64(1.0),
+                           self.select(self.lt(x, self.c64(0)), self.c64(-1.0),
+                                       self.select(self.isnan(x), x, self.c64(0.0))))
+
+    def log64(self, x, fn="llvm.log", at=0.0):
+        pos = self.gt(x, self.c64(at))
+        r = self.call(fn, x) if fn.startswith("llvm.") else self.b.call(self.extern(fn), [x])
+        return self.select(pos, r, self.select(self.eq(x, self.c64(at)), self.c64(-np.inf),
+                                               self.select(self.isnan(x), x,
+                                                           self.c64(np.nan))))
+
+    def sqrt64(self, x):
+        ok = self.b.fcmp_ordered(">=", x, self.c64(0.0))
+        return self.select(ok, self.call("llvm.sqrt", x),
+                           self.select(self.isnan(x), x, self.c64(np.nan)))
+
+    def logistic64(self, x):
+        b = self.b
+        one = self.c64(1.0)
+        pos = b.fcmp_ordered(">=", x, self.c64(0.0))
+        a = b.fdiv(one, b.fadd(one, self.call("llvm.exp", b.fneg(x))))
+        e = self.call("llvm.exp", x)
+        return self.select(pos, a, b.fdiv(e, b.fadd(one, e)))
+
+    # codegen.approx's float32 approximations, step for step
+    def exp_f32(self, x):
+        b = self.b
+        xc = self.select(self.gt(x, self.c32(89.0)), self.c32(89.0), x)
+        xc = self.select(self.lt(xc, self.c32(-104.5)), self.c32(0.0), xc)
+        t = self.fma(xc, self.c32(1.4426950408889634), self.c32(12582912.0))
+        fn = b.fsub(t, self.c32(12582912.0))
+        r = self.fma(fn, self.c32(-0.693359375), xc)
+        r = self.fma(fn, self.c32(2.12194440e-4), r)
+        p = self.c32(0.0013903575018048286)
+        for c in (0.00836635660380125, 0.04166676849126816, 0.16666541993618011, 0.5, 1.0,
+                  1.0):
+            p = self.fma(p, r, self.c32(c))
+        n = b.sub(self.f2i(t), self.ci(0x4B400000, self.I32))
+        n1 = b.ashr(n, self.ci(1, self.I32))
+        pn = self.i2f(b.add(self.f2i(p), b.shl(b.sub(n, n1), self.ci(23, self.I32))))
+        e = b.fmul(pn, self.i2f(b.shl(b.add(n1, self.ci(127, self.I32)),
+                                      self.ci(23, self.I32))))
+        e = self.select(self.isnan(x), x, e)
+        return self.select(self.lt(x, self.c32(-104.5)), self.c32(0.0), e)
+
+    def rsqrt_f32(self, x):
+        b = self.b
+        small = self.lt(x, self.c32(1.1754944e-38))
+        y = self.select(small, b.fmul(x, self.c32(16777216.0)), x)
+        r = b.fdiv(self.c32(1.0), self.call("llvm.sqrt", y))
+        r = self.select(small, b.fmul(r, self.c32(4096.0)), r)
+        r = self.select(self.eq(x, self.c32(np.inf)), self.c32(0.0), r)
+        return self.select(self.eq(x, self.c32(0.0)), b.fdiv(self.c32(1.0), x), r)
+
+    def log_f32(self, x):
+        b, I32 = self.b, self.I32
+        tiny = self.lt(x, self.c32(1.1754943508222875e-38))
+        xs = self.select(tiny, b.fmul(x, self.c32(8388608.0)), x)
+        bits = self.f2i(xs)
+        e = b.sub(b.and_(b.ashr(bits, self.ci(23, I32)), self.ci(255, I32)), self.ci(127, I32))
+        e = self.select(tiny, b.sub(e, self.ci(23, I32)), e)
+        m = self.i2f(b.or_(b.and_(bits, self.ci(8388607, I32)), self.ci(1065353216, I32)))
+        big = self.gt(m, self.c32(1.4142135623730951))
+        m = self.select(big, b.fmul(m, self.c32(0.5)), m)
+        e = self.select(big, b.add(e, self.ci(1, I32)), e)
+        f = b.fsub(m, self.c32(1.0))
+        s = b.fdiv(f, b.fadd(self.c32(2.0), f))
+        z = b.fmul(s, s)
+        p = self.poly(z, (2.0 / 11.0, 2.0 / 9.0, 2.0 / 7.0, 2.0 / 5.0, 2.0 / 3.0))
+        ef = b.sitofp(e, self.F32)
+        inner = b.fadd(b.fmul(b.fmul(s, z), p),
+                       b.fadd(b.fadd(b.fmul(ef, self.c32(-2.12194440e-4)), s), s))
+        r = b.fadd(b.fmul(ef, self.c32(0.693359375)), inner)
+        r = self.select(self.lt(x, self.c32(0.0)), self.c32(np.nan), r)
+        r = self.select(self.eq(x, self.c32(0.0)), self.c32(-np.inf), r)
+        return self.select(b.or_(self.isnan(x), self.eq(x, self.c32(np.inf))), x, r)
+
+    def tanh_f32(self, x):
+        b = self.b
+        xc = self.select(self.gt(x, self.c32(9.02)), self.c32(9.02), x)
+        xc = self.select(self.lt(xc, self.c32(-9.02)), self.c32(-9.02), xc)
+        z = b.fmul(xc, xc)
+        p = self.poly(z, (-8.436095111320416e-14, 5.257798363356159e-11,
+                          -2.0184007354373534e-08, 1.1144265954499133e-05,
+                          0.003103002207353711, 0.13083158433437347, 1.0))
+        q = self.poly(z, (0.00025447524967603385, 0.024491384625434875,
+                          0.4641648530960083, 1.0))
+        return b.fdiv(b.fmul(xc, p), q)
+
+    def logistic_f32(self, x):
+        b = self.b
+        e = self.exp_f32(b.fneg(self.call("llvm.fabs", x)))
+        r = b.fdiv(self.c32(1.0), b.fadd(self.c32(1.0), e))
+        return self.select(b.fcmp_ordered(">=", x, self.c32(0.0)), r, b.fmul(e, r))
+
+    def erf_f32(self, x):
+        b = self.b
+        xc = self.select(self.lt(x, self.c32(3.95)), x, self.c32(3.95))
+        xc = self.select(self.gt(xc, self.c32(-3.95)), xc, self.c32(-3.95))
+        z = b.fmul(xc, xc)
+        p = self.poly(z, (2.0258770575183597e-06, 2.8466296672156102e-04,
+                          3.8075180413909152e-03, 5.2873414909096438e-02,
+                          1.9153679051452982e-01, 1.1283791439522235e+00))
+        q = self.poly(z, (3.7830183652902770e-05, 1.1705507083237226e-03,
+                          1.5053804705249923e-02, 1.1455381640621837e-01,
+                          5.0307774007024597e-01, 1.0))
+        r = b.fdiv(b.fmul(xc, p), q)
+        one = self.select(self.gt(x, self.c32(0.0)), self.c32(1.0), self.c32(-1.0))
+        r = self.select(self.lt(self.call("llvm.fabs", x), self.c32(3.95)), r, one)
+        return self.select(self.isnan(x), x, r)
+
+    # one element of an element-wise instruction: float64 operands, its float64 result
+    def unary(self, op, x, mode):
+        b = self.b
+        f32 = _F32_APPROX.get(op)
+        if mode == Round.F32 and f32 is not None:
+            return b.fpext(getattr(self, f32)(b.fptrunc(x, self.F32)), self.F64)
+        r = self._unary64(op, x)
+        return self.round32(r) if mode == Round.F32 else r
+
+    def _unary64(self, op, x):
+        b = self.b
+        zero, one = self.c64(0.0), self.c64(1.0)
+        if op is Op.NEG:
+            return b.fneg(x)
+        if op is Op.ABS:
+            return self.call("llvm.fabs", x)
+        if op is Op.EXP:
+            return self.call("llvm.exp", x)
+        if op is Op.LOG:
+            return self.log64(x)
+        if op is Op.LOG1P:
+            return self.log64(x, "log1p", -1.0)
+        if op is Op.EXPM1:
+            return b.call(self.extern("expm1"), [x])
+        if op is Op.SQRT:
+            return self.sqrt64(x)
+        if op is Op.RSQRT:
+            return b.fdiv(one, self.sqrt64(x))
+        if op is Op.SIN:
+            return self.call("llvm.sin", x)
+        if op is Op.COS:
+            return self.call("llvm.cos", x)
+        if op is Op.TANH:
+            return b.call(self.extern("tanh"), [x])
+        if op is Op.LOGISTIC:
+            return self.logistic64(x)
+        if op is Op.ERF:
+            return b.call(self.extern("erf"), [x])
+        if op is Op.SIGN:
+            return self.sign(x)
+        if op is Op.FLOOR:
+            return self.call("llvm.floor", x)
+        if op is Op.CEIL:
+            return self.call("llvm.ceil", x)
+        if op is Op.RECIPROCAL:
+            return b.fdiv(one, x)
+        if op is Op.NOT:
+            return self.select(self.eq(x, zero), one, zero)
+        if op is Op.TO_BOOL:
+            return self.select(b.fcmp_unordered("!=", x, zero), one, zero)
+        if op is Op.COPY:
+            return x
+        raise NotImplementedError(op)
+
+    def binary(self, op, x, y, mode):
+        r = self._binary64(op, x, y)
+        return self.round32(r) if mode == Round.F32 else r
+
+    def _binary64(self, op, x, y):
+        b = self.b
+        zero, one = self.c64(0.0), self.c64(1.0)
+        arith = {Op.ADD: b.fadd, Op.SUB: b.fsub, Op.MUL: b.fmul, Op.DIV: b.fdiv}
+        if op in arith:
+            return arith[op](x, y)
+        if op is Op.MAX:
+            return self.vmax(x, y)
+        if op is Op.MIN:
+            return self.vmax(x, y, less=True)
+        cmp = {Op.EQ: ("o", "=="), Op.NE: ("u", "!="), Op.LT: ("o", "<"),
+               Op.LE: ("o", "<="), Op.GT: ("o", ">"), Op.GE: ("o", ">=")}
+        if op in cmp:
+            kind, rel = cmp[op]
+            c = (b.fcmp_ordered if kind == "o" else b.fcmp_unordered)(rel, x, y)
+            return self.select(c, one, zero)
+        if op in (Op.AND, Op.OR):
+            xs = b.fcmp_unordered("!=", x, zero)
+            ys = b.fcmp_unordered("!=", y, zero)
+            return self.select(b.and_(xs, ys) if op is Op.AND else b.or_(xs, ys), one, zero)
+        raise NotImplementedError(op)
+
+
+# float32 instructions computed by codegen.approx's approximations (row_vm._UNARY)
+_F32_APPROX = {Op.EXP: "exp_f32", Op.LOG: "log_f32", Op.RSQRT: "rsqrt_f32",
+               Op.TANH: "tanh_f32", Op.LOGISTIC: "logistic_f32", Op.ERF: "erf_f32"}
+_LOADS = {Op.LOAD_F32, Op.LOAD_F64, Op.LOAD_B8}
+_STORES = {Op.STORE_F32, Op.STORE_F64, Op.STORE_B8}
+_UNARY = {Op.NEG, Op.ABS, Op.EXP, Op.LOG, Op.LOG1P, Op.EXPM1, Op.SQRT, Op.RSQRT, Op.SIN,
+          Op.COS, Op.TANH, Op.LOGISTIC, Op.ERF, Op.SIGN, Op.FLOOR, Op.CEIL, Op.RECIPROCAL,
+          Op.NOT, Op.TO_BOOL, Op.COPY}
+_BINARY = {Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.POW, Op.MAX, Op.MIN, Op.EQ, Op.NE, Op.LT,
+           Op.LE, Op.GT, Op.GE, Op.AND, Op.OR}
+_POINTWISE = _LOADS | _STORES | _UNARY | _BINARY | {Op.WHERE}
+
+
+def _reads(row):
+    """The scratch offsets instruction `row` of the code matrix reads."""
+    op = Op(int(row[0]))
+    if op in _LOADS:
+        return ()
+    if op in _BINARY:
+        return (int(row[2]), int(row[3]))
+    if op is Op.WHERE:
+        return (int(row[2]), int(row[3]), int(row[4]))
+    return (int(row[2]),)
+
+
+def _writes(row):
+    op = Op(int(row[0]))
+    return None if op in _STORES or op in (Op.ACC_SUM, Op.ACC_MAX, Op.ACC_MIN) \
+        else int(row[1])
+
+
+# a value repeated along runs at least this long (each row's one value, a row of 128
+# values each repeated 128 times) is read in the loops that use it, once a run, rather than
+# written out by a loop of its own
+ROW_VALUE_MIN_LENGTH = 8
+
+
+def _row_values(code):
+    """The gathers that repeat each element of their operand n // m times (REPEAT) along
+    runs of at least ROW_VALUE_MIN_LENGTH, whose result only element-wise instructions
+    read, while the operand's register stays as it is: {gather t: (its result's offset,
+    the operand's offset, the run length, {reader u})}. Their readers read the operand once
+    a run instead; the gather itself emits nothing. The readers in one run of the code
+    (`_segments`) all read runs of one length."""
+    out = {}
+    for t, row in enumerate(code):
+        op, dst, a, c, n, m = (Op(int(row[0])), int(row[1]), int(row[2]), int(row[4]),
+                               int(row[5]), int(row[6]))
+        if op is not Op.GATHER or c != GatherForm.REPEAT or n // m < ROW_VALUE_MIN_LENGTH:
+            continue
+        # (an instruction never reads the register it writes: the allocator gives its
+        # result a register before it frees its operands')
+        end = _redefined(code, dst, t)
+        readers = {u for u in range(t + 1, end) if dst in _reads(code[u])}
+        if readers and all(Op(int(code[u][0])) in _POINTWISE for u in readers) \
+                and not any(_writes(code[u]) == a for u in range(t + 1, max(readers) + 1)):
+            out[t] = (dst, a, n // m, readers)
+    while True:                            # one run length per run of the code
+        mixed = set()
+        for fused, ts in _segments(code, skip=out):
+            lengths = {}
+            for t, (dst, a, run, readers) in out.items():
+                if fused and readers & set(ts):
+                    lengths.setdefault(run, []).append(t)
+            if len(lengths) > 1:
+                keep = max(lengths, key=lambda k: (len(lengths[k]), k))
+                mixed.update(t for k, gs in lengths.items() if k != keep for t in gs)
+        if not mixed:
+            return out
+        for t in mixed:
+            del out[t]
+
+
+def _redefined(code, off, after):
+    """The first instruction after `after` that writes `off` (len(code) where none)."""
+    return next((u for u in range(after + 1, len(code)) if _writes(code[u]) == off),
+                len(code))
+
+
+def _segments(code, skip=()):
+    """The code's instructions in runs: each run either one non-element-wise instruction or
+    element-wise ones of one row length, in order (the instructions in `skip` left out)."""
+    runs = []
+    for t, row in enumerate(code):
+        if t in skip:
+            continue
+        op = Op(int(row[0]))
+        fused = op in _POINTWISE
+        if fused and runs and runs[-1][0] and runs[-1][1] == int(row[5]):
+            runs[-1][2].append(t)
+        else:
+            runs.append((fused, int(row[5]), [t]))
+    return [(fused, ts) for fused, _, ts in runs]
+
+
+def _read_elsewhere(code, segments, row_values):
+    """For each run, the offsets its instructions write that an instruction of a later run
+    reads before they are written again (those go to the scratch); a per-row value's
+    reader reads the value's register."""
+    run_of = {t: k for k, (_, ts) in enumerate(segments) for t in ts}
+    swap = {(u, dst): a for dst, a, _, readers in row_values.values() for u in readers}
+    out = [set() for _ in segments]
+    last_def = {}                          # offset -> the run that wrote it last
+    for t, row in enumerate(code):
+        if t not in run_of:
+            continue
+        k = run_of[t]
+        for off in _reads(row):
+            off = swap.get((t, off), off)
+            d = last_def.get(off)
+            if d is not None and d != k:
+                out[d].add(off)
+        w = _writes(row)
+        if w is not None:
+            last_def[w] = k
+    return out
+
+
+def lower(program, lanes):
+    """The LLVM IR (text) of `program`'s function: `rows(lo, hi, addr_in, addr_out, s, acc,
+    idx)` runs rows lo..hi in groups of `program.group`; `s`: the scratch, its first
+    `pre_len` float64s the preloaded registers; `acc`: this part's accumulators. `lanes`:
+    float32 elements per vector of the CPU the code is for."""
+    e = _Emitter(program, lanes)
+    b = e.b
+    code = program.code
+    group = program.group
+    row_values = _row_values(code)
+    segments = _segments(code, skip=row_values)
+    stored = _read_elsewhere(code, segments, row_values)
+    per_row = {(u, dst): (a, run) for dst, a, run, readers in row_values.values()
+               for u in readers}
+    # preloaded registers of one value throughout (a `full`): constants of the code
+    consts = {}
+    for p in program.pre:
+        if p.value is not None and p.value.size:
+            bits = p.value.view(np.int64)
+            if (bits == bits[0]).all():
+                consts[program.offsets[p.var]] = e.c64(p.value[0])
+    e.scope_all(["scratch"] + [("in", k) for k in range(len(program.inputs))]
+                + [("out", k) for k in range(len(program.outputs))])
+    # the inputs' and outputs' addresses, as typed pointers, loaded once: (is an input,
+    # slot) -> pointer
+    bases = {}
+    for row in code:
+        op = Op(int(row[0]))
+        if op in _LOADS or op in _STORES:
+            key = (op in _LOADS, int(row[7]))
+            if key not in bases:
+                addr = b.load(b.gep(e.ain if key[0] else e.aout, [e.ci(key[1])]))
+                bases[key] = b.inttoptr(addr, e.array_type(op).as_pointer())
+    # preloaded registers of a value of one element, made per call: read at element 0
+    scalars = {program.offsets[p.var] for p in program.pre
+               if p.node is not None and math.prod(p.node.inputs[0].shape) == 1}
+    exact = {program.offsets[p.var]: np.dtype(p.var.dtype.np) == np.float32
+             for p in program.pre}
+    # for r in lo, lo + group, ... < hi: g = min(group, hi - r)
+    with e.counted(e.hi, start=e.lo) as rows:
+        r = rows.index
+        left = b.sub(e.hi, r)
+        g = b.select(b.icmp_signed("<", left, e.ci(group)), left, e.ci(group))
+        for (fused, ts), keep in zip(segments, stored):
+            if fused:
+                _pointwise_loop(e, code, ts, keep, r, g, bases, consts, scalars, exact,
+                                per_row)
+            else:
+                _other(e, code[ts[0]], g)
+                _mark_exact(exact, code[ts[0]])
+        rows.step = g
+    b.ret(e.ci(0))
+    return str(e.module)
+
+
+def _mark_exact(exact, row):
+    """Record whether the register instruction `row` writes holds float32 values (or 0 and
+    1) only: `exact` maps an offset to that, for the instructions so far."""
+    op, dst, a, b, aux = Op(int(row[0])), int(row[1]), int(row[2]), int(row[3]), int(row[7])
+    if op in _STORES or op in (Op.ACC_SUM, Op.ACC_MAX, Op.ACC_MIN):
+        return
+    if op in _LOADS:
+        exact[dst] = op is not Op.LOAD_F64
+    elif op is Op.WHERE:
+        exact[dst] = exact.get(a, False) and exact.get(b, False)
+    elif op is Op.GATHER:
+        exact[dst] = exact.get(a, False)
+    else:
+        exact[dst] = aux in (Round.F32, Round.BOOL)
+
+
+def _pointwise_loop(e, code, ts, keep, r, g, bases, consts, scalars, exact, per_row):
+    """One loop over the g * n elements of a run of element-wise instructions (a loop over
+    runs of repeated values around one along each run, where the run of instructions reads
+    repeated values, `per_row`: (reader, offset) -> (the value's offset, the run length)). A register read from the scratch that holds
+    float32 values goes through float32 (exact), so LLVM computes in float32 what the
+    machine computes in float64 and rounds (the same result: sums, differences, products
+    and quotients of float32 values, rounded once from float64, are float32's)."""
+    b = e.b
+    n = int(code[ts[0]][5])
+    row0 = b.mul(r, e.ci(n))               # the group's first element in the arrays
+
+    def exact_load(off, i):
+        x = e.sload(off, i)
+        return e.round32(x) if exact.get(off, False) else x
+    # values of one element, loaded before the loop (LLVM does not prove that the loop's
+    # stores to the scratch miss them, and leaves the loop scalar)
+    invariant = dict(consts)
+    for t in ts:
+        for off in _reads(code[t]):
+            if off in scalars and off not in invariant:
+                invariant[off] = exact_load(off, e.ci(0))
+    hint = e.loop_hint(INTERLEAVE, e.lanes)
+    repeated = {per_row[(t, off)] for t in ts for off in _reads(code[t]) if (t, off) in per_row}
+    if not repeated:
+        with e.loop(b.mul(g, e.ci(n)), hint=hint) as i:
+            _pointwise_body(e, code, ts, keep, i, row0, bases, dict(invariant), {}, per_row,
+                            exact, exact_load)
+        return
+    run, = {length for _, length in repeated}     # (_row_values: one length per run)
+    with e.loop(b.mul(g, e.ci(n // run))) as q:
+        values = {a: exact_load(a, q) for a, _ in sorted(repeated)}
+        with e.loop(e.ci(run), hint=hint) as k:
+            i = b.add(b.mul(q, e.ci(run)), k)
+            _pointwise_body(e, code, ts, keep, i, row0, bases, dict(invariant), values,
+                            per_row, exact, exact_load)
+
+
+def _pointwise_body(e, code, ts, keep, i, row0, bases, val, row_value, per_row, exact,
+                    exact_load):
+    """Element i of the run's instructions; `val`: offset -> its value in this iteration
+    (constants and values of one element to start with), `row_value`: the row's values."""
+    b = e.b
+    for t in ts:
+        def read(off):
+            if (t, off) in per_row:
+                return row_value[per_row[(t, off)][0]]
+            return val[off] if off in val else exact_load(off, i)
+        row = code[t]
+        op, dst, a, bb, c, aux = (Op(int(row[0])), int(row[1]), int(row[2]), int(row[3]),
+                                  int(row[4]), int(row[7]))
+        if op in _LOADS:
+            x = e.scoped(b.load(b.gep(bases[(True, aux)], [b.add(row0, i)])), ("in", aux))
+            v = (b.fpext(x, e.F64) if op is Op.LOAD_F32 else x if op is Op.LOAD_F64
+                 else b.select(b.icmp_unsigned("!=", x, e.ci(0, e.I8)), e.c64(1.0),
+                               e.c64(0.0)))
+        elif op in _STORES:
+            x = read(a)
+            if op is Op.STORE_F32:
+                x = b.fptrunc(x, e.F32)
+            elif op is Op.STORE_B8:
+                x = b.zext(b.fcmp_unordered("!=", x, e.c64(0.0)), e.I8)
+            e.scoped(b.store(x, b.gep(bases[(False, aux)], [b.add(row0, i)])), ("out", aux))
+            continue
+        elif op is Op.WHERE:
+            v = b.select(b.fcmp_unordered("!=", read(c), e.c64(0.0)), read(a), read(bb))
+        elif op in _UNARY:
+            v = e.unary(op, read(a), aux)
+        else:
+            v = e.binary(op, read(a), read(bb), aux)
+        val[dst] = v
+        _mark_exact(exact, row)
+        if dst in keep and _last_write(code, ts, t, dst):
+            e.sstore(v, dst, i)
+
+
+def _last_write(code, ts, t, dst):
+    """Whether instruction t is the last of run `ts` to write offset dst."""
+    return not any(_writes(code[u]) == dst for u in ts if u > t)
+
+
+def _other(e, row, g):
+    """A gather, reduction or accumulation: the machine's loops for it."""
+    b = e.b
+    op, dst, a, ib, c, n, m, aux = (int(x) for x in row)
+    op = Op(op)
+    if op is Op.GATHER:
+        if c == GatherForm.REPEAT:
+            rep = n // m
+            with e.loop(b.mul(g, e.ci(m))) as o:
+                v = e.sload(a, o)
+                base = b.mul(o, e.ci(rep))
+                with e.loop(e.ci(rep)) as i:
+                    e.sstore(v, dst, b.add(base, i))
+        elif c == GatherForm.TILE:
+            q = n // m
+            with e.loop(b.mul(g, e.ci(q))) as t:
+                src = b.mul(b.sdiv(t, e.ci(q)), e.ci(m))
+                out = b.mul(t, e.ci(m))
+                with e.loop(e.ci(m)) as i:
+                    e.sstore(e.sload(a, b.add(src, i)), dst, b.add(out, i))
+        else:
+            with e.loop(g) as j:
+                with e.loop(e.ci(n)) as i:
+                    k = b.load(b.gep(e.idx, [b.add(e.ci(ib), i)]))
+                    v = e.sload(a, b.add(b.mul(j, e.ci(m)), k))
+                    e.sstore(v, dst, b.add(b.mul(j, e.ci(n)), i))
+        return
+    if op in (Op.REDUCE_SUM, Op.REDUCE_MAX, Op.REDUCE_MIN):
+        if c == ReduceForm.RUNS:
+            _reduce_runs(e, op, dst, a, n, m, aux, g)
+        else:
+            _reduce_indexed(e, op, dst, a, ib, n, m, aux, g)
+        return
+    # ACC_*: n holds the AccForm, c the accumulators' offset
+    at = b.gep(e.acc, [e.ci(c)])
+    with e.loop(g) as j:
+        base = b.mul(j, e.ci(m))
+        with e.loop(e.ci(m)) as i:
+            x = e.sload(a, b.add(base, i))
+            k = i if n == AccForm.DIRECT else b.load(b.gep(e.idx, [b.add(e.ci(ib), i)]))
+            p = b.gep(at, [k])
+            old = b.load(p)
+            if op is Op.ACC_SUM:
+                new = b.fadd(old, x)
+            else:
+                new = e.vmax(old, x, less=op is Op.ACC_MIN)
+            b.store(new, p)
+
+
+def _reduce_runs(e, op, dst, a, n, m, aux, g):
+    b = e.b
+    run = m // n
+    with e.loop(b.mul(g, e.ci(n))) as o:
+        start = b.mul(o, e.ci(run))
+        if op is Op.REDUCE_SUM:
+            # four sums, element i into sum i % 4, the rest into the first (as the machine)
+            quads = run // 4
+            with e.counted(e.ci(quads), carried=[e.c64(0.0)] * 4) as lp:
+                i0 = b.add(start, b.mul(lp.index, e.ci(4)))
+                lp.next = [b.fadd(lp.values[k], e.sload(a, b.add(i0, e.ci(k))))
+                           for k in range(4)]
+            phis = lp.values
+            t0 = phis[0]
+            for i in range(quads * 4, run):
+                t0 = b.fadd(t0, e.sload(a, b.add(start, e.ci(i))))
+            v = b.fadd(b.fadd(t0, phis[1]), b.fadd(phis[2], phis[3]))
+        else:
+            v = _fold(e, op is Op.REDUCE_MIN, e.c64(np.inf if op is Op.REDUCE_MIN else -np.inf),
+                      e.ci(run), lambda i: e.sload(a, b.add(start, i)))
+        e.sstore(e.round32(v) if aux == Round.F32 else v, dst, o)
+
+
+def _fold(e, less, init, count, item):
+    """The machine's max (min) of item(0), ..., item(count - 1) from init, in order."""
+    with e.counted(count, carried=[init]) as lp:
+        lp.next = [e.vmax(lp.values[0], item(lp.index), less=less)]
+    return lp.values[0]
+
+
+def _reduce_indexed(e, op, dst, a, ib, n, m, aux, g):
+    b = e.b
+    init = {Op.REDUCE_SUM: 0.0, Op.REDUCE_MAX: -np.inf, Op.REDUCE_MIN: np.inf}[op]
+    with e.loop(g) as j:
+        dj = b.mul(j, e.ci(n))
+        aj = b.mul(j, e.ci(m))
+        with e.loop(e.ci(n)) as i:
+            e.sstore(e.c64(init), dst, b.add(dj, i))
+        with e.loop(e.ci(m)) as i:
+            k = b.add(dj, b.load(b.gep(e.idx, [b.add(e.ci(ib), i)])))
+            old = e.sload(dst, k)
+            x = e.sload(a, b.add(aj, i))
+            new = b.fadd(old, x) if op is Op.REDUCE_SUM else e.vmax(
+                old, x, less=op is Op.REDUCE_MIN)
+            e.sstore(new, dst, k)
+        if aux == Round.F32:
+            with e.loop(e.ci(n)) as i:
+                k = b.add(dj, i)
+                e.sstore(e.round32(e.sload(dst, k)), dst, k)
