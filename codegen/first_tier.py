@@ -303,16 +303,37 @@ def _constant_part(nodes):
     return const, rest
 
 
+class _Steps:
+    """`nodes` made ready to run on every call: each one's impl, params and vars looked up
+    once (`how(node)`: the impl and params to run it with; default its reference impl and
+    its params). A run turns numpy's floating-point warnings off once for all its nodes and
+    calls the quiet impls' functions bare (entering the warnings' context costs more than a
+    small node's work)."""
+    __slots__ = ("steps",)
+
+    def __init__(self, nodes, how=None):
+        self.steps = []
+        for n in nodes:
+            impl, p = (_impl(n.prim), n.params) if how is None else how(n)
+            if isinstance(impl, prims.Quiet):
+                impl = impl.fn
+            out = n.outputs if n.prim.multiple_results else n.outputs[0]
+            self.steps.append((impl, p, n.inputs, out, n.prim.multiple_results))
+
+    def run(self, env):
+        """Run on the values in `env`, adding theirs."""
+        with np.errstate(all="ignore"):
+            for impl, p, inputs, out, multiple in self.steps:
+                r = impl(*[env[v] for v in inputs], **p)
+                if multiple:
+                    env.update(zip(out, r))
+                else:
+                    env[out] = r
+
+
 def _evaluate(nodes, env, how=None):
-    """Run `nodes` on the values in `env` (adding theirs); `how(node)`: the impl and params
-    to run it with (default: its reference impl and its params)."""
-    for n in nodes:
-        impl, p = (_impl(n.prim), n.params) if how is None else how(n)
-        outs = impl(*[env[v] for v in n.inputs], **p)
-        if n.prim.multiple_results:
-            env.update(zip(n.outputs, outs))
-        else:
-            env[n.outputs[0]] = outs
+    """Run `nodes` once on the values in `env` (adding theirs); see _Steps."""
+    _Steps(nodes, how).run(env)
 
 
 class ReferenceKernel:
@@ -336,7 +357,8 @@ class ReferenceKernel:
         self.calls = 0
         self.compiled_seconds = cost.step_seconds(step)   # the compiled kernel's, estimated
         self.rent = None        # the program's Rent, where it has one
-        self._constants = {}    # "whole" / "once" -> (constant values, nodes left)
+        self._constants = {}    # "whole" / "once" -> (constant values, _Steps of the rest)
+        self._block_steps = {}  # rows in a block -> _Steps of the per-block nodes
 
     def __call__(self, *args):
         t0 = time.perf_counter()
@@ -366,9 +388,9 @@ class ReferenceKernel:
             const, rest = _constant_part(nodes)
             values = {}
             _evaluate(const, values)
-            kept = self._constants[key] = (values, rest)
+            kept = self._constants[key] = (values, _Steps(rest))
         env.update(kept[0])
-        _evaluate(kept[1], env)
+        kept[1].run(env)
 
     def _run_whole(self, args):
         env = {v: args[i].reshape(v.shape) for i, v in self.reads}
@@ -400,12 +422,8 @@ class ReferenceKernel:
                     return False
         whole = {v: x for v, x in ins.items() if v not in rb.split}
         self._evaluate_kept("once", rb.once, whole)
-        machine = None
-        if self.program is not None:
-            native = self.program.native
-            machine = native if native is not None and not self.program.writes_over_inputs(
-                args) else row_vm.machine()
-        if machine is not None and self.program.run(machine, args, whole):
+        if self.program is not None and self.program.run(args, whole, self.program.native,
+                                                         row_vm.machine()):
             return True
         if rb.block >= rb.rows:
             return False
@@ -415,15 +433,15 @@ class ReferenceKernel:
         split_outs = [(v, o.reshape((rows,) + o.shape[rb.axes:]))
                       for v, o in outs if v in rb.split]
         partial = {}
-        params_of = {}
         for lo in range(0, rows, block):
             hi = min(rows, lo + block)
-            if hi - lo not in params_of:
-                params_of[hi - lo] = rb.block_steps(hi - lo)
-            p = params_of[hi - lo]
+            steps = self._block_steps.get(hi - lo)
+            if steps is None:
+                steps = self._block_steps[hi - lo] = _Steps(
+                    rb.per_block, rb.block_steps(hi - lo).__getitem__)
             env = dict(whole)
             env.update((v, x[lo:hi]) for v, x in split_ins)
-            _evaluate(rb.per_block, env, p.__getitem__)
+            steps.run(env)
             for v, o in split_outs:
                 o[lo:hi] = env[v]
             for v, combine in rb.summed.items():

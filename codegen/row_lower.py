@@ -57,13 +57,13 @@ class _Emitter:
         self.module = ir.Module(name="rows")
         p64 = self.I64.as_pointer()
         pd = self.F64.as_pointer()
-        fnty = ir.FunctionType(self.I64, [self.I64, self.I64, p64, p64, pd, pd, p64])
+        fnty = ir.FunctionType(self.I64, [self.I64, self.I64, p64, p64, pd, pd, pd, p64])
         self.fn = ir.Function(self.module, fnty, name="rows")
-        lo, hi, ain, aout, s, acc, idx = self.fn.args
-        for a in (s, acc):
+        lo, hi, ain, aout, pre, s, acc, idx = self.fn.args
+        for a in (pre, s, acc):
             a.add_attribute("noalias")
-        self.lo, self.hi, self.ain, self.aout, self.s, self.acc, self.idx = \
-            lo, hi, ain, aout, s, acc, idx
+        self.lo, self.hi, self.ain, self.aout, self.pre, self.s, self.acc, self.idx = \
+            lo, hi, ain, aout, pre, s, acc, idx
         self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
         self._decl = {}
         # the scratch, each input and each output in an alias scope of its own: LLVM then
@@ -185,14 +185,20 @@ class _Emitter:
         return {Op.LOAD_F32: self.F32, Op.LOAD_F64: self.F64, Op.LOAD_B8: self.I8,
                 Op.STORE_F32: self.F32, Op.STORE_F64: self.F64, Op.STORE_B8: self.I8}[op]
 
-    # scratch
+    # the registers: those at offsets below the program's pre_len in `pre` (preloaded,
+    # only read), the others in `s` (this part's own)
     def sptr(self, off, i):
-        return self.b.gep(self.s, [self.b.add(self.ci(off), i)])
+        pre_len = self.p.pre_len
+        if off < pre_len:
+            return self.b.gep(self.pre, [self.b.add(self.ci(off), i)])
+        return self.b.gep(self.s, [self.b.add(self.ci(off - pre_len), i)])
 
     def sload(self, off, i):
-        return self.scoped(self.b.load(self.sptr(off, i)), "scratch")
+        return self.scoped(self.b.load(self.sptr(off, i)),
+                           "pre" if off < self.p.pre_len else "scratch")
 
     def sstore(self, v, off, i):
+        assert off >= self.p.pre_len, "a preloaded register is written"
         self.scoped(self.b.store(v, self.sptr(off, i)), "scratch")
 
     # float helpers with the machine's semantics
@@ -549,9 +555,10 @@ def _read_elsewhere(code, segments, row_values):
 
 
 def lower(program, lanes):
-    """The LLVM IR (text) of `program`'s function: `rows(lo, hi, addr_in, addr_out, s, acc,
-    idx)` runs rows lo..hi in groups of `program.group`; `s`: the scratch, its first
-    `pre_len` float64s the preloaded registers; `acc`: this part's accumulators. `lanes`:
+    """The LLVM IR (text) of `program`'s function: `rows(lo, hi, addr_in, addr_out, pre, s,
+    acc, idx)` runs rows lo..hi in groups of `program.group`; `pre`: the preloaded
+    registers (`pre_len` float64s, shared by the parts: only read), `s`: this part's
+    scratch for the others (`work` float64s); `acc`: this part's accumulators. `lanes`:
     float32 elements per vector of the CPU the code is for."""
     e = _Emitter(program, lanes)
     b = e.b
@@ -569,7 +576,7 @@ def lower(program, lanes):
             bits = p.value.view(np.int64)
             if (bits == bits[0]).all():
                 consts[program.offsets[p.var]] = e.c64(p.value[0])
-    e.scope_all(["scratch"] + [("in", k) for k in range(len(program.inputs))]
+    e.scope_all(["pre", "scratch"] + [("in", k) for k in range(len(program.inputs))]
                 + [("out", k) for k in range(len(program.outputs))])
     # the inputs' and outputs' addresses, as typed pointers, loaded once: (is an input,
     # slot) -> pointer

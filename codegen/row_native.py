@@ -26,7 +26,7 @@ def enabled():
 
 
 _ARGTYPES = (ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
-             ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+             ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 
 
 class _Target:
@@ -66,7 +66,7 @@ class _Target:
 class NativeRows:
     """A compiled row program, called as the row machine is (`row_vm.run_rows`'s
     arguments; `code` is ignored: it is compiled in), on arrays none of whose outputs is
-    one of its inputs (RowProgram.writes_over_inputs: the code assumes they are apart)."""
+    one of its inputs (the code assumes they are apart: RowProgram.run checks)."""
     __slots__ = ("_keep", "_fn", "__weakref__")
 
     def __init__(self, keep, address):
@@ -91,10 +91,12 @@ class NativeRows:
         hi = nrows * (part + 1) // nparts
         if lo >= hi:
             return 0
-        s = np.empty(pre.shape[0] + work)
-        s[:pre.shape[0]] = pre
-        return self._fn(lo, hi, addr_in.ctypes.data, addr_out.ctypes.data, s.ctypes.data,
-                        acc.ctypes.data + part * acc.strides[0], idx.ctypes.data)
+        # (the preloaded registers are read where they are: a part's own scratch holds
+        # the others only, so a part starts without copying anything)
+        s = np.empty(work)
+        return self._fn(lo, hi, addr_in.ctypes.data, addr_out.ctypes.data, pre.ctypes.data,
+                        s.ctypes.data, acc.ctypes.data + part * acc.strides[0],
+                        idx.ctypes.data)
 
 
 def compile_program(program):

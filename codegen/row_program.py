@@ -2,8 +2,8 @@
 (codegen.first_tier) translated into row instructions once, then run on each call over
 the kernel's arguments, on the threads of codegen.parts.
 
-    program = row_program(kernel)      # None: a node the machine has no instruction for
-    program.run(fn, args)              # fn: the loaded machine (row_vm.machine())
+    program = row_program(kernel, rb)  # None: a node the machine has no instruction for
+    program.run(args, whole, program.native, row_vm.machine())   # natively where it can
 
 Per row, a value of the kernel is its elements past the row axes, in C order, held in a
 float64 register of `group` rows. What a RowBlocks plan computes once per call (its `once`
@@ -84,6 +84,9 @@ class _Pre:
     node: object = None
     impl: object = None
     params: dict = None
+    # where `node` broadcasts its whole input: a row's elements as indices into the
+    # input's, None where the row is the input as it is (or its one element repeated)
+    index: np.ndarray = None
 
 
 class RowProgram:
@@ -116,6 +119,13 @@ class RowProgram:
         for p in self.pre:
             if p.value is not None:
                 self._fill(self.pre_template, p, p.value)
+            else:
+                x = p.node.inputs[0]
+                size = math.prod(x.shape)
+                index = np.asarray(p.impl(np.arange(size).reshape(x.shape),
+                                          **p.params)).ravel()
+                if size > 1 and not np.array_equal(index, np.arange(p.length)):
+                    p.index = index
 
     # -- translation --------------------------------------------------------------------
     def _translate(self, kernel):
@@ -283,31 +293,33 @@ class RowProgram:
         """Write per-row value `p` (`value`: its row) into the scratch `pre`, once for each
         row of a group."""
         off = self.offsets[p.var]
-        pre[off:off + p.length * self.group].reshape(self.group, p.length)[...] = \
-            np.ravel(value)
+        pre[off:off + p.length * self.group].reshape(self.group, p.length)[...] = value
 
-    def writes_over_inputs(self, args):
-        """Whether an output of this call is one of its inputs (the same memory)."""
-        ins = {args[i].__array_interface__["data"][0] for i, _ in self.inputs}
-        return any(args[i].__array_interface__["data"][0] in ins for i, _ in self.outputs)
-
-    def run(self, fn, args, whole):
-        """Run on the kernel's arguments `args` (outputs written); `whole`: the kernel's
-        values that are not cut into rows, by var (its whole inputs, and what its `once`
-        nodes computed from them). False (nothing written): an argument of another dtype
-        than its value's."""
-        pre = self.pre_template.copy()
-        g = self.group
-        for p in self.pre:
-            if p.node is not None:
-                self._fill(pre, p, p.impl(whole[p.node.inputs[0]], **p.params))
+    def run(self, args, whole, native=None, machine=None):
+        """Run on the kernel's arguments `args` (outputs written): with `native` (its
+        compiled code, codegen.row_native) where no output is one of the inputs (that code
+        assumes them apart), else on `machine` (the row machine); an output overlaps an
+        input only as the same buffer here (the caller runs the others otherwise). `whole`:
+        the kernel's values that are not cut into rows, by var (its whole inputs, and what
+        its `once` nodes computed from them). False (nothing written): neither is given,
+        or an argument has another dtype than its value's."""
         ins = [np.ascontiguousarray(args[i]) for i, _ in self.inputs]   # alive until the end
         if any(x.dtype != v.dtype.np for x, (_, v) in zip(ins, self.inputs)) or any(
                 args[i].dtype != v.dtype.np for i, v in self.outputs):
             return False
-        addr_in = np.array([x.__array_interface__["data"][0] for x in ins] or [0], np.int64)
-        addr_out = np.array([args[i].__array_interface__["data"][0] for i, _ in self.outputs]
-                            or [0], np.int64)
+        addr_in = [x.__array_interface__["data"][0] for x in ins]
+        addr_out = [args[i].__array_interface__["data"][0] for i, _ in self.outputs]
+        fn = native if native is not None and set(addr_out).isdisjoint(addr_in) else machine
+        if fn is None:
+            return False
+        pre = self.pre_template.copy()
+        g = self.group
+        for p in self.pre:
+            if p.node is not None:
+                row = np.ravel(whole[p.node.inputs[0]])
+                self._fill(pre, p, row if p.index is None else row[p.index])
+        addr_in = np.array(addr_in or [0], np.int64)
+        addr_out = np.array(addr_out or [0], np.int64)
         nparts = max(1, parts.get_num_threads())
         acc = np.empty((nparts, self.acc_init.size))
         acc[...] = self.acc_init

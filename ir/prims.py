@@ -401,18 +401,25 @@ def _tie_first(fn):
     return impl
 
 
-def _quiet(fn):
-    """numpy warns on log(-1), 1/0, exp overflow; PyTorch returns nan/inf silently."""
-    def impl(*args):
+class Quiet:
+    """An impl for which numpy would warn (log(-1), 1/0, exp overflow) where PyTorch returns
+    nan/inf silently: `fn` run with numpy's floating-point warnings off. A caller running
+    many impls in a row (codegen.first_tier) turns them off once and calls `fn` itself."""
+    __slots__ = ("fn", "__name__")
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.__name__ = getattr(fn, "__name__", "impl")
+
+    def __call__(self, *args):
         with np.errstate(all="ignore"):
-            return fn(*args)
-    impl.__name__ = getattr(fn, "__name__", "impl")
-    return impl
+            return self.fn(*args)
+
 
 
 # ---- the table ----------------------------------------------------------------------------
 # One definition per prim: `name = register("name", shape rule, reference impl, tags)`.
-# _quiet(...) marks the impls for which numpy would warn where PyTorch returns nan/inf.
+# Quiet(...) marks the impls for which numpy would warn where PyTorch returns nan/inf.
 P, R = (Tag.POINTWISE,), (Tag.REDUCTION,)
 AXIS_RED = (Tag.REDUCTION, Tag.AXIS_REDUCTION)
 ARG_RED = (Tag.REDUCTION, Tag.ARG_REDUCTION, Tag.NON_DIFFERENTIABLE)
@@ -423,12 +430,12 @@ VIEW = (Tag.SHAPE, Tag.VIEW, Tag.SHARES_MEMORY, Tag.MAY_ALIAS_INPUT)
 
 neg = register("neg", _unary_rule("numeric"), np.negative, P)
 abs = register("abs", _unary_rule("numeric"), np.abs, P)
-exp = register("exp", _unary_rule("float"), _quiet(np.exp), P)
-log = register("log", _unary_rule("float"), _quiet(np.log), P)
-log1p = register("log1p", _unary_rule("float"), _quiet(np.log1p), P)
-expm1 = register("expm1", _unary_rule("float"), _quiet(np.expm1), P)
-sqrt = register("sqrt", _unary_rule("float"), _quiet(np.sqrt), P)
-rsqrt = register("rsqrt", _unary_rule("float"), _quiet(lambda x: _c(x, 1) / np.sqrt(x)), P)
+exp = register("exp", _unary_rule("float"), Quiet(np.exp), P)
+log = register("log", _unary_rule("float"), Quiet(np.log), P)
+log1p = register("log1p", _unary_rule("float"), Quiet(np.log1p), P)
+expm1 = register("expm1", _unary_rule("float"), Quiet(np.expm1), P)
+sqrt = register("sqrt", _unary_rule("float"), Quiet(np.sqrt), P)
+rsqrt = register("rsqrt", _unary_rule("float"), Quiet(lambda x: _c(x, 1) / np.sqrt(x)), P)
 sin = register("sin", _unary_rule("float"), np.sin, P)
 cos = register("cos", _unary_rule("float"), np.cos, P)
 tanh = register("tanh", _unary_rule("float"), np.tanh, P)
@@ -437,20 +444,20 @@ erf = register("erf", _unary_rule("float"), _erf, P)
 sign = register("sign", _unary_rule("numeric"), np.sign, P)
 floor = register("floor", _unary_rule("float"), np.floor, P)
 ceil = register("ceil", _unary_rule("float"), np.ceil, P)
-reciprocal = register("reciprocal", _unary_rule("float"), _quiet(lambda x: _c(x, 1) / x), P)
+reciprocal = register("reciprocal", _unary_rule("float"), Quiet(lambda x: _c(x, 1) / x), P)
 logical_not = register("logical_not", _unary_rule("bool"), np.logical_not, CMP)
 
 add = register("add", _binary_rule("any"), np.add, P)
 sub = register("sub", _binary_rule("numeric"), np.subtract, P)
 mul = register("mul", _binary_rule("any"), np.multiply, P)
-div = register("div", _binary_rule("float"), _quiet(np.divide), P)
-pow = register("pow", _binary_rule("float"), _quiet(np.power), P)
+div = register("div", _binary_rule("float"), Quiet(np.divide), P)
+pow = register("pow", _binary_rule("float"), Quiet(np.power), P)
 maximum = register("maximum", _binary_rule("any"), _tie_first(np.maximum), P)
 minimum = register("minimum", _binary_rule("any"), _tie_first(np.minimum), P)
 atan2 = register("atan2", _binary_rule("float"), np.arctan2, P)
 # C's fmod, exact in IEEE arithmetic (a - trunc(a / b) * b is not once the quotient passes
 # 2**24 in float32); the result has a's sign, a zero result too
-fmod = register("fmod", _binary_rule("float"), _quiet(np.fmod), P)
+fmod = register("fmod", _binary_rule("float"), Quiet(np.fmod), P)
 eq = register("eq", _binary_rule("any", dt.bool_), np.equal, CMP)
 ne = register("ne", _binary_rule("any", dt.bool_), np.not_equal, CMP)
 lt = register("lt", _binary_rule("any", dt.bool_), np.less, CMP)
@@ -515,20 +522,20 @@ nextafter = register("nextafter", _binary_rule("float"), np.nextafter, INT_P)
 
 # hyperbolic, inverse trigonometric and special functions (reference impls: numpy or
 # ir/special_math.py; kernels call libm/`math` or the scalar helpers of codegen/approx.py)
-sinh = register("sinh", _unary_rule("float"), _quiet(np.sinh), P)
-cosh = register("cosh", _unary_rule("float"), _quiet(np.cosh), P)
-asinh = register("asinh", _unary_rule("float"), _quiet(np.arcsinh), P)
-acosh = register("acosh", _unary_rule("float"), _quiet(np.arccosh), P)
-atanh = register("atanh", _unary_rule("float"), _quiet(np.arctanh), P)
-asin = register("asin", _unary_rule("float"), _quiet(np.arcsin), P)
-acos = register("acos", _unary_rule("float"), _quiet(np.arccos), P)
-erfc = register("erfc", _unary_rule("float"), _quiet(special_math.erfc), P)
-erfcx = register("erfcx", _unary_rule("float"), _quiet(special_math.erfcx), P)
-erfinv = register("erfinv", _unary_rule("float"), _quiet(special_math.erfinv), P)
-lgamma = register("lgamma", _unary_rule("float"), _quiet(special_math.lgamma), P)
-ndtri = register("ndtri", _unary_rule("float"), _quiet(special_math.ndtri), P)
-i0e = register("i0e", _unary_rule("float"), _quiet(special_math.i0e), P)
-i1e = register("i1e", _unary_rule("float"), _quiet(special_math.i1e), P)
+sinh = register("sinh", _unary_rule("float"), Quiet(np.sinh), P)
+cosh = register("cosh", _unary_rule("float"), Quiet(np.cosh), P)
+asinh = register("asinh", _unary_rule("float"), Quiet(np.arcsinh), P)
+acosh = register("acosh", _unary_rule("float"), Quiet(np.arccosh), P)
+atanh = register("atanh", _unary_rule("float"), Quiet(np.arctanh), P)
+asin = register("asin", _unary_rule("float"), Quiet(np.arcsin), P)
+acos = register("acos", _unary_rule("float"), Quiet(np.arccos), P)
+erfc = register("erfc", _unary_rule("float"), Quiet(special_math.erfc), P)
+erfcx = register("erfcx", _unary_rule("float"), Quiet(special_math.erfcx), P)
+erfinv = register("erfinv", _unary_rule("float"), Quiet(special_math.erfinv), P)
+lgamma = register("lgamma", _unary_rule("float"), Quiet(special_math.lgamma), P)
+ndtri = register("ndtri", _unary_rule("float"), Quiet(special_math.ndtri), P)
+i0e = register("i0e", _unary_rule("float"), Quiet(special_math.i0e), P)
+i1e = register("i1e", _unary_rule("float"), Quiet(special_math.i1e), P)
 
 
 def _polygamma_rule(x, *, n):

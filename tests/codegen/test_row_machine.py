@@ -31,7 +31,7 @@ def machine_tier(empty_cache, monkeypatch):
     runs = []
     run = row_program.RowProgram.run
     monkeypatch.setattr(row_program.RowProgram, "run",
-                        lambda self, fn, args, whole: runs.append(run(self, fn, args, whole))
+                        lambda self, *a, **k: runs.append(run(self, *a, **k))
                         or runs[-1])
     return runs
 

@@ -10,7 +10,7 @@ import pytest
 
 from aotgrad.codegen import compile_graph, first_tier, parts, row_lower, row_native, \
     row_program, row_vm, tiers
-from aotgrad.ir import Aval, GraphBuilder, prims
+from aotgrad.ir import Aval, GraphBuilder, evaluate, prims
 from aotgrad.ir import dtypes as dt
 from aotgrad.testing import assert_close
 
@@ -30,9 +30,9 @@ def captured(empty_cache, monkeypatch):
     runs = []
     run = row_program.RowProgram.run
 
-    def recording(self, fn, args, whole):
+    def recording(self, args, whole, native=None, machine=None):
         runs.append((self, [np.array(a) for a in args], dict(whole)))
-        return run(self, fn, args, whole)
+        return run(self, args, whole, native, machine)
     monkeypatch.setattr(row_program.RowProgram, "run", recording)
     return runs
 
@@ -70,8 +70,8 @@ def _native_equals_machine(runs, threads=(1, 2, 3)):
             parts._Threads.count = n
             want = [a.copy() for a in args]
             got = [a.copy() for a in args]
-            assert program.run(machine, want, whole)
-            assert program.run(native, got, whole)
+            assert program.run(want, whole, machine=machine)
+            assert program.run(got, whole, native=native)
             for w, g in zip(want, got):
                 assert _same(w, g), (w, g)
     return programs
@@ -206,6 +206,37 @@ def test_a_causal_softmax_over_long_rows(captured):
     programs = _native_equals_machine(captured)
     # each row's max and sum read per row by the loops that use them
     assert any(row_lower._row_values(p.code) for p in programs)
+
+
+def test_whole_values_broadcast_into_the_rows_are_read_afresh_each_call(captured):
+    """Values the same for every row (a per-column vector tiled along a row, one repeated
+    along it, a scalar, a vector of one element) are preloaded per call from the call's
+    arguments, wherever their elements land in a row; machine and native agree with the
+    reference on each of three calls with new values."""
+    R, M, C = 23, 3, 8
+    shape = (R, M, C)
+
+    def body(x, col, per_m, s, one):
+        t = prims.mul(x, prims.broadcast_in_dim(col, shape=shape, dims=(2,)))
+        t = prims.add(t, prims.broadcast_in_dim(per_m, shape=shape, dims=(1,)))
+        t = prims.sub(t, prims.broadcast_in_dim(s, shape=shape, dims=()))
+        t = prims.mul(t, prims.broadcast_in_dim(one, shape=shape, dims=(2,)))
+        return [t, prims.tanh(t)]
+    g = _graph("whole", [(shape, dt.float32), ((C,), dt.float32), ((M,), dt.float32),
+                         ((), dt.float32), ((1,), dt.float32)], body)
+    prog = compile_graph(g)
+    indexed = set()
+    for call in range(3):
+        args = [_values(shape, np.float32), RNG.normal(size=C).astype(np.float32),
+                RNG.normal(size=M).astype(np.float32), np.float32(call - 0.5),
+                np.array([2.0 + call], np.float32)]
+        want = evaluate(g, args)
+        for got, w in zip(prog(*args), want):
+            assert_close(got, w, rtol=2e-6, atol=1e-6, equal_nan=True)
+        for program in _native_equals_machine(captured):
+            indexed |= {p.index is not None for p in program.pre if p.node is not None}
+        captured.clear()
+    assert indexed == {True, False}     # a row made by indexing its value, and one not
 
 
 def test_pow_stays_on_the_machine(captured):
