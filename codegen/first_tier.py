@@ -145,8 +145,8 @@ class RowBlocks:
     (`rows` of them), shared by every value cut into blocks (`split`); a block of n rows of
     such a value is its (n, *rest) view; the other values are read whole. `once`: the nodes
     that read only whole values (run once per call); `per_block`: the rest, with their params
-    for a block (`params[node]`: dims remapped, "shape" without its leading dim, filled in
-    per block size); `summed`: outputs reduced over the rows (sum, max or min), combined
+    for a block (`params[node]`: dims remapped, a "shape" or a slice's "limit" without its
+    leading entry, filled in per block size); `summed`: outputs reduced over the rows (sum, max or min), combined
     across blocks (sums in float64)."""
     axes: int
     rows: int
@@ -163,12 +163,17 @@ class RowBlocks:
         out = {}
         for node in self.per_block:
             p = self.params[node]
-            p = dict(p, shape=(n,) + p["shape"]) if "shape" in p else p
+            for key in _PER_BLOCK_SIZE.intersection(p):
+                p = dict(p, **{key: (n,) + p[key]})
             impl = _impl(node.prim)
             if node in self.squeeze:
                 impl = functools.partial(_broadcast_reshaped, self.squeeze[node])
             out[node] = (impl, p)
         return out
+
+
+# the params whose leading entry is the block's rows (a block's params hold the rest)
+_PER_BLOCK_SIZE = frozenset({"shape", "limit"})
 
 
 def _broadcast_reshaped(shape_in, x, *, shape, dims):
@@ -282,6 +287,25 @@ def _block_params(n, k, need, squeeze):
         return dict(n.params, dims=dims, shape=tuple(out.shape[k:]))
     if Tag.AXIS_REDUCTION in n.prim.tags and all(d >= k for d in n.params["dims"]):
         need(n.inputs[0], True)
+        return dict(n.params, dims=tuple(d - k + 1 for d in n.params["dims"]))
+    # a value's elements rearranged within each row (a chunk of the last axis, its
+    # reversal, a transpose of the axes past the rows): each row from the same row
+    x = n.inputs[0]
+    if n.prim is prims.slice:
+        strides = n.params.get("strides") or (1,) * len(x.shape)
+        start, limit = n.params["start"], n.params["limit"]
+        if (tuple(start[:k]) == (0,) * k and tuple(limit[:k]) == tuple(x.shape[:k])
+                and tuple(strides[:k]) == (1,) * k):
+            need(x, True)
+            p = dict(n.params, start=(0,) + tuple(start[k:]), limit=tuple(limit[k:]))
+            if n.params.get("strides") is not None:
+                p["strides"] = (1,) + tuple(strides[k:])
+            return p
+    elif n.prim is prims.transpose and tuple(n.params["perm"][:k]) == tuple(range(k)):
+        need(x, True)
+        return dict(n.params, perm=(0,) + tuple(d - k + 1 for d in n.params["perm"][k:]))
+    elif n.prim is prims.rev and all(d >= k for d in n.params["dims"]):
+        need(x, True)
         return dict(n.params, dims=tuple(d - k + 1 for d in n.params["dims"]))
     raise _Mixed
 

@@ -42,6 +42,9 @@ _ELEMENTWISE = {
     prims.ne: Op.NE, prims.lt: Op.LT, prims.le: Op.LE, prims.gt: Op.GT, prims.ge: Op.GE,
     prims.logical_and: Op.AND, prims.logical_or: Op.OR,
 }
+# prims whose value is their input's elements rearranged within each row (first_tier's
+# row plans keep them to the axes past the rows): a gather
+_WITHIN_ROWS = (prims.slice, prims.transpose, prims.rev)
 _BOOL_ARITHMETIC = {Op.ADD: Op.OR, Op.MUL: Op.AND, Op.MAX: Op.OR, Op.MIN: Op.AND}
 # a reduction within a row, and over the rows: (instruction, the identity, numpy's combine)
 _REDUCE = {prims.reduce_sum: Op.REDUCE_SUM, prims.reduce_max: Op.REDUCE_MAX,
@@ -149,6 +152,18 @@ class RowProgram:
                 out.append(Instr(_LOAD[dt], v, (), self.length[v], aux=slot))
             return v
 
+        def gather(node, x, impl, params):
+            """Node's value as a gather of the elements of x's row (the map its impl makes
+            of their indices); the same register where it is x's row as it is."""
+            o = node.outputs[0]
+            m = self.length[reg(x)]
+            idx = np.asarray(impl(np.arange(m).reshape((1,) + tuple(x.shape[k:])),
+                                  **params)).ravel().astype(np.int64)
+            if len(idx) == m and np.array_equal(idx, np.arange(m)):
+                alias[o] = reg(x)
+            else:
+                out.append(Instr(Op.GATHER, o, (use(x),), self.length[o], m=m, idx=idx))
+
         whole_inputs = {v for _, v in kernel.reads if v not in rb.split}
         for node in rb.per_block:
             o = node.outputs[0]
@@ -186,13 +201,9 @@ class RowProgram:
                         raise Unsupported("a broadcast of a value made in the rows")
                     self.pre.append(_Pre(o, n, node=node, impl=impl, params=params))
                     continue
-                idx = np.asarray(impl(np.arange(self.length[reg(x)]).reshape(
-                    (1,) + tuple(x.shape[k:])), **params)).ravel().astype(np.int64)
-                if len(idx) == self.length[reg(x)] and np.array_equal(idx, np.arange(len(idx))):
-                    alias[o] = reg(x)
-                else:
-                    out.append(Instr(Op.GATHER, o, (use(x),), n, m=self.length[reg(x)],
-                                     idx=idx))
+                gather(node, x, impl, params)
+            elif prim in _WITHIN_ROWS:
+                gather(node, node.inputs[0], impl, params)
             elif prim in _REDUCE:
                 x = node.inputs[0]
                 if np.dtype(o.dtype.np) == np.bool_ and prim is prims.reduce_sum:

@@ -90,6 +90,24 @@ def _masked_softmax_graph():
     return b.graph
 
 
+def _within_rows_graph():
+    """(4, 6, 12): values made of their input's elements rearranged within each row: the
+    last axis cut in two (a gated unit, a * logistic(a) * b), every other element of it,
+    its reversal, and its (3, 4) view transposed."""
+    b = GraphBuilder("within")
+    x = b.add_input(Aval((4, 6, 12), dt.float32), "x")
+    with b:
+        a = prims.slice(x, start=(0, 0, 0), limit=(4, 6, 6))
+        gate = prims.slice(x, start=(0, 0, 6), limit=(4, 6, 12))
+        glu = prims.mul(prims.mul(a, prims.logistic(a)), gate)
+        odd = prims.exp(prims.slice(x, start=(0, 0, 1), limit=(4, 6, 12), strides=(1, 1, 2)))
+        back = prims.rev(prims.tanh(x), dims=(2,))
+        t = prims.transpose(prims.reshape(prims.neg(x), shape=(4, 6, 3, 4)),
+                            perm=(0, 1, 3, 2))
+    b.graph.outputs = [glu, odd, back, t]
+    return b.graph
+
+
 RNG = np.random.default_rng(7)
 
 
@@ -100,6 +118,7 @@ RNG = np.random.default_rng(7)
                                  RNG.uniform(0.5, 2, (8,)).astype(np.float32)]),
     (_masked_softmax_graph, lambda: [RNG.normal(size=(2, 3, 6, 6)).astype(np.float32),
                                      np.tril(np.ones((6, 6), bool))[None, None]]),
+    (_within_rows_graph, lambda: [RNG.normal(size=(4, 6, 12)).astype(np.float32)]),
 ])
 def test_blocked_kernels_equal_the_whole_array_reference(numpy_tier, make, inputs):
     g, args = make(), inputs()
