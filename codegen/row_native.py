@@ -64,9 +64,9 @@ class _Target:
 
 
 class NativeRows:
-    """A compiled row program, called as the row machine is (`row_vm.run_rows`'s
-    arguments; `code` is ignored: it is compiled in), on arrays none of whose outputs is
-    one of its inputs (the code assumes they are apart: RowProgram.run checks)."""
+    """A compiled row program, called as a part of codegen.parts is (`phase, part, nparts,
+    ws`, then `arguments(...)`), on arrays none of whose outputs is one of its inputs (the
+    code assumes they are apart: RowProgram.run checks)."""
     __slots__ = ("_keep", "_fn", "__weakref__")
 
     def __init__(self, keep, address):
@@ -85,18 +85,29 @@ class NativeRows:
         except Exception:       # the interpreter is exiting: the process frees it all
             pass
 
-    def __call__(self, phase, part, nparts, ws, code, idx, pre, addr_in, addr_out, acc,
-                 nrows, group, work):
+    @staticmethod
+    def arguments(nrows, addr_in, addr_out, pre, scratch, acc, idx):
+        """The arguments of a call's parts (after `phase, part, nparts, ws`, as
+        codegen.parts passes them): the arrays' addresses, taken once on the calling thread
+        (a part then starts with a few operations of Python, not a fresh scratch and six
+        addresses: the other threads' parts wait for the interpreter lock meanwhile).
+        `scratch`, `acc`: a row per part; the arrays must stay alive until the parts end."""
+        return (nrows, _address(addr_in), _address(addr_out), _address(pre),
+                _address(scratch), scratch.strides[0], _address(acc), acc.strides[0],
+                _address(idx))
+
+    def __call__(self, phase, part, nparts, ws, nrows, addr_in, addr_out, pre, scratch,
+                 scratch_stride, acc, acc_stride, idx):
         lo = nrows * part // nparts
         hi = nrows * (part + 1) // nparts
         if lo >= hi:
             return 0
-        # (the preloaded registers are read where they are: a part's own scratch holds
-        # the others only, so a part starts without copying anything)
-        s = np.empty(work)
-        return self._fn(lo, hi, addr_in.ctypes.data, addr_out.ctypes.data, pre.ctypes.data,
-                        s.ctypes.data, acc.ctypes.data + part * acc.strides[0],
-                        idx.ctypes.data)
+        return self._fn(lo, hi, addr_in, addr_out, pre, scratch + part * scratch_stride,
+                        acc + part * acc_stride, idx)
+
+
+def _address(a):
+    return a.__array_interface__["data"][0]
 
 
 def compile_program(program):

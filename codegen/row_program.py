@@ -334,7 +334,11 @@ class RowProgram:
         nparts = max(1, parts.get_num_threads())
         acc = np.empty((nparts, self.acc_init.size))
         acc[...] = self.acc_init
-        args_ = (self.code, self.idx, pre, addr_in, addr_out, acc, self.rows, g, self.work)
+        if fn is native:
+            scratch = np.empty((nparts, max(1, self.work)))   # (alive until the end)
+            args_ = native.arguments(self.rows, addr_in, addr_out, pre, scratch, acc, self.idx)
+        else:
+            args_ = (self.code, self.idx, pre, addr_in, addr_out, acc, self.rows, g, self.work)
         if self.elements < PARTS_MIN_ELEMENTS:    # not worth waking the other threads
             fn(1, 0, 1, parts.NO_WORKSPACE, *args_)
         else:
