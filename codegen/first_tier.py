@@ -346,6 +346,8 @@ class _Steps:
 
     def run(self, env):
         """Run on the values in `env`, adding theirs."""
+        if not self.steps:
+            return
         with np.errstate(all="ignore"):
             for impl, p, inputs, out, multiple in self.steps:
                 r = impl(*[env[v] for v in inputs], **p)

@@ -129,6 +129,14 @@ class RowProgram:
                                           **p.params)).ravel()
                 if size > 1 and not np.array_equal(index, np.arange(p.length)):
                     p.index = index
+        # the preloaded registers made per call from the call's whole values: (the value's
+        # var, the index of a row's elements in it or None, the registers' span, the
+        # span's (group, length) shape or None where a row is one element)
+        self._per_call = [
+            (p.node.inputs[0], p.index, self.offsets[p.var],
+             self.offsets[p.var] + p.length * self.group,
+             None if p.length == 1 else (self.group, p.length))
+            for p in self.pre if p.node is not None]
 
     # -- translation --------------------------------------------------------------------
     def _translate(self, kernel):
@@ -325,10 +333,14 @@ class RowProgram:
             return False
         pre = self.pre_template.copy()
         g = self.group
-        for p in self.pre:
-            if p.node is not None:
-                row = np.ravel(whole[p.node.inputs[0]])
-                self._fill(pre, p, row if p.index is None else row[p.index])
+        for x, index, lo, hi, rows in self._per_call:
+            value = whole[x]
+            if index is not None:
+                value = np.ravel(value)[index]
+            if rows is None:                    # one element, for every row of the group
+                pre[lo:hi] = value
+            else:
+                pre[lo:hi].reshape(rows)[...] = np.ravel(value)
         addr_in = np.array(addr_in or [0], np.int64)
         addr_out = np.array(addr_out or [0], np.int64)
         nparts = max(1, parts.get_num_threads())
