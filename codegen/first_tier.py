@@ -146,8 +146,8 @@ class RowBlocks:
     such a value is its (n, *rest) view; the other values are read whole. `once`: the nodes
     that read only whole values (run once per call); `per_block`: the rest, with their params
     for a block (`params[node]`: dims remapped, a "shape" or a slice's "limit" without its
-    leading entry, filled in per block size); `summed`: outputs reduced over the rows (sum, max or min), combined
-    across blocks (sums in float64)."""
+    leading entry, filled in per block size); `summed`: outputs reduced over the rows (sum,
+    max or min), combined across blocks (sums in float64)."""
     axes: int
     rows: int
     block: int

@@ -629,10 +629,11 @@ def _mark_exact(exact, row):
 def _pointwise_loop(e, code, ts, keep, r, g, bases, consts, scalars, exact, per_row):
     """One loop over the g * n elements of a run of element-wise instructions (a loop over
     runs of repeated values around one along each run, where the run of instructions reads
-    repeated values, `per_row`: (reader, offset) -> (the value's offset, the run length)). A register read from the scratch that holds
-    float32 values goes through float32 (exact), so LLVM computes in float32 what the
-    machine computes in float64 and rounds (the same result: sums, differences, products
-    and quotients of float32 values, rounded once from float64, are float32's)."""
+    repeated values, `per_row`: (reader, offset) -> (the value's offset, the run length)).
+    A register read from the scratch that holds float32 values goes through float32
+    (exact), so LLVM computes in float32 what the machine computes in float64 and rounds
+    (the same result: sums, differences, products and quotients of float32 values, rounded
+    once from float64, are float32's)."""
     b = e.b
     n = int(code[ts[0]][5])
     row0 = b.mul(r, e.ci(n))               # the group's first element in the arrays

@@ -13,8 +13,6 @@ import os
 import queue
 import threading
 
-import numpy as np
-
 from aotgrad.codegen import row_lower
 
 log = logging.getLogger(__name__)

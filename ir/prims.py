@@ -416,7 +416,6 @@ class Quiet:
             return self.fn(*args)
 
 
-
 # ---- the table ----------------------------------------------------------------------------
 # One definition per prim: `name = register("name", shape rule, reference impl, tags)`.
 # Quiet(...) marks the impls for which numpy would warn where PyTorch returns nan/inf.
