@@ -3,6 +3,8 @@ nodes keep rows to themselves runs block by block and gives what the whole-array
 run gives (a tail block, reductions along the rows and over them, broadcasts of per-row
 and per-column values, reshapes); a kernel that mixes rows, or an output buffer that
 overlaps an input in another layout, runs whole."""
+import warnings
+
 import numpy as np
 import pytest
 
@@ -288,3 +290,32 @@ def test_full_keeps_apart_values_that_compare_equal():
     assert np.isnan(nan).all() and nan.shape == (2, 2)
     with pytest.raises(ValueError):
         first_tier._full(shape=(2,), value=1.0, dtype=f32)[0] = 5.0    # read-only
+
+
+@pytest.mark.parametrize("whole", [False, True])
+def test_nan_and_inf_come_silently_as_in_eager(numpy_tier, whole):
+    """log of a negative, 0/0, 1/0 and exp overflow give nan and inf without a warning
+    (the impls PyTorch keeps silent run bare under one errstate per call), in blocks and
+    whole, with the reference's values."""
+    b = GraphBuilder("quiet")
+    x = b.add_input(Aval((40, 24), dt.float32), "x")
+    y = b.add_input(Aval((40, 24), dt.float32), "y")
+    with b:
+        out = [prims.log(x), prims.div(x, y), prims.exp(prims.mul(x, y)),
+               prims.sqrt(prims.neg(prims.abs(x)))]
+    b.graph.outputs = out
+    prog = compile_graph(b.graph)
+    if whole:
+        for r in _refs(prog):
+            r.blocks = None
+    a = RNG.normal(size=(40, 24)).astype(np.float32) * 50
+    c = RNG.normal(size=(40, 24)).astype(np.float32) * 50
+    a[0, :3], c[0, :3] = [-1.0, 0.0, 1.0], [1.0, 0.0, 0.0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = [np.array(v) for v in prog(a, c)]
+    with np.errstate(all="ignore"):
+        want = evaluate(b.graph, [a, c])
+    for g, w in zip(got, want):
+        assert_close(g, w, rtol=1e-6, atol=0, equal_nan=True)
+    assert np.isnan(got[0][0, 0]) and np.isnan(got[1][0, 1]) and np.isinf(got[1][0, 2])
