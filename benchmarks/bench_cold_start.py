@@ -26,8 +26,8 @@ second step, to the end of all steps (and the CPU seconds of this process, its t
 included, to the end of the first step and of all steps: less sensitive to the machine's
 load than the wall time; compile helpers are other processes); the median and the slowest step after the first
 while background compiles were still running (and how many such steps), and the median of
-the last 20 steps; how many steps after the first ran kernels on numpy (the first tier:
-`n numpy`) and the seconds from process start to the end of the last of them (`numpy s`),
+the last 20 steps; how many steps after the first ran kernels on numpy (the first tier,
+whether their compiles are queued, running or held back until their rent is due: `n numpy`) and the seconds from process start to the end of the last of them (`numpy s`),
 and to the end of the last step while any background compile was pending (`busy s`; `-`
 where they were still pending at the last step); the seconds the programs waited for their
 first-tier compiles once their numpy runs had cost as much (`wait s`: codegen.first_tier.Rent); the load average; the calls of the
@@ -80,6 +80,16 @@ def _w4_step(M, quick):
     return step
 
 
+def _first_tier_calls(compiled):
+    """Calls of the first-tier kernels (codegen.first_tier.ReferenceKernel) of the programs
+    of aotgrad compiled function `compiled` so far (0 for torch: None)."""
+    if compiled is None:
+        return 0
+    return sum(ref.calls for p in list(compiled.cache.values())
+               for k in getattr(p, "_kernels", {}).values()
+               for ref in list(getattr(k, "first_tier", {}).values()))
+
+
 def _model_step(M, name, quick):
     """The whole training step of benchmarks/models.py's model `name`, compiled on aotgrad."""
     from models import build
@@ -109,13 +119,15 @@ def _worker(model, system, steps, quick):
         from aotgrad.codegen import tiers
     step = _w4_step(M, quick) if model == "W4" else _model_step(M, model, quick)
     ends, busy, on_numpy = [], [], []
+    first_tier_calls = 0
     for i in range(steps):
         t0 = time.perf_counter()
         loss = float(step().item())
         ends.append(time.perf_counter())
         busy.append(not system.startswith("torch") and tiers.pending() > 0)
-        on_numpy.append(not system.startswith("torch") and
-                        tiers.pending(tiers.Priority.FIRST_TIER) > 0)
+        ran = _first_tier_calls(step.compiled)
+        on_numpy.append(ran > first_tier_calls)
+        first_tier_calls = ran
         if i == 0:
             t_first, cpu_first = t0, time.process_time()
     durs = [ends[0] - t_first] + [b - a for a, b in zip(ends, ends[1:])]
