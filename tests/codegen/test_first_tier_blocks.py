@@ -7,6 +7,7 @@ import warnings
 
 import numpy as np
 import pytest
+from attention_step import attention_step
 
 from aotgrad.codegen import compile_graph, first_tier, tiers
 from aotgrad.ir import Aval, GraphBuilder, evaluate, prims
@@ -203,29 +204,14 @@ def test_an_output_overlapping_its_input_in_another_layout_runs_whole(numpy_tier
 
 def test_a_compiled_training_step_in_blocks_equals_eager(numpy_tier, monkeypatch):
     import aotgrad
-    F = aotgrad.nn.functional
     blocked = []
     run_blocks = first_tier.ReferenceKernel._run_blocks
     monkeypatch.setattr(first_tier.ReferenceKernel, "_run_blocks",
                         lambda self, args, rb: blocked.append(run_blocks(self, args, rb))
                         or blocked[-1])
-    rng = np.random.default_rng(0)
-    x = aotgrad.tensor(rng.standard_normal((2, 9, 12)).astype(np.float32))
-    labels = aotgrad.tensor(rng.integers(0, 5, (2, 9)))
-    w1 = rng.standard_normal((20, 12)).astype(np.float32) * 0.3
-    w2 = rng.standard_normal((5, 20)).astype(np.float32) * 0.3
-
-    def loss_fn(w1, w2):
-        h = F.gelu(F.layer_norm(x @ w1.T, (20,)), approximate="tanh")
-        s = F.softmax(h @ h.transpose(1, 2), dim=-1) @ h        # rows of 9 attention weights
-        return F.cross_entropy((s @ w2.T).reshape(18, 5), labels.reshape(18))
-
-    def grads(fn):
-        ps = [aotgrad.tensor(w1, requires_grad=True), aotgrad.tensor(w2, requires_grad=True)]
-        loss = fn(*ps)
-        loss.backward()
-        return [loss.detach().numpy()] + [p.grad.numpy() for p in ps]
-
+    # (rows of 9 attention weights, unmasked)
+    loss_fn, grads = attention_step(seq=9, width=12, hidden=20, classes=5, seed=0,
+                                    masked=False)
     want = grads(loss_fn)
     got = grads(aotgrad.compile(loss_fn))
     assert any(blocked), "no kernel of the step ran in blocks"

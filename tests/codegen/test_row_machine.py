@@ -10,6 +10,7 @@ import threading
 
 import numpy as np
 import pytest
+from attention_step import attention_step
 
 from aotgrad.codegen import cache, compile_graph, parts, row_program, row_vm, tiers
 from aotgrad.ir import Aval, GraphBuilder, evaluate, prims
@@ -221,26 +222,8 @@ def test_kernels_the_machine_does_not_run_stay_on_numpy(machine_tier, monkeypatc
 
 def test_a_compiled_training_step_on_the_machine_equals_eager(machine_tier):
     import aotgrad
-    F = aotgrad.nn.functional
-    rng = np.random.default_rng(0)
-    x = aotgrad.tensor(rng.standard_normal((2, 9, 12)).astype(np.float32))
-    labels = aotgrad.tensor(rng.integers(0, 5, (2, 9)))
-    w1 = rng.standard_normal((20, 12)).astype(np.float32) * 0.3
-    w2 = rng.standard_normal((5, 20)).astype(np.float32) * 0.3
-    mask = aotgrad.tensor(np.tril(np.ones((9, 9), bool)))
-
-    def loss_fn(w1, w2):
-        h = F.gelu(F.layer_norm(x @ w1.T, (20,)), approximate="tanh")
-        a = (h @ h.transpose(1, 2)).masked_fill(~mask, float("-inf"))
-        s = F.softmax(a, dim=-1) @ F.gelu(h)
-        return F.cross_entropy((s @ w2.T).reshape(18, 5), labels.reshape(18))
-
-    def grads(fn):
-        ps = [aotgrad.tensor(w1, requires_grad=True), aotgrad.tensor(w2, requires_grad=True)]
-        loss = fn(*ps)
-        loss.backward()
-        return [loss.detach().numpy()] + [p.grad.numpy() for p in ps]
-
+    loss_fn, grads = attention_step(seq=9, width=12, hidden=20, classes=5, seed=0,
+                                    value="gelu")
     want = grads(loss_fn)
     compiled = aotgrad.compile(loss_fn)
     for _ in range(2):

@@ -7,6 +7,7 @@ except where an output is written over its input; a compiled training step on th
 programs equals eager."""
 import numpy as np
 import pytest
+from attention_step import attention_step
 
 from aotgrad.codegen import compile_graph, first_tier, parts, row_lower, row_native, \
     row_program, row_vm, tiers
@@ -316,26 +317,8 @@ def test_a_compiled_training_step_on_native_programs_equals_eager(empty_cache, m
     native_call = row_native.NativeRows.__call__
     monkeypatch.setattr(row_native.NativeRows, "__call__",
                         lambda self, *a: calls.append(1) or native_call(self, *a))
-    F = aotgrad.nn.functional
-    rng = np.random.default_rng(1)
-    x = aotgrad.tensor(rng.standard_normal((2, 16, 24)).astype(np.float32))
-    labels = aotgrad.tensor(rng.integers(0, 7, (2, 16)))
-    w1 = rng.standard_normal((32, 24)).astype(np.float32) * 0.3
-    w2 = rng.standard_normal((7, 32)).astype(np.float32) * 0.3
-    mask = aotgrad.tensor(np.tril(np.ones((16, 16), bool)))
-
-    def loss_fn(w1, w2):
-        h = F.gelu(F.layer_norm(x @ w1.T, (32,)), approximate="tanh")
-        a = (h @ h.transpose(1, 2)).masked_fill(~mask, float("-inf"))
-        s = F.softmax(a, dim=-1) @ F.silu(h)
-        return F.cross_entropy((s @ w2.T).reshape(32, 7), labels.reshape(32))
-
-    def grads(fn):
-        ps = [aotgrad.tensor(w1, requires_grad=True), aotgrad.tensor(w2, requires_grad=True)]
-        loss = fn(*ps)
-        loss.backward()
-        return [loss.detach().numpy()] + [p.grad.numpy() for p in ps]
-
+    loss_fn, grads = attention_step(seq=16, width=24, hidden=32, classes=7, seed=1,
+                                    value="silu")
     want = grads(loss_fn)
     compiled = aotgrad.compile(loss_fn)
     for _ in range(4):
