@@ -367,38 +367,24 @@ class _Emitter:
     def _unary64(self, op, x):
         b = self.b
         zero, one = self.c64(0.0), self.c64(1.0)
+        if op in _INTRINSIC64:
+            return self.call(_INTRINSIC64[op], x)
+        if op in _LIBM64:
+            return b.call(self.extern(_LIBM64[op]), [x])
         if op is Op.NEG:
             return b.fneg(x)
-        if op is Op.ABS:
-            return self.call("llvm.fabs", x)
-        if op is Op.EXP:
-            return self.call("llvm.exp", x)
         if op is Op.LOG:
             return self.log64(x)
         if op is Op.LOG1P:
             return self.log64(x, "log1p", -1.0)
-        if op is Op.EXPM1:
-            return b.call(self.extern("expm1"), [x])
         if op is Op.SQRT:
             return self.sqrt64(x)
         if op is Op.RSQRT:
             return b.fdiv(one, self.sqrt64(x))
-        if op is Op.SIN:
-            return self.call("llvm.sin", x)
-        if op is Op.COS:
-            return self.call("llvm.cos", x)
-        if op is Op.TANH:
-            return b.call(self.extern("tanh"), [x])
         if op is Op.LOGISTIC:
             return self.logistic64(x)
-        if op is Op.ERF:
-            return b.call(self.extern("erf"), [x])
         if op is Op.SIGN:
             return self.sign(x)
-        if op is Op.FLOOR:
-            return self.call("llvm.floor", x)
-        if op is Op.CEIL:
-            return self.call("llvm.ceil", x)
         if op is Op.RECIPROCAL:
             return b.fdiv(one, x)
         if op is Op.NOT:
@@ -416,18 +402,15 @@ class _Emitter:
     def _binary64(self, op, x, y):
         b = self.b
         zero, one = self.c64(0.0), self.c64(1.0)
-        arith = {Op.ADD: b.fadd, Op.SUB: b.fsub, Op.MUL: b.fmul, Op.DIV: b.fdiv}
-        if op in arith:
-            return arith[op](x, y)
+        if op in _ARITH64:
+            return getattr(b, _ARITH64[op])(x, y)
         if op is Op.MAX:
             return self.vmax(x, y)
         if op is Op.MIN:
             return self.vmax(x, y, less=True)
-        cmp = {Op.EQ: ("o", "=="), Op.NE: ("u", "!="), Op.LT: ("o", "<"),
-               Op.LE: ("o", "<="), Op.GT: ("o", ">"), Op.GE: ("o", ">=")}
-        if op in cmp:
-            kind, rel = cmp[op]
-            c = (b.fcmp_ordered if kind == "o" else b.fcmp_unordered)(rel, x, y)
+        if op in _COMPARE64:
+            ordered, rel = _COMPARE64[op]
+            c = (b.fcmp_ordered if ordered else b.fcmp_unordered)(rel, x, y)
             return self.select(c, one, zero)
         if op in (Op.AND, Op.OR):
             xs = b.fcmp_unordered("!=", x, zero)
@@ -436,6 +419,15 @@ class _Emitter:
         raise NotImplementedError(op)
 
 
+# float64 instructions that are one LLVM intrinsic, one libm function (as Numba's lowering
+# calls them), one IR instruction (the builder's method), or a comparison (ordered or not:
+# NE is true where either side is NaN) giving 1.0 or 0.0
+_INTRINSIC64 = {Op.ABS: "llvm.fabs", Op.EXP: "llvm.exp", Op.SIN: "llvm.sin",
+                Op.COS: "llvm.cos", Op.FLOOR: "llvm.floor", Op.CEIL: "llvm.ceil"}
+_LIBM64 = {Op.EXPM1: "expm1", Op.TANH: "tanh", Op.ERF: "erf"}
+_ARITH64 = {Op.ADD: "fadd", Op.SUB: "fsub", Op.MUL: "fmul", Op.DIV: "fdiv"}
+_COMPARE64 = {Op.EQ: (True, "=="), Op.NE: (False, "!="), Op.LT: (True, "<"),
+              Op.LE: (True, "<="), Op.GT: (True, ">"), Op.GE: (True, ">=")}
 # float32 instructions computed by codegen.approx's approximations (row_vm._UNARY)
 _F32_APPROX = {Op.EXP: "exp_f32", Op.LOG: "log_f32", Op.RSQRT: "rsqrt_f32",
                Op.TANH: "tanh_f32", Op.LOGISTIC: "logistic_f32", Op.ERF: "erf_f32"}
