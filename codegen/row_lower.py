@@ -21,8 +21,11 @@ import numpy as np
 from aotgrad.codegen.row_vm import AccForm, GatherForm, Op, ReduceForm, Round
 
 _UNLOWERED = frozenset({Op.POW})
-# vectors in flight per iteration of an element-wise loop (a long chain of dependent
-# operations, as an approximation's, runs one vector at a time otherwise)
+# vectors in flight per iteration of an element-wise loop that computes a function by a
+# long chain of dependent operations (an approximation's, a log's: one vector at a time
+# would wait on each step); other loops take one vector an iteration, as their code is a
+# quarter of the size and LLVM generates it in about half the time, and run as fast
+# (memory, not the chain, bounds them)
 INTERLEAVE = 4
 
 
@@ -431,6 +434,8 @@ _COMPARE64 = {Op.EQ: (True, "=="), Op.NE: (False, "!="), Op.LT: (True, "<"),
 # float32 instructions computed by codegen.approx's approximations (row_vm._UNARY)
 _F32_APPROX = {Op.EXP: "exp_f32", Op.LOG: "log_f32", Op.RSQRT: "rsqrt_f32",
                Op.TANH: "tanh_f32", Op.LOGISTIC: "logistic_f32", Op.ERF: "erf_f32"}
+# instructions computed by a long chain of dependent operations (see INTERLEAVE)
+_LONG_CHAINS = frozenset(_F32_APPROX) | frozenset(_LIBM64) | {Op.LOG1P, Op.SIN, Op.COS}
 _LOADS = {Op.LOAD_F32, Op.LOAD_F64, Op.LOAD_B8}
 _STORES = {Op.STORE_F32, Op.STORE_F64, Op.STORE_B8}
 _UNARY = {Op.NEG, Op.ABS, Op.EXP, Op.LOG, Op.LOG1P, Op.EXPM1, Op.SQRT, Op.RSQRT, Op.SIN,
@@ -640,7 +645,8 @@ def _pointwise_loop(e, code, ts, keep, r, g, bases, consts, scalars, exact, per_
         for off in _reads(code[t]):
             if off in scalars and off not in invariant:
                 invariant[off] = exact_load(off, e.ci(0))
-    hint = e.loop_hint(INTERLEAVE, e.lanes)
+    chain = any(Op(int(code[t][0])) in _LONG_CHAINS for t in ts)
+    hint = e.loop_hint(INTERLEAVE if chain else 1, e.lanes)
     repeated = {per_row[(t, off)] for t in ts for off in _reads(code[t]) if (t, off) in per_row}
     if not repeated:
         with e.loop(b.mul(g, e.ci(n)), hint=hint) as i:
