@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from aotgrad.codegen.row_vm import AccForm, GatherForm, Op, ReduceForm, Round
+from aotgrad.codegen.row_vm import PARTIALS, AccForm, GatherForm, Op, ReduceForm, Round
 
 _UNLOWERED = frozenset({Op.POW})
 # vectors in flight per iteration of an element-wise loop that computes a function by a
@@ -755,33 +755,40 @@ def _other(e, row, g):
 
 
 def _reduce_runs(e, op, dst, a, n, m, aux, g):
-    b = e.b
+    """The machine's reduction of each run of m // n elements: row_vm.PARTIALS partial
+    results in one vector (element i into lane i % PARTIALS, the rest into lane 0), then
+    halves combined, lanes 0.. with the next ones."""
+    b, ir = e.b, e.ir
     run = m // n
+    width = PARTIALS
+    vec = ir.VectorType(e.F64, width)
+    init = {Op.REDUCE_SUM: 0.0, Op.REDUCE_MAX: -np.inf, Op.REDUCE_MIN: np.inf}[op]
+
+    def combine(x, y):
+        if op is Op.REDUCE_SUM:
+            return b.fadd(x, y)
+        return e.vmax(x, y, less=op is Op.REDUCE_MIN)
+    key = "pre" if a < e.p.pre_len else "scratch"
     with e.loop(b.mul(g, e.ci(n))) as o:
         start = b.mul(o, e.ci(run))
-        if op is Op.REDUCE_SUM:
-            # four sums, element i into sum i % 4, the rest into the first (as the machine)
-            quads = run // 4
-            with e.counted(e.ci(quads), carried=[e.c64(0.0)] * 4) as lp:
-                i0 = b.add(start, b.mul(lp.index, e.ci(4)))
-                lp.next = [b.fadd(lp.values[k], e.sload(a, b.add(i0, e.ci(k))))
-                           for k in range(4)]
-            phis = lp.values
-            t0 = phis[0]
-            for i in range(quads * 4, run):
-                t0 = b.fadd(t0, e.sload(a, b.add(start, e.ci(i))))
-            v = b.fadd(b.fadd(t0, phis[1]), b.fadd(phis[2], phis[3]))
-        else:
-            v = _fold(e, op is Op.REDUCE_MIN, e.c64(np.inf if op is Op.REDUCE_MIN else -np.inf),
-                      e.ci(run), lambda i: e.sload(a, b.add(start, i)))
+        with e.counted(e.ci(run // width), carried=[ir.Constant(vec, [init] * width)]) as lp:
+            at = b.bitcast(e.sptr(a, b.add(start, b.mul(lp.index, e.ci(width)))),
+                           vec.as_pointer())
+            load = b.load(at, align=8)
+            lp.next = [combine(lp.values[0], e.scoped(load, key))]
+        acc = lp.values[0]
+        t0 = b.extract_element(acc, e.ci(0, e.I32))
+        for i in range(run // width * width, run):
+            t0 = combine(t0, e.sload(a, b.add(start, e.ci(i))))
+        acc = b.insert_element(acc, t0, e.ci(0, e.I32))
+        while width > 1:
+            width //= 2
+            lanes = ir.VectorType(e.I32, width)
+            acc = combine(b.shuffle_vector(acc, acc, ir.Constant(lanes, list(range(width)))),
+                          b.shuffle_vector(acc, acc, ir.Constant(
+                              lanes, list(range(width, 2 * width)))))
+        v = b.extract_element(acc, e.ci(0, e.I32))
         e.sstore(e.round32(v) if aux == Round.F32 else v, dst, o)
-
-
-def _fold(e, less, init, count, item):
-    """The machine's max (min) of item(0), ..., item(count - 1) from init, in order."""
-    with e.counted(count, carried=[init]) as lp:
-        lp.next = [e.vmax(lp.values[0], item(lp.index), less=less)]
-    return lp.values[0]
 
 
 def _reduce_indexed(e, op, dst, a, ib, n, m, aux, g):

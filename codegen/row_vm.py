@@ -145,6 +145,9 @@ _BINARY = {
     Op.AND: "1.0 if (x != 0.0 and y != 0.0) else 0.0",
     Op.OR: "1.0 if (x != 0.0 or y != 0.0) else 0.0",
 }
+# the partial results a reduction over runs keeps (element i into i % PARTIALS): they
+# overlap, and codegen.row_lower's code keeps them in vectors of registers
+PARTIALS = 16
 APPROXIMATIONS = ("exp_f32", "log_f32", "tanh_f32", "logistic_f32", "erf_f32", "rsqrt_f32")
 
 _SCALARS = '''
@@ -223,6 +226,7 @@ def run_rows(phase, part, nparts, ws, code, idx, pre, addr_in, addr_out, acc, nr
     hi = nrows * (part + 1) // nparts
     npre = pre.shape[0]
     s = np.empty(npre + work, np.float64)
+    part_ = np.empty(PARTIALS, np.float64)
     for i in range(npre):
         s[i] = pre[i]
     ninstr = code.shape[0]
@@ -298,32 +302,43 @@ _TAIL = '''\
                             dj[i] = aj[ix[i]]
             elif (op == 71 or op == 72 or op == 73) and c == 1:   # runs of m // n
                 run = m // n
+                init = 0.0 if op == 71 else (-INF64 if op == 72 else INF64)
+                full = run // PARTIALS
                 for o in range(g * n):
                     ao = s[a + o * run:a + o * run + run]
-                    if op == 71:
-                        t0 = 0.0                 # four sums: the adds overlap
-                        t1 = 0.0
-                        t2 = 0.0
-                        t3 = 0.0
-                        i = 0
-                        while i + 4 <= run:
-                            t0 += ao[i]
-                            t1 += ao[i + 1]
-                            t2 += ao[i + 2]
-                            t3 += ao[i + 3]
-                            i += 4
-                        while i < run:
-                            t0 += ao[i]
-                            i += 1
-                        v = (t0 + t1) + (t2 + t3)
-                    elif op == 72:
-                        v = -INF64
-                        for i in range(run):
-                            v = _max(v, ao[i])
-                    else:
-                        v = INF64
-                        for i in range(run):
-                            v = _min(v, ao[i])
+                    # PARTIALS partial results, element i into i % PARTIALS, the rest into
+                    # the first, then halves combined (row_lower's vectors do the same)
+                    for k in range(PARTIALS):
+                        part_[k] = init
+                    for q in range(full):
+                        aq = ao[q * PARTIALS:q * PARTIALS + PARTIALS]
+                        if op == 71:
+                            for k in range(PARTIALS):
+                                part_[k] = part_[k] + aq[k]
+                        elif op == 72:
+                            for k in range(PARTIALS):
+                                part_[k] = _max(part_[k], aq[k])
+                        else:
+                            for k in range(PARTIALS):
+                                part_[k] = _min(part_[k], aq[k])
+                    for i in range(full * PARTIALS, run):
+                        if op == 71:
+                            part_[0] = part_[0] + ao[i]
+                        elif op == 72:
+                            part_[0] = _max(part_[0], ao[i])
+                        else:
+                            part_[0] = _min(part_[0], ao[i])
+                    width = PARTIALS
+                    while width > 1:
+                        width //= 2
+                        for k in range(width):
+                            if op == 71:
+                                part_[k] = part_[k] + part_[k + width]
+                            elif op == 72:
+                                part_[k] = _max(part_[k], part_[k + width])
+                            else:
+                                part_[k] = _min(part_[k], part_[k + width])
+                    v = part_[0]
                     s[dst + o] = np.float64(np.float32(v)) if aux == 1 else v
             elif op == 71 or op == 72 or op == 73:
                 ix = idx[b:b + m]
@@ -407,8 +422,8 @@ def _elementwise_text():
 def machine_source():
     """The text of the row machine's module (without the cache's header line)."""
     from aotgrad.codegen import approx, prelude
-    return (prelude.PRELUDE + approx.helper_source(APPROXIMATIONS) + _SCALARS + _HEAD
-            + _elementwise_text() + _TAIL)
+    return (prelude.PRELUDE + approx.helper_source(APPROXIMATIONS) + _SCALARS
+            + f"\nPARTIALS = {PARTIALS}\n" + _HEAD + _elementwise_text() + _TAIL)
 
 
 _INSTALLED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_machine")

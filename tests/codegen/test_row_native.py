@@ -193,6 +193,25 @@ def test_reductions_gathers_and_accumulations_of_every_form(captured, monkeypatc
     assert any(op in (row_vm.Op.REDUCE_MAX, row_vm.Op.REDUCE_MIN) for op, _ in ops)
 
 
+@pytest.mark.parametrize("run", [1, 15, 16, 17, 40, 129])
+def test_reductions_over_runs_of_every_length(captured, run):
+    """Partial results in vectors, a tail and halves combined: the machine's order, bit for
+    bit, with NaN and zeros of both signs; max and min exact, sums close to float64's."""
+    shape = (12, 3, run)
+    x = _values(shape, np.float32)
+    x[:4] = np.where(RNG.random((4, 3, run)) < 0.5, np.float32(0.0), np.float32(-0.0))
+    g = _graph("runs", [(shape, dt.float32)],
+               lambda x: [prims.reduce_sum(x, dims=(2,)), prims.reduce_max(x, dims=(2,)),
+                          prims.reduce_min(x, dims=(2,))])
+    total, big, small = compile_graph(g)(x)
+    _native_equals_machine(captured)
+    assert_close(big, x.max(axis=2), rtol=0, atol=0, equal_nan=True)
+    assert_close(small, x.min(axis=2), rtol=0, atol=0, equal_nan=True)
+    finite = np.isfinite(x).all(axis=2)
+    want = x.astype(np.float64).sum(axis=2)
+    assert_close(total[finite], want[finite].astype(np.float32), rtol=1e-6, atol=1e-6)
+
+
 def test_a_causal_softmax_over_long_rows(captured):
     shape = (2, 3, 40, 40)
 
