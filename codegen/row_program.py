@@ -137,6 +137,10 @@ class RowProgram:
              self.offsets[p.var] + p.length * self.group,
              None if p.length == 1 else (self.group, p.length))
             for p in self.pre if p.node is not None]
+        # preloaded registers of earlier calls, to fill again (their other spans hold the
+        # template's constants): a call takes one or copies the template, and gives it back
+        # (a list's pop and append are atomic: two threads never share one)
+        self._pre_free = []
 
     # -- translation --------------------------------------------------------------------
     def _translate(self, kernel):
@@ -331,8 +335,13 @@ class RowProgram:
         fn = native if native is not None and set(addr_out).isdisjoint(addr_in) else machine
         if fn is None:
             return False
-        pre = self.pre_template.copy()
-        g = self.group
+        if not self._per_call:
+            pre = self.pre_template            # (only read)
+        else:
+            try:
+                pre = self._pre_free.pop()
+            except IndexError:
+                pre = self.pre_template.copy()
         for x, index, lo, hi, rows in self._per_call:
             value = whole[x]
             if index is not None:
@@ -350,7 +359,8 @@ class RowProgram:
             scratch = np.empty((nparts, max(1, self.work)))   # (alive until the end)
             args_ = native.arguments(self.rows, addr_in, addr_out, pre, scratch, acc, self.idx)
         else:
-            args_ = (self.code, self.idx, pre, addr_in, addr_out, acc, self.rows, g, self.work)
+            args_ = (self.code, self.idx, pre, addr_in, addr_out, acc, self.rows, self.group,
+                     self.work)
         if self.elements < PARTS_MIN_ELEMENTS:    # not worth waking the other threads
             fn(1, 0, 1, parts.NO_WORKSPACE, *args_)
         else:
@@ -358,6 +368,8 @@ class RowProgram:
         for i, v, off, size, (_, _, combine) in self.summed:
             total = combine.reduce(acc[:, off:off + size], axis=0)
             args[i][...] = total.reshape(args[i].shape).astype(args[i].dtype)
+        if self._per_call:
+            self._pre_free.append(pre)
         del ins
         return True
 
