@@ -187,6 +187,30 @@ def test_a_program_whose_rent_is_not_due_keeps_running_on_numpy(cold, monkeypatc
         assert_close(a, b, rtol=1e-5, atol=1e-4)
 
 
+def test_each_run_is_charged_at_its_kernels_fastest_run(cold, monkeypatch):
+    """A run slowed by other work on the cores is charged as much as the kernel's fastest
+    run so far, not its own time (the compiled kernel would have been slowed too)."""
+    monkeypatch.setattr(cost, "COMPILE_SECONDS", 1e6)
+    monkeypatch.setattr(tiers, "submit", lambda job, priority=tiers.Priority.UPGRADE: None)
+    prog = compile_graph(graph())
+    charges = []
+    charge = Rent.charge
+    monkeypatch.setattr(Rent, "charge", lambda self, seconds, kernel: (
+        charges.append((kernel, seconds)), charge(self, seconds, kernel)))
+    for _ in range(3):
+        prog(X)
+    slow = next(k for k in _bound(prog) if isinstance(k, ReferenceKernel))
+    before = slow.best_seconds
+    for name in ("_run_blocks", "_run_whole"):        # a call slowed by 0.2 s
+        run = getattr(slow, name)
+        monkeypatch.setattr(slow, name, lambda *a, run=run: (time.sleep(0.2), run(*a))[1])
+    charges.clear()
+    prog(X)
+    assert slow.seconds >= 0.2 and slow.best_seconds == before
+    got = [s for k, s in charges if k == slow.name]
+    assert got and all(s == pytest.approx(before - slow.compiled_seconds) for s in got)
+
+
 @pytest.mark.parametrize("boosted", [True, False])
 def test_a_program_competing_with_its_compiles_holds_them_back_until_its_rent_is_due(
         cold, monkeypatch, boosted):
