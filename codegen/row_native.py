@@ -4,7 +4,7 @@ that: `compile_program(program)` compiles codegen.row_lower's IR of it with llvm
 MCJIT into a callable with the row machine's calling convention (`fn(phase, part, nparts,
 ws, code, idx, pre, addr_in, addr_out, acc, nrows, group, work)`, so RowProgram.run and
 codegen.parts run either); `request(program, seconds)` queues that compile on one
-background thread (in the idle scheduling class), once per distinct program, and sets `program.native` when it is
+background thread, once per distinct program, and sets `program.native` when it is
 done."""
 import ctypes
 import logging
@@ -13,7 +13,7 @@ import os
 import queue
 import threading
 
-from aotgrad.codegen import compile_worker, row_lower
+from aotgrad.codegen import row_lower
 
 log = logging.getLogger(__name__)
 
@@ -180,9 +180,6 @@ class _Compiler:
         self.jobs.put((-seconds, seq, key, program))
 
     def _loop(self):
-        # in the idle scheduling class: the compiles take the CPU time the steps leave, not
-        # a core the steps' parts wait for (they end later, the early steps sooner)
-        compile_worker.idle_class(threading.get_native_id())
         while True:
             _, _, key, program = self.jobs.get()
             native = None

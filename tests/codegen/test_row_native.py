@@ -5,9 +5,6 @@ accumulation over the rows, per-row and repeated values, a group's tail rows and
 threads' partial results. A cold kernel runs its program natively once it is compiled,
 except where an output is written over its input; a compiled training step on the native
 programs equals eager."""
-import os
-import threading
-
 import numpy as np
 import pytest
 from attention_step import attention_step
@@ -82,7 +79,6 @@ def _native_equals_machine(runs, threads=(1, 2, 3)):
 
 
 RNG = np.random.default_rng(5)
-REQUEST = row_native.request        # (the `captured` fixture replaces it)
 UNARY = [prims.neg, prims.abs, prims.exp, prims.log, prims.log1p, prims.expm1, prims.sqrt,
          prims.rsqrt, prims.sin, prims.cos, prims.tanh, prims.logistic, prims.erf, prims.sign,
          prims.floor, prims.ceil, prims.reciprocal]
@@ -302,24 +298,6 @@ def test_only_loops_of_long_chains_interleave_vectors(captured):
         hints[name] = {line.split("i32")[-1].strip(" }!") for line in text.splitlines()
                        if "llvm.loop.interleave.count" in line}
     assert hints == {"chain": {str(row_lower.INTERLEAVE)}, "plain": {"1"}}
-
-
-def test_the_native_compiles_run_in_the_idle_scheduling_class(captured, monkeypatch):
-    if not hasattr(os, "SCHED_IDLE"):
-        pytest.skip("no idle scheduling class on this OS")
-    monkeypatch.setattr(row_native, "request", REQUEST)
-    g = _graph("pw", [((64, 48), dt.float32)], lambda x: [prims.exp(x)])
-    prog = compile_graph(g)
-    x = RNG.normal(size=(64, 48)).astype(np.float32)
-    for _ in range(2):
-        prog(x)
-    row_native.wait()
-    thread, = [t for t in threading.enumerate() if t.name == "aotgrad-row-native"]
-    try:
-        policy = os.sched_getscheduler(thread.native_id)
-    except OSError:
-        pytest.skip("the thread's scheduling policy cannot be read here")
-    assert policy == os.SCHED_IDLE
 
 
 def test_pow_stays_on_the_machine(captured):
