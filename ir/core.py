@@ -6,6 +6,7 @@ implementation; with `Var`s (while a `GraphBuilder` is active) it appends an Eqn
 """
 import contextvars
 import dataclasses
+import functools
 import itertools
 import os
 import re
@@ -103,9 +104,15 @@ def is_aotgrad_module(name):
 def is_internal_frame(frame):
     """A frame of aotgrad (by its module's name, wherever the files lie), or of the helpers
     between the user's code and aotgrad's (numpy, contextlib, functools, frozen imports)."""
-    name = frame.f_globals.get("__name__")
+    return _internal_code(frame.f_globals.get("__name__"), frame.f_code.co_filename)
+
+
+@functools.lru_cache(maxsize=4096)
+def _internal_code(name, filename):
+    # (looked up for every frame between each traced op and the user's line: a trace walks
+    # tens of thousands of frames of a few hundred functions)
     return is_aotgrad_module(name) or (name or "").split(".")[0] in _HELPER_MODULES or \
-        frame.f_code.co_filename.startswith("<frozen")
+        filename.startswith("<frozen")
 
 
 def user_frame(depth=1):
