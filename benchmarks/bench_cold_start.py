@@ -4,6 +4,7 @@ compile cache, beside PyTorch eager, and the same run started again (warm cache)
     python benchmarks/bench_cold_start.py [--steps 300] [--models W4,gpt,lenet] [--quick]
                                           [--systems "torch eager,aotgrad compiled"]
                                           [--json out.json]
+    python benchmarks/bench_cold_start.py --interleave [--steps 300] [--models W4,gpt]
 
 Models: W4 (benchmarks/workloads.py: a pre-LN transformer block, forward + backward and a
 plain SGD update of its parameters), gpt (benchmarks/models.py: the small GPT, its whole
@@ -33,6 +34,14 @@ where they were still pending at the last step); the seconds the programs waited
 first-tier compiles once their numpy runs had cost as much (`wait s`: codegen.first_tier.Rent); the load average; the calls of the
 compiled function that ran eagerly (`eager`: a graph break; must be 0); the loss of the last step and its relative difference
 from torch eager's in the same run (same seeded data and weights; `vs torch`).
+
+`--interleave`: each model's steps on PyTorch eager and on aotgrad compiled (a fresh cache)
+taken in turn in one process, so that both see the same moments of the machine's load:
+per window of steps, each system's median step, their ratio, and in how many pairs the
+aotgrad step was the slower one (the step sizes of the first minute, with its compiles,
+side by side, where two processes minutes apart differ by more than the effect measured).
+The two share the process: each step starts with the other's data in the caches, and
+right after the other library's threads finished (PyTorch's may still be polling for work).
 """
 import time
 
@@ -41,6 +50,7 @@ START = time.perf_counter()
 import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
+import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
@@ -157,6 +167,65 @@ def _worker(model, system, steps, quick):
                 steady_ms=1e3 * last[len(last) // 2], loss=loss, load=os.getloadavg()[0])
 
 
+def _interleaved_worker(model, steps, quick):
+    """Steps of `model` on torch eager and on aotgrad compiled, in turn: [(torch seconds,
+    aotgrad seconds, whether the aotgrad step ran first-tier kernels)]."""
+    sys.path.insert(0, HERE)
+    import torch
+    import aotgrad
+    make = (lambda M: _w4_step(M, quick)) if model == "W4" else \
+        (lambda M: _model_step(M, model, quick))
+    torch_step, aot_step = make(torch), make(aotgrad)
+    pairs, calls = [], 0
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        float(torch_step().item())
+        t1 = time.perf_counter()
+        float(aot_step().item())
+        t2 = time.perf_counter()
+        ran = _first_tier_calls(aot_step.compiled)
+        pairs.append((t1 - t0, t2 - t1, ran > calls))
+        calls = ran
+    return dict(pairs=pairs, load=os.getloadavg()[0])
+
+
+def _interleave(args):
+    print(f"load average at start {os.getloadavg()[0]:.2f}; {args.steps} steps, torch eager "
+          f"and aotgrad compiled (cold cache) in turn in one process")
+    print(f"{'model':5s} {'steps':>9s} {'torch ms':>9s} {'aotgrad ms':>10s} {'ratio':>6s} "
+          f"{'aotgrad slower':>14s} {'first tier':>10s}")
+    out = {}
+    for model in args.models.split(","):
+        with tempfile.TemporaryDirectory(prefix="aotgrad-cold-") as cache:
+            env = dict(os.environ, AOTGRAD_CACHE_DIR=cache, PYTHONUNBUFFERED="1")
+            cmd = [sys.executable, os.path.abspath(__file__), "--interleaved-worker", model,
+                   "--steps", str(args.steps)] + (["--quick"] if args.quick else [])
+            r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
+        res = next((json.loads(line[len(MARK):]) for line in r.stdout.splitlines()
+                    if line.startswith(MARK)), None)
+        if res is None:
+            print(f"{model:5s} error: {(r.stderr.strip().splitlines() or ['no output'])[-1]}")
+            continue
+        out[model] = res
+        pairs = res["pairs"]
+        bounds = [b for b in (1, 11, 41, len(pairs)) if b <= len(pairs)]
+        for lo, hi in zip(bounds, bounds[1:]):
+            window = pairs[lo:hi]
+            tm = 1e3 * statistics.median(p[0] for p in window)
+            am = 1e3 * statistics.median(p[1] for p in window)
+            slower = sum(p[1] > p[0] for p in window)
+            tier = sum(p[2] for p in window)
+            print(f"{model:5s} {f'{lo + 1}-{hi}':>9s} {tm:9.1f} {am:10.1f} {am / tm:6.3f} "
+                  f"{f'{slower} of {hi - lo}':>14s} {tier:10d}", flush=True)
+        t, a = sum(p[0] for p in pairs), sum(p[1] for p in pairs)
+        print(f"{model:5s} {'all':>9s} {1e3 * t:9.0f} {1e3 * a:10.0f} {a / t:6.3f}   (sums, "
+              f"first steps {pairs[0][0]:.2f} and {pairs[0][1]:.2f} s; load {res['load']:.2f})")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(out, f, indent=1)
+    return 0
+
+
 def _detached_helpers(cache):
     """Compile helpers still working for `cache` (their working directory)."""
     out = []
@@ -198,10 +267,18 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--no-wait-detached", action="store_true")
     ap.add_argument("--json")
+    ap.add_argument("--interleave", action="store_true")
+    ap.add_argument("--interleaved-worker", metavar="MODEL")
     args = ap.parse_args(argv)
     if args.worker:
         print(MARK + json.dumps(_worker(*args.worker, args.steps, args.quick)))
         return 0
+    if args.interleaved_worker:
+        print(MARK + json.dumps(_interleaved_worker(args.interleaved_worker, args.steps,
+                                                    args.quick)))
+        return 0
+    if args.interleave:
+        return _interleave(args)
     systems = [s for s in SYSTEMS if not args.systems or s in args.systems.split(",")]
     print(f"load average at start {os.getloadavg()[0]:.2f}; {args.steps} steps")
     print(f"{'model':5s} {'system':30s} {'cache':5s} {'1st step s':>10s} {'cpu':>5s} "
