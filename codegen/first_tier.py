@@ -330,6 +330,83 @@ def _constant_part(nodes):
     return const, rest
 
 
+@dataclasses.dataclass(frozen=True)
+class _PaddedSum:
+    """Values padded with zeros into regions that do not overlap, added up (a stack or
+    concatenation written as pads added, as a split's gradient is), as one step: zeros,
+    then each value plus zero written into its region. The same values, bit for bit (each
+    element is one value plus zeros, and x + 0 + 0 is x + 0: -0.0 becomes 0.0 as in the
+    sum), without a full-size array per pad and per add."""
+    inputs: tuple
+    outputs: tuple
+    regions: tuple          # per input, its slices in the sum
+    shape: tuple
+    dtype: np.dtype
+
+    def run(self, *xs):
+        out = np.zeros(self.shape, self.dtype)
+        zero = self.dtype.type(0)
+        for x, region in zip(xs, self.regions):
+            np.add(x, zero, out=out[region])
+        return out
+
+
+def _padded_sums(nodes, keep):
+    """`nodes` with each sum of zero pads whose regions do not overlap made one _PaddedSum
+    (its pads and inner sums read by nothing else and not in `keep`, the values written
+    out)."""
+    uses = collections.Counter(v for n in nodes for v in n.inputs)
+    parts = {}      # a pad's or a sum's var -> [(padded value, its region)]
+    sums = set()
+    for n in nodes:
+        out = n.outputs[0]
+        if n.prim is prims.pad and out.dtype == n.inputs[0].dtype and \
+                np.dtype(out.dtype.np).kind in "fiu" and n.params.get("value", 0.0) == 0 and \
+                not np.signbit(n.params.get("value", 0.0)):
+            parts[out] = [(n.inputs[0], prims.pad_region(n.params["config"],
+                                                         n.inputs[0].shape))]
+        elif n.prim is prims.add and len(set(n.inputs)) == 2 and all(
+                v in parts and uses[v] == 1 and v not in keep and v.dtype == out.dtype
+                for v in n.inputs):
+            both = parts[n.inputs[0]] + parts[n.inputs[1]]
+            if _apart([r for _, r in both], out.shape):
+                parts[out] = both
+                sums.add(out)
+    if not sums:
+        return nodes
+    folded = {v for n in nodes if n.outputs[0] in sums for v in n.inputs}
+    steps = []
+    for n in nodes:
+        out = n.outputs[0]
+        if out in folded:
+            continue            # (computed by the sum that reads it)
+        if out in sums:
+            steps.append(_PaddedSum(tuple(x for x, _ in parts[out]), (out,),
+                                    tuple(r for _, r in parts[out]), tuple(out.shape),
+                                    np.dtype(out.dtype.np)))
+        else:
+            steps.append(n)
+    return steps
+
+
+def _apart(regions, shape):
+    """Whether no two of `regions` (slices per axis of an array of `shape`) share an
+    element."""
+    axes = [[range(*s.indices(n)) for s, n in zip(r, shape)] for r in regions]
+    return all(any(_no_common(a, b) for a, b in zip(axes[i], axes[j]))
+               for i in range(len(axes)) for j in range(i))
+
+
+def _no_common(a, b):
+    """Whether ranges `a` and `b` (of steps >= 1) surely have no element in common (False
+    may also be a strided range's elements between the other's: then nothing is fused)."""
+    if not a or not b or a[-1] < b[0] or b[-1] < a[0]:
+        return True
+    if a.step == 1 or b.step == 1:
+        return False
+    return not set(a).intersection(b)
+
+
 class _Steps:
     """`nodes` made ready to run on every call: each one's impl, params and vars looked up
     once (`how(node)`: the impl and params to run it with; default its reference impl and
@@ -341,6 +418,9 @@ class _Steps:
     def __init__(self, nodes, how=None):
         self.steps = []
         for n in nodes:
+            if isinstance(n, _PaddedSum):
+                self.steps.append((n.run, {}, n.inputs, n.outputs[0], False))
+                continue
             impl, p = (_impl(n.prim), n.params) if how is None else how(n)
             if isinstance(impl, prims.Quiet):
                 impl = impl.fn
@@ -413,22 +493,26 @@ class ReferenceKernel:
             self.rent.charge(self.best_seconds - self.compiled_seconds, self.name)
         return 0
 
-    def _evaluate_kept(self, key, nodes, env):
+    def _evaluate_kept(self, key, nodes, env, keep=None):
         """_evaluate(nodes, env), the values that depend on no input made at the first call
         only (the impls are deterministic and never write their inputs: a constant's value
-        is the same array each call; a small kernel's constants cost as much as its work)."""
+        is the same array each call; a small kernel's constants cost as much as its work).
+        `keep`: the values read after (its sums of pads are made one step, _padded_sums);
+        None: every value may be."""
         kept = self._constants.get(key)
         if kept is None:
             const, rest = _constant_part(nodes)
             values = {}
             _evaluate(const, values)
+            if keep is not None:
+                rest = _padded_sums(rest, keep)
             kept = self._constants[key] = (values, _Steps(rest))
         env.update(kept[0])
         kept[1].run(env)
 
     def _run_whole(self, args):
         env = {v: args[i].reshape(v.shape) for i, v in self.reads}
-        self._evaluate_kept("whole", self.nodes, env)
+        self._evaluate_kept("whole", self.nodes, env, keep={v for _, v in self.writes})
         values = [(args[i], np.asarray(env[v])) for i, v in self.writes]
         # an output buffer may be an input's buffer (the plan reuses dead buffers): every
         # value that could read from an output buffer is copied before the first write
@@ -436,7 +520,12 @@ class ReferenceKernel:
         values = [(o, val.copy() if any(np.may_share_memory(val, x) for x in outs) else val)
                   for o, val in values]
         for o, val in values:
-            o[...] = val.reshape(o.shape)
+            # (into a view of the buffer in the value's shape: a transposed value reshaped
+            # would be copied once more first)
+            if o.flags.c_contiguous:
+                o.reshape(val.shape)[...] = val
+            else:
+                o[...] = val.reshape(o.shape)
 
     def _run_blocks(self, args, rb):
         """Run by rows (plan `rb`: on the row machine where it is loaded and runs the

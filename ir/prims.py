@@ -318,12 +318,16 @@ def _wide(x):
     return x.astype(np.float32) if x.dtype.itemsize == 2 and x.dtype.kind in "fV" else x
 
 
+def pad_region(config, shape):
+    """Where a pad by `config` puts a value of `shape`: one slice per axis."""
+    return tuple(builtins.slice(lo, lo + (n - 1) * (it + 1) + 1 if n else lo, it + 1)
+                 for (lo, hi, it), n in zip(config, shape))
+
+
 def _pad(x, *, config, value=0.0):
     shape = _pad_rule(Aval(x.shape, dt.from_numpy(x.dtype)), config=config).shape
     out = np.full(shape, value, dtype=x.dtype)
-    idx = tuple(builtins.slice(lo, lo + (n - 1) * (it + 1) + 1 if n else lo, it + 1)
-                for (lo, hi, it), n in zip(config, x.shape))
-    out[idx] = x
+    out[pad_region(config, x.shape)] = x
     return out
 
 

@@ -161,6 +161,66 @@ def test_a_kernel_that_mixes_rows_runs_whole(numpy_tier):
     assert_close(prog(a)[0], evaluate(b.graph, [a])[0], rtol=1e-6, atol=0)
 
 
+def _stack_graph(dtype):
+    """A stack written as zero pads added (a split's gradient), transposed and summed over
+    its leading axes, as attention's qkv gradient is; pads added into one region; a pad
+    added that is an output too."""
+    b = GraphBuilder("stack")
+    xs = [b.add_input(Aval((2, 3, 4), dtype), f"x{i}") for i in range(3)]
+    with b:
+        def pad(x, lo, hi, interior=0):
+            return prims.pad(prims.reshape(x, shape=(2, 1, 3, 4)), config=(
+                (0, 0, 0), (lo, hi, interior), (0, 0, 0), (0, 0, 0)), value=0.0)
+        stacked = prims.add(prims.add(pad(xs[0], 0, 2), pad(xs[1], 1, 1)), pad(xs[2], 2, 0))
+        moved = prims.transpose(stacked, perm=(0, 2, 1, 3))
+        total = prims.reduce_sum(moved, dims=(0, 1))
+        overlapping = prims.add(pad(xs[0], 1, 0), pad(xs[1], 1, 0))
+        shared = pad(xs[2], 0, 1)
+        twice = prims.add(shared, pad(xs[0], 1, 0))
+    b.graph.outputs = [moved, total, overlapping, twice, shared]
+    if dtype is dt.float32:
+        args = [RNG.normal(size=(2, 3, 4)).astype(np.float32) for _ in range(3)]
+        args[0].flat[:3] = [-0.0, np.nan, -np.inf]
+        args[1].flat[5] = -0.0
+    else:
+        args = [RNG.integers(-9, 9, size=(2, 3, 4)).astype(np.int32) for _ in range(3)]
+    return b.graph, args
+
+
+def _same_bits(got, want):
+    for a, w in zip(got, want):
+        a = np.asarray(a)
+        assert a.dtype == w.dtype and a.shape == w.shape
+        assert np.array_equal(a, w, equal_nan=a.dtype.kind == "f")
+        assert np.array_equal(np.signbit(a), np.signbit(w))
+
+
+@pytest.mark.parametrize("dtype", [dt.float32, dt.int32])
+def test_pads_added_into_regions_apart_are_one_step_of_the_same_values(dtype):
+    """Only the pads added into regions apart (and read by nothing else) become one step;
+    its values are the adds', bit for bit: -0.0 turned 0.0 as adding a zero does, NaN
+    kept."""
+    g, args = _stack_graph(dtype)
+    steps = first_tier._padded_sums(list(g.nodes), keep=set(g.outputs))
+    fused = [s for s in steps if isinstance(s, first_tier._PaddedSum)]
+    assert len(fused) == 1 and len(fused[0].inputs) == 3
+    assert len(steps) == len(g.nodes) - 4        # three pads and two adds became one step
+    env = dict(zip(g.inputs, args))
+    first_tier._Steps(steps).run(env)
+    _same_bits([env[v] for v in g.outputs], evaluate(g, args))
+
+
+def test_a_first_tier_kernel_run_whole_sums_its_pads_in_one_step(numpy_tier):
+    g, args = _stack_graph(dt.float32)
+    prog = compile_graph(g)
+    for r in _refs(prog):
+        r.blocks = None
+    _same_bits(prog(*args), evaluate(g, args))
+    assert any(isinstance(step[0].__self__, first_tier._PaddedSum)
+               for r in _refs(prog) for _, kept in r._constants.values()
+               for step in kept.steps if hasattr(step[0], "__self__"))
+
+
 def _pointwise_ref(numpy_tier_graph_rows=40):
     b = GraphBuilder("pw")
     x = b.add_input(Aval((numpy_tier_graph_rows, 24), dt.float32), "x")
