@@ -23,9 +23,9 @@ from aotgrad.codegen.row_vm import PARTIALS, AccForm, GatherForm, Op, ReduceForm
 _UNLOWERED = frozenset({Op.POW})
 # vectors in flight per iteration of an element-wise loop that computes a function by a
 # long chain of dependent operations (an approximation's, a log's: one vector at a time
-# would wait on each step); other loops take one vector an iteration, as their code is a
-# quarter of the size and LLVM generates it in about half the time, and run as fast
-# (memory, not the chain, bounds them)
+# would wait on each step); other loops take one vector an iteration: their code is a
+# quarter of the size, so LLVM generates it sooner, and they run as fast (memory, not the
+# chain, bounds them)
 INTERLEAVE = 4
 
 
