@@ -120,6 +120,11 @@ def _model_step(M, name, quick):
     return step
 
 
+def _step(M, model, quick):
+    """A training step of `model` (W4 or one of benchmarks/models.py's) on library `M`."""
+    return _w4_step(M, quick) if model == "W4" else _model_step(M, model, quick)
+
+
 def _worker(model, system, steps, quick):
     sys.path.insert(0, HERE)
     if system.startswith("torch"):
@@ -127,7 +132,7 @@ def _worker(model, system, steps, quick):
     else:
         import aotgrad as M
         from aotgrad.codegen import tiers
-    step = _w4_step(M, quick) if model == "W4" else _model_step(M, model, quick)
+    step = _step(M, model, quick)
     ends, busy, on_numpy = [], [], []
     first_tier_calls = 0
     for i in range(steps):
@@ -173,9 +178,7 @@ def _interleaved_worker(model, steps, quick):
     sys.path.insert(0, HERE)
     import torch
     import aotgrad
-    make = (lambda M: _w4_step(M, quick)) if model == "W4" else \
-        (lambda M: _model_step(M, model, quick))
-    torch_step, aot_step = make(torch), make(aotgrad)
+    torch_step, aot_step = _step(torch, model, quick), _step(aotgrad, model, quick)
     pairs, calls = [], 0
     for _ in range(steps):
         t0 = time.perf_counter()

@@ -360,13 +360,13 @@ def _padded_sums(nodes, keep):
     sums = set()
     for n in nodes:
         out = n.outputs[0]
-        if n.prim is prims.pad and out.dtype == n.inputs[0].dtype and \
-                np.dtype(out.dtype.np).kind in "fiu" and n.params.get("value", 0.0) == 0 and \
-                not np.signbit(n.params.get("value", 0.0)):
+        fill = n.params.get("value", 0.0) if n.prim is prims.pad else None
+        if fill is not None and fill == 0 and not np.signbit(fill) and \
+                np.dtype(out.dtype.np).kind in "fiu":
             parts[out] = [(n.inputs[0], prims.pad_region(n.params["config"],
                                                          n.inputs[0].shape))]
         elif n.prim is prims.add and len(set(n.inputs)) == 2 and all(
-                v in parts and uses[v] == 1 and v not in keep and v.dtype == out.dtype
+                v in parts and uses[v] == 1 and v not in keep
                 for v in n.inputs):
             both = parts[n.inputs[0]] + parts[n.inputs[1]]
             if _apart([r for _, r in both], out.shape):

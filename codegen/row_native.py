@@ -56,8 +56,8 @@ class _Target:
 
     @classmethod
     def machine(cls):
-        # (code generation at level 2: the same code's speed as at 3, in about 14 % less
-        # time for the GPT's programs; the IR's passes run at their own level)
+        # (code generation at level 2: code as fast as level 3's, generated sooner; the IR's
+        # passes run at their own level)
         target, cpu, features = cls.host()
         return target.create_target_machine(cpu=cpu, features=features, opt=2,
                                             codemodel="jitdefault")

@@ -121,7 +121,7 @@ class RowProgram:
         self.native = None      # codegen.row_native: the compiled program, once it is
         for p in self.pre:
             if p.value is not None:
-                self._fill(self.pre_template, p, p.value)
+                _fill(self.pre_template, *self._span(p), p.value)
             else:
                 x = p.node.inputs[0]
                 size = math.prod(x.shape)
@@ -130,13 +130,9 @@ class RowProgram:
                 if size > 1 and not np.array_equal(index, np.arange(p.length)):
                     p.index = index
         # the preloaded registers made per call from the call's whole values: (the value's
-        # var, the index of a row's elements in it or None, the registers' span, the
-        # span's (group, length) shape or None where a row is one element)
-        self._per_call = [
-            (p.node.inputs[0], p.index, self.offsets[p.var],
-             self.offsets[p.var] + p.length * self.group,
-             None if p.length == 1 else (self.group, p.length))
-            for p in self.pre if p.node is not None]
+        # var, the index of a row's elements in it or None, and their _span)
+        self._per_call = [(p.node.inputs[0], p.index) + self._span(p)
+                          for p in self.pre if p.node is not None]
         # preloaded registers of earlier calls, to fill again (their other spans hold the
         # template's constants): a call takes one or copies the template, and gives it back
         # (a list's pop and append are atomic: two threads never share one)
@@ -312,11 +308,12 @@ class RowProgram:
         return code, np.ascontiguousarray(idx, np.int64), top - pre_len, pre_len, offsets
 
     # -- a call -------------------------------------------------------------------------
-    def _fill(self, pre, p, value):
-        """Write per-row value `p` (`value`: its row) into the scratch `pre`, once for each
-        row of a group."""
+    def _span(self, p):
+        """Where per-row value `p` lies in the preloaded registers: (first, past the last,
+        their (group, length) shape, or None where a row is one element)."""
         off = self.offsets[p.var]
-        pre[off:off + p.length * self.group].reshape(self.group, p.length)[...] = value
+        return off, off + p.length * self.group, \
+            None if p.length == 1 else (self.group, p.length)
 
     def run(self, args, whole, native=None, machine=None):
         """Run on the kernel's arguments `args` (outputs written): with `native` (its
@@ -344,12 +341,7 @@ class RowProgram:
                 pre = self.pre_template.copy()
         for x, index, lo, hi, rows in self._per_call:
             value = whole[x]
-            if index is not None:
-                value = np.ravel(value)[index]
-            if rows is None:                    # one element, for every row of the group
-                pre[lo:hi] = value
-            else:
-                pre[lo:hi].reshape(rows)[...] = np.ravel(value)
+            _fill(pre, lo, hi, rows, value if index is None else np.ravel(value)[index])
         addr_in = np.array(addr_in or [0], np.int64)
         addr_out = np.array(addr_out or [0], np.int64)
         nparts = max(1, parts.get_num_threads())
@@ -372,6 +364,15 @@ class RowProgram:
             self._pre_free.append(pre)
         del ins
         return True
+
+
+def _fill(pre, lo, hi, rows, value):
+    """Write a row's `value` into the preloaded registers pre[lo:hi] (a RowProgram._span),
+    once for each row of a group."""
+    if rows is None:                    # one element, for every row of the group
+        pre[lo:hi] = value
+    else:
+        pre[lo:hi].reshape(rows)[...] = np.ravel(value)
 
 
 def _gather_form(idx, n, m):
