@@ -157,16 +157,28 @@ class ValueEmitter:
             return f"{name}[0]"
         lv = self.level(cix)
         last = cix[-1]
-        if lv == 2 and isinstance(last, Dim) and last.dim == self.st.innermost and last.plain and \
+        # a row read at the loop variable plus a fixed offset (a split of the last dim:
+        # attention's q, k and v out of one product) is read through a view starting at
+        # the offset, so the inner loop reads it at j itself: an index `j + n` is
+        # wrapped around if negative, which keeps LLVM from vectorising the loop
+        shifted_row = isinstance(last, Dim) and last.scale == 1 and last.clamp is None and \
+            not isinstance(last.offset, SymInt) and last.offset > 0
+        if lv == 2 and isinstance(last, Dim) and last.dim == self.st.innermost and \
+                (last.plain or shifted_row) and \
                 not any(isinstance(t, Dim) and t.dim == self.st.innermost for t in cix[:-1]):
-            key = ("view", name, tuple(cix[:-1]))
+            off = last.offset
+            key = ("view", name, tuple(cix[:-1]), off)
             vs = self.st.view_scope
             if key not in vs.memo:
                 vn = self.st.fresh("v")
                 pre = ", ".join(self.term(t, (name, i)) for i, t in enumerate(cix[:-1]))
+                o = self.st.args.index(off, (name, len(cix) - 1, last)) if off else None
                 if self.st.slice_mode:
-                    pre = (pre + ", " if pre else "") + "lo:hi"
+                    span = f"lo + {o}:hi + {o}" if off else "lo:hi"
+                    pre = (pre + ", " if pre else "") + span
                     vs.add(f"{vn} = {name}[{pre}]")
+                elif off:
+                    vs.add(f"{vn} = {name}[{pre + ', ' if pre else ''}{o}:]")
                 elif pre:
                     vs.add(f"{vn} = {name}[{pre}]")
                 else:

@@ -1,5 +1,7 @@
 """codegen: pad (the VJP of slice) fused as index arithmetic, transposes folded into
 contractions, masked row max/softmax rows (-inf entries) against numpy and eager."""
+import re
+
 import numba
 import numpy as np
 import pytest
@@ -103,6 +105,31 @@ def test_qkv_split_backward_has_no_reference_steps_and_matches_eager():
     prog = next(iter(cf.cache.values()))
     report = prog.schedule_report()
     assert "reference (numpy impl)" not in report, report
+
+
+@pytest.mark.parametrize("width,with_sum", [(64, False), (64, True), (5000, True)])
+def test_a_split_of_the_last_dim_is_read_through_row_views_at_its_offsets(width, with_sum):
+    """q, k and v out of one row (attention's split of its product, chunk, unbind): each
+    piece is read through a view of the row that starts at its offset, not at `j + n`, an
+    index wrapped around if negative that keeps the inner loop from being vectorised;
+    the values are numpy's, with a bias split the same way, with and without a row sum of
+    the pieces (rows longer than a slice of the inner loop at width 5000), and NaN, -0.0
+    and inf in them."""
+    def fn(x, b):
+        y = prims.add(x, prims.broadcast_in_dim(b, shape=(6, 3 * width), dims=(1,)))
+        q, k, v = (prims.slice(y, start=(0, i * width), limit=(6, (i + 1) * width))
+                   for i in range(3))
+        t = prims.add(prims.mul(q, k), v)
+        return (t, prims.reduce_sum(t, dims=(1,))) if with_sum else t
+    x, b = rand((6, 3 * width)), rand((3 * width,), 1)
+    x[0, :3] = (np.nan, -0.0, np.inf)
+    x[1, width:width + 2] = (-np.inf, -0.0)
+    prog = run(static(fn, ((6, 3 * width), F32), ((3 * width,), F32)), [x, b], rtol=1e-5)
+    assert kinds(prog) == ["kernel"]
+    assert not re.search(r"j\)? \+ n\d+\)", prog.source), prog.source
+    y = x + b
+    q, k, v = y[:, :width], y[:, width:2 * width], y[:, 2 * width:]
+    np.testing.assert_array_equal(prog(x, b)[0], q * k + v)
 
 
 # --- transposes around dot_general ----------------------------------------------------------
