@@ -8,13 +8,15 @@ times slower on 2 cores). So kernels had to run serially, and attention's stacks
 OpenBLAS splitting every small matrix over its threads.
 
 Here one thread pool does everything, the one the kernels' parts run on: while a program
-runs, OpenBLAS is set to one thread (`single_threaded()`), and each product is cut into one
-piece per thread (whole matrices of a stack, or slabs of rows or columns of one matrix),
-each piece a plain single-threaded `cblas_?gemm` called through its address: a large
-product runs as fast as np.matmul's own threads, a stack of small ones faster. A product
-below SERIAL_MAX runs the same pieces on the calling thread (`gemm_serial`). (On numba's
-own OpenMP threads, a product left them spinning while the next kernel's parts wanted the
-same cores: the GPT's step ran 0.99x PyTorch's instead of 0.84x.)
+runs, OpenBLAS is set to one thread (`single_threaded()`), and each product is cut into
+pieces (whole matrices of a stack, or slabs of rows or columns of one matrix, one per thread:
+`pieces`), each piece a plain single-threaded `cblas_?gemm` called through its address: a
+large product runs as fast as np.matmul's own threads, a stack of small ones faster. The
+pieces are posted on the pool's board (codegen.gemm_board), where the calling thread and the
+workers take them without the interpreter lock. A product below SERIAL_MAX runs the same
+pieces on the calling thread (`gemm_serial`). (On numba's own OpenMP threads, a product left
+them spinning while the next kernel's parts wanted the same cores: the GPT's step ran 0.99x
+PyTorch's instead of 0.84x.)
 
 The gemm comes from MKL's sequential layer when the `mkl` package is installed
 (`pip install aotgrad[mkl]`) and the CPU is Intel's, else from numpy's OpenBLAS: on the
@@ -36,12 +38,10 @@ import sys
 from typing import NamedTuple
 
 import numpy as np
-from llvmlite import ir
-from numba import njit, types
-from numba.extending import intrinsic
+from numba import njit
 
-from aotgrad.codegen.emit_base import PartsLayout
-from aotgrad.codegen.parts import NO_WORKSPACE, PartsKernel
+from aotgrad.codegen.gemm_board import NO_TRANS, TRANS, piece, post
+from aotgrad.codegen.parts import run_posted
 
 # products with fewer multiply-adds than this stay on np.matmul, which OpenBLAS (set to one
 # thread meanwhile) runs on the calling thread: cutting them costs more than it gains
@@ -51,7 +51,6 @@ SPLIT_MIN = 1 << 18
 # much as sharing them saves, and up to a scheduler time slice while another process holds
 # the other core
 SERIAL_MAX = 1 << 22
-ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 
 log = logging.getLogger(__name__)
 
@@ -258,91 +257,29 @@ def pieces(batch, m, n, threads):
     return threads, n > m
 
 
-@intrinsic
-def _cblas_gemm(typingctx, fn, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, c, ldc):
-    """cblas_?gemm(RowMajor, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 0, c, ldc)
-    through the function address `fn`; pointers are integer addresses, sizes 64-bit."""
-    i64 = types.int64
-    sig = types.void(i64, i64, i64, i64, i64, i64, alpha, i64, i64, i64, i64, i64, i64)
-
-    def codegen(context, builder, signature, args):
-        fn, ta, tb, m, n, k, alpha, a, lda, b, ldb, c, ldc = args
-        i32, i64_ = ir.IntType(32), ir.IntType(64)
-        ft = context.get_value_type(signature.args[6])
-        ptr = ir.IntType(8).as_pointer()
-        fnty = ir.FunctionType(ir.VoidType(), [i32, i32, i32, i64_, i64_, i64_, ft, ptr, i64_,
-                                               ptr, i64_, ft, ptr, i64_])
-        f = builder.inttoptr(fn, fnty.as_pointer())
-        builder.call(f, [ir.Constant(i32, ROW_MAJOR), builder.trunc(ta, i32),
-                         builder.trunc(tb, i32), m, n, k, alpha, builder.inttoptr(a, ptr), lda,
-                         builder.inttoptr(b, ptr), ldb, ir.Constant(ft, 0.0),
-                         builder.inttoptr(c, ptr), ldc])
-        return context.get_dummy_value()
-    return sig, codegen
-
-
-@njit(cache=True, nogil=True)
-def _offset(i, batch, steps):
-    """Element offset of matrix i (C order over the batch shape `batch`)."""
-    off = 0
-    for d in range(batch.size - 1, -1, -1):
-        off += (i % batch[d]) * steps[d]
-        i //= batch[d]
-    return off
-
-
-@njit(cache=True, nogil=True)
-def _piece(it, fn, ta, tb, m, n, k, alpha, pa, a_off, lda, pb, b_off, ldb, pc, c_off, ldc, isz,
-           batch, a_steps, b_steps, c_steps, parts, cut_cols):
-    """Piece `it` of a stack (see gemm_parts): slab it % parts of matrix it // parts."""
-    i, p = it // parts, it % parts
-    ao = a_off + _offset(i, batch, a_steps)
-    bo, co = b_off + _offset(i, batch, b_steps), c_off + _offset(i, batch, c_steps)
-    mm, nn = m, n
-    if cut_cols:
-        c0, c1 = n * p // parts, n * (p + 1) // parts
-        nn = c1 - c0
-        bo += c0 * (ldb if tb == TRANS else 1)
-        co += c0
-    else:
-        r0, r1 = m * p // parts, m * (p + 1) // parts
-        mm = r1 - r0
-        ao += r0 * (1 if ta == TRANS else lda)
-        co += r0 * ldc
-    if mm > 0 and nn > 0:
-        _cblas_gemm(fn, ta, tb, mm, nn, k, alpha, pa + ao * isz, lda, pb + bo * isz, ldb,
-                    pc + co * isz, ldc)
-
-
-@njit(cache=True, nogil=True)
-def gemm_parts(phase, part, nparts, ws, fn, ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off,
-               ldb, c, c_off, ldc, batch, a_steps, b_steps, c_steps, parts, cut_cols):
-    """c[i] = op(a)[i] @ op(b)[i] for every matrix i of the stack `batch`, the pieces of share
-    `part` of `nparts` (a kernel in parts, codegen.parts: `gemm_threads` runs the shares on
-    aotgrad's threads at once; `phase` and `ws` are unused): a, b and c are the flat arrays
-    the operands and the result are views of, from element a_off/b_off/c_off on, with the
-    given flags, leading dimensions and batch steps (c's rows unit-stride: it may be a
-    transposed view, e.g. attention heads written straight into (batch, seq, heads, dim));
-    alpha 1 in c's dtype; `parts` pieces per matrix."""
-    pa, pb, pc = np.int64(a.ctypes.data), np.int64(b.ctypes.data), np.int64(c.ctypes.data)
-    nb = 1
-    for d in batch:
-        nb *= d
-    total = nb * parts
-    for it in range(total * part // nparts, total * (part + 1) // nparts):
-        _piece(it, fn, ta, tb, m, n, k, alpha, pa, a_off, lda, pb, b_off, ldb, pc, c_off, ldc,
-               c.itemsize, batch, a_steps, b_steps, c_steps, parts, cut_cols)
-    return 0
-
-
-# what a program's driver calls for a product shared out over the threads
-gemm_threads = PartsKernel(gemm_parts, PartsLayout(loops=1, shared=False, final=False))
+def gemm_threads(fn, ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, c, c_off, ldc,
+                 batch, a_steps, b_steps, c_steps, parts, cut_cols):
+    """What a program's driver calls for a product shared out over aotgrad's threads: its
+    pieces posted on the thread pool's board (codegen.gemm_board), taken by every thread;
+    the arguments as gemm_serial's."""
+    return run_posted(post, (fn, ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, c, c_off,
+                             ldc, batch, a_steps, b_steps, c_steps, parts, cut_cols), gemm_serial)
 
 
 @njit(cache=True, nogil=True)
 def gemm_serial(fn, ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, c, c_off, ldc, batch,
                 a_steps, b_steps, c_steps, parts, cut_cols):
-    """gemm_parts' products, all of them, one after another on the calling thread."""
-    return gemm_parts(1, 0, 1, NO_WORKSPACE, fn, ta, tb, m, n, k, alpha, a, a_off, lda, b,
-                      b_off, ldb, c, c_off, ldc, batch, a_steps, b_steps, c_steps, parts,
-                      cut_cols)
+    """c[i] = alpha op(a)[i] @ op(b)[i] for every matrix i of the stack `batch`, its pieces one
+    after another on the calling thread: a, b and c are the flat arrays the operands and the
+    result are views of, from element a_off/b_off/c_off on, with the given flags, leading
+    dimensions and batch steps (c's rows unit-stride: it may be a transposed view, e.g.
+    attention heads written straight into (batch, seq, heads, dim)); alpha 1 in c's dtype;
+    `parts` pieces per matrix, cut along columns or rows (pieces)."""
+    pa, pb, pc = np.int64(a.ctypes.data), np.int64(b.ctypes.data), np.int64(c.ctypes.data)
+    total = parts
+    for d in batch:
+        total *= d
+    for it in range(total):
+        piece(it, fn, ta, tb, m, n, k, alpha, pa, a_off, lda, pb, b_off, ldb, pc, c_off, ldc,
+              c.itemsize, batch, a_steps, b_steps, c_steps, parts, cut_cols)
+    return 0

@@ -13,7 +13,9 @@ there is one machine code, so the values do not depend on the thread count.
 The pool has `get_num_threads() - 1` workers (aotgrad.set_num_threads; the caller runs
 part 0 itself; by default one thread per core, NUMBA_NUM_THREADS). It serves one call at a
 time: a call that finds it busy (another Python thread's program) runs the whole loop as one
-part on its own thread, with the same results. After a fork the child starts a new pool on its
+part on its own thread, with the same results. A worker waiting for its next part takes
+the pieces of the matrix products posted on the pool's board meanwhile (codegen.gemm_board:
+`run_posted`), without the interpreter lock. After a fork the child starts a new pool on its
 first call: compiled programs run in forked workers (numba's OpenMP threads would not have
 survived the fork).
 """
@@ -22,8 +24,9 @@ import threading
 
 import numba
 import numpy as np
-from numba import types
-from numba.extending import intrinsic
+
+from aotgrad.codegen.atomics import fetch_add, load_acquire
+from aotgrad.codegen.gemm_board import POLLING, new_board, take
 
 # the workspace of a kernel without shared partials (also what a serial wrapper passes its
 # kernel in parts, run as one part)
@@ -51,30 +54,31 @@ def get_num_threads():
 SPINS = 100_000
 
 
-@intrinsic
-def _load_acquire(typingctx, flag):
-    """flag[0], an atomic load (read again each time: a loop polling it is not folded)."""
-    def codegen(context, builder, sig, args):
-        data = context.make_array(sig.args[0])(context, builder, args[0]).data
-        return builder.load_atomic(data, "acquire", 8)
-    return types.int64(flag), codegen
-
-
 @numba.njit(nogil=True, cache=True)
-def _poll(flag, spins):
-    """True as soon as flag[0] is nonzero, False after `spins` polls."""
-    for _ in range(spins):
-        if _load_acquire(flag) != 0:
-            return True
-    return False
+def _poll(flag, spins, board):
+    """True as soon as flag[0] is nonzero, False after `spins` polls that found no work:
+    meanwhile this thread takes pieces of the products posted on `board`
+    (codegen.gemm_board; its POLLING slot counts the threads polling it)."""
+    fetch_add(board, POLLING, 1)
+    left, seen = spins, False
+    while left > 0:
+        if load_acquire(flag, 0) != 0:
+            seen = True
+            break
+        if take(board):
+            left = spins
+        else:
+            left -= 1
+    fetch_add(board, POLLING, -1)
+    return seen
 
 
 class _Signal:
-    """A lock to sleep on, with a flag polled first (_poll): `set` by one thread, `wait`ed
-    for by one other."""
+    """A lock to sleep on, with a flag polled first (_poll, taking pieces of the products on
+    `board` meanwhile): `set` by one thread, `wait`ed for by one other."""
 
-    def __init__(self):
-        self.lock, self.flag = threading.Lock(), np.zeros(1, np.int64)
+    def __init__(self, board):
+        self.lock, self.flag, self.board = threading.Lock(), np.zeros(1, np.int64), board
         self.lock.acquire()
 
     def set(self):
@@ -82,18 +86,25 @@ class _Signal:
         self.lock.release()
 
     def wait(self):
-        _poll(self.flag, SPINS)
+        _poll(self.flag, SPINS, self.board)
         self.lock.acquire()
         self.flag[0] = 0
 
 
+def _empty_call():
+    return 0
+
+
 class _Worker:
     """A thread that runs one part at a time: `start` hands it a call, `join` waits for
-    its return value (an exception it raised is raised there)."""
+    its return value (an exception it raised is raised there). While it waits for a call it
+    takes pieces of the products posted on the pool's board; `wake` starts one that sleeps
+    polling it again (an empty call, joined before the next)."""
 
-    def __init__(self):
-        self._go, self._done = _Signal(), _Signal()
+    def __init__(self, board):
+        self._go, self._done = _Signal(board), _Signal(new_board())
         self._call, self._result = None, None
+        self._woken = False
         threading.Thread(target=self._loop, daemon=True, name="aotgrad-parts").start()
 
     def _loop(self):
@@ -107,7 +118,18 @@ class _Worker:
             self._call = None
             self._done.set()
 
+    def wake(self):
+        """Start polling the board again if asleep: an empty call, joined before the next
+        one (none while the last is still on its way)."""
+        if self._woken and not self._done.flag[0]:
+            return
+        self.start(_empty_call, ())
+        self._woken = True
+
     def start(self, fn, args):
+        if self._woken:
+            self._woken = False
+            self.join()
         self._call = (fn, args)
         self._go.set()
 
@@ -123,6 +145,13 @@ class _Pool:
     def __init__(self):
         self.workers = []
         self.busy = threading.Lock()
+        self.board = new_board()     # products shared without the interpreter lock
+
+    def helpers(self, n):
+        """The first n workers (started as needed)."""
+        while len(self.workers) < n:
+            self.workers.append(_Worker(self.board))
+        return self.workers[:n]
 
     def run(self, fn, phase, ws, args):
         """Phase `phase` of kernel `fn` in as many parts as there are threads; the OR of
@@ -131,9 +160,7 @@ class _Pool:
         if n < 2 or not self.busy.acquire(blocking=False):
             return fn(phase, 0, 1, ws, *args)
         try:
-            while len(self.workers) < n - 1:
-                self.workers.append(_Worker())
-            helpers = self.workers[:n - 1]
+            helpers = self.helpers(n - 1)
             for p, w in enumerate(helpers, 1):
                 w.start(fn, (phase, p, n, ws) + args)
             err, failed = 0, None
@@ -162,6 +189,24 @@ def _new_pool_in_child():
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_new_pool_in_child)
+
+
+def run_posted(post, args, serial):
+    """`post(board, *args)`: a product posted on the pool's board, whose pieces the
+    workers take while they poll for parts (codegen.gemm_board); a worker asleep is woken
+    first. `serial(*args)` where there is one thread, or the pool is busy (another Python
+    thread's program)."""
+    pool, n = _pool[0], _Threads.count
+    if n < 2 or not pool.busy.acquire(blocking=False):
+        return serial(*args)
+    try:
+        helpers = pool.helpers(n - 1)
+        if pool.board[POLLING] < n - 1:
+            for w in helpers:
+                w.wake()
+        return post(pool.board, *args)
+    finally:
+        pool.busy.release()
 
 
 def run_parts(fn, args):

@@ -3,10 +3,12 @@
 
 SPLIT_MIN and SERIAL_MAX are lowered to 0 here so that small products take the threaded path
 too (test_small_products_run_on_the_calling_thread restores SERIAL_MAX)."""
+import numba
 import numpy as np
 import pytest
 
 import aotgrad as ag
+from aotgrad.codegen.atomics import compare_exchange
 from aotgrad.codegen import blas
 from aotgrad.ir import evaluate, prims
 from aotgrad.ir import dtypes as dt
@@ -292,3 +294,80 @@ def test_mkl_is_chosen_on_intel_cpus_or_when_forced(monkeypatch):
     finally:
         monkeypatch.undo()
         blas.provider.cache_clear()
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_products_posted_on_the_board_equal_the_calling_threads_bit_for_bit(threads):
+    """gemm_threads posts a product's pieces on the thread pool's board, where the workers
+    take them between parts (codegen.gemm_board): a run of products of many pieces (a stack
+    of 64, slabs of one matrix), each posted while the workers still poll for the last or
+    after they went to sleep, equals gemm_serial's pieces on one thread bit for bit, with
+    three workers as with one, and a part in between still runs."""
+    import time
+    from aotgrad.codegen import gemm_board, parts
+    fn, e = blas.gemm_address(np.float32), np.zeros(0, np.int64)
+    a, b = _rand((64, 9, 7), np.float32, 1), _rand((64, 7, 11), np.float32, 2)
+    stack = (fn, blas.NO_TRANS, blas.NO_TRANS, 9, 11, 7, np.float32(1), a.reshape(-1), 0, 7,
+             b.reshape(-1), 0, 11)
+    steps = lambda *s: np.array(s, np.int64)   # noqa: E731
+    x, w = _rand((300, 40), np.float32, 3), _rand((40, 200), np.float32, 4)
+    n = parts.get_num_threads()
+    parts.set_num_threads(threads)
+    try:
+        with blas.single_threaded():
+            for i in range(60):
+                want, got = (np.full((64, 9, 11), np.nan, np.float32) for _ in range(2))
+                for gemm, out in ((blas.gemm_serial, want), (blas.gemm_threads, got)):
+                    gemm(*stack, out.reshape(-1), 0, 11, steps(64), steps(63), steps(77),
+                         steps(99), 1, False)
+                np.testing.assert_array_equal(got, want)
+                for cut in (False, True):
+                    want, got = (np.full((300, 200), np.nan, np.float32) for _ in range(2))
+                    for gemm, out in ((blas.gemm_serial, want), (blas.gemm_threads, got)):
+                        gemm(fn, blas.NO_TRANS, blas.NO_TRANS, 300, 200, 40, np.float32(1),
+                             x.reshape(-1), 0, 40, w.reshape(-1), 0, 200, out.reshape(-1), 0,
+                             200, e, e, e, e, threads, cut)
+                    np.testing.assert_array_equal(got, want)
+                if i % 20 == 19:          # the workers go to sleep; the next post wakes them
+                    deadline = time.monotonic() + 10
+                    while parts._pool[0].board[gemm_board.POLLING] and \
+                            time.monotonic() < deadline:
+                        time.sleep(0.01)
+                    assert parts._pool[0].board[gemm_board.POLLING] == 0
+                if i % 7 == 0:
+                    assert parts.run_parts(_part_sum, (np.ones(1000),)) == 0
+    finally:
+        parts.set_num_threads(n)
+    assert parts._pool[0].board[gemm_board.DONE] == parts._pool[0].board[gemm_board.TOTAL]
+
+
+@numba.njit(nogil=True)
+def _part_sum(phase, part, nparts, ws, x):
+    s = 0.0
+    for i in range(x.size * part // nparts, x.size * (part + 1) // nparts):
+        s += x[i]
+    return 0 if s >= 0 else 1
+
+
+def test_a_stale_claim_takes_no_piece_of_the_next_product():
+    """A worker that read the claim of a product whose pieces are all taken cannot take a
+    piece of the next one: posting sets a new product number in the claim first."""
+    from aotgrad.codegen import gemm_board
+    fn, e = blas.gemm_address(np.float32), np.zeros(0, np.int64)
+    a, b = _rand((6, 4), np.float32, 1), _rand((4, 5), np.float32, 2)
+    board = gemm_board.new_board()
+    c = np.zeros((6, 5), np.float32)
+    args = (fn, blas.NO_TRANS, blas.NO_TRANS, 6, 5, 4, np.float32(1), a.reshape(-1), 0, 4,
+            b.reshape(-1), 0, 5, c.reshape(-1), 0, 5, e, e, e, e, 3, False)
+    gemm_board.post(board, *args)
+    stale = int(board[gemm_board.CLAIM])
+    assert stale & gemm_board.PIECE == 3 and not gemm_board.take(board)
+    gemm_board.post(board, *args)
+    assert int(board[gemm_board.CLAIM]) >> 32 == (stale >> 32) + 1
+    assert not _exchange(board, gemm_board.CLAIM, stale, stale + 1)
+    assert_close(c, a @ b, rtol=1e-5, atol=1e-6)
+
+
+@numba.njit
+def _exchange(board, slot, expected, new):
+    return compare_exchange(board, slot, expected, new)

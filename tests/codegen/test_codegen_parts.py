@@ -10,6 +10,7 @@ import pytest
 
 from aotgrad.codegen import compile_graph, parts
 from aotgrad.codegen.emit_base import PartsLayout
+from aotgrad.codegen.gemm_board import new_board
 from aotgrad.codegen.parts import PartsKernel
 from aotgrad.ir import Aval, GraphBuilder, evaluate, prims
 from aotgrad.ir import dtypes as dt
@@ -260,7 +261,7 @@ def test_a_signal_wakes_its_waiter_whether_it_polls_or_sleeps(delay):
     """A worker polls its flag for a while, then sleeps on the lock: a signal set in either
     window wakes it once, and leaves the flag clear for the next one."""
     import time
-    signal = parts._Signal()
+    signal = parts._Signal(new_board())
 
     def later():
         time.sleep(delay)
@@ -270,5 +271,5 @@ def test_a_signal_wakes_its_waiter_whether_it_polls_or_sleeps(delay):
     signal.wait()
     t.join()
     assert signal.flag[0] == 0
-    assert not parts._poll(signal.flag, 1000)
+    assert not parts._poll(signal.flag, 1000, signal.board)
     assert not signal.lock.acquire(blocking=False)
