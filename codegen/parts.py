@@ -50,20 +50,27 @@ def get_num_threads():
 # before it sleeps on a lock: a thread asleep took 0.1-0.2 ms to wake on a 2-vCPU VM (a
 # small kernel in parts ran at half the speed of numba's spinning OpenMP threads: W2's
 # elementwise kernels 410 us against 189 us per step), polling covers the gaps between a
-# program's steps. About 0.1 ms.
-SPINS = 100_000
+# program's steps. About 0.1 ms (an iteration also looks for a product's piece to take).
+SPINS = 25_000
+# Iterations a worker that saw its call still polls before it takes the interpreter lock:
+# the caller holds the lock meanwhile (its own part's arguments), and a thread that finds
+# the lock taken sleeps until it is let go, its core idle, which on a VM takes longer to
+# wake than this wait (a few microseconds)
+LINGER = 50_000
 
 
 @numba.njit(nogil=True, cache=True)
-def _poll(flag, spins, board):
-    """True as soon as flag[0] is nonzero, False after `spins` polls that found no work:
-    meanwhile this thread takes pieces of the products posted on `board`
-    (codegen.gemm_board; its POLLING slot counts the threads polling it)."""
+def _poll(flag, spins, board, linger):
+    """True as soon as flag[0] is nonzero (after `linger` more polls), False after `spins`
+    polls that found no work: meanwhile this thread takes pieces of the products posted on
+    `board` (codegen.gemm_board; its POLLING slot counts the threads polling it)."""
     fetch_add(board, POLLING, 1)
     left, seen = spins, False
     while left > 0:
         if load_acquire(flag, 0) != 0:
             seen = True
+            for _ in range(linger):
+                load_acquire(flag, 0)
             break
         if take(board):
             left = spins
@@ -86,7 +93,7 @@ class _Signal:
         self.lock.release()
 
     def wait(self):
-        _poll(self.flag, SPINS, self.board)
+        _poll(self.flag, SPINS, self.board, LINGER)
         self.lock.acquire()
         self.flag[0] = 0
 

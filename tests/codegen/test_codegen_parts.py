@@ -271,5 +271,5 @@ def test_a_signal_wakes_its_waiter_whether_it_polls_or_sleeps(delay):
     signal.wait()
     t.join()
     assert signal.flag[0] == 0
-    assert not parts._poll(signal.flag, 1000, signal.board)
+    assert not parts._poll(signal.flag, 1000, signal.board, 0)
     assert not signal.lock.acquire(blocking=False)
