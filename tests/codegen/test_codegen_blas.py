@@ -3,6 +3,8 @@
 
 SPLIT_MIN and SERIAL_MAX are lowered to 0 here so that small products take the threaded path
 too (test_small_products_run_on_the_calling_thread restores SERIAL_MAX)."""
+import threading
+
 import numba
 import numpy as np
 import pytest
@@ -371,3 +373,31 @@ def test_a_stale_claim_takes_no_piece_of_the_next_product():
 @numba.njit
 def _exchange(board, slot, expected, new):
     return compare_exchange(board, slot, expected, new)
+
+
+def test_products_from_two_python_threads_at_once_are_each_right():
+    """Two Python threads running products at the same time: one posts on the pool's board,
+    the other finds the pool busy and runs its pieces on its own thread; both are right."""
+    fn, e = blas.gemm_address(np.float32), np.zeros(0, np.int64)
+    x, w = _rand((300, 40), np.float32, 3), _rand((40, 200), np.float32, 4)
+    want = np.empty((300, 200), np.float32)
+    blas.gemm_serial(fn, blas.NO_TRANS, blas.NO_TRANS, 300, 200, 40, np.float32(1),
+                     x.reshape(-1), 0, 40, w.reshape(-1), 0, 200, want.reshape(-1), 0, 200, e, e,
+                     e, e, 2, False)
+    wrong = []
+
+    def run():
+        for _ in range(40):
+            got = np.full((300, 200), np.nan, np.float32)
+            blas.gemm_threads(fn, blas.NO_TRANS, blas.NO_TRANS, 300, 200, 40, np.float32(1),
+                              x.reshape(-1), 0, 40, w.reshape(-1), 0, 200, got.reshape(-1), 0,
+                              200, e, e, e, e, 2, False)
+            if not np.array_equal(got, want):
+                wrong.append(got)
+    with blas.single_threaded():
+        threads = [threading.Thread(target=run) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert not wrong
