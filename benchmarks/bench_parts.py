@@ -20,6 +20,7 @@ import numba
 import numpy as np
 
 from aotgrad.codegen import blas, parts
+from bench_codegen import median_time
 
 
 @numba.njit(nogil=True)
@@ -32,13 +33,7 @@ def _part_sum(phase, part, nparts, ws, x, reps, *rest):
 
 
 def _median_us(fn, calls):
-    fn()
-    ts = []
-    for _ in range(calls):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return 1e6 * float(np.median(ts))
+    return 1e6 * median_time(fn, reps=calls, warm=1)
 
 
 def handoff(calls, rounds):

@@ -40,7 +40,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from aotgrad.codegen.gemm_board import NO_TRANS, TRANS, piece, post
+from aotgrad.codegen.gemm_board import NO_TRANS, TRANS, count, piece, post
 from aotgrad.codegen.parts import run_posted
 
 # products with fewer multiply-adds than this stay on np.matmul, which OpenBLAS (set to one
@@ -276,10 +276,7 @@ def gemm_serial(fn, ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, c, c_o
     attention heads written straight into (batch, seq, heads, dim)); alpha 1 in c's dtype;
     `parts` pieces per matrix, cut along columns or rows (pieces)."""
     pa, pb, pc = np.int64(a.ctypes.data), np.int64(b.ctypes.data), np.int64(c.ctypes.data)
-    total = parts
-    for d in batch:
-        total *= d
-    for it in range(total):
+    for it in range(count(batch, parts)):
         piece(it, fn, ta, tb, m, n, k, alpha, pa, a_off, lda, pb, b_off, ldb, pc, c_off, ldc,
               c.itemsize, batch, a_steps, b_steps, c_steps, parts, cut_cols)
     return 0

@@ -71,6 +71,15 @@ def _int64s_at(typingctx, address):
 
 
 @njit(cache=True, nogil=True)
+def count(batch, parts):
+    """How many pieces a stack of shape `batch` has, `parts` per matrix."""
+    total = parts
+    for d in batch:
+        total *= d
+    return total
+
+
+@njit(cache=True, nogil=True)
 def _offset(i, batch, steps):
     """Element offset of matrix i (C order over the batch shape `batch`)."""
     off = 0
@@ -144,9 +153,7 @@ def post(board, fn, ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, c, c_o
     """c[i] = alpha op(a)[i] @ op(b)[i] for every matrix i of the stack `batch`, its pieces
     posted on `board` and taken by this thread and the workers polling it (the arguments as
     codegen.blas.gemm_serial's); returns once every piece is done."""
-    total = parts
-    for d in batch:
-        total *= d
+    total = count(batch, parts)
     number = ((load_acquire(board, CLAIM) >> 32) + 1) & NUMBER
     store_release(board, CLAIM, (number << 32) | PIECE)     # nothing to take meanwhile
     board[ALPHA:ALPHA + 1].view(np.float64)[0] = np.float64(alpha)
