@@ -149,8 +149,10 @@ class RowBlocks:
     such a value is its (n, *rest) view; the other values are read whole. `once`: the nodes
     that read only whole values (run once per call); `per_block`: the rest, with their params
     for a block (`params[node]`: dims remapped, a "shape" or a slice's "limit" without its
-    leading entry, filled in per block size); `summed`: outputs reduced over the rows (sum,
-    max or min), combined across blocks (sums in float64)."""
+    leading entry, filled in per block size); `summed`: values reduced over the rows (sum,
+    max or min), combined across blocks (sums in float64); `after`: the nodes run once
+    after the rows, on those combined values and whole ones (a loss's mean: its sum over
+    the rows divided by their count)."""
     axes: int
     rows: int
     block: int
@@ -158,8 +160,13 @@ class RowBlocks:
     once: list
     per_block: list
     params: dict
-    summed: dict            # output var -> the numpy function combining two partials
+    summed: dict            # var -> the numpy function combining two partials
     squeeze: dict           # broadcast node -> the shape its whole input takes in a block
+    after: list
+
+    @functools.cached_property
+    def after_values(self):
+        return frozenset(v for n in self.after for v in n.outputs)
 
     def block_steps(self, n):
         """node -> (impl, params) for a block of n rows."""
@@ -210,22 +217,36 @@ def _plan(nodes, writes, prefix, one_block):
 
     def is_split(v):
         return tuple(v.shape[:k]) == tuple(prefix)
+
+    def over_rows(n):       # a reduction over every row axis of a value cut into rows
+        return (n.prim in _COMBINE and set(range(k)) <= set(n.params["dims"])
+                and is_split(n.inputs[0]))
+    after = _after_rows(nodes, over_rows, is_split)
+    if after is None:
+        return None
+    late = {v for n in after for v in n.outputs}
+    nodes = [n for n in nodes if n not in after]
     consumed = {v for n in nodes for v in n.inputs}
+    if late & consumed:
+        return None             # a value of the rows made from their sum (not in rows)
     split, params, summed, squeeze = {}, {}, {}, {}   # split: var -> True / False (whole)
 
     def need(v, s):
         if s and not is_split(v) or split.setdefault(v, s) != s:
             raise _Mixed
+    sums = {n.outputs[0] for n in nodes if over_rows(n)}
     try:
         for _, v in writes:
-            if v not in consumed and not is_split(v):
+            if v in late or v not in consumed and not is_split(v):
                 continue                   # maybe a reduction over the rows (below)
             need(v, True)
+        for n in after:                    # they read sums over the rows and whole values
+            for v in n.inputs:
+                if v not in late and v not in sums:
+                    need(v, False)
         for n in reversed(nodes):
             out = n.outputs[0]
-            if (n.prim in _COMBINE and out not in split
-                    and out not in consumed and set(range(k)) <= set(n.params["dims"])
-                    and is_split(n.inputs[0])):
+            if over_rows(n) and out not in split and out not in consumed:
                 split[out] = False
                 summed[out] = _COMBINE[n.prim]
                 need(n.inputs[0], True)
@@ -244,8 +265,10 @@ def _plan(nodes, writes, prefix, one_block):
             params[n] = _block_params(n, k, need, squeeze)
     except _Mixed:
         return None
-    if any(v not in split for _, v in writes) or any(
-            split[v] is False and v not in summed for _, v in writes):
+    read_after = {v for n in after for v in n.inputs} - late
+    if any(v not in split for _, v in writes if v not in late) or any(
+            split[v] is False and v not in summed for _, v in writes if v not in late) or \
+            any(v in sums and v not in summed for v in read_after):
         return None
     widest = max(math.prod(v.shape[k:]) for v, s in split.items() if s)
     block = max(1, BLOCK_ELEMENTS // max(1, widest))
@@ -254,7 +277,25 @@ def _plan(nodes, writes, prefix, one_block):
     per_block = [n for n in nodes if n in params]
     once = [n for n in nodes if n not in params]
     return RowBlocks(k, rows, block, frozenset(v for v, s in split.items() if s), once,
-                     per_block, params, summed, squeeze)
+                     per_block, params, summed, squeeze, after)
+
+
+def _after_rows(nodes, over_rows, is_split):
+    """The nodes that can run after the rows: each reads a reduction over the rows
+    (`over_rows`) or another such node's value, and no other value cut into rows; None where
+    a node reads both kinds (then the kernel does not run by rows)."""
+    late, after = set(), []
+    for n in nodes:
+        if over_rows(n):
+            late.update(n.outputs)
+            continue
+        if not any(v in late for v in n.inputs):
+            continue
+        if n.prim.multiple_results or any(is_split(v) for v in n.inputs if v not in late):
+            return None
+        after.append(n)
+        late.update(n.outputs)
+    return after
 
 
 def _block_params(n, k, need, squeeze):
@@ -547,6 +588,7 @@ class ReferenceKernel:
         self._evaluate_kept("once", rb.once, whole)
         if self.program is not None and self.program.run(args, whole, self.program.native,
                                                          row_vm.machine()):
+            self._run_after(rb, whole, outs)
             return True
         if rb.block >= rb.rows:
             return False
@@ -575,7 +617,21 @@ class ReferenceKernel:
         for v, o in outs:
             if v in rb.summed:
                 o[...] = partial[v]
+        whole.update((v, np.asarray(x).astype(v.dtype.np).reshape(v.shape))
+                     for v, x in partial.items())
+        self._run_after(rb, whole, outs)
         return True
+
+    def _run_after(self, rb, env, outs):
+        """Run rb.after on the sums over the rows and the whole values in `env` (each
+        rounded to its value's dtype first, as the compiled kernel rounds them); write the
+        outputs it makes into `outs`' buffers."""
+        if not rb.after:
+            return
+        self._evaluate_kept("after", rb.after, env)
+        for v, o in outs:
+            if v in rb.after_values:
+                o[...] = env[v]
 
 
 def reference_kernel(step, spec):

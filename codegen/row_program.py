@@ -77,6 +77,13 @@ class Instr:
     acc: int = -1           # the output's offset in the accumulators (ACC_*)
 
 
+@dataclasses.dataclass(frozen=True)
+class _RowPart:
+    """The register of a row's own reduction of `var`, a reduction over the rows and over
+    elements of each row too."""
+    var: object
+
+
 @dataclasses.dataclass
 class _Pre:
     """A register every group starts with: a constant (`value`), or a value numpy computes
@@ -187,9 +194,23 @@ class RowProgram:
                 dims = steps[node][1]["dims"]
                 size = math.prod(o.shape)
                 off = sum(s for _, _, _, s, _ in self.summed)
-                idx = _reduce_index((1,) + tuple(x.shape[k:]), tuple(o.shape), dims)
+                # (arg index None: a sum only the nodes after the rows read)
                 self.summed.extend((i, o, off, size, (acc_op, init, combine))
-                                   for i, w in kernel.writes if w is o)
+                                   for i in [i for i, w in kernel.writes if w is o] or [None])
+                row = (1,) + tuple(x.shape[k:])
+                inner = tuple(d for d in dims if d != 0)
+                if inner:
+                    # each row reduced first (the machine's partial sums, in float64), then
+                    # accumulated: one dependent add per row, not one per element
+                    part = _RowPart(o)
+                    self.length[part] = size
+                    out.append(Instr(_REDUCE[prim], part, (use(x),), size,
+                                     m=self.length[reg(x)], aux=Round.F64,
+                                     idx=_reduce_index(row, (1,) + tuple(o.shape), inner)))
+                    out.append(Instr(acc_op, None, (part,), 0, m=size, idx=np.arange(size),
+                                     acc=off))
+                    continue
+                idx = _reduce_index(row, tuple(o.shape), dims)
                 out.append(Instr(acc_op, None, (use(x),), 0, m=self.length[reg(x)],
                                  idx=idx, acc=off))
                 continue
@@ -321,8 +342,9 @@ class RowProgram:
         assumes them apart), else on `machine` (the row machine); an output overlaps an
         input only as the same buffer here (the caller runs the others otherwise). `whole`:
         the kernel's values that are not cut into rows, by var (its whole inputs, and what
-        its `once` nodes computed from them). False (nothing written): neither is given,
-        or an argument has another dtype than its value's."""
+        its `once` nodes computed from them); each reduction over the rows is added to it,
+        rounded to its value's dtype, for the nodes after the rows. False (nothing
+        written): neither is given, or an argument has another dtype than its value's."""
         ins = [np.ascontiguousarray(args[i]) for i, _ in self.inputs]   # alive until the end
         if any(x.dtype != v.dtype.np for x, (_, v) in zip(ins, self.inputs)) or any(
                 args[i].dtype != v.dtype.np for i, v in self.outputs):
@@ -359,7 +381,9 @@ class RowProgram:
             parts.run_parts(fn, args_)
         for i, v, off, size, (_, _, combine) in self.summed:
             total = combine.reduce(acc[:, off:off + size], axis=0)
-            args[i][...] = total.reshape(args[i].shape).astype(args[i].dtype)
+            whole[v] = total.reshape(v.shape).astype(v.dtype.np)
+            if i is not None:
+                args[i][...] = whole[v].reshape(args[i].shape)
         if self._per_call:
             self._pre_free.append(pre)
         del ins

@@ -365,3 +365,61 @@ def test_nan_and_inf_come_silently_as_in_eager(numpy_tier, whole):
     for g, w in zip(got, want):
         assert_close(g, w, rtol=1e-6, atol=0, equal_nan=True)
     assert np.isnan(got[0][0, 0]) and np.isnan(got[1][0, 1]) and np.isinf(got[1][0, 2])
+
+
+def _after_rows_graph():
+    """(6, 5, 8): a loss's mean (its sum over every axis divided by its count), a column sum
+    scaled by a whole value, a max over the rows minus their sum, and a sum over the rows
+    that is an output and read after the rows too: each runs after the rows are summed."""
+    b = GraphBuilder("after rows")
+    x = b.add_input(Aval((6, 5, 8), dt.float32), "x")
+    y = b.add_input(Aval((8,), dt.float32), "y")
+    shape = (6, 5, 8)
+    with b:
+        t = prims.add(x, prims.broadcast_in_dim(y, shape=shape, dims=(2,)))
+        sq = prims.mul(t, t)
+        mean = prims.div(prims.reduce_sum(sq, dims=(0, 1, 2)),
+                         prims.full(shape=(), value=240.0, dtype=dt.float32))
+        cols = prims.reduce_sum(t, dims=(0, 1))
+        scaled = prims.mul(cols, y)
+        spread = prims.sub(prims.reduce_max(t, dims=(0, 1)), cols)
+    b.graph.outputs = [mean, cols, scaled, spread, sq]
+    return b.graph
+
+
+def _after_rows_inputs():
+    x = RNG.normal(size=(6, 5, 8)).astype(np.float32)
+    x[2, 3, :3] = [np.inf, -0.0, 1e-40]           # an inf column: its sums and spread too
+    return [x, RNG.uniform(-1, 1, (8,)).astype(np.float32)]
+
+
+def test_values_made_of_sums_over_the_rows_run_after_the_rows(numpy_tier):
+    g, args = _after_rows_graph(), _after_rows_inputs()
+    prog = compile_graph(g)
+    blocked = [r for r in _refs(prog) if r.blocks is not None]
+    # (the scheduler may leave the small nodes after a column sum to a kernel of their own)
+    assert prims.div in {n.prim for r in blocked for n in r.blocks.after}
+    got = [np.array(a) for a in prog(*args)]
+    for r in _refs(prog):
+        r.blocks = None
+    whole = [np.array(a) for a in prog(*args)]
+    for a, w, e in zip(got, whole, evaluate(g, args)):
+        assert a.dtype == w.dtype == e.dtype
+        assert_close(a, w, rtol=1e-6, atol=1e-6, equal_nan=True)
+        assert_close(a, e, rtol=1e-6, atol=1e-6, equal_nan=True)
+
+
+def test_a_value_of_the_rows_made_of_their_sum_runs_whole(numpy_tier):
+    """x / sum(x) over every element: its rows need the sum of all of them first."""
+    b = GraphBuilder("normalised")
+    x = b.add_input(Aval((12, 6), dt.float32), "x")
+    with b:
+        e = prims.exp(x)
+        total = prims.reduce_sum(e, dims=(0, 1))
+        out = prims.div(e, prims.broadcast_in_dim(total, shape=(12, 6), dims=()))
+    b.graph.outputs = [out, total]
+    a = RNG.normal(size=(12, 6)).astype(np.float32)
+    prog = compile_graph(b.graph)
+    assert all(r.blocks is None and r.program is None for r in _refs(prog))
+    for g, w in zip(prog(a), evaluate(b.graph, [a])):
+        assert_close(g, w, rtol=1e-6, atol=1e-7)

@@ -277,3 +277,30 @@ def test_the_machines_compile_lock_leaves_the_kernel_loads_free(tmp_path):
         t.start()
         assert got.wait(10.0)
     t.join(10.0)
+
+
+def test_values_made_of_sums_over_the_rows_run_after_the_rows(machine_tier, monkeypatch):
+    """A loss's mean, a column sum scaled by a whole value, a max over the rows minus their
+    sum: the rows run on the machine, what their sums make after them; with an inf and a
+    NaN column, several threads' partial sums, and a group's tail rows."""
+    monkeypatch.setattr(row_program, "GROUP_ELEMENTS", 64)
+    monkeypatch.setattr(row_program, "PARTS_MIN_ELEMENTS", 0)
+    R, M, C = 9, 5, 8
+
+    def body(x, y):
+        t = prims.add(x, _bcast(y, (R, M, C), (2,)))
+        cols = prims.reduce_sum(t, dims=(0, 1))
+        return [prims.div(prims.reduce_sum(prims.mul(t, t), dims=(0, 1, 2)),
+                          _const(float(R * M * C), ())),
+                cols, prims.mul(cols, y),
+                prims.sub(prims.reduce_max(t, dims=(0, 1)), cols),
+                prims.mul(prims.reduce_min(t, dims=(0, 2)), _const(2.0, (M,)))]
+    g = _graph("after rows", [((R, M, C), dt.float32), ((C,), dt.float32)], body)
+    x = _specials((R, M, C), np.float32, RNG)
+    y = RNG.uniform(-1, 1, (C,)).astype(np.float32)
+    for threads in (1, 2, 3):
+        monkeypatch.setattr(parts._Threads, "count", threads)
+        machine_tier.clear()
+        prog, _, _ = _check(g, [x, y], machine_tier, rtol=1e-6, atol=1e-6)
+    assert any(r.program is not None and r.program.rb.after
+               for r in prog.first_tier.values())

@@ -361,3 +361,31 @@ def test_a_compiled_training_step_on_native_programs_equals_eager(empty_cache, m
         for g, w in zip(got, want):
             assert_close(g, w, rtol=2e-5, atol=2e-6)
     assert calls, "no kernel of the step ran natively"
+
+
+def test_a_loss_mean_sums_each_row_then_accumulates_the_rows(captured, monkeypatch):
+    """A reduction over the rows and over each row's elements (a loss's sum) reduces each
+    row first and accumulates one value a row; the nodes after it (the mean) run once the
+    rows are summed. Natively as on the machine, bit for bit."""
+    monkeypatch.setattr(row_program, "PARTS_MIN_ELEMENTS", 0)
+    R, C = 37, 300
+
+    def body(x, y):
+        t = prims.add(x, prims.broadcast_in_dim(y, shape=(R, C), dims=(1,)))
+        return [prims.div(prims.reduce_sum(prims.mul(t, t), dims=(0, 1)),
+                          prims.full(shape=(), value=float(R * C), dtype=dt.float32)),
+                prims.reduce_max(t, dims=(0, 1))]
+    g = _graph("mean", [((R, C), dt.float32), ((C,), dt.float32)], body)
+    x, y = _values((R, C), np.float32), RNG.uniform(-1, 1, (C,)).astype(np.float32)
+    x[x > 1e20] = 2.0
+    x[x < -1e20] = -2.0
+    got = compile_graph(g)(x, y)
+    for a, w in zip(got, evaluate(g, [x, y])):
+        assert_close(a, w, rtol=1e-6, atol=0, equal_nan=True)
+    programs = _native_equals_machine(captured)
+    ops = [(row_vm.Op(int(r[0])), int(r[5]) if r[0] >= 80 else int(r[4]))
+           for p in programs for r in p.code]
+    assert (row_vm.Op.REDUCE_SUM, row_vm.ReduceForm.RUNS) in ops
+    assert (row_vm.Op.ACC_SUM, row_vm.AccForm.DIRECT) in ops
+    assert all(op is not row_vm.Op.ACC_SUM or form == row_vm.AccForm.DIRECT
+               for op, form in ops)
