@@ -1,4 +1,4 @@
-"""What a call of aotgrad's thread pool costs beyond its work (codegen.parts, codegen.gemm_board).
+"""What a call of aotgrad's thread pool costs beyond its work (codegen.parts, codegen.board).
 
     python benchmarks/bench_parts.py [--calls 500] [--rounds 5]
 

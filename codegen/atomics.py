@@ -1,5 +1,5 @@
 """Atomic operations on one int64 slot of an array, for numba code shared between threads
-(codegen.parts, codegen.gemm_board): each is read or written again every time it runs, so a
+(codegen.parts, codegen.board): each is read or written again every time it runs, so a
 loop polling a slot is not folded away."""
 from numba import types
 from numba.extending import intrinsic

@@ -12,7 +12,7 @@ runs, OpenBLAS is set to one thread (`single_threaded()`), and each product is c
 pieces (whole matrices of a stack, or slabs of rows or columns of one matrix, one per thread:
 `pieces`), each piece a plain single-threaded `cblas_?gemm` called through its address: a
 large product runs as fast as np.matmul's own threads, a stack of small ones faster. The
-pieces are posted on the pool's board (codegen.gemm_board), where the calling thread and the
+pieces are posted on the pool's board (codegen.board), where the calling thread and the
 workers take them without the interpreter lock. A product below SERIAL_MAX runs the same
 pieces on the calling thread (`gemm_serial`). (On numba's own OpenMP threads, a product left
 them spinning while the next kernel's parts wanted the same cores: the GPT's step ran 0.99x
@@ -40,7 +40,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from aotgrad.codegen.gemm_board import NO_TRANS, TRANS, count, piece, post
+from aotgrad.codegen.board import NO_TRANS, TRANS, count, piece, post
 from aotgrad.codegen.parts import run_posted
 
 # products with fewer multiply-adds than this stay on np.matmul, which OpenBLAS (set to one
@@ -260,7 +260,7 @@ def pieces(batch, m, n, threads):
 def gemm_threads(fn, ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, c, c_off, ldc,
                  batch, a_steps, b_steps, c_steps, parts, cut_cols):
     """What a program's driver calls for a product shared out over aotgrad's threads: its
-    pieces posted on the thread pool's board (codegen.gemm_board), taken by every thread;
+    pieces posted on the thread pool's board (codegen.board), taken by every thread;
     the arguments as gemm_serial's."""
     return run_posted(post, (fn, ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, c, c_off,
                              ldc, batch, a_steps, b_steps, c_steps, parts, cut_cols), gemm_serial)

@@ -151,7 +151,7 @@ class Plan:
     # -- building the runnable steps -------------------------------------------------------
     def prepare(self):
         keep_freed_memory()
-        with parallel_compile.foreground():   # may compile gemm_board.post (first use)
+        with parallel_compile.foreground():   # may compile board.post (first use)
             self._prepare()
 
     def _prepare(self):

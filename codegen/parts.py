@@ -14,7 +14,7 @@ The pool has `get_num_threads() - 1` workers (aotgrad.set_num_threads; the calle
 part 0 itself; by default one thread per core, NUMBA_NUM_THREADS). It serves one call at a
 time: a call that finds it busy (another Python thread's program) runs the whole loop as one
 part on its own thread, with the same results. A worker waiting for its next part takes
-the pieces of the matrix products posted on the pool's board meanwhile (codegen.gemm_board:
+the pieces of the matrix products posted on the pool's board meanwhile (codegen.board:
 `run_posted`), without the interpreter lock. After a fork the child starts a new pool on its
 first call: compiled programs run in forked workers (numba's OpenMP threads would not have
 survived the fork).
@@ -26,7 +26,7 @@ import numba
 import numpy as np
 
 from aotgrad.codegen.atomics import fetch_add, load_acquire
-from aotgrad.codegen.gemm_board import POLLING, new_board, take
+from aotgrad.codegen.board import POLLING, new_board, take
 
 # the workspace of a kernel without shared partials (also what a serial wrapper passes its
 # kernel in parts, run as one part)
@@ -63,7 +63,7 @@ LINGER = 50_000
 def _poll(flag, spins, board, linger):
     """True as soon as flag[0] is nonzero (after `linger` more polls), False after `spins`
     polls that found no work: meanwhile this thread takes pieces of the products posted on
-    `board` (codegen.gemm_board; its POLLING slot counts the threads polling it)."""
+    `board` (codegen.board; its POLLING slot counts the threads polling it)."""
     fetch_add(board, POLLING, 1)
     left, seen = spins, False
     while left > 0:
@@ -200,7 +200,7 @@ if hasattr(os, "register_at_fork"):
 
 def run_posted(post, args, serial):
     """`post(board, *args)`: a product posted on the pool's board, whose pieces the
-    workers take while they poll for parts (codegen.gemm_board); a worker asleep is woken
+    workers take while they poll for parts (codegen.board); a worker asleep is woken
     first. `serial(*args)` where there is one thread, or the pool is busy (another Python
     thread's program)."""
     pool, n = _pool[0], _Threads.count

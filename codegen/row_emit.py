@@ -48,7 +48,7 @@ class Emitter:
         self._decl = {}
         # the scratch, each input and each output in an alias scope of its own: LLVM then
         # vectorises a loop over them without checking addresses at run time (the caller
-        # runs the program here only where no output is an input: NativeRows.__call__)
+        # runs the program here only where no output is an input: RowProgram.run)
         self._scopes = {}
         mod = self.module
         self._domain = mod.add_metadata([ir.MetaDataString(mod, "rows")])

@@ -1,19 +1,17 @@
 """Row programs (codegen.row_program) compiled to machine code by LLVM directly, for a
 small fraction of what Numba's compile of their kernels costs, while the kernels wait for
 that: `compile_program(program)` compiles codegen.row_lower's IR of it with llvmlite's
-MCJIT into a callable with the row machine's calling convention (`fn(phase, part, nparts,
-ws, code, idx, pre, addr_in, addr_out, acc, nrows, group, work)`, so RowProgram.run and
-codegen.parts run either); `request(program, seconds)` queues that compile on one
+MCJIT into a function of integer addresses, run in parts on the thread pool's board
+(NativeRows.run); `request(program, seconds)` queues that compile on one
 background thread, once per distinct program, and sets `program.native` when it is
 done."""
-import ctypes
 import logging
 import math
 import os
 import queue
 import threading
 
-from aotgrad.codegen import row_lower
+from aotgrad.codegen import board, parts, row_lower
 
 log = logging.getLogger(__name__)
 
@@ -21,10 +19,6 @@ log = logging.getLogger(__name__)
 def enabled():
     """AOTGRAD_ROW_NATIVE=0 keeps cold kernels' row programs on the row machine."""
     return os.environ.get("AOTGRAD_ROW_NATIVE", "1").strip() != "0"
-
-
-_ARGTYPES = (ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
-             ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 
 
 class _Target:
@@ -64,14 +58,14 @@ class _Target:
 
 
 class NativeRows:
-    """A compiled row program, called as a part of codegen.parts is (`phase, part, nparts,
-    ws`, then `arguments(...)`), on arrays none of whose outputs is one of its inputs (the
-    code assumes they are apart: RowProgram.run checks)."""
-    __slots__ = ("_keep", "_fn", "__weakref__")
+    """A compiled row program (its function's address, called in parts: codegen.board's
+    rows_part), on arrays none of whose outputs is one of its inputs (the code assumes they
+    are apart: RowProgram.run checks)."""
+    __slots__ = ("_keep", "address", "__weakref__")
 
     def __init__(self, keep, address):
         self._keep = keep                   # the context and engine: the code's lifetime
-        self._fn = ctypes.CFUNCTYPE(ctypes.c_int64, *_ARGTYPES)(address)
+        self.address = address
 
     def __del__(self):
         # (disposed of under Numba's compiler lock too: see compile_program)
@@ -85,25 +79,17 @@ class NativeRows:
         except Exception:       # the interpreter is exiting: the process frees it all
             pass
 
-    @staticmethod
-    def arguments(nrows, addr_in, addr_out, pre, scratch, acc, idx):
-        """The arguments of a call's parts (after `phase, part, nparts, ws`, as
-        codegen.parts passes them): the arrays' addresses, taken once on the calling thread
-        (a part then starts with a few operations of Python, not a fresh scratch and six
-        addresses: the other threads' parts wait for the interpreter lock meanwhile).
-        `scratch`, `acc`: a row per part; the arrays must stay alive until the parts end."""
-        return (nrows, _address(addr_in), _address(addr_out), _address(pre),
-                _address(scratch), scratch.strides[0], _address(acc), acc.strides[0],
-                _address(idx))
-
-    def __call__(self, phase, part, nparts, ws, nrows, addr_in, addr_out, pre, scratch,
-                 scratch_stride, acc, acc_stride, idx):
-        lo = nrows * part // nparts
-        hi = nrows * (part + 1) // nparts
-        if lo >= hi:
-            return 0
-        return self._fn(lo, hi, addr_in, addr_out, pre, scratch + part * scratch_stride,
-                        acc + part * acc_stride, idx)
+    def run(self, parts_, nrows, addr_in, addr_out, pre, scratch, acc, idx):
+        """Run over `nrows` rows in `parts_` parts, part i with scratch and accumulator row
+        i: posted on the thread pool's board (codegen.board), where the workers take parts
+        without the interpreter lock; on this thread alone where `parts_` is 1 (or the pool
+        is busy: the same parts one after another). The arrays stay alive until it returns."""
+        args = (self.address, parts_, nrows, _address(addr_in), _address(addr_out),
+                _address(pre), _address(scratch), scratch.strides[0], _address(acc),
+                acc.strides[0], _address(idx))
+        if parts_ == 1:
+            return board.rows_serial(*args)
+        return parts.run_posted(board.post_rows, args, board.rows_serial)
 
 
 def _address(a):
@@ -180,6 +166,10 @@ class _Compiler:
         self.jobs.put((-seconds, seq, key, program))
 
     def _loop(self):
+        # the board's row-program functions compiled (or loaded from Numba's cache) here,
+        # before the first program is: not in the middle of the step that first runs one
+        board.post_rows(board.new_board(), *(0,) * 11)
+        board.rows_serial(*(0,) * 11)
         while True:
             _, _, key, program = self.jobs.get()
             native = None

@@ -369,16 +369,18 @@ class RowProgram:
         nparts = max(1, parts.get_num_threads())
         acc = np.empty((nparts, self.acc_init.size))
         acc[...] = self.acc_init
+        alone = self.elements < PARTS_MIN_ELEMENTS    # not worth waking the other threads
         if fn is native:
             scratch = np.empty((nparts, max(1, self.work)))   # (alive until the end)
-            args_ = native.arguments(self.rows, addr_in, addr_out, pre, scratch, acc, self.idx)
+            native.run(1 if alone else nparts, self.rows, addr_in, addr_out, pre, scratch, acc,
+                       self.idx)
         else:
             args_ = (self.code, self.idx, pre, addr_in, addr_out, acc, self.rows, self.group,
                      self.work)
-        if self.elements < PARTS_MIN_ELEMENTS:    # not worth waking the other threads
-            fn(1, 0, 1, parts.NO_WORKSPACE, *args_)
-        else:
-            parts.run_parts(fn, args_)
+            if alone:
+                fn(1, 0, 1, parts.NO_WORKSPACE, *args_)
+            else:
+                parts.run_parts(fn, args_)
         for i, v, off, size, (_, _, combine) in self.summed:
             total = combine.reduce(acc[:, off:off + size], axis=0)
             whole[v] = total.reshape(v.shape).astype(v.dtype.np)

@@ -301,12 +301,12 @@ def test_mkl_is_chosen_on_intel_cpus_or_when_forced(monkeypatch):
 @pytest.mark.parametrize("threads", [2, 3])
 def test_products_posted_on_the_board_equal_the_calling_threads_bit_for_bit(threads):
     """gemm_threads posts a product's pieces on the thread pool's board, where the workers
-    take them between parts (codegen.gemm_board): a run of products of many pieces (a stack
+    take them between parts (codegen.board): a run of products of many pieces (a stack
     of 64, slabs of one matrix), each posted while the workers still poll for the last or
     after they went to sleep, equals gemm_serial's pieces on one thread bit for bit, with
     three workers as with one, and a part in between still runs."""
     import time
-    from aotgrad.codegen import gemm_board, parts
+    from aotgrad.codegen import board, parts
     fn, e = blas.gemm_address(np.float32), np.zeros(0, np.int64)
     a, b = _rand((64, 9, 7), np.float32, 1), _rand((64, 7, 11), np.float32, 2)
     stack = (fn, blas.NO_TRANS, blas.NO_TRANS, 9, 11, 7, np.float32(1), a.reshape(-1), 0, 7,
@@ -332,15 +332,15 @@ def test_products_posted_on_the_board_equal_the_calling_threads_bit_for_bit(thre
                     np.testing.assert_array_equal(got, want)
                 if i % 20 == 19:          # the workers go to sleep; the next post wakes them
                     deadline = time.monotonic() + 10
-                    while parts._pool[0].board[gemm_board.POLLING] and \
+                    while parts._pool[0].board[board.POLLING] and \
                             time.monotonic() < deadline:
                         time.sleep(0.01)
-                    assert parts._pool[0].board[gemm_board.POLLING] == 0
+                    assert parts._pool[0].board[board.POLLING] == 0
                 if i % 7 == 0:
                     assert parts.run_parts(_part_sum, (np.ones(1000),)) == 0
     finally:
         parts.set_num_threads(n)
-    assert parts._pool[0].board[gemm_board.DONE] == parts._pool[0].board[gemm_board.TOTAL]
+    assert parts._pool[0].board[board.DONE] == parts._pool[0].board[board.TOTAL]
 
 
 @numba.njit(nogil=True)
@@ -354,19 +354,19 @@ def _part_sum(phase, part, nparts, ws, x):
 def test_a_stale_claim_takes_no_piece_of_the_next_product():
     """A worker that read the claim of a product whose pieces are all taken cannot take a
     piece of the next one: posting sets a new product number in the claim first."""
-    from aotgrad.codegen import gemm_board
+    from aotgrad.codegen import board
     fn, e = blas.gemm_address(np.float32), np.zeros(0, np.int64)
     a, b = _rand((6, 4), np.float32, 1), _rand((4, 5), np.float32, 2)
-    board = gemm_board.new_board()
+    posted = board.new_board()
     c = np.zeros((6, 5), np.float32)
     args = (fn, blas.NO_TRANS, blas.NO_TRANS, 6, 5, 4, np.float32(1), a.reshape(-1), 0, 4,
             b.reshape(-1), 0, 5, c.reshape(-1), 0, 5, e, e, e, e, 3, False)
-    gemm_board.post(board, *args)
-    stale = int(board[gemm_board.CLAIM])
-    assert stale & gemm_board.PIECE == 3 and not gemm_board.take(board)
-    gemm_board.post(board, *args)
-    assert int(board[gemm_board.CLAIM]) >> 32 == (stale >> 32) + 1
-    assert not _exchange(board, gemm_board.CLAIM, stale, stale + 1)
+    board.post(posted, *args)
+    stale = int(posted[board.CLAIM])
+    assert stale & board.PIECE == 3 and not board.take(posted)
+    board.post(posted, *args)
+    assert int(posted[board.CLAIM]) >> 32 == (stale >> 32) + 1
+    assert not _exchange(posted, board.CLAIM, stale, stale + 1)
     assert_close(c, a @ b, rtol=1e-5, atol=1e-6)
 
 

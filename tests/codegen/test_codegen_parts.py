@@ -10,7 +10,7 @@ import pytest
 
 from aotgrad.codegen import compile_graph, parts
 from aotgrad.codegen.emit_base import PartsLayout
-from aotgrad.codegen.gemm_board import new_board
+from aotgrad.codegen.board import new_board
 from aotgrad.codegen.parts import PartsKernel
 from aotgrad.ir import Aval, GraphBuilder, evaluate, prims
 from aotgrad.ir import dtypes as dt

@@ -316,8 +316,8 @@ def test_a_cold_kernel_runs_natively_once_compiled_but_not_over_its_input(empty_
     monkeypatch.setattr(tiers, "submit", lambda job, priority=None: None)
     monkeypatch.setattr(tiers, "track", lambda units, priority=None: None)
     calls = []
-    native_call = row_native.NativeRows.__call__
-    monkeypatch.setattr(row_native.NativeRows, "__call__",
+    native_call = row_native.NativeRows.run
+    monkeypatch.setattr(row_native.NativeRows, "run",
                         lambda self, *a: calls.append(1) or native_call(self, *a))
     g = _graph("pw", [((64, 48), dt.float32)],
                lambda x: [prims.mul(prims.tanh(x), prims.full(shape=(64, 48), value=2.0,
@@ -348,8 +348,8 @@ def test_a_compiled_training_step_on_native_programs_equals_eager(empty_cache, m
     monkeypatch.setattr(tiers, "track", lambda units, priority=None: None)
     monkeypatch.setattr(first_tier.Rent, "charge", lambda self, seconds, kernel: None)
     calls = []
-    native_call = row_native.NativeRows.__call__
-    monkeypatch.setattr(row_native.NativeRows, "__call__",
+    native_call = row_native.NativeRows.run
+    monkeypatch.setattr(row_native.NativeRows, "run",
                         lambda self, *a: calls.append(1) or native_call(self, *a))
     loss_fn, grads = attention_step(seq=16, width=24, hidden=32, classes=7, seed=1,
                                     value="silu")
@@ -389,3 +389,39 @@ def test_a_loss_mean_sums_each_row_then_accumulates_the_rows(captured, monkeypat
     assert (row_vm.Op.ACC_SUM, row_vm.AccForm.DIRECT) in ops
     assert all(op is not row_vm.Op.ACC_SUM or form == row_vm.AccForm.DIRECT
                for op, form in ops)
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_native_parts_are_taken_off_the_pools_board(captured, monkeypatch, threads):
+    """A native program's parts are posted on the thread pool's board (codegen.board) and
+    taken there, whether the workers are polling or asleep: each call equals the machine's
+    run in as many parts, bit for bit, sums over the rows included."""
+    import time
+
+    from aotgrad.codegen import board
+    monkeypatch.setattr(row_program, "PARTS_MIN_ELEMENTS", 0)
+    R, C = 203, 70
+
+    def body(x, y):
+        t = prims.tanh(prims.add(x, prims.broadcast_in_dim(y, shape=(R, C), dims=(1,))))
+        return [t, prims.reduce_sum(t, dims=(0,)), prims.reduce_sum(prims.mul(t, x),
+                                                                    dims=(0, 1))]
+    g = _graph("posted", [((R, C), dt.float32), ((C,), dt.float32)], body)
+    compile_graph(g)(_values((R, C), np.float32), _values((C,), np.float32))
+    program, args, whole = captured[0]
+    native = row_native.compile_program(program)
+    parts._Threads.count = threads
+    want = [a.copy() for a in args]
+    assert program.run(want, dict(whole), machine=row_vm.machine())
+    pool_board = parts._pool[0].board
+    for i in range(12):
+        if i % 3 == 2:
+            time.sleep(0.01)              # the workers went to sleep meanwhile
+        written = {j for j, _ in program.outputs} | {j for j, *_ in program.summed}
+        assert program.outputs and program.summed
+        got = [np.zeros_like(a) if j in written else a.copy() for j, a in enumerate(args)]
+        assert program.run(got, dict(whole), native=native)
+        assert pool_board[board.KIND] == board.ROWS
+        assert pool_board[board.DONE] == pool_board[board.TOTAL] == threads
+        for w, g_ in zip(want, got):
+            assert _same(w, g_)

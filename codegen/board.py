@@ -1,20 +1,22 @@
-"""A matrix product's pieces, and the board on which aotgrad's threads share them without the
-interpreter lock.
+"""The board on which aotgrad's threads share work without the interpreter lock: a matrix
+product's pieces, and a native row program's parts.
 
 A product is cut into pieces (whole matrices of a stack, or slabs of rows or columns of one
 matrix: codegen.blas.pieces), each one single-threaded cblas_?gemm called through its
-address. The calling thread posts the product on its thread pool's board (`post`) and takes
-pieces itself; the pool's workers, polling for their next part (codegen.parts), take the
-others (`take`) as soon as it is posted. A part handed to a worker through Python waits for
-the interpreter lock while the caller holds it (tens of microseconds a call where a waiting
+address; a row program compiled by LLVM (codegen.row_native) into parts, each its share of
+the rows with a scratch and accumulators of its own, called through its address. The calling
+thread posts the work on its thread pool's board (`post`, `post_rows`) and takes pieces
+itself; the pool's workers, polling for their next part (codegen.parts), take the others
+(`take`) as soon as it is posted. A part handed to a worker through Python waits for the
+interpreter lock while the caller holds it (tens of microseconds a call where a waiting
 thread's core sleeps, as on a VM); a piece taken here does not. A thread that the machine's
 load slows takes fewer pieces.
 
 A piece is taken by one compare-and-exchange on the board's CLAIM slot, which holds the
-product's number (high 32 bits) and its next piece: a worker that read the claim of a product
-whose pieces are all taken cannot take one of the next product's. Before the caller writes
-the next product's arguments it sets the claim to the new number with no piece left, so
-nothing is taken meanwhile.
+posted work's number (high 32 bits) and its next piece: a worker that read the claim of work
+whose pieces are all taken cannot take one of the next work's. Before the caller writes the
+next work's arguments it sets the claim to the new number with no piece left, so nothing is
+taken meanwhile.
 """
 import numpy as np
 from llvmlite import ir
@@ -25,12 +27,17 @@ from aotgrad.codegen.atomics import compare_exchange, fetch_add, load_acquire, s
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 
-# the board's int64 slots: the claim, pieces done, pieces in all, workers polling; then the
-# posted product's arguments (addresses of its arrays, the batch shape's and steps' arrays)
-(CLAIM, DONE, TOTAL, POLLING, ALPHA, F64, FN, TA, TB, M, N, K, PA, A_OFF, LDA, PB, B_OFF, LDB,
- PC, C_OFF, LDC, PARTS, CUT_COLS, RANK, BATCH, A_STEPS, B_STEPS, C_STEPS, SLOTS) = range(29)
+# the board's int64 slots: the claim, pieces done, pieces in all, workers polling, what is
+# posted (KIND), the address of the function its pieces call and their count; then a
+# product's arguments (addresses of its arrays, the batch shape's and steps' arrays) or a row
+# program's (addresses of its arrays; a part's scratch and accumulators are a row each)
+(CLAIM, DONE, TOTAL, POLLING, KIND, FN, PARTS,
+ ALPHA, F64, TA, TB, M, N, K, PA, A_OFF, LDA, PB, B_OFF, LDB, PC, C_OFF, LDC, CUT_COLS, RANK,
+ BATCH, A_STEPS, B_STEPS, C_STEPS,
+ NROWS, AIN, AOUT, PRE, SCRATCH, SCRATCH_STRIDE, ACC, ACC_STRIDE, IDX, SLOTS) = range(39)
+PRODUCT, ROWS = 0, 1           # KIND
 PIECE = (1 << 32) - 1          # the claim's piece bits
-NUMBER = (1 << 31) - 1         # a product's number, kept below the sign bit
+NUMBER = (1 << 31) - 1         # a posted work's number, kept below the sign bit
 
 
 def new_board():
@@ -57,6 +64,24 @@ def _cblas_gemm(typingctx, fn, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb,
                          builder.inttoptr(b, ptr), ldb, ir.Constant(ft, 0.0),
                          builder.inttoptr(c, ptr), ldc])
         return context.get_dummy_value()
+    return sig, codegen
+
+
+@intrinsic
+def _call_rows(typingctx, fn, lo, hi, ain, aout, pre, scratch, acc, idx):
+    """A native row program's rows lo..hi (codegen.row_native's calling convention) through
+    its function address `fn`; the other arguments are integer addresses."""
+    sig = types.int64(*(types.int64,) * 9)
+
+    def codegen(context, builder, signature, args):
+        fn, lo, hi, ain, aout, pre, scratch, acc, idx = args
+        i64 = ir.IntType(64)
+        p64, pd = i64.as_pointer(), ir.DoubleType().as_pointer()
+        fnty = ir.FunctionType(i64, [i64, i64, p64, p64, pd, pd, pd, p64])
+        f = builder.inttoptr(fn, fnty.as_pointer())
+        return builder.call(f, [lo, hi, builder.inttoptr(ain, p64), builder.inttoptr(aout, p64),
+                                builder.inttoptr(pre, pd), builder.inttoptr(scratch, pd),
+                                builder.inttoptr(acc, pd), builder.inttoptr(idx, p64)])
     return sig, codegen
 
 
@@ -114,8 +139,35 @@ def piece(it, fn, ta, tb, m, n, k, alpha, pa, a_off, lda, pb, b_off, ldb, pc, c_
 
 
 @njit(cache=True, nogil=True)
+def rows_part(it, fn, parts, nrows, ain, aout, pre, scratch, scratch_stride, acc, acc_stride,
+              idx):
+    """Part `it` of `parts` of native row program `fn` over `nrows` rows: its share of the
+    rows, with scratch and accumulator row `it` (strides in bytes)."""
+    lo, hi = nrows * it // parts, nrows * (it + 1) // parts
+    if lo < hi:
+        _call_rows(fn, lo, hi, ain, aout, pre, scratch + it * scratch_stride,
+                   acc + it * acc_stride, idx)
+
+
+@njit(cache=True, nogil=True)
+def rows_serial(fn, parts, nrows, ain, aout, pre, scratch, scratch_stride, acc, acc_stride,
+                idx):
+    """Every part of a native row program on the calling thread, one after another (the
+    arguments as post_rows'): the same parts, so the same sums, as on the board."""
+    for it in range(parts):
+        rows_part(it, fn, parts, nrows, ain, aout, pre, scratch, scratch_stride, acc,
+                  acc_stride, idx)
+    return 0
+
+
+@njit(cache=True, nogil=True)
 def _run(board, it):
-    """Piece `it` of the product posted on `board`."""
+    """Piece `it` of the work posted on `board`."""
+    if board[KIND] == ROWS:
+        rows_part(it, board[FN], board[PARTS], board[NROWS], board[AIN], board[AOUT],
+                  board[PRE], board[SCRATCH], board[SCRATCH_STRIDE], board[ACC],
+                  board[ACC_STRIDE], board[IDX])
+        return
     r = board[RANK]
     batch, a_steps = carray(_int64s_at(board[BATCH]), r), carray(_int64s_at(board[A_STEPS]), r)
     b_steps, c_steps = carray(_int64s_at(board[B_STEPS]), r), carray(_int64s_at(board[C_STEPS]), r)
@@ -134,8 +186,8 @@ def _run(board, it):
 
 @njit(cache=True, nogil=True)
 def take(board):
-    """Take one piece of the product posted on `board` and run it: True if one was run,
-    False if none is left (or another thread took the one this tried for)."""
+    """Take one piece of the work posted on `board` and run it: True if one was run, False
+    if none is left (or another thread took the one this tried for)."""
     claim = load_acquire(board, CLAIM)
     it = claim & PIECE
     if it >= load_acquire(board, TOTAL):
@@ -148,14 +200,36 @@ def take(board):
 
 
 @njit(cache=True, nogil=True)
+def _open(board):
+    """The next work's number, set in the claim with no piece left: nothing is taken while
+    its arguments are written."""
+    number = ((load_acquire(board, CLAIM) >> 32) + 1) & NUMBER
+    store_release(board, CLAIM, (number << 32) | PIECE)
+    return number
+
+
+@njit(cache=True, nogil=True)
+def _share(board, number, total):
+    """Post the work whose arguments are written: its `total` pieces taken by this thread
+    and the workers polling the board; returns once every piece is done."""
+    board[DONE] = 0
+    store_release(board, TOTAL, total)
+    store_release(board, CLAIM, number << 32)
+    while (load_acquire(board, CLAIM) & PIECE) < total:
+        take(board)
+    while load_acquire(board, DONE) < total:     # pieces a worker took, still running
+        pass
+    return 0
+
+
+@njit(cache=True, nogil=True)
 def post(board, fn, ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, c, c_off, ldc, batch,
          a_steps, b_steps, c_steps, parts, cut_cols):
     """c[i] = alpha op(a)[i] @ op(b)[i] for every matrix i of the stack `batch`, its pieces
     posted on `board` and taken by this thread and the workers polling it (the arguments as
     codegen.blas.gemm_serial's); returns once every piece is done."""
-    total = count(batch, parts)
-    number = ((load_acquire(board, CLAIM) >> 32) + 1) & NUMBER
-    store_release(board, CLAIM, (number << 32) | PIECE)     # nothing to take meanwhile
+    number = _open(board)
+    board[KIND] = PRODUCT
     board[ALPHA:ALPHA + 1].view(np.float64)[0] = np.float64(alpha)
     board[F64] = c.itemsize == 8
     board[FN], board[TA], board[TB], board[M], board[N], board[K] = fn, ta, tb, m, n, k
@@ -165,11 +239,19 @@ def post(board, fn, ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, c, c_o
     board[PARTS], board[CUT_COLS], board[RANK] = parts, cut_cols, batch.size
     board[BATCH], board[A_STEPS] = batch.ctypes.data, a_steps.ctypes.data
     board[B_STEPS], board[C_STEPS] = b_steps.ctypes.data, c_steps.ctypes.data
-    board[DONE] = 0
-    store_release(board, TOTAL, total)
-    store_release(board, CLAIM, number << 32)
-    while (load_acquire(board, CLAIM) & PIECE) < total:
-        take(board)
-    while load_acquire(board, DONE) < total:     # pieces a worker took, still running
-        pass
-    return 0
+    return _share(board, number, count(batch, parts))
+
+
+@njit(cache=True, nogil=True)
+def post_rows(board, fn, parts, nrows, ain, aout, pre, scratch, scratch_stride, acc,
+              acc_stride, idx):
+    """Native row program `fn` over `nrows` rows in `parts` parts (rows_part), posted on
+    `board` and taken by this thread and the workers polling it; returns once every part is
+    done. The arrays (addresses) must stay alive until then."""
+    number = _open(board)
+    board[KIND] = ROWS
+    board[FN], board[PARTS], board[NROWS] = fn, parts, nrows
+    board[AIN], board[AOUT], board[PRE], board[IDX] = ain, aout, pre, idx
+    board[SCRATCH], board[SCRATCH_STRIDE] = scratch, scratch_stride
+    board[ACC], board[ACC_STRIDE] = acc, acc_stride
+    return _share(board, number, parts)
