@@ -80,6 +80,7 @@ class Rent:
         self._started = False
         self._left = dict(compile_seconds)      # kernel name -> its estimated compile seconds
         self._workers = max(1, workers)
+        self._due = self._estimate()            # (charged on every first-tier call)
         self._lock = threading.Lock()
         self._finished = threading.Event()
         self._waited_once = False
@@ -89,6 +90,10 @@ class Rent:
     def compiled(self, name):
         with self._lock:
             self._left.pop(name, None)
+            self._due = self._estimate()
+
+    def _estimate(self):
+        return sum(self._left.values()) / min(self._workers, max(1, len(self._left)))
 
     def started(self):
         self._started = True
@@ -98,8 +103,7 @@ class Rent:
 
     def due(self):
         """Seconds the kernels still on numpy are estimated to take to compile now."""
-        with self._lock:
-            return sum(self._left.values()) / min(self._workers, max(1, len(self._left)))
+        return self._due
 
     def charge(self, seconds, kernel):
         """Charge a run of reference kernel `kernel` (its name) `seconds` beyond its

@@ -79,21 +79,18 @@ class NativeRows:
         except Exception:       # the interpreter is exiting: the process frees it all
             pass
 
-    def run(self, parts_, nrows, addr_in, addr_out, pre, scratch, acc, idx):
-        """Run over `nrows` rows in `parts_` parts, part i with scratch and accumulator row
-        i: posted on the thread pool's board (codegen.board), where the workers take parts
-        without the interpreter lock; on this thread alone where `parts_` is 1 (or the pool
-        is busy: the same parts one after another). The arrays stay alive until it returns."""
-        args = (self.address, parts_, nrows, _address(addr_in), _address(addr_out),
-                _address(pre), _address(scratch), scratch.strides[0], _address(acc),
-                acc.strides[0], _address(idx))
+    def run(self, parts_, nrows, ain, aout, pre, scratch, scratch_stride, acc, acc_stride,
+            idx):
+        """Run over `nrows` rows in `parts_` parts (the arguments are addresses; strides in
+        bytes), part i with scratch and accumulator row i: posted on the thread pool's board
+        (codegen.board), where the workers take parts without the interpreter lock; on this
+        thread alone where `parts_` is 1 (or the pool is busy: the same parts one after
+        another). The arrays must stay alive until it returns."""
+        args = (self.address, parts_, nrows, ain, aout, pre, scratch, scratch_stride, acc,
+                acc_stride, idx)
         if parts_ == 1:
             return board.rows_serial(*args)
         return parts.run_posted(board.post_rows, args, board.rows_serial)
-
-
-def _address(a):
-    return a.__array_interface__["data"][0]
 
 
 def compile_program(program):

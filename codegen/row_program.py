@@ -142,8 +142,12 @@ class RowProgram:
                           for p in self.pre if p.node is not None]
         # preloaded registers of earlier calls, to fill again (their other spans hold the
         # template's constants): a call takes one or copies the template, and gives it back
-        # (a list's pop and append are atomic: two threads never share one)
+        # (a list's pop and append are atomic: two threads never share one); the same for
+        # the buffers of a call (_Frame)
         self._pre_free = []
+        self._frames = []
+        self._pre_template = _Registers(self.pre_template)
+        self._idx_address = _address(self.idx)
 
     # -- translation --------------------------------------------------------------------
     def _translate(self, kernel):
@@ -355,27 +359,34 @@ class RowProgram:
         if fn is None:
             return False
         if not self._per_call:
-            pre = self.pre_template            # (only read)
+            pre = self._pre_template               # (only read)
         else:
             try:
                 pre = self._pre_free.pop()
             except IndexError:
-                pre = self.pre_template.copy()
+                pre = _Registers(self.pre_template.copy())
         for x, index, lo, hi, rows in self._per_call:
             value = whole[x]
-            _fill(pre, lo, hi, rows, value if index is None else np.ravel(value)[index])
-        addr_in = np.array(addr_in or [0], np.int64)
-        addr_out = np.array(addr_out or [0], np.int64)
+            _fill(pre.array, lo, hi, rows, value if index is None else np.ravel(value)[index])
         nparts = max(1, parts.get_num_threads())
-        acc = np.empty((nparts, self.acc_init.size))
-        acc[...] = self.acc_init
         alone = self.elements < PARTS_MIN_ELEMENTS    # not worth waking the other threads
+        try:
+            frame = self._frames.pop()
+        except IndexError:
+            frame = None
+        if frame is None or frame.nparts != nparts:
+            frame = _Frame(self, nparts)
+        acc = frame.acc
+        acc[...] = self.acc_init
         if fn is native:
-            scratch = np.empty((nparts, max(1, self.work)))   # (alive until the end)
-            native.run(1 if alone else nparts, self.rows, addr_in, addr_out, pre, scratch, acc,
-                       self.idx)
+            frame.addr[:len(addr_in)] = addr_in
+            frame.addr[frame.outputs_at:frame.outputs_at + len(addr_out)] = addr_out
+            ain, aout, scratch, scratch_stride, acc_at, acc_stride = frame.addresses
+            native.run(1 if alone else nparts, self.rows, ain, aout, pre.address, scratch,
+                       scratch_stride, acc_at, acc_stride, self._idx_address)
         else:
-            args_ = (self.code, self.idx, pre, addr_in, addr_out, acc, self.rows, self.group,
+            args_ = (self.code, self.idx, pre.array, np.array(addr_in or [0], np.int64),
+                     np.array(addr_out or [0], np.int64), acc, self.rows, self.group,
                      self.work)
             if alone:
                 fn(1, 0, 1, parts.NO_WORKSPACE, *args_)
@@ -386,10 +397,41 @@ class RowProgram:
             whole[v] = total.reshape(v.shape).astype(v.dtype.np)
             if i is not None:
                 args[i][...] = whole[v].reshape(args[i].shape)
+        self._frames.append(frame)
         if self._per_call:
             self._pre_free.append(pre)
         del ins
         return True
+
+
+class _Registers:
+    """Preloaded registers and their address (taken once: a small program's call costs
+    about as much as a few addresses read from numpy)."""
+    __slots__ = ("array", "address")
+
+    def __init__(self, array):
+        self.array, self.address = array, _address(array)
+
+
+class _Frame:
+    """A call's buffers, kept for the next call of the same program: its accumulators and
+    its native code's scratch (a row per part), the addresses of its inputs and outputs, and
+    the addresses native code takes of these."""
+    __slots__ = ("nparts", "acc", "scratch", "addr", "outputs_at", "addresses")
+
+    def __init__(self, program, nparts):
+        self.nparts = nparts
+        self.acc = np.empty((nparts, program.acc_init.size))
+        self.scratch = np.empty((nparts, max(1, program.work)))
+        self.outputs_at = max(1, len(program.inputs))
+        self.addr = np.zeros(self.outputs_at + max(1, len(program.outputs)), np.int64)
+        at = _address(self.addr)
+        self.addresses = (at, at + 8 * self.outputs_at, _address(self.scratch),
+                          self.scratch.strides[0], _address(self.acc), self.acc.strides[0])
+
+
+def _address(a):
+    return a.__array_interface__["data"][0]
 
 
 def _fill(pre, lo, hi, rows, value):
