@@ -46,11 +46,11 @@ from aotgrad.codegen.parts import run_posted
 # products with fewer multiply-adds than this stay on np.matmul, which OpenBLAS (set to one
 # thread meanwhile) runs on the calling thread: cutting them costs more than it gains
 SPLIT_MIN = 1 << 18
-# products with fewer multiply-adds than this (a few tens of microseconds on one core) run
-# on the calling thread (gemm_serial): handing pieces to the other threads costs about as
-# much as sharing them saves, and up to a scheduler time slice while another process holds
-# the other core
-SERIAL_MAX = 1 << 22
+# products with fewer multiply-adds than this (about ten microseconds on one core) run on
+# the calling thread (gemm_serial): posting them costs about as much as sharing them saves.
+# Above it the board pays even for a skinny product (a classifier's 10 columns): a piece is
+# taken only by a thread that polls, so none waits for a worker that is not running
+SERIAL_MAX = 1 << 20
 
 log = logging.getLogger(__name__)
 
