@@ -31,7 +31,7 @@ the last 20 steps; how many steps after the first ran kernels on numpy (the firs
 whether their compiles are queued, running or held back until their rent is due: `n numpy`) and the seconds from process start to the end of the last of them (`numpy s`),
 and to the end of the last step while any background compile was pending (`busy s`; `-`
 where they were still pending at the last step); the seconds the programs waited for their
-first-tier compiles once their numpy runs had cost as much (`wait s`: codegen.first_tier.Rent); the load average; the calls of the
+first-tier compiles once their numpy runs had cost as much (`wait s`: codegen.rent.Rent); the load average; the calls of the
 compiled function that ran eagerly (`eager`: a graph break; must be 0); the loss of the last step and its relative difference
 from torch eager's in the same run (same seeded data and weights; `vs torch`).
 

@@ -4,7 +4,7 @@ of a program is worth its compile (compiler/fused_call.py: the fused forward+bac
 program, which saves the split programs' saved values a round trip), and whether a
 program's first-tier compiles get a helper at the caller's priority (codegen.tiers), and of
 a kernel's compile: when a program stops running its kernels on numpy and waits for them
-(codegen.first_tier.Rent).
+(codegen.rent.Rent).
 
 A fused kernel or a reference step costs the bytes it reads and writes (each value once, as
 the profiler counts them, codegen.step_events) at BYTES_PER_SECOND; a matrix product its

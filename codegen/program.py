@@ -14,7 +14,8 @@ from aotgrad.codegen.emit_base import PAR_MIN
 from aotgrad.codegen.emitter import module_source
 from aotgrad.codegen.index import SymbolicSizeInKernel
 from aotgrad.codegen.executor import Plan
-from aotgrad.codegen.first_tier import Rent, reference_kernel
+from aotgrad.codegen.first_tier import reference_kernel
+from aotgrad.codegen.rent import Rent
 from aotgrad.codegen.parts import PartsKernel
 from aotgrad.codegen.scheduler import Kernel, Scheduler, StepKind
 from aotgrad.codegen.size_variants import emit_variants, same_arguments
@@ -159,7 +160,7 @@ class CompiledGraph:
         # numba (loading the modules and compiling the kernels)
         self.stage_seconds = {"schedule": t1 - t0, "codegen": t2 - t1 + time.perf_counter() - t3,
                               "numba": t3 - t2}
-        self.rent = None       # the first tier's account (first_tier.Rent)
+        self.rent = None       # the first tier's account (codegen.rent.Rent)
         if self.first_tier:
             specs = {s.name: s for s in self._on_first_tier()}
             units = [self._unit(name) for name in specs]
@@ -198,7 +199,7 @@ class CompiledGraph:
         """Background job (codegen.tiers): compile the kernels that run on numpy for now,
         in helper processes (each swapped into the driver as soon as it is compiled; first
         those whose numpy run took longest for their compile cost), or here where no helper
-        can; True once all are swapped in. A call waiting for them (first_tier.Rent) goes on
+        can; True once all are swapped in. A call waiting for them (codegen.rent.Rent) goes on
         when the job ends, whatever its outcome."""
         self.rent.started()
         try:

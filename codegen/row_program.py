@@ -1,5 +1,5 @@
 """A cold kernel as a program of the row machine (codegen.row_vm): its RowBlocks plan
-(codegen.first_tier) translated into row instructions once, then run on each call over
+(codegen.row_blocks) translated into row instructions once, then run on each call over
 the kernel's arguments, on the threads of codegen.parts.
 
     program = row_program(kernel, rb)  # None: a node the machine has no instruction for
@@ -42,7 +42,7 @@ _ELEMENTWISE = {
     prims.ne: Op.NE, prims.lt: Op.LT, prims.le: Op.LE, prims.gt: Op.GT, prims.ge: Op.GE,
     prims.logical_and: Op.AND, prims.logical_or: Op.OR,
 }
-# prims whose value is their input's elements rearranged within each row (first_tier's
+# prims whose value is their input's elements rearranged within each row (codegen.row_blocks'
 # row plans keep them to the axes past the rows): a gather
 _WITHIN_ROWS = (prims.slice, prims.transpose, prims.rev)
 _BOOL_ARITHMETIC = {Op.ADD: Op.OR, Op.MUL: Op.AND, Op.MAX: Op.OR, Op.MIN: Op.AND}

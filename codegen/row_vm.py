@@ -1,7 +1,7 @@
 """The row machine: one Numba function, compiled once per installation, that runs a cold
 kernel's nodes row by row until the kernel's own machine code is compiled.
 
-A kernel that keeps each row to itself (codegen.first_tier.RowBlocks: pointwise chains, row
+A kernel that keeps each row to itself (codegen.row_blocks.RowBlocks: pointwise chains, row
 reductions, broadcasts of per-row or per-column values) is translated into a short program
 of row instructions (codegen.row_program). `run_rows` interprets such a program over a range
 of rows, a group of rows at a time: every value of a group lives in a float64 register of

@@ -12,7 +12,7 @@ The first tier (AOTGRAD_FIRST_TIER):
   progress stops taking new kernels when a more urgent one comes. Their helpers run niced,
   in the idle scheduling class, except one for a program whose run is estimated at a few
   milliseconds or more (first_tier_boosted): such a program's job is held back (`defer`)
-  until its numpy runs have cost about as much as its compiles (first_tier.Rent), and that
+  until its numpy runs have cost about as much as its compiles (codegen.rent.Rent), and that
   call waits for it. A smaller program waits for its job, started at once, at that point.
 - `serial`: every kernel is compiled before the first call (the name is historical: the
   kernels are the same either way).

@@ -1,4 +1,4 @@
-"""The numpy first tier in blocks of rows (codegen.first_tier.RowBlocks): a kernel whose
+"""The numpy first tier in blocks of rows (codegen.row_blocks.RowBlocks): a kernel whose
 nodes keep rows to themselves runs block by block and gives what the whole-array reference
 run gives (a tail block, reductions along the rows and over them, broadcasts of per-row
 and per-column values, reshapes); a kernel that mixes rows, or an output buffer that
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from attention_step import attention_step
 
-from aotgrad.codegen import compile_graph, first_tier, tiers
+from aotgrad.codegen import compile_graph, first_tier, row_blocks, tiers
 from aotgrad.ir import Aval, GraphBuilder, evaluate, prims
 from aotgrad.ir import dtypes as dt
 from aotgrad.testing import assert_close
@@ -26,7 +26,7 @@ def numpy_tier(tmp_path, monkeypatch):
     monkeypatch.delenv("AOTGRAD_FIRST_TIER", raising=False)
     monkeypatch.setattr(tiers, "submit", lambda job, priority=None: None)
     monkeypatch.setattr(tiers, "track", lambda units, priority=None: None)   # none at exit
-    monkeypatch.setattr(first_tier, "BLOCK_ELEMENTS", 72)
+    monkeypatch.setattr(row_blocks, "BLOCK_ELEMENTS", 72)
 
 
 def _refs(prog):
@@ -328,14 +328,14 @@ def test_a_kernels_constants_are_made_once_and_its_inputs_each_call(numpy_tier, 
 
 def test_full_keeps_apart_values_that_compare_equal():
     f32 = dt.float32
-    assert np.signbit(first_tier._full(shape=(3,), value=-0.0, dtype=f32)).all()
-    assert not np.signbit(first_tier._full(shape=(3,), value=0.0, dtype=f32)).any()
-    assert first_tier._full(shape=(2,), value=True, dtype=dt.bool_).dtype == np.bool_
-    assert first_tier._full(shape=(2,), value=1, dtype=f32).dtype == np.float32
-    nan = first_tier._full(shape=(2, 2), value=float("nan"), dtype=f32)
+    assert np.signbit(row_blocks._full(shape=(3,), value=-0.0, dtype=f32)).all()
+    assert not np.signbit(row_blocks._full(shape=(3,), value=0.0, dtype=f32)).any()
+    assert row_blocks._full(shape=(2,), value=True, dtype=dt.bool_).dtype == np.bool_
+    assert row_blocks._full(shape=(2,), value=1, dtype=f32).dtype == np.float32
+    nan = row_blocks._full(shape=(2, 2), value=float("nan"), dtype=f32)
     assert np.isnan(nan).all() and nan.shape == (2, 2)
     with pytest.raises(ValueError):
-        first_tier._full(shape=(2,), value=1.0, dtype=f32)[0] = 5.0    # read-only
+        row_blocks._full(shape=(2,), value=1.0, dtype=f32)[0] = 5.0    # read-only
 
 
 @pytest.mark.parametrize("whole", [False, True])

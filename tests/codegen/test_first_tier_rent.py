@@ -1,4 +1,4 @@
-"""The first tier is rented (codegen.first_tier.Rent): a program's numpy runs are charged
+"""The first tier is rented (codegen.rent.Rent): a program's numpy runs are charged
 what they cost beyond their compiled kernels' estimate, and once the charges reach a share
 of the estimated compile of the kernels still on numpy, the program waits for those
 compiles, once, never in its first call, and then runs them compiled, with the values it
@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from aotgrad.codegen import compile_graph, cost, tiers
-from aotgrad.codegen.first_tier import ReferenceKernel, Rent
+from aotgrad.codegen.first_tier import ReferenceKernel
+from aotgrad.codegen.rent import Rent
 from aotgrad.ir import Aval, GraphBuilder, evaluate, prims
 from aotgrad.ir import dtypes as dt
 from aotgrad.testing import assert_close

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from attention_step import attention_step
 
-from aotgrad.codegen import compile_graph, first_tier, parts, row_lower, row_native, \
-    row_program, row_vm, tiers
+from aotgrad.codegen import compile_graph, parts, rent, row_lower, row_native, row_program, \
+    row_vm, tiers
 from aotgrad.ir import Aval, GraphBuilder, evaluate, prims
 from aotgrad.ir import dtypes as dt
 from aotgrad.testing import assert_close
@@ -346,7 +346,7 @@ def test_a_compiled_training_step_on_native_programs_equals_eager(empty_cache, m
     monkeypatch.delenv("AOTGRAD_FIRST_TIER", raising=False)
     monkeypatch.setattr(tiers, "submit", lambda job, priority=None: None)
     monkeypatch.setattr(tiers, "track", lambda units, priority=None: None)
-    monkeypatch.setattr(first_tier.Rent, "charge", lambda self, seconds, kernel: None)
+    monkeypatch.setattr(rent.Rent, "charge", lambda self, seconds, kernel: None)
     calls = []
     native_call = row_native.NativeRows.run
     monkeypatch.setattr(row_native.NativeRows, "run",
