@@ -27,14 +27,15 @@ from aotgrad.codegen.atomics import compare_exchange, fetch_add, load_acquire, s
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 
-# the board's int64 slots: the claim, pieces done, pieces in all, workers polling, what is
-# posted (KIND), the address of the function its pieces call and their count; then a
+# the board's int64 slots: the claim, pieces done, pieces in all, workers polling, holds
+# that keep them polling (codegen.parts.hold), what is posted (KIND), the address of the
+# function its pieces call and their count; then a
 # product's arguments (addresses of its arrays, the batch shape's and steps' arrays) or a row
 # program's (addresses of its arrays; a part's scratch and accumulators are a row each)
-(CLAIM, DONE, TOTAL, POLLING, KIND, FN, PARTS,
+(CLAIM, DONE, TOTAL, POLLING, HOLDS, KIND, FN, PARTS,
  ALPHA, F64, TA, TB, M, N, K, PA, A_OFF, LDA, PB, B_OFF, LDB, PC, C_OFF, LDC, CUT_COLS, RANK,
  BATCH, A_STEPS, B_STEPS, C_STEPS,
- NROWS, AIN, AOUT, PRE, SCRATCH, SCRATCH_STRIDE, ACC, ACC_STRIDE, IDX, SLOTS) = range(39)
+ NROWS, AIN, AOUT, PRE, SCRATCH, SCRATCH_STRIDE, ACC, ACC_STRIDE, IDX, SLOTS) = range(40)
 PRODUCT, ROWS = 0, 1           # KIND
 PIECE = (1 << 32) - 1          # the claim's piece bits
 NUMBER = (1 << 31) - 1         # a posted work's number, kept below the sign bit

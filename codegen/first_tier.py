@@ -31,7 +31,7 @@ import time
 
 import numpy as np
 
-from aotgrad.codegen import cost, row_native, row_vm
+from aotgrad.codegen import cost, parts, row_native, row_vm, tiers
 from aotgrad.codegen.row_blocks import numpy_impl, row_blocks
 from aotgrad.codegen.row_program import row_program
 from aotgrad.codegen.steps import Kernel
@@ -167,6 +167,12 @@ def _evaluate(nodes, env, how=None):
     _Steps(nodes, how).run(env)
 
 
+# a reference kernel whose last run took longer than this holds the thread pool's workers
+# polling while it runs (parts.hold): a worker asleep by its end would start the product
+# that follows late
+HOLD_SECONDS = 2e-4
+
+
 class ReferenceKernel:
     """Callable as the compiled kernel of `spec` is (same arguments, in the same order):
     reads its "in" arrays, evaluates `step.nodes`, writes its "out" arrays; returns 0 (no
@@ -192,6 +198,9 @@ class ReferenceKernel:
         self.calls = 0
         self.compiled_seconds = cost.step_seconds(step)   # the compiled kernel's, estimated
         self.rent = None        # the program's Rent, where it has one
+        # whether it may keep the pool's workers polling while it runs (its program's
+        # compiles are held back: no helper needs the cores meanwhile)
+        self.holds_workers = False
         self._constants = {}    # "whole" / "once" -> (constant values, _Steps of the rest)
         self._block_steps = {}  # rows in a block -> _Steps of the per-block nodes
 
@@ -202,13 +211,18 @@ class ReferenceKernel:
             # (not at the first: a first call stays as fast as it can be, and a kernel run
             # once needs no compile)
             row_native.request(self.program, self.seconds)
-        if self.program is not None and (self.program.native is not None
-                                         or row_vm.machine() is not None):
-            done = self._run_blocks(args, self.program.rb)
-        else:
-            done = self.blocks is not None and self._run_blocks(args, self.blocks)
-        if not done:
-            self._run_whole(args)
+        held = parts.hold() if self.holds_workers and self.seconds > HOLD_SECONDS \
+            and row_native.idle() and not tiers.pending() else None
+        try:
+            if self.program is not None and (self.program.native is not None
+                                             or row_vm.machine() is not None):
+                done = self._run_blocks(args, self.program.rb)
+            else:
+                done = self.blocks is not None and self._run_blocks(args, self.blocks)
+            if not done:
+                self._run_whole(args)
+        finally:
+            parts.let_go(held)
         self.seconds = time.perf_counter() - t0
         self.best_seconds = min(self.best_seconds, self.seconds)
         if self.rent is not None:

@@ -26,7 +26,7 @@ import numba
 import numpy as np
 
 from aotgrad.codegen.atomics import fetch_add, load_acquire
-from aotgrad.codegen.board import POLLING, new_board, take
+from aotgrad.codegen.board import HOLDS, POLLING, new_board, take
 
 # the workspace of a kernel without shared partials (also what a serial wrapper passes its
 # kernel in parts, run as one part)
@@ -62,8 +62,9 @@ LINGER = 50_000
 @numba.njit(nogil=True, cache=True)
 def _poll(flag, spins, board, linger):
     """True as soon as flag[0] is nonzero (after `linger` more polls), False after `spins`
-    polls that found no work: meanwhile this thread takes pieces of the products posted on
-    `board` (codegen.board; its POLLING slot counts the threads polling it)."""
+    polls that found no work while no one held the board (`hold`): meanwhile this thread
+    takes pieces of the products posted on `board` (codegen.board; its POLLING slot counts
+    the threads polling it)."""
     fetch_add(board, POLLING, 1)
     left, seen = spins, False
     while left > 0:
@@ -74,7 +75,7 @@ def _poll(flag, spins, board, linger):
             break
         if take(board):
             left = spins
-        else:
+        elif load_acquire(board, HOLDS) == 0:
             left -= 1
     fetch_add(board, POLLING, -1)
     return seen
@@ -214,6 +215,38 @@ def run_posted(post, args, serial):
         return post(pool.board, *args)
     finally:
         pool.busy.release()
+
+
+@numba.njit(nogil=True, cache=True)
+def _add_hold(board, n):
+    fetch_add(board, HOLDS, n)
+
+
+def hold():
+    """Keep the pool's workers polling its board (a worker asleep is woken) until `let_go`:
+    for a stretch of work on this thread alone that a product follows (a first-tier kernel
+    on numpy), which otherwise finds them asleep and starts without them (a worker asleep
+    takes a tenth of a millisecond or more to wake on a VM, and a product is cut into one
+    piece per thread). A polling worker keeps its core busy: hold only while nothing else
+    waits for that core (a compile). Returns the board held, or None where there are no
+    workers: pass it to `let_go`."""
+    pool, n = _pool[0], _Threads.count
+    if n < 2:
+        return None
+    _add_hold(pool.board, 1)
+    if pool.board[POLLING] < n - 1 and pool.busy.acquire(blocking=False):
+        try:
+            for w in pool.helpers(n - 1):
+                w.wake()
+        finally:
+            pool.busy.release()
+    return pool.board
+
+
+def let_go(board):
+    """End a `hold` (`board`: what it returned)."""
+    if board is not None:
+        _add_hold(board, -1)
 
 
 def run_parts(fn, args):

@@ -184,6 +184,7 @@ class CompiledGraph:
                 runs_per_call=collections.Counter(s.name for s in self._on_first_tier()))
             for ref in self.first_tier.values():
                 ref.rent = self.rent
+                ref.holds_workers = bool(self.first_tier_boosted)
             if held is None:
                 tiers.submit(functools.partial(self._compile_first_tier, units),
                              tiers.Priority.FIRST_TIER)

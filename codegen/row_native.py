@@ -193,6 +193,11 @@ def request(program, seconds=0.0):
         _compiler.submit(program, seconds)
 
 
+def idle():
+    """Is no compile queued or running?"""
+    return not _compiler.waiting
+
+
 def wait():
     """Block until every requested compile has ended (tests)."""
     _compiler.jobs.join()

@@ -273,3 +273,55 @@ def test_a_signal_wakes_its_waiter_whether_it_polls_or_sleeps(delay):
     assert signal.flag[0] == 0
     assert not parts._poll(signal.flag, 1000, signal.board, 0)
     assert not signal.lock.acquire(blocking=False)
+
+
+def test_a_poll_counts_down_only_while_no_one_holds_the_board():
+    """A worker's poll gives up after `spins` empty polls, but not while the board is held
+    (parts.hold): it goes on until the hold ends, or its flag is set."""
+    import time
+    from aotgrad.codegen import board as board_
+    b, flag = new_board(), np.zeros(1, np.int64)
+    assert not parts._poll(flag, 100, b, 0)
+    for release in ("let go", "flag"):
+        b[board_.HOLDS] = 1
+        seen = []
+        t = threading.Thread(target=lambda: seen.append(parts._poll(flag, 100, b, 0)))
+        t.start()
+        time.sleep(0.05)
+        assert t.is_alive() and b[board_.POLLING] == 1
+        if release == "let go":
+            b[board_.HOLDS] = 0
+        else:
+            flag[0] = 1
+        t.join(10)
+        assert not t.is_alive() and seen == [release == "flag"] and b[board_.POLLING] == 0
+        flag[0] = 0
+
+
+def test_a_hold_keeps_the_pools_workers_polling_until_it_is_let_go():
+    import time
+    import aotgrad
+    from aotgrad.codegen import board as board_
+    n = aotgrad.get_num_threads()
+    try:
+        aotgrad.set_num_threads(1)
+        assert parts.hold() is None          # no workers: nothing to hold
+        parts.let_go(None)
+        aotgrad.set_num_threads(3)
+        pool_board = parts._pool[0].board
+        parts.run_parts(lambda *a: 0, ())    # (the workers started)
+        time.sleep(0.05)                     # ... and asleep: no work for longer than SPINS
+        held = parts.hold()
+        assert held is pool_board and held[board_.HOLDS] == 1
+        deadline = time.monotonic() + 10
+        while held[board_.POLLING] < 2 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        time.sleep(0.05)                     # far more than SPINS polls
+        assert held[board_.POLLING] == 2
+        parts.let_go(held)
+        assert held[board_.HOLDS] == 0
+        while held[board_.POLLING] and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert held[board_.POLLING] == 0
+    finally:
+        aotgrad.set_num_threads(n)

@@ -269,3 +269,41 @@ def test_a_dropped_programs_held_back_compile_never_starts(cold, monkeypatch):
     gc.collect()
     tiers.wait(10)
     assert submitted == []
+
+
+@pytest.mark.parametrize("boosted", [True, False])
+def test_a_program_whose_compiles_are_held_back_keeps_the_workers_polling(
+        cold, monkeypatch, boosted):
+    """A reference kernel of a program whose compiles are held back holds the thread pool's
+    workers polling while it runs (parts.hold), once its runs take long enough, so the
+    product after it starts on every thread; not where compiles run beside the steps (a
+    small program's, or any pending), which take the idle cores."""
+    from aotgrad.codegen import first_tier, parts, row_native
+    monkeypatch.setattr(tiers, "BOOST_MIN_SECONDS", 0.0 if boosted else 1e9)
+    monkeypatch.setattr(tiers, "submit", lambda job, priority=tiers.Priority.UPGRADE: None)
+    monkeypatch.setattr(Rent, "due", lambda self: 1e9)
+    monkeypatch.setattr(first_tier, "HOLD_SECONDS", 0.0)
+    monkeypatch.setattr(row_native, "idle", lambda: True)
+    pending = [0]
+    monkeypatch.setattr(tiers, "pending", lambda priority=None: pending[0])
+    events = []
+    hold, let_go = parts.hold, parts.let_go
+    monkeypatch.setattr(parts, "hold", lambda: events.append("hold") or hold())
+    monkeypatch.setattr(parts, "let_go", lambda b: (events.append(("let go", b is None)),
+                                                    let_go(b)))
+    prog = compile_graph(graph())
+    refs = [k for k in _bound(prog) if isinstance(k, ReferenceKernel)]
+    assert refs and all(r.holds_workers == boosted for r in refs)
+    want = evaluate(graph(), [X])
+    prog(X)                         # a first run: its time not known yet, nothing held
+    assert "hold" not in events
+    got = prog(X)
+    assert events.count("hold") == (len(refs) if boosted else 0)
+    assert sum(1 for e in events if e[0] == "let go" and not e[1]) == events.count("hold")
+    events.clear()
+    pending[0] = 1                  # a compile in the background: the cores are its
+    prog(X)
+    assert "hold" not in events
+    for a, b in zip(got, want):
+        assert_close(a, b, rtol=1e-5, atol=1e-4)
+    assert parts._pool[0].board[parts.HOLDS] == 0
