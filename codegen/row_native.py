@@ -3,15 +3,15 @@ small fraction of what Numba's compile of their kernels costs, while the kernels
 that: `compile_program(program)` compiles codegen.row_lower's IR of it with llvmlite's
 MCJIT into a function of integer addresses, run in parts on the thread pool's board
 (NativeRows.run); `request(program, seconds)` queues that compile on one
-background thread, once per distinct program, and sets `program.native` when it is
-done."""
+background thread in the idle scheduling class (it takes only the CPU time the steps leave),
+once per distinct program, and sets `program.native` when it is done."""
 import logging
 import math
 import os
 import queue
 import threading
 
-from aotgrad.codegen import board, parts, row_lower
+from aotgrad.codegen import board, compile_worker, parts, row_lower
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +163,11 @@ class _Compiler:
         self.jobs.put((-seconds, seq, key, program))
 
     def _loop(self):
+        # in the idle scheduling class: a step runs on every core, and the steps while a
+        # compile took a core from them ran at about half speed; taking only the time they
+        # leave, the compiles end later, the steps meanwhile on the row machine, for about
+        # the same time to a given step in all (benchmarks/bench_cold_start.py)
+        compile_worker.idle_class()
         # the board's row-program functions compiled (or loaded from Numba's cache) here,
         # before the first program is: not in the middle of the step that first runs one
         board.post_rows(board.new_board(), *(0,) * 11)

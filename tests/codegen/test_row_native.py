@@ -5,6 +5,9 @@ accumulation over the rows, per-row and repeated values, a group's tail rows and
 threads' partial results. A cold kernel runs its program natively once it is compiled,
 except where an output is written over its input; a compiled training step on the native
 programs equals eager."""
+import os
+import threading
+
 import numpy as np
 import pytest
 from attention_step import attention_step
@@ -330,6 +333,10 @@ def test_a_cold_kernel_runs_natively_once_compiled_but_not_over_its_input(empty_
         assert_close(prog(x)[0], want, rtol=2e-6, atol=1e-7)
         row_native.wait()
     assert ref.program.native is not None and calls
+    # the compiles ran in the idle scheduling class (only on CPU time the steps leave)
+    thread, = [t for t in threading.enumerate() if t.name == "aotgrad-row-native"]
+    if hasattr(os, "SCHED_IDLE"):
+        assert os.sched_getscheduler(thread.native_id) == os.SCHED_IDLE
     # the same kernel writing over its input: the machine's run, not the native one
     kinds = [a.kind for a in next(iter(prog.specs.values())).args]
     n = len(calls)
