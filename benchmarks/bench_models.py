@@ -14,13 +14,18 @@ step"). Steps share 2 cores with whatever else runs: the load average is printed
     python benchmarks/bench_models.py [--steps 50] [--models gpt,lenet] [--quick]
                                       [--torch-compile] [--json out.json]
     python benchmarks/bench_models.py --profile gpt|W4 [--steps 5] [--min] [--threads 1]
-    python benchmarks/bench_models.py --interleave gpt [--steps 30] [--no-jax]
+    python benchmarks/bench_models.py --interleave gpt [--steps 30] [--no-jax] [--settle 0.05]
 
 --interleave runs PyTorch eager and aotgrad's compiled step of one model in this process,
 and for the GPT, where JAX is installed, the same model and AdamW as one jax.jit step
 (models_jax.py; --no-jax leaves it out), one step of each in turn (so all see the same
 machine load), and prints the median ms per step of each, the ratios of aotgrad to torch
-eager and to the fastest peer, and the load average before and after.
+eager and to the fastest peer, and the load average before and after. Each step starts
+--settle seconds (0.05 by default) after the last one ended: the threads of the library
+that ran last still poll for work for a while after its step (PyTorch's OpenMP threads
+for milliseconds, slowing an aotgrad step that starts right after by several per cent;
+aotgrad's for about 0.1 ms), which no one running one library sees. `--settle 0` runs
+them back to back.
 
 --profile runs aotgrad's compiled step of one model (or the compiled forward and backward of
 one workload of workloads.py, W1-W6) in this process under aotgrad.autograd.profiler and
@@ -171,9 +176,10 @@ def _profile(name, steps, quick, threads, minima=False):
           f"        ms per step in kernels and products (minima, medians)")
 
 
-def _interleave(model_name, steps, quick, threads, with_jax=True):
+def _interleave(model_name, steps, quick, threads, with_jax=True, settle=0.05):
     """Median ms per step of torch eager, aotgrad's compiled step and (GPT, where JAX is
-    installed and with_jax) models_jax's jax.jit step, alternated."""
+    installed and with_jax) models_jax's jax.jit step, alternated, each starting `settle`
+    seconds after the one before ended."""
     sys.path.insert(0, HERE)
     import aotgrad as M
     import torch
@@ -202,13 +208,14 @@ def _interleave(model_name, steps, quick, threads, with_jax=True):
     for i in range(steps):
         for name, (step, batches) in steppers.items():
             x, y = batches[i % len(batches)]
+            time.sleep(settle)
             t0 = time.perf_counter()
             float(step(x, y).item())
             times[name].append(time.perf_counter() - t0)
     med = {name: 1e3 * sorted(t)[len(t) // 2] for name, t in times.items()}
     best = {name: 1e3 * min(t) for name, t in times.items()}
-    print(f"{model_name}: {steps} steps each, interleaved; threads {threads}; load "
-          f"{load0:.2f} -> {os.getloadavg()[0]:.2f}")
+    print(f"{model_name}: {steps} steps each, interleaved, {settle * 1e3:g} ms apart; threads "
+          f"{threads}; load {load0:.2f} -> {os.getloadavg()[0]:.2f}")
     for name in steppers:
         print(f"  {name:24s} median {med[name]:8.2f} ms   min {best[name]:8.2f} ms")
     a, t = med["aotgrad compiled step"], med["torch eager"]
@@ -264,13 +271,15 @@ def main(argv=None):
     ap.add_argument("--interleave", metavar="MODEL")
     ap.add_argument("--systems", help="comma-separated system names (default: all)")
     ap.add_argument("--no-jax", action="store_true", help="--interleave without jax.jit")
+    ap.add_argument("--settle", type=float, default=0.05,
+                    help="--interleave: seconds between one step's end and the next's start")
     args = ap.parse_args(argv)
     if args.profile:
         _profile(args.profile, args.steps, args.quick, args.threads, minima=args.min)
         return 0
     if args.interleave:
         _interleave(args.interleave, args.steps, args.quick, args.threads,
-                    with_jax=_jax_installed() and not args.no_jax)
+                    with_jax=_jax_installed() and not args.no_jax, settle=args.settle)
         return 0
     if args.worker:
         print(MARK + json.dumps(_worker(*args.worker, args.steps, args.quick, args.threads)))
