@@ -62,11 +62,10 @@ def compile_task(task):
     return time.process_time() - t
 
 
-def idle_class():
-    """Run the calling thread (and the threads it starts) in Linux's idle scheduling class
-    (SCHED_IDLE): only on CPU time no thread of a normal class wants. A background compile
-    with niceness alone still took about a sixth of the training's step time on two cores
-    (W4: 31 ms steps against 26)."""
+def _idle_class():
+    """Run in Linux's idle scheduling class (SCHED_IDLE): only on CPU time no process of a
+    normal class wants. A background compile with niceness alone still took about a sixth
+    of the training's step time on two cores (W4: 31 ms steps against 26)."""
     try:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     except (AttributeError, OSError):     # not on this OS, or not allowed: niceness only
@@ -85,7 +84,7 @@ def main():
             os.nice(int(setup["nice"]))
         except OSError:       # not allowed here: compile at the usual priority
             pass
-        idle_class()
+        _idle_class()
     for p in reversed(setup.get("sys_path", [])):
         if p not in sys.path:
             sys.path.insert(1, p)

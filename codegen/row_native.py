@@ -3,15 +3,15 @@ small fraction of what Numba's compile of their kernels costs, while the kernels
 that: `compile_program(program)` compiles codegen.row_lower's IR of it with llvmlite's
 MCJIT into a function of integer addresses, run in parts on the thread pool's board
 (NativeRows.run); `request(program, seconds)` queues that compile on one
-background thread in the idle scheduling class (it takes only the CPU time the steps leave),
-once per distinct program, and sets `program.native` when it is done."""
+background thread at the lowest niceness (it takes little CPU time from the steps), once
+per distinct program, and sets `program.native` when it is done."""
 import logging
 import math
 import os
 import queue
 import threading
 
-from aotgrad.codegen import board, compile_worker, parts, row_lower
+from aotgrad.codegen import board, parts, row_lower
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +131,14 @@ def program_key(program):
             len(program.inputs), len(program.outputs))
 
 
+def _lowest_priority():
+    """The calling thread at niceness 19 (Linux: niceness is per thread)."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (AttributeError, OSError):     # not on this OS: the usual priority
+        pass
+
+
 class _Compiler:
     """One background thread compiling queued programs, those that took longest on the
     row machine first, each key once: a program whose key is compiled or queued already
@@ -163,11 +171,13 @@ class _Compiler:
         self.jobs.put((-seconds, seq, key, program))
 
     def _loop(self):
-        # in the idle scheduling class: a step runs on every core, and the steps while a
-        # compile took a core from them ran at about half speed; taking only the time they
-        # leave, the compiles end later, the steps meanwhile on the row machine, for about
-        # the same time to a given step in all (benchmarks/bench_cold_start.py)
-        compile_worker.idle_class()
+        # at the lowest niceness: a step runs on every core, and the steps while a compile
+        # took a core from them ran at about half speed; taking only the time they leave,
+        # the compiles end later, the steps meanwhile on the row machine, for about the same
+        # time to a given step in all. Not in the idle class: there it would share the idle
+        # time with the helpers' Numba compiles (compile_worker.idle_class), which take
+        # longer to pay off than these
+        _lowest_priority()
         # the board's row-program functions compiled (or loaded from Numba's cache) here,
         # before the first program is: not in the middle of the step that first runs one
         board.post_rows(board.new_board(), *(0,) * 11)

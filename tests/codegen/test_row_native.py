@@ -333,10 +333,10 @@ def test_a_cold_kernel_runs_natively_once_compiled_but_not_over_its_input(empty_
         assert_close(prog(x)[0], want, rtol=2e-6, atol=1e-7)
         row_native.wait()
     assert ref.program.native is not None and calls
-    # the compiles ran in the idle scheduling class (only on CPU time the steps leave)
+    # the compiles ran at the lowest niceness (taking little CPU time from the steps)
     thread, = [t for t in threading.enumerate() if t.name == "aotgrad-row-native"]
-    if hasattr(os, "SCHED_IDLE"):
-        assert os.sched_getscheduler(thread.native_id) == os.SCHED_IDLE
+    if hasattr(os, "getpriority") and os.path.isdir(f"/proc/self/task/{thread.native_id}"):
+        assert os.getpriority(os.PRIO_PROCESS, thread.native_id) == 19
     # the same kernel writing over its input: the machine's run, not the native one
     kinds = [a.kind for a in next(iter(prog.specs.values())).args]
     n = len(calls)
