@@ -149,6 +149,11 @@ class _Worker:
         return r
 
 
+@numba.njit(nogil=True, cache=True)
+def _add_hold(board, n):
+    fetch_add(board, HOLDS, n)
+
+
 class _Pool:
     def __init__(self):
         self.workers = []
@@ -157,6 +162,8 @@ class _Pool:
 
     def helpers(self, n):
         """The first n workers (started as needed)."""
+        if len(self.workers) < n and not self.workers:
+            _add_hold(self.board, 0)    # (compiled or loaded now, not in a later step)
         while len(self.workers) < n:
             self.workers.append(_Worker(self.board))
         return self.workers[:n]
@@ -215,11 +222,6 @@ def run_posted(post, args, serial):
         return post(pool.board, *args)
     finally:
         pool.busy.release()
-
-
-@numba.njit(nogil=True, cache=True)
-def _add_hold(board, n):
-    fetch_add(board, HOLDS, n)
 
 
 def hold():
