@@ -67,18 +67,24 @@ def _poll(flag, spins, board, linger):
     the threads polling it)."""
     fetch_add(board, POLLING, 1)
     left, seen = spins, False
-    while left > 0:
-        if load_acquire(flag, 0) != 0:
-            seen = True
-            for _ in range(linger):
-                load_acquire(flag, 0)
-            break
-        if take(board):
-            left = spins
-        elif load_acquire(board, HOLDS) == 0:
-            left -= 1
-    fetch_add(board, POLLING, -1)
-    return seen
+    while True:
+        while left > 0:
+            if load_acquire(flag, 0) != 0:
+                seen = True
+                for _ in range(linger):
+                    load_acquire(flag, 0)
+                break
+            if take(board):
+                left = spins
+            elif load_acquire(board, HOLDS) == 0:
+                left -= 1
+        fetch_add(board, POLLING, -1)
+        # (a hold taken as this thread stopped: `hold` counts the holds, then the polling
+        # threads, this thread the other way round, so one of the two sees the other's)
+        if seen or load_acquire(board, HOLDS) == 0:
+            return seen
+        fetch_add(board, POLLING, 1)
+        left = spins
 
 
 class _Signal:
