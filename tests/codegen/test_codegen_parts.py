@@ -287,7 +287,10 @@ def test_a_poll_counts_down_only_while_no_one_holds_the_board():
         seen = []
         t = threading.Thread(target=lambda: seen.append(parts._poll(flag, 100, b, 0)))
         t.start()
-        time.sleep(0.05)
+        deadline = time.monotonic() + 10
+        while b[board_.POLLING] < 1 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        time.sleep(0.05)                     # far more than 100 polls
         assert t.is_alive() and b[board_.POLLING] == 1
         if release == "let go":
             b[board_.HOLDS] = 0
