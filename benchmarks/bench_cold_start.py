@@ -41,7 +41,9 @@ per window of steps, each system's median step, their ratio, and in how many pai
 aotgrad step was the slower one (the step sizes of the first minute, with its compiles,
 side by side, where two processes minutes apart differ by more than the effect measured).
 The two share the process: each step starts with the other's data in the caches, and
-right after the other library's threads finished (PyTorch's may still be polling for work).
+right after the other library's threads finished (their threads may still be polling for
+work, PyTorch's for milliseconds): the order alternates, so each follows the other in half
+its steps and itself in the other half (from the second pair on).
 """
 import time
 
@@ -180,14 +182,21 @@ def _interleaved_worker(model, steps, quick):
     import aotgrad
     torch_step, aot_step = _step(torch, model, quick), _step(aotgrad, model, quick)
     pairs, calls = [], 0
-    for _ in range(steps):
+
+    def timed(step):
         t0 = time.perf_counter()
-        float(torch_step().item())
-        t1 = time.perf_counter()
-        float(aot_step().item())
-        t2 = time.perf_counter()
+        float(step().item())
+        return time.perf_counter() - t0
+    for i in range(steps):
+        # (the order alternates, so that each system's step follows the other's in half the
+        # pairs and its own in the other half: the threads a library leaves polling after its
+        # step slow the next one, PyTorch's more than aotgrad's)
+        if i % 2 == 0:
+            t, a = timed(torch_step), timed(aot_step)
+        else:
+            a, t = timed(aot_step), timed(torch_step)
         ran = _first_tier_calls(aot_step.compiled)
-        pairs.append((t1 - t0, t2 - t1, ran > calls))
+        pairs.append((t, a, ran > calls))
         calls = ran
     return dict(pairs=pairs, load=os.getloadavg()[0])
 
