@@ -168,7 +168,7 @@ class _Pool:
 
     def helpers(self, n):
         """The first n workers (started as needed)."""
-        if len(self.workers) < n and not self.workers:
+        if n > 0 and not self.workers:
             _add_hold(self.board, 0)    # (compiled or loaded now, not in a later step)
         while len(self.workers) < n:
             self.workers.append(_Worker(self.board))
@@ -233,11 +233,11 @@ def run_posted(post, args, serial):
 def hold():
     """Keep the pool's workers polling its board (a worker asleep is woken) until `let_go`:
     for a stretch of work on this thread alone that a product follows (a first-tier kernel
-    on numpy), which otherwise finds them asleep and starts without them (a worker asleep
-    takes a tenth of a millisecond or more to wake on a VM, and a product is cut into one
-    piece per thread). A polling worker keeps its core busy: hold only while nothing else
-    waits for that core (a compile). Returns the board held, or None where there are no
-    workers: pass it to `let_go`."""
+    on numpy), which otherwise finds them asleep and starts without them (a sleeping thread
+    is slow to wake, on a VM above all, and a product is cut into one piece per thread). A
+    polling worker keeps its core busy: hold only while nothing else waits for that core
+    (a compile). Returns the board held, or None where there are no workers: pass it to
+    `let_go`."""
     pool, n = _pool[0], _Threads.count
     if n < 2:
         return None
