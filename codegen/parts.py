@@ -174,6 +174,14 @@ class _Pool:
             self.workers.append(_Worker(self.board))
         return self.workers[:n]
 
+    def wake(self, n):
+        """Start the first n workers (as needed) and wake those asleep, unless all n poll
+        the board already; the caller holds `busy`."""
+        helpers = self.helpers(n)
+        if self.board[POLLING] < n:
+            for w in helpers:
+                w.wake()
+
     def run(self, fn, phase, ws, args):
         """Phase `phase` of kernel `fn` in as many parts as there are threads; the OR of
         their return values (a nonzero one: an index check failed)."""
@@ -221,10 +229,7 @@ def run_posted(post, args, serial):
     if n < 2 or not pool.busy.acquire(blocking=False):
         return serial(*args)
     try:
-        helpers = pool.helpers(n - 1)
-        if pool.board[POLLING] < n - 1:
-            for w in helpers:
-                w.wake()
+        pool.wake(n - 1)
         return post(pool.board, *args)
     finally:
         pool.busy.release()
@@ -244,8 +249,7 @@ def hold():
     _add_hold(pool.board, 1)
     if pool.board[POLLING] < n - 1 and pool.busy.acquire(blocking=False):
         try:
-            for w in pool.helpers(n - 1):
-                w.wake()
+            pool.wake(n - 1)
         finally:
             pool.busy.release()
     return pool.board
