@@ -175,8 +175,8 @@ class _Compiler:
         # took a core from them ran at about half speed; taking only the time they leave,
         # the compiles end later, the steps meanwhile on the row machine, for about the same
         # time to a given step in all. Not in the idle class: there it would share the idle
-        # time with the helpers' Numba compiles (compile_worker.idle_class), which take
-        # longer to pay off than these
+        # time with the compile helpers' Numba compiles (compile_worker runs them in it),
+        # which take longer to pay off than these
         _lowest_priority()
         # the board's row-program functions compiled (or loaded from Numba's cache) here,
         # before the first program is: not in the middle of the step that first runs one
