@@ -1,11 +1,12 @@
 """How a first-tier kernel (codegen.first_tier) runs in blocks of rows: `row_blocks` finds
 the leading axes whose rows its nodes keep to themselves (pointwise chains, reductions
 within rows, broadcasts of per-row and per-column values, a chunk, a reversal or a
-transpose within each row), and a `RowBlocks` plan says which values are cut into rows,
-which nodes run once per call, per block, or after the rows (on the sums over them), and
-each node's params for a block. The numpy blocks (codegen.first_tier) and the row machine's
-programs (codegen.row_program) both run from it. `numpy_impl(prim)`: the numpy impl a
-first-tier node runs with (`full` as one broadcast value)."""
+transpose within each row, a gather or scatter-add at each row's own indices), and a
+`RowBlocks` plan says which values are cut into rows, which nodes run once per call, per
+block, or after the rows (on the sums over them), and each node's params for a block. The
+numpy blocks (codegen.first_tier) and the row machine's programs (codegen.row_program) both
+run from it. `numpy_impl(prim)`: the numpy impl a first-tier node runs with (`full` as one
+broadcast value)."""
 import dataclasses
 import functools
 import math
@@ -225,6 +226,12 @@ def _block_params(n, k, need, squeeze):
     if Tag.AXIS_REDUCTION in n.prim.tags and all(d >= k for d in n.params["dims"]):
         need(n.inputs[0], True)
         return dict(n.params, dims=tuple(d - k + 1 for d in n.params["dims"]))
+    if n.prim in (prims.gather, prims.scatter_add) and n.params["dim"] >= k:
+        # each row's elements picked (or added) at the indices of the same row (a
+        # cross-entropy's target class): every operand cut into the same rows
+        for v in n.inputs:
+            need(v, True)
+        return dict(n.params, dim=n.params["dim"] - k + 1)
     # a value's elements rearranged within each row (a chunk of the last axis, its
     # reversal, a transpose of the axes past the rows): each row from the same row
     x = n.inputs[0]

@@ -12,7 +12,8 @@ machine. The function computes what the machine computes, bit for bit: the same 
 registers rounded to float32 after every float32 instruction, the same float32
 approximations (codegen.row_emit writes each instruction as the machine computes it), the same order
 of every sum (tests/codegen/test_row_native.py compares the two on every instruction). A
-program with an instruction not lowered here (POW) keeps the machine (`supported`)."""
+program with an instruction not lowered here (POW; integers, and the gathers and
+scatter-adds at their indices) keeps the machine (`supported`)."""
 import math
 
 import numpy as np
@@ -20,7 +21,7 @@ import numpy as np
 from aotgrad.codegen.row_emit import LONG_CHAINS, Emitter
 from aotgrad.codegen.row_vm import PARTIALS, AccForm, GatherForm, Op, ReduceForm, Round
 
-_UNLOWERED = frozenset({Op.POW})
+_UNLOWERED = frozenset({Op.POW, Op.LOAD_I64, Op.LOAD_I32, Op.GATHER_AT, Op.SCATTER_ADD_AT})
 # vectors in flight per iteration of an element-wise loop that computes a function by a
 # long chain of dependent operations (an approximation's, a log's: one vector at a time
 # would wait on each step); other loops take one vector an iteration: their code is a

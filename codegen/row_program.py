@@ -10,8 +10,12 @@ float64 register of `group` rows. What a RowBlocks plan computes once per call (
 nodes, a value repeated along the rows) is computed with numpy before the machine runs and
 handed to it with the constants (`pre`); a reduction over the rows (a bias's gradient) is
 summed per part in float64 and combined afterwards, as the numpy blocks combine theirs.
-Only float32, float64 and bool values run here: a kernel with another dtype (an integer
-index, a 16-bit float) stays on numpy."""
+Float32, float64 and bool values run here, and int64 and int32 ones held exactly (an int64
+beyond +-2**53 sends the call to numpy): loaded, compared, selected, converted, and used as
+the indices of a gather or scatter-add within each row (a cross-entropy's target class; an
+index out of range sends the call to numpy too, whose impl raises the error). A kernel with
+another dtype (a 16-bit float), or with arithmetic or a reduction on integers, stays on
+numpy."""
 import dataclasses
 import logging
 import math
@@ -19,7 +23,7 @@ import math
 import numpy as np
 
 from aotgrad.codegen import parts
-from aotgrad.codegen.row_vm import AccForm, GatherForm, Op, ReduceForm, Round
+from aotgrad.codegen.row_vm import EXACT_INT, AccForm, GatherForm, Op, ReduceForm, Round
 from aotgrad.ir import prims
 
 log = logging.getLogger(__name__)
@@ -53,11 +57,13 @@ _ACC = {prims.reduce_sum: (Op.ACC_SUM, 0.0, np.add),
         prims.reduce_max: (Op.ACC_MAX, -np.inf, np.maximum),
         prims.reduce_min: (Op.ACC_MIN, np.inf, np.minimum)}
 _LOAD = {np.dtype(np.float32): Op.LOAD_F32, np.dtype(np.float64): Op.LOAD_F64,
-         np.dtype(np.bool_): Op.LOAD_B8}
+         np.dtype(np.bool_): Op.LOAD_B8, np.dtype(np.int64): Op.LOAD_I64,
+         np.dtype(np.int32): Op.LOAD_I32}
 _STORE = {np.dtype(np.float32): Op.STORE_F32, np.dtype(np.float64): Op.STORE_F64,
           np.dtype(np.bool_): Op.STORE_B8}
 _ROUND = {np.dtype(np.float32): Round.F32, np.dtype(np.float64): Round.F64,
           np.dtype(np.bool_): Round.BOOL}
+_INTEGERS = frozenset({np.dtype(np.int64), np.dtype(np.int32)})
 
 
 class Unsupported(Exception):
@@ -118,10 +124,18 @@ class RowProgram:
         self.outputs = [(i, v) for i, v in kernel.writes if v in rb.split]
         self.summed = []                       # (arg index, var, acc offset, size, combine)
         self.pre = []
+        # the accumulators' slot the machine flags a call in that numpy must run instead (an
+        # index out of range, an int64 it cannot hold exactly), where it can happen; the
+        # sums over the rows follow it
+        self.flag_at = 0 if any(
+            np.dtype(v.dtype.np) == np.int64 for v in rb.split) or any(
+            n.prim in (prims.gather, prims.scatter_add) for n in rb.per_block) else None
+        self._acc_base = 0 if self.flag_at is None else 1
         instrs = self._translate(kernel)
         self.code, self.idx, self.work, self.pre_len, self.offsets = self._assign(instrs)
         # (one slot at least: the machine takes a 2-d accumulator even where none is used)
-        self.acc_init = np.zeros(max(1, sum(size for _, _, _, size, _ in self.summed)))
+        self.acc_init = np.zeros(max(1, self._acc_base + sum(
+            size for _, _, _, size, _ in self.summed)))
         for _, v, off, size, (_, init, _) in self.summed:
             self.acc_init[off:off + size] = init
         self.pre_template = np.zeros(self.pre_len)
@@ -140,6 +154,9 @@ class RowProgram:
         # var, the index of a row's elements in it or None, and their _span)
         self._per_call = [(p.node.inputs[0], p.index) + self._span(p)
                           for p in self.pre if p.node is not None]
+        # the int64 values among them, which the registers hold exactly only up to 2**53
+        self._wide_checked = [p.node.inputs[0] for p in self.pre if p.node is not None
+                              and np.dtype(p.node.inputs[0].dtype.np) == np.int64]
         # preloaded registers of earlier calls, to fill again (their other spans hold the
         # template's constants): a call takes one or copies the template, and gives it back
         # (a list's pop and append are atomic: two threads never share one); the same for
@@ -168,7 +185,8 @@ class RowProgram:
                 loaded.add(v)
                 slot = next(j for j, (_, w) in enumerate(self.inputs) if w is v)
                 dt = np.dtype(v.dtype.np)
-                out.append(Instr(_LOAD[dt], v, (), self.length[v], aux=slot))
+                out.append(Instr(_LOAD[dt], v, (), self.length[v],
+                                 m=self.flag_at if dt == np.int64 else 0, aux=slot))
             return v
 
         def gather(node, x, impl, params):
@@ -195,9 +213,11 @@ class RowProgram:
                     raise Unsupported(prim.name)
                 x = node.inputs[0]
                 _check_dtype(x)
+                if np.dtype(x.dtype.np) in _INTEGERS:
+                    raise Unsupported("a reduction of integers")
                 dims = steps[node][1]["dims"]
                 size = math.prod(o.shape)
-                off = sum(s for _, _, _, s, _ in self.summed)
+                off = self._acc_base + sum(s for _, _, _, s, _ in self.summed)
                 # (arg index None: a sum only the nodes after the rows read)
                 self.summed.extend((i, o, off, size, (acc_op, init, combine))
                                    for i in [i for i, w in kernel.writes if w is o] or [None])
@@ -222,7 +242,10 @@ class RowProgram:
             n = self.length[o]
             impl, params = steps[node]
             if prim is prims.full:
-                value = np.asarray(impl(**params)).astype(np.float64).ravel()
+                value = np.asarray(impl(**params))
+                if value.dtype in _INTEGERS and np.any(np.abs(value) > EXACT_INT):
+                    raise Unsupported("an integer beyond 2**53")
+                value = value.astype(np.float64).ravel()
                 self.pre.append(_Pre(o, n, value=np.ascontiguousarray(value)))
             elif prim is prims.reshape:
                 alias[o] = reg(node.inputs[0])
@@ -239,6 +262,8 @@ class RowProgram:
                 gather(node, node.inputs[0], impl, params)
             elif prim in _REDUCE:
                 x = node.inputs[0]
+                if np.dtype(x.dtype.np) in _INTEGERS:
+                    raise Unsupported("a reduction of integers")
                 if np.dtype(o.dtype.np) == np.bool_ and prim is prims.reduce_sum:
                     prim = prims.reduce_max                # a sum of bools: any
                 idx = _reduce_index((1,) + tuple(x.shape[k:]), (1,) + tuple(o.shape[k:]),
@@ -252,16 +277,34 @@ class RowProgram:
                 src, dst = np.dtype(x.dtype.np), np.dtype(o.dtype.np)
                 if dst == np.bool_:
                     out.append(Instr(Op.TO_BOOL, o, (use(x),), n, aux=Round.BOOL))
-                elif src == np.float64 and dst == np.float32:
+                elif dst == np.float32 and (src == np.float64 or src in _INTEGERS):
+                    # (an integer the register holds is exact: rounded once, as numpy does)
                     out.append(Instr(Op.COPY, o, (use(x),), n, aux=Round.F32))
+                elif dst in _INTEGERS and not (src == np.bool_ or src in _INTEGERS
+                                               and src.itemsize <= dst.itemsize):
+                    raise Unsupported(f"a conversion from {src} to {dst}")
                 else:                              # exact: the register holds it already
                     alias[o] = reg(x)
             elif prim is prims.where:
                 c, a, b = node.inputs
                 out.append(Instr(Op.WHERE, o, (use(a), use(b), use(c)), n))
+            elif prim is prims.gather:
+                x, index = node.inputs
+                out.append(Instr(Op.GATHER_AT, o, (use(x), use(index)), n,
+                                 m=self.length[reg(x)],
+                                 idx=self._at_header(x, index, node.params["dim"], gather=True)))
+            elif prim is prims.scatter_add:
+                x, index, src = node.inputs
+                if np.dtype(o.dtype.np) not in (np.float32, np.float64):
+                    raise Unsupported(f"a scatter-add of {o.dtype}")
+                out.append(Instr(Op.SCATTER_ADD_AT, o, (use(x), use(index), use(src)), n,
+                                 aux=_ROUND[np.dtype(o.dtype.np)],
+                                 idx=self._at_header(x, index, node.params["dim"], gather=False)))
             elif prim in _ELEMENTWISE:
                 if any(v.shape != o.shape for v in node.inputs):
                     raise Unsupported("operands of different shapes")
+                if np.dtype(o.dtype.np) in _INTEGERS:
+                    raise Unsupported("arithmetic on integers")
                 op = _ELEMENTWISE[prim]
                 if np.dtype(o.dtype.np) == np.bool_:     # bools: or, and; 0.0 or 1.0 kept
                     op = _BOOL_ARITHMETIC.get(op, op)
@@ -272,9 +315,26 @@ class RowProgram:
             else:
                 raise Unsupported(prim.name)
         for slot, (_, v) in enumerate(self.outputs):
+            if np.dtype(v.dtype.np) not in _STORE:
+                raise Unsupported(f"an output of {v.dtype}")
             r = use(v)
             out.append(Instr(_STORE[np.dtype(v.dtype.np)], None, (r,), self.length[v], aux=slot))
         return out
+
+    def _at_header(self, x, index, dim, gather):
+        """The index vector's header of a GATHER_AT or SCATTER_ADD_AT of `x`'s rows at
+        `index`'s values along `dim` (row_vm.Op)."""
+        k = self.rb.axes
+        xs, ixs, d = tuple(x.shape[k:]), tuple(index.shape[k:]), dim - k
+        if any(i > s for e, (i, s) in enumerate(zip(ixs, xs)) if e != d):
+            raise Unsupported("an index wider than its operand")   # (numpy's error)
+        coords = np.indices(ixs).reshape(len(ixs), -1)
+        coords[d] = 0
+        base = np.ravel_multi_index(coords, xs).astype(np.int64)
+        head = [xs[d], math.prod(xs[d + 1:]), self.flag_at]
+        if not gather:
+            head.insert(0, len(base))
+        return np.concatenate([np.array(head, np.int64), base])
 
     # -- registers ----------------------------------------------------------------------
     def _assign(self, instrs):
@@ -317,6 +377,10 @@ class RowProgram:
             a += [0] * (3 - len(a))
             if ins.op is Op.WHERE:
                 code[t] = (ins.op, dst, a[0], a[1], a[2], ins.n, ins.m, ins.aux)
+            elif ins.op is Op.GATHER_AT:
+                code[t] = (ins.op, dst, a[0], a[1], ib, ins.n, ins.m, ins.aux)
+            elif ins.op is Op.SCATTER_ADD_AT:
+                code[t] = (ins.op, dst, a[0], a[1], a[2], ins.n, ib, ins.aux)
             elif ins.op is Op.GATHER:
                 code[t] = (ins.op, dst, a[0], ib, _gather_form(ins.idx, ins.n, ins.m), ins.n,
                            ins.m, ins.aux)
@@ -347,17 +411,23 @@ class RowProgram:
         input only as the same buffer here (the caller runs the others otherwise). `whole`:
         the kernel's values that are not cut into rows, by var (its whole inputs, and what
         its `once` nodes computed from them); each reduction over the rows is added to it,
-        rounded to its value's dtype, for the nodes after the rows. False (nothing
-        written): neither is given, or an argument has another dtype than its value's."""
+        rounded to its value's dtype, for the nodes after the rows. False: neither is
+        given, or an argument has another dtype than its value's (nothing written), or the
+        machine flagged the call (flag_at: its outputs may be written in part; the program
+        then runs only where no output is an input, so numpy can run it again)."""
         ins = [np.ascontiguousarray(args[i]) for i, _ in self.inputs]   # alive until the end
         if any(x.dtype != v.dtype.np for x, (_, v) in zip(ins, self.inputs)) or any(
                 args[i].dtype != v.dtype.np for i, v in self.outputs):
             return False
         addr_in = [x.__array_interface__["data"][0] for x in ins]
         addr_out = [args[i].__array_interface__["data"][0] for i, _ in self.outputs]
-        fn = native if native is not None and set(addr_out).isdisjoint(addr_in) else machine
-        if fn is None:
+        apart = set(addr_out).isdisjoint(addr_in)
+        fn = native if native is not None and apart else machine
+        if fn is None or self.flag_at is not None and not apart:
             return False
+        for x in self._wide_checked:
+            if not _exact_integers(whole[x]):
+                return False
         if not self._per_call:
             pre = self._pre_template               # (only read)
         else:
@@ -392,7 +462,8 @@ class RowProgram:
                 fn(1, 0, 1, parts.NO_WORKSPACE, *args_)
             else:
                 parts.run_parts(fn, args_)
-        for i, v, off, size, (_, _, combine) in self.summed:
+        flagged = self.flag_at is not None and acc[:, self.flag_at].any()
+        for i, v, off, size, (_, _, combine) in () if flagged else self.summed:
             total = combine.reduce(acc[:, off:off + size], axis=0)
             whole[v] = total.reshape(v.shape).astype(v.dtype.np)
             if i is not None:
@@ -401,7 +472,7 @@ class RowProgram:
         if self._per_call:
             self._pre_free.append(pre)
         del ins
-        return True
+        return not flagged
 
 
 class _Registers:
@@ -443,6 +514,13 @@ def _fill(pre, lo, hi, rows, value):
         pre[lo:hi].reshape(rows)[...] = np.ravel(value)
 
 
+def _exact_integers(value):
+    """Whether every element of integer array `value` is a float64 exactly."""
+    if value.size == 1:                 # (a scalar's test, in a tenth of the time)
+        return -EXACT_INT <= value.item() <= EXACT_INT
+    return value.size == 0 or (value.max() <= EXACT_INT and value.min() >= -EXACT_INT)
+
+
 def _gather_form(idx, n, m):
     if n % m == 0:
         if np.array_equal(idx, np.repeat(np.arange(m), n // m)):
@@ -459,7 +537,7 @@ def _reduce_form(idx, n, m):
 
 
 def _check_dtype(v):
-    if np.dtype(v.dtype.np) not in _ROUND:
+    if np.dtype(v.dtype.np) not in _ROUND and np.dtype(v.dtype.np) not in _INTEGERS:
         raise Unsupported(f"dtype {v.dtype}")
 
 

@@ -38,6 +38,10 @@ class Op(enum.IntEnum):
     STORE_F32 = 3         # output aux's rows = a
     STORE_F64 = 4
     STORE_B8 = 5
+    # integers (int64, int32) held exactly: an int64 beyond +-2**53 sets the part's flag
+    # acc[part, m] (the program then runs on numpy)
+    LOAD_I64 = 6
+    LOAD_I32 = 7
     NEG = 10              # dst[i] = f(a[i])
     ABS = 11
     EXP = 12
@@ -79,6 +83,13 @@ class Op(enum.IntEnum):
     REDUCE_SUM = 71       # dst[idx[b + i]] (+)= a[i] within each row
     REDUCE_MAX = 72
     REDUCE_MIN = 73
+    # at each row's own indices, b's integer values (negative ones counted from the end);
+    # one out of range sets the part's flag (see LOAD_I64). The index vector holds a
+    # header from c (GATHER_AT) or m (SCATTER_ADD_AT): (SCATTER_ADD_AT only: b's length
+    # per row), the indexed dim's size, its stride in a row, the flag's slot, then per
+    # element of b the offset in a row of its index 0
+    GATHER_AT = 74        # dst[j] = a[base[j] + b[j] * stride]
+    SCATTER_ADD_AT = 75   # dst = a, then dst[base[j] + b[j] * stride] += c[j], j in order
     ACC_SUM = 80          # acc[part, c + idx[b + i]] (+)= a[i] over the part's rows
     ACC_MAX = 81
     ACC_MIN = 82
@@ -148,6 +159,9 @@ _BINARY = {
 # the partial results a reduction over runs keeps (element i into i % PARTIALS): they
 # overlap, and codegen.row_lower's code keeps them in vectors of registers
 PARTIALS = 16
+# the largest integer magnitude up to which every integer is a float64 (and its float32
+# rounding the integer's own)
+EXACT_INT = 1 << 53
 APPROXIMATIONS = ("exp_f32", "log_f32", "tanh_f32", "logistic_f32", "erf_f32", "rsqrt_f32")
 
 _SCALARS = '''
@@ -271,6 +285,57 @@ def run_rows(phase, part, nparts, ws, code, idx, pre, addr_in, addr_out, acc, nr
                 q8 = _ptr(addr_out[aux] + r * n, np.uint8)
                 for i in range(gn):
                     q8[i] = 1 if xa[i] != 0.0 else 0
+            elif op == 6:
+                pi64 = _ptr(addr_in[aux] + r * n * 8, np.int64)
+                wide = False
+                for i in range(gn):
+                    iv = pi64[i]
+                    wide |= iv > EXACT_INT or iv < -EXACT_INT
+                    d[i] = np.float64(iv)
+                if wide:
+                    acc[part, m] = 1.0
+            elif op == 7:
+                pi32 = _ptr(addr_in[aux] + r * n * 4, np.int32)
+                for i in range(gn):
+                    d[i] = np.float64(pi32[i])
+            elif op == 74:
+                size = idx[c]
+                stride = idx[c + 1]
+                base = idx[c + 3:c + 3 + n]
+                yb = s[b:b + gn]
+                out_of_range = False
+                for j in range(g):
+                    for i in range(n):
+                        at = np.int64(yb[j * n + i])
+                        if at < 0:
+                            at += size
+                        if at < 0 or at >= size:
+                            out_of_range = True
+                            at = 0
+                        d[j * n + i] = s[a + j * m + base[i] + at * stride]
+                if out_of_range:
+                    acc[part, idx[c + 2]] = 1.0
+            elif op == 75:
+                kb = idx[m]
+                size = idx[m + 1]
+                stride = idx[m + 2]
+                base = idx[m + 4:m + 4 + kb]
+                out_of_range = False
+                for j in range(g):
+                    for i in range(n):
+                        d[j * n + i] = xa[j * n + i]
+                    for i in range(kb):
+                        at = np.int64(s[b + j * kb + i])
+                        if at < 0:
+                            at += size
+                        if at < 0 or at >= size:
+                            out_of_range = True
+                            continue
+                        o = j * n + base[i] + at * stride
+                        v = d[o] + s[c + j * kb + i]
+                        d[o] = np.float64(np.float32(v)) if aux == 1 else v
+                if out_of_range:
+                    acc[part, idx[m + 3]] = 1.0
 '''
 
 _TAIL = '''\
@@ -423,7 +488,8 @@ def machine_source():
     """The text of the row machine's module (without the cache's header line)."""
     from aotgrad.codegen import approx, prelude
     return (prelude.PRELUDE + approx.helper_source(APPROXIMATIONS) + _SCALARS
-            + f"\nPARTIALS = {PARTIALS}\n" + _HEAD + _elementwise_text() + _TAIL)
+            + f"\nPARTIALS = {PARTIALS}\nEXACT_INT = {EXACT_INT}\n" + _HEAD
+            + _elementwise_text() + _TAIL)
 
 
 _INSTALLED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_machine")
