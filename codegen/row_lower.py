@@ -12,16 +12,16 @@ machine. The function computes what the machine computes, bit for bit: the same 
 registers rounded to float32 after every float32 instruction, the same float32
 approximations (codegen.row_emit writes each instruction as the machine computes it), the same order
 of every sum (tests/codegen/test_row_native.py compares the two on every instruction). A
-program with an instruction not lowered here (POW; integers, and the gathers and
-scatter-adds at their indices) keeps the machine (`supported`)."""
+program with an instruction not lowered here (POW) keeps the machine (`supported`)."""
 import math
 
 import numpy as np
 
 from aotgrad.codegen.row_emit import LONG_CHAINS, Emitter
-from aotgrad.codegen.row_vm import PARTIALS, AccForm, GatherForm, Op, ReduceForm, Round
+from aotgrad.codegen.row_vm import (EXACT_INT, INDEX_CLAMP, PARTIALS, AccForm, GatherForm, Op,
+                                     ReduceForm, Round)
 
-_UNLOWERED = frozenset({Op.POW, Op.LOAD_I64, Op.LOAD_I32, Op.GATHER_AT, Op.SCATTER_ADD_AT})
+_UNLOWERED = frozenset({Op.POW})
 # vectors in flight per iteration of an element-wise loop that computes a function by a
 # long chain of dependent operations (an approximation's, a log's: one vector at a time
 # would wait on each step); other loops take one vector an iteration: their code is a
@@ -47,11 +47,11 @@ _POINTWISE = _LOADS | _STORES | _UNARY | _BINARY | {Op.WHERE}
 def _reads(row):
     """The scratch offsets instruction `row` of the code matrix reads."""
     op = Op(int(row[0]))
-    if op in _LOADS:
+    if op in _LOADS or op in (Op.LOAD_I64, Op.LOAD_I32):
         return ()
-    if op in _BINARY:
+    if op in _BINARY or op is Op.GATHER_AT:
         return (int(row[2]), int(row[3]))
-    if op is Op.WHERE:
+    if op in (Op.WHERE, Op.SCATTER_ADD_AT):
         return (int(row[2]), int(row[3]), int(row[4]))
     return (int(row[2]),)
 
@@ -198,7 +198,7 @@ def lower(program, lanes):
                 _pointwise_loop(e, code, ts, keep, r, g, bases, consts, scalars, exact,
                                 per_row)
             else:
-                _other(e, code[ts[0]], g)
+                _other(e, code[ts[0]], r, g)
                 _mark_exact(exact, code[ts[0]])
         rows.step = g
     b.ret(e.ci(0))
@@ -213,9 +213,11 @@ def _mark_exact(exact, row):
         return
     if op in _LOADS:
         exact[dst] = op is not Op.LOAD_F64
+    elif op in (Op.LOAD_I64, Op.LOAD_I32):
+        exact[dst] = False
     elif op is Op.WHERE:
         exact[dst] = exact.get(a, False) and exact.get(b, False)
-    elif op is Op.GATHER:
+    elif op in (Op.GATHER, Op.GATHER_AT):
         exact[dst] = exact.get(a, False)
     else:
         exact[dst] = aux in (Round.F32, Round.BOOL)
@@ -303,11 +305,21 @@ def _last_write(code, ts, t, dst):
     return not any(_writes(code[u]) == dst for u in ts if u > t)
 
 
-def _other(e, row, g):
-    """A gather, reduction or accumulation: the machine's loops for it."""
+def _other(e, row, r, g):
+    """An integer load, a gather, scatter-add, reduction or accumulation of the g rows from
+    row r: the machine's loops for it."""
     b = e.b
     op, dst, a, ib, c, n, m, aux = (int(x) for x in row)
     op = Op(op)
+    if op in (Op.LOAD_I64, Op.LOAD_I32):
+        _load_integers(e, op, dst, n, m, aux, r, g)
+        return
+    if op is Op.GATHER_AT:
+        _gather_at(e, dst, a, ib, c, n, m, g)
+        return
+    if op is Op.SCATTER_ADD_AT:
+        _scatter_add_at(e, dst, a, ib, c, n, m, aux, g)
+        return
     if op is Op.GATHER:
         if c == GatherForm.REPEAT:
             rep = n // m
@@ -350,6 +362,84 @@ def _other(e, row, g):
             else:
                 new = e.vmax(old, x, less=op is Op.ACC_MIN)
             b.store(new, p)
+
+
+def _flag(e, cond, slot):
+    """The machine's flag: acc[slot] = 1.0 where `cond` (the call then runs on numpy)."""
+    with e.b.if_then(cond):
+        e.b.store(e.c64(1.0), e.b.gep(e.acc, [slot]))
+
+
+def _load_integers(e, op, dst, n, flag, slot, r, g):
+    """LOAD_I64 / LOAD_I32: input `slot`'s g rows of n integers into float64s (exact: an
+    int64 beyond 2**53 flags the call)."""
+    b = e.b
+    ity = e.I64 if op is Op.LOAD_I64 else e.I32
+    at = b.inttoptr(b.load(b.gep(e.ain, [e.ci(slot)])), ity.as_pointer())
+    start = b.mul(r, e.ci(n))
+    with e.counted(b.mul(g, e.ci(n)), carried=[e.ir.Constant(e.I1, 0)]) as lp:
+        x = e.scoped(b.load(b.gep(at, [b.add(start, lp.index)])), ("in", slot))
+        wide = e.ir.Constant(e.I1, 0)
+        if op is Op.LOAD_I64:
+            wide = b.or_(b.icmp_signed(">", x, e.ci(EXACT_INT)),
+                         b.icmp_signed("<", x, e.ci(-EXACT_INT)))
+        lp.next = [b.or_(lp.values[0], wide)]
+        e.sstore(b.sitofp(x, e.F64), dst, lp.index)
+    if op is Op.LOAD_I64:
+        _flag(e, lp.values[0], e.ci(flag))
+
+
+def _index_at(e, v, size):
+    """An index register's float64 `v` as the machine takes it: (the index, counted from
+    the end where negative, 0 where out of range; whether it is out of range)."""
+    b = e.b
+    lim = e.c64(INDEX_CLAMP)
+    v = e.select(e.gt(v, lim), lim, e.select(e.lt(v, b.fneg(lim)), b.fneg(lim), v))
+    at = b.fptosi(v, e.I64)
+    at = e.select(b.icmp_signed("<", at, e.ci(0)), b.add(at, size), at)
+    bad = b.or_(b.icmp_signed("<", at, e.ci(0)), b.icmp_signed(">=", at, size))
+    return e.select(bad, e.ci(0), at), bad
+
+
+def _header(e, at, k):
+    return e.b.load(e.b.gep(e.idx, [e.ci(at + k)]))
+
+
+def _gather_at(e, dst, a, index, head, n, m, g):
+    """GATHER_AT: dst[j] = a[base[j] + index[j] * stride] in each row (the header read from
+    the index vector at run time, as the code is shared by programs of equal code)."""
+    b = e.b
+    size, stride, flag = (_header(e, head, k) for k in range(3))
+    with e.loop(g) as j:
+        with e.loop(e.ci(n)) as i:
+            o = b.add(b.mul(j, e.ci(n)), i)
+            at, bad = _index_at(e, e.sload(index, o), size)
+            base = b.load(b.gep(e.idx, [b.add(e.ci(head + 3), i)]))
+            src = b.add(b.add(b.mul(j, e.ci(m)), base), b.mul(at, stride))
+            e.sstore(e.sload(a, src), dst, o)
+            _flag(e, bad, flag)
+
+
+def _scatter_add_at(e, dst, a, index, src, n, head, aux, g):
+    """SCATTER_ADD_AT: dst = a, then dst[base[j] + index[j] * stride] += src[j] in each row,
+    j in order (an index out of range adds nothing and flags the call)."""
+    b = e.b
+    k, size, stride, flag = (_header(e, head, t) for t in range(4))
+    with e.loop(g) as j:
+        dj = b.mul(j, e.ci(n))
+        with e.loop(e.ci(n)) as i:
+            e.sstore(e.sload(a, b.add(dj, i)), dst, b.add(dj, i))
+        with e.loop(k) as i:
+            q = b.add(b.mul(j, k), i)
+            at, bad = _index_at(e, e.sload(index, q), size)
+            with b.if_else(bad) as (out_of_range, in_range):
+                with out_of_range:
+                    b.store(e.c64(1.0), b.gep(e.acc, [flag]))
+                with in_range:
+                    base = b.load(b.gep(e.idx, [b.add(e.ci(head + 4), i)]))
+                    o = b.add(b.add(dj, base), b.mul(at, stride))
+                    v = b.fadd(e.sload(dst, o), e.sload(src, q))
+                    e.sstore(e.round32(v) if aux == Round.F32 else v, dst, o)
 
 
 def _reduce_runs(e, op, dst, a, n, m, aux, g):

@@ -162,6 +162,10 @@ PARTIALS = 16
 # the largest integer magnitude up to which every integer is a float64 (and its float32
 # rounding the integer's own)
 EXACT_INT = 1 << 53
+# an index register's value is clamped to +-this before it becomes an integer (it is an
+# integer already, except in a call flagged for an int64 beyond 2**53, whose results numpy
+# replaces: the clamp keeps the conversion defined there)
+INDEX_CLAMP = float(1 << 60)
 APPROXIMATIONS = ("exp_f32", "log_f32", "tanh_f32", "logistic_f32", "erf_f32", "rsqrt_f32")
 
 _SCALARS = '''
@@ -306,7 +310,7 @@ def run_rows(phase, part, nparts, ws, code, idx, pre, addr_in, addr_out, acc, nr
                 out_of_range = False
                 for j in range(g):
                     for i in range(n):
-                        at = np.int64(yb[j * n + i])
+                        at = np.int64(min(max(yb[j * n + i], -INDEX_CLAMP), INDEX_CLAMP))
                         if at < 0:
                             at += size
                         if at < 0 or at >= size:
@@ -325,7 +329,8 @@ def run_rows(phase, part, nparts, ws, code, idx, pre, addr_in, addr_out, acc, nr
                     for i in range(n):
                         d[j * n + i] = xa[j * n + i]
                     for i in range(kb):
-                        at = np.int64(s[b + j * kb + i])
+                        at = np.int64(min(max(s[b + j * kb + i], -INDEX_CLAMP),
+                                          INDEX_CLAMP))
                         if at < 0:
                             at += size
                         if at < 0 or at >= size:
@@ -488,7 +493,8 @@ def machine_source():
     """The text of the row machine's module (without the cache's header line)."""
     from aotgrad.codegen import approx, prelude
     return (prelude.PRELUDE + approx.helper_source(APPROXIMATIONS) + _SCALARS
-            + f"\nPARTIALS = {PARTIALS}\nEXACT_INT = {EXACT_INT}\n" + _HEAD
+            + f"\nPARTIALS = {PARTIALS}\nEXACT_INT = {EXACT_INT}\n"
+            + f"INDEX_CLAMP = {INDEX_CLAMP!r}\n" + _HEAD
             + _elementwise_text() + _TAIL)
 
 

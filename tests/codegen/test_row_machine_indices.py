@@ -1,14 +1,17 @@
 """The row machine's integers and its gathers and scatter-adds at each row's own indices
 (codegen/row_vm.py: LOAD_I64, LOAD_I32, GATHER_AT, SCATTER_ADD_AT): a cross-entropy's
-kernels, which pick each row's target class, run on the machine on the first tier. Each
-kernel's results are compared with the IR's reference evaluation (numpy, as eager
-computes); an index out of range, and an int64 the machine's float64 registers cannot hold
-exactly, send the call to numpy, whose impl raises or computes exactly."""
+kernels, which pick each row's target class, run on the machine on the first tier, and
+natively once compiled (codegen/row_lower.py). Each kernel's results are compared with the
+IR's reference evaluation (numpy, as eager computes), and the native programs' with the
+machine's, bit for bit; an index out of range, and an int64 the machine's float64
+registers cannot hold exactly, send the call to numpy, whose impl raises or computes
+exactly, on the machine and natively alike."""
 import numpy as np
 import pytest
 from test_row_machine import _bcast, _check, _const, _graph, machine_tier  # noqa: F401
+from test_row_native import _native_equals_machine, captured  # noqa: F401
 
-from aotgrad.codegen import compile_graph
+from aotgrad.codegen import compile_graph, row_native, row_vm
 from aotgrad.codegen.row_vm import Op
 from aotgrad.ir import evaluate, prims
 from aotgrad.ir import dtypes as dt
@@ -199,3 +202,49 @@ def test_a_cross_entropy_runs_in_numpy_blocks_without_the_machine(empty_cache, m
     label[::7] = -100
     for got, want in zip(prog(x, label), evaluate(g, [x, label])):
         assert np.array_equal(np.asarray(got), want)
+
+
+def _several_axes(R=6, A=5, C=7):
+    def body(x, label, src):
+        ok = prims.ne(label, _const(-100, (R, A), dt.int64))
+        idx = prims.reshape(prims.where(ok, label, _const(0, (R, A), dt.int64)),
+                            shape=(R, A, 1))
+        total = prims.reduce_sum(prims.exp(x), dims=(1, 2))
+        added = prims.scatter_add(prims.mul(x, x), idx, prims.reshape(src, shape=(R, A, 1)),
+                                  dim=2)
+        return [prims.gather(x, idx, dim=2), total, added]
+    return _graph("inner", [((R, A, C), dt.float32), ((R, A), dt.int64),
+                            ((R, A), dt.float32)], body)
+
+
+def test_native_programs_equal_the_machine(captured):
+    n, c = 70, 13
+    x = RNG.normal(size=(n, c)).astype(np.float32)
+    label = RNG.integers(-c, c, n).astype(np.int32)
+    label[::9] = -100
+    compile_graph(_cross_entropy(n, c, dt.int32))(x, label)
+    compile_graph(_cross_entropy(n, c))(x, label.astype(np.int64))
+    x3 = RNG.normal(size=(6, 5, 7)).astype(np.float32)
+    compile_graph(_several_axes())(x3, RNG.integers(-7, 7, (6, 5)),
+                                   RNG.normal(size=(6, 5)).astype(np.float32) * 1e4)
+    programs = _native_equals_machine(captured)
+    assert {Op.LOAD_I64, Op.LOAD_I32, Op.GATHER_AT, Op.SCATTER_ADD_AT} <= {
+        Op(int(op)) for p in programs for op in p.code[:, 0]}
+
+
+@pytest.mark.parametrize("bad", [13, -14, 2 ** 53 + 1, 2 ** 63 - 1])
+def test_native_programs_flag_what_the_machine_flags(captured, bad):
+    n, c = 40, 13
+    x = RNG.normal(size=(n, c)).astype(np.float32)
+    label = RNG.integers(0, c, n)
+    compile_graph(_cross_entropy(n, c))(x, label)
+    label[17] = bad
+    for program, args, whole in {id(p): (p, a, w) for p, a, w in captured}.values():
+        at = next(i for i, v in program.inputs if np.dtype(v.dtype.np) == np.int64)
+        args = list(args)
+        args[at] = label
+        native = row_native.compile_program(program)
+        assert not program.run([a.copy() for a in args], whole, machine=row_vm.machine())
+        assert not program.run([a.copy() for a in args], whole, native=native)
+        args[at] = np.clip(label, 0, c - 1)
+        assert program.run([a.copy() for a in args], whole, native=native)
