@@ -14,11 +14,12 @@ approximations are text, and numba's cache must see all of its code in one file)
 directory of the installation (`machine_dir`), not in the kernel cache of the user's
 programs: one compile serves every program, every cache directory and every later run.
 
-Registers hold float32 and bool values as float64. A float32 result is rounded to float32
-after every instruction (Round.F32): sums, products, quotients and square roots of float32
-values computed in float64 and rounded once are float32's correctly rounded results, and
-exp, log, tanh, logistic, erf and rsqrt use the compiled kernels' float32 approximations. A
-bool result is 0.0 or 1.0 (Round.BOOL)."""
+Registers hold float32, bool and integer values as float64 (an int64 beyond +-2**53, which
+they cannot hold exactly, flags the call, and numpy runs it instead). A float32 result is
+rounded to float32 after every instruction (Round.F32): sums, products, quotients and square
+roots of float32 values computed in float64 and rounded once are float32's correctly rounded
+results, and exp, log, tanh, logistic, erf and rsqrt use the compiled kernels' float32
+approximations. A bool result is 0.0 or 1.0 (Round.BOOL)."""
 import enum
 import logging
 import os
