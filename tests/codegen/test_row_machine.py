@@ -18,25 +18,6 @@ from aotgrad.ir import dtypes as dt
 from aotgrad.testing import assert_close
 
 
-@pytest.fixture
-def machine_tier(empty_cache, monkeypatch):
-    """Programs built here keep their cold kernels on the first tier (no compile of
-    theirs), where the row machine runs what it can; every run through the machine is
-    counted in the list returned."""
-    monkeypatch.setenv("AOTGRAD_BACKGROUND_COMPILE", "1")
-    monkeypatch.setenv("AOTGRAD_ROW_MACHINE", "1")
-    monkeypatch.delenv("AOTGRAD_FIRST_TIER", raising=False)
-    monkeypatch.setattr(tiers, "submit", lambda job, priority=None: None)
-    monkeypatch.setattr(tiers, "track", lambda units, priority=None: None)
-    assert row_vm.wait(900), f"the row machine did not load: {row_vm._machine.failed!r}"
-    runs = []
-    run = row_program.RowProgram.run
-    monkeypatch.setattr(row_program.RowProgram, "run",
-                        lambda self, *a, **k: runs.append(run(self, *a, **k))
-                        or runs[-1])
-    return runs
-
-
 def _graph(name, avals, body):
     b = GraphBuilder(name)
     xs = [b.add_input(Aval(shape, dtype), f"x{i}") for i, (shape, dtype) in enumerate(avals)]
@@ -220,16 +201,20 @@ def test_kernels_the_machine_does_not_run_stay_on_numpy(machine_tier, monkeypatc
     assert all(r.program is None for r in prog.first_tier.values())
 
 
-def test_a_compiled_training_step_on_the_machine_equals_eager(machine_tier):
+def compiled_equals_eager(loss_fn, grads, rtol, atol):
+    """`grads(fn)` of aotgrad.compile(loss_fn), twice, against `grads(loss_fn)`."""
     import aotgrad
-    loss_fn, grads = attention_step(seq=9, width=12, hidden=20, classes=5, seed=0,
-                                    value="gelu")
     want = grads(loss_fn)
     compiled = aotgrad.compile(loss_fn)
     for _ in range(2):
-        got = grads(compiled)
-        for g, w in zip(got, want):
-            assert_close(g, w, rtol=2e-5, atol=2e-6)
+        for g, w in zip(grads(compiled), want):
+            assert_close(g, w, rtol=rtol, atol=atol)
+
+
+def test_a_compiled_training_step_on_the_machine_equals_eager(machine_tier):
+    loss_fn, grads = attention_step(seq=9, width=12, hidden=20, classes=5, seed=0,
+                                    value="gelu")
+    compiled_equals_eager(loss_fn, grads, rtol=2e-5, atol=2e-6)
     assert any(machine_tier), "no kernel of the step ran on the row machine"
 
 

@@ -19,28 +19,6 @@ from aotgrad.ir import dtypes as dt
 from aotgrad.testing import assert_close
 
 
-@pytest.fixture
-def captured(empty_cache, monkeypatch):
-    """Programs built here keep their cold kernels on the first tier (no compile of theirs
-    but the native one, which each test asks for itself); every row program run is
-    recorded with its arguments: (program, copies of the arguments, whole values)."""
-    monkeypatch.setenv("AOTGRAD_BACKGROUND_COMPILE", "1")
-    monkeypatch.setenv("AOTGRAD_ROW_MACHINE", "1")
-    monkeypatch.delenv("AOTGRAD_FIRST_TIER", raising=False)
-    monkeypatch.setattr(tiers, "submit", lambda job, priority=None: None)
-    monkeypatch.setattr(tiers, "track", lambda units, priority=None: None)
-    monkeypatch.setattr(row_native, "request", lambda program, seconds=0.0: None)
-    assert row_vm.wait(900), f"the row machine did not load: {row_vm._machine.failed!r}"
-    runs = []
-    run = row_program.RowProgram.run
-
-    def recording(self, args, whole, native=None, machine=None):
-        runs.append((self, [np.array(a) for a in args], dict(whole)))
-        return run(self, args, whole, native, machine)
-    monkeypatch.setattr(row_program.RowProgram, "run", recording)
-    return runs
-
-
 def _graph(name, avals, body):
     b = GraphBuilder(name)
     xs = [b.add_input(Aval(shape, dtype), f"x{i}") for i, (shape, dtype) in enumerate(avals)]
@@ -344,6 +322,36 @@ def test_a_cold_kernel_runs_natively_once_compiled_but_not_over_its_input(empty_
     assert ref(*[y if k in ("in", "out") else 0 for k in kinds]) == 0
     assert len(calls) == n
     assert_close(y, want, rtol=2e-6, atol=1e-7)
+
+
+def test_exit_waits_for_the_compile_in_progress_and_starts_no_other(captured, monkeypatch):
+    # (a compile still running in LLVM while the process destroyed LLVM's state at exit
+    # aborted the process)
+    for prim in (prims.tanh, prims.exp):
+        g = _graph(prim.name, [((64, 32), dt.float32)], lambda x: [prims.mul(prim(x), x)])
+        compile_graph(g)(_values((64, 32), np.float32))
+    (first, _, _), (later, _, _) = captured
+    started, release, closed = threading.Event(), threading.Event(), threading.Event()
+    compile_program = row_native.compile_program
+
+    def held(program):
+        started.set()
+        assert release.wait(60)
+        return compile_program(program)
+    monkeypatch.setattr(row_native, "compile_program", held)
+    monkeypatch.setattr(row_native, "_closing", [])
+    compiler = row_native._Compiler()
+    compiler.submit(first, 0.01)
+    assert started.wait(60)
+    exiting = threading.Thread(target=lambda: (row_native._close(), closed.set()))
+    exiting.start()
+    assert not closed.wait(0.3)            # the exit waits for the compile in progress
+    release.set()
+    exiting.join(60)
+    assert closed.is_set()
+    compiler.submit(later, 0.01)
+    compiler.jobs.join()
+    assert first.native is not None and later.native is None
 
 
 def test_a_compiled_training_step_on_native_programs_equals_eager(empty_cache, monkeypatch):
