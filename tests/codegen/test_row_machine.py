@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from attention_step import attention_step
 
-from aotgrad.codegen import cache, compile_graph, parts, row_program, row_vm, tiers
+from aotgrad.codegen import cache, compile_graph, parts, row_program, row_vm
 from aotgrad.ir import Aval, GraphBuilder, evaluate, prims
 from aotgrad.ir import dtypes as dt
 from aotgrad.testing import assert_close
