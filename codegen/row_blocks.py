@@ -96,9 +96,10 @@ def row_blocks(nodes, reads, writes, one_block=False):
     values = [v for n in nodes for v in n.outputs]
     if not writes or not values:
         return None
-    # the kernel's domain (an input where it is wider than every value made: a bias's
-    # gradient, the sum over the rows of its one input)
-    widest = max(values + [v for _, v in reads], key=lambda v: math.prod(v.shape))
+    # the kernel's domain: a kernel whose values are all narrower than an input (a bias's
+    # gradient alone, a sum over the rows of its input) runs whole, where numpy's own sum
+    # over the leading axes took less time than the machine's rows or their native code
+    widest = max(values, key=lambda v: math.prod(v.shape))
     for axes in range(len(widest.shape), 0, -1):
         plan = _plan(nodes, writes, widest.shape[:axes], one_block)
         if plan is not None:

@@ -292,18 +292,3 @@ def test_values_made_of_sums_over_the_rows_run_after_the_rows(machine_tier, monk
         prog, _, _ = _check(g, [x, y], machine_tier, rtol=1e-5, atol=1e-5)
     assert any(r.program is not None and r.program.rb.after
                for r in prog.first_tier.values())
-
-
-def test_a_sum_over_the_rows_alone_runs_on_the_machine(machine_tier):
-    # a bias's gradient: the kernel's one value made is narrower than its input, whose
-    # rows it sums (in float64 per part, then rounded: the float64 sum's rounding, where
-    # numpy's own float32 sum is off by its rounding errors)
-    shape = (8, 16, 24)
-    g = _graph("bias_grad", [(shape, dt.float32)],
-               lambda x: [prims.reduce_sum(x, dims=(0, 1))])
-    x = RNG.normal(size=shape).astype(np.float32)
-    prog, got, want = _check(g, [x], machine_tier, rtol=1e-5, atol=1e-5)
-    ref, = prog.first_tier.values()
-    assert ref.program is not None and ref.program.rb.axes == 2
-    assert_close(got[0], x.astype(np.float64).sum((0, 1)).astype(np.float32), rtol=2e-7,
-                 atol=0)
