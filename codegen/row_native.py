@@ -5,14 +5,13 @@ MCJIT into a function of integer addresses, run in parts on the thread pool's bo
 (NativeRows.run); `request(program, seconds)` queues that compile on one
 background thread at the lowest niceness (it takes little CPU time from the steps), once
 per distinct program, and sets `program.native` when it is done."""
-import atexit
 import logging
 import math
 import os
 import queue
 import threading
 
-from aotgrad.codegen import board, parts, row_lower
+from aotgrad.codegen import board, parts, row_lower, tiers
 
 log = logging.getLogger(__name__)
 
@@ -187,9 +186,14 @@ class _Compiler:
             _, _, key, program = self.jobs.get()
             native = None
             try:
-                with _compiling:
-                    if not _closing:
+                # (at exit, the compile in progress ends before the interpreter does, and
+                # none starts after: LLVM runs without the interpreter's lock, and a compile
+                # still running as the process destroyed LLVM's static state aborted it)
+                if tiers.begin_load():
+                    try:
                         native = compile_program(program)
+                    finally:
+                        tiers.end_load()
             except Exception as e:      # the program stays on the row machine: only slower
                 log.warning("a row program did not compile natively (%s: %s); it stays on "
                             "the row machine", type(e).__name__, e)
@@ -202,18 +206,6 @@ class _Compiler:
 
 
 _compiler = _Compiler()
-# held while a program compiles: at exit, a compile in progress ends before the interpreter
-# does (LLVM runs without the interpreter's lock, and a compile still running while the
-# process destroys LLVM's static state aborted it), and none starts after
-_compiling = threading.Lock()
-_closing = []
-
-
-@atexit.register
-def _close():
-    _closing.append(True)
-    with _compiling:
-        pass
 
 
 def request(program, seconds=0.0):

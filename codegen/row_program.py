@@ -244,7 +244,7 @@ class RowProgram:
             impl, params = steps[node]
             if prim is prims.full:
                 value = np.asarray(impl(**params))
-                if value.dtype in _INTEGERS and np.any(np.abs(value) > EXACT_INT):
+                if value.dtype in _INTEGERS and not _exact_integers(value):
                     raise Unsupported("an integer beyond 2**53")
                 value = value.astype(np.float64).ravel()
                 self.pre.append(_Pre(o, n, value=np.ascontiguousarray(value)))

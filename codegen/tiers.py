@@ -132,8 +132,10 @@ def untrack(unit):
 
 
 def begin_load():
-    """Called by a job before it loads a compiled variant in this process: False once the
-    interpreter is exiting (no numba work in a daemon thread during shutdown)."""
+    """Called by a job before it loads a compiled variant in this process (or compiles a
+    row program natively: codegen.row_native): False once the interpreter is exiting (no
+    numba or LLVM work in a daemon thread during shutdown; the exit waits for the one in
+    progress)."""
     _load_lock.acquire()
     if _closing:
         _load_lock.release()

@@ -339,11 +339,13 @@ def test_exit_waits_for_the_compile_in_progress_and_starts_no_other(captured, mo
         assert release.wait(60)
         return compile_program(program)
     monkeypatch.setattr(row_native, "compile_program", held)
-    monkeypatch.setattr(row_native, "_closing", [])
+    # the exit's own handler (codegen.tiers), on this test's flag and no units left over
+    monkeypatch.setattr(tiers, "_closing", [])
+    monkeypatch.setattr(tiers, "_outstanding", {})
     compiler = row_native._Compiler()
     compiler.submit(first, 0.01)
     assert started.wait(60)
-    exiting = threading.Thread(target=lambda: (row_native._close(), closed.set()))
+    exiting = threading.Thread(target=lambda: (tiers._close(), closed.set()))
     exiting.start()
     assert not closed.wait(0.3)            # the exit waits for the compile in progress
     release.set()
