@@ -33,7 +33,7 @@ import numpy as np
 
 from aotgrad.codegen import cost, parts, row_native, row_vm, tiers
 from aotgrad.codegen.row_blocks import numpy_impl, row_blocks
-from aotgrad.codegen.row_program import row_program
+from aotgrad.codegen.row_program import address as row_address, row_program
 from aotgrad.codegen.steps import Kernel
 from aotgrad.ir import prims
 from aotgrad.ir.tags import Tag
@@ -162,6 +162,21 @@ class _Steps:
                     env[out] = r
 
 
+def _addresses(args, reads, writes):
+    """The address of each argument a kernel reads or writes, by its index (a list the
+    length of `args`), or None where one of them is not C-contiguous (its elements are not
+    one byte range from its address)."""
+    out = [0] * len(args)
+    for i, _ in reads:
+        a = args[i]
+        if not a.flags.c_contiguous:
+            return None
+        out[i] = row_address(a)
+    for i, _ in writes:
+        out[i] = row_address(args[i])
+    return out
+
+
 def _evaluate(nodes, env, how=None):
     """Run `nodes` once on the values in `env` (adding theirs); see _Steps."""
     _Steps(nodes, how).run(env)
@@ -270,28 +285,22 @@ class ReferenceKernel:
         writes would reach rows a later block reads)."""
         if not all(args[i].flags.c_contiguous for i, _ in self.writes):
             return False                   # (a reshape would copy: writes would be lost)
-        ins = {v: args[i].reshape(v.shape) for i, v in self.reads}
-        outs = [(v, args[i].reshape(v.shape)) for i, v in self.writes]
-        for v, o in outs:
-            for w, x in ins.items():
-                if np.may_share_memory(o, x) and not (
-                        v in rb.split and w in rb.split and o.shape == x.shape
-                        and o.strides == x.strides and o.__array_interface__["data"][0]
-                        == x.__array_interface__["data"][0]):
-                    return False
-        whole = {v: x for v, x in ins.items() if v not in rb.split}
+        addresses = _addresses(args, self.reads, self.writes)
+        if not self._writes_apart(args, rb, addresses):
+            return False
+        whole = {v: args[i].reshape(v.shape) for i, v in self.reads if v not in rb.split}
         self._evaluate_kept("once", rb.once, whole)
-        if self.program is not None and self.program.run(args, whole, self.program.native,
-                                                         row_vm.machine()):
-            self._run_after(rb, whole, outs)
+        if self.program is not None and self.program.run(
+                args, whole, self.program.native, row_vm.machine(), addresses):
+            self._run_after(rb, whole, args)
             return True
         if rb.block >= rb.rows:
             return False
         rows, block = rb.rows, rb.block
-        split_ins = [(v, x.reshape((rows,) + x.shape[rb.axes:]))
-                     for v, x in ins.items() if v in rb.split]
-        split_outs = [(v, o.reshape((rows,) + o.shape[rb.axes:]))
-                      for v, o in outs if v in rb.split]
+        split_ins = [(v, args[i].reshape((rows,) + tuple(v.shape[rb.axes:])))
+                     for i, v in self.reads if v in rb.split]
+        split_outs = [(v, args[i].reshape((rows,) + tuple(v.shape[rb.axes:])))
+                      for i, v in self.writes if v in rb.split]
         partial = {}
         for lo in range(0, rows, block):
             hi = min(rows, lo + block)
@@ -309,24 +318,48 @@ class ReferenceKernel:
                 if combine is np.add and val.dtype.kind == "f":
                     val = val.astype(np.float64)
                 partial[v] = val if v not in partial else combine(partial[v], val)
-        for v, o in outs:
+        for i, v in self.writes:
             if v in rb.summed:
-                o[...] = partial[v]
+                args[i].reshape(v.shape)[...] = partial[v]
         whole.update((v, np.asarray(x).astype(v.dtype.np).reshape(v.shape))
                      for v, x in partial.items())
-        self._run_after(rb, whole, outs)
+        self._run_after(rb, whole, args)
         return True
 
-    def _run_after(self, rb, env, outs):
+    def _writes_apart(self, args, rb, addresses):
+        """Whether no output buffer overlaps an input, other than as the same rows of the
+        same layout (an update in place). `addresses`: each argument's (_addresses), where
+        every one is C-contiguous: an overlap is then one of their byte ranges."""
+        if addresses is None:
+            outs = [(v, args[i].reshape(v.shape)) for i, v in self.writes]
+            ins = [(w, args[i].reshape(w.shape)) for i, w in self.reads]
+            return not any(
+                np.may_share_memory(o, x) and not (
+                    v in rb.split and w in rb.split and o.shape == x.shape
+                    and o.strides == x.strides and o.__array_interface__["data"][0]
+                    == x.__array_interface__["data"][0])
+                for v, o in outs for w, x in ins)
+        spans = [(addresses[i], addresses[i] + args[i].nbytes, w) for i, w in self.reads]
+        for j, v in self.writes:
+            lo = addresses[j]
+            hi = lo + args[j].nbytes
+            for first, past, w in spans:
+                if first < hi and lo < past and first < past and not (
+                        first == lo and past == hi and v in rb.split and w in rb.split
+                        and v.shape == w.shape):
+                    return False
+        return True
+
+    def _run_after(self, rb, env, args):
         """Run rb.after on the sums over the rows and the whole values in `env` (each
         rounded to its value's dtype first, as the compiled kernel rounds them); write the
-        outputs it makes into `outs`' buffers."""
+        outputs it makes into their buffers among `args`."""
         if not rb.after:
             return
         self._evaluate_kept("after", rb.after, env)
-        for v, o in outs:
+        for i, v in self.writes:
             if v in rb.after_values:
-                o[...] = env[v]
+                args[i].reshape(v.shape)[...] = env[v]
 
 
 def reference_kernel(step, spec):

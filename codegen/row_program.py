@@ -165,7 +165,11 @@ class RowProgram:
         self._pre_free = []
         self._frames = []
         self._pre_template = _Registers(self.pre_template)
-        self._idx_address = _address(self.idx)
+        self._idx_address = address(self.idx)
+        # whether the machine writes the accumulators (a sum over the rows, a flag)
+        self._acc_used = bool(self.summed) or self.flag_at is not None
+        # the dtype each input and output must have (an argument of another runs on numpy)
+        self._dtypes = [(i, np.dtype(v.dtype.np)) for i, v in self.inputs + self.outputs]
 
     # -- translation --------------------------------------------------------------------
     def _translate(self, kernel):
@@ -405,7 +409,7 @@ class RowProgram:
         return off, off + p.length * self.group, \
             None if p.length == 1 else (self.group, p.length)
 
-    def run(self, args, whole, native=None, machine=None):
+    def run(self, args, whole, native=None, machine=None, addresses=None):
         """Run on the kernel's arguments `args` (outputs written): with `native` (its
         compiled code, codegen.row_native) where no output is one of the inputs (that code
         assumes them apart), else on `machine` (the row machine); an output overlaps an
@@ -415,13 +419,19 @@ class RowProgram:
         rounded to its value's dtype, for the nodes after the rows. False: neither is
         given, or an argument has another dtype than its value's (nothing written), or the
         machine flagged the call (flag_at: its outputs may be written in part; the program
-        then runs only where no output is an input, so numpy can run it again)."""
-        ins = [np.ascontiguousarray(args[i]) for i, _ in self.inputs]   # alive until the end
-        if any(x.dtype != v.dtype.np for x, (_, v) in zip(ins, self.inputs)) or any(
-                args[i].dtype != v.dtype.np for i, v in self.outputs):
+        then runs only where no output is an input, so numpy can run it again).
+        `addresses`: each argument's address by its index, where the caller has them and
+        every argument is C-contiguous."""
+        if any(args[i].dtype != dtype for i, dtype in self._dtypes):
             return False
-        addr_in = [_address(x) for x in ins]
-        addr_out = [_address(args[i]) for i, _ in self.outputs]
+        if addresses is None:
+            ins = [np.ascontiguousarray(args[i]) for i, _ in self.inputs]  # alive until the end
+            addr_in = [address(x) for x in ins]
+            addr_out = [address(args[i]) for i, _ in self.outputs]
+        else:
+            ins = None
+            addr_in = [addresses[i] for i, _ in self.inputs]
+            addr_out = [addresses[i] for i, _ in self.outputs]
         apart = set(addr_out).isdisjoint(addr_in)
         fn = native if native is not None and apart else machine
         if fn is None or self.flag_at is not None and not apart:
@@ -447,8 +457,11 @@ class RowProgram:
             frame = None
         if frame is None or frame.nparts != nparts:
             frame = _Frame(self, nparts)
-        acc = frame.acc
-        acc[...] = self.acc_init
+        # the accumulators' rows this call writes: one per part it runs in
+        used = 1 if alone else nparts
+        acc = frame.acc[:used]
+        if self._acc_used:
+            acc[...] = self.acc_init
         if fn is native:
             frame.addr[:len(addr_in)] = addr_in
             frame.addr[frame.outputs_at:frame.outputs_at + len(addr_out)] = addr_out
@@ -463,9 +476,12 @@ class RowProgram:
                 fn(1, 0, 1, parts.NO_WORKSPACE, *args_)
             else:
                 parts.run_parts(fn, args_)
-        flagged = self.flag_at is not None and acc[:, self.flag_at].any()
+        flagged = self.flag_at is not None and (
+            acc[0, self.flag_at] != 0.0 if used == 1 else acc[:, self.flag_at].any())
         for i, v, off, size, (_, _, combine) in () if flagged else self.summed:
-            total = combine.reduce(acc[:, off:off + size], axis=0)
+            # (one part's row is its total as it is: a reduction over that row alone)
+            total = acc[0, off:off + size] if used == 1 else \
+                combine.reduce(acc[:, off:off + size], axis=0)
             whole[v] = total.reshape(v.shape).astype(v.dtype.np)
             if i is not None:
                 args[i][...] = whole[v].reshape(args[i].shape)
@@ -482,7 +498,7 @@ class _Registers:
     __slots__ = ("array", "address")
 
     def __init__(self, array):
-        self.array, self.address = array, _address(array)
+        self.array, self.address = array, address(array)
 
 
 class _Frame:
@@ -497,12 +513,12 @@ class _Frame:
         self.scratch = np.empty((nparts, max(1, program.work)))
         self.outputs_at = max(1, len(program.inputs))
         self.addr = np.zeros(self.outputs_at + max(1, len(program.outputs)), np.int64)
-        at = _address(self.addr)
-        self.addresses = (at, at + 8 * self.outputs_at, _address(self.scratch),
-                          self.scratch.strides[0], _address(self.acc), self.acc.strides[0])
+        at = address(self.addr)
+        self.addresses = (at, at + 8 * self.outputs_at, address(self.scratch),
+                          self.scratch.strides[0], address(self.acc), self.acc.strides[0])
 
 
-def _address(a):
+def address(a):
     """The address of array `a`'s first element: through a ctypes view of its buffer
     (cheaper than numpy's array interface, which builds a dict each time: a small program's
     call takes one address per input and output), else (a read-only, empty or strided

@@ -148,9 +148,9 @@ def captured(empty_cache, monkeypatch):
     runs = []
     run = row_program.RowProgram.run
 
-    def recording(self, args, whole, native=None, machine=None):
+    def recording(self, args, whole, native=None, machine=None, addresses=None):
         runs.append((self, [np.array(a) for a in args], dict(whole)))
-        return run(self, args, whole, native, machine)
+        return run(self, args, whole, native, machine, addresses)
     monkeypatch.setattr(row_program.RowProgram, "run", recording)
     return runs
 
