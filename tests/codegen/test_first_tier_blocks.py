@@ -262,6 +262,26 @@ def test_an_output_overlapping_its_input_in_another_layout_runs_whole(numpy_tier
     assert_close(out, want, rtol=1e-6, atol=0)
 
 
+@pytest.mark.parametrize("overlapping", [False, True])
+def test_a_strided_input_is_checked_for_overlap_element_by_element(numpy_tier, monkeypatch,
+                                                                   overlapping):
+    """An input that is not one byte range (every other column of a wider buffer): where
+    the output is a buffer of its own the kernel runs by rows; where the output shares
+    bytes with it in another layout, whole."""
+    ref, kinds = _pointwise_ref()
+    buf = RNG.normal(size=(40, 48)).astype(np.float32)
+    x = buf[:, ::2]
+    want = np.tanh(x) + np.float32(1)
+    out = buf.reshape(-1)[:40 * 24].reshape(40, 24) if overlapping else \
+        np.empty((40, 24), np.float32)
+    whole = []
+    monkeypatch.setattr(ref, "_run_whole", lambda args: whole.append(
+        first_tier.ReferenceKernel._run_whole(ref, args)))
+    _call(ref, kinds, x, out)
+    assert bool(whole) == overlapping
+    assert_close(out, want, rtol=1e-6, atol=0)
+
+
 def test_a_compiled_training_step_in_blocks_equals_eager(numpy_tier, monkeypatch):
     import aotgrad
     blocked = []
