@@ -52,6 +52,7 @@ START = time.perf_counter()
 import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
+import signal  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -213,6 +214,10 @@ def _interleave(args):
             cmd = [sys.executable, os.path.abspath(__file__), "--interleaved-worker", model,
                    "--steps", str(args.steps)] + (["--quick"] if args.quick else [])
             r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
+            # the compiles the run left to a detached helper are not wanted (the cache goes):
+            # stopped, so they neither write into the directory being removed nor take cores
+            # from the next model's run
+            _stop_detached_helpers(cache)
         res = next((json.loads(line[len(MARK):]) for line in r.stdout.splitlines()
                     if line.startswith(MARK)), None)
         if res is None:
@@ -253,6 +258,21 @@ def _detached_helpers(cache):
         if cwd == cache and b"compile_worker.py" in cmd:
             out.append(int(pid))
     return out
+
+
+def _stop_detached_helpers(cache, timeout=10.0):
+    """Kill the compile helpers still working for `cache`, and wait until they are gone."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout:
+        pids = _detached_helpers(cache)
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.1)
 
 
 def _run(model, system, args, cache):
