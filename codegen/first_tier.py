@@ -336,8 +336,7 @@ class ReferenceKernel:
             return not any(
                 np.may_share_memory(o, x) and not (
                     v in rb.split and w in rb.split and o.shape == x.shape
-                    and o.strides == x.strides and o.__array_interface__["data"][0]
-                    == x.__array_interface__["data"][0])
+                    and o.strides == x.strides and row_address(o) == row_address(x))
                 for v, o in outs for w, x in ins)
         # (an empty array shares no memory: numpy's test says the same)
         spans = [(addresses[i], addresses[i] + args[i].nbytes, w) for i, w in self.reads
