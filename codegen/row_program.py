@@ -6,7 +6,8 @@ the kernel's arguments, on the threads of codegen.parts.
     program.run(args, whole, program.native, row_vm.machine())   # natively where it can
 
 Per row, a value of the kernel is its elements past the row axes, in C order, held in a
-float64 register of `group` rows. What a RowBlocks plan computes once per call (its `once`
+register of `group` rows (float32 where every value is a float32, a bool or an integer,
+else float64: `float32`). What a RowBlocks plan computes once per call (its `once`
 nodes, a value repeated along the rows) is computed with numpy before the machine runs and
 handed to it with the constants (`pre`); a reduction over the rows (a bias's gradient) is
 summed per part in float64 and combined afterwards, as the numpy blocks combine theirs.
@@ -24,12 +25,12 @@ import math
 import numpy as np
 
 from aotgrad.codegen import parts
-from aotgrad.codegen.row_vm import EXACT_INT, AccForm, GatherForm, Op, ReduceForm, Round
+from aotgrad.codegen.row_vm import EXACT_INT, EXACT_INT_F32, AccForm, GatherForm, Op, ReduceForm, Round
 from aotgrad.ir import prims
 
 log = logging.getLogger(__name__)
 
-# elements of the widest value per group of rows: registers of 8 KB, a program's live ones
+# elements of the widest value per group of rows: registers of 4 or 8 KB, a program's live ones
 # in the CPU's cache
 GROUP_ELEMENTS = 1024
 # elements of the widest value below which a program runs on the calling thread alone
@@ -65,6 +66,11 @@ _STORE = {np.dtype(np.float32): Op.STORE_F32, np.dtype(np.float64): Op.STORE_F64
 _ROUND = {np.dtype(np.float32): Round.F32, np.dtype(np.float64): Round.F64,
           np.dtype(np.bool_): Round.BOOL}
 _INTEGERS = frozenset({np.dtype(np.int64), np.dtype(np.int32)})
+
+
+# the machine's registers' dtype, as it takes it: an empty array of that dtype
+_FLOAT32 = np.zeros(0, np.float32)
+_FLOAT64 = np.zeros(0, np.float64)
 
 
 class Unsupported(Exception):
@@ -170,6 +176,26 @@ class RowProgram:
         self._acc_used = bool(self.summed) or self.flag_at is not None
         # the dtype each input and output must have (an argument of another runs on numpy)
         self._dtypes = [(i, np.dtype(v.dtype.np)) for i, v in self.inputs + self.outputs]
+        self.float32 = self._float32_registers()
+        # the integer values among the per-call ones, which float32 registers hold exactly
+        # only up to 2**24 (a call with a larger one runs on float64 registers)
+        self._int_checked = [p.node.inputs[0] for p in self.pre if p.node is not None
+                             and np.dtype(p.node.inputs[0].dtype.np) in _INTEGERS]
+
+    def _float32_registers(self):
+        """Whether the machine may run this program on float32 registers (codegen.row_vm):
+        every value it holds a float32, a bool or an integer (loads of integers beyond
+        2**24 flag the call), no row's partial reduction (kept in float64), and every
+        constant a float32 exactly. Each result is then the same as on float64 registers."""
+        if self.flag_at is None and any(np.dtype(v.dtype.np) in _INTEGERS for v in self.length
+                                        if not isinstance(v, _RowPart)):
+            return False
+        if any(isinstance(v, _RowPart) for v in self.length):
+            return False
+        if any(np.dtype(v.dtype.np) == np.float64 for v in self.length):
+            return False
+        t = self.pre_template
+        return bool(np.array_equal(t.astype(np.float32).astype(np.float64), t, equal_nan=True))
 
     # -- translation --------------------------------------------------------------------
     def _translate(self, kernel):
@@ -191,7 +217,8 @@ class RowProgram:
                 slot = next(j for j, (_, w) in enumerate(self.inputs) if w is v)
                 dt = np.dtype(v.dtype.np)
                 out.append(Instr(_LOAD[dt], v, (), self.length[v],
-                                 m=self.flag_at if dt == np.int64 else 0, aux=slot))
+                                 m=self.flag_at if dt in _INTEGERS and self.flag_at is not None
+                                 else 0, aux=slot))
             return v
 
         def gather(node, x, impl, params):
@@ -439,6 +466,8 @@ class RowProgram:
         for x in self._wide_checked:
             if not _exact_integers(whole[x]):
                 return False
+        registers = _FLOAT32 if self.float32 and all(
+            _exact_integers(whole[x], EXACT_INT_F32) for x in self._int_checked) else _FLOAT64
         if not self._per_call:
             pre = self._pre_template               # (only read)
         else:
@@ -460,24 +489,34 @@ class RowProgram:
         # the accumulators' rows this call writes: one per part it runs in
         used = 1 if alone else nparts
         acc = frame.acc[:used]
-        if self._acc_used:
-            acc[...] = self.acc_init
         if fn is native:
+            if self._acc_used:
+                acc[...] = self.acc_init
             frame.addr[:len(addr_in)] = addr_in
             frame.addr[frame.outputs_at:frame.outputs_at + len(addr_out)] = addr_out
             ain, aout, scratch, scratch_stride, acc_at, acc_stride = frame.addresses
             native.run(1 if alone else nparts, self.rows, ain, aout, pre.address, scratch,
                        scratch_stride, acc_at, acc_stride, self._idx_address)
+            flagged = self._flagged(acc)
         else:
-            args_ = (self.code, self.idx, pre.array, np.array(addr_in or [0], np.int64),
-                     np.array(addr_out or [0], np.int64), acc, self.rows, self.group,
-                     self.work)
-            if alone:
-                fn(1, 0, 1, parts.NO_WORKSPACE, *args_)
-            else:
-                parts.run_parts(fn, args_)
-        flagged = self.flag_at is not None and (
-            acc[0, self.flag_at] != 0.0 if used == 1 else acc[:, self.flag_at].any())
+            addr_in = np.array(addr_in or [0], np.int64)
+            addr_out = np.array(addr_out or [0], np.int64)
+            while True:
+                if self._acc_used:
+                    acc[...] = self.acc_init
+                args_ = (self.code, self.idx, pre.array, registers, addr_in, addr_out, acc,
+                         self.rows, self.group, self.work)
+                if alone:
+                    fn(1, 0, 1, parts.NO_WORKSPACE, *args_)
+                else:
+                    parts.run_parts(fn, args_)
+                flagged = self._flagged(acc)
+                if not (flagged and registers is _FLOAT32):
+                    break
+                # an integer beyond float32's exact ones (or an index out of range, flagged
+                # again): once more on float64 registers (the outputs are apart from the
+                # inputs wherever a call can be flagged)
+                registers = _FLOAT64
         for i, v, off, size, (_, _, combine) in () if flagged else self.summed:
             # (one part's row is its total as it is: a reduction over that row alone)
             total = acc[0, off:off + size] if used == 1 else \
@@ -490,6 +529,11 @@ class RowProgram:
             self._pre_free.append(pre)
         del ins
         return not flagged
+
+    def _flagged(self, acc):
+        """Whether the call that wrote accumulator rows `acc` flagged itself for numpy."""
+        return self.flag_at is not None and (
+            acc[0, self.flag_at] != 0.0 if len(acc) == 1 else acc[:, self.flag_at].any())
 
 
 class _Registers:
@@ -538,11 +582,12 @@ def _fill(pre, lo, hi, rows, value):
         pre[lo:hi].reshape(rows)[...] = np.ravel(value)
 
 
-def _exact_integers(value):
-    """Whether every element of integer array `value` is a float64 exactly."""
+def _exact_integers(value, limit=EXACT_INT):
+    """Whether every element of integer array `value` is within +-limit (a float64 holds
+    every integer up to EXACT_INT exactly)."""
     if value.size == 1:                 # (a scalar's test, in a tenth of the time)
-        return -EXACT_INT <= value.item() <= EXACT_INT
-    return value.size == 0 or (value.max() <= EXACT_INT and value.min() >= -EXACT_INT)
+        return -limit <= value.item() <= limit
+    return value.size == 0 or (value.max() <= limit and value.min() >= -limit)
 
 
 def _gather_form(idx, n, m):

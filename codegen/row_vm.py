@@ -4,9 +4,9 @@ kernel's nodes row by row until the kernel's own machine code is compiled.
 A kernel that keeps each row to itself (codegen.row_blocks.RowBlocks: pointwise chains, row
 reductions, broadcasts of per-row or per-column values) is translated into a short program
 of row instructions (codegen.row_program). `run_rows` interprets such a program over a range
-of rows, a group of rows at a time: every value of a group lives in a float64 register of
-the machine's scratch, a few kilobytes that stay in the CPU's cache, and every instruction
-is one vectorised loop over it. Numpy's first tier paid a Python call and a fresh array for
+of rows, a group of rows at a time: every value of a group lives in a register of the
+machine's scratch, a few kilobytes that stay in the CPU's cache, and every instruction is
+one vectorised loop over it. Numpy's first tier paid a Python call and a fresh array for
 every node of every block; here a node costs one loop over cached memory.
 
 The machine is a generated module like a kernel's (the prelude and codegen.approx's float32
@@ -14,12 +14,18 @@ approximations are text, and numba's cache must see all of its code in one file)
 directory of the installation (`machine_dir`), not in the kernel cache of the user's
 programs: one compile serves every program, every cache directory and every later run.
 
-Registers hold float32, bool and integer values as float64 (an int64 beyond +-2**53, which
-they cannot hold exactly, flags the call, and numpy runs it instead). A float32 result is
-rounded to float32 after every instruction (Round.F32): sums, products, quotients and square
-roots of float32 values computed in float64 and rounded once are float32's correctly rounded
-results, and exp, log, tanh, logistic, erf and rsqrt use the compiled kernels' float32
-approximations. A bool result is 0.0 or 1.0 (Round.BOOL)."""
+Registers are float64, or float32 where a program's values are all float32, bools and
+integers (`run_rows` is compiled for both; the `registers` argument, an empty array, picks
+one): half the bytes each instruction reads and writes, twice the elements per vector. They
+hold integers exactly (an integer beyond +-2**53 on float64 registers, +-2**24 on float32
+ones, flags the call: numpy runs it, or float64 registers do). A float32 result is rounded to
+float32 after every instruction (Round.F32): sums, products, quotients and square roots of
+float32 values computed in float64 and rounded once are float32's correctly rounded results
+(so on float32 registers they are computed in float32), other functions are computed in
+float64 from the widened operands and rounded, and exp, log, tanh, logistic, erf and rsqrt
+use the compiled kernels' float32 approximations; a reduction is made in float64 either way.
+So both kinds of registers give every result bit for bit the same. A bool result is 0.0 or
+1.0 (Round.BOOL)."""
 import enum
 import logging
 import os
@@ -163,6 +169,8 @@ PARTIALS = 16
 # the largest integer magnitude up to which every integer is a float64 (and its float32
 # rounding the integer's own)
 EXACT_INT = 1 << 53
+# the same for float32 registers
+EXACT_INT_F32 = 1 << 24
 # an index register's value is clamped to +-this before it becomes an integer (it is an
 # integer already, except in a call flagged for an int64 beyond 2**53, whose results numpy
 # replaces: the clamp keeps the conversion defined there)
@@ -239,13 +247,21 @@ def _ptr(typingctx, addr, dtype):
 _HEAD = '''
 
 @_jit
-def run_rows(phase, part, nparts, ws, code, idx, pre, addr_in, addr_out, acc, nrows, group,
-             work):
+def run_rows(phase, part, nparts, ws, code, idx, pre, registers, addr_in, addr_out, acc, nrows,
+             group, work):
     lo = nrows * part // nparts
     hi = nrows * (part + 1) // nparts
     npre = pre.shape[0]
-    s = np.empty(npre + work, np.float64)
+    s = np.empty(npre + work, registers.dtype)
+    # the largest integer magnitude up to which the registers hold every integer exactly
+    exact = EXACT_INT if s.itemsize == 8 else EXACT_INT_F32
     part_ = np.empty(PARTIALS, np.float64)
+    # the results of the widest reduction by an index map (made in float64)
+    widest = 0
+    for k in range(code.shape[0]):
+        if code[k, 0] >= 71 and code[k, 0] <= 73 and code[k, 4] != 1:
+            widest = max(widest, code[k, 5])
+    red = np.empty(widest, np.float64)
     for i in range(npre):
         s[i] = pre[i]
     ninstr = code.shape[0]
@@ -295,14 +311,19 @@ def run_rows(phase, part, nparts, ws, code, idx, pre, addr_in, addr_out, acc, nr
                 wide = False
                 for i in range(gn):
                     iv = pi64[i]
-                    wide |= iv > EXACT_INT or iv < -EXACT_INT
+                    wide |= iv > exact or iv < -exact
                     d[i] = np.float64(iv)
                 if wide:
                     acc[part, m] = 1.0
             elif op == 7:
                 pi32 = _ptr(addr_in[aux] + r * n * 4, np.int32)
+                wide = False
                 for i in range(gn):
-                    d[i] = np.float64(pi32[i])
+                    iv = pi32[i]
+                    wide |= iv > exact or iv < -exact
+                    d[i] = np.float64(iv)
+                if wide:
+                    acc[part, m] = 1.0
             elif op == 74:
                 size = idx[c]
                 stride = idx[c + 1]
@@ -349,7 +370,11 @@ _TAIL = '''\
                 yb = s[b:b + gn]
                 zc = s[c:c + gn]
                 for i in range(gn):
-                    d[i] = xa[i] if zc[i] != 0.0 else yb[i]
+                    # (both operands read first: a select, which vectorises; a read in
+                    # each branch did not)
+                    u = xa[i]
+                    v = yb[i]
+                    d[i] = u if zc[i] != 0.0 else v
             elif op == 70:
                 if c == 1:                   # each element repeated n // m times
                     rep = n // m
@@ -413,27 +438,32 @@ _TAIL = '''\
                     s[dst + o] = np.float64(np.float32(v)) if aux == 1 else v
             elif op == 71 or op == 72 or op == 73:
                 ix = idx[b:b + m]
+                # (each result made in float64 and then kept, whatever the registers hold)
+                res = red[:n]
                 for j in range(g):
                     dj = s[dst + j * n:dst + j * n + n]
                     aj = s[a + j * m:a + j * m + m]
                     if op == 71:
                         for i in range(n):
-                            dj[i] = 0.0
+                            res[i] = 0.0
                         for i in range(m):
-                            dj[ix[i]] += aj[i]
+                            res[ix[i]] += aj[i]
                     elif op == 72:
                         for i in range(n):
-                            dj[i] = -INF64
+                            res[i] = -INF64
                         for i in range(m):
-                            dj[ix[i]] = _max(dj[ix[i]], aj[i])
+                            res[ix[i]] = _max(res[ix[i]], np.float64(aj[i]))
                     else:
                         for i in range(n):
-                            dj[i] = INF64
+                            res[i] = INF64
                         for i in range(m):
-                            dj[ix[i]] = _min(dj[ix[i]], aj[i])
+                            res[ix[i]] = _min(res[ix[i]], np.float64(aj[i]))
                     if aux == 1:
                         for i in range(n):
-                            dj[i] = np.float64(np.float32(dj[i]))
+                            dj[i] = np.float32(res[i])
+                    else:
+                        for i in range(n):
+                            dj[i] = res[i]
             elif op == 80 or op == 81 or op == 82:
                 ix = idx[b:b + m]
                 ap = acc[part]
@@ -459,33 +489,36 @@ _TAIL = '''\
 
 def _elementwise_text():
     """One branch per element-wise instruction, each a plain loop per rounding mode (the
-    loops vectorise; a mode tested per element would not)."""
+    loops vectorise; a mode tested per element would not). Operands are widened to float64
+    (or taken as float32 by an approximation) whatever the registers hold, so a result is
+    the same on both machines; where they hold float32, a float32 sum, product, quotient or
+    square root is computed in float32 (its rounding of the float64 result)."""
     out = []
     for op, (f32, f64) in _UNARY.items():
         rounded = (f"                        x = np.float32(xa[i])\n"
-                   f"                        d[i] = np.float64(np.float32({f32}))\n"
+                   f"                        d[i] = np.float32({f32})\n"
                    if f32 else
-                   f"                        x = xa[i]\n"
-                   f"                        d[i] = np.float64(np.float32({f64}))\n")
+                   f"                        x = np.float64(xa[i])\n"
+                   f"                        d[i] = np.float32({f64})\n")
         out.append(f"            elif op == {int(op)}:\n"
                    f"                if aux == 1:\n"
                    f"                    for i in range(gn):\n" + rounded +
                    f"                else:\n"
                    f"                    for i in range(gn):\n"
-                   f"                        x = xa[i]\n"
+                   f"                        x = np.float64(xa[i])\n"
                    f"                        d[i] = {f64}\n")
     for op, expr in _BINARY.items():
         out.append(f"            elif op == {int(op)}:\n"
                    f"                yb = s[b:b + gn]\n"
                    f"                if aux == 1:\n"
                    f"                    for i in range(gn):\n"
-                   f"                        x = xa[i]\n"
-                   f"                        y = yb[i]\n"
-                   f"                        d[i] = np.float64(np.float32({expr}))\n"
+                   f"                        x = np.float64(xa[i])\n"
+                   f"                        y = np.float64(yb[i])\n"
+                   f"                        d[i] = np.float32({expr})\n"
                    f"                else:\n"
                    f"                    for i in range(gn):\n"
-                   f"                        x = xa[i]\n"
-                   f"                        y = yb[i]\n"
+                   f"                        x = np.float64(xa[i])\n"
+                   f"                        y = np.float64(yb[i])\n"
                    f"                        d[i] = {expr}\n")
     return "".join(out)
 
@@ -495,6 +528,7 @@ def machine_source():
     from aotgrad.codegen import approx, prelude
     return (prelude.PRELUDE + approx.helper_source(APPROXIMATIONS) + _SCALARS
             + f"\nPARTIALS = {PARTIALS}\nEXACT_INT = {EXACT_INT}\n"
+            + f"EXACT_INT_F32 = {EXACT_INT_F32}\n"
             + f"INDEX_CLAMP = {INDEX_CLAMP!r}\n" + _HEAD
             + _elementwise_text() + _TAIL)
 
@@ -526,12 +560,14 @@ def machine_dir():
     return cache.cache_dir()
 
 
-def signature_description():
-    """`run_rows`'s one signature, as codegen.compile_worker describes one."""
-    return [["size"]] * 3 + [["array", "uint8", 1], ["array", "int64", 2],
-                             ["array", "int64", 1], ["array", "float64", 1],
-                             ["array", "int64", 1], ["array", "int64", 1],
-                             ["array", "float64", 2]] + [["size"]] * 3
+def signature_descriptions():
+    """`run_rows`'s signatures, as codegen.compile_worker describes one: float32 registers,
+    then float64 ones (the `registers` argument, an empty array of their dtype)."""
+    return [[["size"]] * 3 + [["array", "uint8", 1], ["array", "int64", 2],
+                              ["array", "int64", 1], ["array", "float64", 1],
+                              ["array", dtype, 1], ["array", "int64", 1],
+                              ["array", "int64", 1], ["array", "float64", 2]] + [["size"]] * 3
+            for dtype in ("float32", "float64")]
 
 
 class _Machine:
@@ -588,20 +624,24 @@ def _load():
         if d == _INSTALLED:
             _purge_others(d, mod.__name__)
         if not cache.has_machine_code(source, "run_rows", directory=d):
-            unit = parallel_compile.Unit(mod.__file__, mod.__name__, "run_rows",
-                                         signature_description(), len(source))
-            tiers.track([unit], tiers.Priority.FIRST_TIER)
-            try:
-                with cache.dir_lock(d, exclusive=True, name=".machine.lock"):
-                    if not cache.has_machine_code(source, "run_rows", directory=d):
-                        parallel_compile.compile_in_helpers([unit], d)
-            finally:
-                tiers.untrack(unit)
+            with cache.dir_lock(d, exclusive=True, name=".machine.lock"):
+                if not cache.has_machine_code(source, "run_rows", directory=d):
+                    # one after the other: two helpers saving numba's index of the same
+                    # function at once could each drop the other's entry
+                    for sig in signature_descriptions():
+                        unit = parallel_compile.Unit(mod.__file__, mod.__name__, "run_rows",
+                                                     sig, len(source))
+                        tiers.track([unit], tiers.Priority.FIRST_TIER)
+                        try:
+                            parallel_compile.compile_in_helpers([unit], d)
+                        finally:
+                            tiers.untrack(unit)
         if not tiers.begin_load():          # the interpreter is exiting
             return
         try:
             # numba's cache, filled by the helper (or compiled here where none could run)
-            mod.run_rows.compile(numba_signature(signature_description()))
+            for sig in signature_descriptions():
+                mod.run_rows.compile(numba_signature(sig))
         finally:
             tiers.end_load()
         _machine.fn = mod.run_rows
