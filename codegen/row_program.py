@@ -25,7 +25,8 @@ import math
 import numpy as np
 
 from aotgrad.codegen import parts
-from aotgrad.codegen.row_vm import EXACT_INT, EXACT_INT_F32, AccForm, GatherForm, Op, ReduceForm, Round
+from aotgrad.codegen.row_vm import (EXACT_INT, EXACT_INT_F32, AccForm, GatherForm, Op,
+                                    ReduceForm, Round)
 from aotgrad.ir import prims
 
 log = logging.getLogger(__name__)
@@ -184,16 +185,15 @@ class RowProgram:
 
     def _float32_registers(self):
         """Whether the machine may run this program on float32 registers (codegen.row_vm):
-        every value it holds a float32, a bool or an integer (loads of integers beyond
-        2**24 flag the call), no row's partial reduction (kept in float64), and every
-        constant a float32 exactly. Each result is then the same as on float64 registers."""
-        if self.flag_at is None and any(np.dtype(v.dtype.np) in _INTEGERS for v in self.length
-                                        if not isinstance(v, _RowPart)):
+        every value it holds a float32, a bool or an integer, and every constant a float32
+        exactly. Each result is then the same as on float64 registers."""
+        values = [v for v in self.length if not isinstance(v, _RowPart)]
+        if len(values) < len(self.length):       # a row's partial reduction: float64
             return False
-        if any(isinstance(v, _RowPart) for v in self.length):
+        if any(np.dtype(v.dtype.np) == np.float64 for v in values):
             return False
-        if any(np.dtype(v.dtype.np) == np.float64 for v in self.length):
-            return False
+        if self.flag_at is None and any(np.dtype(v.dtype.np) in _INTEGERS for v in values):
+            return False        # (a load of an integer beyond 2**24 flags the call there)
         t = self.pre_template
         return bool(np.array_equal(t.astype(np.float32).astype(np.float64), t, equal_nan=True))
 
