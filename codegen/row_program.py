@@ -3,7 +3,7 @@
 the kernel's arguments, on the threads of codegen.parts.
 
     program = row_program(kernel, rb)  # None: a node the machine has no instruction for
-    program.run(args, whole, program.native, row_vm.machine())   # natively where it can
+    program.run(args, whole, program.native, row_machine.machine())   # natively where it can
 
 Per row, a value of the kernel is its elements past the row axes, in C order, held in a
 register of `group` rows (float32 where every value is a float32, a bool or an integer,
@@ -162,9 +162,11 @@ class RowProgram:
         # var, the index of a row's elements in it or None, and their _span)
         self._per_call = [(p.node.inputs[0], p.index) + self._span(p)
                           for p in self.pre if p.node is not None]
-        # the int64 values among them, which the registers hold exactly only up to 2**53
-        self._wide_checked = [p.node.inputs[0] for p in self.pre if p.node is not None
-                              and np.dtype(p.node.inputs[0].dtype.np) == np.int64]
+        # the integer values among them: float32 registers hold them exactly only up to
+        # 2**24 (a call with a larger one runs on float64 registers), float64 ones up to
+        # 2**53 (an int64 beyond: numpy runs the call)
+        self._int_checked = [p.node.inputs[0] for p in self.pre if p.node is not None
+                             and np.dtype(p.node.inputs[0].dtype.np) in _INTEGERS]
         # preloaded registers of earlier calls, to fill again (their other spans hold the
         # template's constants): a call takes one or copies the template, and gives it back
         # (a list's pop and append are atomic: two threads never share one); the same for
@@ -178,10 +180,6 @@ class RowProgram:
         # the dtype each input and output must have (an argument of another runs on numpy)
         self._dtypes = [(i, np.dtype(v.dtype.np)) for i, v in self.inputs + self.outputs]
         self.float32 = self._float32_registers()
-        # the integer values among the per-call ones, which float32 registers hold exactly
-        # only up to 2**24 (a call with a larger one runs on float64 registers)
-        self._int_checked = [p.node.inputs[0] for p in self.pre if p.node is not None
-                             and np.dtype(p.node.inputs[0].dtype.np) in _INTEGERS]
 
     def _float32_registers(self):
         """Whether the machine may run this program on float32 registers (codegen.row_vm):
@@ -463,11 +461,12 @@ class RowProgram:
         fn = native if native is not None and apart else machine
         if fn is None or self.flag_at is not None and not apart:
             return False
-        for x in self._wide_checked:
-            if not _exact_integers(whole[x]):
+        registers = _FLOAT32 if self.float32 else _FLOAT64
+        for x in self._int_checked:
+            if registers is _FLOAT32 and not _exact_integers(whole[x], EXACT_INT_F32):
+                registers = _FLOAT64
+            if registers is _FLOAT64 and not _exact_integers(whole[x]):
                 return False
-        registers = _FLOAT32 if self.float32 and all(
-            _exact_integers(whole[x], EXACT_INT_F32) for x in self._int_checked) else _FLOAT64
         if not self._per_call:
             pre = self._pre_template               # (only read)
         else:
