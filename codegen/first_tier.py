@@ -31,7 +31,7 @@ import time
 
 import numpy as np
 
-from aotgrad.codegen import cost, parts, row_native, row_vm, tiers
+from aotgrad.codegen import cost, parts, row_machine, row_native, tiers
 from aotgrad.codegen.row_blocks import numpy_impl, row_blocks
 from aotgrad.codegen.row_program import address as row_address, row_program
 from aotgrad.codegen.steps import Kernel
@@ -202,9 +202,9 @@ class ReferenceKernel:
         rows = row_blocks(self.nodes, self.reads, self.writes, one_block=True)
         # numpy runs in blocks where there are several; the row machine takes any rows
         self.blocks = rows if rows is not None and rows.block < rows.rows else None
-        self.program = row_program(self, rows) if row_vm.enabled() and rows else None
+        self.program = row_program(self, rows) if row_machine.enabled() and rows else None
         if self.program is not None:
-            row_vm.request()
+            row_machine.request()
         self.seconds = 0.0
         # its fastest call so far, what each call is charged: a call slowed by other work
         # on the cores (another process, a compile) would have been slowed compiled too,
@@ -230,7 +230,7 @@ class ReferenceKernel:
             and row_native.idle() and not tiers.pending() else None
         try:
             if self.program is not None and (self.program.native is not None
-                                             or row_vm.machine() is not None):
+                                             or row_machine.machine() is not None):
                 done = self._run_blocks(args, self.program.rb)
             else:
                 done = self.blocks is not None and self._run_blocks(args, self.blocks)
@@ -291,7 +291,7 @@ class ReferenceKernel:
         whole = {v: args[i].reshape(v.shape) for i, v in self.reads if v not in rb.split}
         self._evaluate_kept("once", rb.once, whole)
         if self.program is not None and self.program.run(
-                args, whole, self.program.native, row_vm.machine(), addresses):
+                args, whole, self.program.native, row_machine.machine(), addresses):
             self._run_after(rb, whole, args)
             return True
         if rb.block >= rb.rows:

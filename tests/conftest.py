@@ -117,13 +117,13 @@ def machine_tier(empty_cache, monkeypatch):
     """Programs built here keep their cold kernels on the first tier (no compile of
     theirs), where the row machine runs what it can; every run through the machine is
     counted in the list returned."""
-    from aotgrad.codegen import row_program, row_vm, tiers
+    from aotgrad.codegen import row_machine, row_program, tiers
     monkeypatch.setenv("AOTGRAD_BACKGROUND_COMPILE", "1")
     monkeypatch.setenv("AOTGRAD_ROW_MACHINE", "1")
     monkeypatch.delenv("AOTGRAD_FIRST_TIER", raising=False)
     monkeypatch.setattr(tiers, "submit", lambda job, priority=None: None)
     monkeypatch.setattr(tiers, "track", lambda units, priority=None: None)
-    assert row_vm.wait(900), f"the row machine did not load: {row_vm._machine.failed!r}"
+    assert row_machine.wait(900), f"the row machine did not load: {row_machine._machine.failed!r}"
     runs = []
     run = row_program.RowProgram.run
     monkeypatch.setattr(row_program.RowProgram, "run",
@@ -137,14 +137,14 @@ def captured(empty_cache, monkeypatch):
     """Programs built here keep their cold kernels on the first tier (no compile of theirs
     but the native one, which each test asks for itself); every row program run is
     recorded with its arguments: (program, copies of the arguments, whole values)."""
-    from aotgrad.codegen import row_native, row_program, row_vm, tiers
+    from aotgrad.codegen import row_machine, row_native, row_program, tiers
     monkeypatch.setenv("AOTGRAD_BACKGROUND_COMPILE", "1")
     monkeypatch.setenv("AOTGRAD_ROW_MACHINE", "1")
     monkeypatch.delenv("AOTGRAD_FIRST_TIER", raising=False)
     monkeypatch.setattr(tiers, "submit", lambda job, priority=None: None)
     monkeypatch.setattr(tiers, "track", lambda units, priority=None: None)
     monkeypatch.setattr(row_native, "request", lambda program, seconds=0.0: None)
-    assert row_vm.wait(900), f"the row machine did not load: {row_vm._machine.failed!r}"
+    assert row_machine.wait(900), f"the row machine did not load: {row_machine._machine.failed!r}"
     runs = []
     run = row_program.RowProgram.run
 

@@ -11,7 +11,7 @@ import pytest
 from test_row_machine import _bcast, _check, _const, _graph, compiled_equals_eager
 from test_row_native import _native_equals_machine
 
-from aotgrad.codegen import compile_graph, row_native, row_vm
+from aotgrad.codegen import compile_graph, row_machine, row_native
 from aotgrad.codegen.row_vm import Op
 from aotgrad.ir import evaluate, prims
 from aotgrad.ir import dtypes as dt
@@ -229,7 +229,7 @@ def test_native_programs_flag_what_the_machine_flags(captured, bad):
         args = list(args)
         args[at] = label
         native = row_native.compile_program(program)
-        assert not program.run([a.copy() for a in args], whole, machine=row_vm.machine())
+        assert not program.run([a.copy() for a in args], whole, machine=row_machine.machine())
         assert not program.run([a.copy() for a in args], whole, native=native)
         args[at] = np.clip(label, 0, c - 1)
         assert program.run([a.copy() for a in args], whole, native=native)

@@ -12,7 +12,7 @@ from attention_step import attention_step
 from test_row_machine import _bcast, _const, _graph, compiled_equals_eager
 from test_row_machine_indices import _cross_entropy
 
-from aotgrad.codegen import compile_graph, parts, row_vm
+from aotgrad.codegen import compile_graph, parts, row_machine
 from aotgrad.codegen.row_program import address
 from aotgrad.codegen.row_vm import Op, ReduceForm, Round
 from aotgrad.ir import evaluate, prims
@@ -52,7 +52,7 @@ def _registers_agree(runs, threads=(1, 2, 3)):
     """Run every recorded program on float32 and on float64 registers, with each number of
     threads: the same bytes in every output. Returns the programs."""
     assert runs, "no kernel ran as a row program"
-    machine = row_vm.machine()
+    machine = row_machine.machine()
     programs = []
     for program, args, whole in list(runs):       # (each run is recorded too)
         if program in programs:
@@ -173,7 +173,7 @@ def test_integers_beyond_float32s_exact_ones_run_on_float64_registers(captured):
     assert captured and all(program.float32 for program, _, _ in captured)
     # each call ran on the machine (not on numpy): on float64 registers where it had to
     for program, args, whole in list(captured):      # (each run is recorded too)
-        assert program.run([a.copy() for a in args], dict(whole), machine=row_vm.machine())
+        assert program.run([a.copy() for a in args], dict(whole), machine=row_machine.machine())
 
 
 @pytest.mark.parametrize("op", [Op.REDUCE_SUM, Op.REDUCE_MAX, Op.REDUCE_MIN])
@@ -181,7 +181,7 @@ def test_a_reduction_by_an_index_map_is_made_in_float64_on_both_registers(op):
     """Every n-th element of a row summed (a reduction over a middle axis): in float64, then
     rounded once, on float32 registers as on float64 ones (a sum kept in float32 would
     lose the small terms beside the large ones)."""
-    assert row_vm.wait(900), f"the row machine did not load: {row_vm._machine.failed!r}"
+    assert row_machine.wait(900), f"the row machine did not load: {row_machine._machine.failed!r}"
     rows, n, m = 6, 5, 40
     x = (RNG.normal(size=(rows, m)) * np.repeat([1e8, 1.0, 3e-3, 1e4], n * 2)).astype(np.float32)
     x[0, :3] = [np.nan, -0.0, 1e-40]
@@ -198,7 +198,7 @@ def test_a_reduction_by_an_index_map_is_made_in_float64_on_both_registers(op):
     want[0, 0] = np.nan                    # (the machine's max and min carry a NaN on)
     for registers in (np.zeros(0, np.float32), np.zeros(0, np.float64)):
         out = np.empty((rows, n), np.float32)
-        row_vm.machine()(1, 0, 1, parts.NO_WORKSPACE, code, ix, np.zeros(0), registers,
+        row_machine.machine()(1, 0, 1, parts.NO_WORKSPACE, code, ix, np.zeros(0), registers,
                          np.array([address(x)]), np.array([address(out)]), np.zeros((1, 1)),
                          rows, group, group * (m + n))
         assert np.array_equal(out, want.astype(np.float32), equal_nan=True), registers.dtype

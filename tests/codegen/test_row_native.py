@@ -13,7 +13,7 @@ import pytest
 from attention_step import attention_step
 
 from aotgrad.codegen import compile_graph, parts, rent, row_lower, row_native, row_program, \
-    row_vm, tiers
+    row_machine, row_vm, tiers
 from aotgrad.ir import Aval, GraphBuilder, evaluate, prims
 from aotgrad.ir import dtypes as dt
 from aotgrad.testing import assert_close
@@ -40,7 +40,7 @@ def _native_equals_machine(runs, threads=(1, 2, 3)):
     """Run every recorded program on the machine and natively, on the same arguments, with
     each number of threads: the same arrays, bit for bit. Returns the programs."""
     assert runs, "no kernel ran as a row program"
-    machine = row_vm.machine()
+    machine = row_machine.machine()
     programs = []
     for program, args, whole in runs:
         if program in programs:
@@ -429,7 +429,7 @@ def test_native_parts_are_taken_off_the_pools_board(captured, monkeypatch, threa
     native = row_native.compile_program(program)
     parts._Threads.count = threads
     want = [a.copy() for a in args]
-    assert program.run(want, dict(whole), machine=row_vm.machine())
+    assert program.run(want, dict(whole), machine=row_machine.machine())
     pool_board = parts._pool[0].board
     for i in range(12):
         if i % 3 == 2:
