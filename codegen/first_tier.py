@@ -39,6 +39,34 @@ from aotgrad.ir import prims
 from aotgrad.ir.tags import Tag
 
 
+def _canonical_order(nodes, outputs):
+    """`nodes` in the order a depth-first walk from `outputs` (in their order, each node's
+    inputs in theirs) finishes them, then any not reached: the same for two kernels whose
+    graphs are the same up to their vars, whatever order the schedule gave each (the layers
+    of a model make one generated kernel; their row programs are then equal, and compile
+    natively once). Iterative: a kernel's depth is not bounded."""
+    producer = {v: n for n in nodes for v in n.outputs}
+    done, order = set(), []
+    roots = [producer[v] for v in outputs if v in producer] + list(nodes)
+    for root in roots:
+        if root in done:
+            continue
+        stack = [(root, iter(root.inputs))]
+        done.add(root)
+        while stack:
+            node, inputs = stack[-1]
+            for v in inputs:
+                p = producer.get(v)
+                if p is not None and p not in done:
+                    done.add(p)
+                    stack.append((p, iter(p.inputs)))
+                    break
+            else:
+                stack.pop()
+                order.append(node)
+    return order
+
+
 def _constant_part(nodes):
     """`nodes` split in two: those whose values depend on none of the kernel's inputs
     (`full`, and what only constants feed; never a communication), and the rest."""
@@ -196,9 +224,9 @@ class ReferenceKernel:
 
     def __init__(self, step, spec):
         self.name = spec.name
-        self.nodes = list(step.nodes)
         self.reads = [(i, a.var) for i, a in enumerate(spec.args) if a.kind == "in"]
         self.writes = [(i, a.var) for i, a in enumerate(spec.args) if a.kind == "out"]
+        self.nodes = _canonical_order(step.nodes, [v for _, v in self.writes])
         rows = row_blocks(self.nodes, self.reads, self.writes, one_block=True)
         # numpy runs in blocks where there are several; the row machine takes any rows
         self.blocks = rows if rows is not None and rows.block < rows.rows else None

@@ -397,7 +397,7 @@ class RowProgram:
                     dst, top = top, top + size
                 offsets[ins.dst] = dst
                 self._sizes[ins.dst] = size
-            for v in set(ins.args):            # operands read for the last time: free
+            for v in dict.fromkeys(ins.args):  # operands read for the last time: free
                 if last.get(v) == t and v not in preloaded:
                     free.setdefault(self._sizes[v], []).append(offsets[v])
             ib = 0

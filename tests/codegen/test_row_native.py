@@ -442,3 +442,42 @@ def test_native_parts_are_taken_off_the_pools_board(captured, monkeypatch, threa
         assert pool_board[board.DONE] == pool_board[board.TOTAL] == threads
         for w, g_ in zip(want, got):
             assert _same(w, g_)
+
+
+def test_the_layers_of_a_stack_share_their_row_programs(captured):
+    # Identical layers make one generated kernel each, but the schedule gives each layer's
+    # nodes its own order: their row programs (registers, preloaded values, instructions)
+    # must be equal, so that each is compiled natively once, not once per layer
+    import aotgrad
+    nn = aotgrad.nn
+    aotgrad.manual_seed(0)
+    width, layers = 24, 3
+    blocks = nn.ModuleList([nn.Sequential(nn.LayerNorm(width), nn.Linear(width, 2 * width),
+                                          nn.GELU(), nn.Linear(2 * width, width))
+                            for _ in range(layers)])
+    opt = aotgrad.optim.AdamW(blocks.parameters(), lr=1e-3)
+
+    def step(x):
+        opt.zero_grad()
+        for block in blocks:
+            x = x + block(x)
+        loss = (x * x).mean()
+        loss.backward()
+        opt.step()
+        return loss
+    compiled = aotgrad.compile(step)
+    x = aotgrad.from_numpy(RNG.normal(size=(16, width)).astype(np.float32))
+    for _ in range(3):
+        compiled(x)
+    keys = {}           # (kernel, the shapes it writes) -> the row programs' keys
+    for prog in compiled.cache.values():
+        for kernels in prog._kernels.values():
+            for ref in kernels.first_tier.values():
+                if ref.program is not None:
+                    shapes = tuple(tuple(v.shape) for _, v in ref.writes)
+                    keys.setdefault((ref.name, shapes), []).append(
+                        row_native.program_key(ref.program))
+    repeated = {k: v for k, v in keys.items() if len(v) >= layers}
+    assert repeated, "no kernel was made once per layer"
+    for k, v in repeated.items():
+        assert len(set(v)) == 1, k
