@@ -101,6 +101,40 @@ class _PaddedSum:
         return out
 
 
+@dataclasses.dataclass(frozen=True)
+class _Buffer:
+    """Where a run's values hold the output buffer of `var` (a key of its env)."""
+    var: object
+
+
+@dataclasses.dataclass(frozen=True)
+class _Store:
+    """The value of written var `var` put into its output buffer as soon as it is made, and
+    read from there after: a transposed value is then read in the buffer's order (a sum over
+    it runs along memory, not across it), and it is not copied again at the end."""
+    inputs: tuple           # (var, _Buffer(var))
+    outputs: tuple          # (var,)
+
+    @staticmethod
+    def run(value, buffer):
+        value = np.asarray(value)
+        if not buffer.flags.c_contiguous:
+            buffer[...] = value.reshape(buffer.shape)
+            return value
+        view = buffer.reshape(value.shape)
+        view[...] = value
+        return view
+
+
+def _with_stores(steps, written):
+    """`steps` with a _Store after each one that makes a var of `written`."""
+    out = []
+    for n in steps:
+        out.append(n)
+        out.extend(_Store((v, _Buffer(v)), (v,)) for v in n.outputs if v in written)
+    return out
+
+
 def _padded_sums(nodes, keep):
     """`nodes` with each sum of zero pads whose regions do not overlap made one _PaddedSum
     (its pads and inner sums read by nothing else and not in `keep`, the values written
@@ -168,7 +202,7 @@ class _Steps:
     def __init__(self, nodes, how=None):
         self.steps = []
         for n in nodes:
-            if isinstance(n, _PaddedSum):
+            if isinstance(n, (_PaddedSum, _Store)):
                 self.steps.append((n.run, {}, n.inputs, n.outputs[0], False))
                 continue
             impl, p = (numpy_impl(n.prim), n.params) if how is None else how(n)
@@ -227,6 +261,10 @@ class ReferenceKernel:
         self.reads = [(i, a.var) for i, a in enumerate(spec.args) if a.kind == "in"]
         self.writes = [(i, a.var) for i, a in enumerate(spec.args) if a.kind == "out"]
         self.nodes = _canonical_order(step.nodes, [v for _, v in self.writes])
+        # outputs read by other nodes of the kernel: written as soon as they are made, where
+        # no output buffer overlaps an input, those nodes read them in the buffer's order
+        read = {v for n in self.nodes for v in n.inputs}
+        self.read_written = frozenset(v for _, v in self.writes if v in read)
         rows = row_blocks(self.nodes, self.reads, self.writes, one_block=True)
         # numpy runs in blocks where there are several; the row machine takes any rows
         self.blocks = rows if rows is not None and rows.block < rows.rows else None
@@ -244,7 +282,8 @@ class ReferenceKernel:
         # whether it may keep the pool's workers polling while it runs (its program's
         # compiles are held back: no helper needs the cores meanwhile)
         self.holds_workers = False
-        self._constants = {}    # "whole" / "once" -> (constant values, _Steps of the rest)
+        # "whole" / "stored" / "once" / "after" -> (constant values, _Steps of the rest)
+        self._constants = {}
         self._block_steps = {}  # rows in a block -> _Steps of the per-block nodes
 
     def __call__(self, *args):
@@ -272,12 +311,14 @@ class ReferenceKernel:
             self.rent.charge(self.best_seconds - self.compiled_seconds, self.name)
         return 0
 
-    def _evaluate_kept(self, key, nodes, env, keep=None):
+    def _evaluate_kept(self, key, nodes, env, keep=None, store=frozenset()):
         """_evaluate(nodes, env), the values that depend on no input made at the first call
         only (the impls are deterministic and never write their inputs: a constant's value
         is the same array each call; a small kernel's constants cost as much as its work).
         `keep`: the values read after (its sums of pads are made one step, _padded_sums);
-        None: every value may be."""
+        None: every value may be. `store`: values of `keep` put into their output buffers
+        as they are made, where made from the inputs (_Store; env holds the buffers).
+        Returns the values so stored."""
         kept = self._constants.get(key)
         if kept is None:
             const, rest = _constant_part(nodes)
@@ -285,14 +326,24 @@ class ReferenceKernel:
             _evaluate(const, values)
             if keep is not None:
                 rest = _padded_sums(rest, keep)
-            kept = self._constants[key] = (values, _Steps(rest))
+            stored = frozenset(v for n in rest for v in n.outputs if v in store)
+            if stored:
+                rest = _with_stores(rest, stored)
+            kept = self._constants[key] = (values, _Steps(rest), stored)
         env.update(kept[0])
         kept[1].run(env)
+        return kept[2]
 
     def _run_whole(self, args):
         env = {v: args[i].reshape(v.shape) for i, v in self.reads}
-        self._evaluate_kept("whole", self.nodes, env, keep={v for _, v in self.writes})
-        values = [(args[i], np.asarray(env[v])) for i, v in self.writes]
+        writes = {v for _, v in self.writes}
+        if self.read_written and self._outputs_apart(args):
+            env.update((_Buffer(v), args[i]) for i, v in self.writes if v in self.read_written)
+            stored = self._evaluate_kept("stored", self.nodes, env, keep=writes,
+                                         store=self.read_written)
+        else:
+            stored = self._evaluate_kept("whole", self.nodes, env, keep=writes)
+        values = [(args[i], np.asarray(env[v])) for i, v in self.writes if v not in stored]
         # an output buffer may be an input's buffer (the plan reuses dead buffers): every
         # value that could read from an output buffer is copied before the first write
         outs = [o for o, _ in values]
@@ -305,6 +356,17 @@ class ReferenceKernel:
                 o.reshape(val.shape)[...] = val
             else:
                 o[...] = val.reshape(o.shape)
+
+    def _outputs_apart(self, args):
+        """Whether no output buffer shares memory with an input or with another output (a
+        value can then be written as soon as it is made: nothing read later is written)."""
+        outs = [args[i] for i, _ in self.writes]
+        others = [args[i] for i, _ in self.reads]
+        for o in outs:
+            if any(np.may_share_memory(o, x) for x in others):
+                return False
+            others.append(o)
+        return True
 
     def _run_blocks(self, args, rb):
         """Run by rows (plan `rb`: on the row machine where it is loaded and runs the
