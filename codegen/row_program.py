@@ -127,7 +127,10 @@ class RowProgram:
         if not all(self.length.values()):
             raise Unsupported("an empty value")
         self.elements = rb.rows * max(self.length.values())
-        self.group = max(1, min(rb.rows, GROUP_ELEMENTS // max(1, max(self.length.values()))))
+        # (not fewer rows where the kernel has fewer: the machine runs a short group as a
+        # tail, and programs that differ only in their number of rows, as an optimizer's
+        # update of each parameter does, stay equal and compile natively once)
+        self.group = max(1, GROUP_ELEMENTS // max(1, max(self.length.values())))
         self.inputs = [(i, v) for i, v in kernel.reads if v in rb.split]
         self.outputs = [(i, v) for i, v in kernel.writes if v in rb.split]
         self.summed = []                       # (arg index, var, acc offset, size, combine)

@@ -481,3 +481,13 @@ def test_the_layers_of_a_stack_share_their_row_programs(captured):
     assert repeated, "no kernel was made once per layer"
     for k, v in repeated.items():
         assert len(set(v)) == 1, k
+    # the optimizer's update of parameters of several shapes (the linear layers' vectors of
+    # 48, matrices 48x24 and 24x48), one element a row: one program, whatever the number
+    # of rows
+    updates = {}
+    for (name, shapes), v in keys.items():
+        if all(len(s) <= 2 for s in shapes):
+            updates.setdefault(name, set()).update((shapes[0], key) for key in v)
+    shared = [u for u in updates.values() if len({s for s, _ in u}) >= 3]
+    assert shared, "no kernel updated parameters of three shapes"
+    assert all(len({key for _, key in u}) == 1 for u in shared)
