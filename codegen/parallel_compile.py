@@ -309,11 +309,15 @@ class _Ordered:
 
 
 def start_detached(units, cwd):
-    """Hand `units` to a new helper process that outlives this one (its own session, at a
-    lower priority) and compiles them into the disk cache in the order given (the next
-    process may start while it works), then exits; returns it, or None
-    where it cannot start. Nothing waits for it: the next process that needs the kernels
-    finds them in the cache (or compiles what is not there yet itself)."""
+    """Hand `units` to a new helper process that outlives this one (its own process group,
+    so a Ctrl-C in the terminal does not reach it; in Linux's idle class) and compiles them
+    into the disk cache in the order given (the next process may start while it works),
+    then exits; returns it, or None where it cannot start. Nothing waits for it: the next
+    process that needs the kernels finds them in the cache (or compiles what is not there
+    yet itself). It stays in this session: where the kernel groups processes by session
+    (Linux's autogroup), a helper in a session of its own got an equal share of the cores
+    with the session's next training process, whatever its class, and that process's steps
+    ran at half speed until the helper was done."""
     if not units or workers() == 0:
         return None
     if not sys.executable or getattr(sys, "frozen", False):
@@ -325,7 +329,7 @@ def start_detached(units, cwd):
         p = subprocess.Popen([sys.executable, compile_worker.__file__], cwd=cwd,
                              stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL, text=True, encoding="utf-8",
-                             start_new_session=True)
+                             process_group=0)
     except OSError as e:
         log.debug("could not start a detached compile helper (%s)", e)
         return None

@@ -156,6 +156,34 @@ def test_a_second_process_starts_on_the_kernels_left_queued_at_exit(cold):
     assert second == dict(status="disk", first_tier=0, compiled_here=0, parts=[True])
 
 
+@pytest.mark.skipif(not hasattr(os, "getsid") or not hasattr(os, "sched_getscheduler"),
+                    reason="sessions and scheduling classes are POSIX / Linux")
+def test_the_detached_helper_stays_in_this_session_in_a_group_of_its_own(tmp_path,
+                                                                        monkeypatch):
+    # Its own process group: a Ctrl-C in the terminal (sent to the foreground group) does
+    # not stop it. This session: Linux's autogroup shares the cores between sessions first,
+    # so a helper in a session of its own took a core from the next training process of
+    # this one whatever its class (that process's steps ran at half speed meanwhile).
+    from aotgrad.codegen import cache
+    monkeypatch.setenv("AOTGRAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("AOTGRAD_COMPILE_WORKERS", "1")
+    mod, _ = cache.load_module("import numba\n\n@numba.njit(cache=True)\n"
+                               "def k_left(n):\n    return n + 1\n")
+    unit = parallel_compile.Unit(mod.__file__, mod.__name__, "k_left", [["size"]])
+    helper = parallel_compile.start_detached([unit], str(tmp_path))
+    assert helper is not None
+    try:
+        assert os.getpgid(helper.pid) == helper.pid != os.getpgid(0)
+        assert os.getsid(helper.pid) == os.getsid(0)
+        deadline = time.monotonic() + 60       # (the class is set once it reads its setup)
+        while os.sched_getscheduler(helper.pid) != os.SCHED_IDLE:
+            assert helper.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        helper.wait(240)
+    assert helper.returncode == 0
+
+
 def test_a_boosted_helper_runs_at_the_callers_priority(tmp_path, monkeypatch):
     """(Niced helpers: test_first_tier.py's test_background_helpers_run_at_a_lower_priority.)"""
     from aotgrad.codegen import cache
