@@ -45,6 +45,11 @@ class Emitter:
         self.lo, self.hi, self.ain, self.aout, self.pre, self.s, self.acc, self.idx = \
             lo, hi, ain, aout, pre, s, acc, idx
         self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
+        # a scratch of float32s where every value the program holds is one exactly
+        # (RowProgram.float32_scratch): half the bytes, and no conversions around the loops
+        self.scratch32 = bool(program.float32_scratch)
+        if self.scratch32:
+            self.s = self.b.bitcast(s, self.F32.as_pointer())
         self._decl = {}
         # the scratch, each input and each output in an alias scope of its own: LLVM then
         # vectorises a loop over them without checking addresses at run time (the caller
@@ -173,12 +178,19 @@ class Emitter:
             return self.b.gep(self.pre, [self.b.add(self.ci(off), i)])
         return self.b.gep(self.s, [self.b.add(self.ci(off - pre_len), i)])
 
+    def in_scratch32(self, off):
+        """Is the register at `off` one of float32s (in a float32 scratch)?"""
+        return self.scratch32 and off >= self.p.pre_len
+
     def sload(self, off, i):
-        return self.scoped(self.b.load(self.sptr(off, i)),
-                           "pre" if off < self.p.pre_len else "scratch")
+        x = self.scoped(self.b.load(self.sptr(off, i)),
+                        "pre" if off < self.p.pre_len else "scratch")
+        return self.b.fpext(x, self.F64) if self.in_scratch32(off) else x
 
     def sstore(self, v, off, i):
         assert off >= self.p.pre_len, "a preloaded register is written"
+        if self.scratch32:          # (exact: the value is a float32's)
+            v = self.b.fptrunc(v, self.F32)
         self.scoped(self.b.store(v, self.sptr(off, i)), "scratch")
 
     # float helpers with the machine's semantics

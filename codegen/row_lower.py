@@ -460,10 +460,11 @@ def _reduce_runs(e, op, dst, a, n, m, aux, g):
     with e.loop(b.mul(g, e.ci(n))) as o:
         start = b.mul(o, e.ci(run))
         with e.counted(e.ci(run // width), carried=[ir.Constant(vec, [init] * width)]) as lp:
+            narrow = e.in_scratch32(a)
             at = b.bitcast(e.sptr(a, b.add(start, b.mul(lp.index, e.ci(width)))),
-                           vec.as_pointer())
-            load = b.load(at, align=8)
-            lp.next = [combine(lp.values[0], e.scoped(load, key))]
+                           (ir.VectorType(e.F32, width) if narrow else vec).as_pointer())
+            load = e.scoped(b.load(at, align=4 if narrow else 8), key)
+            lp.next = [combine(lp.values[0], b.fpext(load, vec) if narrow else load)]
         acc = lp.values[0]
         t0 = b.extract_element(acc, e.ci(0, e.I32))
         for i in range(run // width * width, run):

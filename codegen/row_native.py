@@ -128,7 +128,7 @@ def program_key(program):
         size = math.prod(p.node.inputs[0].shape) if p.node is not None else None
         pre.append((program.offsets[p.var], p.length, str(p.var.dtype), value, size))
     return (program.code.tobytes(), program.code.shape, program.group, tuple(pre),
-            len(program.inputs), len(program.outputs))
+            len(program.inputs), len(program.outputs), program.float32_scratch)
 
 
 def _lowest_priority():

@@ -183,6 +183,12 @@ class RowProgram:
         # the dtype each input and output must have (an argument of another runs on numpy)
         self._dtypes = [(i, np.dtype(v.dtype.np)) for i, v in self.inputs + self.outputs]
         self.float32 = self._float32_registers()
+        # native code's scratch (codegen.row_lower) of float32s: a float32 program without
+        # integers (a float32 holds each of its values exactly; an integer beyond 2**24
+        # would not be, and native code has no second run on float64 registers)
+        self.float32_scratch = self.float32 and not self._int_checked and not any(
+            np.dtype(v.dtype.np) in _INTEGERS for v in self.length
+            if not isinstance(v, _RowPart))
 
     def _float32_registers(self):
         """Whether the machine may run this program on float32 registers (codegen.row_vm):
@@ -556,7 +562,8 @@ class _Frame:
     def __init__(self, program, nparts):
         self.nparts = nparts
         self.acc = np.empty((nparts, program.acc_init.size))
-        self.scratch = np.empty((nparts, max(1, program.work)))
+        self.scratch = np.empty((nparts, max(1, program.work)),
+                                np.float32 if program.float32_scratch else np.float64)
         self.outputs_at = max(1, len(program.inputs))
         self.addr = np.zeros(self.outputs_at + max(1, len(program.outputs)), np.int64)
         at = address(self.addr)

@@ -209,6 +209,40 @@ def test_a_causal_softmax_over_long_rows(captured):
     assert any(row_lower._row_values(p.code) for p in programs)
 
 
+def test_float32_programs_keep_their_values_in_a_float32_scratch(captured):
+    # values that cross loops (a row's mean and variance, read back by the loops after
+    # them; a sum over the rows) go through the scratch: float32s for a float32 program,
+    # the same bits as the machine, NaN, infinities and -0.0 included
+    shape = (33, 48)
+
+    def body(x, w):
+        inner = (1,)
+        mean = prims.div(prims.reduce_sum(x, dims=inner),
+                         prims.full(shape=(33,), value=48.0, dtype=dt.float32))
+        d = prims.sub(x, prims.broadcast_in_dim(mean, shape=shape, dims=(0,)))
+        var = prims.reduce_sum(prims.mul(d, d), dims=inner)
+        y = prims.mul(prims.mul(d, prims.broadcast_in_dim(prims.rsqrt(var), shape=shape,
+                                                           dims=(0,))),
+                      prims.broadcast_in_dim(w, shape=shape, dims=(1,)))
+        return [y, prims.reduce_sum(prims.mul(y, x), dims=(0,))]
+    g = _graph("ln", [(shape, dt.float32), ((48,), dt.float32)], body)
+    x = _values(shape, np.float32)
+    x[3, :5] = [np.nan, np.inf, -np.inf, -0.0, 0.0]
+    x[7] = -0.0
+    compile_graph(g)(x, _values((48,), np.float32))
+    programs = _native_equals_machine(captured)
+    assert any(p.float32_scratch for p in programs)
+    assert all(p.float32_scratch == p.float32 for p in programs)
+    # a program holding integers keeps float64s (one beyond 2**24 would not be exact)
+    captured.clear()
+    gi = _graph("ints", [((40, 8), dt.int64)], lambda i: [prims.mul(
+        prims.convert_element_type(i, dtype=dt.float32),
+        prims.full(shape=(40, 8), value=0.5, dtype=dt.float32))])
+    compile_graph(gi)(np.arange(320, dtype=np.int64).reshape(40, 8) * 3)
+    for p in _native_equals_machine(captured):
+        assert not p.float32_scratch
+
+
 def test_whole_values_broadcast_into_the_rows_are_read_afresh_each_call(captured):
     """Values the same for every row (a per-column vector tiled along a row, one repeated
     along it, a scalar, a vector of one element) are preloaded per call from the call's
