@@ -9,7 +9,8 @@ values in registers of the CPU, and stores to the scratch only what a later inst
 outside the loop reads; a value repeated along runs is read once a run by the loops that
 use it; other gathers, reductions and accumulations keep a loop of their own, as in the
 machine. The function computes what the machine computes, bit for bit: the same float64
-registers rounded to float32 after every float32 instruction, the same float32
+registers rounded to float32 after every float32 instruction (kept as float32s in the
+scratch where every value of the program is one: `RowProgram.float32_scratch`), the same float32
 approximations (codegen.row_emit writes each instruction as the machine computes it), the same order
 of every sum (tests/codegen/test_row_native.py compares the two on every instruction). A
 program with an instruction not lowered here (POW) keeps the machine (`supported`)."""
