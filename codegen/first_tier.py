@@ -28,6 +28,7 @@ import collections
 import dataclasses
 import math
 import time
+from typing import NamedTuple
 
 import numpy as np
 
@@ -133,6 +134,13 @@ def _with_stores(steps, written):
         out.append(n)
         out.extend(_Store((v, _Buffer(v)), (v,)) for v in n.outputs if v in written)
     return out
+
+
+class _Kept(NamedTuple):
+    """What a ReferenceKernel keeps of one way to run its nodes, from its first call on."""
+    values: dict            # the values that depend on no input (made once)
+    steps: "_Steps"         # the rest, run each call
+    stored: frozenset       # the outputs its steps put into their buffers (_Store)
 
 
 def _padded_sums(nodes, keep):
@@ -282,8 +290,7 @@ class ReferenceKernel:
         # whether it may keep the pool's workers polling while it runs (its program's
         # compiles are held back: no helper needs the cores meanwhile)
         self.holds_workers = False
-        # "whole" / "stored" / "once" / "after" -> (constant values, _Steps of the rest)
-        self._constants = {}
+        self._constants = {}    # "whole" / "stored" / "once" / "after" -> _Kept
         self._block_steps = {}  # rows in a block -> _Steps of the per-block nodes
 
     def __call__(self, *args):
@@ -329,10 +336,10 @@ class ReferenceKernel:
             stored = frozenset(v for n in rest for v in n.outputs if v in store)
             if stored:
                 rest = _with_stores(rest, stored)
-            kept = self._constants[key] = (values, _Steps(rest), stored)
-        env.update(kept[0])
-        kept[1].run(env)
-        return kept[2]
+            kept = self._constants[key] = _Kept(values, _Steps(rest), stored)
+        env.update(kept.values)
+        kept.steps.run(env)
+        return kept.stored
 
     def _run_whole(self, args):
         env = {v: args[i].reshape(v.shape) for i, v in self.reads}
