@@ -43,7 +43,11 @@ side by side, where two processes minutes apart differ by more than the effect m
 The two share the process: each step starts with the other's data in the caches, and
 right after the other library's threads finished (their threads may still be polling for
 work, PyTorch's for milliseconds): the order alternates, so each follows the other in half
-its steps and itself in the other half (from the second pair on).
+its steps and itself in the other half (from the second pair on). The `own` columns take
+only the steps that followed the same system's step, as in a run of one library: torch's
+OpenMP threads, left polling after its step, take cores from an aotgrad step started
+right after it (aotgrad's threads stop polling within about 0.1 ms), so the all-pairs
+medians hold a penalty no one running one library sees.
 """
 import time
 
@@ -206,7 +210,8 @@ def _interleave(args):
     print(f"load average at start {os.getloadavg()[0]:.2f}; {args.steps} steps, torch eager "
           f"and aotgrad compiled (cold cache) in turn in one process")
     print(f"{'model':5s} {'steps':>9s} {'torch ms':>9s} {'aotgrad ms':>10s} {'ratio':>6s} "
-          f"{'aotgrad slower':>14s} {'first tier':>10s}")
+          f"{'aotgrad slower':>14s} {'first tier':>10s} {'own torch':>9s} {'own aotgrad':>11s} "
+          f"{'own ratio':>9s}")
     out = {}
     for model in args.models.split(","):
         with tempfile.TemporaryDirectory(prefix="aotgrad-cold-") as cache:
@@ -232,8 +237,15 @@ def _interleave(args):
             am = 1e3 * statistics.median(p[1] for p in window)
             slower = sum(p[1] > p[0] for p in window)
             tier = sum(p[2] for p in window)
+            # each system's steps that followed its own step: torch's in the even pairs,
+            # aotgrad's in the odd ones (see _interleaved_worker)
+            own_t = 1e3 * statistics.median(p[0] for i, p in enumerate(pairs[lo:hi], lo)
+                                            if i % 2 == 0)
+            own_a = 1e3 * statistics.median(p[1] for i, p in enumerate(pairs[lo:hi], lo)
+                                            if i % 2 == 1)
             print(f"{model:5s} {f'{lo + 1}-{hi}':>9s} {tm:9.1f} {am:10.1f} {am / tm:6.3f} "
-                  f"{f'{slower} of {hi - lo}':>14s} {tier:10d}", flush=True)
+                  f"{f'{slower} of {hi - lo}':>14s} {tier:10d} {own_t:9.1f} {own_a:11.1f} "
+                  f"{own_a / own_t:9.3f}", flush=True)
         t, a = sum(p[0] for p in pairs), sum(p[1] for p in pairs)
         print(f"{model:5s} {'all':>9s} {1e3 * t:9.0f} {1e3 * a:10.0f} {a / t:6.3f}   (sums, "
               f"first steps {pairs[0][0]:.2f} and {pairs[0][1]:.2f} s; load {res['load']:.2f})")
