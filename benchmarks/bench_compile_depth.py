@@ -1,11 +1,13 @@
 """First-call compile cost against program depth: an unrolled RNN cell and a deep MLP.
 
-    python benchmarks/bench_compile_depth.py [--model rnn|mlp] [--steps 50 100 200 400 1000]
-                                             [--e2e] [--json out.json]
+    python benchmarks/bench_compile_depth.py [--model rnn|mlp|lstm]
+                                             [--steps 50 100 200 400 1000] [--e2e] [--json out.json]
 
 rnn: `h = tanh(x[t] @ U + h @ W * 0.1)` unrolled over T steps (H 16, batch 8), loss h.sum(),
 forward + backward with respect to x, U and W. mlp: T layers of `h = tanh(h @ W_i + b_i)`
-(width 16, batch 8). Each length runs in a fresh process with an empty kernel cache and
+(width 16, batch 8). lstm: the sine-wave predictor of PyTorch's examples (two LSTM cells of
+51 units and a linear read-out, float64, 97 waves; the example unrolls 999 steps), its
+cell written out (gates, sigmoid, tanh), MSE against the next values. Each length runs in a fresh process with an empty kernel cache and
 times the stages the first call goes through, one after another: trace (with the
 ahead-of-time backward), passes (ir.passes.optimize), partition, then for the forward and
 the backward program together: schedule, codegen (Numba source) and numba (loading and
@@ -25,6 +27,7 @@ import time
 import numpy as np
 
 H, BATCH = 16, 8
+LSTM_H, LSTM_BATCH = 51, 97
 
 
 def _model(kind, T):
@@ -40,6 +43,31 @@ def _model(kind, T):
             for t in range(T):
                 h = ag.tanh(x[t] @ U + h @ W * 0.1)
             return h.sum()
+    elif kind == "lstm":
+        # the sine-wave predictor of PyTorch's examples: two LSTM cells of 51 units and a
+        # linear read-out, float64, over T steps of 97 waves, each step's input one value
+        arrays = [np.sin((np.arange(T + 1) + rng.integers(-80, 80, (LSTM_BATCH, 1))) / 20.0)]
+        arrays = [arrays[0][:, :-1], arrays[0][:, 1:]]
+        for n_in in (1, LSTM_H):
+            bound = 1 / np.sqrt(LSTM_H)
+            arrays += [rng.uniform(-bound, bound, shape)
+                       for shape in ((4 * LSTM_H, n_in), (4 * LSTM_H, LSTM_H), (4 * LSTM_H,),
+                                     (4 * LSTM_H,))]
+        arrays += [rng.uniform(-0.14, 0.14, (1, LSTM_H)), rng.uniform(-0.14, 0.14, (1,))]
+
+        def cell(x, h, c, w_ih, w_hh, b_ih, b_hh):
+            i, f, g, o = (x @ w_ih.T + b_ih + h @ w_hh.T + b_hh).chunk(4, 1)
+            c = ag.sigmoid(f) * c + ag.sigmoid(i) * ag.tanh(g)
+            return ag.sigmoid(o) * ag.tanh(c), c
+
+        def fn(x, y, *params):
+            h1 = c1 = h2 = c2 = ag.zeros(x.shape[0], LSTM_H, dtype=ag.float64)
+            outputs = []
+            for x_t in x.split(1, dim=1):
+                h1, c1 = cell(x_t, h1, c1, *params[0:4])
+                h2, c2 = cell(h1, h2, c2, *params[4:8])
+                outputs.append(h2 @ params[8].T + params[9])
+            return ((ag.cat(outputs, dim=1) - y) ** 2).mean()
     else:
         arrays = [rng.standard_normal((BATCH, H)).astype(np.float32)]
         for _ in range(T):
@@ -54,6 +82,12 @@ def _model(kind, T):
     return fn, arrays
 
 
+def _tensors(ag, kind, arrays):
+    """The arrays as tensors: all requiring grad, but the LSTM's data (the first two)."""
+    data = 2 if kind == "lstm" else 0
+    return [ag.tensor(a, requires_grad=i >= data) for i, a in enumerate(arrays)]
+
+
 def _stages(kind, T):
     """Times of each stage of one first call (run in a fresh process)."""
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 1000))
@@ -64,7 +98,7 @@ def _stages(kind, T):
     from aotgrad.tracer.trace import trace
     fn, arrays = _model(kind, T)
     out = {"T": T, "model": kind}
-    tensors = [ag.tensor(a, requires_grad=True) for a in arrays]
+    tensors = _tensors(ag, kind, arrays)
     t0 = time.perf_counter()
     tr = trace(fn, tuple(tensors), {}, want_grad=True)
     out["trace"] = time.perf_counter() - t0
@@ -85,7 +119,7 @@ def _stages(kind, T):
     out["distinct"] = sum(len(p.module_names) for p in progs)
     # the compiled programs against eager
     fwd_out = progs[0](*arrays)
-    eager = [ag.tensor(a, requires_grad=True) for a in arrays]
+    eager = _tensors(ag, kind, arrays)
     loss = fn(*eager)
     loss.backward()
     out["loss_matches"] = bool(np.allclose(fwd_out[0], loss.detach().numpy(), rtol=1e-4, atol=1e-5))
@@ -97,7 +131,7 @@ def _e2e(kind, T):
     """Wall time of the first call of aotgrad.compile: forward and backward()."""
     import aotgrad as ag
     fn, arrays = _model(kind, T)
-    tensors = [ag.tensor(a, requires_grad=True) for a in arrays]
+    tensors = _tensors(ag, kind, arrays)
     step = ag.compile(fn)
     t0 = time.perf_counter()
     loss = step(*tensors)
@@ -136,7 +170,7 @@ def _child(what, kind, T, timeout):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", choices=("rnn", "mlp"), default="rnn")
+    ap.add_argument("--model", choices=("rnn", "mlp", "lstm"), default="rnn")
     ap.add_argument("--steps", type=int, nargs="+", default=[50, 100, 200, 400, 1000])
     ap.add_argument("--e2e", action="store_true", help="also time aotgrad.compile's first call")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per length")

@@ -7,7 +7,8 @@ step would otherwise recompute from the first), and `size_cuts` the values that 
 kernel too large for Numba (one stored value whose expression is as long as the program,
 e.g. a gradient accumulated over every step of an unrolled loop) into alike pieces. The
 scheduler materialises them and schedules again (`Scheduler.run`), at most CUT_ROUNDS
-times each.
+times each. Before the first round, `chain_cuts` stores the links of chains too long for
+any kernel (an unrolled recurrence's state), so that no round walks them whole.
 """
 from aotgrad.codegen.emit_base import _EXPENSIVE
 from aotgrad.codegen.fusion import MAX_KERNEL_INPUTS, MAX_KERNEL_NODES
@@ -85,6 +86,34 @@ def recompute_cuts(scheduler, sch):
             cuts.add(v)
             c = 0
         cost[v] = c
+    return cuts
+
+
+# a virtual value read by several nodes whose expression is a longer chain of nodes than
+# this is stored before the first round: the cell state of an unrolled recurrence
+# (c_t = f_t * c_{t-1} + ...) is such a chain, as long as the loop, and without a cut every
+# step's kernel walks it back to the first step, so the first round alone took time
+# quadratic in the steps (a 999-step LSTM did not finish scheduling). A model's layers
+# stay below it, so none of their kernels is cut here (a transformer block's shared chains
+# are about 20 nodes long; a layer norm's backward fused with a GELU's is longer than 32)
+CHAIN_DEPTH = 64
+
+
+def chain_cuts(scheduler):
+    """Virtual values to materialise before the first round: each one read by two or more
+    nodes at the end of a chain of more than CHAIN_DEPTH virtual nodes (down to stored
+    values). One pass over the graph, linear in its nodes. Every such value, not one every
+    CHAIN_DEPTH nodes: the steps of a recurrence then all cut alike (and share their
+    kernels), where cuts at a period of their own would fall at another place of each
+    step."""
+    depth, cuts = {}, set()
+    for n in scheduler.g.nodes:
+        if scheduler.kind[n] not in VIRTUAL or len(n.outputs) != 1:
+            continue
+        v = n.outputs[0]
+        depth[v] = d = 1 + max((depth.get(u, 0) for u in n.inputs), default=0)
+        if d > CHAIN_DEPTH and len(set(scheduler.users.get(v, ()))) >= 2:
+            cuts.add(v)
     return cuts
 
 

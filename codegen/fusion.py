@@ -65,6 +65,23 @@ def toposort(steps):
     return out
 
 
+def _search(start, edges, target, outside):
+    """Whether `target` is reached from the steps `start` along `edges` (step -> steps),
+    not through steps `outside` holds for; a generator that yields after each step it
+    visits and returns the answer (so that two searches can take turns)."""
+    stack, seen = list(start), set()
+    while stack:
+        s = stack.pop()
+        if s is target:
+            return True
+        if s in seen or outside(s):
+            continue
+        seen.add(s)
+        stack.extend(edges[s])
+        yield
+    return False
+
+
 class KernelMerger:
     """Merges the kernels of one scheduling round (see the module docstring)."""
 
@@ -72,23 +89,28 @@ class KernelMerger:
         self.S = scheduler
         self.refused = refused  # the schedule's (what, reason) list, appended to
         self.label = {}         # step -> a topological label, while kernels merge
+        self.users = {}         # step -> the steps that read its values, while they merge
 
     def _reaches_indirectly(self, dep, a, b):
-        """Is there a path b -> ... -> a (a depends on b) of length >= 2? A search back from
-        a that skips each step labelled no later than b (`label`: b cannot be before it),
-        so it only visits the steps between the two, not the program's whole history."""
+        """Is there a path b -> ... -> a (a depends on b) of length >= 2? Two searches, a
+        step of each in turn, and the first to end answers: back from a through the steps
+        it reads, skipping each labelled no later than b (`label`: b cannot be before it),
+        and forward from b through its readers, skipping each labelled no earlier than a.
+        Both visit only steps between the two, and one side is often narrow where the
+        other is not: in an unrolled loop's backward, a forward value recomputed before
+        the loop and read by one step of it has one reader, while the search back from
+        that reader would cross every later step of the loop."""
         label = self.label
-        stack = [d for d in dep[a] if d is not b]
-        seen = set()
-        while stack:
-            s = stack.pop()
-            if s is b:
-                return True
-            if s in seen or label[s] <= label[b]:
-                continue
-            seen.add(s)
-            stack.extend(dep[s])
-        return False
+        back = _search([d for d in dep[a] if d is not b], dep, b,
+                       lambda s: label[s] <= label[b])
+        forward = _search([u for u in self.users[b] if u is not a], self.users, a,
+                          lambda s: label[s] >= label[a])
+        while True:
+            for search in (back, forward):
+                try:
+                    next(search)
+                except StopIteration as end:
+                    return end.value
 
     def _compatible(self, a, b, dep):
         """Can kernel b (consumer) be merged into kernel a (producer)?"""
@@ -204,6 +226,7 @@ class KernelMerger:
         # a topological labelling of the steps (each step's label above its dependencies'),
         # kept valid through the merges: it bounds the searches of _reaches_indirectly
         self.label = {s: i for i, s in enumerate(toposort(steps))}
+        self.users = users
         # each step's place in the order (a dict: a list's index and remove made the merges
         # of an unrolled loop quadratic); a merged kernel takes the later of the two places
         place = {s: i for i, s in enumerate(steps)}

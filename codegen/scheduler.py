@@ -94,7 +94,7 @@ class Scheduler:
         """Group the nodes into steps. A schedule that recomputes an expensive value many
         times (recompute_cuts) is redone with those values materialised; each round only
         cuts values the previous one recomputed, so a few rounds reach a fixed point."""
-        self.forced, self.split = set(), set()
+        self.forced, self.split = cuts.chain_cuts(self), set()
         for round_ in range(cuts.CUT_ROUNDS):
             sch = self._run_once()
             if round_ == cuts.CUT_ROUNDS - 1:

@@ -105,3 +105,45 @@ def test_unrolled_lstm_compiled_equals_eager():
     lstm = nn.LSTM(3, 4, num_layers=2)
     compare_with_eager(_lstm_loss(lstm), ag.randn(5, 2, 3, requires_grad=True),
                        params=list(lstm.parameters()))
+
+
+def _scheduling_work(fn, x, monkeypatch):
+    """The operands the scheduler's expression walks visit and the steps its searches for
+    paths between kernels visit, scheduling fn's forward and backward."""
+    from aotgrad.codegen import fusion
+    count = [0]
+    operand_indices = Scheduler.operand_indices
+    search = fusion._search
+
+    def counted_operands(self, n, ix):
+        count[0] += 1
+        return operand_indices(self, n, ix)
+
+    def counted_search(*args):
+        inner = search(*args)
+        while True:
+            try:
+                next(inner)
+            except StopIteration as end:
+                return end.value
+            count[0] += 1
+            yield
+    monkeypatch.setattr(Scheduler, "operand_indices", counted_operands)
+    monkeypatch.setattr(fusion, "_search", counted_search)
+    prog = ag.compile(fn, backend="interpret").ir(x)
+    for which in ("forward", "backward"):
+        Scheduler(cse(getattr(prog, which), keep_outputs=True)).run()
+    monkeypatch.undo()
+    return count[0]
+
+
+def test_scheduling_an_unrolled_cell_grows_linearly_with_its_steps(monkeypatch):
+    # the cell state's chain (c_t = f_t * c_{t-1} + ...) runs through every step, and the
+    # backward recomputes forward values far from the steps that read them: neither the
+    # walks of the first round nor the checks of the merges may cross the whole loop for
+    # each step (a 999-step LSTM did not finish scheduling)
+    ag.manual_seed(0)
+    cell = nn.LSTMCell(3, 4)
+    short, long = (_scheduling_work(_cell_loop(cell), ag.randn(n, 2, 3), monkeypatch)
+                   for n in (30, 90))
+    assert long <= 4.5 * short, (short, long)
