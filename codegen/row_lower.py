@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from aotgrad.codegen.row_emit import LONG_CHAINS, Emitter
+from aotgrad.codegen.row_emit import LONG_CHAINS, Emitter, library_call
 from aotgrad.codegen.row_vm import (EXACT_INT, INDEX_CLAMP, PARTIALS, AccForm, GatherForm, Op,
                                      ReduceForm, Round)
 
@@ -247,7 +247,10 @@ def _pointwise_loop(e, code, ts, keep, r, g, bases, consts, scalars, exact, per_
             if off in scalars and off not in invariant:
                 invariant[off] = exact_load(off, e.ci(0))
     chain = any(Op(int(code[t][0])) in LONG_CHAINS for t in ts)
-    hint = e.loop_hint(INTERLEAVE if chain else 1, e.lanes)
+    # (no vector width asked of a loop that calls the C library: LLVM cannot give it one,
+    # and says so on the process's stderr)
+    scalar = any(library_call(Op(int(code[t][0])), int(code[t][7])) for t in ts)
+    hint = None if scalar else e.loop_hint(INTERLEAVE if chain else 1, e.lanes)
     repeated = {per_row[(t, off)] for t in ts for off in _reads(code[t]) if (t, off) in per_row}
     if not repeated:
         with e.loop(b.mul(g, e.ci(n)), hint=hint) as i:

@@ -315,6 +315,24 @@ def test_only_loops_of_long_chains_interleave_vectors(captured):
     assert hints == {"chain": {str(row_lower.INTERLEAVE)}, "plain": {"1"}}
 
 
+def test_loops_calling_the_c_library_ask_for_no_vector_width(captured, capfd):
+    """A float64 tanh is a call of the C library's function, which LLVM cannot take as
+    vectors: its loop asks for no vector width (asked, LLVM printed a warning on the
+    process's stderr for each such loop), while a float32 one (an approximation) does."""
+    shape = (16, 64)
+    texts = {}
+    for dtype in (dt.float32, dt.float64):
+        prog = compile_graph(_graph(f"tanh_{dtype}", [(shape, dtype)],
+                                    lambda x: [prims.mul(prims.tanh(x), x)]))
+        ref, = prog.first_tier.values()
+        texts[dtype] = row_lower.lower(ref.program, 8)
+        capfd.readouterr()
+        row_native.compile_program(ref.program)
+        assert "not vectorized" not in capfd.readouterr().err
+    assert "llvm.loop.vectorize.width" in texts[dt.float32]
+    assert "llvm.loop.vectorize.width" not in texts[dt.float64]
+
+
 def test_pow_stays_on_the_machine(captured):
     g = _graph("pow", [((20, 8), dt.float32), ((20, 8), dt.float32)],
                lambda x, y: [prims.pow(x, y)])
