@@ -35,11 +35,34 @@ def _clamped_index(ix):
     return any(isinstance(t, Dim) and t.clamp is not None for t in ix)
 
 
+# a value read through a pad whose kernel evaluates it at this many positions or more for
+# each one it uses counts the others as further evaluations (see evaluations)
+_PADDED_WASTE = 2
+
+
+def _padded_waste(kt, ix):
+    """How many positions of kernel kt's loop evaluate a value read at index ix for each
+    one whose value is used: along each dim a pad clamps, the loop's extent over the
+    clamped range (1 where nothing is clamped, or a size is symbolic)."""
+    waste = 1.0
+    for t in ix:
+        if isinstance(t, Dim) and t.clamp is not None and t.scale == 1:
+            lo, hi = t.clamp
+            n = kt.domain[t.dim]
+            if all(isinstance(x, int) for x in (n, lo, hi)) and hi >= lo:
+                waste *= n / (hi - lo + 1)
+    return waste
+
+
 def evaluations(scheduler, steps):
     """Virtual value -> (how many times the kernels of `steps` evaluate it beyond the first,
     the kernels that evaluate it). A further evaluation is one per further kernel that
     recomputes it, and one per further index a kernel evaluates it at through a pad (each
-    element is computed at every padded position and all but one are thrown away)."""
+    element is computed at every padded position and all but one are thrown away). A value
+    read at one index through a pad that covers most of the loop with its fill (an LSTM's
+    gate gradients, each a quarter of the columns of their concatenation) is evaluated at
+    every position of the loop, and used at few: those evaluations count too, as many as
+    the loop has positions per used one, less one."""
     extra, where = {}, {}
     for kt in steps:
         if not isinstance(kt, Kernel):
@@ -47,7 +70,11 @@ def evaluations(scheduler, steps):
         for v, ixs in kt.node_index.items():
             if scheduler.kind[scheduler.prod[v]] not in VIRTUAL:
                 continue
-            here = len(ixs) if len(ixs) > 1 and any(_clamped_index(ix) for ix in ixs) else 1
+            if len(ixs) > 1:
+                here = len(ixs) if any(_clamped_index(ix) for ix in ixs) else 1
+            else:
+                here = _padded_waste(kt, next(iter(ixs)))
+                here = here if here >= _PADDED_WASTE else 1
             extra[v] = extra.get(v, -1) + here
             where.setdefault(v, set()).add(kt)
     return {v: (n, where[v]) for v, n in extra.items() if n > 0}

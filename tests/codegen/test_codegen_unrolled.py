@@ -147,3 +147,20 @@ def test_scheduling_an_unrolled_cell_grows_linearly_with_its_steps(monkeypatch):
     short, long = (_scheduling_work(_cell_loop(cell), ag.randn(n, 2, 3), monkeypatch)
                    for n in (30, 90))
     assert long <= 4.5 * short, (short, long)
+
+
+def test_a_cells_gate_gradients_are_not_evaluated_across_their_concatenation():
+    # the backward of an LSTM cell concatenates its four gates' gradients (pads added);
+    # a kernel over the concatenation would evaluate each gate's expression, tanh and all,
+    # at every column and keep a quarter: such values are stored first
+    from aotgrad.codegen.index import Dim
+    ag.manual_seed(0)
+    cell = nn.LSTMCell(3, 8)
+    prog = ag.compile(_cell_loop(cell), backend="interpret").ir(ag.randn(5, 5, 3))
+    sch = Scheduler(cse(prog.backward, keep_outputs=True))
+    steps = sch.run().steps
+    wasted = [(sch.prod[v], kt.domain) for kt in steps if isinstance(kt, Kernel)
+              for v, ixs in kt.node_index.items()
+              if sch.prod[v].prim.name in ("tanh", "logistic")
+              and any(isinstance(t, Dim) and t.clamp is not None for ix in ixs for t in ix)]
+    assert not wasted, wasted
