@@ -425,10 +425,10 @@ _F32_APPROX = {Op.EXP: "exp_f32", Op.LOG: "log_f32", Op.RSQRT: "rsqrt_f32",
                Op.TANH: "tanh_f32", Op.LOGISTIC: "logistic_f32", Op.ERF: "erf_f32"}
 # instructions computed by a long chain of dependent operations (codegen.row_lower keeps
 # several vectors of them in flight)
+LONG_CHAINS = frozenset(_F32_APPROX) | frozenset(_LIBM64) | {Op.LOG1P, Op.SIN, Op.COS}
+
+
 def library_call(op, mode):
     """Whether `unary` writes instruction `op` (rounded per `mode`) as a call of the C
     library's function, which no loop around it can take as vectors."""
     return op in _LIBM64 and not (mode == Round.F32 and op in _F32_APPROX)
-
-
-LONG_CHAINS = frozenset(_F32_APPROX) | frozenset(_LIBM64) | {Op.LOG1P, Op.SIN, Op.COS}

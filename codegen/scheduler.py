@@ -4,7 +4,8 @@ Each node gets a kind (codegen/node_kinds.py: virtual values a kernel recomputes
 index it reads them, stored values, reductions). A value is *materialised* (in memory) when
 it is a graph input, the output of a BLAS/reference step, a reduction result needed outside
 its kernel, a virtual value that a non-kernel step or a graph output reads, or a cut (see
-codegen/cuts.py: a value recomputed too often, or one that splits an oversized kernel).
+codegen/cuts.py: a value recomputed too often, one that splits an oversized kernel,
+or a link of a chain longer than any kernel, stored before the first round).
 
 One round (`_run_once`): one step per stored node, one kernel (codegen/steps.py) per
 reduction and per materialised virtual value, each kernel's expressions analysed
