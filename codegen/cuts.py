@@ -46,7 +46,8 @@ def _padded_waste(kt, ix):
     clamped range (1 where nothing is clamped, or a size is symbolic)."""
     waste = 1.0
     for t in ix:
-        if isinstance(t, Dim) and t.clamp is not None and t.scale == 1:
+        if isinstance(t, Dim) and t.clamp is not None and t.scale == 1 and \
+                t.dim < len(kt.domain):
             lo, hi = t.clamp
             n = kt.domain[t.dim]
             if all(isinstance(x, int) for x in (n, lo, hi)) and hi >= lo:
