@@ -260,8 +260,33 @@ def _abort_job(exc_type, exc, tb):
                          + "".join(traceback.format_exception(exc_type, exc, tb))
                          + f"aotgrad.distributed: {who} aborts the job (MPI_Abort)\n")
         sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            _wait_until_read(stream)
     finally:
         MPI.COMM_WORLD.Abort(1)
+
+
+def _wait_until_read(stream, limit=2.0):
+    """Wait (at most `limit` seconds) until the launcher has read what this rank wrote to
+    `stream`'s pipe. The launcher ends every rank as soon as it sees the abort, and output it
+    had not yet read from the pipe is lost: on a busy machine, the whole error message."""
+    import fcntl
+    import stat
+    import termios
+    try:
+        stream.flush()
+        fd = stream.fileno()
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return
+        unread = bytearray(4)
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline:
+            fcntl.ioctl(fd, termios.FIONREAD, unread)
+            if int.from_bytes(unread, sys.byteorder) == 0:
+                return
+            time.sleep(0.005)
+    except (OSError, ValueError, AttributeError):
+        return      # not a pipe we can ask (a closed or replaced stream): abort at once
 
 
 def wait_requests(requests, pg, what, timeout=None, statuses=None):

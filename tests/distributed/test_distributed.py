@@ -160,6 +160,28 @@ def test_a_failing_rank_ends_the_job(scenario, message):
     assert seconds < 30, seconds
 
 
+def test_an_aborting_rank_waits_until_its_message_has_left_the_pipe():
+    # the launcher kills every rank once it sees MPI_Abort: output still in the pipe is lost
+    import threading
+    from aotgrad.distributed.process_group import _wait_until_read
+    r, w = os.pipe()
+    with os.fdopen(w, "w") as stream, os.fdopen(r, "r") as reader:
+        stream.write("rank 0 failed\n")
+        read_at = []
+
+        def launcher():
+            time.sleep(0.3)
+            read_at.append((time.monotonic(), reader.readline()))
+
+        thread = threading.Thread(target=launcher)
+        thread.start()
+        _wait_until_read(stream, limit=10.0)
+        returned = time.monotonic()
+        thread.join()
+    assert read_at[0][1] == "rank 0 failed\n"
+    assert returned >= read_at[0][0] - 0.05
+
+
 @pytest.mark.mpi
 def test_train_ddp_example_matches_one_process():
     exe = _mpiexec()
