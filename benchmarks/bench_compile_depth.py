@@ -1,7 +1,8 @@
 """First-call compile cost against program depth: an unrolled RNN cell and a deep MLP.
 
     python benchmarks/bench_compile_depth.py [--model rnn|mlp|lstm]
-                                             [--steps 50 100 200 400 1000] [--e2e] [--json out.json]
+                                             [--steps 50 100 200 400 1000] [--e2e] [--jax]
+                                             [--json out.json]
 
 rnn: `h = tanh(x[t] @ U + h @ W * 0.1)` unrolled over T steps (H 16, batch 8), loss h.sum(),
 forward + backward with respect to x, U and W. mlp: T layers of `h = tanh(h @ W_i + b_i)`
@@ -13,7 +14,10 @@ ahead-of-time backward), passes (ir.passes.optimize), partition, then for the fo
 the backward program together: schedule, codegen (Numba source) and numba (loading and
 compiling the kernels, helper processes included). It then runs the compiled forward and
 backward once and checks them against eager. `--e2e` also times the whole first call of
-`aotgrad.compile` (forward and `backward()`) in another fresh process. Run it on a quiet
+`aotgrad.compile` (forward and `backward()`) in another fresh process: the first call, the
+next 20 calls (while the background compiles run) and the median call once they have
+ended. `--jax` times the same model as `jax.jit(jax.value_and_grad(...))` in a fresh
+process: its first call (trace and XLA compile) and its median call. Run it on a quiet
 machine; the load average is printed with each row.
 """
 import argparse
@@ -122,6 +126,7 @@ def _stages(kind, T):
     eager = _tensors(ag, kind, arrays)
     loss = fn(*eager)
     loss.backward()
+    out["loss"] = float(loss.detach().numpy())
     out["loss_matches"] = bool(np.allclose(fwd_out[0], loss.detach().numpy(), rtol=1e-4, atol=1e-5))
     out["load"] = os.getloadavg()[0]
     return out
@@ -146,8 +151,78 @@ def _e2e(kind, T):
         loss.backward()
         for t in tensors:
             t.grad = None
+    later_ms = (time.perf_counter() - t0) / reps * 1e3
+    # then the programs the background compiles made: the steady call
+    from aotgrad.codegen import tiers
+    tiers.wait()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        loss = step(*tensors)
+        loss.backward()
+        times.append(time.perf_counter() - t0)
+        for t in tensors:
+            t.grad = None
+    return {"T": T, "model": kind, "first_call": first, "later_ms": later_ms,
+            "steady_ms": float(np.median(times)) * 1e3, "load": os.getloadavg()[0]}
+
+
+def _jax_model(kind, T):
+    """The same model in JAX: the loss of its arrays, and the arguments it differentiates."""
+    import jax
+    import jax.numpy as jnp
+    if kind == "lstm":
+        jax.config.update("jax_enable_x64", True)
+    _, arrays = _model(kind, T)
+    if kind == "rnn":
+        def fn(x, U, W):
+            h = jnp.zeros((BATCH, H), jnp.float32)
+            for t in range(T):
+                h = jnp.tanh(x[t] @ U + h @ W * 0.1)
+            return h.sum()
+        wrt = (0, 1, 2)
+    elif kind == "lstm":
+        def cell(x, h, c, w_ih, w_hh, b_ih, b_hh):
+            i, f, g, o = jnp.split(x @ w_ih.T + b_ih + h @ w_hh.T + b_hh, 4, axis=1)
+            c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+            return jax.nn.sigmoid(o) * jnp.tanh(c), c
+
+        def fn(x, y, *params):
+            h1 = c1 = h2 = c2 = jnp.zeros((x.shape[0], LSTM_H), jnp.float64)
+            outputs = []
+            for t in range(x.shape[1]):
+                h1, c1 = cell(x[:, t:t + 1], h1, c1, *params[0:4])
+                h2, c2 = cell(h1, h2, c2, *params[4:8])
+                outputs.append(h2 @ params[8].T + params[9])
+            return ((jnp.concatenate(outputs, axis=1) - y) ** 2).mean()
+        wrt = tuple(range(2, len(arrays)))
+    else:
+        def fn(x, *params):
+            h = x
+            for i in range(T):
+                h = jnp.tanh(h @ params[2 * i] + params[2 * i + 1])
+            return h.sum()
+        wrt = tuple(range(len(arrays)))
+    return fn, [jnp.asarray(a) for a in arrays], wrt
+
+
+def _jax(kind, T):
+    """Wall time of jax.jit(value_and_grad)'s first call (trace and XLA compile), then the
+    median of 20 calls."""
+    import jax
+    fn, arrays, wrt = _jax_model(kind, T)
+    step = jax.jit(jax.value_and_grad(fn, argnums=wrt))
+    t0 = time.perf_counter()
+    loss, grads = jax.block_until_ready(step(*arrays))
+    first = time.perf_counter() - t0
+    times = []
+    for _ in range(20):
+        t0 = time.perf_counter()
+        jax.block_until_ready(step(*arrays))
+        times.append(time.perf_counter() - t0)
     return {"T": T, "model": kind, "first_call": first,
-            "later_ms": (time.perf_counter() - t0) / reps * 1e3, "load": os.getloadavg()[0]}
+            "steady_ms": float(np.median(times)) * 1e3, "loss": float(loss),
+            "load": os.getloadavg()[0]}
 
 
 def _child(what, kind, T, timeout):
@@ -173,23 +248,29 @@ def main():
     ap.add_argument("--model", choices=("rnn", "mlp", "lstm"), default="rnn")
     ap.add_argument("--steps", type=int, nargs="+", default=[50, 100, 200, 400, 1000])
     ap.add_argument("--e2e", action="store_true", help="also time aotgrad.compile's first call")
+    ap.add_argument("--jax", action="store_true",
+                    help="also time jax.jit(value_and_grad)'s first call of the same model")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per length")
     ap.add_argument("--json", help="write the rows here")
-    ap.add_argument("--child", choices=("stages", "e2e"), help=argparse.SUPPRESS)
+    ap.add_argument("--child", choices=("stages", "e2e", "jax"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
-        row = (_stages if a.child == "stages" else _e2e)(a.model, a.steps[0])
+        row = {"stages": _stages, "e2e": _e2e, "jax": _jax}[a.child](a.model, a.steps[0])
         print(json.dumps(row))
         return
     cols = ("trace", "passes", "partition", "schedule", "codegen", "numba")
     print(f"{a.model}: first call, seconds per stage (fresh process, empty cache)")
     print(f"{'T':>5} {'nodes':>6} " + " ".join(f"{c:>9}" for c in cols) +
-          f" {'total':>8} {'kernels':>8} {'load':>5}" + ("  e2e first / later ms" if a.e2e else ""))
+          f" {'total':>8} {'kernels':>8} {'load':>5}" +
+          ("  e2e first s / later ms / steady ms" if a.e2e else "") +
+          ("  jax.jit first s / steady ms" if a.jax else ""))
     rows = []
     for T in a.steps:
         row = _child("stages", a.model, T, a.timeout)
         if a.e2e:
             row["e2e"] = _child("e2e", a.model, T, a.timeout)
+        if a.jax:
+            row["jax"] = _child("jax", a.model, T, a.timeout)
         rows.append(row)
         if "error" in row:
             print(f"{T:>5} failed: {row['error']}")
@@ -199,8 +280,14 @@ def main():
                 f" {total:>8.2f} {row['kernels']:>4}/{row['distinct']:<3} {row['load']:>5.2f}")
         if a.e2e:
             e = row["e2e"]
-            line += (f"  {e['first_call']:.2f} s / {e['later_ms']:.2f}" if "error" not in e
-                     else f"  failed: {e['error']}")
+            line += (f"  {e['first_call']:.2f} / {e['later_ms']:.2f} / {e['steady_ms']:.2f}"
+                     if "error" not in e else f"  failed: {e['error']}")
+        if a.jax:
+            j = row["jax"]
+            line += (f"  {j['first_call']:.2f} / {j['steady_ms']:.2f}" if "error" not in j
+                     else f"  jax failed: {j['error']}")
+            if "error" not in j and not np.isclose(j["loss"], row["loss"], rtol=1e-4):
+                line += "  JAX'S LOSS DIFFERS"
         if not row["loss_matches"]:
             line += "  LOSS DIFFERS FROM EAGER"
         print(line, flush=True)

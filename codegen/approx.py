@@ -1,4 +1,5 @@
-"""Vectorisable float32 approximations of exp, log, tanh, logistic and erf.
+"""Vectorisable approximations: float32 exp, log, tanh, logistic and erf; float64 exp, expm1,
+tanh and logistic.
 
 Numba lowers `np.exp`/`np.tanh`/`np.log` on scalars to libm calls, which LLVM cannot
 vectorise. The functions here are plain arithmetic (polynomials, one division, integer
@@ -36,8 +37,25 @@ finite float32 range, normal results; measured by tests/codegen/test_codegen_app
                            2e-8 in exact arithmetic, 3.5e-7 measured (float32 rounding);
                            +-1 beyond, where float32 erf rounds to 1)
 
-Float64 graphs do not use these: they call numpy/libm (exact, scalar).
+Float64 exp, expm1, tanh and logistic (the float64 LSTMs and RNNs of users' examples spend
+their steps in them; libm's scalar calls do not vectorise). Maximum error in units of the
+last place of the exact result, over the whole finite float64 range, measured by the same
+test against long double:
+
+  exp_f64       <= 1 ulp    (2^n exp(r), Cody-Waite reduction by ln2 in two FMAs, Taylor to
+                             degree 13 on |r| <= ln2/2; overflow, underflow, denormals,
+                             NaN and the infinities as the exact function's)
+  expm1_f64     <= 1.5 ulp  (2^n (expm1(r) + 1 - 2^-n); no reduction below |x| = 0.7,
+                             Taylor to degree 17 there)
+  tanh_f64      <= 2.5 ulp  (-m / (m + 2), m = expm1(-2|x|), below 0.55; 1 - 2q / (1 + q),
+                             q = exp(-2|x|), above; the quotient corrected for the roundings)
+  logistic_f64  <= 3 ulp    (1/(1+e) or e/(1+e), e = exp(-|x|), as float32's; numpy's
+                             1/(1+exp(-x)) is within 2.5 ulp, libm's tanh 1)
+
+Other float64 functions call numpy/libm.
 """
+import math
+
 from aotgrad.codegen import low_precision as _low_precision
 
 
@@ -260,6 +278,114 @@ def logistic_c_f32(x):
     return e * r if x >= np.float32(0.0) else r
 ''')
 
+# Float64 exp, expm1, tanh and logistic, vectorisable: exp(x) = 2^n exp(r), n = round(x/ln2),
+# r = x - n ln2 in two FMA steps (ln2's high part has 32 bits: n ln2_hi is exact), |r| <=
+# ln2/2 + a little; exp(r) and expm1(r) by Taylor to degree 13 (the remainder is below
+# 5e-18 there), which needs no fitted coefficients. 2^n is built from exponent bits in two
+# halves, so that overflow and denormal results round once, as the exact function's do.
+_helper("bitcast64", (), '''
+@_intrinsic
+def _i2d(typingctx, x):
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], _llir.DoubleType())
+    return numba.float64(numba.int64), codegen
+
+
+@_intrinsic
+def _d2i(typingctx, x):
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], _llir.IntType(64))
+    return numba.int64(numba.float64), codegen
+''')
+
+def _reduce_f64(degree, whole_below=None):
+    """The argument reduction exp_f64 and expm1_f64 begin with, from xc: r, n (an int64)
+    and p = (expm1(r) - r) / r^2 by Taylor's 1/k!, k = degree .. 2. n = round(xc / ln2) by
+    adding 1.5 * 2^52, which leaves n in the low mantissa bits; n = 0 where |xc| <
+    `whole_below` (r = xc: expm1's result is then not a difference of nearly equal terms)."""
+    lines = ["    t = _fma(xc, 1.4426950408889634, 6755399441055744.0)"]
+    if whole_below is not None:
+        lines.append(f"    t = 6755399441055744.0 if abs(xc) < {whole_below!r} else t")
+    lines += ["    fn = t - 6755399441055744.0",
+              "    r = _fma(fn, -0.6931471803691238, xc)",
+              "    r = _fma(fn, -1.9082149292705877e-10, r)",
+              "    n = _d2i(t) - np.int64(0x4338000000000000)",
+              f"    p = {1 / math.factorial(degree)!r}"]
+    lines += [f"    p = _fma(p, r, {1 / math.factorial(k)!r})" for k in range(degree - 1, 1, -1)]
+    return "\n".join(lines) + "\n"
+
+
+# e = v * 2^n, |n| <= 1100, v normal: two halves, each a normal power of two
+_SCALE_F64 = """\
+    n1 = n >> 1
+    e = (v * _i2d((n1 + np.int64(1023)) << 52)) * _i2d((n - n1 + np.int64(1023)) << 52)
+"""
+
+_helper("exp_f64", ("bitcast64", "fma"), '''
+@_ijit
+def exp_f64(x):
+    # above 710 the result is inf (it overflows at 709.78); below -746 it is 0 (below
+    # -745.13 it rounds to 0): computed with a harmless argument and replaced
+    xc = 710.0 if x > 710.0 else x
+    xc = 0.0 if xc < -746.0 else xc
+''' + _reduce_f64(13) + '''\
+    v = _fma(p, r * r, r) + 1.0
+''' + _SCALE_F64 + '''\
+    e = x if x != x else e
+    return 0.0 if x < -746.0 else e
+''')
+
+_helper("expm1_f64", ("bitcast64", "fma"), '''
+@_ijit
+def expm1_f64(x):
+    # expm1(x) = 2^n (expm1(r) + 1 - 2^-n): 1 - 2^-n is exact for -53 <= n <= 53 (below
+    # -40 the result is -1, beyond 53 the 2^-n is below the rounding)
+    xc = 710.0 if x > 710.0 else x
+    xc = -40.0 if xc < -40.0 else xc
+''' + _reduce_f64(17, 0.7) + '''\
+    m = n if n < np.int64(60) else np.int64(60)
+    v = _fma(p, r * r, r) + (1.0 - _i2d((np.int64(1023) - m) << 52))
+''' + _SCALE_F64 + '''\
+    return x if (x != x or x == 0.0) else e
+''')
+
+# tanh|x| from one reduction of -2|x|, with s = expm1(r): below 0.55 (where tanh < 0.5),
+# -m / (m + 2), m = expm1(-2|x|); above, 1 - 2q / (1 + q), q = exp(-2|x|) = 2^n (s + 1).
+# Neither subtracts nearly equal terms. One division serves both: the quotient of the
+# one selected, corrected for the rounding of its denominator and of the division.
+_helper("tanh_f64", ("bitcast64", "fma"), '''
+@_ijit
+def tanh_f64(x):
+    a = abs(x)
+    small = a < 0.55
+    xc = -2.0 * a
+    xc = -40.0 if xc < -40.0 else xc
+''' + _reduce_f64(17, 0.7) + '''\
+    s = _fma(p, r * r, r)
+    v = s + (1.0 - _i2d((np.int64(1023) - n) << 52)) if small else s + 1.0
+''' + _SCALE_F64 + '''\
+    num = -e if small else e + e
+    c = 2.0 if small else 1.0
+    den = e + c
+    den_lost = (c - den) + e
+    inv = 1.0 / den
+    q = num * inv
+    q = _fma(_fma(-q, den, num) - q * den_lost, inv, q)
+    t = q if small else 1.0 - q
+    t = t if x > 0.0 else -t
+    return x if (x != x or x == 0.0) else t
+''')
+
+# logistic and its complement share e = exp(-|x|) <= 1 and r = 1/(1+e), as in float32
+_helper("logistic_f64", ("exp_f64",), '''
+@_ijit
+def logistic_f64(x):
+    e = exp_f64(-abs(x))
+    r = 1.0 / (1.0 + e)
+    return r if x >= 0.0 else e * r
+''')
+
+
 # erf(x) = x P(x^2) / Q(x^2) on |x| <= 3.95, both of degree 5 with positive coefficients
 # (no cancellation), fitted here for relative error (2e-8 in exact arithmetic); beyond 3.95
 # float32 erf rounds to +-1. One division and ten FMAs per element: a piecewise fit (a
@@ -473,4 +599,5 @@ def helper_source(names):
 
 
 APPROXIMATED = ("exp_f32", "log_f32", "tanh_f32", "tanh_e_f32", "logistic_f32", "erf_f32",
-                "tanh_d_f32", "logistic_c_f32", "rsqrt_f32")
+                "tanh_d_f32", "logistic_c_f32", "rsqrt_f32",
+                "exp_f64", "expm1_f64", "tanh_f64", "logistic_f64")

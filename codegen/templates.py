@@ -3,8 +3,8 @@
 `args` are the already-emitted operand expressions (variable names). `ctx.const(value,
 dtype)` gives a constant in the array dtype, `ctx.need(helper)` pulls an approximation from
 codegen.approx into the module, `ctx.const_of(var)` is the value of a `full` operand (or
-None). Float32 exp/log/tanh/logistic/erf use the vectorisable approximations; float64
-uses numpy/libm (exact).
+None). Float32 exp/log/tanh/logistic/erf and float64 exp/expm1/tanh/logistic use the
+vectorisable approximations of codegen.approx; the other float64 functions numpy/libm.
 
 `peephole(ctx, node)` rewrites a few patterns that need to look through operands
 (derivatives of tanh/logistic written as 1 - t*t and 1 - s, which cancel in float32 where
@@ -33,19 +33,22 @@ def _f32(node):
     return node.inputs[0].dtype is dt.float32
 
 
-def _approx(name, f64_expr):
+def _approx(name, f64_helper=None, f64_expr=None):
+    """The float32 approximation `{name}_f32`; for float64, the helper `f64_helper` or
+    the expression `f64_expr`."""
     def t(ctx, node, a):
         if _f32(node):
             ctx.need(f"{name}_f32")
             return f"{name}_f32({a[0]})"
-        if name == "erf":
-            ctx.need("erf_f64")
-        return f64_expr.format(*a, one=ctx.const(1, dt.float64))
+        if f64_helper is not None:
+            ctx.need(f64_helper)
+            return f"{f64_helper}({a[0]})"
+        return f64_expr.format(*a)
     return t
 
 
-TEMPLATES[P.exp] = _approx("exp", "np.exp({0})")
-TEMPLATES[P.log] = _approx("log", "np.log({0})")
+TEMPLATES[P.exp] = _approx("exp", "exp_f64")
+TEMPLATES[P.log] = _approx("log", f64_expr="np.log({0})")
 
 
 @template(P.tanh)
@@ -54,7 +57,8 @@ def _tanh(ctx, node, a):
     `1 - t*t` of its derivative, see `peephole`): then `tanh_e_f32`, whose exponential and
     division `tanh_d_f32` shares."""
     if not _f32(node):
-        return f"np.tanh({a[0]})"
+        ctx.need("tanh_f64")
+        return f"tanh_f64({a[0]})"
     t = node.outputs[0]
     paired = any(n.prim is P.mul and n.inputs[0] is t and n.inputs[1] is t
                  for n in ctx.kt.nodes)
@@ -63,10 +67,19 @@ def _tanh(ctx, node, a):
     return f"{name}({a[0]})"
 
 
-TEMPLATES[P.logistic] = _approx("logistic", "({one} / ({one} + np.exp(-{0})))")
-TEMPLATES[P.erf] = _approx("erf", "erf_f64({0})")
+TEMPLATES[P.logistic] = _approx("logistic", "logistic_f64")
+TEMPLATES[P.erf] = _approx("erf", "erf_f64")
 
-for _n, _f in [(P.log1p, "np.log1p"), (P.expm1, "np.expm1"), (P.sqrt, "np.sqrt"),
+
+@template(P.expm1)
+def _expm1(ctx, node, a):
+    if _f32(node):
+        return f"np.expm1({a[0]})"
+    ctx.need("expm1_f64")
+    return f"expm1_f64({a[0]})"
+
+
+for _n, _f in [(P.log1p, "np.log1p"), (P.sqrt, "np.sqrt"),
                (P.sin, "np.sin"), (P.cos, "np.cos"), (P.floor, "np.floor"),
                (P.ceil, "np.ceil")]:
     TEMPLATES[_n] = (lambda f: lambda ctx, node, a: f"{f}({a[0]})")(_f)
