@@ -1,10 +1,11 @@
 """The LLVM IR of a row program's parts (llvmlite.ir): `Emitter` writes one function, its
 loops, its memory in alias scopes of their own, and every instruction of the row machine
 (codegen.row_vm) with the machine's float semantics: float64 registers, rounded to float32
-after a float32 instruction, and the float32 approximations of codegen.approx written out
-step by step. codegen.row_lower arranges a program's instructions into that function's
+after a float32 instruction, and the approximations of codegen.approx (float32, and
+float64 exp, expm1, tanh and logistic) written out step by step. codegen.row_lower arranges a program's instructions into that function's
 loops; `LONG_CHAINS`: the instructions computed by long chains of dependent operations."""
 import contextlib
+import math
 
 import numpy as np
 
@@ -215,10 +216,11 @@ class Emitter:
     def fma(self, a, x, c):
         return self.call("llvm.fma", a, x, c)
 
-    def poly(self, z, coeffs):
-        p = self.c32(coeffs[0])
+    def poly(self, z, coeffs, const=None):
+        const = const or self.c32
+        p = const(coeffs[0])
         for c in coeffs[1:]:
-            p = self.fma(p, z, self.c32(c))
+            p = self.fma(p, z, const(c))
         return p
 
     def f2i(self, x):
@@ -252,13 +254,82 @@ class Emitter:
         return self.select(ok, self.call("llvm.sqrt", x),
                            self.select(self.isnan(x), x, self.c64(np.nan)))
 
+    # codegen.approx's float64 approximations, step for step
+    def _reduce64(self, xc, degree, whole_below=None):
+        """approx._reduce_f64: (r, p, n)."""
+        b = self.b
+        shift = self.c64(6755399441055744.0)
+        t = self.fma(xc, self.c64(1.4426950408889634), shift)
+        if whole_below is not None:
+            t = self.select(self.lt(self.call("llvm.fabs", xc), self.c64(whole_below)),
+                            shift, t)
+        fn = b.fsub(t, shift)
+        r = self.fma(fn, self.c64(-0.6931471803691238), xc)
+        r = self.fma(fn, self.c64(-1.9082149292705877e-10), r)
+        n = b.sub(b.bitcast(t, self.I64), self.ci(0x4338000000000000))
+        p = self.poly(r, [1 / math.factorial(k) for k in range(degree, 1, -1)], self.c64)
+        return r, p, n
+
+    def _scale64(self, v, n):
+        """approx._SCALE_F64: v * 2^n in two halves."""
+        b = self.b
+
+        def power(k):
+            return b.bitcast(b.shl(b.add(k, self.ci(1023)), self.ci(52)), self.F64)
+        n1 = b.ashr(n, self.ci(1))
+        return b.fmul(b.fmul(v, power(n1)), power(b.sub(n, n1)))
+
+    def _minus_power64(self, n):
+        """1 - 2^-n (n <= 60)."""
+        b = self.b
+        return b.fsub(self.c64(1.0), b.bitcast(
+            b.shl(b.sub(self.ci(1023), n), self.ci(52)), self.F64))
+
+    def exp64(self, x):
+        b = self.b
+        xc = self.select(self.gt(x, self.c64(710.0)), self.c64(710.0), x)
+        xc = self.select(self.lt(xc, self.c64(-746.0)), self.c64(0.0), xc)
+        r, p, n = self._reduce64(xc, 13)
+        e = self._scale64(b.fadd(self.fma(p, b.fmul(r, r), r), self.c64(1.0)), n)
+        e = self.select(self.isnan(x), x, e)
+        return self.select(self.lt(x, self.c64(-746.0)), self.c64(0.0), e)
+
+    def expm1_64(self, x):
+        b = self.b
+        xc = self.select(self.gt(x, self.c64(710.0)), self.c64(710.0), x)
+        xc = self.select(self.lt(xc, self.c64(-40.0)), self.c64(-40.0), xc)
+        r, p, n = self._reduce64(xc, 17, 0.7)
+        m = self.select(b.icmp_signed("<", n, self.ci(60)), n, self.ci(60))
+        e = self._scale64(b.fadd(self.fma(p, b.fmul(r, r), r), self._minus_power64(m)), n)
+        return self.select(b.or_(self.isnan(x), self.eq(x, self.c64(0.0))), x, e)
+
+    def tanh64(self, x):
+        b = self.b
+        a = self.call("llvm.fabs", x)
+        small = self.lt(a, self.c64(0.55))
+        xc = b.fmul(self.c64(-2.0), a)
+        xc = self.select(self.lt(xc, self.c64(-40.0)), self.c64(-40.0), xc)
+        r, p, n = self._reduce64(xc, 17, 0.7)
+        s = self.fma(p, b.fmul(r, r), r)
+        v = self.select(small, b.fadd(s, self._minus_power64(n)), b.fadd(s, self.c64(1.0)))
+        e = self._scale64(v, n)
+        num = self.select(small, b.fneg(e), b.fadd(e, e))
+        c = self.select(small, self.c64(2.0), self.c64(1.0))
+        den = b.fadd(e, c)
+        den_lost = b.fadd(b.fsub(c, den), e)
+        inv = b.fdiv(self.c64(1.0), den)
+        q = b.fmul(num, inv)
+        q = self.fma(b.fsub(self.fma(b.fneg(q), den, num), b.fmul(q, den_lost)), inv, q)
+        t = self.select(small, q, b.fsub(self.c64(1.0), q))
+        t = self.select(self.gt(x, self.c64(0.0)), t, b.fneg(t))
+        return self.select(b.or_(self.isnan(x), self.eq(x, self.c64(0.0))), x, t)
+
     def logistic64(self, x):
         b = self.b
         one = self.c64(1.0)
-        pos = b.fcmp_ordered(">=", x, self.c64(0.0))
-        a = b.fdiv(one, b.fadd(one, self.call("llvm.exp", b.fneg(x))))
-        e = self.call("llvm.exp", x)
-        return self.select(pos, a, b.fdiv(e, b.fadd(one, e)))
+        e = self.exp64(b.fneg(self.call("llvm.fabs", x)))
+        r = b.fdiv(one, b.fadd(one, e))
+        return self.select(b.fcmp_ordered(">=", x, self.c64(0.0)), r, b.fmul(e, r))
 
     # codegen.approx's float32 approximations, step for step
     def exp_f32(self, x):
@@ -375,6 +446,12 @@ class Emitter:
             return b.fdiv(one, self.sqrt64(x))
         if op is Op.LOGISTIC:
             return self.logistic64(x)
+        if op is Op.EXP:
+            return self.exp64(x)
+        if op is Op.EXPM1:
+            return self.expm1_64(x)
+        if op is Op.TANH:
+            return self.tanh64(x)
         if op is Op.SIGN:
             return self.sign(x)
         if op is Op.RECIPROCAL:
@@ -414,9 +491,9 @@ class Emitter:
 # float64 instructions that are one LLVM intrinsic, one libm function (as Numba's lowering
 # calls them), one IR instruction (the builder's method), or a comparison (ordered or not:
 # NE is true where either side is NaN) giving 1.0 or 0.0
-_INTRINSIC64 = {Op.ABS: "llvm.fabs", Op.EXP: "llvm.exp", Op.SIN: "llvm.sin",
-                Op.COS: "llvm.cos", Op.FLOOR: "llvm.floor", Op.CEIL: "llvm.ceil"}
-_LIBM64 = {Op.EXPM1: "expm1", Op.TANH: "tanh", Op.ERF: "erf"}
+_INTRINSIC64 = {Op.ABS: "llvm.fabs", Op.SIN: "llvm.sin", Op.COS: "llvm.cos",
+                Op.FLOOR: "llvm.floor", Op.CEIL: "llvm.ceil"}
+_LIBM64 = {Op.ERF: "erf"}
 _ARITH64 = {Op.ADD: "fadd", Op.SUB: "fsub", Op.MUL: "fmul", Op.DIV: "fdiv"}
 _COMPARE64 = {Op.EQ: (True, "=="), Op.NE: (False, "!="), Op.LT: (True, "<"),
               Op.LE: (True, "<="), Op.GT: (True, ">"), Op.GE: (True, ">=")}
@@ -425,7 +502,8 @@ _F32_APPROX = {Op.EXP: "exp_f32", Op.LOG: "log_f32", Op.RSQRT: "rsqrt_f32",
                Op.TANH: "tanh_f32", Op.LOGISTIC: "logistic_f32", Op.ERF: "erf_f32"}
 # instructions computed by a long chain of dependent operations (codegen.row_lower keeps
 # several vectors of them in flight)
-LONG_CHAINS = frozenset(_F32_APPROX) | frozenset(_LIBM64) | {Op.LOG1P, Op.SIN, Op.COS}
+LONG_CHAINS = frozenset(_F32_APPROX) | frozenset(_LIBM64) | {Op.EXPM1, Op.LOG1P, Op.SIN,
+                                                             Op.COS}
 
 
 def library_call(op, mode):

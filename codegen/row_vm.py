@@ -25,6 +25,7 @@ float32 values computed in float64 and rounded once are float32's correctly roun
 (so on float32 registers they are computed in float32), other functions are computed in
 float64 from the widened operands and rounded, and exp, log, tanh, logistic, erf and rsqrt
 use the compiled kernels' float32 approximations; a reduction is made in float64 either way.
+Float64 exp, expm1, tanh and logistic are the compiled kernels' float64 approximations.
 So both kinds of registers give every result bit for bit the same. A bool result is 0.0 or
 1.0 (Round.BOOL)."""
 import enum
@@ -131,16 +132,16 @@ class Round(enum.IntEnum):
 _UNARY = {
     Op.NEG: ("-x", "-x"),
     Op.ABS: ("abs(x)", "abs(x)"),
-    Op.EXP: ("exp_f32(x)", "math.exp(x)"),
+    Op.EXP: ("exp_f32(x)", "exp_f64(x)"),
     Op.LOG: ("log_f32(x)", "_log(x)"),
     Op.LOG1P: (None, "_log1p(x)"),
-    Op.EXPM1: (None, "math.expm1(x)"),
+    Op.EXPM1: (None, "expm1_f64(x)"),
     Op.SQRT: (None, "_sqrt(x)"),
     Op.RSQRT: ("rsqrt_f32(x)", "_rsqrt(x)"),
     Op.SIN: (None, "math.sin(x)"),
     Op.COS: (None, "math.cos(x)"),
-    Op.TANH: ("tanh_f32(x)", "math.tanh(x)"),
-    Op.LOGISTIC: ("logistic_f32(x)", "_logistic(x)"),
+    Op.TANH: ("tanh_f32(x)", "tanh_f64(x)"),
+    Op.LOGISTIC: ("logistic_f32(x)", "logistic_f64(x)"),
     Op.ERF: ("erf_f32(x)", "math.erf(x)"),
     Op.SIGN: (None, "_sign(x)"),
     Op.FLOOR: (None, "np.floor(x)"),
@@ -171,7 +172,8 @@ EXACT_INT_F32 = 1 << 24
 # integer already, except in a call flagged for an int64 beyond 2**53, whose results numpy
 # replaces: the clamp keeps the conversion defined there)
 INDEX_CLAMP = float(1 << 60)
-APPROXIMATIONS = ("exp_f32", "log_f32", "tanh_f32", "logistic_f32", "erf_f32", "rsqrt_f32")
+APPROXIMATIONS = ("exp_f32", "log_f32", "tanh_f32", "logistic_f32", "erf_f32", "rsqrt_f32",
+                  "exp_f64", "expm1_f64", "tanh_f64", "logistic_f64")
 
 _SCALARS = '''
 
@@ -200,14 +202,6 @@ def _sign(x):
     if x < 0.0:
         return -1.0
     return x if x != x else 0.0     # NaN stays NaN; both zeros give 0.0, as numpy's sign
-
-
-@_ijit
-def _logistic(x):
-    if x >= 0.0:
-        return 1.0 / (1.0 + math.exp(-x))
-    e = math.exp(x)
-    return e / (1.0 + e)
 
 
 @_ijit

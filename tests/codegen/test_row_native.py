@@ -66,7 +66,10 @@ UNARY = [prims.neg, prims.abs, prims.exp, prims.log, prims.log1p, prims.expm1, p
 BINARY = [prims.add, prims.sub, prims.mul, prims.div, prims.maximum, prims.minimum,
           prims.eq, prims.ne, prims.lt, prims.le, prims.gt, prims.ge]
 SPECIALS = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, -1e-40, 1e-310, -1.0, 1.0, 88.0,
-            89.5, -104.0, -105.0, 9.5, -9.5, 3.9, 4.0, 0.625, -0.624, 1e30, -1e30, 0.5]
+            89.5, -104.0, -105.0, 9.5, -9.5, 3.9, 4.0, 0.625, -0.624, 1e30, -1e30, 0.5,
+            # float64 exp's overflow and underflow, the clamps and branch points of
+            # codegen.approx's float64 exp, expm1 and tanh
+            709.79, -745.2, -746.5, 40.5, -40.5, 0.55, -0.7, 0.35, 19.1]
 
 
 def _values(shape, dtype):
@@ -316,21 +319,24 @@ def test_only_loops_of_long_chains_interleave_vectors(captured):
 
 
 def test_loops_calling_the_c_library_ask_for_no_vector_width(captured, capfd):
-    """A float64 tanh is a call of the C library's function, which LLVM cannot take as
+    """A float64 erf is a call of the C library's function, which LLVM cannot take as
     vectors: its loop asks for no vector width (asked, LLVM printed a warning on the
-    process's stderr for each such loop), while a float32 one (an approximation) does."""
+    process's stderr for each such loop), while a float32 one and a float64 tanh (both
+    approximations) do."""
     shape = (16, 64)
     texts = {}
-    for dtype in (dt.float32, dt.float64):
-        prog = compile_graph(_graph(f"tanh_{dtype}", [(shape, dtype)],
-                                    lambda x: [prims.mul(prims.tanh(x), x)]))
+    for prim, dtype in ((prims.erf, dt.float32), (prims.erf, dt.float64),
+                        (prims.tanh, dt.float64)):
+        prog = compile_graph(_graph(f"{prim.name}_{dtype}", [(shape, dtype)],
+                                    lambda x: [prims.mul(prim(x), x)]))
         ref, = prog.first_tier.values()
-        texts[dtype] = row_lower.lower(ref.program, 8)
+        texts[prim, dtype] = row_lower.lower(ref.program, 8)
         capfd.readouterr()
         row_native.compile_program(ref.program)
         assert "not vectorized" not in capfd.readouterr().err
-    assert "llvm.loop.vectorize.width" in texts[dt.float32]
-    assert "llvm.loop.vectorize.width" not in texts[dt.float64]
+    assert "llvm.loop.vectorize.width" in texts[prims.erf, dt.float32]
+    assert "llvm.loop.vectorize.width" not in texts[prims.erf, dt.float64]
+    assert "llvm.loop.vectorize.width" in texts[prims.tanh, dt.float64]
 
 
 def test_pow_stays_on_the_machine(captured):
