@@ -1,4 +1,4 @@
-"""First-call compile cost against program depth: an unrolled RNN cell and a deep MLP.
+"""First-call compile cost against program depth: an unrolled RNN cell, a deep MLP, an LSTM.
 
     python benchmarks/bench_compile_depth.py [--model rnn|mlp|lstm]
                                              [--steps 50 100 200 400 1000] [--e2e] [--jax]
@@ -8,11 +8,11 @@ rnn: `h = tanh(x[t] @ U + h @ W * 0.1)` unrolled over T steps (H 16, batch 8), l
 forward + backward with respect to x, U and W. mlp: T layers of `h = tanh(h @ W_i + b_i)`
 (width 16, batch 8). lstm: the sine-wave predictor of PyTorch's examples (two LSTM cells of
 51 units and a linear read-out, float64, 97 waves; the example unrolls 999 steps), its
-cell written out (gates, sigmoid, tanh), MSE against the next values. Each length runs in a fresh process with an empty kernel cache and
-times the stages the first call goes through, one after another: trace (with the
-ahead-of-time backward), passes (ir.passes.optimize), partition, then for the forward and
-the backward program together: schedule, codegen (Numba source) and numba (loading and
-compiling the kernels, helper processes included). It then runs the compiled forward and
+cell written out (gates, sigmoid, tanh), MSE against the next values. Each length runs in a
+fresh process with an empty kernel cache and times the stages the first call goes through,
+one after another: trace (with the ahead-of-time backward), passes (ir.passes.optimize),
+partition, then for the forward and the backward program together: schedule, codegen (Numba
+source) and numba (loading and compiling the kernels, helper processes included). It then runs the compiled forward and
 backward once and checks them against eager. `--e2e` also times the whole first call of
 `aotgrad.compile` (forward and `backward()`) in another fresh process: the first call, the
 next 20 calls (while the background compiles run) and the median call once they have

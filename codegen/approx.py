@@ -68,18 +68,24 @@ def _helper(name, deps, src):
 
 
 _helper("bitcast", (), '''
-@_intrinsic
-def _i2f(typingctx, x):
-    def codegen(context, builder, sig, args):
-        return builder.bitcast(args[0], _llir.FloatType())
-    return numba.float32(numba.int32), codegen
+def _mk_bitcast(bits, to_float):
+    # the bits of a float as the integer of its width, and back
+    f, i = (numba.float32, numba.int32) if bits == 32 else (numba.float64, numba.int64)
+
+    def impl(typingctx, x):
+        def codegen(context, builder, sig, args):
+            to = _llir.IntType(bits)
+            if to_float:
+                to = _llir.FloatType() if bits == 32 else _llir.DoubleType()
+            return builder.bitcast(args[0], to)
+        return (f(i) if to_float else i(f)), codegen
+    return _intrinsic(impl)
 
 
-@_intrinsic
-def _f2i(typingctx, x):
-    def codegen(context, builder, sig, args):
-        return builder.bitcast(args[0], _llir.IntType(32))
-    return numba.int32(numba.float32), codegen
+_i2f = _mk_bitcast(32, True)
+_f2i = _mk_bitcast(32, False)
+_i2d = _mk_bitcast(64, True)
+_d2i = _mk_bitcast(64, False)
 ''')
 
 _helper("minmax", (), '''
@@ -283,23 +289,10 @@ def logistic_c_f32(x):
 # ln2/2 + a little; exp(r) and expm1(r) by Taylor to degree 13 (the remainder is below
 # 5e-18 there), which needs no fitted coefficients. 2^n is built from exponent bits in two
 # halves, so that overflow and denormal results round once, as the exact function's do.
-_helper("bitcast64", (), '''
-@_intrinsic
-def _i2d(typingctx, x):
-    def codegen(context, builder, sig, args):
-        return builder.bitcast(args[0], _llir.DoubleType())
-    return numba.float64(numba.int64), codegen
 
-
-@_intrinsic
-def _d2i(typingctx, x):
-    def codegen(context, builder, sig, args):
-        return builder.bitcast(args[0], _llir.IntType(64))
-    return numba.int64(numba.float64), codegen
-''')
 
 def _reduce_f64(degree, whole_below=None):
-    """The argument reduction exp_f64 and expm1_f64 begin with, from xc: r, n (an int64)
+    """The argument reduction exp_f64, expm1_f64 and tanh_f64 begin with, from xc: r, n (an int64)
     and p = (expm1(r) - r) / r^2 by Taylor's 1/k!, k = degree .. 2. n = round(xc / ln2) by
     adding 1.5 * 2^52, which leaves n in the low mantissa bits; n = 0 where |xc| <
     `whole_below` (r = xc: expm1's result is then not a difference of nearly equal terms)."""
@@ -321,7 +314,7 @@ _SCALE_F64 = """\
     e = (v * _i2d((n1 + np.int64(1023)) << 52)) * _i2d((n - n1 + np.int64(1023)) << 52)
 """
 
-_helper("exp_f64", ("bitcast64", "fma"), '''
+_helper("exp_f64", ("bitcast", "fma"), '''
 @_ijit
 def exp_f64(x):
     # above 710 the result is inf (it overflows at 709.78); below -746 it is 0 (below
@@ -335,7 +328,7 @@ def exp_f64(x):
     return 0.0 if x < -746.0 else e
 ''')
 
-_helper("expm1_f64", ("bitcast64", "fma"), '''
+_helper("expm1_f64", ("bitcast", "fma"), '''
 @_ijit
 def expm1_f64(x):
     # expm1(x) = 2^n (expm1(r) + 1 - 2^-n): 1 - 2^-n is exact for -53 <= n <= 53 (below
@@ -353,7 +346,7 @@ def expm1_f64(x):
 # -m / (m + 2), m = expm1(-2|x|); above, 1 - 2q / (1 + q), q = exp(-2|x|) = 2^n (s + 1).
 # Neither subtracts nearly equal terms. One division serves both: the quotient of the
 # one selected, corrected for the rounding of its denominator and of the division.
-_helper("tanh_f64", ("bitcast64", "fma"), '''
+_helper("tanh_f64", ("bitcast", "fma"), '''
 @_ijit
 def tanh_f64(x):
     a = abs(x)

@@ -2,8 +2,9 @@
 loops, its memory in alias scopes of their own, and every instruction of the row machine
 (codegen.row_vm) with the machine's float semantics: float64 registers, rounded to float32
 after a float32 instruction, and the approximations of codegen.approx (float32, and
-float64 exp, expm1, tanh and logistic) written out step by step. codegen.row_lower arranges a program's instructions into that function's
-loops; `LONG_CHAINS`: the instructions computed by long chains of dependent operations."""
+float64 exp, expm1, tanh and logistic) written out step by step. codegen.row_lower arranges
+a program's instructions into that function's loops; `LONG_CHAINS`: the instructions
+computed by long chains of dependent operations."""
 import contextlib
 import math
 
