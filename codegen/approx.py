@@ -286,16 +286,18 @@ def logistic_c_f32(x):
 
 # Float64 exp, expm1, tanh and logistic, vectorisable: exp(x) = 2^n exp(r), n = round(x/ln2),
 # r = x - n ln2 in two FMA steps (ln2's high part has 32 bits: n ln2_hi is exact), |r| <=
-# ln2/2 + a little; exp(r) and expm1(r) by Taylor to degree 13 (the remainder is below
-# 5e-18 there), which needs no fitted coefficients. 2^n is built from exponent bits in two
-# halves, so that overflow and denormal results round once, as the exact function's do.
+# ln2/2 + a little; exp(r) and expm1(r) by Taylor's series, to degree 13 there and to 17 on
+# |r| <= 0.7 (the remainder is below 1e-17 of the result either way), which needs no fitted
+# coefficients. 2^n is built from exponent bits in two halves, so that overflow and
+# denormal results round once, as the exact function's do.
 
 
 def _reduce_f64(degree, whole_below=None):
-    """The argument reduction exp_f64, expm1_f64 and tanh_f64 begin with, from xc: r, n (an int64)
-    and p = (expm1(r) - r) / r^2 by Taylor's 1/k!, k = degree .. 2. n = round(xc / ln2) by
-    adding 1.5 * 2^52, which leaves n in the low mantissa bits; n = 0 where |xc| <
-    `whole_below` (r = xc: expm1's result is then not a difference of nearly equal terms)."""
+    """The text of the argument reduction exp_f64, expm1_f64 and tanh_f64 begin with, from
+    xc: r, n (an int64) and p = (expm1(r) - r) / r^2 by Taylor's 1/k!, k = degree .. 2.
+    n = round(xc / ln2) by adding 1.5 * 2^52, which leaves n in the low mantissa bits;
+    n = 0 where |xc| < `whole_below` (r = xc: expm1's result is then not a difference of
+    nearly equal terms)."""
     lines = ["    t = _fma(xc, 1.4426950408889634, 6755399441055744.0)"]
     if whole_below is not None:
         lines.append(f"    t = 6755399441055744.0 if abs(xc) < {whole_below!r} else t")
@@ -369,7 +371,7 @@ def tanh_f64(x):
     return x if (x != x or x == 0.0) else t
 ''')
 
-# logistic and its complement share e = exp(-|x|) <= 1 and r = 1/(1+e), as in float32
+# logistic as float32's: 1/(1+e) or e/(1+e) by the sign of x, e = exp(-|x|) <= 1
 _helper("logistic_f64", ("exp_f64",), '''
 @_ijit
 def logistic_f64(x):

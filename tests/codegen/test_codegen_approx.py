@@ -117,8 +117,6 @@ def test_special_values(mod, name):
     np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
 
 
-
-
 # the float64 approximations: error in units of the last place of the exact result
 # (np.longdouble's 64-bit significand is the reference), bounds a little above the measured
 # maxima (0.99, 1.16, 2.04, 2.57; numpy's own tanh 1.19 and 1/(1+exp(-x)) 2.45 here)
