@@ -159,8 +159,9 @@ def turn_lines(indent="    "):
 
 def trial(plan, arrays, values):
     """The first calls that may run the fused program (compiled here, on first use,
-    once no background compile is pending): once its kernels and the split programs'
-    are in their final form (settled; until then None, the split call runs),
+    once no background compile is pending and the split programs' kernels are in their
+    final form): once its kernels are in theirs too (settled; until then None, the
+    split call runs),
     time both variants on the call's `arrays` (and symbol `values`) and keep the faster
     for the program's later calls (`fused_choice`, `trial_seconds`). Returns the fused
     program's outputs for this call where it won, else None."""
@@ -169,6 +170,11 @@ def trial(plan, arrays, values):
         from aotgrad.codegen import tiers  # (loaded with the compiled programs: numba)
         if tiers.pending():
             return None  # the background compiles of the split kernels go first
+        if not all(settled(prog.compiled_graph(w)) for w in ("forward", "backward")):
+            # (so do those held back until the first tier has cost as much as they would,
+            # codegen.rent: the fused program's schedule and codegen, as long as the split
+            # programs' together, would otherwise stall a call long before they end)
+            return None
         if plan.fused_choice is FusedChoice.UNDECIDED and plan.estimated_gain is None:
             plan.estimated_gain = estimated_gain(prog)
             if plan.estimated_gain < FUSED_MIN_GAIN:
@@ -183,8 +189,7 @@ def trial(plan, arrays, values):
                       f"failed to compile ({plan.fused_failure}); its calls keep the "
                       f"split forward and backward programs", stacklevel=3)
         return None
-    if not all(settled(prog.compiled_graph(w))
-               for w in ("fused", "forward", "backward")):
+    if not settled(kern):
         return None
     if prog.copied_outputs("fused"):
         # (its output could share an input's memory: the split call's copy is needed)

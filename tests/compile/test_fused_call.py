@@ -391,6 +391,28 @@ def test_a_fused_program_that_fails_to_compile_warns_and_keeps_the_split_path(mo
         assert_close(a.grad.numpy(), r, **TOL)
 
 
+def test_no_fused_program_is_built_while_the_split_kernels_run_on_the_first_tier(machine_tier):
+    """The split programs' compiles go first, also those held back until their first tier
+    has cost as much as they would (codegen.rent): the fused program's schedule and
+    codegen, as long as theirs together, stalled a call of a long unrolled loop for
+    seconds while its split kernels still ran on the first tier."""
+    def loss(x):        # (a loss the estimate says is worth fusing)
+        return (ag.tanh(x) * ag.exp(-x * x)).sum()
+    ag.manual_seed(15)
+    args = (ag.randn(512, 512, requires_grad=True),)
+    f = ag.compile(loss, backend="numba")
+    _warm(f, args, calls=FUSED_AFTER + 3)
+    prog = f.ir(*args)
+    assert prog.compiled_graph("forward").first_tier and prog.compiled_graph("backward").first_tier
+    assert estimated_gain(prog) >= FUSED_MIN_GAIN
+    assert "_fused" not in prog.__dict__ and "fused" not in prog._runners
+    out = f(*args)
+    assert not _fused(out)
+    out.backward()
+    for a, r in zip(args, _eager_grads(loss, args)):
+        assert_close(a.grad.numpy(), r, **TOL)
+
+
 def test_nothing_fused_is_built_before_the_streak():
     f = ag.compile(_loss, backend="interpret")
     args = _args(13)
