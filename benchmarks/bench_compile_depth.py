@@ -227,7 +227,8 @@ def _jax(kind, T):
 
 def _child(what, kind, T, timeout):
     """Run one measurement in a fresh process with an empty cache; its JSON, or an error."""
-    with tempfile.TemporaryDirectory() as cache:
+    # (a compile helper detached at the child's exit may still be writing in it)
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as cache:
         env = dict(os.environ, AOTGRAD_CACHE_DIR=cache)
         cmd = [sys.executable, os.path.abspath(__file__), "--child", what, "--model", kind,
                "--steps", str(T)]
